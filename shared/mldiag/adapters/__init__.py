@@ -1,0 +1,1 @@
+"""Adapters: one module per outside system a port is implemented for."""

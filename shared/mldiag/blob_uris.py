@@ -1,0 +1,36 @@
+"""``gs://bucket/object`` URIs: parsing and validation shared by every blob adapter."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from mldiag.domain.errors import InvalidArgument
+
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
+
+
+@dataclass(frozen=True)
+class BlobUri:
+    bucket: str
+    path: str
+
+    def __str__(self) -> str:
+        return f"gs://{self.bucket}/{self.path}"
+
+
+def parse_blob_uri(uri: str, *, allow_empty_path: bool = False) -> BlobUri:
+    """Split and validate; refuses anything that could escape a bucket (``..``, ``\\``, NUL)."""
+    if not isinstance(uri, str) or not uri.startswith("gs://"):
+        raise InvalidArgument(f"{uri!r} is not a gs://bucket/path URI", field="uri")
+    bucket, _, path = uri[len("gs://"):].partition("/")
+    if not _BUCKET.match(bucket):
+        raise InvalidArgument(f"{bucket!r} is not a valid bucket name", field="uri")
+    segments = path.split("/")
+    if any(segment in (".", "..") for segment in segments) or "\\" in path or "\x00" in path:
+        raise InvalidArgument(f"{uri!r} has a path segment that is not allowed", field="uri")
+    if not path and not allow_empty_path:
+        raise InvalidArgument(f"{uri!r} names a bucket, not an object", field="uri")
+    if len(path.encode()) > 1024:
+        raise InvalidArgument("object names are limited to 1024 bytes", field="uri")
+    return BlobUri(bucket, path)

@@ -1,0 +1,92 @@
+"""The one wiring place: builds the adapters the settings ask for.
+
+Everything else receives a :class:`Services` and never imports an adapter. The
+Google Cloud client libraries are imported only when ``backend=gcp``, so the
+embedded default and cold starts of functions that do not need them stay light.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from mldiag.config import Settings
+from mldiag.domain.resources import (
+    MachineLearningRun, MonitoredEvent, Operation, ProfilerSession, ProfilerTarget,
+)
+from mldiag.domain.types import utcnow
+from mldiag.ports import BlobStore, DocumentStore, MessageBus
+from mldiag.repository import Repository
+
+
+@dataclass
+class Services:
+    """What a handler, the API or the CLI needs, already built."""
+
+    settings: Settings
+    store: DocumentStore
+    blobs: BlobStore
+    bus: MessageBus
+    now: Callable[[], datetime] = field(default=utcnow)
+
+    @functools.cached_property
+    def runs(self) -> Repository[MachineLearningRun]:
+        return Repository(self.store, MachineLearningRun, self.now)
+
+    @functools.cached_property
+    def sessions(self) -> Repository[ProfilerSession]:
+        return Repository(self.store, ProfilerSession, self.now)
+
+    @functools.cached_property
+    def targets(self) -> Repository[ProfilerTarget]:
+        return Repository(self.store, ProfilerTarget, self.now)
+
+    @functools.cached_property
+    def monitored_events(self) -> Repository[MonitoredEvent]:
+        return Repository(self.store, MonitoredEvent, self.now)
+
+    @functools.cached_property
+    def operations(self) -> Repository[Operation]:
+        return Repository(self.store, Operation, self.now)
+
+
+def build(settings: Settings | None = None) -> Services:
+    """Build the adapters for ``settings`` (read from the environment when omitted)."""
+    settings = settings or Settings.from_env()
+    if settings.backend == "gcp":
+        return _build_gcp(settings)
+    return _build_embedded(settings)
+
+
+def _build_embedded(settings: Settings) -> Services:
+    from mldiag.adapters.inprocess_bus import InProcessBus
+    from mldiag.adapters.local_blobs import LocalBlobs
+    from mldiag.adapters.sqlite_store import SqliteStore
+
+    return Services(
+        settings=settings,
+        store=SqliteStore(settings.sqlite_path),
+        blobs=LocalBlobs(settings.data_dir),
+        bus=InProcessBus(settings.project, max_attempts=settings.max_delivery_attempts),
+    )
+
+
+def _build_gcp(settings: Settings) -> Services:
+    from mldiag.adapters.firestore_store import FirestoreStore
+    from mldiag.adapters.gcs_blobs import GcsBlobs
+    from mldiag.adapters.pubsub_bus import PubSubBus
+
+    return Services(
+        settings=settings,
+        store=FirestoreStore(settings.project, settings.firestore_database),
+        blobs=GcsBlobs(settings.project),
+        bus=PubSubBus(settings.project),
+    )
+
+
+@functools.cache
+def services() -> Services:
+    """The process-wide services of a deployed function, built once per instance."""
+    return build()

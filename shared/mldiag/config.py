@@ -1,0 +1,77 @@
+"""Settings read from the environment, in one place.
+
+``MLDIAG_BACKEND=embedded`` (the default) keeps everything under
+``MLDIAG_DATA_DIR``; ``MLDIAG_BACKEND=gcp`` uses Firestore, Cloud Storage and
+Pub/Sub, or their emulators when the standard ``FIRESTORE_EMULATOR_HOST``,
+``PUBSUB_EMULATOR_HOST`` and ``STORAGE_EMULATOR_HOST`` variables are set.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+from mldiag.domain.errors import InvalidArgument
+from mldiag.domain.resources import invalid_argument
+
+# Topic names are part of the deployment contract: Terraform and the devstack create these.
+ANALYSIS_REQUESTS = "analysis-requests"
+CAPTURE_REQUESTS = "capture-requests"
+MONITORING_ALERTS = "monitoring-alerts"
+BUCKET_NOTIFICATIONS = "bucket-notifications"
+DEAD_LETTER_SUFFIX = "-dead-letter"
+TOPICS = (ANALYSIS_REQUESTS, CAPTURE_REQUESTS, MONITORING_ALERTS)
+
+
+def dead_letter_topic(topic: str) -> str:
+    return topic + DEAD_LETTER_SUFFIX
+
+
+class Settings(BaseModel):
+    """Every knob of a deployment. Build with :meth:`from_env`."""
+
+    backend: Literal["embedded", "gcp"] = "embedded"
+    data_dir: Path = Field(default_factory=lambda: Path.home() / ".mldiag")
+    project: str = "local-project"
+    location: str = "local"
+    bucket: str = "mldiag-profiles"
+    firestore_database: str = "(default)"
+    api_url: str = "http://127.0.0.1:8080"
+    api_token: str = ""
+    xprof_viewer_url: str = ""
+    log_format: Literal["json", "console"] = "json"
+    max_delivery_attempts: int = Field(default=5, ge=1, le=100)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+        values = {
+            "backend": env.get("MLDIAG_BACKEND"),
+            "data_dir": env.get("MLDIAG_DATA_DIR"),
+            "project": env.get("MLDIAG_PROJECT") or env.get("GOOGLE_CLOUD_PROJECT"),
+            "location": env.get("MLDIAG_LOCATION"),
+            "bucket": env.get("MLDIAG_BUCKET"),
+            "firestore_database": env.get("MLDIAG_FIRESTORE_DATABASE"),
+            "api_url": env.get("MLDIAG_API_URL"),
+            "api_token": env.get("MLDIAG_API_TOKEN"),
+            "xprof_viewer_url": env.get("MLDIAG_XPROF_VIEWER_URL"),
+            "log_format": env.get("MLDIAG_LOG_FORMAT"),
+            "max_delivery_attempts": env.get("MLDIAG_MAX_DELIVERY_ATTEMPTS"),
+        }
+        try:
+            return cls.model_validate({k: v for k, v in values.items() if v})
+        except ValidationError as error:
+            raised = invalid_argument(error)
+            raise InvalidArgument(f"bad environment setting: {raised}") from None
+
+    @property
+    def sqlite_path(self) -> Path:
+        return self.data_dir / "mldiag.sqlite3"
+
+    @property
+    def bucket_uri(self) -> str:
+        return f"gs://{self.bucket}"

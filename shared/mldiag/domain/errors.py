@@ -1,0 +1,61 @@
+"""Domain errors. Each maps to one Google API status in the HTTP layer."""
+
+from __future__ import annotations
+
+
+class MldiagError(Exception):
+    """Base of every error the library raises on purpose."""
+
+    status = "INTERNAL"
+    http_code = 500
+
+
+class InvalidArgument(MldiagError):
+    """The caller sent something that can never be valid (names the field)."""
+
+    status = "INVALID_ARGUMENT"
+    http_code = 400
+
+    def __init__(self, message: str, *, field: str | None = None):
+        super().__init__(f"{field}: {message}" if field else message)
+        self.field = field
+
+
+class InvalidTransition(InvalidArgument):
+    """A state change the lifecycle does not allow, e.g. SUCCEEDED back to ACTIVE."""
+
+    status = "FAILED_PRECONDITION"
+    http_code = 400
+
+    def __init__(self, field: str, old: object, new: object):
+        super().__init__(f"cannot change from {old} to {new}", field=field)
+        self.old, self.new = old, new
+
+
+class NotFound(MldiagError):
+    status = "NOT_FOUND"
+    http_code = 404
+
+
+class AlreadyExists(MldiagError):
+    status = "ALREADY_EXISTS"
+    http_code = 409
+
+
+class Aborted(MldiagError):
+    """Optimistic concurrency lost: the etag did not match."""
+
+    status = "ABORTED"
+    http_code = 409
+
+
+class FailedPrecondition(MldiagError):
+    status = "FAILED_PRECONDITION"
+    http_code = 412
+
+
+class PermanentFailure(MldiagError):
+    """An event that can never be processed: record it and acknowledge, do not retry."""
+
+    status = "INVALID_ARGUMENT"
+    http_code = 400

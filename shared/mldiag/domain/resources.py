@@ -1,0 +1,448 @@
+"""The resources of the ML Diagnostics model (SPEC §1), as pydantic types.
+
+Field names and enum spellings follow Google's ``v1alpha`` JSON so that the
+official SDK and ``gcloud``-shaped clients read them unchanged. Each resource
+knows which of its state changes are possible (:meth:`Resource.check_transition`);
+the repository calls it on every update, so an impossible change is refused
+wherever it comes from.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, ClassVar
+
+from pydantic import Field, ValidationError
+
+from mldiag.domain.errors import InvalidArgument, InvalidTransition
+from mldiag.domain.types import CamelModel, Duration, PrefixedEnum, Timestamp
+
+
+# --- enums -------------------------------------------------------------------
+
+
+class RunPhase(PrefixedEnum):
+    RUN_PHASE_UNSPECIFIED = "RUN_PHASE_UNSPECIFIED"
+    ACTIVE = "ACTIVE"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+
+
+class ResourceState(PrefixedEnum):
+    STATE_UNSPECIFIED = "STATE_UNSPECIFIED"
+    ACTIVE = "ACTIVE"
+    DELETING = "DELETING"
+
+
+class Orchestrator(PrefixedEnum):
+    ORCHESTRATOR_UNSPECIFIED = "ORCHESTRATOR_UNSPECIFIED"
+    NONE = "NONE"
+    GCE = "GCE"
+    GKE = "GKE"
+    SLURM = "SLURM"
+    CUSTOM = "CUSTOM"
+
+
+class Kind(PrefixedEnum):
+    KIND_UNSPECIFIED = "KIND_UNSPECIFIED"
+    KIND_ON_DEMAND = "KIND_ON_DEMAND"
+    KIND_PROGRAMMATIC = "KIND_PROGRAMMATIC"
+    KIND_SCANNED = "KIND_SCANNED"
+    KIND_SNAPSHOT = "KIND_SNAPSHOT"
+
+    @classmethod
+    def _prefix(cls) -> str:
+        return "KIND_"
+
+
+class SessionPhase(PrefixedEnum):
+    SESSION_PHASE_UNSPECIFIED = "SESSION_PHASE_UNSPECIFIED"
+    ACTIVE = "ACTIVE"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+
+
+class HostTracerLevel(PrefixedEnum):
+    HOST_TRACER_LEVEL_UNSPECIFIED = "HOST_TRACER_LEVEL_UNSPECIFIED"
+    HOST_TRACER_LEVEL_DISABLED = "HOST_TRACER_LEVEL_DISABLED"
+    HOST_TRACER_LEVEL_CRITICAL = "HOST_TRACER_LEVEL_CRITICAL"
+    HOST_TRACER_LEVEL_INFO = "HOST_TRACER_LEVEL_INFO"
+    HOST_TRACER_LEVEL_VERBOSE = "HOST_TRACER_LEVEL_VERBOSE"
+
+    @classmethod
+    def _prefix(cls) -> str:
+        return "HOST_TRACER_LEVEL_"
+
+    @property
+    def profiler_option(self) -> int:
+        """The integer ``host_tracer_level`` the XProf profiler server expects."""
+        return {"DISABLED": 0, "CRITICAL": 1, "INFO": 2, "VERBOSE": 3}.get(self.name.rsplit("_", 1)[1], 2)
+
+
+class DeviceTracerLevel(PrefixedEnum):
+    DEVICE_TRACER_LEVEL_UNSPECIFIED = "DEVICE_TRACER_LEVEL_UNSPECIFIED"
+    DEVICE_TRACER_LEVEL_DISABLED = "DEVICE_TRACER_LEVEL_DISABLED"
+    DEVICE_TRACER_LEVEL_ENABLED = "DEVICE_TRACER_LEVEL_ENABLED"
+
+    @classmethod
+    def _prefix(cls) -> str:
+        return "DEVICE_TRACER_LEVEL_"
+
+    @property
+    def profiler_option(self) -> int:
+        return 0 if self is DeviceTracerLevel.DEVICE_TRACER_LEVEL_DISABLED else 1
+
+
+class PythonTracerLevel(PrefixedEnum):
+    PYTHON_TRACER_LEVEL_UNSPECIFIED = "PYTHON_TRACER_LEVEL_UNSPECIFIED"
+    PYTHON_TRACER_LEVEL_DISABLED = "PYTHON_TRACER_LEVEL_DISABLED"
+    PYTHON_TRACER_LEVEL_ENABLED = "PYTHON_TRACER_LEVEL_ENABLED"
+
+    @classmethod
+    def _prefix(cls) -> str:
+        return "PYTHON_TRACER_LEVEL_"
+
+    @property
+    def profiler_option(self) -> int:
+        return 1 if self is PythonTracerLevel.PYTHON_TRACER_LEVEL_ENABLED else 0
+
+
+class TargetState(PrefixedEnum):
+    ACTIVE = "ACTIVE"
+    GONE = "GONE"
+
+
+class AnalysisState(PrefixedEnum):
+    NOT_STARTED = "NOT_STARTED"
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    DONE = "DONE"
+    FAILED = "FAILED"
+
+
+class EventType(PrefixedEnum):
+    EVENT_TYPE_UNSPECIFIED = "EVENT_TYPE_UNSPECIFIED"
+    PERFORMANCE_DEGRADATION = "PERFORMANCE_DEGRADATION"
+    HANG = "HANG"
+    INTERRUPTION = "INTERRUPTION"
+
+
+class DetectionState(PrefixedEnum):
+    DETECTION_STATE_UNSPECIFIED = "DETECTION_STATE_UNSPECIFIED"
+    DETECTED = "DETECTED"
+    NOT_DETECTED = "NOT_DETECTED"
+
+
+class HealthStatus(PrefixedEnum):
+    OPTIMAL = "OPTIMAL"
+    NEEDS_ATTENTION = "NEEDS_ATTENTION"
+
+
+class Priority(PrefixedEnum):
+    P0 = "P0"
+    P1 = "P1"
+    P2 = "P2"
+
+
+class FindingCategory(PrefixedEnum):
+    INPUT_BOUND = "input_bound"
+    DISPATCH_OVERHEAD = "dispatch_overhead"
+    RECOMPILATION = "recompilation"
+    MEMORY = "memory"
+    COMPUTE = "compute"
+    COMMUNICATION = "communication"
+    COMPILER = "compiler"
+    KERNEL = "kernel"
+    OTHER = "other"
+
+    @classmethod
+    def _missing_(cls, value: object) -> FindingCategory | None:
+        return cls._value2member_map_.get(str(value).strip().lower().replace("-", "_"))  # type: ignore[return-value]
+
+
+# State machines: for each field, the moves a value may make. Staying put is always allowed.
+_TERMINAL_PHASES = {RunPhase.COMPLETED, RunPhase.FAILED}
+RUN_PHASE_MOVES: dict[RunPhase, set[RunPhase]] = {
+    RunPhase.RUN_PHASE_UNSPECIFIED: set(RunPhase),
+    RunPhase.ACTIVE: _TERMINAL_PHASES,
+    RunPhase.COMPLETED: set(),
+    RunPhase.FAILED: set(),
+}
+SESSION_PHASE_MOVES: dict[SessionPhase, set[SessionPhase]] = {
+    SessionPhase.SESSION_PHASE_UNSPECIFIED: set(SessionPhase),
+    SessionPhase.ACTIVE: {SessionPhase.SUCCEEDED, SessionPhase.FAILED},
+    SessionPhase.SUCCEEDED: set(),
+    SessionPhase.FAILED: set(),
+}
+ANALYSIS_MOVES: dict[AnalysisState, set[AnalysisState]] = {
+    AnalysisState.NOT_STARTED: {AnalysisState.PENDING},
+    AnalysisState.PENDING: {AnalysisState.RUNNING, AnalysisState.FAILED},
+    AnalysisState.RUNNING: {AnalysisState.DONE, AnalysisState.FAILED, AnalysisState.PENDING},
+    AnalysisState.DONE: {AnalysisState.PENDING},
+    AnalysisState.FAILED: {AnalysisState.PENDING},
+}
+
+
+def check_move(field: str, moves: dict[Any, set[Any]], old: Any, new: Any) -> None:
+    if old != new and new not in moves.get(old, set()):
+        raise InvalidTransition(field, getattr(old, "value", old), getattr(new, "value", new))
+
+
+# --- resources -----------------------------------------------------------------
+
+
+class Resource(CamelModel):
+    """Fields every stored resource has. ``name``, times and ``etag`` are set by the server."""
+
+    collection: ClassVar[str]
+
+    name: str = ""
+    create_time: Timestamp = None
+    update_time: Timestamp = None
+    etag: str = ""
+
+    def check_transition(self, previous: Resource) -> None:
+        """Raise :class:`InvalidTransition` when ``previous`` → ``self`` is impossible."""
+
+    @classmethod
+    def from_json(cls, data: Any) -> Resource:
+        """Validate JSON; errors become :class:`InvalidArgument` naming the field."""
+        try:
+            return cls.model_validate(data)
+        except ValidationError as error:
+            raise invalid_argument(error) from None
+
+
+def invalid_argument(error: ValidationError) -> InvalidArgument:
+    first = error.errors()[0]
+    field = ".".join(str(part) for part in first["loc"]) or "body"
+    message = first["msg"]
+    if first["type"] == "extra_forbidden":
+        message = "unknown field"
+    if len(error.errors()) > 1:
+        message += f" (and {len(error.errors()) - 1} more problem(s))"
+    return InvalidArgument(message, field=field)
+
+
+class Artifacts(CamelModel):
+    gcs_path: str = ""
+
+
+class RunConfigs(CamelModel):
+    user_configs: dict[str, Any] = Field(default_factory=dict)
+    software_configs: dict[str, Any] = Field(default_factory=dict)
+    hardware_configs: dict[str, Any] = Field(default_factory=dict)
+
+
+class WorkloadDetails(CamelModel):
+    """Where the run executes. The SDK fills one of gke/slurm/custom and ``targets``."""
+
+    gke: dict[str, Any] | None = None
+    slurm: dict[str, Any] | None = None
+    custom: dict[str, Any] | None = None
+    targets: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class MachineLearningRun(Resource):
+    collection: ClassVar[str] = "machineLearningRuns"
+
+    display_name: str = ""
+    run_set: str = ""
+    labels: dict[str, str] = Field(default_factory=dict)
+    configs: RunConfigs = Field(default_factory=RunConfigs)
+    tools: list[dict[str, dict[str, Any]]] = Field(default_factory=list)
+    artifacts: Artifacts = Field(default_factory=Artifacts)
+    orchestrator: Orchestrator = Orchestrator.ORCHESTRATOR_UNSPECIFIED
+    workload_details: WorkloadDetails = Field(default_factory=WorkloadDetails)
+    run_phase: RunPhase = RunPhase.ACTIVE
+    state: ResourceState = ResourceState.ACTIVE
+    end_time: Timestamp = None
+    # Set by the official SDK in self-hosted mode.
+    logical_id: str = ""
+    cluster_id: str = ""
+    creator: str = ""
+
+    @property
+    def id(self) -> str:
+        return self.name.rsplit("/", 1)[-1]
+
+    def check_transition(self, previous: Resource) -> None:
+        assert isinstance(previous, MachineLearningRun)
+        check_move("runPhase", RUN_PHASE_MOVES, previous.run_phase, self.run_phase)
+
+    def session_folder(self, session_id: str) -> str:
+        """``<gcsPath>/<run>/plugins/profile/<session>``: where XProf expects the session."""
+        if not self.artifacts.gcs_path:
+            raise InvalidArgument("the run has no artifacts.gcsPath to store profiles in", field="artifacts.gcsPath")
+        return f"{self.artifacts.gcs_path.rstrip('/')}/{self.id}/plugins/profile/{session_id}"
+
+
+class ProfilerTarget(Resource):
+    collection: ClassVar[str] = "profilerTargets"
+
+    hostname: str = ""
+    node_index: int = 0
+    is_master: bool = False
+    profiler_address: str = ""
+    state: TargetState = TargetState.ACTIVE
+    last_heartbeat_time: Timestamp = None
+
+    @staticmethod
+    def default_id(hostname: str, node_index: int) -> str:
+        return f"{hostname}-{node_index}"
+
+
+class TargetSession(CamelModel):
+    """One target's part of a session."""
+
+    start_time: Timestamp = None
+    end_time: Timestamp = None
+    session_phase: SessionPhase = SessionPhase.ACTIVE
+    error: str = ""
+
+
+class HostFile(CamelModel):
+    """A profile file of the session as found in the bucket."""
+
+    uri: str
+    size_bytes: int = 0
+    generation: str = ""
+
+
+class Finding(CamelModel):
+    """One prioritised, evidence-backed problem in a profile."""
+
+    priority: Priority
+    category: FindingCategory
+    title: str
+    what: str
+    evidence: list[str] = Field(default_factory=list)
+    impact: str = ""
+    fix: str = ""
+
+
+class AnalysisStatus(CamelModel):
+    """Where the analysis of a session stands, and where its report lives."""
+
+    state: AnalysisState = AnalysisState.NOT_STARTED
+    health: HealthStatus | None = None
+    reasoner: str = ""
+    report_uri: str = ""
+    analysis_uri: str = ""
+    error: str = ""
+    attempts: int = 0
+    generation_set: str = ""
+    start_time: Timestamp = None
+    end_time: Timestamp = None
+    top_finding: str = ""
+
+
+class ProfilerSession(Resource):
+    collection: ClassVar[str] = "profilerSessions"
+
+    kind: Kind = Kind.KIND_UNSPECIFIED
+    profiler_targets: list[str] = Field(default_factory=list)
+    target_sessions: dict[str, TargetSession] = Field(default_factory=dict)
+    duration: Duration = timedelta(0)
+    host_tracer_level: HostTracerLevel = HostTracerLevel.HOST_TRACER_LEVEL_INFO
+    device_tracer_level: DeviceTracerLevel = DeviceTracerLevel.DEVICE_TRACER_LEVEL_ENABLED
+    python_tracer_level: PythonTracerLevel = PythonTracerLevel.PYTHON_TRACER_LEVEL_DISABLED
+    storage_folder_uri: str = ""
+    dashboard_uri: str = ""
+    auto_captured: bool = False
+    monitored_events: list[str] = Field(default_factory=list)
+    host_files: dict[str, HostFile] = Field(default_factory=dict)
+    analysis: AnalysisStatus = Field(default_factory=AnalysisStatus)
+
+    @property
+    def id(self) -> str:
+        return self.name.rsplit("/", 1)[-1]
+
+    @property
+    def session_phase(self) -> SessionPhase:
+        """The session's phase follows its targets: ACTIVE while any is, FAILED only if all failed."""
+        phases = {t.session_phase for t in self.target_sessions.values()}
+        if not phases or SessionPhase.ACTIVE in phases:
+            return SessionPhase.ACTIVE
+        if phases == {SessionPhase.FAILED}:
+            return SessionPhase.FAILED
+        return SessionPhase.SUCCEEDED
+
+    def check_transition(self, previous: Resource) -> None:
+        assert isinstance(previous, ProfilerSession)
+        for target, before in previous.target_sessions.items():
+            after = self.target_sessions.get(target)
+            if after is not None:
+                check_move(f"targetSessions.{target}.sessionPhase", SESSION_PHASE_MOVES,
+                           before.session_phase, after.session_phase)
+        check_move("analysis.state", ANALYSIS_MOVES, previous.analysis.state, self.analysis.state)
+
+
+class RecommendedAction(CamelModel):
+    description: str
+    documentation_url: str = ""
+
+
+class AnalyzerReport(CamelModel):
+    analyzer: str
+    detection_state: DetectionState = DetectionState.DETECTED
+    details: str = ""
+    recommended_actions: list[RecommendedAction] = Field(default_factory=list)
+
+
+class MonitoredEvent(Resource):
+    collection: ClassVar[str] = "monitoredEvents"
+
+    type: EventType = EventType.PERFORMANCE_DEGRADATION
+    display_name: str = ""
+    start_time: Timestamp = None
+    end_time: Timestamp = None
+    targets: list[str] = Field(default_factory=list)
+    analyzer_reports: list[AnalyzerReport] = Field(default_factory=list)
+    profiler_sessions: list[str] = Field(default_factory=list)
+
+    @property
+    def ongoing(self) -> bool:
+        return self.end_time is None
+
+    def check_transition(self, previous: Resource) -> None:
+        assert isinstance(previous, MonitoredEvent)
+        if previous.end_time is not None and self.end_time is None:
+            raise InvalidTransition("endTime", "ended", "ongoing")
+
+
+class Status(CamelModel):
+    """``google.rpc.Status``."""
+
+    code: int
+    message: str
+    details: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class OperationMetadata(CamelModel):
+    create_time: Timestamp = None
+    end_time: Timestamp = None
+    target: str = ""
+    verb: str = ""
+    api_version: str = "v1alpha"
+
+
+class Operation(Resource):
+    """A long-running operation: ``projects/P/locations/L/operations/O``."""
+
+    collection: ClassVar[str] = "operations"
+
+    metadata: OperationMetadata = Field(default_factory=OperationMetadata)
+    done: bool = False
+    error: Status | None = None
+    response: dict[str, Any] | None = None
+
+    def check_transition(self, previous: Resource) -> None:
+        assert isinstance(previous, Operation)
+        if previous.done and not self.done:
+            raise InvalidTransition("done", True, False)
+
+
+RESOURCE_TYPES: tuple[type[Resource], ...] = (
+    MachineLearningRun, ProfilerTarget, ProfilerSession, MonitoredEvent, Operation,
+)

@@ -1,0 +1,125 @@
+"""The ports: what the services need from the outside world, as small Protocols.
+
+Three of them, each with an embedded adapter (SQLite, a local directory, an
+in-process bus) and a Google Cloud one (Firestore, Cloud Storage, Pub/Sub,
+which also drive the official emulators). ``mldiag.bootstrap`` picks the
+family; nothing else imports an adapter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal, Protocol, TypeVar
+
+T = TypeVar("T")
+
+Document = dict[str, Any]
+Operator = Literal["==", "!=", "<", "<=", ">", ">=", "in", "array_contains"]
+
+
+@dataclass(frozen=True)
+class Where:
+    """A query condition on a (dotted) field of the stored document."""
+
+    field: str
+    op: Operator
+    value: Any
+
+
+@dataclass(frozen=True)
+class OrderBy:
+    field: str
+    descending: bool = False
+
+
+class Transaction(Protocol):
+    """Reads first, then writes; committed atomically or retried by the store.
+
+    Like Firestore, a transaction must do all its reads before its first write.
+    """
+
+    def get(self, collection: str, key: str) -> Document | None: ...
+
+    def set(self, collection: str, key: str, document: Document) -> None: ...
+
+    def create(self, collection: str, key: str, document: Document) -> None:
+        """Write a new document; the commit raises :class:`AlreadyExists` if it is there."""
+
+    def delete(self, collection: str, key: str) -> None: ...
+
+
+class DocumentStore(Protocol):
+    """Schemaless JSON documents in named collections, keyed by string."""
+
+    def get(self, collection: str, key: str) -> Document | None: ...
+
+    def create(self, collection: str, key: str, document: Document) -> None:
+        """Insert; raises :class:`mldiag.domain.AlreadyExists` if the key is taken."""
+
+    def set(self, collection: str, key: str, document: Document) -> None: ...
+
+    def delete(self, collection: str, key: str) -> bool:
+        """Remove; returns whether the document existed."""
+
+    def query(
+        self,
+        collection: str,
+        where: Sequence[Where] = (),
+        order_by: Sequence[OrderBy] = (),
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[Document]: ...
+
+    def transaction(self, work: Callable[[Transaction], T]) -> T:
+        """Run ``work`` in a serialisable transaction; may call it more than once on contention."""
+
+
+@dataclass(frozen=True)
+class BlobInfo:
+    uri: str
+    size: int
+    generation: str
+    updated: datetime
+    content_type: str = ""
+
+
+class BlobStore(Protocol):
+    """Objects addressed by ``gs://bucket/path`` URIs."""
+
+    def stat(self, uri: str) -> BlobInfo | None: ...
+
+    def read_bytes(self, uri: str, max_bytes: int | None = None) -> bytes:
+        """The object's content; :class:`mldiag.domain.NotFound` if absent,
+        :class:`mldiag.domain.InvalidArgument` if larger than ``max_bytes``."""
+
+    def write_bytes(self, uri: str, data: bytes, content_type: str = "") -> BlobInfo: ...
+
+    def download(self, uri: str, destination: Path) -> BlobInfo: ...
+
+    def upload(self, source: Path, uri: str, content_type: str = "") -> BlobInfo: ...
+
+    def list(self, prefix: str) -> Iterator[BlobInfo]:
+        """Every object whose URI starts with ``prefix`` (a ``gs://bucket/...`` URI)."""
+
+    def delete(self, uri: str) -> bool: ...
+
+
+class MessageBus(Protocol):
+    """Publishes to named topics. Delivery is at-least-once to the subscribed handlers."""
+
+    def publish(
+        self,
+        topic: str,
+        data: bytes,
+        attributes: Mapping[str, str] | None = None,
+        ordering_key: str = "",
+    ) -> str:
+        """Publish and return the message id once the bus has accepted the message."""
+
+
+class Clock(Protocol):
+    def now(self) -> datetime: ...
+

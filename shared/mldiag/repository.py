@@ -1,0 +1,184 @@
+"""Typed access to stored resources: keys, etags, timestamps, transitions, pagination.
+
+Every resource lives in the collection named after its type, keyed by its full
+resource name (``/`` replaced, since document ids cannot contain it), with its
+parent's name kept in ``_parent`` for listing children. Updates are
+read-modify-write in one store transaction; they check the caller's etag and the
+resource's own transition rules before anything is written.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Generic, TypeVar
+
+from mldiag.domain.errors import Aborted, AlreadyExists, InvalidArgument, NotFound
+from mldiag.domain.names import parent_of
+from mldiag.domain.resources import Resource
+from mldiag.domain.types import utcnow
+from mldiag.ports import Document, DocumentStore, OrderBy, Transaction, Where
+
+R = TypeVar("R", bound=Resource)
+
+PARENT_FIELD = "_parent"
+MAX_PAGE_SIZE = 1000
+DEFAULT_PAGE_SIZE = 100
+
+
+def document_key(name: str) -> str:
+    if not name:
+        raise InvalidArgument("resource has no name", field="name")
+    return name.replace("/", ":")
+
+
+def compute_etag(document: Document) -> str:
+    canonical = json.dumps({k: v for k, v in document.items() if k != "etag"}, sort_keys=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:20]
+
+
+@dataclass(frozen=True)
+class Page(Generic[R]):
+    items: list[R]
+    next_page_token: str = ""
+
+
+def _encode_token(offset: int) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"offset": offset}).encode()).decode()
+
+
+def _decode_token(token: str) -> int:
+    if not token:
+        return 0
+    try:
+        offset = json.loads(base64.urlsafe_b64decode(token.encode()))["offset"]
+    except (ValueError, KeyError, TypeError):
+        raise InvalidArgument("malformed page token", field="pageToken") from None
+    if not isinstance(offset, int) or offset < 0:
+        raise InvalidArgument("malformed page token", field="pageToken")
+    return offset
+
+
+class Repository(Generic[R]):
+    """CRUD for one resource type over any :class:`mldiag.ports.DocumentStore`."""
+
+    def __init__(self, store: DocumentStore, model: type[R], now: Callable[[], datetime] = utcnow):
+        self.store = store
+        self.model = model
+        self.collection = model.collection
+        self._now = now
+
+    def _load(self, document: Document) -> R:
+        return self.model.model_validate({k: v for k, v in document.items() if not k.startswith("_")})
+
+    def _dump(self, resource: R) -> Document:
+        document = resource.to_json_dict()
+        document["etag"] = compute_etag(document)
+        document[PARENT_FIELD] = parent_of(resource.name)
+        return document
+
+    def find(self, name: str) -> R | None:
+        document = self.store.get(self.collection, document_key(name))
+        return None if document is None else self._load(document)
+
+    def get(self, name: str) -> R:
+        resource = self.find(name)
+        if resource is None:
+            raise NotFound(f"{name} not found")
+        return resource
+
+    def _stamp_new(self, resource: R) -> R:
+        now = self._now()
+        stamped = resource.model_copy(deep=True)
+        stamped.create_time = now
+        stamped.update_time = now
+        return stamped
+
+    def create(self, resource: R) -> R:
+        """Store a new resource; :class:`AlreadyExists` if the name is taken."""
+        stamped = self._stamp_new(resource)
+        document = self._dump(stamped)
+        try:
+            self.store.create(self.collection, document_key(stamped.name), document)
+        except AlreadyExists:
+            raise AlreadyExists(f"{resource.name} already exists") from None
+        return self._load(document)
+
+    def create_in(self, transaction: Transaction, resource: R) -> R:
+        """Stage a create inside a caller's transaction (after its reads)."""
+        document = self._dump(self._stamp_new(resource))
+        transaction.create(self.collection, document_key(resource.name), document)
+        return self._load(document)
+
+    def find_in(self, transaction: Transaction, name: str) -> R | None:
+        document = transaction.get(self.collection, document_key(name))
+        return None if document is None else self._load(document)
+
+    def save_in(self, transaction: Transaction, previous: R | None, resource: R) -> R:
+        """Stage an update of ``previous`` to ``resource`` (transition-checked) in a caller's transaction."""
+        if previous is None:
+            return self.create_in(transaction, resource)
+        resource.check_transition(previous)
+        resource.create_time = previous.create_time
+        resource.update_time = self._now()
+        document = self._dump(resource)
+        transaction.set(self.collection, document_key(resource.name), document)
+        return self._load(document)
+
+    def update(self, name: str, mutate: Callable[[R], object], *, etag: str = "") -> R:
+        """Apply ``mutate`` to the stored resource atomically.
+
+        ``etag``, when given, must match the stored one (:class:`Aborted` otherwise).
+        ``mutate`` may raise to abort without writing; it may run more than once.
+        """
+
+        def work(transaction: Transaction) -> R:
+            previous = self.find_in(transaction, name)
+            if previous is None:
+                raise NotFound(f"{name} not found")
+            if etag and etag != previous.etag:
+                raise Aborted(f"etag mismatch for {name}: the resource changed since it was read")
+            updated = previous.model_copy(deep=True)
+            mutate(updated)
+            updated.name = previous.name
+            return self.save_in(transaction, previous, updated)
+
+        return self.store.transaction(work)
+
+    def delete(self, name: str, *, etag: str = "") -> None:
+        def work(transaction: Transaction) -> None:
+            previous = self.find_in(transaction, name)
+            if previous is None:
+                raise NotFound(f"{name} not found")
+            if etag and etag != previous.etag:
+                raise Aborted(f"etag mismatch for {name}: the resource changed since it was read")
+            transaction.delete(self.collection, document_key(name))
+
+        self.store.transaction(work)
+
+    def list(
+        self,
+        parent: str,
+        where: Sequence[Where] = (),
+        order_by: Sequence[OrderBy] = (OrderBy("createTime"),),
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> Page[R]:
+        if page_size < 0:
+            raise InvalidArgument("must not be negative", field="pageSize")
+        size = min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+        offset = _decode_token(page_token)
+        documents = self.store.query(
+            self.collection,
+            where=[Where(PARENT_FIELD, "==", parent), *where],
+            order_by=order_by,
+            limit=size + 1,
+            offset=offset,
+        )
+        items = [self._load(d) for d in documents[:size]]
+        token = _encode_token(offset + size) if len(documents) > size else ""
+        return Page(items, token)
