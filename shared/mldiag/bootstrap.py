@@ -10,13 +10,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from mldiag.config import Settings
 from mldiag.domain.resources import (
     MachineLearningRun, MonitoredEvent, Operation, ProfilerSession, ProfilerTarget,
 )
 from mldiag.domain.types import utcnow
+from mldiag.eventlog import EventArchive
 from mldiag.ports import BlobStore, DocumentStore, MessageBus
 from mldiag.repository import Repository
 
@@ -50,6 +51,11 @@ class Services:
     @functools.cached_property
     def operations(self) -> Repository[Operation]:
         return Repository(self.store, Operation, self.now)
+
+    @functools.cached_property
+    def events(self) -> EventArchive:
+        retention = timedelta(days=self.settings.event_retention_days)
+        return EventArchive(self.store, self.blobs, self.settings.bucket, retention, self.now)
 
 
 def build(settings: Settings | None = None) -> Services:

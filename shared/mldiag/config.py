@@ -23,8 +23,9 @@ ANALYSIS_REQUESTS = "analysis-requests"
 CAPTURE_REQUESTS = "capture-requests"
 MONITORING_ALERTS = "monitoring-alerts"
 BUCKET_NOTIFICATIONS = "bucket-notifications"
+MAINTENANCE_TICKS = "maintenance-ticks"
 DEAD_LETTER_SUFFIX = "-dead-letter"
-TOPICS = (ANALYSIS_REQUESTS, CAPTURE_REQUESTS, MONITORING_ALERTS)
+TOPICS = (ANALYSIS_REQUESTS, CAPTURE_REQUESTS, MONITORING_ALERTS, MAINTENANCE_TICKS)
 
 
 def dead_letter_topic(topic: str) -> str:
@@ -42,9 +43,20 @@ class Settings(BaseModel):
     firestore_database: str = "(default)"
     api_url: str = "http://127.0.0.1:8080"
     api_token: str = ""
+    # The official SDK's self-hosted contract sends no credentials; by default its
+    # ``/v1/...`` routes accept an optional token and are restricted by the network.
+    sdk_routes_require_token: bool = False
+    # Cloud mode: the audience every Google ID token must carry (the function's URL).
+    auth_audience: str = ""
+    # Embedded share links: the HMAC key (generated under the data dir when empty).
+    share_key: str = ""
+    cluster_id: str = "default"
     xprof_viewer_url: str = ""
     log_format: Literal["json", "console"] = "json"
     max_delivery_attempts: int = Field(default=5, ge=1, le=100)
+    settle_seconds: float = Field(default=30.0, ge=0)
+    max_profile_bytes: int = Field(default=20 * 1024**3, gt=0)
+    event_retention_days: float = Field(default=30.0, gt=0)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -58,9 +70,16 @@ class Settings(BaseModel):
             "firestore_database": env.get("MLDIAG_FIRESTORE_DATABASE"),
             "api_url": env.get("MLDIAG_API_URL"),
             "api_token": env.get("MLDIAG_API_TOKEN"),
+            "sdk_routes_require_token": env.get("MLDIAG_SDK_ROUTES_REQUIRE_TOKEN"),
+            "auth_audience": env.get("MLDIAG_AUTH_AUDIENCE"),
+            "share_key": env.get("MLDIAG_SHARE_KEY"),
+            "cluster_id": env.get("MLDIAG_CLUSTER_ID"),
             "xprof_viewer_url": env.get("MLDIAG_XPROF_VIEWER_URL"),
             "log_format": env.get("MLDIAG_LOG_FORMAT"),
             "max_delivery_attempts": env.get("MLDIAG_MAX_DELIVERY_ATTEMPTS"),
+            "settle_seconds": env.get("MLDIAG_SETTLE_SECONDS"),
+            "max_profile_bytes": env.get("MLDIAG_MAX_PROFILE_BYTES"),
+            "event_retention_days": env.get("MLDIAG_EVENT_RETENTION_DAYS"),
         }
         try:
             return cls.model_validate({k: v for k, v in values.items() if v})

@@ -94,3 +94,28 @@ def message_from_cloud_event(event: CloudEvent) -> Message:
         delivery_attempt=int(data.get("deliveryAttempt") or 1),
         ordering_key=str(message.get("orderingKey") or ""),
     )
+
+
+STORAGE_FINALIZED = "google.cloud.storage.object.v1.finalized"
+
+
+def storage_finalized_event(metadata: dict[str, Any], *, event_id: str = "") -> CloudEvent:
+    """The CloudEvent Eventarc delivers when an object is finalized.
+
+    ``metadata`` is the object's JSON resource (``bucket``, ``name``,
+    ``generation``, ``size``, ``contentType``, ``timeCreated``, ``updated``...),
+    as Cloud Storage notifications carry it. The event id is stable per object
+    generation, as a redelivery's would be.
+    """
+    bucket, name, generation = metadata.get("bucket", ""), metadata.get("name", ""), metadata.get("generation", "")
+    attributes = {
+        "type": STORAGE_FINALIZED,
+        "source": f"//storage.googleapis.com/projects/_/buckets/{bucket}",
+        "subject": f"objects/{name}",
+        "id": event_id or f"{bucket}/{name}#{generation}",
+        "specversion": "1.0",
+        "datacontenttype": "application/json",
+    }
+    if metadata.get("updated") or metadata.get("timeCreated"):
+        attributes["time"] = metadata.get("updated") or metadata.get("timeCreated")
+    return CloudEvent(attributes, metadata)

@@ -9,6 +9,7 @@ wherever it comes from.
 
 from __future__ import annotations
 
+import hashlib
 from datetime import timedelta
 from typing import Any, ClassVar
 
@@ -352,7 +353,17 @@ class ProfilerSession(Resource):
     auto_captured: bool = False
     monitored_events: list[str] = Field(default_factory=list)
     host_files: dict[str, HostFile] = Field(default_factory=dict)
+    extra_files: dict[str, HostFile] = Field(default_factory=dict)
     analysis: AnalysisStatus = Field(default_factory=AnalysisStatus)
+    # Registration bookkeeping: when the newest host file arrived, and when the
+    # session counts as settled (no newer file) unless analysis was already requested.
+    last_file_time: Timestamp = None
+    settle_after: Timestamp = None
+
+    def generation_set(self) -> str:
+        """A fingerprint of the host files (names and generations) the session holds now."""
+        parts = sorted(f"{host}@{f.generation}" for host, f in self.host_files.items())
+        return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16] if parts else ""
 
     @property
     def id(self) -> str:

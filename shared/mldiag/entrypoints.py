@@ -1,0 +1,54 @@
+"""The event handlers behind every function, and which topic feeds which.
+
+``functions/<name>/main.py`` calls ``<name>(bootstrap.services(), event)``; the
+local hosts (``mldiag up``, the devstack) bind the same handlers to their own
+services. Each handler runs inside :func:`mldiag.eventlog.handle`, so every
+event is archived, deduplicated and sorted into retry or reject.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from cloudevents.http import CloudEvent
+
+from mldiag import eventlog
+from mldiag.bootstrap import Services
+from mldiag.config import MAINTENANCE_TICKS, TOPICS, dead_letter_topic
+
+Handler = Callable[[Services, CloudEvent], object]
+
+
+def register_session(services: Services, event: CloudEvent) -> eventlog.Outcome:
+    """Eventarc ``google.cloud.storage.object.v1.finalized`` on the profiles bucket."""
+    from mldiag.registration import register_finalized
+
+    return eventlog.handle(services.events, "register_session", event,
+                           lambda e: register_finalized(services, e))
+
+
+def record_dead_letter(services: Services, event: CloudEvent) -> eventlog.Outcome:
+    """Every ``<topic>-dead-letter`` topic: keep what exhausted its retries, with its reason."""
+    from mldiag.deadletters import record
+
+    return eventlog.handle(services.events, "record_dead_letter", event, lambda e: record(services, e))
+
+
+def maintenance(services: Services, event: CloudEvent) -> eventlog.Outcome:
+    """``maintenance-ticks`` (Cloud Scheduler, every minute): settle sessions, flush the outbox, prune."""
+    from mldiag.maintenance import run_maintenance
+
+    return eventlog.handle(services.events, "maintenance", event, lambda e: run_maintenance(services))
+
+
+EVENT_HANDLERS: dict[str, Handler] = {
+    "register_session": register_session,
+    "record_dead_letter": record_dead_letter,
+    "maintenance": maintenance,
+}
+
+# Which function each topic pushes to; Terraform and the devstack create exactly these subscriptions.
+TOPIC_SUBSCRIBERS: dict[str, str] = {
+    MAINTENANCE_TICKS: "maintenance",
+    **{dead_letter_topic(topic): "record_dead_letter" for topic in TOPICS},
+}

@@ -1,0 +1,300 @@
+"""Session registration: a profile file lands in the bucket, the session appears.
+
+Handles ``google.cloud.storage.object.v1.finalized`` for objects laid out as
+XProf writes them::
+
+    <prefix>/<run>/[tensorboard/]plugins/profile/<session>/<host>.xplane.pb
+
+Each host file joins its session (multi-host sessions merge), keyed on the
+object's generation so a redelivered event changes nothing and an overwrite
+registers again. Once the session has settled — every expected host is there,
+or no new file came for ``settle_seconds`` — exactly one analysis request per
+set of files goes out on ``analysis-requests`` through the outbox.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import structlog
+from cloudevents.http import CloudEvent
+
+from mldiag import outbox
+from mldiag.blob_uris import parse_blob_uri
+from mldiag.bootstrap import Services
+from mldiag.config import ANALYSIS_REQUESTS
+from mldiag.domain.errors import AlreadyExists, InvalidArgument, PermanentFailure
+from mldiag.domain.names import LocationName, RUNS, id_from_text, validate_id
+from mldiag.domain.resources import (
+    AnalysisState, HostFile, Kind, MachineLearningRun, ProfilerSession, SessionPhase, TargetSession,
+)
+from mldiag.domain.types import format_timestamp
+from mldiag.eventlog import Ignored
+from mldiag.messages import STORAGE_FINALIZED
+from mldiag.ports import Transaction, Where
+from mldiag.repository import document_key
+
+PROFILE_MARKER = "/plugins/profile/"
+XPLANE_SUFFIX = ".xplane.pb"
+SIBLING_SUFFIXES = (".trace.json.gz",)
+# Files XProf itself writes next to a session when a viewer opens it: not ours to register.
+XPROF_CACHE_SUFFIXES = (".pb", ".SSTABLE", ".json.gz", ".sstable")
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class ProfileObject:
+    """A finalized object that sits in a session folder."""
+
+    bucket: str
+    name: str
+    generation: str
+    size: int
+    prefix: str  # the path above the run folder ("" at the bucket root)
+    run_folder: str
+    session_folder: str
+    file_name: str
+
+    @property
+    def uri(self) -> str:
+        return f"gs://{self.bucket}/{self.name}"
+
+    @property
+    def gcs_path(self) -> str:
+        """The run's ``artifacts.gcsPath``: where run folders live."""
+        return f"gs://{self.bucket}/{self.prefix}".rstrip("/")
+
+    @property
+    def session_folder_uri(self) -> str:
+        return self.uri.rsplit("/", 1)[0]
+
+
+def parse_finalized(data: Any, max_bytes: int) -> ProfileObject:
+    """Validate the event's object metadata and place it in the profile layout.
+
+    Raises :class:`PermanentFailure` for events that can never be registered and
+    :class:`Ignored` for objects that are simply not profile files.
+    """
+    if not isinstance(data, dict):
+        raise PermanentFailure("event data is not a JSON object with the object's metadata")
+    bucket, name = data.get("bucket"), data.get("name")
+    if not isinstance(bucket, str) or not isinstance(name, str) or not bucket or not name:
+        raise PermanentFailure("event data lacks the object's 'bucket' and 'name'")
+    try:
+        parse_blob_uri(f"gs://{bucket}/{name}")
+    except InvalidArgument as bad:
+        raise PermanentFailure(f"unusable object name: {bad}") from None
+    try:
+        generation = str(int(data.get("generation") or 0))
+        size = int(data.get("size") or 0)
+    except (TypeError, ValueError):
+        raise PermanentFailure("'generation' and 'size' must be integers") from None
+
+    head, marker, tail = name.rpartition(PROFILE_MARKER)
+    if not marker:
+        raise Ignored("not under a plugins/profile folder")
+    parts = tail.split("/")
+    if len(parts) != 2:
+        raise Ignored("not directly inside a session folder")
+    session_folder, file_name = parts
+    folders = head.split("/") if head else []
+    if folders and folders[-1] == "tensorboard":
+        folders.pop()
+    if not folders:
+        raise Ignored("no run folder above plugins/profile")
+    profile = ProfileObject(bucket, name, generation, size, "/".join(folders[:-1]), folders[-1],
+                            session_folder, file_name)
+
+    if not file_name.endswith(XPLANE_SUFFIX) and not file_name.endswith(SIBLING_SUFFIXES):
+        if file_name.endswith(XPROF_CACHE_SUFFIXES) or file_name.startswith("ALL_HOSTS."):
+            raise Ignored("an XProf cache file")
+        raise PermanentFailure(f"{file_name!r} sits in a session folder but is not a profile file")
+    if size == 0:
+        raise PermanentFailure(f"{profile.uri} is empty (0 bytes)")
+    if size > max_bytes:
+        raise PermanentFailure(f"{profile.uri} is {size} bytes, over the {max_bytes}-byte limit")
+    return profile
+
+
+def host_of(file_name: str) -> str:
+    for suffix in (XPLANE_SUFFIX, *SIBLING_SUFFIXES):
+        if file_name.endswith(suffix):
+            return file_name[: -len(suffix)]
+    return file_name
+
+
+def _id_for(folder: str, field: str) -> str:
+    try:
+        return validate_id(folder, field=field)
+    except InvalidArgument:
+        return id_from_text(folder)
+
+
+class Registrar:
+    """Registers profile files into sessions and requests their analysis."""
+
+    def __init__(self, services: Services):
+        self.services = services
+        self.settings = services.settings
+        self.location = LocationName(self.settings.project, self.settings.location)
+
+    # -- the run --------------------------------------------------------------------
+
+    def find_or_create_run(self, profile: ProfileObject) -> MachineLearningRun:
+        """The run whose ``gcsPath`` holds this run folder, or a new one inferred from the path."""
+        paths = [profile.gcs_path, profile.gcs_path + "/"]
+        for document in self.services.store.query(RUNS, where=[Where("artifacts.gcsPath", "in", paths)]):
+            if document["name"].rsplit("/", 1)[-1] == profile.run_folder:
+                return self.services.runs.get(document["name"])
+        candidates = [_id_for(profile.run_folder, "machineLearningRunId"),
+                      id_from_text(f"{profile.bucket}/{profile.prefix}/{profile.run_folder}")]
+        for run_id in dict.fromkeys(candidates):
+            run = MachineLearningRun(
+                name=str(self.location.run(run_id)),
+                display_name=profile.run_folder,
+                artifacts={"gcsPath": profile.gcs_path},
+                labels={"created_by": "mldiag-scan"},
+            )
+            try:
+                return self.services.runs.create(run)
+            except AlreadyExists:
+                existing = self.services.runs.get(run.name)
+                if existing.artifacts.gcs_path.rstrip("/") == profile.gcs_path:
+                    return existing  # a concurrent registration created it
+        raise PermanentFailure(f"no run id is free for {profile.gcs_path}/{profile.run_folder}")
+
+    # -- the session ----------------------------------------------------------------
+
+    def register(self, profile: ProfileObject) -> str:
+        """Record the file in its session; returns a one-line account of what changed."""
+        run = self.find_or_create_run(profile)
+        name = f"{run.name}/profilerSessions/{_id_for(profile.session_folder, 'profilerSessionId')}"
+        staged: list[str] = []
+
+        def work(transaction: Transaction) -> str:
+            staged.clear()
+            previous = self.services.sessions.find_in(transaction, name)
+            session = previous.model_copy(deep=True) if previous else self._new_session(name, profile)
+            changed = self._add_file(session, profile)
+            if not changed:
+                return "already registered"
+            key = self._request_analysis_if_settled(transaction, session, run)
+            if key:
+                staged.append(key)
+            self.services.sessions.save_in(transaction, previous, session)
+            return f"{profile.file_name} registered in {name}" + (" (analysis requested)" if key else "")
+
+        outcome = self.services.store.transaction(work)
+        # After a crash between commit and publish, the redelivered event finds its request still staged.
+        key = staged[0] if staged else self._analysis_outbox_key(
+            name, self.services.sessions.get(name).analysis.generation_set)
+        outbox.flush(self.services.store, self.services.bus, key)
+        return outcome
+
+    def _new_session(self, name: str, profile: ProfileObject) -> ProfilerSession:
+        return ProfilerSession(
+            name=name,
+            kind=Kind.KIND_SCANNED,
+            storage_folder_uri=profile.session_folder_uri,
+        )
+
+    def _add_file(self, session: ProfilerSession, profile: ProfileObject) -> bool:
+        host = host_of(profile.file_name)
+        files = session.host_files if profile.file_name.endswith(XPLANE_SUFFIX) else session.extra_files
+        key = host if files is session.host_files else profile.file_name
+        current = files.get(key)
+        if current is not None and current.generation == profile.generation:
+            return False
+        files[key] = HostFile(uri=profile.uri, size_bytes=profile.size, generation=profile.generation)
+        if files is session.host_files:
+            now = self.services.now()
+            if host not in session.target_sessions:
+                session.target_sessions[host] = TargetSession(
+                    start_time=now, end_time=now, session_phase=SessionPhase.SUCCEEDED)
+            if session.kind is Kind.KIND_SCANNED and host not in session.profiler_targets:
+                session.profiler_targets.append(host)
+            session.last_file_time = now
+            session.settle_after = now + timedelta(seconds=self.settings.settle_seconds)
+        if not session.storage_folder_uri:
+            session.storage_folder_uri = profile.session_folder_uri
+        return True
+
+    # -- settling and the analysis request ------------------------------------------------
+
+    def _settled(self, session: ProfilerSession) -> bool:
+        expected = set(session.profiler_targets)
+        if session.kind is not Kind.KIND_SCANNED and expected and expected <= set(session.host_files):
+            return True
+        return session.settle_after is not None and session.settle_after <= self.services.now()
+
+    @staticmethod
+    def _analysis_outbox_key(session_name: str, generation_set: str) -> str:
+        return f"analysis:{document_key(session_name)}:{generation_set}"
+
+    def _request_analysis_if_settled(self, transaction: Transaction, session: ProfilerSession,
+                                     run: MachineLearningRun) -> str:
+        if not self._settled(session):
+            return ""
+        return self.request_analysis(transaction, session, run.name)
+
+    def request_analysis(self, transaction: Transaction, session: ProfilerSession, run_name: str,
+                         force: bool = False) -> str:
+        """Stage one analysis request for the session's current files; returns its outbox key.
+
+        Nothing is staged when these exact files were already requested (unless ``force``).
+        """
+        generation_set = session.generation_set()
+        if not generation_set or (generation_set == session.analysis.generation_set and not force):
+            session.settle_after = None
+            return ""
+        session.analysis.state = AnalysisState.PENDING
+        session.analysis.generation_set = generation_set
+        session.analysis.error = ""
+        session.settle_after = None
+        key = self._analysis_outbox_key(session.name, generation_set)
+        outbox.stage(
+            transaction, key, ANALYSIS_REQUESTS,
+            {"session": session.name, "generationSet": generation_set,
+             "hostFiles": {host: f.uri for host, f in session.host_files.items()}},
+            {"session": session.name, "run": run_name, "generationSet": generation_set},
+            self.services.now(),
+        )
+        return key
+
+    def settle_due(self) -> int:
+        """Request analysis for every session whose settle window has passed; returns how many."""
+        due = self.services.store.query(
+            ProfilerSession.collection,
+            where=[Where("settleAfter", "<=", format_timestamp(self.services.now()))],
+            limit=500,
+        )
+        requested = 0
+        for document in due:
+            name = document["name"]
+
+            def work(transaction: Transaction, name: str = name) -> str:
+                previous = self.services.sessions.find_in(transaction, name)
+                if previous is None or not self._settled(previous):
+                    return ""
+                session = previous.model_copy(deep=True)
+                key = self.request_analysis(transaction, session, name.rsplit("/", 2)[0])
+                self.services.sessions.save_in(transaction, previous, session)
+                return key
+
+            key = self.services.store.transaction(work)
+            if key:
+                outbox.flush(self.services.store, self.services.bus, key)
+                requested += 1
+        return requested
+
+
+def register_finalized(services: Services, event: CloudEvent) -> str:
+    """The ``register_session`` handler body: one finalize event in, a one-line account out."""
+    if event["type"] != STORAGE_FINALIZED:
+        raise PermanentFailure(f"register_session handles {STORAGE_FINALIZED}, not {event['type']!r}")
+    profile = parse_finalized(event.get_data(), services.settings.max_profile_bytes)
+    with structlog.contextvars.bound_contextvars(run=profile.run_folder, session=profile.session_folder):
+        return Registrar(services).register(profile)
