@@ -2,11 +2,12 @@
 
 Pub/Sub forwards such a message to ``<topic>-dead-letter`` with attributes
 naming the source subscription and the delivery count; the archived event of
-its last attempt (same message id) holds the error.
+its last attempt holds the error, and is linked from the dead letter.
 """
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 from cloudevents.http import CloudEvent
@@ -14,6 +15,7 @@ from cloudevents.http import CloudEvent
 from mldiag.bootstrap import Services
 from mldiag.config import DEAD_LETTER_SUFFIX
 from mldiag.domain.types import format_timestamp
+from mldiag.eventlog import ArchivedEvent, Outcome
 from mldiag.messages import message_from_cloud_event
 from mldiag.ports import OrderBy
 
@@ -26,7 +28,7 @@ def record(services: Services, event: CloudEvent) -> str:
     attributes = message.attributes
     subscription = attributes.get("CloudPubSubDeadLetterSourceSubscription", "")
     source_topic = str(event["source"]).rsplit("/", 1)[-1]
-    last_error = _last_error(services, source_topic, message.message_id)
+    original = _original_failure(services, source_topic, message.data)
     services.store.set(COLLECTION, f"{source_topic}:{message.message_id}", {
         "messageId": message.message_id,
         "deadLetterTopic": source_topic,
@@ -34,19 +36,30 @@ def record(services: Services, event: CloudEvent) -> str:
         "deliveryCount": attributes.get("CloudPubSubDeadLetterSourceDeliveryCount", ""),
         "attributes": attributes,
         "data": message.data.decode("utf-8", "replace")[:MAX_DATA_CHARS],
-        "lastError": last_error,
+        "originalEvent": original.key if original else "",
+        "lastError": original.error if original else "",
         "receivedAt": format_timestamp(services.now()),
     })
     return f"dead letter {message.message_id} from {subscription or source_topic}"
 
 
-def _last_error(services: Services, dead_letter_topic: str, message_id: str) -> str:
-    """The error the consuming function archived for this message (push event id = message id)."""
+def _original_failure(services: Services, dead_letter_topic: str, data: bytes) -> ArchivedEvent | None:
+    """The consuming function's archived failure for the same message.
+
+    Pub/Sub gives the forwarded message a new id, so the match is on the payload
+    among that function's recent failures.
+    """
     from mldiag.entrypoints import TOPIC_SUBSCRIBERS
 
     function = TOPIC_SUBSCRIBERS.get(dead_letter_topic.removesuffix(DEAD_LETTER_SUFFIX), "")
-    archived = services.events.get(function, message_id) if function else None
-    return archived.error if archived else ""
+    if not function:
+        return None
+    encoded = base64.b64encode(data).decode()
+    for record in services.events.list(function=function, outcome=Outcome.FAILED.value, limit=200):
+        message = (record.raw or {}).get("data", {}).get("message", {})
+        if message.get("data") == encoded:
+            return record
+    return None
 
 
 def list_dead_letters(services: Services, limit: int = 100) -> list[dict[str, Any]]:

@@ -108,10 +108,6 @@ class EventArchive:
         document = self.store.get(COLLECTION, archive_key(function, event_id))
         return None if document is None else ArchivedEvent.model_validate(document)
 
-    def find(self, key: str) -> ArchivedEvent | None:
-        document = self.store.get(COLLECTION, key)
-        return None if document is None else ArchivedEvent.model_validate(document)
-
     def save(self, record: ArchivedEvent) -> None:
         self.store.set(COLLECTION, record.key, record.to_json_dict())
 

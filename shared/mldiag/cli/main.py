@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from mldiag import __version__
-from mldiag.cli import status
+from mldiag.cli import events, status
 
 app = typer.Typer(
     name="mldiag",
@@ -14,6 +14,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.command("status")(status.status)
+app.add_typer(events.app, name="events")
 
 
 def _version(value: bool) -> None:
