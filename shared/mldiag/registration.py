@@ -26,7 +26,7 @@ from mldiag.blob_uris import parse_blob_uri
 from mldiag.bootstrap import Services
 from mldiag.config import ANALYSIS_REQUESTS
 from mldiag.domain.errors import AlreadyExists, InvalidArgument, PermanentFailure
-from mldiag.domain.names import LocationName, RUNS, id_from_text, validate_id
+from mldiag.domain.names import LocationName, id_from_text, validate_id
 from mldiag.domain.resources import (
     AnalysisState, HostFile, Kind, MachineLearningRun, ProfilerSession, SessionPhase, TargetSession,
 )
@@ -145,11 +145,19 @@ class Registrar:
 
     def find_or_create_run(self, profile: ProfileObject) -> MachineLearningRun:
         """The run whose ``gcsPath`` holds this run folder, or a new one inferred from the path."""
+        def holds_folder(run: MachineLearningRun | None) -> bool:
+            return (run is not None and run.id == profile.run_folder
+                    and run.artifacts.gcs_path.rstrip("/") == profile.gcs_path)
+
+        folder_id = _id_for(profile.run_folder, "machineLearningRunId")
+        local = self.services.runs.find(str(self.location.run(folder_id)))
+        if holds_folder(local):
+            return local  # type: ignore[return-value]
         paths = [profile.gcs_path, profile.gcs_path + "/"]
-        for document in self.services.store.query(RUNS, where=[Where("artifacts.gcsPath", "in", paths)]):
-            if document["name"].rsplit("/", 1)[-1] == profile.run_folder:
-                return self.services.runs.get(document["name"])
-        candidates = [_id_for(profile.run_folder, "machineLearningRunId"),
+        for run in self.services.runs.find_where([Where("artifacts.gcsPath", "in", paths)], limit=1000):
+            if holds_folder(run):
+                return run
+        candidates = [folder_id,
                       id_from_text(f"{profile.bucket}/{profile.prefix}/{profile.run_folder}")]
         for run_id in dict.fromkeys(candidates):
             run = MachineLearningRun(
@@ -172,27 +180,22 @@ class Registrar:
         """Record the file in its session; returns a one-line account of what changed."""
         run = self.find_or_create_run(profile)
         name = f"{run.name}/profilerSessions/{_id_for(profile.session_folder, 'profilerSessionId')}"
-        staged: list[str] = []
 
-        def work(transaction: Transaction) -> str:
-            staged.clear()
+        def work(transaction: Transaction) -> tuple[str, str]:
             previous = self.services.sessions.find_in(transaction, name)
             session = previous.model_copy(deep=True) if previous else self._new_session(name, profile)
-            changed = self._add_file(session, profile)
-            if not changed:
-                return "already registered"
+            if not self._add_file(session, profile):
+                # A redelivery. If a crash came between commit and publish, the request is still staged.
+                requested = session.analysis.generation_set
+                return "already registered", self._analysis_outbox_key(name, requested) if requested else ""
             key = self._request_analysis_if_settled(transaction, session, run)
-            if key:
-                staged.append(key)
             self.services.sessions.save_in(transaction, previous, session)
-            return f"{profile.file_name} registered in {name}" + (" (analysis requested)" if key else "")
+            return f"{profile.file_name} registered in {name}" + (" (analysis requested)" if key else ""), key
 
-        outcome = self.services.store.transaction(work)
-        # After a crash between commit and publish, the redelivered event finds its request still staged.
-        key = staged[0] if staged else self._analysis_outbox_key(
-            name, self.services.sessions.get(name).analysis.generation_set)
-        outbox.flush(self.services.store, self.services.bus, key)
-        return outcome
+        account, key = self.services.store.transaction(work)
+        if key:
+            outbox.flush(self.services.store, self.services.bus, key)
+        return account
 
     def _new_session(self, name: str, profile: ProfileObject) -> ProfilerSession:
         return ProfilerSession(

@@ -160,6 +160,10 @@ class Repository(Generic[R]):
 
         self.store.transaction(work)
 
+    def find_where(self, where: Sequence[Where], limit: int = 100) -> list[R]:
+        """Resources of this type under any parent that match ``where``."""
+        return [self._load(d) for d in self.store.query(self.collection, where=where, limit=limit)]
+
     def list(
         self,
         parent: str,
