@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from mldiag.domain.errors import AlreadyExists, InvalidArgument
+from mldiag.adapters.queries import KEY, field_segments, result_order
+from mldiag.domain.errors import AlreadyExists
 from mldiag.ports import Document, OrderBy, Where
 
 T = TypeVar("T")
 
-_FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_-]+)*$")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS documents (
     collection TEXT NOT NULL,
@@ -36,9 +35,7 @@ _COMPARISONS = {"==": "=", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">=
 
 
 def _json_path(field: str) -> str:
-    if not _FIELD.match(field):
-        raise InvalidArgument(f"cannot query on {field!r}", field="filter")
-    return "$" + "".join(f'."{part}"' for part in field.split("."))
+    return "$" + "".join(f'."{part}"' for part in field_segments(field))
 
 
 def _sql_value(value: Any) -> Any:
@@ -162,11 +159,14 @@ class SqliteStore:
                 clauses.append(f"json_extract(body, '{path}') {_COMPARISONS[condition.op]} ?")
                 params.append(_sql_value(condition.value))
         ordering = []
-        for order in order_by:
+        for order in result_order(where, order_by):
+            direction = "DESC" if order.descending else "ASC"
+            if order.field == KEY:
+                ordering.append(f"key {direction}")
+                continue
             path = _json_path(order.field)
             clauses.append(f"json_type(body, '{path}') IS NOT NULL")
-            ordering.append(f"json_extract(body, '{path}') {'DESC' if order.descending else 'ASC'}")
-        ordering.append("key ASC")
+            ordering.append(f"json_extract(body, '{path}') {direction}")
         sql = f"SELECT body FROM documents WHERE {' AND '.join(clauses)} ORDER BY {', '.join(ordering)}"
         sql += " LIMIT ? OFFSET ?"
         params.extend([-1 if limit is None else limit, offset])

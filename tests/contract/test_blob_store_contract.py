@@ -1,0 +1,110 @@
+"""The BlobStore contract: LocalBlobs and GcsBlobs (on fake-gcs-server) answer alike."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+
+from mldiag.domain.errors import InvalidArgument, NotFound
+
+
+def test_write_read_stat_round_trip(blobs, bucket):
+    uri = f"{bucket}/runs/r1/plugins/profile/2026_01_01/host:1.xplane.pb"
+    written = blobs.write_bytes(uri, b"\x00profile\xff")
+    assert written.uri == uri and written.size == 9 and written.generation
+    assert isinstance(written.generation, str)
+    assert isinstance(written.updated, datetime) and written.updated.tzinfo is not None
+
+    assert blobs.read_bytes(uri) == b"\x00profile\xff"
+    stat = blobs.stat(uri)
+    assert (stat.uri, stat.size, stat.generation) == (uri, 9, written.generation)
+
+
+def test_content_type_is_guessed_from_the_name(blobs, bucket):
+    assert blobs.write_bytes(f"{bucket}/analysis.json", b"{}").content_type == "application/json"
+    assert blobs.write_bytes(f"{bucket}/summary.html", b"<p>").content_type == "text/html"
+
+
+def test_overwrite_changes_content_and_generation(blobs, bucket):
+    uri = f"{bucket}/analysis.json"
+    first = blobs.write_bytes(uri, b"{}")
+    second = blobs.write_bytes(uri, b'{"v": 2}')
+    assert second.generation != first.generation
+    assert blobs.stat(uri).generation == second.generation
+    assert blobs.read_bytes(uri) == b'{"v": 2}'
+
+
+def test_max_bytes_is_checked_before_reading(blobs, bucket):
+    uri = f"{bucket}/big.bin"
+    blobs.write_bytes(uri, b"x" * 100)
+    assert blobs.read_bytes(uri, max_bytes=100) == b"x" * 100
+    with pytest.raises(InvalidArgument, match="100 bytes"):
+        blobs.read_bytes(uri, max_bytes=99)
+
+
+def test_missing_objects(blobs, bucket, tmp_path):
+    uri = f"{bucket}/absent.json"
+    assert blobs.stat(uri) is None
+    with pytest.raises(NotFound):
+        blobs.read_bytes(uri)
+    with pytest.raises(NotFound):
+        blobs.download(uri, tmp_path / "absent.json")
+    assert not (tmp_path / "absent.json").exists()
+    assert blobs.delete(uri) is False
+
+
+def test_upload_and_download_files(blobs, bucket, tmp_path):
+    source = tmp_path / "source.xplane.pb"
+    source.write_bytes(b"\x01" * 4096)
+    uploaded = blobs.upload(source, f"{bucket}/a/b.xplane.pb")
+    assert uploaded.size == 4096
+
+    destination = tmp_path / "deep" / "copy.xplane.pb"
+    downloaded = blobs.download(f"{bucket}/a/b.xplane.pb", destination)
+    assert destination.read_bytes() == source.read_bytes()
+    assert downloaded.generation == uploaded.generation
+
+
+def test_list_by_prefix(blobs, bucket):
+    for name in ("r1/plugins/profile/s1/h.xplane.pb", "r1/plugins/profile/s2/h.xplane.pb",
+                 "r10/x.json", "r2/y.json"):
+        blobs.write_bytes(f"{bucket}/{name}", b"1")
+
+    def listed(prefix: str) -> list[str]:
+        return [info.uri.removeprefix(f"{bucket}/") for info in blobs.list(prefix)]
+
+    assert listed(f"{bucket}/r1/plugins/") == ["r1/plugins/profile/s1/h.xplane.pb", "r1/plugins/profile/s2/h.xplane.pb"]
+    assert listed(f"{bucket}/r1") == [
+        "r1/plugins/profile/s1/h.xplane.pb", "r1/plugins/profile/s2/h.xplane.pb", "r10/x.json",
+    ], "a prefix is a string prefix, not a folder"
+    assert listed(f"{bucket}/") == listed(bucket) == [
+        "r1/plugins/profile/s1/h.xplane.pb", "r1/plugins/profile/s2/h.xplane.pb", "r10/x.json", "r2/y.json",
+    ]
+    assert listed(f"{bucket}/nothing/") == []
+    assert all(info.size == 1 for info in blobs.list(bucket))
+
+
+def test_delete(blobs, bucket):
+    uri = f"{bucket}/gone.json"
+    blobs.write_bytes(uri, b"{}")
+    assert blobs.delete(uri) is True
+    assert blobs.stat(uri) is None
+    assert blobs.delete(uri) is False
+
+
+@pytest.mark.parametrize("path", ["../escape", "a/../../escape", "a/./b", "a\\b", "nul\x00"])
+def test_paths_that_could_escape_the_bucket_are_refused(blobs, bucket, path):
+    uri = f"{bucket}/{path}"
+    with pytest.raises(InvalidArgument):
+        blobs.write_bytes(uri, b"x")
+    with pytest.raises(InvalidArgument):
+        blobs.read_bytes(uri)
+    with pytest.raises(InvalidArgument):
+        blobs.stat(uri)
+
+
+def test_uris_must_be_gs_uris_naming_an_object(blobs, bucket):
+    for uri in ("/etc/passwd", "s3://bucket/x", bucket, "gs://UPPER/x"):
+        with pytest.raises(InvalidArgument):
+            blobs.write_bytes(uri, b"x")

@@ -1,0 +1,121 @@
+"""The MessageBus contract: what a subscriber receives from InProcessBus and from PubSubBus.
+
+PubSubBus is checked through a pull subscription on the emulator; push delivery,
+retries and dead-lettering on Pub/Sub are the emulator's own (see
+tests/integration). InProcessBus plays Pub/Sub's part itself, so its retry and
+dead-letter behaviour is checked here against the attributes Pub/Sub sets.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from mldiag.adapters.inprocess_bus import InProcessBus
+from mldiag.domain.errors import NotFound
+from mldiag.messages import message_from_cloud_event
+
+PROJECT = "p"
+
+
+def test_publish_delivers_data_and_attributes(subscribed):
+    message_id = subscribed.bus.publish(subscribed.topic, b'{"run": "r1"}', {"kind": "analysis", "run": "r1"})
+    assert message_id
+
+    [received] = subscribed.receive(1)
+    assert received.data == b'{"run": "r1"}'
+    assert received.attributes == {"kind": "analysis", "run": "r1"}
+    assert received.message_id == message_id
+    assert received.json() == {"run": "r1"}
+
+
+def test_ordering_key_travels_and_keeps_order(subscribed):
+    ids = [subscribed.bus.publish(subscribed.topic, str(n).encode(), ordering_key="run-r1") for n in range(3)]
+
+    received = subscribed.receive(3)
+    assert [message.message_id for message in received] == ids
+    assert [message.data for message in received] == [b"0", b"1", b"2"]
+    assert {message.ordering_key for message in received} == {"run-r1"}
+
+
+def test_message_without_attributes(subscribed):
+    subscribed.bus.publish(subscribed.topic, b"{}")
+    [received] = subscribed.receive(1)
+    assert (received.data, received.attributes, received.ordering_key) == (b"{}", {}, "")
+
+
+def test_pubsub_refuses_a_topic_that_does_not_exist(pubsub_bus):
+    with pytest.raises(NotFound, match="does not exist"):
+        pubsub_bus.publish(f"missing-{uuid.uuid4().hex}", b"{}", ordering_key="k")
+    with pytest.raises(NotFound):  # the failed ordering key was resumed, not left paused
+        pubsub_bus.publish(f"missing-{uuid.uuid4().hex}", b"{}", ordering_key="k")
+
+
+class FailingHandler:
+    """Fails its first ``failures`` calls; records when each delivery came and its attempt number."""
+
+    def __init__(self, failures: int):
+        self.failures = failures
+        self.calls: list[tuple[float, int]] = []
+
+    def __call__(self, event) -> None:
+        self.calls.append((time.monotonic(), message_from_cloud_event(event).delivery_attempt))
+        if len(self.calls) <= self.failures:
+            raise RuntimeError(f"failure {len(self.calls)}")
+
+
+def test_inprocess_retries_with_exponential_backoff():
+    bus = InProcessBus(PROJECT, max_attempts=5, min_backoff=0.02, max_backoff=1.0)
+    handler = FailingHandler(failures=2)
+    bus.subscribe("analysis-requests", handler)
+    bus.publish("analysis-requests", b"{}")
+
+    assert bus.drain(timeout=10) == 3
+    assert [attempt for _, attempt in handler.calls] == [1, 2, 3]
+    (first, _), (second, _), (third, _) = handler.calls
+    assert second - first >= 0.02 and third - second >= 0.04, "backoff doubles from min_backoff"
+    assert bus.dead_letters == []
+
+
+def test_inprocess_dead_letters_after_max_attempts_like_pubsub():
+    bus = InProcessBus(PROJECT, max_attempts=3, min_backoff=0.001, max_backoff=0.01)
+    handler = FailingHandler(failures=100)
+    subscription = bus.subscribe("analysis-requests", handler, name="analyze-session")
+    dead = []
+    bus.subscribe("analysis-requests-dead-letter", lambda event: dead.append(message_from_cloud_event(event)))
+    bus.publish("analysis-requests", b'{"session": "s1"}', {"run": "r1"}, ordering_key="r1")
+
+    bus.drain(timeout=10)
+    assert len(handler.calls) == 3
+    [record] = bus.dead_letters
+    assert (record.subscription, record.topic) == ("analyze-session", "analysis-requests")
+    assert "failure 3" in record.error
+    [letter] = dead
+    assert letter.data == b'{"session": "s1"}'
+    publish_time = letter.attributes.pop("CloudPubSubDeadLetterSourceTopicPublishTime")
+    assert publish_time.startswith("20")
+    assert letter.attributes == {
+        "run": "r1",
+        "CloudPubSubDeadLetterSourceDeliveryCount": "3",
+        "CloudPubSubDeadLetterSourceSubscription": subscription.name,
+        "CloudPubSubDeadLetterSourceSubscriptionProject": PROJECT,
+    }
+
+
+def test_inprocess_drain_delivers_to_every_subscription_and_times_out_when_work_remains():
+    bus = InProcessBus(PROJECT, max_attempts=2, min_backoff=30, max_backoff=30)
+    seen: list[str] = []
+    bus.subscribe("t", lambda event: seen.append("a"))
+    bus.subscribe("t", lambda event: seen.append("b"))
+    bus.publish("t", b"1")
+    bus.publish("t", b"2")
+    assert bus.drain() == 4
+    assert sorted(seen) == ["a", "a", "b", "b"]
+    assert bus.drain() == 0
+
+    bus.subscribe("slow", FailingHandler(failures=1))
+    bus.publish("slow", b"{}")
+    with pytest.raises(TimeoutError):
+        bus.drain(timeout=0.2)  # the retry is 30 s away
