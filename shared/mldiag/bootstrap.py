@@ -74,7 +74,7 @@ def _build_embedded(settings: Settings) -> Services:
     return Services(
         settings=settings,
         store=SqliteStore(settings.sqlite_path),
-        blobs=LocalBlobs(settings.data_dir),
+        blobs=LocalBlobs(settings.data_dir, share_base_url=settings.api_url, share_key=settings.share_key),
         bus=InProcessBus(settings.project, max_attempts=settings.max_delivery_attempts),
     )
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 T = TypeVar("T")
 
@@ -105,6 +105,17 @@ class BlobStore(Protocol):
         """Every object whose URI starts with ``prefix`` (a ``gs://bucket/...`` URI)."""
 
     def delete(self, uri: str) -> bool: ...
+
+    def signed_url(self, uri: str, ttl: timedelta) -> str:
+        """A URL that lets anyone holding it read the object until ``ttl`` has passed."""
+
+
+@runtime_checkable
+class LocalBuckets(Protocol):
+    """A :class:`BlobStore` whose buckets are folders on this machine (the embedded default)."""
+
+    def uri_for(self, path: Path) -> str:
+        """The ``gs://`` URI of a file under a bucket folder; ``ValueError`` for any other path."""
 
 
 class MessageBus(Protocol):

@@ -3,29 +3,34 @@
 Stock ``xprof --logdir DATA_DIR/buckets/<bucket>/<run>`` opens what is stored
 here. Writes go through a temporary file and an atomic rename, so a reader (or
 the folder watcher of ``mldiag up``) never sees half an object. The generation
-of an object is its modification time in nanoseconds.
+of an object is its modification time in nanoseconds. Signed URLs point at the
+control plane's ``/share/<token>`` route (see :mod:`mldiag.share_links`).
 """
 
 from __future__ import annotations
 
+import functools
 import mimetypes
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from mldiag.blob_uris import parse_blob_uri
 from mldiag.domain.errors import InvalidArgument, NotFound
 from mldiag.ports import BlobInfo
+from mldiag.share_links import LinkSigner, load_key
 
 
 class LocalBlobs:
     """A :class:`mldiag.ports.BlobStore` over a directory tree."""
 
-    def __init__(self, root: Path | str):
+    def __init__(self, root: Path | str, *, share_base_url: str = "", share_key: str = ""):
         self.root = Path(root).resolve()
+        self.share_base_url = share_base_url.rstrip("/")
+        self._share_key = share_key
         self.buckets = self.root / "buckets"
         self._staging = self.root / "staging"
         self.buckets.mkdir(parents=True, exist_ok=True)
@@ -113,3 +118,12 @@ class LocalBlobs:
             return False
         path.unlink()
         return True
+
+    @functools.cached_property
+    def _signer(self) -> LinkSigner:
+        return LinkSigner(load_key(self.root, self._share_key))
+
+    def signed_url(self, uri: str, ttl: timedelta) -> str:
+        self.path_for(uri)
+        expires = datetime.now(timezone.utc) + ttl
+        return f"{self.share_base_url}/share/{self._signer.token(uri, expires)}"

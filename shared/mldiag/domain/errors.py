@@ -32,6 +32,26 @@ class InvalidTransition(InvalidArgument):
         self.old, self.new = old, new
 
 
+class Unauthenticated(MldiagError):
+    """No credentials, or credentials that could not be verified."""
+
+    status = "UNAUTHENTICATED"
+    http_code = 401
+
+
+class PermissionDenied(MldiagError):
+    """Valid credentials (or a signed link) that do not allow this request."""
+
+    status = "PERMISSION_DENIED"
+    http_code = 403
+
+
+class LinkExpired(PermissionDenied):
+    """A signed link that was valid once: gone for good, not merely forbidden."""
+
+    http_code = 410
+
+
 class NotFound(MldiagError):
     status = "NOT_FOUND"
     http_code = 404
@@ -40,6 +60,10 @@ class NotFound(MldiagError):
 class AlreadyExists(MldiagError):
     status = "ALREADY_EXISTS"
     http_code = 409
+
+    def __init__(self, message: str, *, resource_name: str = ""):
+        super().__init__(message)
+        self.resource_name = resource_name
 
 
 class Aborted(MldiagError):

@@ -1,0 +1,92 @@
+"""The Flask app: routes, the credential check, limits and Google-shaped errors.
+
+Every route parses its request (``mldiag.api.http``) and calls a service; the
+app adds what all routes share: a 1 MiB body limit, refusal of ``.``/``..``
+path segments, the :class:`~mldiag.api.auth.Guard` before any route runs, and
+one error shape for domain errors, HTTP errors and bugs alike (the last logged,
+never echoed).
+"""
+
+from __future__ import annotations
+
+import time
+
+import structlog
+from flask import Flask, Response, g, request
+from werkzeug.exceptions import HTTPException
+from werkzeug.routing import BaseConverter
+
+from mldiag import bootstrap
+from mldiag.api import self_hosted, share, v1alpha
+from mldiag.api.auth import Guard
+from mldiag.api.http import MAX_BODY_BYTES, SERVICES, google_error
+from mldiag.bootstrap import Services
+from mldiag.domain.errors import AlreadyExists, InvalidArgument, MldiagError
+
+log = structlog.get_logger(__name__)
+
+_HTTP_STATUS = {
+    400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
+    405: "UNIMPLEMENTED", 409: "ABORTED", 412: "FAILED_PRECONDITION", 413: "INVALID_ARGUMENT",
+    415: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 501: "UNIMPLEMENTED", 503: "UNAVAILABLE",
+}
+_PUBLIC_BLUEPRINTS = {share.blueprint.name}
+
+
+class IdConverter(BaseConverter):
+    """A path segment that can be a resource id: no ``/`` and no ``:`` (custom methods follow one)."""
+
+    regex = r"[^/:]+"
+
+
+def create_app(services: Services | None = None) -> Flask:
+    """The control plane over ``services`` (the process-wide ones when omitted)."""
+    app = Flask("mldiag")
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+    app.json.sort_keys = False
+    app.url_map.converters["id"] = IdConverter
+    app.url_map.strict_slashes = False
+    resolved = services or bootstrap.services()
+    app.extensions[SERVICES] = resolved
+    guard = Guard(resolved.settings)
+
+    @app.before_request
+    def screen() -> None:
+        g.started = time.perf_counter()
+        segments = request.path.split("/")
+        if any(s in (".", "..") or "\\" in s or "\x00" in s for s in segments):
+            raise InvalidArgument("the path has a segment that is not allowed", field="path")
+        if request.blueprint not in _PUBLIC_BLUEPRINTS:
+            guard.check(request.method, request.headers.get("Authorization", ""),
+                        sdk_route=request.blueprint == self_hosted.blueprint.name)
+
+    @app.after_request
+    def record(response: Response) -> Response:
+        log.info("request", method=request.method, path=request.path, status=response.status_code,
+                 ms=round((time.perf_counter() - g.get("started", time.perf_counter())) * 1000, 1))
+        return response
+
+    @app.errorhandler(MldiagError)
+    def domain_error(error: MldiagError) -> Response:
+        details = None
+        if isinstance(error, AlreadyExists) and error.resource_name:
+            details = [{"@type": "type.googleapis.com/google.rpc.ResourceInfo", "resourceName": error.resource_name}]
+        return google_error(error.http_code, error.status, str(error), details)
+
+    @app.errorhandler(HTTPException)
+    def http_error(error: HTTPException) -> Response:
+        code = error.code or 500
+        message = error.description or error.name
+        if code == 413:
+            message = f"the request body is over the {MAX_BODY_BYTES}-byte limit"
+        return google_error(code, _HTTP_STATUS.get(code, "UNKNOWN"), message)
+
+    @app.errorhandler(Exception)
+    def internal_error(error: Exception) -> Response:
+        log.exception("request failed", method=request.method, path=request.path)
+        return google_error(500, "INTERNAL", "internal error; the server log has the details")
+
+    app.register_blueprint(v1alpha.blueprint)
+    app.register_blueprint(self_hosted.blueprint)
+    app.register_blueprint(share.blueprint)
+    return app

@@ -1,0 +1,168 @@
+"""``/v1alpha``: runs, profiler targets and sessions, monitored events and operations,
+shaped like Google's API (resource names, ``update_mask``, etags, paging, operations)."""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response
+
+from mldiag.api.http import json_body, list_request, ok, query, query_bool, services
+from mldiag.domain.errors import InvalidArgument
+from mldiag.domain.names import EVENTS, SESSIONS, TARGETS, LocationName, RunName
+from mldiag.domain.resources import Resource
+from mldiag.domain.types import format_timestamp, parse_duration
+from mldiag.repository import Page, Repository
+from mldiag.services import operations, runs, sessions, targets
+from mldiag.services.listing import list_page
+
+blueprint = Blueprint("v1alpha", __name__, url_prefix="/v1alpha/projects/<id:project>/locations/<id:location>")
+RUNS = "/machineLearningRuns"
+RUN = RUNS + "/<id:run>"
+
+
+def _location(project: str, location: str) -> LocationName:
+    return LocationName(project, location)
+
+
+def _run(project: str, location: str, run: str) -> RunName:
+    return _location(project, location).run(run)
+
+
+def _done(target: str, verb: str, resource: Resource | None) -> Response:
+    response = resource.to_json_dict() if resource is not None else None
+    return ok(operations.completed(services(), target, verb, response).to_json_dict())
+
+
+def _page(page: Page, collection: str) -> Response:
+    payload: dict = {collection: [item.to_json_dict() for item in page.items]}
+    if page.next_page_token:
+        payload["nextPageToken"] = page.next_page_token
+    return ok(payload)
+
+
+def _list(repository: Repository, parent: str) -> Response:
+    return _page(list_page(repository, parent, list_request()), repository.collection)
+
+
+# --- runs ---------------------------------------------------------------------
+
+
+@blueprint.post(RUNS)
+def create_run(project: str, location: str) -> Response:
+    parent = _location(project, location)
+    run = runs.create(services(), parent, query("machine_learning_run_id"), json_body())
+    return _done(run.name, "create", run)
+
+
+@blueprint.get(RUNS)
+def list_runs(project: str, location: str) -> Response:
+    return _list(services().runs, str(_location(project, location)))
+
+
+@blueprint.get(RUN)
+def get_run(project: str, location: str, run: str) -> Response:
+    return ok(services().runs.get(str(_run(project, location, run))).to_json_dict())
+
+
+@blueprint.patch(RUN)
+def update_run(project: str, location: str, run: str) -> Response:
+    name = _run(project, location, run)
+    updated = runs.update(services(), name, json_body(), query("update_mask"), allow_missing=query_bool("allow_missing"))
+    return _done(updated.name, "update", updated)
+
+
+@blueprint.delete(RUN)
+def delete_run(project: str, location: str, run: str) -> Response:
+    name = _run(project, location, run)
+    runs.delete(services(), name, etag=query("etag"))
+    return _done(str(name), "delete", None)
+
+
+# --- profiler targets -----------------------------------------------------------
+
+
+@blueprint.post(RUN + "/" + TARGETS)
+def create_target(project: str, location: str, run: str) -> Response:
+    target = targets.create(services(), _run(project, location, run), query("profiler_target_id"), json_body())
+    return _done(target.name, "create", target)
+
+
+@blueprint.get(RUN + "/" + TARGETS)
+def list_targets(project: str, location: str, run: str) -> Response:
+    return _list(services().targets, str(_run(project, location, run)))
+
+
+@blueprint.get(RUN + "/" + TARGETS + "/<id:target>")
+def get_target(project: str, location: str, run: str, target: str) -> Response:
+    name = _run(project, location, run).child(TARGETS, target)
+    return ok(services().targets.get(str(name)).to_json_dict())
+
+
+@blueprint.delete(RUN + "/" + TARGETS + "/<id:target>")
+def delete_target(project: str, location: str, run: str, target: str) -> Response:
+    name = str(_run(project, location, run).child(TARGETS, target))
+    services().targets.delete(name, etag=query("etag"))
+    return _done(name, "delete", None)
+
+
+# --- profiler sessions ----------------------------------------------------------
+
+
+@blueprint.post(RUN + "/" + SESSIONS)
+def create_session(project: str, location: str, run: str) -> Response:
+    session = sessions.create(services(), _run(project, location, run), query("profiler_session_id"), json_body())
+    return _done(session.name, "create", session)
+
+
+@blueprint.get(RUN + "/" + SESSIONS)
+def list_sessions(project: str, location: str, run: str) -> Response:
+    return _list(services().sessions, str(_run(project, location, run)))
+
+
+@blueprint.get(RUN + "/" + SESSIONS + "/<id:session>")
+def get_session(project: str, location: str, run: str, session: str) -> Response:
+    name = _run(project, location, run).child(SESSIONS, session)
+    return ok(services().sessions.get(str(name)).to_json_dict())
+
+
+@blueprint.patch(RUN + "/" + SESSIONS + "/<id:session>")
+def update_session(project: str, location: str, run: str, session: str) -> Response:
+    name = _run(project, location, run).child(SESSIONS, session)
+    updated = sessions.update(services(), name, json_body(), query("update_mask"))
+    return _done(updated.name, "update", updated)
+
+
+@blueprint.post(RUN + "/" + SESSIONS + "/<id:session>:share")
+def share_session(project: str, location: str, run: str, session: str) -> Response:
+    name = _run(project, location, run).child(SESSIONS, session)
+    raw_ttl = json_body().get("ttl", "3600s")
+    try:
+        ttl = parse_duration(raw_ttl)
+    except ValueError as error:
+        raise InvalidArgument(str(error), field="ttl") from None
+    link = sessions.share(services(), name, ttl)
+    return ok({
+        "url": link.url,
+        "expireTime": format_timestamp(link.expire_time),
+        "reportUri": link.report_uri,
+        "dashboardUri": link.dashboard_uri,
+    })
+
+
+# --- monitored events and operations ---------------------------------------------
+
+
+@blueprint.get(RUN + "/" + EVENTS)
+def list_events(project: str, location: str, run: str) -> Response:
+    return _list(services().monitored_events, str(_run(project, location, run)))
+
+
+@blueprint.get(RUN + "/" + EVENTS + "/<id:event>")
+def get_event(project: str, location: str, run: str, event: str) -> Response:
+    name = _run(project, location, run).child(EVENTS, event)
+    return ok(services().monitored_events.get(str(name)).to_json_dict())
+
+
+@blueprint.get("/operations/<id:operation>")
+def get_operation(project: str, location: str, operation: str) -> Response:
+    name = _location(project, location).operation(operation)
+    return ok(operations.get(services(), name).to_json_dict())

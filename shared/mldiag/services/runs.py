@@ -1,0 +1,84 @@
+"""Machine learning runs: create, read, list, update (update_mask + etag), delete.
+
+Whichever path a run arrives by (API, CLI, SDK), :func:`normalize` applies the
+server's rules: ``endTime`` is stamped when the phase becomes final, and a
+``gcsPath`` that names a local bucket folder (a workload next to ``mldiag up``
+writes profiles there) is stored as the ``gs://`` URI it stands for. Deleting a run deletes the records of its sessions,
+targets and monitored events; the profiles in the bucket stay where they are.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from mldiag.bootstrap import Services
+from mldiag.domain.errors import NotFound
+from mldiag.domain.names import LocationName, RunName
+from mldiag.domain.resources import MachineLearningRun, RunPhase
+from mldiag.ports import LocalBuckets
+from mldiag.services.masks import apply_update, assign
+
+# The fields a client may set; the rest (name, times, etag, state) belong to the server.
+MUTABLE_FIELDS = frozenset({
+    "displayName", "runSet", "labels", "configs", "tools", "artifacts", "orchestrator",
+    "workloadDetails", "runPhase", "logicalId", "clusterId", "creator",
+})
+_FINAL_PHASES = (RunPhase.COMPLETED, RunPhase.FAILED)
+
+
+def normalize(run: MachineLearningRun, services: Services) -> None:
+    """Apply the server-side rules to a run about to be stored (in place)."""
+    if run.run_phase in _FINAL_PHASES and run.end_time is None:
+        run.end_time = services.now()
+    gcs_path = run.artifacts.gcs_path
+    if gcs_path and not gcs_path.startswith("gs://") and isinstance(services.blobs, LocalBuckets):
+        try:
+            run.artifacts.gcs_path = services.blobs.uri_for(Path(gcs_path)).rstrip("/")
+        except ValueError:
+            pass  # a folder outside the buckets: kept as given, nothing watches it
+
+
+def create(services: Services, parent: LocationName, run_id: str, body: dict[str, Any]) -> MachineLearningRun:
+    """A new run ``parent/machineLearningRuns/run_id`` from ``body`` (its mutable fields)."""
+    name = str(parent.run(run_id))
+    run = apply_update(MachineLearningRun(name=name), body, "", mutable=MUTABLE_FIELDS)
+    normalize(run, services)
+    return services.runs.create(run)
+
+
+def update(
+    services: Services,
+    name: RunName,
+    body: dict[str, Any],
+    update_mask: str,
+    *,
+    allow_missing: bool = False,
+) -> MachineLearningRun:
+    """Apply the masked fields of ``body``; the body's ``etag``, when set, must be current.
+
+    With ``allow_missing`` a run that does not exist is created instead (AIP-134 upsert).
+    """
+    etag = str(body.get("etag") or "")
+
+    def mutate(run: MachineLearningRun) -> None:
+        updated = apply_update(run, body, update_mask, mutable=MUTABLE_FIELDS)
+        normalize(updated, services)
+        assign(run, updated)
+
+    try:
+        return services.runs.update(str(name), mutate, etag=etag)
+    except NotFound:
+        if not allow_missing:
+            raise
+    return create(services, name.parent, name.run, body)
+
+
+def delete(services: Services, name: RunName, *, etag: str = "") -> None:
+    """Delete the run (etag-checked when given), then its children's records."""
+    run_name = str(name)
+    services.runs.delete(run_name, etag=etag)
+    for children in (services.sessions, services.targets, services.monitored_events):
+        while page := children.list(run_name, page_size=500).items:
+            for child in page:
+                children.delete(child.name)
