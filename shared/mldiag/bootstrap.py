@@ -94,5 +94,9 @@ def _build_gcp(settings: Settings) -> Services:
 
 @functools.cache
 def services() -> Services:
-    """The process-wide services of a deployed function, built once per instance."""
-    return build()
+    """The process-wide services of a deployed function, built once per instance (logs configured too)."""
+    from mldiag.logs import configure
+
+    built = build()
+    configure(built.settings.log_format)
+    return built
