@@ -10,9 +10,12 @@ from __future__ import annotations
 import contextlib
 import mimetypes
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 from google.api_core import exceptions as google_errors
+from google.auth.credentials import Signing
+from google.auth.transport.requests import Request
 from google.cloud import storage
 
 from mldiag.blob_uris import parse_blob_uri
@@ -103,6 +106,23 @@ class GcsBlobs:
         except google_errors.NotFound:
             return False
         return True
+
+    def signed_url(self, uri: str, ttl: timedelta) -> str:
+        """A V4 signed GET URL.
+
+        A service-account key signs locally; keyless credentials (a function's
+        identity on the metadata server) sign through the IAM Credentials API,
+        which needs ``roles/iam.serviceAccountTokenCreator`` on that account.
+        """
+        blob = self._blob(uri)
+        credentials = self._client._credentials  # the client offers no public accessor
+        if isinstance(credentials, Signing):
+            return blob.generate_signed_url(version="v4", expiration=ttl, method="GET")
+        credentials.refresh(Request())
+        return blob.generate_signed_url(
+            version="v4", expiration=ttl, method="GET",
+            service_account_email=credentials.service_account_email, access_token=credentials.token,
+        )
 
 
 def _guess_content_type(name: str) -> str:
