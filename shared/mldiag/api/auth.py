@@ -58,11 +58,14 @@ class Guard:
             raise PermissionDenied("the bearer token is not valid for this control plane")
 
     def _verify_id_token(self, token: str) -> dict[str, Any]:
+        from google.auth import exceptions
         from google.oauth2 import id_token
 
         try:
             return id_token.verify_oauth2_token(token, _transport(), audience=self.audience)
-        except ValueError as error:  # google-auth reports every rejection as ValueError
+        except exceptions.TransportError:
+            raise  # Google's certificates could not be fetched: our failure, not the caller's
+        except (ValueError, exceptions.GoogleAuthError) as error:
             raise PermissionDenied(f"the ID token was refused: {error}") from None
 
 

@@ -1,0 +1,117 @@
+"""Who may call: bearer tokens locally, Google ID tokens in the cloud, the SDK's open routes.
+
+The ID tokens are real JWTs signed with a key made here; only the download of
+Google's signing certificates is replaced, by the certificate of that key.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import NameOID
+from google.auth import crypt, jwt
+from google.oauth2 import id_token
+
+from api_suite import RUNS
+
+TOKEN = "s3cret-token-for-tests"
+AUDIENCE = "https://control-plane-abc.a.run.app"
+SDK_REGISTRATION = "/v1/machineLearningRuns?allow_missing=true"
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def _no_runs_stored(api) -> bool:
+    return api.request("GET", RUNS, headers=_bearer(TOKEN)).json["machineLearningRuns"] == []
+
+
+@pytest.mark.parametrize(("headers", "code"), [({}, 401), (_bearer("wrong"), 403), ({"Authorization": TOKEN}, 401)])
+def test_mutations_without_the_token_are_refused_and_change_nothing(make_api, headers, code):
+    api = make_api(api_token=TOKEN)
+    response = api.request("POST", f"{RUNS}?machine_learning_run_id=r1", json={}, headers=headers)
+    assert response.status_code == code
+    assert response.json["error"]["status"] == {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED"}[code]
+    assert _no_runs_stored(api)
+
+
+def test_the_token_opens_mutations_and_reads_stay_open(make_api):
+    api = make_api(api_token=TOKEN)
+    assert api.request("POST", f"{RUNS}?machine_learning_run_id=r1", json={}, headers=_bearer(TOKEN)).status_code == 200
+    assert api.request("GET", f"{RUNS}/r1").status_code == 200
+    assert api.request("DELETE", f"{RUNS}/r1").status_code == 401
+    assert api.request("GET", f"{RUNS}/r1").status_code == 200
+
+
+def test_sdk_routes_take_no_token_by_default_but_check_one_that_is_sent(make_api):
+    api = make_api(api_token=TOKEN)
+    assert api.request("PATCH", SDK_REGISTRATION, json={"logicalId": "a"}).status_code == 200
+    assert api.request("PATCH", SDK_REGISTRATION, json={"logicalId": "b"}, headers=_bearer("wrong")).status_code == 403
+
+
+def test_sdk_routes_can_require_the_token(make_api):
+    api = make_api(api_token=TOKEN, sdk_routes_require_token=True)
+    assert api.request("PATCH", SDK_REGISTRATION, json={"logicalId": "a"}).status_code == 401
+    assert _no_runs_stored(api)
+    assert api.request("PATCH", SDK_REGISTRATION, json={"logicalId": "a"}, headers=_bearer(TOKEN)).status_code == 200
+
+
+@pytest.fixture(scope="module")
+def google_signer() -> tuple[crypt.RSASigner, bytes]:
+    """A signing key and its self-signed certificate, standing in for one of Google's."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "accounts.google.com")])
+    now = datetime.now(timezone.utc)
+    certificate = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+                   .serial_number(x509.random_serial_number()).not_valid_before(now - timedelta(days=1))
+                   .not_valid_after(now + timedelta(days=1)).sign(key, hashes.SHA256()))
+    private_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                    serialization.NoEncryption())
+    return crypt.RSASigner.from_string(private_pem, key_id="test-key"), certificate.public_bytes(
+        serialization.Encoding.PEM)
+
+
+@pytest.fixture
+def cloud_api(make_api, google_signer, monkeypatch):
+    signer, certificate = google_signer
+    monkeypatch.setattr(id_token, "_fetch_certs", lambda request, url: {"test-key": certificate})
+    return make_api(auth_audience=AUDIENCE)
+
+
+def _id_token(signer: crypt.RSASigner, audience: str = AUDIENCE, issuer: str = "https://accounts.google.com",
+              expires_in: int = 3600) -> str:
+    now = int(time.time())
+    claims = {"iss": issuer, "aud": audience, "sub": "1234", "email": "ci@proj.iam.gserviceaccount.com",
+              "iat": now, "exp": now + expires_in}
+    return jwt.encode(signer, claims).decode()
+
+
+def test_cloud_mode_accepts_a_google_id_token_for_its_audience(cloud_api, google_signer):
+    signer, _ = google_signer
+    headers = _bearer(_id_token(signer))
+    assert cloud_api.request("POST", f"{RUNS}?machine_learning_run_id=r1", json={}, headers=headers).status_code == 200
+    assert cloud_api.request("GET", f"{RUNS}/r1", headers=headers).status_code == 200
+
+
+@pytest.mark.parametrize("token_kind", ["other-audience", "other-issuer", "expired", "not-a-jwt"])
+def test_cloud_mode_refuses_tokens_that_do_not_verify(cloud_api, google_signer, token_kind):
+    signer, _ = google_signer
+    token = {
+        "other-audience": lambda: _id_token(signer, audience="https://someone-else.run.app"),
+        "other-issuer": lambda: _id_token(signer, issuer="https://evil.example"),
+        "expired": lambda: _id_token(signer, expires_in=-3600),
+        "not-a-jwt": lambda: "abc.def.ghi",
+    }[token_kind]()
+    response = cloud_api.request("POST", f"{RUNS}?machine_learning_run_id=r1", json={}, headers=_bearer(token))
+    assert response.status_code == 403, response.json
+    assert cloud_api.request("GET", f"{RUNS}/r1", headers=_bearer(_id_token(signer))).status_code == 404
+
+
+def test_cloud_mode_guards_reads_too(cloud_api):
+    assert cloud_api.request("GET", RUNS).status_code == 401

@@ -1,0 +1,85 @@
+"""Hostile and malformed requests: a clear 4xx in Google's error shape, and nothing stored."""
+
+from __future__ import annotations
+
+import pytest
+
+from api_suite import RUNS
+from mldiag.api import create_app
+from mldiag.api.http import MAX_BODY_BYTES
+
+
+def _nothing_stored(api) -> bool:
+    return api.request("GET", RUNS).json["machineLearningRuns"] == []
+
+
+def _refused(response, code: int, mentions: str) -> None:
+    assert response.status_code == code, response.json
+    error = response.json["error"]
+    assert set(error) == {"code", "message", "status"} and error["code"] == code
+    assert mentions in error["message"]
+
+
+def test_an_oversized_body_is_refused_before_it_is_read(api):
+    body = b'{"displayName": "' + b"x" * MAX_BODY_BYTES + b'"}'
+    response = api.request("POST", f"{RUNS}?machine_learning_run_id=r1", data=body,
+                           content_type="application/json")
+    _refused(response, 413, "byte limit")
+    assert _nothing_stored(api)
+
+
+@pytest.mark.parametrize(("body", "mentions"), [
+    (b"{not json", "not valid JSON"),
+    (b"[1, 2]", "JSON object"),
+    (b"\xff\xfe", "not valid JSON"),
+    (b"[" * 100_000, "not valid JSON"),
+])
+def test_bodies_that_are_not_json_objects_are_refused(api, body, mentions):
+    response = api.request("POST", f"{RUNS}?machine_learning_run_id=r1", data=body, content_type="application/json")
+    _refused(response, 400, mentions)
+    assert _nothing_stored(api)
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"displayName": "x", "owner": "me"}, "owner"),
+    ({"labels": {"a": 1}}, "labels.a"),
+    ({"artifacts": {"gcsPath": "gs://b", "extra": True}}, "artifacts.extra"),
+    ({"runPhase": "SOMETIMES"}, "runPhase"),
+])
+def test_unknown_or_mistyped_fields_are_named(api, body, field):
+    response = api.request("POST", f"{RUNS}?machine_learning_run_id=r1", json=body)
+    _refused(response, 400, field)
+    assert _nothing_stored(api)
+
+
+@pytest.mark.parametrize("path", [
+    f"{RUNS}/..",
+    f"{RUNS}/../../../etc/passwd",
+    f"{RUNS}/./x",
+    "/v1/machineLearningRuns/..?allow_missing=true",
+])
+def test_path_traversal_is_refused(api, path):
+    _refused(api.request("PATCH", path, json={"displayName": "x"}), 400, "path")
+    assert _nothing_stored(api)
+
+
+@pytest.mark.parametrize("run_id", ["..", "a/b", "-leading-dash", "x" * 129, "sp ace", "semi;colon", ""])
+def test_ids_that_could_escape_a_path_or_key_are_refused(api, run_id):
+    response = api.request("POST", RUNS, query_string={"machine_learning_run_id": run_id}, json={})
+    _refused(response, 400, "machineLearningRunId")
+    assert _nothing_stored(api)
+
+
+def test_unknown_routes_and_methods_answer_in_the_same_shape(api):
+    _refused(api.request("GET", "/v1alpha/nowhere"), 404, "not found")
+    assert api.request("PUT", RUNS, json={}).json["error"]["status"] == "UNIMPLEMENTED"
+
+
+def test_a_bug_is_a_500_that_says_nothing_about_internals(services, monkeypatch):
+    def explode(*args, **kwargs):
+        raise RuntimeError("secret detail /home/user/.key")
+
+    monkeypatch.setattr(services.runs, "get", explode)
+    response = create_app(services).test_client().get(f"{RUNS}/r1")
+    assert response.status_code == 500 and response.json["error"]["status"] == "INTERNAL"
+    assert "secret" not in response.json["error"]["message"]
