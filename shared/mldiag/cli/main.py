@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from mldiag import __version__
-from mldiag.cli import events, status
+from mldiag.cli import events, monitored_events, runs, sessions, status, targets
 
 app = typer.Typer(
     name="mldiag",
@@ -15,6 +15,10 @@ app = typer.Typer(
 )
 app.command("status")(status.status)
 app.add_typer(events.app, name="events")
+app.add_typer(runs.app, name="machine-learning-run")
+app.add_typer(targets.app, name="profiler-target")
+app.add_typer(sessions.app, name="profiler-session")
+app.add_typer(monitored_events.app, name="monitored-events")
 
 
 def _version(value: bool) -> None:

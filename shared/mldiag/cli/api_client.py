@@ -1,0 +1,151 @@
+"""What the API-backed command groups share: a small HTTP client and the common options.
+
+Commands talk to the control plane at ``--api-url`` / ``MLDIAG_API_URL`` (the
+local ``mldiag up`` by default), with ``--token`` / ``MLDIAG_API_TOKEN`` when it
+asks for one. A failed call raises :class:`ApiError`, which prints the server's
+message and exits with status 1 (through :func:`api_command`); usage mistakes
+exit with 2.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, TypeVar
+
+import requests
+import typer
+
+from mldiag.cli.output import Format, errors, show
+from mldiag.config import Settings
+
+DEFAULT_API_URL = Settings.model_fields["api_url"].default
+DEFAULT_PROJECT = Settings.model_fields["project"].default
+DEFAULT_LOCATION = Settings.model_fields["location"].default
+MAX_PAGE_SIZE = 1000
+
+ApiUrl = Annotated[str, typer.Option("--api-url", envvar="MLDIAG_API_URL", help="The control plane's URL.")]
+Token = Annotated[str, typer.Option("--token", envvar="MLDIAG_API_TOKEN", show_default=False,
+                                    help="Bearer token for calls that change something.")]
+Project = Annotated[str, typer.Option("--project", envvar="MLDIAG_PROJECT", help="Project of the resources.")]
+Location = Annotated[str, typer.Option("--location", envvar="MLDIAG_LOCATION", help="Location of the resources.")]
+RunOption = Annotated[str, typer.Option("--machine-learning-run", help="The run (id or full name).")]
+Fmt = Annotated[Format, typer.Option("--format", help="Output format.")]
+Filter = Annotated[str, typer.Option("--filter", help='e.g. \'runPhase = ACTIVE AND labels.team = "infra"\'.')]
+Limit = Annotated[int, typer.Option("--limit", min=1, help="The most resources to list.")]
+SortBy = Annotated[str, typer.Option("--sort-by", help="e.g. 'createTime desc'.")]
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class ApiError(Exception):
+    """The control plane refused a call or could not be reached."""
+
+
+def api_command(command: F) -> F:
+    """Let ``command`` end with exit status 1 and the server's message when a call fails."""
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except ApiError as error:
+            errors.print(f"[red]error:[/red] {error}", highlight=False, markup=True)
+            raise typer.Exit(1) from None
+
+    return run  # type: ignore[return-value]
+
+
+class ApiClient:
+    def __init__(self, api_url: str, token: str = "", *, timeout: float = 30.0,
+                 session: requests.Session | None = None):
+        self.api_url = api_url.rstrip("/")
+        self.session = session or requests.Session()
+        if token:
+            self.session.headers["Authorization"] = f"Bearer {token}"
+        self.timeout = timeout
+
+    def call(self, method: str, path: str, *, params: dict[str, Any] | None = None,
+             body: dict[str, Any] | None = None) -> dict[str, Any]:
+        url = f"{self.api_url}/{path.lstrip('/')}"
+        try:
+            response = self.session.request(method, url, params=params, json=body, timeout=self.timeout)
+        except requests.RequestException as error:
+            raise ApiError(f"cannot reach the control plane at {self.api_url} ({type(error).__name__}); "
+                           "start one with `mldiag up` or point --api-url at yours") from None
+        try:
+            payload = response.json()
+        except ValueError:
+            payload = None
+        if response.status_code >= 400:
+            error = payload.get("error", {}) if isinstance(payload, dict) else {}
+            message = error.get("message") or response.text[:200] or response.reason
+            raise ApiError(f"{error.get('status') or response.status_code}: {message}")
+        if not isinstance(payload, dict):
+            raise ApiError(f"{method} {url} answered with something other than a JSON object")
+        return payload
+
+    def mutate(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        """A call answered by a long-running operation; returns the operation's result."""
+        operation = self.call(method, path, **kwargs)
+        if not operation.get("done"):
+            raise ApiError(f"operation {operation.get('name')} is still running; check it later")
+        if operation.get("error"):
+            raise ApiError(operation["error"].get("message", "the operation failed"))
+        return operation.get("response", {})
+
+    def list_all(self, path: str, collection: str, *, limit: int | None = None, filter: str = "",
+             order_by: str = "") -> list[dict[str, Any]]:
+        """Every item of ``collection`` (up to ``limit``), following page tokens."""
+        items: list[dict[str, Any]] = []
+        token = ""
+        while limit is None or len(items) < limit:
+            page_size = MAX_PAGE_SIZE if limit is None else min(MAX_PAGE_SIZE, limit - len(items))
+            params = {"pageSize": page_size, "pageToken": token, "filter": filter, "orderBy": order_by}
+            page = self.call("GET", path, params={k: v for k, v in params.items() if v})
+            items += page.get(collection, [])
+            token = page.get("nextPageToken", "")
+            if not token:
+                break
+        return items[:limit]
+
+
+def location_path(project: str, location: str) -> str:
+    return f"v1alpha/projects/{project}/locations/{location}"
+
+
+def run_path(project: str, location: str, run: str) -> str:
+    """The API path of a run given by id, or by its full name (``projects/.../machineLearningRuns/R``)."""
+    if "/" in run:
+        return f"v1alpha/{run.strip('/')}"
+    return f"{location_path(project, location)}/machineLearningRuns/{run}"
+
+
+def child_path(project: str, location: str, run: str, collection: str, child: str = "") -> str:
+    """The API path of a run's collection, or of one child given by id or full name."""
+    if "/" in child:
+        return f"v1alpha/{child.strip('/')}"
+    if not run:
+        raise typer.BadParameter("give the run, or the full resource name", param_hint="--machine-learning-run")
+    return f"{run_path(project, location, run)}/{collection}" + (f"/{child}" if child else "")
+
+
+def print_resources(items: Sequence[dict[str, Any]] | dict[str, Any], fmt: Format,
+                    columns: Sequence[str] = ()) -> None:
+    """``show`` with a short ``id`` column in tables (names are long; JSON and YAML keep them whole)."""
+    if fmt is Format.table and not isinstance(items, dict):
+        items = [{"id": item.get("name", "").rsplit("/", 1)[-1], **item} for item in items]
+        columns = ("id", *columns)
+    show(items, fmt, columns)
+
+
+def key_values(pairs: Sequence[str], option: str) -> dict[str, str]:
+    """``["team=infra", "tier=1"]`` → a dict; a pair without ``=`` is a usage error (exit 2)."""
+    parsed = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint=option)
+        parsed[key] = value
+    return parsed
