@@ -78,14 +78,19 @@ class LocalBlobs:
         os.replace(staged, path)
         return self._info(uri, path)
 
+    def _object_path(self, uri: str) -> Path:
+        """:meth:`path_for`, refusing a bare ``gs://bucket``: only objects are written."""
+        parse_blob_uri(uri)
+        return self.path_for(uri)
+
     def write_bytes(self, uri: str, data: bytes, content_type: str = "") -> BlobInfo:
-        self.path_for(uri)  # validate before staging anything
+        self._object_path(uri)  # validate before staging anything
         with tempfile.NamedTemporaryFile(dir=self._staging, delete=False) as staged:
             staged.write(data)
         return self._publish(Path(staged.name), uri)
 
     def upload(self, source: Path, uri: str, content_type: str = "") -> BlobInfo:
-        self.path_for(uri)
+        self._object_path(uri)
         with tempfile.NamedTemporaryFile(dir=self._staging, delete=False) as staged:
             pass
         shutil.copyfile(source, staged.name)
