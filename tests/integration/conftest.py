@@ -15,20 +15,55 @@ no OIDC token with a push.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from werkzeug.serving import make_server
 
-from mldiag.devstack import read_env_file
+from mldiag.devstack import create_push_subscriptions, read_env_file
+from mldiag.devstack_host import HostedFunction, create_host
 
 EMULATOR_VARIABLES = ("FIRESTORE_EMULATOR_HOST", "PUBSUB_EMULATOR_HOST", "STORAGE_EMULATOR_HOST")
 START_TIMEOUT_S = 120
 REPO = Path(__file__).resolve().parents[2]
+TEST_FUNCTIONS = Path(__file__).parent / "functions"
+
+
+@contextlib.contextmanager
+def _hosted(project: str, functions: list[HostedFunction]) -> Iterator[str]:
+    from google.cloud import pubsub_v1
+
+    server = make_server("127.0.0.1", 0, create_host(functions), threaded=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    subscriptions = create_push_subscriptions(project, functions, url)
+    try:
+        yield url
+    finally:
+        subscriber = pubsub_v1.SubscriberClient()
+        for subscription in subscriptions:
+            subscriber.delete_subscription(subscription=subscription)
+        server.shutdown()
+
+
+@pytest.fixture
+def host_test_function(devstack) -> Iterator[Callable[..., str]]:
+    """``host_test_function(project, name, **triggers)`` serves ``functions/<name>/main.py`` beside
+    this file in a functions host of this process, with push subscriptions made as the devstack
+    makes them; returns the host's URL. Everything goes away after the test."""
+    with contextlib.ExitStack() as stack:
+        def host(project: str, name: str, **triggers) -> str:
+            function = HostedFunction(name, TEST_FUNCTIONS / name / "main.py", **triggers)
+            return stack.enter_context(_hosted(project, [function]))
+
+        yield host
 
 
 @pytest.fixture(scope="session")

@@ -10,25 +10,18 @@ beside this file); it stores what it receives in Firestore.
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from google.cloud import pubsub_v1, storage
-from werkzeug.serving import make_server
+from google.cloud import storage
 
 from mldiag.bootstrap import build
-from mldiag.devstack import create_push_subscriptions
-from mldiag.devstack_host import HostedFunction, create_host
 from mldiag.messages import STORAGE_FINALIZED
 from mldiag.ports import Where
 
 pytestmark = pytest.mark.emulator
-
-RECORD_EVENT = Path(__file__).parent / "functions" / "record_event" / "main.py"
 
 
 @pytest.fixture
@@ -37,21 +30,6 @@ def bucket(devstack) -> Iterator[str]:
     created = storage.Client(project=devstack["MLDIAG_PROJECT"]).create_bucket(f"chain-{uuid.uuid4().hex[:12]}")
     yield created.name
     created.delete(force=True)
-
-
-@pytest.fixture
-def record_event_function(devstack, bucket) -> Iterator[None]:
-    """The test function, hosted and subscribed to the bucket's finalize notifications."""
-    function = HostedFunction("record_event", RECORD_EVENT, finalized_bucket=bucket)
-    server = make_server("127.0.0.1", 0, create_host([function]), threaded=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    subscriptions = create_push_subscriptions(devstack["MLDIAG_PROJECT"], [function],
-                                              f"http://127.0.0.1:{server.server_port}")
-    yield
-    subscriber = pubsub_v1.SubscriberClient()
-    for subscription in subscriptions:
-        subscriber.delete_subscription(subscription=subscription)
-    server.shutdown()
 
 
 def received_for(store, bucket: str, timeout: float = 30.0) -> list[dict]:
@@ -64,7 +42,8 @@ def received_for(store, bucket: str, timeout: float = 30.0) -> list[dict]:
     return []
 
 
-def test_finalized_object_arrives_as_eventarc_cloud_event(devstack, bucket, record_event_function):
+def test_finalized_object_arrives_as_eventarc_cloud_event(devstack, bucket, host_test_function):
+    host_test_function(devstack["MLDIAG_PROJECT"], "record_event", finalized_bucket=bucket)
     services = build()
     name = "run-1/plugins/profile/2026_01_01_00_00_00/host-0.xplane.pb"
     written = services.blobs.write_bytes(f"gs://{bucket}/{name}", b"\x0aprofile-bytes")
