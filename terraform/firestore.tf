@@ -1,0 +1,47 @@
+# The Firestore queries mldiag makes that need a composite index, and the TTL policy.
+#
+# - Resource lists (mldiag.repository.Repository.list): `_parent == P` ordered by
+#   `createTime`, ascending (internal walks) and descending (the API's default order), in
+#   each resource collection.
+# - The event archive (mldiag.eventlog.EventArchive.list, `mldiag events list|replay`):
+#   `function`, `type` and/or `outcome` equal to a value, over a `firstReceived` range,
+#   newest first. Firestore merges these indexes to serve two or three equalities at once.
+# Every other query the code makes filters or orders on a single field, which Firestore's
+# automatic single-field indexes serve. An API list with a user's `filter` or `orderBy` on
+# other fields needs its own index: Firestore refuses it with FAILED_PRECONDITION and a
+# link that creates it. The emulator enforces no indexes, so only a real project shows this.
+
+locals {
+  resource_collections = ["machineLearningRuns", "profilerTargets", "profilerSessions", "monitoredEvents", "operations"]
+  event_archive        = "events"
+
+  firestore_indexes = merge(
+    merge([
+      for collection in local.resource_collections : {
+        for order in ["ASCENDING", "DESCENDING"] : "${collection}-by-parent-${lower(order)}" => {
+          collection = collection
+          fields = [
+            { field_path = "_parent", order = "ASCENDING" },
+            { field_path = "createTime", order = order },
+          ]
+        }
+      }
+    ]...),
+    {
+      for field in ["function", "type", "outcome"] : "${local.event_archive}-by-${field}" => {
+        collection = local.event_archive
+        fields = [
+          { field_path = field, order = "ASCENDING" },
+          { field_path = "firstReceived", order = "DESCENDING" },
+        ]
+      }
+    },
+  )
+
+  # Archived events carry `expireAt` (first received + var.event_retention_days); Firestore
+  # deletes them within about a day after it passes. Only the embedded store queries
+  # `expireAt` (it prunes by hand), so the field is left out of indexing.
+  firestore_ttl_fields = {
+    events = { collection = local.event_archive, field = "expireAt" }
+  }
+}

@@ -1,0 +1,146 @@
+# The mldiag functions: what each one is, how it is triggered, what it may touch, and how
+# big it runs by default (override with var.function_resources).
+#
+# trigger: "http" (the API, behind IAM), "storage" (Eventarc, object finalize on the
+# profiles bucket) or "pubsub" (push subscriptions from the topics in queue_consumers, and
+# for the recorder every dead-letter topic). The code's side of the same contract is
+# mldiag.entrypoints.TOPIC_SUBSCRIBERS and mldiag.devstack_host.BUCKET_TRIGGERED.
+# Every function also reads and writes the Firestore database and archives the events it
+# handles in the profiles bucket.
+
+locals {
+  # The runtime dependencies of `mldiag` (pyproject.toml [project].dependencies, kept equal
+  # by tests/unit/terraform); the build installs them from the generated requirements.txt.
+  runtime_requirements = [
+    "pydantic>=2.6",
+    "typer>=0.12",
+    "rich>=13.7",
+    "structlog>=24.1",
+    "jinja2>=3.1",
+    "cloudevents>=1.10",
+    "functions-framework>=3.5",
+    "requests>=2.31",
+    "google-cloud-firestore>=2.16",
+    "google-cloud-pubsub>=2.21",
+    "google-cloud-storage>=2.16",
+    "xprof>=2.24",
+  ]
+
+  functions = {
+    control_plane = {
+      description        = "mldiag API: runs, targets, sessions, captures and share links (the SDK's DIAGON_BASE_URL)."
+      service_account_id = "api"
+      trigger            = "http"
+      resources          = { memory = "1Gi", cpu = "1", timeout_seconds = 60, concurrency = 80, max_instances = 20 }
+      # Deletes runs with their profiles; signs share links to reports.
+      bucket_roles       = ["roles/storage.objectUser"]
+      publishes_to       = ["analysis-requests", "capture-requests", "monitoring-alerts"]
+      project_roles      = []
+      sign_as_self       = true
+      reaches_workloads  = false
+      extra_requirements = []
+      extra_environment = {
+        # ID tokens must be minted for this URL (Cloud Run's deterministic one, see main.tf).
+        MLDIAG_AUTH_AUDIENCE = local.control_plane_url
+      }
+    }
+    register_session = {
+      description        = "Registers profile files as they land in the bucket and queues each settled session for analysis."
+      service_account_id = "register"
+      trigger            = "storage"
+      resources          = { memory = "512Mi", cpu = "1", timeout_seconds = 120, concurrency = 20, max_instances = 50 }
+      bucket_roles       = ["roles/storage.objectViewer", "roles/storage.objectCreator"]
+      publishes_to       = ["analysis-requests"]
+      project_roles      = []
+      sign_as_self       = false
+      reaches_workloads  = false
+      extra_requirements = []
+      extra_environment  = {}
+    }
+    analyze_session = {
+      description        = "Runs the XProf tools over a session and writes summary.html and analysis.json next to it."
+      service_account_id = "analyze"
+      trigger            = "pubsub"
+      # Profiles are converted in memory: size for the largest session expected (up to
+      # 32Gi with 8 vCPUs); beyond that or beyond 10 minutes, see "Huge profiles" in README.md.
+      # The timeout stays under the 600 s push ack deadline so a slow run is not redelivered.
+      resources          = { memory = "8Gi", cpu = "2", timeout_seconds = 540, concurrency = 1, max_instances = 10 }
+      bucket_roles       = ["roles/storage.objectUser"]
+      publishes_to       = []
+      project_roles      = ["roles/aiplatform.user"]
+      sign_as_self       = false
+      reaches_workloads  = false
+      extra_requirements = ["google-genai>=1.0"]
+      # google-genai reads these to reach Gemini on Vertex AI in this project.
+      extra_environment = {
+        GOOGLE_GENAI_USE_VERTEXAI = "true"
+        GOOGLE_CLOUD_PROJECT      = var.project_id
+        GOOGLE_CLOUD_LOCATION     = var.vertex_location
+      }
+    }
+    dispatch_capture = {
+      description        = "Asks a workload's profiler server (:9999) for an on-demand trace or a continuous-profiling snapshot."
+      service_account_id = "capture"
+      trigger            = "pubsub"
+      # A snapshot returns the profiler's whole buffer (about 2 GB on TPU hosts).
+      resources          = { memory = "4Gi", cpu = "2", timeout_seconds = 300, concurrency = 1, max_instances = 20 }
+      bucket_roles       = ["roles/storage.objectViewer", "roles/storage.objectCreator"]
+      publishes_to       = []
+      project_roles      = []
+      sign_as_self       = false
+      reaches_workloads  = true
+      extra_requirements = []
+      extra_environment  = {}
+    }
+    on_alert = {
+      description        = "Turns degradation alerts into captures, with per-run cooldown and storm control."
+      service_account_id = "alert"
+      trigger            = "pubsub"
+      resources          = { memory = "512Mi", cpu = "1", timeout_seconds = 60, concurrency = 20, max_instances = 10 }
+      bucket_roles       = ["roles/storage.objectCreator"]
+      publishes_to       = ["capture-requests"]
+      project_roles      = []
+      sign_as_self       = false
+      reaches_workloads  = false
+      extra_requirements = []
+      extra_environment  = {}
+    }
+    record_dead_letter = {
+      description        = "Records every message that exhausted its retries, with the reason, for `mldiag events dead-letters`."
+      service_account_id = "deadletter"
+      trigger            = "pubsub"
+      resources          = { memory = "512Mi", cpu = "1", timeout_seconds = 60, concurrency = 20, max_instances = 5 }
+      bucket_roles       = ["roles/storage.objectCreator"]
+      publishes_to       = []
+      project_roles      = []
+      sign_as_self       = false
+      reaches_workloads  = false
+      extra_requirements = []
+      extra_environment  = {}
+    }
+    maintenance = {
+      description        = "Housekeeping on every Cloud Scheduler tick: settles sessions, republishes a stuck outbox."
+      service_account_id = "maintenance"
+      trigger            = "pubsub"
+      # One tick at a time: overlapping runs would only contend for the same documents.
+      resources          = { memory = "512Mi", cpu = "1", timeout_seconds = 120, concurrency = 1, max_instances = 1 }
+      bucket_roles       = ["roles/storage.objectCreator"]
+      publishes_to       = ["analysis-requests", "capture-requests", "monitoring-alerts"]
+      project_roles      = []
+      sign_as_self       = false
+      reaches_workloads  = false
+      extra_requirements = []
+      extra_environment  = {}
+    }
+  }
+
+  # Each work topic (mldiag.config.TOPICS) and the function that consumes it.
+  queue_consumers = {
+    "analysis-requests" = "analyze_session"
+    "capture-requests"  = "dispatch_capture"
+    "monitoring-alerts" = "on_alert"
+    "maintenance-ticks" = "maintenance"
+  }
+  dead_letter_recorder = "record_dead_letter"
+  maintenance_ticks    = "maintenance-ticks"
+}

@@ -1,0 +1,56 @@
+output "control_plane_url" {
+  description = "The API: DIAGON_BASE_URL for the official SDK, MLDIAG_API_URL for the `mldiag` CLI (the audience of its callers' ID tokens)."
+  value       = local.control_plane_url
+  precondition {
+    condition     = startswith(local.control_plane_url, "https://${module.function["control_plane"].name}-")
+    error_message = "The control plane's deterministic URL no longer follows its service name."
+  }
+}
+
+output "profiles_gcs_path" {
+  description = "Where workloads write profiles: the SDK's `gcs_path` (runs go under `<path>/<run>/plugins/profile/<session>/`)."
+  value       = local.profiles_path
+}
+
+output "bucket" {
+  description = "Profiles bucket name (MLDIAG_BUCKET)."
+  value       = module.profiles.name
+}
+
+output "firestore_database" {
+  description = "Firestore database id (MLDIAG_FIRESTORE_DATABASE)."
+  value       = module.firestore.name
+}
+
+output "xprof_viewer_url" {
+  description = "XProf viewer URL (null when no viewer is deployed)."
+  value       = try(module.xprof_viewer[0].url, null)
+}
+
+output "topics" {
+  description = "Work topics and their dead-letter topics."
+  value       = { for topic, queue in module.queue : topic => queue.dead_letter_topic }
+}
+
+output "unrecorded_dead_letters_subscription" {
+  description = "Pull subscription holding dead letters the recorder could not take."
+  value       = google_pubsub_subscription.unrecorded_dead_letters.name
+}
+
+output "alert_notification_channel" {
+  description = "Notification channel to add to alerting policies that should trigger captures."
+  value       = google_monitoring_notification_channel.alerts.id
+}
+
+output "function_service_accounts" {
+  description = "Each function's own service account."
+  value       = { for name, function in module.function : name => function.service_account_email }
+}
+
+output "workload_environment" {
+  description = "Environment for a workload using the official SDK against this deployment."
+  value = {
+    DIAGON_BASE_URL = local.control_plane_url
+    MLDIAG_API_URL  = local.control_plane_url
+  }
+}

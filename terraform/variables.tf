@@ -1,0 +1,243 @@
+variable "project_id" {
+  description = "Project to deploy mldiag into (one instance serves every run in the project)."
+  type        = string
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{4,28}[a-z0-9]$", var.project_id))
+    error_message = "project_id must be a project id: 6-30 lowercase letters, digits or '-', starting with a letter."
+  }
+}
+
+variable "region" {
+  description = "Region of the functions, queues' consumers, image repository and (by default) the bucket and Firestore."
+  type        = string
+  validation {
+    condition     = can(regex("^[a-z]+-[a-z]+[0-9]+$", var.region))
+    error_message = "region must be a Google Cloud region such as us-central1."
+  }
+}
+
+variable "prefix" {
+  description = "Prefix of function, service account and bucket names, so several deployments can share a project's naming space."
+  type        = string
+  default     = "mldiag"
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{0,10}[a-z0-9]$", var.prefix))
+    error_message = "prefix is 2-12 lowercase letters, digits or '-' (service account ids are limited to 30 characters)."
+  }
+}
+
+variable "labels" {
+  description = "Labels added to every resource that takes labels (`app = mldiag` is always set)."
+  type        = map(string)
+  default     = {}
+}
+
+# --- profiles bucket --------------------------------------------------------------------------
+
+variable "bucket_name" {
+  description = "Profiles bucket name; null for `<project_id>-<prefix>-profiles`."
+  type        = string
+  default     = null
+}
+
+variable "bucket_location" {
+  description = "Profiles bucket location; null for the region. A multi-region also works (the finalize trigger follows it)."
+  type        = string
+  default     = null
+}
+
+variable "profiles_prefix" {
+  description = "Folder in the bucket under which workloads write runs (their `gcs_path`), and which the XProf viewer lists."
+  type        = string
+  default     = "profiles"
+  validation {
+    condition     = can(regex("^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$", var.profiles_prefix))
+    error_message = "profiles_prefix is a relative folder path without leading or trailing '/'."
+  }
+}
+
+variable "bucket_lifecycle_rules" {
+  description = "Lifecycle rules of the profiles bucket. The default moves objects to Nearline after 30 days, deletes them after a year, and deletes noncurrent versions after 7 days."
+  type = list(object({
+    action = object({
+      type          = string
+      storage_class = optional(string)
+    })
+    condition = object({
+      age                        = optional(number)
+      matches_prefix             = optional(list(string))
+      matches_storage_class      = optional(list(string))
+      with_state                 = optional(string)
+      num_newer_versions         = optional(number)
+      days_since_noncurrent_time = optional(number)
+    })
+  }))
+  default = [
+    {
+      action    = { type = "SetStorageClass", storage_class = "NEARLINE" }
+      condition = { age = 30, matches_storage_class = ["STANDARD"] }
+    },
+    {
+      action    = { type = "Delete" }
+      condition = { age = 365 }
+    },
+    {
+      action    = { type = "Delete" }
+      condition = { days_since_noncurrent_time = 7, with_state = "ARCHIVED" }
+    },
+    {
+      action    = { type = "AbortIncompleteMultipartUpload" }
+      condition = { age = 1 }
+    },
+  ]
+}
+
+variable "bucket_versioning" {
+  description = "Keep overwritten and deleted profiles as noncurrent versions (the default lifecycle deletes them after 7 days)."
+  type        = bool
+  default     = false
+}
+
+variable "kms_key_name" {
+  description = "Cloud KMS key that encrypts the profiles bucket (CMEK), `projects/P/locations/L/keyRings/R/cryptoKeys/K`, in the bucket's location; null for Google-managed keys."
+  type        = string
+  default     = null
+}
+
+variable "access_log_bucket" {
+  description = "Bucket that receives usage logs of the profiles bucket; null for none."
+  type        = string
+  default     = null
+}
+
+variable "soft_delete_retention_days" {
+  description = "Days deleted profiles stay restorable (0 turns soft delete off; otherwise 7 to 90)."
+  type        = number
+  default     = 7
+}
+
+variable "force_destroy" {
+  description = "Let `terraform destroy` delete the profiles bucket with everything in it."
+  type        = bool
+  default     = false
+}
+
+# --- state and queues ------------------------------------------------------------------------
+
+variable "firestore" {
+  description = "The Firestore database: id (`MLDIAG_FIRESTORE_DATABASE`), location (null for the region; nam5/eur3 for multi-region), deletion protection and point-in-time recovery."
+  type = object({
+    name                   = optional(string, "mldiag")
+    location_id            = optional(string)
+    deletion_protection    = optional(bool, true)
+    point_in_time_recovery = optional(bool, false)
+  })
+  default = {}
+}
+
+variable "delivery" {
+  description = "Queue delivery: attempts before a message goes to its dead-letter topic (5-100; also MLDIAG_MAX_DELIVERY_ATTEMPTS), exponential backoff bounds and message retention."
+  type = object({
+    max_delivery_attempts = optional(number, 5)
+    minimum_backoff       = optional(string, "10s")
+    maximum_backoff       = optional(string, "600s")
+    message_retention     = optional(string, "604800s")
+  })
+  default = {}
+  validation {
+    condition     = var.delivery.max_delivery_attempts >= 5 && var.delivery.max_delivery_attempts <= 100
+    error_message = "Pub/Sub accepts max_delivery_attempts between 5 and 100."
+  }
+}
+
+variable "event_retention_days" {
+  description = "Days the event archive keeps each handled event (MLDIAG_EVENT_RETENTION_DAYS; Firestore's TTL on `expireAt` deletes it after)."
+  type        = number
+  default     = 30
+  validation {
+    condition     = var.event_retention_days > 0
+    error_message = "event_retention_days must be positive."
+  }
+}
+
+variable "maintenance_schedule" {
+  description = "Cron schedule (UTC) of the maintenance ticks; settling sessions waits for the next tick."
+  type        = string
+  default     = "* * * * *"
+}
+
+# --- functions -------------------------------------------------------------------------------
+
+variable "function_resources" {
+  description = "Per-function overrides of the sizes in functions.tf, `{function = {memory, cpu, timeout_seconds, concurrency, max_instances}}`; unset fields keep their default."
+  type = map(object({
+    memory          = optional(string)
+    cpu             = optional(string)
+    timeout_seconds = optional(number)
+    concurrency     = optional(number)
+    max_instances   = optional(number)
+  }))
+  default = {}
+  validation {
+    condition     = alltrue([for name in keys(var.function_resources) : contains(keys(local.functions), name)])
+    error_message = "function_resources keys must be mldiag functions: control_plane, register_session, analyze_session, dispatch_capture, on_alert, record_dead_letter."
+  }
+}
+
+variable "control_plane" {
+  description = "Who reaches the API: ingress (ALLOW_ALL, ALLOW_INTERNAL_ONLY, ALLOW_INTERNAL_AND_GCLB), members granted roles/run.invoker, and whether to admit unauthenticated callers (the official SDK sends no credentials), allowed only with restricted ingress."
+  type = object({
+    ingress               = optional(string, "ALLOW_ALL")
+    invoker_members       = optional(list(string), [])
+    allow_unauthenticated = optional(bool, false)
+  })
+  default = {}
+  validation {
+    condition     = contains(["ALLOW_ALL", "ALLOW_INTERNAL_ONLY", "ALLOW_INTERNAL_AND_GCLB"], var.control_plane.ingress)
+    error_message = "control_plane.ingress must be ALLOW_ALL, ALLOW_INTERNAL_ONLY or ALLOW_INTERNAL_AND_GCLB."
+  }
+  validation {
+    condition     = !var.control_plane.allow_unauthenticated || var.control_plane.ingress != "ALLOW_ALL"
+    error_message = "control_plane.allow_unauthenticated needs ingress ALLOW_INTERNAL_ONLY or ALLOW_INTERNAL_AND_GCLB: an open API must not face the internet."
+  }
+}
+
+variable "workload_members" {
+  description = "Identities of the ML workloads (e.g. `serviceAccount:trainer@P.iam.gserviceaccount.com`): they may call the API and create and read objects in the profiles bucket."
+  type        = list(string)
+  default     = []
+  validation {
+    condition     = alltrue([for member in var.workload_members : can(regex("^(serviceAccount|user|group|domain|principal|principalSet):", member))])
+    error_message = "workload_members are IAM members such as serviceAccount:EMAIL or principalSet://...; allUsers and allAuthenticatedUsers are not allowed."
+  }
+}
+
+variable "workload_vpc_connector" {
+  description = "Serverless VPC Access connector through which dispatch_capture reaches the workloads' profiler servers (port 9999); null when targets are reachable without one or a node agent captures."
+  type = object({
+    name            = string
+    egress_settings = optional(string, "PRIVATE_RANGES_ONLY")
+  })
+  default = null
+}
+
+variable "vertex_location" {
+  description = "Vertex AI location of the Gemini model the analysis uses (`global` or a region)."
+  type        = string
+  default     = "global"
+}
+
+# --- viewer ----------------------------------------------------------------------------------
+
+variable "xprof_viewer" {
+  description = "The XProf viewer service: its image (entrypoint `xprof`, see modules/xprof-viewer/image), who may open it, ingress and size. Null deploys no viewer (dashboard links are then left empty)."
+  type = object({
+    image           = string
+    invoker_members = optional(list(string), [])
+    ingress         = optional(string, "INGRESS_TRAFFIC_ALL")
+    cpu             = optional(string, "2")
+    memory          = optional(string, "4Gi")
+    max_instances   = optional(number, 3)
+  })
+  default = null
+}
