@@ -114,6 +114,8 @@ class BlobStore(Protocol):
 class LocalBuckets(Protocol):
     """A :class:`BlobStore` whose buckets are folders on this machine (the embedded default)."""
 
+    buckets: Path  # the folder holding one folder per bucket
+
     def uri_for(self, path: Path) -> str:
         """The ``gs://`` URI of a file under a bucket folder; ``ValueError`` for any other path."""
 

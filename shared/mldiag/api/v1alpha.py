@@ -66,7 +66,8 @@ def get_run(project: str, location: str, run: str) -> Response:
 @blueprint.patch(RUN)
 def update_run(project: str, location: str, run: str) -> Response:
     name = _run(project, location, run)
-    updated = runs.update(services(), name, json_body(), query("update_mask"), allow_missing=query_bool("allow_missing"))
+    updated = runs.update(services(), name, json_body(), query("update_mask"),
+                          allow_missing=query_bool("allow_missing"))
     return _done(updated.name, "update", updated)
 
 

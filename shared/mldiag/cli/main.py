@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from mldiag import __version__
-from mldiag.cli import events, monitored_events, runs, sessions, status, targets
+from mldiag.cli import events, monitored_events, runs, sessions, status, targets, up
 
 app = typer.Typer(
     name="mldiag",
@@ -14,6 +14,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.command("status")(status.status)
+app.command("up")(up.up)
 app.add_typer(events.app, name="events")
 app.add_typer(runs.app, name="machine-learning-run")
 app.add_typer(targets.app, name="profiler-target")

@@ -1,0 +1,23 @@
+"""Cloud Function (HTTP): the control plane's API — v1alpha, the SDK's self-hosted /v1 routes, share links."""
+
+import functools
+import io
+
+import flask
+import functions_framework
+from werkzeug.wrappers import Response
+
+from mldiag.api import create_app
+
+
+@functools.cache
+def _app() -> flask.Flask:
+    return create_app()
+
+
+@functions_framework.http
+def control_plane(request: flask.Request) -> Response:
+    # The framework may have consumed the input stream already; the API gets the body from a fresh one.
+    body = request.get_data()
+    environ = {**request.environ, "wsgi.input": io.BytesIO(body), "CONTENT_LENGTH": str(len(body))}
+    return Response.from_app(_app(), environ, buffered=True)

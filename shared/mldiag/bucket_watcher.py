@@ -1,0 +1,149 @@
+"""Local buckets that notify: files appearing under ``DATA_DIR/buckets`` become
+Cloud Storage ``OBJECT_FINALIZE`` notifications on the ``bucket-notifications`` topic.
+
+This is what ``mldiag up`` uses in place of Cloud Storage's Pub/Sub
+notifications. A workload (JAX, the SDK's ``xprof()``, a profiler server)
+writes straight into a bucket folder, so a file is only announced once it has
+stopped changing: same size and modification time for ``settle_seconds``.
+An object is announced once per generation (its modification time, as
+:class:`~mldiag.adapters.local_blobs.LocalBlobs` defines it); files that exist
+when the watcher starts are not announced, as Cloud Storage would not either.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import structlog
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+
+from mldiag.blob_uris import parse_blob_uri
+from mldiag.config import BUCKET_NOTIFICATIONS
+from mldiag.domain.errors import InvalidArgument
+from mldiag.domain.types import format_timestamp
+from mldiag.messages import encode_json
+from mldiag.ports import BlobInfo, BlobStore, LocalBuckets, MessageBus
+
+log = structlog.get_logger(__name__)
+
+
+def notification(info: BlobInfo) -> tuple[bytes, dict[str, str]]:
+    """The Pub/Sub message Cloud Storage publishes for a finalized object (payload ``JSON_API_V1``)."""
+    bucket, _, name = info.uri.removeprefix("gs://").partition("/")
+    updated = format_timestamp(info.updated)
+    resource = {
+        "kind": "storage#object",
+        "id": f"{bucket}/{name}/{info.generation}",
+        "name": name,
+        "bucket": bucket,
+        "generation": info.generation,
+        "metageneration": "1",
+        "contentType": info.content_type,
+        "size": str(info.size),
+        "storageClass": "STANDARD",
+        "timeCreated": updated,
+        "updated": updated,
+    }
+    attributes = {
+        "eventType": "OBJECT_FINALIZE",
+        "payloadFormat": "JSON_API_V1",
+        "bucketId": bucket,
+        "objectId": name,
+        "objectGeneration": info.generation,
+        "eventTime": updated,
+        "notificationConfig": f"projects/_/buckets/{bucket}/notificationConfigs/mldiag-up",
+    }
+    return encode_json(resource), attributes
+
+
+class _Changes(FileSystemEventHandler):
+    def __init__(self, watcher: BucketWatcher):
+        self.watcher = watcher
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        path = getattr(event, "dest_path", "") or event.src_path
+        if event.event_type in ("created", "modified", "moved", "closed"):
+            self.watcher.noticed(Path(os.fsdecode(path)), is_directory=event.is_directory)
+
+
+class BucketWatcher:
+    """Watches a :class:`LocalBuckets` blob store and publishes finalize notifications to ``bus``."""
+
+    def __init__(self, blobs: BlobStore, bus: MessageBus, *, settle_seconds: float = 1.0,
+                 poll_seconds: float = 0.25):
+        if not isinstance(blobs, LocalBuckets):
+            raise TypeError("only a blob store whose buckets are local folders can be watched")
+        self.blobs = blobs
+        self.root = blobs.buckets
+        self.bus = bus
+        self.settle_seconds = settle_seconds
+        self.poll_seconds = poll_seconds
+        self._pending: dict[Path, tuple[tuple[int, int], float]] = {}
+        self._announced: dict[Path, int] = {}
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._observer = Observer()
+        self._checker = threading.Thread(target=self._check_forever, name="mldiag-bucket-watcher", daemon=True)
+
+    def start(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._observer.schedule(_Changes(self), str(self.root), recursive=True)
+        self._observer.start()
+        self._checker.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._observer.stop()
+        self._observer.join(timeout=5)
+        self._checker.join(timeout=5)
+
+    def noticed(self, path: Path, *, is_directory: bool) -> None:
+        """A change under the root: files wait to settle; a new folder's files (which may
+        have been written before the folder itself was watched) are looked at too."""
+        paths = [p for p in path.rglob("*") if p.is_file()] if is_directory else [path]
+        with self._lock:
+            for file in paths:
+                self._pending.setdefault(file, ((-1, -1), time.monotonic()))
+
+    def _check_forever(self) -> None:
+        while not self._stopping.wait(self.poll_seconds):
+            self.check()
+
+    def check(self) -> int:
+        """Announce every pending file that has settled; returns how many were announced."""
+        now = time.monotonic()
+        settled = []
+        with self._lock:
+            for path, (seen, since) in list(self._pending.items()):
+                try:
+                    stat = path.stat()
+                except FileNotFoundError:
+                    del self._pending[path]  # a temporary file, renamed or removed
+                    continue
+                current = (stat.st_size, stat.st_mtime_ns)
+                if current != seen:
+                    self._pending[path] = (current, now)
+                elif now - since >= self.settle_seconds:
+                    del self._pending[path]
+                    if self._announced.get(path) != stat.st_mtime_ns:
+                        self._announced[path] = stat.st_mtime_ns
+                        settled.append(path)
+        return sum(self._announce(path) for path in settled)
+
+    def _announce(self, path: Path) -> bool:
+        try:
+            uri = str(parse_blob_uri(self.blobs.uri_for(path)))
+        except (ValueError, InvalidArgument) as error:  # outside any bucket, or no valid object name
+            log.warning("not announced: not an object of a bucket", path=str(path), error=str(error))
+            return False
+        info = self.blobs.stat(uri)
+        if info is None:
+            return False
+        data, attributes = notification(info)
+        self.bus.publish(BUCKET_NOTIFICATIONS, data, attributes)
+        log.info("object finalized", uri=info.uri, size=info.size, generation=info.generation)
+        return True

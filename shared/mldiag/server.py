@@ -1,0 +1,113 @@
+"""``mldiag up``: the whole control plane on one machine, on the embedded default.
+
+One process hosts what the cloud spreads over services: the HTTP API (cheroot,
+a threaded production WSGI server), every event function bound to its topic on
+the in-process bus exactly as Terraform subscribes it (``mldiag.entrypoints``),
+a watcher that turns files landing in the local buckets into Cloud Storage
+finalize notifications (delivered to the bucket-triggered functions the way
+Eventarc delivers them), and a timer standing in for Cloud Scheduler's
+maintenance ticks. Ctrl-C or SIGTERM stops it cleanly: the server stops
+accepting and finishes the requests in flight, then the watcher, the timer and
+the bus stop (deliveries still queued in memory are dropped; files that landed
+meanwhile are not announced again on the next start).
+"""
+
+from __future__ import annotations
+
+import functools
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import FrameType
+
+import structlog
+from cheroot import wsgi
+from cloudevents.http import CloudEvent
+
+from mldiag import bootstrap, entrypoints
+from mldiag.adapters.inprocess_bus import InProcessBus
+from mldiag.api import create_app
+from mldiag.bootstrap import Services
+from mldiag.bucket_watcher import BucketWatcher
+from mldiag.config import BUCKET_NOTIFICATIONS, MAINTENANCE_TICKS, Settings
+from mldiag.devstack_host import BUCKET_TRIGGERED, EventarcStorageAdapter
+from mldiag.messages import encode_json
+
+log = structlog.get_logger(__name__)
+
+MAINTENANCE_INTERVAL_S = 15.0  # Cloud Scheduler ticks every minute; locally results should come sooner
+SERVER_THREADS = 16
+
+
+@dataclass(frozen=True)
+class Banner:
+    """What a user needs to point a workload at this control plane."""
+
+    url: str
+    data_dir: str
+    bucket_uri: str
+    bucket_folder: str
+
+
+def wire_functions(services: Services, bus: InProcessBus) -> None:
+    """Subscribe every event function to its topics, and the bucket-triggered ones to finalize events."""
+    for topic, function in entrypoints.TOPIC_SUBSCRIBERS.items():
+        bus.subscribe(topic, functools.partial(entrypoints.EVENT_HANDLERS[function], services), name=function)
+    eventarc = EventarcStorageAdapter(app=None, bucket=services.settings.bucket)  # only its event mapping is used
+    for function in BUCKET_TRIGGERED:
+        handler = entrypoints.EVENT_HANDLERS[function]
+
+        def deliver(notification: CloudEvent, handler: entrypoints.Handler = handler) -> None:
+            event = eventarc.finalized_event(notification.get_data())
+            if event is not None:
+                handler(services, event)
+
+        bus.subscribe(BUCKET_NOTIFICATIONS, deliver, name=function)
+
+
+class _Ticker(threading.Thread):
+    def __init__(self, bus: InProcessBus, interval: float):
+        super().__init__(name="mldiag-maintenance", daemon=True)
+        self.bus, self.interval, self.stopping = bus, interval, threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.wait(self.interval):
+            self.bus.publish(MAINTENANCE_TICKS, encode_json({"source": "mldiag up"}))
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner], None]) -> None:
+    """Run until Ctrl-C or SIGTERM; ``announce`` is called once the port is bound."""
+    server = wsgi.Server((host, port), wsgi_app=None, numthreads=SERVER_THREADS)
+    server.prepare()  # binds now, so that --port 0 has a real port to report
+    bound_port = server.bind_addr[1]
+    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{bound_port}"
+    settings = settings.model_copy(update={"backend": "embedded", "api_url": url})
+    services = bootstrap.build(settings)
+    bus = services.bus
+    assert isinstance(bus, InProcessBus)
+    wire_functions(services, bus)
+    server.wsgi_app = create_app(services)
+    watcher = BucketWatcher(services.blobs, bus)
+    ticker = _Ticker(bus, MAINTENANCE_INTERVAL_S)
+
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    bus.start()
+    watcher.start()
+    ticker.start()
+    announce(Banner(url, str(settings.data_dir), settings.bucket_uri,
+                    str(settings.data_dir / "buckets" / settings.bucket)))
+    try:
+        server.serve()
+    except KeyboardInterrupt:
+        log.info("stopping")
+    finally:
+        server.stop()
+        ticker.stopping.set()
+        watcher.stop()
+        bus.stop()
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,109 @@
+"""The local buckets' finalize notifications: one per settled file generation, never half a file."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from mldiag.adapters.inprocess_bus import InProcessBus
+from mldiag.adapters.local_blobs import LocalBlobs
+from mldiag.bucket_watcher import BucketWatcher
+from mldiag.config import BUCKET_NOTIFICATIONS
+from mldiag.messages import message_from_cloud_event
+
+OBJECT = "exp/run-1/plugins/profile/2026_01_01/host-0.xplane.pb"
+
+
+@pytest.fixture
+def blobs(tmp_path) -> LocalBlobs:
+    return LocalBlobs(tmp_path)
+
+
+@pytest.fixture
+def received():
+    return []
+
+
+@pytest.fixture
+def bus(received) -> InProcessBus:
+    bus = InProcessBus("p")
+    bus.subscribe(BUCKET_NOTIFICATIONS, lambda event: received.append(message_from_cloud_event(event)))
+    return bus
+
+
+def _write(blobs: LocalBlobs, name: str, data: bytes, bucket: str = "profiles"):
+    path = blobs.buckets / bucket / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+def test_a_file_is_announced_once_it_stops_changing(blobs, bus, received):
+    watcher = BucketWatcher(blobs, bus, settle_seconds=0.2)
+    path = _write(blobs, OBJECT, b"x" * 10)
+    watcher.noticed(path, is_directory=False)
+    assert watcher.check() == 0  # first look: just seen
+    with path.open("ab") as growing:
+        growing.write(b"y" * 10)
+    time.sleep(0.25)
+    assert watcher.check() == 0  # it changed since the last look
+    time.sleep(0.25)
+    assert watcher.check() == 1
+    bus.drain()
+
+    (message,) = received
+    resource = json.loads(message.data)
+    assert message.attributes["eventType"] == "OBJECT_FINALIZE"
+    assert message.attributes["bucketId"] == "profiles" and message.attributes["objectId"] == OBJECT
+    assert resource["name"] == OBJECT and resource["size"] == "20"
+    assert resource["generation"] == message.attributes["objectGeneration"] == str(path.stat().st_mtime_ns)
+
+
+def test_each_generation_is_announced_once(blobs, bus, received):
+    watcher = BucketWatcher(blobs, bus, settle_seconds=0)
+    path = _write(blobs, OBJECT, b"first")
+    for _ in range(2):
+        watcher.noticed(path, is_directory=False)
+        watcher.check(), watcher.check()
+    time.sleep(0.01)
+    _write(blobs, OBJECT, b"second version")
+    watcher.noticed(path, is_directory=False)
+    watcher.check(), watcher.check()
+    bus.drain()
+    assert [json.loads(m.data)["size"] for m in received] == ["5", "14"]
+
+
+def test_vanished_files_and_files_outside_any_bucket_are_not_announced(blobs, bus, received):
+    watcher = BucketWatcher(blobs, bus, settle_seconds=0)
+    temporary = _write(blobs, OBJECT + ".tmp", b"partial")
+    watcher.noticed(temporary, is_directory=False)
+    temporary.unlink()
+    stray = blobs.buckets / "stray-file"
+    stray.write_bytes(b"not in a bucket")
+    watcher.noticed(stray, is_directory=False)
+    watcher.check(), watcher.check()
+    bus.drain()
+    assert received == []
+
+
+def test_the_running_watcher_sees_files_in_new_folders(blobs, bus, received):
+    watcher = BucketWatcher(blobs, bus, settle_seconds=0.2, poll_seconds=0.05)
+    watcher.start()
+    try:
+        _write(blobs, OBJECT, b"a profile")  # makes four new folders and a file at once
+        _write(blobs, "exp/run-1/plugins/profile/2026_01_01/host-1.xplane.pb", b"another host")
+        deadline = time.monotonic() + 10
+        while len(received) < 2 and time.monotonic() < deadline:
+            bus.drain()
+            time.sleep(0.05)
+    finally:
+        watcher.stop()
+    assert sorted(m.attributes["objectId"].rsplit("/", 1)[1] for m in received) == \
+        ["host-0.xplane.pb", "host-1.xplane.pb"]
+
+
+def test_only_local_buckets_can_be_watched(bus):
+    with pytest.raises(TypeError):
+        BucketWatcher(object(), bus)  # type: ignore[arg-type]
