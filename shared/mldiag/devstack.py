@@ -148,7 +148,7 @@ class Child:
 
 @dataclass
 class Devstack:
-    """The running local cloud. Use as a context manager, or :meth:`start` and :meth:`stop`."""
+    """The local cloud: :meth:`start` brings it up, :meth:`stop` takes every child down."""
 
     project: str = "mldiag-local"
     bucket: str = Settings().bucket
@@ -261,12 +261,6 @@ class Devstack:
 
     def first_exited(self) -> Child | None:
         return next((child for child in self.children if child.process.poll() is not None), None)
-
-    def __enter__(self) -> dict[str, str]:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
 
 def create_push_subscriptions(project: str, functions: Iterable[HostedFunction], base_url: str,
