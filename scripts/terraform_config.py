@@ -8,6 +8,7 @@ helpers here turn that into labels, literals, blocks and arguments.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -101,9 +102,15 @@ def _labeled(kind: str, entry: dict[str, Any], depth: int) -> Iterator[tuple[tup
                 yield (unquote(label), *rest), body
 
 
+@functools.lru_cache(maxsize=512)
+def _parse(text: str) -> dict[str, Any]:
+    # Keyed by content: the checks parse the same files again in every planted copy.
+    return hcl2.loads(text, serialization_options=_OPTIONS)
+
+
 def load_file(path: Path) -> list[Block]:
-    with path.open(encoding="utf-8") as handle:
-        document = hcl2.load(handle, serialization_options=_OPTIONS)
+    """The top-level blocks of one file; their bodies are shared, read-only parse results."""
+    document = _parse(path.read_text(encoding="utf-8"))
     blocks: list[Block] = []
     for kind, entries in document.items():
         if kind.startswith("__"):
