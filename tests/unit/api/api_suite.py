@@ -1,13 +1,27 @@
-"""What the API test suite shares besides fixtures: the paths it calls and a small client."""
+"""What the API test suite shares: paths, a small client, and the fixtures every backend uses.
+
+Each conftest that runs the suite imports these fixtures and provides ``store``
+(SQLite in ``tests/unit/api``, the Firestore emulator in ``tests/integration/api``).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import pytest
 import requests
 from flask import Flask
 from flask.testing import FlaskClient
 from requests.structures import CaseInsensitiveDict
+
+from mldiag.adapters.inprocess_bus import InProcessBus
+from mldiag.adapters.local_blobs import LocalBlobs
+from mldiag.api import create_app
+from mldiag.bootstrap import Services
+from mldiag.config import Settings
+from mldiag.ports import DocumentStore
 
 PROJECT, LOCATION = "test-project", "test-location"
 API_URL = "http://mldiag.test"
@@ -57,3 +71,34 @@ class WsgiAdapter(requests.adapters.BaseAdapter):
 
     def close(self) -> None:
         pass
+
+
+@pytest.fixture
+def make_services(store: DocumentStore, tmp_path: Path) -> Callable[..., Services]:
+    """Services over ``store`` with settings overridden by keyword (``api_token=...``)."""
+
+    def make(**overrides: Any) -> Services:
+        settings = Settings(data_dir=tmp_path / "data", project=PROJECT, location=LOCATION,
+                            api_url=API_URL, **overrides)
+        blobs = LocalBlobs(settings.data_dir, share_base_url=API_URL, share_key=settings.share_key)
+        return Services(settings=settings, store=store, blobs=blobs, bus=InProcessBus(PROJECT))
+
+    return make
+
+
+@pytest.fixture
+def services(make_services: Callable[..., Services]) -> Services:
+    return make_services()
+
+
+@pytest.fixture
+def make_api(make_services: Callable[..., Services]) -> Callable[..., Api]:
+    def make(headers: dict[str, str] | None = None, **settings: Any) -> Api:
+        return Api(create_app(make_services(**settings)).test_client(), headers)
+
+    return make
+
+
+@pytest.fixture
+def api(services: Services) -> Api:
+    return Api(create_app(services).test_client())
