@@ -3,9 +3,13 @@ shaped like Google's API (resource names, ``update_mask``, etags, paging, operat
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from operator import attrgetter
+
 from flask import Blueprint, Response
 
 from mldiag.api.http import json_body, list_request, ok, query, query_bool, services
+from mldiag.bootstrap import Services
 from mldiag.domain.errors import InvalidArgument
 from mldiag.domain.names import EVENTS, SESSIONS, TARGETS, LocationName, RunName
 from mldiag.domain.resources import Resource
@@ -87,17 +91,6 @@ def create_target(project: str, location: str, run: str) -> Response:
     return _done(target.name, "create", target)
 
 
-@blueprint.get(RUN + "/" + TARGETS)
-def list_targets(project: str, location: str, run: str) -> Response:
-    return _list(services().targets, str(_run(project, location, run)))
-
-
-@blueprint.get(RUN + "/" + TARGETS + "/<id:target>")
-def get_target(project: str, location: str, run: str, target: str) -> Response:
-    name = _run(project, location, run).child(TARGETS, target)
-    return ok(services().targets.get(str(name)).to_json_dict())
-
-
 @blueprint.delete(RUN + "/" + TARGETS + "/<id:target>")
 def delete_target(project: str, location: str, run: str, target: str) -> Response:
     name = str(_run(project, location, run).child(TARGETS, target))
@@ -112,17 +105,6 @@ def delete_target(project: str, location: str, run: str, target: str) -> Respons
 def create_session(project: str, location: str, run: str) -> Response:
     session = sessions.create(services(), _run(project, location, run), query("profiler_session_id"), json_body())
     return _done(session.name, "create", session)
-
-
-@blueprint.get(RUN + "/" + SESSIONS)
-def list_sessions(project: str, location: str, run: str) -> Response:
-    return _list(services().sessions, str(_run(project, location, run)))
-
-
-@blueprint.get(RUN + "/" + SESSIONS + "/<id:session>")
-def get_session(project: str, location: str, run: str, session: str) -> Response:
-    name = _run(project, location, run).child(SESSIONS, session)
-    return ok(services().sessions.get(str(name)).to_json_dict())
 
 
 @blueprint.patch(RUN + "/" + SESSIONS + "/<id:session>")
@@ -149,18 +131,26 @@ def share_session(project: str, location: str, run: str, session: str) -> Respon
     })
 
 
-# --- monitored events and operations ---------------------------------------------
+# --- reads of a run's children, and operations ---------------------------------
 
 
-@blueprint.get(RUN + "/" + EVENTS)
-def list_events(project: str, location: str, run: str) -> Response:
-    return _list(services().monitored_events, str(_run(project, location, run)))
+def _add_child_reads(collection: str, repository: Callable[[Services], Repository]) -> None:
+    """``GET .../{collection}`` (list) and ``GET .../{collection}/{id}`` for one kind of child of a run."""
+
+    def list_children(project: str, location: str, run: str) -> Response:
+        return _list(repository(services()), str(_run(project, location, run)))
+
+    def get_child(project: str, location: str, run: str, child: str) -> Response:
+        name = _run(project, location, run).child(collection, child)
+        return ok(repository(services()).get(str(name)).to_json_dict())
+
+    blueprint.add_url_rule(f"{RUN}/{collection}", f"list_{collection}", list_children, methods=["GET"])
+    blueprint.add_url_rule(f"{RUN}/{collection}/<id:child>", f"get_{collection}", get_child, methods=["GET"])
 
 
-@blueprint.get(RUN + "/" + EVENTS + "/<id:event>")
-def get_event(project: str, location: str, run: str, event: str) -> Response:
-    name = _run(project, location, run).child(EVENTS, event)
-    return ok(services().monitored_events.get(str(name)).to_json_dict())
+_add_child_reads(TARGETS, attrgetter("targets"))
+_add_child_reads(SESSIONS, attrgetter("sessions"))
+_add_child_reads(EVENTS, attrgetter("monitored_events"))
 
 
 @blueprint.get("/operations/<id:operation>")

@@ -149,3 +149,38 @@ def key_values(pairs: Sequence[str], option: str) -> dict[str, str]:
             raise typer.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint=option)
         parsed[key] = value
     return parsed
+
+
+def list_children_command(collection: str, columns: Sequence[str], summary: str) -> Callable[..., None]:
+    """A ``list`` command for one kind of child of a run (sessions, targets, events)."""
+
+    @api_command
+    def list_children(
+        run: RunOption,
+        filter: Filter = "", limit: Limit = 100, sort_by: SortBy = "",
+        project: Project = DEFAULT_PROJECT, location: Location = DEFAULT_LOCATION,
+        api_url: ApiUrl = DEFAULT_API_URL, token: Token = "", fmt: Fmt = Format.table,
+    ) -> None:
+        items = ApiClient(api_url, token).list_all(child_path(project, location, run, collection), collection,
+                                                   limit=limit, filter=filter, order_by=sort_by)
+        print_resources(items, fmt, columns)
+
+    list_children.__doc__ = summary
+    return list_children
+
+
+def describe_child_command(collection: str, summary: str) -> Callable[..., None]:
+    """A ``describe`` command for one child of a run, given by id (with the run) or by full name."""
+
+    @api_command
+    def describe_child(
+        child: Annotated[str, typer.Argument(metavar="ID", help="Its id (with --machine-learning-run) or full name.")],
+        run: RunOption = "",
+        project: Project = DEFAULT_PROJECT, location: Location = DEFAULT_LOCATION,
+        api_url: ApiUrl = DEFAULT_API_URL, token: Token = "", fmt: Fmt = Format.yaml,
+    ) -> None:
+        print_resources(ApiClient(api_url, token).call("GET", child_path(project, location, run, collection, child)),
+                        fmt)
+
+    describe_child.__doc__ = summary
+    return describe_child

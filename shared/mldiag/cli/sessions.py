@@ -7,8 +7,8 @@ from typing import Annotated
 import typer
 
 from mldiag.cli.api_client import (
-    DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiClient, ApiUrl, Filter, Fmt, Limit, Location,
-    Project, RunOption, SortBy, Token, api_command, child_path, print_resources,
+    DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiClient, ApiUrl, Fmt, Location, Project, RunOption,
+    Token, api_command, child_path, describe_child_command, list_children_command,
 )
 from mldiag.cli.output import Format, show
 from mldiag.domain.types import format_duration, parse_duration
@@ -27,29 +27,9 @@ def _ttl(value: str) -> str:
         raise typer.BadParameter(str(error)) from None
 
 
-@app.command("list")
-@api_command
-def list_sessions(
-    run: RunOption,
-    filter: Filter = "", limit: Limit = 100, sort_by: SortBy = "",
-    project: Project = DEFAULT_PROJECT, location: Location = DEFAULT_LOCATION,
-    api_url: ApiUrl = DEFAULT_API_URL, token: Token = "", fmt: Fmt = Format.table,
-) -> None:
-    """List a run's profiler sessions, newest first."""
-    sessions = ApiClient(api_url, token).list_all(child_path(project, location, run, COLLECTION), COLLECTION,
-                                                  limit=limit, filter=filter, order_by=sort_by)
-    print_resources(sessions, fmt, COLUMNS)
-
-
-@app.command()
-@api_command
-def describe(
-    session: SessionId, run: RunOption = "",
-    project: Project = DEFAULT_PROJECT, location: Location = DEFAULT_LOCATION,
-    api_url: ApiUrl = DEFAULT_API_URL, token: Token = "", fmt: Fmt = Format.yaml,
-) -> None:
-    """Show one profiler session, with its analysis status and links."""
-    print_resources(ApiClient(api_url, token).call("GET", child_path(project, location, run, COLLECTION, session)), fmt)
+app.command("list")(list_children_command(COLLECTION, COLUMNS, "List a run's profiler sessions, newest first."))
+app.command("describe")(describe_child_command(
+    COLLECTION, "Show one profiler session, with its analysis status and links."))
 
 
 @app.command()
