@@ -26,6 +26,8 @@ BUCKET_NOTIFICATIONS = "bucket-notifications"
 MAINTENANCE_TICKS = "maintenance-ticks"
 DEAD_LETTER_SUFFIX = "-dead-letter"
 TOPICS = (ANALYSIS_REQUESTS, CAPTURE_REQUESTS, MONITORING_ALERTS, MAINTENANCE_TICKS)
+# Where a dead letter goes when even the dead-letter recorder keeps failing on it.
+UNRECORDED_DEAD_LETTERS = "unrecorded-dead-letters"
 
 
 def dead_letter_topic(topic: str) -> str:

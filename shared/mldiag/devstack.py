@@ -21,7 +21,9 @@ every child by process group.
 Known gaps of the emulators, which tests must not rely on: Firestore does not
 enforce composite indexes or TTL policies, and a transaction that loses a race
 waits about 2 s; Pub/Sub ignores subscription filters and retry policies
-(it redelivers every few seconds), and a push carries no OIDC token.
+(it redelivers every few seconds), never dead-letters from a subscription with
+message ordering (so the devstack's push subscriptions are unordered), and a
+push carries no OIDC token.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from pathlib import Path
 
 import requests
 
-from mldiag.config import BUCKET_NOTIFICATIONS, TOPICS, Settings, dead_letter_topic
+from mldiag.config import BUCKET_NOTIFICATIONS, TOPICS, UNRECORDED_DEAD_LETTERS, Settings, dead_letter_topic
 from mldiag.devstack_host import HostedFunction, discover
 
 HOST = "127.0.0.1"
@@ -245,9 +247,15 @@ class Devstack:
         from mldiag.entrypoints import TOPIC_SUBSCRIBERS
 
         publisher = pubsub_v1.PublisherClient()
-        topics = {BUCKET_NOTIFICATIONS, *TOPICS, *map(dead_letter_topic, TOPICS), *TOPIC_SUBSCRIBERS}
+        topics = {BUCKET_NOTIFICATIONS, UNRECORDED_DEAD_LETTERS, *TOPICS, *map(dead_letter_topic, TOPICS),
+                  *TOPIC_SUBSCRIBERS}
         for topic in sorted(topics):
             publisher.create_topic(name=publisher.topic_path(self.project, topic))
+        # Held for an operator to pull, as in Terraform.
+        pubsub_v1.SubscriberClient().create_subscription(
+            name=f"projects/{self.project}/subscriptions/{UNRECORDED_DEAD_LETTERS}-hold",
+            topic=publisher.topic_path(self.project, UNRECORDED_DEAD_LETTERS),
+        )
         storage.Client(project=self.project).create_bucket(self.bucket)
         _say(f"created {len(topics)} topics and bucket gs://{self.bucket} in project {self.project}")
 
@@ -284,9 +292,18 @@ def create_push_subscriptions(project: str, functions: Iterable[HostedFunction],
     return names
 
 
+def _dead_letters_of(topic: str) -> str:
+    """Where Terraform's subscription to ``topic`` dead-letters ("" for Eventarc's, which cannot)."""
+    if topic in TOPICS:
+        return dead_letter_topic(topic)
+    if topic in map(dead_letter_topic, TOPICS):
+        return UNRECORDED_DEAD_LETTERS
+    return ""
+
+
 def push_subscription_requests(project: str, functions: Iterable[HostedFunction], base_url: str,
                                max_delivery_attempts: int = 5) -> list[dict]:
-    """The ``CreateSubscription`` requests for ``functions``' triggers."""
+    """The ``CreateSubscription`` requests for ``functions``' triggers (terraform/modules/queue)."""
     requests_ = []
     for function in functions:
         triggers = [(topic, f"projects/{project}/topics/{topic}") for topic in function.topics]
@@ -298,10 +315,12 @@ def push_subscription_requests(project: str, functions: Iterable[HostedFunction]
                 "topic": f"projects/{project}/topics/{topic}",
                 "push_config": {"push_endpoint": f"{base_url}/{function.name}/{path}"},
                 "ack_deadline_seconds": PUSH_ACK_DEADLINE_S,
+                # Terraform enables message ordering too, but the emulator never dead-letters
+                # from an ordered subscription: dead letters matter more here.
             }
-            if topic in TOPICS:
+            if dead_letters := _dead_letters_of(topic):
                 request["dead_letter_policy"] = {
-                    "dead_letter_topic": f"projects/{project}/topics/{dead_letter_topic(topic)}",
+                    "dead_letter_topic": f"projects/{project}/topics/{dead_letters}",
                     "max_delivery_attempts": max(5, min(100, max_delivery_attempts)),
                 }
             requests_.append(request)

@@ -9,8 +9,9 @@ are skipped, unless ``MLDIAG_REQUIRE_EMULATORS=1`` makes that a failure.
 
 Known emulator gaps (do not test for them here): the Firestore emulator does not
 enforce composite indexes or TTL, and a contended transaction costs about 2 s;
-the Pub/Sub emulator ignores subscription filters and retry policies, and sends
-no OIDC token with a push.
+the Pub/Sub emulator ignores subscription filters and retry policies, does not
+dead-letter from a subscription with message ordering, and sends no OIDC token
+with a push.
 """
 
 from __future__ import annotations

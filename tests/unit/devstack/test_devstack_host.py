@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 from werkzeug.test import Client
 
-from mldiag.config import ANALYSIS_REQUESTS, BUCKET_NOTIFICATIONS, Settings, dead_letter_topic
+from mldiag.config import (
+    ANALYSIS_REQUESTS, BUCKET_NOTIFICATIONS, UNRECORDED_DEAD_LETTERS, Settings, dead_letter_topic,
+)
 from mldiag.devstack import push_subscription_requests
 from mldiag.devstack_host import HostedFunction, create_host, discover
 from mldiag.messages import PUBSUB_PUBLISHED, STORAGE_FINALIZED
@@ -157,7 +159,9 @@ def test_push_subscriptions_mirror_the_triggers():
         "dead_letter_topic": f"projects/p/topics/{dead_letter_topic(ANALYSIS_REQUESTS)}",
         "max_delivery_attempts": 5,  # Pub/Sub's minimum
     }
-    assert "dead_letter_policy" not in requests["record_dead_letter-analysis-requests-dead-letter"]
+    recorder = requests["record_dead_letter-analysis-requests-dead-letter"]
+    assert recorder["dead_letter_policy"]["dead_letter_topic"] == f"projects/p/topics/{UNRECORDED_DEAD_LETTERS}"
     register = requests["register_session-bucket-notifications"]
     assert register["topic"] == f"projects/p/topics/{BUCKET_NOTIFICATIONS}"
     assert register["push_config"]["push_endpoint"] == "http://h:1/register_session/projects/_/buckets/profiles"
+    assert "dead_letter_policy" not in register, "Eventarc's own subscription has none"
