@@ -14,7 +14,7 @@ from cloudevents.http import CloudEvent
 
 from mldiag import eventlog
 from mldiag.bootstrap import Services
-from mldiag.config import MAINTENANCE_TICKS, TOPICS, dead_letter_topic
+from mldiag.config import CAPTURE_REQUESTS, MAINTENANCE_TICKS, TOPICS, dead_letter_topic
 
 Handler = Callable[[Services, CloudEvent], object]
 
@@ -41,14 +41,23 @@ def maintenance(services: Services, event: CloudEvent) -> eventlog.Outcome:
     return eventlog.handle(services.events, "maintenance", event, lambda e: run_maintenance(services))
 
 
+def dispatch_capture(services: Services, event: CloudEvent) -> eventlog.Outcome:
+    """``capture-requests``: capture one target of a request (and its pending siblings, at once)."""
+    from mldiag.capture.dispatch import dispatch
+
+    return eventlog.handle(services.events, "dispatch_capture", event, lambda e: dispatch(services, e))
+
+
 EVENT_HANDLERS: dict[str, Handler] = {
     "register_session": register_session,
     "record_dead_letter": record_dead_letter,
     "maintenance": maintenance,
+    "dispatch_capture": dispatch_capture,
 }
 
 # Which function each topic pushes to; Terraform and the devstack create exactly these subscriptions.
 TOPIC_SUBSCRIBERS: dict[str, str] = {
     MAINTENANCE_TICKS: "maintenance",
+    CAPTURE_REQUESTS: "dispatch_capture",
     **{dead_letter_topic(topic): "record_dead_letter" for topic in TOPICS},
 }

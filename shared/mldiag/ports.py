@@ -119,6 +119,9 @@ class LocalBuckets(Protocol):
     def uri_for(self, path: Path) -> str:
         """The ``gs://`` URI of a file under a bucket folder; ``ValueError`` for any other path."""
 
+    def path_for(self, uri: str) -> Path:
+        """The local file behind a ``gs://`` URI (it may not exist yet)."""
+
 
 class MessageBus(Protocol):
     """Publishes to named topics. Delivery is at-least-once to the subscribed handlers."""

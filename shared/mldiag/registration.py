@@ -228,7 +228,9 @@ class Registrar:
     # -- settling and the analysis request ------------------------------------------------
 
     def _settled(self, session: ProfilerSession) -> bool:
-        expected = set(session.profiler_targets)
+        # A target whose capture failed will send no file.
+        expected = {t for t in session.profiler_targets
+                    if t not in session.target_sessions or session.target_sessions[t].session_phase is not SessionPhase.FAILED}
         if session.kind is not Kind.KIND_SCANNED and expected and expected <= set(session.host_files):
             return True
         return session.settle_after is not None and session.settle_after <= self.services.now()

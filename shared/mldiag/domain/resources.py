@@ -244,6 +244,19 @@ class WorkloadDetails(CamelModel):
     targets: list[dict[str, Any]] = Field(default_factory=list)
 
 
+class ContinuousProfiling(CamelModel):
+    """Continuous profiling of a run, while it is on: which targets, at which (fixed) device level.
+
+    Server-owned: set by start-continuous-profiling, cleared by stop. Only the
+    device tracer records; host and python tracers are off.
+    """
+
+    profiler_targets: list[str] = Field(default_factory=list)
+    device_tracer_level: DeviceTracerLevel = DeviceTracerLevel.DEVICE_TRACER_LEVEL_ENABLED
+    start_time: Timestamp = None
+    operation: str = ""
+
+
 class MachineLearningRun(Resource):
     collection: ClassVar[str] = "machineLearningRuns"
 
@@ -262,6 +275,8 @@ class MachineLearningRun(Resource):
     logical_id: str = ""
     cluster_id: str = ""
     creator: str = ""
+    # Set while continuous profiling is on (one per run).
+    continuous_profiling: ContinuousProfiling | None = None
 
     @property
     def id(self) -> str:
@@ -287,6 +302,8 @@ class ProfilerTarget(Resource):
     profiler_address: str = ""
     state: TargetState = TargetState.ACTIVE
     last_heartbeat_time: Timestamp = None
+    # The node agent that captures this target on its own host; empty: the capture function connects directly.
+    agent: str = ""
 
     @staticmethod
     def default_id(hostname: str, node_index: int) -> str:

@@ -1,0 +1,105 @@
+"""Running one capture task against one profiler server: the part the function and the agent share.
+
+Where the profile goes differs between them. The capture function tells the
+workload's server to write straight into the session folder (a local bucket
+folder in the embedded setup, ``gs://`` in the cloud — the workload then needs
+write access to the bucket). The node agent lets the server write into a
+scratch folder on the node and uploads from there. Snapshots are always
+written by the client, so they are always uploaded.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from mldiag.capture.profiler import CaptureFailed, Failure, ProfilerServer, TracerLevels
+from mldiag.capture.tasks import Action, CaptureTask, TaskResult, profile_uri
+from mldiag.ports import BlobStore, LocalBuckets
+from mldiag.registration import PROFILE_MARKER, SIBLING_SUFFIXES, XPLANE_SUFFIX
+
+# Continuous profiling records the device only (the managed product's rule, and what XProf's client does).
+CONTINUOUS_HOST_LEVEL = 0
+CONTINUOUS_PYTHON_LEVEL = 0
+
+
+def split_session_folder(folder: str) -> tuple[str, str]:
+    """``<root>/plugins/profile/<session>`` → ``(<root>, <session>)``: what XProf's writer takes."""
+    root, marker, session_id = folder.rstrip("/").rpartition(PROFILE_MARKER)
+    if not marker or not session_id or "/" in session_id:
+        raise ValueError(f"{folder!r} is not a <run>/plugins/profile/<session> folder")
+    return root, session_id
+
+
+@dataclass(frozen=True)
+class Executor:
+    """Executes tasks; ``write_direct`` when the profiler server can write into the bucket itself."""
+
+    blobs: BlobStore
+    write_direct: bool
+
+    def run(self, task: CaptureTask, server: ProfilerServer, session_folder: str) -> TaskResult:
+        try:
+            if task.action is Action.TRACE:
+                self._trace(task, server, session_folder, task.levels)
+            elif task.action is Action.SNAPSHOT:
+                return self._snapshot(task, server, session_folder)
+            elif task.action is Action.START:
+                server.start_continuous(self._continuous_levels(task))
+            elif not server.stop_continuous():
+                return TaskResult(note=f"continuous profiling was not running on {server.address}")
+        except CaptureFailed as failed:
+            return TaskResult.failed(failed)
+        return TaskResult()
+
+    @staticmethod
+    def _continuous_levels(task: CaptureTask) -> TracerLevels:
+        return TracerLevels(CONTINUOUS_HOST_LEVEL, task.levels.device, CONTINUOUS_PYTHON_LEVEL)
+
+    def _trace(self, task: CaptureTask, server: ProfilerServer, session_folder: str, levels: TracerLevels) -> None:
+        root, session_id = split_session_folder(session_folder)
+        if self.write_direct:
+            if isinstance(self.blobs, LocalBuckets):
+                root = str(self.blobs.path_for(root))
+            server.trace(root, session_id, task.target, task.duration_ms, levels)
+            return
+        with tempfile.TemporaryDirectory(prefix="mldiag-capture-") as scratch:
+            server.trace(scratch, session_id, task.target, task.duration_ms, levels)
+            written = Path(scratch, "plugins", "profile", session_id)
+            for suffix in (XPLANE_SUFFIX, *SIBLING_SUFFIXES):
+                path = written / f"{task.target}{suffix}"
+                if path.is_file():
+                    self.blobs.upload(path, f"{session_folder.rstrip('/')}/{path.name}")
+
+    def _snapshot(self, task: CaptureTask, server: ProfilerServer, session_folder: str) -> TaskResult:
+        with tempfile.TemporaryDirectory(prefix="mldiag-snapshot-") as scratch:
+            try:
+                files = server.snapshot(Path(scratch))
+            except CaptureFailed as failed:
+                if failed.failure is Failure.EMPTY_TRACE and task.fallback_on_demand:
+                    return self._fall_back(task, server, session_folder, failed)
+                raise
+            if len(files) > 1:
+                raise CaptureFailed(Failure.ERROR, f"the snapshot from {server.address} holds {len(files)} "
+                                    "xplane files; one per target was expected")
+            self.blobs.upload(files[0], profile_uri(session_folder, task.target))
+        return TaskResult()
+
+    def _fall_back(self, task: CaptureTask, server: ProfilerServer, session_folder: str,
+                   empty: CaptureFailed) -> TaskResult:
+        """An on-demand trace in place of an empty snapshot: pause continuous profiling around it."""
+        reason = f"the snapshot came back empty ({empty}); took a {task.duration_ms} ms on-demand trace instead"
+        server.stop_continuous()
+        try:
+            self._trace(task, server, session_folder, TracerLevels())
+        except CaptureFailed as failed:
+            return TaskResult.failed(failed, note=reason + self._resume(task, server))
+        return TaskResult(note=reason + self._resume(task, server), fell_back=True)
+
+    def _resume(self, task: CaptureTask, server: ProfilerServer) -> str:
+        try:
+            server.start_continuous(self._continuous_levels(task))
+        except CaptureFailed as failed:
+            return f"; continuous profiling could not be resumed: {failed}"
+        return "; continuous profiling resumed"
