@@ -17,7 +17,7 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.routing import BaseConverter
 
 from mldiag import bootstrap
-from mldiag.api import self_hosted, share, v1alpha
+from mldiag.api import capture, self_hosted, share, v1alpha
 from mldiag.api.auth import Guard
 from mldiag.api.http import MAX_BODY_BYTES, SERVICES, google_error
 from mldiag.bootstrap import Services
@@ -87,6 +87,7 @@ def create_app(services: Services | None = None) -> Flask:
         return google_error(500, "INTERNAL", "internal error; the server log has the details")
 
     app.register_blueprint(v1alpha.blueprint)
+    app.register_blueprint(capture.blueprint)
     app.register_blueprint(self_hosted.blueprint)
     app.register_blueprint(share.blueprint)
     return app
