@@ -280,7 +280,7 @@ def _check_references(blocks: list[Block], schemas: Schemas) -> Iterator[Problem
                 type_name, name, path = match.group(2), match.group(3), match.group(4)
                 if (kind, type_name, name) not in declared:
                     yield Problem(block.file, block.address,
-                                  f"reference to undeclared {match.group(0).split('[')[0]}")
+                                  f"reference to undeclared {match.group(1) or ''}{type_name}.{name}")
                     continue
                 schema = schemas.get(kind, type_name)
                 if schema is not None:

@@ -1,0 +1,9 @@
+output "control_plane_url" {
+  description = "DIAGON_BASE_URL for workloads, MLDIAG_API_URL for the CLI."
+  value       = module.mldiag.control_plane_url
+}
+
+output "profiles_gcs_path" {
+  description = "The SDK's gcs_path: where workloads write profiles."
+  value       = module.mldiag.profiles_gcs_path
+}

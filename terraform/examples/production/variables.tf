@@ -1,0 +1,45 @@
+variable "project_id" {
+  description = "Project to deploy mldiag into."
+  type        = string
+}
+
+variable "region" {
+  description = "Region of the deployment, e.g. us-central1."
+  type        = string
+}
+
+variable "kms_key_name" {
+  description = "Cloud KMS key in the region that encrypts the profiles bucket."
+  type        = string
+}
+
+variable "access_log_bucket" {
+  description = "Bucket that receives the profiles bucket's usage logs."
+  type        = string
+}
+
+variable "firestore_location" {
+  description = "Firestore location, e.g. nam5 for a US multi-region."
+  type        = string
+  default     = "nam5"
+}
+
+variable "operators" {
+  description = "Members who use the CLI and open the viewer, e.g. group:ml-platform@example.com."
+  type        = list(string)
+}
+
+variable "workload_members" {
+  description = "Service accounts the training and serving workloads run as."
+  type        = list(string)
+}
+
+variable "vpc_connector" {
+  description = "Serverless VPC Access connector into the workloads' network, projects/P/locations/R/connectors/C."
+  type        = string
+}
+
+variable "xprof_image" {
+  description = "XProf viewer image, built from modules/xprof-viewer/image."
+  type        = string
+}
