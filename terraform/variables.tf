@@ -30,6 +30,10 @@ variable "labels" {
   description = "Labels added to every resource that takes labels (`app = mldiag` is always set)."
   type        = map(string)
   default     = {}
+  validation {
+    condition     = alltrue([for key, value in var.labels : can(regex("^[a-z][a-z0-9_-]{0,62}$", key)) && can(regex("^[a-z0-9_-]{0,63}$", value))])
+    error_message = "Label keys start with a lowercase letter; keys and values use lowercase letters, digits, '_' and '-' (63 characters at most)."
+  }
 }
 
 # --- profiles bucket --------------------------------------------------------------------------
@@ -38,6 +42,10 @@ variable "bucket_name" {
   description = "Profiles bucket name; null for `<project_id>-<prefix>-profiles`."
   type        = string
   default     = null
+  validation {
+    condition     = var.bucket_name == null || can(regex("^[a-z0-9][a-z0-9_.-]{1,61}[a-z0-9]$", var.bucket_name))
+    error_message = "bucket_name must be a valid bucket name: 3-63 lowercase letters, digits, '-', '_' or '.'."
+  }
 }
 
 variable "bucket_location" {
@@ -102,6 +110,10 @@ variable "kms_key_name" {
   description = "Cloud KMS key that encrypts the profiles bucket (CMEK), `projects/P/locations/L/keyRings/R/cryptoKeys/K`, in the bucket's location; null for Google-managed keys."
   type        = string
   default     = null
+  validation {
+    condition     = var.kms_key_name == null || can(regex("^projects/[^/]+/locations/[^/]+/keyRings/[^/]+/cryptoKeys/[^/]+$", var.kms_key_name))
+    error_message = "kms_key_name must look like projects/P/locations/L/keyRings/R/cryptoKeys/K."
+  }
 }
 
 variable "access_log_bucket" {
@@ -114,6 +126,10 @@ variable "soft_delete_retention_days" {
   description = "Days deleted profiles stay restorable (0 turns soft delete off; otherwise 7 to 90)."
   type        = number
   default     = 7
+  validation {
+    condition     = var.soft_delete_retention_days == 0 || (var.soft_delete_retention_days >= 7 && var.soft_delete_retention_days <= 90)
+    error_message = "soft_delete_retention_days must be 0 or between 7 and 90."
+  }
 }
 
 variable "force_destroy" {
@@ -164,6 +180,10 @@ variable "maintenance_schedule" {
   description = "Cron schedule (UTC) of the maintenance ticks; settling sessions waits for the next tick."
   type        = string
   default     = "* * * * *"
+  validation {
+    condition     = length(split(" ", trimspace(var.maintenance_schedule))) == 5
+    error_message = "maintenance_schedule is a five-field cron expression, such as \"* * * * *\"."
+  }
 }
 
 # --- functions -------------------------------------------------------------------------------
@@ -219,12 +239,20 @@ variable "workload_vpc_connector" {
     egress_settings = optional(string, "PRIVATE_RANGES_ONLY")
   })
   default = null
+  validation {
+    condition     = var.workload_vpc_connector == null || can(regex("^projects/[^/]+/locations/[^/]+/connectors/[^/]+$", try(var.workload_vpc_connector.name, "")))
+    error_message = "workload_vpc_connector.name must be projects/P/locations/L/connectors/C."
+  }
 }
 
 variable "vertex_location" {
   description = "Vertex AI location of the Gemini model the analysis uses (`global` or a region)."
   type        = string
   default     = "global"
+  validation {
+    condition     = var.vertex_location == "global" || can(regex("^[a-z]+-[a-z]+[0-9]+$", var.vertex_location))
+    error_message = "vertex_location is \"global\" or a region such as us-central1."
+  }
 }
 
 # --- viewer ----------------------------------------------------------------------------------
@@ -240,4 +268,8 @@ variable "xprof_viewer" {
     max_instances   = optional(number, 3)
   })
   default = null
+  validation {
+    condition     = var.xprof_viewer == null || contains(["INGRESS_TRAFFIC_ALL", "INGRESS_TRAFFIC_INTERNAL_ONLY", "INGRESS_TRAFFIC_INTERNAL_LOAD_BALANCER"], try(var.xprof_viewer.ingress, ""))
+    error_message = "xprof_viewer.ingress must be INGRESS_TRAFFIC_ALL, INGRESS_TRAFFIC_INTERNAL_ONLY or INGRESS_TRAFFIC_INTERNAL_LOAD_BALANCER."
+  }
 }

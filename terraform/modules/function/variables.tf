@@ -132,6 +132,10 @@ variable "pubsub_service_agent" {
   description = "Email of the project's Pub/Sub service agent (mints the push account's tokens); needed with pubsub_push."
   type        = string
   default     = null
+  validation {
+    condition     = !var.pubsub_push || var.pubsub_service_agent != null
+    error_message = "pubsub_service_agent is needed with pubsub_push."
+  }
 }
 
 variable "invoker_members" {
