@@ -1,0 +1,501 @@
+"""The deterministic analyst: key metrics, a health snapshot and prioritised findings.
+
+It reads only the evidence (raw-event signals, the 15 tools, the HLO
+detectors) and applies fixed rules, so the same profile always gives the same
+report, offline and without a reasoning model. The rules in short:
+
+* **input_bound**: the compute lanes sit idle while the host does named work
+  that is neither dispatch nor compilation (a data loader) or sits between steps;
+* **dispatch_overhead**: many jit dispatches per step (op-by-op execution);
+* **recompilation**: compilation inside steps;
+* **communication**, **memory**, **compute**, **kernel**, **compiler**: from the
+  device ops, the memory profile, the roofline model, custom-call share and the
+  HLO detectors;
+* **OPTIMAL** when compute is high, idle, communication, compilation and OOM
+  risk are low, and no finding is P0 or P1.
+
+Titles and the summary hold numbers and fixed words only; names that come from
+the profile (op, module, annotation names) appear only inside ``evidence``,
+quoted, so they stay data wherever the report goes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from mldiag.analysis.evidence import (
+    Analysis, Health, HloIssue, HostEvidence, Metrics, ProfileInput, StepSource, ToolResult, ToolStatus,
+)
+from mldiag.analysis.raw_events import COMPILE, DISPATCH_PREFIX
+from mldiag.domain.resources import Finding, FindingCategory, HealthStatus, Priority
+
+GIB = 1 << 30
+MIB = 1 << 20
+# Health: OPTIMAL needs all of these.
+HIGH_COMPUTE = 0.80
+LOW_COMMUNICATION = 0.10
+LOW_COMPILE = 0.05
+SAFE_MEMORY = 0.90
+# Idle share of a step at which host-side work becomes a P0 / P1 / P2 problem.
+IDLE_PRIORITIES = ((0.50, Priority.P0), (0.25, Priority.P1), (0.10, Priority.P2))
+OP_BY_OP_DISPATCHES = 50  # jit dispatches per step that mean the step is not one program
+OFTEN_DISPATCHED = 10  # op-by-op dispatches per step of one kind of data-moving op
+COMPILE_PRIORITIES = ((0.25, Priority.P0), (0.05, Priority.P1), (0.0, Priority.P2))
+COMMUNICATION_PRIORITIES = ((0.30, Priority.P0), (0.15, Priority.P1), (0.05, Priority.P2))
+MEMORY_PRIORITIES = ((0.95, Priority.P0), (0.85, Priority.P1))
+ROOFLINE_PRIORITIES = ((0.10, Priority.P1), (0.30, Priority.P2))
+CUSTOM_CALL_SHARE = 30.0  # percent of device time in custom calls worth a kernel finding
+OUTLIER_STEP = 3.0  # a step this many times the median is an outlier
+NOTABLE_SHARE = 0.01  # host activities below this share of a step are not worth quoting
+WAITING = re.compile(r"block_until_ready|Await|Wait for|BufferSequencingEvent|ThenExecuteCallback|Synchronize",
+                     re.IGNORECASE)
+_ORDER = {Priority.P0: 0, Priority.P1: 1, Priority.P2: 2}
+
+
+def quoted(name: str) -> str:
+    """A profile string as evidence: JSON-quoted, so it reads as data wherever it lands."""
+    return json.dumps(name, ensure_ascii=False)
+
+
+def size(nbytes: float) -> str:
+    for unit, scale in (("GiB", GIB), ("MiB", MIB), ("KiB", 1024)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.2f} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+def _rank(value: float, thresholds: Iterable[tuple[float, Priority]], *, below: bool = False) -> Priority | None:
+    for threshold, priority in thresholds:
+        if (value < threshold) if below else (value >= threshold):
+            return priority
+    return None
+
+
+def _percent(text: Any) -> float | None:
+    """``"4.35%"`` as 0.0435; None for anything else."""
+    match = re.fullmatch(r"\s*(-?[\d.]+)\s*%\s*", str(text))
+    return float(match.group(1)) / 100 if match else None
+
+
+def _data(tools: dict[str, ToolResult], name: str) -> dict[str, Any]:
+    result = tools.get(name)
+    ok = result is not None and result.status is ToolStatus.OK and isinstance(result.data, dict)
+    return result.data if ok else {}
+
+
+# --- metrics -----------------------------------------------------------------------------------
+
+
+def _metrics(hosts: list[HostEvidence], tools: dict[str, ToolResult]) -> Metrics:
+    timed = [h for h in hosts if h.step_ms is not None and h.step_source is not StepSource.PROFILE_WINDOW]
+    busy = [h.busy_fraction for h in hosts if h.busy_fraction is not None]
+    metrics = Metrics(
+        step_time_ms=sum(h.step_ms.mean for h in timed) / len(timed) if timed else None,
+        steps=max((h.steps for h in timed), default=0),
+        busy_fraction=sum(busy) / len(busy) if busy else None,
+    )
+    memory = _data(tools, "get_memory_profile")
+    if memory.get("peak_memory_usage_gib", -1) > 0:
+        metrics.peak_memory_bytes = int(memory["peak_memory_usage_gib"] * GIB)
+        metrics.peak_memory_source = "memory_profile: peak memory in use on the device"
+        if memory.get("memory_capacity_gib", -1) > 0:
+            metrics.memory_capacity_bytes = int(memory["memory_capacity_gib"] * GIB)
+    else:
+        largest = (_data(tools, "get_peak_allocations").get("summary") or {}).get("top_modules") or []
+        if largest:
+            metrics.peak_memory_bytes = int(largest[0]["total_hbm_mib"] * MIB)
+            metrics.peak_memory_source = (
+                "memory_viewer: compile-time buffer assignment of the largest program, "
+                f"{quoted(largest[0]['module_name'])}"
+            )
+    program = _data(tools, "get_roofline_model").get("program") or {}
+    if program.get("bound_by") not in (None, "", "Unknown"):
+        metrics.roofline_efficiency = _percent(program.get("roofline_efficiency_percent"))
+    return metrics
+
+
+def _health(hosts: list[HostEvidence], metrics: Metrics) -> Health:
+    step_ms = metrics.step_time_ms or max((h.step_ms.mean for h in hosts if h.step_ms), default=0.0)
+    per_step = (lambda ms: ms / step_ms) if step_ms else (lambda ms: 0.0)
+    health = Health(
+        compute_fraction=metrics.busy_fraction,
+        idle_fraction=None if metrics.busy_fraction is None else 1 - metrics.busy_fraction,
+        communication_fraction=max((per_step(h.communication_ms_per_step) for h in hosts), default=0.0),
+        memory_fraction=(metrics.peak_memory_bytes / metrics.memory_capacity_bytes
+                         if metrics.peak_memory_bytes and metrics.memory_capacity_bytes else None),
+        dispatches_per_step=max((h.dispatches_per_step for h in hosts), default=0.0),
+        compile_fraction=max((per_step(h.compile_ms_per_step) for h in hosts), default=0.0),
+    )
+    reasons = []
+    if health.compute_fraction is None or health.compute_fraction < HIGH_COMPUTE:
+        reasons.append(f"compute is busy less than {HIGH_COMPUTE:.0%} of the step")
+    if (health.communication_fraction or 0) > LOW_COMMUNICATION:
+        reasons.append(f"communication takes more than {LOW_COMMUNICATION:.0%} of the step")
+    if health.compile_fraction > LOW_COMPILE:
+        reasons.append(f"compilation takes more than {LOW_COMPILE:.0%} of the step")
+    if health.memory_fraction is not None and health.memory_fraction > SAFE_MEMORY:
+        reasons.append(f"peak memory is above {SAFE_MEMORY:.0%} of capacity")
+    health.optimal = not reasons
+    health.reasons = reasons
+    return health
+
+
+# --- findings ----------------------------------------------------------------------------------
+
+
+def _is_host_work(name: str) -> bool:
+    """Host activity that is the host's own work: not dispatching, compiling or waiting on the device."""
+    return not (name.startswith(DISPATCH_PREFIX) or COMPILE.match(name) or WAITING.search(name))
+
+
+_LANES = {"cpu": "the XLA CPU threads", "gpu": "the GPU streams", "tpu": "the TPU XLA ops"}
+
+
+def _input_bound(host: HostEvidence) -> Finding | None:
+    if host.busy_fraction is None or not host.step_ms:
+        return None
+    step = host.step_ms.mean
+    idle = 1 - host.busy_fraction
+    host_work = [a for a in host.host_activities if _is_host_work(a.name) and a.share_of_step >= NOTABLE_SHARE]
+    host_ms = sum(a.ms_per_step for a in host_work) + (host.gap_ms_per_step or 0.0)
+    # A step-marked loop whose device idles while the dispatcher is quiet waits on the host. Without
+    # markers, or in op-by-op and compiling loops (findings of their own), only named host work counts.
+    quiet = host.dispatches_per_step < OP_BY_OP_DISPATCHES and host.compile_ms_per_step < LOW_COMPILE * step
+    inferred = quiet and host.step_source is StepSource.STEP_MARKERS
+    explained = idle if inferred else min(idle, host_ms / step)
+    priority = _rank(explained, IDLE_PRIORITIES)
+    if priority is None:
+        return None
+    idle_ms = idle * step
+    evidence = [
+        f"busy fraction {host.busy_fraction:.3f} of {_LANES[host.device_kind.value]}: compute is idle "
+        f"{idle:.1%} of each step (mean of {host.steps} steps, {host.step_source.value})",
+        f"step time {step:.2f} ms (median {host.step_ms.median:.2f}, p90 {host.step_ms.p90:.2f})",
+        *(f"host work inside steps: {quoted(a.name)} {a.ms_per_step:.2f} ms per step ({a.share_of_step:.1%})"
+          for a in host_work[:3]),
+    ]
+    if host.gap_ms_per_step:
+        evidence.append(f"host time between steps: {host.gap_ms_per_step:.2f} ms per step")
+    return Finding(
+        priority=priority,
+        category=FindingCategory.INPUT_BOUND,
+        title=f"Host-bound input: compute idle {idle:.0%} of each step waiting for the host",
+        what="The accelerator (on CPU, the XLA compute threads) waits for the host: most of each step goes to "
+             "host-side work such as loading, decoding or transferring the next batch, or other Python work "
+             "between steps, and only a small part to computing.",
+        evidence=evidence,
+        impact=f"{idle_ms:.1f} ms of each {step:.1f} ms step is idle; with input fully overlapped the step "
+               f"could approach {step - idle_ms:.1f} ms ({step / max(step - idle_ms, 1e-9):.1f}x faster).",
+        fix="Prepare batches off the training thread and ahead of time: a prefetching input pipeline "
+            "(tf.data / grain with prefetch, or a background thread), device_put the next batch while the "
+            "current step runs, and cache or simplify host preprocessing.",
+    )
+
+
+def _dispatch_overhead(host: HostEvidence) -> Finding | None:
+    if host.dispatches_per_step < OP_BY_OP_DISPATCHES or not host.step_ms:
+        return None
+    step = host.step_ms.mean
+    dispatching = [a for a in host.host_activities if a.name.startswith(DISPATCH_PREFIX)]
+    dispatch_ms = sum(a.ms_per_step for a in dispatching)
+    idle = 1 - (host.busy_fraction or 0.0)
+    priority = Priority.P0 if idle >= IDLE_PRIORITIES[0][0] else Priority.P1
+    return Finding(
+        priority=priority,
+        category=FindingCategory.DISPATCH_OVERHEAD,
+        title=f"Op-by-op execution: {host.dispatches_per_step:.0f} jit dispatches per step",
+        what="The step is not one compiled program: every small operation is dispatched from Python as its own "
+             "XLA executable, so the host's per-op overhead, not compute, sets the step time.",
+        evidence=[
+            f"{host.dispatches_per_step:.0f} jit dispatches (PjitFunction) per step over {host.steps} steps",
+            f"compute busy {host.busy_fraction or 0.0:.1%} of each {step:.2f} ms step",
+            *(f"{quoted(a.name)}: {a.count_per_step:.0f} per step, {a.ms_per_step:.2f} ms per step"
+              for a in dispatching[:4]),
+        ],
+        impact=f"{dispatch_ms:.1f} ms per step is spent dispatching and {idle * step:.1f} ms of each "
+               f"{step:.1f} ms step leaves compute idle; one fused program usually removes most of it.",
+        fix="Put the whole step under one jax.jit (or jit the loop body and iterate with lax.scan / "
+            "lax.fori_loop) so XLA fuses the small ops into a few kernels; keep Python loops and dtype "
+            "changes inside the jitted function.",
+    )
+
+
+def _recompilation(host: HostEvidence) -> Finding | None:
+    if not host.step_ms or (host.compiles_in_steps == 0 and host.compile_ms_per_step == 0):
+        return None
+    step = host.step_ms.mean
+    share = host.compile_ms_per_step / step
+    priority = _rank(share, COMPILE_PRIORITIES)
+    if priority is None or (priority is Priority.P2 and host.compiles_in_steps < 2):
+        return None
+    return Finding(
+        priority=priority,
+        category=FindingCategory.RECOMPILATION,
+        title=f"Recompilation inside steps: {share:.0%} of step time compiling",
+        what="XLA compiles new programs while the loop runs, usually because input shapes, dtypes or static "
+             "arguments change from step to step, so each change costs a full compilation.",
+        evidence=[
+            f"{host.compiles_in_steps} XLA compilations inside {host.steps} profiled steps",
+            f"compilation {host.compile_ms_per_step:.1f} ms per step of a {step:.1f} ms step ({share:.1%})",
+        ],
+        impact=f"{host.compile_ms_per_step:.1f} ms per step ({share:.0%}) would disappear with stable shapes.",
+        fix="Keep shapes and static arguments stable: pad or bucket variable batch and sequence sizes, pass "
+            "changing Python scalars as arrays, and enable JAX's persistent compilation cache.",
+    )
+
+
+def _communication(host: HostEvidence) -> Finding | None:
+    if not host.step_ms or not host.communication_ms_per_step:
+        return None
+    share = host.communication_ms_per_step / host.step_ms.mean
+    priority = _rank(share, COMMUNICATION_PRIORITIES)
+    if priority is None:
+        return None
+    collectives = [op for op in host.top_ops if re.search(r"all-|reduce-scatter|collective|send|recv|nccl", op.name)]
+    return Finding(
+        priority=priority,
+        category=FindingCategory.COMMUNICATION,
+        title=f"Communication takes {share:.0%} of each step",
+        what="Collectives (all-reduce, all-gather, ...) run on the devices' critical path instead of overlapping "
+             "with compute.",
+        evidence=[f"collectives {host.communication_ms_per_step:.2f} ms per step of {host.step_ms.mean:.2f} ms",
+                  *(f"{quoted(op.name)}: {op.self_ms_per_step:.2f} ms per step" for op in collectives[:3])],
+        impact=f"up to {host.communication_ms_per_step:.1f} ms per step if fully overlapped.",
+        fix="Overlap communication with compute (XLA's latency-hiding scheduler, async collectives), use "
+            "larger per-device batches, or pick a sharding that moves less data (reduce-scatter / FSDP).",
+    )
+
+
+def _memory(metrics: Metrics) -> Finding | None:
+    if not metrics.peak_memory_bytes or not metrics.memory_capacity_bytes:
+        return None
+    share = metrics.peak_memory_bytes / metrics.memory_capacity_bytes
+    priority = _rank(share, MEMORY_PRIORITIES)
+    if priority is None:
+        return None
+    return Finding(
+        priority=priority,
+        category=FindingCategory.MEMORY,
+        title=f"Out-of-memory risk: peak memory at {share:.0%} of capacity",
+        what="The program's peak memory is close to the device's capacity; a larger batch, a longer sequence or "
+             "fragmentation can make it fail.",
+        evidence=[f"peak {size(metrics.peak_memory_bytes)} of {size(metrics.memory_capacity_bytes)} "
+                  f"({metrics.peak_memory_source})"],
+        impact=f"{size(metrics.memory_capacity_bytes - metrics.peak_memory_bytes)} of headroom left.",
+        fix="Rematerialise activations (jax.checkpoint), shard parameters and optimizer state (FSDP), donate "
+            "input buffers, or lower the per-device batch with gradient accumulation.",
+    )
+
+
+def _compute(hosts: list[HostEvidence], metrics: Metrics, tools: dict[str, ToolResult]) -> Finding | None:
+    if metrics.roofline_efficiency is None or (metrics.busy_fraction or 0) < 0.5:
+        return None
+    priority = _rank(metrics.roofline_efficiency, ROOFLINE_PRIORITIES, below=True)
+    if priority is None:
+        return None
+    program = _data(tools, "get_roofline_model").get("program") or {}
+    top = [op for host in hosts for op in host.top_ops][:3]
+    return Finding(
+        priority=priority,
+        category=FindingCategory.COMPUTE,
+        title=f"Devices busy but at {metrics.roofline_efficiency:.1%} of the roofline",
+        what=f"The devices are kept busy, but the work is {program.get('bound_by', 'memory')}-bound and far from "
+             "the hardware's limits: the time goes to ops that move data rather than compute.",
+        evidence=[f"roofline efficiency {metrics.roofline_efficiency:.2%}, bound by "
+                  f"{quoted(str(program.get('bound_by')))} (get_roofline_model)",
+                  *(f"{quoted(op.name)}: {op.self_ms_per_step:.2f} ms per step, {op.share_of_busy:.0%} of busy time"
+                    for op in top)],
+        impact="the top ops above hold most of the step; each is a candidate for fusion, a better layout or "
+               "keeping data on the device.",
+        fix="Look at the top ops: fuse memory-bound elementwise chains, avoid host offload copies in the hot loop, "
+            "and use larger matmul tiles / batch sizes for better arithmetic intensity.",
+    )
+
+
+def _kernel(tools: dict[str, ToolResult]) -> Finding | None:
+    share = _data(tools, "get_kpi_metrics").get("custom_call_share_pct")
+    if not isinstance(share, (int, float)) or share < CUSTOM_CALL_SHARE:
+        return None
+    return Finding(
+        priority=Priority.P2,
+        category=FindingCategory.KERNEL,
+        title=f"Custom kernels take {share:.0f}% of device time",
+        what="Custom calls (library GEMMs, Pallas/Triton or vendor kernels) are opaque to XLA's cost model, so "
+             "roofline numbers undercount their work; their efficiency has to be checked kernel by kernel.",
+        evidence=[f"custom_call_share_pct {share:.2f} (get_kpi_metrics)"],
+        impact=f"{share:.0f}% of device time is outside XLA's view.",
+        fix="Inspect the kernels with get_kernel_stats and check their occupancy and tile sizes.",
+    )
+
+
+_COMPILER_CHECKS = {
+    "detect_unnecessary_convert_reduce": ("converts", "Dtype conversions", "dtype round trips and standalone converts",
+                                          "Keep one dtype through a computation (cast once at the boundary) and "
+                                          "let converts fuse into their consumers under jit."),
+    "detect_layout_mismatch_copies": ("copies", "Layout-changing copies", "copies that only change the layout",
+                                      "Give producer and consumer the same layout: transpose once outside the hot "
+                                      "loop or let XLA choose (avoid forcing layouts with explicit transposes)."),
+    "detect_unfused_reshapes": ("reshapes", "Unfused reshapes and transposes",
+                                "reshapes and transposes that run on their own",
+                                "Run reshapes and transposes inside the jitted step so they fuse (or become "
+                                "free bitcasts) instead of materialising copies."),
+}
+
+
+def _compiler(hosts: list[HostEvidence], hlo_issues: dict[str, list[HloIssue]]) -> list[Finding]:
+    findings = []
+    for detector, (family, label, what, fix) in _COMPILER_CHECKS.items():
+        issues = hlo_issues.get(detector) or []
+        if not issues:
+            continue
+        ops = [host.op_families.get(family) for host in hosts]
+        dispatches = max((f.dispatches_per_step for f in ops if f), default=0.0)
+        ms = max((f.ms_per_step for f in ops if f), default=0.0)
+        findings.append(Finding(
+            # Repeated op by op every step, the pattern costs a dispatch each time; inside a program, a kernel.
+            priority=Priority.P1 if dispatches >= OFTEN_DISPATCHED else Priority.P2,
+            category=FindingCategory.COMPILER,
+            title=f"{label}: {len(issues)} found in the compiled programs",
+            what=f"The HLO contains {what}; they move or re-type data without computing anything.",
+            evidence=[f"{quoted(i.module)} {quoted(i.instruction)} (runs as {quoted(i.runs_as)}): {i.detail}"
+                      for i in issues[:4]]
+            + [f"{family}: {ms:.3f} ms of compute per step, {dispatches:.0f} op-by-op dispatches per step"],
+            impact=f"{ms:.2f} ms of compute per step plus the overhead of {dispatches:.0f} dispatches per step.",
+            fix=fix,
+        ))
+    return findings
+
+
+def _outlier_steps(host: HostEvidence) -> Finding | None:
+    if not host.step_ms or host.steps < 5 or host.step_ms.max < OUTLIER_STEP * host.step_ms.median:
+        return None
+    slow = [ms for ms in host.series.step_ms if ms >= OUTLIER_STEP * host.step_ms.median]
+    return Finding(
+        priority=Priority.P2,
+        category=FindingCategory.OTHER,
+        title=f"Outlier steps: the slowest is {host.step_ms.max / host.step_ms.median:.0f}x the median",
+        what="A few steps take far longer than the rest (garbage collection, checkpointing, evaluation, a "
+             "straggling input batch or a one-off compilation).",
+        evidence=[f"median {host.step_ms.median:.2f} ms, max {host.step_ms.max:.2f} ms, "
+                  f"{len(slow)} of the first {len(host.series.step_ms)} steps above {OUTLIER_STEP:.0f}x the median"],
+        impact=f"{sum(slow) - len(slow) * host.step_ms.median:.1f} ms lost over the profiled steps.",
+        fix="Look up what runs in the slow steps in the trace viewer and move it off the step, or make it "
+            "asynchronous.",
+    )
+
+
+def _no_steps(host: HostEvidence) -> Finding | None:
+    if host.step_source is not StepSource.PROFILE_WINDOW:
+        return None
+    return Finding(
+        priority=Priority.P2,
+        category=FindingCategory.OTHER,
+        title="No training steps found: times cover the whole capture",
+        what="The trace has no step markers and no repeated program, so nothing can be normalised per step.",
+        evidence=[f"host {quoted(host.host)}: step source {host.step_source.value}"],
+        impact="per-step numbers in this report are for the whole capture window.",
+        fix="Wrap each step in jax.profiler.StepTraceAnnotation('train', step_num=i).",
+    )
+
+
+def _low_utilisation(hosts: list[HostEvidence], health: Health) -> Finding:
+    """When compute is idle and no rule above names the cause, say so, with what the host does."""
+    busy = health.compute_fraction or 0.0
+    activities = [a for host in hosts for a in host.host_activities if a.share_of_step >= NOTABLE_SHARE]
+    return Finding(
+        priority=Priority.P1 if busy < 0.5 else Priority.P2,
+        category=FindingCategory.OTHER,
+        title=f"Low utilisation: compute busy {busy:.0%} of the time, no single cause found",
+        what="Compute is idle for much of each step, but neither input, dispatch, compilation nor communication "
+             "explains it; the host timeline below is where the time goes.",
+        evidence=[f"busy fraction {busy:.3f}, {health.dispatches_per_step:.1f} jit dispatches per step",
+                  *(f"host activity {quoted(a.name)}: {a.ms_per_step:.2f} ms per step ({a.share_of_step:.1%})"
+                    for a in activities[:4])],
+        impact=f"{1 - busy:.0%} of each step is idle.",
+        fix="Open the trace viewer on the steps and look at what the host thread does between device runs; "
+            "synchronisations (block_until_ready, host callbacks, device-to-host copies) are the usual suspects.",
+    )
+
+
+def _findings(hosts: list[HostEvidence], tools: dict[str, ToolResult], hlo_issues: dict[str, list[HloIssue]],
+              metrics: Metrics, health: Health) -> list[Finding]:
+    per_host = [
+        finding
+        for host in hosts
+        for rule in (_input_bound, _dispatch_overhead, _recompilation, _communication, _outlier_steps, _no_steps)
+        if (finding := rule(host)) is not None
+    ]
+    if len(hosts) > 1:  # one finding per category: the worst host's
+        best: dict[FindingCategory, Finding] = {}
+        for finding in per_host:
+            current = best.get(finding.category)
+            if current is None or _ORDER[finding.priority] < _ORDER[current.priority]:
+                best[finding.category] = finding
+        per_host = list(best.values())
+    session_wide = [_memory(metrics), _compute(hosts, metrics, tools), _kernel(tools)]
+    findings = per_host + [f for f in session_wide if f is not None] + _compiler(hosts, hlo_issues)
+    if not health.optimal and all(f.priority is Priority.P2 for f in findings):
+        findings.append(_low_utilisation(hosts, health))
+    return sorted(findings, key=lambda f: _ORDER[f.priority])
+
+
+# --- the report --------------------------------------------------------------------------------
+
+
+def _summary(hosts: list[HostEvidence], metrics: Metrics, health: Health, findings: list[Finding],
+             tools: list[ToolResult], status: HealthStatus) -> str:
+    device = hosts[0].device_type if hosts else "unknown hardware"
+    where = f"{len(hosts)} host{'s' if len(hosts) != 1 else ''} ({device})"
+    if metrics.step_time_ms is not None:
+        first = f"{metrics.steps} profiled steps of {metrics.step_time_ms:.1f} ms on {where}"
+    else:
+        first = f"A capture without training steps on {where}"
+    busy = f"; compute is busy {metrics.busy_fraction:.0%} of the time" if metrics.busy_fraction is not None else ""
+    sentences = [first + busy + "."]
+    urgent = [f for f in findings if f.priority is not Priority.P2]
+    if status is HealthStatus.OPTIMAL:
+        sentences.append("Compute utilisation is high and idle time, communication, compilation and memory "
+                         "pressure are low, so the profile needs no action.")
+    elif urgent:
+        sentences.append(f"The main problem ({urgent[0].priority.value}): {urgent[0].title}.")
+    else:
+        sentences.append(f"It is not optimal because {', and '.join(health.reasons)}.")
+    others = [f for f in findings if not urgent or f is not urgent[0]]
+    if others:
+        sentences.append(f"{len(others)} further finding{'s' if len(others) != 1 else ''}: "
+                         + "; ".join(f"{f.priority.value} {f.title}" for f in others[:3]) + ".")
+    if metrics.peak_memory_bytes:
+        sentences.append(f"Peak memory is {size(metrics.peak_memory_bytes)} "
+                         f"({metrics.peak_memory_source.split(':')[0]}).")
+    with_data = sum(t.status is ToolStatus.OK for t in tools)
+    sentences.append(f"{with_data} of {len(tools)} XProf tools returned data"
+                     + ("; on CPU profiles XProf's device-side tools are empty, so the signals come from the raw "
+                        "trace events." if hosts and all(h.device_kind.value == "cpu" for h in hosts) else "."))
+    return " ".join(sentences[:5])
+
+
+def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: dict[str, list[HloIssue]],
+           profile: ProfileInput, versions: dict[str, str], seconds: float) -> Analysis:
+    """Turn the evidence into metrics, health, findings, status and summary."""
+    by_name = {tool.name: tool for tool in tools}
+    metrics = _metrics(hosts, by_name)
+    health = _health(hosts, metrics)
+    findings = _findings(hosts, by_name, hlo_issues, metrics, health)
+    urgent = any(f.priority is not Priority.P2 for f in findings)
+    status = HealthStatus.OPTIMAL if health.optimal and not urgent else HealthStatus.NEEDS_ATTENTION
+    return Analysis(
+        status=status,
+        summary=_summary(hosts, metrics, health, findings, tools, status),
+        metrics=metrics,
+        health=health,
+        findings=findings,
+        tools=tools,
+        hosts=hosts,
+        hlo_issues=hlo_issues,
+        profile=profile,
+        versions=versions,
+        seconds=seconds,
+    )

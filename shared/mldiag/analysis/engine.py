@@ -1,0 +1,161 @@
+"""One analysis of one profiling session, start to finish.
+
+1. Copy the session's ``<host>.xplane.pb`` files into a private scratch folder
+   (XProf writes cache files next to what it converts).
+2. In parallel, within the memory budget: read each host's raw events (which
+   also proves the file is a profile) and have XProf dump the HLO modules.
+3. Run the 15 tools in parallel; conversions are shared between them and the
+   heavy ones queue on the budget.
+4. Hand the evidence to the deterministic analyst.
+
+Heavy imports (xprof, the trace reader) happen inside the steps that need them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+from mldiag import __version__
+from mldiag.analysis import analyst
+from mldiag.analysis.budget import MemoryBudget
+from mldiag.analysis.evidence import Analysis, DeviceKind, HloIssue, HostEvidence, ProfileInput, ToolResult
+from mldiag.analysis.profiles import Session, copy_session
+from mldiag.analysis.xprof_tools import MANAGED_TOOLS, ToolContext, SessionState, run_tool, shared_converters
+
+Progress = Callable[[str], None]
+RAW_EVENTS_COST = 12  # the trace reader's peak, in multiples of the file's size
+DETECTORS = ("detect_layout_mismatch_copies", "detect_unfused_reshapes", "detect_unnecessary_convert_reduce")
+
+
+@contextlib.contextmanager
+def _private_folder(scratch_dir: Path | None) -> Iterator[Path]:
+    if scratch_dir is not None:
+        Path(scratch_dir).mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="mldiag-analysis-", dir=scratch_dir))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _absent_inputs(hosts: list[HostEvidence]) -> dict[str, str]:
+    """Converters whose input the raw events show is not in the profile."""
+    absent = {}
+    if not any(host.memory_allocator_events for host in hosts):
+        absent["memory_profile"] = "the trace has no memory allocator events"
+    if not any(host.device_kind is DeviceKind.TPU for host in hosts):
+        absent["utilization_viewer"] = "hardware utilization counters are recorded on TPUs only"
+    return absent
+
+
+class _HloModules:
+    """The session's HLO modules, parsed once for the three detectors."""
+
+    def __init__(self, client: object, folder: Path):
+        self._client, self._folder = client, folder
+        self._lock = threading.Lock()
+        self._modules: list | None = None
+
+    def __call__(self) -> list:
+        from mldiag.analysis import hlo
+
+        with self._lock:
+            if self._modules is None:
+                names = [p.name.removesuffix(".hlo_proto.pb") for p in self._folder.glob("*.hlo_proto.pb")]
+                self._modules = hlo.load_modules(names, self._text)
+            return self._modules
+
+    def _text(self, module: str) -> str:
+        _, data = self._client.fetch(
+            tool_name="graph_viewer", session_id=str(self._folder),
+            graph_viewer_options={"type": "long_txt", "module_name": module},
+        )
+        return data.decode("utf-8", errors="replace") if isinstance(data, bytes) else str(data)
+
+
+def analyze_session(
+    paths: Sequence[Path],
+    scratch_dir: Path | None = None,
+    *,
+    source: str = "",
+    progress: Progress | None = None,
+    memory_budget_bytes: int | None = None,
+    workers: int | None = None,
+) -> Analysis:
+    """Analyse the profile files of one session (one per host).
+
+    ``scratch_dir`` is where the private copy lives while the analysis runs
+    (a temporary folder when omitted); nothing is written anywhere else.
+    Raises :class:`~mldiag.analysis.profiles.UnreadableProfile` for a file that
+    is empty, truncated or not a profile.
+    """
+    from mldiag.analysis.raw_events import read_host_evidence
+
+    started = time.perf_counter()
+    say = progress or (lambda message: None)
+    files = [Path(p) for p in paths]
+    with _private_folder(scratch_dir) as scratch, ThreadPoolExecutor(
+        max_workers=workers or min(8, (os.cpu_count() or 2) + 2), thread_name_prefix="mldiag-analysis"
+    ) as pool:
+        session = copy_session(Session(files[0].parent.name if files else "", tuple(files)), scratch)
+        profile_bytes = session.bytes
+        budget = MemoryBudget(memory_budget_bytes) if memory_budget_bytes else MemoryBudget.for_profile(profile_bytes)
+        folder = session.files[0].parent
+        client = shared_converters()
+        state = SessionState(files=[str(f) for f in session.files], budget=budget,
+                              profile_bytes=profile_bytes, absent={})
+        with client.session(folder, state):
+            def read(xplane: Path) -> HostEvidence:
+                with budget.reserve(RAW_EVENTS_COST * xplane.stat().st_size):
+                    say(f"reading the events of {xplane.name} ({xplane.stat().st_size / 1e6:.1f} MB)")
+                    return read_host_evidence(xplane)
+
+            reading = [pool.submit(read, xplane) for xplane in session.files]
+            dumping = pool.submit(client.dump_hlo, str(folder))
+            try:
+                hosts = [future.result() for future in reading]
+            finally:
+                _wait(reading + [dumping])
+            dumping.result()
+            state.absent.update(_absent_inputs(hosts))
+
+            context = ToolContext(folder=folder, client=client, hlo=_HloModules(client, folder), absent=state.absent)
+            running = {pool.submit(run_tool, name, context): name for name in MANAGED_TOOLS}
+            results: dict[str, ToolResult] = {}
+            for future in as_completed(running):
+                result = future.result()
+                results[result.name] = result
+                say(f"{result.name}: {result.status.value} ({result.seconds:.1f} s)")
+            tools = [results[name] for name in MANAGED_TOOLS]
+
+    hlo_issues = {
+        result.name: [HloIssue.model_validate(issue) for issue in result.data or []]
+        for result in tools if result.name in DETECTORS
+    }
+    return analyst.assess(
+        hosts=hosts,
+        tools=tools,
+        hlo_issues=hlo_issues,
+        profile=ProfileInput(
+            source=source or str(files[0].parent), session=session.name,
+            files=[f.name for f in session.files], bytes=profile_bytes,
+        ),
+        versions={"mldiag": __version__, "xprof": importlib.metadata.version("xprof")},
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _wait(futures: list[Future]) -> None:
+    """Let every started step finish before the scratch folder is removed under it."""
+    for future in futures:
+        with contextlib.suppress(Exception):
+            future.result()

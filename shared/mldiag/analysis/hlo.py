@@ -1,0 +1,286 @@
+"""Compiled HLO modules, and the three detectors XProf removed after 2.23.
+
+The modules come from the profile itself: XProf dumps each one as
+``<module>.hlo_proto.pb`` into the session folder and prints it as text through
+its ``graph_viewer`` converter. The text is parsed just enough for the
+detectors: instructions with their shapes, layouts, operands and the fusion
+that runs them.
+
+* ``detect_layout_mismatch_copies``: copies whose only effect is a new layout
+  (a physical transpose XLA inserted because producer and consumer disagree).
+* ``detect_unfused_reshapes``: reshapes and transposes that run as their own
+  kernel, or as a whole program of their own (op-by-op execution).
+* ``detect_unnecessary_convert_reduce``: dtype round trips (T1 to T2 and back),
+  full-size converts materialised only to feed a reduce, and converts that run
+  as programs of their own.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from mldiag.analysis.evidence import HloIssue
+
+MAX_MODULES = 200
+MAX_ISSUES = 50
+MIN_PROGRAM_BYTES = 4096  # smaller single-op programs are setup noise (scalars, RNG keys), not hot-loop work
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[^\s=]+)\s*=\s*(?P<rest>.*)$")
+_COMPUTATION = re.compile(r"^(?P<entry>ENTRY\s+)?%?(?P<name>[^\s(]+)\s*\(.*\{\s*$")
+_OPCODE = re.compile(r"\s*(?P<opcode>[a-z][\w\-]*)\(")
+_OPERAND = re.compile(r"%([^\s,)]+)")
+_CALLS = re.compile(r"calls=%?([^\s,}]+)")
+_ARRAY_SHAPE = re.compile(r"^(?P<dtype>[a-z]+\d*)\[(?P<dims>[\d,]*)\](?:\{(?P<layout>[\d,]*)[^}]*\})?")
+_DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4,
+                "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16}
+_SHAPE_ONLY = frozenset({"parameter", "bitcast", "reshape", "transpose", "copy", "tuple", "get-tuple-element"})
+_DATA_MOVES = frozenset({"bitcast", "reshape", "transpose", "copy"})
+
+
+@dataclass(frozen=True)
+class Shape:
+    dtype: str
+    dims: tuple[int, ...]
+    layout: tuple[int, ...] | None  # minor-to-major
+
+    @classmethod
+    def parse(cls, text: str) -> Shape | None:
+        match = _ARRAY_SHAPE.match(text)
+        if not match:
+            return None
+        dims = tuple(int(d) for d in match["dims"].split(",") if d)
+        layout = tuple(int(d) for d in match["layout"].split(",") if d) if match["layout"] is not None else None
+        return cls(match["dtype"], dims, layout)
+
+    @property
+    def bytes(self) -> int:
+        return math.prod(self.dims) * _DTYPE_BYTES.get(self.dtype, 4)
+
+    def __str__(self) -> str:
+        layout = "{" + ",".join(map(str, self.layout)) + "}" if self.layout is not None else ""
+        return f"{self.dtype}[{','.join(map(str, self.dims))}]{layout}"
+
+
+@dataclass
+class Instruction:
+    name: str
+    opcode: str
+    shape: Shape | None
+    operands: list[str]
+    computation: str
+    calls: str = ""
+
+
+@dataclass
+class HloModule:
+    name: str
+    entry: str = ""
+    instructions: dict[str, Instruction] = field(default_factory=dict)
+    computations: dict[str, list[str]] = field(default_factory=dict)  # computation -> its instructions
+    runs_as: dict[str, str] = field(default_factory=dict)  # fused computation -> the fusion that runs it
+
+    def operand(self, instruction: Instruction, index: int = 0) -> Instruction | None:
+        if index >= len(instruction.operands):
+            return None
+        return self.instructions.get(instruction.operands[index])
+
+    def consumers(self, name: str) -> list[Instruction]:
+        return [i for i in self.instructions.values() if name in i.operands]
+
+    def executor(self, instruction: Instruction) -> str:
+        """The entry-level instruction that runs this one: itself, or the fusion it is inside."""
+        return self.runs_as.get(instruction.computation, instruction.name)
+
+    def work(self) -> list[Instruction]:
+        """The entry computation's instructions, with fusions replaced by what they compute."""
+        found = []
+        for name in self.computations.get(self.entry, []):
+            instruction = self.instructions[name]
+            if instruction.opcode == "fusion" and instruction.calls in self.computations:
+                found.extend(self.instructions[n] for n in self.computations[instruction.calls])
+            else:
+                found.append(instruction)
+        return [i for i in found if i.opcode not in ("parameter", "tuple", "get-tuple-element", "constant")]
+
+
+def _balanced(text: str, start: int) -> int:
+    """The index just past the bracket that closes the one at ``start``."""
+    depth = 0
+    for index in range(start, len(text)):
+        if text[index] in "([{":
+            depth += 1
+        elif text[index] in ")]}":
+            depth -= 1
+            if depth == 0:
+                return index + 1
+    return len(text)
+
+
+def parse_module(name: str, text: str) -> HloModule:
+    module = HloModule(name)
+    computation = ""
+    for line in text.splitlines():
+        header = _COMPUTATION.match(line)
+        if header and " = " not in line.split("(", 1)[0]:
+            computation = header["name"]
+            module.computations[computation] = []
+            if header["entry"]:
+                module.entry = computation
+            continue
+        match = _INSTRUCTION.match(line)
+        if not match or not computation:
+            continue
+        rest = match["rest"]
+        shape_end = _balanced(rest, 0) if rest.startswith("(") else rest.find(" ")
+        shape_text, after = rest[:shape_end], rest[shape_end:]
+        opcode = _OPCODE.match(after)
+        if not opcode:
+            continue
+        operands_end = _balanced(after, opcode.end() - 1)
+        attributes = after[operands_end:]
+        calls = _CALLS.search(attributes)
+        instruction = Instruction(
+            name=match["name"],
+            opcode=opcode["opcode"],
+            shape=Shape.parse(shape_text),
+            operands=_OPERAND.findall(after[opcode.end():operands_end]),
+            computation=computation,
+            calls=calls.group(1) if calls else "",
+        )
+        module.instructions[instruction.name] = instruction
+        module.computations[computation].append(instruction.name)
+        if instruction.opcode == "fusion" and instruction.calls:
+            module.runs_as[instruction.calls] = instruction.name
+    return module
+
+
+def load_modules(names: Iterable[str], text_of: Callable[[str], str]) -> list[HloModule]:
+    """Parse up to ``MAX_MODULES`` modules; one that cannot be printed is skipped."""
+    modules = []
+    for name in sorted(names)[:MAX_MODULES]:
+        try:
+            modules.append(parse_module(name, text_of(name)))
+        except ValueError:
+            continue
+    return modules
+
+
+def _issue(module: HloModule, instruction: Instruction, detail: str, *shapes: Shape | None) -> HloIssue:
+    return HloIssue(
+        module=module.name,
+        instruction=instruction.name,
+        runs_as=module.executor(instruction),
+        detail=detail,
+        shapes=[str(s) for s in shapes if s is not None],
+    )
+
+
+def _is_in_fusion(module: HloModule, instruction: Instruction) -> bool:
+    return instruction.computation in module.runs_as
+
+
+def detect_layout_mismatch_copies(modules: list[HloModule]) -> list[HloIssue]:
+    """Copies that keep the dimensions and only change the layout: a transpose in memory."""
+    issues = []
+    for module in modules:
+        for instruction in module.instructions.values():
+            source = module.operand(instruction)
+            if instruction.opcode != "copy" or source is None or not instruction.shape or not source.shape:
+                continue
+            before, after = source.shape, instruction.shape
+            if before.dims == after.dims and before.layout is not None and before.layout != after.layout:
+                issues.append(_issue(
+                    module, instruction,
+                    f"copy rewrites {after} from layout {{{','.join(map(str, before.layout))}}}"
+                    f" ({after.bytes / 1024:.0f} KiB moved each run)",
+                    before, after,
+                ))
+    return issues[:MAX_ISSUES]
+
+
+def _only_moves_data(module: HloModule) -> bool:
+    work = module.work()
+    return (
+        bool(work)
+        and all(i.opcode in _SHAPE_ONLY for i in work)
+        and any(i.opcode in ("reshape", "transpose") or (i.opcode == "bitcast" and module.consumers(i.name))
+                for i in work)
+        and max((i.shape.bytes for i in work if i.shape), default=0) >= MIN_PROGRAM_BYTES
+    )
+
+
+def detect_unfused_reshapes(modules: list[HloModule]) -> list[HloIssue]:
+    """Reshapes and transposes that run as a kernel or a whole program of their own."""
+    issues = []
+    for module in modules:
+        if _only_moves_data(module):
+            moved = [i for i in module.work() if i.opcode in _DATA_MOVES and i.shape is not None]
+            last = moved[-1]
+            source = module.operand(moved[0])
+            issues.append(_issue(
+                module, last,
+                f"the whole program only reshapes or transposes its input to {last.shape}: dispatched on its"
+                " own it costs a launch and a full copy that fusing into the consumer (under one jit) avoids",
+                source.shape if source else None, last.shape,
+            ))
+            continue
+        for instruction in module.instructions.values():
+            if instruction.opcode not in ("reshape", "transpose") or _is_in_fusion(module, instruction):
+                continue
+            if instruction.computation != module.entry:
+                continue
+            source = module.operand(instruction)
+            issues.append(_issue(
+                module, instruction,
+                f"{instruction.opcode} runs as its own kernel, materialising {instruction.shape}",
+                source.shape if source else None, instruction.shape,
+            ))
+    return issues[:MAX_ISSUES]
+
+
+def _convert_program(module: HloModule) -> Instruction | None:
+    work = module.work()
+    if len(work) != 1 or work[0].opcode != "convert" or not work[0].shape:
+        return None
+    return work[0] if work[0].shape.bytes >= MIN_PROGRAM_BYTES else None
+
+
+def detect_unnecessary_convert_reduce(modules: list[HloModule]) -> list[HloIssue]:
+    """Dtype round trips, converts materialised only to be reduced, and programs that only convert."""
+    issues = []
+    standalone: dict[tuple[str, str, tuple[int, ...]], tuple[HloModule, Instruction]] = {}
+    for module in modules:
+        for instruction in module.instructions.values():
+            if instruction.opcode != "convert" or instruction.shape is None:
+                continue
+            source = module.operand(instruction)
+            origin = module.operand(source) if source is not None and source.opcode == "convert" else None
+            if origin is not None and origin.shape and origin.shape.dtype == instruction.shape.dtype:
+                issues.append(_issue(
+                    module, instruction,
+                    f"{origin.shape.dtype} -> {source.shape.dtype if source.shape else '?'} -> "
+                    f"{instruction.shape.dtype} round trip: it only loses precision",
+                    origin.shape, instruction.shape,
+                ))
+            users = module.consumers(instruction.name)
+            if (users and all(u.opcode == "reduce" for u in users) and not _is_in_fusion(module, instruction)
+                    and source is not None and source.shape):
+                issues.append(_issue(
+                    module, instruction,
+                    f"a full {instruction.shape} copy is converted from {source.shape.dtype} only to be reduced;"
+                    " fused into the reduce, the conversion would happen on the fly",
+                    source.shape, instruction.shape,
+                ))
+        convert = _convert_program(module)
+        source = module.operand(convert) if convert is not None else None
+        if convert is not None and convert.shape and source is not None and source.shape:
+            standalone[(source.shape.dtype, convert.shape.dtype, convert.shape.dims)] = (module, convert)
+    for (from_dtype, to_dtype, dims), (module, convert) in sorted(standalone.items()):
+        back = standalone.get((to_dtype, from_dtype, dims))
+        detail = f"the whole program converts {from_dtype} to {to_dtype} of shape [{','.join(map(str, dims))}]"
+        if back is not None:
+            detail += f", and {back[0].name} converts it back: an op-by-op round trip"
+        issues.append(_issue(module, convert, detail, module.operand(convert).shape, convert.shape))
+    return issues[:MAX_ISSUES]

@@ -1,0 +1,103 @@
+"""Which ``<host>.xplane.pb`` files a path names, and the private copy analysis works on.
+
+A path may be a single file, a session folder
+(``<run>/plugins/profile/<session>/``), a logdir that holds sessions, or a
+``gs://`` URI of any of these. A logdir with several sessions means its latest
+one (session folders are named by capture time), as XProf's own tools do.
+
+XProf's converters write cache files next to the profile they read, so nothing
+is ever converted where the user keeps it: :func:`copy_session` puts the files
+in a scratch folder first.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from mldiag.domain.errors import InvalidArgument
+from mldiag.ports import BlobStore
+
+XPLANE_SUFFIX = ".xplane.pb"
+
+
+class UnreadableProfile(InvalidArgument):
+    """The input is missing, empty, truncated, or not an XSpace protobuf."""
+
+
+@dataclass(frozen=True)
+class Session:
+    """The files of one profiling session (one file per host)."""
+
+    name: str
+    files: tuple[Path, ...]
+    note: str = ""  # what was chosen when the path named more than one session
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.stat().st_size for f in self.files)
+
+
+def host_of(xplane: Path) -> str:
+    """The host a profile file belongs to: its name without ``.xplane.pb``."""
+    name = xplane.name
+    return name[: -len(XPLANE_SUFFIX)] if name.endswith(XPLANE_SUFFIX) else xplane.stem
+
+
+def _choose(xplanes: list[PurePosixPath], named: str) -> tuple[PurePosixPath, list[PurePosixPath], str]:
+    """Group profile files by folder and pick the session: the only one, or the latest by name."""
+    if not xplanes:
+        raise UnreadableProfile(f"no {XPLANE_SUFFIX} files under {named}")
+    folders: dict[PurePosixPath, list[PurePosixPath]] = {}
+    for xplane in sorted(xplanes):
+        folders.setdefault(xplane.parent, []).append(xplane)
+    chosen = max(folders, key=lambda folder: (folder.name, str(folder)))
+    note = ""
+    if len(folders) > 1:
+        note = f"{named} holds {len(folders)} sessions; analysed the latest, {chosen.name!r}"
+    return chosen, folders[chosen], note
+
+
+def find_session(path: Path) -> Session:
+    """The session a local file or folder names."""
+    if path.is_file():
+        return Session(path.parent.name, (path,))
+    if not path.is_dir():
+        raise UnreadableProfile(f"{path} does not exist")
+    xplanes = [PurePosixPath(p.as_posix()) for p in path.rglob(f"*{XPLANE_SUFFIX}") if p.is_file()]
+    folder, files, note = _choose(xplanes, str(path))
+    return Session(folder.name, tuple(Path(f) for f in files), note)
+
+
+def download_session(uri: str, blobs: BlobStore, destination: Path) -> Session:
+    """Download the session a ``gs://`` URI names into ``destination/<session>/``."""
+    if uri.endswith(XPLANE_SUFFIX):
+        objects = [uri]
+    else:
+        prefix = uri.rstrip("/") + "/"
+        objects = [info.uri for info in blobs.list(prefix) if info.uri.endswith(XPLANE_SUFFIX)]
+    if not objects:
+        raise UnreadableProfile(f"no {XPLANE_SUFFIX} objects at {uri}")
+    folder, chosen, note = _choose([PurePosixPath(o.removeprefix("gs://")) for o in objects], uri)
+    local = destination / folder.name
+    files = []
+    for object_path in chosen:
+        target = local / object_path.name
+        blobs.download(f"gs://{object_path}", target)
+        files.append(target)
+    return Session(folder.name, tuple(files), note)
+
+
+def copy_session(session: Session, scratch: Path) -> Session:
+    """Copy the session's files into ``scratch/<session>/``, the folder the converters may write in."""
+    folder = scratch / (session.name or "session")
+    folder.mkdir(parents=True, exist_ok=True)
+    copies = []
+    for xplane in session.files:
+        if xplane.stat().st_size == 0:
+            raise UnreadableProfile(f"{xplane.name}: empty file (0 bytes)")
+        copy = folder / (host_of(xplane) + XPLANE_SUFFIX)
+        shutil.copyfile(xplane, copy)
+        copies.append(copy)
+    return Session(session.name, tuple(copies), session.note)

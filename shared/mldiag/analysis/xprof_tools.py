@@ -1,0 +1,309 @@
+"""The 15 XProf tools of the managed product, run in-process on one session.
+
+The open ``xprof`` package ships most of them as the XProf CLI's tool functions
+(``xprof.cli.tools.*``); we import and call those rather than start one
+``xprof <subcommand>`` process per tool. Where the managed name differs
+(``get_xprof_overview`` is ``get_overview`` there) the managed name is kept;
+``get_smart_suggestions`` is the ``smart_suggestion`` converter, and the three
+``detect_*`` tools, removed upstream, are ours (:mod:`mldiag.analysis.hlo`).
+
+Every tool reaches XProf's converters through one client installed for the
+process (:class:`SharedConverters`). It gives each tool call what the CLI would,
+and in addition:
+
+* remembers each conversion for the session, because tools ask for the same
+  converter again and again (the overview alone is read by four tools);
+* lets only the first op_stats conversion build XProf's op_stats cache, which
+  every later op_stats tool then reads for almost nothing;
+* reserves memory from the analysis's :class:`~mldiag.analysis.budget.MemoryBudget`;
+* answers "no data" for converters whose input the raw events show is absent
+  (no allocator events, no hardware counters), as the converter itself would,
+  instead of reading the whole profile again to find nothing.
+
+The session folder it converts is always the analysis's private copy: XProf
+writes cache files next to its input.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mldiag.analysis.budget import MemoryBudget
+from mldiag.analysis.evidence import ToolResult, ToolStatus
+
+MANAGED_TOOLS = (
+    "get_xprof_overview",
+    "get_step_trace",
+    "get_kpi_metrics",
+    "get_device_information",
+    "get_hosts",
+    "get_utilization_viewer",
+    "get_smart_suggestions",
+    "get_roofline_model",
+    "get_hlo_op_profile",
+    "detect_layout_mismatch_copies",
+    "detect_unfused_reshapes",
+    "detect_unnecessary_convert_reduce",
+    "list_hlo_modules",
+    "get_memory_profile",
+    "get_peak_allocations",
+)
+
+# Converters that read XProf's per-folder op_stats cache (the first one builds it).
+OP_STATS_CONVERTERS = frozenset({
+    "overview_page", "input_pipeline_analyzer", "framework_op_stats", "kernel_stats", "pod_viewer",
+    "op_profile", "hlo_stats", "roofline_model", "smart_suggestion",
+})
+# Peak memory of one conversion, in multiples of the profile's size (xprof 2.24, measured).
+CONVERTER_COST = {"op_stats": 19, "memory_profile": 19, "utilization_viewer": 26, "tool_names": 7}
+LIGHT_COST = 1  # op_stats already built, or a per-module HLO view
+# Parameters the tools pass that do not change what a converter returns.
+_PRESENTATION_PARAMETERS = frozenset({"format", "tqx", "bypass_cache", "host", "hosts"})
+_NO_DATA_STATUSES = frozenset({"NO_DATA", "UNAVAILABLE", "DATA_ABSENT"})
+
+
+def _quiet_native_logs() -> None:
+    # XProf's C++ logs every conversion step at INFO to stderr; it reads this once, at load time.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+@dataclass
+class SessionState:
+    files: list[str]
+    budget: MemoryBudget
+    profile_bytes: int
+    absent: dict[str, str]  # converter -> why its input is not in the profile
+    results: dict[str, Any] = field(default_factory=dict)
+    key_locks: dict[str, threading.Lock] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    op_stats_lock: threading.Lock = field(default_factory=threading.Lock)
+    op_stats_built: bool = False
+
+    def lock_for(self, key: str) -> threading.Lock:
+        with self.lock:
+            return self.key_locks.setdefault(key, threading.Lock())
+
+
+def _client_class() -> type:
+    from xprof.cli.internal.oss import xprof_client
+
+    class SharedConverters(xprof_client.LocalXprofClient):
+        """XProf's local client, sharing conversions within each registered session folder."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self._sessions: dict[str, SessionState] = {}
+            self._registry = threading.Lock()
+
+        @contextlib.contextmanager
+        def session(self, folder: Path, state: SessionState) -> Iterator[None]:
+            key = os.path.realpath(folder)
+            with self._registry:
+                self._sessions[key] = state
+            try:
+                yield
+            finally:
+                with self._registry:
+                    self._sessions.pop(key, None)
+
+        def _state(self, session_id: str) -> SessionState:
+            state = self._sessions.get(os.path.realpath(self.get_run_dir(session_id)))
+            if state is None:
+                raise FileNotFoundError(f"{session_id} is not a session being analysed")
+            return state
+
+        def fetch(self, tool_name: str, session_id: str, rpc_deadline_s: int = 600, **kwargs: Any) -> tuple[Any, Any]:
+            del rpc_deadline_s
+            from xprof.convert import raw_to_tool_data
+
+            converter = tool_name.removesuffix(".json")
+            converter = "op_profile" if converter == "hlo_op_profile" else converter
+            state = self._state(session_id)
+            paths = list(self.select_paths(session_id, host=kwargs.get("host"), hosts=kwargs.get("hosts")))
+            if converter in xprof_client.SINGLE_HOST_TB_TOOLS and len(paths) > 1:
+                raise ValueError(f"{converter} reads one host's trace; this session has {len(paths)}")
+            if converter in state.absent:
+                return "application/json", None  # what a converter returns when it has nothing
+            params = {k: v for k, v in kwargs.items() if k not in _PRESENTATION_PARAMETERS}
+            key = json.dumps([converter, paths, params], sort_keys=True, default=str)
+            with state.lock_for(key):
+                if key not in state.results:
+                    with self._conversion(state, converter):
+                        data, content_type = raw_to_tool_data.xspace_to_tool_data(
+                            paths, converter, {**params, "use_saved_result": True}
+                        )
+                    state.results[key] = (content_type, data)
+            return state.results[key]
+
+        @contextlib.contextmanager
+        def _conversion(self, state: SessionState, converter: str) -> Iterator[None]:
+            if converter not in OP_STATS_CONVERTERS:
+                with state.budget.reserve(CONVERTER_COST.get(converter, LIGHT_COST) * state.profile_bytes):
+                    yield
+                return
+            with state.op_stats_lock:  # the first conversion builds the cache the others read
+                cost = LIGHT_COST if state.op_stats_built else CONVERTER_COST["op_stats"]
+                with state.budget.reserve(cost * state.profile_bytes):
+                    yield
+                state.op_stats_built = True
+
+        def dump_hlo(self, session_id: str) -> list[str]:
+            """Write each HLO module's proto into the session folder (XProf's tool list does); the tool names."""
+            from xprof.convert import raw_to_tool_data
+
+            state = self._state(session_id)
+            with state.lock_for("tool_names"):
+                if "tool_names" not in state.results:
+                    with state.budget.reserve(CONVERTER_COST["tool_names"] * state.profile_bytes):
+                        state.results["tool_names"] = raw_to_tool_data.xspace_to_tool_names(state.files)
+            return state.results["tool_names"]
+
+        def read_owned_op_stats_bytes(self, session_id: str, xspace_paths: Any = None) -> bytes | None:
+            # The private folder holds only this session's op_stats, so it is ours without XProf's
+            # ownership bookkeeping (kept in a per-user cache folder we do not write).
+            del xspace_paths
+            path = Path(self.get_run_dir(session_id)) / "ALL_HOSTS.op_stats_v2.pb"
+            return path.read_bytes() if path.is_file() else None
+
+    return SharedConverters
+
+
+_installed: Any = None
+_install_lock = threading.Lock()
+
+
+def shared_converters() -> Any:
+    """The process's converter client, installed as XProf's client on first use."""
+    global _installed
+    with _install_lock:
+        if _installed is None:
+            _quiet_native_logs()
+            from xprof.cli.internal.oss import xprof_client
+
+            _installed = _client_class()()
+            xprof_client.set_client(_installed)
+        return _installed
+
+
+@dataclass
+class ToolContext:
+    """What a tool needs: the private session folder, and the shared conversions of it."""
+
+    folder: Path
+    client: Any
+    hlo: Callable[[], Any]  # the parsed HLO modules, loaded once on first use
+    absent: dict[str, str] = field(default_factory=dict)  # converter -> why the profile has no input for it
+
+    @property
+    def session_id(self) -> str:
+        return str(self.folder)
+
+
+def _xprof_tool(module: str, function: str, **arguments: Any) -> Callable[[ToolContext], Any]:
+    def run(context: ToolContext) -> Any:
+        tool = getattr(importlib.import_module(module), function)
+        # Past XProf's on-disk result cache: conversions are shared in memory instead.
+        return getattr(tool, "__wrapped__", tool)(context.session_id, **arguments)
+
+    return run
+
+
+def _converter(name: str) -> Callable[[ToolContext], Any]:
+    def run(context: ToolContext) -> Any:
+        _, data = context.client.fetch(tool_name=name, session_id=context.session_id)
+        return data
+
+    return run
+
+
+def _detector(name: str) -> Callable[[ToolContext], Any]:
+    def run(context: ToolContext) -> Any:
+        from mldiag.analysis import hlo
+
+        issues = getattr(hlo, name)(context.hlo())
+        return [issue.model_dump(mode="json") for issue in issues]
+
+    return run
+
+
+TOOLS: dict[str, Callable[[ToolContext], Any]] = {
+    "get_xprof_overview": _xprof_tool("xprof.cli.tools.get_overview_tool", "get_overview"),
+    "get_step_trace": _xprof_tool("xprof.cli.tools.get_step_trace_tool", "get_step_trace"),
+    "get_kpi_metrics": _xprof_tool("xprof.cli.tools.get_kpi_metrics_tool", "get_kpi_metrics"),
+    "get_device_information": _xprof_tool("xprof.cli.internal.xprof_data", "get_device_information"),
+    "get_hosts": _xprof_tool("xprof.cli.internal.xprof_data", "get_hosts"),
+    "get_utilization_viewer": _xprof_tool("xprof.cli.tools.get_utilization_viewer_tool", "get_utilization_viewer"),
+    "get_smart_suggestions": _converter("smart_suggestion"),
+    "get_roofline_model": _xprof_tool("xprof.cli.tools.get_roofline_model_tool", "get_roofline_model"),
+    "get_hlo_op_profile": _xprof_tool("xprof.cli.internal.xprof_data", "get_hlo_op_profile"),
+    "detect_layout_mismatch_copies": _detector("detect_layout_mismatch_copies"),
+    "detect_unfused_reshapes": _detector("detect_unfused_reshapes"),
+    "detect_unnecessary_convert_reduce": _detector("detect_unnecessary_convert_reduce"),
+    "list_hlo_modules": _xprof_tool("xprof.cli.internal.oss.hlo_tools", "list_hlo_modules"),
+    "get_memory_profile": _xprof_tool("xprof.cli.tools.get_memory_profile_tool", "get_memory_profile"),
+    "get_peak_allocations": _xprof_tool("xprof.cli.tools.get_peak_allocations_tool", "get_peak_allocations"),
+}
+assert tuple(TOOLS) == MANAGED_TOOLS
+# Tools that only present one converter: when its input is absent there is nothing to run.
+_ONLY_CONVERTER = {"get_memory_profile": "memory_profile", "get_utilization_viewer": "utilization_viewer"}
+# Answers that parse but carry nothing (XProf fills them with zeros, -1 or empty lists).
+_EMPTY_WHEN: dict[str, Callable[[dict[str, Any]], bool]] = {
+    "get_device_information": lambda data: not data.get("device_type") and not data.get("peak_flop_rate"),
+    "get_smart_suggestions": lambda data: not data.get("suggestions"),
+    "get_memory_profile": lambda data: data.get("peak_memory_usage_gib", -1) < 0,
+}
+
+
+def _decoded(payload: Any) -> Any:
+    if isinstance(payload, bytes):
+        payload = payload.decode("utf-8", errors="replace")
+    if isinstance(payload, str):
+        try:
+            return json.loads(payload)
+        except ValueError:
+            return payload
+    return payload
+
+
+def _no_data_reason(name: str, data: Any) -> str:
+    """Why a tool's answer carries nothing, or "" when it does."""
+    if data is None or data in ("", [], {}):
+        return "empty result"
+    if isinstance(data, dict):
+        if str(data.get("status", "")).upper() in _NO_DATA_STATUSES:
+            return str(data.get("message") or data.get("error") or data.get("reason") or data["status"])
+        if name in _EMPTY_WHEN and _EMPTY_WHEN[name](data):
+            return "the answer holds only placeholder values"
+    return ""
+
+
+def run_tool(name: str, context: ToolContext) -> ToolResult:
+    """Run one managed tool; a tool that fails or finds nothing never raises."""
+    started = time.perf_counter()
+    if _ONLY_CONVERTER.get(name) in context.absent:
+        return ToolResult(name=name, status=ToolStatus.NO_DATA, seconds=0.0,
+                          reason=context.absent[_ONLY_CONVERTER[name]])
+    try:
+        data = _decoded(TOOLS[name](context))
+    except FileNotFoundError as reason:  # XProf's way of saying "nothing of that kind in this profile"
+        return ToolResult(name=name, status=ToolStatus.NO_DATA, seconds=time.perf_counter() - started,
+                          reason=str(reason))
+    except Exception as error:  # noqa: BLE001 - one tool's failure is recorded, never fatal
+        return ToolResult(name=name, status=ToolStatus.ERROR, seconds=time.perf_counter() - started,
+                          reason=f"{type(error).__name__}: {error}")
+    seconds = time.perf_counter() - started
+    if isinstance(data, dict) and str(data.get("status", "")).upper() == "ERROR":
+        return ToolResult(name=name, status=ToolStatus.ERROR, seconds=seconds, data=data,
+                          reason=str(data.get("error") or data.get("message") or "error"))
+    reason = _no_data_reason(name, data)
+    status = ToolStatus.NO_DATA if reason else ToolStatus.OK
+    return ToolResult(name=name, status=status, seconds=seconds, data=data, reason=reason)
