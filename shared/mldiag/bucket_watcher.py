@@ -20,6 +20,7 @@ from pathlib import Path
 import structlog
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
+from watchdog.observers.api import BaseObserver
 
 from mldiag.blob_uris import parse_blob_uri
 from mldiag.config import BUCKET_NOTIFICATIONS
@@ -86,20 +87,34 @@ class BucketWatcher:
         self._announced: dict[Path, int] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
-        self._observer = Observer()
+        self._observer: BaseObserver = Observer()
         self._checker = threading.Thread(target=self._check_forever, name="mldiag-bucket-watcher", daemon=True)
 
     def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        self._observer.schedule(_Changes(self), str(self.root), recursive=True)
-        self._observer.start()
+        self._observe()
         self._checker.start()
 
     def stop(self) -> None:
         self._stopping.set()
+        self._checker.join(timeout=5)
         self._observer.stop()
         self._observer.join(timeout=5)
-        self._checker.join(timeout=5)
+
+    def _observe(self) -> None:
+        self._observer = Observer()
+        self._observer.schedule(_Changes(self), str(self.root), recursive=True)
+        self._observer.start()
+
+    def _keep_observing(self) -> None:
+        """inotify can lose a race with a folder removed as it is being added, which ends the
+        observer's thread; start a new one and look at every file, so nothing is missed."""
+        if all(emitter.is_alive() for emitter in self._observer.emitters):
+            return
+        log.warning("the bucket watcher's observer stopped; restarting it")
+        self._observer.stop()
+        self._observe()
+        self.noticed(self.root, is_directory=True)
 
     def noticed(self, path: Path, *, is_directory: bool) -> None:
         """A change under the root: files wait to settle; a new folder's files (which may
@@ -111,6 +126,7 @@ class BucketWatcher:
 
     def _check_forever(self) -> None:
         while not self._stopping.wait(self.poll_seconds):
+            self._keep_observing()
             self.check()
 
     def check(self) -> int:

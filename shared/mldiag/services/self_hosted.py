@@ -17,7 +17,7 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 from pydantic.alias_generators import to_snake
 
 from mldiag.bootstrap import Services
@@ -60,7 +60,7 @@ class SelfHostedRun(CamelModel):
     display_name: str = ""
     creator: str = ""
     cluster_id: str = ""
-    workload: Workload = Workload()
+    workload: Workload = Field(default_factory=Workload)
     base_blob_path: str = ""
     create_time: Timestamp = None
     update_time: Timestamp = None

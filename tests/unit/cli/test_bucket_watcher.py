@@ -107,3 +107,20 @@ def test_the_running_watcher_sees_files_in_new_folders(blobs, bus, received):
 def test_only_local_buckets_can_be_watched(bus):
     with pytest.raises(TypeError):
         BucketWatcher(object(), bus)  # type: ignore[arg-type]
+
+
+def test_a_watcher_whose_observer_died_recovers_and_misses_nothing(blobs, bus, received):
+    watcher = BucketWatcher(blobs, bus, settle_seconds=0.1, poll_seconds=0.05)
+    watcher.start()
+    try:
+        for emitter in list(watcher._observer.emitters):  # what a lost inotify race does to it
+            emitter.stop()
+            emitter.join()
+        _write(blobs, OBJECT, b"written while nobody watched")
+        deadline = time.monotonic() + 10
+        while not received and time.monotonic() < deadline:
+            bus.drain()
+            time.sleep(0.05)
+    finally:
+        watcher.stop()
+    assert [m.attributes["objectId"] for m in received] == [OBJECT]
