@@ -63,7 +63,8 @@ class Schema:
     arguments: set[str] = field(default_factory=set)
     blocks: dict[str, Schema] = field(default_factory=dict)
     required: set[str] = field(default_factory=set)
-    # Attributes that can be read, for reference checks; nested block -> its readable schema.
+    # Attributes that can be read, for reference checks, keyed by _loose(name); a nested
+    # block maps to its own readable schema.
     readable: dict[str, Schema | None] = field(default_factory=dict)
 
 
@@ -81,6 +82,16 @@ class Problem:
         return f"{where}: {self.address}: {self.message}"
 
 
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)([A-Z])", lambda m: "_" + m.group(1).lower(), name)
+
+
+def _loose(name: str) -> str:
+    """A name with case and underscores dropped: jsii getters (``md5Hash``) do not always
+    convert back to the Terraform name (``md5hash``), so references compare loosely."""
+    return name.replace("_", "").lower()
+
+
 def _archive_file() -> Schema:
     source = Schema(arguments={"content", "filename"}, required={"content", "filename"})
     computed = ["id", "output_size", "output_md5", "output_sha", "output_sha256", "output_sha512",
@@ -92,7 +103,7 @@ def _archive_file() -> Schema:
         arguments=arguments_,
         blocks={"source": source},
         required={"type", "output_path"},
-        readable={name: None for name in [*arguments_, *computed]},
+        readable={_loose(name): None for name in [*arguments_, *computed]},
     )
 
 
@@ -105,10 +116,6 @@ BUILTIN: dict[tuple[str, str], Schema] = {("data", "archive_file"): _archive_fil
 _TYPE_LINK = re.compile(r"/docs/(resources|data-sources)/(\w+) (\w+)\}")
 _ARGUMENT_LINK = re.compile(r"/docs/(?:resources|data-sources)/\w+#(\w+) ")
 _PROVIDER_VERSION = re.compile(r"hashicorp/google/(\d+\.\d+\.\d+)/docs")
-
-
-def _snake(name: str) -> str:
-    return re.sub(r"(?<!^)([A-Z])", lambda m: "_" + m.group(1).lower(), name)
 
 
 def _struct_of(type_ref: dict[str, Any]) -> str | None:
@@ -182,7 +189,7 @@ class JsiiSchemas:
             if name == "internalValue" or (name.endswith("Input") and name[:-5] in names):
                 continue
             target = prop["type"].get("fqn", "")
-            readable[_snake(name)] = self._nested_readable(target)
+            readable[_loose(name)] = self._nested_readable(target)
         return readable
 
     def _nested_readable(self, fqn: str) -> Schema | None:
@@ -197,7 +204,9 @@ class JsiiSchemas:
 # --- checks -------------------------------------------------------------------------------------
 
 def _check_body(body: dict[str, Any], schema: Schema, meta_args: set[str], meta_blocks: set[str],
-                where: str) -> Iterator[str]:
+                path: str = "") -> Iterator[str]:
+    """Problems of one block body against its schema; ``path`` names the nested block (``a.b``)."""
+    where = f"{path}: " if path else ""
     present: set[str] = set()
     for name in arguments(body):
         present.add(name)
@@ -205,22 +214,15 @@ def _check_body(body: dict[str, Any], schema: Schema, meta_args: set[str], meta_
             yield f"{where}{name} is a block: write `{name} {{ ... }}`"
         elif name not in schema.arguments and name not in meta_args:
             yield f"{where}unknown argument {name!r}"
-    for kind, nested in nested_blocks(body):
-        if kind == "dynamic" or kind in meta_blocks:
-            continue
+    nested = [(kind, item) for kind, item in nested_blocks(body) if kind != "dynamic" and kind not in meta_blocks]
+    for kind, item in [*nested, *dynamic_blocks(body)]:
         present.add(kind)
         if kind in schema.blocks:
-            yield from _check_body(nested, schema.blocks[kind], set(), set(), f"{where}{kind}.")
+            yield from _check_body(item, schema.blocks[kind], set(), set(), f"{path}.{kind}" if path else kind)
         elif kind in schema.arguments:
             yield f"{where}{kind} is an argument: write `{kind} = ...`"
         else:
             yield f"{where}unknown block {kind!r}"
-    for kind, content in dynamic_blocks(body):
-        present.add(kind)
-        if kind in schema.blocks:
-            yield from _check_body(content, schema.blocks[kind], set(), set(), f"{where}{kind}.")
-        else:
-            yield f"{where}unknown block {kind!r} (dynamic)"
     for name in sorted(schema.required - present):
         yield f"{where}missing required {'block' if name in schema.blocks else 'argument'} {name!r}"
 
@@ -293,10 +295,10 @@ def _check_path(type_name: str, schema: Schema, path: str) -> Iterator[str]:
     for step in _PATH_STEP.findall(path):
         if current is None:
             return
-        if step not in current.readable:
+        if _loose(step) not in current.readable:
             yield f"{type_name} has no attribute {step!r}"
             return
-        current = current.readable[step]
+        current = current.readable[_loose(step)]
 
 
 class Schemas:
@@ -322,7 +324,7 @@ def check_module(directory: Path, schemas: Schemas) -> list[Problem]:
             meta_blocks = META_BLOCKS if block.kind == "resource" else {"lifecycle"}
             problems.extend(
                 Problem(block.file, block.address, message)
-                for message in _check_body(block.body, schema, META_ARGUMENTS, meta_blocks, "")
+                for message in _check_body(block.body, schema, META_ARGUMENTS, meta_blocks)
             )
         elif block.kind == "module":
             source = local_module_source(block)

@@ -64,7 +64,7 @@ PLANTED = [
         id="unknown block"),
     pytest.param(
         "modules/queue/main.tf", '      audience              = each.value.consumer.url\n', '      audiences             = [each.value.consumer.url]\n',
-        ["google_pubsub_subscription.push: push_config.oidc_token.unknown argument 'audiences'"],
+        ["google_pubsub_subscription.push: push_config.oidc_token: unknown argument 'audiences'"],
         id="unknown nested argument"),
     pytest.param(
         "modules/firestore/main.tf", "  collection  = each.value.collection\n", "",
@@ -72,15 +72,15 @@ PLANTED = [
         id="missing required argument"),
     pytest.param(
         "modules/xprof-viewer/main.tf", '      image = var.image\n', "",
-        ["google_cloud_run_v2_service.viewer: template.containers.missing required argument 'image'"],
+        ["google_cloud_run_v2_service.viewer: template.containers: missing required argument 'image'"],
         id="missing required nested argument"),
     pytest.param(
         "modules/bucket/main.tf", "        type          = lifecycle_rule.value.action.type\n", "",
-        ["google_storage_bucket.this: lifecycle_rule.action.missing required argument 'type'"],
+        ["google_storage_bucket.this: lifecycle_rule.action: missing required argument 'type'"],
         id="missing required argument in a dynamic block"),
     pytest.param(
         "modules/function/main.tf", "    runtime           = \"python311\"\n", "    runtime           = \"python311\"\n    source_dir        = \"x\"\n",
-        ["google_cloudfunctions2_function.this: build_config.unknown argument 'source_dir'"],
+        ["google_cloudfunctions2_function.this: build_config: unknown argument 'source_dir'"],
         id="unknown argument in a nested block"),
     pytest.param(
         "modules/function/main.tf", '  output_file_mode = "0644"\n', '  output_file_mode = "0644"\n  source_files     = []\n',
