@@ -1,0 +1,18 @@
+"""Unit tests run on the embedded backend only: no deployment settings leak in from the shell or CI."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+_DEPLOYMENT_PREFIXES = ("MLDIAG_",)
+_EMULATOR_VARIABLES = ("FIRESTORE_EMULATOR_HOST", "PUBSUB_EMULATOR_HOST", "STORAGE_EMULATOR_HOST",
+                       "DIAGON_BASE_URL", "GOOGLE_CLOUD_PROJECT")
+
+
+@pytest.fixture(autouse=True)
+def isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith(_DEPLOYMENT_PREFIXES) or name in _EMULATOR_VARIABLES:
+            monkeypatch.delenv(name)
