@@ -47,6 +47,9 @@ PROJECT_LEVEL_ROLES = {
 }
 
 
+VERTEX_ROLE, ANALYSIS = "roles/aiplatform.user", "analyze_session"
+
+
 def plain(value: Any) -> Any:
     """A python-hcl2 value with strings unquoted (expressions stay ``${...}``) and block markers dropped."""
     if isinstance(value, dict):
@@ -177,6 +180,8 @@ def role_problems(terraform: Path) -> list[str]:
         for role in spec["project_roles"]:
             if role not in PROJECT_LEVEL_ROLES:
                 problems.append(f"{name}: {role} granted on the project; grant it on the resource")
+            elif role == VERTEX_ROLE and name != ANALYSIS:
+                problems.append(f"{name}: {VERTEX_ROLE} is for {ANALYSIS} only")
     return problems
 
 
@@ -334,6 +339,12 @@ def test_planted_project_level_grant_is_reported(planted: Planted):
     assert role_problems(planted.terraform) == [
         "analyze_session: roles/storage.admin granted on the project; grant it on the resource"
     ]
+
+
+def test_planted_vertex_grant_outside_the_analysis_is_reported(planted: Planted):
+    planted.replace("functions.tf", 'project_roles      = []\n      sign_as_self       = true',
+                    'project_roles      = ["roles/aiplatform.user"]\n      sign_as_self       = true')
+    assert role_problems(planted.terraform) == ["control_plane: roles/aiplatform.user is for analyze_session only"]
 
 
 def test_planted_renamed_topic_is_reported(planted: Planted):

@@ -1,10 +1,43 @@
-"""Every Terraform module has a README whose inputs and outputs tables match its code."""
+"""Every Terraform module documents itself: typed, described variables, described outputs, and a
+README whose inputs and outputs tables match its code; examples/minimal asks for two values."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from conftest import REPO, Planted
-from terraform_config import module_dirs
+from terraform_config import load_module, module_dirs
 from terraform_docs import main, readmes
+
+
+def undocumented(root: Path) -> list[str]:
+    problems = []
+    for directory in module_dirs(root):
+        for block in load_module(directory):
+            where = f"{directory.relative_to(root)}: {block.address}"
+            if block.kind == "variable":
+                problems += [f"{where} has no {field}" for field in ("type", "description") if field not in block.body]
+            elif block.kind == "output" and "description" not in block.body:
+                problems.append(f"{where} has no description")
+    return problems
+
+
+def required_inputs(directory: Path) -> set[str]:
+    return {b.labels[0] for b in load_module(directory) if b.kind == "variable" and "default" not in b.body}
+
+
+def test_every_variable_is_typed_and_described_and_every_output_described():
+    assert undocumented(REPO / "terraform") == []
+
+
+def test_planted_undescribed_variable_is_reported(planted: Planted):
+    planted.write("terraform/modules/queue/extra.tf", 'variable "ordering" {\n  type = bool\n}\n')
+    assert undocumented(planted.terraform) == ["modules/queue: variable.ordering has no description"]
+
+
+def test_the_minimal_example_needs_only_the_project_and_the_region():
+    assert required_inputs(REPO / "terraform") == {"project_id", "region"}
+    assert required_inputs(REPO / "terraform/examples/minimal") == {"project_id", "region"}
 
 
 def test_every_module_has_a_generated_readme():
