@@ -66,28 +66,37 @@ def build(settings: Settings | None = None) -> Services:
     return _build_embedded(settings)
 
 
+def build_blobs(settings: Settings) -> BlobStore:
+    """The blob store alone, for a process that only uploads profiles (the node agent)."""
+    if settings.backend == "gcp":
+        from mldiag.adapters.gcs_blobs import GcsBlobs
+
+        return GcsBlobs(settings.project)
+    from mldiag.adapters.local_blobs import LocalBlobs
+
+    return LocalBlobs(settings.data_dir, share_base_url=settings.api_url, share_key=settings.share_key)
+
+
 def _build_embedded(settings: Settings) -> Services:
     from mldiag.adapters.inprocess_bus import InProcessBus
-    from mldiag.adapters.local_blobs import LocalBlobs
     from mldiag.adapters.sqlite_store import SqliteStore
 
     return Services(
         settings=settings,
         store=SqliteStore(settings.sqlite_path),
-        blobs=LocalBlobs(settings.data_dir, share_base_url=settings.api_url, share_key=settings.share_key),
+        blobs=build_blobs(settings),
         bus=InProcessBus(settings.project, max_attempts=settings.max_delivery_attempts),
     )
 
 
 def _build_gcp(settings: Settings) -> Services:
     from mldiag.adapters.firestore_store import FirestoreStore
-    from mldiag.adapters.gcs_blobs import GcsBlobs
     from mldiag.adapters.pubsub_bus import PubSubBus
 
     return Services(
         settings=settings,
         store=FirestoreStore(settings.project, settings.firestore_database),
-        blobs=GcsBlobs(settings.project),
+        blobs=build_blobs(settings),
         bus=PubSubBus(settings.project),
     )
 

@@ -4,12 +4,14 @@ Where the profile goes differs between them. The capture function tells the
 workload's server to write straight into the session folder (a local bucket
 folder in the embedded setup, ``gs://`` in the cloud — the workload then needs
 write access to the bucket). The node agent lets the server write into a
-scratch folder on the node and uploads from there. Snapshots are always
-written by the client, so they are always uploaded.
+scratch folder on the node and uploads from there; the workload may run as
+another user, or in a container that mounts the scratch folder at the same
+path. Snapshots are always written by the client, so they are always uploaded.
 """
 
 from __future__ import annotations
 
+import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,10 +36,15 @@ def split_session_folder(folder: str) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class Executor:
-    """Executes tasks; ``write_direct`` when the profiler server can write into the bucket itself."""
+    """Executes tasks; ``write_direct`` when the profiler server can write into the bucket itself.
+
+    Otherwise the server writes into a fresh folder under ``scratch_dir`` (the
+    system's temporary folder when unset), which is then uploaded.
+    """
 
     blobs: BlobStore
     write_direct: bool
+    scratch_dir: str | None = None
 
     def run(self, task: CaptureTask, server: ProfilerServer, session_folder: str) -> TaskResult:
         try:
@@ -64,7 +71,8 @@ class Executor:
                 root = str(self.blobs.path_for(root))
             server.trace(root, session_id, task.target, task.duration_ms, levels)
             return
-        with tempfile.TemporaryDirectory(prefix="mldiag-capture-") as scratch:
+        with tempfile.TemporaryDirectory(prefix="mldiag-capture-", dir=self.scratch_dir) as scratch:
+            os.chmod(scratch, 0o777)  # noqa: S103 - the workload's server, maybe another user, writes here
             server.trace(scratch, session_id, task.target, task.duration_ms, levels)
             written = Path(scratch, "plugins", "profile", session_id)
             for suffix in (XPLANE_SUFFIX, *SIBLING_SUFFIXES):
@@ -73,7 +81,7 @@ class Executor:
                     self.blobs.upload(path, f"{session_folder.rstrip('/')}/{path.name}")
 
     def _snapshot(self, task: CaptureTask, server: ProfilerServer, session_folder: str) -> TaskResult:
-        with tempfile.TemporaryDirectory(prefix="mldiag-snapshot-") as scratch:
+        with tempfile.TemporaryDirectory(prefix="mldiag-snapshot-", dir=self.scratch_dir) as scratch:
             try:
                 files = server.snapshot(Path(scratch))
             except CaptureFailed as failed:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from mldiag import __version__
-from mldiag.cli import events, monitored_events, runs, sessions, status, targets, up
+from mldiag.cli import agent, capture, events, monitored_events, runs, sessions, status, targets, up
 
 app = typer.Typer(
     name="mldiag",
@@ -20,6 +20,10 @@ app.add_typer(runs.app, name="machine-learning-run")
 app.add_typer(targets.app, name="profiler-target")
 app.add_typer(sessions.app, name="profiler-session")
 app.add_typer(monitored_events.app, name="monitored-events")
+app.command("agent")(agent.agent)
+sessions.app.command("capture")(capture.capture)
+runs.app.command("start-continuous-profiling")(capture.start_continuous_profiling)
+runs.app.command("stop-continuous-profiling")(capture.stop_continuous_profiling)
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,86 @@
+"""``mldiag agent``: run the node agent (see :mod:`mldiag.capture.agent`) until Ctrl-C or SIGTERM.
+
+Uploads go to the bucket the settings name: the local buckets under
+``MLDIAG_DATA_DIR`` next to ``mldiag up``, Cloud Storage with
+``MLDIAG_BACKEND=gcp`` (the node's service account needs write access to the
+profiles bucket). With ``MLDIAG_AUTH_AUDIENCE`` set, calls carry a Google ID
+token for that audience (the control plane behind IAM), refreshed as it ages.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Annotated, Any
+
+import typer
+
+from mldiag import bootstrap, logs
+from mldiag.capture.agent import Agent, AgentConfig, LocalTarget
+from mldiag.cli.api_client import (
+    DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiClient, ApiUrl, Location, Project, Token,
+)
+from mldiag.config import Settings
+from mldiag.domain.names import LocationName
+
+ID_TOKEN_REFRESH_S = 30 * 60  # Google ID tokens live an hour
+
+
+class IdTokenClient(ApiClient):
+    """An :class:`ApiClient` that authenticates with a Google ID token for ``audience``."""
+
+    def __init__(self, api_url: str, audience: str):
+        super().__init__(api_url)
+        self.audience, self.fetched_at = audience, float("-inf")
+
+    def call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        if time.monotonic() - self.fetched_at > ID_TOKEN_REFRESH_S:
+            import google.auth.transport.requests
+            from google.oauth2 import id_token
+
+            token = id_token.fetch_id_token(google.auth.transport.requests.Request(), self.audience)
+            self.session.headers["Authorization"] = f"Bearer {token}"
+            self.fetched_at = time.monotonic()
+        return super().call(method, path, **kwargs)
+
+
+def agent(
+    run: Annotated[str, typer.Option("--machine-learning-run", envvar="MLDIAG_RUN",
+                                     help="The run whose workload runs on this node.")],
+    ports: Annotated[list[int], typer.Option("--port", min=1, max=65535,
+                                             help="A local profiler port (repeat for several processes).")] = [9999],
+    node_index: Annotated[int, typer.Option("--node-index", envvar="MLDIAG_NODE_INDEX", min=0,
+                                            help="This node's index; further ports count on from it.")] = 0,
+    hostname: Annotated[str, typer.Option("--hostname", help="Hostname to register (default: this host's).")] = "",
+    name: Annotated[str, typer.Option("--name", help="The agent's name (default: the hostname).")] = "",
+    heartbeat: Annotated[float, typer.Option("--heartbeat-interval", min=1.0, help="Seconds between heartbeats.")]
+        = 15.0,
+    poll: Annotated[float, typer.Option("--poll-interval", min=0.1, help="Seconds between task polls.")] = 2.0,
+    scratch_dir: Annotated[Path | None, typer.Option(
+        "--scratch-dir", help="Where profilers write before the upload; containerised workloads must mount it "
+                              "at the same path (default: the system's temporary folder).")] = None,
+    project: Project = DEFAULT_PROJECT, location: Location = DEFAULT_LOCATION,
+    api_url: ApiUrl = DEFAULT_API_URL, token: Token = "",
+) -> None:
+    """Register this node's profiler servers as targets and capture them on request."""
+    settings = Settings.from_env()
+    logs.configure(settings.log_format)
+    hostname = hostname or socket.gethostname()
+    config = AgentConfig(
+        name=name or hostname, hostname=hostname, run=LocationName(project, location).run(run),
+        targets=[LocalTarget(port, node_index + i) for i, port in enumerate(ports)],
+        heartbeat_interval_s=heartbeat, poll_interval_s=poll, scratch_dir=str(scratch_dir) if scratch_dir else None,
+    )
+    client = IdTokenClient(api_url, settings.auth_audience) if settings.auth_audience else ApiClient(api_url, token)
+    daemon = Agent(config, client, bootstrap.build_blobs(settings))
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        daemon.stopping.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    typer.echo(f"mldiag agent {config.name}: ports {', '.join(map(str, ports))} of run {run} → {api_url}", err=True)
+    daemon.run_forever()
