@@ -1,0 +1,107 @@
+"""What the capture e2e tests share: JAX workloads serving the profiler, targets, and the CLI.
+
+The ``mldiag up`` fixture is the one of ``test_sdk_registers_run`` (a real
+control plane on a free port, a fresh data dir, shut down with SIGTERM).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from test_sdk_registers_run import MLDIAG, ControlPlane, control_plane  # noqa: F401 - the mldiag up fixture
+
+WORKLOAD = Path(__file__).parent / "workloads" / "profiler_server_workload.py"
+READY_TIMEOUT_S = 120
+LOCATION = "v1alpha/projects/local-project/locations/local"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Workload:
+    """A training process serving the XProf profiler on a free port."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.process = subprocess.Popen([sys.executable, str(WORKLOAD), "--port", str(self.port)],
+                                        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+    def wait_ready(self) -> None:
+        line = self.process.stdout.readline()
+        assert line.startswith("serving"), f"the workload did not start (exit {self.process.poll()})"
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def workloads() -> Iterator[Callable[[int], list[Workload]]]:
+    """Start ``n`` workloads (in parallel; JAX takes seconds to import); all are killed at the end."""
+    started: list[Workload] = []
+
+    def start(n: int) -> list[Workload]:
+        batch = [Workload() for _ in range(n)]
+        started.extend(batch)
+        for workload in batch:
+            workload.wait_ready()
+        return batch
+
+    yield start
+    for workload in started:
+        workload.kill()
+
+
+def mldiag(control_plane: ControlPlane, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """The CLI, with messages on one line each (rich wraps at the terminal width otherwise)."""
+    return subprocess.run([MLDIAG, *args, "--api-url", control_plane.url], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "COLUMNS": "1000"})
+
+
+def mldiag_json(control_plane: ControlPlane, *args: str) -> Any:
+    result = mldiag(control_plane, *args, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def create_run(control_plane: ControlPlane, run: str) -> None:
+    mldiag_json(control_plane, "machine-learning-run", "create", run, "--gcs-path", str(control_plane.bucket_folder))
+
+
+def register_target(control_plane: ControlPlane, run: str, target: str, port: int, node_index: int = 0) -> None:
+    response = requests.post(f"{control_plane.url}/{LOCATION}/machineLearningRuns/{run}/profilerTargets",
+                             params={"profilerTargetId": target}, timeout=10,
+                             json={"hostname": "127.0.0.1", "nodeIndex": node_index,
+                                   "profilerAddress": f"127.0.0.1:{port}"})
+    assert response.status_code == 200, response.text
+
+
+def session(control_plane: ControlPlane, run: str, session_id: str) -> dict[str, Any]:
+    return mldiag_json(control_plane, "profiler-session", "describe", session_id, "--machine-learning-run", run)
+
+
+def wait_for(condition: Callable[[], Any], what: str, timeout_s: float = 60) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while not (result := condition()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+    return result
+
+
+def profile_file(control_plane: ControlPlane, run: str, session_id: str, target: str) -> Path:
+    return control_plane.bucket_folder / run / "plugins" / "profile" / session_id / f"{target}.xplane.pb"

@@ -1,0 +1,64 @@
+"""The node agent against ``mldiag up``: it registers a real JAX workload's profiler and captures it on request.
+
+The agent runs as ``mldiag agent`` (a subprocess, as on a node), heartbeats
+the workload's port as a target, pulls the capture task, lets the profiler
+write into its scratch folder on the node and uploads the file to the bucket.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+import pytest
+
+from capture_support import (  # noqa: F401 - fixtures
+    MLDIAG, control_plane, create_run, mldiag, mldiag_json, profile_file, session, wait_for, workloads,
+)
+
+pytestmark = pytest.mark.slow
+
+RUN = "capture-agent"
+
+
+@pytest.fixture(scope="module")
+def agent(control_plane, workloads):
+    create_run(control_plane, RUN)
+    (workload,) = workloads(1)
+    data_dir = control_plane.bucket_folder.parents[1]
+    process = subprocess.Popen(
+        [MLDIAG, "agent", "--machine-learning-run", RUN, "--port", str(workload.port), "--hostname", "node-a",
+         "--heartbeat-interval", "1", "--poll-interval", "0.2", "--api-url", control_plane.url],
+        env={**os.environ, "MLDIAG_DATA_DIR": str(data_dir), "MLDIAG_LOG_FORMAT": "json"},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    yield workload
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == 0, process.stderr.read()[-3000:]
+
+
+def registered_targets(control_plane) -> list[dict]:
+    return mldiag_json(control_plane, "profiler-target", "list", "--machine-learning-run", RUN)
+
+
+def test_the_agent_registers_the_workload_and_captures_it_on_request(control_plane, agent):
+    (target,) = wait_for(lambda: registered_targets(control_plane), "the agent's heartbeat")
+    assert target["name"].endswith("/profilerTargets/node-a-0")
+    assert target["agent"] == "node-a" and target["state"] == "ACTIVE"
+    assert target["profilerAddress"] == f"node-a:{agent.port}" and target["lastHeartbeatTime"]
+
+    captured = mldiag(control_plane, "profiler-session", "capture", "s1", "--machine-learning-run", RUN,
+                      "--duration", "1s", "--format", "json")
+    assert captured.returncode == 0, captured.stderr
+    assert session(control_plane, RUN, "s1")["targetSessions"]["node-a-0"]["sessionPhase"] == "SUCCEEDED"
+    assert profile_file(control_plane, RUN, "s1", "node-a-0").stat().st_size > 10_000
+    wait_for(lambda: session(control_plane, RUN, "s1")["hostFiles"], "the uploaded file's registration")
+
+
+def test_a_workload_that_exited_fails_the_agents_capture_as_unreachable(control_plane, agent):
+    agent.kill()
+    captured = mldiag(control_plane, "profiler-session", "capture", "s2", "--machine-learning-run", RUN,
+                      "--duration", "1s")
+    assert captured.returncode == 1
+    error = session(control_plane, RUN, "s2")["targetSessions"]["node-a-0"]["error"]
+    assert error.startswith(f"unreachable: cannot connect to 127.0.0.1:{agent.port}")
