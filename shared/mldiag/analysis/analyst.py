@@ -199,8 +199,8 @@ def _dispatch_overhead(host: HostEvidence) -> Finding | None:
     if host.dispatches_per_step < OP_BY_OP_DISPATCHES or not host.step_ms:
         return None
     step = host.step_ms.mean
-    dispatching = [a for a in host.host_activities if a.name.startswith(DISPATCH_PREFIX)]
-    dispatch_ms = sum(a.ms_per_step for a in dispatching)
+    dispatching = host.dispatched
+    dispatch_ms = host.dispatch_ms_per_step
     idle = 1 - (host.busy_fraction or 0.0)
     priority = Priority.P0 if idle >= IDLE_PRIORITIES[0][0] else Priority.P1
     return Finding(

@@ -135,12 +135,14 @@ class HostEvidence(Evidence):
     idle_ms_per_step: float | None = None
     gap_ms_per_step: float | None = None  # host time between steps, outside any step
     dispatches_per_step: float = 0.0
+    dispatch_ms_per_step: float = 0.0
     compile_ms_per_step: float = 0.0
     compiles_in_steps: int = 0
     communication_ms_per_step: float = 0.0
     memory_allocator_events: int = 0
     top_ops: list[OpTime] = Field(default_factory=list)
     host_activities: list[HostActivity] = Field(default_factory=list)
+    dispatched: list[HostActivity] = Field(default_factory=list)  # jit programs launched from the host, per step
     op_families: dict[str, OpFamily] = Field(default_factory=dict)
     series: StepSeries = Field(default_factory=StepSeries)
 

@@ -408,6 +408,7 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
     activity_ns = _per_name(trace, trace.host_lines, host_ns, host_keep)
     activity_count = _per_name(trace, trace.host_lines, [np.ones(len(x)) for x in host_ns], host_keep)
     dispatched = _per_name(trace, trace.host_lines, [np.ones(len(x)) for x in host_ns], outer_dispatch)
+    dispatched_ns = _per_name(trace, trace.host_lines, host_ns, outer_dispatch)
 
     families = {}
     for family, pattern in FAMILIES.items():
@@ -441,6 +442,7 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
         idle_ms_per_step=float(((1 - busy) * step_ns).mean() / 1e6) if has_lanes else None,
         gap_ms_per_step=float(gaps.mean() / 1e6) if len(gaps) else None,
         dispatches_per_step=float(dispatches.sum()) / steps,
+        dispatch_ms_per_step=float(dispatched_ns.sum()) / steps / 1e6,
         compile_ms_per_step=float(compile_ns.sum()) / steps / 1e6,
         compiles_in_steps=compiles_in_steps,
         communication_ms_per_step=sum(ns for label, (ns, _) in labelled.items() if COMMUNICATION.search(label))
@@ -451,11 +453,8 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
                    share_of_busy=ns / busy_ns, expression=expressions.get(label, ""))
             for label, (ns, count) in top_ops[:TOP_OPS]
         ],
-        host_activities=[
-            HostActivity(name=trace.names[i], count_per_step=activity_count[i] / steps,
-                         ms_per_step=activity_ns[i] / steps / 1e6, share_of_step=activity_ns[i] / steps / mean_step_ns)
-            for i in np.argsort(-activity_ns)[:TOP_ACTIVITIES] if activity_ns[i] > 0
-        ],
+        host_activities=_activities(trace, activity_ns, activity_count, steps, mean_step_ns),
+        dispatched=_activities(trace, dispatched_ns, dispatched, steps, mean_step_ns),
         op_families=families,
         series=StepSeries(
             step_ms=np.round(step_ns[:MAX_SERIES] / 1e6, 4).tolist(),
@@ -466,6 +465,15 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
             truncated=steps > MAX_SERIES,
         ),
     )
+
+
+def _activities(trace: _Trace, total_ns: np.ndarray, count: np.ndarray, steps: int,
+                mean_step_ns: float) -> list[HostActivity]:
+    return [
+        HostActivity(name=trace.names[i], count_per_step=count[i] / steps, ms_per_step=total_ns[i] / steps / 1e6,
+                     share_of_step=total_ns[i] / steps / mean_step_ns)
+        for i in np.argsort(-total_ns)[:TOP_ACTIVITIES] if total_ns[i] > 0
+    ]
 
 
 def _has_ancestor(line: _Line, flagged: np.ndarray) -> np.ndarray:

@@ -207,6 +207,10 @@ class ToolContext:
     def session_id(self) -> str:
         return str(self.folder)
 
+    def private_paths_hidden(self, message: str) -> str:
+        """XProf names the folder it read in its messages; ours is a scratch copy, so say the session."""
+        return message.replace(str(self.folder), self.folder.name)
+
 
 def _xprof_tool(module: str, function: str, **arguments: Any) -> Callable[[ToolContext], Any]:
     def run(context: ToolContext) -> Any:
@@ -255,11 +259,12 @@ TOOLS: dict[str, Callable[[ToolContext], Any]] = {
 assert tuple(TOOLS) == MANAGED_TOOLS
 # Tools that only present one converter: when its input is absent there is nothing to run.
 _ONLY_CONVERTER = {"get_memory_profile": "memory_profile", "get_utilization_viewer": "utilization_viewer"}
-# Answers that parse but carry nothing (XProf fills them with zeros, -1 or empty lists).
-_EMPTY_WHEN: dict[str, Callable[[dict[str, Any]], bool]] = {
-    "get_device_information": lambda data: not data.get("device_type") and not data.get("peak_flop_rate"),
-    "get_smart_suggestions": lambda data: not data.get("suggestions"),
-    "get_memory_profile": lambda data: data.get("peak_memory_usage_gib", -1) < 0,
+# Answers that parse but carry nothing (XProf fills them with zeros, -1 or empty lists), and what that means.
+_EMPTY_WHEN: dict[str, tuple[Callable[[dict[str, Any]], bool], str]] = {
+    "get_device_information": (lambda data: not data.get("device_type") and not data.get("peak_flop_rate"),
+                               "XProf has no device model for this hardware"),
+    "get_smart_suggestions": (lambda data: not data.get("suggestions"), "XProf made no suggestions"),
+    "get_memory_profile": (lambda data: data.get("peak_memory_usage_gib", -1) < 0, "no memory profile"),
 }
 
 
@@ -281,8 +286,9 @@ def _no_data_reason(name: str, data: Any) -> str:
     if isinstance(data, dict):
         if str(data.get("status", "")).upper() in _NO_DATA_STATUSES:
             return str(data.get("message") or data.get("error") or data.get("reason") or data["status"])
-        if name in _EMPTY_WHEN and _EMPTY_WHEN[name](data):
-            return "the answer holds only placeholder values"
+        is_empty, meaning = _EMPTY_WHEN.get(name, (lambda _: False, ""))
+        if is_empty(data):
+            return meaning
     return ""
 
 
@@ -296,10 +302,10 @@ def run_tool(name: str, context: ToolContext) -> ToolResult:
         data = _decoded(TOOLS[name](context))
     except FileNotFoundError as reason:  # XProf's way of saying "nothing of that kind in this profile"
         return ToolResult(name=name, status=ToolStatus.NO_DATA, seconds=time.perf_counter() - started,
-                          reason=str(reason))
+                          reason=context.private_paths_hidden(str(reason)))
     except Exception as error:  # noqa: BLE001 - one tool's failure is recorded, never fatal
         return ToolResult(name=name, status=ToolStatus.ERROR, seconds=time.perf_counter() - started,
-                          reason=f"{type(error).__name__}: {error}")
+                          reason=context.private_paths_hidden(f"{type(error).__name__}: {error}"))
     seconds = time.perf_counter() - started
     if isinstance(data, dict) and str(data.get("status", "")).upper() == "ERROR":
         return ToolResult(name=name, status=ToolStatus.ERROR, seconds=seconds, data=data,

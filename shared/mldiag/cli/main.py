@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from mldiag import __version__
-from mldiag.cli import agent, capture, events, monitored_events, runs, sessions, status, targets, up
+from mldiag.cli import agent, analyze, capture, events, monitored_events, runs, sessions, status, targets, up
 
 app = typer.Typer(
     name="mldiag",
@@ -15,6 +15,7 @@ app = typer.Typer(
 )
 app.command("status")(status.status)
 app.command("up")(up.up)
+app.command("analyze")(analyze.analyze)
 app.add_typer(events.app, name="events")
 app.add_typer(runs.app, name="machine-learning-run")
 app.add_typer(targets.app, name="profiler-target")

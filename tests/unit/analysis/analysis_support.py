@@ -1,0 +1,22 @@
+"""Where the committed test profiles are, and the facts measured when they were made."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+PROFILES = Path(__file__).resolve().parents[2] / "fixtures" / "profiles"
+THIRD_PARTY = PROFILES / "third_party"
+GENERATED = ("compute_bound", "input_bound", "unfused_small_ops", "recompiling", "hostile")
+
+
+def xplane(name: str) -> Path:
+    """The profile file of a fixture: a generated one by workload name, or a third-party folder."""
+    folder = THIRD_PARTY / name if (THIRD_PARTY / name).is_dir() else PROFILES / name
+    (found,) = folder.rglob("*.xplane.pb")
+    return found
+
+
+def facts(name: str) -> dict[str, Any]:
+    return json.loads((PROFILES / name / "facts.json").read_text())

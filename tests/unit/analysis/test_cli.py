@@ -1,0 +1,127 @@
+"""``mldiag analyze``: inputs it accepts, what it writes, and the one-line exit 3 for anything unreadable."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from analysis_support import PROFILES, facts, xplane
+from typer.testing import CliRunner
+
+from mldiag.analysis import MANAGED_TOOLS
+from mldiag.cli.main import app
+
+runner = CliRunner()
+
+
+def _analyze(*args: str, env: dict[str, str] | None = None):
+    return runner.invoke(app, ["analyze", *args], env=env)
+
+
+def _tree(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _logdir_copy(tmp_path: Path, name: str) -> Path:
+    logdir = tmp_path / "logdir"
+    shutil.copytree(PROFILES / name, logdir)
+    return logdir
+
+
+def test_a_logdir_is_analysed_and_left_byte_for_byte_unchanged(tmp_path):
+    logdir = _logdir_copy(tmp_path, "input_bound")
+    before = _tree(logdir)
+    logdir.chmod(0o555)  # nothing may need to write next to the user's profile
+    try:
+        result = _analyze(str(logdir), "--out", str(tmp_path / "out"), "--format", "json")
+    finally:
+        logdir.chmod(0o755)
+    assert result.exit_code == 0, result.output
+    assert _tree(logdir) == before
+    written = json.loads((tmp_path / "out" / "analysis.json").read_text())
+    assert json.loads(result.stdout) == written
+    assert written["status"] == "NEEDS_ATTENTION"
+    assert written["metrics"]["step_time_ms"] == pytest.approx(facts("input_bound")["step_ms_from_markers"]["mean"],
+                                                               rel=0.05)
+    assert [t["name"] for t in written["tools"]] == list(MANAGED_TOOLS)
+    assert all(t["status"] in ("ok", "no_data", "error") and t["seconds"] >= 0 for t in written["tools"])
+    assert written["hosts"][0]["host"] == "fixture-host" and written["followups"] == []
+    assert {"summary", "findings", "metrics"} <= written.keys()
+
+
+def test_a_session_folder_and_a_single_file_give_the_same_diagnosis(tmp_path):
+    by_file = _analyze(str(xplane("compute_bound")), "--out", str(tmp_path / "a"), "--format", "json")
+    by_folder = _analyze(str(xplane("compute_bound").parent), "--out", str(tmp_path / "b"), "--format", "json")
+    assert by_file.exit_code == by_folder.exit_code == 0
+    first, second = json.loads(by_file.stdout), json.loads(by_folder.stdout)
+    assert first["status"] == second["status"] == "OPTIMAL"
+    assert first["metrics"]["step_time_ms"] == second["metrics"]["step_time_ms"]
+
+
+def test_a_logdir_with_several_sessions_means_the_latest(tmp_path):
+    logdir = tmp_path / "run"
+    for session, name in (("2026_01_01_00_00_00", "compute_bound"), ("2026_02_01_00_00_00", "input_bound")):
+        target = logdir / "plugins" / "profile" / session
+        target.mkdir(parents=True)
+        shutil.copy(xplane(name), target)
+    result = _analyze(str(logdir), "--out", str(tmp_path / "out"), "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["profile"]["session"] == "2026_02_01_00_00_00"
+    assert "holds 2 sessions" in result.stderr
+
+
+def test_a_gs_uri_is_downloaded_through_the_blob_store(tmp_path):
+    data = tmp_path / "data"
+    session = data / "buckets" / "profiles" / "run-1" / "plugins" / "profile" / "s1"
+    session.mkdir(parents=True)
+    shutil.copy(xplane("unfused_small_ops"), session)
+    env = {"MLDIAG_BACKEND": "embedded", "MLDIAG_DATA_DIR": str(data)}
+    result = _analyze("gs://profiles/run-1", "--out", str(tmp_path / "out"), "--format", "json", env=env)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["profile"]["source"] == "gs://profiles/run-1" and report["profile"]["session"] == "s1"
+    assert report["findings"][0]["category"] == "dispatch_overhead"
+
+
+def test_the_text_report_leads_with_status_and_findings(tmp_path):
+    result = _analyze(str(xplane("unfused_small_ops")), "--out", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == "NEEDS_ATTENTION"
+    assert any(line.startswith("P0 [dispatch_overhead] Op-by-op execution") for line in lines)
+    assert (tmp_path / "analysis.json").is_file()
+
+
+def _corrupt(tmp_path: Path, kind: str) -> Path:
+    path = tmp_path / "host.xplane.pb"
+    whole = xplane("input_bound").read_bytes()
+    content = {
+        "zero_byte": b"",
+        "truncated": whole[: len(whole) // 3],
+        "not_protobuf": b"<html>this is not a profile</html>\n",
+        "corrupt": bytes(b ^ 0x5A for b in whole[:4096]),
+    }[kind]
+    path.write_bytes(content)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["zero_byte", "truncated", "not_protobuf", "corrupt"])
+def test_an_unreadable_file_exits_3_with_one_line(tmp_path, kind):
+    result = _analyze(str(_corrupt(tmp_path, kind)), "--out", str(tmp_path / "out"))
+    assert result.exit_code == 3
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert result.stderr.startswith("mldiag analyze: host.xplane.pb: ")
+    assert result.stdout == "" and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("where", ["missing", "empty_folder"])
+def test_a_path_without_profiles_exits_3(tmp_path, where):
+    path = tmp_path / where
+    if where == "empty_folder":
+        path.mkdir()
+    result = _analyze(str(path))
+    assert result.exit_code == 3 and len(result.stderr.strip().splitlines()) == 1

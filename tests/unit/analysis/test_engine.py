@@ -1,0 +1,69 @@
+"""The engine's guarantees: a tool that breaks never breaks the analysis, and the memory budget holds."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from analysis_support import xplane
+
+from mldiag.analysis import MANAGED_TOOLS, analyze_session, xprof_tools
+from mldiag.analysis.budget import MemoryBudget
+from mldiag.analysis.evidence import ToolStatus
+
+
+def test_a_failing_tool_is_recorded_and_the_analysis_goes_on(monkeypatch, tmp_path):
+    def broken(context):
+        raise RuntimeError("converter crashed")
+
+    monkeypatch.setitem(xprof_tools.TOOLS, "get_roofline_model", broken)
+    messages = []
+    analysis = analyze_session([xplane("input_bound")], tmp_path / "scratch", progress=messages.append)
+    roofline = next(t for t in analysis.tools if t.name == "get_roofline_model")
+    assert roofline.status is ToolStatus.ERROR and roofline.reason == "RuntimeError: converter crashed"
+    assert [t.name for t in analysis.tools] == list(MANAGED_TOOLS)
+    assert analysis.findings and analysis.findings[0].category.value == "input_bound"
+    assert any(m.startswith("get_roofline_model: error") for m in messages)
+    assert list((tmp_path / "scratch").iterdir()) == []  # the private copy is gone
+
+
+def test_reservations_wait_while_the_budget_is_spent():
+    budget = MemoryBudget(100)
+    inside, overlap = [], []
+
+    def hold(nbytes):
+        with budget.reserve(nbytes):
+            inside.append(nbytes)
+            overlap.append(len(inside))
+            time.sleep(0.05)
+            inside.remove(nbytes)
+
+    threads = [threading.Thread(target=hold, args=(60,)) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert max(overlap) == 1
+
+
+def test_a_reservation_larger_than_the_budget_runs_alone():
+    budget = MemoryBudget(100)
+    entered = threading.Event()
+
+    def big():
+        with budget.reserve(1000):
+            entered.set()
+
+    with budget.reserve(10):
+        thread = threading.Thread(target=big)
+        thread.start()
+        assert not entered.wait(0.05)
+    assert entered.wait(1)
+    thread.join()
+
+
+@pytest.mark.parametrize("size, expected", [(1_000, 768 << 20), (100 << 20, 2000 << 20)])
+def test_the_default_budget_scales_with_the_profile(monkeypatch, size, expected):
+    monkeypatch.setattr("mldiag.analysis.budget.available_memory", lambda: 64 << 30)
+    assert MemoryBudget.for_profile(size).limit == expected
