@@ -138,6 +138,14 @@ locals {
     }
   }
 
+  # The sizes each function deploys with: its defaults above, overridden field by field.
+  function_resources = {
+    for name, function in local.functions : name => merge(
+      function.resources,
+      { for field, value in try(var.function_resources[name], {}) : field => value if value != null },
+    )
+  }
+
   # Each work topic (mldiag.config.TOPICS) and the function that consumes it.
   queue_consumers = {
     "analysis-requests" = "analyze_session"

@@ -147,10 +147,7 @@ module "function" {
     service_account_id = module.build.service_account_id
     docker_repository  = module.build.docker_repository
   }
-  resources = merge(
-    each.value.resources,
-    { for field, value in lookup(var.function_resources, each.key, {}) : field => value if value != null },
-  )
+  resources        = local.function_resources[each.key]
   environment      = merge(local.environment, each.value.extra_environment)
   ingress_settings = each.value.trigger == "http" ? var.control_plane.ingress : "ALLOW_INTERNAL_ONLY"
   invoker_members  = each.value.trigger == "http" ? local.api_invokers : []

@@ -1,0 +1,93 @@
+"""The root module's variables and its provider-free locals, evaluated by the real ``terraform``.
+
+``variables.tf``, ``functions.tf`` and ``firestore.tf`` hold no resources, so Terraform can
+load them without any provider: copied beside a stub for the one value they take from
+``main.tf`` (the control plane URL, which needs the project number), ``terraform console``
+evaluates the function table, the per-function sizes with overrides, the Firestore indexes,
+and ``terraform plan`` runs every variable validation.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import REPO, missing_tool
+
+EVALUATED = ("variables.tf", "functions.tf", "firestore.tf")
+STUB = 'locals {\n  control_plane_url = "https://mldiag-control-plane-1.us-central1.run.app"\n}\n'
+REQUIRED = ("-var", "project_id=my-project", "-var", "region=us-central1")
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    terraform = shutil.which("terraform")
+    if terraform is None:
+        missing_tool("the terraform binary is not on PATH (https://developer.hashicorp.com/terraform/install)")
+    directory = tmp_path_factory.mktemp("evaluation")
+    for name in EVALUATED:
+        shutil.copy(REPO / "terraform" / name, directory / name)
+    (directory / "stub.tf").write_text(STUB, encoding="utf-8")
+    return directory
+
+
+def terraform(workdir: Path, *arguments: str, stdin: str = "") -> subprocess.CompletedProcess:
+    return subprocess.run(["terraform", *arguments, "-no-color", *REQUIRED], cwd=workdir, input=stdin,
+                          capture_output=True, text=True, check=False, timeout=120)
+
+
+def value(workdir: Path, expression: str, *variables: str):
+    result = terraform(workdir, "console", *variables, stdin=f"jsonencode({expression})")
+    assert result.returncode == 0 and not result.stderr.count("Error:"), result.stderr
+    return json.loads(json.loads(result.stdout))
+
+
+def test_the_function_table_evaluates(workdir: Path):
+    functions = value(workdir, "local.functions")
+    assert set(functions) == {"control_plane", "register_session", "analyze_session", "dispatch_capture",
+                              "on_alert", "maintenance", "record_dead_letter"}
+    assert functions["analyze_session"]["extra_environment"]["GOOGLE_CLOUD_PROJECT"] == "my-project"
+    assert functions["control_plane"]["extra_environment"]["MLDIAG_AUTH_AUDIENCE"].startswith("https://")
+
+
+def test_size_overrides_replace_only_the_fields_given(workdir: Path):
+    sizes = value(workdir, "local.function_resources",
+                  "-var", 'function_resources={analyze_session={memory="32Gi", cpu="8"}}')
+    assert sizes["analyze_session"] == {"memory": "32Gi", "cpu": "8", "timeout_seconds": 540,
+                                        "concurrency": 1, "max_instances": 10}
+    assert sizes["on_alert"]["memory"] == "512Mi"
+
+
+def test_the_firestore_indexes_evaluate(workdir: Path):
+    indexes = value(workdir, "local.firestore_indexes")
+    assert indexes["profilerSessions-by-parent-descending"]["fields"] == [
+        {"field_path": "_parent", "order": "ASCENDING"}, {"field_path": "createTime", "order": "DESCENDING"}]
+    assert indexes["events-by-outcome"]["fields"][1] == {"field_path": "firstReceived", "order": "DESCENDING"}
+    assert len(indexes) == 13
+
+
+@pytest.mark.parametrize(("variable", "message"), [
+    ('function_resources={analyse_session={memory="1Gi"}}', "function_resources keys must be mldiag functions"),
+    ("control_plane={allow_unauthenticated=true}", "an open API must not face the internet"),
+    ("workload_members=[\"allUsers\"]", "allUsers and allAuthenticatedUsers are not allowed"),
+    ("delivery={max_delivery_attempts=3}", "between 5 and 100"),
+    ("prefix=a-very-long-prefix", "prefix is 2-12 lowercase letters"),
+    ("kms_key_name=my-key", "kms_key_name must look like"),
+    ("maintenance_schedule=* *", "five-field cron expression"),
+])
+def test_planted_invalid_variable_is_refused(workdir: Path, variable: str, message: str):
+    result = terraform(workdir, "plan", "-input=false", "-lock=false", "-var", variable)
+    assert result.returncode == 1
+    assert "Error: Invalid value for variable" in result.stderr
+    assert message in " ".join(result.stderr.split())
+
+
+def test_valid_variables_plan(workdir: Path):
+    result = terraform(workdir, "plan", "-input=false", "-lock=false",
+                       "-var", 'function_resources={analyze_session={memory="32Gi"}}',
+                       "-var", 'control_plane={ingress="ALLOW_INTERNAL_ONLY", allow_unauthenticated=true}',
+                       "-var", 'workload_members=["serviceAccount:trainer@my-project.iam.gserviceaccount.com"]')
+    assert result.returncode == 0, result.stderr
