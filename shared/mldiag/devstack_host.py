@@ -33,14 +33,12 @@ from werkzeug.serving import run_simple
 
 from mldiag.config import Settings
 from mldiag.domain.errors import PermanentFailure
-from mldiag.messages import PUBSUB_PUBLISHED, message_from_cloud_event, storage_finalized_event
+from mldiag.entrypoints import BUCKET_TRIGGERED
+from mldiag.messages import PUBSUB_PUBLISHED, finalized_event_from_notification, message_from_cloud_event
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 log = structlog.get_logger(__name__)
 
-# Functions Terraform wires to the profiles bucket with an Eventarc finalize trigger;
-# every other trigger is a topic, listed in mldiag.entrypoints.TOPIC_SUBSCRIBERS.
-BUCKET_TRIGGERED = ("register_session",)
 
 
 @dataclass(frozen=True)
@@ -85,7 +83,10 @@ class EventarcStorageAdapter:
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
         try:
-            event = self.finalized_event(json.loads(body))
+            push = json.loads(body)
+            envelope = CloudEvent({"type": PUBSUB_PUBLISHED, "source": "//pubsub.googleapis.com/",
+                                   "id": str(push.get("message", {}).get("messageId") or "")}, push)
+            event = finalized_event_from_notification(message_from_cloud_event(envelope), self.bucket)
         except (ValueError, PermanentFailure) as error:
             log.warning("unreadable storage notification", error=str(error))
             return _respond(start_response, "400 Bad Request", str(error).encode())
@@ -102,17 +103,6 @@ class EventarcStorageAdapter:
             "wsgi.input": io.BytesIO(data),
         })
         return self.app(forwarded, start_response)
-
-    def finalized_event(self, push: dict[str, Any]) -> CloudEvent | None:
-        """The finalize CloudEvent for a push body, or ``None`` if this trigger would not fire."""
-        envelope = CloudEvent({"type": PUBSUB_PUBLISHED, "source": "//pubsub.googleapis.com/",
-                               "id": str(push.get("message", {}).get("messageId") or "")}, push)
-        message = message_from_cloud_event(envelope)
-        if message.attributes.get("eventType") != "OBJECT_FINALIZE":
-            return None
-        if message.attributes.get("bucketId") != self.bucket:
-            return None
-        return storage_finalized_event(message.json(), event_id=message.message_id)
 
 
 def _index(functions: list[HostedFunction]) -> WsgiApp:

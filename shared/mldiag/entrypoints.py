@@ -55,6 +55,9 @@ EVENT_HANDLERS: dict[str, Handler] = {
     "dispatch_capture": dispatch_capture,
 }
 
+# Functions Terraform wires to the profiles bucket with an Eventarc finalize trigger.
+BUCKET_TRIGGERED = ("register_session",)
+
 # Which function each topic pushes to; Terraform and the devstack create exactly these subscriptions.
 TOPIC_SUBSCRIBERS: dict[str, str] = {
     MAINTENANCE_TICKS: "maintenance",

@@ -31,8 +31,7 @@ from mldiag.api import create_app
 from mldiag.bootstrap import Services
 from mldiag.bucket_watcher import BucketWatcher
 from mldiag.config import BUCKET_NOTIFICATIONS, MAINTENANCE_TICKS, Settings
-from mldiag.devstack_host import BUCKET_TRIGGERED, EventarcStorageAdapter
-from mldiag.messages import encode_json
+from mldiag.messages import encode_json, finalized_event_from_notification, message_from_cloud_event
 
 log = structlog.get_logger(__name__)
 
@@ -54,12 +53,12 @@ def wire_functions(services: Services, bus: InProcessBus) -> None:
     """Subscribe every event function to its topics, and the bucket-triggered ones to finalize events."""
     for topic, function in entrypoints.TOPIC_SUBSCRIBERS.items():
         bus.subscribe(topic, functools.partial(entrypoints.EVENT_HANDLERS[function], services), name=function)
-    eventarc = EventarcStorageAdapter(app=None, bucket=services.settings.bucket)  # only its event mapping is used
-    for function in BUCKET_TRIGGERED:
+    for function in entrypoints.BUCKET_TRIGGERED:
         handler = entrypoints.EVENT_HANDLERS[function]
 
         def deliver(notification: CloudEvent, handler: entrypoints.Handler = handler) -> None:
-            event = eventarc.finalized_event(notification.get_data())
+            message = message_from_cloud_event(notification)
+            event = finalized_event_from_notification(message, services.settings.bucket)
             if event is not None:
                 handler(services, event)
 
