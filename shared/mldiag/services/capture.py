@@ -24,16 +24,16 @@ from pydantic import Field, ValidationError, field_validator
 from mldiag import outbox
 from mldiag.bootstrap import Services
 from mldiag.capture import tasks
-from mldiag.capture.targets import select_targets
+from mldiag.capture.targets import MAX_TARGETS_PER_RUN, select_targets
 from mldiag.config import CAPTURE_REQUESTS
-from mldiag.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgument
+from mldiag.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from mldiag.domain.names import SESSIONS, RunName
 from mldiag.domain.resources import (
     ContinuousProfiling, DeviceTracerLevel, HostTracerLevel, Kind, MachineLearningRun, Operation,
     OperationMetadata, ProfilerSession, ProfilerTarget, PythonTracerLevel, SessionPhase, TargetSession,
-    invalid_argument,
+    TargetState, invalid_argument,
 )
-from mldiag.domain.types import CamelModel, Duration
+from mldiag.domain.types import CamelModel, Duration, format_timestamp
 from mldiag.ports import Transaction
 from mldiag.services.sessions import session_location
 
@@ -99,7 +99,7 @@ def _new_operation(services: Services, run_name: RunName, target: str, verb: str
 def _current_run(services: Services, transaction: Transaction, run_name: RunName) -> MachineLearningRun:
     run = services.runs.find_in(transaction, str(run_name))
     if run is None:
-        raise InvalidArgument(f"{run_name} was deleted", field="name")
+        raise NotFound(f"{run_name} was deleted")
     return run
 
 
@@ -107,7 +107,7 @@ def _refuse_while_continuous(run: MachineLearningRun) -> None:
     state = run.continuous_profiling
     if state is not None:
         raise AlreadyExists(
-            f"continuous profiling is active for run {run.id} (since {state.start_time:%Y-%m-%d %H:%M:%S} UTC, "
+            f"continuous profiling is active for run {run.id} (since {format_timestamp(state.start_time)}, "
             f"targets {', '.join(state.profiler_targets)}), and a profiler server runs one session at a time: "
             "take a snapshot (--kind snapshot) or stop continuous profiling first")
 
@@ -120,7 +120,7 @@ def capture(services: Services, run_name: RunName, session_id: str, request: Cap
     snapshot = request.kind is Kind.KIND_SNAPSHOT
     if snapshot:
         host, device, python = _snapshot_levels(run, request)
-        wanted = request.profiler_targets or list(run.continuous_profiling.profiler_targets)  # type: ignore[union-attr]
+        wanted = request.profiler_targets or _continuous_targets(run)
     else:
         _refuse_while_continuous(run)
         host = request.host_tracer_level or HostTracerLevel.HOST_TRACER_LEVEL_INFO
@@ -160,6 +160,10 @@ def capture(services: Services, run_name: RunName, session_id: str, request: Cap
         services.sessions.create_in(transaction, session)
 
     return _submit(services, operation, work, write)
+
+
+def _continuous_targets(run: MachineLearningRun) -> list[str]:
+    return list(run.continuous_profiling.profiler_targets) if run.continuous_profiling else []
 
 
 def _snapshot_levels(run: MachineLearningRun, request: CaptureRequest) -> tuple[
@@ -211,9 +215,10 @@ def stop_continuous(services: Services, run_name: RunName) -> Operation:
     run = services.runs.get(str(run_name))
     if run.continuous_profiling is None:
         raise FailedPrecondition(f"continuous profiling is not active for run {run.id}")
-    registered = {t.name.rsplit("/", 1)[-1]: t for t in services.targets.list(str(run_name), page_size=1000).items}
+    registered = {t.name.rsplit("/", 1)[-1]: t
+                  for t in services.targets.list(str(run_name), page_size=MAX_TARGETS_PER_RUN).items}
     targets = [registered[t] for t in run.continuous_profiling.profiler_targets
-               if t in registered and registered[t].state.value == "ACTIVE"]
+               if t in registered and registered[t].state is TargetState.ACTIVE]
     ids = _ids(targets)
     now = services.now()
     operation = _new_operation(services, run_name, str(run_name), "stopContinuousProfiling")
