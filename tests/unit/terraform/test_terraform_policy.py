@@ -27,7 +27,7 @@ def checkov() -> str:
     binary = str(local) if local.is_file() else shutil.which("checkov")
     if binary is None:
         missing_tool("checkov is not installed: python3 -m venv .cache/checkov-venv && "
-                     ".cache/checkov-venv/bin/pip install checkov")
+                     ".cache/checkov-venv/bin/pip install checkov==3.3.30")
     return binary
 
 
