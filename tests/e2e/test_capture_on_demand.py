@@ -71,3 +71,26 @@ def test_a_capture_naming_an_unregistered_address_is_refused_before_any_work(con
     assert f"'{unregistered}' is not a profiler target registered for run {RUN}" in refused.stderr
     missing = mldiag(control_plane, "profiler-session", "describe", "s3", "--machine-learning-run", RUN)
     assert missing.returncode == 1 and "NOT_FOUND" in missing.stderr
+
+
+def test_a_capture_with_every_tracer_off_is_an_empty_trace_not_a_success(control_plane, two_targets):
+    captured = mldiag(control_plane, "profiler-session", "capture", "quiet", "--machine-learning-run", RUN,
+                      "--targets", "worker-0", "--duration", "1s", "--host-tracer-level", "disabled",
+                      "--device-tracer-level", "disabled", "--python-tracer-level", "disabled")
+    assert captured.returncode == 1
+    error = session(control_plane, RUN, "quiet")["targetSessions"]["worker-0"]["error"]
+    assert error.startswith(f"empty trace: 127.0.0.1:{two_targets[0].port} traced for 1s but collected no trace events")
+
+
+def test_a_profile_the_workload_cannot_write_is_an_error_that_says_so(control_plane, two_targets):
+    blocked = "capture-unwritable"
+    create_run(control_plane, blocked)
+    register_target(control_plane, blocked, "worker-0", two_targets[0].port)
+    (control_plane.bucket_folder / blocked).mkdir()
+    (control_plane.bucket_folder / blocked / "plugins").write_text("a file where the profiler needs a folder")
+    captured = mldiag(control_plane, "profiler-session", "capture", "s1", "--machine-learning-run", blocked,
+                      "--duration", "1s")
+    assert captured.returncode == 1
+    error = session(control_plane, blocked, "s1")["targetSessions"]["worker-0"]["error"]
+    assert error.startswith(f"error: 127.0.0.1:{two_targets[0].port} traced for 1000 ms but wrote no profile under ")
+    assert "can the workload write there" in error

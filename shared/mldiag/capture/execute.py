@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,12 +70,14 @@ class Executor:
         if self.write_direct:
             if isinstance(self.blobs, LocalBuckets):
                 root = str(self.blobs.path_for(root))
-            server.trace(root, session_id, task.target, task.duration_ms, levels)
+            _trace_into(server, root, session_id, task, levels,
+                        written=lambda: self.blobs.stat(profile_uri(session_folder, task.target)) is not None)
             return
         with tempfile.TemporaryDirectory(prefix="mldiag-capture-", dir=self.scratch_dir) as scratch:
             os.chmod(scratch, 0o777)  # noqa: S103 - the workload's server, maybe another user, writes here
-            server.trace(scratch, session_id, task.target, task.duration_ms, levels)
             written = Path(scratch, "plugins", "profile", session_id)
+            _trace_into(server, scratch, session_id, task, levels,
+                        written=lambda: (written / f"{task.target}{XPLANE_SUFFIX}").is_file())
             for suffix in (XPLANE_SUFFIX, *SIBLING_SUFFIXES):
                 path = written / f"{task.target}{suffix}"
                 if path.is_file():
@@ -111,3 +114,21 @@ class Executor:
         except CaptureFailed as failed:
             return f"; continuous profiling could not be resumed: {failed}"
         return "; continuous profiling resumed"
+
+
+def _trace_into(server: ProfilerServer, root: str, session_id: str, task: CaptureTask, levels: TracerLevels,
+                written: Callable[[], bool]) -> None:
+    """Trace into ``root``, telling an empty trace from a profile the server could not write.
+
+    Both end after the duration with the same client error, but a server with
+    nothing to record still writes a small xplane; one that cannot write leaves
+    nothing (measured: a ``gs://`` root without credentials).
+    """
+    try:
+        server.trace(root, session_id, task.target, task.duration_ms, levels)
+    except CaptureFailed as failed:
+        if failed.failure is Failure.EMPTY_TRACE and not written():
+            raise CaptureFailed(Failure.ERROR, (
+                f"{server.address} traced for {task.duration_ms} ms but wrote no profile under {root}: "
+                "can the workload write there (bucket permissions, credentials, disk)?")) from None
+        raise
