@@ -8,6 +8,8 @@ to the session and asks for its analysis.
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 from capture_support import (  # noqa: F401 - fixtures
@@ -94,3 +96,16 @@ def test_a_profile_the_workload_cannot_write_is_an_error_that_says_so(control_pl
     error = session(control_plane, blocked, "s1")["targetSessions"]["worker-0"]["error"]
     assert error.startswith(f"error: 127.0.0.1:{two_targets[0].port} traced for 1000 ms but wrote no profile under ")
     assert "can the workload write there" in error
+
+
+def test_a_stopped_workload_is_a_timeout(control_plane, two_targets):
+    workload = two_targets[0]
+    workload.process.send_signal(signal.SIGSTOP)
+    try:
+        captured = mldiag(control_plane, "profiler-session", "capture", "frozen", "--machine-learning-run", RUN,
+                          "--targets", "worker-0", "--duration", "1s")
+    finally:
+        workload.process.send_signal(signal.SIGCONT)
+    assert captured.returncode == 1
+    error = session(control_plane, RUN, "frozen")["targetSessions"]["worker-0"]["error"]
+    assert error.startswith(f"timeout: 127.0.0.1:{workload.port} accepted the connection but no gRPC server answered")
