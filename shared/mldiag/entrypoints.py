@@ -14,7 +14,7 @@ from cloudevents.http import CloudEvent
 
 from mldiag import eventlog
 from mldiag.bootstrap import Services
-from mldiag.config import CAPTURE_REQUESTS, MAINTENANCE_TICKS, TOPICS, dead_letter_topic
+from mldiag.config import CAPTURE_REQUESTS, MAINTENANCE_TICKS, MONITORING_ALERTS, TOPICS, dead_letter_topic
 
 Handler = Callable[[Services, CloudEvent], object]
 
@@ -48,11 +48,19 @@ def dispatch_capture(services: Services, event: CloudEvent) -> eventlog.Outcome:
     return eventlog.handle(services.events, "dispatch_capture", event, lambda e: dispatch(services, e))
 
 
+def on_alert(services: Services, event: CloudEvent) -> eventlog.Outcome:
+    """``monitoring-alerts``: record the MonitoredEvent and capture automatically, storm-controlled."""
+    from mldiag.auto_capture import handle_alert
+
+    return eventlog.handle(services.events, "on_alert", event, lambda e: handle_alert(services, e))
+
+
 EVENT_HANDLERS: dict[str, Handler] = {
     "register_session": register_session,
     "record_dead_letter": record_dead_letter,
     "maintenance": maintenance,
     "dispatch_capture": dispatch_capture,
+    "on_alert": on_alert,
 }
 
 # Functions Terraform wires to the profiles bucket with an Eventarc finalize trigger.
@@ -62,5 +70,6 @@ BUCKET_TRIGGERED = ("register_session",)
 TOPIC_SUBSCRIBERS: dict[str, str] = {
     MAINTENANCE_TICKS: "maintenance",
     CAPTURE_REQUESTS: "dispatch_capture",
+    MONITORING_ALERTS: "on_alert",
     **{dead_letter_topic(topic): "record_dead_letter" for topic in TOPICS},
 }

@@ -17,7 +17,7 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.routing import BaseConverter
 
 from mldiag import bootstrap
-from mldiag.api import capture, self_hosted, share, v1alpha
+from mldiag.api import capture, monitoring, self_hosted, share, v1alpha
 from mldiag.api.auth import Guard
 from mldiag.api.http import MAX_BODY_BYTES, SERVICES, google_error
 from mldiag.bootstrap import Services
@@ -88,6 +88,7 @@ def create_app(services: Services | None = None) -> Flask:
 
     app.register_blueprint(v1alpha.blueprint)
     app.register_blueprint(capture.blueprint)
+    app.register_blueprint(monitoring.blueprint)
     app.register_blueprint(self_hosted.blueprint)
     app.register_blueprint(share.blueprint)
     return app

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from mldiag import __version__
-from mldiag.cli import agent, analyze, capture, events, monitored_events, runs, sessions, status, targets, up
+from mldiag.cli import agent, analyze, auto_capture, capture, events, monitored_events, runs, sessions, status, targets, up
 
 app = typer.Typer(
     name="mldiag",
@@ -25,6 +25,8 @@ app.command("agent")(agent.agent)
 sessions.app.command("capture")(capture.capture)
 runs.app.command("start-continuous-profiling")(capture.start_continuous_profiling)
 runs.app.command("stop-continuous-profiling")(capture.stop_continuous_profiling)
+runs.app.command("set-auto-capture")(auto_capture.set_auto_capture)
+runs.app.command("report-metrics")(auto_capture.report_metrics)
 
 
 def _version(value: bool) -> None:

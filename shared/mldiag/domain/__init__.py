@@ -9,7 +9,7 @@ from mldiag.domain.resources import (
     EventType, Finding, FindingCategory, HealthStatus, HostFile, HostTracerLevel, Kind,
     MachineLearningRun, MonitoredEvent, Operation, OperationMetadata, Orchestrator, Priority,
     PythonTracerLevel, RecommendedAction, Resource, ResourceState, RunConfigs, RunPhase,
-    SessionPhase, Status, TargetSession, TargetState, ProfilerSession, ProfilerTarget,
+    SessionPhase, Status, Suppression, TargetSession, TargetState, ProfilerSession, ProfilerTarget,
     WorkloadDetails,
 )
 

@@ -418,8 +418,17 @@ class AnalyzerReport(CamelModel):
     recommended_actions: list[RecommendedAction] = Field(default_factory=list)
 
 
+class Suppression(CamelModel):
+    """An alert that did not lead to a capture, and why."""
+
+    time: Timestamp = None
+    reason: str
+    alert: str = ""
+
+
 class MonitoredEvent(Resource):
     collection: ClassVar[str] = "monitoredEvents"
+    MAX_SUPPRESSIONS_KEPT: ClassVar[int] = 50
 
     type: EventType = EventType.PERFORMANCE_DEGRADATION
     display_name: str = ""
@@ -428,6 +437,13 @@ class MonitoredEvent(Resource):
     targets: list[str] = Field(default_factory=list)
     analyzer_reports: list[AnalyzerReport] = Field(default_factory=list)
     profiler_sessions: list[str] = Field(default_factory=list)
+    # Every suppressed trigger is counted; the latest ones are kept with their reasons.
+    suppressed_count: int = 0
+    suppressions: list[Suppression] = Field(default_factory=list)
+
+    def suppress(self, suppression: Suppression) -> None:
+        self.suppressed_count += 1
+        self.suppressions = [*self.suppressions, suppression][-self.MAX_SUPPRESSIONS_KEPT:]
 
     @property
     def ongoing(self) -> bool:

@@ -1,0 +1,138 @@
+"""Alerts as they arrive on ``monitoring-alerts``, in two shapes, read into one :class:`Alert`.
+
+1. Our MonitoredEvent message (the degradation analyzer sends it; so can any system)::
+
+       {"run": "projects/P/locations/L/machineLearningRuns/R",   # or just "R"
+        "monitoredEventId": "degradation-1",
+        "monitoredEvent": {"type": "PERFORMANCE_DEGRADATION", "startTime": ..., "endTime": ...,
+                           "targets": [...], "analyzerReports": [{"analyzer", "detectionState", ...}]}}
+
+   It is open while it has no ``endTime`` and some report says DETECTED.
+
+2. A Cloud Monitoring incident, as a Pub/Sub notification channel publishes it
+   (``{"incident": {...}, "version": "1.2"}``). It names its run through a label
+   ``mldiag_run`` (a run id or a full run name), looked up in this order: the
+   metric's labels, the monitored resource's labels, the policy's user labels.
+   A label ``mldiag_targets`` (comma-separated target ids) localises it; without
+   one, every target of the run is affected. ``state`` is ``open`` or ``closed``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from pydantic import Field, ValidationError
+
+from mldiag.domain.errors import InvalidArgument, PermanentFailure
+from mldiag.domain.names import LocationName, id_from_text, parse_run, validate_id
+from mldiag.domain.resources import (
+    AnalyzerReport, DetectionState, EventType, MonitoredEvent, RecommendedAction, invalid_argument,
+)
+from mldiag.domain.types import CamelModel, Timestamp
+
+RUN_LABEL = "mldiag_run"
+TARGETS_LABEL = "mldiag_targets"
+MAX_TEXT = 4000
+
+
+class Alert(CamelModel):
+    """One alert, whatever its source: which run, which event, open or closed, and why."""
+
+    run: str
+    event_id: str
+    open: bool
+    type: EventType = EventType.PERFORMANCE_DEGRADATION
+    display_name: str = ""
+    start_time: Timestamp = None
+    end_time: Timestamp = None
+    targets: list[str] = Field(default_factory=list)
+    reports: list[AnalyzerReport] = Field(default_factory=list)
+    source: str = ""
+
+
+def _run_name(value: Any, default_location: LocationName) -> str:
+    if not isinstance(value, str) or not value:
+        raise PermanentFailure(f"the alert names no run (expected '{RUN_LABEL}' or 'run')")
+    if value.startswith("projects/"):
+        return str(parse_run(value))
+    return str(default_location.run(value))
+
+
+def _event_from_ours(payload: dict[str, Any], default_location: LocationName) -> Alert:
+    try:
+        event = MonitoredEvent.model_validate(payload.get("monitoredEvent") or {})
+    except ValidationError as error:
+        raise PermanentFailure(f"monitoredEvent: {invalid_argument(error)}") from None
+    event_id = validate_id(str(payload.get("monitoredEventId") or ""), field="monitoredEventId")
+    detected = any(r.detection_state is DetectionState.DETECTED for r in event.analyzer_reports)
+    return Alert(
+        run=_run_name(payload.get("run"), default_location), event_id=event_id,
+        open=event.end_time is None and detected, type=event.type, display_name=event.display_name,
+        start_time=event.start_time, end_time=event.end_time, targets=event.targets,
+        reports=event.analyzer_reports, source="monitoredEvent",
+    )
+
+
+def _label(incident: dict[str, Any], name: str) -> str:
+    for holder in (incident.get("metric"), incident.get("resource"), incident):
+        labels = (holder or {}).get("labels" if holder is not incident else "policy_user_labels") or {}
+        if isinstance(labels, dict) and labels.get(name):
+            return str(labels[name])
+    return ""
+
+
+def _epoch(value: Any) -> datetime | None:
+    if value in (None, "", 0):
+        return None
+    try:
+        return datetime.fromtimestamp(float(value), timezone.utc)
+    except (TypeError, ValueError, OverflowError):
+        raise PermanentFailure(f"incident time {value!r} is not epoch seconds") from None
+
+
+def _event_from_incident(incident: dict[str, Any], default_location: LocationName) -> Alert:
+    incident_id = str(incident.get("incident_id") or "")
+    if not incident_id:
+        raise PermanentFailure("the incident has no incident_id")
+    state = str(incident.get("state") or "").lower()
+    if state not in ("open", "closed"):
+        raise PermanentFailure(f"incident state {state!r} is neither 'open' nor 'closed'")
+    policy = str(incident.get("policy_name") or "")[:MAX_TEXT]
+    condition = str(incident.get("condition_name") or "")[:MAX_TEXT]
+    documentation = incident.get("documentation") or {}
+    actions = []
+    if isinstance(documentation, dict) and documentation.get("content"):
+        actions.append(RecommendedAction(description=str(documentation["content"])[:MAX_TEXT],
+                                         documentation_url=str(incident.get("url") or "")[:MAX_TEXT]))
+    targets = [t.strip() for t in _label(incident, TARGETS_LABEL).split(",") if t.strip()]
+    return Alert(
+        run=_run_name(_label(incident, RUN_LABEL), default_location),
+        event_id=id_from_text(f"incident-{incident_id}"),
+        open=state == "open",
+        display_name=" / ".join(filter(None, (policy, condition))) or f"incident {incident_id}",
+        start_time=_epoch(incident.get("started_at")),
+        end_time=_epoch(incident.get("ended_at")),
+        targets=targets,
+        reports=[AnalyzerReport(
+            analyzer=f"cloud-monitoring: {policy}"[:MAX_TEXT],
+            detection_state=DetectionState.DETECTED if state == "open" else DetectionState.NOT_DETECTED,
+            details=str(incident.get("summary") or "")[:MAX_TEXT],
+            recommended_actions=actions,
+        )],
+        source="cloudMonitoringIncident",
+    )
+
+
+def parse_alert(payload: Any, default_location: LocationName) -> Alert:
+    """Read either shape; :class:`PermanentFailure` for anything that can never become an alert."""
+    if not isinstance(payload, dict):
+        raise PermanentFailure("the alert is not a JSON object")
+    try:
+        if isinstance(payload.get("incident"), dict):
+            return _event_from_incident(payload["incident"], default_location)
+        if "monitoredEvent" in payload:
+            return _event_from_ours(payload, default_location)
+    except InvalidArgument as bad:
+        raise PermanentFailure(str(bad)) from None
+    raise PermanentFailure("neither a MonitoredEvent message nor a Cloud Monitoring incident")

@@ -1,0 +1,64 @@
+"""``/v1alpha`` monitoring routes: metrics ingest for the degradation analyzer, and auto-capture policy.
+
+``POST .../machineLearningRuns/R:reportMetrics`` takes ``{"points": [{"step",
+"stepTimeSeconds", "dutyCycle"?, "time"?}, ...]}`` and answers with the alerts
+the report caused. ``POST ...:setAutoCapture`` and ``GET ...:getAutoCapture``
+manage the run's storm control (cooldown, capture duration, hourly cap).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Response
+from pydantic import BaseModel, Field, ValidationError
+
+from mldiag import auto_capture, metrics
+from mldiag.api.http import json_body, ok, services
+from mldiag.degradation import DetectorParams, MetricPoint
+from mldiag.domain.names import LocationName
+from mldiag.domain.resources import invalid_argument
+
+blueprint = Blueprint("monitoring", __name__,
+                      url_prefix="/v1alpha/projects/<id:project>/locations/<id:location>/machineLearningRuns")
+
+
+class _Report(BaseModel):
+    points: list[MetricPoint] = Field(max_length=metrics.MAX_POINTS_PER_REPORT)
+
+
+def _parse(model: type[BaseModel], body: dict[str, Any]) -> Any:
+    try:
+        return model.model_validate(body)
+    except ValidationError as error:
+        raise invalid_argument(error) from None
+
+
+def _run(project: str, location: str, run: str) -> str:
+    return str(LocationName(project, location).run(run))
+
+
+@blueprint.post("/<id:run>:reportMetrics")
+def report_metrics(project: str, location: str, run: str) -> Response:
+    report = _parse(_Report, json_body())
+    alerts = metrics.report_metrics(services(), _run(project, location, run), report.points)
+    return ok({"alerts": alerts})
+
+
+@blueprint.post("/<id:run>:setDetectorParams")
+def set_detector_params(project: str, location: str, run: str) -> Response:
+    params = _parse(DetectorParams, json_body())
+    return ok(metrics.set_detector_params(services(), _run(project, location, run), params).to_json_dict())
+
+
+@blueprint.post("/<id:run>:setAutoCapture")
+def set_auto_capture(project: str, location: str, run: str) -> Response:
+    policy = _parse(auto_capture.AutoCapturePolicy, json_body())
+    return ok(auto_capture.set_policy(services(), _run(project, location, run), policy).to_json_dict())
+
+
+@blueprint.get("/<id:run>:getAutoCapture")
+def get_auto_capture(project: str, location: str, run: str) -> Response:
+    name = _run(project, location, run)
+    services().runs.get(name)
+    return ok(auto_capture.describe_state(services(), name))

@@ -1,0 +1,62 @@
+"""``mldiag machine-learning-run set-auto-capture`` and ``report-metrics``: automatic capture's knobs and input."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from mldiag.cli.api_client import (
+    DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiClient, ApiUrl, Fmt, Location, Project, Token,
+    api_command, print_resources, run_path,
+)
+from mldiag.cli.output import Format
+from mldiag.domain.types import parse_duration
+
+RunId = Annotated[str, typer.Argument(help="The run's id (or its full resource name).")]
+
+
+def _seconds(value: str, option: str) -> str:
+    try:
+        return f"{parse_duration(value).total_seconds():g}s"
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint=option) from None
+
+
+@api_command
+def set_auto_capture(
+    run: RunId,
+    cooldown: Annotated[str, typer.Option("--cooldown", help="Least time between automatic captures (10m).")] = "10m",
+    duration: Annotated[str, typer.Option("--duration", help="How long each automatic capture records (3s).")] = "3s",
+    max_per_hour: Annotated[int, typer.Option("--max-per-hour", min=1, max=60)] = 4,
+    disable: Annotated[bool, typer.Option("--disable", help="Record alerts but never capture.")] = False,
+    project: Project = DEFAULT_PROJECT, location: Location = DEFAULT_LOCATION,
+    api_url: ApiUrl = DEFAULT_API_URL, token: Token = "", fmt: Fmt = Format.yaml,
+) -> None:
+    """Set how monitoring alerts capture this run's profiles (storm control)."""
+    body = {"enabled": not disable, "cooldown": _seconds(cooldown, "--cooldown"),
+            "duration": _seconds(duration, "--duration"), "maxPerHour": max_per_hour}
+    client = ApiClient(api_url, token)
+    print_resources(client.call("POST", run_path(project, location, run) + ":setAutoCapture", body=body), fmt)
+
+
+@api_command
+def report_metrics(
+    run: RunId,
+    points_file: Annotated[Path, typer.Argument(help="JSON lines of {step, stepTimeSeconds, dutyCycle?}; - for stdin.",
+                                                allow_dash=True)],
+    project: Project = DEFAULT_PROJECT, location: Location = DEFAULT_LOCATION,
+    api_url: ApiUrl = DEFAULT_API_URL, token: Token = "", fmt: Fmt = Format.yaml,
+) -> None:
+    """Feed step times to the run's degradation analyzer; prints any alert they caused."""
+    text = sys.stdin.read() if str(points_file) == "-" else points_file.read_text()
+    try:
+        points: list[Any] = [json.loads(line) for line in text.splitlines() if line.strip()]
+    except ValueError as error:
+        raise typer.BadParameter(f"not JSON lines: {error}", param_hint="POINTS_FILE") from None
+    client = ApiClient(api_url, token)
+    print_resources(client.call("POST", run_path(project, location, run) + ":reportMetrics",
+                                body={"points": points}), fmt)
