@@ -1,0 +1,77 @@
+"""What changed: an analysis against the run's earlier healthy one."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+from mldiag.analysis.comparison import compare, find_baseline
+from mldiag.domain import AnalysisState, AnalysisStatus, ProfilerSession
+
+RUN = "projects/p/locations/l/machineLearningRuns/r1"
+
+
+def slowed_down(analysis, factor=1.3, extra_gap_ms=60.0, activity="data_loading"):
+    """The same profile with the step stretched by host time, as a slower input pipeline would."""
+    slower = analysis.model_copy(deep=True)
+    slower.metrics.step_time_ms = analysis.metrics.step_time_ms * factor
+    slower.metrics.busy_fraction = analysis.metrics.busy_fraction / factor
+    for host in slower.hosts:
+        host.gap_ms_per_step = (host.gap_ms_per_step or 0.0) + extra_gap_ms
+        for item in host.host_activities:
+            if item.name == activity:
+                item.ms_per_step += extra_gap_ms
+    return slower
+
+
+def test_comparison_names_the_slowdown_and_where_it_went(analysis_of):
+    healthy = analysis_of("input_bound")
+    activity = healthy.hosts[0].host_activities[0].name
+    comparison = compare(slowed_down(healthy, activity=activity), healthy, f"{RUN}/profilerSessions/healthy")
+    assert round(comparison.step_time_ms.ratio, 2) == 0.30
+    assert comparison.headline[0].startswith("Step time rose from")
+    assert "(+30%) against the healthy session healthy." in comparison.headline[0]
+    assert any("host time between steps grew by 60.0 ms" in line for line in comparison.headline)
+    assert [c.name for c in comparison.grown_host_activities][:1] == [activity]
+    assert comparison.new_ops == [] and comparison.grown_ops == []
+
+
+def test_identical_profiles_show_no_growth(analysis_of):
+    healthy = analysis_of("compute_bound")
+    comparison = compare(healthy, healthy, f"{RUN}/profilerSessions/same")
+    assert comparison.step_time_ms.ratio == 0
+    assert not (comparison.new_ops or comparison.grown_ops or comparison.grown_host_activities)
+    assert comparison.headline[0].startswith("Step time is unchanged at")
+
+
+def test_ops_that_appear_are_new(analysis_of):
+    baseline = analysis_of("compute_bound")
+    current = baseline.model_copy(deep=True)
+    current.hosts[0].top_ops[0].name = "fusion.injected"
+    comparison = compare(current, baseline, "s")
+    assert comparison.new_ops[0].name == "fusion.injected"
+
+
+def test_find_baseline_takes_the_latest_earlier_healthy_session(embedded, clock, analysis_of):
+    healthy = analysis_of("compute_bound")
+
+    def session(session_id, auto=False, state=AnalysisState.DONE):
+        uri = f"gs://profiles/exp/r1/plugins/profile/{session_id}/mldiag/analysis.json"
+        embedded.blobs.write_bytes(uri, json.dumps(healthy.to_json_dict()).encode())
+        created = embedded.sessions.create(ProfilerSession(
+            name=f"{RUN}/profilerSessions/{session_id}", auto_captured=auto,
+            analysis=AnalysisStatus(state=state, analysis_uri=uri)))
+        clock.advance(60)
+        return created
+
+    session("old")
+    session("recent")
+    session("still-running", state=AnalysisState.RUNNING)
+    session("earlier-auto", auto=True)
+    current = session("auto-degradation-1", auto=True)
+    found, analysis = find_baseline(embedded, current)
+    assert found.id == "recent"
+    assert analysis.metrics.step_time_ms == healthy.metrics.step_time_ms
+    clock.advance(-timedelta(hours=1).total_seconds())
+    first = embedded.sessions.create(ProfilerSession(name=f"{RUN}/profilerSessions/first", auto_captured=True))
+    assert find_baseline(embedded, first) is None
