@@ -27,7 +27,7 @@ from mldiag.domain.resources import Kind, MachineLearningRun, MonitoredEvent, Su
 from mldiag.domain.types import CamelModel, Duration, Timestamp, format_timestamp
 from mldiag.messages import message_from_cloud_event
 from mldiag.ports import Transaction
-from mldiag.repository import document_key
+from mldiag.run_state import RunState
 
 COLLECTION = "autoCapture"
 log = structlog.get_logger(__name__)
@@ -53,26 +53,11 @@ class AutoCaptureState(CamelModel):
     pending_session: str = ""
 
 
-def _load(transaction: Transaction, run_name: str) -> AutoCaptureState:
-    document = transaction.get(COLLECTION, document_key(run_name))
-    return AutoCaptureState(run=run_name) if document is None else AutoCaptureState.model_validate(document)
-
-
-def get_policy(services: Services, run_name: str) -> AutoCapturePolicy:
-    services.runs.get(run_name)
-    return services.store.transaction(lambda tx: _load(tx, run_name)).policy
+STATES = RunState(COLLECTION, AutoCaptureState)
 
 
 def set_policy(services: Services, run_name: str, policy: AutoCapturePolicy) -> AutoCapturePolicy:
-    services.runs.get(run_name)
-
-    def work(transaction: Transaction) -> None:
-        state = _load(transaction, run_name)
-        state.policy = policy
-        transaction.set(COLLECTION, document_key(run_name), state.to_json_dict())
-
-    services.store.transaction(work)
-    return policy
+    return STATES.update(services, run_name, lambda state: setattr(state, "policy", policy)).policy
 
 
 def _why_not(state: AutoCaptureState, event: MonitoredEvent, now: datetime) -> str:
@@ -119,7 +104,7 @@ def decide(services: Services, alert: Alert, alert_key: str) -> Decision:
         if run is None:
             raise PermanentFailure(f"the alert names run {alert.run}, which does not exist")
         previous = services.monitored_events.find_in(transaction, event_name)
-        state = _load(transaction, alert.run)
+        state = STATES.load(transaction, alert.run)
         event = previous.model_copy(deep=True) if previous else MonitoredEvent(name=event_name)
         state.captures = [t for t in state.captures if t and now - t < timedelta(hours=1)]
         if state.pending_event == event_name and state.pending_session:
@@ -139,7 +124,7 @@ def decide(services: Services, alert: Alert, alert_key: str) -> Decision:
         if decision.reason:
             event.suppress(Suppression(time=now, reason=decision.reason, alert=alert_key))
         services.monitored_events.save_in(transaction, previous, event)
-        transaction.set(COLLECTION, document_key(alert.run), state.to_json_dict())
+        STATES.save(transaction, alert.run, state)
         return decision
 
     return services.store.transaction(work)
@@ -153,7 +138,7 @@ def _capture(services: Services, run: MachineLearningRun, alert: Alert, decision
     request = capture.CaptureRequest(
         kind=Kind.KIND_SNAPSHOT if run.continuous_profiling is not None else Kind.KIND_ON_DEMAND,
         profiler_targets=alert.targets,
-        duration=get_policy(services, alert.run).duration,
+        duration=STATES.read(services, alert.run).policy.duration,
         auto_captured=True,
         monitored_events=[decision.event],
     )
@@ -185,13 +170,11 @@ def _settle(services: Services, run_name: str, decision: Decision, linked: bool)
 
         services.monitored_events.update(decision.event, link)
 
-    def clear(transaction: Transaction) -> None:
-        state = _load(transaction, run_name)
+    def clear(state: AutoCaptureState) -> None:
         if state.pending_session == decision.capture_session:
             state.pending_event = state.pending_session = ""
-        transaction.set(COLLECTION, document_key(run_name), state.to_json_dict())
 
-    services.store.transaction(clear)
+    STATES.update(services, run_name, clear)
 
 
 def handle_alert(services: Services, event: CloudEvent) -> str:
@@ -212,6 +195,6 @@ def handle_alert(services: Services, event: CloudEvent) -> str:
 
 def describe_state(services: Services, run_name: str) -> dict:
     """The run's auto-capture policy and recent captures, for the CLI and the console."""
-    state = services.store.transaction(lambda tx: _load(tx, run_name))
+    state = STATES.read(services, run_name)
     return {"policy": state.policy.to_json_dict(),
             "capturesLastHour": [format_timestamp(t) for t in state.captures]}

@@ -22,6 +22,7 @@ from mldiag.domain.resources import DetectionState, EventType
 from mldiag.domain.types import CamelModel, format_timestamp
 from mldiag.ports import Transaction
 from mldiag.repository import document_key
+from mldiag.run_state import RunState
 
 COLLECTION = "detectors"
 ANALYZER = "mldiag-degradation"
@@ -38,9 +39,7 @@ class RunDetector(CamelModel):
     open_event: str = ""
 
 
-def _load(transaction: Transaction, run_name: str) -> RunDetector:
-    document = transaction.get(COLLECTION, document_key(run_name))
-    return RunDetector(run=run_name) if document is None else RunDetector.model_validate(document)
+DETECTORS = RunState(COLLECTION, RunDetector)
 
 
 def alert_message(run_name: str, event_id: str, transition: Transition, reason: str, when: str) -> dict:
@@ -71,7 +70,7 @@ def report_metrics(services: Services, run_name: str, points: Sequence[MetricPoi
 
     def work(transaction: Transaction) -> None:
         staged.clear()
-        detector = _load(transaction, run_name)
+        detector = DETECTORS.load(transaction, run_name)
         for point in points:
             transition = observe(detector.state, point, detector.params)
             if transition is Transition.NONE:
@@ -85,7 +84,7 @@ def report_metrics(services: Services, run_name: str, points: Sequence[MetricPoi
             outbox.stage(transaction, key, MONITORING_ALERTS, message, {"run": run_name}, services.now(),
                          ordering_key=run_name)
             staged.append((key, message))
-        transaction.set(COLLECTION, document_key(run_name), detector.to_json_dict())
+        DETECTORS.save(transaction, run_name, detector)
 
     services.store.transaction(work)
     for key, _ in staged:
@@ -94,12 +93,4 @@ def report_metrics(services: Services, run_name: str, points: Sequence[MetricPoi
 
 
 def set_detector_params(services: Services, run_name: str, params: DetectorParams) -> DetectorParams:
-    services.runs.get(run_name)
-
-    def work(transaction: Transaction) -> None:
-        detector = _load(transaction, run_name)
-        detector.params = params
-        transaction.set(COLLECTION, document_key(run_name), detector.to_json_dict())
-
-    services.store.transaction(work)
-    return params
+    return DETECTORS.update(services, run_name, lambda detector: setattr(detector, "params", params)).params

@@ -59,6 +59,4 @@ def set_auto_capture(project: str, location: str, run: str) -> Response:
 
 @blueprint.get("/<id:run>:getAutoCapture")
 def get_auto_capture(project: str, location: str, run: str) -> Response:
-    name = _run(project, location, run)
-    services().runs.get(name)
-    return ok(auto_capture.describe_state(services(), name))
+    return ok(auto_capture.describe_state(services(), _run(project, location, run)))
