@@ -16,7 +16,7 @@ from flask import Flask, Response, g, request
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import BaseConverter
 
-from mldiag import bootstrap
+from mldiag import bootstrap, ui
 from mldiag.api import capture, monitoring, self_hosted, share, v1alpha
 from mldiag.api.auth import Guard
 from mldiag.api.http import MAX_BODY_BYTES, SERVICES, google_error
@@ -30,7 +30,7 @@ _HTTP_STATUS = {
     405: "UNIMPLEMENTED", 409: "ABORTED", 412: "FAILED_PRECONDITION", 413: "INVALID_ARGUMENT",
     415: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 501: "UNIMPLEMENTED", 503: "UNAVAILABLE",
 }
-_PUBLIC_BLUEPRINTS = {share.blueprint.name}
+_PUBLIC_BLUEPRINTS = {share.blueprint.name, ui.blueprint.name}  # the console checks credentials itself
 
 
 class IdConverter(BaseConverter):
@@ -91,4 +91,5 @@ def create_app(services: Services | None = None) -> Flask:
     app.register_blueprint(monitoring.blueprint)
     app.register_blueprint(self_hosted.blueprint)
     app.register_blueprint(share.blueprint)
+    ui.register(app)
     return app

@@ -1,0 +1,356 @@
+"""``/ui``: the web console, server-rendered pages over the same services as the API.
+
+Pages: the runs of this deployment's location, a run (its targets, continuous
+profiling, sessions and monitored events), and a session (its targets'
+phases, tracer levels, analysis and links). Forms post to the capture and
+share services and answer with a redirect back to the page (or the page with
+the error, when the service refused). The sessions table of a run refreshes
+itself while a capture or an analysis is under way (``console.js`` fetches
+``.../sessions``, the same table rendered alone).
+
+Reports are served from the bucket by a route that can only name
+``<session folder>/mldiag/summary.html`` or ``analysis.json`` of a stored
+session, with a sandboxing Content-Security-Policy: a report holds strings
+from the profile and must not run as the console's origin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+from flask import Blueprint, Response, g, redirect, render_template, request, url_for
+from werkzeug.datastructures import MultiDict
+
+from mldiag.api.auth import Guard
+from mldiag.api.http import services
+from mldiag.domain.errors import MldiagError, NotFound, Unauthenticated
+from mldiag.domain.names import SESSIONS, ChildName, LocationName, RunName
+from mldiag.domain.resources import (
+    AnalysisState, DeviceTracerLevel, HostTracerLevel, Kind, ProfilerTarget, PythonTracerLevel, RunPhase,
+    SessionPhase,
+)
+from mldiag.services import capture, sessions
+from mldiag.services.listing import ListRequest, list_page
+from mldiag.ui import security
+from mldiag.ui.formatting import FILTERS
+
+blueprint = Blueprint("ui", __name__, url_prefix="/ui", template_folder="templates", static_folder="static")
+RUN = "/runs/<id:run>"
+SESSION = RUN + "/sessions/<id:session>"
+RUNS_PER_PAGE = 25
+SESSIONS_PER_PAGE = 50
+EVENTS_PER_RUN = 50
+MAX_TARGETS_SHOWN = 1000
+MAX_REPORT_BYTES = 32 * 1024 * 1024
+REPORT_FILES = {"summary.html": "text/html; charset=utf-8", "analysis.json": "application/json"}
+_ANALYSING = (AnalysisState.PENDING, AnalysisState.RUNNING)
+SHARE_TTLS = {"1 hour": timedelta(hours=1), "1 day": timedelta(days=1), "7 days": timedelta(days=7)}
+DEFAULT_SHARE_TTL = "1 day"
+NOTICES = {
+    "capture": "Capture requested: session {session}. Its targets' phases update below.",
+    "snapshot": "Snapshot requested: session {session}.",
+    "continuous-started": "Continuous profiling is starting on the selected targets.",
+    "continuous-stopped": "Continuous profiling is stopping.",
+}
+PAGE_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+               "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+# A report is untrusted content: no scripts, no same-origin access to the console, inline styles and images only.
+REPORT_POLICY = ("sandbox allow-popups allow-popups-to-escape-sandbox; default-src 'none'; "
+                 "style-src 'unsafe-inline'; img-src data:; frame-ancestors 'none'; base-uri 'none'; "
+                 "form-action 'none'")
+
+
+@blueprint.record_once
+def _add_filters(state: Any) -> None:
+    state.app.jinja_env.filters.update(FILTERS)
+
+
+# --- credentials, forgery checks and headers -------------------------------------
+
+
+def _auth() -> security.ConsoleAuth:
+    return security.ConsoleAuth(Guard(services().settings))
+
+
+@blueprint.before_request
+def screen() -> None:
+    g.csrf_token = request.cookies.get(security.CSRF_COOKIE) or security.new_csrf_token()
+    g.console_auth = auth = _auth()
+    authorization = request.headers.get("Authorization", "")
+    auth.check_read(authorization)
+    g.may_act = auth.may_act(authorization, request.cookies.get(security.SIGN_IN_COOKIE, ""))
+    if request.method == "POST":
+        security.check_form_origin(request.cookies.get(security.CSRF_COOKIE, ""),
+                                   request.form.get(security.CSRF_FIELD, ""),
+                                   request.headers.get("Sec-Fetch-Site", ""))
+
+
+@blueprint.after_request
+def protect(response: Response) -> Response:
+    if "csrf_token" in g and request.cookies.get(security.CSRF_COOKIE) != g.csrf_token:
+        response.set_cookie(security.CSRF_COOKIE, g.csrf_token, httponly=True, samesite="Strict",
+                            secure=request.is_secure, path=blueprint.url_prefix)
+    response.headers.setdefault("Content-Security-Policy", PAGE_POLICY)
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Referrer-Policy"] = "same-origin"
+    if request.endpoint != "ui.static":
+        response.headers["Cache-Control"] = "no-store"  # pages carry the form token and live state
+    return response
+
+
+@blueprint.app_context_processor
+def page_context() -> dict[str, Any]:
+    settings = services().settings
+    return {
+        "csrf_field": security.CSRF_FIELD,
+        "csrf_token": g.get("csrf_token", ""),
+        "may_act": g.get("may_act", False),
+        "auth_mode": g.console_auth.mode if "console_auth" in g else "open",
+        "project": settings.project,
+        "location": settings.location,
+    }
+
+
+@blueprint.errorhandler(MldiagError)
+def show_error(error: MldiagError) -> tuple[str, int]:
+    return render_template("console/error.html", error=error, code=error.http_code,
+                           sign_in=isinstance(error, Unauthenticated)), error.http_code
+
+
+def _require_action_rights() -> None:
+    g.console_auth.check_action(request.headers.get("Authorization", ""),
+                                request.cookies.get(security.SIGN_IN_COOKIE, ""))
+
+
+# --- reads -----------------------------------------------------------------------
+
+
+def _location() -> LocationName:
+    settings = services().settings
+    return LocationName(settings.project, settings.location)
+
+
+def _run_name(run: str) -> RunName:
+    return _location().run(run)
+
+
+def _targets(run_name: str) -> list[ProfilerTarget]:
+    return services().targets.list(run_name, page_size=MAX_TARGETS_SHOWN).items
+
+
+@blueprint.get("/")
+def runs() -> str:
+    phase = request.args.get("phase", "")
+    phases = [p.value for p in RunPhase if p is not RunPhase.RUN_PHASE_UNSPECIFIED]
+    if phase not in phases:
+        phase = ""
+    page = list_page(services().runs, str(_location()), ListRequest(
+        filter=f"runPhase = {phase}" if phase else "", page_size=RUNS_PER_PAGE,
+        page_token=request.args.get("page", "")))
+    return render_template("console/runs.html", runs=page.items, next_page=page.next_page_token,
+                           targets={run.name: _targets(run.name) for run in page.items},
+                           phase=phase, phases=phases)
+
+
+def _sessions_context(run_name: str) -> dict[str, Any]:
+    """The run's sessions table: a page of sessions, and how many are still capturing or being analysed."""
+    page = list_page(services().sessions, run_name, ListRequest(
+        page_size=SESSIONS_PER_PAGE, page_token=request.args.get("sessions_page", "")))
+    busy = sum(1 for s in page.items if s.session_phase is SessionPhase.ACTIVE or s.analysis.state in _ANALYSING)
+    return {"sessions": page.items, "next_sessions_page": page.next_page_token, "busy": busy}
+
+
+def _render_run(run: str, *, error: MldiagError | None = None, form: MultiDict | None = None) -> tuple[str, int]:
+    run_name = _run_name(run)
+    loaded = services().runs.get(str(run_name))
+    events = list_page(services().monitored_events, str(run_name), ListRequest(page_size=EVENTS_PER_RUN)).items
+    return render_template(
+        "console/run.html", run=loaded, targets=_targets(str(run_name)), events=events, notice=_notice(run_name),
+        error=error, form=form or MultiDict(), levels=_TRACER_LEVELS, **_sessions_context(str(run_name)),
+    ), error.http_code if error else 200
+
+
+@blueprint.get(RUN)
+def run(run: str) -> tuple[str, int]:
+    return _render_run(run)
+
+
+@blueprint.get(RUN + "/sessions")
+def run_sessions(run: str) -> str:
+    """The run's sessions table alone: what the run page fetches to refresh it."""
+    run_name = _run_name(run)
+    loaded = services().runs.get(str(run_name))
+    return render_template("console/_sessions.html", run=loaded, **_sessions_context(str(run_name)))
+
+
+def _render_session(run: str, session: str, *, error: MldiagError | None = None,
+                    share: sessions.ShareLink | None = None) -> tuple[str, int]:
+    run_name = _run_name(run)
+    loaded_run = services().runs.get(str(run_name))
+    loaded = services().sessions.get(str(run_name.child(SESSIONS, session)))
+    return render_template("console/session.html", run=loaded_run, session=loaded, error=error, share=share,
+                           ttls=list(SHARE_TTLS), default_ttl=DEFAULT_SHARE_TTL), error.http_code if error else 200
+
+
+@blueprint.get(SESSION)
+def session(run: str, session: str) -> tuple[str, int]:
+    return _render_session(run, session)
+
+
+@blueprint.get(SESSION + "/report/<any('summary.html', 'analysis.json'):file>")
+def report(run: str, session: str, file: str) -> Response:
+    """A session's report file, read from ``<its folder>/mldiag/`` (no other file can be named)."""
+    name = _run_name(run).child(SESSIONS, session)
+    stored = services().sessions.get(str(name))
+    if not stored.storage_folder_uri or not stored.analysis.report_uri:
+        raise NotFound(f"session {session} has no report yet (analysis {stored.analysis.state.value})")
+    uri = f"{stored.storage_folder_uri.rstrip('/')}/mldiag/{file}"
+    response = Response(services().blobs.read_bytes(uri, max_bytes=MAX_REPORT_BYTES), content_type=REPORT_FILES[file])
+    response.headers["Content-Security-Policy"] = REPORT_POLICY
+    return response
+
+
+# --- actions ---------------------------------------------------------------------
+
+_TRACER_LEVELS = {
+    "hostTracerLevel": [level for level in HostTracerLevel if level is not HostTracerLevel.HOST_TRACER_LEVEL_UNSPECIFIED],
+    "deviceTracerLevel": [level for level in DeviceTracerLevel
+                          if level is not DeviceTracerLevel.DEVICE_TRACER_LEVEL_UNSPECIFIED],
+    "pythonTracerLevel": [level for level in PythonTracerLevel
+                          if level is not PythonTracerLevel.PYTHON_TRACER_LEVEL_UNSPECIFIED],
+}
+
+
+def _notice(run_name: RunName) -> str:
+    """The confirmation a redirect after an action asked for; only for sessions that exist."""
+    template = NOTICES.get(request.args.get("done", ""))
+    if template is None:
+        return ""
+    session_id = request.args.get("session", "")
+    if "{session}" in template:
+        try:
+            found = services().sessions.find(str(run_name.child(SESSIONS, session_id)))
+        except MldiagError:
+            found = None
+        if found is None:
+            return ""
+    return template.format(session=session_id)
+
+
+def _act(render_on_error: Callable[[MldiagError], tuple[str, int]], work: Callable[[], Response]) -> Any:
+    """Run an action for a signed-in user; a refusal by the service re-renders the page with the reason."""
+    _require_action_rights()
+    try:
+        return work()
+    except MldiagError as error:
+        return render_on_error(error)
+
+
+def _capture_body(form: MultiDict, kind: Kind) -> dict[str, Any]:
+    body: dict[str, Any] = {"kind": kind.value, "profilerTargets": form.getlist("target")}
+    for field in ("duration", *_TRACER_LEVELS):
+        if form.get(field):
+            body[field] = form[field]
+    return body
+
+
+def _after_capture(run: str, operation_target: str, done: str) -> Response:
+    session_id = operation_target.rsplit("/", 1)[-1]
+    return redirect(url_for("ui.run", run=run, done=done, session=session_id, _anchor="sessions"), 303)
+
+
+@blueprint.post(RUN + "/capture")
+def capture_on_demand(run: str) -> Any:
+    form = request.form
+
+    def work() -> Response:
+        request_ = capture.parse(capture.CaptureRequest, _capture_body(form, Kind.KIND_ON_DEMAND))
+        operation = capture.capture(services(), _run_name(run), form.get("session_id", "").strip(), request_)
+        return _after_capture(run, operation.metadata.target, "capture")
+
+    return _act(lambda error: _render_run(run, error=error, form=form), work)
+
+
+@blueprint.post(RUN + "/snapshot")
+def snapshot(run: str) -> Any:
+    form = request.form
+
+    def work() -> Response:
+        body = _capture_body(form, Kind.KIND_SNAPSHOT)
+        if form.get("fallback"):
+            body["fallback"] = capture.FALLBACK_ON_DEMAND
+        operation = capture.capture(services(), _run_name(run), "", capture.parse(capture.CaptureRequest, body))
+        return _after_capture(run, operation.metadata.target, "snapshot")
+
+    return _act(lambda error: _render_run(run, error=error, form=form), work)
+
+
+@blueprint.post(RUN + "/continuous-profiling/start")
+def start_continuous(run: str) -> Any:
+    form = request.form
+
+    def work() -> Response:
+        body = {"profilerTargets": form.getlist("target")}
+        if form.get("deviceTracerLevel"):
+            body["deviceTracerLevel"] = form["deviceTracerLevel"]
+        capture.start_continuous(services(), _run_name(run), capture.parse(capture.ContinuousRequest, body))
+        return redirect(url_for("ui.run", run=run, done="continuous-started", _anchor="profiling"), 303)
+
+    return _act(lambda error: _render_run(run, error=error, form=form), work)
+
+
+@blueprint.post(RUN + "/continuous-profiling/stop")
+def stop_continuous(run: str) -> Any:
+    def work() -> Response:
+        capture.stop_continuous(services(), _run_name(run))
+        return redirect(url_for("ui.run", run=run, done="continuous-stopped", _anchor="profiling"), 303)
+
+    return _act(lambda error: _render_run(run, error=error), work)
+
+
+@blueprint.post(SESSION + "/share")
+def share(run: str, session: str) -> Any:
+    """A signed link to the report; shown on the page (never put in a URL of ours)."""
+    ttl = SHARE_TTLS.get(request.form.get("ttl", ""), SHARE_TTLS[DEFAULT_SHARE_TTL])
+
+    def work() -> Any:
+        link = sessions.share(services(), ChildName(_run_name(run), SESSIONS, session), ttl)
+        return _render_session(run, session, share=link)
+
+    return _act(lambda error: _render_session(run, session, error=error), work)
+
+
+# --- signing in ------------------------------------------------------------------
+
+
+def _safe_next(target: str) -> str:
+    """Only a path of the console: never another host (``//evil``) or scheme."""
+    parts = urlsplit(target)
+    if parts.scheme or parts.netloc or not target.startswith(blueprint.url_prefix + "/") or "\\" in target:
+        return url_for("ui.runs")
+    return target
+
+
+@blueprint.route("/sign-in", methods=["GET", "POST"])
+def sign_in() -> Any:
+    next_page = _safe_next(request.values.get("next", ""))
+    if request.method == "GET":
+        return render_template("console/sign_in.html", next_page=next_page)
+    try:
+        cookie, ttl = g.console_auth.sign_in(request.form.get("token", ""))
+    except MldiagError as error:
+        return render_template("console/sign_in.html", next_page=next_page, error=error), error.http_code
+    response = redirect(next_page, 303)
+    response.set_cookie(security.SIGN_IN_COOKIE, cookie, max_age=ttl, httponly=True, samesite="Strict",
+                        secure=request.is_secure, path=blueprint.url_prefix)
+    return response
+
+
+@blueprint.post("/sign-out")
+def sign_out() -> Response:
+    response = redirect(url_for("ui.runs"), 303)
+    response.delete_cookie(security.SIGN_IN_COOKIE, path=blueprint.url_prefix, httponly=True, samesite="Strict")
+    return response

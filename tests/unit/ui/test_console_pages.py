@@ -1,0 +1,150 @@
+"""What the console shows: runs, a run's targets, sessions and monitored events, a session; all escaped."""
+
+from __future__ import annotations
+
+from mldiag.domain import AnalysisStatus, MachineLearningRun, MonitoredEvent, Suppression, TargetSession
+from mldiag.domain.resources import AnalyzerReport, RecommendedAction
+
+from conftest import add_run, add_session, add_target
+
+HOSTILE = "<script>alert(1)</script>"
+ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
+
+
+def test_the_runs_page_lists_runs_with_phase_labels_and_targets(console, services):
+    run = add_run(services, "train-1", display_name="Llama pretraining", labels={"team": "infra"})
+    add_target(services, run, "worker-0")
+    add_run(services, "train-2", run_phase="COMPLETED")
+
+    page = console.text("/ui/")
+
+    assert 'href="/ui/runs/train-1">Llama pretraining</a>' in page
+    assert "team=infra" in page and "worker-0" in page
+    assert '<span class="state state-completed">Completed</span>' in page
+
+
+def test_the_runs_page_filters_by_phase_and_pages(console, services):
+    for index in range(30):
+        add_run(services, f"run-{index:02d}", run_phase="COMPLETED" if index % 2 else "ACTIVE")
+
+    completed = console.text("/ui/?phase=COMPLETED")
+    assert "run-01" in completed and "run-00" not in completed
+
+    first = console.text("/ui/")
+    assert first.count('<th scope="row"') == 25 and "Older runs" in first
+    older = first.split('href="/ui/?page=')[1].split('"')[0]
+    assert console.text(f"/ui/?page={older}").count('<th scope="row"') == 5
+
+
+def test_an_unknown_phase_is_ignored_rather_than_sent_to_the_store(console, services):
+    add_run(services, "r1")
+    assert "r1" in console.text("/ui/?phase=runPhase%20%3D%20X%20OR%201")
+
+
+def test_a_run_named_like_a_script_shows_as_text_everywhere(console, services):
+    run = add_run(services, "r1", display_name=HOSTILE, labels={"k": HOSTILE}, run_set=HOSTILE)
+    add_target(services, run, "host-0", hostname=HOSTILE)
+    add_session(services, run, "s1", target_sessions={"host-0": TargetSession(error=HOSTILE, session_phase="FAILED")},
+                analysis=AnalysisStatus(state="FAILED", error=HOSTILE, top_finding=HOSTILE))
+
+    for path in ("/ui/", "/ui/runs/r1", "/ui/runs/r1/sessions", "/ui/runs/r1/sessions/s1"):
+        page = console.text(path)
+        assert HOSTILE not in page, path
+        assert ESCAPED in page, path
+
+
+def test_the_run_page_shows_sessions_with_targets_phases_analysis_and_links(console, services):
+    run = add_run(services, "r1")
+    add_target(services, run, "host-0")
+    event = f"{run}/monitoredEvents/slow-1"
+    add_session(services, run, "s-auto", kind="KIND_SNAPSHOT", auto_captured=True, monitored_events=[event],
+                target_sessions={"host-0": TargetSession(session_phase="SUCCEEDED"),
+                                 "host-1": TargetSession(session_phase="FAILED")},
+                analysis=AnalysisStatus(state="DONE", health="NEEDS_ATTENTION", top_finding="Input bound: 62% idle",
+                                        report_uri="gs://mldiag-profiles/runs/r1/plugins/profile/s-auto/mldiag/summary.html"))
+
+    page = console.text("/ui/runs/r1")
+
+    assert "Snapshot" in page and "auto-captured" in page
+    assert "host-0 <span class=\"state state-succeeded\">Succeeded</span>" in page
+    assert "host-1 <span class=\"state state-failed\">Failed</span>" in page
+    assert "Needs attention" in page and "Input bound: 62% idle" in page
+    assert 'href="/ui/runs/r1#event-slow-1">slow-1</a>' in page
+    assert 'href="/ui/runs/r1/sessions/s-auto/report/summary.html">Report</a>' in page
+    assert 'href="http://127.0.0.1:8080/viewer/?session_path=gs://mldiag-profiles/runs/r1/plugins/profile/s-auto"' in page
+    assert 'href="/ui/runs/r1/sessions/s-auto#share">Share</a>' in page
+
+
+def test_a_session_without_report_has_no_report_or_share_link(console, services):
+    add_session(services, add_run(services, "r1"), "s1")
+    page = console.text("/ui/runs/r1")
+    assert "/report/" not in page and "#share" not in page
+
+
+def test_the_sessions_table_says_when_it_should_refresh(console, services):
+    run = add_run(services, "r1")
+    add_session(services, run, "done", target_sessions={"h": TargetSession(session_phase="SUCCEEDED")})
+    assert 'data-active="false"' in console.text("/ui/runs/r1/sessions")
+
+    add_session(services, run, "capturing", target_sessions={"h": TargetSession(session_phase="ACTIVE")})
+    fragment = console.text("/ui/runs/r1/sessions")
+    assert 'data-active="true"' in fragment and "1 session(s) capturing" in fragment
+    assert "<html" not in fragment  # the table alone, for the page to swap in
+
+
+def test_monitored_events_show_reports_linked_sessions_and_suppressions(console, services):
+    run = add_run(services, "r1")
+    event = MonitoredEvent(
+        name=f"{run}/monitoredEvents/slow-1", display_name="Step time up 40%", start_time=services.now(),
+        profiler_sessions=[f"{run}/profilerSessions/s1"],
+        analyzer_reports=[AnalyzerReport(analyzer="degradation", details="median step 140 ms vs 100 ms", recommended_actions=[
+            RecommendedAction(description="Look at the input pipeline", documentation_url="https://openxla.org/xprof"),
+            RecommendedAction(description="Hostile link", documentation_url="javascript:alert(1)"),
+        ])])
+    event.suppress(Suppression(time=services.now(), reason="cooldown: captured 2 min ago", alert="alert-7"))
+    services.monitored_events.create(event)
+
+    page = console.text("/ui/runs/r1")
+
+    assert 'id="event-slow-1"' in page and "Step time up 40%" in page and "Ongoing" in page
+    assert 'href="/ui/runs/r1/sessions/s1">s1</a>' in page
+    assert "median step 140 ms vs 100 ms" in page
+    assert 'href="https://openxla.org/xprof"' in page
+    assert "javascript:" not in page  # shown as text only: no link
+    assert "Suppressed triggers</dt><dd>1</dd>" in page and "cooldown: captured 2 min ago" in page
+
+
+def test_the_session_page_shows_tracers_targets_and_analysis(console, services):
+    run = add_run(services, "r1")
+    add_session(services, run, "s1", kind="KIND_ON_DEMAND", duration="1.5s", host_tracer_level="VERBOSE",
+                target_sessions={"host-0": TargetSession(session_phase="FAILED", error="profiler unreachable")},
+                analysis=AnalysisStatus(state="FAILED", error="no xplane files"))
+
+    page = console.text("/ui/runs/r1/sessions/s1")
+
+    assert "On demand" in page and "1.5 s" in page and "host verbose" in page
+    assert "profiler unreachable" in page and "no xplane files" in page
+
+
+def test_unknown_runs_and_sessions_get_a_page_saying_so(console, services):
+    add_run(services, "r1")
+    for path in ("/ui/runs/nope", "/ui/runs/r1/sessions/nope"):
+        response = console.get(path)
+        assert response.status_code == 404
+        assert response.mimetype == "text/html" and "nope not found" in response.get_data(as_text=True)
+
+
+def test_pages_forbid_framing_inline_scripts_and_caching(console, services):
+    add_run(services, "r1")
+    response = console.get("/ui/runs/r1")
+    policy = response.headers["Content-Security-Policy"]
+    assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy and "unsafe-inline" not in policy
+    assert response.headers["Cache-Control"] == "no-store"
+    assert response.headers["X-Content-Type-Options"] == "nosniff"
+
+
+def test_the_console_lists_the_deployments_own_location_only(console, services):
+    add_run(services, "here")
+    services.runs.create(MachineLearningRun(name="projects/other/locations/elsewhere/machineLearningRuns/there"))
+    page = console.text("/ui/")
+    assert "here" in page and "there" not in page

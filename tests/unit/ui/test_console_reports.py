@@ -1,0 +1,67 @@
+"""Report files served from the bucket: only a session's own ``mldiag/summary.html`` and ``analysis.json``."""
+
+from __future__ import annotations
+
+import pytest
+
+from mldiag.domain import AnalysisStatus
+
+from conftest import add_run, add_session
+
+FOLDER = "gs://mldiag-profiles/runs/r1/plugins/profile/s1"
+REPORT = "/ui/runs/r1/sessions/s1/report"
+
+
+@pytest.fixture
+def analysed(console):
+    blobs = console.services.blobs
+    blobs.write_bytes(f"{FOLDER}/mldiag/summary.html", b"<!doctype html><title>Report</title><p>OPTIMAL</p>")
+    blobs.write_bytes(f"{FOLDER}/mldiag/analysis.json", b'{"health": "OPTIMAL"}')
+    blobs.write_bytes("gs://mldiag-profiles/runs/r1/plugins/profile/secret.html", b"SECRET")
+    blobs.write_bytes(f"{FOLDER}/host.xplane.pb", b"SECRET-PROFILE")
+    add_session(console.services, add_run(console.services, "r1"), "s1",
+                analysis=AnalysisStatus(state="DONE", report_uri=f"{FOLDER}/mldiag/summary.html",
+                                        analysis_uri=f"{FOLDER}/mldiag/analysis.json"))
+    return console
+
+
+def test_the_report_is_served_sandboxed(analysed):
+    response = analysed.get(f"{REPORT}/summary.html")
+    assert response.status_code == 200 and b"OPTIMAL" in response.data
+    assert response.mimetype == "text/html"
+    policy = response.headers["Content-Security-Policy"]
+    assert policy.startswith("sandbox ") and "allow-scripts" not in policy and "allow-same-origin" not in policy
+    assert "script-src" not in policy  # default-src 'none' covers scripts
+
+
+def test_the_evidence_is_served_as_json(analysed):
+    response = analysed.get(f"{REPORT}/analysis.json")
+    assert response.status_code == 200 and response.json == {"health": "OPTIMAL"}
+
+
+@pytest.mark.parametrize("path", [
+    f"{REPORT}/host.xplane.pb",
+    f"{REPORT}/../host.xplane.pb",
+    f"{REPORT}/%2e%2e/host.xplane.pb",
+    f"{REPORT}/..%2fhost.xplane.pb",
+    f"{REPORT}/..%2f..%2fsecret.html",
+    "/ui/runs/r1/sessions/..%2fsecret.html/report/summary.html",
+    "/ui/runs/r1/sessions/%2e%2e/report/summary.html",
+    f"{REPORT}/summary.html%00.txt",
+])
+def test_nothing_else_in_the_bucket_can_be_named(analysed, path):
+    response = analysed.get(path)
+    assert response.status_code in (400, 404), path
+    assert b"SECRET" not in response.data
+
+
+def test_a_session_without_a_report_has_none_to_serve(console):
+    add_session(console.services, add_run(console.services, "r1"), "s1")
+    response = console.get(f"{REPORT}/summary.html")
+    assert response.status_code == 404 and "has no report yet" in response.get_data(as_text=True)
+
+
+def test_a_report_that_is_recorded_but_missing_is_not_found(console):
+    add_session(console.services, add_run(console.services, "r1"), "s1",
+                analysis=AnalysisStatus(state="DONE", report_uri=f"{FOLDER}/mldiag/summary.html"))
+    assert console.get(f"{REPORT}/summary.html").status_code == 404
