@@ -6,9 +6,11 @@ the in-process bus exactly as Terraform subscribes it (``mldiag.entrypoints``),
 a watcher that turns files landing in the local buckets into Cloud Storage
 finalize notifications (delivered to the bucket-triggered functions the way
 Eventarc delivers them), and a timer standing in for Cloud Scheduler's
-maintenance ticks. Ctrl-C or SIGTERM stops it cleanly: the server stops
+maintenance ticks. With a viewer port it also runs XProf over the local bucket
+(:mod:`mldiag.ui.xprof_viewer`, a child process on 127.0.0.1) and sends the
+sessions' dashboard links there. Ctrl-C or SIGTERM stops it cleanly: the server stops
 accepting and finishes the requests in flight, then the watcher, the timer and
-the bus stop (deliveries still queued in memory are dropped; files that landed
+the bus and the viewer stop (deliveries still queued in memory are dropped; files that landed
 meanwhile are not announced again on the next start).
 """
 
@@ -32,6 +34,8 @@ from mldiag.bootstrap import Services
 from mldiag.bucket_watcher import BucketWatcher
 from mldiag.config import BUCKET_NOTIFICATIONS, MAINTENANCE_TICKS, Settings
 from mldiag.messages import encode_json, finalized_event_from_notification, message_from_cloud_event
+from mldiag.ui.viewer_links import VIEWER_URL
+from mldiag.ui.xprof_viewer import XprofViewer
 
 log = structlog.get_logger(__name__)
 
@@ -47,6 +51,7 @@ class Banner:
     data_dir: str
     bucket_uri: str
     bucket_folder: str
+    viewer_url: str = ""
 
 
 def wire_functions(services: Services, bus: InProcessBus) -> None:
@@ -79,18 +84,33 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner], None]) -> None:
-    """Run until Ctrl-C or SIGTERM; ``announce`` is called once the port is bound."""
+def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner], None],
+          viewer_port: int | None = None) -> None:
+    """Run until Ctrl-C or SIGTERM; ``announce`` is called once the port is bound (and the viewer is up).
+
+    ``viewer_port`` (0: any free port) also runs the XProf viewer; if it cannot start, nothing runs.
+    """
     server = wsgi.Server((host, port), wsgi_app=None, numthreads=SERVER_THREADS)
     server.prepare()  # binds now, so that --port 0 has a real port to report
     bound_port = server.bind_addr[1]
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{bound_port}"
     settings = settings.model_copy(update={"backend": "embedded", "api_url": url})
+    bucket_folder = settings.data_dir / "buckets" / settings.bucket
     services = bootstrap.build(settings)
     bus = services.bus
     assert isinstance(bus, InProcessBus)
     wire_functions(services, bus)
-    server.wsgi_app = create_app(services)
+    app = create_app(services)
+    viewer = None
+    if viewer_port is not None:
+        bucket_folder.mkdir(parents=True, exist_ok=True)
+        viewer = XprofViewer(bucket_folder, viewer_port, settings.data_dir / "logs" / "xprof-viewer.log")
+        try:
+            app.config[VIEWER_URL] = viewer.start()
+        except Exception:
+            server.stop()
+            raise
+    server.wsgi_app = app
     watcher = BucketWatcher(services.blobs, bus)
     ticker = _Ticker(bus, MAINTENANCE_INTERVAL_S)
 
@@ -98,14 +118,16 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
     bus.start()
     watcher.start()
     ticker.start()
-    announce(Banner(url, str(settings.data_dir), settings.bucket_uri,
-                    str(settings.data_dir / "buckets" / settings.bucket)))
+    announce(Banner(url, str(settings.data_dir), settings.bucket_uri, str(bucket_folder),
+                    app.config.get(VIEWER_URL, "")))
     try:
         server.serve()
     except KeyboardInterrupt:
         log.info("stopping")
     finally:
         server.stop()
+        if viewer is not None:
+            viewer.stop()
         ticker.stopping.set()
         watcher.stop()
         bus.stop()

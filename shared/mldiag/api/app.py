@@ -30,7 +30,7 @@ _HTTP_STATUS = {
     405: "UNIMPLEMENTED", 409: "ABORTED", 412: "FAILED_PRECONDITION", 413: "INVALID_ARGUMENT",
     415: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 501: "UNIMPLEMENTED", 503: "UNAVAILABLE",
 }
-_PUBLIC_BLUEPRINTS = {share.blueprint.name, ui.blueprint.name}  # the console checks credentials itself
+_PUBLIC_BLUEPRINTS = {share.blueprint.name, ui.CONSOLE_BLUEPRINT}  # the console checks credentials itself
 
 
 class IdConverter(BaseConverter):

@@ -10,6 +10,7 @@ import typer
 from mldiag import logs
 from mldiag.config import Settings
 from mldiag.server import Banner, serve
+from mldiag.ui.xprof_viewer import ViewerFailed
 
 
 def _announce(banner: Banner) -> None:
@@ -17,6 +18,9 @@ def _announce(banner: Banner) -> None:
     typer.echo("Point workloads using google-cloud-mldiagnostics at it:")
     typer.echo(f"  export DIAGON_BASE_URL={banner.url}")
     typer.echo(f"and give them gcs_path={banner.bucket_folder} (the local folder standing for {banner.bucket_uri}).")
+    typer.echo(f"Console: {banner.url}/ui")
+    if banner.viewer_url:
+        typer.echo(f"XProf viewer: {banner.viewer_url} (the sessions' XProf links open there)")
     typer.echo(f"CLI: export MLDIAG_API_URL={banner.url}. Stop with Ctrl-C.")
 
 
@@ -24,6 +28,9 @@ def up(
     data: Annotated[Path | None, typer.Option("--data", help="Data directory (default: MLDIAG_DATA_DIR or ~/.mldiag).")] = None,
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port; 0 picks a free one.")] = 8080,
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    viewer: Annotated[bool, typer.Option("--viewer", help="Also run the XProf viewer over the local bucket.")] = False,
+    viewer_port: Annotated[int, typer.Option("--viewer-port", min=0, max=65535,
+                                             help="The viewer's port on 127.0.0.1; 0 picks a free one.")] = 8791,
 ) -> None:
     """Run the control plane, the event functions, a bucket watcher and maintenance, until Ctrl-C."""
     settings = Settings.from_env()
@@ -33,4 +40,8 @@ def up(
         raise typer.BadParameter("mldiag up runs the embedded default; for emulators use scripts/devstack",
                                  param_hint="MLDIAG_BACKEND")
     logs.configure(settings.log_format)
-    serve(settings, host, port, _announce)
+    try:
+        serve(settings, host, port, _announce, viewer_port if viewer else None)
+    except ViewerFailed as error:
+        typer.echo(f"mldiag up: {error}", err=True)
+        raise typer.Exit(1) from None

@@ -1,19 +1,24 @@
 """The web console (``/ui``) and the way into the XProf viewer (``/viewer``).
 
 :func:`register` adds both to the control plane's Flask app. The console checks
-its own credentials (:mod:`mldiag.ui.security`), so its blueprint is exempt
-from the API's bearer-token check; ``/viewer`` is an ordinary read.
+its own credentials (:mod:`mldiag.ui.security`), so the API's bearer-token
+check skips its blueprint (:data:`CONSOLE_BLUEPRINT`); ``/viewer`` is an
+ordinary read.
 """
 
 from __future__ import annotations
 
-from flask import Flask
+from typing import TYPE_CHECKING
 
-from mldiag.ui import console, viewer_links
+if TYPE_CHECKING:
+    from flask import Flask
 
-blueprint = console.blueprint
+CONSOLE_BLUEPRINT = "ui"
 
 
 def register(app: Flask) -> None:
+    # Imported here: the blueprints use mldiag.api, whose app module imports this package.
+    from mldiag.ui import console, viewer_links
+
     app.register_blueprint(console.blueprint)
     app.register_blueprint(viewer_links.blueprint)

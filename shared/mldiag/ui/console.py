@@ -34,10 +34,10 @@ from mldiag.domain.resources import (
 )
 from mldiag.services import capture, sessions
 from mldiag.services.listing import ListRequest, list_page
-from mldiag.ui import security
+from mldiag.ui import CONSOLE_BLUEPRINT, security
 from mldiag.ui.formatting import FILTERS
 
-blueprint = Blueprint("ui", __name__, url_prefix="/ui", template_folder="templates", static_folder="static")
+blueprint = Blueprint(CONSOLE_BLUEPRINT, __name__, url_prefix="/ui", template_folder="templates", static_folder="static")
 RUN = "/runs/<id:run>"
 SESSION = RUN + "/sessions/<id:session>"
 RUNS_PER_PAGE = 25

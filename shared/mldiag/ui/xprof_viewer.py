@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import subprocess
 import sys
 import threading
@@ -95,6 +96,7 @@ def serve(logdir: Path, port: int) -> None:
 
     threading.Thread(target=stop_when_parent_goes, name="parent-watch", daemon=True).start()
     print(f"{READY_PREFIX}http://127.0.0.1:{httpd.bind_addr[1]}", flush=True)
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # nobody reads the pipe any more: a full one would block
     httpd.serve()
 
 

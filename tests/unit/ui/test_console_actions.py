@@ -9,7 +9,7 @@ import pytest
 from mldiag.config import CAPTURE_REQUESTS
 from mldiag.domain import AnalysisStatus, Kind, SessionPhase
 
-from conftest import LOCATION, add_run, add_session, add_target
+from console_support import LOCATION, add_run, add_session, add_target
 
 RUN = "/ui/runs/r1"
 

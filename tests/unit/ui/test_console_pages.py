@@ -5,7 +5,7 @@ from __future__ import annotations
 from mldiag.domain import AnalysisStatus, MachineLearningRun, MonitoredEvent, Suppression, TargetSession
 from mldiag.domain.resources import AnalyzerReport, RecommendedAction
 
-from conftest import add_run, add_session, add_target
+from console_support import add_run, add_session, add_target
 
 HOSTILE = "<script>alert(1)</script>"
 ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"

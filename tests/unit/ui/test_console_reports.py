@@ -6,7 +6,7 @@ import pytest
 
 from mldiag.domain import AnalysisStatus
 
-from conftest import add_run, add_session
+from console_support import add_run, add_session
 
 FOLDER = "gs://mldiag-profiles/runs/r1/plugins/profile/s1"
 REPORT = "/ui/runs/r1/sessions/s1/report"

@@ -6,7 +6,7 @@ import pytest
 
 from mldiag.ui import security
 
-from conftest import LOCATION, add_run, add_target
+from console_support import LOCATION, add_run, add_target
 
 TOKEN = "console-test-token-0123456789"
 CAPTURE = "/ui/runs/r1/capture"
