@@ -19,13 +19,14 @@ Usage::
     .venv/bin/python scripts/make_profile_fixtures.py --only hostile
     .venv/bin/python scripts/make_profile_fixtures.py --out DIR --only large --min-mb 40
 
-``large`` (the benchmark's profile, never committed) repeats the op-by-op loop
-until the xplane is at least ``--min-mb`` megabytes.
+``large`` (a long training loop) and ``large_op_by_op`` are the benchmark's
+profiles, never committed: traced until the xplane is at least ``--min-mb`` MB.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import shutil
@@ -59,7 +60,9 @@ DESCRIPTIONS = {
     "recompiling": "jit step called with a batch size that changes every step, so every step compiles",
     "hostile": "input-bound loop whose function, named_scope and TraceAnnotation names carry "
                "HTML/script and prompt-injection text",
-    "large": "the unfused_small_ops loop repeated until the xplane reaches --min-mb (benchmark only)",
+    "large": "a long training run: the input_bound model with an instant loader, traced until the xplane "
+             "reaches --min-mb (benchmark only)",
+    "large_op_by_op": "the unfused_small_ops loop traced until the xplane reaches --min-mb (benchmark only)",
 }
 
 
@@ -107,7 +110,7 @@ def compute_bound():
     return step
 
 
-def _input_bound_loop(train_step, params, annotation: str):
+def _input_bound_loop(train_step, params, annotation: str, load_seconds: float = 0.040):
     import jax
     import jax.profiler
     import numpy as np
@@ -116,7 +119,7 @@ def _input_bound_loop(train_step, params, annotation: str):
     state = {"params": params}
 
     def load_batch():
-        time.sleep(0.040)  # stands in for decoding and augmenting on the host
+        time.sleep(load_seconds)  # stands in for decoding and augmenting on the host
         x = np.tanh(rng.standard_normal((128, 256)).astype(np.float32)) * 0.5
         return jax.device_put(x), jax.device_put(np.zeros((128, 10), np.float32))
 
@@ -155,6 +158,13 @@ def hostile():
             return jitted(params, x, y)
 
     return _input_bound_loop(annotated_step, params, injection)
+
+
+def large_training():
+    import jax
+
+    params, train_step = _mlp([256, 512, 512, 10])
+    return _input_bound_loop(jax.jit(train_step), params, "data_loading", load_seconds=0.0)
 
 
 def unfused_small_ops():
@@ -197,8 +207,11 @@ WORKLOADS = {
     "unfused_small_ops": (unfused_small_ops, 10),
     "recompiling": (recompiling, 6),
     "hostile": (hostile, 8),
-    "large": (unfused_small_ops, 0),  # steps come from --min-mb
+    # For the benchmark only; their steps come from --min-mb.
+    "large": (large_training, 0),
+    "large_op_by_op": (unfused_small_ops, 0),
 }
+LARGE = ("large", "large_op_by_op")
 
 
 # --- tracing and facts ------------------------------------------------------------------------
@@ -275,13 +288,22 @@ def measure(xplane: Path, name: str, wall_ms: list[float]) -> dict:
                 compiles.append(span[0])
     steps.sort()
 
-    def inside(start: int, end: int, points: list[int]) -> int:
-        return sum(start <= p < end for p in points)
+    dispatches.sort()
+    compiles.sort()
 
-    busy = [
-        _covered_ns([(max(a, start), min(b, end)) for a, b in xla if b > start and a < end]) / (end - start)
-        for start, end in steps
-    ]
+    def inside(start: int, end: int, points: list[int]) -> int:
+        return bisect.bisect_left(points, end) - bisect.bisect_left(points, start)
+
+    xla.sort()
+    xla_starts = [a for a, _ in xla]
+    longest = max((b - a for a, b in xla), default=0)
+
+    def overlapping(start: int, end: int) -> list[tuple[int, int]]:
+        first = bisect.bisect_left(xla_starts, start - longest)
+        last = bisect.bisect_left(xla_starts, end)
+        return [(max(a, start), min(b, end)) for a, b in xla[first:last] if b > start]
+
+    busy = [_covered_ns(overlapping(start, end)) / (end - start) for start, end in steps]
     facts = {
         "workload": name,
         "description": DESCRIPTIONS[name],
@@ -306,11 +328,11 @@ def measure(xplane: Path, name: str, wall_ms: list[float]) -> dict:
     return facts
 
 
-def make_large(out: Path, min_mb: float) -> Path:
-    """Trace the op-by-op loop long enough for an xplane of at least ``min_mb`` MB."""
-    steps = 50
+def make_large(name: str, out: Path, min_mb: float) -> Path:
+    """Trace ``name`` long enough for an xplane of at least ``min_mb`` MB: a short run sizes the long one."""
+    steps = 100
     while True:
-        xplane = trace("large", out, steps)
+        xplane = trace(name, out, steps)
         size = xplane.stat().st_size
         if size >= min_mb * 1e6:
             return xplane
@@ -337,7 +359,7 @@ def main() -> None:
             )
         return
     (name,) = names
-    xplane = make_large(args.out, args.min_mb) if name == "large" else trace(name, args.out, WORKLOADS[name][1])
+    xplane = make_large(name, args.out, args.min_mb) if name in LARGE else trace(name, args.out, WORKLOADS[name][1])
     size = xplane.stat().st_size
     if name in COMMITTED and size > MAX_COMMITTED_BYTES:
         sys.exit(f"{xplane}: {size:,} bytes is over the {MAX_COMMITTED_BYTES:,} limit for committed fixtures")

@@ -4,15 +4,32 @@
 private copy of one session's ``<host>.xplane.pb`` files, computes its own
 signals from the raw trace events, and returns an :class:`Analysis`: metrics,
 a health snapshot, prioritised findings and all the evidence behind them.
-Heavy dependencies (xprof, the trace reader) load only when an analysis runs.
+
+Names are loaded on first use, so that importing one module of the package
+(the raw-event reader runs alone in a child process) does not load the rest;
+heavy dependencies (xprof, the trace reader) load only when an analysis runs.
 """
 
-from mldiag.analysis.engine import analyze_session
-from mldiag.analysis.evidence import Analysis, ToolResult, ToolStatus
-from mldiag.analysis.profiles import Session, UnreadableProfile, download_session, find_session
-from mldiag.analysis.xprof_tools import MANAGED_TOOLS
+from __future__ import annotations
 
-__all__ = [
-    "MANAGED_TOOLS", "Analysis", "Session", "ToolResult", "ToolStatus", "UnreadableProfile",
-    "analyze_session", "download_session", "find_session",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "analyze_session": "mldiag.analysis.engine",
+    "Analysis": "mldiag.analysis.evidence",
+    "ToolResult": "mldiag.analysis.evidence",
+    "ToolStatus": "mldiag.analysis.evidence",
+    "Session": "mldiag.analysis.profiles",
+    "UnreadableProfile": "mldiag.analysis.profiles",
+    "download_session": "mldiag.analysis.profiles",
+    "find_session": "mldiag.analysis.profiles",
+    "MANAGED_TOOLS": "mldiag.analysis.xprof_tools",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -29,7 +29,7 @@ from typing import Any
 from mldiag.analysis.evidence import (
     Analysis, Health, HloIssue, HostEvidence, Metrics, ProfileInput, StepSource, ToolResult, ToolStatus,
 )
-from mldiag.analysis.raw_events import COMPILE, DISPATCH_PREFIX
+from mldiag.analysis.trace_names import COMMUNICATION, COMPILE, DISPATCH_PREFIX, WAITING
 from mldiag.domain.resources import Finding, FindingCategory, HealthStatus, Priority
 
 GIB = 1 << 30
@@ -50,8 +50,6 @@ ROOFLINE_PRIORITIES = ((0.10, Priority.P1), (0.30, Priority.P2))
 CUSTOM_CALL_SHARE = 30.0  # percent of device time in custom calls worth a kernel finding
 OUTLIER_STEP = 3.0  # a step this many times the median is an outlier
 NOTABLE_SHARE = 0.01  # host activities below this share of a step are not worth quoting
-WAITING = re.compile(r"block_until_ready|Await|Wait for|BufferSequencingEvent|ThenExecuteCallback|Synchronize",
-                     re.IGNORECASE)
 _ORDER = {Priority.P0: 0, Priority.P1: 1, Priority.P2: 2}
 
 
@@ -254,7 +252,7 @@ def _communication(host: HostEvidence) -> Finding | None:
     priority = _rank(share, COMMUNICATION_PRIORITIES)
     if priority is None:
         return None
-    collectives = [op for op in host.top_ops if re.search(r"all-|reduce-scatter|collective|send|recv|nccl", op.name)]
+    collectives = [op for op in host.top_ops if COMMUNICATION.search(op.name)]
     return Finding(
         priority=priority,
         category=FindingCategory.COMMUNICATION,

@@ -1,14 +1,19 @@
 """A memory budget that the parallel parts of an analysis reserve from before they run.
 
-Reading a profile costs a multiple of its size (XProf's converters about 18x,
-the raw-event reader about 12x), so running everything at once would multiply
+Reading a profile costs a multiple of its size (XProf's converters 18x to 27x,
+the raw-event reader about 14x), so running everything at once would multiply
 that. Each heavy step reserves its estimate and waits while the budget is
-spent: small profiles run fully in parallel, large ones one heavy step at a time.
+spent: small profiles run fully in parallel, large ones one heavy step at a
+time. An optional step that could not fit even alone is refused (:class:`OverBudget`)
+rather than allowed to take the machine down; after each heavy step the freed
+memory goes back to the system, so the next one starts from a low base.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import threading
 from collections.abc import Iterator
 
@@ -16,6 +21,19 @@ MIB = 1 << 20
 DEFAULT_SIZE_FACTOR = 20  # the budget scales with the profile: one converter (~18x) fits in it
 MIN_BUDGET = 768 * MIB  # small profiles run in parallel anyway
 AVAILABLE_SHARE = 0.8
+TRIM_AFTER = 64 * MIB  # reservations from this size up give their memory back when they end
+
+
+class OverBudget(Exception):
+    """A step needs more memory than the whole budget."""
+
+
+def release_freed_memory() -> None:
+    """Hand memory that was freed back to the system (glibc keeps it in its arenas otherwise)."""
+    libc = ctypes.util.find_library("c")
+    if libc:
+        with contextlib.suppress(OSError, AttributeError):  # not glibc
+            ctypes.CDLL(libc).malloc_trim(0)
 
 
 def available_memory() -> int | None:
@@ -45,16 +63,27 @@ class MemoryBudget:
         free = available_memory()
         return cls(min(limit, int(free * AVAILABLE_SHARE)) if free else limit)
 
+    def reserve(self, nbytes: int, what: str = "this step") -> contextlib.AbstractContextManager[None]:
+        """Hold ``nbytes`` while the block runs; :class:`OverBudget` if it exceeds the whole budget."""
+        if nbytes > self.limit:
+            raise OverBudget(f"{what} needs about {nbytes / MIB:,.0f} MiB, more than the analysis's memory "
+                             f"budget of {self.limit / MIB:,.0f} MiB")
+        return self._held(int(nbytes))
+
+    def reserve_all_needed(self, nbytes: int) -> contextlib.AbstractContextManager[None]:
+        """For a step the analysis cannot do without: at most the whole budget, so it runs alone."""
+        return self._held(min(int(nbytes), self.limit))
+
     @contextlib.contextmanager
-    def reserve(self, nbytes: int) -> Iterator[None]:
-        """Hold ``nbytes`` while the block runs. More than the whole budget waits to run alone."""
-        nbytes = min(int(nbytes), self.limit)
+    def _held(self, nbytes: int) -> Iterator[None]:
         with self._changed:
             self._changed.wait_for(lambda: self._reserved + nbytes <= self.limit)
             self._reserved += nbytes
         try:
             yield
         finally:
+            if nbytes >= TRIM_AFTER:
+                release_freed_memory()
             with self._changed:
                 self._reserved -= nbytes
                 self._changed.notify_all()

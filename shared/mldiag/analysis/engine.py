@@ -2,8 +2,9 @@
 
 1. Copy the session's ``<host>.xplane.pb`` files into a private scratch folder
    (XProf writes cache files next to what it converts).
-2. In parallel, within the memory budget: read each host's raw events (which
-   also proves the file is a profile) and have XProf dump the HLO modules.
+2. In parallel, within the memory budget: read each host's raw events in a
+   process of its own (which also proves the file is a profile) and have XProf
+   dump the HLO modules.
 3. Run the 15 tools in parallel; conversions are shared between them and the
    heavy ones queue on the budget.
 4. Hand the evidence to the deterministic analyst.
@@ -17,6 +18,8 @@ import contextlib
 import importlib.metadata
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -28,11 +31,11 @@ from mldiag import __version__
 from mldiag.analysis import analyst
 from mldiag.analysis.budget import MemoryBudget
 from mldiag.analysis.evidence import Analysis, DeviceKind, HloIssue, HostEvidence, ProfileInput, ToolResult
-from mldiag.analysis.profiles import Session, copy_session
+from mldiag.analysis.profiles import UNREADABLE_EXIT, Session, UnreadableProfile, copy_session
 from mldiag.analysis.xprof_tools import MANAGED_TOOLS, ToolContext, SessionState, run_tool, shared_converters
 
 Progress = Callable[[str], None]
-RAW_EVENTS_COST = 12  # the trace reader's peak, in multiples of the file's size
+RAW_EVENTS_COST = 14  # the reader process's peak, interpreter included, in multiples of the file's size
 DETECTORS = ("detect_layout_mismatch_copies", "detect_unfused_reshapes", "detect_unnecessary_convert_reduce")
 
 
@@ -45,6 +48,21 @@ def _private_folder(scratch_dir: Path | None) -> Iterator[Path]:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def read_events_apart(xplane: Path) -> HostEvidence:
+    """The raw-event evidence of one file, read in a process of its own.
+
+    Reading is Python-bound (so processes run hosts in parallel where threads
+    would not) and leaves fragmented memory behind; a child takes both away.
+    """
+    done = subprocess.run([sys.executable, "-m", "mldiag.analysis.raw_events", str(xplane)],
+                          capture_output=True, text=True)
+    if done.returncode == UNREADABLE_EXIT:
+        raise UnreadableProfile(done.stderr.strip())
+    if done.returncode != 0:
+        raise RuntimeError(f"reading {xplane.name} failed (exit {done.returncode}): {done.stderr.strip()[-500:]}")
+    return HostEvidence.model_validate_json(done.stdout)
 
 
 def _absent_inputs(hosts: list[HostEvidence]) -> dict[str, str]:
@@ -98,8 +116,6 @@ def analyze_session(
     Raises :class:`~mldiag.analysis.profiles.UnreadableProfile` for a file that
     is empty, truncated or not a profile.
     """
-    from mldiag.analysis.raw_events import read_host_evidence
-
     started = time.perf_counter()
     say = progress or (lambda message: None)
     files = [Path(p) for p in paths]
@@ -115,9 +131,9 @@ def analyze_session(
                               profile_bytes=profile_bytes, absent={})
         with client.session(folder, state):
             def read(xplane: Path) -> HostEvidence:
-                with budget.reserve(RAW_EVENTS_COST * xplane.stat().st_size):
+                with budget.reserve_all_needed(RAW_EVENTS_COST * xplane.stat().st_size):
                     say(f"reading the events of {xplane.name} ({xplane.stat().st_size / 1e6:.1f} MB)")
-                    return read_host_evidence(xplane)
+                    return read_events_apart(xplane)
 
             reading = [pool.submit(read, xplane) for xplane in session.files]
             dumping = pool.submit(client.dump_hlo, str(folder))

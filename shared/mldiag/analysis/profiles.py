@@ -20,6 +20,7 @@ from mldiag.domain.errors import InvalidArgument
 from mldiag.ports import BlobStore
 
 XPLANE_SUFFIX = ".xplane.pb"
+UNREADABLE_EXIT = 3  # the exit status of a command given something that is not a profile
 
 
 class UnreadableProfile(InvalidArgument):

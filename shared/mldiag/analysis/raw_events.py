@@ -20,13 +20,16 @@ that depends on an event's name is decided once per distinct name.
 
 The reader is the one behind ``jax.profiler.ProfileData`` (about 7x faster than
 ``xprof.profile_data``); jax is optional, and without it the slower reader does.
+
+``python -m mldiag.analysis.raw_events FILE`` prints the evidence as JSON (exit
+3 with the reason for a file that is not a profile): the engine reads each host
+in a process of its own, whose memory is gone the moment it is done.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,26 +39,14 @@ import numpy as np
 from mldiag.analysis.evidence import (
     DeviceKind, Distribution, HostActivity, HostEvidence, OpFamily, OpTime, StepSeries, StepSource,
 )
-from mldiag.analysis.profiles import UnreadableProfile, host_of
+from mldiag.analysis.profiles import UNREADABLE_EXIT, UnreadableProfile, host_of
+from mldiag.analysis.trace_names import (
+    ALLOCATOR_EVENTS, COMMUNICATION, COMPILE, DISPATCH_PREFIX, FAMILIES, NOT_AN_OP, NOT_BUSY,
+)
 
 MAX_SERIES = 1000
 TOP_OPS = 15
 TOP_ACTIVITIES = 10
-DISPATCH_PREFIX = "PjitFunction("
-COMPILE = re.compile(r"^(backend_compile|lower_sharding_computation|jax_compile|pjit_compile)")
-ALLOCATOR_EVENTS = frozenset({"MemoryAllocation", "MemoryDeallocation"})
-COMMUNICATION = re.compile(
-    r"all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|\bsend\b|\brecv\b|nccl|rccl|psum",
-    re.IGNORECASE,
-)
-FAMILIES = {
-    "converts": re.compile(r"convert", re.IGNORECASE),
-    "copies": re.compile(r"(?<![a-z])copy", re.IGNORECASE),
-    "reshapes": re.compile(r"reshape|transpose|bitcast", re.IGNORECASE),
-}
-# Events on XLA CPU threads that are runtime bookkeeping rather than work, or not an op.
-_NOT_BUSY = ("ThreadpoolListener", "end: ")
-_NOT_AN_OP = (*_NOT_BUSY, "ThunkExecutor", "H2D Dispatch")
 _HLO_NAME = re.compile(r"^%?([^\s=]+)\s+=")
 
 
@@ -335,12 +326,7 @@ def _per_name(trace: _Trace, lines: list[_Line], values: list[np.ndarray], keep:
 
 def read_host_evidence(path: Path) -> HostEvidence:
     """Read one profile file and compute its signals; :class:`UnreadableProfile` if it is not one."""
-    trace = _read(path)
-    try:
-        return _evidence(path, trace)
-    finally:
-        del trace
-        _release_freed_memory()
+    return _evidence(path, _read(path))
 
 
 def _evidence(path: Path, trace: _Trace) -> HostEvidence:
@@ -350,12 +336,12 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
     span = (windows[0, 0], windows[-1, 1])
     mean_step_ns = float(step_ns.mean())
 
-    busy_name = ~trace.mask(lambda name: name.startswith(_NOT_BUSY))
+    busy_name = ~trace.mask(lambda name: name.startswith(NOT_BUSY))
     covered = [_union_of(lines, busy_name).covered(windows) for lines in trace.lanes.values()]
     busy = np.mean(covered, axis=0) / np.maximum(step_ns, 1) if covered else np.zeros(steps)
 
     lanes = [line for lines in trace.lanes.values() for line in lines]
-    is_op = trace.mask(lambda name: not name.startswith(_NOT_AN_OP) and "::" not in name)
+    is_op = trace.mask(lambda name: not name.startswith(NOT_AN_OP) and "::" not in name)
     in_span = [is_op[line.ids] & (line.starts >= span[0]) & (line.starts < span[1]) for line in lanes]
     op_ns = _per_name(trace, lanes, [line.self_ns() for line in lanes], in_span)
     op_count = _per_name(trace, lanes, [np.ones(len(line)) for line in lanes], in_span)
@@ -488,11 +474,16 @@ def _has_ancestor(line: _Line, flagged: np.ndarray) -> np.ndarray:
         result |= inherited
 
 
-def _release_freed_memory() -> None:
-    """Give the parsed trace's memory back to the system before the converters need theirs."""
-    libc = ctypes.util.find_library("c")
-    if libc:
-        try:
-            ctypes.CDLL(libc).malloc_trim(0)
-        except (OSError, AttributeError):  # not glibc
-            pass
+def main(argv: list[str]) -> int:
+    (path,) = argv
+    try:
+        evidence = read_host_evidence(Path(path))
+    except UnreadableProfile as error:
+        print(error, file=sys.stderr)
+        return UNREADABLE_EXIT
+    sys.stdout.write(evidence.model_dump_json())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

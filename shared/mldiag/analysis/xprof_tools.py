@@ -63,8 +63,10 @@ OP_STATS_CONVERTERS = frozenset({
     "overview_page", "input_pipeline_analyzer", "framework_op_stats", "kernel_stats", "pod_viewer",
     "op_profile", "hlo_stats", "roofline_model", "smart_suggestion",
 })
-# Peak memory of one conversion, in multiples of the profile's size (xprof 2.24, measured).
-CONVERTER_COST = {"op_stats": 19, "memory_profile": 19, "utilization_viewer": 26, "tool_names": 7}
+# Peak memory of one conversion, in multiples of the profile's size (xprof 2.24, measured on CPU
+# and device profiles). smart_suggestion reads the whole profile again even with op_stats built.
+CONVERTER_COST = {"op_stats": 19, "memory_profile": 19, "utilization_viewer": 26, "smart_suggestion": 27,
+                  "tool_names": 7}
 LIGHT_COST = 1  # op_stats already built, or a per-module HLO view
 # Parameters the tools pass that do not change what a converter returns.
 _PRESENTATION_PARAMETERS = frozenset({"format", "tqx", "bypass_cache", "host", "hosts"})
@@ -146,15 +148,17 @@ def _client_class() -> type:
 
         @contextlib.contextmanager
         def _conversion(self, state: SessionState, converter: str) -> Iterator[None]:
-            if converter not in OP_STATS_CONVERTERS:
-                with state.budget.reserve(CONVERTER_COST.get(converter, LIGHT_COST) * state.profile_bytes):
-                    yield
-                return
-            with state.op_stats_lock:  # the first conversion builds the cache the others read
-                cost = LIGHT_COST if state.op_stats_built else CONVERTER_COST["op_stats"]
-                with state.budget.reserve(cost * state.profile_bytes):
-                    yield
-                state.op_stats_built = True
+            what = f"XProf's {converter} converter"
+            cost = CONVERTER_COST.get(converter, LIGHT_COST)
+            if converter in OP_STATS_CONVERTERS:
+                with state.op_stats_lock:
+                    if not state.op_stats_built:  # the first one builds the cache every later one reads
+                        with state.budget.reserve(max(cost, CONVERTER_COST["op_stats"]) * state.profile_bytes, what):
+                            yield
+                        state.op_stats_built = True
+                        return
+            with state.budget.reserve(cost * state.profile_bytes, what):
+                yield
 
         def dump_hlo(self, session_id: str) -> list[str]:
             """Write each HLO module's proto into the session folder (XProf's tool list does); the tool names."""
@@ -163,7 +167,7 @@ def _client_class() -> type:
             state = self._state(session_id)
             with state.lock_for("tool_names"):
                 if "tool_names" not in state.results:
-                    with state.budget.reserve(CONVERTER_COST["tool_names"] * state.profile_bytes):
+                    with state.budget.reserve_all_needed(CONVERTER_COST["tool_names"] * state.profile_bytes):
                         state.results["tool_names"] = raw_to_tool_data.xspace_to_tool_names(state.files)
             return state.results["tool_names"]
 

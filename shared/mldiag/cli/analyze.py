@@ -26,7 +26,6 @@ from rich.text import Text
 from mldiag import bootstrap
 from mldiag.domain.errors import InvalidArgument, NotFound
 
-EXIT_UNREADABLE = 3
 ANALYSIS_FILE = "analysis.json"
 
 stdout = Console(highlight=False, soft_wrap=True)
@@ -45,6 +44,7 @@ def analyze(
 ) -> None:
     """Run the 15 XProf tools and the offline analyst on one profiling session."""
     from mldiag.analysis import analyze_session, download_session, find_session
+    from mldiag.analysis.profiles import UNREADABLE_EXIT
 
     try:
         with tempfile.TemporaryDirectory(prefix="mldiag-analyze-") as scratch, stderr.status(
@@ -63,7 +63,7 @@ def analyze(
             analysis = analyze_session(list(session.files), Path(scratch), source=path, progress=progress)
     except (InvalidArgument, NotFound) as error:
         stderr.print(Text(f"mldiag analyze: {error}"))
-        raise typer.Exit(EXIT_UNREADABLE) from None
+        raise typer.Exit(UNREADABLE_EXIT) from None
 
     report = analysis.to_json_dict()
     out.mkdir(parents=True, exist_ok=True)

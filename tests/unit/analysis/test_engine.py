@@ -9,7 +9,7 @@ import pytest
 from analysis_support import xplane
 
 from mldiag.analysis import MANAGED_TOOLS, analyze_session, xprof_tools
-from mldiag.analysis.budget import MemoryBudget
+from mldiag.analysis.budget import MemoryBudget, OverBudget
 from mldiag.analysis.evidence import ToolStatus
 
 
@@ -47,12 +47,12 @@ def test_reservations_wait_while_the_budget_is_spent():
     assert max(overlap) == 1
 
 
-def test_a_reservation_larger_than_the_budget_runs_alone():
+def test_a_step_the_analysis_needs_runs_alone_when_larger_than_the_budget():
     budget = MemoryBudget(100)
     entered = threading.Event()
 
     def big():
-        with budget.reserve(1000):
+        with budget.reserve_all_needed(1000):
             entered.set()
 
     with budget.reserve(10):
@@ -61,6 +61,11 @@ def test_a_reservation_larger_than_the_budget_runs_alone():
         assert not entered.wait(0.05)
     assert entered.wait(1)
     thread.join()
+
+
+def test_an_optional_step_larger_than_the_budget_is_refused():
+    with pytest.raises(OverBudget, match="needs about 1,000 MiB, more than the analysis.s memory budget of 100 MiB"):
+        MemoryBudget(100 << 20).reserve(1000 << 20, "smart suggestions")
 
 
 @pytest.mark.parametrize("size, expected", [(1_000, 768 << 20), (100 << 20, 2000 << 20)])

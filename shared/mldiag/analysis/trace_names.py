@@ -1,0 +1,29 @@
+"""The trace event names that mean something to the analysis.
+
+XProf's trace viewer shows these as plain event names; the raw-event reader
+and the analyst both need to know which ones are jit dispatches, compilation,
+allocator bookkeeping, waiting on the device, collectives, or data-moving ops.
+"""
+
+from __future__ import annotations
+
+import re
+
+DISPATCH_PREFIX = "PjitFunction("  # JAX's C++ jit dispatch, one per program launch from Python
+COMPILE = re.compile(r"^(backend_compile|lower_sharding_computation|jax_compile|pjit_compile)")
+ALLOCATOR_EVENTS = frozenset({"MemoryAllocation", "MemoryDeallocation"})
+WAITING = re.compile(r"block_until_ready|Await|Wait for|BufferSequencingEvent|ThenExecuteCallback|Synchronize",
+                     re.IGNORECASE)
+COMMUNICATION = re.compile(
+    r"all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|\bsend\b|\brecv\b|nccl|rccl|psum",
+    re.IGNORECASE,
+)
+# Ops that move or re-type data rather than compute.
+FAMILIES = {
+    "converts": re.compile(r"convert", re.IGNORECASE),
+    "copies": re.compile(r"(?<![a-z])copy", re.IGNORECASE),
+    "reshapes": re.compile(r"reshape|transpose|bitcast", re.IGNORECASE),
+}
+# Events on XLA CPU threads that are runtime bookkeeping rather than work, or not an op.
+NOT_BUSY = ("ThreadpoolListener", "end: ")
+NOT_AN_OP = (*NOT_BUSY, "ThunkExecutor", "H2D Dispatch")
