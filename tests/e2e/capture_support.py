@@ -1,8 +1,5 @@
-"""What the capture e2e tests share: JAX workloads serving the profiler, targets, and the CLI.
-
-The ``mldiag up`` fixture is the one of ``test_sdk_registers_run`` (a real
-control plane on a free port, a fresh data dir, shut down with SIGTERM).
-"""
+"""What the e2e tests share besides their fixtures (``conftest.py``): the handle on ``mldiag up``,
+JAX workloads serving the profiler, targets, and the CLI."""
 
 from __future__ import annotations
 
@@ -12,18 +9,30 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 import requests
 
-from test_sdk_registers_run import MLDIAG, ControlPlane, control_plane  # noqa: F401 - the mldiag up fixture
-
+MLDIAG = str(Path(sys.executable).parent / "mldiag")
 WORKLOAD = Path(__file__).parent / "workloads" / "profiler_server_workload.py"
-READY_TIMEOUT_S = 120
 LOCATION = "v1alpha/projects/local-project/locations/local"
+
+
+@dataclass
+class ControlPlane:
+    """A running ``mldiag up`` (the ``control_plane`` fixture)."""
+
+    url: str
+    bucket_folder: Path
+    log: Path
+
+    def requests(self) -> list[tuple[str, str]]:
+        """(method, path) of every request the server has logged so far."""
+        lines = [json.loads(line) for line in self.log.read_text().splitlines() if line.startswith("{")]
+        return [(line["method"], line["path"]) for line in lines if line.get("message") == "request"]
 
 
 def free_port() -> int:
@@ -48,23 +57,6 @@ class Workload:
     def kill(self) -> None:
         self.process.kill()
         self.process.wait(timeout=30)
-
-
-@pytest.fixture(scope="module")
-def workloads() -> Iterator[Callable[[int], list[Workload]]]:
-    """Start ``n`` workloads (in parallel; JAX takes seconds to import); all are killed at the end."""
-    started: list[Workload] = []
-
-    def start(n: int) -> list[Workload]:
-        batch = [Workload() for _ in range(n)]
-        started.extend(batch)
-        for workload in batch:
-            workload.wait_ready()
-        return batch
-
-    yield start
-    for workload in started:
-        workload.kill()
 
 
 def mldiag(control_plane: ControlPlane, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -13,9 +13,7 @@ import subprocess
 
 import pytest
 
-from capture_support import (  # noqa: F401 - fixtures
-    MLDIAG, control_plane, create_run, mldiag, mldiag_json, profile_file, session, wait_for, workloads,
-)
+from capture_support import MLDIAG, create_run, mldiag, mldiag_json, profile_file, session, wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from capture_support import (  # noqa: F401 - fixtures
-    control_plane, create_run, mldiag, mldiag_json, profile_file, register_target, session, workloads,
-)
+from capture_support import create_run, mldiag, mldiag_json, profile_file, register_target, session
 
 pytestmark = pytest.mark.slow
 

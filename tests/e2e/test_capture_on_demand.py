@@ -12,9 +12,7 @@ import signal
 
 import pytest
 
-from capture_support import (  # noqa: F401 - fixtures
-    control_plane, create_run, mldiag, profile_file, register_target, session, wait_for, workloads,
-)
+from capture_support import create_run, mldiag, profile_file, register_target, session, wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -1,8 +1,9 @@
 """A real JAX workload with the official SDK against ``mldiag up``: runs, their final phase, profiles.
 
-``mldiag up`` runs as a subprocess on a free port with a fresh data dir; the
-workload (``workloads/sdk_workload.py``) reaches it through ``DIAGON_BASE_URL``
-and writes profiles into the local bucket folder; the checks use the ``mldiag``
+``mldiag up`` runs as a subprocess on a free port with a fresh data dir (the
+``control_plane`` fixture of ``conftest.py``); the workload
+(``workloads/sdk_workload.py``) reaches it through ``DIAGON_BASE_URL`` and
+writes profiles into the local bucket folder; the checks use the ``mldiag``
 CLI, as a user would.
 """
 
@@ -14,56 +15,15 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from capture_support import MLDIAG, ControlPlane
+
 pytestmark = pytest.mark.slow
 
 WORKLOAD = Path(__file__).parent / "workloads" / "sdk_workload.py"
-MLDIAG = str(Path(sys.executable).parent / "mldiag")
-START_TIMEOUT_S = 60
-
-
-@dataclass
-class ControlPlane:
-    url: str
-    bucket_folder: Path
-    log: Path
-
-    def requests(self) -> list[tuple[str, str]]:
-        """(method, path) of every request the server has logged so far."""
-        lines = [json.loads(line) for line in self.log.read_text().splitlines() if line.startswith("{")]
-        return [(line["method"], line["path"]) for line in lines if line.get("message") == "request"]
-
-
-@pytest.fixture(scope="module")
-def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    state = tmp_path_factory.mktemp("mldiag-up")
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "MLDIAG_LOG_FORMAT": "json"}
-    env.pop("MLDIAG_BACKEND", None)
-    log = state / "up.log"
-    with log.open("wb") as errors:
-        process = subprocess.Popen([MLDIAG, "up", "--data", str(state / "data"), "--port", "0"], env=env,
-                                   stdout=subprocess.PIPE, stderr=errors, text=True)
-    try:
-        banner = ""
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while "Ctrl-C" not in banner:
-            line = process.stdout.readline()
-            if not line and process.poll() is not None:
-                pytest.fail(f"mldiag up exited with {process.returncode}:\n{log.read_text()}", pytrace=False)
-            banner += line
-            assert time.monotonic() < deadline, f"mldiag up did not start:\n{banner}"
-        url = re.search(r"DIAGON_BASE_URL=(\S+)", banner)[1]
-        folder = Path(re.search(r"gcs_path=(\S+) ", banner)[1])
-        yield ControlPlane(url, folder, log)
-    finally:
-        process.terminate()  # SIGTERM: the clean shutdown path
-        assert process.wait(timeout=30) == 0, log.read_text()[-2000:]
-    assert '"stopping"' in log.read_text()
 
 
 def _workload(control_plane: ControlPlane, name: str, *flags: str) -> subprocess.CompletedProcess:
