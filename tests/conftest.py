@@ -1,7 +1,8 @@
-"""Fixtures shared by every test layer."""
+"""Fixtures shared by every test layer, and the deployment settings set aside for the emulator tests."""
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -12,6 +13,26 @@ from mldiag.adapters.local_blobs import LocalBlobs
 from mldiag.adapters.sqlite_store import SqliteStore
 from mldiag.bootstrap import Services
 from mldiag.config import Settings
+
+
+DEPLOYMENT_SETTINGS = pytest.StashKey[dict[str, str]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Take a running devstack's ``MLDIAG_*`` settings (``MLDIAG_BACKEND=gcp``, its project and bucket)
+    out of the environment: unit and end-to-end tests run on the embedded backend, and only the
+    integration tests' ``devstack`` fixture puts them back. ``MLDIAG_REQUIRE_*`` stay: they are
+    demands on the test run itself."""
+    config.stash[DEPLOYMENT_SETTINGS] = {
+        name: os.environ.pop(name) for name in list(os.environ)
+        if name.startswith("MLDIAG_") and not name.startswith("MLDIAG_REQUIRE_")
+    }
+
+
+@pytest.fixture(scope="session")
+def deployment_settings(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The ``MLDIAG_*`` settings the environment had when the run started (a devstack's, in CI)."""
+    return dict(request.config.stash[DEPLOYMENT_SETTINGS])
 
 
 class Clock:

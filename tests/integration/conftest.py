@@ -68,11 +68,16 @@ def host_test_function(devstack) -> Iterator[Callable[..., str]]:
 
 
 @pytest.fixture(scope="session")
-def devstack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+def devstack(deployment_settings: dict[str, str],
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """The devstack's environment (``MLDIAG_*`` and ``*_EMULATOR_HOST``), also set in ``os.environ``."""
     if all(os.environ.get(name) for name in EMULATOR_VARIABLES):
-        yield {name: value for name, value in os.environ.items()
-               if name in EMULATOR_VARIABLES or name.startswith("MLDIAG_")}
+        # The root conftest set the running devstack's MLDIAG_* settings aside; they apply from here on.
+        env = {name: os.environ[name] for name in EMULATOR_VARIABLES} | deployment_settings
+        with pytest.MonkeyPatch.context() as patch:
+            for name, value in env.items():
+                patch.setenv(name, value)
+            yield env
         return
     if os.environ.get("MLDIAG_REQUIRE_EMULATORS") == "1":
         pytest.fail("MLDIAG_REQUIRE_EMULATORS=1 but the emulators' variables are not set", pytrace=False)
