@@ -249,43 +249,29 @@ def _act(render_on_error: Callable[[MldiagError], tuple[str, int]], work: Callab
         return render_on_error(error)
 
 
-def _capture_body(form: MultiDict, kind: Kind) -> dict[str, Any]:
-    body: dict[str, Any] = {"kind": kind.value, "profilerTargets": form.getlist("target")}
-    for field in ("duration", *_TRACER_LEVELS):
-        if form.get(field):
-            body[field] = form[field]
-    return body
+def _capture(run: str, kind: Kind, done: str) -> Any:
+    """Either capture form: on demand (session id, duration, tracer levels) or snapshot (fallback)."""
+    form = request.form
 
+    def work() -> Response:
+        body: dict[str, Any] = {"kind": kind.value, "profilerTargets": form.getlist("target")}
+        body.update({field: form[field] for field in ("duration", "fallback", *_TRACER_LEVELS) if form.get(field)})
+        operation = capture.capture(services(), _run_name(run), form.get("session_id", "").strip(),
+                                    capture.parse(capture.CaptureRequest, body))
+        session_id = operation.metadata.target.rsplit("/", 1)[-1]
+        return redirect(url_for("ui.run", run=run, done=done, session=session_id, _anchor="sessions"), 303)
 
-def _after_capture(run: str, operation_target: str, done: str) -> Response:
-    session_id = operation_target.rsplit("/", 1)[-1]
-    return redirect(url_for("ui.run", run=run, done=done, session=session_id, _anchor="sessions"), 303)
+    return _act(lambda error: _render_run(run, error=error, form=form), work)
 
 
 @blueprint.post(RUN + "/capture")
 def capture_on_demand(run: str) -> Any:
-    form = request.form
-
-    def work() -> Response:
-        request_ = capture.parse(capture.CaptureRequest, _capture_body(form, Kind.KIND_ON_DEMAND))
-        operation = capture.capture(services(), _run_name(run), form.get("session_id", "").strip(), request_)
-        return _after_capture(run, operation.metadata.target, "capture")
-
-    return _act(lambda error: _render_run(run, error=error, form=form), work)
+    return _capture(run, Kind.KIND_ON_DEMAND, "capture")
 
 
 @blueprint.post(RUN + "/snapshot")
 def snapshot(run: str) -> Any:
-    form = request.form
-
-    def work() -> Response:
-        body = _capture_body(form, Kind.KIND_SNAPSHOT)
-        if form.get("fallback"):
-            body["fallback"] = capture.FALLBACK_ON_DEMAND
-        operation = capture.capture(services(), _run_name(run), "", capture.parse(capture.CaptureRequest, body))
-        return _after_capture(run, operation.metadata.target, "snapshot")
-
-    return _act(lambda error: _render_run(run, error=error, form=form), work)
+    return _capture(run, Kind.KIND_SNAPSHOT, "snapshot")
 
 
 @blueprint.post(RUN + "/continuous-profiling/start")
