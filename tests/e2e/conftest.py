@@ -17,15 +17,19 @@ START_TIMEOUT_S = 60
 
 
 @pytest.fixture(scope="module")
-def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    """``mldiag up`` on a free port over a fresh data dir, stopped (SIGTERM, the clean path) after the module."""
+def control_plane(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """``mldiag up`` on a free port over a fresh data dir, stopped (SIGTERM, the clean path) after the module.
+
+    A test module adds options with ``MLDIAG_UP_ARGS`` (e.g. ``("--viewer", "--viewer-port", "0")``).
+    """
     state = tmp_path_factory.mktemp("mldiag-up")
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "MLDIAG_LOG_FORMAT": "json"}
     env.pop("MLDIAG_BACKEND", None)
     log = state / "up.log"
     with log.open("wb") as errors:
-        process = subprocess.Popen([MLDIAG, "up", "--data", str(state / "data"), "--port", "0"], env=env,
-                                   stdout=subprocess.PIPE, stderr=errors, text=True)
+        process = subprocess.Popen([MLDIAG, "up", "--data", str(state / "data"), "--port", "0",
+                                    *getattr(request.module, "MLDIAG_UP_ARGS", ())],
+                                   env=env, stdout=subprocess.PIPE, stderr=errors, text=True)
     try:
         banner = ""
         deadline = time.monotonic() + START_TIMEOUT_S

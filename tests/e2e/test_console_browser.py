@@ -1,6 +1,7 @@
 """The console in headless Chromium, against a real ``mldiag up --viewer`` and a live JAX workload.
 
-``mldiag up`` runs on free ports with a fresh data dir; runs and sessions are
+``mldiag up --viewer`` runs on free ports with a fresh data dir (the e2e
+``control_plane`` fixture, with ``MLDIAG_UP_ARGS``); runs and sessions are
 seeded through the API; Chromium (Debian's ``chromium`` driven through its
 ``chromium-driver``) reads the pages, posts the capture form against a JAX
 training loop serving the XProf profiler, watches the session reach
@@ -16,20 +17,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 import requests
 
-from capture_support import LOCATION, Workload, register_target
+from capture_support import LOCATION, ControlPlane, register_target
 from mldiag import entrypoints
-from test_sdk_registers_run import MLDIAG, ControlPlane
 
 pytestmark = pytest.mark.slow
 
@@ -42,50 +39,13 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "console"
 DESKTOP, PHONE = (1280, 900), (390, 844)
 HOSTILE = "<script>alert(1)</script>"
 RUN = "console-e2e"
-START_TIMEOUT_S = 90
 CAPTURE_TIMEOUT_S = 120
+MLDIAG_UP_ARGS = ("--viewer", "--viewer-port", "0")  # for the control_plane fixture
 
 
-@dataclass
-class Stack:
-    plane: ControlPlane
-    viewer_url: str
-
-    def api(self, path: str, **kwargs: object) -> dict:
-        response = requests.post(f"{self.plane.url}/{LOCATION}/{path}", timeout=10, **kwargs)
-        assert response.status_code == 200, response.text
-        return response.json()
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """``mldiag up --viewer`` on free ports; stopped with SIGTERM, which must stop the viewer too."""
-    state = tmp_path_factory.mktemp("console-up")
-    log = state / "up.log"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "MLDIAG_LOG_FORMAT": "json"}
-    env.pop("MLDIAG_BACKEND", None)
-    with log.open("wb") as errors:
-        process = subprocess.Popen([MLDIAG, "up", "--data", str(state / "data"), "--port", "0", "--viewer",
-                                    "--viewer-port", "0"], env=env, stdout=subprocess.PIPE, stderr=errors, text=True)
-    try:
-        banner = ""
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while "Ctrl-C" not in banner:
-            line = process.stdout.readline()
-            if not line and process.poll() is not None:
-                pytest.fail(f"mldiag up exited with {process.returncode}:\n{log.read_text()}", pytrace=False)
-            banner += line
-            assert time.monotonic() < deadline, f"mldiag up did not start:\n{banner}"
-        plane = ControlPlane(re.search(r"Console: (\S+)/ui", banner)[1],
-                             Path(re.search(r"gcs_path=(\S+) ", banner)[1]), log)
-        viewer_url = re.search(r"XProf viewer: (\S+)", banner)[1]
-        assert urlsplit(viewer_url).hostname == "127.0.0.1"
-        yield Stack(plane, viewer_url)
-    finally:
-        process.terminate()
-        assert process.wait(timeout=30) == 0, log.read_text()[-2000:]
-    with pytest.raises(requests.ConnectionError):
-        requests.get(viewer_url, timeout=5)
+def _api(plane: ControlPlane, path: str, body: dict) -> None:
+    response = requests.post(f"{plane.url}/{LOCATION}/{path}", json=body, timeout=10)
+    assert response.status_code == 200, response.text
 
 
 class Browser:
@@ -169,22 +129,22 @@ def browser() -> Iterator[Browser]:
 
 
 @pytest.fixture(scope="module")
-def seeded(stack: Stack) -> Stack:
+def seeded(control_plane: ControlPlane) -> ControlPlane:
     """A run with a hostile name, one registered target, and two sessions, all through the API."""
-    stack.api(f"machineLearningRuns?machineLearningRunId={RUN}", json={
+    _api(control_plane, f"machineLearningRuns?machineLearningRunId={RUN}", {
         "displayName": HOSTILE, "labels": {"team": "infra", "model": "mlp"},
-        "artifacts": {"gcsPath": str(stack.plane.bucket_folder)}})
-    stack.api(f"machineLearningRuns/{RUN}/profilerTargets?profilerTargetId=parked-0",
-              json={"hostname": "parked", "profilerAddress": "127.0.0.1:9"})
-    stack.api(f"machineLearningRuns/{RUN}/profilerSessions?profilerSessionId=programmatic-1", json={
-        "kind": "KIND_PROGRAMMATIC", "targetSessions": {"parked-0": {"sessionPhase": "SUCCEEDED"}}})
-    stack.api(f"machineLearningRuns/{RUN}/profilerSessions?profilerSessionId=failed-1", json={
-        "kind": "KIND_ON_DEMAND", "targetSessions": {"parked-0": {"sessionPhase": "FAILED", "error": HOSTILE}}})
-    return stack
+        "artifacts": {"gcsPath": str(control_plane.bucket_folder)}})
+    _api(control_plane, f"machineLearningRuns/{RUN}/profilerTargets?profilerTargetId=parked-0",
+         {"hostname": "parked", "profilerAddress": "127.0.0.1:9"})
+    _api(control_plane, f"machineLearningRuns/{RUN}/profilerSessions?profilerSessionId=programmatic-1",
+         {"kind": "KIND_PROGRAMMATIC", "targetSessions": {"parked-0": {"sessionPhase": "SUCCEEDED"}}})
+    _api(control_plane, f"machineLearningRuns/{RUN}/profilerSessions?profilerSessionId=failed-1",
+         {"kind": "KIND_ON_DEMAND", "targetSessions": {"parked-0": {"sessionPhase": "FAILED", "error": HOSTILE}}})
+    return control_plane
 
 
 def test_the_console_shows_the_run_and_its_sessions_with_names_as_text(seeded, browser):
-    browser.open(f"{seeded.plane.url}/ui/")
+    browser.open(f"{seeded.url}/ui/")
     link = browser.driver.find_element("link text", HOSTILE)  # the name is text, not markup
     assert "team=infra" in browser.text() and "parked-0" in browser.text()
     browser.screenshot("runs")
@@ -203,7 +163,7 @@ def test_the_console_shows_the_run_and_its_sessions_with_names_as_text(seeded, b
 def test_the_keyboard_reaches_the_content_first(seeded, browser):
     from selenium.webdriver.common.keys import Keys
 
-    browser.open(f"{seeded.plane.url}/ui/runs/{RUN}")
+    browser.open(f"{seeded.url}/ui/runs/{RUN}")
     browser.driver.find_element("tag name", "body").send_keys(Keys.TAB)
     focused = browser.driver.switch_to.active_element
     assert focused.text == "Skip to content"
@@ -213,19 +173,15 @@ def test_the_keyboard_reaches_the_content_first(seeded, browser):
 
 
 @pytest.fixture(scope="module")
-def live_target(seeded: Stack) -> Iterator[str]:
+def live_target(seeded: ControlPlane, workloads) -> str:
     """A JAX training loop serving the profiler, registered as a target of the run."""
-    workload = Workload()
-    try:
-        workload.wait_ready()
-        register_target(seeded.plane, RUN, "jax-0", workload.port)
-        yield "jax-0"
-    finally:
-        workload.kill()
+    (workload,) = workloads(1)
+    register_target(seeded, RUN, "jax-0", workload.port)
+    return "jax-0"
 
 
 def test_an_on_demand_capture_from_the_console_reaches_succeeded(seeded, browser, live_target):
-    browser.open(f"{seeded.plane.url}/ui/runs/{RUN}")
+    browser.open(f"{seeded.url}/ui/runs/{RUN}")
     browser.assert_controls_labelled()
     form = browser.driver.find_element("css selector", "form[action$='/capture']")
     duration = form.find_element("id", "capture-duration")
@@ -241,7 +197,7 @@ def test_an_on_demand_capture_from_the_console_reaches_succeeded(seeded, browser
     assert "Active" in browser.driver.find_element("xpath", row).text  # 3 s of tracing are still ahead
     browser.wait_for(lambda: "Succeeded" in browser.driver.find_element("xpath", row).text,
                      "the session's target to reach SUCCEEDED (the table refreshing itself)", CAPTURE_TIMEOUT_S)
-    folder = seeded.plane.bucket_folder / RUN / "plugins" / "profile" / "from-the-browser"
+    folder = seeded.bucket_folder / RUN / "plugins" / "profile" / "from-the-browser"
     assert list(folder.glob("*.xplane.pb")), "the workload wrote no profile"
     browser.screenshot("captured")
 
@@ -253,11 +209,15 @@ def test_an_on_demand_capture_from_the_console_reaches_succeeded(seeded, browser
 
 
 def test_the_xprof_link_opens_the_captured_session_in_the_viewer(seeded, browser):
-    browser.open(f"{seeded.plane.url}/ui/runs/{RUN}")
+    browser.open(f"{seeded.url}/ui/runs/{RUN}")
     row = browser.driver.find_element("xpath", "//tbody/tr[th//a[text()='from-the-browser']]")
-    row.find_element("link text", "XProf").click()
+    link = row.find_element("link text", "XProf")
+    assert link.get_attribute("href").startswith(f"{seeded.url}/viewer/?session_path=gs%3A%2F%2F")
+    link.click()
 
-    browser.wait_for(lambda: browser.driver.current_url.startswith(seeded.viewer_url), "the viewer")
+    viewer = browser.wait_for(lambda: urlsplit(browser.driver.current_url).port != urlsplit(seeded.url).port
+                              and browser.driver.current_url, "the viewer")
+    assert urlsplit(viewer).hostname == "127.0.0.1"
     browser.wait_for(lambda: "from-the-browser" in browser.text(), "XProf to list the session", 60)
     assert "Sessions (1)" in browser.text()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -268,7 +228,7 @@ def test_the_xprof_link_opens_the_captured_session_in_the_viewer(seeded, browser
 @pytest.mark.skipif("analyze_session" not in entrypoints.EVENT_HANDLERS,
                     reason="mldiag up does not analyse sessions yet (no analyze_session function)")
 def test_the_captured_sessions_report_opens(seeded, browser):
-    browser.open(f"{seeded.plane.url}/ui/runs/{RUN}")
+    browser.open(f"{seeded.url}/ui/runs/{RUN}")
     row = "//tbody/tr[th//a[text()='from-the-browser']]"
     browser.wait_for(lambda: browser.driver.find_elements("xpath", f"{row}//a[text()='Report']"),
                      "the report link", CAPTURE_TIMEOUT_S)
