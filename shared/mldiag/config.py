@@ -59,6 +59,12 @@ class Settings(BaseModel):
     settle_seconds: float = Field(default=30.0, ge=0)
     max_profile_bytes: int = Field(default=20 * 1024**3, gt=0)
     event_retention_days: float = Field(default=30.0, gt=0)
+    # The analysis: who reasons over the evidence, and for how long one may run.
+    reasoner: Literal["offline", "vertex"] = "offline"
+    vertex_model: str = "gemini-2.5-flash"
+    vertex_location: str = "global"
+    vertex_endpoint: str = ""  # a private or proxied Vertex AI endpoint; Google's by default
+    analysis_timeout_seconds: float = Field(default=480.0, gt=0)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -82,6 +88,13 @@ class Settings(BaseModel):
             "settle_seconds": env.get("MLDIAG_SETTLE_SECONDS"),
             "max_profile_bytes": env.get("MLDIAG_MAX_PROFILE_BYTES"),
             "event_retention_days": env.get("MLDIAG_EVENT_RETENTION_DAYS"),
+            # google-genai's own variables (Terraform sets them) select Vertex AI too.
+            "reasoner": env.get("MLDIAG_REASONER")
+            or ("vertex" if env.get("GOOGLE_GENAI_USE_VERTEXAI", "").lower() in ("true", "1") else None),
+            "vertex_model": env.get("MLDIAG_VERTEX_MODEL"),
+            "vertex_location": env.get("MLDIAG_VERTEX_LOCATION") or env.get("GOOGLE_CLOUD_LOCATION"),
+            "vertex_endpoint": env.get("MLDIAG_VERTEX_ENDPOINT"),
+            "analysis_timeout_seconds": env.get("MLDIAG_ANALYSIS_TIMEOUT_SECONDS"),
         }
         try:
             return cls.model_validate({k: v for k, v in values.items() if v})

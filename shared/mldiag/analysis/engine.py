@@ -35,6 +35,8 @@ from mldiag.analysis.profiles import UNREADABLE_EXIT, Session, UnreadableProfile
 from mldiag.analysis.xprof_tools import MANAGED_TOOLS, ToolContext, SessionState, run_tool, shared_converters
 
 Progress = Callable[[str], None]
+# Runs after the analyst, while the private copy and XProf's conversions of it are still there.
+Investigate = Callable[[Analysis, ToolContext], Analysis]
 RAW_EVENTS_COST = 14  # the reader process's peak, interpreter included, in multiples of the file's size
 DETECTORS = ("detect_layout_mismatch_copies", "detect_unfused_reshapes", "detect_unnecessary_convert_reduce")
 
@@ -108,13 +110,15 @@ def analyze_session(
     progress: Progress | None = None,
     memory_budget_bytes: int | None = None,
     workers: int | None = None,
+    investigate: Investigate | None = None,
 ) -> Analysis:
     """Analyse the profile files of one session (one per host).
 
     ``scratch_dir`` is where the private copy lives while the analysis runs
     (a temporary folder when omitted); nothing is written anywhere else.
     Raises :class:`~mldiag.analysis.profiles.UnreadableProfile` for a file that
-    is empty, truncated or not a profile.
+    is empty, truncated or not a profile. ``investigate`` follows up on the
+    analyst's findings with more XProf tools before the private copy is removed.
     """
     started = time.perf_counter()
     say = progress or (lambda message: None)
@@ -153,21 +157,25 @@ def analyze_session(
                 say(f"{result.name}: {result.status.value} ({result.seconds:.1f} s)")
             tools = [results[name] for name in MANAGED_TOOLS]
 
-    hlo_issues = {
-        result.name: [HloIssue.model_validate(issue) for issue in result.data or []]
-        for result in tools if result.name in DETECTORS
-    }
-    return analyst.assess(
-        hosts=hosts,
-        tools=tools,
-        hlo_issues=hlo_issues,
-        profile=ProfileInput(
-            source=source or str(files[0].parent), session=session.name,
-            files=[f.name for f in session.files], bytes=profile_bytes,
-        ),
-        versions={"mldiag": __version__, "xprof": importlib.metadata.version("xprof")},
-        seconds=time.perf_counter() - started,
-    )
+            hlo_issues = {
+                result.name: [HloIssue.model_validate(issue) for issue in result.data or []]
+                for result in tools if result.name in DETECTORS
+            }
+            analysis = analyst.assess(
+                hosts=hosts,
+                tools=tools,
+                hlo_issues=hlo_issues,
+                profile=ProfileInput(
+                    source=source or str(files[0].parent), session=session.name,
+                    files=[f.name for f in session.files], bytes=profile_bytes,
+                ),
+                versions={"mldiag": __version__, "xprof": importlib.metadata.version("xprof")},
+                seconds=time.perf_counter() - started,
+            )
+            if investigate is not None:
+                analysis = investigate(analysis, context)
+                analysis.seconds = time.perf_counter() - started
+    return analysis
 
 
 def _wait(futures: list[Future]) -> None:

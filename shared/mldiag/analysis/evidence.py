@@ -187,6 +187,32 @@ class ProfileInput(Evidence):
     bytes: int
 
 
+class Followup(Evidence):
+    """One follow-up check of the investigation: what was asked, why, and what it showed."""
+
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    why: str
+    status: ToolStatus
+    showed: str
+    seconds: float
+    output: str = ""  # the tool's answer, capped; profile strings in it are data
+
+
+class Investigation(Evidence):
+    """Who reasoned over the evidence, and what the reasoner asked for that was refused or dropped."""
+
+    reasoner: str  # "offline" or "vertex"
+    model: str = ""
+    fallback_reason: str = ""  # why the configured reasoner was not the one that answered
+    note: str = ""
+    hypotheses: list[str] = Field(default_factory=list)
+    refused: list[str] = Field(default_factory=list)  # follow-ups proposed but not run, with the reason
+    dropped: list[str] = Field(default_factory=list)  # findings rejected by validation, with the reason
+    tokens: int = 0
+    seconds: float = 0.0
+
+
 class Analysis(Evidence):
     """Everything one analysis found; ``analysis.json`` is this object."""
 
@@ -198,7 +224,8 @@ class Analysis(Evidence):
     tools: list[ToolResult] = Field(default_factory=list)
     hosts: list[HostEvidence] = Field(default_factory=list)
     hlo_issues: dict[str, list[HloIssue]] = Field(default_factory=dict)
-    followups: list[dict[str, Any]] = Field(default_factory=list)
+    followups: list[Followup] = Field(default_factory=list)
+    investigation: Investigation | None = None
     profile: ProfileInput
     versions: dict[str, str] = Field(default_factory=dict)
     seconds: float = 0.0

@@ -1,10 +1,12 @@
-"""``mldiag analyze PATH``: analyse a profile offline and write ``analysis.json``.
+"""``mldiag analyze PATH``: analyse a profile and write ``analysis.json`` and ``summary.html``.
 
 PATH is a logdir, a session folder, one ``<host>.xplane.pb``, or a ``gs://``
-URI of any of these (downloaded through the configured blob store). Progress
-goes to stderr; stdout gets the report as text or JSON. A path that holds no
-readable profile (missing, empty, truncated, not an XSpace) exits with 3 and a
-one-line reason.
+URI of any of these (downloaded through the configured blob store). The
+investigation's reasoner is the offline analyst unless ``--reasoner vertex``
+(or ``MLDIAG_REASONER``) asks for Gemini on Vertex AI; if Vertex AI fails, the
+offline analyst finishes and the report says why. Progress goes to stderr;
+stdout gets the report as text or JSON. A path that holds no readable profile
+(missing, empty, truncated, not an XSpace) exits with 3 and a one-line reason.
 
 Profile strings are untrusted: the text report prints them literally, never as
 console markup.
@@ -24,9 +26,8 @@ from rich.table import Table
 from rich.text import Text
 
 from mldiag import bootstrap
+from mldiag.config import Settings
 from mldiag.domain.errors import InvalidArgument, NotFound
-
-ANALYSIS_FILE = "analysis.json"
 
 stdout = Console(highlight=False, soft_wrap=True)
 stderr = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -37,14 +38,24 @@ class ReportFormat(StrEnum):
     text = "text"
 
 
+class ReasonerChoice(StrEnum):
+    offline = "offline"
+    vertex = "vertex"
+
+
 def analyze(
     path: str = typer.Argument(..., help="A logdir, a session folder, one .xplane.pb, or a gs:// URI."),
-    out: Path = typer.Option(Path("."), "--out", help="Folder to write analysis.json into."),
+    out: Path = typer.Option(Path("."), "--out", help="Folder to write analysis.json and summary.html into."),
     fmt: ReportFormat = typer.Option(ReportFormat.text, "--format", help="How to print the report."),
+    reasoner: ReasonerChoice | None = typer.Option(
+        None, "--reasoner", help="Who investigates: the offline analyst or Gemini on Vertex AI "
+                                 "[default: MLDIAG_REASONER, else offline]."),
 ) -> None:
-    """Run the 15 XProf tools and the offline analyst on one profiling session."""
+    """Run the 15 XProf tools, investigate with up to 4 follow-ups, and write the report."""
     from mldiag.analysis import analyze_session, download_session, find_session
+    from mldiag.analysis.investigation import investigator
     from mldiag.analysis.profiles import UNREADABLE_EXIT
+    from mldiag.analysis.report import write_reports
 
     try:
         with tempfile.TemporaryDirectory(prefix="mldiag-analyze-") as scratch, stderr.status(
@@ -53,22 +64,26 @@ def analyze(
             def progress(message: str) -> None:
                 status.update(Text(message))
 
+            settings = Settings.from_env()
             if path.startswith("gs://"):
                 progress(f"Downloading {path}")
-                session = download_session(path, bootstrap.build().blobs, Path(scratch) / "download")
+                session = download_session(path, bootstrap.build(settings).blobs, Path(scratch) / "download")
             else:
                 session = find_session(Path(path).expanduser())
             if session.note:
                 stderr.print(Text(session.note))
-            analysis = analyze_session(list(session.files), Path(scratch), source=path, progress=progress)
+            analysis = analyze_session(list(session.files), Path(scratch), source=path, progress=progress,
+                                       investigate=investigator(settings, reasoner.value if reasoner else None))
     except (InvalidArgument, NotFound) as error:
         stderr.print(Text(f"mldiag analyze: {error}"))
         raise typer.Exit(UNREADABLE_EXIT) from None
 
     report = analysis.to_json_dict()
-    out.mkdir(parents=True, exist_ok=True)
-    (out / ANALYSIS_FILE).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    stderr.print(Text(f"Wrote {out / ANALYSIS_FILE} in {analysis.seconds:.1f} s"))
+    written = write_reports(analysis, out)
+    stderr.print(Text(f"Wrote {' and '.join(map(str, written))} in {analysis.seconds:.1f} s"))
+    if analysis.investigation and analysis.investigation.fallback_reason:
+        stderr.print(Text(f"Vertex AI did not answer usably ({analysis.investigation.fallback_reason}); "
+                          "the offline analyst wrote the report."))
     if fmt is ReportFormat.json:
         print(json.dumps(report, indent=2, ensure_ascii=False))
     else:
@@ -90,6 +105,13 @@ def _print_text(report: dict[str, Any]) -> None:
             stdout.print(Text(f"  - {line}"))
         stdout.print(Text(f"  Impact: {finding['impact']}"))
         stdout.print(Text(f"  Fix: {finding['fix']}"))
+    followups = Table("FOLLOW-UP", "STATUS", "SECONDS", "SHOWED", box=None)
+    for followup in report.get("followups", []):
+        followups.add_row(Text(followup["tool"]), Text(followup["status"]), Text(f"{followup['seconds']:.2f}"),
+                          Text(followup["showed"]))
+    if followups.rows:
+        stdout.print()
+        stdout.print(followups)
     tools = Table("TOOL", "STATUS", "SECONDS", "NOTE", box=None)
     for tool in report["tools"]:
         tools.add_row(Text(tool["name"]), Text(tool["status"]), Text(f"{tool['seconds']:.2f}"), Text(tool["reason"]))
