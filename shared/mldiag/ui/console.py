@@ -27,7 +27,7 @@ from werkzeug.datastructures import MultiDict
 from mldiag.api.auth import Guard
 from mldiag.api.http import services
 from mldiag.domain.errors import MldiagError, NotFound, Unauthenticated
-from mldiag.domain.names import SESSIONS, ChildName, LocationName, RunName
+from mldiag.domain.names import SESSIONS, LocationName, RunName
 from mldiag.domain.resources import (
     AnalysisState, DeviceTracerLevel, HostTracerLevel, Kind, ProfilerTarget, PythonTracerLevel, RunPhase,
     SessionPhase,
@@ -37,7 +37,8 @@ from mldiag.services.listing import ListRequest, list_page
 from mldiag.ui import CONSOLE_BLUEPRINT, security
 from mldiag.ui.formatting import FILTERS
 
-blueprint = Blueprint(CONSOLE_BLUEPRINT, __name__, url_prefix="/ui", template_folder="templates", static_folder="static")
+blueprint = Blueprint(CONSOLE_BLUEPRINT, __name__, url_prefix="/ui", template_folder="templates",
+                      static_folder="static")
 RUN = "/runs/<id:run>"
 SESSION = RUN + "/sessions/<id:session>"
 RUNS_PER_PAGE = 25
@@ -49,6 +50,11 @@ REPORT_FILES = {"summary.html": "text/html; charset=utf-8", "analysis.json": "ap
 _ANALYSING = (AnalysisState.PENDING, AnalysisState.RUNNING)
 SHARE_TTLS = {"1 hour": timedelta(hours=1), "1 day": timedelta(days=1), "7 days": timedelta(days=7)}
 DEFAULT_SHARE_TTL = "1 day"
+_TRACER_LEVELS = {  # the capture form's choices: every level but UNSPECIFIED
+    field: [level for level in levels if not level.value.endswith("_UNSPECIFIED")]
+    for field, levels in (("hostTracerLevel", HostTracerLevel), ("deviceTracerLevel", DeviceTracerLevel),
+                          ("pythonTracerLevel", PythonTracerLevel))
+}
 NOTICES = {
     "capture": "Capture requested: session {session}. Its targets' phases update below.",
     "snapshot": "Snapshot requested: session {session}.",
@@ -208,20 +214,13 @@ def report(run: str, session: str, file: str) -> Response:
     if not stored.storage_folder_uri or not stored.analysis.report_uri:
         raise NotFound(f"session {session} has no report yet (analysis {stored.analysis.state.value})")
     uri = f"{stored.storage_folder_uri.rstrip('/')}/mldiag/{file}"
-    response = Response(services().blobs.read_bytes(uri, max_bytes=MAX_REPORT_BYTES), content_type=REPORT_FILES[file])
+    content = services().blobs.read_bytes(uri, max_bytes=MAX_REPORT_BYTES)
+    response = Response(content, content_type=REPORT_FILES[file])
     response.headers["Content-Security-Policy"] = REPORT_POLICY
     return response
 
 
 # --- actions ---------------------------------------------------------------------
-
-_TRACER_LEVELS = {
-    "hostTracerLevel": [level for level in HostTracerLevel if level is not HostTracerLevel.HOST_TRACER_LEVEL_UNSPECIFIED],
-    "deviceTracerLevel": [level for level in DeviceTracerLevel
-                          if level is not DeviceTracerLevel.DEVICE_TRACER_LEVEL_UNSPECIFIED],
-    "pythonTracerLevel": [level for level in PythonTracerLevel
-                          if level is not PythonTracerLevel.PYTHON_TRACER_LEVEL_UNSPECIFIED],
-}
 
 
 def _notice(run_name: RunName) -> str:
@@ -303,7 +302,7 @@ def share(run: str, session: str) -> Any:
     ttl = SHARE_TTLS.get(request.form.get("ttl", ""), SHARE_TTLS[DEFAULT_SHARE_TTL])
 
     def work() -> Any:
-        link = sessions.share(services(), ChildName(_run_name(run), SESSIONS, session), ttl)
+        link = sessions.share(services(), _run_name(run).child(SESSIONS, session), ttl)
         return _render_session(run, session, share=link)
 
     return _act(lambda error: _render_session(run, session, error=error), work)

@@ -9,6 +9,7 @@ from console_support import add_run, add_session, add_target
 
 HOSTILE = "<script>alert(1)</script>"
 ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
+FOLDER = "gs://mldiag-profiles/runs/r1/plugins/profile"
 
 
 def test_the_runs_page_lists_runs_with_phase_labels_and_targets(console, services):
@@ -61,7 +62,7 @@ def test_the_run_page_shows_sessions_with_targets_phases_analysis_and_links(cons
                 target_sessions={"host-0": TargetSession(session_phase="SUCCEEDED"),
                                  "host-1": TargetSession(session_phase="FAILED")},
                 analysis=AnalysisStatus(state="DONE", health="NEEDS_ATTENTION", top_finding="Input bound: 62% idle",
-                                        report_uri="gs://mldiag-profiles/runs/r1/plugins/profile/s-auto/mldiag/summary.html"))
+                                        report_uri=f"{FOLDER}/s-auto/mldiag/summary.html"))
 
     page = console.text("/ui/runs/r1")
 
@@ -71,7 +72,7 @@ def test_the_run_page_shows_sessions_with_targets_phases_analysis_and_links(cons
     assert "Needs attention" in page and "Input bound: 62% idle" in page
     assert 'href="/ui/runs/r1#event-slow-1">slow-1</a>' in page
     assert 'href="/ui/runs/r1/sessions/s-auto/report/summary.html">Report</a>' in page
-    assert 'href="http://127.0.0.1:8080/viewer/?session_path=gs://mldiag-profiles/runs/r1/plugins/profile/s-auto"' in page
+    assert f'href="http://127.0.0.1:8080/viewer/?session_path={FOLDER}/s-auto"' in page
     assert 'href="/ui/runs/r1/sessions/s-auto#share">Share</a>' in page
 
 
@@ -97,10 +98,11 @@ def test_monitored_events_show_reports_linked_sessions_and_suppressions(console,
     event = MonitoredEvent(
         name=f"{run}/monitoredEvents/slow-1", display_name="Step time up 40%", start_time=services.now(),
         profiler_sessions=[f"{run}/profilerSessions/s1"],
-        analyzer_reports=[AnalyzerReport(analyzer="degradation", details="median step 140 ms vs 100 ms", recommended_actions=[
-            RecommendedAction(description="Look at the input pipeline", documentation_url="https://openxla.org/xprof"),
-            RecommendedAction(description="Hostile link", documentation_url="javascript:alert(1)"),
-        ])])
+        analyzer_reports=[AnalyzerReport(
+            analyzer="degradation", details="median step 140 ms vs 100 ms", recommended_actions=[
+                RecommendedAction(description="Read the input pipeline", documentation_url="https://openxla.org/"),
+                RecommendedAction(description="Hostile link", documentation_url="javascript:alert(1)"),
+            ])])
     event.suppress(Suppression(time=services.now(), reason="cooldown: captured 2 min ago", alert="alert-7"))
     services.monitored_events.create(event)
 
@@ -109,7 +111,7 @@ def test_monitored_events_show_reports_linked_sessions_and_suppressions(console,
     assert 'id="event-slow-1"' in page and "Step time up 40%" in page and "Ongoing" in page
     assert 'href="/ui/runs/r1/sessions/s1">s1</a>' in page
     assert "median step 140 ms vs 100 ms" in page
-    assert 'href="https://openxla.org/xprof"' in page
+    assert 'href="https://openxla.org/"' in page
     assert "javascript:" not in page  # shown as text only: no link
     assert "Suppressed triggers</dt><dd>1</dd>" in page and "cooldown: captured 2 min ago" in page
 
