@@ -1,6 +1,7 @@
 """The web console (``/ui``) and the way into the XProf viewer (``/viewer``).
 
-:func:`register` adds both to the control plane's Flask app. The console checks
+:func:`register` adds both to the control plane's Flask app, and sends ``/``
+to the console. The console checks
 its own credentials (:mod:`mldiag.ui.security`), so the API's bearer-token
 check skips its blueprint (:data:`CONSOLE_BLUEPRINT`); ``/viewer`` is an
 ordinary read.
@@ -22,3 +23,4 @@ def register(app: Flask) -> None:
 
     app.register_blueprint(console.blueprint)
     app.register_blueprint(viewer_links.blueprint)
+    app.add_url_rule("/", "home", console.home)

@@ -147,6 +147,11 @@ def _targets(run_name: str) -> list[ProfilerTarget]:
     return services().targets.list(run_name, page_size=MAX_TARGETS_SHOWN).items
 
 
+def home() -> Response:
+    """``/`` of the control plane: where a person opening its URL wants to be."""
+    return redirect(url_for("ui.runs"))
+
+
 @blueprint.get("/")
 def runs() -> str:
     phase = request.args.get("phase", "")

@@ -24,6 +24,11 @@ def test_the_runs_page_lists_runs_with_phase_labels_and_targets(console, service
     assert '<span class="state state-completed">Completed</span>' in page
 
 
+def test_the_control_planes_root_leads_to_the_console(console):
+    response = console.get("/")
+    assert response.status_code == 302 and response.headers["Location"] == "/ui/"
+
+
 def test_the_runs_page_filters_by_phase_and_pages(console, services):
     for index in range(30):
         add_run(services, f"run-{index:02d}", run_phase="COMPLETED" if index % 2 else "ACTIVE")
