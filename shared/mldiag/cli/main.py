@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from mldiag import __version__
-from mldiag.cli import agent, analyze, auto_capture, capture, events, monitored_events, runs, sessions, status, targets, up
+from mldiag.cli import agent, analyze, auto_capture, capture, demo, events, monitored_events, runs, sessions, status, targets, up
 
 app = typer.Typer(
     name="mldiag",
@@ -16,6 +16,7 @@ app = typer.Typer(
 app.command("status")(status.status)
 app.command("up")(up.up)
 app.command("analyze")(analyze.analyze)
+app.command("demo")(demo.demo)
 app.add_typer(events.app, name="events")
 app.add_typer(runs.app, name="machine-learning-run")
 app.add_typer(targets.app, name="profiler-target")
