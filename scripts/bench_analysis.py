@@ -4,9 +4,14 @@
 The XProf CLI way is what the XProf agent skills do: one ``xprof <subcommand>``
 process per tool, one after the other. Of the 15 managed tools, 11 have a
 subcommand; the other four (smart suggestions and the three detectors) have
-none, so the CLI side runs fewer tools than ``mldiag analyze`` does.
+none, so the CLI side runs fewer tools than ours does.
 
-Both sides start cold, in one run: each gets a fresh copy of the session folder
+Three sides are timed: ``mldiag analyze`` as a user runs it (the 15 tools, the
+analyst, then the follow-up investigation), ``analyze_session`` alone (the 15
+tools and the analyst, no follow-ups), and the XProf CLI.
+
+Both sides start cold, alternately, ``--repeat`` times in one run (the wall
+times reported are medians; peak RSS is the largest seen): each gets a fresh copy of the session folder
 (XProf caches op_stats next to the profile) and a fresh ``TMPDIR`` (where the
 XProf CLI keeps its result cache and ``mldiag analyze`` its scratch copy).
 Wall time is the commands'; peak RSS is the largest total resident memory of
@@ -29,6 +34,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -51,6 +57,17 @@ CLI_TOOLS = (  # managed name -> xprof subcommand, for the 11 that have one
     ("list_hlo_modules", "list_hlo_modules"),
     ("get_memory_profile", "get_memory_profile"),
     ("get_peak_allocations", "get_peak_allocations"),
+)
+CLI_SIDE = "xprof_cli_sequential"
+SIDES = {  # what is timed -> how it is printed
+    "mldiag_analyze": "mldiag analyze (with follow-ups)",
+    "analyze_session": "analyze_session (15 tools + analyst)",
+    CLI_SIDE: "xprof CLI, 11 tools sequentially",
+}
+# The evidence pass alone, as the engine runs it before any follow-up investigation.
+EVIDENCE_ONLY = (
+    "import sys; from pathlib import Path; from mldiag.analysis import analyze_session; "
+    "analyze_session(sorted(Path(sys.argv[1]).glob('*.xplane.pb')), Path(sys.argv[2]))"
 )
 WALL_TARGET = 0.3  # mldiag analyze / sequential XProf CLI
 RSS_TARGET = 20  # peak RSS / xplane size
@@ -139,6 +156,14 @@ def _run_commands(commands: list[list[str]]) -> None:
     print(json.dumps({"largest_child_rss": largest_child_rss, "failures": failures}))
 
 
+def _commands(side: str, session: Path, out: Path) -> list[list[str]]:
+    if side == "mldiag_analyze":
+        return [[str(BIN / "mldiag"), "analyze", str(session), "--out", str(out), "--format", "json"]]
+    if side == "analyze_session":
+        return [[sys.executable, "-c", EVIDENCE_ONLY, str(session), str(out)]]
+    return [[str(BIN / "xprof"), subcommand, str(session)] for _, subcommand in CLI_TOOLS]
+
+
 def _fresh_copy(session: Path, into: Path) -> Path:
     copy = into / session.name
     shutil.copytree(session, copy)
@@ -163,6 +188,7 @@ def main() -> None:
     parser.add_argument("--workload", default="large", choices=("large", "large_op_by_op"))
     parser.add_argument("--min-mb", type=float, default=40.0)
     parser.add_argument("--cache", type=Path, default=ROOT / ".benchmarks" / "profiles")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each side; wall times are medians")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--run-commands", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -177,40 +203,39 @@ def main() -> None:
     for xplane in session.glob("*.xplane.pb"):  # both sides read it from the page cache
         xplane.read_bytes()
 
-    with tempfile.TemporaryDirectory(prefix="bench-analysis-") as work:
-        work_dir = Path(work)
-        ours_tmp, cli_tmp = work_dir / "tmp-mldiag", work_dir / "tmp-xprof"
-        ours_tmp.mkdir()
-        cli_tmp.mkdir()
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-        ours = _run([[str(BIN / "mldiag"), "analyze", str(_fresh_copy(session, work_dir / "mldiag")),
-                      "--out", str(work_dir / "out"), "--format", "json"]], {**env, "TMPDIR": str(ours_tmp)})
-        cli_session = _fresh_copy(session, work_dir / "xprof")
-        cli = _run([[str(BIN / "xprof"), subcommand, str(cli_session)] for _, subcommand in CLI_TOOLS],
-                   {**env, "TMPDIR": str(cli_tmp)})
-        report = json.loads((work_dir / "out" / "analysis.json").read_text())
+    runs: dict[str, list[Run]] = {side: [] for side in SIDES}
+    for _ in range(args.repeat):  # alternate the sides so that load on a shared machine hits them all
+        for side in SIDES:
+            with tempfile.TemporaryDirectory(prefix="bench-analysis-") as work:
+                work_dir = Path(work)
+                (work_dir / "tmp").mkdir()
+                copy = _fresh_copy(session, work_dir / "profile")
+                env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TMPDIR": str(work_dir / "tmp")}
+                runs[side].append(_run(_commands(side, copy, work_dir / "out"), env))
 
-    wall_ratio = ours.seconds / cli.seconds
-    rss_factor = ours.peak_rss / xplane_bytes
-    figures = {
-        "xplane_bytes": xplane_bytes,
-        "mldiag_analyze": {"seconds": round(ours.seconds, 2), "peak_rss_bytes": ours.peak_rss,
-                           "tools": len(report["tools"]), "failures": ours.failures},
-        "xprof_cli_sequential": {"seconds": round(cli.seconds, 2), "peak_rss_bytes": cli.peak_rss,
-                                 "tools": len(CLI_TOOLS), "failures": cli.failures},
-        "wall_ratio": round(wall_ratio, 3),
-        "peak_rss_over_xplane": round(rss_factor, 1),
-        "cli_peak_rss_over_xplane": round(cli.peak_rss / xplane_bytes, 1),
-        "targets_met": {"wall_ratio<=0.3": wall_ratio <= WALL_TARGET, "peak_rss<=20x": rss_factor <= RSS_TARGET},
-    }
-    print(f"mldiag analyze        {ours.seconds:7.2f} s  peak RSS {ours.peak_rss / 2**20:7.0f} MiB "
-          f"({rss_factor:.1f}x the xplane)  {len(report['tools'])} tools")
-    print(f"xprof CLI, sequential {cli.seconds:7.2f} s  peak RSS {cli.peak_rss / 2**20:7.0f} MiB "
-          f"({cli.peak_rss / xplane_bytes:.1f}x the xplane)  {len(CLI_TOOLS)} tools")
-    print(f"wall ratio {wall_ratio:.3f} (target <= {WALL_TARGET}); "
-          f"peak RSS {rss_factor:.1f}x the xplane (target <= {RSS_TARGET}x)")
-    for failure in ours.failures + cli.failures:
-        print(f"failed: {failure}")
+    cli = runs[CLI_SIDE]
+    cli_seconds = statistics.median(r.seconds for r in cli)
+    figures: dict[str, object] = {"profile": str(session), "xplane_bytes": xplane_bytes, "repeats": args.repeat}
+    median = f"median of {args.repeat}" if args.repeat > 1 else "one run"
+    for side, results in runs.items():
+        seconds = statistics.median(r.seconds for r in results)
+        peak = max(r.peak_rss for r in results)
+        figures[side] = {
+            "seconds": [round(r.seconds, 2) for r in results],
+            "peak_rss_bytes": peak,
+            "peak_rss_over_xplane": round(peak / xplane_bytes, 1),
+            "wall_ratio_to_cli": round(seconds / cli_seconds, 3),
+            "nonzero_exits": sorted({f for r in results for f in r.failures}),
+        }
+        verdict = "" if side == CLI_SIDE else (
+            f"  ratio {seconds / cli_seconds:.3f} (target <= {WALL_TARGET}, "
+            f"{'met' if seconds / cli_seconds <= WALL_TARGET else 'missed'}); RSS target <= {RSS_TARGET}x "
+            f"{'met' if peak / xplane_bytes <= RSS_TARGET else 'missed'}"
+        )
+        print(f"{SIDES[side]:<38} {seconds:7.2f} s ({median})  peak RSS {peak / 2**20:6.0f} MiB "
+              f"({peak / xplane_bytes:4.1f}x the xplane){verdict}")
+        for failure in figures[side]["nonzero_exits"]:
+            print(f"    exited non-zero: {failure}")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
 

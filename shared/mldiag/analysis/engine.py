@@ -123,10 +123,12 @@ def analyze_session(
     started = time.perf_counter()
     say = progress or (lambda message: None)
     files = [Path(p) for p in paths]
+    if not files:
+        raise UnreadableProfile("no profile files to analyse")
     with _private_folder(scratch_dir) as scratch, ThreadPoolExecutor(
         max_workers=workers or min(8, (os.cpu_count() or 2) + 2), thread_name_prefix="mldiag-analysis"
     ) as pool:
-        session = copy_session(Session(files[0].parent.name if files else "", tuple(files)), scratch)
+        session = copy_session(Session(files[0].parent.name, tuple(files)), scratch)
         profile_bytes = session.bytes
         budget = MemoryBudget(memory_budget_bytes) if memory_budget_bytes else MemoryBudget.for_profile(profile_bytes)
         folder = session.files[0].parent
@@ -149,7 +151,7 @@ def analyze_session(
             state.absent.update(_absent_inputs(hosts))
 
             context = ToolContext(folder=folder, client=client, hlo=_HloModules(client, folder), absent=state.absent)
-            running = {pool.submit(run_tool, name, context): name for name in MANAGED_TOOLS}
+            running = [pool.submit(run_tool, name, context) for name in MANAGED_TOOLS]
             results: dict[str, ToolResult] = {}
             for future in as_completed(running):
                 result = future.result()

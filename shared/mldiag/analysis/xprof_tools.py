@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
 import json
 import os
 import threading
@@ -68,8 +69,8 @@ OP_STATS_CONVERTERS = frozenset({
 CONVERTER_COST = {"op_stats": 19, "memory_profile": 19, "utilization_viewer": 26, "smart_suggestion": 27,
                   "tool_names": 7}
 LIGHT_COST = 1  # op_stats already built, or a per-module HLO view
-# Parameters the tools pass that do not change what a converter returns.
-_PRESENTATION_PARAMETERS = frozenset({"format", "tqx", "bypass_cache", "host", "hosts"})
+# Parameters the tools pass that a converter does not read (the host selection becomes its paths).
+_NOT_FOR_THE_CONVERTER = frozenset({"format", "tqx", "bypass_cache", "host", "hosts"})
 _NO_DATA_STATUSES = frozenset({"NO_DATA", "UNAVAILABLE", "DATA_ABSENT"})
 
 
@@ -96,6 +97,7 @@ class SessionState:
 
 
 def _client_class() -> type:
+    """The client class; it derives from XProf's, so it is made when xprof is first imported."""
     from xprof.cli.internal.oss import xprof_client
 
     class SharedConverters(xprof_client.LocalXprofClient):
@@ -135,7 +137,7 @@ def _client_class() -> type:
                 raise ValueError(f"{converter} reads one host's trace; this session has {len(paths)}")
             if converter in state.absent:
                 return "application/json", None  # what a converter returns when it has nothing
-            params = {k: v for k, v in kwargs.items() if k not in _PRESENTATION_PARAMETERS}
+            params = {k: v for k, v in kwargs.items() if k not in _NOT_FOR_THE_CONVERTER}
             key = json.dumps([converter, paths, params], sort_keys=True, default=str)
             with state.lock_for(key):
                 if key not in state.results:
@@ -161,7 +163,7 @@ def _client_class() -> type:
                 yield
 
         def dump_hlo(self, session_id: str) -> list[str]:
-            """Write each HLO module's proto into the session folder (XProf's tool list does); the tool names."""
+            """Have XProf write each HLO module's proto into the session folder; returns its tool list."""
             from xprof.convert import raw_to_tool_data
 
             state = self._state(session_id)
@@ -216,11 +218,15 @@ class ToolContext:
         return message.replace(str(self.folder), self.folder.name)
 
 
-def _xprof_tool(module: str, function: str, **arguments: Any) -> Callable[[ToolContext], Any]:
+def _xprof_tool(module: str, function: str) -> Callable[[ToolContext], Any]:
     def run(context: ToolContext) -> Any:
         tool = getattr(importlib.import_module(module), function)
-        # Past XProf's on-disk result cache: conversions are shared in memory instead.
-        return getattr(tool, "__wrapped__", tool)(context.session_id, **arguments)
+        implementation = getattr(tool, "__wrapped__", tool)  # past XProf's on-disk result cache
+        # Tools that call other tools (get_kpi_metrics reads get_overview) reach that cache again;
+        # bypassing it keeps every answer to this session's own conversions, shared in memory.
+        if "bypass_cache" in inspect.signature(implementation).parameters:
+            return implementation(context.session_id, bypass_cache=True)
+        return implementation(context.session_id)
 
     return run
 

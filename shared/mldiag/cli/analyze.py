@@ -50,6 +50,11 @@ def analyze(
     reasoner: ReasonerChoice | None = typer.Option(
         None, "--reasoner", help="Who investigates: the offline analyst or Gemini on Vertex AI "
                                  "[default: MLDIAG_REASONER, else offline]."),
+    memory_budget_mib: int = typer.Option(
+        0, "--memory-budget-mib", min=0,
+        help="Memory the analysis may use at once; XProf tools that need more are skipped. "
+             "Default: 20x the profile's size (at least 768 MiB), within what the machine has free.",
+    ),
 ) -> None:
     """Run the 15 XProf tools, investigate with up to 4 follow-ups, and write the report."""
     from mldiag.analysis import analyze_session, download_session, find_session
@@ -73,7 +78,8 @@ def analyze(
             if session.note:
                 stderr.print(Text(session.note))
             analysis = analyze_session(list(session.files), Path(scratch), source=path, progress=progress,
-                                       investigate=investigator(settings, reasoner.value if reasoner else None))
+                                       investigate=investigator(settings, reasoner.value if reasoner else None),
+                                       memory_budget_bytes=memory_budget_mib << 20 or None)
     except (InvalidArgument, NotFound) as error:
         stderr.print(Text(f"mldiag analyze: {error}"))
         raise typer.Exit(UNREADABLE_EXIT) from None
