@@ -14,7 +14,9 @@ from cloudevents.http import CloudEvent
 
 from mldiag import eventlog
 from mldiag.bootstrap import Services
-from mldiag.config import CAPTURE_REQUESTS, MAINTENANCE_TICKS, MONITORING_ALERTS, TOPICS, dead_letter_topic
+from mldiag.config import (
+    ANALYSIS_REQUESTS, CAPTURE_REQUESTS, MAINTENANCE_TICKS, MONITORING_ALERTS, TOPICS, dead_letter_topic,
+)
 
 Handler = Callable[[Services, CloudEvent], object]
 
@@ -25,6 +27,13 @@ def register_session(services: Services, event: CloudEvent) -> eventlog.Outcome:
 
     return eventlog.handle(services.events, "register_session", event,
                            lambda e: register_finalized(services, e))
+
+
+def analyze_session(services: Services, event: CloudEvent) -> eventlog.Outcome:
+    """``analysis-requests``: analyse a settled session, write summary.html and analysis.json next to it."""
+    from mldiag.analysis.job import analyze_requested
+
+    return eventlog.handle(services.events, "analyze_session", event, lambda e: analyze_requested(services, e))
 
 
 def record_dead_letter(services: Services, event: CloudEvent) -> eventlog.Outcome:
@@ -57,6 +66,7 @@ def on_alert(services: Services, event: CloudEvent) -> eventlog.Outcome:
 
 EVENT_HANDLERS: dict[str, Handler] = {
     "register_session": register_session,
+    "analyze_session": analyze_session,
     "record_dead_letter": record_dead_letter,
     "maintenance": maintenance,
     "dispatch_capture": dispatch_capture,
@@ -68,6 +78,7 @@ BUCKET_TRIGGERED = ("register_session",)
 
 # Which function each topic pushes to; Terraform and the devstack create exactly these subscriptions.
 TOPIC_SUBSCRIBERS: dict[str, str] = {
+    ANALYSIS_REQUESTS: "analyze_session",
     MAINTENANCE_TICKS: "maintenance",
     CAPTURE_REQUESTS: "dispatch_capture",
     MONITORING_ALERTS: "on_alert",

@@ -27,8 +27,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import structlog
-
 from mldiag.analysis.analyst import quoted
 from mldiag.analysis.evidence import Analysis, Investigation
 from mldiag.analysis.followups import FollowupTools
@@ -38,7 +36,6 @@ from mldiag.config import Settings
 from mldiag.domain.resources import Finding, FindingCategory, HealthStatus, Priority
 
 SEVERITY = {Priority.P0: 0, Priority.P1: 1, Priority.P2: 2}
-log = structlog.get_logger(__name__)
 
 
 @dataclass
@@ -63,7 +60,7 @@ class Reasoner(Protocol):
         """Form hypotheses from ``analysis``, check them with ``tools``, conclude."""
 
 
-def _merged(baseline: list[Finding], proposed: list[Finding], dropped: list[str]) -> list[Finding]:
+def merge_findings(baseline: list[Finding], proposed: list[Finding], dropped: list[str]) -> list[Finding]:
     """The model's findings, and the baseline's wherever the model has nothing at least as severe."""
     def worst(findings: list[Finding], category: FindingCategory) -> int:
         return min((SEVERITY[f.priority] for f in findings if f.category is category), default=len(SEVERITY))
@@ -91,7 +88,7 @@ def accept(analysis: Analysis, conclusion: Conclusion, tools: FollowupTools, inv
             investigation.dropped.append(f"{finding.priority.value} {quoted(finding.title)}: {reason}")
         else:
             supported.append(finding)
-    analysis.findings = _merged(analysis.findings, supported, investigation.dropped)
+    analysis.findings = merge_findings(analysis.findings, supported, investigation.dropped)
     if conclusion.summary:
         reason = why_summary_unsupported(conclusion.summary, index)
         if reason:
@@ -122,8 +119,6 @@ class Investigator:
         except Exception as error:  # noqa: BLE001 - any failure of the model falls back to the offline rules
             investigation.fallback_reason = str(error) if isinstance(error, ReasonerFailed) else (
                 f"{type(error).__name__}: {error}")
-            log.warning("reasoner failed; the offline analyst concludes", reasoner=self.reasoner.name,
-                        reason=investigation.fallback_reason)
             investigation.reasoner = self.offline.name
             conclusion = self.offline.investigate(analysis, tools)
         investigation.model, investigation.tokens = conclusion.model, conclusion.tokens

@@ -134,8 +134,9 @@ class VertexReasoner:
             http_options=types.HttpOptions(
                 base_url=self.endpoint or None,
                 timeout=int(self.request_timeout_s * 1000),
-                retry_options=types.HttpRetryOptions(attempts=self.attempts, initial_delay=self.retry_initial_delay_s,
-                                                     max_delay=30.0, http_status_codes=RETRIED_STATUSES),
+                retry_options=types.HttpRetryOptions(
+                    attempts=self.attempts, initial_delay=self.retry_initial_delay_s, max_delay=30.0,
+                    jitter=self.retry_initial_delay_s, http_status_codes=RETRIED_STATUSES),
             ),
         )
 

@@ -15,7 +15,7 @@ from mldiag.domain.names import EVENTS, SESSIONS, TARGETS, LocationName, RunName
 from mldiag.domain.resources import Resource
 from mldiag.domain.types import format_timestamp, parse_duration
 from mldiag.repository import Page, Repository
-from mldiag.services import operations, runs, sessions, targets
+from mldiag.services import analysis, operations, runs, sessions, targets
 from mldiag.services.listing import list_page
 
 blueprint = Blueprint("v1alpha", __name__, url_prefix="/v1alpha/projects/<id:project>/locations/<id:location>")
@@ -129,6 +129,12 @@ def share_session(project: str, location: str, run: str, session: str) -> Respon
         "reportUri": link.report_uri,
         "dashboardUri": link.dashboard_uri,
     })
+
+
+@blueprint.post(RUN + "/" + SESSIONS + "/<id:session>:analyze")
+def analyze_session(project: str, location: str, run: str, session: str) -> Response:
+    name = _run(project, location, run).child(SESSIONS, session)
+    return ok(analysis.reanalyze(services(), name).to_json_dict())
 
 
 # --- reads of a run's children, and operations ---------------------------------

@@ -1,4 +1,4 @@
-"""``mldiag profiler-session``: list, describe and share profiler sessions."""
+"""``mldiag profiler-session``: list, describe, share and re-analyse profiler sessions."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from mldiag.cli.api_client import (
 from mldiag.cli.output import Format, show
 from mldiag.domain.types import format_duration, parse_duration
 
-app = typer.Typer(help="Profiler sessions: list, describe, share.", no_args_is_help=True)
+app = typer.Typer(help="Profiler sessions: list, describe, share, analyze.", no_args_is_help=True)
 
 COLLECTION = "profilerSessions"
 COLUMNS = ("kind", "createTime", "analysis.state", "analysis.health", "storageFolderUri")
@@ -48,3 +48,20 @@ def share(
         typer.echo(f"expires {link['expireTime']}", err=True)
     else:
         show(link, fmt)
+
+
+@app.command()
+@api_command
+def analyze(
+    session: SessionId, run: RunOption = "",
+    project: Project = DEFAULT_PROJECT, location: Location = DEFAULT_LOCATION,
+    api_url: ApiUrl = DEFAULT_API_URL, token: Token = "", fmt: Fmt = Format.table,
+) -> None:
+    """Analyse the session's files again (after a failed or timed-out analysis, or a new mldiag)."""
+    path = child_path(project, location, run, COLLECTION, session) + ":analyze"
+    updated = ApiClient(api_url, token).call("POST", path, body={})
+    if fmt is Format.table:
+        typer.echo(f"analysis of {updated['name']} is {updated['analysis']['state']}; "
+                   f"follow it with `mldiag profiler-session describe`")
+    else:
+        show(updated, fmt)

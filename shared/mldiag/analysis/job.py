@@ -1,0 +1,240 @@
+"""The ``analyze_session`` function: one analysis request, start to finish, recorded on the session.
+
+A request (``Registrar.request_analysis``: ``{"session", "generationSet",
+"hostFiles"}``) is handled once per session and set of files:
+
+* a request for files the session no longer holds (its ``generationSet``
+  moved on) is stale: acknowledged and dropped; so is one for a set already
+  DONE or FAILED (``mldiag profiler-session analyze`` asks again);
+* otherwise the analysis goes PENDING → RUNNING, the host files are downloaded
+  into scratch space and analysed by :mod:`mldiag.analysis.worker` in a child
+  process under ``analysis_timeout_seconds``, and ``summary.html`` and
+  ``analysis.json`` are written to ``<session folder>/mldiag/``; the session
+  records DONE, the health, the reasoner, both report URIs and the top finding.
+
+Failures are sorted the way the event archive sorts them: a profile that cannot
+be read, a missing file, a timeout or running out of memory will fail again, so
+the analysis is FAILED with the reason and the event acknowledged
+(:class:`PermanentFailure`); anything else (storage hiccups, a crashed worker)
+puts the analysis back to PENDING with the reason and is retried, until the
+last delivery attempt records FAILED.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+from cloudevents.http import CloudEvent
+
+from mldiag.analysis.report import ANALYSIS_FILE, SUMMARY_FILE
+from mldiag.bootstrap import Services
+from mldiag.blob_uris import parse_blob_uri
+from mldiag.config import Settings
+from mldiag.domain.errors import InvalidArgument, NotFound, PermanentFailure
+from mldiag.domain.resources import AnalysisState, ProfilerSession
+from mldiag.eventlog import Ignored
+from mldiag.messages import message_from_cloud_event
+from mldiag.ports import Transaction
+
+REPORT_FOLDER = "mldiag"
+XPLANE_SUFFIX = ".xplane.pb"
+MAX_REASON_CHARS = 500
+log = structlog.get_logger(__name__)
+
+
+class AnalysisFailed(RuntimeError):
+    """The analysis did not produce a report; ``permanent`` when running it again cannot help."""
+
+    def __init__(self, reason: str, permanent: bool):
+        super().__init__(reason)
+        self.permanent = permanent
+
+
+@dataclass(frozen=True)
+class AnalysisRequest:
+    session: str
+    generation_set: str
+    host_files: dict[str, str]  # host -> gs:// URI of its .xplane.pb
+
+    @classmethod
+    def parse(cls, payload: Any) -> AnalysisRequest:
+        if not isinstance(payload, dict):
+            raise PermanentFailure("an analysis request is a JSON object")
+        session, generation_set, host_files = payload.get("session"), payload.get("generationSet"), payload.get(
+            "hostFiles")
+        if not isinstance(session, str) or not session or not isinstance(generation_set, str) or not generation_set:
+            raise PermanentFailure("an analysis request needs 'session' and 'generationSet'")
+        if not isinstance(host_files, dict) or not host_files or not all(
+                isinstance(h, str) and isinstance(u, str) and u.endswith(XPLANE_SUFFIX) for h, u in host_files.items()):
+            raise PermanentFailure("'hostFiles' must map each host to the gs:// URI of its .xplane.pb")
+        for uri in host_files.values():
+            try:
+                parse_blob_uri(uri)
+            except InvalidArgument as bad:
+                raise PermanentFailure(f"'hostFiles': {bad}") from None
+        return cls(session, generation_set, dict(host_files))
+
+    @property
+    def folder_uri(self) -> str:
+        """The session folder: where the host files are."""
+        return sorted(self.host_files.values())[0].rsplit("/", 1)[0]
+
+
+def _update(services: Services, name: str, change: Callable[[ProfilerSession], str]) -> str:
+    """Apply ``change`` to the stored session in a transaction; returns what it says."""
+    def work(transaction: Transaction) -> str:
+        previous = services.sessions.find_in(transaction, name)
+        if previous is None:
+            raise Ignored("the session no longer exists")
+        session = previous.model_copy(deep=True)
+        said = change(session)
+        services.sessions.save_in(transaction, previous, session)
+        return said
+
+    return services.store.transaction(work)
+
+
+def _start(services: Services, request: AnalysisRequest) -> None:
+    def change(session: ProfilerSession) -> str:
+        analysis = session.analysis
+        # Current means: these are the session's files now, and no request for newer ones went out since.
+        if request.generation_set != session.generation_set() or request.generation_set != analysis.generation_set:
+            raise Ignored("stale request: the session's files changed since; a newer request analyses them")
+        if analysis.state in (AnalysisState.DONE, AnalysisState.FAILED):
+            raise Ignored(f"already {analysis.state.value} for these files; "
+                          "`mldiag profiler-session analyze` runs it again")
+        if analysis.state not in (AnalysisState.PENDING, AnalysisState.RUNNING):
+            raise Ignored(f"no analysis was requested (state {analysis.state.value})")
+        analysis.state = AnalysisState.RUNNING
+        analysis.attempts += 1
+        analysis.start_time, analysis.end_time = services.now(), None
+        analysis.error = ""
+        return ""
+
+    _update(services, request.session, change)
+
+
+def _finish(services: Services, request: AnalysisRequest, state: AnalysisState, **fields: Any) -> str:
+    """Record the outcome, if the session still waits for this run's result."""
+    def change(session: ProfilerSession) -> str:
+        analysis = session.analysis
+        if analysis.generation_set != request.generation_set or analysis.state is not AnalysisState.RUNNING:
+            return "superseded: a newer request for this session is pending"
+        analysis.state = state
+        analysis.end_time = services.now()
+        for name, value in fields.items():
+            setattr(analysis, name, value)
+        return state.value
+
+    return _update(services, request.session, change)
+
+
+def _dashboard_uri(services: Services, session: ProfilerSession) -> str:
+    from mldiag.domain.names import parent_of
+    from mldiag.services.sessions import session_location
+
+    if session.dashboard_uri:
+        return session.dashboard_uri
+    run = services.runs.find(parent_of(session.name))
+    return session_location(services.settings, run, session.id)[1] if run is not None else ""
+
+
+def worker_environment(settings: Settings) -> dict[str, str]:
+    """The environment that gives the worker this function's reasoner settings."""
+    return {**os.environ, "MLDIAG_REASONER": settings.reasoner, "MLDIAG_PROJECT": settings.project,
+            "MLDIAG_VERTEX_MODEL": settings.vertex_model, "MLDIAG_VERTEX_LOCATION": settings.vertex_location,
+            "MLDIAG_VERTEX_ENDPOINT": settings.vertex_endpoint}
+
+
+def _run_worker(settings: Settings, files: list[Path], scratch: Path, out: Path, source: str, dashboard_uri: str) -> None:
+    from mldiag.analysis.profiles import UNREADABLE_EXIT
+
+    command = [sys.executable, "-m", "mldiag.analysis.worker", "--out", str(out), "--scratch", str(scratch),
+               "--source", source, "--dashboard-uri", dashboard_uri, *map(str, files)]
+    # A session of its own, so that a timeout stops the worker and whatever it started.
+    worker = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              env=worker_environment(settings), start_new_session=True)
+    try:
+        _, errors = worker.communicate(timeout=settings.analysis_timeout_seconds)
+    except subprocess.TimeoutExpired:
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.communicate()
+        raise AnalysisFailed(f"the analysis did not finish within {settings.analysis_timeout_seconds:g} s",
+                             permanent=True) from None
+    last = (errors.strip().splitlines() or [""])[-1][:MAX_REASON_CHARS]
+    if worker.returncode == UNREADABLE_EXIT:
+        raise AnalysisFailed(f"unreadable profile: {last}", permanent=True)
+    if worker.returncode == -signal.SIGKILL:
+        raise AnalysisFailed("the analysis was killed (SIGKILL): the profile needs more memory than this function "
+                             "has", permanent=True)
+    if worker.returncode != 0:
+        raise AnalysisFailed(f"the analysis worker exited with {worker.returncode}: {last}", permanent=False)
+
+
+def _analyse(services: Services, request: AnalysisRequest, session: ProfilerSession, scratch: Path) -> tuple[str, str]:
+    """Download, analyse, upload; returns the URIs of ``summary.html`` and ``analysis.json``."""
+    folder = request.folder_uri
+    files = []
+    for host, uri in sorted(request.host_files.items()):
+        target = scratch / "profile" / session.id / f"{host}{XPLANE_SUFFIX}"
+        try:
+            services.blobs.download(uri, target)
+        except NotFound:
+            raise AnalysisFailed(f"{uri} is gone from the bucket", permanent=True) from None
+        files.append(target)
+    out = scratch / "report"
+    _run_worker(services.settings, files, scratch, out, folder, _dashboard_uri(services, session))
+    report_uri, analysis_uri = (f"{folder}/{REPORT_FOLDER}/{name}" for name in (SUMMARY_FILE, ANALYSIS_FILE))
+    services.blobs.upload(out / ANALYSIS_FILE, analysis_uri, "application/json")
+    services.blobs.upload(out / SUMMARY_FILE, report_uri, "text/html; charset=utf-8")
+    return report_uri, analysis_uri
+
+
+def _reasoner(analysis: Any) -> str:
+    investigation = analysis.investigation
+    if investigation is None:
+        return "offline"
+    if investigation.fallback_reason:
+        return f"offline (Vertex AI failed: {investigation.fallback_reason})"[:MAX_REASON_CHARS]
+    return f"vertex ({investigation.model})" if investigation.reasoner == "vertex" else investigation.reasoner
+
+
+def analyze_requested(services: Services, event: CloudEvent) -> str:
+    """The ``analyze_session`` handler body: one ``analysis-requests`` message in, a one-line account out."""
+    from mldiag.analysis.evidence import Analysis
+
+    message = message_from_cloud_event(event)
+    request = AnalysisRequest.parse(message.json())
+    last_attempt = message.delivery_attempt >= services.settings.max_delivery_attempts
+    with structlog.contextvars.bound_contextvars(session=request.session):
+        _start(services, request)
+        session = services.sessions.get(request.session)
+        try:
+            with tempfile.TemporaryDirectory(prefix="mldiag-session-") as scratch:
+                report_uri, analysis_uri = _analyse(services, request, session, Path(scratch))
+                analysis = Analysis.model_validate_json((Path(scratch) / "report" / ANALYSIS_FILE).read_text("utf-8"))
+        except Exception as error:  # noqa: BLE001 - recorded on the session, then acknowledged or retried
+            permanent = isinstance(error, AnalysisFailed) and error.permanent
+            reason = str(error) if isinstance(error, AnalysisFailed) else f"{type(error).__name__}: {error}"
+            if permanent or last_attempt:
+                _finish(services, request, AnalysisState.FAILED, error=reason[:MAX_REASON_CHARS])
+                raise PermanentFailure(f"analysis failed: {reason}") from error
+            _finish(services, request, AnalysisState.PENDING, error=f"will retry: {reason}"[:MAX_REASON_CHARS])
+            raise
+        top = analysis.findings[0] if analysis.findings else None
+        outcome = _finish(
+            services, request, AnalysisState.DONE, health=analysis.status, reasoner=_reasoner(analysis),
+            report_uri=report_uri, analysis_uri=analysis_uri, error="",
+            top_finding=f"{top.priority.value} {top.title}" if top else "",
+        )
+        log.info("session analysed", status=analysis.status.value, report=report_uri, recorded=outcome)
+        return f"{analysis.status.value}: {report_uri} ({outcome})"

@@ -1,0 +1,44 @@
+"""``python -m mldiag.analysis.worker``: one session's analysis in a process of its own.
+
+The ``analyze_session`` function starts it for each request, so that a timeout
+really stops the work and running out of memory ends this process rather than
+the function. It analyses the files it is given, investigates with the
+reasoner the environment configures, and writes ``analysis.json`` and
+``summary.html`` into ``--out``. Exit 3 (with the reason on stderr) means the
+profile cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("files", nargs="+", type=Path, help="the session's <host>.xplane.pb files")
+    parser.add_argument("--out", type=Path, required=True, help="where to write the two reports")
+    parser.add_argument("--scratch", type=Path, help="where the private copy may live")
+    parser.add_argument("--source", default="", help="where the session is kept, for the report")
+    parser.add_argument("--dashboard-uri", default="", help="the session in the XProf viewer")
+    args = parser.parse_args(argv)
+
+    from mldiag.analysis import analyze_session
+    from mldiag.analysis.investigation import investigator
+    from mldiag.analysis.profiles import UNREADABLE_EXIT, UnreadableProfile
+    from mldiag.analysis.report import write_reports
+    from mldiag.config import Settings
+
+    try:
+        analysis = analyze_session(args.files, args.scratch, source=args.source,
+                                   investigate=investigator(Settings.from_env()))
+    except UnreadableProfile as error:
+        print(error, file=sys.stderr)
+        return UNREADABLE_EXIT
+    write_reports(analysis, args.out, dashboard_uri=args.dashboard_uri)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
