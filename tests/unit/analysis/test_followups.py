@@ -1,0 +1,137 @@
+"""Follow-up checks: proposals naming nothing in the profile are refused, at most four run, XProf answers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from investigation_support import on_live_profile
+
+from mldiag.analysis.evidence import ToolStatus
+from mldiag.analysis.followups import MAX_FOLLOWUPS, FollowupTools, Refused
+
+WHY = {"why": "a hypothesis"}
+# Refused ones first: they do not count against the limit; the valid ones after them use it up.
+PROPOSALS = {
+    "unknown tool": ("run_shell", {"command": "id", **WHY}),
+    "unknown module": ("get_hlo_neighborhood", {"module": "jit_nothing(1)", "instruction": "copy", **WHY}),
+    "unknown instruction": ("get_hlo_neighborhood", {"module": "jit_transpose(18)", "instruction": "fusion.999",
+                                                     **WHY}),
+    "unknown event": ("aggregate_xplane_events", {"events": ["PjitFunction(nothing)"], **WHY}),
+    "regex as an event": ("aggregate_xplane_events", {"events": [".*"], **WHY}),
+    "events and family": ("aggregate_xplane_events", {"events": ["copy"], "family": "converts", **WHY}),
+    "radius out of bounds": ("get_hlo_neighborhood", {"module": "jit_transpose(18)",
+                                                      "instruction": "transpose_copy_fusion", "radius": 50, **WHY}),
+    "unknown argument": ("get_kernel_stats", {"limit": 5, "session_id": "/etc", **WHY}),
+    "no why": ("llo_load", {}),
+    "neighbourhood": ("get_hlo_neighborhood", {"module": "jit_convert_element_type(10)",
+                                               "instruction": "%wrapped_convert", **WHY}),
+    "dispatches": ("aggregate_xplane_events", {"family": "jit_dispatch", **WHY}),
+    "named events": ("aggregate_xplane_events", {"events": ["wrapped_convert", "copy"], **WHY}),
+    "kernels on a CPU": ("get_kernel_stats", {"limit": 5, **WHY}),
+    "over the limit": ("llo_load", WHY),
+}
+REFUSED = [key for key in PROPOSALS if key not in ("neighbourhood", "dispatches", "named events", "kernels on a CPU")]
+
+
+def _propose(proposals):
+    def run(analysis, context):
+        tools = FollowupTools.of(analysis, context)
+        outcomes = {}
+        for key, (tool, arguments) in proposals.items():
+            try:
+                outcomes[key] = tools.run(tool, arguments)
+            except Refused as refused:
+                outcomes[key] = refused
+        return analysis, tools, outcomes
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def unfused():
+    return on_live_profile("unfused_small_ops", proposals=_propose(PROPOSALS))["proposals"]
+
+
+@pytest.fixture(scope="module")
+def tpu():
+    return on_live_profile("tpu_v6e4_inference", proposals=_propose({
+        "kernels": ("get_kernel_stats", {"limit": 3, **WHY}),
+        "one kernel": ("get_kernel_stats", {"kernel": "copy-done.2", **WHY}),
+        "llo": ("llo_load", WHY),
+        "llo query": ("llo_query", {"mode": "list_ops", **WHY}),
+    }))["proposals"]
+
+
+@pytest.mark.parametrize("key", REFUSED)
+def test_a_proposal_naming_nothing_in_the_profile_is_refused_and_recorded(unfused, key):
+    _, tools, outcomes = unfused
+    assert isinstance(outcomes[key], Refused)
+    assert str(outcomes[key]) in tools.refused
+
+
+def test_refusals_say_why(unfused):
+    _, _, outcomes = unfused
+    assert "unknown tool" in str(outcomes["unknown tool"])
+    assert 'no HLO module "jit_nothing(1)"' in str(outcomes["unknown module"])
+    assert 'no instruction "fusion.999"' in str(outcomes["unknown instruction"])
+    assert "events or family" in str(outcomes["events and family"])
+    assert "from 1 to 3" in str(outcomes["radius out of bounds"])
+    assert '"session_id"' in str(outcomes["unknown argument"])
+    assert "why is required" in str(outcomes["no why"])
+    assert f"limit of {MAX_FOLLOWUPS}" in str(outcomes["over the limit"])
+
+
+def test_at_most_four_follow_ups_run(unfused):
+    _, tools, _ = unfused
+    assert [f.tool for f in tools.followups] == [
+        "get_hlo_neighborhood", "aggregate_xplane_events", "aggregate_xplane_events", "get_kernel_stats"]
+    assert tools.remaining == 0
+    assert all(f.why == WHY["why"] and f.seconds >= 0 for f in tools.followups)
+
+
+def test_the_hlo_neighbourhood_shows_what_the_instruction_reads(unfused):
+    _, _, outcomes = unfused
+    followup = outcomes["neighbourhood"]
+    assert followup.status is ToolStatus.OK
+    assert followup.arguments == {"module": "jit_convert_element_type(10)", "instruction": "wrapped_convert",
+                                  "radius": 2}
+    assert '"args_0_.1" = bf16[64,64]{1,0} parameter' in followup.showed
+    assert "ROOT wrapped_convert = f32[64,64]{1,0} fusion" in followup.output
+
+
+def test_dispatch_timings_agree_with_the_raw_event_signals(unfused):
+    analysis, _, outcomes = unfused
+    followup = outcomes["dispatches"]
+    groups = {g["event"]: g for g in json.loads(followup.output)["aggregates"]}
+    host = analysis.hosts[0]
+    for program in host.dispatched:
+        assert groups[program.name]["count"] >= program.count_per_step * host.steps
+    assert '"PjitFunction(convert_element_type)"' in followup.showed
+
+
+def test_named_events_match_exactly_those_events(unfused):
+    _, _, outcomes = unfused
+    groups = json.loads(outcomes["named events"].output)["aggregates"]
+    assert {g["event"] for g in groups} == {"wrapped_convert", "copy"}  # not "copy.1" nor "transpose_copy_fusion"
+
+
+def test_kernel_statistics_are_empty_on_a_cpu_profile(unfused):
+    _, _, outcomes = unfused
+    assert outcomes["kernels on a CPU"].status is ToolStatus.NO_DATA
+    assert "/tmp" not in outcomes["kernels on a CPU"].showed  # the private copy's path is not reported
+
+
+def test_kernel_statistics_of_tpu_ops(tpu):
+    _, _, outcomes = tpu
+    kernels = outcomes["kernels"]
+    assert kernels.status is ToolStatus.OK and '"%copy-done.2"' in kernels.showed
+    one = outcomes["one kernel"].showed
+    assert one.startswith('"%copy-done.2": 400 runs') and one.count(" runs, ") == 1
+
+
+def test_llo_is_reported_not_available_without_llo_data(tpu):
+    _, _, outcomes = tpu
+    for key in ("llo", "llo query"):
+        assert outcomes[key].status is ToolStatus.NO_DATA
+        assert outcomes[key].showed.startswith("not available")

@@ -1,0 +1,157 @@
+"""The ``analyze_session`` handler on the embedded backend: real registration, real worker, the committed profiles."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+from analysis_support import xplane
+
+from mldiag import entrypoints
+from mldiag.config import ANALYSIS_REQUESTS
+from mldiag.domain import AnalysisState, HealthStatus
+from mldiag.domain.names import parse_child
+from mldiag.eventlog import Ignored, Outcome
+from mldiag.messages import Message, pubsub_cloud_event, storage_finalized_event
+from mldiag.registration import Registrar, parse_finalized
+from mldiag.services.analysis import reanalyze
+
+SESSION = "projects/p/locations/l/machineLearningRuns/run1/profilerSessions/s1"
+FOLDER = "gs://profiles/run1/plugins/profile/s1"
+
+
+def _add_file(services, data: bytes, host: str = "host0") -> None:
+    uri = f"{FOLDER}/{host}.xplane.pb"
+    written = services.blobs.write_bytes(uri, data)
+    entrypoints.register_session(services, storage_finalized_event({
+        "bucket": "profiles", "name": uri.removeprefix("gs://profiles/"), "generation": written.generation,
+        "size": str(written.size)}))
+
+
+def _settle(services, clock) -> Message:
+    clock.advance(services.settings.settle_seconds + 1)
+    assert Registrar(services).settle_due() == 1
+    return services.bus.published[ANALYSIS_REQUESTS][-1]
+
+
+def _deliver(services, message: Message, attempt: int = 1) -> Outcome:
+    event = pubsub_cloud_event(project="p", topic=ANALYSIS_REQUESTS, subscription="analyze_session",
+                               message=dataclasses.replace(message, delivery_attempt=attempt),
+                               published=services.now())
+    return entrypoints.analyze_session(services, event)
+
+
+def _analysis(services):
+    return services.sessions.get(SESSION).analysis
+
+
+def _error(services, message: Message) -> str:
+    return services.events.get("analyze_session", message.message_id).error
+
+
+@pytest.fixture
+def requested(embedded, clock) -> Message:
+    """An input-bound session, registered from the bucket and settled: its analysis request."""
+    _add_file(embedded, xplane("input_bound").read_bytes())
+    return _settle(embedded, clock)
+
+
+def test_a_settled_session_is_analysed_and_its_reports_land_next_to_it(embedded, requested):
+    assert json.loads(requested.data) == {"session": SESSION, "generationSet": _analysis(embedded).generation_set,
+                                          "hostFiles": {"host0": f"{FOLDER}/host0.xplane.pb"}}
+    assert _deliver(embedded, requested) is Outcome.OK
+    analysis = _analysis(embedded)
+    assert analysis.state is AnalysisState.DONE and analysis.health is HealthStatus.NEEDS_ATTENTION
+    assert (analysis.report_uri, analysis.analysis_uri) == (f"{FOLDER}/mldiag/summary.html",
+                                                            f"{FOLDER}/mldiag/analysis.json")
+    assert analysis.reasoner == "offline" and analysis.error == "" and analysis.attempts == 1
+    assert analysis.top_finding.startswith("P0 Host-bound input")
+    assert analysis.start_time <= analysis.end_time
+    written = json.loads(embedded.blobs.read_bytes(analysis.analysis_uri))
+    assert written["status"] == "NEEDS_ATTENTION" and written["followups"]
+    page = embedded.blobs.read_bytes(analysis.report_uri).decode()
+    assert "NEEDS ATTENTION" in page and 'id="viewer-link"' in page and "session_path=gs%3A%2F%2Fprofiles" in page
+    with pytest.raises(Ignored):  # the reports' own finalize events register nothing
+        parse_finalized({"bucket": "profiles", "name": analysis.report_uri.removeprefix("gs://profiles/"),
+                         "generation": "1", "size": "10"}, 1 << 30)
+
+
+def test_one_analysis_per_session_and_set_of_files(embedded, requested):
+    assert _deliver(embedded, requested) is Outcome.OK
+    assert _deliver(embedded, requested) is Outcome.DUPLICATE  # the same message again
+    again = dataclasses.replace(requested, message_id="another-publish")
+    assert _deliver(embedded, again) is Outcome.IGNORED
+    assert "already DONE" in embedded.events.get("analyze_session", "another-publish").detail
+    assert _analysis(embedded).attempts == 1
+
+
+def test_a_request_for_files_the_session_no_longer_holds_is_dropped(embedded, requested):
+    _add_file(embedded, xplane("compute_bound").read_bytes())  # a new generation, not settled yet
+    assert _deliver(embedded, requested) is Outcome.IGNORED
+    assert "stale request" in embedded.events.get("analyze_session", requested.message_id).detail
+    assert _analysis(embedded).state is AnalysisState.PENDING
+
+
+def test_an_unreadable_profile_fails_for_good_with_the_reason(embedded, clock):
+    _add_file(embedded, b"\x0a\x05hello this is not an XSpace")
+    request = _settle(embedded, clock)
+    assert _deliver(embedded, request) is Outcome.REJECTED
+    analysis = _analysis(embedded)
+    assert analysis.state is AnalysisState.FAILED and "unreadable profile" in analysis.error
+    assert "unreadable profile" in _error(embedded, request)
+
+
+def test_a_timed_out_analysis_is_recorded_and_runs_again_on_request(embedded, requested):
+    patient = embedded.settings
+    embedded.settings = patient.model_copy(update={"analysis_timeout_seconds": 0.3})
+    assert _deliver(embedded, requested) is Outcome.REJECTED
+    failed = _analysis(embedded)
+    assert failed.state is AnalysisState.FAILED and "did not finish within 0.3 s" in failed.error
+    assert _deliver(embedded, dataclasses.replace(requested, message_id="redelivered")) is Outcome.IGNORED
+
+    embedded.settings = patient
+    assert reanalyze(embedded, parse_child(SESSION)).analysis.state is AnalysisState.PENDING
+    rerun = embedded.bus.published[ANALYSIS_REQUESTS][-1]
+    assert rerun.message_id != requested.message_id and json.loads(rerun.data) == json.loads(requested.data)
+    assert _deliver(embedded, rerun) is Outcome.OK
+    done = _analysis(embedded)
+    assert done.state is AnalysisState.DONE and done.attempts == 2 and done.error == ""
+
+
+def test_a_transient_failure_is_retried_and_the_last_attempt_records_it(embedded, requested, monkeypatch):
+    download = embedded.blobs.download
+    failures = iter([ConnectionError("storage unavailable")])
+
+    def flaky(uri, destination):
+        for failure in failures:
+            raise failure
+        return download(uri, destination)
+
+    monkeypatch.setattr(embedded.blobs, "download", flaky)
+    with pytest.raises(ConnectionError):
+        _deliver(embedded, requested)
+    retrying = _analysis(embedded)
+    assert retrying.state is AnalysisState.PENDING and "will retry: ConnectionError" in retrying.error
+    assert _deliver(embedded, requested, attempt=2) is Outcome.OK
+    assert _analysis(embedded).state is AnalysisState.DONE
+
+    monkeypatch.setattr(embedded.blobs, "download", lambda uri, destination: (_ for _ in ()).throw(
+        ConnectionError("storage unavailable")))
+    reanalyze(embedded, parse_child(SESSION))
+    last = embedded.bus.published[ANALYSIS_REQUESTS][-1]
+    assert _deliver(embedded, last, attempt=embedded.settings.max_delivery_attempts) is Outcome.REJECTED
+    assert _analysis(embedded).state is AnalysisState.FAILED
+
+
+@pytest.mark.parametrize(("payload", "outcome", "says"), [
+    ({"session": SESSION}, Outcome.REJECTED, "needs 'session' and 'generationSet'"),
+    ({"session": SESSION, "generationSet": "g", "hostFiles": {"h": "gs://profiles/x.txt"}}, Outcome.REJECTED, "hostFiles"),
+    ({"session": SESSION + "-gone", "generationSet": "g", "hostFiles": {"h": "gs://profiles/h.xplane.pb"}},
+     Outcome.IGNORED, "no longer exists"),
+])
+def test_a_request_that_cannot_be_served_is_acknowledged_with_the_reason(embedded, payload, outcome, says):
+    message = Message(data=json.dumps(payload).encode(), message_id=f"m-{len(json.dumps(payload))}")
+    assert _deliver(embedded, message) is outcome
+    record = embedded.events.get("analyze_session", message.message_id)
+    assert says in record.error + record.detail

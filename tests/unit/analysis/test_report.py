@@ -1,0 +1,69 @@
+"""summary.html: one self-contained page, profile strings as text, and the reasoner's story told."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from analysis_support import xplane
+from investigation_support import investigated
+from typer.testing import CliRunner
+
+from mldiag.analysis.report import render_summary
+from mldiag.cli.main import app
+
+VIEWER = "https://xprof.example.com/?session_path=gs%3A%2F%2Fprofiles%2Frun1%2Fplugins%2Fprofile%2Fs1"
+
+
+def _page(name: str, **options: str) -> str:
+    return render_summary(investigated(name), **options)
+
+
+def test_the_page_has_banner_summary_tiles_findings_charts_and_sections():
+    analysis = investigated("unfused_small_ops")
+    page = _page("unfused_small_ops", dashboard_uri=VIEWER)
+    assert 'class="banner attention"' in page and "NEEDS ATTENTION" in page
+    assert all(f.title in page for f in analysis.findings)
+    for section in ("metrics", "findings", "roofline", "memory", "op-profile", "kernels", "llo", "followups", "tools"):
+        assert f'id="{section}"' in page
+    steps = len(analysis.hosts[0].series.step_ms)
+    step_chart = page[page.index('id="step-chart-1"'):page.index('id="ops-chart-1"')]
+    assert step_chart.count("<rect") == 2 * steps  # busy and idle per step
+    assert f'href="{VIEWER.replace("&", "&amp;")}"' in page and 'href="analysis.json"' in page
+
+
+def test_an_optimal_profile_shows_a_green_banner_and_no_follow_ups():
+    page = _page("compute_bound")
+    assert 'class="banner optimal"' in page and "no follow-up checks were needed" in page
+
+
+def test_the_page_loads_nothing_and_runs_nothing():
+    page = _page("unfused_small_ops", dashboard_uri=VIEWER)
+    assert "<script" not in page.lower() and "<img" not in page.lower() and "<link" not in page.lower()
+    assert "default-src 'none'" in page
+    urls = set(re.findall(r"(?:src|href)=\"([^\"]*)\"", page))
+    assert urls == {VIEWER.replace("&", "&amp;"), "analysis.json"}
+
+
+def test_profile_strings_are_text():
+    page = _page("hostile")
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "&#34;&gt;&lt;img src=x onerror=alert(1)&gt;" in page
+    assert "<script>" not in page and "<img" not in page
+
+
+@pytest.mark.parametrize("link", ["javascript:alert(1)", "data:text/html,hi", "gs://profiles/r/s", "//evil"])
+def test_only_web_links_reach_the_viewer_link(link):
+    assert 'id="viewer-link"' not in _page("input_bound", dashboard_uri=link)
+
+
+def test_vertex_failing_in_mldiag_analyze_leaves_an_offline_report_that_says_why(tmp_path):
+    result = CliRunner().invoke(app, ["analyze", str(xplane("input_bound")), "--out", str(tmp_path),
+                                      "--reasoner", "vertex"],
+                                env={"GOOGLE_APPLICATION_CREDENTIALS": str(tmp_path / "missing.json"),
+                                     "MLDIAG_PROJECT": "p", "MLDIAG_VERTEX_ENDPOINT": "http://127.0.0.1:9"})
+    assert result.exit_code == 0, result.output
+    assert "the offline analyst wrote the report" in result.stderr
+    page = (tmp_path / "summary.html").read_text()
+    assert 'id="fallback"' in page and "Vertex AI gemini-2.5-flash: " in page
+    assert "Reasoned by the offline analyst" in page
