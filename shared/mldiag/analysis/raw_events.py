@@ -201,7 +201,7 @@ def _read(path: Path) -> _Trace:
             trace.markers.add(index)
 
     xla_runs_on_host = not trace.lanes
-    host = profile.find_plane_with_name("/host:CPU")
+    host = next((plane for plane in profile.planes if plane.name == "/host:CPU"), None)
     for line in host.lines if host is not None else ():
         events = reader.line(line, note_marker)
         if xla_runs_on_host and line.name.startswith("tf_XLA"):

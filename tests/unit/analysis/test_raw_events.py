@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 from analysis_support import facts, xplane
@@ -52,3 +54,10 @@ def test_a_truncated_profile_is_refused(tmp_path):
     cut.write_bytes(whole[: len(whole) // 2])
     with pytest.raises(UnreadableProfile, match="not a readable XSpace"):
         read_host_evidence(cut)
+
+
+def test_without_jax_the_xprof_reader_gives_the_same_evidence(monkeypatch):
+    with_jax = read_host_evidence(xplane("input_bound"))
+    monkeypatch.setitem(sys.modules, "jaxlib", None)  # as if jax were not installed
+    without_jax = read_host_evidence(xplane("input_bound"))
+    assert without_jax == with_jax
