@@ -1,7 +1,11 @@
-"""The XProf viewer child of ``mldiag up --viewer``: real xprof on a real profile, on 127.0.0.1 only."""
+"""The XProf viewer child of ``mldiag up --viewer``: real xprof on a real profile, on 127.0.0.1 only.
+
+XProf caches its conversions next to a session, so the viewer serves a copy of the fixture.
+"""
 
 from __future__ import annotations
 
+import shutil
 import socket
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -11,13 +15,20 @@ import requests
 
 from mldiag.ui.xprof_viewer import ViewerFailed, XprofViewer
 
-PROFILES = Path(__file__).resolve().parents[2] / "fixtures" / "profiles"
-SESSION = PROFILES / "compute_bound" / "plugins" / "profile" / "compute_bound"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "profiles" / "compute_bound"
+SESSION = Path("compute_bound") / "plugins" / "profile" / "compute_bound"
 
 
 @pytest.fixture(scope="module")
-def viewer(tmp_path_factory: pytest.TempPathFactory):
-    started = XprofViewer(PROFILES, 0, tmp_path_factory.mktemp("viewer") / "viewer.log")
+def logdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    copy = tmp_path_factory.mktemp("logdir")
+    shutil.copytree(FIXTURE, copy / "compute_bound")
+    return copy
+
+
+@pytest.fixture(scope="module")
+def viewer(logdir: Path, tmp_path_factory: pytest.TempPathFactory):
+    started = XprofViewer(logdir, 0, tmp_path_factory.mktemp("viewer") / "viewer.log")
     started.start()
     yield started
     started.stop()
@@ -34,11 +45,12 @@ def _outside_address() -> str | None:
     return None if address.startswith("127.") else address
 
 
-def test_the_viewer_opens_a_session_folder_by_its_path(viewer):
-    runs = requests.get(f"{viewer.url}/data/plugin/profile/runs", params={"session_path": str(SESSION)}, timeout=30)
+def test_the_viewer_opens_a_session_folder_by_its_path(viewer, logdir):
+    session = str(logdir / SESSION)
+    runs = requests.get(f"{viewer.url}/data/plugin/profile/runs", params={"session_path": session}, timeout=30)
     assert runs.json() == ["compute_bound"]
     tools = requests.get(f"{viewer.url}/data/plugin/profile/run_tools",
-                         params={"session_path": str(SESSION), "run": "compute_bound"}, timeout=30)
+                         params={"session_path": session, "run": "compute_bound"}, timeout=30)
     assert "overview_page" in tools.json()
 
 
@@ -53,7 +65,7 @@ def test_the_viewer_listens_on_loopback_only(viewer):
 
 
 def test_stopping_the_viewer_frees_its_port(tmp_path):
-    viewer = XprofViewer(PROFILES, 0, tmp_path / "viewer.log")
+    viewer = XprofViewer(tmp_path, 0, tmp_path / "viewer.log")
     url = viewer.start()
     viewer.stop()
     with pytest.raises(requests.ConnectionError):
@@ -65,5 +77,5 @@ def test_a_port_in_use_fails_with_the_viewers_own_words(tmp_path):
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         with pytest.raises(ViewerFailed, match="did not start") as failure:
-            XprofViewer(PROFILES, taken.getsockname()[1], tmp_path / "viewer.log").start()
+            XprofViewer(tmp_path, taken.getsockname()[1], tmp_path / "viewer.log").start()
     assert "Address already in use" in str(failure.value)
