@@ -5,7 +5,8 @@
 seeded through the API; Chromium (Debian's ``chromium`` driven through its
 ``chromium-driver``) reads the pages, posts the capture form against a JAX
 training loop serving the XProf profiler, watches the session reach
-SUCCEEDED in the table that refreshes itself, and opens it in XProf.
+SUCCEEDED in the table that refreshes itself, opens it in XProf, opens its
+report once the analysis is done, and has it analysed again.
 Screenshots at 1280 px and at phone width go to ``test-artifacts/console/``.
 Every console page must load without a console error and without a request
 to anything but 127.0.0.1 (the stock XProf UI is another matter: it asks
@@ -26,7 +27,6 @@ import pytest
 import requests
 
 from capture_support import LOCATION, ControlPlane, register_target
-from mldiag import entrypoints
 
 pytestmark = pytest.mark.slow
 
@@ -43,9 +43,12 @@ CAPTURE_TIMEOUT_S = 120
 MLDIAG_UP_ARGS = ("--viewer", "--viewer-port", "0")  # for the control_plane fixture
 
 
-def _api(plane: ControlPlane, path: str, body: dict) -> None:
-    response = requests.post(f"{plane.url}/{LOCATION}/{path}", json=body, timeout=10)
+def _api(plane: ControlPlane, path: str, body: dict | None = None) -> dict:
+    """POST ``body`` to the API (GET without one)."""
+    url = f"{plane.url}/{LOCATION}/{path}"
+    response = requests.get(url, timeout=10) if body is None else requests.post(url, json=body, timeout=10)
     assert response.status_code == 200, response.text
+    return response.json()
 
 
 class Browser:
@@ -225,8 +228,6 @@ def test_the_xprof_link_opens_the_captured_session_in_the_viewer(seeded, browser
     browser.requests_and_errors()  # XProf's own requests are its business
 
 
-@pytest.mark.skipif("analyze_session" not in entrypoints.EVENT_HANDLERS,
-                    reason="mldiag up does not analyse sessions yet (no analyze_session function)")
 def test_the_captured_sessions_report_opens(seeded, browser):
     browser.open(f"{seeded.url}/ui/runs/{RUN}")
     row = "//tbody/tr[th//a[text()='from-the-browser']]"
@@ -237,4 +238,19 @@ def test_the_captured_sessions_report_opens(seeded, browser):
     browser.wait_for(lambda: browser.driver.current_url.endswith("/from-the-browser/report/summary.html"), "the report")
     assert browser.driver.title and browser.text().strip()
     browser.screenshot("report")
+    browser.assert_stays_local()
+
+
+def test_analysing_again_from_the_console_ends_with_a_new_analysis(seeded, browser):
+    path = f"machineLearningRuns/{RUN}/profilerSessions/from-the-browser"
+    first = _api(seeded, path)["analysis"]["endTime"]
+    browser.open(f"{seeded.url}/ui/runs/{RUN}/sessions/from-the-browser")
+    browser.driver.find_element("xpath", "//button[text()='Analyse again']").click()
+
+    browser.wait_for(lambda: "done=analysis" in browser.driver.current_url, "the redirect after the request")
+    assert "Analysis requested: session from-the-browser" in browser.text()
+    row = "//tbody/tr[th//a[text()='from-the-browser']]"
+    browser.wait_for(lambda: "Done" in browser.driver.find_element("xpath", row).text,
+                     "the new analysis to finish (the table refreshing itself)", CAPTURE_TIMEOUT_S)
+    assert _api(seeded, path)["analysis"]["endTime"] > first
     browser.assert_stays_local()

@@ -2,8 +2,8 @@
 
 Pages: the runs of this deployment's location, a run (its targets, continuous
 profiling, sessions and monitored events), and a session (its targets'
-phases, tracer levels, analysis and links). Forms post to the capture and
-share services and answer with a redirect back to the page (or the page with
+phases, tracer levels, analysis and links). Forms post to the capture, share
+and re-analysis services and answer with a redirect back to the page (or the page with
 the error, when the service refused). The sessions table of a run refreshes
 itself while a capture or an analysis is under way (``console.js`` fetches
 ``.../sessions``, the same table rendered alone).
@@ -32,7 +32,7 @@ from mldiag.domain.resources import (
     AnalysisState, DeviceTracerLevel, HostTracerLevel, Kind, ProfilerTarget, PythonTracerLevel, RunPhase,
     SessionPhase,
 )
-from mldiag.services import capture, sessions
+from mldiag.services import analysis, capture, sessions
 from mldiag.services.listing import ListRequest, list_page
 from mldiag.ui import CONSOLE_BLUEPRINT, security
 from mldiag.ui.formatting import FILTERS
@@ -60,6 +60,7 @@ NOTICES = {
     "snapshot": "Snapshot requested: session {session}.",
     "continuous-started": "Continuous profiling is starting on the selected targets.",
     "continuous-stopped": "Continuous profiling is stopping.",
+    "analysis": "Analysis requested: session {session}. Its state updates below.",
 }
 PAGE_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
                "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
@@ -309,6 +310,16 @@ def share(run: str, session: str) -> Any:
     def work() -> Any:
         link = sessions.share(services(), _run_name(run).child(SESSIONS, session), ttl)
         return _render_session(run, session, share=link)
+
+    return _act(lambda error: _render_session(run, session, error=error), work)
+
+
+@blueprint.post(SESSION + "/analyze")
+def reanalyze(run: str, session: str) -> Any:
+    """Analyse the session's files once more (a failed analysis, or a newer analyst)."""
+    def work() -> Response:
+        analysis.reanalyze(services(), _run_name(run).child(SESSIONS, session))
+        return redirect(url_for("ui.run", run=run, done="analysis", session=session, _anchor="sessions"), 303)
 
     return _act(lambda error: _render_session(run, session, error=error), work)
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from mldiag.config import CAPTURE_REQUESTS
-from mldiag.domain import AnalysisStatus, Kind, SessionPhase
+from mldiag.config import ANALYSIS_REQUESTS, CAPTURE_REQUESTS
+from mldiag.domain import AnalysisState, AnalysisStatus, HostFile, Kind, SessionPhase
 
 from console_support import LOCATION, add_run, add_session, add_target
 
@@ -123,6 +123,31 @@ def test_share_before_the_analysis_is_refused_with_the_reason(console, run):
     add_session(console.services, run, "s1")
     response = console.post(f"{RUN}/sessions/s1/share")
     assert response.status_code == 412 and "has no report yet" in response.get_data(as_text=True)
+
+
+def test_analyse_again_requests_a_new_analysis_of_the_sessions_files(console, run):
+    profile = "gs://mldiag-profiles/runs/r1/plugins/profile/s1/host-0.xplane.pb"
+    add_session(console.services, run, "s1", host_files={"host-0": HostFile(uri=profile, generation="7")},
+                analysis=AnalysisStatus(state="FAILED", error="the analysis timed out"))
+    assert "Analyse again" in console.text(f"{RUN}/sessions/s1")
+
+    response = console.post(f"{RUN}/sessions/s1/analyze", page=f"{RUN}/sessions/s1")
+
+    assert response.status_code == 303
+    assert response.headers["Location"] == "/ui/runs/r1?done=analysis&session=s1#sessions"
+    assert console.services.sessions.get(f"{run}/profilerSessions/s1").analysis.state is AnalysisState.PENDING
+    (request,) = [json.loads(m.data) for m in console.services.bus.published[ANALYSIS_REQUESTS]]
+    assert request["session"] == f"{run}/profilerSessions/s1" and request["hostFiles"] == {"host-0": profile}
+    page = console.text(response.headers["Location"])
+    assert "Analysis requested: session s1" in page and 'data-active="true"' in page
+    assert "Analyse again" not in console.text(f"{RUN}/sessions/s1")  # not while it is pending
+
+
+def test_a_session_without_files_cannot_be_analysed_again(console, run):
+    add_session(console.services, run, "s1")
+    assert "Analyse again" not in console.text(f"{RUN}/sessions/s1")
+    response = console.post(f"{RUN}/sessions/s1/analyze")
+    assert response.status_code == 412 and "no profile files" in response.get_data(as_text=True)
 
 
 def test_actions_on_a_run_that_does_not_exist_are_not_found(console, run):
