@@ -52,6 +52,10 @@ class Conclusion:
 class ReasonerFailed(RuntimeError):
     """The reasoner gave no usable conclusion; the message says why, for the report."""
 
+    def __init__(self, reason: str, tokens: int = 0):
+        super().__init__(reason)
+        self.tokens = tokens  # what the attempt cost
+
 
 class Reasoner(Protocol):
     name: str
@@ -117,12 +121,14 @@ class Investigator:
         try:
             conclusion = self.reasoner.investigate(analysis, tools)
         except Exception as error:  # noqa: BLE001 - any failure of the model falls back to the offline rules
-            investigation.fallback_reason = str(error) if isinstance(error, ReasonerFailed) else (
-                f"{type(error).__name__}: {error}")
+            failed = isinstance(error, ReasonerFailed)
+            investigation.fallback_reason = str(error) if failed else f"{type(error).__name__}: {error}"
+            investigation.tokens = error.tokens if failed else 0
             investigation.reasoner = self.offline.name
             conclusion = self.offline.investigate(analysis, tools)
-        investigation.model, investigation.tokens = conclusion.model, conclusion.tokens
-        investigation.hypotheses = conclusion.hypotheses
+        investigation.model = conclusion.model
+        investigation.tokens += conclusion.tokens
+        investigation.hypotheses = [f.why for f in tools.followups] or conclusion.hypotheses
         if investigation.reasoner == self.offline.name:
             analysis.findings = conclusion.findings
         else:

@@ -120,7 +120,6 @@ class OfflineReasoner:
 
     def investigate(self, analysis: Analysis, tools: FollowupTools) -> Conclusion:
         findings = [finding.model_copy(deep=True) for finding in analysis.findings]
-        hypotheses = []
         for check in self.plan(analysis, tools.catalogue):
             if tools.remaining <= 0:
                 break
@@ -128,7 +127,6 @@ class OfflineReasoner:
                 followup = tools.run(check.tool, {**check.arguments, "why": check.hypothesis})
             except Refused:
                 continue
-            hypotheses.append(check.hypothesis)
             if check.finding is not None and followup.status is ToolStatus.OK:
                 findings[check.finding].evidence.append(f"follow-up {check.tool}: {followup.showed}")
-        return Conclusion(findings=findings, hypotheses=hypotheses)
+        return Conclusion(findings=findings)

@@ -123,7 +123,8 @@ class VertexReasoner:
         except ReasonerFailed:
             raise
         except Exception as error:  # noqa: BLE001 - whatever went wrong, the report says it in one line
-            raise ReasonerFailed(f"Vertex AI {self.model}: {_reason(error, self.request_timeout_s)}") from error
+            raise ReasonerFailed(f"Vertex AI {self.model}: {_reason(error, self.request_timeout_s)}",
+                                 self.tokens) from error
 
     def _client(self) -> Any:
         from google import genai
@@ -143,9 +144,9 @@ class VertexReasoner:
     def _generate(self, client: Any, contents: list[Any], config: Any) -> Any:
         if self.tokens >= self.token_budget:
             raise ReasonerFailed(f"Vertex AI {self.model}: the token budget of {self.token_budget} is spent "
-                                 f"({self.tokens} tokens)")
+                                 f"({self.tokens} tokens)", self.tokens)
         if time.monotonic() > self._deadline:
-            raise ReasonerFailed(f"Vertex AI {self.model}: no conclusion within {self.deadline_s:g} s")
+            raise ReasonerFailed(f"Vertex AI {self.model}: no conclusion within {self.deadline_s:g} s", self.tokens)
         response = client.models.generate_content(model=self.model, contents=contents, config=config)
         usage = response.usage_metadata
         self.tokens += (usage.total_token_count or 0) if usage is not None else 0
@@ -191,11 +192,12 @@ class VertexReasoner:
             answer = ModelAnswer.model_validate_json(final.text or "")
         except ValidationError as error:
             raise ReasonerFailed(f"Vertex AI {self.model}: the conclusion does not match the schema "
-                                 f"({error.error_count()} errors, first: {error.errors()[0]['msg']})") from None
+                                 f"({error.error_count()} errors, first: {error.errors()[0]['msg']})",
+                                 self.tokens) from None
         return Conclusion(
             findings=[finding.finding() for finding in answer.findings[:MAX_FINDINGS]],
             summary=answer.summary,
-            hypotheses=[f.why for f in tools.followups] or answer.hypotheses[:MAX_FINDINGS],
+            hypotheses=answer.hypotheses[:MAX_FINDINGS],
             model=self.model,
             tokens=self.tokens,
         )

@@ -52,7 +52,7 @@ def unfused():
         recorded=_scenario(recorded),
         retried=_scenario([error_reply(503, "The model is overloaded."), *recorded]),
         unavailable=_scenario([error_reply(503, "The model is overloaded.")] * 3),
-        slow=_scenario([Reply(recorded[0].body, delay_s=2.0)], request_timeout_s=0.5, attempts=1),
+        slow=_scenario([Reply(recorded[0].body, delay_s=1.0)], request_timeout_s=0.3, attempts=1),
         malformed=_scenario([*recorded[:3], Reply({**recorded[3].body, "candidates": [
             {"content": {"role": "model", "parts": [{"text": "The step is op-by-op; fuse it."}]},
              "finishReason": "STOP"}]})]),
@@ -104,7 +104,7 @@ def test_a_transient_error_is_retried(unfused):
 
 @pytest.mark.parametrize(("scenario", "reason"), [
     ("unavailable", "503"),
-    ("slow", "no answer within 0.5 s"),
+    ("slow", "no answer within 0.3 s"),
     ("malformed", "does not match the schema"),
     ("over_budget", "token budget of 5000 is spent"),
 ])
@@ -116,6 +116,12 @@ def test_when_vertex_fails_the_offline_analyst_writes_the_report(unfused, scenar
     assert analysis.findings[0].category is FindingCategory.DISPATCH_OVERHEAD
     assert analysis.findings[0].priority is Priority.P0
     assert 1 <= len(analysis.followups) <= MAX_FOLLOWUPS
+
+
+def test_tokens_spent_before_a_failure_are_reported(unfused):
+    analysis, _ = unfused["over_budget"]
+    first = json.loads((SCRIPTS / "unfused_small_ops.json").read_text())[0]
+    assert analysis.investigation.tokens == first["response"]["usageMetadata"]["totalTokenCount"]
 
 
 def test_follow_ups_run_before_a_failure_count_against_the_limit(unfused):
