@@ -13,7 +13,7 @@ import time
 
 import structlog
 from flask import Flask, Response, g, request
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge, UnsupportedMediaType
 from werkzeug.routing import BaseConverter
 
 from mldiag import bootstrap, ui
@@ -21,7 +21,7 @@ from mldiag.api import capture, monitoring, self_hosted, share, v1alpha
 from mldiag.api.auth import Guard
 from mldiag.api.http import MAX_BODY_BYTES, SERVICES, google_error
 from mldiag.bootstrap import Services
-from mldiag.domain.errors import AlreadyExists, InvalidArgument, MldiagError
+from mldiag.domain.errors import AlreadyExists, InvalidArgument, MldiagError, PermissionDenied
 
 log = structlog.get_logger(__name__)
 
@@ -31,6 +31,24 @@ _HTTP_STATUS = {
     415: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 501: "UNIMPLEMENTED", 503: "UNAVAILABLE",
 }
 _PUBLIC_BLUEPRINTS = {share.blueprint.name, ui.CONSOLE_BLUEPRINT}  # the console checks credentials itself
+
+
+_MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def _refuse_browser_forgery() -> None:
+    """Keep web pages from driving the API from a user's browser (the console has its own CSRF checks).
+
+    A browser marks a request another site started (``Sec-Fetch-Site``), and a
+    cross-site page can only send a body without a CORS preflight as text or a
+    form: the API takes JSON only, and sends no CORS headers.
+    """
+    if request.headers.get("Sec-Fetch-Site", "") in ("cross-site", "same-site"):
+        raise PermissionDenied("requests started by another site are refused")
+    if request.content_length and request.content_length > MAX_BODY_BYTES:
+        raise RequestEntityTooLarge()
+    if request.content_length and request.mimetype != "application/json":
+        raise UnsupportedMediaType(f"the API takes application/json bodies, not {request.mimetype or 'untyped'} ones")
 
 
 class IdConverter(BaseConverter):
@@ -57,6 +75,8 @@ def create_app(services: Services | None = None) -> Flask:
         if any(s in (".", "..") or "\\" in s or "\x00" in s for s in segments):
             raise InvalidArgument("the path has a segment that is not allowed", field="path")
         if request.blueprint not in _PUBLIC_BLUEPRINTS:
+            if request.method in _MUTATING:
+                _refuse_browser_forgery()
             guard.check(request.method, request.headers.get("Authorization", ""),
                         sdk_route=request.blueprint == self_hosted.blueprint.name)
 
