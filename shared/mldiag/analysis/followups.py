@@ -58,7 +58,7 @@ _NEIGHBOUR = re.compile(r"\[dist=(?P<dist>\d+)\]\s+\[[^\]]*\]\s+(?:ROOT\s+)?(?P<
 
 
 class Refused(ValueError):
-    """A proposed follow-up that is not run: unknown tool, arguments naming nothing in the profile, or over the limit."""
+    """A follow-up that does not run: unknown tool, arguments naming nothing in the profile, or over the limit."""
 
 
 @dataclass(frozen=True)
@@ -223,8 +223,9 @@ def events_regex(names: list[str]) -> str:
     return "^%?(?:" + "|".join(alternatives) + r")(?:\s+=.*)?$"
 
 
-def _milliseconds(picoseconds: float) -> str:
-    return f"{picoseconds / 1e9:.3f} ms"
+def _milliseconds(group: dict[str, Any], key: str) -> str:
+    """A duration XProf gives in picoseconds, in milliseconds."""
+    return f"{float(group.get(key) or 0) / 1e9:.3f} ms"
 
 
 def _parsed(output: str) -> Any:
@@ -247,9 +248,9 @@ def _aggregate_outcome(output: str, arguments: dict[str, Any]) -> Outcome:
         return Outcome(ToolStatus.NO_DATA, "no matching events in the timeline")
     key = arguments.get("group_by", "event")
     shown = [
-        f"{key} {quoted(str(g.get(key, '?')))}: {g.get('count', 0)} events, mean "
-        f"{_milliseconds(float(g.get('avg_duration_ps') or 0))}, p90 {_milliseconds(float(g.get('p90_duration_ps') or 0))}, "
-        f"max {_milliseconds(float(g.get('max_duration_ps') or 0))}"
+        f"{key} {quoted(str(g.get(key, '?')))}: {g.get('count', 0)} events, "
+        f"mean {_milliseconds(g, 'avg_duration_ps')}, p90 {_milliseconds(g, 'p90_duration_ps')}, "
+        f"max {_milliseconds(g, 'max_duration_ps')}"
         for g in groups[:SHOWN]
     ]
     more = f" (and {len(groups) - SHOWN} more groups)" if len(groups) > SHOWN else ""
@@ -275,7 +276,8 @@ def _kernel_outcome(output: str, arguments: dict[str, Any]) -> Outcome:
         return Outcome(ToolStatus.NO_DATA, str(reason or "no device kernels in this profile"))
     shown = [
         f"{quoted(str(r.get('short_name') or r.get('kernel_name')))}: {r.get('execution_count', 0)} runs, "
-        f"{float(r.get('total_duration_us') or 0) / 1e3:.3f} ms in total, mean {float(r.get('avg_duration_us') or 0):.1f} us"
+        f"{float(r.get('total_duration_us') or 0) / 1e3:.3f} ms in total, "
+        f"mean {float(r.get('avg_duration_us') or 0):.1f} us"
         for r in records[:SHOWN]
     ]
     share = data.get("custom_call_share_pct") if isinstance(data, dict) else None

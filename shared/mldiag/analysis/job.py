@@ -155,7 +155,8 @@ def worker_environment(settings: Settings) -> dict[str, str]:
             "MLDIAG_VERTEX_ENDPOINT": settings.vertex_endpoint}
 
 
-def _run_worker(settings: Settings, files: list[Path], scratch: Path, out: Path, source: str, dashboard_uri: str) -> None:
+def _run_worker(settings: Settings, files: list[Path], scratch: Path, out: Path, source: str,
+                dashboard_uri: str) -> None:
     from mldiag.analysis.profiles import UNREADABLE_EXIT
 
     command = [sys.executable, "-m", "mldiag.analysis.worker", "--out", str(out), "--scratch", str(scratch),
@@ -180,7 +181,8 @@ def _run_worker(settings: Settings, files: list[Path], scratch: Path, out: Path,
         raise AnalysisFailed(f"the analysis worker exited with {worker.returncode}: {last}", permanent=False)
 
 
-def _analyse(services: Services, request: AnalysisRequest, session: ProfilerSession, scratch: Path) -> tuple[str, str]:
+def _analyse(services: Services, request: AnalysisRequest, session: ProfilerSession,
+             scratch: Path) -> tuple[str, str]:
     """Download, analyse, upload; returns the URIs of ``summary.html`` and ``analysis.json``."""
     folder = request.folder_uri
     files = []

@@ -32,6 +32,7 @@ from mldiag.analysis.evidence import Analysis, Followup
 from mldiag.domain.resources import Finding
 
 FREE_COUNT = 10
+MAX_SUMMARY_CHARS = 1200  # 3 to 5 sentences
 MIN_SUMMARY_NAME = 8  # shorter profile names ("copy", "dot") are ordinary words in a summary
 PROSE_NAME = 20  # a profile name this long with a space in it reads as a sentence
 _QUOTED = re.compile(r'"([^"\n]{1,400})"|`([^`\n]{1,400})`')
@@ -158,6 +159,8 @@ def why_unsupported(finding: Finding, index: EvidenceIndex) -> str:
 
 
 def why_summary_unsupported(summary: str, index: EvidenceIndex) -> str:
+    if len(summary) > MAX_SUMMARY_CHARS:
+        return f"the summary is longer than {MAX_SUMMARY_CHARS} characters"
     if unknown := _unknown_numbers(summary, index):
         return f"the summary cites {unknown[0]}, a value the collected data does not hold"
     if named := [n for n in index.names if len(n) >= MIN_SUMMARY_NAME and n.lower() in summary.lower()]:

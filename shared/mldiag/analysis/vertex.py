@@ -27,10 +27,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from mldiag.analysis import prompts
 from mldiag.analysis.evidence import Analysis
 from mldiag.analysis.followups import TOOL_SPECS, FollowupTools, Refused, ToolSpec
 from mldiag.analysis.investigation import Conclusion, ReasonerFailed
-from mldiag.analysis import prompts
 from mldiag.config import Settings
 from mldiag.domain.resources import Finding, FindingCategory
 
@@ -104,8 +104,9 @@ class VertexReasoner:
                  request_timeout_s: float = 60.0, attempts: int = 3, retry_initial_delay_s: float = 1.0,
                  token_budget: int = DEFAULT_TOKEN_BUDGET, deadline_s: float = 240.0, max_turns: int = MAX_TURNS):
         self.project, self.location, self.model, self.endpoint = project, location, model, endpoint
-        self.credentials = credentials
-        self.request_timeout_s, self.attempts, self.retry_initial_delay_s = request_timeout_s, attempts, retry_initial_delay_s
+        self.credentials = credentials  # None: Application Default Credentials
+        self.request_timeout_s, self.attempts = request_timeout_s, attempts
+        self.retry_initial_delay_s = retry_initial_delay_s
         self.token_budget, self.deadline_s, self.max_turns = token_budget, deadline_s, max_turns
         self.tokens = 0
         self._deadline = 0.0

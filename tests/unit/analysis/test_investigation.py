@@ -88,6 +88,7 @@ def test_a_model_cannot_talk_a_rule_finding_down():
 
 def test_a_model_finding_as_severe_replaces_the_rule_in_its_category_and_others_stay():
     baseline = [_finding("dispatch_overhead", "P0", "rule"), _finding("compiler", "P2", "rule compiler")]
-    merged = merge_findings(baseline, [_finding("dispatch_overhead", "P0", "model"), _finding("memory", "P1", "new")], [])
+    proposed = [_finding("dispatch_overhead", "P0", "model"), _finding("memory", "P1", "new")]
+    merged = merge_findings(baseline, proposed, [])
     assert [(f.category.value, f.title) for f in merged] == [
         ("dispatch_overhead", "model"), ("memory", "new"), ("compiler", "rule compiler")]

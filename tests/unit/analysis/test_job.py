@@ -146,7 +146,8 @@ def test_a_transient_failure_is_retried_and_the_last_attempt_records_it(embedded
 
 @pytest.mark.parametrize(("payload", "outcome", "says"), [
     ({"session": SESSION}, Outcome.REJECTED, "needs 'session' and 'generationSet'"),
-    ({"session": SESSION, "generationSet": "g", "hostFiles": {"h": "gs://profiles/x.txt"}}, Outcome.REJECTED, "hostFiles"),
+    ({"session": SESSION, "generationSet": "g", "hostFiles": {"h": "gs://profiles/x.txt"}},
+     Outcome.REJECTED, "hostFiles"),
     ({"session": SESSION + "-gone", "generationSet": "g", "hostFiles": {"h": "gs://profiles/h.xplane.pb"}},
      Outcome.IGNORED, "no longer exists"),
 ])
