@@ -15,6 +15,7 @@ from rich.console import Console
 from mldiag.cli.api_client import DEFAULT_LOCATION, DEFAULT_PROJECT, ApiError, Location, Project, Token
 from mldiag.cli.output import Format, show
 from mldiag.config import Settings
+from mldiag.domain.resources import AnalysisState
 
 DEMO_EXTRA = {"jax": "JAX", "google_cloud_mldiagnostics": "the official SDK (google-cloud-mldiagnostics)"}
 
@@ -52,8 +53,8 @@ def demo(
         progress.print(f"[red]error:[/red] the demo needs {' and '.join(missing)}: pip install 'mldiag[demo]'")
         raise typer.Exit(1)
     work_dir = (work_dir or Path(tempfile.mkdtemp(prefix="mldiag-demo-"))).expanduser().resolve()
-    settings = DemoSettings(work_dir=work_dir, api_url=api_url, token=token,
-                            gcs_path=(gcs_path or _default_gcs_path()).expanduser().resolve(),
+    bucket_folder = (gcs_path or _default_gcs_path()).expanduser().resolve() if api_url else None
+    settings = DemoSettings(work_dir=work_dir, api_url=api_url, token=token, gcs_path=bucket_folder,
                             project=project, location=location, analysis_timeout_s=analysis_timeout)
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop the children on SIGTERM too
     started = time.monotonic()
@@ -76,3 +77,7 @@ def demo(
     if not api_url:
         progress.print(f"The reports stay in {work_dir / 'data'}; browse them again with "
                        f"`mldiag up --data {work_dir / 'data'}`.")
+    unanalysed = [s.session.id for s in summaries if s.session.analysis.state is not AnalysisState.DONE]
+    if unanalysed:
+        progress.print(f"[red]error:[/red] no report for {', '.join(unanalysed)}; logs in {work_dir}")
+        raise typer.Exit(1)

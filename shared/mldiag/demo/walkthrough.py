@@ -289,6 +289,18 @@ class _Tour:
                 summary.report = link["url"]
 
 
+def _check_run_is_visible(client: ApiClient, settings: DemoSettings, run: str) -> None:
+    """The SDK registers runs where the control plane keeps them; the demo must look in the same place."""
+    try:
+        client.call("GET", run_path(settings.project, settings.location, run))
+    except ApiError as error:
+        if not str(error).startswith("NOT_FOUND"):
+            raise
+        raise DemoError(f"the SDK registered run {run}, but not in projects/{settings.project}/locations/"
+                        f"{settings.location}: give the demo the --project and --location of the control plane "
+                        "(its MLDIAG_PROJECT and MLDIAG_LOCATION)") from None
+
+
 def run_demo(settings: DemoSettings, console: Console) -> list[SessionSummary]:
     """The whole demo; every process it started is stopped when it returns or raises."""
     settings.work_dir.mkdir(parents=True, exist_ok=True)
@@ -315,6 +327,7 @@ def run_demo(settings: DemoSettings, console: Console) -> list[SessionSummary]:
                 name, url, f"{url}/{location_path(settings.project, settings.location)}/machineLearningRuns",
                 bucket_folder, settings.token, settings.work_dir / "workload.log"))
             run = workload.wait_for("ready", START_TIMEOUT_S)["run"]
+            _check_run_is_visible(client, settings, run)
             details.append(f"the SDK registered run {run}")
         tour = _Tour(client, settings, workload, run, console)
         tour.register_target()
