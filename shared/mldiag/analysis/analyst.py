@@ -4,8 +4,10 @@ It reads only the evidence (raw-event signals, the 15 tools, the HLO
 detectors) and applies fixed rules, so the same profile always gives the same
 report, offline and without a reasoning model. The rules in short:
 
-* **input_bound**: the compute lanes sit idle while the host does named work
-  that is neither dispatch nor compilation (a data loader) or sits between steps;
+* **input_bound**: the compute lanes sit idle waiting for the host: in a
+  step-marked loop that dispatches little and does not compile, all of its idle
+  time; elsewhere, the host's own named work (a data loader) and the time
+  between steps;
 * **dispatch_overhead**: many jit dispatches per step (op-by-op execution);
 * **recompilation**: compilation inside steps;
 * **communication**, **memory**, **compute**, **kernel**, **compiler**: from the

@@ -122,7 +122,7 @@ class HostEvidence(Evidence):
     host: str
     file: str
     bytes: int
-    events: int
+    events: int  # events read: every one on host lines, the timed ones on compute lanes
     device_kind: DeviceKind
     device_type: str
     devices: int

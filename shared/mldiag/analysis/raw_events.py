@@ -132,12 +132,16 @@ class _Reader:
         self.trace = trace
         self.ids: dict[str, int] = {}
 
-    def line(self, line: Any, first_seen: Any = None) -> _Line:
+    def line(self, line: Any, first_seen: Any = None, *, timed_only: bool = False) -> _Line:
+        """The line's events as arrays; ``timed_only`` drops instant events (markers that take no time)."""
         starts, durations, ids = [], [], []
         known = self.ids
         for event in line.events:
+            duration = event.duration_ns
+            if timed_only and not duration:
+                continue
             starts.append(event.start_ns)
-            durations.append(event.duration_ns)
+            durations.append(duration)
             name = event.name
             index = known.get(name)
             if index is None:
@@ -181,7 +185,8 @@ def _read(path: Path) -> _Trace:
         op_lines = [lines["XLA Ops"]] if "XLA Ops" in lines else [
             line for name, line in lines.items() if name.startswith("Stream #")
         ]
-        lanes = [lane for lane in (reader.line(line, note_hlo_op) for line in op_lines) if len(lane)]
+        # Compute lanes carry time only; their instant markers (half the events on XLA CPU threads) add none.
+        lanes = [lane for lane in (reader.line(line, note_hlo_op, timed_only=True) for line in op_lines) if len(lane)]
         if all("Memcpy" in lane.name for lane in lanes):  # no lanes, or a device that only receives copies
             continue
         for lane in lanes:
@@ -203,8 +208,9 @@ def _read(path: Path) -> _Trace:
     xla_runs_on_host = not trace.lanes
     host = next((plane for plane in profile.planes if plane.name == "/host:CPU"), None)
     for line in host.lines if host is not None else ():
-        events = reader.line(line, note_marker)
-        if xla_runs_on_host and line.name.startswith("tf_XLA"):
+        is_lane = xla_runs_on_host and line.name.startswith("tf_XLA")
+        events = reader.line(line, note_marker, timed_only=is_lane)
+        if is_lane:
             events.name = f"/host:CPU/{line.name}"
             trace.lanes.setdefault("/host:CPU", []).append(events)
         else:
