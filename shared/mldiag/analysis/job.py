@@ -35,6 +35,7 @@ from typing import Any
 import structlog
 from cloudevents.http import CloudEvent
 
+from mldiag.analysis.evidence import Analysis
 from mldiag.analysis.report import ANALYSIS_FILE, SUMMARY_FILE
 from mldiag.bootstrap import Services
 from mldiag.blob_uris import parse_blob_uri
@@ -201,7 +202,7 @@ def _analyse(services: Services, request: AnalysisRequest, session: ProfilerSess
     return report_uri, analysis_uri
 
 
-def _reasoner(analysis: Any) -> str:
+def _reasoner(analysis: Analysis) -> str:
     investigation = analysis.investigation
     if investigation is None:
         return "offline"
@@ -212,8 +213,6 @@ def _reasoner(analysis: Any) -> str:
 
 def analyze_requested(services: Services, event: CloudEvent) -> str:
     """The ``analyze_session`` handler body: one ``analysis-requests`` message in, a one-line account out."""
-    from mldiag.analysis.evidence import Analysis
-
     message = message_from_cloud_event(event)
     request = AnalysisRequest.parse(message.json())
     last_attempt = message.delivery_attempt >= services.settings.max_delivery_attempts
