@@ -76,7 +76,7 @@ def demo(
         show([summary.to_json() for summary in summaries], fmt)
     if not api_url:
         progress.print(f"The reports stay in {work_dir / 'data'}; browse them again with "
-                       f"`mldiag up --data {work_dir / 'data'}`.")
+                       f"`mldiag up --data {work_dir / 'data'}`.", soft_wrap=True)
     unanalysed = [s.session.id for s in summaries if s.session.analysis.state is not AnalysisState.DONE]
     if unanalysed:
         progress.print(f"[red]error:[/red] no report for {', '.join(unanalysed)}; logs in {work_dir}")

@@ -345,13 +345,16 @@ def run_demo(settings: DemoSettings, console: Console) -> list[SessionSummary]:
 
 
 def print_summary(console: Console, summaries: list[SessionSummary]) -> None:
-    table = Table("mode", "session", "kind", "state", "analysis", "top finding", title="Sessions")
+    """A table of the sessions, then each one's health, top finding and report (paths stay whole)."""
+    table = Table("mode", "session", "kind", "state", "analysis", title="Sessions")
     for summary in summaries:
         row = summary.to_json()
-        kind = row["kind"].removeprefix("KIND_") + (" (auto)" if summary.session.auto_captured else "")
-        analysis = row["analysisState"] + (f" · {row['health']}" if row["health"] else "")
-        table.add_row(summary.mode, summary.session.id, kind, row["state"], analysis, row["topFinding"])
+        table.add_row(summary.mode, summary.session.id, row["kind"].removeprefix("KIND_"), row["state"],
+                      row["analysisState"])
     console.print(table)
-    console.print("Reports:")
-    for summary in summaries:  # whole lines, never wrapped, so that they can be copied
-        console.print(f"  {summary.mode}: {summary.report or '(none)'}", soft_wrap=True, highlight=False)
+    for summary in summaries:
+        analysis = summary.session.analysis
+        verdict = f"{analysis.health.value}: " if analysis.health else ""
+        console.print(f"[bold]{summary.mode}[/bold] {escape(verdict + (analysis.top_finding or '(no finding)'))}",
+                      highlight=False)
+        console.print(f"  {summary.report or '(no report)'}", soft_wrap=True, highlight=False)
