@@ -33,7 +33,7 @@ from rich.table import Table
 
 from mldiag.cli.api_client import ApiClient, ApiError, child_path, location_path, run_path
 from mldiag.demo.processes import DemoError, LocalControlPlane, Workload
-from mldiag.domain.resources import AnalysisState, ProfilerSession, SessionPhase
+from mldiag.domain.resources import AnalysisState, Kind, ProfilerSession, SessionPhase
 
 T = TypeVar("T")
 
@@ -165,8 +165,9 @@ class _Tour:
             self.workload.send("profile programmatic 10")
             self.workload.wait_for("profiled", STEP_TIMEOUT_S)
             session = _poll("the profile to register as a session", lambda: self._find_session("programmatic"))
+            found = ", found in the bucket" if session.kind is Kind.KIND_SCANNED else ""
             details.append(f"the files landed in {session.storage_folder_uri}; registration made it session "
-                           f"'programmatic' ({session.kind.value}, found in the bucket)")
+                           f"'programmatic' ({session.kind.value}{found})")
         self._summarise("programmatic", "programmatic")
 
     def _find_session(self, session_id: str) -> ProfilerSession | None:
