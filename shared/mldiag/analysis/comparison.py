@@ -11,14 +11,10 @@ analysis finished.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 
-from pydantic import Field
-
-from mldiag.analysis.evidence import Analysis, Evidence, HostEvidence
+from mldiag.analysis.evidence import Analysis, Change, Comparison, HostEvidence, TimeChange
 from mldiag.bootstrap import Services
-from mldiag.domain.errors import MldiagError
 from mldiag.domain.names import parent_of
 from mldiag.domain.resources import AnalysisState, ProfilerSession
 from mldiag.ports import OrderBy, Where
@@ -26,46 +22,6 @@ from mldiag.ports import OrderBy, Where
 GROWTH_THRESHOLD = 0.2  # an op or activity must grow by 20 % ...
 GROWTH_FLOOR_MS = 0.5  # ... and by half a millisecond per step to be worth naming
 MAX_LISTED = 8
-MAX_BASELINE_BYTES = 64 * 1024 * 1024
-
-
-class Change(Evidence):
-    before: float | None = None
-    after: float | None = None
-
-    @property
-    def ratio(self) -> float | None:
-        if self.before in (None, 0) or self.after is None:
-            return None
-        return self.after / self.before - 1
-
-
-class TimeChange(Evidence):
-    """An op or host activity whose time per step appeared or grew."""
-
-    name: str
-    before_ms_per_step: float
-    after_ms_per_step: float
-
-    @property
-    def delta_ms(self) -> float:
-        return self.after_ms_per_step - self.before_ms_per_step
-
-
-class Comparison(Evidence):
-    """``analysis.json.comparison``."""
-
-    baseline_session: str
-    headline: list[str] = Field(default_factory=list)
-    step_time_ms: Change = Field(default_factory=Change)
-    busy_fraction: Change = Field(default_factory=Change)
-    gap_ms_per_step: Change = Field(default_factory=Change)
-    idle_ms_per_step: Change = Field(default_factory=Change)
-    dispatches_per_step: Change = Field(default_factory=Change)
-    peak_memory_bytes: Change = Field(default_factory=Change)
-    new_ops: list[TimeChange] = Field(default_factory=list)
-    grown_ops: list[TimeChange] = Field(default_factory=list)
-    grown_host_activities: list[TimeChange] = Field(default_factory=list)
 
 
 def _mean(values: Iterable[float | None]) -> float | None:
@@ -150,8 +106,8 @@ def compare(current: Analysis, baseline: Analysis, baseline_session: str) -> Com
     return comparison
 
 
-def find_baseline(services: Services, session: ProfilerSession) -> tuple[ProfilerSession, Analysis] | None:
-    """The run's latest earlier, not auto-captured session with a finished analysis, and that analysis."""
+def find_baseline(services: Services, session: ProfilerSession) -> ProfilerSession | None:
+    """The run's latest earlier session that was not auto-captured and whose analysis finished."""
     candidates = services.sessions.list(
         parent_of(session.name),
         where=[Where("analysis.state", "==", AnalysisState.DONE.value), Where("autoCaptured", "==", False)],
@@ -159,13 +115,7 @@ def find_baseline(services: Services, session: ProfilerSession) -> tuple[Profile
         page_size=20,
     ).items
     for candidate in candidates:
-        if candidate.name == session.name or not candidate.analysis.analysis_uri:
-            continue
-        if session.create_time and candidate.create_time and candidate.create_time >= session.create_time:
-            continue
-        try:
-            raw = services.blobs.read_bytes(candidate.analysis.analysis_uri, max_bytes=MAX_BASELINE_BYTES)
-            return candidate, Analysis.model_validate(json.loads(raw))
-        except (ValueError, OSError, MldiagError):  # a baseline is a bonus: skip one that cannot be read
-            continue
+        earlier = not (session.create_time and candidate.create_time and candidate.create_time >= session.create_time)
+        if candidate.name != session.name and candidate.analysis.analysis_uri and earlier:
+            return candidate
     return None

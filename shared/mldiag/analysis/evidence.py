@@ -213,6 +213,47 @@ class Investigation(Evidence):
     seconds: float = 0.0
 
 
+class Change(Evidence):
+    """A metric before (the baseline) and after (this session)."""
+
+    before: float | None = None
+    after: float | None = None
+
+    @property
+    def ratio(self) -> float | None:
+        if self.before in (None, 0) or self.after is None:
+            return None
+        return self.after / self.before - 1
+
+
+class TimeChange(Evidence):
+    """An op or host activity whose time per step appeared or grew."""
+
+    name: str
+    before_ms_per_step: float
+    after_ms_per_step: float
+
+    @property
+    def delta_ms(self) -> float:
+        return self.after_ms_per_step - self.before_ms_per_step
+
+
+class Comparison(Evidence):
+    """``analysis.json.comparison``: what changed against the run's earlier healthy session."""
+
+    baseline_session: str
+    headline: list[str] = Field(default_factory=list)
+    step_time_ms: Change = Field(default_factory=Change)
+    busy_fraction: Change = Field(default_factory=Change)
+    gap_ms_per_step: Change = Field(default_factory=Change)
+    idle_ms_per_step: Change = Field(default_factory=Change)
+    dispatches_per_step: Change = Field(default_factory=Change)
+    peak_memory_bytes: Change = Field(default_factory=Change)
+    new_ops: list[TimeChange] = Field(default_factory=list)
+    grown_ops: list[TimeChange] = Field(default_factory=list)
+    grown_host_activities: list[TimeChange] = Field(default_factory=list)
+
+
 class Analysis(Evidence):
     """Everything one analysis found; ``analysis.json`` is this object."""
 
@@ -226,6 +267,7 @@ class Analysis(Evidence):
     hlo_issues: dict[str, list[HloIssue]] = Field(default_factory=dict)
     followups: list[Followup] = Field(default_factory=list)
     investigation: Investigation | None = None
+    comparison: Comparison | None = None
     profile: ProfileInput
     versions: dict[str, str] = Field(default_factory=dict)
     seconds: float = 0.0

@@ -156,12 +156,29 @@ def worker_environment(settings: Settings) -> dict[str, str]:
             "MLDIAG_VERTEX_ENDPOINT": settings.vertex_endpoint}
 
 
+def _baseline(services: Services, session: ProfilerSession, scratch: Path) -> list[str]:
+    """Worker arguments that compare an auto-captured session with the run's earlier healthy one."""
+    from mldiag.analysis.comparison import find_baseline
+
+    if not session.auto_captured:
+        return []
+    baseline = find_baseline(services, session)
+    if baseline is None:
+        return []
+    target = scratch / "baseline" / ANALYSIS_FILE
+    try:
+        services.blobs.download(baseline.analysis.analysis_uri, target)
+    except NotFound:
+        return []
+    return ["--baseline", str(target), "--baseline-session", baseline.name]
+
+
 def _run_worker(settings: Settings, files: list[Path], scratch: Path, out: Path, source: str,
-                dashboard_uri: str) -> None:
+                dashboard_uri: str, extra: list[str]) -> None:
     from mldiag.analysis.profiles import UNREADABLE_EXIT
 
     command = [sys.executable, "-m", "mldiag.analysis.worker", "--out", str(out), "--scratch", str(scratch),
-               "--source", source, "--dashboard-uri", dashboard_uri, *map(str, files)]
+               "--source", source, "--dashboard-uri", dashboard_uri, *extra, *map(str, files)]
     # A session of its own, so that a timeout stops the worker and whatever it started.
     worker = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                               env=worker_environment(settings), start_new_session=True)
@@ -195,7 +212,8 @@ def _analyse(services: Services, request: AnalysisRequest, session: ProfilerSess
             raise AnalysisFailed(f"{uri} is gone from the bucket", permanent=True) from None
         files.append(target)
     out = scratch / "report"
-    _run_worker(services.settings, files, scratch, out, folder, _dashboard_uri(services, session))
+    _run_worker(services.settings, files, scratch, out, folder, _dashboard_uri(services, session),
+                _baseline(services, session, scratch))
     report_uri, analysis_uri = (f"{folder}/{REPORT_FOLDER}/{name}" for name in (SUMMARY_FILE, ANALYSIS_FILE))
     services.blobs.upload(out / ANALYSIS_FILE, analysis_uri, "application/json")
     services.blobs.upload(out / SUMMARY_FILE, report_uri, "text/html; charset=utf-8")

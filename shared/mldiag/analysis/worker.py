@@ -22,9 +22,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scratch", type=Path, help="where the private copy may live")
     parser.add_argument("--source", default="", help="where the session is kept, for the report")
     parser.add_argument("--dashboard-uri", default="", help="the session in the XProf viewer")
+    parser.add_argument("--baseline", type=Path, help="analysis.json of the run's earlier healthy session")
+    parser.add_argument("--baseline-session", default="", help="that session's name")
     args = parser.parse_args(argv)
 
-    from mldiag.analysis import analyze_session
+    from mldiag.analysis import Analysis, analyze_session
+    from mldiag.analysis.comparison import compare
     from mldiag.analysis.investigation import investigator
     from mldiag.analysis.profiles import UNREADABLE_EXIT, UnreadableProfile
     from mldiag.analysis.report import write_reports
@@ -36,6 +39,13 @@ def main(argv: list[str] | None = None) -> int:
     except UnreadableProfile as error:
         print(error, file=sys.stderr)
         return UNREADABLE_EXIT
+    if args.baseline:
+        try:
+            baseline = Analysis.model_validate_json(args.baseline.read_text("utf-8"))
+        except ValueError as error:  # an old or damaged baseline costs the comparison, not the analysis
+            print(f"baseline {args.baseline_session} not used: {error}", file=sys.stderr)
+        else:
+            analysis.comparison = compare(analysis, baseline, args.baseline_session)
     write_reports(analysis, args.out, dashboard_uri=args.dashboard_uri)
     return 0
 

@@ -69,9 +69,7 @@ def test_find_baseline_takes_the_latest_earlier_healthy_session(embedded, clock,
     session("still-running", state=AnalysisState.RUNNING)
     session("earlier-auto", auto=True)
     current = session("auto-degradation-1", auto=True)
-    found, analysis = find_baseline(embedded, current)
-    assert found.id == "recent"
-    assert analysis.metrics.step_time_ms == healthy.metrics.step_time_ms
+    assert find_baseline(embedded, current).id == "recent"
     clock.advance(-timedelta(hours=1).total_seconds())
     first = embedded.sessions.create(ProfilerSession(name=f"{RUN}/profilerSessions/first", auto_captured=True))
     assert find_baseline(embedded, first) is None
