@@ -24,7 +24,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from mldiag import __version__
@@ -32,7 +32,9 @@ from mldiag.analysis import analyst
 from mldiag.analysis.budget import MemoryBudget
 from mldiag.analysis.evidence import Analysis, DeviceKind, HloIssue, HostEvidence, ProfileInput, ToolResult
 from mldiag.analysis.profiles import UNREADABLE_EXIT, Session, UnreadableProfile, copy_session
-from mldiag.analysis.xprof_tools import MANAGED_TOOLS, ToolContext, SessionState, run_tool, shared_converters
+from mldiag.analysis.xprof_tools import (
+    MANAGED_TOOLS, SessionState, ToolContext, preload_tools, run_tool, shared_converters,
+)
 
 Progress = Callable[[str], None]
 # Runs after the analyst, while the private copy and XProf's conversions of it are still there.
@@ -132,21 +134,21 @@ def analyze_session(
         profile_bytes = session.bytes
         budget = MemoryBudget(memory_budget_bytes) if memory_budget_bytes else MemoryBudget.for_profile(profile_bytes)
         folder = session.files[0].parent
-        client = shared_converters()
+
+        def read(xplane: Path) -> HostEvidence:
+            with budget.reserve_all_needed(RAW_EVENTS_COST * xplane.stat().st_size):
+                say(f"reading the events of {xplane.name} ({xplane.stat().st_size / 1e6:.1f} MB)")
+                return read_events_apart(xplane)
+
+        # Leaving the pool waits for every step it started, so nothing runs once the copy is removed.
+        reading = [pool.submit(read, xplane) for xplane in session.files]
+        client = shared_converters()  # XProf loads while the events are read
+        pool.submit(preload_tools)
         state = SessionState(files=[str(f) for f in session.files], budget=budget,
                               profile_bytes=profile_bytes, absent={})
         with client.session(folder, state):
-            def read(xplane: Path) -> HostEvidence:
-                with budget.reserve_all_needed(RAW_EVENTS_COST * xplane.stat().st_size):
-                    say(f"reading the events of {xplane.name} ({xplane.stat().st_size / 1e6:.1f} MB)")
-                    return read_events_apart(xplane)
-
-            reading = [pool.submit(read, xplane) for xplane in session.files]
             dumping = pool.submit(client.dump_hlo, str(folder))
-            try:
-                hosts = [future.result() for future in reading]
-            finally:
-                _wait(reading + [dumping])
+            hosts = [future.result() for future in reading]
             dumping.result()
             state.absent.update(_absent_inputs(hosts))
 
@@ -178,10 +180,3 @@ def analyze_session(
                 analysis = investigate(analysis, context)
                 analysis.seconds = time.perf_counter() - started
     return analysis
-
-
-def _wait(futures: list[Future]) -> None:
-    """Let every started step finish before the scratch folder is removed under it."""
-    for future in futures:
-        with contextlib.suppress(Exception):
-            future.result()

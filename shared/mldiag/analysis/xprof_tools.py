@@ -218,7 +218,18 @@ class ToolContext:
         return message.replace(str(self.folder), self.folder.name)
 
 
+_TOOL_MODULES: set[str] = set()
+
+
+def preload_tools() -> None:
+    """Import XProf's tool modules ahead of use (the engine does it while the events are read)."""
+    for module in _TOOL_MODULES:
+        importlib.import_module(module)
+
+
 def _xprof_tool(module: str, function: str) -> Callable[[ToolContext], Any]:
+    _TOOL_MODULES.add(module)
+
     def run(context: ToolContext) -> Any:
         tool = getattr(importlib.import_module(module), function)
         implementation = getattr(tool, "__wrapped__", tool)  # past XProf's on-disk result cache
