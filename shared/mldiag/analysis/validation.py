@@ -40,6 +40,7 @@ _HLO_NAME = re.compile(r"(?<![\w%.\-])%?[A-Za-z_][\w\-]*(?:\.\d+)+(?![\w.])")
 # A number standing on its own or before a unit ("48.3 ms", "87%", "48ms"); not the digits of a name (f32, P0).
 _NUMBER = re.compile(r"(?<![\w.%\-])-?\d+(?:\.(\d+))?(?:[eE][-+]?\d+)?(?!\.?\d)")
 _SCALES = (1.0, 100.0, 1e-3, 1e3, 1e-6, 1e6, 1e-9, 1e-12, 1 / 1024, 1 / 1024**2, 1 / 1024**3)
+TIMINGS = "seconds"  # how long the analysis's own steps took: nothing about the profile, and never the same twice
 
 
 def _strings(value: Any) -> Iterator[str]:
@@ -64,8 +65,9 @@ def _numbers(value: Any) -> Iterator[float]:
         for match in _NUMBER.finditer(value):
             yield float(match.group(0))
     elif isinstance(value, dict):
-        for item in value.values():
-            yield from _numbers(item)
+        for key, item in value.items():
+            if key != TIMINGS:
+                yield from _numbers(item)
     elif isinstance(value, list):
         for item in value:
             yield from _numbers(item)

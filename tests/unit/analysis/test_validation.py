@@ -81,6 +81,14 @@ def test_profile_text_is_evidence_only(hostile):
     assert "repeats profile text" in why_unsupported(obeyed, hostile)
 
 
+def test_how_long_the_analysis_took_is_no_evidence():
+    analysis = investigated("hostile").model_copy(deep=True)
+    analysis.seconds = analysis.followups[0].seconds = 0.0876  # as a percentage of the rest, 91.24
+    index = EvidenceIndex(analysis, analysis.followups)
+    assert "cites 8.76" in why_summary_unsupported("The analysis took 8.76 s.", index)
+    assert "cites 91.24" in why_summary_unsupported("Compute is busy 91.24% of the time.", index)
+
+
 def test_a_summary_holds_numbers_from_the_data_and_no_profile_names(hostile):
     assert why_summary_unsupported("8 profiled steps of 55.5 ms; compute is busy 23% of the time.", hostile) == ""
     assert "cites 91.2" in why_summary_unsupported("Compute is busy 91.2% of the time.", hostile)
