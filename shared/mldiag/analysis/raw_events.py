@@ -21,9 +21,10 @@ that depends on an event's name is decided once per distinct name.
 The reader is the one behind ``jax.profiler.ProfileData`` (about 7x faster than
 ``xprof.profile_data``); jax is optional, and without it the slower reader does.
 
-``python -m mldiag.analysis.raw_events FILE`` prints the evidence as JSON (exit
-3 with the reason for a file that is not a profile): the engine reads each host
-in a process of its own, whose memory is gone the moment it is done.
+``python -m mldiag.analysis.raw_events FILE [TIMELINE]`` prints the evidence as
+JSON (exit 3 with the reason for a file that is not a profile) and saves every
+event of the file in TIMELINE for the follow-up aggregation: the engine reads
+each host in a process of its own, whose memory is gone the moment it is done.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from mldiag.analysis.evidence import (
     DeviceKind, Distribution, HostActivity, HostEvidence, OpFamily, OpTime, StepSeries, StepSource,
 )
 from mldiag.analysis.profiles import UNREADABLE_EXIT, UnreadableProfile, host_of
+from mldiag.analysis.timeline import Timeline, TimelineLine
 from mldiag.analysis.trace_names import (
     ALLOCATOR_EVENTS, COMMUNICATION, COMPILE, DISPATCH_PREFIX, FAMILIES, NOT_AN_OP, NOT_BUSY,
 )
@@ -126,32 +128,73 @@ class _Trace:
 
 
 class _Reader:
-    """Reads lines into arrays, numbering names and noticing each name's first event."""
+    """Reads lines into arrays, numbering names and noticing each name's first event.
+
+    Every event of every line it reads, instant ones included, is also kept for
+    the :class:`~mldiag.analysis.timeline.Timeline`; names that only such events
+    carry are numbered apart (negative ids), so that the evidence's numbering
+    stays that of the events it reads.
+    """
 
     def __init__(self, trace: _Trace):
         self.trace = trace
         self.ids: dict[str, int] = {}
+        self.timeline_ids: dict[str, int] = {}  # names of events only the timeline keeps -> -1, -2, ...
+        self.kept: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id(line) -> every event's id and duration
 
     def line(self, line: Any, first_seen: Any = None, *, timed_only: bool = False) -> _Line:
         """The line's events as arrays; ``timed_only`` drops instant events (markers that take no time)."""
+        every_id, starts, durations = self._events(line, first_seen, timed_only=timed_only)
+        evidence = every_id >= 0
+        begin = starts[evidence].astype(np.int64)
+        return _Line(line.name, begin, begin + durations[evidence].astype(np.int64), every_id[evidence])
+
+    def _events(self, line: Any, first_seen: Any = None, *, timed_only: bool = False,
+                timeline_only: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         starts, durations, ids = [], [], []
-        known = self.ids
+        known, apart = self.ids, self.timeline_ids
         for event in line.events:
             duration = event.duration_ns
-            if timed_only and not duration:
-                continue
+            name = event.name
+            if timeline_only or (timed_only and not duration):
+                index = apart.get(name)
+                if index is None:
+                    index = apart[name] = -1 - len(apart)
+            else:
+                index = known.get(name)
+                if index is None:
+                    index = known[name] = len(self.trace.names)
+                    self.trace.names.append(name)
+                    if first_seen is not None:
+                        first_seen(index, dict(event.stats))
             starts.append(event.start_ns)
             durations.append(duration)
-            name = event.name
-            index = known.get(name)
-            if index is None:
-                index = known[name] = len(self.trace.names)
-                self.trace.names.append(name)
-                if first_seen is not None:
-                    first_seen(index, dict(event.stats))
             ids.append(index)
-        begin = np.array(starts, dtype=np.int64)
-        return _Line(line.name, begin, begin + np.array(durations, dtype=np.int64), np.array(ids, dtype=np.int64))
+        every_id, every_duration = np.array(ids, dtype=np.int64), np.array(durations, dtype=np.float64)
+        self.kept[id(line)] = every_id, every_duration
+        return every_id, np.array(starts, dtype=np.float64), every_duration
+
+    def timeline(self, planes: list[tuple[Any, list[Any]]]) -> Timeline:
+        """Every event of ``planes`` (each with its lines, as read), lines the evidence skipped included."""
+        for _, plane_lines in planes:
+            for line in plane_lines:
+                if id(line) not in self.kept:
+                    self._events(line, timeline_only=True)
+        names = list(self.trace.names)
+        index_of = dict(self.ids)
+        for name in self.timeline_ids:
+            if name not in index_of:
+                index_of[name] = len(names)
+                names.append(name)
+        apart = np.array([index_of[name] for name in self.timeline_ids] or [0], dtype=np.int64)
+        lines = []
+        for plane, plane_lines in planes:
+            for line in plane_lines:
+                ids, durations = self.kept[id(line)]
+                ids = np.where(ids >= 0, ids, apart[np.maximum(-1 - ids, 0)])
+                # As XProf computes it: the product in floating point, truncated.
+                lines.append(TimelineLine(plane.name, line.name, ids, (durations * 1000).astype(np.int64)))
+        return Timeline(names, lines)
 
 
 def _profile_reader() -> Any:
@@ -166,11 +209,13 @@ def _profile_reader() -> Any:
         return ProfileData
 
 
-def _read(path: Path) -> _Trace:
+def _read(path: Path, timeline: Path | None = None) -> _Trace:
     try:
         profile = _profile_reader().from_file(str(path))
     except (RuntimeError, ValueError) as error:
         raise UnreadableProfile(f"{path.name}: not a readable XSpace protobuf ({error})") from error
+    # Each line object is taken once, so that the reader can tell afterwards which ones it read.
+    planes = [(plane, list(plane.lines)) for plane in profile.planes]
     trace = _Trace()
     reader = _Reader(trace)
 
@@ -178,10 +223,10 @@ def _read(path: Path) -> _Trace:
         if stats.get("hlo_op"):
             trace.hlo_op_of[index] = str(stats["hlo_op"])
 
-    for plane in profile.planes:
+    for plane, plane_lines in planes:
         if not plane.name.startswith(("/device:TPU:", "/device:GPU:")):
             continue
-        lines = {line.name: line for line in plane.lines}
+        lines = {line.name: line for line in plane_lines}
         op_lines = [lines["XLA Ops"]] if "XLA Ops" in lines else [
             line for name, line in lines.items() if name.startswith("Stream #")
         ]
@@ -206,8 +251,8 @@ def _read(path: Path) -> _Trace:
             trace.markers.add(index)
 
     xla_runs_on_host = not trace.lanes
-    host = next((plane for plane in profile.planes if plane.name == "/host:CPU"), None)
-    for line in host.lines if host is not None else ():
+    host_lines = next((lines for plane, lines in planes if plane.name == "/host:CPU"), [])
+    for line in host_lines:
         is_lane = xla_runs_on_host and line.name.startswith("tf_XLA")
         events = reader.line(line, note_marker, timed_only=is_lane)
         if is_lane:
@@ -217,6 +262,8 @@ def _read(path: Path) -> _Trace:
             trace.host_lines.append(events)
     if trace.events == 0:
         raise UnreadableProfile(f"{path.name}: the profile has no trace events")
+    if timeline is not None:
+        reader.timeline(planes).save(timeline)
     return trace
 
 
@@ -330,9 +377,12 @@ def _per_name(trace: _Trace, lines: list[_Line], values: list[np.ndarray], keep:
     return total
 
 
-def read_host_evidence(path: Path) -> HostEvidence:
-    """Read one profile file and compute its signals; :class:`UnreadableProfile` if it is not one."""
-    return _evidence(path, _read(path))
+def read_host_evidence(path: Path, timeline: Path | None = None) -> HostEvidence:
+    """Read one profile file and compute its signals; :class:`UnreadableProfile` if it is not one.
+
+    With ``timeline``, every event of the file is also saved there (:class:`~mldiag.analysis.timeline.Timeline`).
+    """
+    return _evidence(path, _read(path, timeline))
 
 
 def _evidence(path: Path, trace: _Trace) -> HostEvidence:
@@ -481,9 +531,9 @@ def _has_ancestor(line: _Line, flagged: np.ndarray) -> np.ndarray:
 
 
 def main(argv: list[str]) -> int:
-    (path,) = argv
+    path, *timeline = argv
     try:
-        evidence = read_host_evidence(Path(path))
+        evidence = read_host_evidence(Path(path), Path(timeline[0]) if timeline else None)
     except UnreadableProfile as error:
         print(error, file=sys.stderr)
         return UNREADABLE_EXIT

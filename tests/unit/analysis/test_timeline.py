@@ -1,0 +1,132 @@
+"""The timeline the raw-event read saves answers XProf's event aggregation exactly as XProf does."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+
+import pytest
+from analysis_support import xplane
+
+from mldiag.analysis import timeline as timeline_module
+from mldiag.analysis.followups import EVENT_FAMILIES, events_regex
+from mldiag.analysis.raw_events import read_host_evidence
+from mldiag.analysis.timeline import Timeline, TimelineLine, aggregate_events
+from mldiag.analysis.trace_names import COMMUNICATION
+
+QUERIES = [*EVENT_FAMILIES.values(), "(?i)convert", ".*"]
+
+
+def xprof_answer(path, event_regex, group_by="event"):
+    from xprof.cli.internal.oss.xplane_tools import aggregate_xplane_events
+
+    return aggregate_xplane_events.__wrapped__(str(path), event_regex=event_regex, group_by=group_by)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """``saved(name)``: the timeline the raw-event read saves for a fixture profile."""
+    folder = tmp_path_factory.mktemp("timelines")
+
+    @functools.cache
+    def timeline(name):
+        path = folder / f"{name}.timeline.npz"
+        read_host_evidence(xplane(name), path)
+        return Timeline.load(path)
+
+    return timeline
+
+
+@pytest.mark.parametrize(("name", "group_by"), [
+    ("unfused_small_ops", "event"), ("recompiling", "event"), ("recompiling", "plane"), ("recompiling", "line"),
+    ("mi300x_gemm", "event"), ("mi300x_gemm", "line"),
+])
+def test_the_answer_is_xprofs_own(saved, name, group_by):
+    for event_regex in QUERIES:
+        assert aggregate_events([saved(name)], event_regex, group_by) == xprof_answer(xplane(name), event_regex,
+                                                                                       group_by), event_regex
+
+
+def test_named_events_match_exactly_those_events(saved):
+    event_regex = events_regex(["wrapped_convert", "%copy"])
+    answer = json.loads(aggregate_events([saved("unfused_small_ops")], event_regex))
+    assert {group["event"] for group in answer["aggregates"]} == {"wrapped_convert", "copy"}
+    assert json.dumps(answer, indent=2) == xprof_answer(xplane("unfused_small_ops"), event_regex)
+
+
+def test_tpu_events_timed_to_the_picosecond_are_left_to_xprof_or_approximated(saved):
+    tpu = saved("tpu_v6e4_inference")
+    collectives = "(?i)" + COMMUNICATION.pattern
+    assert aggregate_events([tpu], collectives, "plane") is None
+    host_only = EVENT_FAMILIES["jit_dispatch"]
+    assert aggregate_events([tpu], host_only) == xprof_answer(xplane("tpu_v6e4_inference"), host_only)
+
+    truncated = json.loads(aggregate_events([tpu], collectives, "plane", approximate=True))
+    exact = json.loads(xprof_answer(xplane("tpu_v6e4_inference"), collectives, "plane"))
+    assert {g["plane"]: g["count"] for g in truncated["aggregates"]} == {g["plane"]: g["count"]
+                                                                         for g in exact["aggregates"]}
+    exact_totals = {g["plane"]: g["total_duration_ps"] for g in exact["aggregates"]}
+    for group in truncated["aggregates"]:  # each event loses less than a nanosecond
+        assert 0 <= exact_totals[group["plane"]] - group["total_duration_ps"] < 1000 * group["count"]
+
+
+def _first(timeline, events):
+    lines, left = [], events
+    for line in timeline.lines:
+        lines.append(TimelineLine(line.plane, line.name, line.ids[:left], line.durations_ps[:left]))
+        left -= len(lines[-1].ids)
+    return Timeline(timeline.names, lines)
+
+
+def test_like_xprof_it_stops_after_its_limit_of_events(saved, monkeypatch):
+    whole = saved("unfused_small_ops")
+    everything = json.loads(aggregate_events([whole], ".*"))
+    assert not everything["truncated"] and everything["events_scanned"] == sum(len(line.ids) for line in whole.lines)
+
+    monkeypatch.setattr(timeline_module, "MAX_EVENTS_SCANNED", 1000)
+    limited = json.loads(aggregate_events([whole, whole], ".*"))
+    assert limited["truncated"] and limited["events_scanned"] == 1001  # XProf counts the one past the limit in
+    monkeypatch.setattr(timeline_module, "MAX_EVENTS_SCANNED", 10**9)
+    assert limited["aggregates"] == json.loads(aggregate_events([_first(whole, 1001)], ".*"))["aggregates"]
+
+
+def test_events_named_by_a_number_are_left_to_xprof_or_approximated(tmp_path):
+    import jax
+    import jax.numpy as jnp
+
+    jax.profiler.start_trace(str(tmp_path / "trace"), create_perfetto_link=False)
+    for step in range(3):
+        with jax.profiler.TraceAnnotation("12345", msg="load batch"):
+            (jnp.ones(8) + step).block_until_ready()
+    jax.profiler.stop_trace()
+    (profile,) = (tmp_path / "trace").rglob("*.xplane.pb")
+    read_host_evidence(profile, tmp_path / "saved.timeline.npz")
+    timeline = Timeline.load(tmp_path / "saved.timeline.npz")
+
+    # XProf names these events after the id of their interned message, which jax's reader resolves.
+    named_by_xprof = {group["event"] for group in json.loads(xprof_answer(profile, ".*"))["aggregates"]}
+    assert not {"12345", "load batch"} & named_by_xprof
+    assert aggregate_events([timeline], ".*") is None
+    groups = json.loads(aggregate_events([timeline], "^12345$", approximate=True))["aggregates"]
+    assert [(group["event"], group["count"]) for group in groups] == [("12345", 3)]
+
+
+def test_without_jax_the_xprof_reader_saves_the_same_timeline(tmp_path, monkeypatch):
+    read_host_evidence(xplane("input_bound"), tmp_path / "jax.timeline.npz")
+    monkeypatch.setitem(sys.modules, "jaxlib", None)  # as if jax were not installed
+    read_host_evidence(xplane("input_bound"), tmp_path / "xprof.timeline.npz")
+    with_jax, without_jax = (Timeline.load(tmp_path / f"{reader}.timeline.npz") for reader in ("jax", "xprof"))
+    assert without_jax.names == with_jax.names
+    assert [(line.plane, line.name, line.ids.tolist(), line.durations_ps.tolist()) for line in without_jax.lines] == [
+        (line.plane, line.name, line.ids.tolist(), line.durations_ps.tolist()) for line in with_jax.lines]
+
+
+def test_every_event_of_the_file_is_kept_in_file_order(saved):
+    from jaxlib import _profile_data
+
+    profile = _profile_data.ProfileData.from_file(str(xplane("mi300x_gemm")))
+    timeline = saved("mi300x_gemm")
+    read = [(plane.name, line.name, [event.name for event in line.events]) for plane in profile.planes
+            for line in plane.lines]
+    assert read == [(line.plane, line.name, [timeline.names[i] for i in line.ids]) for line in timeline.lines]
