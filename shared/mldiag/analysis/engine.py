@@ -31,7 +31,7 @@ from mldiag import __version__
 from mldiag.analysis import analyst
 from mldiag.analysis.budget import MemoryBudget
 from mldiag.analysis.evidence import Analysis, DeviceKind, HloIssue, HostEvidence, ProfileInput, ToolResult
-from mldiag.analysis.profiles import UNREADABLE_EXIT, Session, UnreadableProfile, copy_session
+from mldiag.analysis.profiles import UNREADABLE_EXIT, Session, UnreadableProfile, copy_session, host_of
 from mldiag.analysis.xprof_tools import (
     MANAGED_TOOLS, SessionState, ToolContext, preload_tools, run_tool, shared_converters,
 )
@@ -39,6 +39,7 @@ from mldiag.analysis.xprof_tools import (
 Progress = Callable[[str], None]
 # Runs after the analyst, while the private copy and XProf's conversions of it are still there.
 Investigate = Callable[[Analysis, ToolContext], Analysis]
+TIMELINE_SUFFIX = ".timeline.npz"
 RAW_EVENTS_COST = 14  # the reader process's peak, interpreter included, in multiples of the file's size
 DETECTORS = ("detect_layout_mismatch_copies", "detect_unfused_reshapes", "detect_unnecessary_convert_reduce")
 
@@ -54,13 +55,18 @@ def _private_folder(scratch_dir: Path | None) -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def timeline_of(xplane: Path) -> Path:
+    """Where the raw-event read of ``xplane`` saves its every event (beside it, in the private copy)."""
+    return xplane.with_name(host_of(xplane) + TIMELINE_SUFFIX)
+
+
 def read_events_apart(xplane: Path) -> HostEvidence:
-    """The raw-event evidence of one file, read in a process of its own.
+    """The raw-event evidence of one file, read in a process of its own, which also saves its timeline.
 
     Reading is Python-bound (so processes run hosts in parallel where threads
     would not) and leaves fragmented memory behind; a child takes both away.
     """
-    done = subprocess.run([sys.executable, "-m", "mldiag.analysis.raw_events", str(xplane)],
+    done = subprocess.run([sys.executable, "-m", "mldiag.analysis.raw_events", str(xplane), str(timeline_of(xplane))],
                           capture_output=True, text=True)
     if done.returncode == UNREADABLE_EXIT:
         raise UnreadableProfile(done.stderr.strip())
@@ -152,7 +158,11 @@ def analyze_session(
             dumping.result()
             state.absent.update(_absent_inputs(hosts))
 
-            context = ToolContext(folder=folder, client=client, hlo=_HloModules(client, folder), absent=state.absent)
+            context = ToolContext(
+                folder=folder, client=client, hlo=_HloModules(client, folder), budget=budget,
+                profile_bytes=profile_bytes, timelines=tuple(timeline_of(f) for f in sorted(session.files, key=str)),
+                absent=state.absent,
+            )
             running = [pool.submit(run_tool, name, context) for name in MANAGED_TOOLS]
             results: dict[str, ToolResult] = {}
             for future in as_completed(running):

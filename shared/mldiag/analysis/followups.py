@@ -8,8 +8,12 @@ copy:
 * ``get_hlo_neighborhood``: operands and users around an HLO instruction (what
   blocks fusion, what forces data movement), ``xprof.cli.internal.oss.hlo_tools``;
 * ``aggregate_xplane_events``: count, mean, p90 and max of matching timeline
-  events, grouped by event, plane (host or device) or line,
-  ``xprof.cli.internal.oss.xplane_tools``;
+  events, grouped by event, plane (host or device) or line: XProf's answer
+  (``xprof.cli.internal.oss.xplane_tools``), computed from the timelines the
+  raw-event read saved (:mod:`mldiag.analysis.timeline`) rather than by
+  reading the profile again; XProf itself answers the few questions the
+  timelines cannot answer exactly (TPU events, events named by a number)
+  where the memory budget allows;
 * ``get_kernel_stats``: device kernels by total time, with XProf's custom-call
   share, ``xprof.cli.tools.get_kernel_stats_tool``;
 * ``llo_load`` and ``llo_query``: XProf's LLO analysis of TPU custom kernels
@@ -34,8 +38,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mldiag.analysis.analyst import quoted
+from mldiag.analysis.budget import OverBudget
 from mldiag.analysis.evidence import Analysis, Followup, ToolStatus
-from mldiag.analysis.raw_events import COMMUNICATION, COMPILE, DISPATCH_PREFIX, FAMILIES
+from mldiag.analysis.timeline import Timeline, aggregate_events
+from mldiag.analysis.trace_names import COMMUNICATION, COMPILE, DISPATCH_PREFIX, FAMILIES
 from mldiag.analysis.xprof_tools import ToolContext
 
 MAX_FOLLOWUPS = 4
@@ -44,6 +50,10 @@ MAX_WHY_CHARS = 300
 MAX_NAME_CHARS = 400
 MAX_EVENTS = 8
 SHOWN = 3  # entries of a tool's answer quoted in what it showed
+# Peak memory of one aggregation (measured with every event matching), in multiples of the saved timelines'
+# size, and where XProf itself answers, of the profile's size (its reader holds the whole profile as objects).
+TIMELINE_AGGREGATE_COST = 5
+XPROF_AGGREGATE_COST = 37
 EVENT_FAMILIES: dict[str, str] = {
     "jit_dispatch": "^" + re.escape(DISPATCH_PREFIX),
     "compilation": COMPILE.pattern,
@@ -235,6 +245,31 @@ def _parsed(output: str) -> Any:
         return None
 
 
+def _from_timelines(context: ToolContext, event_regex: str, group_by: str, **options: bool) -> str | None:
+    saved = sum(path.stat().st_size for path in context.timelines)
+    with context.budget.reserve(TIMELINE_AGGREGATE_COST * saved, "aggregating the saved timelines"):
+        return aggregate_events([Timeline.load(path) for path in context.timelines], event_regex, group_by,
+                                **options)
+
+
+def _aggregate(context: ToolContext, arguments: dict[str, Any]) -> str:
+    """XProf's answer from the saved timelines, or where they cannot give it exactly, XProf's own if the
+    memory budget allows it, else the timelines' approximation."""
+    family = arguments.get("family")
+    event_regex = (("(?i)" if family in _CASE_INSENSITIVE else "")
+                   + (EVENT_FAMILIES[family] if family else events_regex(arguments["events"])))
+    group_by = arguments.get("group_by", "event")
+    answer = _from_timelines(context, event_regex, group_by)
+    if answer is not None:
+        return answer
+    try:
+        with context.budget.reserve(XPROF_AGGREGATE_COST * context.profile_bytes, "XProf's event aggregation"):
+            return _xprof("xprof.cli.internal.oss.xplane_tools", "aggregate_xplane_events")(
+                context.session_id, event_regex=event_regex, group_by=group_by)
+    except OverBudget:
+        return _from_timelines(context, event_regex, group_by, approximate=True)
+
+
 @dataclass
 class Outcome:
     status: ToolStatus
@@ -308,13 +343,7 @@ _RUNNERS: dict[str, _Runner] = {
             context.session_id, args["instruction"], radius=args.get("radius", 2), module_name=args["module"],
             detect_fusion_blockers=True),
         _neighborhood_outcome),
-    "aggregate_xplane_events": _Runner(
-        lambda context, args: _xprof("xprof.cli.internal.oss.xplane_tools", "aggregate_xplane_events")(
-            context.session_id,
-            event_regex=("(?i)" if args.get("family") in _CASE_INSENSITIVE else "")
-            + (EVENT_FAMILIES[args["family"]] if "family" in args else events_regex(args["events"])),
-            group_by=args.get("group_by", "event")),
-        _aggregate_outcome),
+    "aggregate_xplane_events": _Runner(_aggregate, _aggregate_outcome),
     "get_kernel_stats": _Runner(
         lambda context, args: _xprof("xprof.cli.tools.get_kernel_stats_tool", "get_kernel_stats")(
             context.session_id, trace_matchers=(events_regex([args["kernel"]]),) if "kernel" in args else None,

@@ -202,11 +202,14 @@ def shared_converters() -> Any:
 
 @dataclass
 class ToolContext:
-    """What a tool needs: the private session folder, and the shared conversions of it."""
+    """What a tool needs: the private session folder, the shared conversions of it, and the memory budget."""
 
     folder: Path
     client: Any
     hlo: Callable[[], Any]  # the parsed HLO modules, loaded once on first use
+    budget: MemoryBudget
+    profile_bytes: int
+    timelines: tuple[Path, ...]  # every event of each file, as the raw-event read saved it, in XProf's file order
     absent: dict[str, str] = field(default_factory=dict)  # converter -> why the profile has no input for it
 
     @property

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
+from analysis_support import xplane
 from investigation_support import on_live_profile
 
+from mldiag.analysis.budget import MemoryBudget
 from mldiag.analysis.evidence import ToolStatus
-from mldiag.analysis.followups import MAX_FOLLOWUPS, FollowupTools, Refused
+from mldiag.analysis.followups import (
+    EVENT_FAMILIES, MAX_FOLLOWUPS, TIMELINE_AGGREGATE_COST, XPROF_AGGREGATE_COST, FollowupTools, Refused,
+)
 
 WHY = {"why": "a hypothesis"}
 # Refused ones first: they do not count against the limit; the valid ones after them use it up.
@@ -34,8 +39,11 @@ PROPOSALS = {
 REFUSED = [key for key in PROPOSALS if key not in ("neighbourhood", "dispatches", "named events", "kernels on a CPU")]
 
 
-def _propose(proposals):
+def _propose(proposals, budget=None):
+    """Run ``proposals`` on the live analysis; ``budget(context)`` is the memory budget bytes, if given."""
     def run(analysis, context):
+        if budget is not None:
+            context = dataclasses.replace(context, budget=MemoryBudget(budget(context)))
         tools = FollowupTools.of(analysis, context)
         outcomes = {}
         for key, (tool, arguments) in proposals.items():
@@ -53,14 +61,32 @@ def unfused():
     return on_live_profile("unfused_small_ops", proposals=_propose(PROPOSALS))["proposals"]
 
 
+def _timelines_only(context):
+    """A budget the saved timelines fit in, XProf's own reading of the profile not."""
+    budget = TIMELINE_AGGREGATE_COST * sum(path.stat().st_size for path in context.timelines)
+    assert budget < XPROF_AGGREGATE_COST * context.profile_bytes
+    return budget
+
+
+COLLECTIVES = ("aggregate_xplane_events", {"family": "collectives", "group_by": "plane", **WHY})
+DISPATCHES = ("aggregate_xplane_events", {"family": "jit_dispatch", **WHY})
+
+
 @pytest.fixture(scope="module")
 def tpu():
-    return on_live_profile("tpu_v6e4_inference", proposals=_propose({
-        "kernels": ("get_kernel_stats", {"limit": 3, **WHY}),
-        "one kernel": ("get_kernel_stats", {"kernel": "copy-done.2", **WHY}),
-        "llo": ("llo_load", WHY),
-        "llo query": ("llo_query", {"mode": "list_ops", **WHY}),
-    }))["proposals"]
+    runs = on_live_profile(
+        "tpu_v6e4_inference",
+        proposals=_propose({
+            "kernels": ("get_kernel_stats", {"limit": 3, **WHY}),
+            "one kernel": ("get_kernel_stats", {"kernel": "copy-done.2", **WHY}),
+            "llo": ("llo_load", WHY),
+            "llo query": ("llo_query", {"mode": "list_ops", **WHY}),
+        }),
+        collectives=_propose({"collectives": COLLECTIVES}),
+        within_less_memory=_propose({"collectives": COLLECTIVES}, budget=_timelines_only),
+        within_no_memory=_propose({"dispatches": DISPATCHES}, budget=lambda context: 1),
+    )
+    return {key: outcomes for key, (_, _, outcomes) in runs.items()}
 
 
 @pytest.mark.parametrize("key", REFUSED)
@@ -123,7 +149,7 @@ def test_kernel_statistics_are_empty_on_a_cpu_profile(unfused):
 
 
 def test_kernel_statistics_of_tpu_ops(tpu):
-    _, _, outcomes = tpu
+    outcomes = tpu["proposals"]
     kernels = outcomes["kernels"]
     assert kernels.status is ToolStatus.OK and '"%copy-done.2"' in kernels.showed
     one = outcomes["one kernel"].showed
@@ -131,7 +157,28 @@ def test_kernel_statistics_of_tpu_ops(tpu):
 
 
 def test_llo_is_reported_not_available_without_llo_data(tpu):
-    _, _, outcomes = tpu
+    outcomes = tpu["proposals"]
     for key in ("llo", "llo query"):
         assert outcomes[key].status is ToolStatus.NO_DATA
         assert outcomes[key].showed.startswith("not available")
+
+
+def test_tpu_events_timed_to_the_picosecond_are_aggregated_by_xprof_itself(tpu):
+    from xprof.cli.internal.oss.xplane_tools import aggregate_xplane_events
+
+    followup = tpu["collectives"]["collectives"]
+    assert followup.status is ToolStatus.OK
+    assert followup.output == aggregate_xplane_events.__wrapped__(
+        str(xplane("tpu_v6e4_inference")), event_regex="(?i)" + EVENT_FAMILIES["collectives"], group_by="plane")
+
+
+def test_where_xprof_does_not_fit_the_budget_the_timelines_answer_to_the_nanosecond(tpu):
+    approximate = json.loads(tpu["within_less_memory"]["collectives"].output)["aggregates"]
+    exact = json.loads(tpu["collectives"]["collectives"].output)["aggregates"]
+    assert approximate != exact
+    assert sorted((g["plane"], g["count"]) for g in approximate) == sorted((g["plane"], g["count"]) for g in exact)
+
+
+def test_an_aggregation_that_does_not_fit_the_budget_is_recorded_not_run(tpu):
+    followup = tpu["within_no_memory"]["dispatches"]
+    assert followup.status is ToolStatus.ERROR and "memory budget" in followup.showed
