@@ -245,11 +245,11 @@ def _parsed(output: str) -> Any:
         return None
 
 
-def _from_timelines(context: ToolContext, event_regex: str, group_by: str, **options: bool) -> str | None:
+def _from_timelines(context: ToolContext, event_regex: str, group_by: str, approximate: bool = False) -> str | None:
     saved = sum(path.stat().st_size for path in context.timelines)
     with context.budget.reserve(TIMELINE_AGGREGATE_COST * saved, "aggregating the saved timelines"):
         return aggregate_events([Timeline.load(path) for path in context.timelines], event_regex, group_by,
-                                **options)
+                                approximate=approximate)
 
 
 def _aggregate(context: ToolContext, arguments: dict[str, Any]) -> str:
