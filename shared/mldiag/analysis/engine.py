@@ -3,8 +3,8 @@
 1. Copy the session's ``<host>.xplane.pb`` files into a private scratch folder
    (XProf writes cache files next to what it converts).
 2. In parallel, within the memory budget: read each host's raw events in a
-   process of its own (which also proves the file is a profile) and have XProf
-   dump the HLO modules.
+   process of its own (which also proves the file is a profile and saves every
+   event for the follow-ups) and have XProf dump the HLO modules.
 3. Run the 15 tools in parallel; conversions are shared between them and the
    heavy ones queue on the budget.
 4. Hand the evidence to the deterministic analyst.

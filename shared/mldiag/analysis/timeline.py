@@ -3,8 +3,8 @@
 The ``aggregate_xplane_events`` follow-up asks for the count, mean,
 percentiles and maximum of the events whose names match a regular expression,
 grouped by event, plane or line. XProf's own implementation reads the whole
-profile again through its pure-Python reader (20 s and 40x the file's size in
-memory for a 44 MB profile). The raw-event reader visits every event anyway, so
+profile again through its pure-Python reader (20 to 25 s and 37x the file's
+size in memory for a 44 MB profile). The raw-event reader visits every event anyway, so
 it keeps each line's event names (as ids into one list of names) and
 durations, in file order, and saves them beside the private copy
 (:meth:`Timeline.save`). :func:`aggregate_events` answers from those arrays
