@@ -25,7 +25,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from mldiag import bootstrap
 from mldiag.config import Settings
 from mldiag.domain.errors import InvalidArgument, NotFound
 
@@ -71,6 +70,8 @@ def analyze(
 
             settings = Settings.from_env()
             if path.startswith("gs://"):
+                from mldiag import bootstrap
+
                 progress(f"Downloading {path}")
                 session = download_session(path, bootstrap.build(settings).blobs, Path(scratch) / "download")
             else:

@@ -10,7 +10,6 @@ from datetime import datetime
 
 import typer
 
-from mldiag import bootstrap
 from mldiag.cli.output import Format, errors, show
 from mldiag.deadletters import list_dead_letters
 from mldiag.domain.errors import MldiagError
@@ -19,6 +18,12 @@ from mldiag.eventlog import Outcome
 from mldiag.replay import Target, find_record, replay_one
 
 app = typer.Typer(help="Archived events: list, show, replay, dead letters.", no_args_is_help=True)
+
+def _services():
+    from mldiag import bootstrap
+
+    return bootstrap.build()
+
 
 _COLUMNS = ("id", "function", "type", "outcome", "attempts", "firstReceived", "error")
 
@@ -32,7 +37,7 @@ def _when(value: str | None) -> datetime | None:
     except ValueError:
         pass
     try:
-        return bootstrap.build().now() - parse_duration(value)
+        return _services().now() - parse_duration(value)
     except ValueError:
         raise typer.BadParameter(f"{value!r} is neither a time (2026-01-01T00:00:00Z) nor a duration (1h)")
 
@@ -53,7 +58,7 @@ def list_events(
     fmt: Format = typer.Option(Format.table, "--format"),
 ) -> None:
     """List archived events, newest first."""
-    records = bootstrap.build().events.list(
+    records = _services().events.list(
         type=type, function=function, outcome=outcome.value if outcome else "",
         since=_when(since), until=_when(until), limit=limit,
     )
@@ -66,7 +71,7 @@ def show_event(
     fmt: Format = typer.Option(Format.yaml, "--format"),
 ) -> None:
     """Show one archived event with its raw CloudEvent."""
-    services = bootstrap.build()
+    services = _services()
     try:
         record = find_record(services, event)
         document = record.to_json_dict()
@@ -90,7 +95,7 @@ def replay(
     fmt: Format = typer.Option(Format.table, "--format"),
 ) -> None:
     """Re-deliver archived events by id, or every event matching the filters."""
-    services = bootstrap.build()
+    services = _services()
     selective = any([type, function, outcome, since, until])
     if not events and not selective:
         raise typer.BadParameter("name events to replay, or select them with --type/--function/--outcome/--since")
@@ -115,11 +120,11 @@ def dead_letters(
     fmt: Format = typer.Option(Format.table, "--format"),
 ) -> None:
     """Messages that exhausted their retries, with the last error their function recorded."""
-    show(list_dead_letters(bootstrap.build(), limit), fmt,
+    show(list_dead_letters(_services(), limit), fmt,
          ("messageId", "deadLetterTopic", "sourceSubscription", "deliveryCount", "receivedAt", "lastError"))
 
 
 @app.command("prune")
 def prune() -> None:
     """Delete archived events past their retention (the cloud's Firestore TTL does this by itself)."""
-    typer.echo(f"pruned {bootstrap.build().events.prune()} event(s)")
+    typer.echo(f"pruned {_services().events.prune()} event(s)")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import typer
 
-from mldiag import bootstrap
 from mldiag.cli.output import Format, show
 from mldiag.domain.resources import RESOURCE_TYPES
 
@@ -13,6 +12,8 @@ def status(
     fmt: Format = typer.Option(Format.table, "--format", help="Output format."),
 ) -> None:
     """Show the backend, where data lives, and how many of each resource are stored."""
+    from mldiag import bootstrap
+
     services = bootstrap.build()
     settings = services.settings
     counts = {

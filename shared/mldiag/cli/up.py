@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from mldiag import logs
 from mldiag.config import Settings
-from mldiag.server import Banner, serve
-from mldiag.ui.xprof_viewer import ViewerFailed
+
+if TYPE_CHECKING:
+    from mldiag.server import Banner
 
 
 def _announce(banner: Banner) -> None:
@@ -33,6 +34,9 @@ def up(
                                              help="The viewer's port on 127.0.0.1; 0 picks a free one.")] = 8791,
 ) -> None:
     """Run the control plane, the event functions, a bucket watcher and maintenance, until Ctrl-C."""
+    from mldiag.server import serve
+    from mldiag.ui.xprof_viewer import ViewerFailed
+
     settings = Settings.from_env()
     if data is not None:
         settings = settings.model_copy(update={"data_dir": data.expanduser().resolve()})
