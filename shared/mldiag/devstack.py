@@ -11,7 +11,8 @@
 - the functions host (:mod:`mldiag.devstack_host`) with a push subscription per
   trigger, mirroring what Terraform creates: topic pushes with the topic in the
   endpoint path and a dead-letter policy, bucket finalizes through an
-  Eventarc-style adapter.
+  Eventarc-style adapter. The control plane is the ``control_plane`` function at
+  ``<functions_url>/control_plane``, exported as ``MLDIAG_API_URL``.
 
 It creates the topics (each with its ``-dead-letter`` topic) and the profiles
 bucket, waits until everything answers, then prints ``export`` lines for the
@@ -55,6 +56,7 @@ READY_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 10.0
 PUBSUB_MAIN_CLASS = "com.google.cloud.pubsub.testing.v1.Main"
 FIRESTORE_MAIN_CLASS = "com.google.cloud.datastore.emulator.firestore.CloudFirestore"
+CONTROL_PLANE = "control_plane"  # the HTTP function, served at <functions_url>/control_plane
 # Pub/Sub keeps a push request open up to the ack deadline; analyses take minutes.
 PUSH_ACK_DEADLINE_S = 600
 
@@ -235,6 +237,9 @@ class Devstack:
                 settings = Settings.from_env()
                 self.hosted = discover(self.functions_dir, settings)
                 create_push_subscriptions(self.project, self.hosted, functions_url, settings.max_delivery_attempts)
+            if any(function.name == CONTROL_PLANE for function in self.hosted):
+                # For clients (the CLI, node agents), as Terraform's workload_environment; not the functions' own.
+                self.env["MLDIAG_API_URL"] = f"{functions_url}/{CONTROL_PLANE}"
             _say(f"functions at {functions_url}: {', '.join(f.name for f in self.hosted) or 'none yet'}")
         except BaseException:
             self.stop()
