@@ -1,5 +1,5 @@
 """What the e2e tests share besides their fixtures (``conftest.py``): the handle on ``mldiag up``,
-JAX workloads serving the profiler, targets, and the CLI."""
+JAX workloads serving the profiler, targets, and the CLI (against ``mldiag up`` or the devstack)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import requests
 
 MLDIAG = str(Path(sys.executable).parent / "mldiag")
 WORKLOAD = Path(__file__).parent / "workloads" / "profiler_server_workload.py"
 LOCATION = "v1alpha/projects/local-project/locations/local"
+
+
+class Api(Protocol):
+    """A control plane the CLI talks to: ``mldiag up`` (:class:`ControlPlane`) or the devstack's function."""
+
+    url: str
 
 
 @dataclass
@@ -59,13 +65,13 @@ class Workload:
         self.process.wait(timeout=30)
 
 
-def mldiag(control_plane: ControlPlane, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+def mldiag(control_plane: Api, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     """The CLI, with messages on one line each (rich wraps at the terminal width otherwise)."""
     return subprocess.run([MLDIAG, *args, "--api-url", control_plane.url], capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, "COLUMNS": "1000"})
 
 
-def mldiag_json(control_plane: ControlPlane, *args: str) -> Any:
+def mldiag_json(control_plane: Api, *args: str) -> Any:
     result = mldiag(control_plane, *args, "--format", "json")
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
@@ -83,8 +89,15 @@ def register_target(control_plane: ControlPlane, run: str, target: str, port: in
     assert response.status_code == 200, response.text
 
 
-def session(control_plane: ControlPlane, run: str, session_id: str) -> dict[str, Any]:
+def session(control_plane: Api, run: str, session_id: str) -> dict[str, Any]:
     return mldiag_json(control_plane, "profiler-session", "describe", session_id, "--machine-learning-run", run)
+
+
+def analysed(control_plane: Api, run: str, session_id: str) -> dict[str, Any] | None:
+    """The session once its analysis is DONE (None before); a FAILED analysis fails the test."""
+    described = session(control_plane, run, session_id)
+    assert described["analysis"]["state"] != "FAILED", described["analysis"]["error"]
+    return described if described["analysis"]["state"] == "DONE" else None
 
 
 def wait_for(condition: Callable[[], Any], what: str, timeout_s: float = 60) -> Any:

@@ -16,7 +16,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from capture_support import ControlPlane, mldiag, mldiag_json, profile_file, register_target, session, wait_for
+from capture_support import (
+    ControlPlane, analysed, mldiag, mldiag_json, profile_file, register_target, session, wait_for,
+)
 from mldiag.demo.processes import Workload
 
 pytestmark = pytest.mark.slow
@@ -49,12 +51,6 @@ def job(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -
         wait_for(lambda: analysed(control_plane, run, "healthy"), "the healthy session's analysis")
         mldiag_json(control_plane, "machine-learning-run", "set-auto-capture", run, "--duration", "1s")
         yield Job(workload, run)
-
-
-def analysed(control_plane: ControlPlane, run: str, session_id: str) -> dict | None:
-    described = session(control_plane, run, session_id)
-    assert described["analysis"]["state"] != "FAILED", described["analysis"]["error"]
-    return described if described["analysis"]["state"] == "DONE" else None
 
 
 def test_a_slowdown_opens_an_event_and_one_automatic_capture_linked_to_it(control_plane, job):

@@ -116,7 +116,7 @@ class LocalControlPlane(_Child):
 class Workload(_Child):
     """The training job of :mod:`mldiag.demo.workload`: commands in on stdin, JSON events out on stdout."""
 
-    def __init__(self, name: str, api_url: str, runs_url: str, gcs_path: Path, token: str, log: Path):
+    def __init__(self, name: str, api_url: str, runs_url: str, gcs_path: Path | str, token: str, log: Path):
         self.profiler_port = free_port()
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "JAX_PLATFORMS": "cpu", "DIAGON_BASE_URL": api_url}
         command = [sys.executable, "-m", "mldiag.demo.workload", "--name", name, "--gcs-path", str(gcs_path),
