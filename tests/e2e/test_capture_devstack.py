@@ -27,6 +27,7 @@ import json
 import os
 import signal
 import subprocess
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -77,8 +78,9 @@ def job(cloud: Cloud, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Job]
     settings = cloud.services.settings
     runs_url = f"{cloud.url}/v1alpha/projects/{settings.project}/locations/{settings.location}/machineLearningRuns"
     logs = tmp_path_factory.mktemp("capture-devstack")
-    with Workload("capture-devstack-e2e", cloud.url, runs_url, settings.bucket_uri, "", logs / "workload.log") \
-            as workload:
+    # The SDK derives the run's id from the job's name: a devstack kept running between test runs keeps the old one.
+    name = f"capture-devstack-{uuid.uuid4().hex[:8]}"
+    with Workload(name, cloud.url, runs_url, settings.bucket_uri, "", logs / "workload.log") as workload:
         run = workload.wait_for("ready", 120)["run"]
         with (logs / "agent.log").open("w") as agent_log:
             agent = subprocess.Popen(
@@ -125,8 +127,10 @@ def test_a_slowdown_is_captured_through_the_agent_and_compared_with_the_healthy_
     job.workload.send(f"degrade {HEALTHY_STEPS}")
     job.workload.wait_for("slowed", 60)
 
-    (event,) = wait_for(lambda: [e for e in monitored_events(cloud, job.run) if e.get("profilerSessions")],
+    (event,) = wait_for(lambda: [e for e in mldiag_json(cloud, "monitored-events", "list", "--machine-learning-run",
+                                                        job.run) if e.get("profilerSessions")],
                         "the analyzer's event and on_alert's capture", timeout_s=90)
+    assert event["name"].endswith(f"/machineLearningRuns/{job.run}/monitoredEvents/degradation-1")
     assert event["type"] == "PERFORMANCE_DEGRADATION" and event["analyzerReports"][0]["detectionState"] == "DETECTED"
     (session_name,) = event["profilerSessions"]
     session_id = session_name.rsplit("/", 1)[1]
@@ -151,8 +155,9 @@ def test_a_slowdown_is_captured_through_the_agent_and_compared_with_the_healthy_
 def test_the_event_closes_when_the_job_recovers(cloud, job):
     job.workload.send("recover")
     job.workload.wait_for("recovered", 60)
-    (event,) = wait_for(lambda: [e for e in monitored_events(cloud, job.run) if e.get("endTime")],
-                        "the event to close")
+    event = wait_for(lambda: (e := mldiag_json(cloud, "monitored-events", "describe", "degradation-1",
+                                               "--machine-learning-run", job.run)).get("endTime") and e,
+                     "the event to close")
     assert event["analyzerReports"][0]["detectionState"] == "NOT_DETECTED"
     assert len(event["profilerSessions"]) == 1
 
@@ -166,6 +171,3 @@ def test_a_job_that_exited_fails_the_agents_capture_as_unreachable(cloud, job):
     error = session(cloud, job.run, "after-exit")["targetSessions"][TARGET]["error"]
     assert error.startswith(f"unreachable: cannot connect to 127.0.0.1:{job.workload.profiler_port}"), error
 
-
-def monitored_events(cloud: Cloud, run: str) -> list[dict]:
-    return mldiag_json(cloud, "monitored-events", "list", "--machine-learning-run", run)
