@@ -88,6 +88,8 @@ def job(cloud: Cloud, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Job]
                  "--hostname", NODE, "--heartbeat-interval", "1", "--poll-interval", "0.2", "--api-url", cloud.url],
                 env={**os.environ, "MLDIAG_LOG_FORMAT": "json"}, stdout=subprocess.DEVNULL, stderr=agent_log)
         try:
+            # Its banner comes once SIGTERM is handled: from then on it must stop cleanly.
+            wait_for(lambda: f"mldiag agent {NODE}:" in (logs / "agent.log").read_text(), "the agent to start")
             yield Job(workload, run)
         finally:
             agent.send_signal(signal.SIGTERM)
