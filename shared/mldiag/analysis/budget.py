@@ -4,9 +4,12 @@ Reading a profile costs a multiple of its size (XProf's converters 18x to 27x,
 the raw-event reader about 14x), so running everything at once would multiply
 that. Each heavy step reserves its estimate and waits while the budget is
 spent: small profiles run fully in parallel, large ones one heavy step at a
-time. An optional step that could not fit even alone is refused (:class:`OverBudget`)
-rather than allowed to take the machine down; after each heavy step the freed
-memory goes back to the system, so the next one starts from a low base.
+time. Reservations are granted in the order they were asked for, so a large
+step is never starved by small ones and the caller decides which heavy step
+runs first. An optional step that could not fit even alone is refused
+(:class:`OverBudget`) rather than allowed to take the machine down; after each
+heavy step the freed memory goes back to the system, so the next one starts
+from a low base.
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import itertools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 MIB = 1 << 20
 DEFAULT_SIZE_FACTOR = 20  # the budget scales with the profile: one converter (~18x) fits in it
@@ -49,11 +53,13 @@ def available_memory() -> int | None:
 
 
 class MemoryBudget:
-    """Bytes that concurrent steps reserve; a reservation waits until it fits."""
+    """Bytes that concurrent steps reserve; a reservation waits until it fits and every earlier one is granted."""
 
     def __init__(self, limit_bytes: int):
         self.limit = max(1, int(limit_bytes))
         self._reserved = 0
+        self._tickets = itertools.count()
+        self._next_granted = 0  # the ticket whose turn it is
         self._changed = threading.Condition()
 
     @classmethod
@@ -63,22 +69,31 @@ class MemoryBudget:
         free = available_memory()
         return cls(min(limit, int(free * AVAILABLE_SHARE)) if free else limit)
 
-    def reserve(self, nbytes: int, what: str = "this step") -> contextlib.AbstractContextManager[None]:
-        """Hold ``nbytes`` while the block runs; :class:`OverBudget` if it exceeds the whole budget."""
+    def reserve(self, nbytes: int, what: str = "this step", *,
+                queued: Callable[[], None] | None = None) -> contextlib.AbstractContextManager[None]:
+        """Hold ``nbytes`` while the block runs; :class:`OverBudget` if it exceeds the whole budget.
+
+        ``queued`` is called once the request has its place in line, before it waits.
+        """
         if nbytes > self.limit:
             raise OverBudget(f"{what} needs about {nbytes / MIB:,.0f} MiB, more than the analysis's memory "
                              f"budget of {self.limit / MIB:,.0f} MiB")
-        return self._held(int(nbytes))
+        return self._held(int(nbytes), queued)
 
     def reserve_all_needed(self, nbytes: int) -> contextlib.AbstractContextManager[None]:
         """For a step the analysis cannot do without: at most the whole budget, so it runs alone."""
         return self._held(min(int(nbytes), self.limit))
 
     @contextlib.contextmanager
-    def _held(self, nbytes: int) -> Iterator[None]:
+    def _held(self, nbytes: int, queued: Callable[[], None] | None = None) -> Iterator[None]:
         with self._changed:
-            self._changed.wait_for(lambda: self._reserved + nbytes <= self.limit)
+            ticket = next(self._tickets)
+            if queued is not None:
+                queued()
+            self._changed.wait_for(lambda: ticket == self._next_granted and self._reserved + nbytes <= self.limit)
             self._reserved += nbytes
+            self._next_granted += 1
+            self._changed.notify_all()
         try:
             yield
         finally:

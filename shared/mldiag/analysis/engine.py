@@ -2,11 +2,15 @@
 
 1. Copy the session's ``<host>.xplane.pb`` files into a private scratch folder
    (XProf writes cache files next to what it converts).
-2. In parallel, within the memory budget: read each host's raw events in a
-   process of its own (which also proves the file is a profile and saves every
-   event for the follow-ups) and have XProf dump the HLO modules.
-3. Run the 15 tools in parallel; conversions are shared between them and the
-   heavy ones queue on the budget.
+2. Within the memory budget, in this order when memory is short and all at
+   once when it is not: have XProf dump the HLO modules and build its op_stats
+   (the heavy conversion most tools read), and read each host's raw events in a
+   process of its own (which proves the file is a profile and saves every event
+   for the follow-ups). The raw-event read queues last so that it overlaps the
+   tools' own work on op_stats rather than delaying the conversion.
+3. Once the HLO modules are dumped, run the 15 tools in parallel; conversions
+   are shared between them and the heavy ones queue on the budget. The two
+   tools whose input the raw events can show absent wait for the read.
 4. Hand the evidence to the deterministic analyst.
 
 Heavy imports (xprof, the trace reader) happen inside the steps that need them.
@@ -33,7 +37,7 @@ from mldiag.analysis.budget import MemoryBudget
 from mldiag.analysis.evidence import Analysis, DeviceKind, HloIssue, HostEvidence, ProfileInput, ToolResult
 from mldiag.analysis.profiles import UNREADABLE_EXIT, Session, UnreadableProfile, copy_session, host_of
 from mldiag.analysis.xprof_tools import (
-    MANAGED_TOOLS, SessionState, ToolContext, preload_tools, run_tool, shared_converters,
+    CAN_BE_ABSENT, MANAGED_TOOLS, SessionState, ToolContext, preload_tools, run_tool, shared_converters,
 )
 
 Progress = Callable[[str], None]
@@ -135,28 +139,32 @@ def analyze_session(
         raise UnreadableProfile("no profile files to analyse")
     with _private_folder(scratch_dir) as scratch, ThreadPoolExecutor(
         max_workers=workers or min(8, (os.cpu_count() or 2) + 2), thread_name_prefix="mldiag-analysis"
-    ) as pool:
+    ) as pool, ThreadPoolExecutor(max_workers=len(files), thread_name_prefix="mldiag-raw-events") as readers:
         session = copy_session(Session(files[0].parent.name, tuple(files)), scratch)
         profile_bytes = session.bytes
         budget = MemoryBudget(memory_budget_bytes) if memory_budget_bytes else MemoryBudget.for_profile(profile_bytes)
         folder = session.files[0].parent
+        client = shared_converters()
+        pool.submit(preload_tools)
+        state = SessionState(files=[str(f) for f in session.files], budget=budget, profile_bytes=profile_bytes)
 
         def read(xplane: Path) -> HostEvidence:
+            state.op_stats_queued.wait()
             with budget.reserve_all_needed(RAW_EVENTS_COST * xplane.stat().st_size):
                 say(f"reading the events of {xplane.name} ({xplane.stat().st_size / 1e6:.1f} MB)")
                 return read_events_apart(xplane)
 
-        # Leaving the pool waits for every step it started, so nothing runs once the copy is removed.
-        reading = [pool.submit(read, xplane) for xplane in session.files]
-        client = shared_converters()  # XProf loads while the events are read
-        pool.submit(preload_tools)
-        state = SessionState(files=[str(f) for f in session.files], budget=budget,
-                              profile_bytes=profile_bytes, absent={})
+        # Leaving the pools waits for every step they started, so nothing runs once the copy is removed.
         with client.session(folder, state):
             dumping = pool.submit(client.dump_hlo, str(folder))
-            hosts = [future.result() for future in reading]
-            dumping.result()
-            state.absent.update(_absent_inputs(hosts))
+            pool.submit(client.build_op_stats, str(folder))
+            reading = [readers.submit(read, xplane) for xplane in session.files]
+            try:
+                dumping.result()
+            except Exception:
+                for future in reading:  # a file that is not a profile is the better reason
+                    future.result()
+                raise
 
             context = ToolContext(
                 folder=folder, client=client, hlo=_HloModules(client, folder), budget=budget,
@@ -164,6 +172,12 @@ def analyze_session(
                 absent=state.absent,
             )
             running = [pool.submit(run_tool, name, context) for name in MANAGED_TOOLS]
+            try:
+                hosts = [future.result() for future in reading]
+            except BaseException:
+                state.absent.settle(dict.fromkeys(CAN_BE_ABSENT, "the raw events could not be read"))
+                raise
+            state.absent.settle(_absent_inputs(hosts))
             results: dict[str, ToolResult] = {}
             for future in as_completed(running):
                 result = future.result()

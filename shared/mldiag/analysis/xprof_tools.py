@@ -18,7 +18,8 @@ and in addition:
 * reserves memory from the analysis's :class:`~mldiag.analysis.budget.MemoryBudget`;
 * answers "no data" for converters whose input the raw events show is absent
   (no allocator events, no hardware counters), as the converter itself would,
-  instead of reading the whole profile again to find nothing.
+  instead of reading the whole profile again to find nothing; those converters
+  wait until the raw events are read (:class:`AbsentInputs`).
 
 The session folder it converts is always the analysis's private copy: XProf
 writes cache files next to its input.
@@ -79,12 +80,44 @@ def _quiet_native_logs() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 
+class AbsentInputs:
+    """The converters whose input the profile lacks, known once the raw events are read.
+
+    Only converters that can be told absent from the raw events (:data:`CAN_BE_ABSENT`)
+    ask, and they wait for the answer; every other converter runs without waiting.
+    """
+
+    def __init__(self, reasons: dict[str, str] | None = None) -> None:
+        """Unknown until :meth:`settle`, unless ``reasons`` are already known."""
+        self._reasons: dict[str, str] = {}
+        self._known = threading.Event()
+        if reasons is not None:
+            self.settle(reasons)
+
+    def settle(self, reasons: dict[str, str]) -> None:
+        self._reasons.update(reasons)
+        self._known.set()
+
+    def reason(self, converter: str) -> str:
+        """Why ``converter`` has no input in this profile, or "" when it may have some."""
+        if converter not in CAN_BE_ABSENT:
+            return ""
+        self._known.wait()
+        return self._reasons.get(converter, "")
+
+
+# Converters whose input the raw events show (allocator events; TPU hardware counters).
+CAN_BE_ABSENT = frozenset({"memory_profile", "utilization_viewer"})
+
+
 @dataclass
 class SessionState:
     files: list[str]
     budget: MemoryBudget
     profile_bytes: int
-    absent: dict[str, str]  # converter -> why its input is not in the profile
+    absent: AbsentInputs = field(default_factory=AbsentInputs)
+    # Set once the op_stats conversion has its place in the budget's line (or will not run).
+    op_stats_queued: threading.Event = field(default_factory=threading.Event)
     results: dict[str, Any] = field(default_factory=dict)
     key_locks: dict[str, threading.Lock] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -135,7 +168,7 @@ def _client_class() -> type:
             paths = list(self.select_paths(session_id, host=kwargs.get("host"), hosts=kwargs.get("hosts")))
             if converter in xprof_client.SINGLE_HOST_TB_TOOLS and len(paths) > 1:
                 raise ValueError(f"{converter} reads one host's trace; this session has {len(paths)}")
-            if converter in state.absent:
+            if state.absent.reason(converter):
                 return "application/json", None  # what a converter returns when it has nothing
             params = {k: v for k, v in kwargs.items() if k not in _NOT_FOR_THE_CONVERTER}
             key = json.dumps([converter, paths, params], sort_keys=True, default=str)
@@ -155,12 +188,21 @@ def _client_class() -> type:
             if converter in OP_STATS_CONVERTERS:
                 with state.op_stats_lock:
                     if not state.op_stats_built:  # the first one builds the cache every later one reads
-                        with state.budget.reserve(max(cost, CONVERTER_COST["op_stats"]) * state.profile_bytes, what):
+                        with state.budget.reserve(max(cost, CONVERTER_COST["op_stats"]) * state.profile_bytes, what,
+                                                  queued=state.op_stats_queued.set):
                             yield
                         state.op_stats_built = True
                         return
             with state.budget.reserve(cost * state.profile_bytes, what):
                 yield
+
+        def build_op_stats(self, session_id: str) -> None:
+            """Build XProf's op_stats cache of the session, which every op_stats tool then reads."""
+            state = self._state(session_id)
+            try:
+                self.fetch(tool_name="overview_page", session_id=session_id)
+            finally:  # whatever happened, nothing waits for this conversion to queue any more
+                state.op_stats_queued.set()
 
         def dump_hlo(self, session_id: str) -> list[str]:
             """Have XProf write each HLO module's proto into the session folder; returns its tool list."""
@@ -210,7 +252,7 @@ class ToolContext:
     budget: MemoryBudget
     profile_bytes: int
     timelines: tuple[Path, ...]  # every event of each file, as the raw-event read saved it, in XProf's file order
-    absent: dict[str, str] = field(default_factory=dict)  # converter -> why the profile has no input for it
+    absent: AbsentInputs = field(default_factory=lambda: AbsentInputs({}))
 
     @property
     def session_id(self) -> str:
@@ -319,9 +361,9 @@ def _no_data_reason(name: str, data: Any) -> str:
 def run_tool(name: str, context: ToolContext) -> ToolResult:
     """Run one managed tool; a tool that fails or finds nothing never raises."""
     started = time.perf_counter()
-    if _ONLY_CONVERTER.get(name) in context.absent:
-        return ToolResult(name=name, status=ToolStatus.NO_DATA, seconds=0.0,
-                          reason=context.absent[_ONLY_CONVERTER[name]])
+    absent = context.absent.reason(_ONLY_CONVERTER.get(name, ""))
+    if absent:
+        return ToolResult(name=name, status=ToolStatus.NO_DATA, seconds=0.0, reason=absent)
     try:
         data = _decoded(TOOLS[name](context))
     except FileNotFoundError as reason:  # XProf's way of saying "nothing of that kind in this profile"

@@ -47,6 +47,27 @@ def test_reservations_wait_while_the_budget_is_spent():
     assert max(overlap) == 1
 
 
+def test_reservations_are_granted_in_the_order_asked_so_a_large_one_is_not_starved():
+    budget = MemoryBudget(100)
+    granted, large_queued = [], threading.Event()
+
+    def reserve(nbytes, queued=None):
+        with budget.reserve(nbytes, queued=queued):
+            granted.append(nbytes)
+
+    with budget.reserve(50):
+        large = threading.Thread(target=reserve, args=(80, large_queued.set))
+        large.start()
+        assert large_queued.wait(1)
+        small = threading.Thread(target=reserve, args=(10,))  # would fit now, but asked after the large one
+        small.start()
+        small.join(0.05)
+        assert granted == []
+    large.join(1)
+    small.join(1)
+    assert granted == [80, 10]
+
+
 def test_a_step_the_analysis_needs_runs_alone_when_larger_than_the_budget():
     budget = MemoryBudget(100)
     entered = threading.Event()
