@@ -32,6 +32,7 @@ import importlib
 import inspect
 import json
 import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -68,7 +69,7 @@ OP_STATS_CONVERTERS = frozenset({
 # Peak memory of one conversion, in multiples of the profile's size (xprof 2.24, measured on CPU
 # and device profiles). smart_suggestion reads the whole profile again even with op_stats built.
 CONVERTER_COST = {"op_stats": 19, "memory_profile": 19, "utilization_viewer": 26, "smart_suggestion": 27,
-                  "tool_names": 7}
+                  "tool_names": 7}  # tool_names: of what it is given (the metadata planes, to dump the HLO modules)
 LIGHT_COST = 1  # op_stats already built, or a per-module HLO view
 # Parameters the tools pass that a converter does not read (the host selection becomes its paths).
 _NOT_FOR_THE_CONVERTER = frozenset({"format", "tqx", "bypass_cache", "host", "hosts"})
@@ -123,6 +124,7 @@ class SessionState:
     lock: threading.Lock = field(default_factory=threading.Lock)
     op_stats_lock: threading.Lock = field(default_factory=threading.Lock)
     op_stats_built: bool = False
+    hlo_dumped: bool = False
 
     def lock_for(self, key: str) -> threading.Lock:
         with self.lock:
@@ -204,16 +206,28 @@ def _client_class() -> type:
             finally:  # whatever happened, nothing waits for this conversion to queue any more
                 state.op_stats_queued.set()
 
-        def dump_hlo(self, session_id: str) -> list[str]:
-            """Have XProf write each HLO module's proto into the session folder; returns its tool list."""
+        def dump_hlo(self, session_id: str) -> None:
+            """Have XProf write each HLO module's proto into the session folder, where the HLO tools read them.
+
+            XProf is given copies of the files' metadata planes, which hold the modules
+            (:mod:`mldiag.analysis.xspace`); a file that cannot be walked that way goes whole.
+            """
             from xprof.convert import raw_to_tool_data
 
             state = self._state(session_id)
-            with state.lock_for("tool_names"):
-                if "tool_names" not in state.results:
-                    with state.budget.reserve_all_needed(CONVERTER_COST["tool_names"] * state.profile_bytes):
-                        state.results["tool_names"] = raw_to_tool_data.xspace_to_tool_names(state.files)
-            return state.results["tool_names"]
+            with state.lock_for("hlo_protos"):
+                if state.hlo_dumped:
+                    return
+                folder = Path(self.get_run_dir(session_id))
+                with tempfile.TemporaryDirectory(prefix="hlo-source-", dir=folder.parent) as staging:
+                    sources = _hlo_sources([Path(f) for f in state.files], Path(staging))
+                    if sources:
+                        source_bytes = sum(source.stat().st_size for source in sources)
+                        with state.budget.reserve_all_needed(CONVERTER_COST["tool_names"] * source_bytes):
+                            raw_to_tool_data.xspace_to_tool_names([str(source) for source in sources])
+                    for proto in Path(staging).glob("*.hlo_proto.pb"):
+                        proto.replace(folder / proto.name)
+                state.hlo_dumped = True
 
         def read_owned_op_stats_bytes(self, session_id: str, xspace_paths: Any = None) -> bytes | None:
             # The private folder holds only this session's op_stats, so it is ours without XProf's
@@ -223,6 +237,27 @@ def _client_class() -> type:
             return path.read_bytes() if path.is_file() else None
 
     return SharedConverters
+
+
+def _hlo_sources(files: list[Path], staging: Path) -> list[Path]:
+    """What XProf reads to dump the HLO modules: each file's metadata plane, copied into ``staging``.
+
+    A file that is not in the wire format is handed over whole, for XProf to judge.
+    """
+    from mldiag.analysis.xspace import METADATA_PLANE, MalformedXSpace, plane_bytes
+
+    sources = []
+    for xplane in files:
+        try:
+            metadata = plane_bytes(xplane, METADATA_PLANE)
+        except MalformedXSpace:
+            sources.append(xplane)
+            continue
+        if metadata:  # no metadata plane, no HLO modules
+            source = staging / xplane.name
+            source.write_bytes(metadata)
+            sources.append(source)
+    return sources
 
 
 _installed: Any = None
