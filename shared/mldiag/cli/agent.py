@@ -18,7 +18,6 @@ from typing import Annotated, Any
 
 import typer
 
-from mldiag import logs
 from mldiag.cli.api_client import (
     DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiClient, ApiUrl, Location, Project, Token,
 )
@@ -65,7 +64,7 @@ def agent(
     api_url: ApiUrl = DEFAULT_API_URL, token: Token = "",
 ) -> None:
     """Register this node's profiler servers as targets and capture them on request."""
-    from mldiag import bootstrap
+    from mldiag import bootstrap, logs
     from mldiag.capture.agent import Agent, AgentConfig, LocalTarget
 
     settings = Settings.from_env()

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
-import requests
 import typer
 
 from mldiag.cli.output import Format, errors, show
 from mldiag.config import Settings
+
+if TYPE_CHECKING:
+    import requests
 
 DEFAULT_API_URL = Settings.model_fields["api_url"].default
 DEFAULT_PROJECT = Settings.model_fields["project"].default
@@ -60,6 +62,8 @@ def api_command(command: F) -> F:
 class ApiClient:
     def __init__(self, api_url: str, token: str = "", *, timeout: float = 30.0,
                  session: requests.Session | None = None):
+        import requests  # here rather than at the top: commands that make no call start faster
+
         self.api_url = api_url.rstrip("/")
         self.session = session or requests.Session()
         if token:
@@ -68,6 +72,8 @@ class ApiClient:
 
     def call(self, method: str, path: str, *, params: dict[str, Any] | None = None,
              body: dict[str, Any] | None = None) -> dict[str, Any]:
+        import requests
+
         url = f"{self.api_url}/{path.lstrip('/')}"
         try:
             response = self.session.request(method, url, params=params, json=body, timeout=self.timeout)

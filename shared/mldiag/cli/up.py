@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from mldiag import logs
 from mldiag.config import Settings
 
 if TYPE_CHECKING:
@@ -34,6 +33,7 @@ def up(
                                              help="The viewer's port on 127.0.0.1; 0 picks a free one.")] = 8791,
 ) -> None:
     """Run the control plane, the event functions, a bucket watcher and maintenance, until Ctrl-C."""
+    from mldiag import logs
     from mldiag.server import serve
     from mldiag.ui.xprof_viewer import ViewerFailed
 
