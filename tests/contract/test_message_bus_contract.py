@@ -8,6 +8,7 @@ dead-letter behaviour is checked here against the attributes Pub/Sub sets.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 
@@ -119,3 +120,49 @@ def test_inprocess_drain_delivers_to_every_subscription_and_times_out_when_work_
     bus.publish("slow", b"{}")
     with pytest.raises(TimeoutError):
         bus.drain(timeout=0.2)  # the retry is 30 s away
+
+
+def test_inprocess_delivers_in_the_background_past_a_handler_that_takes_long():
+    bus = InProcessBus(PROJECT)
+    release, delivered = threading.Event(), threading.Event()
+    bus.subscribe("analysis-requests", lambda event: release.wait(10))
+    bus.subscribe("capture-requests", lambda event: delivered.set())
+    bus.start(workers=2)
+    try:
+        bus.publish("analysis-requests", b"{}")
+        bus.publish("capture-requests", b"{}")
+        assert delivered.wait(5), "the capture request waited for the analysis"
+    finally:
+        release.set()
+        bus.stop()
+
+
+def test_inprocess_delivers_one_ordering_key_at_a_time_and_in_order():
+    bus = InProcessBus(PROJECT)
+    received, inside, overlaps = [], [], []
+    lock = threading.Lock()
+
+    def handler(event) -> None:
+        message = message_from_cloud_event(event)
+        with lock:
+            inside.append(message.ordering_key)
+            overlaps.append(inside.count(message.ordering_key))
+        time.sleep(0.01)
+        with lock:
+            inside.remove(message.ordering_key)
+            received.append((message.ordering_key, message.data))
+
+    bus.subscribe("step-metrics", handler)
+    for n in range(5):
+        for run in ("run-a", "run-b"):
+            bus.publish("step-metrics", str(n).encode(), ordering_key=run)
+    bus.start(workers=4)
+    try:
+        deadline = time.monotonic() + 10
+        while len(received) < 10 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        bus.stop()
+    assert max(overlaps) == 1
+    for run in ("run-a", "run-b"):
+        assert [data for key, data in received if key == run] == [str(n).encode() for n in range(5)]

@@ -4,7 +4,11 @@ Every subscription gets every message as the same push CloudEvent Pub/Sub would
 send. A handler that raises is retried with exponential backoff; after
 ``max_attempts`` the message goes to ``<topic>-dead-letter`` with the
 attributes Pub/Sub adds, and is kept in :attr:`InProcessBus.dead_letters`.
-Delivery runs on a background thread (:meth:`start`) or on demand (:meth:`drain`).
+Delivery runs on background threads (:meth:`start`), several messages at once
+as with push subscriptions, so that a long handler (an analysis) does not hold
+up the others; messages that share an ordering key are delivered to a
+subscription one at a time, in order. :meth:`drain` delivers on demand, one
+message at a time.
 """
 
 from __future__ import annotations
@@ -76,8 +80,9 @@ class InProcessBus:
         self._queue: list[_Delivery] = []
         self._sequence = itertools.count()
         self._in_flight = 0
+        self._ordered_in_flight: set[tuple[str, str]] = set()  # (subscription, ordering key) being delivered
         self._condition = threading.Condition()
-        self._worker: threading.Thread | None = None
+        self._workers: list[threading.Thread] = []
         self._stopping = False
 
     def subscribe(self, topic: str, handler: Handler, *, name: str = "") -> Subscription:
@@ -162,25 +167,39 @@ class InProcessBus:
         )
 
     def _next_due(self, block_until: float | None) -> _Delivery | None:
-        """Pop the next delivery whose time has come, waiting for it until ``block_until``."""
+        """Take the earliest delivery whose time has come and whose ordering key is free, waiting
+        for one until ``block_until``."""
         with self._condition:
             while True:
                 now = time.monotonic()
-                if self._queue and self._queue[0].due <= now:
+                ready = next((delivery for delivery in sorted(self._queue)
+                              if delivery.due <= now and self._ordered(delivery) not in self._ordered_in_flight), None)
+                if ready is not None:
+                    self._queue.remove(ready)
+                    heapq.heapify(self._queue)
                     self._in_flight += 1
-                    return heapq.heappop(self._queue)
+                    if ready.message.ordering_key:
+                        self._ordered_in_flight.add(self._ordered(ready))
+                    return ready
                 if self._stopping or (block_until is not None and now >= block_until):
                     return None
-                if block_until is None and not self._queue and self._in_flight == 0 and self._worker is None:
+                if block_until is None and not self._queue and self._in_flight == 0 and not self._workers:
                     return None
-                wake = self._queue[0].due if self._queue else now + 0.5
+                wake = self._queue[0].due if self._queue and self._queue[0].due > now else now + 0.5
                 if block_until is not None:
                     wake = min(wake, block_until)
                 self._condition.wait(max(0.0, wake - now))
 
-    def _done(self) -> None:
+    @staticmethod
+    def _ordered(delivery: _Delivery) -> tuple[str, str]:
+        """What must not be delivered twice at once: the subscription and the ordering key (when set)."""
+        key = delivery.message.ordering_key
+        return (delivery.subscription.name, key) if key else ("", "")
+
+    def _done(self, delivery: _Delivery) -> None:
         with self._condition:
             self._in_flight -= 1
+            self._ordered_in_flight.discard(self._ordered(delivery))
             self._condition.notify_all()
 
     def drain(self, timeout: float = 30.0) -> int:
@@ -204,15 +223,17 @@ class InProcessBus:
                 self._deliver(delivery)
                 delivered += 1
             finally:
-                self._done()
+                self._done(delivery)
 
-    def start(self) -> None:
-        """Deliver in the background until :meth:`stop`."""
-        if self._worker is not None:
+    def start(self, workers: int = 4) -> None:
+        """Deliver in the background, up to ``workers`` messages at once, until :meth:`stop`."""
+        if self._workers:
             return
         self._stopping = False
-        self._worker = threading.Thread(target=self._run, name="mldiag-bus", daemon=True)
-        self._worker.start()
+        self._workers = [threading.Thread(target=self._run, name=f"mldiag-bus-{n}", daemon=True)
+                         for n in range(workers)]
+        for worker in self._workers:
+            worker.start()
 
     def _run(self) -> None:
         while True:
@@ -222,14 +243,14 @@ class InProcessBus:
             try:
                 self._deliver(delivery)
             finally:
-                self._done()
+                self._done(delivery)
 
     def stop(self) -> None:
-        worker = self._worker
-        if worker is None:
+        if not self._workers:
             return
         with self._condition:
             self._stopping = True
             self._condition.notify_all()
-        worker.join(timeout=10)
-        self._worker = None
+        for worker in self._workers:
+            worker.join(timeout=10)
+        self._workers = []
