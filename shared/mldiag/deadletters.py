@@ -2,7 +2,8 @@
 
 Pub/Sub forwards such a message to ``<topic>-dead-letter`` with attributes
 naming the source subscription and the delivery count; the archived event of
-its last attempt holds the error, and is linked from the dead letter.
+its last attempt holds the error, and is linked from the dead letter. A dead
+analysis request also marks its session's analysis FAILED with that error.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from typing import Any
 from cloudevents.http import CloudEvent
 
 from mldiag.bootstrap import Services
-from mldiag.config import DEAD_LETTER_SUFFIX
+from mldiag.config import ANALYSIS_REQUESTS, DEAD_LETTER_SUFFIX
 from mldiag.domain.types import format_timestamp
-from mldiag.eventlog import ArchivedEvent, Outcome
+from mldiag.domain.errors import MldiagError
+from mldiag.eventlog import ArchivedEvent, Ignored, Outcome
 from mldiag.messages import message_from_cloud_event
 from mldiag.ports import OrderBy
 
@@ -40,7 +42,22 @@ def record(services: Services, event: CloudEvent) -> str:
         "lastError": original.error if original else "",
         "receivedAt": format_timestamp(services.now()),
     })
-    return f"dead letter {message.message_id} from {subscription or source_topic}"
+    reason = original.error if original else (
+        f"{attributes.get('CloudPubSubDeadLetterSourceDeliveryCount', 'every')} delivery attempts failed")
+    gave_up = _give_up(services, source_topic.removesuffix(DEAD_LETTER_SUFFIX), message.data, reason)
+    return f"dead letter {message.message_id} from {subscription or source_topic}" + (f"; {gave_up}" if gave_up else "")
+
+
+def _give_up(services: Services, topic: str, data: bytes, reason: str) -> str:
+    """Record the failure where the system tracks the work the message asked for, if it does."""
+    if topic != ANALYSIS_REQUESTS:
+        return ""
+    from mldiag.analysis.job import give_up
+
+    try:
+        return give_up(services, data, reason)
+    except (ValueError, MldiagError, Ignored) as unusable:  # kept as a dead letter all the same
+        return f"no analysis to mark failed ({unusable})"
 
 
 def _original_failure(services: Services, dead_letter_topic: str, data: bytes) -> ArchivedEvent | None:

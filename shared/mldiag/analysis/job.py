@@ -17,11 +17,14 @@ be read, a missing file, a timeout or running out of memory will fail again, so
 the analysis is FAILED with the reason and the event acknowledged
 (:class:`PermanentFailure`); anything else (storage hiccups, a crashed worker)
 puts the analysis back to PENDING with the reason and is retried, until the
-last delivery attempt records FAILED.
+last delivery attempt records FAILED. Where the delivery count does not reach the
+function (functions-framework drops it from the push), the request's dead
+letter does it instead (:func:`give_up`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -49,6 +52,7 @@ from mldiag.ports import Transaction
 REPORT_FOLDER = "mldiag"
 XPLANE_SUFFIX = ".xplane.pb"
 MAX_REASON_CHARS = 500
+RETRY_PREFIX = "will retry: "  # how a failure that is to be retried reads on the session
 log = structlog.get_logger(__name__)
 
 
@@ -135,6 +139,29 @@ def _finish(services: Services, request: AnalysisRequest, state: AnalysisState, 
         for name, value in fields.items():
             setattr(analysis, name, value)
         return state.value
+
+    return _update(services, request.session, change)
+
+
+def give_up(services: Services, payload: bytes, reason: str) -> str:
+    """A request that exhausted its delivery attempts: its analysis is FAILED with ``reason``.
+
+    Only while the analysis still waits on that request: PENDING after a failure
+    it was to retry, or RUNNING when the instance died mid-analysis. A newer
+    request for the same files (PENDING with no error) is left alone.
+    """
+    request = AnalysisRequest.parse(json.loads(payload))
+
+    def change(session: ProfilerSession) -> str:
+        analysis = session.analysis
+        waiting = analysis.state is AnalysisState.RUNNING or (
+            analysis.state is AnalysisState.PENDING and analysis.error.startswith(RETRY_PREFIX))
+        if analysis.generation_set != request.generation_set or not waiting:
+            return f"the analysis no longer waits on this request ({analysis.state.value})"
+        analysis.state = AnalysisState.FAILED
+        analysis.end_time = services.now()
+        analysis.error = f"gave up after every delivery attempt: {reason}"[:MAX_REASON_CHARS]
+        return f"analysis of {request.session} marked FAILED"
 
     return _update(services, request.session, change)
 
@@ -247,7 +274,7 @@ def analyze_requested(services: Services, event: CloudEvent) -> str:
             if permanent or last_attempt:
                 _finish(services, request, AnalysisState.FAILED, error=reason[:MAX_REASON_CHARS])
                 raise PermanentFailure(f"analysis failed: {reason}") from error
-            _finish(services, request, AnalysisState.PENDING, error=f"will retry: {reason}"[:MAX_REASON_CHARS])
+            _finish(services, request, AnalysisState.PENDING, error=f"{RETRY_PREFIX}{reason}"[:MAX_REASON_CHARS])
             raise
         top = analysis.findings[0] if analysis.findings else None
         outcome = _finish(

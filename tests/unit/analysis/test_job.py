@@ -9,7 +9,7 @@ import pytest
 from analysis_support import xplane
 
 from mldiag import entrypoints
-from mldiag.config import ANALYSIS_REQUESTS
+from mldiag.config import ANALYSIS_REQUESTS, dead_letter_topic
 from mldiag.domain import AnalysisState, HealthStatus
 from mldiag.domain.names import parse_child
 from mldiag.eventlog import Ignored, Outcome
@@ -142,6 +142,43 @@ def test_a_transient_failure_is_retried_and_the_last_attempt_records_it(embedded
     last = embedded.bus.published[ANALYSIS_REQUESTS][-1]
     assert _deliver(embedded, last, attempt=embedded.settings.max_delivery_attempts) is Outcome.REJECTED
     assert _analysis(embedded).state is AnalysisState.FAILED
+
+
+def _dead_letter(services, message: Message) -> Outcome:
+    """``message`` as Pub/Sub forwards it once every delivery attempt failed."""
+    letter = Message(message.data, {**message.attributes, "CloudPubSubDeadLetterSourceDeliveryCount": "5",
+                                    "CloudPubSubDeadLetterSourceSubscription": "analyze_session"}, "dead-1")
+    return entrypoints.record_dead_letter(services, pubsub_cloud_event(
+        project="p", topic=dead_letter_topic(ANALYSIS_REQUESTS), subscription="record_dead_letter",
+        message=letter, published=services.now()))
+
+
+def test_a_request_that_exhausted_its_retries_fails_the_analysis_through_its_dead_letter(
+        embedded, requested, monkeypatch):
+    # In the cloud the function sees every attempt as the first (the push's delivery count does not
+    # reach it), so the dead letter is what ends the wait.
+    monkeypatch.setattr(embedded.blobs, "download", lambda uri, destination: (_ for _ in ()).throw(
+        ConnectionError("storage unavailable")))
+    for _ in range(2):
+        with pytest.raises(ConnectionError):
+            _deliver(embedded, requested, attempt=1)
+    assert _analysis(embedded).state is AnalysisState.PENDING
+
+    assert _dead_letter(embedded, requested) is Outcome.OK
+    analysis = _analysis(embedded)
+    assert analysis.state is AnalysisState.FAILED
+    assert analysis.error == "gave up after every delivery attempt: ConnectionError: storage unavailable"
+    assert _dead_letter(embedded, requested) is Outcome.DUPLICATE  # the same dead letter, delivered again
+
+
+def test_a_dead_letter_leaves_a_newer_request_for_the_same_files_alone(embedded, requested, monkeypatch):
+    monkeypatch.setattr(embedded.blobs, "download", lambda uri, destination: (_ for _ in ()).throw(
+        ConnectionError("storage unavailable")))
+    with pytest.raises(ConnectionError):
+        _deliver(embedded, requested)
+    reanalyze(embedded, parse_child(SESSION))  # asked again before the old request's dead letter came
+    assert _dead_letter(embedded, requested) is Outcome.OK
+    assert _analysis(embedded).state is AnalysisState.PENDING
 
 
 @pytest.mark.parametrize(("payload", "outcome", "says"), [
