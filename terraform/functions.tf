@@ -23,6 +23,7 @@ locals {
     "cheroot>=10.0",
     "watchdog>=4.0",
     "google-auth>=2.30",
+    "cachecontrol>=0.14",
     "requests>=2.31",
     "google-cloud-firestore>=2.16",
     "google-cloud-pubsub>=2.21",

@@ -4,7 +4,8 @@ Three modes, chosen by the settings:
 
 * **cloud** (``MLDIAG_AUTH_AUDIENCE`` set): every call carries a Google ID token
   (the function also sits behind IAM's invoker role); its signature, issuer and
-  audience are verified with ``google-auth``.
+  audience are verified with ``google-auth``, against Google's certificates,
+  cached for as long as Google says they stay valid.
 * **token** (``MLDIAG_API_TOKEN`` set): every mutating call carries
   ``Authorization: Bearer <token>``, compared in constant time; reads are open.
 * **open** (neither): the embedded default on 127.0.0.1, nothing is checked.
@@ -71,9 +72,13 @@ class Guard:
 
 @functools.cache
 def _transport() -> Any:
+    """google-auth's HTTP transport, keeping Google's signing certificates as long as their
+    ``Cache-Control`` allows (hours), rather than downloading them for every call."""
+    import cachecontrol
+    import requests
     from google.auth.transport import requests as google_requests
 
-    return google_requests.Request()
+    return google_requests.Request(session=cachecontrol.CacheControl(requests.Session()))
 
 
 def _bearer(authorization: str) -> str:

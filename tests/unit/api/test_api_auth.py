@@ -115,3 +115,42 @@ def test_cloud_mode_refuses_tokens_that_do_not_verify(cloud_api, google_signer, 
 
 def test_cloud_mode_guards_reads_too(cloud_api):
     assert cloud_api.request("GET", RUNS).status_code == 401
+
+
+@pytest.fixture
+def certificate_server(google_signer, monkeypatch):
+    """Google's certificate endpoint, served here with its Cache-Control; yields the requests it got."""
+    import json
+    import threading
+
+    from werkzeug.serving import make_server
+    from werkzeug.wrappers import Response
+
+    from mldiag.api import auth
+
+    _, certificate = google_signer
+    served: list[str] = []
+
+    def certificates(environ, start_response):
+        served.append(environ["PATH_INFO"])
+        return Response(json.dumps({"test-key": certificate.decode()}), mimetype="application/json",
+                        headers={"Cache-Control": "public, max-age=19800"})(environ, start_response)
+
+    server = make_server("127.0.0.1", 0, certificates)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setattr(id_token, "_GOOGLE_OAUTH2_CERTS_URL", f"http://127.0.0.1:{server.server_port}/oauth2/v1/certs")
+    auth._transport.cache_clear()
+    yield served
+    auth._transport.cache_clear()
+    server.shutdown()
+
+
+def test_googles_certificates_are_fetched_once_while_their_cache_control_allows(
+        make_api, google_signer, certificate_server):
+    signer, _ = google_signer
+    api = make_api(auth_audience=AUDIENCE)
+    for run in ("r1", "r2", "r3"):
+        response = api.request("POST", f"{RUNS}?machine_learning_run_id={run}", json={},
+                               headers=_bearer(_id_token(signer)))
+        assert response.status_code == 200, response.json
+    assert certificate_server == ["/oauth2/v1/certs"]
