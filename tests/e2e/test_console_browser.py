@@ -73,11 +73,18 @@ class Browser:
         return self.driver.find_element("tag name", "body").text
 
     def wait_for(self, condition, what: str, timeout_s: float = 30) -> object:
+        """Poll ``condition``; an element it held that a page refresh replaced counts as not yet."""
+        from selenium.common.exceptions import StaleElementReferenceException
+
         deadline = time.monotonic() + timeout_s
-        while not (result := condition()):
+        while True:
+            try:
+                if result := condition():
+                    return result
+            except StaleElementReferenceException:
+                pass
             assert time.monotonic() < deadline, f"timed out waiting for {what}; the page says:\n{self.text()[:3000]}"
             time.sleep(0.25)
-        return result
 
     def screenshot(self, name: str) -> None:
         """The whole page at 1280 px and at phone width; on the phone nothing may stick out sideways."""
