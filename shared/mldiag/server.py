@@ -41,6 +41,9 @@ log = structlog.get_logger(__name__)
 
 MAINTENANCE_INTERVAL_S = 15.0  # Cloud Scheduler ticks every minute; locally results should come sooner
 SERVER_THREADS = 16
+# Functions that share this machine's memory with everything else: an analysis reserves up to 80 % of the
+# memory it finds free, so analyses run one after another here (each has an instance of its own in the cloud).
+MAX_IN_FLIGHT = {"analyze_session": 1}
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,8 @@ class Banner:
 def wire_functions(services: Services, bus: InProcessBus) -> None:
     """Subscribe every event function to its topics, and the bucket-triggered ones to finalize events."""
     for topic, function in entrypoints.TOPIC_SUBSCRIBERS.items():
-        bus.subscribe(topic, functools.partial(entrypoints.EVENT_HANDLERS[function], services), name=function)
+        bus.subscribe(topic, functools.partial(entrypoints.EVENT_HANDLERS[function], services), name=function,
+                      max_in_flight=MAX_IN_FLIGHT.get(function, 0))
     for function in entrypoints.BUCKET_TRIGGERED:
         handler = entrypoints.EVENT_HANDLERS[function]
 

@@ -166,3 +166,29 @@ def test_inprocess_delivers_one_ordering_key_at_a_time_and_in_order():
     assert max(overlaps) == 1
     for run in ("run-a", "run-b"):
         assert [data for key, data in received if key == run] == [str(n).encode() for n in range(5)]
+
+
+def test_inprocess_limits_a_subscription_to_its_max_in_flight():
+    bus = InProcessBus(PROJECT)
+    inside, most = [], []
+    lock = threading.Lock()
+
+    def analyse(event) -> None:
+        with lock:
+            inside.append(1)
+            most.append(len(inside))
+        time.sleep(0.02)
+        with lock:
+            inside.pop()
+
+    bus.subscribe("analysis-requests", analyse, name="analyze_session", max_in_flight=1)
+    for _ in range(4):
+        bus.publish("analysis-requests", b"{}")
+    bus.start(workers=4)
+    try:
+        deadline = time.monotonic() + 10
+        while len(most) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        bus.stop()
+    assert most == [1, 1, 1, 1]

@@ -7,8 +7,9 @@ attributes Pub/Sub adds, and is kept in :attr:`InProcessBus.dead_letters`.
 Delivery runs on background threads (:meth:`start`), several messages at once
 as with push subscriptions, so that a long handler (an analysis) does not hold
 up the others; messages that share an ordering key are delivered to a
-subscription one at a time, in order. :meth:`drain` delivers on demand, one
-message at a time.
+subscription one at a time, in order, and a subscription may take fewer at once
+(``max_in_flight``, as a function's instance limit would). :meth:`drain`
+delivers on demand, one message at a time.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import itertools
 import threading
 import time
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -38,6 +39,7 @@ class Subscription:
     topic: str
     handler: Handler
     dead_letter_topic: str
+    max_in_flight: int = 0  # deliveries at once to this subscription; 0: as many as the bus runs
 
 
 @dataclass(order=True)
@@ -81,20 +83,26 @@ class InProcessBus:
         self._sequence = itertools.count()
         self._in_flight = 0
         self._ordered_in_flight: set[tuple[str, str]] = set()  # (subscription, ordering key) being delivered
+        self._in_flight_to: Counter[str] = Counter()  # subscription -> deliveries being made to it
         self._condition = threading.Condition()
         self._workers: list[threading.Thread] = []
         self._stopping = False
 
-    def subscribe(self, topic: str, handler: Handler, *, name: str = "") -> Subscription:
+    def subscribe(self, topic: str, handler: Handler, *, name: str = "", max_in_flight: int = 0) -> Subscription:
         subscription = Subscription(
             name=name or f"{topic}-{getattr(handler, '__name__', 'handler')}",
             topic=topic,
             handler=handler,
             dead_letter_topic=topic + self.dead_letter_suffix,
+            max_in_flight=max_in_flight,
         )
         with self._condition:
             self._subscriptions[topic].append(subscription)
         return subscription
+
+    def subscriptions(self, topic: str) -> list[Subscription]:
+        with self._condition:
+            return list(self._subscriptions.get(topic, []))
 
     def publish(
         self,
@@ -173,11 +181,12 @@ class InProcessBus:
             while True:
                 now = time.monotonic()
                 ready = next((delivery for delivery in sorted(self._queue)
-                              if delivery.due <= now and self._ordered(delivery) not in self._ordered_in_flight), None)
+                              if delivery.due <= now and self._may_deliver(delivery)), None)
                 if ready is not None:
                     self._queue.remove(ready)
                     heapq.heapify(self._queue)
                     self._in_flight += 1
+                    self._in_flight_to[ready.subscription.name] += 1
                     if ready.message.ordering_key:
                         self._ordered_in_flight.add(self._ordered(ready))
                     return ready
@@ -190,6 +199,12 @@ class InProcessBus:
                     wake = min(wake, block_until)
                 self._condition.wait(max(0.0, wake - now))
 
+    def _may_deliver(self, delivery: _Delivery) -> bool:
+        subscription = delivery.subscription
+        if subscription.max_in_flight and self._in_flight_to[subscription.name] >= subscription.max_in_flight:
+            return False
+        return self._ordered(delivery) not in self._ordered_in_flight
+
     @staticmethod
     def _ordered(delivery: _Delivery) -> tuple[str, str]:
         """What must not be delivered twice at once: the subscription and the ordering key (when set)."""
@@ -199,6 +214,7 @@ class InProcessBus:
     def _done(self, delivery: _Delivery) -> None:
         with self._condition:
             self._in_flight -= 1
+            self._in_flight_to[delivery.subscription.name] -= 1
             self._ordered_in_flight.discard(self._ordered(delivery))
             self._condition.notify_all()
 

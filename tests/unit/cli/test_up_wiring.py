@@ -1,0 +1,17 @@
+"""How ``mldiag up`` binds the functions to its in-process bus: as Terraform subscribes them."""
+
+from __future__ import annotations
+
+from mldiag.config import ANALYSIS_REQUESTS, CAPTURE_REQUESTS
+from mldiag.entrypoints import TOPIC_SUBSCRIBERS
+from mldiag.server import wire_functions
+
+
+def test_every_topic_has_its_function_and_analyses_run_one_at_a_time(embedded):
+    wire_functions(embedded, embedded.bus)
+    for topic, function in TOPIC_SUBSCRIBERS.items():
+        assert [s.name for s in embedded.bus.subscriptions(topic)] == [function]
+    (analysis,) = embedded.bus.subscriptions(ANALYSIS_REQUESTS)
+    assert analysis.max_in_flight == 1  # analyses share this machine's memory
+    (capture,) = embedded.bus.subscriptions(CAPTURE_REQUESTS)
+    assert capture.max_in_flight == 0
