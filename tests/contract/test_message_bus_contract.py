@@ -137,6 +137,17 @@ def test_inprocess_delivers_in_the_background_past_a_handler_that_takes_long():
         bus.stop()
 
 
+def _deliver_in_background(bus: InProcessBus, until, workers: int = 4, timeout_s: float = 10) -> None:
+    """Run the bus's delivery threads until ``until()`` holds (or the timeout), then stop them."""
+    bus.start(workers=workers)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not until() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        bus.stop()
+
+
 def test_inprocess_delivers_one_ordering_key_at_a_time_and_in_order():
     bus = InProcessBus(PROJECT)
     received, inside, overlaps = [], [], []
@@ -156,13 +167,7 @@ def test_inprocess_delivers_one_ordering_key_at_a_time_and_in_order():
     for n in range(5):
         for run in ("run-a", "run-b"):
             bus.publish("step-metrics", str(n).encode(), ordering_key=run)
-    bus.start(workers=4)
-    try:
-        deadline = time.monotonic() + 10
-        while len(received) < 10 and time.monotonic() < deadline:
-            time.sleep(0.01)
-    finally:
-        bus.stop()
+    _deliver_in_background(bus, until=lambda: len(received) == 10)
     assert max(overlaps) == 1
     for run in ("run-a", "run-b"):
         assert [data for key, data in received if key == run] == [str(n).encode() for n in range(5)]
@@ -184,11 +189,5 @@ def test_inprocess_limits_a_subscription_to_its_max_in_flight():
     bus.subscribe("analysis-requests", analyse, name="analyze_session", max_in_flight=1)
     for _ in range(4):
         bus.publish("analysis-requests", b"{}")
-    bus.start(workers=4)
-    try:
-        deadline = time.monotonic() + 10
-        while len(most) < 4 and time.monotonic() < deadline:
-            time.sleep(0.01)
-    finally:
-        bus.stop()
+    _deliver_in_background(bus, until=lambda: len(most) == 4)
     assert most == [1, 1, 1, 1]
