@@ -1,8 +1,9 @@
-"""Where the committed test profiles are, and the facts measured when they were made."""
+"""Where the committed test profiles are, the facts measured when they were made, and helpers to read results."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,3 +21,15 @@ def xplane(name: str) -> Path:
 
 def facts(name: str) -> dict[str, Any]:
     return json.loads((PROFILES / name / "facts.json").read_text())
+
+
+def strings_in(value: Any) -> Iterator[str]:
+    """Every string inside a JSON document."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from strings_in(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from strings_in(item)

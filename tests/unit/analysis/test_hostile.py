@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from analysis_support import facts, xplane
+from analysis_support import facts, strings_in, xplane
 from typer.testing import CliRunner
 
 from mldiag.cli.analyze import _print_text
@@ -12,18 +12,6 @@ from mldiag.cli.main import app
 from mldiag.domain import FindingCategory, HealthStatus, Priority
 
 HOSTILE = tuple(facts("hostile")["hostile_strings_in_event_names"])
-
-
-def _strings(value):
-    """Every string inside a JSON document."""
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _strings(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _strings(item)
 
 
 def test_the_fixture_really_carries_the_hostile_names():
@@ -40,7 +28,7 @@ def test_an_instruction_in_a_name_does_not_change_the_verdict(analysis_of):
 
 def test_hostile_names_survive_verbatim_as_data_and_only_as_evidence(analysis_of):
     analysis = analysis_of("hostile")
-    values = list(_strings(json.loads(json.dumps(analysis.to_json_dict()))))
+    values = list(strings_in(json.loads(json.dumps(analysis.to_json_dict()))))
     for text in HOSTILE:
         assert any(text in value for value in values), text
     evidence = " ".join(e for f in analysis.findings for e in f.evidence)

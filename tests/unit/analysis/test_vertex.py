@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+from analysis_support import strings_in
 from fake_gemini import SCRIPTS, FakeGemini, Reply, error_reply, script
 from investigation_support import on_live_profile
 
@@ -153,24 +154,13 @@ def test_an_injected_instruction_changes_neither_verdict_nor_summary(hostile):
     assert all(text not in analysis.summary for text in HOSTILE)
 
 
-def _strings(value):
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _strings(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _strings(item)
-
-
 def test_profile_strings_reach_the_model_only_fenced_as_data(hostile):
     _, requests = hostile
     variants = {variant for text in HOSTILE for variant in (text, json.dumps(text)[1:-1])}
     inside = 0
     for request in requests:
         assert request.body["systemInstruction"]["parts"][0]["text"] == SYSTEM_INSTRUCTION
-        for text in _strings(request.body["contents"]):
+        for text in strings_in(request.body["contents"]):
             outside = FENCE.sub("", text)
             assert not [v for v in variants if v in outside], outside[:300]
             inside += sum(v in block.group(0) for block in FENCE.finditer(text) for v in variants)

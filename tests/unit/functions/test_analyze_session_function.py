@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from functions_framework import create_app
 
-from mldiag import bootstrap, entrypoints
+from mldiag import entrypoints
 from mldiag.config import ANALYSIS_REQUESTS
 from mldiag.domain import AnalysisState
 from mldiag.messages import storage_finalized_event
@@ -21,16 +21,8 @@ SESSION = "projects/p/locations/l/machineLearningRuns/run1/profilerSessions/s1"
 
 
 @pytest.fixture
-def services(tmp_path, monkeypatch):
-    monkeypatch.setenv("MLDIAG_BACKEND", "embedded")
-    monkeypatch.setenv("MLDIAG_DATA_DIR", str(tmp_path))
-    monkeypatch.setenv("MLDIAG_PROJECT", "p")
-    monkeypatch.setenv("MLDIAG_LOCATION", "l")
-    monkeypatch.setenv("MLDIAG_BUCKET", "profiles")
-    monkeypatch.setenv("MLDIAG_SETTLE_SECONDS", "0")
-    bootstrap.services.cache_clear()
-    yield bootstrap.services()
-    bootstrap.services.cache_clear()
+def services(function_services):
+    return function_services(MLDIAG_BUCKET="profiles", MLDIAG_SETTLE_SECONDS="0")
 
 
 def _push(payload: dict, message_id: str = "analysis-1") -> dict:

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from functions_framework import create_app
 
-from mldiag import bootstrap
 from mldiag.domain import ProfilerSession
 
 FUNCTIONS = Path(__file__).resolve().parents[3] / "functions"
@@ -24,14 +23,8 @@ FINALIZE_ATTRIBUTES = {
 
 
 @pytest.fixture
-def services(tmp_path, monkeypatch):
-    monkeypatch.setenv("MLDIAG_BACKEND", "embedded")
-    monkeypatch.setenv("MLDIAG_DATA_DIR", str(tmp_path))
-    monkeypatch.setenv("MLDIAG_PROJECT", "p")
-    monkeypatch.setenv("MLDIAG_LOCATION", "l")
-    bootstrap.services.cache_clear()
-    yield bootstrap.services()
-    bootstrap.services.cache_clear()
+def services(function_services):
+    return function_services()
 
 
 def client(name: str):
