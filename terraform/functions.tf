@@ -29,6 +29,7 @@ locals {
     "google-cloud-pubsub>=2.21",
     "google-cloud-storage>=2.16",
     "xprof>=2.24",
+    "protobuf>=4.25",
   ]
 
   functions = {

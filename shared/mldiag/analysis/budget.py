@@ -1,7 +1,7 @@
 """A memory budget that the parallel parts of an analysis reserve from before they run.
 
 Reading a profile costs a multiple of its size (XProf's converters 18x to 27x,
-the raw-event reader about 14x), so running everything at once would multiply
+the raw-event reader about 7x), so running everything at once would multiply
 that. Each heavy step reserves its estimate and waits while the budget is
 spent: small profiles run fully in parallel, large ones one heavy step at a
 time. Reservations are granted in the order they were asked for, so a large

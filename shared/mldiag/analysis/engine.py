@@ -44,7 +44,7 @@ Progress = Callable[[str], None]
 # Runs after the analyst, while the private copy and XProf's conversions of it are still there.
 Investigate = Callable[[Analysis, ToolContext], Analysis]
 TIMELINE_SUFFIX = ".timeline.npz"
-RAW_EVENTS_COST = 15  # the reader process's peak, interpreter included, in multiples of the file's size
+RAW_EVENTS_COST = 7  # the reader process's peak, interpreter included, in multiples of the file's size
 DETECTORS = ("detect_layout_mismatch_copies", "detect_unfused_reshapes", "detect_unnecessary_convert_reduce")
 
 

@@ -15,11 +15,9 @@ every kind of profile:
 * **ops**: self time of each XLA op, and the converts, copies and reshapes.
 
 A large profile has millions of events, so each line is read once into numpy
-arrays (start, end, name id) and every signal is an array operation; anything
-that depends on an event's name is decided once per distinct name.
-
-The reader is the one behind ``jax.profiler.ProfileData`` (about 7x faster than
-``xprof.profile_data``); jax is optional, and without it the slower reader does.
+arrays (start, end, name id; :func:`~mldiag.analysis.xspace.read_planes` decodes
+them without an object per event) and every signal is an array operation;
+anything that depends on an event's name is decided once per distinct name.
 
 ``python -m mldiag.analysis.raw_events FILE [TIMELINE]`` prints the evidence as
 JSON (exit 3 with the reason for a file that is not a profile) and saves every
@@ -32,6 +30,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -46,10 +45,12 @@ from mldiag.analysis.timeline import Timeline, TimelineLine
 from mldiag.analysis.trace_names import (
     ALLOCATOR_EVENTS, COMMUNICATION, COMPILE, DISPATCH_PREFIX, FAMILIES, NOT_AN_OP, NOT_BUSY,
 )
+from mldiag.analysis.xspace import Line, MalformedXSpace, Plane, read_planes
 
 MAX_SERIES = 1000
 TOP_OPS = 15
 TOP_ACTIVITIES = 10
+FirstSeen = Callable[[int, dict[str, Any]], None]  # told each new name's id and the stats of its first event
 _HLO_NAME = re.compile(r"^%?([^\s=]+)\s+=")
 
 
@@ -144,47 +145,53 @@ class _Reader:
         self.timeline_ids: dict[str, int] = {}  # names of events only the timeline keeps -> -1, -2, ...
         self.kept: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id(line) -> every event's id and duration
 
-    def line(self, line: Any, first_seen: Any = None, *, timed_only: bool = False) -> _Line:
+    def line(self, line: Line, first_seen: FirstSeen | None = None, *, timed_only: bool = False) -> _Line:
         """The line's events as arrays; ``timed_only`` drops instant events (markers that take no time)."""
-        every_id, starts, durations = self._events(line, first_seen, timed_only=timed_only)
+        every_id, durations = self._events(line, first_seen, timed_only=timed_only)
         evidence = every_id >= 0
-        begin = starts[evidence].astype(np.int64)
-        return _Line(line.name, begin, begin + durations[evidence].astype(np.int64), every_id[evidence])
+        begin = line.starts_ns[evidence]
+        return _Line(line.name, begin, begin + durations[evidence], every_id[evidence])
 
-    def _events(self, line: Any, first_seen: Any = None, *, timed_only: bool = False,
-                timeline_only: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        # A statement per event is what reading costs (a line can hold a million): this plain loop
-        # with its methods bound once beats comprehensions and bulk numbering, which allocate more.
-        starts, durations, ids = [], [], []
-        add_start, add_duration, add_id = starts.append, durations.append, ids.append
-        known, apart = self.ids, self.timeline_ids
-        known_id, apart_id = known.get, apart.get
-        names = self.trace.names
-        for event in line.events:
-            duration = event.duration_ns
-            name = event.name
-            if timeline_only or (timed_only and not duration):
-                index = apart_id(name)
-                if index is None:
-                    index = apart[name] = -1 - len(apart)
-            else:
-                index = known_id(name)
-                if index is None:
-                    index = known[name] = len(names)
-                    names.append(name)
-                    if first_seen is not None:
-                        first_seen(index, dict(event.stats))
-            add_start(event.start_ns)
-            add_duration(duration)
-            add_id(index)
-        every_id, every_duration = np.array(ids, dtype=np.int64), np.array(durations, dtype=np.float64)
-        self.kept[id(line)] = every_id, every_duration
-        return every_id, np.array(starts, dtype=np.float64), every_duration
+    def _events(self, line: Line, first_seen: FirstSeen | None = None, *, timed_only: bool = False,
+                timeline_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Each event's name id (negative for events only the timeline keeps) and duration."""
+        durations = line.durations_ns
+        if timeline_only:
+            apart = np.ones(len(line), dtype=bool)
+        else:
+            apart = durations == 0 if timed_only else np.zeros(len(line), dtype=bool)
+        every_id = np.empty(len(line), dtype=np.int64)
+        for chosen, numbered in ((~apart, self._numbered), (apart, self._numbered_apart)):
+            positions = np.flatnonzero(chosen)
+            metadata_ids, first, inverse = np.unique(line.metadata_ids[positions], return_index=True,
+                                                     return_inverse=True)
+            ids = np.empty(len(metadata_ids), dtype=np.int64)
+            for distinct in np.argsort(first):  # names are numbered in the order their first events come
+                name = line.plane.event_names.get(int(metadata_ids[distinct]), "")
+                ids[distinct] = numbered(name, line, int(positions[first[distinct]]), first_seen)
+            every_id[positions] = ids[inverse]
+        self.kept[id(line)] = every_id, durations
+        return every_id, durations
 
-    def timeline(self, planes: list[tuple[Any, list[Any]]]) -> Timeline:
-        """Every event of ``planes`` (each with its lines, as read), lines the evidence skipped included."""
-        for _, plane_lines in planes:
-            for line in plane_lines:
+    def _numbered(self, name: str, line: Line, position: int, first_seen: FirstSeen | None) -> int:
+        index = self.ids.get(name)
+        if index is None:
+            index = self.ids[name] = len(self.trace.names)
+            self.trace.names.append(name)
+            if first_seen is not None:
+                first_seen(index, line.stats(position))
+        return index
+
+    def _numbered_apart(self, name: str, *_: Any) -> int:
+        index = self.timeline_ids.get(name)
+        if index is None:
+            index = self.timeline_ids[name] = -1 - len(self.timeline_ids)
+        return index
+
+    def timeline(self, planes: list[Plane]) -> Timeline:
+        """Every event of ``planes``, lines the evidence skipped included."""
+        for plane in planes:
+            for line in plane.lines:
                 if id(line) not in self.kept:
                     self._events(line, timeline_only=True)
         names = list(self.trace.names)
@@ -195,45 +202,30 @@ class _Reader:
                 names.append(name)
         apart = np.array([index_of[name] for name in self.timeline_ids] or [0], dtype=np.int64)
         lines = []
-        for plane, plane_lines in planes:
-            for line in plane_lines:
+        for plane in planes:
+            for line in plane.lines:
                 ids, durations = self.kept[id(line)]
                 ids = np.where(ids >= 0, ids, apart[np.maximum(-1 - ids, 0)])
-                # As XProf computes it: the product in floating point, truncated.
-                lines.append(TimelineLine(plane.name, line.name, ids, (durations * 1000).astype(np.int64)))
+                lines.append(TimelineLine(plane.name, line.name, ids, durations * 1000))
         return Timeline(names, lines)
-
-
-def _profile_reader() -> Any:
-    try:
-        # jax.profiler.ProfileData is this class; importing the extension alone skips loading jax.
-        from jaxlib import _profile_data
-
-        return _profile_data.ProfileData
-    except ImportError:
-        from xprof.profile_data import ProfileData
-
-        return ProfileData
 
 
 def _read(path: Path, timeline: Path | None = None) -> _Trace:
     try:
-        profile = _profile_reader().from_file(str(path))
-    except (RuntimeError, ValueError) as error:
+        planes = read_planes(path)
+    except MalformedXSpace as error:
         raise UnreadableProfile(f"{path.name}: not a readable XSpace protobuf ({error})") from error
-    # Each line object is taken once, so that the reader can tell afterwards which ones it read.
-    planes = [(plane, list(plane.lines)) for plane in profile.planes]
-    trace = _Trace(profile=profile)
+    trace = _Trace(profile=planes)
     reader = _Reader(trace)
 
     def note_hlo_op(index: int, stats: dict[str, Any]) -> None:
         if stats.get("hlo_op"):
             trace.hlo_op_of[index] = str(stats["hlo_op"])
 
-    for plane, plane_lines in planes:
+    for plane in planes:
         if not plane.name.startswith(("/device:TPU:", "/device:GPU:")):
             continue
-        lines = {line.name: line for line in plane_lines}
+        lines = {line.name: line for line in plane.lines}
         op_lines = [lines["XLA Ops"]] if "XLA Ops" in lines else [
             line for name, line in lines.items() if name.startswith("Stream #")
         ]
@@ -251,14 +243,14 @@ def _read(path: Path, timeline: Path | None = None) -> _Trace:
         if trace.device_kind is DeviceKind.CPU:
             is_gpu = plane.name.startswith("/device:GPU:")
             trace.device_kind = DeviceKind.GPU if is_gpu else DeviceKind.TPU
-            trace.device_type = _device_type(trace.device_kind, dict(plane.stats))
+            trace.device_type = _device_type(trace.device_kind, plane.stats)
 
     def note_marker(index: int, stats: dict[str, Any]) -> None:
         if "step_num" in stats:
             trace.markers.add(index)
 
     xla_runs_on_host = not trace.lanes
-    host_lines = next((lines for plane, lines in planes if plane.name == "/host:CPU"), [])
+    host_lines = next((plane.lines for plane in planes if plane.name == "/host:CPU"), [])
     for line in host_lines:
         is_lane = xla_runs_on_host and line.name.startswith("tf_XLA")
         events = reader.line(line, note_marker, timed_only=is_lane)

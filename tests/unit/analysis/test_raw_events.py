@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 
 import numpy as np
 import pytest
@@ -56,8 +55,3 @@ def test_a_truncated_profile_is_refused(tmp_path):
         read_host_evidence(cut)
 
 
-def test_without_jax_the_xprof_reader_gives_the_same_evidence(monkeypatch):
-    with_jax = read_host_evidence(xplane("input_bound"))
-    monkeypatch.setitem(sys.modules, "jaxlib", None)  # as if jax were not installed
-    without_jax = read_host_evidence(xplane("input_bound"))
-    assert without_jax == with_jax

@@ -1,4 +1,5 @@
-"""Finding an XSpace's planes from the wire format: the metadata plane XProf dumps the HLO modules from."""
+"""Reading an XSpace from the wire format: the metadata plane XProf dumps the HLO modules from, and
+every line's events as columns, checked against the reader behind ``jax.profiler.ProfileData``."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 from analysis_support import xplane
 
 from mldiag.analysis.evidence import ToolStatus
-from mldiag.analysis.xspace import METADATA_PLANE, MalformedXSpace, plane_bytes
+from mldiag.analysis.xspace import METADATA_PLANE, MalformedXSpace, plane_bytes, read_planes
 
 
 def _planes(serialized: bytes) -> list[str]:
@@ -54,3 +55,93 @@ def test_the_hlo_tools_read_the_modules_dumped_from_the_metadata_plane(analysis_
     assert modules.status is ToolStatus.OK and "jit_train_step(26)" in modules.data["modules"]
     peaks = tools["get_peak_allocations"]
     assert peaks.status is ToolStatus.OK and peaks.data["summary"]["total_modules"] == modules.data["count"]
+
+
+def _tag(number: int, wire_type: int) -> bytes:
+    return bytes([number << 3 | wire_type])
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append(value & 0x7F | (0x80 if value > 0x7F else 0))
+        value >>= 7
+        if not value:
+            return bytes(out)
+
+
+def _delimited(number: int, payload: bytes) -> bytes:
+    return _tag(number, 2) + _varint(len(payload)) + payload
+
+
+def _space(*events: bytes, names: dict[int, str] | None = None) -> bytes:
+    """An XSpace of one plane ("p") with one line ("l", at 1000 ns) holding ``events`` as serialized."""
+    metadata = b"".join(
+        _delimited(4, _tag(1, 0) + _varint(key) + _delimited(2, _delimited(2, name.encode())))
+        for key, name in (names or {}).items()
+    )
+    line = _delimited(2, b"l") + _tag(3, 0) + _varint(1000) + b"".join(_delimited(4, event) for event in events)
+    return _delimited(1, _delimited(2, b"p") + _delimited(3, line) + metadata)
+
+
+@pytest.mark.parametrize("name", ["input_bound", "unfused_small_ops", "tpu_v6e4_inference", "mi300x_gemm"])
+def test_every_event_reads_as_jax_reads_it(name):
+    from jaxlib import _profile_data
+
+    profile = xplane(name)
+    expected = [(plane.name, line.name, [(event.name, event.start_ns, event.duration_ns) for event in line.events])
+                for plane in _profile_data.ProfileData.from_file(str(profile)).planes for line in plane.lines]
+    read = [(plane.name, line.name, list(zip(map(plane.event_names.get, line.metadata_ids.tolist()),
+                                             line.starts_ns.tolist(), line.durations_ns.tolist())))
+            for plane in read_planes(profile) for line in plane.lines]
+    assert read == expected
+    assert sum(len(events) for *_, events in read) > 1000
+
+
+def test_an_events_stats_are_its_own_over_its_metadatas():
+    from jaxlib import _profile_data
+
+    profile = xplane("input_bound")
+    jax_lines = [line for plane in _profile_data.ProfileData.from_file(str(profile)).planes for line in plane.lines]
+    lines = [line for plane in read_planes(profile) for line in plane.lines]
+    markers = 0
+    for jax_line, line in zip(jax_lines, lines, strict=True):
+        for index, event in enumerate(jax_line.events):
+            own = dict(event.stats)
+            assert own.items() <= line.stats(index).items()
+            markers += "step_num" in own
+    assert markers >= 10  # the step markers carry their step numbers
+
+
+def test_absent_fields_read_as_zero(tmp_path):
+    path = tmp_path / "host.xplane.pb"
+    instant_at_line_start = _tag(1, 0) + _varint(7)
+    timed = _tag(1, 0) + _varint(8) + _tag(2, 0) + _varint(2_500_000) + _tag(3, 0) + _varint(10**15 + 999)
+    with_stats_only = _delimited(4, _tag(1, 0) + _varint(1))
+    path.write_bytes(_space(instant_at_line_start, timed, with_stats_only, b"", names={7: "marker", 8: "op"}))
+    (plane,) = read_planes(path)
+    (line,) = plane.lines
+    assert line.metadata_ids.tolist() == [7, 8, 0, 0]
+    assert line.starts_ns.tolist() == [1000, 3500, 1000, 1000]
+    assert line.durations_ns.tolist() == [0, 10**12, 0, 0]  # whole nanoseconds: 999 ps are dropped
+    assert [plane.event_names.get(i, "") for i in line.metadata_ids.tolist()] == ["marker", "op", "", ""]
+
+
+@pytest.mark.parametrize("event, reason", [
+    (_tag(1, 0) + b"\xff" * 11, "longer than 10 bytes"),
+    (_tag(1, 0) + b"\x80\x80", "runs past the event"),
+])
+def test_an_event_not_in_the_wire_format_is_malformed(tmp_path, event, reason):
+    path = tmp_path / "host.xplane.pb"
+    path.write_bytes(_space(_tag(1, 0) + _varint(1), event))
+    with pytest.raises(MalformedXSpace, match=reason):
+        read_planes(path)
+
+
+@pytest.mark.parametrize("cut", [0, 1, 2])
+def test_a_cut_or_empty_file_is_malformed(tmp_path, cut):
+    profile = xplane("input_bound").read_bytes()
+    path = tmp_path / "host.xplane.pb"
+    path.write_bytes(profile[: len(profile) * cut // 3])
+    with pytest.raises(MalformedXSpace):
+        read_planes(path)
