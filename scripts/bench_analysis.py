@@ -15,7 +15,8 @@ times reported are medians; peak RSS is the largest seen): each gets a fresh cop
 (XProf caches op_stats next to the profile) and a fresh ``TMPDIR`` (where the
 XProf CLI keeps its result cache and ``mldiag analyze`` its scratch copy).
 Wall time is the commands'; peak RSS is the largest total resident memory of
-their process trees, sampled every 20 ms, and never less than the largest
+their process trees, sampled every 20 ms (following ``/proc/PID/task/TID/children``, which
+Linux has with CONFIG_PROC_CHILDREN, so that sampling costs the machine little), and never less than the largest
 ``ru_maxrss`` of a single process.
 
 Usage::
@@ -81,26 +82,29 @@ class Run:
     failures: list[str]
 
 
-def _tree_rss(root: int) -> int:
-    """Resident bytes of ``root`` and all its descendants, from /proc."""
-    children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
-    page = os.sysconf("SC_PAGE_SIZE")
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+def _children(pid: int) -> list[int]:
+    """The children of ``pid`` (of each of its threads), from /proc: a few reads, not a scan of every process."""
+    found = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for task in tasks:
         try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as children:
+                found.extend(int(child) for child in children.read().split())
         except OSError:
             continue
-        children.setdefault(int(fields[1]), []).append(int(entry))
-        rss[int(entry)] = int(fields[21]) * page
+    return found
+
+
+def _tree_rss(root: int) -> int:
+    """Resident bytes of ``root`` and all its descendants, from /proc."""
     total, todo = 0, [root]
     while todo:
         pid = todo.pop()
-        total += rss.get(pid, 0)
-        todo.extend(children.get(pid, []))
+        total += _rss_of(pid)
+        todo.extend(_children(pid))
     return total
 
 
@@ -193,6 +197,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--run-commands", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if not Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").exists():
+        parser.error("sampling memory needs /proc/PID/task/TID/children (Linux built with CONFIG_PROC_CHILDREN)")
     if args.run_commands:
         _run_commands(json.loads(args.run_commands))
         return

@@ -28,9 +28,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from mldiag.analysis.evidence import (
-    Analysis, Health, HloIssue, HostEvidence, Metrics, ProfileInput, StepSource, ToolResult, ToolStatus,
-)
+from mldiag.analysis.evidence import Analysis, Health, HloIssue, Metrics, ProfileInput, ToolResult, ToolStatus
+from mldiag.analysis.host_evidence import HostEvidence, StepSource
 from mldiag.analysis.trace_names import COMMUNICATION, COMPILE, DISPATCH_PREFIX, WAITING
 from mldiag.domain.resources import Finding, FindingCategory, HealthStatus, Priority
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from mldiag.analysis.evidence import Analysis, Change, Comparison, HostEvidence, TimeChange
+from mldiag.analysis.evidence import Analysis, Change, Comparison, TimeChange
+from mldiag.analysis.host_evidence import HostEvidence
 from mldiag.bootstrap import Services
 from mldiag.domain.names import parent_of
 from mldiag.domain.resources import AnalysisState, ProfilerSession

@@ -34,7 +34,8 @@ from pathlib import Path
 from mldiag import __version__
 from mldiag.analysis import analyst
 from mldiag.analysis.budget import MemoryBudget
-from mldiag.analysis.evidence import Analysis, DeviceKind, HloIssue, HostEvidence, ProfileInput, ToolResult
+from mldiag.analysis.evidence import Analysis, HloIssue, ProfileInput, ToolResult
+from mldiag.analysis.host_evidence import DeviceKind, HostEvidence
 from mldiag.analysis.profiles import UNREADABLE_EXIT, Session, UnreadableProfile, copy_session, host_of
 from mldiag.analysis.xprof_tools import (
     CAN_BE_ABSENT, MANAGED_TOOLS, SessionState, ToolContext, preload_tools, run_tool, shared_converters,

@@ -1,6 +1,7 @@
 """The evidence an analysis collects, as typed data.
 
-The deterministic analyst reads it to write findings; the reasoning model and
+Each host's raw-event evidence is in :mod:`mldiag.analysis.host_evidence`. The
+deterministic analyst reads it all to write findings; the reasoning model and
 the HTML report read the same objects (``analysis.json`` is
 :class:`Analysis` serialised). Every ``name`` below comes from a profile and is
 untrusted text: it is carried as data, never interpreted, and has to be escaped
@@ -12,17 +13,13 @@ profile of 10 steps and one of 10,000 read the same.
 
 from __future__ import annotations
 
-import statistics
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from mldiag.analysis.host_evidence import Evidence, HostEvidence
 from mldiag.domain.resources import Finding, HealthStatus
-
-
-class Evidence(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_enum_values=False)
 
 
 class ToolStatus(StrEnum):
@@ -39,112 +36,6 @@ class ToolResult(Evidence):
     seconds: float
     data: Any = None
     reason: str = ""  # why there is no data, or what failed
-
-
-class Distribution(Evidence):
-    mean: float
-    median: float
-    p90: float
-    min: float
-    max: float
-
-    @classmethod
-    def of(cls, values: list[float]) -> Distribution | None:
-        if not values:
-            return None
-        ordered = sorted(values)
-        return cls(
-            mean=statistics.fmean(ordered),
-            median=statistics.median(ordered),
-            p90=ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))],
-            min=ordered[0],
-            max=ordered[-1],
-        )
-
-
-class DeviceKind(StrEnum):
-    CPU = "cpu"
-    GPU = "gpu"
-    TPU = "tpu"
-
-
-class StepSource(StrEnum):
-    """Where the step boundaries came from, most trustworthy first."""
-
-    STEP_MARKERS = "step_markers"  # StepTraceAnnotation / tf.profiler step events on the host
-    DEVICE_STEPS = "device_steps"  # a device plane's "Steps" line
-    PROGRAM_RUNS = "program_runs"  # one step per run of the dominant XLA program
-    PROFILE_WINDOW = "profile_window"  # no steps at all: the whole active window counts as one
-
-
-class StepSeries(Evidence):
-    """Per-step values, in step order (the first thousand steps of a long profile)."""
-
-    step_ms: list[float] = Field(default_factory=list)
-    busy_fraction: list[float] = Field(default_factory=list)
-    dispatches: list[int] = Field(default_factory=list)
-    compile_ms: list[float] = Field(default_factory=list)
-    gap_before_ms: list[float] = Field(default_factory=list)  # host time since the previous step ended
-    truncated: bool = False
-
-
-class OpTime(Evidence):
-    """An XLA op (CPU thunk, TPU op or GPU kernel) by self time, per step on one device."""
-
-    name: str
-    count_per_step: float
-    self_ms_per_step: float
-    share_of_busy: float  # of the compute lanes' busy time
-    expression: str = ""  # the HLO text the device trace carries, when it does
-
-
-class HostActivity(Evidence):
-    """What the host does inside steps, outermost events first (data loading, dispatch, ...)."""
-
-    name: str
-    count_per_step: float
-    ms_per_step: float
-    share_of_step: float
-
-
-class OpFamily(Evidence):
-    """Ops that move or re-type data rather than compute: converts, copies, reshapes (per device)."""
-
-    ops_per_step: float = 0.0  # executed XLA ops of this family
-    ms_per_step: float = 0.0
-    dispatches_per_step: float = 0.0  # op-by-op jit dispatches of this family from the host
-    examples: list[str] = Field(default_factory=list)
-
-
-class HostEvidence(Evidence):
-    """Signals from the raw events of one ``<host>.xplane.pb``."""
-
-    host: str
-    file: str
-    bytes: int
-    events: int  # events read: every one on host lines, the timed ones on compute lanes
-    device_kind: DeviceKind
-    device_type: str
-    devices: int
-    compute_lanes: list[str]  # the lines whose union is "busy"
-    step_source: StepSource
-    step_marker: str = ""
-    steps: int
-    step_ms: Distribution | None = None
-    busy_fraction: float | None = None  # mean over steps of busy / step time
-    idle_ms_per_step: float | None = None
-    gap_ms_per_step: float | None = None  # host time between steps, outside any step
-    dispatches_per_step: float = 0.0
-    dispatch_ms_per_step: float = 0.0
-    compile_ms_per_step: float = 0.0
-    compiles_in_steps: int = 0
-    communication_ms_per_step: float = 0.0
-    memory_allocator_events: int = 0
-    top_ops: list[OpTime] = Field(default_factory=list)
-    host_activities: list[HostActivity] = Field(default_factory=list)
-    dispatched: list[HostActivity] = Field(default_factory=list)  # jit programs launched from the host, per step
-    op_families: dict[str, OpFamily] = Field(default_factory=dict)
-    series: StepSeries = Field(default_factory=StepSeries)
 
 
 class HloIssue(Evidence):

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from mldiag.analysis.analyst import quoted
-from mldiag.analysis.evidence import Analysis, DeviceKind, ToolStatus
+from mldiag.analysis.evidence import Analysis, ToolStatus
+from mldiag.analysis.host_evidence import DeviceKind
 from mldiag.analysis.followups import Catalogue, FollowupTools, Refused
 from mldiag.analysis.investigation import Conclusion
 from mldiag.domain.resources import Finding, FindingCategory

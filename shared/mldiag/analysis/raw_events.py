@@ -37,7 +37,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from mldiag.analysis.evidence import (
+from mldiag.analysis.host_evidence import (
     DeviceKind, Distribution, HostActivity, HostEvidence, OpFamily, OpTime, StepSeries, StepSource,
 )
 from mldiag.analysis.profiles import UNREADABLE_EXIT, UnreadableProfile, host_of

@@ -20,7 +20,8 @@ from urllib.parse import urlsplit
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from mldiag.analysis.analyst import size
-from mldiag.analysis.evidence import Analysis, Followup, HostEvidence, ToolResult, ToolStatus
+from mldiag.analysis.evidence import Analysis, Followup, ToolResult, ToolStatus
+from mldiag.analysis.host_evidence import HostEvidence
 from mldiag.domain.resources import HealthStatus
 
 ANALYSIS_FILE = "analysis.json"

@@ -116,7 +116,9 @@ def plane_bytes(path: Path, name: str) -> bytes:
 def _messages() -> dict[str, Any]:
     """Message classes for the parts of xplane.proto read here, built at run time (no generated code).
 
-    ``XLine.events`` is declared ``bytes`` so that parsing frames the events without building them.
+    ``XLine.events`` is declared ``bytes`` so that parsing frames the events without building them, and
+    names ``bytes`` so that a name that is not UTF-8 reads with replacement characters instead of
+    failing the whole file.
     """
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
@@ -124,7 +126,7 @@ def _messages() -> dict[str, Any]:
     package = "mldiag.xspace"
     schema = descriptor_pb2.FileDescriptorProto(name="mldiag_xspace.proto", package=package, syntax="proto3")
     types = {"int64": proto.TYPE_INT64, "uint64": proto.TYPE_UINT64, "double": proto.TYPE_DOUBLE,
-             "string": proto.TYPE_STRING, "bytes": proto.TYPE_BYTES}
+             "bytes": proto.TYPE_BYTES}
 
     def message(name: str, fields: str, within: Any = schema) -> Any:
         """``fields``: ``"[repeated] type name = number; ..."``, type a scalar or a message of this file."""
@@ -143,20 +145,20 @@ def _messages() -> dict[str, Any]:
         message(name, f"int64 key = 1; {value} value = 2", within=plane).options.map_entry = True
 
     message("XSpace", "repeated XPlane planes = 1")
-    plane = message("XPlane", "string name = 2; repeated XLine lines = 3; "
+    plane = message("XPlane", "bytes name = 2; repeated XLine lines = 3; "
                               "repeated XPlane.EventMetadataEntry event_metadata = 4; "
                               "repeated XPlane.StatMetadataEntry stat_metadata = 5; repeated XStat stats = 6")
     map_entry(plane, "EventMetadataEntry", "XEventMetadata")
     map_entry(plane, "StatMetadataEntry", "XStatMetadata")
-    message("XLine", "string name = 2; int64 timestamp_ns = 3; repeated bytes events = 4")
+    message("XLine", "bytes name = 2; int64 timestamp_ns = 3; repeated bytes events = 4")
     message("XEvent", "repeated XStat stats = 4")
     stat = message("XStat", "int64 metadata_id = 1; double double_value = 2; uint64 uint64_value = 3; "
-                            "int64 int64_value = 4; string str_value = 5; bytes bytes_value = 6; uint64 ref_value = 7")
+                            "int64 int64_value = 4; bytes str_value = 5; bytes bytes_value = 6; uint64 ref_value = 7")
     stat.oneof_decl.add(name="value")
     for value in stat.field[1:]:
         value.oneof_index = 0
-    message("XEventMetadata", "string name = 2; repeated XStat stats = 5")
-    message("XStatMetadata", "string name = 2")
+    message("XEventMetadata", "bytes name = 2; repeated XStat stats = 5")
+    message("XStatMetadata", "bytes name = 2")
     pool = descriptor_pool.DescriptorPool()
     pool.Add(schema)
     return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.{name}"))
@@ -199,10 +201,16 @@ def _leading_fields(events: Sequence[bytes]) -> np.ndarray:
     return columns
 
 
+def _text(name: bytes) -> str:
+    return name.decode("utf-8", errors="replace")
+
+
 def _value(stat: Any, stat_names: dict[int, str]) -> Any:
     kind = stat.WhichOneof("value")
     if kind == "ref_value":
         return stat_names.get(stat.ref_value, "")
+    if kind == "str_value":
+        return _text(stat.str_value)
     return getattr(stat, kind) if kind else None
 
 
@@ -265,14 +273,14 @@ def read_planes(path: Path) -> list[Plane]:
 
 
 def _plane(parsed: Any) -> Plane:
-    stat_names = {key: metadata.name for key, metadata in parsed.stat_metadata.items()}
+    stat_names = {key: _text(metadata.name) for key, metadata in parsed.stat_metadata.items()}
     event_metadata = parsed.event_metadata
-    plane = Plane(parsed.name, {}, [], {key: metadata.name for key, metadata in event_metadata.items()},
+    plane = Plane(_text(parsed.name), {}, [], {key: _text(metadata.name) for key, metadata in event_metadata.items()},
                   event_metadata, stat_names)
     plane.stats = plane.resolve(parsed.stats)
     for line in parsed.lines:
         metadata_ids, offsets_ps, durations_ps = _leading_fields(line.events).astype(np.int64)
         # Whole nanoseconds, as jax.profiler.ProfileData and XProf's own reader give them.
-        plane.lines.append(Line(line.name, metadata_ids, line.timestamp_ns + offsets_ps // 1000,
+        plane.lines.append(Line(_text(line.name), metadata_ids, line.timestamp_ns + offsets_ps // 1000,
                                 durations_ps // 1000, plane, line.events))
     return plane

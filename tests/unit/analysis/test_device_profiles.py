@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mldiag.analysis.evidence import DeviceKind, StepSource, ToolStatus
+from mldiag.analysis.evidence import ToolStatus
+from mldiag.analysis.host_evidence import DeviceKind, StepSource
 from mldiag.domain import FindingCategory, HealthStatus, Priority
 
 

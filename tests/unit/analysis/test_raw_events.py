@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from analysis_support import facts, xplane
 
-from mldiag.analysis.evidence import StepSource
+from mldiag.analysis.host_evidence import StepSource
 from mldiag.analysis.profiles import UnreadableProfile
 from mldiag.analysis.raw_events import _parents, _Union, read_host_evidence
 

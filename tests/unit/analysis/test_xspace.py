@@ -74,10 +74,10 @@ def _delimited(number: int, payload: bytes) -> bytes:
     return _tag(number, 2) + _varint(len(payload)) + payload
 
 
-def _space(*events: bytes, names: dict[int, str] | None = None) -> bytes:
+def _space(*events: bytes, names: dict[int, bytes] | None = None) -> bytes:
     """An XSpace of one plane ("p") with one line ("l", at 1000 ns) holding ``events`` as serialized."""
     metadata = b"".join(
-        _delimited(4, _tag(1, 0) + _varint(key) + _delimited(2, _delimited(2, name.encode())))
+        _delimited(4, _tag(1, 0) + _varint(key) + _delimited(2, _delimited(2, name)))
         for key, name in (names or {}).items()
     )
     line = _delimited(2, b"l") + _tag(3, 0) + _varint(1000) + b"".join(_delimited(4, event) for event in events)
@@ -118,13 +118,20 @@ def test_absent_fields_read_as_zero(tmp_path):
     instant_at_line_start = _tag(1, 0) + _varint(7)
     timed = _tag(1, 0) + _varint(8) + _tag(2, 0) + _varint(2_500_000) + _tag(3, 0) + _varint(10**15 + 999)
     with_stats_only = _delimited(4, _tag(1, 0) + _varint(1))
-    path.write_bytes(_space(instant_at_line_start, timed, with_stats_only, b"", names={7: "marker", 8: "op"}))
+    path.write_bytes(_space(instant_at_line_start, timed, with_stats_only, b"", names={7: b"marker", 8: b"op"}))
     (plane,) = read_planes(path)
     (line,) = plane.lines
     assert line.metadata_ids.tolist() == [7, 8, 0, 0]
     assert line.starts_ns.tolist() == [1000, 3500, 1000, 1000]
     assert line.durations_ns.tolist() == [0, 10**12, 0, 0]  # whole nanoseconds: 999 ps are dropped
     assert [plane.event_names.get(i, "") for i in line.metadata_ids.tolist()] == ["marker", "op", "", ""]
+
+
+def test_a_name_that_is_not_utf8_reads_with_replacement_characters(tmp_path):
+    path = tmp_path / "host.xplane.pb"
+    path.write_bytes(_space(_tag(1, 0) + _varint(7), names={7: b"fusion\xff<script>"}))
+    (plane,) = read_planes(path)
+    assert plane.event_names == {7: "fusion\ufffd<script>"}
 
 
 @pytest.mark.parametrize("event, reason", [
