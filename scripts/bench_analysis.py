@@ -10,14 +10,18 @@ Three sides are timed: ``mldiag analyze`` as a user runs it (the 15 tools, the
 analyst, then the follow-up investigation), ``analyze_session`` alone (the 15
 tools and the analyst, no follow-ups), and the XProf CLI.
 
-Both sides start cold, alternately, ``--repeat`` times in one run (the wall
-times reported are medians; peak RSS is the largest seen): each gets a fresh copy of the session folder
-(XProf caches op_stats next to the profile) and a fresh ``TMPDIR`` (where the
-XProf CLI keeps its result cache and ``mldiag analyze`` its scratch copy).
-Wall time is the commands'; peak RSS is the largest total resident memory of
-their process trees, sampled every 20 ms (following ``/proc/PID/task/TID/children``, which
-Linux has with CONFIG_PROC_CHILDREN, so that sampling costs the machine little), and never less than the largest
-``ru_maxrss`` of a single process.
+The sides start cold, alternately, ``--repeat`` times in one run (the wall and
+CPU times reported are medians; peak RSS is the largest seen): each gets a fresh
+copy of the session folder (XProf caches op_stats next to the profile) and a
+fresh ``TMPDIR`` (where the XProf CLI keeps its result cache and ``mldiag
+analyze`` its scratch copy). Wall time is the commands'. CPU time is theirs too,
+user and system, of every process and thread: ``mldiag analyze`` runs on more
+than one core, the XProf CLI on about one, so where another load takes a core
+the wall ratio moves while the CPU figures do not. Peak RSS is the largest
+total resident memory of their process trees, sampled every 20 ms (following
+``/proc/PID/task/TID/children``, which Linux has when built with
+CONFIG_PROC_CHILDREN, so that sampling costs the machine little), and never
+less than the largest ``ru_maxrss`` of a single process.
 
 Usage::
 
@@ -80,6 +84,7 @@ class Run:
     seconds: float
     peak_rss: int
     failures: list[str]
+    cpu_seconds: float  # user + system time of the commands, every process and thread
 
 
 def _children(pid: int) -> list[int]:
@@ -148,7 +153,7 @@ def _run(commands: list[list[str]], env: dict[str, str]) -> Run:
     if runner.returncode != 0:
         raise RuntimeError(f"the benchmark runner failed with exit {runner.returncode}")
     outcome = json.loads(stdout)
-    return Run(seconds, max(sampler.peak, outcome["largest_child_rss"]), outcome["failures"])
+    return Run(seconds, max(sampler.peak, outcome["largest_child_rss"]), outcome["failures"], outcome["cpu_seconds"])
 
 
 def _run_commands(commands: list[list[str]]) -> None:
@@ -157,8 +162,9 @@ def _run_commands(commands: list[list[str]]) -> None:
         done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if done.returncode != 0:
             failures.append(f"{' '.join(command[:2])}: exit {done.returncode}: {done.stderr.strip()[-200:]}")
-    largest_child_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-    print(json.dumps({"largest_child_rss": largest_child_rss, "failures": failures}))
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(json.dumps({"largest_child_rss": children.ru_maxrss * 1024, "failures": failures,
+                      "cpu_seconds": children.ru_utime + children.ru_stime}))
 
 
 def _commands(side: str, session: Path, out: Path) -> list[list[str]]:
@@ -229,12 +235,14 @@ def main() -> None:
     median = f"median of {args.repeat}" if args.repeat > 1 else "one run"
     for side, results in runs.items():
         seconds = statistics.median(r.seconds for r in results)
+        cpu_seconds = statistics.median(r.cpu_seconds for r in results)
         peak = max(r.peak_rss for r in results)
         figures[side] = {
             "seconds": [round(r.seconds, 2) for r in results],
             "peak_rss_bytes": peak,
             "peak_rss_over_xplane": round(peak / xplane_bytes, 1),
             "wall_ratio_to_cli": round(seconds / cli_seconds, 3),
+            "cpu_seconds": [round(r.cpu_seconds, 2) for r in results],
             "nonzero_exits": sorted({f for r in results for f in r.failures}),
         }
         verdict = "" if side == CLI_SIDE else (
@@ -242,7 +250,7 @@ def main() -> None:
             f"{'met' if seconds / cli_seconds <= WALL_TARGET else 'missed'}); RSS target <= {RSS_TARGET}x "
             f"{'met' if peak / xplane_bytes <= RSS_TARGET else 'missed'}"
         )
-        print(f"{SIDES[side]:<38} {seconds:7.2f} s ({median})  peak RSS {peak / 2**20:6.0f} MiB "
+        print(f"{SIDES[side]:<38} {seconds:7.2f} s ({median}, CPU {cpu_seconds:5.1f} s)  peak RSS {peak / 2**20:6.0f} MiB "
               f"({peak / xplane_bytes:4.1f}x the xplane){verdict}")
         for failure in figures[side]["nonzero_exits"]:
             print(f"    exited non-zero: {failure}")
