@@ -1,33 +1,34 @@
-"""``mldiag``: the command groups, and the global error handling (exit 1 for API errors)."""
+"""``mldiag``: the command groups, and the global error handling (exit 1 for API errors).
+
+A command's module is imported only when the command line names it, so that
+``mldiag analyze`` does not load the API client, the agent or the event archive;
+``mldiag --help`` and a command line that names no command load them all.
+"""
 
 from __future__ import annotations
+
+import functools
+import importlib
+import sys
+from typing import Any
 
 import typer
 
 from mldiag import __version__
-from mldiag.cli import agent, analyze, auto_capture, capture, demo, events, monitored_events, runs, sessions, status, targets, up
 
-app = typer.Typer(
-    name="mldiag",
-    help="Managed XProf profiling for ML workloads: runs, sessions, capture, analysis.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-)
-app.command("status")(status.status)
-app.command("up")(up.up)
-app.command("analyze")(analyze.analyze)
-app.command("demo")(demo.demo)
-app.add_typer(events.app, name="events")
-app.add_typer(runs.app, name="machine-learning-run")
-app.add_typer(targets.app, name="profiler-target")
-app.add_typer(sessions.app, name="profiler-session")
-app.add_typer(monitored_events.app, name="monitored-events")
-app.command("agent")(agent.agent)
-sessions.app.command("capture")(capture.capture)
-runs.app.command("start-continuous-profiling")(capture.start_continuous_profiling)
-runs.app.command("stop-continuous-profiling")(capture.stop_continuous_profiling)
-runs.app.command("set-auto-capture")(auto_capture.set_auto_capture)
-runs.app.command("report-metrics")(auto_capture.report_metrics)
+# Name on the command line -> (module in mldiag.cli, its command function; None for a group: the module's `app`).
+COMMANDS = {
+    "status": ("status", "status"),
+    "up": ("up", "up"),
+    "analyze": ("analyze", "analyze"),
+    "demo": ("demo", "demo"),
+    "events": ("events", None),
+    "machine-learning-run": ("runs", None),
+    "profiler-target": ("targets", None),
+    "profiler-session": ("sessions", None),
+    "monitored-events": ("monitored_events", None),
+    "agent": ("agent", "agent"),
+}
 
 
 def _version(value: bool) -> None:
@@ -36,8 +37,44 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
-def main(
+def _main(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version."),
 ) -> None:
     """Managed XProf profiling for ML workloads."""
+
+
+def build(only: str | None = None) -> typer.Typer:
+    """The ``mldiag`` app: every command, or only the one called ``only``."""
+    app = typer.Typer(
+        name="mldiag",
+        help="Managed XProf profiling for ML workloads: runs, sessions, capture, analysis.",
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+    )
+    app.callback()(_main)
+    for name, (module_name, function) in COMMANDS.items():
+        if only in (None, name):
+            module = importlib.import_module(f"mldiag.cli.{module_name}")
+            if function is None:
+                app.add_typer(module.app, name=name)
+            else:
+                app.command(name)(getattr(module, function))
+    return app
+
+
+def run() -> None:
+    """The ``mldiag`` console script."""
+    named = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] in COMMANDS else None
+    build(named)()
+
+
+@functools.cache
+def _whole_app() -> typer.Typer:
+    return build()
+
+
+def __getattr__(name: str) -> Any:
+    # `app`, the whole app, is built on first use: importing this module for `run` loads no command.
+    if name == "app":
+        return _whole_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,6 @@
-"""``mldiag machine-learning-run``: create, describe, list, update and delete runs."""
+"""``mldiag machine-learning-run``: create, describe, list, update and delete runs, and set how they are
+profiled (continuous profiling from :mod:`mldiag.cli.capture`, automatic capture from
+:mod:`mldiag.cli.auto_capture`)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from mldiag.cli import auto_capture, capture
 from mldiag.cli.api_client import (
     DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiClient, ApiUrl, Filter, Fmt, Limit, Location,
     Project, SortBy, Token, api_command, key_values, location_path, print_resources, run_path,
@@ -104,3 +107,9 @@ def delete(
     params = {"etag": etag} if etag else None
     ApiClient(api_url, token).mutate("DELETE", run_path(project, location, run), params=params)
     typer.echo(f"Deleted {run}.")
+
+
+app.command("start-continuous-profiling")(capture.start_continuous_profiling)
+app.command("stop-continuous-profiling")(capture.stop_continuous_profiling)
+app.command("set-auto-capture")(auto_capture.set_auto_capture)
+app.command("report-metrics")(auto_capture.report_metrics)

@@ -1,4 +1,5 @@
-"""``mldiag profiler-session``: list, describe, share and re-analyse profiler sessions."""
+"""``mldiag profiler-session``: list, describe, share and re-analyse profiler sessions, and capture new ones
+(:mod:`mldiag.cli.capture`)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from mldiag.cli import capture
 from mldiag.cli.api_client import (
     DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiClient, ApiUrl, Fmt, Location, Project, RunOption,
     Token, api_command, child_path, describe_child_command, list_children_command,
@@ -65,3 +67,6 @@ def analyze(
                    f"follow it with `mldiag profiler-session describe`")
     else:
         show(updated, fmt)
+
+
+app.command("capture")(capture.capture)

@@ -23,7 +23,7 @@ from typing import IO, Any
 
 STOP_TIMEOUT_S = 30
 # `mldiag up`, run by this interpreter whether or not the `mldiag` script is on PATH.
-MLDIAG_UP = [sys.executable, "-c", "from mldiag.cli.main import app; app()", "up"]
+MLDIAG_UP = [sys.executable, "-c", "from mldiag.cli.main import run; run()", "up"]
 
 
 class DemoError(Exception):
