@@ -143,7 +143,7 @@ class _Reader:
         self.trace = trace
         self.ids: dict[str, int] = {}
         self.timeline_ids: dict[str, int] = {}  # names of events only the timeline keeps -> -1, -2, ...
-        self.kept: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id(line) -> every event's id and duration
+        self.kept: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id(line) -> every event's id and picoseconds
 
     def line(self, line: Line, first_seen: FirstSeen | None = None, *, timed_only: bool = False) -> _Line:
         """The line's events as arrays; ``timed_only`` drops instant events (markers that take no time)."""
@@ -170,7 +170,7 @@ class _Reader:
                 name = line.plane.event_names.get(int(metadata_ids[distinct]), "")
                 ids[distinct] = numbered(name, line, int(positions[first[distinct]]), first_seen)
             every_id[positions] = ids[inverse]
-        self.kept[id(line)] = every_id, durations
+        self.kept[id(line)] = every_id, line.durations_ps
         return every_id, durations
 
     def _numbered(self, name: str, line: Line, position: int, first_seen: FirstSeen | None) -> int:
@@ -204,9 +204,10 @@ class _Reader:
         lines = []
         for plane in planes:
             for line in plane.lines:
-                ids, durations = self.kept[id(line)]
+                ids, durations_ps = self.kept[id(line)]
                 ids = np.where(ids >= 0, ids, apart[np.maximum(-1 - ids, 0)])
-                lines.append(TimelineLine(plane.name, line.name, ids, durations * 1000))
+                # As XProf computes it: its reader's nanoseconds (picoseconds / 1000.0) times 1000, truncated.
+                lines.append(TimelineLine(plane.name, line.name, ids, (durations_ps / 1000.0 * 1000).astype(np.int64)))
         return Timeline(names, lines)
 
 

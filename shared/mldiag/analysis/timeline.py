@@ -12,16 +12,16 @@ with XProf's rules: the same grouping and group order, the same limit on the
 events scanned, and XProf's own summary of each group, so the answer is the
 one XProf gives.
 
-Two answers the timeline cannot give exactly are left to XProf
-(:func:`aggregate_events` answers None) unless the caller accepts an
-approximation:
+Durations are kept as XProf computes them, from the picoseconds in the file
+(its reader's nanoseconds, times 1000, truncated), so TPU events, timed to the
+picosecond, count exactly as XProf counts them.
 
-* the reader keeps whole nanoseconds. That is every digit there is for host
-  and GPU events, but TPU events are timed to the picosecond, which XProf keeps;
-* XProf renames an event whose name is only a number after the value of its
-  ``msg`` (or ``message``, ``annotation``, ``label``) stat as its own reader
-  shows it, the id of the interned string rather than the text, which the
-  reader here does not see.
+One answer the timeline cannot give exactly is left to XProf
+(:func:`aggregate_events` answers None) unless the caller accepts an
+approximation: XProf renames an event whose name is only a number after the
+value of its ``msg`` (or ``message``, ``annotation``, ``label``) stat as its own
+reader shows it, the id of the interned string rather than the text, which the
+reader here does not see.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from pathlib import Path
 import numpy as np
 
 MAX_EVENTS_SCANNED = 5_000_000  # XProf stops after this many events and marks its answer truncated
-WHOLE_NANOSECONDS = ("/host:", "/device:GPU:")  # planes whose events carry no finer timing than the reader keeps
 
 
 @dataclass
@@ -90,7 +89,7 @@ def aggregate_events(timelines: Sequence[Timeline], event_regex: str, group_by: 
 
     ``timelines`` are the session's files in the order XProf reads them (sorted by path). None
     where the timelines cannot give XProf's exact answer (see the module's notes), unless
-    ``approximate``: then TPU events count with whole nanoseconds and numbered events by number.
+    ``approximate``: then numbered events count by their number.
     """
     from xprof.cli.internal import xplane_event_query
 
@@ -113,8 +112,6 @@ def aggregate_events(timelines: Sequence[Timeline], event_regex: str, group_by: 
             ids, durations = ids[chosen], durations[chosen]
             if not len(ids):
                 continue
-            if not approximate and not line.plane.startswith(WHOLE_NANOSECONDS):
-                return None
             labels = {"plane": line.plane, "line": line.name}
             groups = _first_seen_groups(ids, durations) if "event" in fields else [(-1, durations)]
             for name_id, group in groups:

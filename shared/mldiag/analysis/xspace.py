@@ -216,12 +216,13 @@ def _value(stat: Any, stat_names: dict[int, str]) -> Any:
 
 @dataclass
 class Line:
-    """One line's events, in file order, timed in whole nanoseconds."""
+    """One line's events, in file order: timed in whole nanoseconds, and their durations to the picosecond."""
 
     name: str
     metadata_ids: np.ndarray
     starts_ns: np.ndarray
     durations_ns: np.ndarray
+    durations_ps: np.ndarray
     plane: Plane = field(repr=False)
     _events: Sequence[bytes] = field(repr=False)
 
@@ -280,7 +281,7 @@ def _plane(parsed: Any) -> Plane:
     plane.stats = plane.resolve(parsed.stats)
     for line in parsed.lines:
         metadata_ids, offsets_ps, durations_ps = _leading_fields(line.events).astype(np.int64)
-        # Whole nanoseconds, as jax.profiler.ProfileData and XProf's own reader give them.
+        # Whole nanoseconds, as jax.profiler.ProfileData gives them, for the evidence; the timeline keeps picoseconds.
         plane.lines.append(Line(_text(line.name), metadata_ids, line.timestamp_ns + offsets_ps // 1000,
-                                durations_ps // 1000, plane, line.events))
+                                durations_ps // 1000, durations_ps, plane, line.events))
     return plane

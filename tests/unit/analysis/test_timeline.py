@@ -54,20 +54,13 @@ def test_named_events_match_exactly_those_events(saved):
     assert json.dumps(answer, indent=2) == xprof_answer(xplane("unfused_small_ops"), event_regex)
 
 
-def test_tpu_events_timed_to_the_picosecond_are_left_to_xprof_or_approximated(saved):
-    tpu = saved("tpu_v6e4_inference")
+@pytest.mark.parametrize("group_by", ["event", "plane", "line"])
+def test_tpu_events_timed_to_the_picosecond_count_as_xprof_counts_them(saved, group_by):
     collectives = "(?i)" + COMMUNICATION.pattern
-    assert aggregate_events([tpu], collectives, "plane") is None
-    host_only = EVENT_FAMILIES["jit_dispatch"]
-    assert aggregate_events([tpu], host_only) == xprof_answer(xplane("tpu_v6e4_inference"), host_only)
-
-    truncated = json.loads(aggregate_events([tpu], collectives, "plane", approximate=True))
-    exact = json.loads(xprof_answer(xplane("tpu_v6e4_inference"), collectives, "plane"))
-    assert {g["plane"]: g["count"] for g in truncated["aggregates"]} == {g["plane"]: g["count"]
-                                                                         for g in exact["aggregates"]}
-    exact_totals = {g["plane"]: g["total_duration_ps"] for g in exact["aggregates"]}
-    for group in truncated["aggregates"]:  # each event loses less than a nanosecond
-        assert 0 <= exact_totals[group["plane"]] - group["total_duration_ps"] < 1000 * group["count"]
+    answer = aggregate_events([saved("tpu_v6e4_inference")], collectives, group_by)
+    assert answer == xprof_answer(xplane("tpu_v6e4_inference"), collectives, group_by)
+    totals = [group["total_duration_ps"] for group in json.loads(answer)["aggregates"]]
+    assert any(total % 1000 for total in totals)  # picoseconds that whole nanoseconds would have lost
 
 
 def _first(timeline, events):
