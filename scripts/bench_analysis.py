@@ -250,8 +250,8 @@ def main() -> None:
             f"{'met' if seconds / cli_seconds <= WALL_TARGET else 'missed'}); RSS target <= {RSS_TARGET}x "
             f"{'met' if peak / xplane_bytes <= RSS_TARGET else 'missed'}"
         )
-        print(f"{SIDES[side]:<38} {seconds:7.2f} s ({median}, CPU {cpu_seconds:5.1f} s)  peak RSS {peak / 2**20:6.0f} MiB "
-              f"({peak / xplane_bytes:4.1f}x the xplane){verdict}")
+        print(f"{SIDES[side]:<38} {seconds:7.2f} s ({median}, CPU {cpu_seconds:5.1f} s)  "
+              f"peak RSS {peak / 2**20:6.0f} MiB ({peak / xplane_bytes:4.1f}x the xplane){verdict}")
         for failure in figures[side]["nonzero_exits"]:
             print(f"    exited non-zero: {failure}")
     if args.json:

@@ -207,7 +207,8 @@ class _Reader:
                 ids, durations_ps = self.kept[id(line)]
                 ids = np.where(ids >= 0, ids, apart[np.maximum(-1 - ids, 0)])
                 # As XProf computes it: its reader's nanoseconds (picoseconds / 1000.0) times 1000, truncated.
-                lines.append(TimelineLine(plane.name, line.name, ids, (durations_ps / 1000.0 * 1000).astype(np.int64)))
+                as_xprof_computes = (durations_ps / 1000.0 * 1000).astype(np.int64)
+                lines.append(TimelineLine(plane.name, line.name, ids, as_xprof_computes))
         return Timeline(names, lines)
 
 
