@@ -143,23 +143,22 @@ class _Reader:
         self.trace = trace
         self.ids: dict[str, int] = {}
         self.timeline_ids: dict[str, int] = {}  # names of events only the timeline keeps -> -1, -2, ...
-        self.kept: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id(line) -> every event's id and picoseconds
+        self.kept: dict[int, np.ndarray] = {}  # id(line) -> every event's name id
 
     def line(self, line: Line, first_seen: FirstSeen | None = None, *, timed_only: bool = False) -> _Line:
         """The line's events as arrays; ``timed_only`` drops instant events (markers that take no time)."""
-        every_id, durations = self._events(line, first_seen, timed_only=timed_only)
+        every_id = self._events(line, first_seen, timed_only=timed_only)
         evidence = every_id >= 0
         begin = line.starts_ns[evidence]
-        return _Line(line.name, begin, begin + durations[evidence], every_id[evidence])
+        return _Line(line.name, begin, begin + line.durations_ns[evidence], every_id[evidence])
 
     def _events(self, line: Line, first_seen: FirstSeen | None = None, *, timed_only: bool = False,
-                timeline_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """Each event's name id (negative for events only the timeline keeps) and duration."""
-        durations = line.durations_ns
+                timeline_only: bool = False) -> np.ndarray:
+        """Each event's name id (negative for events only the timeline keeps)."""
         if timeline_only:
             apart = np.ones(len(line), dtype=bool)
         else:
-            apart = durations == 0 if timed_only else np.zeros(len(line), dtype=bool)
+            apart = line.durations_ns == 0 if timed_only else np.zeros(len(line), dtype=bool)
         every_id = np.empty(len(line), dtype=np.int64)
         for chosen, numbered in ((~apart, self._numbered), (apart, self._numbered_apart)):
             positions = np.flatnonzero(chosen)
@@ -170,8 +169,8 @@ class _Reader:
                 name = line.plane.event_names.get(int(metadata_ids[distinct]), "")
                 ids[distinct] = numbered(name, line, int(positions[first[distinct]]), first_seen)
             every_id[positions] = ids[inverse]
-        self.kept[id(line)] = every_id, line.durations_ps
-        return every_id, durations
+        self.kept[id(line)] = every_id
+        return every_id
 
     def _numbered(self, name: str, line: Line, position: int, first_seen: FirstSeen | None) -> int:
         index = self.ids.get(name)
@@ -204,10 +203,10 @@ class _Reader:
         lines = []
         for plane in planes:
             for line in plane.lines:
-                ids, durations_ps = self.kept[id(line)]
+                ids = self.kept[id(line)]
                 ids = np.where(ids >= 0, ids, apart[np.maximum(-1 - ids, 0)])
                 # As XProf computes it: its reader's nanoseconds (picoseconds / 1000.0) times 1000, truncated.
-                as_xprof_computes = (durations_ps / 1000.0 * 1000).astype(np.int64)
+                as_xprof_computes = (line.durations_ps / 1000.0 * 1000).astype(np.int64)
                 lines.append(TimelineLine(plane.name, line.name, ids, as_xprof_computes))
         return Timeline(names, lines)
 

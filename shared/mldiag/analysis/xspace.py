@@ -221,13 +221,17 @@ class Line:
     name: str
     metadata_ids: np.ndarray
     starts_ns: np.ndarray
-    durations_ns: np.ndarray
     durations_ps: np.ndarray
     plane: Plane = field(repr=False)
     _events: Sequence[bytes] = field(repr=False)
 
     def __len__(self) -> int:
         return len(self.metadata_ids)
+
+    @property
+    def durations_ns(self) -> np.ndarray:
+        """Whole nanoseconds, as ``jax.profiler.ProfileData`` gives them."""
+        return self.durations_ps // 1000
 
     def stats(self, index: int) -> dict[str, Any]:
         """The stats of event ``index`` by name, its metadata's stats included (the event's own win)."""
@@ -281,7 +285,6 @@ def _plane(parsed: Any) -> Plane:
     plane.stats = plane.resolve(parsed.stats)
     for line in parsed.lines:
         metadata_ids, offsets_ps, durations_ps = _leading_fields(line.events).astype(np.int64)
-        # Whole nanoseconds, as jax.profiler.ProfileData gives them, for the evidence; the timeline keeps picoseconds.
         plane.lines.append(Line(_text(line.name), metadata_ids, line.timestamp_ns + offsets_ps // 1000,
-                                durations_ps // 1000, durations_ps, plane, line.events))
+                                durations_ps, plane, line.events))
     return plane
