@@ -30,6 +30,7 @@ locals {
     "google-cloud-storage>=2.16",
     "xprof>=2.24",
     "protobuf>=4.25",
+    "numpy>=1.26",
   ]
 
   functions = {

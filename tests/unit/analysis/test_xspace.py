@@ -127,6 +127,21 @@ def test_absent_fields_read_as_zero(tmp_path):
     assert [plane.event_names.get(i, "") for i in line.metadata_ids.tolist()] == ["marker", "op", "", ""]
 
 
+def test_varints_of_every_length_read_whole(tmp_path):
+    # One to ten bytes; the 9- and 10-byte ones (negative int64s among them) are past the 8 read at once.
+    values = [0, *(2 ** (7 * n) + offset for n in range(1, 10) for offset in (-1, 0, 5)), 2**64 - 1]
+    path = tmp_path / "host.xplane.pb"
+    path.write_bytes(_space(*(_tag(1, 0) + _varint(9) + _tag(2, 0) + _varint(value) + _tag(3, 0) + _varint(value)
+                              for value in values)))
+    (plane,) = read_planes(path)
+    (line,) = plane.lines
+    assert sorted({len(_varint(value)) for value in values}) == list(range(1, 11))
+    as_int64 = [value - 2**64 if value >= 2**63 else value for value in values]
+    assert line.durations_ps.tolist() == as_int64
+    assert line.starts_ns.tolist() == [1000 + value // 1000 for value in as_int64]
+    assert line.metadata_ids.tolist() == [9] * len(values)
+
+
 def test_a_name_that_is_not_utf8_reads_with_replacement_characters(tmp_path):
     path = tmp_path / "host.xplane.pb"
     path.write_bytes(_space(_tag(1, 0) + _varint(7), names={7: b"fusion\xff<script>"}))
