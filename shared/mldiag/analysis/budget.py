@@ -4,9 +4,12 @@ Reading a profile costs a multiple of its size (XProf's converters 18x to 27x,
 the raw-event reader about 7x), so running everything at once would multiply
 that. Each heavy step reserves its estimate and waits while the budget is
 spent: small profiles run fully in parallel, large ones one heavy step at a
-time. Reservations are granted in the order they were asked for, so a large
-step is never starved by small ones and the caller decides which heavy step
-runs first. An optional step that could not fit even alone is refused
+time. Large reservations are granted in the order they were asked for, so the
+caller decides which heavy step runs first. A small one (at most a sixteenth
+of the budget) is granted as soon as it fits, even while a large one waits for
+its turn: short steps such as a view of one HLO module run beside a long
+conversion rather than behind it, and they hold a large step up only until
+they end. An optional step that could not fit even alone is refused
 (:class:`OverBudget`) rather than allowed to take the machine down; after each
 heavy step the freed memory goes back to the system, so the next one starts
 from a low base.
@@ -26,6 +29,7 @@ DEFAULT_SIZE_FACTOR = 20  # the budget scales with the profile: one converter (~
 MIN_BUDGET = 768 * MIB  # small profiles run in parallel anyway
 AVAILABLE_SHARE = 0.8
 TRIM_AFTER = 64 * MIB  # reservations from this size up give their memory back when they end
+SMALL_SHARE = 16  # a reservation of at most 1/16 of the budget does not wait in line
 
 
 class OverBudget(Exception):
@@ -53,7 +57,8 @@ def available_memory() -> int | None:
 
 
 class MemoryBudget:
-    """Bytes that concurrent steps reserve; a reservation waits until it fits and every earlier one is granted."""
+    """Bytes that concurrent steps reserve; a reservation waits until it fits and, unless it is small,
+    until every earlier large one is granted."""
 
     def __init__(self, limit_bytes: int):
         self.limit = max(1, int(limit_bytes))
@@ -80,19 +85,24 @@ class MemoryBudget:
                              f"budget of {self.limit / MIB:,.0f} MiB")
         return self._held(int(nbytes), queued)
 
-    def reserve_all_needed(self, nbytes: int) -> contextlib.AbstractContextManager[None]:
+    def reserve_all_needed(self, nbytes: int, *,
+                           queued: Callable[[], None] | None = None) -> contextlib.AbstractContextManager[None]:
         """For a step the analysis cannot do without: at most the whole budget, so it runs alone."""
-        return self._held(min(int(nbytes), self.limit))
+        return self._held(min(int(nbytes), self.limit), queued)
 
     @contextlib.contextmanager
     def _held(self, nbytes: int, queued: Callable[[], None] | None = None) -> Iterator[None]:
+        small = nbytes * SMALL_SHARE <= self.limit
         with self._changed:
-            ticket = next(self._tickets)
+            ticket = None if small else next(self._tickets)
             if queued is not None:
                 queued()
-            self._changed.wait_for(lambda: ticket == self._next_granted and self._reserved + nbytes <= self.limit)
+            self._changed.wait_for(
+                lambda: (small or ticket == self._next_granted) and self._reserved + nbytes <= self.limit
+            )
             self._reserved += nbytes
-            self._next_granted += 1
+            if not small:
+                self._next_granted += 1
             self._changed.notify_all()
         try:
             yield

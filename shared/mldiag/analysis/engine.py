@@ -3,14 +3,17 @@
 1. Copy the session's ``<host>.xplane.pb`` files into a private scratch folder
    (XProf writes cache files next to what it converts).
 2. Within the memory budget, in this order when memory is short and all at
-   once when it is not: have XProf dump the HLO modules and build its op_stats
-   (the heavy conversion most tools read), and read each host's raw events in a
-   process of its own (which proves the file is a profile and saves every event
-   for the follow-ups). The raw-event read queues last so that it overlaps the
-   tools' own work on op_stats rather than delaying the conversion.
-3. Once the HLO modules are dumped, run the 15 tools in parallel; conversions
-   are shared between them and the heavy ones queue on the budget. The two
-   tools whose input the raw events can show absent wait for the read.
+   once when it is not: have XProf build its op_stats (the heavy conversion
+   most tools read), dump the HLO modules (small: the profile's metadata
+   plane), and read each host's raw events in a process of its own (which
+   proves the file is a profile and saves every event for the follow-ups).
+   The raw-event read queues last so that it overlaps the tools' own work on
+   op_stats rather than delaying the conversion.
+3. Once the HLO modules are dumped, run the 15 tools in parallel, each in a
+   thread of its own; conversions are shared between them and the heavy ones
+   queue on the budget, so the tools that read only the HLO modules run while
+   op_stats is built. The two tools whose input the raw events can show absent
+   wait for the read.
 4. Hand the evidence to the deterministic analyst.
 
 Heavy imports (xprof, the trace reader) happen inside the steps that need them.
@@ -20,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
-import os
 import shutil
 import subprocess
 import sys
@@ -122,7 +124,6 @@ def analyze_session(
     source: str = "",
     progress: Progress | None = None,
     memory_budget_bytes: int | None = None,
-    workers: int | None = None,
     investigate: Investigate | None = None,
 ) -> Analysis:
     """Analyse the profile files of one session (one per host).
@@ -138,8 +139,9 @@ def analyze_session(
     files = [Path(p) for p in paths]
     if not files:
         raise UnreadableProfile("no profile files to analyse")
+    # A thread per tool and per step below: most of them wait (on a conversion, on the budget), none spins.
     with _private_folder(scratch_dir) as scratch, ThreadPoolExecutor(
-        max_workers=workers or min(8, (os.cpu_count() or 2) + 2), thread_name_prefix="mldiag-analysis"
+        max_workers=len(MANAGED_TOOLS) + 3, thread_name_prefix="mldiag-analysis"
     ) as pool, ThreadPoolExecutor(max_workers=len(files), thread_name_prefix="mldiag-raw-events") as readers:
         session = copy_session(Session(files[0].parent.name, tuple(files)), scratch)
         profile_bytes = session.bytes
@@ -150,15 +152,16 @@ def analyze_session(
         state = SessionState(files=[str(f) for f in session.files], budget=budget, profile_bytes=profile_bytes)
 
         def read(xplane: Path) -> HostEvidence:
-            state.op_stats_queued.wait()
+            state.hlo_queued.wait()
             with budget.reserve_all_needed(RAW_EVENTS_COST * xplane.stat().st_size):
                 say(f"reading the events of {xplane.name} ({xplane.stat().st_size / 1e6:.1f} MB)")
                 return read_events_apart(xplane)
 
         # Leaving the pools waits for every step they started, so nothing runs once the copy is removed.
         with client.session(folder, state):
-            dumping = pool.submit(client.dump_hlo, str(folder))
             pool.submit(client.build_op_stats, str(folder))
+            state.op_stats_queued.wait()
+            dumping = pool.submit(client.dump_hlo, str(folder))
             reading = [readers.submit(read, xplane) for xplane in session.files]
             try:
                 dumping.result()

@@ -15,7 +15,9 @@ and in addition:
   converter again and again (the overview alone is read by four tools);
 * lets only the first op_stats conversion build XProf's op_stats cache, which
   every later op_stats tool then reads for almost nothing;
-* reserves memory from the analysis's :class:`~mldiag.analysis.budget.MemoryBudget`;
+* reserves memory from the analysis's :class:`~mldiag.analysis.budget.MemoryBudget`: a multiple
+  of the profile's size for a conversion of the profile, of the module's size for a view of one
+  HLO module (so that those run while op_stats is built);
 * answers "no data" for converters whose input the raw events show is absent
   (no allocator events, no hardware counters), as the converter itself would,
   instead of reading the whole profile again to find nothing; those converters
@@ -70,7 +72,13 @@ OP_STATS_CONVERTERS = frozenset({
 # and device profiles). smart_suggestion reads the whole profile again even with op_stats built.
 CONVERTER_COST = {"op_stats": 19, "memory_profile": 19, "utilization_viewer": 26, "smart_suggestion": 27,
                   "tool_names": 7}  # tool_names: of what it is given (the metadata planes, to dump the HLO modules)
-LIGHT_COST = 1  # op_stats already built, or a per-module HLO view
+LIGHT_COST = 1  # op_stats already built
+# Converters that show one HLO module, read from its dumped proto, and what one reserves, in multiples of that
+# proto's size: the converter's own peak is 3x to 7x (xprof 2.24, modules of 8 KB to 2 MB), and the tool then
+# parses the text it returns. Never less than HLO_VIEW_FLOOR bytes.
+HLO_VIEWS = frozenset({"graph_viewer", "memory_viewer"})
+HLO_VIEW_COST = 20
+HLO_VIEW_FLOOR = 8 << 20
 # Parameters the tools pass that a converter does not read (the host selection becomes its paths).
 _NOT_FOR_THE_CONVERTER = frozenset({"format", "tqx", "bypass_cache", "host", "hosts"})
 _NO_DATA_STATUSES = frozenset({"NO_DATA", "UNAVAILABLE", "DATA_ABSENT"})
@@ -117,14 +125,16 @@ class SessionState:
     budget: MemoryBudget
     profile_bytes: int
     absent: AbsentInputs = field(default_factory=AbsentInputs)
-    # Set once the op_stats conversion has its place in the budget's line (or will not run).
+    # Set once the op_stats conversion, then the HLO dump, has its place in the budget's line (or will not run).
     op_stats_queued: threading.Event = field(default_factory=threading.Event)
+    hlo_queued: threading.Event = field(default_factory=threading.Event)
     results: dict[str, Any] = field(default_factory=dict)
     key_locks: dict[str, threading.Lock] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     op_stats_lock: threading.Lock = field(default_factory=threading.Lock)
     op_stats_built: bool = False
     hlo_dumped: bool = False
+    hlo_module_bytes: dict[str, int] = field(default_factory=dict)  # each dumped module's proto size, by name
 
     def lock_for(self, key: str) -> threading.Lock:
         with self.lock:
@@ -176,7 +186,7 @@ def _client_class() -> type:
             key = json.dumps([converter, paths, params], sort_keys=True, default=str)
             with state.lock_for(key):
                 if key not in state.results:
-                    with self._conversion(state, converter):
+                    with self._conversion(state, converter, _module_of(converter, params)):
                         data, content_type = raw_to_tool_data.xspace_to_tool_data(
                             paths, converter, {**params, "use_saved_result": True}
                         )
@@ -184,8 +194,12 @@ def _client_class() -> type:
             return state.results[key]
 
         @contextlib.contextmanager
-        def _conversion(self, state: SessionState, converter: str) -> Iterator[None]:
+        def _conversion(self, state: SessionState, converter: str, module: str) -> Iterator[None]:
             what = f"XProf's {converter} converter"
+            if converter in HLO_VIEWS and module in state.hlo_module_bytes:
+                with state.budget.reserve(max(HLO_VIEW_COST * state.hlo_module_bytes[module], HLO_VIEW_FLOOR), what):
+                    yield
+                return
             cost = CONVERTER_COST.get(converter, LIGHT_COST)
             if converter in OP_STATS_CONVERTERS:
                 with state.op_stats_lock:
@@ -219,14 +233,19 @@ def _client_class() -> type:
                 if state.hlo_dumped:
                     return
                 folder = Path(self.get_run_dir(session_id))
-                with tempfile.TemporaryDirectory(prefix="hlo-source-", dir=folder.parent) as staging:
-                    sources = _hlo_sources([Path(f) for f in state.files], Path(staging))
-                    if sources:
-                        source_bytes = sum(source.stat().st_size for source in sources)
-                        with state.budget.reserve_all_needed(CONVERTER_COST["tool_names"] * source_bytes):
-                            raw_to_tool_data.xspace_to_tool_names([str(source) for source in sources])
-                    for proto in Path(staging).glob("*.hlo_proto.pb"):
-                        proto.replace(folder / proto.name)
+                try:
+                    with tempfile.TemporaryDirectory(prefix="hlo-source-", dir=folder.parent) as staging:
+                        sources = _hlo_sources([Path(f) for f in state.files], Path(staging))
+                        if sources:
+                            source_bytes = sum(source.stat().st_size for source in sources)
+                            with state.budget.reserve_all_needed(CONVERTER_COST["tool_names"] * source_bytes,
+                                                                 queued=state.hlo_queued.set):
+                                raw_to_tool_data.xspace_to_tool_names([str(source) for source in sources])
+                        for proto in Path(staging).glob("*.hlo_proto.pb"):
+                            state.hlo_module_bytes[proto.name.removesuffix(".hlo_proto.pb")] = proto.stat().st_size
+                            proto.replace(folder / proto.name)
+                finally:  # whatever happened, nothing waits for the dump to queue any more
+                    state.hlo_queued.set()
                 state.hlo_dumped = True
 
         def read_owned_op_stats_bytes(self, session_id: str, xspace_paths: Any = None) -> bytes | None:
@@ -237,6 +256,15 @@ def _client_class() -> type:
             return path.read_bytes() if path.is_file() else None
 
     return SharedConverters
+
+
+def _module_of(converter: str, params: dict[str, Any]) -> str:
+    """The HLO module a per-module view shows ("" for any other conversion)."""
+    if converter == "graph_viewer":
+        return str((params.get("graph_viewer_options") or {}).get("module_name") or "")
+    if converter == "memory_viewer":
+        return str(params.get("module_name") or "")
+    return ""
 
 
 def _hlo_sources(files: list[Path], staging: Path) -> list[Path]:

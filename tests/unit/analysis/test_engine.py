@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 
@@ -66,6 +67,53 @@ def test_reservations_are_granted_in_the_order_asked_so_a_large_one_is_not_starv
     large.join(1)
     small.join(1)
     assert granted == [80, 10]
+
+
+def test_a_small_reservation_that_fits_goes_ahead_of_a_large_one_waiting():
+    budget = MemoryBudget(160)
+    granted, large_queued = [], threading.Event()
+
+    def reserve(nbytes, queued=None):
+        with budget.reserve(nbytes, queued=queued):
+            granted.append(nbytes)
+
+    with budget.reserve(100):
+        large = threading.Thread(target=reserve, args=(80, large_queued.set))
+        large.start()
+        assert large_queued.wait(1)
+        small = threading.Thread(target=reserve, args=(10,))  # a sixteenth of the budget: it does not queue
+        small.start()
+        small.join(1)
+        assert granted == [10]
+    large.join(1)
+    assert granted == [10, 80]
+
+
+def test_a_view_of_one_hlo_module_reserves_for_that_module_not_for_the_profile(monkeypatch, tmp_path):
+    from xprof.convert import raw_to_tool_data
+
+    profile = xplane("input_bound")
+    dumped = tmp_path / "dumped"
+    dumped.mkdir()
+    shutil.copy(profile, dumped)
+    raw_to_tool_data.xspace_to_tool_names([str(dumped / profile.name)])
+    module_bytes = {p.stat().st_size for p in dumped.glob("*.hlo_proto.pb")}
+    asked = []
+    reserve = MemoryBudget.reserve
+
+    def recorded(self, nbytes, what="this step", **options):
+        asked.append((what, nbytes))
+        return reserve(self, nbytes, what, **options)
+
+    monkeypatch.setattr(MemoryBudget, "reserve", recorded)
+    monkeypatch.setattr(xprof_tools, "HLO_VIEW_FLOOR", 0)
+    analyze_session([profile], tmp_path / "scratch")
+    views = [nbytes for what, nbytes in asked if "graph_viewer" in what or "memory_viewer" in what]
+    assert len(views) >= 2 * len(module_bytes) > 0  # the text of each module, and its memory view
+    per_module = {xprof_tools.HLO_VIEW_COST * size for size in module_bytes}
+    assert per_module <= set(views)
+    # The one call that names no module (XProf's memory viewer asks for a list first) counts as light.
+    assert set(views) <= per_module | {xprof_tools.LIGHT_COST * profile.stat().st_size}
 
 
 def test_a_step_the_analysis_needs_runs_alone_when_larger_than_the_budget():
