@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from mldiag.domain.errors import InvalidArgument
-from mldiag.domain.resources import invalid_argument
+from mldiag.domain.errors import invalid_argument
 
 # Topic names are part of the deployment contract: Terraform and the devstack create these.
 ANALYSIS_REQUESTS = "analysis-requests"

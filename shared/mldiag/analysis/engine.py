@@ -16,7 +16,13 @@
    wait for the read.
 4. Hand the evidence to the deterministic analyst.
 
-Heavy imports (xprof, the trace reader) happen inside the steps that need them.
+:func:`start_analysis` does steps 1 and 2 and hands back a
+:class:`RunningAnalysis`, whose :meth:`~RunningAnalysis.finish` does the rest;
+:func:`analyze_session` is both in one call. The conversions start before the
+analysis loads anything it needs only later (pydantic models, the analyst): on
+a large profile they are most of the time, and everything else loads beside
+them. A caller with its own preparation to do (the CLI loads its settings and
+the investigation) does it between the two calls, for the same reason.
 """
 
 from __future__ import annotations
@@ -30,22 +36,24 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mldiag import __version__
-from mldiag.analysis import analyst
 from mldiag.analysis.budget import MemoryBudget
-from mldiag.analysis.evidence import Analysis, HloIssue, ProfileInput, ToolResult
-from mldiag.analysis.host_evidence import DeviceKind, HostEvidence
 from mldiag.analysis.profiles import UNREADABLE_EXIT, Session, UnreadableProfile, copy_session, host_of
 from mldiag.analysis.xprof_tools import (
     CAN_BE_ABSENT, MANAGED_TOOLS, SessionState, ToolContext, preload_tools, run_tool, shared_converters,
 )
 
+if TYPE_CHECKING:
+    from mldiag.analysis.evidence import Analysis, ToolResult
+    from mldiag.analysis.host_evidence import HostEvidence
+
 Progress = Callable[[str], None]
 # Runs after the analyst, while the private copy and XProf's conversions of it are still there.
-Investigate = Callable[[Analysis, ToolContext], Analysis]
+Investigate = Callable[["Analysis", ToolContext], "Analysis"]
 TIMELINE_SUFFIX = ".timeline.npz"
 RAW_EVENTS_COST = 7  # the reader process's peak, interpreter included, in multiples of the file's size
 DETECTORS = ("detect_layout_mismatch_copies", "detect_unfused_reshapes", "detect_unnecessary_convert_reduce")
@@ -79,11 +87,15 @@ def read_events_apart(xplane: Path) -> HostEvidence:
         raise UnreadableProfile(done.stderr.strip())
     if done.returncode != 0:
         raise RuntimeError(f"reading {xplane.name} failed (exit {done.returncode}): {done.stderr.strip()[-500:]}")
+    from mldiag.analysis.host_evidence import HostEvidence
+
     return HostEvidence.model_validate_json(done.stdout)
 
 
 def _absent_inputs(hosts: list[HostEvidence]) -> dict[str, str]:
     """Converters whose input the raw events show is not in the profile."""
+    from mldiag.analysis.host_evidence import DeviceKind
+
     absent = {}
     if not any(host.memory_allocator_events for host in hosts):
         absent["memory_profile"] = "the trace has no memory allocator events"
@@ -117,22 +129,79 @@ class _HloModules:
         return data.decode("utf-8", errors="replace") if isinstance(data, bytes) else str(data)
 
 
-def analyze_session(
+class RunningAnalysis:
+    """An analysis whose conversions are under way; :meth:`finish` completes it (see :func:`start_analysis`)."""
+
+    def __init__(self, *, started: float, say: Progress, origin: Path, session: Session, pool: ThreadPoolExecutor,
+                 state: SessionState, context: ToolContext, dumping: Future, reading: list[Future]):
+        self._started, self._say, self._origin, self._session, self._pool = started, say, origin, session, pool
+        self._state, self._context, self._dumping, self._reading = state, context, dumping, reading
+
+    def finish(self, *, source: str = "", investigate: Investigate | None = None) -> Analysis:
+        """Run the 15 tools, assess the evidence and, given ``investigate``, follow up on the findings.
+
+        Raises :class:`~mldiag.analysis.profiles.UnreadableProfile` for a file
+        that is empty, truncated or not a profile.
+        """
+        from mldiag.analysis import analyst
+        from mldiag.analysis.evidence import HloIssue, ProfileInput
+
+        state, context, say = self._state, self._context, self._say
+        try:
+            self._dumping.result()
+        except Exception:
+            for future in self._reading:  # a file that is not a profile is the better reason
+                future.result()
+            raise
+        running = [self._pool.submit(run_tool, name, context) for name in MANAGED_TOOLS]
+        try:
+            hosts = [future.result() for future in self._reading]
+        except BaseException:
+            state.absent.settle(dict.fromkeys(CAN_BE_ABSENT, "the raw events could not be read"))
+            raise
+        state.absent.settle(_absent_inputs(hosts))
+        results: dict[str, ToolResult] = {}
+        for future in as_completed(running):
+            result = future.result()
+            results[result.name] = result
+            say(f"{result.name}: {result.status.value} ({result.seconds:.1f} s)")
+        tools = [results[name] for name in MANAGED_TOOLS]
+
+        hlo_issues = {
+            result.name: [HloIssue.model_validate(issue) for issue in result.data or []]
+            for result in tools if result.name in DETECTORS
+        }
+        session = self._session
+        analysis = analyst.assess(
+            hosts=hosts,
+            tools=tools,
+            hlo_issues=hlo_issues,
+            profile=ProfileInput(
+                source=source or str(self._origin), session=session.name,
+                files=[f.name for f in session.files], bytes=self._state.profile_bytes,
+            ),
+            versions={"mldiag": __version__, "xprof": importlib.metadata.version("xprof")},
+            seconds=time.perf_counter() - self._started,
+        )
+        if investigate is not None:
+            analysis = investigate(analysis, context)
+            analysis.seconds = time.perf_counter() - self._started
+        return analysis
+
+
+@contextlib.contextmanager
+def start_analysis(
     paths: Sequence[Path],
     scratch_dir: Path | None = None,
     *,
-    source: str = "",
     progress: Progress | None = None,
     memory_budget_bytes: int | None = None,
-    investigate: Investigate | None = None,
-) -> Analysis:
-    """Analyse the profile files of one session (one per host).
+) -> Iterator[RunningAnalysis]:
+    """Start analysing the profile files of one session (one per host); XProf's conversions begin at once.
 
     ``scratch_dir`` is where the private copy lives while the analysis runs
     (a temporary folder when omitted); nothing is written anywhere else.
-    Raises :class:`~mldiag.analysis.profiles.UnreadableProfile` for a file that
-    is empty, truncated or not a profile. ``investigate`` follows up on the
-    analyst's findings with more XProf tools before the private copy is removed.
+    Leaving the block waits for every step that started, then removes the copy.
     """
     started = time.perf_counter()
     say = progress or (lambda message: None)
@@ -148,7 +217,6 @@ def analyze_session(
         budget = MemoryBudget(memory_budget_bytes) if memory_budget_bytes else MemoryBudget.for_profile(profile_bytes)
         folder = session.files[0].parent
         client = shared_converters()
-        pool.submit(preload_tools)
         state = SessionState(files=[str(f) for f in session.files], budget=budget, profile_bytes=profile_bytes)
 
         def read(xplane: Path) -> HostEvidence:
@@ -161,50 +229,34 @@ def analyze_session(
         with client.session(folder, state):
             pool.submit(client.build_op_stats, str(folder))
             state.op_stats_queued.wait()
+            pool.submit(preload_tools)
             dumping = pool.submit(client.dump_hlo, str(folder))
             reading = [readers.submit(read, xplane) for xplane in session.files]
-            try:
-                dumping.result()
-            except Exception:
-                for future in reading:  # a file that is not a profile is the better reason
-                    future.result()
-                raise
-
             context = ToolContext(
                 folder=folder, client=client, hlo=_HloModules(client, folder), budget=budget,
                 profile_bytes=profile_bytes, timelines=tuple(timeline_of(f) for f in sorted(session.files, key=str)),
                 absent=state.absent,
             )
-            running = [pool.submit(run_tool, name, context) for name in MANAGED_TOOLS]
-            try:
-                hosts = [future.result() for future in reading]
-            except BaseException:
-                state.absent.settle(dict.fromkeys(CAN_BE_ABSENT, "the raw events could not be read"))
-                raise
-            state.absent.settle(_absent_inputs(hosts))
-            results: dict[str, ToolResult] = {}
-            for future in as_completed(running):
-                result = future.result()
-                results[result.name] = result
-                say(f"{result.name}: {result.status.value} ({result.seconds:.1f} s)")
-            tools = [results[name] for name in MANAGED_TOOLS]
+            yield RunningAnalysis(started=started, say=say, origin=files[0].parent, session=session, pool=pool,
+                                  state=state, context=context, dumping=dumping, reading=reading)
 
-            hlo_issues = {
-                result.name: [HloIssue.model_validate(issue) for issue in result.data or []]
-                for result in tools if result.name in DETECTORS
-            }
-            analysis = analyst.assess(
-                hosts=hosts,
-                tools=tools,
-                hlo_issues=hlo_issues,
-                profile=ProfileInput(
-                    source=source or str(files[0].parent), session=session.name,
-                    files=[f.name for f in session.files], bytes=profile_bytes,
-                ),
-                versions={"mldiag": __version__, "xprof": importlib.metadata.version("xprof")},
-                seconds=time.perf_counter() - started,
-            )
-            if investigate is not None:
-                analysis = investigate(analysis, context)
-                analysis.seconds = time.perf_counter() - started
-    return analysis
+
+def analyze_session(
+    paths: Sequence[Path],
+    scratch_dir: Path | None = None,
+    *,
+    source: str = "",
+    progress: Progress | None = None,
+    memory_budget_bytes: int | None = None,
+    investigate: Investigate | None = None,
+) -> Analysis:
+    """Analyse the profile files of one session (one per host): :func:`start_analysis`, then finish.
+
+    ``scratch_dir`` is where the private copy lives while the analysis runs
+    (a temporary folder when omitted); nothing is written anywhere else.
+    Raises :class:`~mldiag.analysis.profiles.UnreadableProfile` for a file that
+    is empty, truncated or not a profile. ``investigate`` follows up on the
+    analyst's findings with more XProf tools before the private copy is removed.
+    """
+    with start_analysis(paths, scratch_dir, progress=progress, memory_budget_bytes=memory_budget_bytes) as running:
+        return running.finish(source=source, investigate=investigate)

@@ -40,10 +40,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mldiag.analysis.budget import MemoryBudget
-from mldiag.analysis.evidence import ToolResult, ToolStatus
+
+if TYPE_CHECKING:
+    from mldiag.analysis.evidence import ToolResult
 
 MANAGED_TOOLS = (
     "get_xprof_overview",
@@ -423,6 +425,8 @@ def _no_data_reason(name: str, data: Any) -> str:
 
 def run_tool(name: str, context: ToolContext) -> ToolResult:
     """Run one managed tool; a tool that fails or finds nothing never raises."""
+    from mldiag.analysis.evidence import ToolResult, ToolStatus
+
     started = time.perf_counter()
     absent = context.absent.reason(_ONLY_CONVERTER.get(name, ""))
     if absent:

@@ -16,8 +16,8 @@ from pydantic import BaseModel, Field, ValidationError
 from mldiag import auto_capture, metrics
 from mldiag.api.http import json_body, ok, services
 from mldiag.degradation import DetectorParams, MetricPoint
+from mldiag.domain.errors import invalid_argument
 from mldiag.domain.names import LocationName
-from mldiag.domain.resources import invalid_argument
 
 blueprint = Blueprint("monitoring", __name__,
                       url_prefix="/v1alpha/projects/<id:project>/locations/<id:location>/machineLearningRuns")

@@ -25,7 +25,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from mldiag.config import Settings
 from mldiag.domain.errors import InvalidArgument, NotFound
 
 stdout = Console(highlight=False, soft_wrap=True)
@@ -56,10 +55,8 @@ def analyze(
     ),
 ) -> None:
     """Run the 15 XProf tools, investigate with up to 4 follow-ups, and write the report."""
-    from mldiag.analysis import analyze_session, download_session, find_session
-    from mldiag.analysis.investigation import investigator
-    from mldiag.analysis.profiles import UNREADABLE_EXIT
-    from mldiag.analysis.report import write_reports
+    from mldiag.analysis.engine import start_analysis
+    from mldiag.analysis.profiles import UNREADABLE_EXIT, download_session, find_session
 
     try:
         with tempfile.TemporaryDirectory(prefix="mldiag-analyze-") as scratch, stderr.status(
@@ -68,19 +65,26 @@ def analyze(
             def progress(message: str) -> None:
                 status.update(Text(message))
 
-            settings = Settings.from_env()
             if path.startswith("gs://"):
                 from mldiag import bootstrap
+                from mldiag.config import Settings
 
                 progress(f"Downloading {path}")
-                session = download_session(path, bootstrap.build(settings).blobs, Path(scratch) / "download")
+                session = download_session(path, bootstrap.build(Settings.from_env()).blobs,
+                                           Path(scratch) / "download")
             else:
                 session = find_session(Path(path).expanduser())
             if session.note:
                 stderr.print(Text(session.note))
-            analysis = analyze_session(list(session.files), Path(scratch), source=path, progress=progress,
-                                       investigate=investigator(settings, reasoner.value if reasoner else None),
-                                       memory_budget_bytes=memory_budget_mib << 20 or None)
+            with start_analysis(list(session.files), Path(scratch), progress=progress,
+                                memory_budget_bytes=memory_budget_mib << 20 or None) as running:
+                # Loaded while XProf converts the profile, which on a large one takes seconds.
+                from mldiag.analysis.investigation import investigator
+                from mldiag.analysis.report import write_reports
+                from mldiag.config import Settings
+
+                investigate = investigator(Settings.from_env(), reasoner.value if reasoner else None)
+                analysis = running.finish(source=path, investigate=investigate)
     except (InvalidArgument, NotFound) as error:
         stderr.print(Text(f"mldiag analyze: {error}"))
         raise typer.Exit(UNREADABLE_EXIT) from None

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
 
 class MldiagError(Exception):
     """Base of every error the library raises on purpose."""
@@ -83,3 +88,15 @@ class PermanentFailure(MldiagError):
 
     status = "INVALID_ARGUMENT"
     http_code = 400
+
+
+def invalid_argument(error: ValidationError) -> InvalidArgument:
+    """A pydantic validation error as the caller sees it: the first problem, naming its field."""
+    first = error.errors()[0]
+    field = ".".join(str(part) for part in first["loc"]) or "body"
+    message = first["msg"]
+    if first["type"] == "extra_forbidden":
+        message = "unknown field"
+    if len(error.errors()) > 1:
+        message += f" (and {len(error.errors()) - 1} more problem(s))"
+    return InvalidArgument(message, field=field)

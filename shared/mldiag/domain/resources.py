@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field, ValidationError
 
-from mldiag.domain.errors import InvalidArgument, InvalidTransition
+from mldiag.domain.errors import InvalidArgument, InvalidTransition, invalid_argument
 from mldiag.domain.types import CamelModel, Duration, PrefixedEnum, Timestamp
 
 
@@ -212,17 +212,6 @@ class Resource(CamelModel):
             return cls.model_validate(data)
         except ValidationError as error:
             raise invalid_argument(error) from None
-
-
-def invalid_argument(error: ValidationError) -> InvalidArgument:
-    first = error.errors()[0]
-    field = ".".join(str(part) for part in first["loc"]) or "body"
-    message = first["msg"]
-    if first["type"] == "extra_forbidden":
-        message = "unknown field"
-    if len(error.errors()) > 1:
-        message += f" (and {len(error.errors()) - 1} more problem(s))"
-    return InvalidArgument(message, field=field)
 
 
 class Artifacts(CamelModel):

@@ -21,9 +21,9 @@ from pydantic import Field, ValidationError
 from pydantic.alias_generators import to_snake
 
 from mldiag.bootstrap import Services
-from mldiag.domain.errors import Aborted, InvalidArgument, NotFound
+from mldiag.domain.errors import Aborted, InvalidArgument, NotFound, invalid_argument
 from mldiag.domain.names import LocationName, id_from_text, validate_id
-from mldiag.domain.resources import MachineLearningRun, RunPhase, invalid_argument
+from mldiag.domain.resources import MachineLearningRun, RunPhase
 from mldiag.domain.types import CamelModel, Timestamp, format_timestamp
 from mldiag.ports import Transaction
 from mldiag.services import runs
