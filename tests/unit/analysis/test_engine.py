@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 import threading
 import time
 
@@ -10,6 +12,7 @@ import pytest
 from analysis_support import xplane
 
 from mldiag.analysis import MANAGED_TOOLS, analyze_session, xprof_tools
+from mldiag.analysis.engine import start_analysis
 from mldiag.analysis.budget import MemoryBudget, OverBudget
 from mldiag.analysis.evidence import ToolStatus
 
@@ -141,3 +144,23 @@ def test_an_optional_step_larger_than_the_budget_is_refused():
 def test_the_default_budget_scales_with_the_profile(monkeypatch, size, expected):
     monkeypatch.setattr("mldiag.analysis.budget.available_memory", lambda: 64 << 30)
     assert MemoryBudget.for_profile(size).limit == expected
+
+
+def test_an_analysis_started_and_left_unfinished_leaves_nothing_behind(tmp_path):
+    with start_analysis([xplane("input_bound")], tmp_path / "scratch"):
+        pass
+    assert list((tmp_path / "scratch").iterdir()) == []
+
+
+@pytest.mark.parametrize("module, not_loaded", [
+    # What starting the conversions needs loads nothing of the rest, which then loads beside them.
+    ("mldiag.analysis.engine", ("pydantic", "mldiag.analysis.analyst", "mldiag.domain.resources")),
+    # The raw-event reader's process does not build the domain's models.
+    ("mldiag.analysis.raw_events", ("mldiag.domain.resources", "mldiag.analysis.evidence")),
+])
+def test_a_module_on_the_way_to_the_conversions_loads_only_what_they_need(module, not_loaded):
+    shown = subprocess.run(
+        [sys.executable, "-c", f"import sys, {module}; print([m for m in {not_loaded!r} if m in sys.modules])"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )
+    assert shown.stdout.strip() == "[]"
