@@ -87,9 +87,11 @@ def read_events_apart(xplane: Path) -> HostEvidence:
         raise UnreadableProfile(done.stderr.strip())
     if done.returncode != 0:
         raise RuntimeError(f"reading {xplane.name} failed (exit {done.returncode}): {done.stderr.strip()[-500:]}")
+    from pydantic import TypeAdapter
+
     from mldiag.analysis.host_evidence import HostEvidence
 
-    return HostEvidence.model_validate_json(done.stdout)
+    return TypeAdapter(HostEvidence).validate_json(done.stdout)
 
 
 def _absent_inputs(hosts: list[HostEvidence]) -> dict[str, str]:

@@ -16,9 +16,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from mldiag.analysis.host_evidence import Evidence, HostEvidence
+from mldiag.analysis.host_evidence import HostEvidence
 from mldiag.domain.resources import Finding, HealthStatus
 
 
@@ -26,6 +26,10 @@ class ToolStatus(StrEnum):
     OK = "ok"
     NO_DATA = "no_data"
     ERROR = "error"
+
+
+class Evidence(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_enum_values=False)
 
 
 class ToolResult(Evidence):

@@ -1,9 +1,11 @@
 """The evidence the raw-event read collects from one host's profile, as typed data.
 
-The reader process builds these (:mod:`mldiag.analysis.raw_events`) and the
-engine reads them back; this module imports nothing but pydantic, so that the
-reader starts fast. :mod:`mldiag.analysis.evidence` holds the rest of an
-analysis. Every ``name`` below comes from a profile and is untrusted text.
+The reader process builds these (:mod:`mldiag.analysis.raw_events`) and prints
+them as JSON; the engine validates them back with pydantic (which reads these
+dataclasses as it reads its own models, unknown fields refused). They are
+plain dataclasses so that the reader's process does not load pydantic at all.
+:mod:`mldiag.analysis.evidence` holds the rest of an analysis. Every ``name``
+below comes from a profile and is untrusted text.
 
 Times are per training step wherever a step is known (``*_per_step``), so that a
 profile of 10 steps and one of 10,000 read the same.
@@ -11,17 +13,20 @@ profile of 10 steps and one of 10,000 read the same.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import statistics
+from dataclasses import dataclass, field
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+# Read by pydantic wherever it validates these dataclasses (a plain dict, so that pydantic is not imported).
+_STRICT_FIELDS = {"extra": "forbid"}
 
 
-class Evidence(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_enum_values=False)
+@dataclass(kw_only=True)
+class Distribution:
+    __pydantic_config__ = _STRICT_FIELDS
 
-
-class Distribution(Evidence):
     mean: float
     median: float
     p90: float
@@ -57,19 +62,25 @@ class StepSource(StrEnum):
     PROFILE_WINDOW = "profile_window"  # no steps at all: the whole active window counts as one
 
 
-class StepSeries(Evidence):
+@dataclass(kw_only=True)
+class StepSeries:
     """Per-step values, in step order (the first thousand steps of a long profile)."""
+    __pydantic_config__ = _STRICT_FIELDS
 
-    step_ms: list[float] = Field(default_factory=list)
-    busy_fraction: list[float] = Field(default_factory=list)
-    dispatches: list[int] = Field(default_factory=list)
-    compile_ms: list[float] = Field(default_factory=list)
-    gap_before_ms: list[float] = Field(default_factory=list)  # host time since the previous step ended
+
+    step_ms: list[float] = field(default_factory=list)
+    busy_fraction: list[float] = field(default_factory=list)
+    dispatches: list[int] = field(default_factory=list)
+    compile_ms: list[float] = field(default_factory=list)
+    gap_before_ms: list[float] = field(default_factory=list)  # host time since the previous step ended
     truncated: bool = False
 
 
-class OpTime(Evidence):
+@dataclass(kw_only=True)
+class OpTime:
     """An XLA op (CPU thunk, TPU op or GPU kernel) by self time, per step on one device."""
+    __pydantic_config__ = _STRICT_FIELDS
+
 
     name: str
     count_per_step: float
@@ -78,8 +89,11 @@ class OpTime(Evidence):
     expression: str = ""  # the HLO text the device trace carries, when it does
 
 
-class HostActivity(Evidence):
+@dataclass(kw_only=True)
+class HostActivity:
     """What the host does inside steps, outermost events first (data loading, dispatch, ...)."""
+    __pydantic_config__ = _STRICT_FIELDS
+
 
     name: str
     count_per_step: float
@@ -87,17 +101,23 @@ class HostActivity(Evidence):
     share_of_step: float
 
 
-class OpFamily(Evidence):
+@dataclass(kw_only=True)
+class OpFamily:
     """Ops that move or re-type data rather than compute: converts, copies, reshapes (per device)."""
+    __pydantic_config__ = _STRICT_FIELDS
+
 
     ops_per_step: float = 0.0  # executed XLA ops of this family
     ms_per_step: float = 0.0
     dispatches_per_step: float = 0.0  # op-by-op jit dispatches of this family from the host
-    examples: list[str] = Field(default_factory=list)
+    examples: list[str] = field(default_factory=list)
 
 
-class HostEvidence(Evidence):
+@dataclass(kw_only=True)
+class HostEvidence:
     """Signals from the raw events of one ``<host>.xplane.pb``."""
+    __pydantic_config__ = _STRICT_FIELDS
+
 
     host: str
     file: str
@@ -120,8 +140,12 @@ class HostEvidence(Evidence):
     compiles_in_steps: int = 0
     communication_ms_per_step: float = 0.0
     memory_allocator_events: int = 0
-    top_ops: list[OpTime] = Field(default_factory=list)
-    host_activities: list[HostActivity] = Field(default_factory=list)
-    dispatched: list[HostActivity] = Field(default_factory=list)  # jit programs launched from the host, per step
-    op_families: dict[str, OpFamily] = Field(default_factory=dict)
-    series: StepSeries = Field(default_factory=StepSeries)
+    top_ops: list[OpTime] = field(default_factory=list)
+    host_activities: list[HostActivity] = field(default_factory=list)
+    dispatched: list[HostActivity] = field(default_factory=list)  # jit programs launched from the host, per step
+    op_families: dict[str, OpFamily] = field(default_factory=dict)
+    series: StepSeries = field(default_factory=StepSeries)
+
+    def to_json(self) -> str:
+        """The evidence as the reader prints it: JSON, refusing NaN and infinities (the engine would too)."""
+        return json.dumps(dataclasses.asdict(self), allow_nan=False, ensure_ascii=False)

@@ -539,7 +539,7 @@ def main(argv: list[str]) -> NoReturn:
     path, *timeline = argv
     try:
         trace = _read(Path(path), Path(timeline[0]) if timeline else None)
-        sys.stdout.write(_evidence(Path(path), trace).model_dump_json())
+        sys.stdout.write(_evidence(Path(path), trace).to_json())
     except UnreadableProfile as error:
         print(error, file=sys.stderr)
         sys.stderr.flush()

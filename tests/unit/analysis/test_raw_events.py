@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 
 import numpy as np
 import pytest
 from analysis_support import facts, xplane
+from pydantic import TypeAdapter, ValidationError
 
-from mldiag.analysis.host_evidence import StepSource
+from mldiag.analysis.host_evidence import HostEvidence, StepSource
 from mldiag.analysis.profiles import UnreadableProfile
 from mldiag.analysis.raw_events import _parents, _Union, read_host_evidence
 
@@ -30,6 +32,17 @@ def test_steps_come_from_the_step_markers():
     assert evidence.steps == facts("input_bound")["steps"] == len(evidence.series.step_ms)
     assert evidence.series.step_ms[0] > 0 and evidence.series.gap_before_ms[0] == 0.0
     assert evidence.host == "fixture-host" and evidence.dispatches_per_step == 1.0
+
+
+def test_the_evidence_the_reader_prints_validates_back_whole_and_nothing_else():
+    evidence = read_host_evidence(xplane("input_bound"))
+    printed = evidence.to_json()
+    assert TypeAdapter(HostEvidence).validate_json(printed) == evidence
+    with pytest.raises(ValidationError, match="surprise"):
+        TypeAdapter(HostEvidence).validate_json(json.dumps({**json.loads(printed), "surprise": 1}))
+    evidence.busy_fraction = float("nan")
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        evidence.to_json()
 
 
 def test_compilation_inside_steps_is_counted():
