@@ -4,6 +4,8 @@
 private copy of one session's ``<host>.xplane.pb`` files, computes its own
 signals from the raw trace events, and returns an :class:`Analysis`: metrics,
 a health snapshot, prioritised findings and all the evidence behind them.
+``start_analysis(paths)`` does the same in two steps, for a caller with its own
+work to do while XProf converts the profile.
 
 Names are loaded on first use, so that importing one module of the package
 (the raw-event reader runs alone in a child process) does not load the rest;
@@ -17,6 +19,7 @@ from typing import Any
 
 _EXPORTS = {
     "analyze_session": "mldiag.analysis.engine",
+    "start_analysis": "mldiag.analysis.engine",
     "Analysis": "mldiag.analysis.evidence",
     "ToolResult": "mldiag.analysis.evidence",
     "ToolStatus": "mldiag.analysis.evidence",

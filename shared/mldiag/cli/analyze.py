@@ -55,8 +55,8 @@ def analyze(
     ),
 ) -> None:
     """Run the 15 XProf tools, investigate with up to 4 follow-ups, and write the report."""
-    from mldiag.analysis.engine import start_analysis
-    from mldiag.analysis.profiles import UNREADABLE_EXIT, download_session, find_session
+    from mldiag.analysis import download_session, find_session, start_analysis
+    from mldiag.analysis.profiles import UNREADABLE_EXIT
 
     try:
         with tempfile.TemporaryDirectory(prefix="mldiag-analyze-") as scratch, stderr.status(
