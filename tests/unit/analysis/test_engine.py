@@ -32,6 +32,20 @@ def test_a_failing_tool_is_recorded_and_the_analysis_goes_on(monkeypatch, tmp_pa
     assert list((tmp_path / "scratch").iterdir()) == []  # the private copy is gone
 
 
+def test_a_session_of_two_hosts_reads_each_and_runs_the_tools_on_both(tmp_path):
+    session = tmp_path / "logdir" / "plugins" / "profile" / "s1"
+    session.mkdir(parents=True)
+    for host, fixture in (("host-a", "input_bound"), ("host-b", "compute_bound")):
+        shutil.copy(xplane(fixture), session / f"{host}.xplane.pb")
+    analysis = analyze_session(sorted(session.glob("*.xplane.pb")), tmp_path / "scratch")
+    assert [host.host for host in analysis.hosts] == ["host-a", "host-b"]
+    assert analysis.hosts[0].busy_fraction < analysis.hosts[1].busy_fraction
+    tools = {tool.name: tool for tool in analysis.tools}
+    assert tools["get_hosts"].data == {"hosts": [{"hostname": "host-a"}, {"hostname": "host-b"}]}
+    assert tools["get_xprof_overview"].status is ToolStatus.OK
+    assert analysis.findings[0].category.value == "input_bound"
+
+
 def test_reservations_wait_while_the_budget_is_spent():
     budget = MemoryBudget(100)
     inside, overlap = [], []
