@@ -222,7 +222,6 @@ def start_analysis(
         state = SessionState(files=[str(f) for f in session.files], budget=budget, profile_bytes=profile_bytes)
 
         def read(xplane: Path) -> HostEvidence:
-            state.hlo_queued.wait()
             with budget.reserve_all_needed(RAW_EVENTS_COST * xplane.stat().st_size):
                 say(f"reading the events of {xplane.name} ({xplane.stat().st_size / 1e6:.1f} MB)")
                 return read_events_apart(xplane)
@@ -233,6 +232,7 @@ def start_analysis(
             state.op_stats_queued.wait()
             pool.submit(preload_tools)
             dumping = pool.submit(client.dump_hlo, str(folder))
+            state.hlo_queued.wait()  # before the caller goes on: the session must stay registered until then
             reading = [readers.submit(read, xplane) for xplane in session.files]
             context = ToolContext(
                 folder=folder, client=client, hlo=_HloModules(client, folder), budget=budget,

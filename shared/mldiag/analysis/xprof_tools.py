@@ -231,11 +231,11 @@ def _client_class() -> type:
             from xprof.convert import raw_to_tool_data
 
             state = self._state(session_id)
-            with state.lock_for("hlo_protos"):
-                if state.hlo_dumped:
-                    return
-                folder = Path(self.get_run_dir(session_id))
-                try:
+            try:
+                with state.lock_for("hlo_protos"):
+                    if state.hlo_dumped:
+                        return
+                    folder = Path(self.get_run_dir(session_id))
                     with tempfile.TemporaryDirectory(prefix="hlo-source-", dir=folder.parent) as staging:
                         sources = _hlo_sources([Path(f) for f in state.files], Path(staging))
                         if sources:
@@ -246,9 +246,9 @@ def _client_class() -> type:
                         for proto in Path(staging).glob("*.hlo_proto.pb"):
                             state.hlo_module_bytes[proto.name.removesuffix(".hlo_proto.pb")] = proto.stat().st_size
                             proto.replace(folder / proto.name)
-                finally:  # whatever happened, nothing waits for the dump to queue any more
-                    state.hlo_queued.set()
-                state.hlo_dumped = True
+                    state.hlo_dumped = True
+            finally:  # whatever happened, nothing waits for the dump to queue any more
+                state.hlo_queued.set()
 
         def read_owned_op_stats_bytes(self, session_id: str, xspace_paths: Any = None) -> bytes | None:
             # The private folder holds only this session's op_stats, so it is ours without XProf's

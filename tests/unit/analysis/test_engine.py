@@ -166,6 +166,13 @@ def test_an_analysis_started_and_left_unfinished_leaves_nothing_behind(tmp_path)
     assert list((tmp_path / "scratch").iterdir()) == []
 
 
+def test_a_failure_between_start_and_finish_ends_the_analysis_and_leaves_nothing_behind(tmp_path):
+    with pytest.raises(RuntimeError, match="the caller's own failure"), \
+            start_analysis([xplane("input_bound")], tmp_path / "scratch"):
+        raise RuntimeError("the caller's own failure")
+    assert list((tmp_path / "scratch").iterdir()) == []
+
+
 @pytest.mark.parametrize("module, not_loaded", [
     # What starting the conversions needs loads nothing of the rest, which then loads beside them.
     ("mldiag.analysis.engine", ("pydantic", "mldiag.analysis.analyst", "mldiag.domain.resources")),
