@@ -76,7 +76,7 @@ CONVERTER_COST = {"op_stats": 19, "memory_profile": 19, "utilization_viewer": 26
                   "tool_names": 7}  # tool_names: of what it is given (the metadata planes, to dump the HLO modules)
 LIGHT_COST = 1  # op_stats already built
 # Converters that show one HLO module, read from its dumped proto, and what one reserves, in multiples of that
-# proto's size: the converter's own peak is 3x to 7x (xprof 2.24, modules of 8 KB to 2 MB), and the tool then
+# proto's size: the converter's own peak is 3x to 7x (xprof 2.24, modules of 8 KB to 6.7 MB), and the tool then
 # parses the text it returns. Never less than HLO_VIEW_FLOOR bytes.
 HLO_VIEWS = frozenset({"graph_viewer", "memory_viewer"})
 HLO_VIEW_COST = 20
