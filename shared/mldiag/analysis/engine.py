@@ -37,6 +37,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -131,13 +132,19 @@ class _HloModules:
         return data.decode("utf-8", errors="replace") if isinstance(data, bytes) else str(data)
 
 
+@dataclass(frozen=True)
 class RunningAnalysis:
     """An analysis whose conversions are under way; :meth:`finish` completes it (see :func:`start_analysis`)."""
 
-    def __init__(self, *, started: float, say: Progress, origin: Path, session: Session, pool: ThreadPoolExecutor,
-                 state: SessionState, context: ToolContext, dumping: Future, reading: list[Future]):
-        self._started, self._say, self._origin, self._session, self._pool = started, say, origin, session, pool
-        self._state, self._context, self._dumping, self._reading = state, context, dumping, reading
+    started: float
+    say: Progress
+    origin: Path  # the folder the user named
+    session: Session  # the private copy
+    pool: ThreadPoolExecutor
+    state: SessionState
+    context: ToolContext
+    dumping: Future
+    reading: list[Future]
 
     def finish(self, *, source: str = "", investigate: Investigate | None = None) -> Analysis:
         """Run the 15 tools, assess the evidence and, given ``investigate``, follow up on the findings.
@@ -148,16 +155,16 @@ class RunningAnalysis:
         from mldiag.analysis import analyst
         from mldiag.analysis.evidence import HloIssue, ProfileInput
 
-        state, context, say = self._state, self._context, self._say
+        state, context, say, session = self.state, self.context, self.say, self.session
         try:
-            self._dumping.result()
+            self.dumping.result()
         except Exception:
-            for future in self._reading:  # a file that is not a profile is the better reason
+            for future in self.reading:  # a file that is not a profile is the better reason
                 future.result()
             raise
-        running = [self._pool.submit(run_tool, name, context) for name in MANAGED_TOOLS]
+        running = [self.pool.submit(run_tool, name, context) for name in MANAGED_TOOLS]
         try:
-            hosts = [future.result() for future in self._reading]
+            hosts = [future.result() for future in self.reading]
         except BaseException:
             state.absent.settle(dict.fromkeys(CAN_BE_ABSENT, "the raw events could not be read"))
             raise
@@ -173,21 +180,20 @@ class RunningAnalysis:
             result.name: [HloIssue.model_validate(issue) for issue in result.data or []]
             for result in tools if result.name in DETECTORS
         }
-        session = self._session
         analysis = analyst.assess(
             hosts=hosts,
             tools=tools,
             hlo_issues=hlo_issues,
             profile=ProfileInput(
-                source=source or str(self._origin), session=session.name,
-                files=[f.name for f in session.files], bytes=self._state.profile_bytes,
+                source=source or str(self.origin), session=session.name,
+                files=[f.name for f in session.files], bytes=state.profile_bytes,
             ),
             versions={"mldiag": __version__, "xprof": importlib.metadata.version("xprof")},
-            seconds=time.perf_counter() - self._started,
+            seconds=time.perf_counter() - self.started,
         )
         if investigate is not None:
             analysis = investigate(analysis, context)
-            analysis.seconds = time.perf_counter() - self._started
+            analysis.seconds = time.perf_counter() - self.started
         return analysis
 
 

@@ -19,14 +19,18 @@ import statistics
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-# Read by pydantic wherever it validates these dataclasses (a plain dict, so that pydantic is not imported).
-_STRICT_FIELDS = {"extra": "forbid"}
+
+def _evidence(cls: type) -> type:
+    """A keyword-only dataclass that pydantic validates refusing unknown fields.
+
+    The config is the plain dict pydantic reads from ``__pydantic_config__``, so pydantic is not imported here.
+    """
+    cls.__pydantic_config__ = {"extra": "forbid"}
+    return dataclass(kw_only=True)(cls)
 
 
-@dataclass(kw_only=True)
+@_evidence
 class Distribution:
-    __pydantic_config__ = _STRICT_FIELDS
-
     mean: float
     median: float
     p90: float
@@ -62,11 +66,9 @@ class StepSource(StrEnum):
     PROFILE_WINDOW = "profile_window"  # no steps at all: the whole active window counts as one
 
 
-@dataclass(kw_only=True)
+@_evidence
 class StepSeries:
     """Per-step values, in step order (the first thousand steps of a long profile)."""
-    __pydantic_config__ = _STRICT_FIELDS
-
 
     step_ms: list[float] = field(default_factory=list)
     busy_fraction: list[float] = field(default_factory=list)
@@ -76,11 +78,9 @@ class StepSeries:
     truncated: bool = False
 
 
-@dataclass(kw_only=True)
+@_evidence
 class OpTime:
     """An XLA op (CPU thunk, TPU op or GPU kernel) by self time, per step on one device."""
-    __pydantic_config__ = _STRICT_FIELDS
-
 
     name: str
     count_per_step: float
@@ -89,11 +89,9 @@ class OpTime:
     expression: str = ""  # the HLO text the device trace carries, when it does
 
 
-@dataclass(kw_only=True)
+@_evidence
 class HostActivity:
     """What the host does inside steps, outermost events first (data loading, dispatch, ...)."""
-    __pydantic_config__ = _STRICT_FIELDS
-
 
     name: str
     count_per_step: float
@@ -101,11 +99,9 @@ class HostActivity:
     share_of_step: float
 
 
-@dataclass(kw_only=True)
+@_evidence
 class OpFamily:
     """Ops that move or re-type data rather than compute: converts, copies, reshapes (per device)."""
-    __pydantic_config__ = _STRICT_FIELDS
-
 
     ops_per_step: float = 0.0  # executed XLA ops of this family
     ms_per_step: float = 0.0
@@ -113,11 +109,9 @@ class OpFamily:
     examples: list[str] = field(default_factory=list)
 
 
-@dataclass(kw_only=True)
+@_evidence
 class HostEvidence:
     """Signals from the raw events of one ``<host>.xplane.pb``."""
-    __pydantic_config__ = _STRICT_FIELDS
-
 
     host: str
     file: str

@@ -198,20 +198,15 @@ def _client_class() -> type:
         @contextlib.contextmanager
         def _conversion(self, state: SessionState, converter: str, module: str) -> Iterator[None]:
             what = f"XProf's {converter} converter"
-            if converter in HLO_VIEWS and module in state.hlo_module_bytes:
-                with state.budget.reserve(max(HLO_VIEW_COST * state.hlo_module_bytes[module], HLO_VIEW_FLOOR), what):
-                    yield
-                return
-            cost = CONVERTER_COST.get(converter, LIGHT_COST)
             if converter in OP_STATS_CONVERTERS:
                 with state.op_stats_lock:
                     if not state.op_stats_built:  # the first one builds the cache every later one reads
-                        with state.budget.reserve(max(cost, CONVERTER_COST["op_stats"]) * state.profile_bytes, what,
-                                                  queued=state.op_stats_queued.set):
+                        cost = max(CONVERTER_COST.get(converter, LIGHT_COST), CONVERTER_COST["op_stats"])
+                        with state.budget.reserve(cost * state.profile_bytes, what, queued=state.op_stats_queued.set):
                             yield
                         state.op_stats_built = True
                         return
-            with state.budget.reserve(cost * state.profile_bytes, what):
+            with state.budget.reserve(_reservation(state, converter, module), what):
                 yield
 
         def build_op_stats(self, session_id: str) -> None:
@@ -258,6 +253,13 @@ def _client_class() -> type:
             return path.read_bytes() if path.is_file() else None
 
     return SharedConverters
+
+
+def _reservation(state: SessionState, converter: str, module: str) -> int:
+    """Bytes one conversion reserves: for a view of one dumped HLO module, by the module's size."""
+    if converter in HLO_VIEWS and module in state.hlo_module_bytes:
+        return max(HLO_VIEW_COST * state.hlo_module_bytes[module], HLO_VIEW_FLOOR)
+    return CONVERTER_COST.get(converter, LIGHT_COST) * state.profile_bytes
 
 
 def _module_of(converter: str, params: dict[str, Any]) -> str:

@@ -65,45 +65,32 @@ def test_reservations_wait_while_the_budget_is_spent():
     assert max(overlap) == 1
 
 
-def test_reservations_are_granted_in_the_order_asked_so_a_large_one_is_not_starved():
-    budget = MemoryBudget(100)
-    granted, large_queued = [], threading.Event()
+@pytest.mark.parametrize("limit, held, granted_while_held, granted", [
+    # 10 of 100 would fit beside the 50 held, but it was asked after the large one: it waits its turn.
+    (100, 50, [], [80, 10]),
+    # 10 of 160 is a sixteenth of the budget: it does not queue, so it goes ahead of the large one waiting.
+    (160, 100, [10], [10, 80]),
+])
+def test_large_reservations_are_granted_in_the_order_asked_and_small_ones_as_soon_as_they_fit(
+        limit, held, granted_while_held, granted):
+    budget = MemoryBudget(limit)
+    seen, large_queued = [], threading.Event()
 
     def reserve(nbytes, queued=None):
         with budget.reserve(nbytes, queued=queued):
-            granted.append(nbytes)
+            seen.append(nbytes)
 
-    with budget.reserve(50):
+    with budget.reserve(held):
         large = threading.Thread(target=reserve, args=(80, large_queued.set))
         large.start()
         assert large_queued.wait(1)
-        small = threading.Thread(target=reserve, args=(10,))  # would fit now, but asked after the large one
+        small = threading.Thread(target=reserve, args=(10,))
         small.start()
-        small.join(0.05)
-        assert granted == []
+        small.join(1 if granted_while_held else 0.05)  # a granted one ends at once
+        assert seen == granted_while_held
     large.join(1)
     small.join(1)
-    assert granted == [80, 10]
-
-
-def test_a_small_reservation_that_fits_goes_ahead_of_a_large_one_waiting():
-    budget = MemoryBudget(160)
-    granted, large_queued = [], threading.Event()
-
-    def reserve(nbytes, queued=None):
-        with budget.reserve(nbytes, queued=queued):
-            granted.append(nbytes)
-
-    with budget.reserve(100):
-        large = threading.Thread(target=reserve, args=(80, large_queued.set))
-        large.start()
-        assert large_queued.wait(1)
-        small = threading.Thread(target=reserve, args=(10,))  # a sixteenth of the budget: it does not queue
-        small.start()
-        small.join(1)
-        assert granted == [10]
-    large.join(1)
-    assert granted == [10, 80]
+    assert seen == granted
 
 
 def test_a_view_of_one_hlo_module_reserves_for_that_module_not_for_the_profile(monkeypatch, tmp_path):
