@@ -1,12 +1,13 @@
-"""What changed: an analysis compared with the same run's earlier healthy one.
+"""What changed: an analysis compared with an earlier one of the same run.
 
 When an automatic capture follows a degradation alert, the question is less
 "what is slow" than "what got slower". :func:`compare` sets two analyses side
 by side — step time, busy fraction, host gaps, dispatches, memory, and the ops
 and host activities whose time per step appeared or grew — and says it in a few
 sentences for the top of the report. :func:`find_baseline` picks the baseline:
-the run's latest session before this one that was not auto-captured and whose
-analysis finished.
+among the run's sessions before this one that were not auto-captured and whose
+analysis finished, the latest OPTIMAL one, else the latest of any health. The
+headline calls the baseline healthy only when its analysis found it OPTIMAL.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from mldiag.analysis.evidence import Analysis, Change, Comparison, TimeChange
 from mldiag.analysis.host_evidence import HostEvidence
 from mldiag.bootstrap import Services
 from mldiag.domain.names import parent_of
-from mldiag.domain.resources import AnalysisState, ProfilerSession
+from mldiag.domain.resources import AnalysisState, HealthStatus, ProfilerSession
 from mldiag.ports import OrderBy, Where
 
 GROWTH_THRESHOLD = 0.2  # an op or activity must grow by 20 % ...
@@ -53,16 +54,26 @@ def _grown(before: dict[str, float], after: dict[str, float]) -> tuple[list[Time
     return sorted(new, key=by_delta)[:MAX_LISTED], sorted(grown, key=by_delta)[:MAX_LISTED]
 
 
-def _headline(comparison: Comparison) -> list[str]:
+def baseline_label(comparison: Comparison) -> str:
+    """How the headline names the baseline: healthy only if its own analysis said OPTIMAL."""
     session = comparison.baseline_session.rsplit("/", 1)[-1]
+    if comparison.baseline_status is HealthStatus.OPTIMAL:
+        return f"the healthy session {session}"
+    if comparison.baseline_status is HealthStatus.NEEDS_ATTENTION:
+        return f"the earlier session {session} (itself NEEDS_ATTENTION)"
+    return f"the earlier session {session}"
+
+
+def _headline(comparison: Comparison) -> list[str]:
+    baseline = baseline_label(comparison)
     step = comparison.step_time_ms
     lines = []
     if step.ratio is not None and abs(step.ratio) < 0.005:
-        lines.append(f"Step time is unchanged at {step.after:.1f} ms against the healthy session {session}.")
+        lines.append(f"Step time is unchanged at {step.after:.1f} ms against {baseline}.")
     elif step.ratio is not None:
         direction = "rose" if step.ratio > 0 else "fell"
         lines.append(f"Step time {direction} from {step.before:.1f} ms to {step.after:.1f} ms "
-                     f"({step.ratio:+.0%}) against the healthy session {session}.")
+                     f"({step.ratio:+.0%}) against {baseline}.")
     busy, gap = comparison.busy_fraction, comparison.gap_ms_per_step
     if busy.before is not None and busy.after is not None:
         lines.append(f"The devices were busy {busy.after:.0%} of each step (was {busy.before:.0%}).")
@@ -90,6 +101,7 @@ def compare(current: Analysis, baseline: Analysis, baseline_session: str) -> Com
                                               _per_step(current.hosts, "host_activities"))
     comparison = Comparison(
         baseline_session=baseline_session,
+        baseline_status=baseline.status,
         step_time_ms=Change(before=baseline.metrics.step_time_ms, after=current.metrics.step_time_ms),
         busy_fraction=Change(before=baseline.metrics.busy_fraction, after=current.metrics.busy_fraction),
         gap_ms_per_step=Change(before=host_mean(baseline, "gap_ms_per_step"),
@@ -108,15 +120,19 @@ def compare(current: Analysis, baseline: Analysis, baseline_session: str) -> Com
 
 
 def find_baseline(services: Services, session: ProfilerSession) -> ProfilerSession | None:
-    """The run's latest earlier session that was not auto-captured and whose analysis finished."""
+    """The run's latest earlier OPTIMAL session that was not auto-captured and whose analysis finished;
+    failing that, the latest such session of any health."""
     candidates = services.sessions.list(
         parent_of(session.name),
         where=[Where("analysis.state", "==", AnalysisState.DONE.value), Where("autoCaptured", "==", False)],
         order_by=[OrderBy("createTime", descending=True)],
         page_size=20,
     ).items
-    for candidate in candidates:
-        earlier = not (session.create_time and candidate.create_time and candidate.create_time >= session.create_time)
-        if candidate.name != session.name and candidate.analysis.analysis_uri and earlier:
-            return candidate
-    return None
+
+    def usable(candidate: ProfilerSession) -> bool:
+        later = session.create_time and candidate.create_time and candidate.create_time >= session.create_time
+        return candidate.name != session.name and bool(candidate.analysis.analysis_uri) and not later
+
+    usable_ones = [candidate for candidate in candidates if usable(candidate)]
+    optimal = (candidate for candidate in usable_ones if candidate.analysis.health is HealthStatus.OPTIMAL)
+    return next(optimal, usable_ones[0] if usable_ones else None)

@@ -134,9 +134,10 @@ class TimeChange(Evidence):
 
 
 class Comparison(Evidence):
-    """``analysis.json.comparison``: what changed against the run's earlier healthy session."""
+    """``analysis.json.comparison``: what changed against an earlier session of the run."""
 
     baseline_session: str
+    baseline_status: HealthStatus | None = None  # the baseline's own verdict: only OPTIMAL is called healthy
     headline: list[str] = Field(default_factory=list)
     step_time_ms: Change = Field(default_factory=Change)
     busy_fraction: Change = Field(default_factory=Change)

@@ -184,7 +184,7 @@ def worker_environment(settings: Settings) -> dict[str, str]:
 
 
 def _baseline(services: Services, session: ProfilerSession, scratch: Path) -> list[str]:
-    """Worker arguments that compare an auto-captured session with the run's earlier healthy one."""
+    """Worker arguments that compare an auto-captured session with an earlier one of the run (see find_baseline)."""
     from mldiag.analysis.comparison import find_baseline
 
     if not session.auto_captured:

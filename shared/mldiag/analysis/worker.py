@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scratch", type=Path, help="where the private copy may live")
     parser.add_argument("--source", default="", help="where the session is kept, for the report")
     parser.add_argument("--dashboard-uri", default="", help="the session in the XProf viewer")
-    parser.add_argument("--baseline", type=Path, help="analysis.json of the run's earlier healthy session")
+    parser.add_argument("--baseline", type=Path, help="analysis.json of an earlier session of the run")
     parser.add_argument("--baseline-session", default="", help="that session's name")
     args = parser.parse_args(argv)
 

@@ -1,4 +1,4 @@
-"""What changed: an analysis against the run's earlier healthy one."""
+"""What changed: an analysis against an earlier one of the run, named for what that one was."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 from datetime import timedelta
 
 from mldiag.analysis.comparison import compare, find_baseline
-from mldiag.domain import AnalysisState, AnalysisStatus, ProfilerSession
+from mldiag.domain import AnalysisState, AnalysisStatus, HealthStatus, ProfilerSession
 
 RUN = "projects/p/locations/l/machineLearningRuns/r1"
 
@@ -25,12 +25,13 @@ def slowed_down(analysis, factor=1.3, extra_gap_ms=60.0, activity="data_loading"
 
 
 def test_comparison_names_the_slowdown_and_where_it_went(analysis_of):
-    healthy = analysis_of("input_bound")
-    activity = healthy.hosts[0].host_activities[0].name
-    comparison = compare(slowed_down(healthy, activity=activity), healthy, f"{RUN}/profilerSessions/healthy")
+    baseline = analysis_of("input_bound")
+    activity = baseline.hosts[0].host_activities[0].name
+    comparison = compare(slowed_down(baseline, activity=activity), baseline, f"{RUN}/profilerSessions/snap-1")
     assert round(comparison.step_time_ms.ratio, 2) == 0.30
     assert comparison.headline[0].startswith("Step time rose from")
-    assert "(+30%) against the healthy session healthy." in comparison.headline[0]
+    assert comparison.baseline_status is HealthStatus.NEEDS_ATTENTION
+    assert "(+30%) against the earlier session snap-1 (itself NEEDS_ATTENTION)." in comparison.headline[0]
     assert any("host time between steps grew by 60.0 ms" in line for line in comparison.headline)
     assert [c.name for c in comparison.grown_host_activities][:1] == [activity]
     assert comparison.new_ops == [] and comparison.grown_ops == []
@@ -44,6 +45,17 @@ def test_identical_profiles_show_no_growth(analysis_of):
     assert comparison.headline[0].startswith("Step time is unchanged at")
 
 
+def test_only_an_optimal_baseline_is_called_healthy(analysis_of):
+    optimal = analysis_of("compute_bound")
+    assert optimal.status is HealthStatus.OPTIMAL
+    assert "against the healthy session ok-1." in compare(optimal, optimal, f"{RUN}/profilerSessions/ok-1").headline[0]
+    attention = analysis_of("input_bound")
+    assert attention.status is HealthStatus.NEEDS_ATTENTION
+    for current in (optimal, attention):
+        headline = compare(current, attention, f"{RUN}/profilerSessions/snap-1").headline
+        assert "healthy" not in " ".join(headline) and "the earlier session snap-1" in headline[0]
+
+
 def test_ops_that_appear_are_new(analysis_of):
     baseline = analysis_of("compute_bound")
     current = baseline.model_copy(deep=True)
@@ -55,12 +67,12 @@ def test_ops_that_appear_are_new(analysis_of):
 def test_find_baseline_takes_the_latest_earlier_healthy_session(embedded, clock, analysis_of):
     healthy = analysis_of("compute_bound")
 
-    def session(session_id, auto=False, state=AnalysisState.DONE):
+    def session(session_id, auto=False, state=AnalysisState.DONE, health=HealthStatus.OPTIMAL):
         uri = f"gs://profiles/exp/r1/plugins/profile/{session_id}/mldiag/analysis.json"
         embedded.blobs.write_bytes(uri, json.dumps(healthy.to_json_dict()).encode())
         created = embedded.sessions.create(ProfilerSession(
             name=f"{RUN}/profilerSessions/{session_id}", auto_captured=auto,
-            analysis=AnalysisStatus(state=state, analysis_uri=uri)))
+            analysis=AnalysisStatus(state=state, analysis_uri=uri, health=health)))
         clock.advance(60)
         return created
 
@@ -73,3 +85,20 @@ def test_find_baseline_takes_the_latest_earlier_healthy_session(embedded, clock,
     clock.advance(-timedelta(hours=1).total_seconds())
     first = embedded.sessions.create(ProfilerSession(name=f"{RUN}/profilerSessions/first", auto_captured=True))
     assert find_baseline(embedded, first) is None
+
+
+def test_find_baseline_prefers_an_optimal_session_over_a_later_one_needing_attention(embedded, clock):
+    def session(session_id, health):
+        created = embedded.sessions.create(ProfilerSession(
+            name=f"{RUN}/profilerSessions/{session_id}",
+            analysis=AnalysisStatus(state=AnalysisState.DONE, health=health,
+                                    analysis_uri=f"gs://profiles/r1/plugins/profile/{session_id}/mldiag/a.json")))
+        clock.advance(60)
+        return created
+
+    session("programmatic", HealthStatus.NEEDS_ATTENTION)
+    assert find_baseline(embedded, session("on-demand", HealthStatus.NEEDS_ATTENTION)).id == "programmatic"
+    session("ok-1", HealthStatus.OPTIMAL)
+    session("snap-1", HealthStatus.NEEDS_ATTENTION)
+    current = embedded.sessions.create(ProfilerSession(name=f"{RUN}/profilerSessions/auto-1", auto_captured=True))
+    assert find_baseline(embedded, current).id == "ok-1"

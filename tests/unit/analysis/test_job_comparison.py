@@ -1,4 +1,4 @@
-"""An auto-captured session's report says what changed against the run's earlier healthy session."""
+"""An auto-captured session's report says what changed against the run's earlier OPTIMAL session."""
 
 from __future__ import annotations
 
