@@ -16,11 +16,19 @@ registers its profiler as a target, and walks through:
 
 It ends with each session's kind, state, analysis and report. Every call is
 the public API; the equivalent CLI command is shown with each step.
+
+Three numbers describe the automatic step, and each is labelled with what it
+measures: the slowdown the demo injects (host sleep per step), the step-time
+change the degradation analyzer measured over its recent window when it opened
+the event (that window still holds steps from before the slowdown), and the
+step time XProf measured in the captured session against the session the
+analysis compared it with.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -32,7 +40,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from mldiag.cli.api_client import ApiClient, ApiError, child_path, location_path, run_path
+from mldiag.degradation import DetectorParams
 from mldiag.demo.processes import DemoError, LocalControlPlane, Workload
+from mldiag.demo.workload import PAUSE_S, SLOWDOWN
 from mldiag.domain.resources import AnalysisState, Kind, ProfilerSession, SessionPhase
 
 T = TypeVar("T")
@@ -46,6 +56,7 @@ HEALTHY_STEPS = 60  # enough for the analyzer's warm-up (5 skipped + 30 baseline
 TARGET = "worker-0"
 SHARE_TTL = "3600s"
 FINISHED_ANALYSIS = {AnalysisState.DONE, AnalysisState.FAILED}
+AUTOMATIC_STEP = "4/4 automatic: the workload slowed down, the degradation analyzer opened an event, on_alert captured"
 
 
 @dataclass(frozen=True)
@@ -65,6 +76,7 @@ class SessionSummary:
     session: ProfilerSession
     note: str = ""
     report: str = ""  # the report's local path, or a share link
+    what_changed: str = ""  # the analysis's comparison with an earlier session, labelled
 
     def to_json(self) -> dict[str, Any]:
         analysis = self.session.analysis
@@ -72,7 +84,43 @@ class SessionSummary:
                 "state": self.session.session_phase.value, "autoCaptured": self.session.auto_captured,
                 "monitoredEvents": self.session.monitored_events, "analysisState": analysis.state.value,
                 "health": analysis.health.value if analysis.health else "", "report": self.report,
-                "topFinding": analysis.top_finding, "note": self.note}
+                "topFinding": analysis.top_finding, "whatChanged": self.what_changed, "note": self.note}
+
+
+def injected_slowdown(step: int) -> str:
+    """What the demo did to the workload: host time added to every step."""
+    return (f"injected: from step {step} the workload sleeps {SLOWDOWN - 1:.0%} longer per step, in host time "
+            f"({PAUSE_S * 1e3:.0f} → {PAUSE_S * SLOWDOWN * 1e3:.0f} ms, beside a few ms of compute)")
+
+
+def detected_slowdown(event: dict[str, Any]) -> str:
+    """What the degradation analyzer measured when it opened ``event``, and over which steps."""
+    params = DetectorParams()
+    return (f"measured by the degradation analyzer: the level of the last {params.window_points} reported step "
+            f"times (some from before the slowdown) against the median of the {params.warmup_points} healthy "
+            f"ones before them: {event['analyzerReports'][0]['details']}; it opened event "
+            f"{event['name'].rsplit('/', 1)[-1]}")
+
+
+def analysed_change(comparison: dict[str, Any] | None) -> str:
+    """What the analysis measured in the captured steps against the session it compared them with."""
+    headline = (comparison or {}).get("headline") or []
+    if not headline:
+        return ""
+    first = headline[0]
+    return f"measured by XProf in the captured session's steps: {first[:1].lower()}{first[1:]}"
+
+
+def read_what_changed(bucket_folder: Path, session: ProfilerSession) -> str:
+    """:func:`analysed_change` of the session's ``analysis.json`` in the local bucket folder ('' without one)."""
+    uri = session.analysis.analysis_uri
+    if not uri:
+        return ""
+    try:
+        analysis = json.loads((bucket_folder / uri.removeprefix("gs://").split("/", 1)[1]).read_text("utf-8"))
+    except (OSError, ValueError):
+        return ""
+    return analysed_change(analysis.get("comparison"))
 
 
 class _Steps:
@@ -213,7 +261,7 @@ class _Tour:
     def automatic(self) -> None:
         events = self._child("monitoredEvents")
         with self.steps.step(
-                "4/4 automatic: a 30 % slowdown opened an event and on_alert captured it",
+                AUTOMATIC_STEP,
                 f"mldiag machine-learning-run set-auto-capture {self.run} --duration {CAPTURE_DURATION}",
                 f"POST …/machineLearningRuns/{self.run}:reportMetrics  # step times, from the workload",
                 f"mldiag monitored-events list --machine-learning-run {self.run}") as details:
@@ -222,10 +270,10 @@ class _Tour:
                                    "maxPerHour": 4})
             self.workload.send(f"degrade {HEALTHY_STEPS}")
             slowed = self.workload.wait_for("slowed", STEP_TIMEOUT_S)
+            details.append(injected_slowdown(slowed["step"]))
             event = _poll("the degradation analyzer to open an event",
                           lambda: next(iter(self.client.list_all(events, "monitoredEvents")), None))
-            details.append(f"slowed down at step {slowed['step']}; the analyzer opened "
-                           f"{event['name'].rsplit('/', 1)[-1]}: {event['analyzerReports'][0]['details']}")
+            details.append(detected_slowdown(event))
             event = _poll("on_alert's capture", lambda: self._captured(event["name"]))
             session_id = event["profilerSessions"][0].rsplit("/", 1)[-1]
             _poll("the automatic capture to finish", lambda: self._captured_session(session_id))
@@ -278,8 +326,10 @@ class _Tour:
                 details.append(f"analysis failed for {', '.join(failed)}")
 
     def locate_reports(self, bucket_folder: Path, share: bool) -> None:
-        """Point each summary at its report: a file in the local bucket, and a share link if asked."""
+        """Point each summary at its report (a file in the local bucket, and a share link if asked) and
+        at what its analysis found changed."""
         for summary in self.summaries:
+            summary.what_changed = read_what_changed(bucket_folder, summary.session)
             uri = summary.session.analysis.report_uri
             if not uri:
                 continue
@@ -358,4 +408,6 @@ def print_summary(console: Console, summaries: list[SessionSummary]) -> None:
         verdict = f"{analysis.health.value}: " if analysis.health else ""
         console.print(f"[bold]{summary.mode}[/bold] {escape(verdict + (analysis.top_finding or '(no finding)'))}",
                       highlight=False)
+        if summary.what_changed:
+            console.print(f"  {escape(summary.what_changed)}", highlight=False)
         console.print(f"  {summary.report or '(no report)'}", soft_wrap=True, highlight=False)
