@@ -17,7 +17,7 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge, Unsupporte
 from werkzeug.routing import BaseConverter
 
 from mldiag import bootstrap, ui
-from mldiag.api import capture, monitoring, self_hosted, share, v1alpha
+from mldiag.api import capture, monitoring, operator, self_hosted, share, v1alpha
 from mldiag.api.auth import Guard
 from mldiag.api.http import MAX_BODY_BYTES, SERVICES, google_error
 from mldiag.bootstrap import Services
@@ -78,7 +78,8 @@ def create_app(services: Services | None = None) -> Flask:
             if request.method in _MUTATING:
                 _refuse_browser_forgery()
             guard.check(request.method, request.headers.get("Authorization", ""),
-                        sdk_route=request.blueprint == self_hosted.blueprint.name)
+                        sdk_route=request.blueprint == self_hosted.blueprint.name,
+                        operator_route=request.blueprint == operator.blueprint.name)
 
     @app.after_request
     def record(response: Response) -> Response:
@@ -109,6 +110,7 @@ def create_app(services: Services | None = None) -> Flask:
     app.register_blueprint(v1alpha.blueprint)
     app.register_blueprint(capture.blueprint)
     app.register_blueprint(monitoring.blueprint)
+    app.register_blueprint(operator.blueprint)
     app.register_blueprint(self_hosted.blueprint)
     app.register_blueprint(share.blueprint)
     ui.register(app)

@@ -7,7 +7,9 @@ Three modes, chosen by the settings:
   audience are verified with ``google-auth``, against Google's certificates,
   cached for as long as Google says they stay valid.
 * **token** (``MLDIAG_API_TOKEN`` set): every mutating call carries
-  ``Authorization: Bearer <token>``, compared in constant time; reads are open.
+  ``Authorization: Bearer <token>``, compared in constant time; reads of
+  resources are open, reads of the operator routes (event archive, dead
+  letters, status: raw payloads, errors, where the data lives) are not.
 * **open** (neither): the embedded default on 127.0.0.1, nothing is checked.
 
 The official SDK's self-hosted client sends no ``Authorization`` header, so the
@@ -40,7 +42,8 @@ class Guard:
     def mode(self) -> str:
         return "cloud" if self.audience else "token" if self.token else "open"
 
-    def check(self, method: str, authorization: str, *, sdk_route: bool = False) -> None:
+    def check(self, method: str, authorization: str, *, sdk_route: bool = False,
+              operator_route: bool = False) -> None:
         """Raise :class:`Unauthenticated` / :class:`PermissionDenied` unless the call may proceed."""
         if self.mode == "open":
             return
@@ -48,7 +51,7 @@ class Guard:
         if sdk_route:
             required = self.sdk_routes_require_token
         else:
-            required = self.mode == "cloud" or method not in READ_METHODS
+            required = self.mode == "cloud" or operator_route or method not in READ_METHODS
         if not credential:
             if required:
                 raise Unauthenticated("this call needs 'Authorization: Bearer <token>'")

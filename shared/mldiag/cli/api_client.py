@@ -28,7 +28,7 @@ MAX_PAGE_SIZE = 1000
 
 ApiUrl = Annotated[str, typer.Option("--api-url", envvar="MLDIAG_API_URL", help="The control plane's URL.")]
 Token = Annotated[str, typer.Option("--token", envvar="MLDIAG_API_TOKEN", show_default=False,
-                                    help="Bearer token for calls that change something.")]
+                                    help="Bearer token for calls that change something, and for events and status.")]
 Project = Annotated[str, typer.Option("--project", envvar="MLDIAG_PROJECT", help="Project of the resources.")]
 Location = Annotated[str, typer.Option("--location", envvar="MLDIAG_LOCATION", help="Location of the resources.")]
 RunOption = Annotated[str, typer.Option("--machine-learning-run", help="The run (id or full name).")]

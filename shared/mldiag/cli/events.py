@@ -1,130 +1,99 @@
-"""``mldiag events``: the event archive, dead letters, and replay.
+"""``mldiag events``: the event archive, dead letters, and replay, through the control plane's operator routes.
 
-These commands act on the backend the environment names (``MLDIAG_BACKEND``
-and friends), not through the API: they are the operator's debugging tools.
+Like every other command they talk to ``--api-url`` / ``MLDIAG_API_URL``, with
+``--token`` / ``MLDIAG_API_TOKEN`` when the control plane asks for one (it does
+for these routes, reads included). Filters are checked by the server, so
+``--since 1h`` means an hour before the server's clock.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from typing import Annotated, Any
+from urllib.parse import quote
 
 import typer
 
-from mldiag.cli.output import Format, errors, show
-from mldiag.deadletters import list_dead_letters
-from mldiag.domain.errors import MldiagError
-from mldiag.domain.types import parse_duration
-from mldiag.eventlog import Outcome
-from mldiag.replay import Target, find_record, replay_one
+from mldiag.cli.api_client import DEFAULT_API_URL, ApiClient, ApiUrl, Fmt, Token, api_command
+from mldiag.cli.output import Format, show
 
 app = typer.Typer(help="Archived events: list, show, replay, dead letters.", no_args_is_help=True)
 
-def _services():
-    from mldiag import bootstrap
-
-    return bootstrap.build()
-
-
 _COLUMNS = ("id", "function", "type", "outcome", "attempts", "firstReceived", "error")
 
-
-def _when(value: str | None) -> datetime | None:
-    """An RFC 3339 time, or a duration meaning that long ago (``1h``, ``30m``)."""
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        pass
-    try:
-        return _services().now() - parse_duration(value)
-    except ValueError:
-        raise typer.BadParameter(f"{value!r} is neither a time (2026-01-01T00:00:00Z) nor a duration (1h)")
+Type = Annotated[str, typer.Option(
+    "--type", help="CloudEvent type, e.g. google.cloud.storage.object.v1.finalized.")]
+Function = Annotated[str, typer.Option("--function", help="The function that handled it.")]
+Outcome = Annotated[str, typer.Option("--outcome", help="ok, ignored, rejected, failed or received.")]
+Since = Annotated[str, typer.Option("--since", help="A time (2026-01-01T00:00:00Z), or how long ago (1h).")]
+Until = Annotated[str, typer.Option("--until", help="A time, or how long ago.")]
+Limit = Annotated[int, typer.Option("--limit", min=1, max=10_000, help="The most events.")]
 
 
-def _fail(error: MldiagError) -> None:
-    errors.print(f"[red]error:[/red] {error}")
-    raise typer.Exit(1)
+def _filters(type: str, function: str, outcome: str, since: str, until: str, limit: int) -> dict[str, Any]:
+    given = {"type": type, "function": function, "outcome": outcome, "since": since, "until": until}
+    return {**{key: value for key, value in given.items() if value}, "limit": limit}
 
 
 @app.command("list")
+@api_command
 def list_events(
-    type: str = typer.Option("", "--type", help="CloudEvent type, e.g. google.cloud.storage.object.v1.finalized."),
-    function: str = typer.Option("", "--function", help="The function that handled it."),
-    outcome: Outcome | None = typer.Option(None, "--outcome", help="ok, ignored, rejected, failed or received."),
-    since: str = typer.Option("", "--since", help="A time, or how long ago (1h)."),
-    until: str = typer.Option("", "--until", help="A time, or how long ago."),
-    limit: int = typer.Option(100, "--limit", min=1, max=10_000),
-    fmt: Format = typer.Option(Format.table, "--format"),
+    type: Type = "", function: Function = "", outcome: Outcome = "", since: Since = "", until: Until = "",
+    limit: Limit = 100, api_url: ApiUrl = DEFAULT_API_URL, token: Token = "", fmt: Fmt = Format.table,
 ) -> None:
     """List archived events, newest first."""
-    records = _services().events.list(
-        type=type, function=function, outcome=outcome.value if outcome else "",
-        since=_when(since), until=_when(until), limit=limit,
-    )
-    show([r.to_json_dict() for r in records], fmt, _COLUMNS)
+    found = ApiClient(api_url, token).call("GET", "v1alpha/events",
+                                           params=_filters(type, function, outcome, since, until, limit))
+    show(found.get("events", []), fmt, _COLUMNS)
 
 
 @app.command("show")
+@api_command
 def show_event(
-    event: str = typer.Argument(..., help="function:id, or the event id alone."),
-    fmt: Format = typer.Option(Format.yaml, "--format"),
+    event: Annotated[str, typer.Argument(help="function:id, or the event id alone.")],
+    api_url: ApiUrl = DEFAULT_API_URL, token: Token = "",
+    fmt: Annotated[Format, typer.Option("--format", help="Output format.")] = Format.yaml,
 ) -> None:
     """Show one archived event with its raw CloudEvent."""
-    services = _services()
-    try:
-        record = find_record(services, event)
-        document = record.to_json_dict()
-        document["raw"] = services.events.load_raw(record)
-    except MldiagError as error:
-        _fail(error)
-    show(document, fmt)
+    show(ApiClient(api_url, token).call("GET", f"v1alpha/events/{quote(event, safe=':')}"), fmt)
 
 
 @app.command("replay")
+@api_command
 def replay(
-    events: list[str] = typer.Argument(None, help="Events to replay (function:id or id)."),
-    type: str = typer.Option("", "--type"),
-    function: str = typer.Option("", "--function"),
-    outcome: Outcome | None = typer.Option(None, "--outcome", help="e.g. failed"),
-    since: str = typer.Option("", "--since"),
-    until: str = typer.Option("", "--until"),
-    limit: int = typer.Option(100, "--limit", min=1, max=10_000),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Say what would happen; change nothing."),
-    to: Target = typer.Option(Target.local, "--to", help="local: run the handler here; topic: re-publish."),
-    fmt: Format = typer.Option(Format.table, "--format"),
+    events: Annotated[list[str] | None, typer.Argument(help="Events to replay (function:id or id).")] = None,
+    type: Type = "", function: Function = "", outcome: Outcome = "", since: Since = "", until: Until = "",
+    limit: Limit = 100,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would happen; change nothing.")] = False,
+    to: Annotated[str, typer.Option(
+        "--to", help="local: the control plane runs the handler itself; topic: re-publish to the source topic.")]
+        = "local",
+    api_url: ApiUrl = DEFAULT_API_URL, token: Token = "", fmt: Fmt = Format.table,
 ) -> None:
     """Re-deliver archived events by id, or every event matching the filters."""
-    services = _services()
-    selective = any([type, function, outcome, since, until])
-    if not events and not selective:
+    if not events and not any([type, function, outcome, since, until]):
         raise typer.BadParameter("name events to replay, or select them with --type/--function/--outcome/--since")
-    try:
-        records = [find_record(services, e) for e in events or []]
-        if selective:
-            records += services.events.list(
-                type=type, function=function, outcome=outcome.value if outcome else "",
-                since=_when(since), until=_when(until), limit=limit,
-            )
-        results = [replay_one(services, record, to, dry_run) for record in records]
-    except MldiagError as error:
-        _fail(error)
-    show([vars(r) for r in results], fmt, ("key", "function", "before", "result"))
-    if any(r.result.startswith("failed") for r in results):
+    body = {"events": events or [], **_filters(type, function, outcome, since, until, limit),
+            "dryRun": dry_run, "to": to}
+    results = ApiClient(api_url, token).call("POST", "v1alpha/events:replay", body=body).get("results", [])
+    show(results, fmt, ("key", "function", "before", "result"))
+    if any(result["result"].startswith("failed") for result in results):
         raise typer.Exit(1)
 
 
 @app.command("dead-letters")
+@api_command
 def dead_letters(
-    limit: int = typer.Option(100, "--limit", min=1, max=10_000),
-    fmt: Format = typer.Option(Format.table, "--format"),
+    limit: Limit = 100, api_url: ApiUrl = DEFAULT_API_URL, token: Token = "", fmt: Fmt = Format.table,
 ) -> None:
     """Messages that exhausted their retries, with the last error their function recorded."""
-    show(list_dead_letters(_services(), limit), fmt,
+    found = ApiClient(api_url, token).call("GET", "v1alpha/deadLetters", params={"limit": limit})
+    show(found.get("deadLetters", []), fmt,
          ("messageId", "deadLetterTopic", "sourceSubscription", "deliveryCount", "receivedAt", "lastError"))
 
 
 @app.command("prune")
-def prune() -> None:
+@api_command
+def prune(api_url: ApiUrl = DEFAULT_API_URL, token: Token = "") -> None:
     """Delete archived events past their retention (the cloud's Firestore TTL does this by itself)."""
-    typer.echo(f"pruned {_services().events.prune()} event(s)")
+    pruned = ApiClient(api_url, token).call("POST", "v1alpha/events:prune", body={})["pruned"]
+    typer.echo(f"pruned {pruned} event(s)")

@@ -1,33 +1,12 @@
-"""``mldiag status``: what this installation is wired to and what it holds."""
+"""``mldiag status``: what the control plane at ``--api-url`` is wired to and what it holds."""
 
 from __future__ import annotations
 
-import typer
-
+from mldiag.cli.api_client import DEFAULT_API_URL, ApiClient, ApiUrl, Fmt, Token, api_command
 from mldiag.cli.output import Format, show
-from mldiag.domain.resources import RESOURCE_TYPES
 
 
-def status(
-    fmt: Format = typer.Option(Format.table, "--format", help="Output format."),
-) -> None:
-    """Show the backend, where data lives, and how many of each resource are stored."""
-    from mldiag import bootstrap
-
-    services = bootstrap.build()
-    settings = services.settings
-    counts = {
-        model.collection: len(services.store.query(model.collection))
-        for model in RESOURCE_TYPES
-    }
-    show(
-        {
-            "backend": settings.backend,
-            "project": settings.project,
-            "location": settings.location,
-            "dataDir": str(settings.data_dir) if settings.backend == "embedded" else "",
-            "bucket": settings.bucket_uri,
-            **counts,
-        },
-        fmt,
-    )
+@api_command
+def status(api_url: ApiUrl = DEFAULT_API_URL, token: Token = "", fmt: Fmt = Format.table) -> None:
+    """Show the control plane's backend, where its data lives, and how many of each resource it stores."""
+    show(ApiClient(api_url, token).call("GET", "v1alpha/status"), fmt)

@@ -1,0 +1,121 @@
+"""``mldiag events`` and ``mldiag status`` ask the control plane at MLDIAG_API_URL, like every other command."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import timedelta
+
+import pytest
+from typer.testing import CliRunner
+
+from mldiag.cli.main import app
+from mldiag.eventlog import ArchivedEvent, Outcome
+
+TOKEN = "s3cret-token-for-tests"
+
+
+def _archive(services, event_id: str, outcome: Outcome = Outcome.OK, function: str = "maintenance",
+             age: timedelta = timedelta(minutes=5)) -> None:
+    services.events.save(ArchivedEvent(
+        id=event_id, function=function, type="google.cloud.pubsub.topic.v1.messagePublished", outcome=outcome,
+        error="KeyError: 'data'" if outcome is Outcome.FAILED else "", first_received=services.now() - age,
+        raw={"id": event_id, "specversion": "1.0", "source": "//pubsub.googleapis.com/projects/p/topics/ticks",
+             "type": "google.cloud.pubsub.topic.v1.messagePublished"}))
+
+
+def _mldiag(url: str, *args: str, env: dict[str, str] | None = None):
+    return CliRunner().invoke(app, list(args), env={"MLDIAG_API_URL": url, "COLUMNS": "200", **(env or {})})
+
+
+def _json(result) -> object:
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_events_and_status_come_from_the_control_plane_at_the_url_not_the_local_data_dir(start_server, tmp_path):
+    first, second = start_server(), start_server()
+    _archive(first.services, "only-in-first")
+    _archive(second.services, "only-in-second")
+    elsewhere = {"MLDIAG_DATA_DIR": str(tmp_path / "another-data-dir")}
+
+    listed = _json(_mldiag(second.url, "events", "list", "--format", "json", env=elsewhere))
+    assert [event["id"] for event in listed] == ["only-in-second"]
+    status = _json(_mldiag(second.url, "status", "--format", "json", env=elsewhere))
+    assert status["dataDir"] == str(second.services.settings.data_dir) and status["backend"] == "embedded"
+    assert _json(_mldiag(first.url, "status", "--format", "json"))["dataDir"] == str(first.services.settings.data_dir)
+
+
+def test_list_filters_and_show_has_the_raw_event(server, mldiag):
+    _archive(server.services, "tick-1", age=timedelta(hours=2))
+    _archive(server.services, "tick-2", outcome=Outcome.FAILED)
+    failed = _json(mldiag("events", "list", "--outcome", "failed", "--since", "1h", "--format", "json"))
+    assert [event["id"] for event in failed] == ["tick-2"]
+    table = mldiag("events", "list")
+    assert table.exit_code == 0 and "tick-1" in table.stdout and "KeyError" in table.stdout
+    shown = _json(mldiag("events", "show", "maintenance:tick-2", "--format", "json"))
+    assert shown["outcome"] == "failed" and shown["raw"]["id"] == "tick-2"
+
+
+def test_replay_dry_run_and_to_topic_through_the_api(server, mldiag):
+    _archive(server.services, "tick-2", outcome=Outcome.FAILED)
+    dry = _json(mldiag("events", "replay", "--outcome", "failed", "--dry-run", "--format", "json"))
+    assert dry == [{"key": "maintenance:tick-2", "function": "maintenance", "before": "failed",
+                    "result": "would re-deliver to maintenance"}]
+    topic = _json(mldiag("events", "replay", "tick-2", "--to", "topic", "--dry-run", "--format", "json"))
+    assert topic[0]["result"] == "would re-publish to ticks"
+    assert server.services.events.get("maintenance", "tick-2").replays == 0
+
+
+def test_dead_letters_and_prune(server, mldiag):
+    server.services.store.set("deadLetters", "t:1", {"messageId": "1", "deadLetterTopic": "ticks-dead-letter",
+                                                     "lastError": "KeyError: 'data'",
+                                                     "receivedAt": "2026-01-01T00:00:00.000000Z"})
+    letters = _json(mldiag("events", "dead-letters", "--format", "json"))
+    assert letters[0]["lastError"] == "KeyError: 'data'"
+    server.services.events.save(ArchivedEvent(id="gone", function="maintenance",
+                                              expire_at=server.services.now() - timedelta(days=1)))
+    pruned = mldiag("events", "prune")
+    assert pruned.exit_code == 0 and pruned.stdout.strip() == "pruned 1 event(s)"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("events", "list", "--since", "soon"), "since: 'soon' is neither a time"),
+    (("events", "list", "--outcome", "bogus"), "outcome: Input should be"),
+    (("events", "show", "nothing-here"), "NOT_FOUND: no archived event 'nothing-here'"),
+    (("events", "replay", "x", "--to", "nowhere"), "to: Input should be 'local' or 'topic'"),
+])
+def test_bad_input_is_one_line_from_the_server_and_exit_1(mldiag, args, message):
+    result = mldiag(*args)
+    assert result.exit_code == 1 and message in result.stderr
+    assert "Traceback" not in result.output and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_replay_without_events_or_filters_is_a_usage_error(mldiag):
+    assert mldiag("events", "replay").exit_code == 2
+
+
+def test_a_control_plane_with_a_token_needs_it_for_events_and_status(start_server):
+    guarded = start_server(api_token=TOKEN)
+    for args in (("events", "list"), ("status",)):
+        refused = _mldiag(guarded.url, *args)
+        assert refused.exit_code == 1 and "UNAUTHENTICATED" in refused.stderr
+        assert _mldiag(guarded.url, *args, "--token", TOKEN).exit_code == 0
+        assert _mldiag(guarded.url, *args, env={"MLDIAG_API_TOKEN": TOKEN}).exit_code == 0
+
+
+def test_an_unreachable_control_plane_is_named(mldiag):
+    result = mldiag("status", "--api-url", "http://127.0.0.1:9")
+    assert result.exit_code == 1 and "cannot reach the control plane at http://127.0.0.1:9" in result.stderr
+
+
+@pytest.mark.parametrize("command", ["events", "status"])
+def test_the_commands_load_no_backend(command):
+    shown = subprocess.run(
+        [sys.executable, "-c",
+         "import sys; from mldiag.cli.main import run\n"
+         "try:\n    run()\nexcept SystemExit:\n    pass\n"
+         "print([m for m in ('mldiag.bootstrap', 'mldiag.eventlog', 'mldiag.replay') if m in sys.modules])",
+         command, "--help"], capture_output=True, text=True, timeout=60)
+    assert shown.stdout.strip().splitlines()[-1] == "[]"
