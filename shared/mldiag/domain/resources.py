@@ -271,6 +271,11 @@ class MachineLearningRun(Resource):
     def id(self) -> str:
         return self.name.rsplit("/", 1)[-1]
 
+    @property
+    def finished(self) -> bool:
+        """COMPLETED or FAILED: its workload is gone, so its profiler targets can no longer be captured."""
+        return self.run_phase in _TERMINAL_PHASES
+
     def check_transition(self, previous: Resource) -> None:
         assert isinstance(previous, MachineLearningRun)
         check_move("runPhase", RUN_PHASE_MOVES, previous.run_phase, self.run_phase)
@@ -384,6 +389,17 @@ class ProfilerSession(Resource):
         if phases == {SessionPhase.FAILED}:
             return SessionPhase.FAILED
         return SessionPhase.SUCCEEDED
+
+    @property
+    def capture_failed(self) -> bool:
+        """Every target failed and no profile arrived: there is nothing to open or analyse."""
+        return self.session_phase is SessionPhase.FAILED and not self.host_files
+
+    @property
+    def capture_error(self) -> str:
+        """Why the targets failed, each named (``worker-0: unreachable ...``)."""
+        errors = [f"{target}: {part.error}" for target, part in sorted(self.target_sessions.items()) if part.error]
+        return "; ".join(errors) or "no target wrote a profile"
 
     def check_transition(self, previous: Resource) -> None:
         assert isinstance(previous, ProfilerSession)

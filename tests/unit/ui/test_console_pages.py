@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from mldiag.domain import AnalysisStatus, MachineLearningRun, MonitoredEvent, Suppression, TargetSession
+import re
+
+from mldiag.domain import AnalysisStatus, HostFile, MachineLearningRun, MonitoredEvent, Suppression, TargetSession
 from mldiag.domain.resources import AnalyzerReport, RecommendedAction
 
 from console_support import add_run, add_session, add_target
@@ -64,6 +66,7 @@ def test_the_run_page_shows_sessions_with_targets_phases_analysis_and_links(cons
     add_target(services, run, "host-0")
     event = f"{run}/monitoredEvents/slow-1"
     add_session(services, run, "s-auto", kind="KIND_SNAPSHOT", auto_captured=True, monitored_events=[event],
+                host_files={"host-0": HostFile(uri=f"{FOLDER}/s-auto/host-0.xplane.pb")},
                 target_sessions={"host-0": TargetSession(session_phase="SUCCEEDED"),
                                  "host-1": TargetSession(session_phase="FAILED")},
                 analysis=AnalysisStatus(state="DONE", health="NEEDS_ATTENTION", top_finding="Input bound: 62% idle",
@@ -155,3 +158,49 @@ def test_the_console_lists_the_deployments_own_location_only(console, services):
     services.runs.create(MachineLearningRun(name="projects/other/locations/elsewhere/machineLearningRuns/there"))
     page = console.text("/ui/")
     assert "here" in page and "there" not in page
+
+
+def test_a_finished_run_shows_its_targets_as_not_capturable_and_offers_no_capture(console, services):
+    for phase in ("COMPLETED", "FAILED"):
+        add_target(services, add_run(services, f"r-{phase.lower()}", run_phase=phase), "host-0")
+        page = console.text(f"/ui/runs/r-{phase.lower()}")
+        assert 'id="run-finished"' in page and f"The run is {phase.lower()}" in page
+        assert '<span class="state state-ended">Run finished</span>' in page and "not capturable" in page
+        assert "state-active" not in page
+        assert "/capture" not in page and "/snapshot" not in page and "Start continuous profiling" not in page
+
+    add_target(services, add_run(services, "r-active"), "host-0")
+    active = console.text("/ui/runs/r-active")
+    assert 'action="/ui/runs/r-active/capture"' in active and "Run finished" not in active
+
+
+def test_a_failed_capture_says_why_and_offers_no_xprof_link(console, services):
+    run = add_run(services, "r1")
+    add_session(services, run, "s-failed", kind="KIND_ON_DEMAND", target_sessions={
+        "host-0": TargetSession(session_phase="FAILED", error="unreachable: connection refused")})
+
+    page = console.text("/ui/runs/r1/sessions/s-failed")
+    assert '<span class="state state-failed">Capture failed</span>: host-0: unreachable: connection refused' in page
+    assert "Open in XProf" not in page and "/viewer/" not in page
+    assert "Not started" not in page and "not yet" not in page
+
+    table = console.text("/ui/runs/r1")
+    assert "Capture failed" in table and "host-0: unreachable: connection refused" in table
+    assert "Not started" not in table and "/viewer/" not in table
+
+
+def test_a_session_with_a_profile_keeps_its_xprof_link_when_another_target_failed(console, services):
+    run = add_run(services, "r1")
+    add_session(services, run, "s1", host_files={"host-0": HostFile(uri=f"{FOLDER}/s1/host-0.xplane.pb")},
+                target_sessions={"host-0": TargetSession(session_phase="SUCCEEDED"),
+                                 "host-1": TargetSession(session_phase="FAILED", error="timeout")})
+    page = console.text("/ui/runs/r1/sessions/s1")
+    assert "Open in XProf" in page and "Capture failed" not in page
+
+
+def test_table_headers_break_between_words_only_and_tables_scroll(console):
+    css = console.text("/ui/static/console.css")
+    assert "th { word-break: normal; overflow-wrap: normal; }" in css
+    assert re.search(r"thead th \{[^}]*white-space: nowrap;", css)
+    assert ".table-scroll { overflow-x: auto; }" in css
+    assert not re.search(r"(^|\n)th, td \{[^}]*overflow-wrap: anywhere", css)
