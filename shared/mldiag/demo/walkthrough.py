@@ -95,9 +95,8 @@ def injected_slowdown(step: int) -> str:
 
 def detected_slowdown(event: dict[str, Any]) -> str:
     """What the degradation analyzer measured when it opened ``event``, and over which steps."""
-    params = DetectorParams()
-    return (f"measured by the degradation analyzer: the level of the last {params.window_points} reported step "
-            f"times (some from before the slowdown) against the median of the {params.warmup_points} healthy "
+    return (f"measured by the degradation analyzer: the level of the last {DetectorParams().window_points} "
+            "reported step times (some from before the slowdown) against its baseline, the median of the healthy "
             f"ones before them: {event['analyzerReports'][0]['details']}; it opened event "
             f"{event['name'].rsplit('/', 1)[-1]}")
 

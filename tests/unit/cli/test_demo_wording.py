@@ -37,7 +37,7 @@ def test_the_injected_slowdown_is_host_sleep_per_step():
 def test_the_analyzers_measurement_names_its_window_and_the_event():
     line = detected_slowdown(EVENT)
     assert line.startswith("measured by the degradation analyzer: the level of the last 7 reported step times "
-                           "(some from before the slowdown) against the median of the 30 healthy ones")
+                           "(some from before the slowdown) against its baseline, the median of the healthy ones")
     assert "step time 121.5 ms is 18% above the baseline 103.2 ms; it opened event degradation-1" in line
 
 
