@@ -56,7 +56,8 @@ HEALTHY_STEPS = 60  # enough for the analyzer's warm-up (5 skipped + 30 baseline
 TARGET = "worker-0"
 SHARE_TTL = "3600s"
 FINISHED_ANALYSIS = {AnalysisState.DONE, AnalysisState.FAILED}
-AUTOMATIC_STEP = "4/4 automatic: the workload slowed down, the degradation analyzer opened an event, on_alert captured"
+AUTOMATIC_STEP = ("4/4 automatic: the workload slowed down, the degradation analyzer opened an event, "
+                  "on_alert captured it")
 
 
 @dataclass(frozen=True)
