@@ -60,7 +60,11 @@ def replay_one(services: Services, record: ArchivedEvent, target: Target, dry_ru
         if dry_run:
             return ReplayResult(record.key, record.function, before, f"would re-publish to {topic}")
         message = message_from_cloud_event(event)
-        message_id = services.bus.publish(topic, message.data, message.attributes, message.ordering_key)
+        try:
+            message_id = services.bus.publish(topic, message.data, message.attributes, message.ordering_key)
+        except Exception as error:  # noqa: BLE001 - e.g. no right to publish there: report it and go on
+            return ReplayResult(record.key, record.function, before,
+                                f"failed to re-publish to {topic}: {type(error).__name__}: {error}")
         return ReplayResult(record.key, record.function, before, f"re-published to {topic} as {message_id}")
 
     if record.outcome not in _REPROCESSED:

@@ -22,7 +22,8 @@ def _archive(services, event_id: str, outcome: Outcome = Outcome.OK, function: s
         id=event_id, function=function, type="google.cloud.pubsub.topic.v1.messagePublished", outcome=outcome,
         error="KeyError: 'data'" if outcome is Outcome.FAILED else "", first_received=services.now() - age,
         raw={"id": event_id, "specversion": "1.0", "source": "//pubsub.googleapis.com/projects/p/topics/ticks",
-             "type": "google.cloud.pubsub.topic.v1.messagePublished"}))
+             "type": "google.cloud.pubsub.topic.v1.messagePublished",
+             "data": {"message": {"data": "e30=", "messageId": event_id}}}))
 
 
 def _mldiag(url: str, *args: str, env: dict[str, str] | None = None):
@@ -66,6 +67,19 @@ def test_replay_dry_run_and_to_topic_through_the_api(server, mldiag):
     topic = _json(mldiag("events", "replay", "tick-2", "--to", "topic", "--dry-run", "--format", "json"))
     assert topic[0]["result"] == "would re-publish to ticks"
     assert server.services.events.get("maintenance", "tick-2").replays == 0
+
+
+def test_a_topic_the_control_plane_may_not_publish_to_is_a_failed_result_and_exit_1(server, mldiag, monkeypatch):
+    _archive(server.services, "tick-2", outcome=Outcome.FAILED)
+
+    def refused(topic, *args, **kwargs):
+        raise PermissionError(f"the control plane may not publish to {topic}")
+
+    monkeypatch.setattr(server.services.bus, "publish", refused)
+    result = mldiag("events", "replay", "tick-2", "--to", "topic", "--format", "json")
+    assert result.exit_code == 1, result.output
+    assert json.loads(result.stdout)[0]["result"] == (
+        "failed to re-publish to ticks: PermissionError: the control plane may not publish to ticks")
 
 
 def test_dead_letters_and_prune(server, mldiag):
