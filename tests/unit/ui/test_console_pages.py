@@ -164,7 +164,7 @@ def test_a_finished_run_shows_its_targets_as_not_capturable_and_offers_no_captur
     for phase in ("COMPLETED", "FAILED"):
         add_target(services, add_run(services, f"r-{phase.lower()}", run_phase=phase), "host-0")
         page = console.text(f"/ui/runs/r-{phase.lower()}")
-        assert 'id="run-finished"' in page and f"The run is {phase.lower()}" in page
+        assert 'id="run-finished"' in page and f"The run is over ({phase.lower()}" in page
         assert '<span class="state state-ended">Run finished</span>' in page and "not capturable" in page
         assert "state-active" not in page
         assert "/capture" not in page and "/snapshot" not in page and "Start continuous profiling" not in page
