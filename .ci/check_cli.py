@@ -33,7 +33,7 @@ STOP_TIMEOUT_S = 30
 RUN_ID = "ci-base-install"
 
 
-def command_paths(command, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+def command_paths(command: object, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
     """``path`` for ``command``, then every group and command below it, depth first."""
     yield path
     for name, subcommand in getattr(command, "commands", {}).items():
@@ -71,10 +71,9 @@ def check_help() -> list[str]:
 
 def check_version() -> list[str]:
     result = mldiag("--version")
-    print(result.stdout.strip() or "FAIL mldiag --version", flush=True)
-    if result.returncode != 0 or not re.fullmatch(r"mldiag \S+", result.stdout.strip()):
-        return [_failure(("--version",), result)]
-    return []
+    shown = result.returncode == 0 and re.fullmatch(r"mldiag \S+", result.stdout.strip()) is not None
+    _report(("--version",), shown)
+    return [] if shown else [_failure(("--version",), result)]
 
 
 class StartFailed(Exception):
