@@ -29,11 +29,12 @@ class Api(Protocol):
 
 @dataclass
 class ControlPlane:
-    """A running ``mldiag up`` (the ``control_plane`` fixture)."""
+    """A running ``mldiag up`` (the ``control_plane`` fixture) and the banner it printed."""
 
     url: str
     bucket_folder: Path
     log: Path
+    banner: str
 
     def requests(self) -> list[tuple[str, str]]:
         """(method, path) of every request the server has logged so far."""

@@ -41,7 +41,7 @@ def control_plane(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
             assert time.monotonic() < deadline, f"mldiag up did not start:\n{banner}"
         url = re.search(r"DIAGON_BASE_URL=(\S+)", banner)[1]
         folder = Path(re.search(r"gcs_path=(\S+) ", banner)[1])
-        yield ControlPlane(url, folder, log)
+        yield ControlPlane(url, folder, log, banner)
     finally:
         process.terminate()  # SIGTERM: the clean shutdown path
         assert process.wait(timeout=30) == 0, log.read_text()[-2000:]

@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from mldiag.cli.api_client import DEFAULT_LOCATION, DEFAULT_PROJECT, ApiError, Location, Project, Token
 from mldiag.cli.output import Format, show
@@ -18,6 +19,7 @@ from mldiag.config import Settings
 from mldiag.domain.resources import AnalysisState
 
 DEMO_EXTRA = {"jax": "JAX", "google_cloud_mldiagnostics": "the official SDK (google-cloud-mldiagnostics)"}
+DEMO_INSTALL = "pip install -e '.[demo]'"
 
 
 def _default_gcs_path() -> Path:
@@ -50,7 +52,8 @@ def demo(
     progress = Console(stderr=True)
     missing = [what for module, what in DEMO_EXTRA.items() if importlib.util.find_spec(module) is None]
     if missing:
-        progress.print(f"[red]error:[/red] the demo needs {' and '.join(missing)}: pip install 'mldiag[demo]'")
+        progress.print(f"[red]error:[/red] the demo needs {' and '.join(missing)}: "
+                       f"{escape(DEMO_INSTALL)} (in the mldiag checkout)", highlight=False)
         raise typer.Exit(1)
     work_dir = (work_dir or Path(tempfile.mkdtemp(prefix="mldiag-demo-"))).expanduser().resolve()
     bucket_folder = (gcs_path or _default_gcs_path()).expanduser().resolve() if api_url else None

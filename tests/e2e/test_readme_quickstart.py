@@ -1,0 +1,115 @@
+"""README.md's Quickstart, word for word: its install installs what its job imports, ``mldiag up``
+prints what it shows, and its ``train.py`` and commands register a run whose session is analysed.
+
+Only what the Quickstart says to change is substituted: the URL and the folder
+``mldiag up`` prints (here it runs on a free port over a fresh data dir, the
+``control_plane`` fixture), the profiler port (any free port) and ``<run>``,
+the id ``train.py`` prints.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from capture_support import ControlPlane, analysed, free_port, wait_for
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+PRINTED_URL = "http://127.0.0.1:8080"
+PRINTED_DATA_DIR = "/home/me/.mldiag"
+PROFILER_PORT = "9999"
+SESSION = "first-steps"
+COMMAND_TIMEOUT_S = 300
+
+
+def quickstart_blocks(language: str) -> list[str]:
+    """The Quickstart's fenced code blocks in ``language``, in order."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Quickstart", 1)[1].split("\n## ", 1)[0]
+    return [code for fence, code in re.findall(r"^```(\w+)\n(.*?)^```$", section, re.MULTILINE | re.DOTALL)
+            if fence == language]
+
+
+def command_lines() -> list[str]:
+    """Every line of the Quickstart's shell blocks, without its trailing comment."""
+    return [re.sub(r"\s+#.*$", "", line) for block in quickstart_blocks("bash") for line in block.splitlines()]
+
+
+def the_command(prefix: str) -> str:
+    (line,) = [line for line in command_lines() if line.startswith(prefix)]
+    return line
+
+
+def as_printed(text: str, control_plane: ControlPlane) -> str:
+    """``text`` with the URL and the data folder that this ``mldiag up`` printed."""
+    data_dir = re.search(r"\(data in (\S+)\)", control_plane.banner)[1]
+    return text.replace(PRINTED_URL, control_plane.url).replace(PRINTED_DATA_DIR, data_dir)
+
+
+def shell(command: str, cwd: Path, control_plane: ControlPlane) -> subprocess.CompletedProcess:
+    """``command`` in bash, with this virtualenv's ``python`` and ``mldiag`` first on the PATH and the CLI
+    pointed at ``control_plane`` as the banner says (``MLDIAG_API_URL``)."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "MLDIAG_API_URL": control_plane.url, "JAX_PLATFORMS": "cpu", "COLUMNS": "1000"}
+    result = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True,
+                            timeout=COMMAND_TIMEOUT_S)
+    assert result.returncode == 0, f"{command}\n{result.stderr[-3000:]}"
+    return result
+
+
+def test_the_quickstart_installs_every_package_its_job_imports():
+    assert command_lines()[0] == "pip install -e '.[demo]'"
+    (train,) = quickstart_blocks("python")
+    imported = {alias.name.partition(".")[0] for node in ast.walk(ast.parse(train))
+                if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module.partition(".")[0] for node in ast.walk(ast.parse(train))
+                 if isinstance(node, ast.ImportFrom) and node.module}
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    installed = {canonicalize_name(Requirement(line).name) for line in extras["demo"]}
+    provided = importlib.metadata.packages_distributions()
+    missing = {module for module in imported
+               if not {canonicalize_name(name) for name in provided.get(module, [])} & installed}
+    assert imported and not missing
+
+
+def test_mldiag_up_prints_what_the_quickstart_shows(control_plane: ControlPlane):
+    (console,) = quickstart_blocks("console")
+    command, *shown = console.splitlines()
+    assert command == "$ mldiag up"  # the fixture adds only --data and --port 0
+    assert as_printed("\n".join(shown), control_plane) == control_plane.banner.rstrip("\n")
+
+
+def test_train_py_registers_its_run_and_its_first_steps_are_analysed(control_plane: ControlPlane, tmp_path):
+    port = str(free_port())
+    (train,) = quickstart_blocks("python")
+    train = as_printed(train, control_plane).replace(PROFILER_PORT, port)
+    (tmp_path / "train.py").write_text(train, encoding="utf-8")
+
+    trained = shell(as_printed(the_command("DIAGON_BASE_URL="), control_plane), tmp_path, control_plane)
+    run = re.fullmatch(r"run (\S+)", trained.stdout.strip())[1]
+
+    runs = shell(the_command("mldiag machine-learning-run list"), tmp_path, control_plane).stdout
+    assert any(" my-experiment " in line and " COMPLETED " in line for line in runs.splitlines()), runs
+    sessions = the_command("mldiag profiler-session list")
+    assert "<run>" in sessions
+
+    def listed_done() -> bool:
+        shown = shell(sessions.replace("<run>", run), tmp_path, control_plane).stdout
+        return any(f"/{SESSION}" in line and " DONE " in line for line in shown.splitlines())
+
+    wait_for(listed_done, f"{SESSION} listed with its analysis DONE", timeout_s=180)
+    report = analysed(control_plane, run, SESSION)
+    assert report["storageFolderUri"] == f"gs://mldiag-profiles/{run}/plugins/profile/{SESSION}"
+    assert report["analysis"]["health"] in ("OPTIMAL", "NEEDS_ATTENTION")
