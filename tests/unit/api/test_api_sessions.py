@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
+import pytest
+
 from api_suite import API_URL, RUNS
 from mldiag.domain import MonitoredEvent
 
@@ -115,3 +117,14 @@ def test_monitored_events_list_and_get(api, services):
 def test_unknown_operation_is_not_found(api):
     response = api.request("GET", f"{RUNS.rsplit('/', 1)[0]}/operations/operation-nope")
     assert response.status_code == 404 and response.json["error"]["status"] == "NOT_FOUND"
+
+
+@pytest.mark.parametrize("collection", ["profilerSessions", "profilerTargets", "monitoredEvents"])
+def test_children_of_a_missing_run_are_not_found(api, collection):
+    api.create_run("r1")
+    assert api.request("GET", f"{RUNS}/r1/{collection}").json == {collection: []}
+    for path in (f"{RUNS}/ghost/{collection}", f"{RUNS}/ghost/{collection}/c1"):
+        response = api.request("GET", path)
+        assert response.status_code == 404, path
+        assert response.json["error"]["status"] == "NOT_FOUND"
+        assert "machineLearningRuns/ghost not found" in response.json["error"]["message"]
