@@ -81,13 +81,11 @@ def resolve_field(model: type[BaseModel], path: str, *, field: str) -> FieldPath
     current: Any = model
     for index, part in enumerate(parts):
         if isinstance(current, type) and issubclass(current, BaseModel):
-            info = _field_info(current, part)
-            if info is None:
+            found = _field(current, part)
+            if found is None:
                 raise InvalidArgument(f"{current.__name__} has no field {part!r}", field=field)
-            keys.append(info.alias or part)
-            current = _unwrap_optional(info.annotation)
-            if info.metadata:
-                current = Annotated[(current, *info.metadata)]
+            key, current = found
+            keys.append(key)
             continue
         if _is_map(current):
             keys.extend(parts[index:])
@@ -96,10 +94,16 @@ def resolve_field(model: type[BaseModel], path: str, *, field: str) -> FieldPath
     return FieldPath(tuple(keys), current)
 
 
-def _field_info(model: type[BaseModel], name: str) -> Any:
+def _field(model: type[BaseModel], name: str) -> tuple[str, Any] | None:
+    """The stored key of ``model``'s field ``name`` (either spelling) and its type, or None."""
     for field_name, info in model.model_fields.items():
         if name in (field_name, info.alias):
-            return info
+            annotation = _unwrap_optional(info.annotation)
+            return info.alias or field_name, Annotated[(annotation, *info.metadata)] if info.metadata else annotation
+    # Derived, output-only fields (a session's sessionPhase) are stored with the resource, so they filter too.
+    for field_name, computed in model.model_computed_fields.items():
+        if name in (field_name, computed.alias):
+            return computed.alias or field_name, computed.return_type
     return None
 
 

@@ -128,3 +128,20 @@ def test_children_of_a_missing_run_are_not_found(api, collection):
         assert response.status_code == 404, path
         assert response.json["error"]["status"] == "NOT_FOUND"
         assert "machineLearningRuns/ghost not found" in response.json["error"]["message"]
+
+
+def test_session_phase_is_output_only_and_filters(api):
+    api.create_run("r1")
+    path = f"{RUNS}/r1/profilerSessions"
+    for session_id, phase in (("ok", "SUCCEEDED"), ("broken", "FAILED")):
+        _operation(api.request("POST", f"{path}?profiler_session_id={session_id}",
+                               json={"targetSessions": {"h0": {"sessionPhase": phase}}}))
+    broken = api.request("GET", f"{path}/broken").json
+    assert broken["sessionPhase"] == "FAILED"
+    listed = api.request("GET", path, query_string={"filter": "sessionPhase = FAILED"}).json["profilerSessions"]
+    assert [s["name"] for s in listed] == [broken["name"]]
+    # A session read back and sent whole (no mask) keeps its derived phase; naming it in a mask is refused.
+    sent_back = _operation(api.request("PATCH", f"{path}/broken", json={**broken, "sessionPhase": "ACTIVE"}))
+    assert sent_back["sessionPhase"] == "FAILED" and sent_back["targetSessions"] == broken["targetSessions"]
+    refused = api.request("PATCH", f"{path}/broken?update_mask=sessionPhase", json={"sessionPhase": "ACTIVE"})
+    assert refused.status_code == 400 and "sessionPhase cannot be updated" in refused.json["error"]["message"]
