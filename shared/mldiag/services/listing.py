@@ -1,7 +1,8 @@
 """List requests: a small AIP-160 ``filter``, AIP-132 ``orderBy`` and paging.
 
 Supported filter grammar: ``field OP value`` terms joined by ``AND``, where OP is
-one of ``= != < <= > >=`` and value is a bare word or a quoted string. Fields are
+one of ``= != < <= > >=`` and value is a bare word or a quoted string (which
+may hold anything, ``\\"`` for a quote: ``displayName = "a (b) AND c"``). Fields are
 the resource's JSON fields (``runPhase``, ``labels.team``, ``analysis.state``;
 snake_case accepted) and values are read as the field's type, so
 ``runPhase = COMPLETED``, ``kind = on-demand`` and ``isMaster = true`` all work.
@@ -29,6 +30,7 @@ _OPERATORS = {"=": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
 _TERM = re.compile(r"^(?P<field>[A-Za-z_][\w.-]*)\s*(?P<op><=|>=|!=|=|<|>)\s*(?P<value>.+)$", re.DOTALL)
 _AND = re.compile(r"\s+AND\s+")
 _UNSUPPORTED = re.compile(r"\s(OR|NOT)\s|^NOT\s|[()]")
+_QUOTED = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'")
 
 
 NEWEST_FIRST = (OrderBy("createTime", descending=True),)
@@ -145,10 +147,8 @@ def parse_filter(model: type[Resource], text: str) -> list[Where]:
     text = text.strip()
     if not text:
         return []
-    if _UNSUPPORTED.search(text):
-        raise InvalidArgument("only 'field OP value' terms joined by AND are supported", field="filter")
     conditions = []
-    for term in _AND.split(text):
+    for term in _terms(text):
         match = _TERM.match(term.strip())
         if not match:
             raise InvalidArgument(f"cannot read {term.strip()!r}: expected 'field OP value'", field="filter")
@@ -159,6 +159,18 @@ def parse_filter(model: type[Resource], text: str) -> list[Where]:
         value = _typed_value(path, _unquote(raw), quoted=raw[:1] in "\"'")
         conditions.append(Where(path.dotted, _OPERATORS[match["op"]], value))
     return conditions
+
+
+def _terms(text: str) -> list[str]:
+    """The ``AND``-joined terms of a filter; quoted values may hold anything (``"a (b) AND c"``)."""
+    bare = _QUOTED.sub(lambda quoted: "x" * len(quoted.group()), text)
+    if _UNSUPPORTED.search(bare):
+        raise InvalidArgument("only 'field OP value' terms joined by AND are supported", field="filter")
+    terms, start = [], 0
+    for joint in _AND.finditer(bare):
+        terms.append(text[start:joint.start()])
+        start = joint.end()
+    return [*terms, text[start:]]
 
 
 def _unquote(value: str) -> str:
