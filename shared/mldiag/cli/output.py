@@ -30,6 +30,7 @@ errors = Console(stderr=True)
 _IDENTIFIER = re.compile(r"^(projects/\S+|[a-z][a-z0-9+.-]*://\S+)$")
 _UNBOUNDED = 1 << 16
 _PADDING = 2  # a cell's space on either side
+_FOLDED_MIN = 6  # the narrowest a folding column gets while identifiers push the table past the terminal
 
 
 class Format(StrEnum):
@@ -96,7 +97,7 @@ def _table(columns: Sequence[Column], rows: list[list[str]], show_header: bool =
 def _print(table: Table, out: Console) -> None:
     if out.is_terminal:
         # Wider than the terminal only when its identifiers alone do not fit: then the terminal wraps the lines.
-        narrowest = sum((column.width or 1) + _PADDING for column in table.columns) + len(table.columns) + 1
+        narrowest = sum((column.width or _FOLDED_MIN) + _PADDING for column in table.columns) + len(table.columns) + 1
         width = max(out.width, narrowest)
     else:
         width = Measurement.get(out, out.options.update_width(_UNBOUNDED), table).maximum
