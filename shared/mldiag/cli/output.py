@@ -46,6 +46,11 @@ def cell(value: Any) -> str:
     return "" if value is None else str(value)
 
 
+def milliseconds(value: Any) -> str:
+    """A time in milliseconds, as a table shows it."""
+    return "" if value is None else f"{value:.2f} ms"
+
+
 @dataclass(frozen=True)
 class Column:
     """A table column: a dotted path into each resource, its header, and how a value reads."""

@@ -13,11 +13,13 @@ from mldiag.cli.api_client import (
     DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiClient, ApiUrl, Filter, Fmt, Limit, Location,
     Project, SortBy, Token, api_command, key_values, location_path, print_resources,
 )
-from mldiag.cli.output import Format
+from mldiag.cli.output import Column, Format, milliseconds
 
 app = typer.Typer(help="Machine learning runs: create, describe, list, update, delete.", no_args_is_help=True)
 
-COLUMNS = ("displayName", "runPhase", "createTime", "endTime")
+COLUMNS = (Column("displayName"), Column("runPhase", "PHASE"), Column("createTime", "CREATED"),
+           Column("latestAnalysis.stepTimeMs", "LATEST STEP TIME", milliseconds),
+           Column("latestAnalysis.health", "HEALTH"))
 RunId = Annotated[str, typer.Argument(help="The run's id, full resource name or display name.")]
 NewRunId = Annotated[str, typer.Argument(help="The new run's id.")]
 Labels = Annotated[list[str], typer.Option("--labels", help="KEY=VALUE; repeat for more.")]

@@ -12,13 +12,14 @@ from mldiag.cli.api_client import (
     DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiClient, ApiUrl, Fmt, Location, Project, RunOption,
     Token, api_command, describe_child_command, list_children_command,
 )
-from mldiag.cli.output import Format, show
+from mldiag.cli.output import Column, Format, milliseconds, show
 from mldiag.domain.types import format_duration, parse_duration
 
 app = typer.Typer(help="Profiler sessions: list, describe, share, analyze.", no_args_is_help=True)
 
 COLLECTION = "profilerSessions"
-COLUMNS = ("kind", "createTime", "analysis.state", "analysis.health", "storageFolderUri")
+COLUMNS = (Column("sessionPhase", "PHASE"), Column("analysis.state", "ANALYSIS"), Column("analysis.health", "HEALTH"),
+           Column("analysis.stepTimeMs", "STEP TIME", milliseconds), Column("analysis.topFinding", "TOP FINDING"))
 SessionId = Annotated[str, typer.Argument(help="The session's id (or its full resource name).")]
 
 
