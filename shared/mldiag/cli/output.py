@@ -18,6 +18,7 @@ from enum import StrEnum
 from typing import Any
 
 import yaml
+from rich.cells import cell_len
 from rich.console import Console
 from rich.measure import Measurement
 from rich.segment import Segments
@@ -91,7 +92,7 @@ def _table(columns: Sequence[Column], rows: list[list[str]], show_header: bool =
         if column.path == "id" or (any(values) and all(_IDENTIFIER.match(v) for v in values if v)):
             # A fixed width is the one rich never shrinks before the others: the longest value, whole.
             table.add_column(column.title, no_wrap=True,
-                             width=max(len(v) for v in [column.title, *values]))
+                             width=max(cell_len(v) for v in [column.title, *values]))
         else:
             table.add_column(column.title, overflow="fold")
     for row in rows:
