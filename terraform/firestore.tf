@@ -3,6 +3,8 @@
 # - Resource lists (mldiag.repository.Repository.list): `_parent == P` ordered by
 #   `createTime`, ascending (internal walks) and descending (the API's default order), in
 #   each resource collection.
+# - A run by its display name (the CLI's `--machine-learning-run NAME`): `_parent == P` and
+#   `displayName == N`, newest first; Firestore merges the parent index with this one.
 # - The event archive (mldiag.eventlog.EventArchive.list, `mldiag events list|replay`):
 #   `function`, `type` and/or `outcome` equal to a value, over a `firstReceived` range,
 #   newest first. Firestore merges these indexes to serve two or three equalities at once.
@@ -27,6 +29,15 @@ locals {
         }
       }
     ]...),
+    {
+      "machineLearningRuns-by-display-name" = {
+        collection = "machineLearningRuns"
+        fields = [
+          { field_path = "displayName", order = "ASCENDING" },
+          { field_path = "createTime", order = "DESCENDING" },
+        ]
+      }
+    },
     {
       for field in ["function", "type", "outcome"] : "${local.event_archive}-by-${field}" => {
         collection = local.event_archive

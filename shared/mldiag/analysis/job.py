@@ -10,7 +10,8 @@ A request (``Registrar.request_analysis``: ``{"session", "generationSet",
   into scratch space and analysed by :mod:`mldiag.analysis.worker` in a child
   process under ``analysis_timeout_seconds``, and ``summary.html`` and
   ``analysis.json`` are written to ``<session folder>/mldiag/``; the session
-  records DONE, the health, the reasoner, both report URIs and the top finding.
+  records DONE, the health, the reasoner, both report URIs, the top finding and the
+  step time, and so does its run's ``latestAnalysis`` when it is the run's newest.
 
 Failures are sorted the way the event archive sorts them: a profile that cannot
 be read, a missing file, a timeout or running out of memory will fail again, so
@@ -44,6 +45,7 @@ from mldiag.bootstrap import Services
 from mldiag.blob_uris import parse_blob_uri
 from mldiag.config import Settings
 from mldiag.domain.errors import InvalidArgument, NotFound, PermanentFailure
+from mldiag.domain.names import parent_of
 from mldiag.domain.resources import AnalysisState, ProfilerSession
 from mldiag.eventlog import Ignored
 from mldiag.messages import message_from_cloud_event
@@ -95,14 +97,24 @@ class AnalysisRequest:
 
 
 def _update(services: Services, name: str, change: Callable[[ProfilerSession], str]) -> str:
-    """Apply ``change`` to the stored session in a transaction; returns what it says."""
+    """Apply ``change`` to the stored session in a transaction; returns what it says.
+
+    When the change completes an analysis, the run's ``latestAnalysis`` follows in
+    the same transaction, so the run list never disagrees with the session.
+    """
     def work(transaction: Transaction) -> str:
         previous = services.sessions.find_in(transaction, name)
         if previous is None:
             raise Ignored("the session no longer exists")
         session = previous.model_copy(deep=True)
         said = change(session)
-        services.sessions.save_in(transaction, previous, session)
+        completed = session.analysis.state is AnalysisState.DONE and previous.analysis.state is not AnalysisState.DONE
+        run = services.runs.find_in(transaction, parent_of(name)) if completed else None  # reads before writes
+        saved = services.sessions.save_in(transaction, previous, session)
+        if run is not None:
+            summarised = run.model_copy(deep=True)
+            summarised.record_analysis(saved)
+            services.runs.save_in(transaction, run, summarised)
         return said
 
     return services.store.transaction(work)
@@ -167,7 +179,6 @@ def give_up(services: Services, payload: bytes, reason: str) -> str:
 
 
 def _dashboard_uri(services: Services, session: ProfilerSession) -> str:
-    from mldiag.domain.names import parent_of
     from mldiag.services.sessions import session_location
 
     if session.dashboard_uri:
@@ -280,7 +291,7 @@ def analyze_requested(services: Services, event: CloudEvent) -> str:
         outcome = _finish(
             services, request, AnalysisState.DONE, health=analysis.status, reasoner=_reasoner(analysis),
             report_uri=report_uri, analysis_uri=analysis_uri, error="",
-            top_finding=f"{top.priority.value} {top.title}" if top else "",
+            top_finding=f"{top.priority.value} {top.title}" if top else "", step_time_ms=analysis.metrics.step_time_ms,
         )
         log.info("session analysed", status=analysis.status.value, report=report_uri, recorded=outcome)
         return f"{analysis.status.value}: {report_uri} ({outcome})"

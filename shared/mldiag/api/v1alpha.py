@@ -31,6 +31,13 @@ def _run(project: str, location: str, run: str) -> RunName:
     return _location(project, location).run(run)
 
 
+def _existing_run(project: str, location: str, run: str) -> RunName:
+    """The run's name; NOT_FOUND when there is no such run (an empty list would hide a mistyped run)."""
+    name = _run(project, location, run)
+    services().runs.get(str(name))
+    return name
+
+
 def _done(target: str, verb: str, resource: Resource | None) -> Response:
     response = resource.to_json_dict() if resource is not None else None
     return ok(operations.completed(services(), target, verb, response).to_json_dict())
@@ -144,10 +151,11 @@ def _add_child_reads(collection: str, repository: Callable[[Services], Repositor
     """``GET .../{collection}`` (list) and ``GET .../{collection}/{id}`` for one kind of child of a run."""
 
     def list_children(project: str, location: str, run: str) -> Response:
-        return _list(repository(services()), str(_run(project, location, run)))
+        parent = _existing_run(project, location, run)
+        return _list(repository(services()), str(parent))
 
     def get_child(project: str, location: str, run: str, child: str) -> Response:
-        name = _run(project, location, run).child(collection, child)
+        name = _existing_run(project, location, run).child(collection, child)
         return ok(repository(services()).get(str(name)).to_json_dict())
 
     blueprint.add_url_rule(f"{RUN}/{collection}", f"list_{collection}", list_children, methods=["GET"])

@@ -5,12 +5,17 @@ Uploads go to the bucket the settings name: the local buckets under
 ``MLDIAG_BACKEND=gcp`` (the node's service account needs write access to the
 profiles bucket). With ``MLDIAG_AUTH_AUDIENCE`` set, calls carry a Google ID
 token for that audience (the control plane behind IAM), refreshed as it ages.
+
+The run is given by id, full name or display name; a node's agent often starts
+before its workload registers the run, so it waits for the run to exist (and
+for the control plane to answer) before it registers any target.
 """
 
 from __future__ import annotations
 
 import signal
 import socket
+import threading
 import time
 from pathlib import Path
 from types import FrameType
@@ -19,12 +24,14 @@ from typing import Annotated, Any
 import typer
 
 from mldiag.cli.api_client import (
-    DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiClient, ApiUrl, Location, Project, Token,
+    DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiClient, ApiError, ApiUrl, Location, Project, Token,
+    api_command,
 )
 from mldiag.config import Settings
-from mldiag.domain.names import LocationName
+from mldiag.domain.names import RunName, parse_run
 
 ID_TOKEN_REFRESH_S = 30 * 60  # Google ID tokens live an hour
+WAIT_FOR = ("", "NOT_FOUND", "UNAVAILABLE")  # an unreachable control plane, a run not registered yet
 
 
 class IdTokenClient(ApiClient):
@@ -45,9 +52,25 @@ class IdTokenClient(ApiClient):
         return super().call(method, path, **kwargs)
 
 
+def _find_run(client: ApiClient, project: str, location: str, run: str, stopping: threading.Event,
+              interval_s: float) -> RunName | None:
+    """The run's name, once the control plane knows it; None if stopped while waiting."""
+    while not stopping.is_set():
+        try:
+            return parse_run(client.find_run(project, location, run)["name"])
+        except ApiError as error:
+            if error.status not in WAIT_FOR:
+                raise
+            typer.echo(f"waiting for run {run}: {error}", err=True)
+        stopping.wait(interval_s)
+    return None
+
+
+@api_command
 def agent(
     run: Annotated[str, typer.Option("--machine-learning-run", envvar="MLDIAG_RUN",
-                                     help="The run whose workload runs on this node.")],
+                                     help="The run whose workload runs on this node: id, full name or "
+                                          "display name.")],
     ports: Annotated[list[int], typer.Option("--port", min=1, max=65535,
                                              help="A local profiler port (repeat for several processes).")] = [9999],
     node_index: Annotated[int, typer.Option("--node-index", envvar="MLDIAG_NODE_INDEX", min=0,
@@ -70,18 +93,23 @@ def agent(
     settings = Settings.from_env()
     logs.configure(settings.log_format)
     hostname = hostname or socket.gethostname()
-    config = AgentConfig(
-        name=name or hostname, hostname=hostname, run=LocationName(project, location).run(run),
-        targets=[LocalTarget(port, node_index + i) for i, port in enumerate(ports)],
-        heartbeat_interval_s=heartbeat, poll_interval_s=poll, scratch_dir=str(scratch_dir) if scratch_dir else None,
-    )
-    client = IdTokenClient(api_url, settings.auth_audience) if settings.auth_audience else ApiClient(api_url, token)
-    daemon = Agent(config, client, bootstrap.build_blobs(settings))
+    stopping = threading.Event()
 
     def stop(signum: int, frame: FrameType | None) -> None:
-        daemon.stopping.set()
+        stopping.set()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    typer.echo(f"mldiag agent {config.name}: ports {', '.join(map(str, ports))} of run {run} → {api_url}", err=True)
+    client = IdTokenClient(api_url, settings.auth_audience) if settings.auth_audience else ApiClient(api_url, token)
+    run_name = _find_run(client, project, location, run, stopping, heartbeat)
+    if run_name is None:
+        return
+    config = AgentConfig(
+        name=name or hostname, hostname=hostname, run=run_name,
+        targets=[LocalTarget(port, node_index + i) for i, port in enumerate(ports)],
+        heartbeat_interval_s=heartbeat, poll_interval_s=poll, scratch_dir=str(scratch_dir) if scratch_dir else None,
+    )
+    daemon = Agent(config, client, bootstrap.build_blobs(settings), stopping)
+    typer.echo(f"mldiag agent {config.name}: ports {', '.join(map(str, ports))} of run {run_name.run} → {api_url}",
+               err=True)
     daemon.run_forever()

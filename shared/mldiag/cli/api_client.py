@@ -5,6 +5,12 @@ local ``mldiag up`` by default), with ``--token`` / ``MLDIAG_API_TOKEN`` when it
 asks for one. A failed call raises :class:`ApiError`, which prints the server's
 message and exits with status 1 (through :func:`api_command`); usage mistakes
 exit with 2.
+
+Wherever a command names a run, it takes the run's id, its full name, or its
+display name when one run has it (:meth:`ApiClient.find_run`): the official
+SDK's runs have generated ids, and people know them by the name they gave.
+The lookup lives here rather than in the API, which stays resource-oriented:
+a run's name is its id, and a display name is just a filterable field.
 """
 
 from __future__ import annotations
@@ -15,8 +21,9 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from mldiag.cli.output import Format, errors, show
+from mldiag.cli.output import Column, Format, errors, show
 from mldiag.config import Settings
+from mldiag.domain.names import is_id
 
 if TYPE_CHECKING:
     import requests
@@ -25,13 +32,14 @@ DEFAULT_API_URL = Settings.model_fields["api_url"].default
 DEFAULT_PROJECT = Settings.model_fields["project"].default
 DEFAULT_LOCATION = Settings.model_fields["location"].default
 MAX_PAGE_SIZE = 1000
+MAX_IDS_SHOWN = 5
 
 ApiUrl = Annotated[str, typer.Option("--api-url", envvar="MLDIAG_API_URL", help="The control plane's URL.")]
 Token = Annotated[str, typer.Option("--token", envvar="MLDIAG_API_TOKEN", show_default=False,
                                     help="Bearer token for calls that change something, and for events and status.")]
 Project = Annotated[str, typer.Option("--project", envvar="MLDIAG_PROJECT", help="Project of the resources.")]
 Location = Annotated[str, typer.Option("--location", envvar="MLDIAG_LOCATION", help="Location of the resources.")]
-RunOption = Annotated[str, typer.Option("--machine-learning-run", help="The run (id or full name).")]
+RunOption = Annotated[str, typer.Option("--machine-learning-run", help="The run: its id, full name or display name.")]
 Fmt = Annotated[Format, typer.Option("--format", help="Output format.")]
 Filter = Annotated[str, typer.Option("--filter", help='e.g. \'runPhase = ACTIVE AND labels.team = "infra"\'.')]
 Limit = Annotated[int, typer.Option("--limit", min=1, help="The most resources to list.")]
@@ -42,7 +50,18 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class ApiError(Exception):
-    """The control plane refused a call or could not be reached."""
+    """The control plane refused a call or could not be reached; ``status`` is the API's (``NOT_FOUND``)."""
+
+    def __init__(self, message: str, status: str = ""):
+        super().__init__(message)
+        self.status = status
+
+
+class MissingRunOption(typer.BadParameter):
+    """A child given by id without its run: click's usage error for a missing option (exit status 2)."""
+
+    def format_message(self) -> str:
+        return "Missing option '--machine-learning-run'."
 
 
 def api_command(command: F) -> F:
@@ -87,7 +106,8 @@ class ApiClient:
         if response.status_code >= 400:
             error = payload.get("error", {}) if isinstance(payload, dict) else {}
             message = error.get("message") or response.text[:200] or response.reason
-            raise ApiError(f"{error.get('status') or response.status_code}: {message}")
+            status = str(error.get("status") or "")
+            raise ApiError(f"{status or response.status_code}: {message}", status)
         if not isinstance(payload, dict):
             raise ApiError(f"{method} {url} answered with something other than a JSON object")
         return payload
@@ -116,13 +136,51 @@ class ApiClient:
                 break
         return items[:limit]
 
+    def find_run(self, project: str, location: str, run: str) -> dict[str, Any]:
+        """The run given by id, full name, or display name (when exactly one run has it)."""
+        if run.startswith("projects/"):
+            return self.call("GET", run_path(project, location, run))
+        if is_id(run):
+            try:
+                return self.call("GET", run_path(project, location, run))
+            except ApiError as error:
+                if error.status != "NOT_FOUND":
+                    raise
+        named = self.list_all(f"{location_path(project, location)}/machineLearningRuns", "machineLearningRuns",
+                              limit=MAX_PAGE_SIZE, filter=f"displayName = {_quoted(run)}")
+        if not named:
+            raise ApiError(f"NOT_FOUND: no run with id or display name {run!r}", "NOT_FOUND")
+        if len(named) > 1:
+            ids = [match["name"].rsplit("/", 1)[-1] for match in named]
+            shown = ", ".join(ids[:MAX_IDS_SHOWN]) + (", …" if len(ids) > MAX_IDS_SHOWN else "")
+            raise ApiError(f"{run!r} names {len(ids)} runs (ids {shown}); give the id", "INVALID_ARGUMENT")
+        return named[0]
+
+    def resolve_run_path(self, project: str, location: str, run: str) -> str:
+        """The API path of the run given by id, full name or display name."""
+        return run_path(project, location, self.find_run(project, location, run)["name"])
+
+    def resolve_child_path(self, project: str, location: str, run: str, collection: str, child: str = "") -> str:
+        """:func:`child_path`, with the run given by id, full name or display name."""
+        if run and "/" not in child:
+            run = self.find_run(project, location, run)["name"]
+        return child_path(project, location, run, collection, child)
+
+
+def _quoted(value: str) -> str:
+    """``value`` as a quoted string of the list filter."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
 
 def location_path(project: str, location: str) -> str:
     return f"v1alpha/projects/{project}/locations/{location}"
 
 
 def run_path(project: str, location: str, run: str) -> str:
-    """The API path of a run given by id, or by its full name (``projects/.../machineLearningRuns/R``)."""
+    """The API path of a run given by id, or by its full name (``projects/.../machineLearningRuns/R``).
+
+    The run is taken as given; :meth:`ApiClient.resolve_run_path` also takes a display name.
+    """
     if "/" in run:
         return f"v1alpha/{run.strip('/')}"
     return f"{location_path(project, location)}/machineLearningRuns/{run}"
@@ -133,12 +191,12 @@ def child_path(project: str, location: str, run: str, collection: str, child: st
     if "/" in child:
         return f"v1alpha/{child.strip('/')}"
     if not run:
-        raise typer.BadParameter("give the run, or the full resource name", param_hint="--machine-learning-run")
+        raise MissingRunOption("")
     return f"{run_path(project, location, run)}/{collection}" + (f"/{child}" if child else "")
 
 
 def print_resources(items: Sequence[dict[str, Any]] | dict[str, Any], fmt: Format,
-                    columns: Sequence[str] = ()) -> None:
+                    columns: Sequence[str | Column] = ()) -> None:
     """``show`` with a short ``id`` column in tables (names are long; JSON and YAML keep them whole)."""
     if fmt is Format.table and not isinstance(items, dict):
         items = [{"id": item.get("name", "").rsplit("/", 1)[-1], **item} for item in items]
@@ -157,7 +215,7 @@ def key_values(pairs: Sequence[str], option: str) -> dict[str, str]:
     return parsed
 
 
-def list_children_command(collection: str, columns: Sequence[str], summary: str) -> Callable[..., None]:
+def list_children_command(collection: str, columns: Sequence[str | Column], summary: str) -> Callable[..., None]:
     """A ``list`` command for one kind of child of a run (sessions, targets, events)."""
 
     @api_command
@@ -167,8 +225,9 @@ def list_children_command(collection: str, columns: Sequence[str], summary: str)
         project: Project = DEFAULT_PROJECT, location: Location = DEFAULT_LOCATION,
         api_url: ApiUrl = DEFAULT_API_URL, token: Token = "", fmt: Fmt = Format.table,
     ) -> None:
-        items = ApiClient(api_url, token).list_all(child_path(project, location, run, collection), collection,
-                                                   limit=limit, filter=filter, order_by=sort_by)
+        client = ApiClient(api_url, token)
+        items = client.list_all(client.resolve_child_path(project, location, run, collection), collection,
+                                limit=limit, filter=filter, order_by=sort_by)
         print_resources(items, fmt, columns)
 
     list_children.__doc__ = summary
@@ -185,8 +244,8 @@ def describe_child_command(collection: str, summary: str) -> Callable[..., None]
         project: Project = DEFAULT_PROJECT, location: Location = DEFAULT_LOCATION,
         api_url: ApiUrl = DEFAULT_API_URL, token: Token = "", fmt: Fmt = Format.yaml,
     ) -> None:
-        print_resources(ApiClient(api_url, token).call("GET", child_path(project, location, run, collection, child)),
-                        fmt)
+        client = ApiClient(api_url, token)
+        print_resources(client.call("GET", client.resolve_child_path(project, location, run, collection, child)), fmt)
 
     describe_child.__doc__ = summary
     return describe_child

@@ -11,12 +11,12 @@ import typer
 
 from mldiag.cli.api_client import (
     DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiClient, ApiUrl, Fmt, Location, Project, Token,
-    api_command, print_resources, run_path,
+    api_command, print_resources,
 )
 from mldiag.cli.output import Format
 from mldiag.domain.types import parse_duration
 
-RunId = Annotated[str, typer.Argument(help="The run's id (or its full resource name).")]
+RunId = Annotated[str, typer.Argument(help="The run's id, full resource name or display name.")]
 
 
 def _seconds(value: str, option: str) -> str:
@@ -40,7 +40,8 @@ def set_auto_capture(
     body = {"enabled": not disable, "cooldown": _seconds(cooldown, "--cooldown"),
             "duration": _seconds(duration, "--duration"), "maxPerHour": max_per_hour}
     client = ApiClient(api_url, token)
-    print_resources(client.call("POST", run_path(project, location, run) + ":setAutoCapture", body=body), fmt)
+    path = client.resolve_run_path(project, location, run) + ":setAutoCapture"
+    print_resources(client.call("POST", path, body=body), fmt)
 
 
 @api_command
@@ -58,5 +59,5 @@ def report_metrics(
     except ValueError as error:
         raise typer.BadParameter(f"not JSON lines: {error}", param_hint="POINTS_FILE") from None
     client = ApiClient(api_url, token)
-    print_resources(client.call("POST", run_path(project, location, run) + ":reportMetrics",
-                                body={"points": points}), fmt)
+    path = client.resolve_run_path(project, location, run) + ":reportMetrics"
+    print_resources(client.call("POST", path, body={"points": points}), fmt)

@@ -18,7 +18,7 @@ import typer
 
 from mldiag.cli.api_client import (
     DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiClient, ApiError, ApiUrl, Fmt, Location, Project,
-    RunOption, Token, api_command, child_path, print_resources, run_path,
+    RunOption, Token, api_command, print_resources,
 )
 from mldiag.cli.output import Format, errors, show
 from mldiag.domain.types import format_duration, parse_duration
@@ -122,8 +122,8 @@ def capture(
     if fallback is not None:
         body["fallback"] = fallback.value
     client = ApiClient(api_url, token)
-    operation = client.call("POST", child_path(project, location, run, "profilerSessions") + ":capture",
-                            params={"profilerSessionId": session}, body=body)
+    path = client.resolve_child_path(project, location, run, "profilerSessions") + ":capture"
+    operation = client.call("POST", path, params={"profilerSessionId": session}, body=body)
     if run_async:
         show(operation, fmt)
         return
@@ -144,7 +144,7 @@ def _continuous(path: str, body: dict[str, Any], run_async: bool, client: ApiCli
 
 @api_command
 def start_continuous_profiling(
-    run: Annotated[str, typer.Argument(help="The run's id (or its full resource name).")],
+    run: Annotated[str, typer.Argument(help="The run's id, full resource name or display name.")],
     targets: Targets = "all",
     device_tracer_level: DeviceLevel = None,
     run_async: Async = False,
@@ -155,17 +155,19 @@ def start_continuous_profiling(
     body: dict[str, Any] = {"profilerTargets": _target_list(targets)}
     if device_tracer_level is not None:
         body["deviceTracerLevel"] = device_tracer_level.value
-    _continuous(run_path(project, location, run) + ":startContinuousProfiling", body, run_async,
-                ApiClient(api_url, token), fmt)
+    client = ApiClient(api_url, token)
+    _continuous(client.resolve_run_path(project, location, run) + ":startContinuousProfiling", body, run_async,
+                client, fmt)
 
 
 @api_command
 def stop_continuous_profiling(
-    run: Annotated[str, typer.Argument(help="The run's id (or its full resource name).")],
+    run: Annotated[str, typer.Argument(help="The run's id, full resource name or display name.")],
     run_async: Async = False,
     project: Project = DEFAULT_PROJECT, location: Location = DEFAULT_LOCATION,
     api_url: ApiUrl = DEFAULT_API_URL, token: Token = "", fmt: Fmt = Format.yaml,
 ) -> None:
     """Turn the run's continuous profiling off."""
-    _continuous(run_path(project, location, run) + ":stopContinuousProfiling", {}, run_async,
-                ApiClient(api_url, token), fmt)
+    client = ApiClient(api_url, token)
+    _continuous(client.resolve_run_path(project, location, run) + ":stopContinuousProfiling", {}, run_async,
+                client, fmt)

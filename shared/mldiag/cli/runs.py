@@ -11,21 +11,24 @@ import typer
 from mldiag.cli import auto_capture, capture
 from mldiag.cli.api_client import (
     DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiClient, ApiUrl, Filter, Fmt, Limit, Location,
-    Project, SortBy, Token, api_command, key_values, location_path, print_resources, run_path,
+    Project, SortBy, Token, api_command, key_values, location_path, print_resources,
 )
-from mldiag.cli.output import Format
+from mldiag.cli.output import Column, Format, milliseconds
 
 app = typer.Typer(help="Machine learning runs: create, describe, list, update, delete.", no_args_is_help=True)
 
-COLUMNS = ("displayName", "runPhase", "createTime", "endTime")
-RunId = Annotated[str, typer.Argument(help="The run's id (or its full resource name).")]
+COLUMNS = (Column("displayName"), Column("runPhase", "PHASE"), Column("createTime", "CREATED"),
+           Column("latestAnalysis.stepTimeMs", "LATEST STEP TIME", milliseconds),
+           Column("latestAnalysis.health", "HEALTH"))
+RunId = Annotated[str, typer.Argument(help="The run's id, full resource name or display name.")]
+NewRunId = Annotated[str, typer.Argument(help="The new run's id.")]
 Labels = Annotated[list[str], typer.Option("--labels", help="KEY=VALUE; repeat for more.")]
 
 
 @app.command()
 @api_command
 def create(
-    run: RunId,
+    run: NewRunId,
     display_name: Annotated[str, typer.Option("--display-name")] = "",
     run_set: Annotated[str, typer.Option("--run-set", help="The set (group) of runs it belongs to.")] = "",
     labels: Labels = [],
@@ -52,7 +55,7 @@ def describe(
     api_url: ApiUrl = DEFAULT_API_URL, token: Token = "", fmt: Fmt = Format.yaml,
 ) -> None:
     """Show one run."""
-    print_resources(ApiClient(api_url, token).call("GET", run_path(project, location, run)), fmt)
+    print_resources(ApiClient(api_url, token).find_run(project, location, run), fmt)
 
 
 @app.command("list")
@@ -90,8 +93,9 @@ def update(
             mask.append(field)
     if not mask:
         raise typer.BadParameter("nothing to update: give at least one of the options")
-    updated = ApiClient(api_url, token).mutate(
-        "PATCH", run_path(project, location, run), params={"updateMask": ",".join(mask)}, body=body)
+    client = ApiClient(api_url, token)
+    updated = client.mutate(
+        "PATCH", client.resolve_run_path(project, location, run), params={"updateMask": ",".join(mask)}, body=body)
     print_resources(updated, fmt)
 
 
@@ -105,7 +109,8 @@ def delete(
 ) -> None:
     """Delete a run and the records of its sessions (profiles in the bucket stay)."""
     params = {"etag": etag} if etag else None
-    ApiClient(api_url, token).mutate("DELETE", run_path(project, location, run), params=params)
+    client = ApiClient(api_url, token)
+    client.mutate("DELETE", client.resolve_run_path(project, location, run), params=params)
     typer.echo(f"Deleted {run}.")
 
 

@@ -10,15 +10,16 @@ import typer
 from mldiag.cli import capture
 from mldiag.cli.api_client import (
     DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiClient, ApiUrl, Fmt, Location, Project, RunOption,
-    Token, api_command, child_path, describe_child_command, list_children_command,
+    Token, api_command, describe_child_command, list_children_command,
 )
-from mldiag.cli.output import Format, show
+from mldiag.cli.output import Column, Format, milliseconds, show
 from mldiag.domain.types import format_duration, parse_duration
 
 app = typer.Typer(help="Profiler sessions: list, describe, share, analyze.", no_args_is_help=True)
 
 COLLECTION = "profilerSessions"
-COLUMNS = ("kind", "createTime", "analysis.state", "analysis.health", "storageFolderUri")
+COLUMNS = (Column("sessionPhase", "PHASE"), Column("analysis.state", "ANALYSIS"), Column("analysis.health", "HEALTH"),
+           Column("analysis.stepTimeMs", "STEP TIME", milliseconds), Column("analysis.topFinding", "TOP FINDING"))
 SessionId = Annotated[str, typer.Argument(help="The session's id (or its full resource name).")]
 
 
@@ -43,8 +44,9 @@ def share(
     api_url: ApiUrl = DEFAULT_API_URL, token: Token = "", fmt: Fmt = Format.table,
 ) -> None:
     """Print a signed link to the session's report that expires after --ttl."""
-    path = child_path(project, location, run, COLLECTION, session) + ":share"
-    link = ApiClient(api_url, token).call("POST", path, body={"ttl": ttl})
+    client = ApiClient(api_url, token)
+    link = client.call("POST", client.resolve_child_path(project, location, run, COLLECTION, session) + ":share",
+                       body={"ttl": ttl})
     if fmt is Format.table:
         typer.echo(link["url"])
         typer.echo(f"expires {link['expireTime']}", err=True)
@@ -60,8 +62,9 @@ def analyze(
     api_url: ApiUrl = DEFAULT_API_URL, token: Token = "", fmt: Fmt = Format.table,
 ) -> None:
     """Analyse the session's files again (after a failed or timed-out analysis, or a new mldiag)."""
-    path = child_path(project, location, run, COLLECTION, session) + ":analyze"
-    updated = ApiClient(api_url, token).call("POST", path, body={})
+    client = ApiClient(api_url, token)
+    updated = client.call("POST", client.resolve_child_path(project, location, run, COLLECTION, session) + ":analyze",
+                          body={})
     if fmt is Format.table:
         typer.echo(f"analysis of {updated['name']} is {updated['analysis']['state']}; "
                    f"follow it with `mldiag profiler-session describe`")

@@ -17,8 +17,8 @@ _MODULES = {
     "mldiag.domain.resources": (
         "AnalysisState", "AnalysisStatus", "AnalyzerReport", "Artifacts", "DetectionState", "DeviceTracerLevel",
         "EventType", "Finding", "FindingCategory", "HealthStatus", "HostFile", "HostTracerLevel", "Kind",
-        "MachineLearningRun", "MonitoredEvent", "Operation", "OperationMetadata", "Orchestrator", "Priority",
-        "PythonTracerLevel", "RecommendedAction", "Resource", "ResourceState", "RunConfigs", "RunPhase",
+        "LatestAnalysis", "MachineLearningRun", "MonitoredEvent", "Operation", "OperationMetadata", "Orchestrator",
+        "Priority", "PythonTracerLevel", "RecommendedAction", "Resource", "ResourceState", "RunConfigs", "RunPhase",
         "SessionPhase", "Status", "Suppression", "TargetSession", "TargetState", "ProfilerSession",
         "ProfilerTarget", "WorkloadDetails",
     ),

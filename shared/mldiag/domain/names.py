@@ -23,8 +23,12 @@ OPERATIONS = "operations"
 CHILD_COLLECTIONS = (SESSIONS, TARGETS, EVENTS)
 
 
+def is_id(value: object) -> bool:
+    return isinstance(value, str) and bool(_ID.match(value)) and ".." not in value
+
+
 def validate_id(value: str, *, field: str = "id") -> str:
-    if not isinstance(value, str) or not _ID.match(value) or ".." in value:
+    if not is_id(value):
         raise InvalidArgument(
             f"{value!r} is not a valid id (letters, digits, '.', '_', '-'; "
             "1-128 characters; starting with a letter or digit)",

@@ -13,7 +13,7 @@ import hashlib
 from datetime import timedelta
 from typing import Any, ClassVar
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, computed_field, model_validator
 
 from mldiag.domain.errors import InvalidArgument, InvalidTransition, invalid_argument
 from mldiag.domain.types import CamelModel, Duration, PrefixedEnum, Timestamp
@@ -246,6 +246,21 @@ class ContinuousProfiling(CamelModel):
     operation: str = ""
 
 
+class LatestAnalysis(CamelModel):
+    """The outcome of the run's newest analysed session, kept on the run so that its list shows it.
+
+    Server-owned: written in the transaction that records a completed analysis,
+    for the newest session (by creation) that has one.
+    """
+
+    profiler_session: str = ""
+    session_create_time: Timestamp = None
+    end_time: Timestamp = None
+    health: HealthStatus | None = None
+    step_time_ms: float | None = None
+    top_finding: str = ""
+
+
 class MachineLearningRun(Resource):
     collection: ClassVar[str] = "machineLearningRuns"
 
@@ -266,6 +281,7 @@ class MachineLearningRun(Resource):
     creator: str = ""
     # Set while continuous profiling is on (one per run).
     continuous_profiling: ContinuousProfiling | None = None
+    latest_analysis: LatestAnalysis | None = None
 
     @property
     def id(self) -> str:
@@ -279,6 +295,20 @@ class MachineLearningRun(Resource):
     def check_transition(self, previous: Resource) -> None:
         assert isinstance(previous, MachineLearningRun)
         check_move("runPhase", RUN_PHASE_MOVES, previous.run_phase, self.run_phase)
+
+    def record_analysis(self, session: ProfilerSession) -> None:
+        """Let ``latest_analysis`` show ``session``'s completed analysis, unless a newer session's is shown."""
+        latest = self.latest_analysis
+        newer_shown = (latest is not None and latest.profiler_session != session.name
+                       and latest.session_create_time is not None and session.create_time is not None
+                       and session.create_time < latest.session_create_time)
+        if newer_shown:
+            return
+        analysis = session.analysis
+        self.latest_analysis = LatestAnalysis(
+            profiler_session=session.name, session_create_time=session.create_time, end_time=analysis.end_time,
+            health=analysis.health, step_time_ms=analysis.step_time_ms, top_finding=analysis.top_finding,
+        )
 
     def session_folder(self, session_id: str) -> str:
         """``<gcsPath>/<run>/plugins/profile/<session>``: where XProf expects the session."""
@@ -347,6 +377,7 @@ class AnalysisStatus(CamelModel):
     start_time: Timestamp = None
     end_time: Timestamp = None
     top_finding: str = ""
+    step_time_ms: float | None = None  # the report's key metric
 
 
 class ProfilerSession(Resource):
@@ -380,6 +411,15 @@ class ProfilerSession(Resource):
     def id(self) -> str:
         return self.name.rsplit("/", 1)[-1]
 
+    @model_validator(mode="before")
+    @classmethod
+    def _ignore_output_only(cls, data: Any) -> Any:
+        """``sessionPhase`` is derived: a client's (or a stored) value is dropped, never validated against."""
+        if isinstance(data, dict) and ("sessionPhase" in data or "session_phase" in data):
+            return {k: v for k, v in data.items() if k not in ("sessionPhase", "session_phase")}
+        return data
+
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def session_phase(self) -> SessionPhase:
         """The session's phase follows its targets: ACTIVE while any is, FAILED only if all failed."""

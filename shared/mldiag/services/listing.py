@@ -1,7 +1,8 @@
 """List requests: a small AIP-160 ``filter``, AIP-132 ``orderBy`` and paging.
 
 Supported filter grammar: ``field OP value`` terms joined by ``AND``, where OP is
-one of ``= != < <= > >=`` and value is a bare word or a quoted string. Fields are
+one of ``= != < <= > >=`` and value is a bare word or a quoted string (which
+may hold anything, ``\\"`` for a quote: ``displayName = "a (b) AND c"``). Fields are
 the resource's JSON fields (``runPhase``, ``labels.team``, ``analysis.state``;
 snake_case accepted) and values are read as the field's type, so
 ``runPhase = COMPLETED``, ``kind = on-demand`` and ``isMaster = true`` all work.
@@ -29,6 +30,7 @@ _OPERATORS = {"=": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
 _TERM = re.compile(r"^(?P<field>[A-Za-z_][\w.-]*)\s*(?P<op><=|>=|!=|=|<|>)\s*(?P<value>.+)$", re.DOTALL)
 _AND = re.compile(r"\s+AND\s+")
 _UNSUPPORTED = re.compile(r"\s(OR|NOT)\s|^NOT\s|[()]")
+_QUOTED = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'")
 
 
 NEWEST_FIRST = (OrderBy("createTime", descending=True),)
@@ -81,13 +83,11 @@ def resolve_field(model: type[BaseModel], path: str, *, field: str) -> FieldPath
     current: Any = model
     for index, part in enumerate(parts):
         if isinstance(current, type) and issubclass(current, BaseModel):
-            info = _field_info(current, part)
-            if info is None:
+            found = _field(current, part)
+            if found is None:
                 raise InvalidArgument(f"{current.__name__} has no field {part!r}", field=field)
-            keys.append(info.alias or part)
-            current = _unwrap_optional(info.annotation)
-            if info.metadata:
-                current = Annotated[(current, *info.metadata)]
+            key, current = found
+            keys.append(key)
             continue
         if _is_map(current):
             keys.extend(parts[index:])
@@ -96,10 +96,16 @@ def resolve_field(model: type[BaseModel], path: str, *, field: str) -> FieldPath
     return FieldPath(tuple(keys), current)
 
 
-def _field_info(model: type[BaseModel], name: str) -> Any:
+def _field(model: type[BaseModel], name: str) -> tuple[str, Any] | None:
+    """The stored key of ``model``'s field ``name`` (either spelling) and its type, or None."""
     for field_name, info in model.model_fields.items():
         if name in (field_name, info.alias):
-            return info
+            annotation = _unwrap_optional(info.annotation)
+            return info.alias or field_name, Annotated[(annotation, *info.metadata)] if info.metadata else annotation
+    # Derived, output-only fields (a session's sessionPhase) are stored with the resource, so they filter too.
+    for field_name, computed in model.model_computed_fields.items():
+        if name in (field_name, computed.alias):
+            return computed.alias or field_name, computed.return_type
     return None
 
 
@@ -141,10 +147,8 @@ def parse_filter(model: type[Resource], text: str) -> list[Where]:
     text = text.strip()
     if not text:
         return []
-    if _UNSUPPORTED.search(text):
-        raise InvalidArgument("only 'field OP value' terms joined by AND are supported", field="filter")
     conditions = []
-    for term in _AND.split(text):
+    for term in _terms(text):
         match = _TERM.match(term.strip())
         if not match:
             raise InvalidArgument(f"cannot read {term.strip()!r}: expected 'field OP value'", field="filter")
@@ -155,6 +159,18 @@ def parse_filter(model: type[Resource], text: str) -> list[Where]:
         value = _typed_value(path, _unquote(raw), quoted=raw[:1] in "\"'")
         conditions.append(Where(path.dotted, _OPERATORS[match["op"]], value))
     return conditions
+
+
+def _terms(text: str) -> list[str]:
+    """The ``AND``-joined terms of a filter; quoted values may hold anything (``"a (b) AND c"``)."""
+    bare = _QUOTED.sub(lambda quoted: "x" * len(quoted.group()), text)
+    if _UNSUPPORTED.search(bare):
+        raise InvalidArgument("only 'field OP value' terms joined by AND are supported", field="filter")
+    terms, start = [], 0
+    for joint in _AND.finditer(bare):
+        terms.append(text[start:joint.start()])
+        start = joint.end()
+    return [*terms, text[start:]]
 
 
 def _unquote(value: str) -> str:

@@ -69,6 +69,10 @@ def test_a_settled_session_is_analysed_and_its_reports_land_next_to_it(embedded,
     assert analysis.top_finding.startswith("P0 Host-bound input")
     assert analysis.start_time <= analysis.end_time
     written = json.loads(embedded.blobs.read_bytes(analysis.analysis_uri))
+    assert analysis.step_time_ms == written["metrics"]["step_time_ms"] > 0
+    latest = embedded.runs.get(SESSION.rsplit("/", 2)[0]).latest_analysis
+    assert (latest.profiler_session, latest.health, latest.step_time_ms, latest.top_finding) == (
+        SESSION, HealthStatus.NEEDS_ATTENTION, analysis.step_time_ms, analysis.top_finding)
     assert written["status"] == "NEEDS_ATTENTION" and written["followups"]
     page = embedded.blobs.read_bytes(analysis.report_uri).decode()
     assert "NEEDS ATTENTION" in page and 'id="viewer-link"' in page and "session_path=gs%3A%2F%2Fprofiles" in page

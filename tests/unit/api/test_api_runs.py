@@ -85,6 +85,19 @@ def test_unusable_filters_are_refused_with_a_reason(api, expression, mentions):
     assert mentions in response.json["error"]["message"]
 
 
+def test_a_quoted_value_may_hold_parentheses_quotes_and_and(api):
+    tricky = 'resnet (bs=64) AND "warm" OR cold'
+    api.create_run("a", displayName=tricky, labels={"team": "infra"})
+    api.create_run("b", displayName="resnet")
+    quoted = '"' + tricky.replace('"', '\\"') + '"'
+    for expression in (f"displayName = {quoted}", f"labels.team = infra AND displayName = {quoted}"):
+        response = api.request("GET", RUNS, query_string={"filter": expression})
+        assert response.status_code == 200, response.json
+        assert [run["displayName"] for run in response.json["machineLearningRuns"]] == [tricky]
+    refused = api.request("GET", RUNS, query_string={"filter": 'displayName = "a" OR displayName = "b"'})
+    assert refused.status_code == 400 and "AND" in refused.json["error"]["message"]
+
+
 def test_order_by_and_bad_paging_arguments(api):
     api.create_run("x", displayName="b")
     api.create_run("y", displayName="a")

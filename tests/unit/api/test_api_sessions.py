@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
+import pytest
+
 from api_suite import API_URL, RUNS
 from mldiag.domain import MonitoredEvent
 
@@ -115,3 +117,31 @@ def test_monitored_events_list_and_get(api, services):
 def test_unknown_operation_is_not_found(api):
     response = api.request("GET", f"{RUNS.rsplit('/', 1)[0]}/operations/operation-nope")
     assert response.status_code == 404 and response.json["error"]["status"] == "NOT_FOUND"
+
+
+@pytest.mark.parametrize("collection", ["profilerSessions", "profilerTargets", "monitoredEvents"])
+def test_children_of_a_missing_run_are_not_found(api, collection):
+    api.create_run("r1")
+    assert api.request("GET", f"{RUNS}/r1/{collection}").json == {collection: []}
+    for path in (f"{RUNS}/ghost/{collection}", f"{RUNS}/ghost/{collection}/c1"):
+        response = api.request("GET", path)
+        assert response.status_code == 404, path
+        assert response.json["error"]["status"] == "NOT_FOUND"
+        assert "machineLearningRuns/ghost not found" in response.json["error"]["message"]
+
+
+def test_session_phase_is_output_only_and_filters(api):
+    api.create_run("r1")
+    path = f"{RUNS}/r1/profilerSessions"
+    for session_id, phase in (("ok", "SUCCEEDED"), ("broken", "FAILED")):
+        _operation(api.request("POST", f"{path}?profiler_session_id={session_id}",
+                               json={"targetSessions": {"h0": {"sessionPhase": phase}}}))
+    broken = api.request("GET", f"{path}/broken").json
+    assert broken["sessionPhase"] == "FAILED"
+    listed = api.request("GET", path, query_string={"filter": "sessionPhase = FAILED"}).json["profilerSessions"]
+    assert [s["name"] for s in listed] == [broken["name"]]
+    # A session read back and sent whole (no mask) keeps its derived phase; naming it in a mask is refused.
+    sent_back = _operation(api.request("PATCH", f"{path}/broken", json={**broken, "sessionPhase": "ACTIVE"}))
+    assert sent_back["sessionPhase"] == "FAILED" and sent_back["targetSessions"] == broken["targetSessions"]
+    refused = api.request("PATCH", f"{path}/broken?update_mask=sessionPhase", json={"sessionPhase": "ACTIVE"})
+    assert refused.status_code == 400 and "sessionPhase cannot be updated" in refused.json["error"]["message"]

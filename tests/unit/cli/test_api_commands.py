@@ -7,7 +7,10 @@ import json
 import pytest
 import yaml
 
-from mldiag.domain import AnalysisState, AnalysisStatus, MonitoredEvent, ProfilerSession, ProfilerTarget
+from mldiag.domain import (
+    AnalysisState, AnalysisStatus, HealthStatus, MonitoredEvent, ProfilerSession, ProfilerTarget, SessionPhase,
+    TargetSession,
+)
 
 RUN_PREFIX = "projects/local-project/locations/local/machineLearningRuns"
 
@@ -104,7 +107,7 @@ def test_sessions_targets_and_events(server, mldiag):
     on_run = ("--machine-learning-run", "r1")
 
     sessions = mldiag("profiler-session", "list", *on_run)
-    assert sessions.exit_code == 0 and "s1" in sessions.stdout and "KIND_PROGRAMMATIC" in sessions.stdout
+    assert sessions.exit_code == 0 and "s1" in sessions.stdout and "DONE" in sessions.stdout
     assert yaml.safe_load(mldiag("profiler-session", "describe", "s1", *on_run).stdout)["analysis"]["state"] == "DONE"
     shared = mldiag("profiler-session", "share", "s1", *on_run, "--ttl", "10m")
     assert shared.exit_code == 0 and shared.stdout.startswith(f"{server.url}/share/")
@@ -114,3 +117,35 @@ def test_sessions_targets_and_events(server, mldiag):
     assert "duty cycle dropped 20%" in mldiag("monitored-events", "list", *on_run).stdout
     event = _json(mldiag("monitored-events", "describe", "e1", *on_run, "--format", "json"))
     assert event["type"] == "PERFORMANCE_DEGRADATION"
+
+
+def _table(result) -> dict[str, dict[str, str]]:
+    """A piped table as {id: {header: cell}}: one line per row, cells between the borders."""
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.stdout.splitlines() if line.startswith(("┃", "│"))]
+    header, *rows = [[cell.strip() for cell in line.strip("┃│").split("┃" if line[0] == "┃" else "│")]
+                     for line in lines]
+    return {row[0]: dict(zip(header, row)) for row in rows}
+
+
+def test_session_and_run_lists_show_phase_analysis_step_time_and_finding(server, mldiag):
+    run = _json(mldiag("machine-learning-run", "create", "r1", "--display-name", "my-experiment", "--format", "json"))
+    sessions = server.services.sessions
+    sessions.create(ProfilerSession(name=f"{run['name']}/profilerSessions/unreachable", target_sessions={
+        "vm-0": TargetSession(session_phase=SessionPhase.FAILED, error="connection refused")}))
+    analysed = sessions.create(ProfilerSession(
+        name=f"{run['name']}/profilerSessions/analysed",
+        target_sessions={"vm-0": TargetSession(session_phase=SessionPhase.SUCCEEDED)},
+        analysis=AnalysisStatus(state=AnalysisState.DONE, health=HealthStatus.NEEDS_ATTENTION, step_time_ms=123.456,
+                                top_finding="P0 Host-bound input pipeline")))
+    server.services.runs.update(run["name"], lambda stored: stored.record_analysis(analysed))
+
+    listed = _table(mldiag("profiler-session", "list", "--machine-learning-run", "my-experiment"))
+    assert listed["unreachable"] == {"ID": "unreachable", "PHASE": "FAILED", "ANALYSIS": "NOT_STARTED", "HEALTH": "",
+                                     "STEP TIME": "", "TOP FINDING": ""}
+    assert listed["analysed"] == {"ID": "analysed", "PHASE": "SUCCEEDED", "ANALYSIS": "DONE",
+                                  "HEALTH": "NEEDS_ATTENTION", "STEP TIME": "123.46 ms",
+                                  "TOP FINDING": "P0 Host-bound input pipeline"}
+    runs = _table(mldiag("machine-learning-run", "list"))
+    assert runs["r1"] == {"ID": "r1", "DISPLAY NAME": "my-experiment", "PHASE": "ACTIVE", "CREATED": run["createTime"],
+                          "LATEST STEP TIME": "123.46 ms", "HEALTH": "NEEDS_ATTENTION"}

@@ -118,6 +118,36 @@ def test_session_phase_follows_targets():
     assert ProfilerSession().session_phase is SessionPhase.ACTIVE
 
 
+def test_session_phase_is_in_the_json_and_output_only():
+    failed = ProfilerSession.from_json({"targetSessions": {"a": {"sessionPhase": "FAILED"}}})
+    wire = failed.to_json_dict()
+    assert wire["sessionPhase"] == "FAILED"
+    assert ProfilerSession.from_json({**wire, "sessionPhase": "SUCCEEDED"}) == failed
+    assert ProfilerSession.from_json({"sessionPhase": "not even a phase"}).session_phase is SessionPhase.ACTIVE
+
+
+def _analysed(session_id: str, created: str, step_time_ms: float) -> ProfilerSession:
+    return ProfilerSession.from_json({
+        "name": f"projects/p/locations/l/machineLearningRuns/r1/profilerSessions/{session_id}", "createTime": created,
+        "analysis": {"state": "DONE", "health": "OPTIMAL", "stepTimeMs": step_time_ms, "topFinding": "P2 x",
+                     "endTime": "2026-01-02T00:00:00Z"}})
+
+
+def test_the_run_keeps_the_analysis_of_its_newest_analysed_session():
+    run = MachineLearningRun(name="projects/p/locations/l/machineLearningRuns/r1")
+    old, new = _analysed("old", "2026-01-01T00:00:00Z", 20.0), _analysed("new", "2026-01-01T01:00:00Z", 10.0)
+    run.record_analysis(new)
+    latest = run.to_json_dict()["latestAnalysis"]
+    assert latest == {"profilerSession": new.name, "sessionCreateTime": "2026-01-01T01:00:00.000000Z",
+                      "endTime": "2026-01-02T00:00:00.000000Z", "health": "OPTIMAL", "stepTimeMs": 10.0,
+                      "topFinding": "P2 x"}
+    run.record_analysis(old)  # an older session analysed again later does not take its place
+    assert run.latest_analysis.profiler_session == new.name
+    new.analysis.step_time_ms = 9.0
+    run.record_analysis(new)  # the same session analysed again does
+    assert run.latest_analysis.step_time_ms == 9.0
+
+
 def test_session_folder_is_the_xprof_layout():
     run = MachineLearningRun(name="projects/p/locations/l/machineLearningRuns/r1",
                              artifacts={"gcsPath": "gs://bucket/prefix/"})

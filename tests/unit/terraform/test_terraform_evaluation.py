@@ -66,7 +66,9 @@ def test_the_firestore_indexes_evaluate(workdir: Path):
     assert indexes["profilerSessions-by-parent-descending"]["fields"] == [
         {"field_path": "_parent", "order": "ASCENDING"}, {"field_path": "createTime", "order": "DESCENDING"}]
     assert indexes["events-by-outcome"]["fields"][1] == {"field_path": "firstReceived", "order": "DESCENDING"}
-    assert len(indexes) == 13
+    assert indexes["machineLearningRuns-by-display-name"]["fields"] == [
+        {"field_path": "displayName", "order": "ASCENDING"}, {"field_path": "createTime", "order": "DESCENDING"}]
+    assert len(indexes) == 14
 
 
 @pytest.mark.parametrize(("variable", "message"), [
