@@ -273,6 +273,7 @@ def test_wrong_event_type_is_rejected(embedded):
 @pytest.mark.parametrize("name", [
     "datasets/train.tfrecord",
     f"{RUN_FOLDER}/mldiag/summary.html",
+    f"{RUN_FOLDER}/mldiag/0123456789abcdef/summary.html",
     f"{RUN_FOLDER}/ALL_HOSTS.op_stats_v2.pb",
     "plugins/profile/s1/h.xplane.pb",
 ])
