@@ -121,7 +121,9 @@ def test_running_the_same_job_again_reopens_its_run_and_keeps_the_first_report(c
     for report in (first_report, session["analysis"]["reportUri"]):
         assert (control_plane.bucket_folder / report.removeprefix("gs://mldiag-profiles/")).is_file()
     log = control_plane.log.read_text()
-    assert f"run {run_id} (sdk-e2e-rerun) started again under the same name" in log
+    lines = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+    assert [line["restart_count"] for line in lines if line.get("run") == run_id
+            and line["message"].startswith("run started again under the same name")] == [1]
     assert "session steps-2-4 of run" in log and f"the earlier analysis is kept at {first_report}" in log
 
 

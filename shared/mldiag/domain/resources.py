@@ -390,19 +390,18 @@ class ProfilerSession(Resource):
         parts = sorted(f"{host}@{f.generation}" for host, f in self.host_files.items())
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16] if parts else ""
 
-    def keep_earlier_analysis(self) -> AnalysisStatus | None:
+    def keep_earlier_analysis(self) -> None:
         """Before the session's current files are analysed: keep the finished analysis of earlier files.
 
-        Returns what was kept (the latest ``MAX_EARLIER_ANALYSES`` stay listed), or ``None`` when the
-        analysis is of the current files already or never finished.
+        Nothing changes when the analysis is of the current files already or never finished; the
+        latest ``MAX_EARLIER_ANALYSES`` stay listed.
         """
         finished = self.analysis
         if finished.generation_set == self.generation_set() or finished.state not in (
                 AnalysisState.DONE, AnalysisState.FAILED):
-            return None
+            return
         self.earlier_analyses = [finished, *self.earlier_analyses][:self.MAX_EARLIER_ANALYSES]
         self.analysis = AnalysisStatus()
-        return finished
 
     def earlier_analysis(self, generation_set: str) -> AnalysisStatus | None:
         return next((kept for kept in self.earlier_analyses if kept.generation_set == generation_set), None)

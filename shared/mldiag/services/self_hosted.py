@@ -163,8 +163,8 @@ def upsert(
 
     stored, restarted = services.store.transaction(work)
     if restarted:
-        log.info(f"run {stored.id} ({stored.display_name}) started again under the same name: it is ACTIVE "
-                 "again and new profiles join it; give the job a unique name for a new run each time",
+        log.info("run started again under the same name: ACTIVE again, its new profiles join it "
+                 "(a unique name gives a new run)", run=stored.id, display_name=stored.display_name,
                  restart_count=stored.restart_count)
     return stored
 
