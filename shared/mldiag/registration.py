@@ -10,6 +10,11 @@ object's generation so a redelivered event changes nothing and an overwrite
 registers again. Once the session has settled — every expected host is there,
 or no new file came for ``settle_seconds`` — exactly one analysis request per
 set of files goes out on ``analysis-requests`` through the outbox.
+
+A rerun of a job that names its session the same way overwrites the session's
+files: the finished analysis of the earlier files moves to the session's
+``earlierAnalyses`` (its report stays where it was written, in its own
+generation folder) and the new files are analysed afresh.
 """
 
 from __future__ import annotations
@@ -184,13 +189,23 @@ class Registrar:
         def work(transaction: Transaction) -> tuple[str, str]:
             previous = self.services.sessions.find_in(transaction, name)
             session = previous.model_copy(deep=True) if previous else self._new_session(name, profile)
+            replaced = session.host_files.get(host_of(profile.file_name)) if profile.file_name.endswith(
+                XPLANE_SUFFIX) else None
+            report_of_replaced = session.analysis.report_uri
             if not self._add_file(session, profile):
                 # A redelivery. If a crash came between commit and publish, the request is still staged.
                 requested = session.analysis.generation_set
                 return "already registered", self._analysis_outbox_key(name, requested) if requested else ""
             key = self._request_analysis_if_settled(transaction, session, run)
             self.services.sessions.save_in(transaction, previous, session)
-            return f"{profile.file_name} registered in {name}" + (" (analysis requested)" if key else ""), key
+            if replaced is not None:
+                account = (f"session {session.id} of run {run.id} received a newer profile "
+                           f"(generation {profile.generation} of {profile.file_name})")
+                if report_of_replaced:
+                    account += f"; the earlier analysis is kept at {report_of_replaced}"
+            else:
+                account = f"{profile.file_name} registered in {name}"
+            return account + (" (analysis requested)" if key else ""), key
 
         account, key = self.services.store.transaction(work)
         if key:
@@ -255,6 +270,7 @@ class Registrar:
         if not generation_set or (generation_set == session.analysis.generation_set and not force):
             session.settle_after = None
             return ""
+        session.keep_earlier_analysis()
         session.analysis.state = AnalysisState.PENDING
         session.analysis.generation_set = generation_set
         session.analysis.error = ""

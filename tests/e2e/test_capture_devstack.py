@@ -116,8 +116,9 @@ def test_an_on_demand_capture_is_uploaded_by_the_agent_registered_and_analysed(c
     assert described["hostFiles"][TARGET]["uri"] == uri
     folder = uri.rsplit("/", 1)[0]
     analysis = described["analysis"]
-    assert (analysis["reportUri"], analysis["analysisUri"]) == (f"{folder}/mldiag/summary.html",
-                                                                f"{folder}/mldiag/analysis.json")
+    reports = f"{folder}/mldiag/{analysis['generationSet']}"
+    assert (analysis["reportUri"], analysis["analysisUri"]) == (f"{reports}/summary.html",
+                                                                f"{reports}/analysis.json")
     report = json.loads(cloud.read(analysis["analysisUri"]))
     assert report["status"] == analysis["health"] and report["findings"]
     assert [host["host"] for host in report["hosts"]] == [TARGET] and report["hosts"][0]["steps"] > 0

@@ -106,7 +106,7 @@ def test_train_py_registers_its_run_and_its_first_steps_are_analysed(control_pla
 
     def listed_done() -> bool:
         shown = shell(sessions, tmp_path, control_plane).stdout
-        return any(line.split()[:1] == [SESSION] and " DONE " in line for line in shown.splitlines())
+        return any(SESSION in line.split() and "DONE" in line.split() for line in shown.splitlines())
 
     wait_for(listed_done, f"{SESSION} listed with its analysis DONE", timeout_s=180)
     report = analysed(control_plane, run, SESSION)

@@ -1,4 +1,4 @@
-"""A real JAX workload with the official SDK against ``mldiag up``: runs, their final phase, profiles.
+"""A real JAX workload with the official SDK against ``mldiag up``: runs, their final phase, profiles, reruns.
 
 ``mldiag up`` runs as a subprocess on a free port with a fresh data dir (the
 ``control_plane`` fixture of ``conftest.py``); the workload
@@ -80,6 +80,51 @@ def test_a_workload_that_raises_ends_failed(control_plane):
     run = _run_named(control_plane, "sdk-e2e-crash")
     described = _mldiag(control_plane, "machine-learning-run", "describe", run["name"].rsplit("/", 1)[1])
     assert described["runPhase"] == "FAILED" and described["endTime"]
+
+
+def _session(control_plane: ControlPlane, run_id: str, session_id: str) -> dict | None:
+    sessions = _mldiag(control_plane, "profiler-session", "list", "--machine-learning-run", run_id)
+    return next((s for s in sessions if s["name"].endswith(f"/profilerSessions/{session_id}")), None)
+
+
+def _wait_for(condition, what: str, timeout_s: float = 240):
+    deadline = time.monotonic() + timeout_s
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(1)
+    return value
+
+
+def test_running_the_same_job_again_reopens_its_run_and_keeps_the_first_report(control_plane):
+    first = _workload(control_plane, "sdk-e2e-rerun", "--profile")
+    assert first.returncode == 0, first.stderr[-3000:]
+    run_id = _run_named(control_plane, "sdk-e2e-rerun")["name"].rsplit("/", 1)[1]
+
+    def analysed(earlier: int) -> dict | None:
+        session = _session(control_plane, run_id, "steps-2-4")
+        done = session and session["analysis"]["state"] == "DONE"
+        return session if done and len(session.get("earlierAnalyses", [])) == earlier else None
+
+    first_report = _wait_for(lambda: analysed(0), "the first profile's analysis")["analysis"]["reportUri"]
+    ended = _mldiag(control_plane, "machine-learning-run", "describe", run_id)
+
+    second = _workload(control_plane, "sdk-e2e-rerun", "--profile")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert f"registered run {run_id}" in second.stdout  # the SDK derives the run from the name: the same run
+    rerun = _mldiag(control_plane, "machine-learning-run", "describe", run_id)
+    assert rerun["runPhase"] == "COMPLETED" and rerun["restartCount"] == 1
+    assert ended["endTime"] < rerun["lastRestartTime"] < rerun["endTime"]
+
+    session = _wait_for(lambda: analysed(1), "the second profile's analysis, with the first one kept")
+    assert session["earlierAnalyses"][0]["reportUri"] == first_report
+    assert session["analysis"]["reportUri"] != first_report
+    for report in (first_report, session["analysis"]["reportUri"]):
+        assert (control_plane.bucket_folder / report.removeprefix("gs://mldiag-profiles/")).is_file()
+    log = control_plane.log.read_text()
+    lines = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+    assert [line["restart_count"] for line in lines if line.get("run") == run_id
+            and line["message"].startswith("run started again under the same name")] == [1]
+    assert "session steps-2-4 of run" in log and f"the earlier analysis is kept at {first_report}" in log
 
 
 def test_self_hosted_mode_reports_runs_only_never_sessions(control_plane):

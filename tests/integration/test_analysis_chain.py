@@ -54,8 +54,8 @@ def _assert_analysed(services: Services, session: ProfilerSession, folder: str) 
     analysis = session.analysis
     assert analysis.state is AnalysisState.DONE, analysis
     assert analysis.health is HealthStatus.NEEDS_ATTENTION and analysis.reasoner == "offline"
-    assert (analysis.report_uri, analysis.analysis_uri) == (f"{folder}/mldiag/summary.html",
-                                                            f"{folder}/mldiag/analysis.json")
+    reports = f"{folder}/mldiag/{analysis.generation_set}"
+    assert (analysis.report_uri, analysis.analysis_uri) == (f"{reports}/summary.html", f"{reports}/analysis.json")
     report = json.loads(services.blobs.read_bytes(analysis.analysis_uri))
     assert report["status"] == "NEEDS_ATTENTION" and report["findings"][0]["category"] == "input_bound"
     assert b"NEEDS ATTENTION" in services.blobs.read_bytes(analysis.report_uri)

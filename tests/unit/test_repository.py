@@ -43,7 +43,7 @@ def test_update_refuses_impossible_transition_and_writes_nothing(runs):
     runs.update(created.name, lambda r: setattr(r, "run_phase", RunPhase.COMPLETED))
     before = runs.get(created.name)
     with pytest.raises(InvalidTransition):
-        runs.update(created.name, lambda r: setattr(r, "run_phase", RunPhase.ACTIVE))
+        runs.update(created.name, lambda r: setattr(r, "run_phase", RunPhase.FAILED))
     assert runs.get(created.name) == before
 
 

@@ -9,9 +9,11 @@ A request (``Registrar.request_analysis``: ``{"session", "generationSet",
 * otherwise the analysis goes PENDING → RUNNING, the host files are downloaded
   into scratch space and analysed by :mod:`mldiag.analysis.worker` in a child
   process under ``analysis_timeout_seconds``, and ``summary.html`` and
-  ``analysis.json`` are written to ``<session folder>/mldiag/``; the session
-  records DONE, the health, the reasoner, both report URIs, the top finding and the
-  step time, and so does its run's ``latestAnalysis`` when it is the run's newest.
+  ``analysis.json`` are written to ``<session folder>/mldiag/<generation set>/``
+  (so a rerun that overwrites the session's files leaves the earlier report
+  readable); the session records DONE, the health, the reasoner, both report
+  URIs, the top finding and the step time, and so does its run's
+  ``latestAnalysis`` when it is the run's newest.
 
 Failures are sorted the way the event archive sorts them: a profile that cannot
 be read, a missing file, a timeout or running out of memory will fail again, so
@@ -237,6 +239,11 @@ def _run_worker(settings: Settings, files: list[Path], scratch: Path, out: Path,
         raise AnalysisFailed(f"the analysis worker exited with {worker.returncode}: {last}", permanent=False)
 
 
+def report_folder(session_folder: str, generation_set: str) -> str:
+    """Where the analysis of one set of the session's files writes its report."""
+    return f"{session_folder.rstrip('/')}/{REPORT_FOLDER}/{generation_set}"
+
+
 def _analyse(services: Services, request: AnalysisRequest, session: ProfilerSession,
              scratch: Path) -> tuple[str, str]:
     """Download, analyse, upload; returns the URIs of ``summary.html`` and ``analysis.json``."""
@@ -252,7 +259,8 @@ def _analyse(services: Services, request: AnalysisRequest, session: ProfilerSess
     out = scratch / "report"
     _run_worker(services.settings, files, scratch, out, folder, _dashboard_uri(services, session),
                 _baseline(services, session, scratch))
-    report_uri, analysis_uri = (f"{folder}/{REPORT_FOLDER}/{name}" for name in (SUMMARY_FILE, ANALYSIS_FILE))
+    report_uri, analysis_uri = (f"{report_folder(folder, request.generation_set)}/{name}"
+                                for name in (SUMMARY_FILE, ANALYSIS_FILE))
     services.blobs.upload(out / ANALYSIS_FILE, analysis_uri, "application/json")
     services.blobs.upload(out / SUMMARY_FILE, report_uri, "text/html; charset=utf-8")
     return report_uri, analysis_uri

@@ -78,7 +78,8 @@ def update(
     display_name: Annotated[str | None, typer.Option("--display-name")] = None,
     run_set: Annotated[str | None, typer.Option("--run-set")] = None,
     update_labels: Annotated[list[str], typer.Option("--update-labels", help="KEY=VALUE to set; repeat.")] = [],
-    run_phase: Annotated[str | None, typer.Option("--run-phase", help="COMPLETED or FAILED.")] = None,
+    run_phase: Annotated[str | None, typer.Option(
+        "--run-phase", help="COMPLETED or FAILED; ACTIVE again once ended (counts a restart).")] = None,
     etag: Annotated[str, typer.Option("--etag", help="Only if the run still has this etag.")] = "",
     project: Project = DEFAULT_PROJECT, location: Location = DEFAULT_LOCATION,
     api_url: ApiUrl = DEFAULT_API_URL, token: Token = "", fmt: Fmt = Format.yaml,

@@ -10,7 +10,7 @@ wherever it comes from.
 from __future__ import annotations
 
 import hashlib
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from pydantic import Field, ValidationError, computed_field, model_validator
@@ -162,12 +162,14 @@ class FindingCategory(PrefixedEnum):
 
 
 # State machines: for each field, the moves a value may make. Staying put is always allowed.
-_TERMINAL_PHASES = {RunPhase.COMPLETED, RunPhase.FAILED}
+TERMINAL_RUN_PHASES = frozenset({RunPhase.COMPLETED, RunPhase.FAILED})
+# An ended run becomes ACTIVE again when its workload starts once more (the SDK registers the same
+# run id for the same name); it never turns from one outcome into the other.
 RUN_PHASE_MOVES: dict[RunPhase, set[RunPhase]] = {
     RunPhase.RUN_PHASE_UNSPECIFIED: set(RunPhase),
-    RunPhase.ACTIVE: _TERMINAL_PHASES,
-    RunPhase.COMPLETED: set(),
-    RunPhase.FAILED: set(),
+    RunPhase.ACTIVE: set(TERMINAL_RUN_PHASES),
+    RunPhase.COMPLETED: {RunPhase.ACTIVE},
+    RunPhase.FAILED: {RunPhase.ACTIVE},
 }
 SESSION_PHASE_MOVES: dict[SessionPhase, set[SessionPhase]] = {
     SessionPhase.SESSION_PHASE_UNSPECIFIED: set(SessionPhase),
@@ -282,15 +284,25 @@ class MachineLearningRun(Resource):
     # Set while continuous profiling is on (one per run).
     continuous_profiling: ContinuousProfiling | None = None
     latest_analysis: LatestAnalysis | None = None
+    # Server-owned: how often the run became ACTIVE again after it had ended, and when it last did.
+    restart_count: int = 0
+    last_restart_time: Timestamp = None
 
     @property
     def id(self) -> str:
         return self.name.rsplit("/", 1)[-1]
 
     @property
-    def finished(self) -> bool:
+    def ended(self) -> bool:
         """COMPLETED or FAILED: its workload is gone, so its profiler targets can no longer be captured."""
-        return self.run_phase in _TERMINAL_PHASES
+        return self.run_phase in TERMINAL_RUN_PHASES
+
+    def restart(self, now: datetime) -> None:
+        """The ended run's workload started again: ACTIVE once more, with no end time yet."""
+        self.run_phase = RunPhase.ACTIVE
+        self.end_time = None
+        self.restart_count += 1
+        self.last_restart_time = now
 
     def check_transition(self, previous: Resource) -> None:
         assert isinstance(previous, MachineLearningRun)
@@ -382,6 +394,7 @@ class AnalysisStatus(CamelModel):
 
 class ProfilerSession(Resource):
     collection: ClassVar[str] = "profilerSessions"
+    MAX_EARLIER_ANALYSES: ClassVar[int] = 50
 
     kind: Kind = Kind.KIND_UNSPECIFIED
     profiler_targets: list[str] = Field(default_factory=list)
@@ -397,6 +410,8 @@ class ProfilerSession(Resource):
     host_files: dict[str, HostFile] = Field(default_factory=dict)
     extra_files: dict[str, HostFile] = Field(default_factory=dict)
     analysis: AnalysisStatus = Field(default_factory=AnalysisStatus)
+    # Finished analyses of files the session held before (a rerun overwrote them), newest first.
+    earlier_analyses: list[AnalysisStatus] = Field(default_factory=list)
     # Registration bookkeeping: when the newest host file arrived, and when the
     # session counts as settled (no newer file) unless analysis was already requested.
     last_file_time: Timestamp = None
@@ -406,6 +421,22 @@ class ProfilerSession(Resource):
         """A fingerprint of the host files (names and generations) the session holds now."""
         parts = sorted(f"{host}@{f.generation}" for host, f in self.host_files.items())
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16] if parts else ""
+
+    def keep_earlier_analysis(self) -> None:
+        """Before the session's current files are analysed: keep the finished analysis of earlier files.
+
+        Nothing changes when the analysis is of the current files already or never finished; the
+        latest ``MAX_EARLIER_ANALYSES`` stay listed.
+        """
+        finished = self.analysis
+        if finished.generation_set == self.generation_set() or finished.state not in (
+                AnalysisState.DONE, AnalysisState.FAILED):
+            return
+        self.earlier_analyses = [finished, *self.earlier_analyses][:self.MAX_EARLIER_ANALYSES]
+        self.analysis = AnalysisStatus()
+
+    def earlier_analysis(self, generation_set: str) -> AnalysisStatus | None:
+        return next((kept for kept in self.earlier_analyses if kept.generation_set == generation_set), None)
 
     @property
     def id(self) -> str:

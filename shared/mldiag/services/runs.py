@@ -1,7 +1,9 @@
 """Machine learning runs: create, read, list, update (update_mask + etag), delete.
 
 Whichever path a run arrives by (API, CLI, SDK), :func:`normalize` applies the
-server's rules: ``endTime`` is stamped when the phase becomes final, and a
+server's rules: ``endTime`` is stamped when the phase becomes final; an ended
+run that becomes ACTIVE again (its workload started once more) loses its
+``endTime`` and counts the restart (``restartCount``, ``lastRestartTime``); and a
 ``gcsPath`` that names a local bucket folder (a workload next to ``mldiag up``
 writes profiles there) is stored as the ``gs://`` URI it stands for. Deleting a run deletes the records of its sessions,
 targets and monitored events; the profiles in the bucket stay where they are.
@@ -24,12 +26,13 @@ MUTABLE_FIELDS = frozenset({
     "displayName", "runSet", "labels", "configs", "tools", "artifacts", "orchestrator",
     "workloadDetails", "runPhase", "logicalId", "clusterId", "creator",
 })
-_FINAL_PHASES = (RunPhase.COMPLETED, RunPhase.FAILED)
 
 
-def normalize(run: MachineLearningRun, services: Services) -> None:
-    """Apply the server-side rules to a run about to be stored (in place)."""
-    if run.run_phase in _FINAL_PHASES and run.end_time is None:
+def normalize(run: MachineLearningRun, services: Services, previous: MachineLearningRun | None = None) -> None:
+    """Apply the server-side rules to a run about to replace ``previous`` (in place)."""
+    if previous is not None and previous.ended and run.run_phase is RunPhase.ACTIVE:
+        run.restart(services.now())
+    if run.ended and run.end_time is None:
         run.end_time = services.now()
     gcs_path = run.artifacts.gcs_path
     if gcs_path and not gcs_path.startswith("gs://") and isinstance(services.blobs, LocalBuckets):
@@ -63,7 +66,7 @@ def update(
 
     def mutate(run: MachineLearningRun) -> None:
         updated = apply_update(run, body, update_mask, mutable=MUTABLE_FIELDS)
-        normalize(updated, services)
+        normalize(updated, services, run)
         assign(run, updated)
 
     try:

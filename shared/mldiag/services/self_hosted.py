@@ -6,9 +6,14 @@ of the response's ``name`` and keeps a non-empty ``clusterId``. Later it reports
 the workload's state (``STATE_RUNNING|SUCCEEDED|FAILED``) with
 ``PATCH /v1/machineLearningRuns/{id}?update_mask=workload.state``. Runs arrive
 under the configured default project and location, with a stable id derived from
-the logical id, so a restarted workload finds its run again. Two registrations
-racing to create the same run: one wins, the other gets ``ALREADY_EXISTS`` (409),
-on which the SDK falls back to a state update, as it expects to.
+the logical id, so a restarted workload finds its run again. The SDK derives the
+logical id from the run's name (a UUID of namespace/workload/cluster, the
+workload being the name unless ``DIAGON_WORKLOAD_ID`` says otherwise), so the
+same job started again under the same name registers the same run: a
+registration of an ended run makes it ACTIVE again and counts the restart
+(:func:`mldiag.services.runs.normalize`). Two registrations racing to create
+the same run: one wins, the other gets ``ALREADY_EXISTS`` (409), on which the
+SDK falls back to a state update, as it expects to.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
+import structlog
 from pydantic import Field, ValidationError
 from pydantic.alias_generators import to_snake
 
@@ -29,6 +35,7 @@ from mldiag.ports import Transaction
 from mldiag.services import runs
 
 SDK_NAME_PREFIX = "machineLearningRuns/"
+log = structlog.get_logger(__name__)
 
 
 class WorkloadState(StrEnum):
@@ -125,6 +132,7 @@ def upsert(
     """Create or update the run the SDK names (by ``run_id``, else by the body's ``logicalId``)."""
     settings = services.settings
     sdk = _parse(body, settings.cluster_id)
+    registration = not run_id  # the SDK's create_ml_run: the workload has just started
     if run_id:
         validate_id(run_id, field="name")
         if sdk.name and sdk.name != SDK_NAME_PREFIX + run_id:
@@ -138,7 +146,7 @@ def upsert(
     name = str(LocationName(settings.project, settings.location).run(run_id))
     paths = _mask_paths(update_mask, sdk)
 
-    def work(transaction: Transaction) -> MachineLearningRun:
+    def work(transaction: Transaction) -> tuple[MachineLearningRun, bool]:
         previous = services.runs.find_in(transaction, name)
         if previous is None and not allow_missing:
             raise NotFound(f"{SDK_NAME_PREFIX}{run_id} not found")
@@ -147,10 +155,18 @@ def upsert(
         run = previous.model_copy(deep=True) if previous else MachineLearningRun(name=name, cluster_id=sdk.cluster_id)
         for path in paths:
             _MASK[path](run, sdk)
-        runs.normalize(run, services)
-        return services.runs.save_in(transaction, previous, run)
+        if registration:
+            run.run_phase = RunPhase.ACTIVE
+        runs.normalize(run, services, previous)
+        restarted = previous is not None and run.restart_count > previous.restart_count
+        return services.runs.save_in(transaction, previous, run), restarted
 
-    return services.store.transaction(work)
+    stored, restarted = services.store.transaction(work)
+    if restarted:
+        log.info("run started again under the same name: ACTIVE again, its new profiles join it "
+                 "(a unique name gives a new run)", run=stored.id, display_name=stored.display_name,
+                 restart_count=stored.restart_count)
+    return stored
 
 
 def to_wire(run: MachineLearningRun) -> dict[str, Any]:

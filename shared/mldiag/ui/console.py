@@ -8,10 +8,11 @@ the error, when the service refused). The sessions table of a run refreshes
 itself while a capture or an analysis is under way (``console.js`` fetches
 ``.../sessions``, the same table rendered alone).
 
-Reports are served from the bucket by a route that can only name
-``<session folder>/mldiag/summary.html`` or ``analysis.json`` of a stored
-session, with a sandboxing Content-Security-Policy: a report holds strings
-from the profile and must not run as the console's origin.
+Reports are served from the bucket by routes that can only name the
+``summary.html`` or ``analysis.json`` a stored session's analysis (its latest,
+or one of its earlier analyses) recorded under ``<session folder>/mldiag/``,
+with a sandboxing Content-Security-Policy: a report holds strings from the
+profile and must not run as the console's origin.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ from mldiag.api.http import services
 from mldiag.domain.errors import MldiagError, NotFound, Unauthenticated
 from mldiag.domain.names import SESSIONS, LocationName, RunName
 from mldiag.domain.resources import (
-    AnalysisState, DeviceTracerLevel, HostTracerLevel, Kind, ProfilerTarget, PythonTracerLevel, RunPhase,
-    SessionPhase,
+    AnalysisState, AnalysisStatus, DeviceTracerLevel, HostTracerLevel, Kind, ProfilerSession, ProfilerTarget,
+    PythonTracerLevel, RunPhase, SessionPhase,
 )
 from mldiag.services import analysis, capture, sessions
 from mldiag.services.listing import ListRequest, list_page
@@ -47,6 +48,7 @@ EVENTS_PER_RUN = 50
 MAX_TARGETS_SHOWN = 1000
 MAX_REPORT_BYTES = 32 * 1024 * 1024
 REPORT_FILES = {"summary.html": "text/html; charset=utf-8", "analysis.json": "application/json"}
+REPORT_FILE = "/report/<any('summary.html', 'analysis.json'):file>"
 _ANALYSING = (AnalysisState.PENDING, AnalysisState.RUNNING)
 SHARE_TTLS = {"1 hour": timedelta(hours=1), "1 day": timedelta(days=1), "7 days": timedelta(days=7)}
 DEFAULT_SHARE_TTL = "1 day"
@@ -212,14 +214,31 @@ def session(run: str, session: str) -> tuple[str, int]:
     return _render_session(run, session)
 
 
-@blueprint.get(SESSION + "/report/<any('summary.html', 'analysis.json'):file>")
+@blueprint.get(SESSION + REPORT_FILE)
 def report(run: str, session: str, file: str) -> Response:
-    """A session's report file, read from ``<its folder>/mldiag/`` (no other file can be named)."""
-    name = _run_name(run).child(SESSIONS, session)
-    stored = services().sessions.get(str(name))
-    if not stored.storage_folder_uri or not stored.analysis.report_uri:
+    """The session's latest report file: what its current analysis recorded."""
+    stored = services().sessions.get(str(_run_name(run).child(SESSIONS, session)))
+    if not stored.analysis.report_uri:
         raise NotFound(f"session {session} has no report yet (analysis {stored.analysis.state.value})")
-    uri = f"{stored.storage_folder_uri.rstrip('/')}/mldiag/{file}"
+    return _report_file(stored, stored.analysis, file)
+
+
+@blueprint.get(SESSION + "/earlier/<generation_set>" + REPORT_FILE)
+def earlier_report(run: str, session: str, generation_set: str, file: str) -> Response:
+    """A report file of an earlier analysis, of files a rerun replaced since."""
+    stored = services().sessions.get(str(_run_name(run).child(SESSIONS, session)))
+    kept = stored.earlier_analysis(generation_set)
+    if kept is None or not kept.report_uri:
+        raise NotFound(f"session {session} has no earlier report of the files {generation_set}")
+    return _report_file(stored, kept, file)
+
+
+def _report_file(stored: ProfilerSession, analysis: AnalysisStatus, file: str) -> Response:
+    """``file`` as the analysis recorded it, read only from under ``<session folder>/mldiag/``."""
+    uri = analysis.report_uri if file == "summary.html" else analysis.analysis_uri
+    reports = f"{stored.storage_folder_uri.rstrip('/')}/mldiag/"
+    if not stored.storage_folder_uri or not uri.startswith(reports):
+        raise NotFound(f"session {stored.id} has no {file} stored with its report")
     content = services().blobs.read_bytes(uri, max_bytes=MAX_REPORT_BYTES)
     response = Response(content, content_type=REPORT_FILES[file])
     response.headers["Content-Security-Policy"] = REPORT_POLICY

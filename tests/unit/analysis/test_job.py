@@ -63,8 +63,8 @@ def test_a_settled_session_is_analysed_and_its_reports_land_next_to_it(embedded,
     assert _deliver(embedded, requested) is Outcome.OK
     analysis = _analysis(embedded)
     assert analysis.state is AnalysisState.DONE and analysis.health is HealthStatus.NEEDS_ATTENTION
-    assert (analysis.report_uri, analysis.analysis_uri) == (f"{FOLDER}/mldiag/summary.html",
-                                                            f"{FOLDER}/mldiag/analysis.json")
+    reports = f"{FOLDER}/mldiag/{analysis.generation_set}"
+    assert (analysis.report_uri, analysis.analysis_uri) == (f"{reports}/summary.html", f"{reports}/analysis.json")
     assert analysis.reasoner == "offline" and analysis.error == "" and analysis.attempts == 1
     assert analysis.top_finding.startswith("P0 Host-bound input")
     assert analysis.start_time <= analysis.end_time
@@ -79,6 +79,35 @@ def test_a_settled_session_is_analysed_and_its_reports_land_next_to_it(embedded,
     with pytest.raises(Ignored):  # the reports' own finalize events register nothing
         parse_finalized({"bucket": "profiles", "name": analysis.report_uri.removeprefix("gs://profiles/"),
                          "generation": "1", "size": "10"}, 1 << 30)
+
+
+def test_a_rerun_that_overwrites_the_files_keeps_the_earlier_report(embedded, clock, requested):
+    assert _deliver(embedded, requested) is Outcome.OK
+    first = _analysis(embedded)
+    first_page = embedded.blobs.read_bytes(first.report_uri)
+
+    clock.advance(60)
+    _add_file(embedded, xplane("compute_bound").read_bytes())  # the job ran again: same session, new file
+    registered = embedded.events.list(function="register_session")[0]
+    assert registered.detail.startswith("session s1 of run run1 received a newer profile (generation ")
+    assert registered.detail.endswith(f"; the earlier analysis is kept at {first.report_uri}")
+
+    assert _deliver(embedded, _settle(embedded, clock)) is Outcome.OK
+    session = embedded.sessions.get(SESSION)
+    latest = session.analysis
+    assert latest.state is AnalysisState.DONE and latest.generation_set != first.generation_set
+    assert latest.attempts == 1 and latest.report_uri == f"{FOLDER}/mldiag/{latest.generation_set}/summary.html"
+    assert session.earlier_analyses == [first]
+    assert embedded.blobs.read_bytes(first.report_uri) == first_page
+    assert json.loads(embedded.blobs.read_bytes(first.analysis_uri))["status"] == "NEEDS_ATTENTION"
+    assert embedded.blobs.read_bytes(latest.report_uri) != first_page
+
+
+def test_analysing_the_same_files_again_lists_no_earlier_analysis(embedded, requested):
+    assert _deliver(embedded, requested) is Outcome.OK
+    reanalyze(embedded, parse_child(SESSION))
+    assert _deliver(embedded, embedded.bus.published[ANALYSIS_REQUESTS][-1]) is Outcome.OK
+    assert embedded.sessions.get(SESSION).earlier_analyses == []
 
 
 def test_one_analysis_per_session_and_set_of_files(embedded, requested):

@@ -130,13 +130,24 @@ def test_update_without_a_mask_takes_the_fields_the_body_sets(api):
     assert (updated["displayName"], updated["runSet"]) == ("after", "set-a")
 
 
-def test_final_phase_stamps_end_time_and_cannot_be_undone(api):
+def test_final_phase_stamps_end_time_and_cannot_turn_into_the_other_outcome(api):
     api.create_run("r1")
     finished = api.request("PATCH", f"{RUNS}/r1?update_mask=runPhase", json={"runPhase": "FAILED"}).json["response"]
     assert finished["runPhase"] == "FAILED" and finished["endTime"]
-    back = api.request("PATCH", f"{RUNS}/r1?update_mask=runPhase", json={"runPhase": "ACTIVE"})
-    assert back.status_code == 400 and "runPhase" in back.json["error"]["message"]
+    other = api.request("PATCH", f"{RUNS}/r1?update_mask=runPhase", json={"runPhase": "COMPLETED"})
+    assert other.status_code == 400 and "runPhase" in other.json["error"]["message"]
     assert api.run("r1").json == finished
+
+
+def test_an_ended_run_made_active_again_counts_the_restart(api):
+    created = api.create_run("r1")
+    assert created["restartCount"] == 0 and "lastRestartTime" not in created
+    completed = api.request("PATCH", f"{RUNS}/r1?update_mask=runPhase", json={"runPhase": "COMPLETED"}).json
+    again = api.request("PATCH", f"{RUNS}/r1?update_mask=runPhase", json={"runPhase": "ACTIVE"}).json["response"]
+    assert again["runPhase"] == "ACTIVE" and "endTime" not in again
+    assert again["restartCount"] == 1 and again["lastRestartTime"] >= completed["response"]["endTime"]
+    ended = api.request("PATCH", f"{RUNS}/r1?update_mask=runPhase", json={"runPhase": "FAILED"}).json["response"]
+    assert ended["endTime"] >= again["lastRestartTime"] and ended["restartCount"] == 1
 
 
 @pytest.mark.parametrize("mask", ["name", "createTime", "etag", "state", "nonsense"])

@@ -63,6 +63,16 @@ def test_run_lifecycle_through_operations_and_etags(client):
     assert completed["runSet"] == "sweep-1" and completed["labels"]["framework"] == "jax"
 
 
+def test_a_rerun_makes_the_completed_run_active_again(client):
+    _create_run(client)
+    client.update_ml_run(name="train-v1", run_phase="COMPLETED")
+    with pytest.raises(requests.HTTPError):
+        _create_run(client)  # the same job started again: the SDK's create meets the run, then it updates
+    again = client.update_ml_run(name="train-v1", run_phase="ACTIVE", display_name="train v1")
+    assert again["runPhase"] == "ACTIVE" and "endTime" not in again
+    assert again["restartCount"] == 1 and again["lastRestartTime"]
+
+
 def test_programmatic_sessions_from_two_hosts(client):
     _create_run(client)
     folder = "gs://profiles/exp/train-v1/s1"

@@ -53,6 +53,29 @@ def test_registering_again_finds_the_same_run(sdk, api):
     assert [r["displayName"] for r in runs] == ["train (restarted)"]
 
 
+@pytest.mark.parametrize("ended", [SdkRunPhase.PHASE_COMPLETED, SdkRunPhase.PHASE_FAILED])
+def test_the_same_job_started_again_makes_its_ended_run_active_again(sdk, api, ended):
+    run_id = _register(sdk)["name"]
+    sdk.update_ml_run(name=run_id, run_phase=ended)
+    assert api.run(LOGICAL_ID).json["endTime"]
+
+    again = _register(sdk)  # the rerun: the SDK derives the same logical id from the same name
+    assert again["name"] == run_id and again["workload"]["state"] == "STATE_RUNNING"
+    run = api.run(LOGICAL_ID).json
+    assert run["runPhase"] == "ACTIVE" and "endTime" not in run
+    assert run["restartCount"] == 1 and run["lastRestartTime"]
+
+    sdk.update_ml_run(name=run_id, run_phase=SdkRunPhase.PHASE_COMPLETED)
+    assert api.run(LOGICAL_ID).json["runPhase"] == "COMPLETED"
+
+
+def test_registering_a_run_that_is_still_active_is_no_restart(sdk, api):
+    _register(sdk)
+    _register(sdk)  # another process of the same job, or a job that died without reporting its end
+    run = api.run(LOGICAL_ID).json
+    assert run["runPhase"] == "ACTIVE" and run["restartCount"] == 0
+
+
 def test_logical_ids_that_are_not_ids_get_a_stable_valid_id(sdk):
     first = _register(sdk, name="My Experiment #1")
     assert first["name"] == _register(sdk, name="My Experiment #1")["name"]

@@ -1,6 +1,6 @@
 """The resource model: Google's JSON shape, clear validation errors, and lifecycle rules."""
 
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -94,11 +94,20 @@ def test_analysis_can_rerun_but_not_skip_the_queue():
         _session("SUCCEEDED", "DONE").check_transition(_session("SUCCEEDED", "NOT_STARTED"))
 
 
-def test_run_phase_is_final_once_completed():
+def test_an_ended_run_may_become_active_again_but_never_the_other_outcome():
     active = MachineLearningRun(run_phase=RunPhase.ACTIVE)
     MachineLearningRun(run_phase="COMPLETED").check_transition(active)
-    with pytest.raises(InvalidTransition, match="runPhase: cannot change from COMPLETED to ACTIVE"):
-        active.check_transition(MachineLearningRun(run_phase="COMPLETED"))
+    active.check_transition(MachineLearningRun(run_phase="COMPLETED"))  # the same job started again
+    active.check_transition(MachineLearningRun(run_phase="FAILED"))
+    with pytest.raises(InvalidTransition, match="runPhase: cannot change from COMPLETED to FAILED"):
+        MachineLearningRun(run_phase="FAILED").check_transition(MachineLearningRun(run_phase="COMPLETED"))
+
+
+def test_a_restart_clears_the_end_and_counts():
+    run = MachineLearningRun(run_phase="FAILED", end_time="2026-01-01T00:00:00Z")
+    run.restart(datetime(2026, 1, 2, tzinfo=timezone.utc))
+    assert (run.run_phase, run.end_time, run.restart_count) == (RunPhase.ACTIVE, None, 1)
+    assert run.last_restart_time == datetime(2026, 1, 2, tzinfo=timezone.utc) and not run.ended
 
 
 def test_ended_event_cannot_reopen_and_done_operation_cannot_undo():

@@ -10,7 +10,9 @@ from cloudevents.http import CloudEvent
 
 from mldiag import entrypoints
 from mldiag.config import ANALYSIS_REQUESTS
-from mldiag.domain import AnalysisState, Kind, MachineLearningRun, ProfilerSession, SessionPhase
+from mldiag.domain import (
+    AnalysisState, AnalysisStatus, HealthStatus, Kind, MachineLearningRun, ProfilerSession, SessionPhase,
+)
 from mldiag.eventlog import Outcome
 from mldiag.maintenance import run_maintenance
 from mldiag.messages import storage_finalized_event
@@ -150,6 +152,63 @@ def test_overwrite_with_a_new_generation_registers_again(embedded, clock):
     assert len(analysis_requests(embedded)) == 2
 
 
+def _finish_analysis(services, state: AnalysisState, **fields) -> AnalysisStatus:
+    """Record the outcome of the pending analysis, as the analysis job would."""
+    def finish(session: ProfilerSession) -> None:
+        for field, value in {"state": state, **fields}.items():
+            setattr(session.analysis, field, value)
+
+    name = only_session(services).name
+    services.sessions.update(name, lambda session: setattr(session.analysis, "state", AnalysisState.RUNNING))
+    return services.sessions.update(name, finish).analysis
+
+
+def test_a_rerun_overwriting_an_analysed_session_keeps_that_analysis_and_says_so(embedded, clock):
+    deliver(embedded, finalized(f"{RUN_FOLDER}/host0.xplane.pb", generation=1))
+    clock.advance(31)
+    run_maintenance(embedded)
+    report = f"gs://profiles/{RUN_FOLDER}/mldiag/{only_session(embedded).analysis.generation_set}/summary.html"
+    first = _finish_analysis(embedded, AnalysisState.DONE, health=HealthStatus.OPTIMAL, report_uri=report,
+                             attempts=1)
+
+    again = finalized(f"{RUN_FOLDER}/host0.xplane.pb", generation=2, size=2000)
+    deliver(embedded, again)
+    assert embedded.events.get("register_session", again["id"]).detail == (
+        f"session s1 of run run1 received a newer profile (generation 2 of host0.xplane.pb); "
+        f"the earlier analysis is kept at {report}")
+    assert only_session(embedded).analysis == first  # still the latest report, until the new files settle
+
+    clock.advance(31)
+    run_maintenance(embedded)
+    session = only_session(embedded)
+    assert session.earlier_analyses == [first]
+    assert session.analysis.state is AnalysisState.PENDING and session.analysis.report_uri == ""
+    assert session.analysis.attempts == 0 and session.analysis.generation_set == session.generation_set()
+
+
+def test_an_analysis_that_never_finished_is_not_kept(embedded, clock):
+    deliver(embedded, finalized(f"{RUN_FOLDER}/host0.xplane.pb", generation=1))
+    clock.advance(31)
+    run_maintenance(embedded)
+    deliver(embedded, finalized(f"{RUN_FOLDER}/host0.xplane.pb", generation=2))
+    clock.advance(31)
+    run_maintenance(embedded)
+    session = only_session(embedded)
+    assert session.earlier_analyses == [] and session.analysis.state is AnalysisState.PENDING
+
+
+def test_only_the_latest_earlier_analyses_stay_listed(embedded, clock):
+    for generation in range(1, ProfilerSession.MAX_EARLIER_ANALYSES + 3):
+        deliver(embedded, finalized(f"{RUN_FOLDER}/host0.xplane.pb", generation=generation))
+        clock.advance(31)
+        run_maintenance(embedded)
+        _finish_analysis(embedded, AnalysisState.FAILED, error=f"run {generation}")
+    kept = only_session(embedded).earlier_analyses
+    assert len(kept) == ProfilerSession.MAX_EARLIER_ANALYSES
+    assert [k.error for k in kept[:2]] == [f"run {ProfilerSession.MAX_EARLIER_ANALYSES + 1}",
+                                           f"run {ProfilerSession.MAX_EARLIER_ANALYSES}"]
+
+
 class FlakyBus:
     """The real in-process bus, except that the first publish dies (the process crashed there)."""
 
@@ -214,6 +273,7 @@ def test_wrong_event_type_is_rejected(embedded):
 @pytest.mark.parametrize("name", [
     "datasets/train.tfrecord",
     f"{RUN_FOLDER}/mldiag/summary.html",
+    f"{RUN_FOLDER}/mldiag/0123456789abcdef/summary.html",
     f"{RUN_FOLDER}/ALL_HOSTS.op_stats_v2.pb",
     "plugins/profile/s1/h.xplane.pb",
 ])
