@@ -29,7 +29,7 @@ _COLUMNS = ("id", "function", "type", "outcome", "attempts", "firstReceived", "e
 
 
 def _when(value: str | None) -> datetime | None:
-    """An RFC 3339 time, or a duration meaning that long ago (``1h``, ``30m``)."""
+    """An RFC 3339 time, or a duration meaning that long ago (``1h``, ``30m``, ``1d``)."""
     if not value:
         return None
     try:
@@ -37,9 +37,14 @@ def _when(value: str | None) -> datetime | None:
     except ValueError:
         pass
     try:
-        return _services().now() - parse_duration(value)
+        ago = parse_duration(value)
     except ValueError:
-        raise typer.BadParameter(f"{value!r} is neither a time (2026-01-01T00:00:00Z) nor a duration (1h)")
+        raise typer.BadParameter(f"{value!r} is neither a time (2026-01-01T00:00:00Z) nor a duration "
+                                 "(30m, 1h, 1d)") from None
+    try:
+        return _services().now() - ago
+    except OverflowError:
+        raise typer.BadParameter(f"{value!r} ago is before the year 1") from None
 
 
 def _fail(error: MldiagError) -> None:

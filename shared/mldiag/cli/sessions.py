@@ -13,20 +13,12 @@ from mldiag.cli.api_client import (
     Token, api_command, child_path, describe_child_command, list_children_command,
 )
 from mldiag.cli.output import Format, show
-from mldiag.domain.types import format_duration, parse_duration
 
 app = typer.Typer(help="Profiler sessions: list, describe, share, analyze.", no_args_is_help=True)
 
 COLLECTION = "profilerSessions"
 COLUMNS = ("kind", "createTime", "analysis.state", "analysis.health", "storageFolderUri")
 SessionId = Annotated[str, typer.Argument(help="The session's id (or its full resource name).")]
-
-
-def _ttl(value: str) -> str:
-    try:
-        return format_duration(parse_duration(value))
-    except ValueError as error:
-        raise typer.BadParameter(str(error)) from None
 
 
 app.command("list")(list_children_command(COLLECTION, COLUMNS, "List a run's profiler sessions, newest first."))
@@ -38,7 +30,8 @@ app.command("describe")(describe_child_command(
 @api_command
 def share(
     session: SessionId, run: RunOption = "",
-    ttl: Annotated[str, typer.Option("--ttl", callback=_ttl, help="How long the link works (1m to 168h).")] = "1h",
+    ttl: Annotated[str, typer.Option(
+        "--ttl", callback=capture.wire_duration, help="How long the link works (1m to 7d).")] = "1h",
     project: Project = DEFAULT_PROJECT, location: Location = DEFAULT_LOCATION,
     api_url: ApiUrl = DEFAULT_API_URL, token: Token = "", fmt: Fmt = Format.table,
 ) -> None:
