@@ -17,7 +17,7 @@ from mldiag.domain.types import parse_duration
 from mldiag.eventlog import Outcome
 from mldiag.replay import Target, find_record, replay_one
 
-app = typer.Typer(help="Archived events: list, show, replay, dead letters.", no_args_is_help=True)
+app = typer.Typer(help="Archived events: list, show, replay, dead-letters, prune.", no_args_is_help=True)
 
 def _services():
     from mldiag import bootstrap

@@ -15,7 +15,9 @@ from mldiag.cli.api_client import (
 )
 from mldiag.cli.output import Format
 
-app = typer.Typer(help="Machine learning runs: create, describe, list, update, delete.", no_args_is_help=True)
+app = typer.Typer(help="Machine learning runs: create, describe, list, update, delete, "
+                       "start-continuous-profiling, stop-continuous-profiling, set-auto-capture, report-metrics.",
+                  no_args_is_help=True)
 
 COLUMNS = ("displayName", "runPhase", "createTime", "endTime")
 RunId = Annotated[str, typer.Argument(help="The run's id (or its full resource name).")]

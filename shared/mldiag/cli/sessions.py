@@ -14,7 +14,7 @@ from mldiag.cli.api_client import (
 )
 from mldiag.cli.output import Format, show
 
-app = typer.Typer(help="Profiler sessions: list, describe, share, analyze.", no_args_is_help=True)
+app = typer.Typer(help="Profiler sessions: list, describe, share, analyze, capture.", no_args_is_help=True)
 
 COLLECTION = "profilerSessions"
 COLUMNS = ("kind", "createTime", "analysis.state", "analysis.health", "storageFolderUri")
