@@ -67,6 +67,12 @@ def test_auto_capture_takes_combined_units(mldiag):
     assert json.loads(policy.stdout)["cooldown"] == "5400.000s" and json.loads(policy.stdout)["duration"] == "2.500s"
 
 
+def test_auto_capture_refuses_a_duration_no_capture_takes(mldiag):
+    mldiag("machine-learning-run", "create", "r1")
+    refused = mldiag("machine-learning-run", "set-auto-capture", "r1", "--duration", "10m")
+    assert refused.exit_code == 1 and "duration: must be at most 5m" in refused.stderr
+
+
 @pytest.fixture
 def archive(embedded, clock, monkeypatch):
     """Two archived events, received two days and one hour before now, for ``mldiag events``."""
