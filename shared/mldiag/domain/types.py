@@ -78,17 +78,17 @@ _DURATION = re.compile(
 )
 _UNIT_SECONDS = {"d": Decimal(86400), "h": Decimal(3600), "m": Decimal(60), "s": Decimal(1), "ms": Decimal("0.001")}
 # Google's Duration spans about 10,000 years; beyond it no field here means anything.
-LONGEST_DURATION_SECONDS = Decimal(315_576_000_000)
-DURATION_SYNTAX = "numbers with units ms, s, m, h or d, largest first, e.g. 500ms, 2.5s, 1h30m, 7d"
+_LONGEST_SECONDS = Decimal(315_576_000_000)
+_SYNTAX = "numbers with units ms, s, m, h or d, largest first, e.g. 500ms, 2.5s, 1h30m, 7d"
 
 
 def _from_seconds(seconds: Decimal, value: Any) -> timedelta:
     if not seconds.is_finite():
-        raise ValueError(f"not a duration: {value!r} ({DURATION_SYNTAX})")
+        raise ValueError(f"not a duration: {value!r} ({_SYNTAX})")
     if seconds < 0:
         raise ValueError(f"not a duration: {value!r} (durations are not negative)")
-    if seconds > LONGEST_DURATION_SECONDS:
-        longest = human_duration(timedelta(seconds=int(LONGEST_DURATION_SECONDS)))
+    if seconds > _LONGEST_SECONDS:
+        longest = human_duration(timedelta(seconds=int(_LONGEST_SECONDS)))
         raise ValueError(f"too long a duration: {value!r} (at most {longest})")
     return timedelta(microseconds=int((seconds * 1_000_000).to_integral_value()))
 
@@ -106,7 +106,7 @@ def parse_duration(value: Any) -> timedelta:
         return _from_seconds(Decimal(value), value)
     match = _DURATION.fullmatch(value.strip()) if isinstance(value, str) else None
     if not match or not any(match.groups()):
-        raise ValueError(f"not a duration: {value!r} ({DURATION_SYNTAX})")
+        raise ValueError(f"not a duration: {value!r} ({_SYNTAX})")
     seconds = sum(Decimal(number) * _UNIT_SECONDS[unit] for unit, number in match.groupdict().items() if number)
     return _from_seconds(seconds, value)
 
