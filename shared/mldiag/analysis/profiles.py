@@ -61,7 +61,7 @@ def _choose(xplanes: list[PurePosixPath], named: str) -> tuple[PurePosixPath, li
     return chosen, folders[chosen], note
 
 
-def require_xspace(path: Path, shown_as: str) -> None:
+def _require_xspace(path: Path, shown_as: str) -> None:
     """Raise :class:`UnreadableProfile`, naming the file ``shown_as``, unless ``path`` frames as an XSpace."""
     try:
         check_xspace(path)
@@ -72,14 +72,14 @@ def require_xspace(path: Path, shown_as: str) -> None:
 def find_session(path: Path) -> Session:
     """The session a local file or folder names; a file that is not a profile is refused under the name given."""
     if path.is_file():
-        require_xspace(path, str(path))
+        _require_xspace(path, str(path))
         return Session(path.parent.name, (path,))
     if not path.is_dir():
         raise UnreadableProfile(f"{path} does not exist")
     xplanes = [PurePosixPath(p.as_posix()) for p in path.rglob(f"*{XPLANE_SUFFIX}") if p.is_file()]
     folder, files, note = _choose(xplanes, str(path))
     for file in files:
-        require_xspace(Path(file), str(file))
+        _require_xspace(Path(file), str(file))
     return Session(folder.name, tuple(Path(f) for f in files), note)
 
 
@@ -111,7 +111,7 @@ def copy_session(session: Session, scratch: Path) -> Session:
     folder.mkdir(parents=True, exist_ok=True)
     copies = []
     for xplane in session.files:
-        require_xspace(xplane, xplane.name)
+        _require_xspace(xplane, xplane.name)
         copy = folder / (host_of(xplane) + XPLANE_SUFFIX)
         shutil.copyfile(xplane, copy)
         copies.append(copy)

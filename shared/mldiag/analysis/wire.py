@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 VARINT, FIXED64, LENGTH_DELIMITED, FIXED32 = 0, 1, 2, 5
-XSPACE_FIELDS = frozenset({1, 2, 3, 4})  # planes, errors, warnings, hostnames: each length-delimited
+_XSPACE_FIELDS = frozenset({1, 2, 3, 4})  # planes, errors, warnings, hostnames: each length-delimited
 
 
 class MalformedXSpace(ValueError):
@@ -67,5 +67,5 @@ def check_xspace(path: Path) -> None:
             raise MalformedXSpace("the file is empty")
         with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
             for number, tag_at, _, _ in fields(data, 0, len(data)):
-                if number == 0 or (number in XSPACE_FIELDS and varint(data, tag_at)[0] & 7 != LENGTH_DELIMITED):
+                if number == 0 or (number in _XSPACE_FIELDS and varint(data, tag_at)[0] & 7 != LENGTH_DELIMITED):
                     raise MalformedXSpace(f"field {number} at byte {tag_at} is not one of XSpace's")
