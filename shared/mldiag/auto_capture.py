@@ -24,7 +24,7 @@ from mldiag.bootstrap import Services
 from mldiag.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermanentFailure
 from mldiag.domain.names import EVENTS, LocationName, parse_run
 from mldiag.domain.resources import Kind, MachineLearningRun, MonitoredEvent, Suppression
-from mldiag.domain.types import CamelModel, Duration, Timestamp, format_timestamp
+from mldiag.domain.types import CamelModel, Duration, Timestamp, bounded_duration, format_timestamp, human_duration
 from mldiag.messages import message_from_cloud_event
 from mldiag.ports import Transaction
 from mldiag.run_state import RunState
@@ -57,6 +57,13 @@ STATES = RunState(COLLECTION, AutoCaptureState)
 
 
 def set_policy(services: Services, run_name: str, policy: AutoCapturePolicy) -> AutoCapturePolicy:
+    """Store the run's policy; its capture duration must be one a capture accepts."""
+    from mldiag.services.capture import MAX_DURATION, MIN_DURATION
+
+    try:
+        bounded_duration(policy.duration, MIN_DURATION, MAX_DURATION)
+    except ValueError as error:
+        raise InvalidArgument(str(error), field="duration") from None
     return STATES.update(services, run_name, lambda state: setattr(state, "policy", policy)).policy
 
 
@@ -71,7 +78,7 @@ def _why_not(state: AutoCaptureState, event: MonitoredEvent, now: datetime) -> s
         since = now - max(state.captures)
         if since < policy.cooldown:
             return (f"cooldown: the run's last automatic capture was {since.total_seconds():.0f}s ago "
-                    f"(cooldown {policy.cooldown.total_seconds():.0f}s)")
+                    f"(cooldown {human_duration(policy.cooldown)})")
     if len(state.captures) >= policy.max_per_hour:
         return f"hourly cap: {len(state.captures)} automatic captures in the last hour (max {policy.max_per_hour})"
     return ""

@@ -16,6 +16,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from mldiag.analysis.wire import MalformedXSpace, check_xspace
 from mldiag.domain.errors import InvalidArgument
 from mldiag.ports import BlobStore
 
@@ -60,14 +61,25 @@ def _choose(xplanes: list[PurePosixPath], named: str) -> tuple[PurePosixPath, li
     return chosen, folders[chosen], note
 
 
+def _require_xspace(path: Path, shown_as: str) -> None:
+    """Raise :class:`UnreadableProfile`, naming the file ``shown_as``, unless ``path`` frames as an XSpace."""
+    try:
+        check_xspace(path)
+    except MalformedXSpace as error:
+        raise UnreadableProfile(f"{shown_as} is not an XSpace profile ({XPLANE_SUFFIX}): {error}") from None
+
+
 def find_session(path: Path) -> Session:
-    """The session a local file or folder names."""
+    """The session a local file or folder names; a file that is not a profile is refused under the name given."""
     if path.is_file():
+        _require_xspace(path, str(path))
         return Session(path.parent.name, (path,))
     if not path.is_dir():
         raise UnreadableProfile(f"{path} does not exist")
     xplanes = [PurePosixPath(p.as_posix()) for p in path.rglob(f"*{XPLANE_SUFFIX}") if p.is_file()]
     folder, files, note = _choose(xplanes, str(path))
+    for file in files:
+        _require_xspace(Path(file), str(file))
     return Session(folder.name, tuple(Path(f) for f in files), note)
 
 
@@ -91,13 +103,15 @@ def download_session(uri: str, blobs: BlobStore, destination: Path) -> Session:
 
 
 def copy_session(session: Session, scratch: Path) -> Session:
-    """Copy the session's files into ``scratch/<session>/``, the folder the converters may write in."""
+    """Copy the session's files into ``scratch/<session>/``, the folder the converters may write in.
+
+    A file that is not a profile is refused by name first, before anything reads it.
+    """
     folder = scratch / (session.name or "session")
     folder.mkdir(parents=True, exist_ok=True)
     copies = []
     for xplane in session.files:
-        if xplane.stat().st_size == 0:
-            raise UnreadableProfile(f"{xplane.name}: empty file (0 bytes)")
+        _require_xspace(xplane, xplane.name)
         copy = folder / (host_of(xplane) + XPLANE_SUFFIX)
         shutil.copyfile(xplane, copy)
         copies.append(copy)

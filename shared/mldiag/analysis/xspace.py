@@ -29,65 +29,27 @@ from __future__ import annotations
 
 import functools
 import mmap
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from mldiag.analysis.wire import VARINT, MalformedXSpace, fields
+
 METADATA_PLANE = "/host:metadata"
 _PLANES = 1  # XSpace.planes
 _PLANE_NAME = 2  # XPlane.name
-_VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5
 _LEADING_FIELDS = (1, 2, 3)  # XEvent.metadata_id, offset_ps, duration_ps
 _MAX_VARINT_BYTES = 10
-
-
-class MalformedXSpace(ValueError):
-    """The bytes do not follow the protobuf wire format."""
 
 
 # --- finding planes --------------------------------------------------------------------------
 
 
-def _varint(data: mmap.mmap | bytes, at: int) -> tuple[int, int]:
-    value, shift = 0, 0
-    while True:
-        if at >= len(data) or shift > 63:
-            raise MalformedXSpace(f"a varint runs past byte {at}")
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, at
-        shift += 7
-
-
-def _fields(data: mmap.mmap | bytes, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
-    """``(field number, start of the field's tag, start of its value, end of its value)`` in order."""
-    at = start
-    while at < end:
-        tag_at = at
-        tag, at = _varint(data, at)
-        number, wire_type = tag >> 3, tag & 7
-        if wire_type == _VARINT:
-            _, value_end = _varint(data, at)
-        elif wire_type == _LENGTH_DELIMITED:
-            length, at = _varint(data, at)
-            value_end = at + length
-        elif wire_type in (_FIXED64, _FIXED32):
-            value_end = at + (8 if wire_type == _FIXED64 else 4)
-        else:
-            raise MalformedXSpace(f"wire type {wire_type} at byte {tag_at}")
-        if value_end > end:
-            raise MalformedXSpace(f"field {number} at byte {tag_at} runs past its message")
-        yield number, tag_at, at, value_end
-        at = value_end
-
-
 def _plane_name(data: mmap.mmap, start: int, end: int) -> str:
-    for number, _, value_start, value_end in _fields(data, start, end):
+    for number, _, value_start, value_end in fields(data, start, end):
         if number == _PLANE_NAME:
             return bytes(data[value_start:value_end]).decode("utf-8", errors="replace")
     return ""
@@ -104,7 +66,7 @@ def plane_bytes(path: Path, name: str) -> bytes:
         with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
             return b"".join(
                 data[tag_at:value_end]
-                for number, tag_at, value_start, value_end in _fields(data, 0, len(data))
+                for number, tag_at, value_start, value_end in fields(data, 0, len(data))
                 if number == _PLANES and _plane_name(data, value_start, value_end) == name
             )
 
@@ -213,7 +175,7 @@ def _leading_fields(events: Sequence[bytes]) -> np.ndarray:
     at = ends - lengths
     columns = np.zeros((len(_LEADING_FIELDS), len(chunks)), dtype=np.uint64)
     for row, number in enumerate(_LEADING_FIELDS):
-        present = np.flatnonzero((at < ends) & (buffer[at] == (number << 3 | _VARINT)))
+        present = np.flatnonzero((at < ends) & (buffer[at] == (number << 3 | VARINT)))
         values, after = _varints(buffer, at[present] + 1)
         if (after > ends[present]).any():
             raise MalformedXSpace(f"field {number} of an event runs past the event")

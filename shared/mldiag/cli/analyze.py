@@ -47,9 +47,9 @@ def analyze(
     fmt: ReportFormat = typer.Option(ReportFormat.text, "--format", help="How to print the report."),
     reasoner: ReasonerChoice | None = typer.Option(
         None, "--reasoner", help="Who investigates: the offline analyst or Gemini on Vertex AI "
-                                 "[default: MLDIAG_REASONER, else offline]."),
+                                 "(default: MLDIAG_REASONER, else offline)."),
     memory_budget_mib: int = typer.Option(
-        0, "--memory-budget-mib", min=0,
+        0, "--memory-budget-mib", min=0, show_default=False,
         help="Memory the analysis may use at once; XProf tools that need more are skipped. "
              "Default: 20x the profile's size (at least 768 MiB), within what the machine has free.",
     ),

@@ -13,32 +13,26 @@ from mldiag.cli.api_client import (
     DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiClient, ApiUrl, Fmt, Location, Project, Token,
     api_command, print_resources,
 )
+from mldiag.cli.capture import wire_duration
 from mldiag.cli.output import Format
-from mldiag.domain.types import parse_duration
 
 RunId = Annotated[str, typer.Argument(help="The run's id, full resource name or display name.")]
-
-
-def _seconds(value: str, option: str) -> str:
-    try:
-        return f"{parse_duration(value).total_seconds():g}s"
-    except ValueError as error:
-        raise typer.BadParameter(str(error), param_hint=option) from None
 
 
 @api_command
 def set_auto_capture(
     run: RunId,
-    cooldown: Annotated[str, typer.Option("--cooldown", help="Least time between automatic captures (10m).")] = "10m",
-    duration: Annotated[str, typer.Option("--duration", help="How long each automatic capture records (3s).")] = "3s",
+    cooldown: Annotated[str, typer.Option(
+        "--cooldown", callback=wire_duration, help="Least time between automatic captures.")] = "10m",
+    duration: Annotated[str, typer.Option(
+        "--duration", callback=wire_duration, help="How long each automatic capture records (100ms to 5m).")] = "3s",
     max_per_hour: Annotated[int, typer.Option("--max-per-hour", min=1, max=60)] = 4,
     disable: Annotated[bool, typer.Option("--disable", help="Record alerts but never capture.")] = False,
     project: Project = DEFAULT_PROJECT, location: Location = DEFAULT_LOCATION,
     api_url: ApiUrl = DEFAULT_API_URL, token: Token = "", fmt: Fmt = Format.yaml,
 ) -> None:
     """Set how monitoring alerts capture this run's profiles (storm control)."""
-    body = {"enabled": not disable, "cooldown": _seconds(cooldown, "--cooldown"),
-            "duration": _seconds(duration, "--duration"), "maxPerHour": max_per_hour}
+    body = {"enabled": not disable, "cooldown": cooldown, "duration": duration, "maxPerHour": max_per_hour}
     client = ApiClient(api_url, token)
     path = client.resolve_run_path(project, location, run) + ":setAutoCapture"
     print_resources(client.call("POST", path, body=body), fmt)

@@ -49,7 +49,8 @@ class Fallback(StrEnum):
     on_demand = "on-demand"
 
 
-def _duration(value: str) -> str:
+def wire_duration(value: str) -> str:
+    """An option's duration (``500ms``, ``2s``, ``1h30m``, ``7d``) as the API takes it; a usage error if it is none."""
     try:
         return format_duration(parse_duration(value))
     except ValueError as error:
@@ -100,7 +101,8 @@ def _report(operation: dict[str, Any]) -> None:
 def capture(
     session: Annotated[str, typer.Argument(help="The new session's id.")],
     run: RunOption,
-    duration: Annotated[str, typer.Option("--duration", callback=_duration, help="e.g. 2s, 1500ms.")] = "2s",
+    duration: Annotated[str, typer.Option(
+        "--duration", callback=wire_duration, help="How long to record (100ms to 5m), e.g. 2s, 1500ms.")] = "2s",
     targets: Targets = "all",
     host_tracer_level: Annotated[HostLevel | None, typer.Option("--host-tracer-level", help="Host tracer.")] = None,
     device_tracer_level: DeviceLevel = None,

@@ -44,8 +44,12 @@ def demo(
     project: Project = DEFAULT_PROJECT, location: Location = DEFAULT_LOCATION, token: Token = "",
     fmt: Annotated[Format, typer.Option("--format", help="How to print the sessions at the end.")] = Format.table,
 ) -> None:
-    """Run a small JAX training job with the official SDK and capture it programmatically, on demand,
-    as a snapshot and automatically; print each session's state, analysis, report and top finding."""
+    """Run a small JAX training job and capture it in all four modes, then show each session.
+
+    The job uses the official SDK and is captured programmatically, on demand,
+    as a snapshot and automatically; each session's state, analysis, report and
+    top finding are printed.
+    """
     from mldiag.demo.processes import DemoError
     from mldiag.demo.walkthrough import DemoSettings, print_summary, run_demo
 

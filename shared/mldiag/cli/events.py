@@ -16,7 +16,7 @@ import typer
 from mldiag.cli.api_client import DEFAULT_API_URL, ApiClient, ApiUrl, Fmt, Token, api_command
 from mldiag.cli.output import Format, show
 
-app = typer.Typer(help="Archived events: list, show, replay, dead letters.", no_args_is_help=True)
+app = typer.Typer(help="Archived events: list, show, replay, dead-letters, prune.", no_args_is_help=True)
 
 _COLUMNS = ("id", "function", "type", "outcome", "attempts", "firstReceived", "error")
 

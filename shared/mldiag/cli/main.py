@@ -31,6 +31,25 @@ COMMANDS = {
 }
 
 
+def _flags_take_no_value() -> None:
+    """Show flags in the rich help as the plain help does: without a type, which reads as a value to give.
+
+    Typer's rich help labels every option with its type, ``--help <bool>``
+    included, where its plain help leaves flags and counters bare.
+    """
+    from typer.core import TyperOption
+
+    typed = TyperOption.display_type_rich
+
+    def display_type_rich(option: TyperOption, ctx: Any) -> str | None:
+        return None if option.is_flag or option.count else typed(option, ctx)
+
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_flags_take_no_value()
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"mldiag {__version__}")

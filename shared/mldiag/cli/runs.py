@@ -15,7 +15,9 @@ from mldiag.cli.api_client import (
 )
 from mldiag.cli.output import Column, Format, milliseconds
 
-app = typer.Typer(help="Machine learning runs: create, describe, list, update, delete.", no_args_is_help=True)
+app = typer.Typer(help="Machine learning runs: create, describe, list, update, delete, "
+                       "start-continuous-profiling, stop-continuous-profiling, set-auto-capture, report-metrics.",
+                  no_args_is_help=True)
 
 COLUMNS = (Column("displayName"), Column("runPhase", "PHASE"), Column("createTime", "CREATED"),
            Column("latestAnalysis.stepTimeMs", "LATEST STEP TIME", milliseconds),

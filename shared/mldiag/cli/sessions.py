@@ -13,21 +13,13 @@ from mldiag.cli.api_client import (
     Token, api_command, describe_child_command, list_children_command,
 )
 from mldiag.cli.output import Column, Format, milliseconds, show
-from mldiag.domain.types import format_duration, parse_duration
 
-app = typer.Typer(help="Profiler sessions: list, describe, share, analyze.", no_args_is_help=True)
+app = typer.Typer(help="Profiler sessions: list, describe, share, analyze, capture.", no_args_is_help=True)
 
 COLLECTION = "profilerSessions"
 COLUMNS = (Column("sessionPhase", "PHASE"), Column("analysis.state", "ANALYSIS"), Column("analysis.health", "HEALTH"),
            Column("analysis.stepTimeMs", "STEP TIME", milliseconds), Column("analysis.topFinding", "TOP FINDING"))
 SessionId = Annotated[str, typer.Argument(help="The session's id (or its full resource name).")]
-
-
-def _ttl(value: str) -> str:
-    try:
-        return format_duration(parse_duration(value))
-    except ValueError as error:
-        raise typer.BadParameter(str(error)) from None
 
 
 app.command("list")(list_children_command(COLLECTION, COLUMNS, "List a run's profiler sessions, newest first."))
@@ -39,7 +31,8 @@ app.command("describe")(describe_child_command(
 @api_command
 def share(
     session: SessionId, run: RunOption = "",
-    ttl: Annotated[str, typer.Option("--ttl", callback=_ttl, help="How long the link works (1m to 168h).")] = "1h",
+    ttl: Annotated[str, typer.Option(
+        "--ttl", callback=capture.wire_duration, help="How long the link works (1m to 7d).")] = "1h",
     project: Project = DEFAULT_PROJECT, location: Location = DEFAULT_LOCATION,
     api_url: ApiUrl = DEFAULT_API_URL, token: Token = "", fmt: Fmt = Format.table,
 ) -> None:

@@ -97,6 +97,8 @@ def invalid_argument(error: ValidationError) -> InvalidArgument:
     message = first["msg"]
     if first["type"] == "extra_forbidden":
         message = "unknown field"
+    elif first["type"] == "value_error":  # our validators' own words, without pydantic's "Value error, "
+        message = str(first["ctx"]["error"])
     if len(error.errors()) > 1:
         message += f" (and {len(error.errors()) - 1} more problem(s))"
     return InvalidArgument(message, field=field)

@@ -4,13 +4,16 @@ Google's JSON mapping is the contract: lowerCamelCase field names, RFC 3339
 timestamps with a ``Z`` suffix, durations as ``"2.500s"`` strings and enum
 values spelled with their type prefix (``KIND_ON_DEMAND``). Timestamps are
 always written with six fractional digits so that stored strings sort in time
-order, which the document stores rely on for range queries.
+order, which the document stores rely on for range queries. Durations are
+read in one syntax wherever they come from (``1500ms``, ``1h30m``, ``7d``,
+and Google's ``"3.5s"``) and shown to people in it (:func:`human_duration`).
 """
 
 from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -67,25 +70,75 @@ Timestamp = Annotated[
     PlainSerializer(format_timestamp, return_type=str | None, when_used="json"),
 ]
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_NUMBER = r"\d+(?:\.\d+)?"
+# Largest unit first, each at most once: "7d", "1h30m", "2.5s", "1500ms" (an "m" followed by "s" is milliseconds).
+_DURATION = re.compile(
+    rf"(?:(?P<d>{_NUMBER})d)?(?:(?P<h>{_NUMBER})h)?(?:(?P<m>{_NUMBER})m(?!s))?"
+    rf"(?:(?P<s>{_NUMBER})s)?(?:(?P<ms>{_NUMBER})ms)?"
+)
+_UNIT_SECONDS = {"d": Decimal(86400), "h": Decimal(3600), "m": Decimal(60), "s": Decimal(1), "ms": Decimal("0.001")}
+# Google's Duration spans about 10,000 years; beyond it no field here means anything.
+_LONGEST_SECONDS = Decimal(315_576_000_000)
+_SYNTAX = "numbers with units ms, s, m, h or d, largest first, e.g. 500ms, 2.5s, 1h30m, 7d"
+
+
+def _from_seconds(seconds: Decimal, value: Any) -> timedelta:
+    if not seconds.is_finite():
+        raise ValueError(f"not a duration: {value!r} ({_SYNTAX})")
+    if seconds < 0:
+        raise ValueError(f"not a duration: {value!r} (durations are not negative)")
+    if seconds > _LONGEST_SECONDS:
+        longest = human_duration(timedelta(seconds=int(_LONGEST_SECONDS)))
+        raise ValueError(f"too long a duration: {value!r} (at most {longest})")
+    return timedelta(microseconds=int((seconds * 1_000_000).to_integral_value()))
 
 
 def parse_duration(value: Any) -> timedelta:
-    """Accept ``"2s"``, ``"1500ms"``, ``"2.5s"``, ``"10m"``, seconds as a number, or a timedelta."""
+    """A duration as people and Google's JSON mapping write it: ``1500ms``, ``3.5s``, ``10m``, ``1h30m``, ``7d``.
+
+    JSON numbers are seconds and a timedelta is taken as it is. Anything else,
+    negative or longer than Google's ``Duration`` allows, is a ``ValueError``
+    with a one-line reason.
+    """
     if isinstance(value, timedelta):
         return value
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return timedelta(seconds=float(value))
-    if isinstance(value, str):
-        match = _DURATION.match(value)
-        if match:
-            return timedelta(seconds=float(match.group(1)) * _UNIT_SECONDS[match.group(2)])
-    raise ValueError(f"not a duration: {value!r} (use e.g. '2s', '1500ms', '10m')")
+        return _from_seconds(Decimal(value), value)
+    match = _DURATION.fullmatch(value.strip()) if isinstance(value, str) else None
+    if not match or not any(match.groups()):
+        raise ValueError(f"not a duration: {value!r} ({_SYNTAX})")
+    seconds = sum(Decimal(number) * _UNIT_SECONDS[unit] for unit, number in match.groupdict().items() if number)
+    return _from_seconds(seconds, value)
 
 
 def format_duration(value: timedelta) -> str:
+    """Google's JSON form of a duration: seconds with three decimals, ``"2.500s"``."""
     return f"{value.total_seconds():.3f}s"
+
+
+def human_duration(value: timedelta) -> str:
+    """``value`` as :func:`parse_duration` reads it, in the largest units: ``7d``, ``1h30m``, ``2.5s``, ``100ms``."""
+    if value < timedelta(0):
+        return "-" + human_duration(-value)
+    microseconds = value // timedelta(microseconds=1)
+    days, microseconds = divmod(microseconds, 86_400_000_000)
+    hours, microseconds = divmod(microseconds, 3_600_000_000)
+    minutes, microseconds = divmod(microseconds, 60_000_000)
+    parts = [f"{count}{unit}" for count, unit in ((days, "d"), (hours, "h"), (minutes, "m")) if count]
+    if microseconds and microseconds < 1_000_000 and microseconds % 1000 == 0:
+        parts.append(f"{microseconds // 1000}ms")
+    elif microseconds:
+        parts.append(f"{(Decimal(microseconds) / 1_000_000).normalize():f}s")
+    return "".join(parts) or "0s"
+
+
+def bounded_duration(value: timedelta, shortest: timedelta, longest: timedelta) -> timedelta:
+    """``value``, if it lies within the bounds; else a ``ValueError`` that names the bound, ``must be at most 7d``."""
+    if value < shortest:
+        raise ValueError(f"must be at least {human_duration(shortest)}")
+    if value > longest:
+        raise ValueError(f"must be at most {human_duration(longest)}")
+    return value
 
 
 Duration = Annotated[

@@ -68,10 +68,14 @@ def when(value: str, now: datetime, field: str) -> datetime | None:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         try:
-            return now - parse_duration(value)
+            ago = parse_duration(value)
         except ValueError:
             raise InvalidArgument(f"{value!r} is neither a time (2026-01-01T00:00:00Z) nor a duration (1h)",
                                   field=field) from None
+        try:
+            return now - ago
+        except OverflowError:
+            raise InvalidArgument(f"{value!r} ago is before the year 1", field=field) from None
     return moment if moment.tzinfo else moment.replace(tzinfo=now.tzinfo)
 
 

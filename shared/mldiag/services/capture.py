@@ -33,7 +33,7 @@ from mldiag.domain.resources import (
     OperationMetadata, ProfilerSession, ProfilerTarget, PythonTracerLevel, SessionPhase, TargetSession,
     TargetState, invalid_argument,
 )
-from mldiag.domain.types import CamelModel, Duration, format_timestamp
+from mldiag.domain.types import CamelModel, Duration, bounded_duration, format_timestamp
 from mldiag.ports import Transaction
 from mldiag.services.sessions import session_location
 
@@ -66,9 +66,7 @@ class CaptureRequest(CamelModel):
     @field_validator("duration")
     @classmethod
     def _bounded(cls, duration: timedelta) -> timedelta:
-        if not MIN_DURATION <= duration <= MAX_DURATION:
-            raise ValueError(f"must be between {MIN_DURATION.total_seconds():g}s and {MAX_DURATION.total_seconds():g}s")
-        return duration
+        return bounded_duration(duration, MIN_DURATION, MAX_DURATION)
 
 
 class ContinuousRequest(CamelModel):

@@ -20,6 +20,7 @@ from mldiag.config import Settings
 from mldiag.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 from mldiag.domain.names import ChildName, RunName, SESSIONS
 from mldiag.domain.resources import MachineLearningRun, ProfilerSession
+from mldiag.domain.types import bounded_duration
 from mldiag.services.masks import apply_update, assign
 
 MUTABLE_FIELDS = frozenset({
@@ -89,8 +90,10 @@ class ShareLink:
 
 def share(services: Services, name: ChildName, ttl: timedelta) -> ShareLink:
     """A signed URL that opens the session's report until ``ttl`` has passed."""
-    if not MIN_SHARE_TTL <= ttl <= MAX_SHARE_TTL:
-        raise InvalidArgument(f"must be between {MIN_SHARE_TTL} and {MAX_SHARE_TTL}", field="ttl")
+    try:
+        bounded_duration(ttl, MIN_SHARE_TTL, MAX_SHARE_TTL)
+    except ValueError as error:
+        raise InvalidArgument(str(error), field="ttl") from None
     session = services.sessions.get(str(name))
     report_uri = session.analysis.report_uri
     if not report_uri:

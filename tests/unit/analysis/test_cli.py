@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -112,11 +114,42 @@ def _corrupt(tmp_path: Path, kind: str) -> Path:
 
 @pytest.mark.parametrize("kind", ["zero_byte", "truncated", "not_protobuf", "corrupt"])
 def test_an_unreadable_file_exits_3_with_one_line(tmp_path, kind):
-    result = _analyze(str(_corrupt(tmp_path, kind)), "--out", str(tmp_path / "out"))
+    path = _corrupt(tmp_path, kind)
+    result = _analyze(str(path), "--out", str(tmp_path / "out"))
     assert result.exit_code == 3
     assert len(result.stderr.strip().splitlines()) == 1
-    assert result.stderr.startswith("mldiag analyze: host.xplane.pb: ")
+    assert result.stderr.startswith(f"mldiag analyze: {path} is not an XSpace profile (.xplane.pb): ")
     assert result.stdout == "" and not (tmp_path / "out").exists()
+
+
+def test_a_file_that_is_no_profile_is_named_as_given(tmp_path, monkeypatch):
+    (tmp_path / "random.txt").write_text("hello, this is not a profile\n")
+    monkeypatch.chdir(tmp_path)
+    result = _analyze("random.txt")
+    assert result.exit_code == 3 and result.stdout == ""
+    assert result.stderr == ("mldiag analyze: random.txt is not an XSpace profile (.xplane.pb): "
+                             "wire type 4 at byte 2\n")
+
+
+def test_a_file_that_is_no_profile_prints_one_line_and_nothing_else(tmp_path):
+    (tmp_path / "random.txt").write_text("hello, this is not a profile\n")
+    shown = subprocess.run([sys.executable, "-c", "from mldiag.cli.main import run; run()", "analyze", "random.txt"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 3 and shown.stdout == ""
+    assert shown.stderr == ("mldiag analyze: random.txt is not an XSpace profile (.xplane.pb): "
+                            "wire type 4 at byte 2\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["random.txt"]
+
+
+def test_a_bad_file_in_a_folder_is_named_by_its_path(tmp_path):
+    session = tmp_path / "logdir" / "plugins" / "profile" / "s1"
+    session.mkdir(parents=True)
+    (session / "h0.xplane.pb").write_bytes(xplane("input_bound").read_bytes())
+    (session / "h1.xplane.pb").write_bytes(b"<html>not a profile</html>\n")
+    result = _analyze(str(tmp_path / "logdir"))
+    assert result.exit_code == 3
+    assert result.stderr == (f"mldiag analyze: {session / 'h1.xplane.pb'} is not an XSpace profile (.xplane.pb): "
+                             "wire type 4 at byte 0\n")
 
 
 @pytest.mark.parametrize("where", ["missing", "empty_folder"])

@@ -83,3 +83,18 @@ def test_a_bug_is_a_500_that_says_nothing_about_internals(services, monkeypatch)
     response = create_app(services).test_client().get(f"{RUNS}/r1")
     assert response.status_code == 500 and response.json["error"]["status"] == "INTERNAL"
     assert "secret" not in response.json["error"]["message"]
+
+
+@pytest.mark.parametrize("value", ["99999999999999999s", 1e308, 10**400, "1e308", -1, "NaN"])
+@pytest.mark.parametrize(("path", "field"), [
+    ("r1/profilerSessions?profiler_session_id=s1", "duration"),
+    ("r1/profilerSessions:capture?profilerSessionId=s1", "duration"),
+    ("r1:setAutoCapture", "cooldown"),
+    ("r1:setAutoCapture", "duration"),
+    ("r1/profilerSessions/s1:share", "ttl"),
+])
+def test_a_duration_out_of_any_range_is_invalid_argument(api, path, field, value):
+    api.create_run("r1", artifacts={"gcsPath": "gs://profiles"})
+    response = api.request("POST", f"{RUNS}/{path}", json={field: value})
+    _refused(response, 400, f"{field}: ")
+    assert "duration" in response.json["error"]["message"] and "\n" not in response.json["error"]["message"]

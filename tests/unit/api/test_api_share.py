@@ -96,9 +96,22 @@ def test_the_share_key_can_be_configured(make_api, services, analysed):
     assert LinkSigner(b"configured-share-key-0123456789").verify(token) == analysed
 
 
-@pytest.mark.parametrize(("ttl", "code"), [("30s", 400), ("169h", 400), ("soon", 400), ("168h", 200), ("1m", 200)])
+@pytest.mark.parametrize(("ttl", "code"), [
+    ("30s", 400), ("169h", 400), ("8d", 400), ("soon", 400), ("168h", 200), ("7d", 200), ("1m", 200), ("1d12h", 200),
+])
 def test_ttl_is_bounded(api, analysed, ttl, code):
     assert _share(api, ttl).status_code == code
+
+
+@pytest.mark.parametrize(("ttl", "message"), [
+    ("8d", "must be at most 7d"),
+    ("30s", "must be at least 1m"),
+    ("99999999999999999s", "too long a duration: '99999999999999999s' (at most 3652500d)"),
+    (1e308, "too long a duration: 1e+308 (at most 3652500d)"),
+])
+def test_a_refused_ttl_says_why_in_the_duration_syntax(api, analysed, ttl, message):
+    error = _share(api, ttl).json["error"]
+    assert error["status"] == "INVALID_ARGUMENT" and error["message"] == f"ttl: {message}"
 
 
 def test_a_session_without_a_report_cannot_be_shared(api):

@@ -62,6 +62,19 @@ def test_bad_requests_name_the_field(body, field):
         parse(CaptureRequest, body)
 
 
+@pytest.mark.parametrize(("duration", "message"), [
+    ("50ms", "duration: must be at least 100ms"),
+    ("6m", "duration: must be at most 5m"),
+    ("99999999999999999s", "duration: too long a duration: '99999999999999999s' (at most 3652500d)"),
+    (1e308, "duration: too long a duration: 1e+308 (at most 3652500d)"),
+    ("soon", "duration: not a duration: 'soon' (numbers with units ms, s, m, h or d, largest first,"),
+])
+def test_a_bad_duration_is_one_clear_line(duration, message):
+    with pytest.raises(InvalidArgument) as error:
+        parse(CaptureRequest, {"duration": duration})
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)
+
+
 def test_a_run_without_a_gcs_path_cannot_be_captured(embedded, add_target, run):
     embedded.runs.update(str(run), lambda r: setattr(r.artifacts, "gcs_path", ""))
     add_target("h-0")

@@ -8,7 +8,6 @@ from mldiag.domain import (
     AnalysisState, InvalidArgument, InvalidTransition, Kind, MachineLearningRun, MonitoredEvent,
     Operation, ProfilerSession, RunPhase, SessionPhase,
 )
-from mldiag.domain.types import parse_duration
 
 
 def test_session_json_uses_google_field_names_and_enum_spellings():
@@ -163,11 +162,6 @@ def test_session_folder_is_the_xprof_layout():
     assert run.session_folder("s1") == "gs://bucket/prefix/r1/plugins/profile/s1"
     with pytest.raises(InvalidArgument, match="artifacts.gcsPath"):
         MachineLearningRun(name="projects/p/locations/l/machineLearningRuns/r1").session_folder("s1")
-
-
-@pytest.mark.parametrize(("text", "seconds"), [("2s", 2), ("1500ms", 1.5), ("10m", 600), ("0.25", 0.25), (3, 3)])
-def test_durations(text, seconds):
-    assert parse_duration(text).total_seconds() == seconds
 
 
 def test_analysis_state_enum_rejects_unknown():

@@ -1,0 +1,71 @@
+"""The protobuf wire format's framing: tags and lengths, read without parsing a message.
+
+:mod:`mldiag.analysis.xspace` finds planes with it, and :func:`check_xspace`
+refuses a file that is not an ``XSpace``, or was cut short, before XProf or
+anything else parses it. Nothing here imports numpy or XProf, so the check
+costs an analysis nothing before its conversions start.
+"""
+
+from __future__ import annotations
+
+import mmap
+from collections.abc import Iterator
+from pathlib import Path
+
+VARINT, FIXED64, LENGTH_DELIMITED, FIXED32 = 0, 1, 2, 5
+_XSPACE_FIELDS = frozenset({1, 2, 3, 4})  # planes, errors, warnings, hostnames: each length-delimited
+
+
+class MalformedXSpace(ValueError):
+    """The bytes do not follow the protobuf wire format."""
+
+
+def varint(data: mmap.mmap | bytes, at: int) -> tuple[int, int]:
+    """The varint at ``at``, and where the next field starts."""
+    value, shift = 0, 0
+    while True:
+        if at >= len(data) or shift > 63:
+            raise MalformedXSpace(f"a varint runs past byte {at}")
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, at
+        shift += 7
+
+
+def fields(data: mmap.mmap | bytes, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
+    """``(field number, start of the field's tag, start of its value, end of its value)`` in order."""
+    at = start
+    while at < end:
+        tag_at = at
+        tag, at = varint(data, at)
+        number, wire_type = tag >> 3, tag & 7
+        if wire_type == VARINT:
+            _, value_end = varint(data, at)
+        elif wire_type == LENGTH_DELIMITED:
+            length, at = varint(data, at)
+            value_end = at + length
+        elif wire_type in (FIXED64, FIXED32):
+            value_end = at + (8 if wire_type == FIXED64 else 4)
+        else:
+            raise MalformedXSpace(f"wire type {wire_type} at byte {tag_at}")
+        if value_end > end:
+            raise MalformedXSpace(f"field {number} at byte {tag_at} runs past its message")
+        yield number, tag_at, at, value_end
+        at = value_end
+
+
+def check_xspace(path: Path) -> None:
+    """Raise :class:`MalformedXSpace` unless ``path`` frames as an ``XSpace``.
+
+    Only the top-level tags and lengths are read, a few per plane: every field
+    must end within the file, and XSpace's own fields must be length-delimited.
+    """
+    with open(path, "rb") as file:
+        if not file.seek(0, 2):
+            raise MalformedXSpace("the file is empty")
+        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            for number, tag_at, _, _ in fields(data, 0, len(data)):
+                if number == 0 or (number in _XSPACE_FIELDS and varint(data, tag_at)[0] & 7 != LENGTH_DELIMITED):
+                    raise MalformedXSpace(f"field {number} at byte {tag_at} is not one of XSpace's")
