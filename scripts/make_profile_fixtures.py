@@ -75,8 +75,8 @@ DESCRIPTIONS = {
                           "outside every step; Python tracer on",
     "collectives": "8 CPU devices, shard_map step of 8 rounds of all_gather + psum with little math",
     "huge_temporaries": "jit step whose 2048x2048 intermediates dwarf its two 2048-vectors in and one out",
-    "demo_degraded": "mldiag demo's training step with the demo's degraded host wait (PAUSE_S x SLOWDOWN) "
-                     "after it, traced like its automatic capture: xprof() options, no step markers",
+    "demo_degraded": "mldiag demo's training step and its degraded host wait (PAUSE_S x SLOWDOWN), traced "
+                     "like its automatic capture: xprof() options, no step markers",
 }
 
 
