@@ -41,7 +41,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 HOST = "fixture-host"
@@ -131,21 +131,26 @@ def _mlp(sizes: list[int]):
     return params, train_step
 
 
-def compute_bound():
+def _steady_mlp_step(sizes: list[int], batch: int):
+    """A jit MLP train step on data already on the device; step(i) blocks until it is done."""
     import jax
     import jax.numpy as jnp
 
-    params, train_step = _mlp([1024, 2048, 2048, 1024])
+    params, train_step = _mlp(sizes)
     train_step = jax.jit(train_step)
-    x = jax.random.normal(jax.random.PRNGKey(1), (256, 1024))
-    y = jnp.zeros((256, 1024))
+    x = jax.random.normal(jax.random.PRNGKey(1), (batch, sizes[0]))
+    y = jnp.zeros((batch, sizes[-1]))
     state = {"params": params}
 
     def step(i: int) -> None:
         state["params"], value = train_step(state["params"], x, y)
         value.block_until_ready()
 
-    return Loop(device=step)
+    return step
+
+
+def compute_bound():
+    return Loop(device=_steady_mlp_step([1024, 2048, 2048, 1024], 256))
 
 
 def _input_bound_loop(train_step, params, annotation: str, load_seconds: float = 0.040):
@@ -241,20 +246,7 @@ def recompiling():
 
 def plain_loop():
     """A jit MLP step called ten times with nothing else in the loop and no step markers."""
-    import jax
-    import jax.numpy as jnp
-
-    params, train_step = _mlp([512, 1024, 1024, 512])
-    train_step = jax.jit(train_step)
-    x = jax.random.normal(jax.random.PRNGKey(1), (256, 512))
-    y = jnp.zeros((256, 512))
-    state = {"params": params}
-
-    def step(i: int) -> None:
-        state["params"], value = train_step(state["params"], x, y)
-        value.block_until_ready()
-
-    return Loop(device=step, annotate=False)
+    return Loop(device=_steady_mlp_step([512, 1024, 1024, 512], 256), annotate=False)
 
 
 def host_between_steps():
@@ -267,21 +259,18 @@ def host_between_steps():
     rng = np.random.default_rng(0)
     state = {"params": params}
 
-    def load_batch() -> None:
+    def load_batch(i: int) -> None:
         time.sleep(0.030)  # stands in for reading and decoding
         x = rng.standard_normal((128, 256)).astype(np.float32)
         state["batch"] = (np.tanh(x) * 0.5, np.zeros((128, 10), np.float32))
-
-    def host(i: int) -> None:
-        load_batch()
 
     def device(i: int) -> None:
         x, y = state["batch"]
         state["params"], value = train_step(state["params"], x, y)
         value.block_until_ready()
 
-    host(-1)
-    return Loop(device=device, host=host, python_tracer=True)
+    load_batch(-1)
+    return Loop(device=device, host=load_batch, python_tracer=True)
 
 
 COLLECTIVE_ROUNDS = 8

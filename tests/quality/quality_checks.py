@@ -31,7 +31,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
-Check = Callable[[dict[str, Any], dict[str, Any]], str | None]
+Check = Callable[[dict[str, Any], dict[str, Any], dict[str, Any]], str | None]  # (analysis, spec, truth)
 
 FRACTION_KEY = re.compile(r"(_fraction|^share_of_.*|^roofline_efficiency)$")
 PRIORITY_ORDER = ("P0", "P1", "P2", "P3")
@@ -162,7 +162,7 @@ def check_text(analysis: dict[str, Any], spec: dict[str, Any], truth: dict[str, 
     return None
 
 
-CHECKS: dict[str, Callable[[dict[str, Any], dict[str, Any], dict[str, Any]], str | None]] = {
+CHECKS: dict[str, Check] = {
     "status": check_status,
     "p0_p1_categories": check_p0_p1_categories,
     "never_p0_p1": check_never_p0_p1,

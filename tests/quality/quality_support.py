@@ -14,7 +14,7 @@ EXPECTATIONS = Path(__file__).resolve().parent / "expectations"
 GEMINI_RECORDINGS = REPO / "tests" / "fixtures" / "gemini"
 
 # The Vertex AI stand-in the unit tests replay recorded conversations with.
-sys.path.insert(0, str(REPO / "tests" / "unit" / "analysis"))
+sys.path.append(str(REPO / "tests" / "unit" / "analysis"))
 
 
 def load_expectations() -> dict[str, dict[str, Any]]:
