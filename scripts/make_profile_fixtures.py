@@ -46,7 +46,7 @@ from pathlib import Path
 
 HOST = "fixture-host"
 STEP_NAME = "train"
-QUALITY = ("plain_loop", "host_between_steps", "collectives", "huge_temporaries", "demo_degraded")
+QUALITY = ("plain_loop", "host_between_steps", "collectives", "huge_temporaries", "demo_healthy", "demo_degraded")
 COMMITTED = ("compute_bound", "input_bound", "unfused_small_ops", "recompiling", "hostile", *QUALITY)
 MAX_COMMITTED_BYTES = 1_500_000
 REPO = Path(__file__).resolve().parent.parent
@@ -81,6 +81,8 @@ DESCRIPTIONS = {
                           "outside every step; Python tracer on",
     "collectives": "8 CPU devices, shard_map step of 8 rounds of all_gather + psum with little math",
     "huge_temporaries": "jit step whose 2048x2048 intermediates dwarf its two 2048-vectors in and one out",
+    "demo_healthy": "mldiag demo's training step and its healthy host wait (PAUSE_S), traced like its "
+                    "automatic capture: xprof() options, no step markers",
     "demo_degraded": "mldiag demo's training step and its degraded host wait (PAUSE_S x SLOWDOWN), traced "
                      "like its automatic capture: xprof() options, no step markers",
 }
@@ -328,8 +330,8 @@ def huge_temporaries():
     return Loop(device=step, program=compiled)
 
 
-def demo_degraded():
-    """``mldiag demo``'s training step slowed down: the demo's model, then a 30 % longer host-side wait.
+def _demo_loop(slowdown: float) -> Loop:
+    """``mldiag demo``'s training step and its host-side wait, ``PAUSE_S`` times ``slowdown``.
 
     Traced as the demo's automatic capture traces it: ``xprof()``'s default profiler options
     (Python tracer on) and no step markers.
@@ -337,7 +339,7 @@ def demo_degraded():
     import jax
     import jax.numpy as jnp
 
-    from mldiag.demo.workload import PAUSE_S, SLOWDOWN
+    from mldiag.demo.workload import PAUSE_S
 
     @jax.jit
     def train_step(params, batch):
@@ -356,9 +358,19 @@ def demo_degraded():
         state["params"] = jax.block_until_ready(train_step(state["params"], batch))
 
     def wait_for_input(i: int) -> None:
-        time.sleep(PAUSE_S * SLOWDOWN)
+        time.sleep(PAUSE_S * slowdown)
 
     return Loop(device=device, host=wait_for_input, annotate=False, python_tracer=True)
+
+
+def demo_healthy():
+    return _demo_loop(1.0)
+
+
+def demo_degraded():
+    from mldiag.demo.workload import SLOWDOWN
+
+    return _demo_loop(SLOWDOWN)
 
 
 WORKLOADS = {
@@ -374,6 +386,7 @@ WORKLOADS = {
     "host_between_steps": (host_between_steps, 10),
     "collectives": (collectives, 10),
     "huge_temporaries": (huge_temporaries, 10),
+    "demo_healthy": (demo_healthy, 8),
     "demo_degraded": (demo_degraded, 8),
 }
 LARGE = ("large", "large_op_by_op")

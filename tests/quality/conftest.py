@@ -10,7 +10,7 @@ RESULTS: dict[tuple[str, str], str] = {}  # (fixture, expectation) -> outcome, f
 
 @pytest.fixture(scope="session")
 def analyses():
-    """``analyses(source)``: the offline analysis of a fixture, computed once per run."""
+    """``analyses(source, baseline=None)``: the offline analysis of a fixture, computed once per run."""
     return offline_analysis
 
 

@@ -16,7 +16,10 @@ An expectation file (``expectations/<fixture>.yaml``) names the profile, its
 * ``value: <path>`` with ``truth: <key>`` (within the truth's ``rel``/``abs`` tolerance) or with
   ``at_least``/``at_most`` (a number, or a truth key); ``<path>`` is dotted, list items by index
   (``hosts.0.devices``);
-* ``text: <path>`` with ``mentions: [..]``: the string at the path contains one of these.
+* ``text: <path>`` with ``mentions: [..]``: the string (or list of strings) at the path contains one of these.
+
+``baseline: <fixture>`` adds "What changed" against that fixture's analysis
+(``comparison``), as the analysis worker does for an automatic capture.
 
 ``known_wrong: "<what the analyser gets wrong today>"`` turns an expectation into
 a strict expected failure: CI stays green while it fails, and goes red the day
@@ -157,6 +160,8 @@ def check_value(analysis: dict[str, Any], spec: dict[str, Any], truth: dict[str,
 
 def check_text(analysis: dict[str, Any], spec: dict[str, Any], truth: dict[str, Any]) -> str | None:
     actual = at_path(analysis, spec["text"])
+    if isinstance(actual, list) and all(isinstance(line, str) for line in actual):
+        actual = "\n".join(actual)
     if not isinstance(actual, str) or not _mentions_any(actual, spec["mentions"]):
         return f"{spec['text']} is {actual!r}, which names none of {spec['mentions']}"
     return None

@@ -29,14 +29,27 @@ def _session_files(source: str) -> list[Path]:
 
 
 @functools.cache
-def offline_analysis(source: str) -> dict[str, Any]:
-    """``analysis.json`` as ``mldiag analyze --format json`` writes it: the offline reasoner's investigation."""
+def _offline(source: str):
     from mldiag.analysis import analyze_session
     from mldiag.analysis.investigation import investigator
     from mldiag.config import Settings
 
-    analysis = analyze_session(_session_files(source), source=source,
-                               investigate=investigator(Settings(), "offline"))
+    return analyze_session(_session_files(source), source=source, investigate=investigator(Settings(), "offline"))
+
+
+@functools.cache
+def offline_analysis(source: str, baseline: str | None = None) -> dict[str, Any]:
+    """``analysis.json`` as ``mldiag analyze --format json`` writes it: the offline reasoner's investigation.
+
+    With ``baseline`` (another fixture's source), "What changed" against it, as the analysis
+    worker adds it for an automatic capture that follows a degradation.
+    """
+    analysis = _offline(source)
+    if baseline:
+        from mldiag.analysis.comparison import compare
+
+        analysis = analysis.model_copy(deep=True)
+        analysis.comparison = compare(analysis, _offline(baseline), Path(baseline).parent.name)
     return analysis.to_json_dict()
 
 

@@ -31,6 +31,8 @@ SOUND = {
         {"priority": "P2", "category": "other", "title": "Outlier steps", "what": "", "evidence": []},
     ],
     "followups": [{"tool": "aggregate_xplane_events", "output": "10 events, mean 41.583 ms"}],
+    "comparison": {"headline": ["Step time rose from 37.0 ms to 48.3 ms (+31%).",
+                                "The largest growth is 'data_loading': 30.1 → 41.6 ms per step."]},
     "tools": [],
 }
 TRUTH = {"steps": {"value": 10, "abs": 0, "how": "-"}, "step_ms": {"value": 48.4, "rel": 0.1, "how": "-"}}
@@ -100,6 +102,8 @@ def test_a_quoted_number_is_found_in_its_unit_up_to_the_rounding_shown(line, hol
     ({"value": "metrics.roofline_efficiency", "at_least": 0}, False),  # None is not a number
     ({"text": "hosts.0.top_ops.0.name", "mentions": ["dot"]}, True),
     ({"text": "hosts.0.top_ops.0.name", "mentions": ["convert"]}, False),
+    ({"text": "comparison.headline", "mentions": ["data_loading"]}, True),
+    ({"text": "comparison.headline", "mentions": ["load_batch"]}, False),
 ])
 def test_each_expectation_check(spec, holds):
     assert (run_check(SOUND, {"id": "x", **spec}, TRUTH) is None) is holds

@@ -49,7 +49,8 @@ def _gemini_params():
 def test_expectation(fixture: str, check: str, spec: dict[str, Any], analyses, record_property) -> None:
     record_property("quality", (fixture, check))
     document = EXPECTATIONS[fixture]
-    problem = run_check(analyses(document["source"]), spec, document.get("truth") or {})
+    baseline = EXPECTATIONS[document["baseline"]]["source"] if "baseline" in document else None
+    problem = run_check(analyses(document["source"], baseline), spec, document.get("truth") or {})
     assert problem is None, problem
 
 
@@ -84,6 +85,7 @@ def test_every_expectation_file_is_well_formed() -> None:
     for fixture, document in EXPECTATIONS.items():
         assert document.get("fixture") == fixture, f"{fixture}.yaml names fixture {document.get('fixture')!r}"
         assert (REPO / document["source"]).is_file(), f"{fixture}: {document['source']} does not exist"
+        assert document.get("baseline", fixture) in EXPECTATIONS, f"{fixture}: no fixture {document['baseline']!r}"
         truth = document.get("truth") or {}
         for key, number in truth.items():
             assert {"value", "how"} <= set(number), f"{fixture}: truth {key} needs a value and how it was measured"
