@@ -27,6 +27,7 @@ import argparse
 import re
 import statistics
 from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 
 
 def covered_ns(intervals: list[tuple[int, int]]) -> int:
@@ -65,15 +66,35 @@ def program_runs(profile) -> dict[str, list[int]]:
     return runs
 
 
-def measure(path: str, groups: dict[str, re.Pattern[str]], top: int) -> None:
+@dataclass
+class PlaneMeasurement:
+    """One device plane's op events, measured."""
+
+    name: str
+    lines: list[str]  # "<line> (<events>)"
+    stats: dict
+    events: int
+    span_ns: int  # first op's start to last op's end
+    op_ns: int  # sum of op durations
+    busy: float  # union of the op events over the span
+    steps: list[tuple[float, float]] = field(default_factory=list)  # (ms, busy) per Steps window
+    by_name: Counter = field(default_factory=Counter)  # op name -> ns
+    count_by_name: Counter = field(default_factory=Counter)  # op name -> events
+    groups: dict[str, float] = field(default_factory=dict)  # label -> share of op_ns
+
+
+def measure(path: str, groups: dict[str, re.Pattern[str]]) -> tuple[list[PlaneMeasurement], dict[str, list[int]]]:
+    """Every device plane with op events, and each program's run start times."""
     from jax.profiler import ProfileData
 
     profile = ProfileData.from_file(path)
+    planes = []
     for plane in profile.planes:
         if not plane.name.startswith("/device:"):
             continue
         ops: list[tuple[int, int]] = []
         by_name: Counter[str] = Counter()
+        count_by_name: Counter[str] = Counter()
         steps: list[tuple[int, int]] = []
         lines = []
         for line in plane.lines:
@@ -86,26 +107,46 @@ def measure(path: str, groups: dict[str, re.Pattern[str]], top: int) -> None:
             for event in events:
                 ops.append((event.start_ns, event.end_ns))
                 by_name[event.name] += event.duration_ns
+                count_by_name[event.name] += 1
         if not ops:
             continue
         first, last = min(a for a, _ in ops), max(b for _, b in ops)
         total = sum(by_name.values())
-        print(f"{plane.name}: {len(ops)} op events on {', '.join(lines)}")
-        print(f"  stats: {dict(plane.stats)}")
-        print(f"  span {(last - first) / 1e6:.3f} ms, op time {total / 1e6:.3f} ms, "
-              f"busy {covered_ns(ops) / (last - first):.3f} of the span")
-        for index, (start, end) in enumerate(steps):
-            print(f"  step {index}: {(end - start) / 1e6:.3f} ms, busy {covered_ns(clipped(ops, start, end)) / (end - start):.3f}")
-        for name, ns in by_name.most_common(top):
-            print(f"  {ns / total:6.1%} {ns / 1e6:9.3f} ms  {name[:120]}")
-        for label, pattern in groups.items():
-            ns = sum(v for name, v in by_name.items() if pattern.search(name))
-            print(f"  group {label}: {ns / total:.1%} of op time ({ns / 1e6:.3f} ms)")
-    for program, starts in sorted(program_runs(profile).items(), key=lambda item: -len(item[1])):
+        planes.append(PlaneMeasurement(
+            name=plane.name, lines=lines, stats=dict(plane.stats), events=len(ops), span_ns=last - first,
+            op_ns=total, busy=covered_ns(ops) / (last - first),
+            steps=[((end - start) / 1e6, covered_ns(clipped(ops, start, end)) / (end - start)) for start, end in steps],
+            by_name=by_name, count_by_name=count_by_name,
+            groups={label: sum(v for n, v in by_name.items() if pattern.search(n)) / total
+                    for label, pattern in groups.items()},
+        ))
+    runs = program_runs(profile)
+    for starts in runs.values():
         starts.sort()
-        gaps = [b - a for a, b in zip(starts, starts[1:])]
-        period = f", mean period {statistics.mean(gaps) / 1e6:.3f} ms" if gaps else ""
-        print(f"program {program}: {len(starts)} runs{period}")
+    return planes, runs
+
+
+def mean_period_ms(starts: list[int]) -> float | None:
+    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    return statistics.mean(gaps) / 1e6 if gaps else None
+
+
+def report(path: str, groups: dict[str, re.Pattern[str]], top: int) -> None:
+    planes, runs = measure(path, groups)
+    for plane in planes:
+        print(f"{plane.name}: {plane.events} op events on {', '.join(plane.lines)}")
+        print(f"  stats: {plane.stats}")
+        print(f"  span {plane.span_ns / 1e6:.3f} ms, op time {plane.op_ns / 1e6:.3f} ms, "
+              f"busy {plane.busy:.3f} of the span")
+        for index, (ms, busy) in enumerate(plane.steps):
+            print(f"  step {index}: {ms:.3f} ms, busy {busy:.3f}")
+        for name, ns in plane.by_name.most_common(top):
+            print(f"  {ns / plane.op_ns:6.1%} {ns / 1e6:9.3f} ms  {name[:120]}")
+        for label, share in plane.groups.items():
+            print(f"  group {label}: {share:.1%} of op time ({share * plane.op_ns / 1e6:.3f} ms)")
+    for program, starts in sorted(runs.items(), key=lambda item: -len(item[1])):
+        period = mean_period_ms(starts)
+        print(f"program {program}: {len(starts)} runs" + (f", mean period {period:.3f} ms" if period else ""))
 
 
 def main() -> None:
@@ -124,7 +165,7 @@ def main() -> None:
             groups[label] = re.compile(pattern)
         except re.error as error:
             parser.error(f"--group {spec!r}: {error}")
-    measure(args.profile, groups, args.top)
+    report(args.profile, groups, args.top)
 
 
 if __name__ == "__main__":
