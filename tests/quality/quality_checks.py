@@ -206,8 +206,11 @@ def _leaves(value: Any, path: str = "") -> Iterator[tuple[str, Any]]:
 
 
 def _fraction_values(value: Any) -> list[float]:
+    """The numbers a fraction field holds: itself, a series of them, or a comparison's before and after."""
+    if isinstance(value, dict):
+        value = [value.get("before"), value.get("after")]
     if isinstance(value, list):
-        return [v for v in value if isinstance(v, int | float)]
+        return [v for v in value if isinstance(v, int | float) and not isinstance(v, bool)]
     return [value] if isinstance(value, int | float) and not isinstance(value, bool) else []
 
 

@@ -52,6 +52,7 @@ def test_every_invariant_holds_on_a_sound_analysis(name):
 @pytest.mark.parametrize(("name", "change"), [
     ("fractions_in_unit_range", lambda a: a["health"].update(communication_fraction=3.07)),
     ("fractions_in_unit_range", lambda a: a["hosts"][0]["host_activities"][0].update(share_of_step=1.4)),
+    ("fractions_in_unit_range", lambda a: a["comparison"].update(busy_fraction={"before": 0.2, "after": 1.3})),
     ("busy_plus_idle_is_one", lambda a: a["health"].update(idle_fraction=0.5)),
     ("busy_plus_idle_is_one", lambda a: a["hosts"][0].update(idle_ms_per_step=10.0)),
     ("titles_within_a_step", lambda a: a["findings"][0].update(title="Communication takes 307% of each step")),
