@@ -9,9 +9,15 @@ workloads) and is written in the layout JAX, XProf and the bucket use::
     <out>/<name>/facts.json        numbers measured while tracing, for the tests
 
 The host name is fixed through the file stem so that regenerating gives the same
-paths on any machine. ``facts.json`` is computed here from the raw events with
-the simplest possible code, independently of ``mldiag.analysis``, so the tests
-compare the analysis against an oracle and not against itself.
+paths on any machine. ``facts.json`` (annotated loops only) is computed here from
+the raw events with the simplest possible code, independently of
+``mldiag.analysis``, so the tests compare the analysis against an oracle and not
+against itself. The loop also times itself: wall-clock per iteration, per step
+and of its host work, ablations (the loop without its host work, the step
+without its collectives), XLA compilations, and the step program's
+``memory_analysis()``; these go, each with its tolerance and how it was
+measured, into the ``truth`` block of the quality harness's expectation file,
+``tests/quality/expectations/<name>.yaml`` (``--expectations`` elsewhere).
 
 Usage::
 
@@ -34,13 +40,19 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 HOST = "fixture-host"
 STEP_NAME = "train"
-COMMITTED = ("compute_bound", "input_bound", "unfused_small_ops", "recompiling", "hostile")
+QUALITY = ("plain_loop", "host_between_steps", "collectives", "huge_temporaries", "demo_healthy", "demo_degraded")
+COMMITTED = ("compute_bound", "input_bound", "unfused_small_ops", "recompiling", "hostile", *QUALITY)
 MAX_COMMITTED_BYTES = 1_500_000
-DEFAULT_OUT = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "profiles"
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = REPO / "tests" / "fixtures" / "profiles"
+DEFAULT_EXPECTATIONS = REPO / "tests" / "quality" / "expectations"
+XLA_FLAGS = {"collectives": "--xla_force_host_platform_device_count=8"}
 
 # Untrusted text planted in op, scope, function and annotation names.
 HOSTILE_STRINGS = (
@@ -63,10 +75,38 @@ DESCRIPTIONS = {
     "large": "a long training run: the input_bound model with an instant loader, traced until the xplane "
              "reaches --min-mb (benchmark only)",
     "large_op_by_op": "the unfused_small_ops loop traced until the xplane reaches --min-mb (benchmark only)",
+    "plain_loop": "jit MLP step (512-1024-1024-512, batch 256) called 10 times, nothing else in the loop, "
+                  "no step markers",
+    "host_between_steps": "annotated jit MLP steps with a Python loader (30 ms sleep + numpy) between them, "
+                          "outside every step; Python tracer on",
+    "collectives": "8 CPU devices, shard_map step of 8 rounds of all_gather + psum with little math",
+    "huge_temporaries": "jit step whose 2048x2048 intermediates dwarf its two 2048-vectors in and one out",
+    "demo_healthy": "mldiag demo's training step and its healthy host wait (PAUSE_S), traced like its "
+                    "automatic capture: xprof() options, no step markers",
+    "demo_degraded": "mldiag demo's training step and its degraded host wait (PAUSE_S x SLOWDOWN), traced "
+                     "like its automatic capture: xprof() options, no step markers",
 }
 
 
-# --- workloads: each returns step(i), which runs one step and blocks until it is done ----------
+# --- workloads: each returns the Loop it traces -----------------------------------------------
+
+
+@dataclass
+class Loop:
+    """One iteration of a training loop, in the parts the truth is measured from.
+
+    ``device(i)`` is the step proper and blocks until its result is ready; ``host(i)``, when
+    there is one, is host-only work run before it. With ``annotate`` the device part is a
+    ``StepTraceAnnotation`` step; without, the trace has no step markers, as under ``xprof()``.
+    ``program`` is a compiled executable whose ``memory_analysis()`` belongs in the truth.
+    """
+
+    device: Callable[[int], None]
+    host: Callable[[int], None] | None = None
+    annotate: bool = True
+    python_tracer: bool = False
+    program: object | None = None
+    local_only: Callable[[], None] | None = None  # the step without its collectives, to time them by difference
 
 
 def _mlp(sizes: list[int]):
@@ -93,14 +133,15 @@ def _mlp(sizes: list[int]):
     return params, train_step
 
 
-def compute_bound():
+def _steady_mlp_step(sizes: list[int], batch: int):
+    """A jit MLP train step on data already on the device; step(i) blocks until it is done."""
     import jax
     import jax.numpy as jnp
 
-    params, train_step = _mlp([1024, 2048, 2048, 1024])
+    params, train_step = _mlp(sizes)
     train_step = jax.jit(train_step)
-    x = jax.random.normal(jax.random.PRNGKey(1), (256, 1024))
-    y = jnp.zeros((256, 1024))
+    x = jax.random.normal(jax.random.PRNGKey(1), (batch, sizes[0]))
+    y = jnp.zeros((batch, sizes[-1]))
     state = {"params": params}
 
     def step(i: int) -> None:
@@ -108,6 +149,10 @@ def compute_bound():
         value.block_until_ready()
 
     return step
+
+
+def compute_bound():
+    return Loop(device=_steady_mlp_step([1024, 2048, 2048, 1024], 256))
 
 
 def _input_bound_loop(train_step, params, annotation: str, load_seconds: float = 0.040):
@@ -129,7 +174,7 @@ def _input_bound_loop(train_step, params, annotation: str, load_seconds: float =
         state["params"], value = train_step(state["params"], x, y)
         value.block_until_ready()
 
-    return step
+    return Loop(device=step)
 
 
 def input_bound():
@@ -181,7 +226,7 @@ def unfused_small_ops():
         state["x"] = x
         x.block_until_ready()
 
-    return step
+    return Loop(device=step)
 
 
 def recompiling():
@@ -198,7 +243,134 @@ def recompiling():
         state["params"], value = train_step(state["params"], x, jnp.zeros((batch, 10)))
         value.block_until_ready()
 
-    return step
+    return Loop(device=step)
+
+
+def plain_loop():
+    """A jit MLP step called ten times with nothing else in the loop and no step markers."""
+    return Loop(device=_steady_mlp_step([512, 1024, 1024, 512], 256), annotate=False)
+
+
+def host_between_steps():
+    """Annotated jit steps with a Python loader between them (outside every step), Python tracer on."""
+    import jax
+    import numpy as np
+
+    params, train_step = _mlp([256, 512, 512, 10])
+    train_step = jax.jit(train_step)
+    rng = np.random.default_rng(0)
+    state = {"params": params}
+
+    def load_batch(i: int) -> None:
+        time.sleep(0.030)  # stands in for reading and decoding
+        x = rng.standard_normal((128, 256)).astype(np.float32)
+        state["batch"] = (np.tanh(x) * 0.5, np.zeros((128, 10), np.float32))
+
+    def device(i: int) -> None:
+        x, y = state["batch"]
+        state["params"], value = train_step(state["params"], x, y)
+        value.block_until_ready()
+
+    load_batch(-1)
+    return Loop(device=device, host=load_batch, python_tracer=True)
+
+
+COLLECTIVE_ROUNDS = 8
+
+
+def collectives():
+    """A step on 8 CPU devices that is mostly all_gather and psum; its ablation keeps only the local math."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    mesh = Mesh(jax.devices(), ("d",))
+    spec = PartitionSpec("d")
+
+    def make(communicate: bool):
+        def local(block):
+            for _ in range(COLLECTIVE_ROUNDS):
+                gathered = jax.lax.all_gather(block, "d", tiled=True) if communicate else jnp.tile(block, (8, 1))
+                total = jax.lax.psum(gathered, "d") if communicate else gathered * 8
+                block = jnp.tanh(total[: block.shape[0]] * 1e-3)
+            return block
+
+        return jax.jit(jax.shard_map(local, mesh=mesh, in_specs=spec, out_specs=spec))
+
+    x = jax.device_put(jnp.ones((8 * 64, 1024)), NamedSharding(mesh, spec))
+    communicating, local_only = make(True), make(False)
+    local_only(x).block_until_ready()
+
+    def device(i: int) -> None:
+        communicating(x).block_until_ready()
+
+    def ablation() -> None:
+        local_only(x).block_until_ready()
+
+    return Loop(device=device, local_only=ablation)
+
+
+def huge_temporaries():
+    """A jit step whose temporary buffers are many times the size of its inputs and outputs."""
+    import jax
+    import jax.numpy as jnp
+
+    def spread(v, w):
+        outer = jnp.sin(v[:, None] * w[None, :])  # 2048 x 2048 floats from two vectors of 2048
+        return jnp.cumsum(outer, axis=0) @ w
+
+    v = jnp.linspace(0.0, 1.0, 2048)
+    w = jnp.linspace(1.0, 2.0, 2048)
+    program = jax.jit(spread)
+    compiled = program.lower(v, w).compile()
+
+    def step(i: int) -> None:
+        program(v, w).block_until_ready()
+
+    return Loop(device=step, program=compiled)
+
+
+def _demo_loop(slowdown: float) -> Loop:
+    """``mldiag demo``'s training step and its host-side wait, ``PAUSE_S`` times ``slowdown``.
+
+    Traced as the demo's automatic capture traces it: ``xprof()``'s default profiler options
+    (Python tracer on) and no step markers.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    from mldiag.demo.workload import PAUSE_S
+
+    @jax.jit
+    def train_step(params, batch):
+        def loss(p):
+            hidden = jax.nn.relu(batch @ p[0])
+            return jnp.mean((hidden @ p[1] - batch) ** 2)
+
+        grads = jax.grad(loss)(params)
+        return tuple(p - 1e-3 * g for p, g in zip(params, grads))
+
+    first, second, data = jax.random.split(jax.random.key(0), 3)
+    state = {"params": (jax.random.normal(first, (256, 512)) * 0.05, jax.random.normal(second, (512, 256)) * 0.05)}
+    batch = jax.random.normal(data, (128, 256))
+
+    def device(i: int) -> None:
+        state["params"] = jax.block_until_ready(train_step(state["params"], batch))
+
+    def wait_for_input(i: int) -> None:
+        time.sleep(PAUSE_S * slowdown)
+
+    return Loop(device=device, host=wait_for_input, annotate=False, python_tracer=True)
+
+
+def demo_healthy():
+    return _demo_loop(1.0)
+
+
+def demo_degraded():
+    from mldiag.demo.workload import SLOWDOWN
+
+    return _demo_loop(SLOWDOWN)
 
 
 WORKLOADS = {
@@ -210,6 +382,12 @@ WORKLOADS = {
     # For the benchmark only; their steps come from --min-mb.
     "large": (large_training, 0),
     "large_op_by_op": (unfused_small_ops, 0),
+    "plain_loop": (plain_loop, 10),
+    "host_between_steps": (host_between_steps, 10),
+    "collectives": (collectives, 10),
+    "huge_temporaries": (huge_temporaries, 10),
+    "demo_healthy": (demo_healthy, 8),
+    "demo_degraded": (demo_degraded, 8),
 }
 LARGE = ("large", "large_op_by_op")
 
@@ -217,33 +395,166 @@ LARGE = ("large", "large_op_by_op")
 # --- tracing and facts ------------------------------------------------------------------------
 
 
-def trace(name: str, out: Path, steps: int) -> Path:
-    """Run ``steps`` annotated steps of ``name`` under the profiler; return the xplane path."""
+class CompileCounter:
+    """Counts XLA backend compilations while ``counting`` is set, through ``jax.monitoring``."""
+
+    EVENT = "/jax/core/compile/backend_compile_duration"
+
+    def __init__(self) -> None:
+        import jax.monitoring
+
+        self.count, self.counting = 0, False
+        jax.monitoring.register_event_duration_secs_listener(self._record)
+
+    def _record(self, event: str, duration: float, **kwargs) -> None:
+        if self.counting and event == self.EVENT:
+            self.count += 1
+
+
+def _options(name: str, loop: Loop):
     import jax.profiler
 
-    step = WORKLOADS[name][0]()
-    step(-1)  # compile outside the trace, so steps are steady state (except where they recompile)
-    logdir = out / name
-    shutil.rmtree(logdir, ignore_errors=True)
-    options = jax.profiler.ProfileOptions()
+    options = jax.profiler.ProfileOptions()  # xprof()'s defaults: host tracer 2, Python tracer 1
     options.session_id = name
     options.host_tracer_level = 2
-    options.python_tracer_level = 0  # Python call stacks would dwarf everything else
-    wall_ms = []
+    if not loop.python_tracer:
+        options.python_tracer_level = 0  # Python call stacks would dwarf everything else
+    return options
+
+
+def _run(loop: Loop, steps: int, logdir: Path, options, with_host: bool = True,
+         compiles: CompileCounter | None = None) -> dict[str, list[float]]:
+    """Trace ``steps`` iterations into ``logdir``; the wall-clock milliseconds of each part of each."""
+    import contextlib
+
+    import jax.profiler
+
+    times: dict[str, list[float]] = {"iteration": [], "host": [], "step": []}
     with jax.profiler.trace(str(logdir), profiler_options=options):
+        if compiles:
+            compiles.counting = True
         for i in range(steps):
             started = time.perf_counter()
-            with jax.profiler.StepTraceAnnotation(STEP_NAME, step_num=i):
-                step(i)
-            wall_ms.append((time.perf_counter() - started) * 1e3)
+            if with_host and loop.host:
+                loop.host(i)
+            host_done = time.perf_counter()
+            marker = jax.profiler.StepTraceAnnotation(STEP_NAME, step_num=i) if loop.annotate else contextlib.nullcontext()
+            with marker:
+                loop.device(i)
+            ended = time.perf_counter()
+            times["iteration"].append((ended - started) * 1e3)
+            times["host"].append((host_done - started) * 1e3)
+            times["step"].append((ended - host_done) * 1e3)
+        if compiles:
+            compiles.counting = False
+    return times
+
+
+def trace(name: str, out: Path, steps: int, expectations: Path | None = None) -> Path:
+    """Trace ``steps`` iterations of ``name``; return the xplane path.
+
+    Writes ``facts.json`` (from the raw events) for an annotated loop, and the truth measured
+    here, by the clock, into the fixture's expectation file when ``expectations`` is given.
+    """
+    import tempfile
+
+    compiles = CompileCounter()
+    loop = WORKLOADS[name][0]()
+    loop.device(-1)  # compile outside the trace, so steps are steady state (except where they recompile)
+    logdir = out / name
+    shutil.rmtree(logdir, ignore_errors=True)
+    options = _options(name, loop)
+    times = _run(loop, steps, logdir, options, compiles=compiles)
     session = logdir / "plugins" / "profile" / name
     for extra in session.glob("*.trace.json.gz"):
         extra.unlink()
     (written,) = session.glob("*.xplane.pb")
     xplane = written.rename(session / f"{HOST}.xplane.pb")
-    facts = measure(xplane, name, wall_ms)
-    (logdir / "facts.json").write_text(json.dumps(facts, indent=2, ensure_ascii=False) + "\n")
+    if loop.annotate:
+        facts = measure(xplane, name, times["iteration"] if not loop.host else times["step"])
+        (logdir / "facts.json").write_text(json.dumps(facts, indent=2, ensure_ascii=False) + "\n")
+    if expectations is not None:
+        # The ablations run under the same profiler options, so they pay the same tracing overhead.
+        with tempfile.TemporaryDirectory() as scratch:
+            without_host = _run(loop, steps, Path(scratch) / "device", options, with_host=False)
+            local_ms = None
+            if loop.local_only:
+                local = Loop(device=lambda i: loop.local_only(), annotate=loop.annotate)
+                local_ms = statistics.median(_run(local, steps, Path(scratch) / "local", options)["step"])
+        truth = measured_truth(name, loop, times, statistics.median(without_host["step"]), local_ms, compiles.count)
+        write_truth(expectations / f"{name}.yaml", name, xplane, truth)
     return xplane
+
+
+def _number(value: float, how: str, **tolerance: float) -> dict:
+    return {"value": round(value, 4) if isinstance(value, float) else value, **tolerance, "how": how}
+
+
+def measured_truth(name: str, loop: Loop, times: dict[str, list[float]], device_ms: float,
+                   local_ms: float | None, compiles: int) -> dict:
+    """The truth block: each number with its tolerance and how this script measured it."""
+    import jax
+
+    clock = "time.perf_counter in make_profile_fixtures.py"
+    iteration_ms = statistics.mean(times["iteration"])
+    truth = {
+        "devices": _number(jax.device_count(), "jax.device_count() in the traced process", abs=0),
+        "steps": _number(len(times["iteration"]), "iterations the traced loop ran", abs=0),
+        "iteration_ms": _number(iteration_ms, f"mean over iterations, {clock}, host work + step, "
+                                              "block_until_ready", rel=0.1),
+        "step_ms": _number(statistics.mean(times["step"]), f"mean over iterations of the step alone "
+                                                           f"(the annotated part, if annotated), {clock}", rel=0.1),
+        "device_ms": _number(device_ms, "ablation: median step of the same loop without its host work, traced "
+                                        f"with the same options, {clock}", rel=0.25),
+        "busy_fraction": _number(statistics.median(s / i for s, i in zip(times["step"], times["iteration"])),
+                                 "median over iterations of step / iteration time, both by the same clock: the "
+                                 "share of the loop from dispatch to block_until_ready, which the device cannot "
+                                 "exceed", abs=0.15),
+        "compiles_in_trace": _number(compiles, "XLA backend compilations while tracing, counted by a "
+                                               "jax.monitoring listener (/jax/core/compile/backend_compile_duration)",
+                                     abs=0),
+    }
+    if loop.host:
+        host_ms = statistics.mean(times["host"])
+        truth["host_ms"] = _number(host_ms, f"mean over iterations of the host work alone, {clock}", rel=0.1)
+        truth["host_fraction"] = _number(host_ms / iteration_ms, "host_ms / iteration_ms", abs=0.1)
+    if local_ms is not None:
+        truth["local_ms"] = _number(local_ms, "median step of the same program with each collective replaced by "
+                                              f"its local equivalent (tile, multiply), {clock}", rel=0.25)
+        # Both ablations ran back to back, so their ratio is steadier on a busy machine than either time.
+        truth["communication_fraction"] = _number(max(0.0, 1 - local_ms / device_ms), "1 - local_ms / device_ms",
+                                                  abs=0.15)
+    if loop.program is not None:
+        stats = loop.program.memory_analysis()
+        live = stats.argument_size_in_bytes + stats.output_size_in_bytes
+        how = "compiled.memory_analysis() of the step's executable"
+        truth["temp_bytes"] = _number(stats.temp_size_in_bytes, how, rel=0.01)
+        truth["argument_bytes"] = _number(stats.argument_size_in_bytes, how, rel=0.01)
+        truth["output_bytes"] = _number(stats.output_size_in_bytes, how, rel=0.01)
+        truth["temp_over_live"] = _number(stats.temp_size_in_bytes / live, "temp_bytes / (argument + output bytes)",
+                                          rel=0.01)
+    return truth
+
+
+TRUTH_MARKER = "# The truth below is written by scripts/make_profile_fixtures.py: regenerate it, do not edit it.\n"
+
+
+def write_truth(path: Path, name: str, xplane: Path, truth: dict) -> None:
+    """Replace the truth block, the file's last, keeping what people wrote above it."""
+    import yaml
+
+    if path.exists():
+        text = path.read_text()
+        for end in (TRUTH_MARKER, "\ntruth:"):
+            if end in text:
+                text = text[: text.index(end)].rstrip("\n") + "\n"
+        head = text
+    else:
+        source = xplane.relative_to(REPO) if xplane.is_relative_to(REPO) else xplane
+        head = yaml.safe_dump({"fixture": name, "source": str(source), "description": DESCRIPTIONS[name]},
+                              sort_keys=False, width=110)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(head + TRUTH_MARKER + yaml.safe_dump({"truth": truth}, sort_keys=False, width=110))
 
 
 def _covered_ns(intervals: list[tuple[int, int]]) -> int:
@@ -344,6 +655,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--only", default=",".join(COMMITTED))
     parser.add_argument("--min-mb", type=float, default=40.0, help="size of the 'large' profile")
+    parser.add_argument("--expectations", type=Path, default=DEFAULT_EXPECTATIONS,
+                        help="where the quality harness's expectation files are; the measured truth goes there")
     parser.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     names = [n for n in args.only.split(",") if n]
@@ -353,13 +666,16 @@ def main() -> None:
     if not args.in_process:
         for name in names:
             subprocess.run(
-                [sys.executable, __file__, "--out", str(args.out), "--only", name,
-                 "--min-mb", str(args.min_mb), "--in-process"],
-                check=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+                [sys.executable, __file__, "--out", str(args.out), "--only", name, "--min-mb", str(args.min_mb),
+                 "--expectations", str(args.expectations), "--in-process"],
+                check=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "XLA_FLAGS": XLA_FLAGS.get(name, "")},
             )
         return
     (name,) = names
-    xplane = make_large(name, args.out, args.min_mb) if name in LARGE else trace(name, args.out, WORKLOADS[name][1])
+    if name in LARGE:
+        xplane = make_large(name, args.out, args.min_mb)
+    else:
+        xplane = trace(name, args.out, WORKLOADS[name][1], args.expectations)
     size = xplane.stat().st_size
     if name in COMMITTED and size > MAX_COMMITTED_BYTES:
         sys.exit(f"{xplane}: {size:,} bytes is over the {MAX_COMMITTED_BYTES:,} limit for committed fixtures")
