@@ -8,6 +8,10 @@ stopped changing: same size and modification time for ``settle_seconds``.
 An object is announced once per generation (its modification time, as
 :class:`~mldiag.adapters.local_blobs.LocalBlobs` defines it); files that exist
 when the watcher starts are not announced, as Cloud Storage would not either.
+
+Every folder under the root is a bucket of that name. A folder whose name is no
+valid bucket name, or a file outside any folder, cannot be served: one warning
+says so, once per folder, and its files are not announced.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
-from mldiag.blob_uris import parse_blob_uri
+from mldiag.blob_uris import BUCKET_NAME, parse_blob_uri
 from mldiag.config import BUCKET_NOTIFICATIONS
 from mldiag.domain.errors import InvalidArgument
 from mldiag.domain.types import format_timestamp
@@ -85,6 +89,7 @@ class BucketWatcher:
         self.poll_seconds = poll_seconds
         self._pending: dict[Path, tuple[tuple[int, int], float]] = {}
         self._announced: dict[Path, int] = {}
+        self._refused: set[Path] = set()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._observer: BaseObserver = Observer()
@@ -153,8 +158,8 @@ class BucketWatcher:
     def _announce(self, path: Path) -> bool:
         try:
             uri = str(parse_blob_uri(self.blobs.uri_for(path)))
-        except (ValueError, InvalidArgument) as error:  # outside any bucket, or no valid object name
-            log.warning("not announced: not an object of a bucket", path=str(path), error=str(error))
+        except (ValueError, InvalidArgument) as error:
+            self._refuse(path, error)
             return False
         info = self.blobs.stat(uri)
         if info is None:
@@ -163,3 +168,17 @@ class BucketWatcher:
         self.bus.publish(BUCKET_NOTIFICATIONS, data, attributes)
         log.info("object finalized", uri=info.uri, size=info.size, generation=info.generation)
         return True
+
+    def _refuse(self, path: Path, error: Exception) -> None:
+        """Say why ``path`` is not announced: once per folder that cannot be a bucket, else once per file."""
+        folder = self.root / path.relative_to(self.root).parts[0]
+        if folder == path:
+            about, why = path, f"it is in no bucket folder (files go in {self.root}/<bucket>/...)"
+        elif not BUCKET_NAME.match(folder.name):
+            about, why = folder, (f"{folder.name!r} is not a valid bucket name (3 to 222 lowercase letters, "
+                                  "digits, '-', '_' or '.', starting and ending with a letter or digit)")
+        else:
+            about, why = path, str(error)
+        if about not in self._refused:
+            self._refused.add(about)
+            log.warning(f"{about} is not served", path=str(about), reason=why)

@@ -1,0 +1,168 @@
+"""What ``mldiag up`` shows a person: one line when it cannot listen, a sentence per thing that
+happened, every bucket folder served; JSON lines for machines, in the log file and on request."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import structlog
+from typer.testing import CliRunner
+
+from mldiag import logs
+from mldiag.cli.main import app
+from mldiag.server import session_page_link
+
+SESSION = "projects/p/locations/l/machineLearningRuns/run-1/profilerSessions/first-steps"
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    yield
+    logs.close()
+    structlog.reset_defaults()
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        yield listening.getsockname()[1]
+
+
+def _up(*args: str) -> tuple[int, list[str]]:
+    result = CliRunner().invoke(app, ["up", *args])
+    return result.exit_code, result.output.splitlines()
+
+
+def test_a_taken_port_is_one_line_with_the_way_out_and_nothing_is_left_running(tmp_path, taken_port,
+                                                                               restore_logging):
+    threads = set(threading.enumerate())
+    code, lines = _up("--port", str(taken_port), "--data", str(tmp_path / "data"))
+    assert code == 1
+    assert lines == [f"mldiag up: port {taken_port} on 127.0.0.1 is in use; "
+                     "choose another with --port, or --port 0 for a free one"]
+    assert set(threading.enumerate()) <= threads
+    assert not (tmp_path / "data").exists()  # no database opened, no folders made
+
+
+@pytest.mark.parametrize(("host", "says"), [
+    ("no-such-host.invalid", "'no-such-host.invalid' is not a known host address; use --host 127.0.0.1"),
+    ("192.0.2.1", "192.0.2.1 is not an address of this machine; use --host 127.0.0.1"),  # TEST-NET-1
+])
+def test_an_address_that_cannot_be_listened_on_is_one_line(tmp_path, host, says, restore_logging):
+    code, lines = _up("--host", host, "--port", "0", "--data", str(tmp_path))
+    assert code == 1 and len(lines) == 1 and lines[0].startswith(f"mldiag up: {says}")
+
+
+def test_the_terminal_shows_what_happened_and_the_log_file_keeps_every_line(tmp_path, capsys, restore_logging):
+    log_file = tmp_path / "logs" / "mldiag.log"
+    logs.configure("console", log_file=log_file, session_link=session_page_link("http://127.0.0.1:8080"))
+    log = structlog.get_logger("mldiag.test")
+    log.info("event handled", detail="settled 0 session(s)", function="maintenance")
+    log.info("session run-1/first-steps registered", notice=True, session=SESSION)
+    with logs.event_context(function="analyze_session", event_id="e1", session=SESSION):
+        log.warning("event rejected", error="analysis failed: not an xplane file")
+    logging.getLogger("cheroot.test").warning("a library's warning")
+
+    shown = capsys.readouterr().err.splitlines()
+    page = "http://127.0.0.1:8080/ui/runs/run-1/sessions/first-steps"
+    assert [line.split("  ", 1)[1] for line in shown] == [
+        f"session run-1/first-steps registered  {page}",
+        "warning: event rejected: analysis failed: not an xplane file "
+        f"(function=analyze_session, session=run-1/first-steps)  {page}",
+        "warning: a library's warning",
+    ]
+    assert all(time.strptime(line.split("  ", 1)[0], "%H:%M:%S") for line in shown)
+    written = [json.loads(line) for line in log_file.read_text().splitlines()]
+    assert [(line["severity"], line["message"]) for line in written] == [
+        ("INFO", "event handled"), ("NOTICE", "session run-1/first-steps registered"),
+        ("WARNING", "event rejected"), ("WARNING", "a library's warning")]
+    assert written[2]["event_id"] == "e1" and written[2]["session"] == SESSION
+
+
+def test_the_json_format_prints_every_line_in_cloud_loggings_shape(capsys, restore_logging):
+    logs.configure("json")
+    structlog.get_logger("mldiag.test").info("event handled", function="maintenance")
+    structlog.get_logger("mldiag.test").info("session run-1/first-steps registered", notice=True)
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
+    assert [(line["severity"], line["message"]) for line in lines] == [
+        ("INFO", "event handled"), ("NOTICE", "session run-1/first-steps registered")]
+    assert all(line["time"].endswith("Z") for line in lines)
+
+
+def test_an_unknown_log_format_is_refused():
+    with pytest.raises(ValueError, match="unknown log format 'xml'"):
+        logs.configure("xml")
+
+
+def _wait_for(lines: list[str], wanted: str, process: subprocess.Popen, seconds: float = 60) -> str:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and process.poll() is None:
+        found = next((line for line in lines if wanted in line), None)
+        if found:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"no line with {wanted!r} in {lines}")
+
+
+def _read(stream, into: list[str]) -> None:
+    for line in stream:
+        into.append(line.rstrip("\n"))
+
+
+def test_mldiag_up_is_calm_over_maintenance_ticks_and_registers_a_session_in_any_bucket(tmp_path):
+    data = tmp_path / "data"
+    env = {**os.environ, "MLDIAG_MAINTENANCE_INTERVAL_SECONDS": "0.2", "MLDIAG_SETTLE_SECONDS": "3600"}
+    env.pop("MLDIAG_LOG_FORMAT", None)
+    process = subprocess.Popen(
+        [sys.executable, "-c", "from mldiag.cli.main import run; run()", "up", "--port", "0", "--data", str(data)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    lines: list[str] = []
+    threading.Thread(target=_read, args=(process.stdout, lines), daemon=True).start()
+    try:
+        url = _wait_for(lines, "mldiag control plane at ", process).split(" at ", 1)[1].split()[0]
+        _wait_for(lines, "Full log, as JSON lines: ", process)
+        log_file = data / "logs" / "mldiag.log"
+        deadline = time.monotonic() + 30
+        while log_file.read_text().count('"function": "maintenance"') < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)  # a few ticks, each handled and logged
+
+        profile = data / "buckets" / "other" / "exp" / "run-1" / "plugins" / "profile" / "first-steps"
+        profile.mkdir(parents=True)
+        (profile / "host-0.xplane.pb").write_bytes(b"an xplane")
+        registered = _wait_for(lines, "registered from", process)
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=30)
+
+    assert registered.endswith("session run-1/first-steps registered from gs://other/exp/run-1/plugins/profile/"
+                               f"first-steps  {url}/ui/runs/run-1/sessions/first-steps")
+    assert process.returncode == 0
+    assert not [line for line in lines if line.lstrip().startswith("{")], lines
+    assert log_file.read_text().count('"function": "maintenance"') >= 3
+
+
+@pytest.mark.parametrize(("args", "env", "chosen"), [
+    ([], {}, "console"),
+    ([], {"MLDIAG_LOG_FORMAT": "json"}, "json"),
+    (["--log-format", "json"], {}, "json"),
+    (["--log-format", "console"], {"MLDIAG_LOG_FORMAT": "json"}, "console"),
+])
+def test_the_terminal_is_human_unless_json_is_asked_for(monkeypatch, args, env, chosen):
+    served = []
+    monkeypatch.setattr("mldiag.server.serve", lambda settings, *rest: served.append(settings))
+    result = CliRunner().invoke(app, ["up", *args], env=env)
+    assert result.exit_code == 0, result.output
+    assert [settings.log_format for settings in served] == [chosen]
