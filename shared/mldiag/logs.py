@@ -73,7 +73,8 @@ class _HumanLines:
             exception = str(event.get("exception", "")).strip()
             if exception and not because:
                 line += f": {exception.splitlines()[-1]}"
-            context = [f"{key}={short_name(value) if isinstance(value, str) else value}" for key, value in event.items()
+            context = [f"{key}={short_name(value) if isinstance(value, str) else value}"
+                       for key, value in sorted(event.items())  # bound context comes in no fixed order
                        if key not in _MACHINE_FIELDS and key not in ("error", "reason") and value not in ("", None)]
             if context:
                 line += f" ({', '.join(context)})"
