@@ -6,6 +6,7 @@ import json
 import time
 
 import pytest
+from structlog.testing import capture_logs
 
 from mldiag.adapters.inprocess_bus import InProcessBus
 from mldiag.adapters.local_blobs import LocalBlobs
@@ -86,6 +87,30 @@ def test_vanished_files_and_files_outside_any_bucket_are_not_announced(blobs, bu
     watcher.check(), watcher.check()
     bus.drain()
     assert received == []
+
+
+def test_every_bucket_folder_is_a_bucket(blobs, bus, received):
+    watcher = BucketWatcher(blobs, bus, settle_seconds=0)
+    for bucket in ("profiles", "other"):
+        watcher.noticed(_write(blobs, OBJECT, b"a profile", bucket=bucket), is_directory=False)
+    watcher.check(), watcher.check()
+    bus.drain()
+    assert sorted((m.attributes["bucketId"], m.attributes["objectId"]) for m in received) == [
+        ("other", OBJECT), ("profiles", OBJECT)]
+
+
+def test_a_folder_that_cannot_be_a_bucket_is_named_once_with_the_reason(blobs, bus, received):
+    watcher = BucketWatcher(blobs, bus, settle_seconds=0)
+    with capture_logs() as logged:
+        for host in ("host-0", "host-1"):
+            watcher.noticed(_write(blobs, f"exp/run-1/plugins/profile/s1/{host}.xplane.pb", b"x", bucket="My_Bucket"),
+                            is_directory=False)
+        watcher.check(), watcher.check()
+    bus.drain()
+    assert received == []
+    (warning,) = [line for line in logged if line["log_level"] == "warning"]
+    assert warning["event"] == f"{blobs.buckets / 'My_Bucket'} is not served"
+    assert warning["reason"].startswith("'My_Bucket' is not a valid bucket name (3 to 222 lowercase letters")
 
 
 def test_the_running_watcher_sees_files_in_new_folders(blobs, bus, received):
