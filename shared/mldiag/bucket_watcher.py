@@ -104,7 +104,8 @@ class BucketWatcher:
         self._stopping.set()
         self._checker.join(timeout=5)
         self._observer.stop()
-        self._observer.join(timeout=5)
+        if self._observer.is_alive():  # a restart that failed left one that never started
+            self._observer.join(timeout=5)
 
     def _observe(self) -> None:
         self._observer = Observer()
@@ -118,13 +119,21 @@ class BucketWatcher:
             return
         log.warning("the bucket watcher's observer stopped; restarting it")
         self._observer.stop()
-        self._observe()
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._observe()
+        except OSError as error:  # the same race again: the next look tries again
+            log.warning("the bucket watcher's observer could not restart", error=str(error))
+            return
         self.noticed(self.root, is_directory=True)
 
     def noticed(self, path: Path, *, is_directory: bool) -> None:
         """A change under the root: files wait to settle; a new folder's files (which may
         have been written before the folder itself was watched) are looked at too."""
-        paths = [p for p in path.rglob("*") if p.is_file()] if is_directory else [path]
+        try:
+            paths = [p for p in path.rglob("*") if p.is_file()] if is_directory else [path]
+        except OSError:  # the folder went away while it was being looked at: nothing in it to announce
+            return
         with self._lock:
             for file in paths:
                 self._pending.setdefault(file, ((-1, -1), time.monotonic()))
@@ -181,4 +190,4 @@ class BucketWatcher:
             about, why = path, str(error)
         if about not in self._refused:
             self._refused.add(about)
-            log.warning(f"{about} is not served", path=str(about), reason=why)
+            log.warning(f"{about} is not served", reason=why)

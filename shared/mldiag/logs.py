@@ -9,7 +9,8 @@ an analysis done, a capture finished) is logged with ``notice=True``: its
 severity is ``NOTICE``, Cloud Logging's "normal but significant". The human
 format shows notices, warnings and errors only, one short line each; every
 line, maintenance and debug chatter included, still goes as JSON to the log
-file when one is given. Library loggers (stdlib ``logging``) take the same path.
+file when one is given. Library loggers (stdlib ``logging``) take the same path,
+and so do Python's warnings (to the file only, in the human format).
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ class _HumanLines:
                 line += f": {exception.splitlines()[-1]}"
             context = [f"{key}={short_name(value) if isinstance(value, str) else value}"
                        for key, value in sorted(event.items())  # bound context comes in no fixed order
-                       if key not in _MACHINE_FIELDS and key not in ("error", "reason") and value not in ("", None)]
+                       if key not in _MACHINE_FIELDS and key not in ("error", "reason") and value not in ("", None)
+                       and not (key == "run" and event.get("session"))]  # the session names its run
             if context:
                 line += f" ({', '.join(context)})"
         link = self.session_link(str(event["session"])) if self.session_link and event.get("session") else ""
@@ -88,7 +90,8 @@ class _PeopleOnly(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.msg, dict):  # from structlog: its level, notice included
             return record.msg.get("level") in _SHOWN_TO_PEOPLE
-        return record.levelno >= logging.WARNING
+        # Python's warnings are for the developers of the code that raised them.
+        return record.levelno >= logging.WARNING and record.name != "py.warnings"
 
 
 def _formatter(renderer: Any, chain: list[Any]) -> structlog.stdlib.ProcessorFormatter:
@@ -141,6 +144,7 @@ def configure(fmt: Literal["json", "console"] | str = "json", level: int = loggi
     for handler in handlers:
         root.addHandler(handler)
     root.setLevel(max(level, logging.WARNING))  # other libraries' chatter stays out
+    logging.captureWarnings(True)
     logging.getLogger("mldiag").setLevel(level)
     structlog.configure(
         processors=[structlog.processors.add_log_level, *chain,
@@ -153,6 +157,7 @@ def configure(fmt: Literal["json", "console"] | str = "json", level: int = loggi
 
 def close() -> None:
     """Flush and detach the handlers :func:`configure` installed (the log file is closed)."""
+    logging.captureWarnings(False)
     root = logging.getLogger()
     for handler in _handlers:
         root.removeHandler(handler)

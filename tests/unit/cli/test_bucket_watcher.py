@@ -8,6 +8,7 @@ import time
 import pytest
 from structlog.testing import capture_logs
 
+from mldiag import bucket_watcher
 from mldiag.adapters.inprocess_bus import InProcessBus
 from mldiag.adapters.local_blobs import LocalBlobs
 from mldiag.bucket_watcher import BucketWatcher
@@ -149,3 +150,48 @@ def test_a_watcher_whose_observer_died_recovers_and_misses_nothing(blobs, bus, r
     finally:
         watcher.stop()
     assert [m.attributes["objectId"] for m in received] == [OBJECT]
+
+
+def _wait_for(received: list, bus: InProcessBus) -> None:
+    deadline = time.monotonic() + 10
+    while not received and time.monotonic() < deadline:
+        bus.drain()
+        time.sleep(0.05)
+
+
+def test_a_restart_that_loses_the_race_again_is_tried_at_the_next_look(blobs, bus, received, monkeypatch):
+    starts = []
+
+    class Racing(bucket_watcher.Observer):  # type: ignore[misc,valid-type]
+        def start(self) -> None:
+            starts.append(self)
+            if len(starts) == 1:  # what inotify raises when a folder vanishes as it is being added
+                raise FileNotFoundError(2, "No such file or directory")
+            super().start()
+
+    watcher = BucketWatcher(blobs, bus, settle_seconds=0.1, poll_seconds=0.05)
+    watcher.start()
+    monkeypatch.setattr(bucket_watcher, "Observer", Racing)
+    try:
+        for emitter in list(watcher._observer.emitters):
+            emitter.stop()
+            emitter.join()
+        _write(blobs, OBJECT, b"written while the observer restarted")
+        _wait_for(received, bus)
+    finally:
+        watcher.stop()
+    assert len(starts) == 2 and not watcher._checker.is_alive()
+    assert [m.attributes["objectId"] for m in received] == [OBJECT]
+
+
+def test_a_folder_that_vanishes_while_it_is_looked_at_is_passed_over(blobs, bus, monkeypatch):
+    watcher = BucketWatcher(blobs, bus, settle_seconds=0)
+    folder = blobs.buckets / "profiles" / "tmp"
+    folder.mkdir(parents=True)
+
+    def vanished(self, pattern):
+        raise FileNotFoundError(2, "No such file or directory", str(self))
+
+    monkeypatch.setattr(type(folder), "rglob", vanished)
+    watcher.noticed(folder, is_directory=True)
+    assert watcher.check() == 0

@@ -17,13 +17,20 @@ from pathlib import Path
 
 import pytest
 import structlog
+from structlog.testing import capture_logs
 from typer.testing import CliRunner
 
-from mldiag import logs
+from mldiag import eventlog, logs
+from mldiag.adapters.inprocess_bus import InProcessBus
 from mldiag.cli.main import app
+from mldiag.config import ANALYSIS_REQUESTS
+from mldiag.domain.errors import PermanentFailure
+from mldiag.messages import Message, pubsub_cloud_event
 from mldiag.server import session_page_link
 
-SESSION = "projects/p/locations/l/machineLearningRuns/run-1/profilerSessions/first-steps"
+RUN = "projects/p/locations/l/machineLearningRuns/run-1"
+SESSION = f"{RUN}/profilerSessions/first-steps"
+PAGE = "http://127.0.0.1:8080/ui/runs/run-1/sessions/first-steps"
 
 
 @pytest.fixture
@@ -72,16 +79,15 @@ def test_the_terminal_shows_what_happened_and_the_log_file_keeps_every_line(tmp_
     log = structlog.get_logger("mldiag.test")
     log.info("event handled", detail="settled 0 session(s)", function="maintenance")
     log.info("session run-1/first-steps registered", notice=True, session=SESSION)
-    with logs.event_context(function="analyze_session", event_id="e1", session=SESSION):
+    with logs.event_context(function="analyze_session", event_id="e1", run=RUN, session=SESSION):
         log.warning("event rejected", error="analysis failed: not an xplane file")
     logging.getLogger("cheroot.test").warning("a library's warning")
 
     shown = capsys.readouterr().err.splitlines()
-    page = "http://127.0.0.1:8080/ui/runs/run-1/sessions/first-steps"
     assert [line.split("  ", 1)[1] for line in shown] == [
-        f"session run-1/first-steps registered  {page}",
+        f"session run-1/first-steps registered  {PAGE}",
         "warning: event rejected: analysis failed: not an xplane file "
-        f"(function=analyze_session, session=run-1/first-steps)  {page}",
+        f"(function=analyze_session, session=run-1/first-steps)  {PAGE}",
         "warning: a library's warning",
     ]
     assert all(time.strptime(line.split("  ", 1)[0], "%H:%M:%S") for line in shown)
@@ -100,6 +106,35 @@ def test_the_json_format_prints_every_line_in_cloud_loggings_shape(capsys, resto
     assert [(line["severity"], line["message"]) for line in lines] == [
         ("INFO", "event handled"), ("NOTICE", "session run-1/first-steps registered")]
     assert all(line["time"].endswith("Z") for line in lines)
+
+
+def test_a_failed_analysis_is_one_warning_naming_its_session_and_page(embedded, capsys, restore_logging):
+    logs.configure("console", session_link=session_page_link("http://127.0.0.1:8080"))
+    request = Message(b"{}", {"session": SESSION, "run": RUN}, "m1")
+    event = pubsub_cloud_event(project="p", topic=ANALYSIS_REQUESTS, subscription="analyze_session",
+                               message=request, published=embedded.now())
+
+    def fail(_):
+        raise PermanentFailure("analysis failed: not an xplane file")
+
+    eventlog.handle(embedded.events, "analyze_session", event, fail)
+    assert [line.split("  ", 1)[1] for line in capsys.readouterr().err.splitlines()] == [
+        "warning: event rejected: analysis failed: not an xplane file "
+        f"(function=analyze_session, session=run-1/first-steps)  {PAGE}"]
+
+
+def test_a_retried_delivery_is_routine_and_a_dead_letter_a_warning():
+    bus = InProcessBus("p", max_attempts=2, min_backoff=0.001, max_backoff=0.01)
+
+    def fail(_):
+        raise RuntimeError("boom")
+
+    bus.subscribe("topic", fail, name="fails")
+    bus.publish("topic", b"{}")
+    with capture_logs() as logged:
+        bus.drain()
+    assert [(line["log_level"], line["event"], line["attempt"]) for line in logged] == [
+        ("info", "delivery failed; retrying", 1), ("warning", "delivery failed; sent to the dead-letter topic", 2)]
 
 
 def test_an_unknown_log_format_is_refused():
