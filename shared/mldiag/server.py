@@ -66,8 +66,9 @@ class Banner:
     viewer_url: str = ""
 
 
-class BindFailed(Exception):
-    """The server cannot listen where it was asked to; the message says why and what to do instead."""
+class StartFailed(Exception):
+    """The server cannot listen where it was asked to, or cannot use its data directory; the message
+    says why and what to do instead."""
 
 
 class _Server(wsgi.Server):
@@ -102,7 +103,7 @@ def _bound_server(host: str, port: int) -> wsgi.Server:
     try:
         server.prepare()  # binds now, so that --port 0 has a real port to report
     except OSError as error:
-        raise BindFailed(_why_not_bound(host, port, server.bind_error or error)) from None
+        raise StartFailed(_why_not_bound(host, port, server.bind_error or error)) from None
     return server
 
 
@@ -161,9 +162,15 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{bound_port}"
     settings = settings.model_copy(update={"backend": "embedded", "api_url": url})
     log_file = settings.data_dir / "logs" / "mldiag.log"
-    logs.configure(settings.log_format, log_file=log_file, session_link=session_page_link(url))
+    try:
+        logs.configure(settings.log_format, log_file=log_file, session_link=session_page_link(url))
+        services = bootstrap.build(settings)
+    except OSError as error:
+        server.stop()
+        logs.close()
+        raise StartFailed(f"cannot use the data directory {settings.data_dir}: {error.strerror or error}; "
+                          "choose another with --data") from None
     bucket_folder = settings.data_dir / "buckets" / settings.bucket
-    services = bootstrap.build(settings)
     bus = services.bus
     assert isinstance(bus, InProcessBus)
     wire_functions(services, bus)

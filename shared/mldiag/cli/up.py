@@ -50,7 +50,7 @@ def up(
              "every log line in Cloud Logging's shape (default: MLDIAG_LOG_FORMAT, else console).")] = None,
 ) -> None:
     """Run the control plane, the event functions, a bucket watcher and maintenance, until Ctrl-C."""
-    from mldiag.server import BindFailed, serve
+    from mldiag.server import StartFailed, serve
     from mldiag.ui.xprof_viewer import ViewerFailed
 
     settings = Settings.from_env()
@@ -64,6 +64,6 @@ def up(
                                  param_hint="MLDIAG_BACKEND")
     try:
         serve(settings, host, port, _announce, viewer_port if viewer else None)
-    except (BindFailed, ViewerFailed) as error:
+    except (StartFailed, ViewerFailed) as error:
         typer.echo(f"mldiag up: {error}", err=True)
         raise typer.Exit(1) from None

@@ -73,6 +73,19 @@ def test_an_address_that_cannot_be_listened_on_is_one_line(tmp_path, host, says,
     assert code == 1 and len(lines) == 1 and lines[0].startswith(f"mldiag up: {says}")
 
 
+def test_a_data_directory_that_cannot_be_used_is_one_line_and_nothing_is_left_running(tmp_path, restore_logging):
+    (tmp_path / "a-file").write_text("not a folder")
+    threads = set(threading.enumerate())
+    code, lines = _up("--port", "0", "--data", str(tmp_path / "a-file" / "data"))
+    assert code == 1
+    assert lines == [f"mldiag up: cannot use the data directory {tmp_path / 'a-file' / 'data'}: Not a directory; "
+                     "choose another with --data"]
+    deadline = time.monotonic() + 10
+    while not set(threading.enumerate()) <= threads and time.monotonic() < deadline:
+        time.sleep(0.05)  # the server's worker threads end once they see it stopped
+    assert set(threading.enumerate()) <= threads
+
+
 def test_the_terminal_shows_what_happened_and_the_log_file_keeps_every_line(tmp_path, capsys, restore_logging):
     log_file = tmp_path / "logs" / "mldiag.log"
     logs.configure("console", log_file=log_file, session_link=session_page_link("http://127.0.0.1:8080"))
