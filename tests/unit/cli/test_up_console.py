@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -191,12 +192,15 @@ def test_mldiag_up_is_calm_over_maintenance_ticks_and_registers_a_session_in_any
         profile.mkdir(parents=True)
         (profile / "host-0.xplane.pb").write_bytes(b"an xplane")
         registered = _wait_for(lines, "registered from", process)
+        with urllib.request.urlopen(registered.rsplit("  ", 1)[1], timeout=30) as page:
+            opened = page.status, page.read().decode()
     finally:
         process.send_signal(signal.SIGINT)
         process.wait(timeout=30)
 
     assert registered.endswith("session run-1/first-steps registered from gs://other/exp/run-1/plugins/profile/"
                                f"first-steps  {url}/ui/runs/run-1/sessions/first-steps")
+    assert opened[0] == 200 and "first-steps" in opened[1]
     assert process.returncode == 0
     assert not [line for line in lines if line.lstrip().startswith("{")], lines
     assert log_file.read_text().count('"function": "maintenance"') >= 3
