@@ -139,13 +139,16 @@ def configure(fmt: Literal["json", "console"] | str = "json", level: int = loggi
         handlers.append(file)
 
     close()
-    root = logging.getLogger()
     _handlers.extend(handlers)
+    root, own = logging.getLogger(), logging.getLogger("mldiag")
     for handler in handlers:
         root.addHandler(handler)
+        own.addHandler(handler)
     root.setLevel(max(level, logging.WARNING))  # other libraries' chatter stays out
+    # Ours go to these handlers only, whatever else a host (functions-framework) put on the root.
+    own.setLevel(level)
+    own.propagate = False
     logging.captureWarnings(True)
-    logging.getLogger("mldiag").setLevel(level)
     structlog.configure(
         processors=[structlog.processors.add_log_level, *chain,
                     structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
@@ -158,11 +161,13 @@ def configure(fmt: Literal["json", "console"] | str = "json", level: int = loggi
 def close() -> None:
     """Flush and detach the handlers :func:`configure` installed (the log file is closed)."""
     logging.captureWarnings(False)
-    root = logging.getLogger()
+    root, own = logging.getLogger(), logging.getLogger("mldiag")
     for handler in _handlers:
         root.removeHandler(handler)
+        own.removeHandler(handler)
         handler.close()
     _handlers.clear()
+    own.propagate = True
 
 
 @contextlib.contextmanager

@@ -151,6 +151,19 @@ def test_a_retried_delivery_is_routine_and_a_dead_letter_a_warning():
         ("info", "delivery failed; retrying", 1), ("warning", "delivery failed; sent to the dead-letter topic", 2)]
 
 
+def test_our_lines_are_written_once_whatever_handlers_the_host_put_on_the_root(capsys, restore_logging):
+    hosts = logging.StreamHandler(sys.stdout)  # as functions-framework's legacy mode adds
+    logging.getLogger().addHandler(hosts)
+    try:
+        logs.configure("json")
+        structlog.get_logger("mldiag.test").warning("event rejected", error="not a profile")
+    finally:
+        logging.getLogger().removeHandler(hosts)
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert [json.loads(line)["message"] for line in captured.err.splitlines()] == ["event rejected"]
+
+
 def test_an_unknown_log_format_is_refused():
     with pytest.raises(ValueError, match="unknown log format 'xml'"):
         logs.configure("xml")
