@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import structlog
 
@@ -39,8 +39,7 @@ _SEVERITY = {
 }
 _SHOWN_TO_PEOPLE = {NOTICE, "warning", "warn", "error", "exception", "critical"}
 # Context a human line leaves out: it says which event, not what happened.
-_MACHINE_FIELDS = {"event", "level", "time", "logger", "event_id", "event_type", NOTICE, "exception", "exc_info",
-                   "_record", "_from_structlog", "session_link"}
+_MACHINE_FIELDS = {"event", "level", "time", "logger", "event_id", "event_type", "exception"}
 _handlers: list[logging.Handler] = []
 
 
@@ -106,7 +105,7 @@ def _json_renderer(logger: Any, method: str, event: dict[str, Any]) -> str:
     return structlog.processors.JSONRenderer()(logger, method, _cloud_logging_fields(logger, method, event))
 
 
-def configure(fmt: Literal["json", "console"] | str = "json", level: int = logging.INFO, *,
+def configure(fmt: str = "json", level: int = logging.INFO, *,
               log_file: Path | None = None, session_link: Callable[[str], str] | None = None) -> None:
     """Route structlog and stdlib logging to stderr, and to ``log_file`` when given.
 

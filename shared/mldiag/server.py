@@ -156,6 +156,8 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
     """Run until Ctrl-C or SIGTERM; ``announce`` is called once the port is bound (and the viewer is up).
 
     ``viewer_port`` (0: any free port) also runs the XProf viewer; if it cannot start, nothing runs.
+    Raises :class:`StartFailed` when the port cannot be bound or the data directory used; nothing is
+    left running then, and nothing is written when it is the port.
     """
     server = _bound_server(host, port)
     bound_port = server.bind_addr[1]
