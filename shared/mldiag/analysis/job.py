@@ -265,6 +265,9 @@ def analyze_requested(services: Services, event: CloudEvent) -> str:
     with structlog.contextvars.bound_contextvars(session=request.session):
         _start(services, request)
         session = services.sessions.get(request.session)
+        hosts = len(request.host_files)
+        log.info(f"analysis of {short_name(session.name)} started ({hosts} host file{'s' if hosts != 1 else ''})",
+                 notice=True, attempt=session.analysis.attempts)
         try:
             with tempfile.TemporaryDirectory(prefix="mldiag-session-") as scratch:
                 report_uri, analysis_uri = _analyse(services, request, session, Path(scratch))

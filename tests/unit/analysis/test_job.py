@@ -66,9 +66,10 @@ def test_a_settled_session_is_analysed_and_its_reports_land_next_to_it(embedded,
         assert _deliver(embedded, requested) is Outcome.OK
     analysis = _analysis(embedded)
     assert analysis.state is AnalysisState.DONE and analysis.health is HealthStatus.NEEDS_ATTENTION
-    (told,) = [line["event"] for line in logged if line.get("notice")]
+    started, done = [line["event"] for line in logged if line.get("notice")]
+    assert started == "analysis of run1/s1 started (1 host file)"
     assert re.fullmatch(r"analysis of run1/s1 done: NEEDS_ATTENTION, step time \d+\.\d ms; "
-                        r"top finding P0 Host-bound input.*", told)
+                        r"top finding P0 Host-bound input.*", done)
     assert (analysis.report_uri, analysis.analysis_uri) == (f"{FOLDER}/mldiag/summary.html",
                                                             f"{FOLDER}/mldiag/analysis.json")
     assert analysis.reasoner == "offline" and analysis.error == "" and analysis.attempts == 1
