@@ -192,7 +192,8 @@ def test_mldiag_up_is_calm_over_maintenance_ticks_and_registers_a_session_in_any
         [sys.executable, "-c", "from mldiag.cli.main import run; run()", "up", "--port", "0", "--data", str(data)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     lines: list[str] = []
-    threading.Thread(target=_read, args=(process.stdout, lines), daemon=True).start()
+    reader = threading.Thread(target=_read, args=(process.stdout, lines), daemon=True)
+    reader.start()
     try:
         url = _wait_for(lines, "mldiag control plane at ", process).split(" at ", 1)[1].split()[0]
         _wait_for(lines, "Full log, as JSON lines: ", process)
@@ -210,6 +211,8 @@ def test_mldiag_up_is_calm_over_maintenance_ticks_and_registers_a_session_in_any
     finally:
         process.send_signal(signal.SIGINT)
         process.wait(timeout=30)
+        reader.join(timeout=10)
+        process.stdout.close()
 
     assert registered.endswith("session run-1/first-steps registered from gs://other/exp/run-1/plugins/profile/"
                                f"first-steps  {url}/ui/runs/run-1/sessions/first-steps")
