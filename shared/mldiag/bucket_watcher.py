@@ -117,7 +117,7 @@ class BucketWatcher:
         observer's thread; start a new one and look at every file, so nothing is missed."""
         if all(emitter.is_alive() for emitter in self._observer.emitters):
             return
-        log.warning("the bucket watcher's observer stopped; restarting it")
+        log.info("the bucket watcher's observer stopped; restarting it")  # nothing is missed: no warning
         self._observer.stop()
         try:
             self.root.mkdir(parents=True, exist_ok=True)

@@ -199,7 +199,7 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
     try:
         server.serve()
     except KeyboardInterrupt:
-        log.info("stopping")
+        log.info("stopping", notice=True)
     finally:
         server.stop()
         if viewer is not None:

@@ -219,6 +219,7 @@ def test_mldiag_up_is_calm_over_maintenance_ticks_and_registers_a_session_in_any
     assert opened[0] == 200 and "first-steps" in opened[1]
     assert process.returncode == 0
     assert not [line for line in lines if line.lstrip().startswith("{")], lines
+    assert lines[-1].endswith("  stopping")
     assert log_file.read_text().count('"function": "maintenance"') >= 3
 
 
