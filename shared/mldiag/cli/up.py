@@ -46,8 +46,9 @@ def up(
                                              help="The viewer's port on 127.0.0.1; 0 picks a free one.")] = 8791,
     log_format: Annotated[LogFormat | None, typer.Option(
         "--log-format",
-        help="The terminal's lines: 'console', a sentence per thing that happened (default), or 'json', "
-             "every log line in Cloud Logging's shape (default: MLDIAG_LOG_FORMAT, else console).")] = None,
+        help="The terminal's lines: 'console', a sentence per thing that happened, or 'json', every log line "
+             "in Cloud Logging's shape (default: MLDIAG_LOG_FORMAT, else console). The log file under the data "
+             "directory has every line either way.")] = None,
 ) -> None:
     """Run the control plane, the event functions, a bucket watcher and maintenance, until Ctrl-C."""
     from mldiag.server import StartFailed, serve
