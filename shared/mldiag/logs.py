@@ -40,6 +40,8 @@ _SEVERITY = {
 _SHOWN_TO_PEOPLE = {NOTICE, "warning", "warn", "error", "exception", "critical"}
 # Context a human line leaves out: it says which event, not what happened.
 _MACHINE_FIELDS = {"event", "level", "time", "logger", "event_id", "event_type", "exception"}
+# A human line is one line, and text from outside (folder names, alert titles) cannot drive the terminal.
+_CONTROL_CHARACTERS = {code: f"\\x{code:02x}" for code in (*range(32), 127)}
 _handlers: list[logging.Handler] = []
 
 
@@ -82,6 +84,7 @@ class _HumanLines:
         link = self.session_link(str(event["session"])) if self.session_link and event.get("session") else ""
         if link:
             line += f"  {link}"
+        line = line.translate(_CONTROL_CHARACTERS)
         return f"{when}  {line}" if when else line
 
 

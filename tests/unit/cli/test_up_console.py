@@ -112,6 +112,13 @@ def test_the_terminal_shows_what_happened_and_the_log_file_keeps_every_line(tmp_
     assert written[2]["event_id"] == "e1" and written[2]["session"] == SESSION
 
 
+def test_a_human_line_is_one_line_whatever_the_text_from_outside_holds(capsys, restore_logging):
+    logs.configure("console")
+    structlog.get_logger("mldiag.test").warning("files in exp\nfake line are not served", reason="bad\x1b[2Jname")
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.endswith("warning: files in exp\\x0afake line are not served: bad\\x1b[2Jname")
+
+
 def test_the_json_format_prints_every_line_in_cloud_loggings_shape(capsys, restore_logging):
     logs.configure("json")
     structlog.get_logger("mldiag.test").info("event handled", function="maintenance")
