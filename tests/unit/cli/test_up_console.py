@@ -3,6 +3,7 @@ happened, every bucket folder served; JSON lines for machines, in the log file a
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import structlog
+from cheroot.server import HTTPServer
 from structlog.testing import capture_logs
 from typer.testing import CliRunner
 
@@ -63,6 +65,16 @@ def test_a_taken_port_is_one_line_with_the_way_out_and_nothing_is_left_running(t
                      "choose another with --port, or --port 0 for a free one"]
     assert set(threading.enumerate()) <= threads
     assert not (tmp_path / "data").exists()  # no database opened, no folders made
+
+
+def test_a_port_it_may_not_listen_on_is_one_line(tmp_path, monkeypatch, restore_logging):
+    def refused(server, family, type, proto=0):  # what binding port 80 without privileges raises
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(HTTPServer, "bind", refused)
+    code, lines = _up("--port", "80", "--data", str(tmp_path / "data"))
+    assert (code, lines) == (1, ["mldiag up: no permission to listen on port 80 of 127.0.0.1 (ports below 1024 "
+                                 "need privileges); choose another with --port, or --port 0 for a free one"])
 
 
 @pytest.mark.parametrize(("host", "says"), [
