@@ -22,7 +22,7 @@ from pydantic import Field
 from mldiag.alerts import Alert, parse_alert
 from mldiag.bootstrap import Services
 from mldiag.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermanentFailure
-from mldiag.domain.names import EVENTS, LocationName, parse_run
+from mldiag.domain.names import EVENTS, LocationName, parse_run, short_name
 from mldiag.domain.resources import Kind, MachineLearningRun, MonitoredEvent, Suppression
 from mldiag.domain.types import CamelModel, Duration, Timestamp, bounded_duration, format_timestamp, human_duration
 from mldiag.messages import message_from_cloud_event
@@ -99,6 +99,7 @@ class Decision(CamelModel):
     event: str
     capture_session: str = ""
     reason: str = ""
+    opened: bool = False  # this alert opened the event
 
 
 def decide(services: Services, alert: Alert, alert_key: str) -> Decision:
@@ -128,6 +129,7 @@ def decide(services: Services, alert: Alert, alert_key: str) -> Decision:
                 decision.capture_session = f"{alert.run}/profilerSessions/{session_id}"
                 state.captures.append(now)
                 state.pending_event, state.pending_session = event_name, decision.capture_session
+        decision.opened = previous is None and alert.open
         if decision.reason:
             event.suppress(Suppression(time=now, reason=decision.reason, alert=alert_key))
         services.monitored_events.save_in(transaction, previous, event)
@@ -192,6 +194,11 @@ def handle_alert(services: Services, event: CloudEvent) -> str:
     alert_key = f"on_alert:{message.message_id}"
     with structlog.contextvars.bound_contextvars(run=alert.run, monitored_event=alert.event_id):
         decision = decide(services, alert, alert_key)
+        if decision.opened:
+            outcome = (f"capturing {short_name(decision.capture_session)}" if decision.capture_session
+                       else f"no capture: {decision.reason}" if decision.reason else "")
+            log.info(f"monitored event {short_name(decision.event)} opened: {alert.display_name or alert.type.value}"
+                     + (f"; {outcome}" if outcome else ""), notice=True)
         if decision.capture_session:
             return _capture(services, services.runs.get(alert.run), alert, decision)
         state = "open" if alert.open else "closed"

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from mldiag.domain.errors import InvalidArgument
 
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
+BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ def parse_blob_uri(uri: str, *, allow_empty_path: bool = False) -> BlobUri:
     if not isinstance(uri, str) or not uri.startswith("gs://"):
         raise InvalidArgument(f"{uri!r} is not a gs://bucket/path URI", field="uri")
     bucket, _, path = uri[len("gs://"):].partition("/")
-    if not _BUCKET.match(bucket):
+    if not BUCKET_NAME.match(bucket):
         raise InvalidArgument(f"{bucket!r} is not a valid bucket name", field="uri")
     segments = path.split("/")
     if any(segment in (".", "..") for segment in segments) or "\\" in path or "\x00" in path:

@@ -8,6 +8,10 @@ stopped changing: same size and modification time for ``settle_seconds``.
 An object is announced once per generation (its modification time, as
 :class:`~mldiag.adapters.local_blobs.LocalBlobs` defines it); files that exist
 when the watcher starts are not announced, as Cloud Storage would not either.
+
+Every folder under the root is a bucket of that name. A folder whose name is no
+valid bucket name, or a file outside any folder, cannot be served: one warning
+says so, once per folder, and its files are not announced.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
-from mldiag.blob_uris import parse_blob_uri
+from mldiag.blob_uris import BUCKET_NAME, parse_blob_uri
 from mldiag.config import BUCKET_NOTIFICATIONS
 from mldiag.domain.errors import InvalidArgument
 from mldiag.domain.types import format_timestamp
@@ -85,6 +89,7 @@ class BucketWatcher:
         self.poll_seconds = poll_seconds
         self._pending: dict[Path, tuple[tuple[int, int], float]] = {}
         self._announced: dict[Path, int] = {}
+        self._refused: set[Path] = set()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._observer: BaseObserver = Observer()
@@ -99,7 +104,8 @@ class BucketWatcher:
         self._stopping.set()
         self._checker.join(timeout=5)
         self._observer.stop()
-        self._observer.join(timeout=5)
+        if self._observer.is_alive():  # a restart that failed left one that never started
+            self._observer.join(timeout=5)
 
     def _observe(self) -> None:
         self._observer = Observer()
@@ -111,15 +117,23 @@ class BucketWatcher:
         observer's thread; start a new one and look at every file, so nothing is missed."""
         if all(emitter.is_alive() for emitter in self._observer.emitters):
             return
-        log.warning("the bucket watcher's observer stopped; restarting it")
+        log.info("the bucket watcher's observer stopped; restarting it")  # nothing is missed: no warning
         self._observer.stop()
-        self._observe()
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._observe()
+        except OSError as error:  # the same race again: the next look tries again
+            log.warning("the bucket watcher's observer could not restart", error=str(error))
+            return
         self.noticed(self.root, is_directory=True)
 
     def noticed(self, path: Path, *, is_directory: bool) -> None:
         """A change under the root: files wait to settle; a new folder's files (which may
         have been written before the folder itself was watched) are looked at too."""
-        paths = [p for p in path.rglob("*") if p.is_file()] if is_directory else [path]
+        try:
+            paths = [p for p in path.rglob("*") if p.is_file()] if is_directory else [path]
+        except OSError:  # the folder went away while it was being looked at: nothing in it to announce
+            return
         with self._lock:
             for file in paths:
                 self._pending.setdefault(file, ((-1, -1), time.monotonic()))
@@ -153,8 +167,8 @@ class BucketWatcher:
     def _announce(self, path: Path) -> bool:
         try:
             uri = str(parse_blob_uri(self.blobs.uri_for(path)))
-        except (ValueError, InvalidArgument) as error:  # outside any bucket, or no valid object name
-            log.warning("not announced: not an object of a bucket", path=str(path), error=str(error))
+        except (ValueError, InvalidArgument) as error:
+            self._refuse(path, error)
             return False
         info = self.blobs.stat(uri)
         if info is None:
@@ -163,3 +177,17 @@ class BucketWatcher:
         self.bus.publish(BUCKET_NOTIFICATIONS, data, attributes)
         log.info("object finalized", uri=info.uri, size=info.size, generation=info.generation)
         return True
+
+    def _refuse(self, path: Path, error: Exception) -> None:
+        """Say why ``path`` is not announced: once per folder that cannot be a bucket, else once per file."""
+        folder = self.root / path.relative_to(self.root).parts[0]
+        if folder == path:
+            about, why = path, f"it is in no bucket folder (files go in {self.root}/<bucket>/...)"
+        elif not BUCKET_NAME.match(folder.name):
+            about, why = folder, (f"{folder.name!r} is not a valid bucket name (3 to 222 lowercase letters, "
+                                  "digits, '-', '_' or '.', starting and ending with a letter or digit)")
+        else:
+            about, why = path, str(error)
+        if about not in self._refused:
+            self._refused.add(about)
+            log.warning(f"{about} is not served", reason=why)

@@ -57,6 +57,8 @@ class Settings(BaseModel):
     log_format: Literal["json", "console"] = "json"
     max_delivery_attempts: int = Field(default=5, ge=1, le=100)
     settle_seconds: float = Field(default=30.0, ge=0)
+    # mldiag up's stand-in for Cloud Scheduler (which ticks every minute): results should come sooner locally.
+    maintenance_interval_seconds: float = Field(default=15.0, gt=0)
     max_profile_bytes: int = Field(default=20 * 1024**3, gt=0)
     event_retention_days: float = Field(default=30.0, gt=0)
     # The analysis: who reasons over the evidence, and for how long one may run.
@@ -86,6 +88,7 @@ class Settings(BaseModel):
             "log_format": env.get("MLDIAG_LOG_FORMAT"),
             "max_delivery_attempts": env.get("MLDIAG_MAX_DELIVERY_ATTEMPTS"),
             "settle_seconds": env.get("MLDIAG_SETTLE_SECONDS"),
+            "maintenance_interval_seconds": env.get("MLDIAG_MAINTENANCE_INTERVAL_SECONDS"),
             "max_profile_bytes": env.get("MLDIAG_MAX_PROFILE_BYTES"),
             "event_retention_days": env.get("MLDIAG_EVENT_RETENTION_DAYS"),
             # google-genai's own variables (Terraform sets them) select Vertex AI too.

@@ -90,6 +90,16 @@ def raw_event(event: CloudEvent) -> dict[str, Any]:
     return json.loads(to_json(event))
 
 
+def _named_in_message(event: CloudEvent) -> dict[str, str]:
+    """The run and session a Pub/Sub message names in its attributes (an analysis request does)."""
+    data = event.get_data()
+    message = data.get("message") if isinstance(data, dict) else None
+    attributes = message.get("attributes") if isinstance(message, dict) else None
+    if not isinstance(attributes, dict):
+        return {}
+    return {key: str(attributes[key]) for key in ("run", "session") if attributes.get(key)}
+
+
 def _attribute(event: CloudEvent, name: str) -> str:
     value = event.get(name)
     return "" if value is None else str(value)[:1024]
@@ -192,7 +202,8 @@ def handle(archive: EventArchive, function: str, event: CloudEvent, work: Handle
     """
     from mldiag.logs import event_context
 
-    with event_context(event_id=str(event["id"]), function=function, event_type=_attribute(event, "type")):
+    with event_context(event_id=str(event["id"]), function=function, event_type=_attribute(event, "type"),
+                       **_named_in_message(event)):
         record = archive.received(function, event)
         if record.outcome in FINAL_OUTCOMES:
             log.info("event already handled; skipping", outcome=record.outcome.value)

@@ -121,11 +121,14 @@ def storage_finalized_event(metadata: dict[str, Any], *, event_id: str = "") -> 
     return CloudEvent(attributes, metadata)
 
 
-def finalized_event_from_notification(message: Message, bucket: str) -> CloudEvent | None:
-    """What an Eventarc finalize trigger on ``bucket`` delivers for a Cloud Storage notification.
+def finalized_event_from_notification(message: Message, bucket: str | None = None) -> CloudEvent | None:
+    """What an Eventarc finalize trigger on ``bucket`` (on every bucket: ``None``) delivers for a
+    Cloud Storage notification.
 
     ``None`` when the trigger would not fire: another event type, or another bucket.
     """
-    if message.attributes.get("eventType") != "OBJECT_FINALIZE" or message.attributes.get("bucketId") != bucket:
+    if message.attributes.get("eventType") != "OBJECT_FINALIZE":
+        return None
+    if bucket is not None and message.attributes.get("bucketId") != bucket:
         return None
     return storage_finalized_event(message.json(), event_id=message.message_id)

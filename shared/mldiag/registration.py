@@ -31,7 +31,7 @@ from mldiag.blob_uris import parse_blob_uri
 from mldiag.bootstrap import Services
 from mldiag.config import ANALYSIS_REQUESTS
 from mldiag.domain.errors import AlreadyExists, InvalidArgument, PermanentFailure
-from mldiag.domain.names import LocationName, id_from_text, validate_id
+from mldiag.domain.names import LocationName, id_from_text, short_name, validate_id
 from mldiag.domain.resources import (
     AnalysisState, HostFile, Kind, MachineLearningRun, ProfilerSession, SessionPhase, TargetSession,
 )
@@ -186,7 +186,7 @@ class Registrar:
         run = self.find_or_create_run(profile)
         name = f"{run.name}/profilerSessions/{_id_for(profile.session_folder, 'profilerSessionId')}"
 
-        def work(transaction: Transaction) -> tuple[str, str]:
+        def work(transaction: Transaction) -> tuple[str, str, bool]:
             previous = self.services.sessions.find_in(transaction, name)
             session = previous.model_copy(deep=True) if previous else self._new_session(name, profile)
             replaced = session.host_files.get(host_of(profile.file_name)) if profile.file_name.endswith(
@@ -195,7 +195,7 @@ class Registrar:
             if not self._add_file(session, profile):
                 # A redelivery. If a crash came between commit and publish, the request is still staged.
                 requested = session.analysis.generation_set
-                return "already registered", self._analysis_outbox_key(name, requested) if requested else ""
+                return "already registered", self._analysis_outbox_key(name, requested) if requested else "", False
             key = self._request_analysis_if_settled(transaction, session, run)
             self.services.sessions.save_in(transaction, previous, session)
             if replaced is not None:
@@ -205,9 +205,12 @@ class Registrar:
                     account += f"; the earlier analysis is kept at {report_of_replaced}"
             else:
                 account = f"{profile.file_name} registered in {name}"
-            return account + (" (analysis requested)" if key else ""), key
+            return account + (" (analysis requested)" if key else ""), key, previous is None
 
-        account, key = self.services.store.transaction(work)
+        account, key, new = self.services.store.transaction(work)
+        if new:
+            log.info(f"session {short_name(name)} registered from {profile.session_folder_uri}",
+                     notice=True, session=name)
         if key:
             outbox.flush(self.services.store, self.services.bus, key)
         return account

@@ -12,12 +12,19 @@ sessions' dashboard links there. Ctrl-C or SIGTERM stops it cleanly: the server 
 accepting and finishes the requests in flight, then the watcher, the timer and
 the bus and the viewer stop (deliveries still queued in memory are dropped; files that landed
 meanwhile are not announced again on the next start).
+
+Every folder under ``DATA_DIR/buckets`` is a bucket: its finalize events reach
+the bucket-triggered functions, as an Eventarc trigger per bucket would deliver
+them. The terminal shows what happened in a sentence each (``--log-format
+console``); every log line goes as JSON to ``DATA_DIR/logs/mldiag.log``.
 """
 
 from __future__ import annotations
 
+import errno
 import functools
 import signal
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,19 +34,20 @@ import structlog
 from cheroot import wsgi
 from cloudevents.http import CloudEvent
 
-from mldiag import bootstrap, entrypoints
+from mldiag import bootstrap, entrypoints, logs
 from mldiag.adapters.inprocess_bus import InProcessBus
 from mldiag.api import create_app
 from mldiag.bootstrap import Services
 from mldiag.bucket_watcher import BucketWatcher
 from mldiag.config import BUCKET_NOTIFICATIONS, MAINTENANCE_TICKS, Settings
+from mldiag.domain.errors import InvalidArgument
+from mldiag.domain.names import SESSIONS, parse_child
 from mldiag.messages import encode_json, finalized_event_from_notification, message_from_cloud_event
 from mldiag.ui.viewer_links import VIEWER_URL
 from mldiag.ui.xprof_viewer import XprofViewer
 
 log = structlog.get_logger(__name__)
 
-MAINTENANCE_INTERVAL_S = 15.0  # Cloud Scheduler ticks every minute; locally results should come sooner
 SERVER_THREADS = 16
 # Functions that share this machine's memory with everything else: an analysis reserves up to 80 % of the
 # memory it finds free, so analyses run one after another here (each has an instance of its own in the cloud).
@@ -54,11 +62,66 @@ class Banner:
     data_dir: str
     bucket_uri: str
     bucket_folder: str
+    log_file: str
     viewer_url: str = ""
 
 
+class StartFailed(Exception):
+    """The server cannot listen where it was asked to, or cannot use its data directory; the message
+    says why and what to do instead."""
+
+
+class _Server(wsgi.Server):
+    """cheroot's WSGI server, keeping the system's reason when it cannot bind (cheroot's own error drops it)."""
+
+    bind_error: OSError | None = None
+
+    def bind(self, family: int, type: int, proto: int = 0) -> socket.socket:  # noqa: A002 - cheroot's names
+        try:
+            return super().bind(family, type, proto)
+        except OSError as error:
+            self.bind_error = error
+            raise
+
+
+def _why_not_bound(host: str, port: int, error: OSError) -> str:
+    choose = "choose another with --port, or --port 0 for a free one"
+    local = "use --host 127.0.0.1 (this machine) or 0.0.0.0 (every interface)"
+    if isinstance(error, socket.gaierror):
+        return f"{host!r} is not a known host address; {local}"
+    if error.errno == errno.EADDRINUSE:
+        return f"port {port} on {host} is in use; {choose}"
+    if error.errno in (errno.EACCES, errno.EPERM):
+        return f"no permission to listen on port {port} of {host} (ports below 1024 need privileges); {choose}"
+    if error.errno == errno.EADDRNOTAVAIL:
+        return f"{host} is not an address of this machine; {local}"
+    return f"cannot listen on {host} port {port}: {error.strerror or error}"
+
+
+def _bound_server(host: str, port: int) -> wsgi.Server:
+    server = _Server((host, port), wsgi_app=None, numthreads=SERVER_THREADS)
+    try:
+        server.prepare()  # binds now, so that --port 0 has a real port to report
+    except OSError as error:
+        raise StartFailed(_why_not_bound(host, port, server.bind_error or error)) from None
+    return server
+
+
+def session_page_link(url: str) -> Callable[[str], str]:
+    """The console page of a session (by resource name) on the server at ``url``; "" for another name."""
+    def link(name: str) -> str:
+        try:
+            session = parse_child(name, SESSIONS)
+        except InvalidArgument:
+            return ""
+        return f"{url}/ui/runs/{session.run_name.run}/sessions/{session.id}"
+
+    return link
+
+
 def wire_functions(services: Services, bus: InProcessBus) -> None:
-    """Subscribe every event function to its topics, and the bucket-triggered ones to finalize events."""
+    """Subscribe every event function to its topics, and the bucket-triggered ones to every bucket's
+    finalize events."""
     for topic, function in entrypoints.TOPIC_SUBSCRIBERS.items():
         bus.subscribe(topic, functools.partial(entrypoints.EVENT_HANDLERS[function], services), name=function,
                       max_in_flight=MAX_IN_FLIGHT.get(function, 0))
@@ -67,7 +130,7 @@ def wire_functions(services: Services, bus: InProcessBus) -> None:
 
         def deliver(notification: CloudEvent, handler: entrypoints.Handler = handler) -> None:
             message = message_from_cloud_event(notification)
-            event = finalized_event_from_notification(message, services.settings.bucket)
+            event = finalized_event_from_notification(message)
             if event is not None:
                 handler(services, event)
 
@@ -93,14 +156,23 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
     """Run until Ctrl-C or SIGTERM; ``announce`` is called once the port is bound (and the viewer is up).
 
     ``viewer_port`` (0: any free port) also runs the XProf viewer; if it cannot start, nothing runs.
+    Raises :class:`StartFailed` when the port cannot be bound or the data directory used; nothing is
+    left running then, and nothing is written when it is the port.
     """
-    server = wsgi.Server((host, port), wsgi_app=None, numthreads=SERVER_THREADS)
-    server.prepare()  # binds now, so that --port 0 has a real port to report
+    server = _bound_server(host, port)
     bound_port = server.bind_addr[1]
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{bound_port}"
     settings = settings.model_copy(update={"backend": "embedded", "api_url": url})
+    log_file = settings.data_dir / "logs" / "mldiag.log"
+    try:
+        logs.configure(settings.log_format, log_file=log_file, session_link=session_page_link(url))
+        services = bootstrap.build(settings)
+    except OSError as error:
+        server.stop()
+        logs.close()
+        raise StartFailed(f"cannot use the data directory {settings.data_dir}: {error.strerror or error}; "
+                          "choose another with --data") from None
     bucket_folder = settings.data_dir / "buckets" / settings.bucket
-    services = bootstrap.build(settings)
     bus = services.bus
     assert isinstance(bus, InProcessBus)
     wire_functions(services, bus)
@@ -116,18 +188,18 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
             raise
     server.wsgi_app = app
     watcher = BucketWatcher(services.blobs, bus)
-    ticker = _Ticker(bus, MAINTENANCE_INTERVAL_S)
+    ticker = _Ticker(bus, settings.maintenance_interval_seconds)
 
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     bus.start()
     watcher.start()
     ticker.start()
-    announce(Banner(url, str(settings.data_dir), settings.bucket_uri, str(bucket_folder),
+    announce(Banner(url, str(settings.data_dir), settings.bucket_uri, str(bucket_folder), str(log_file),
                     app.config.get(VIEWER_URL, "")))
     try:
         server.serve()
     except KeyboardInterrupt:
-        log.info("stopping")
+        log.info("stopping", notice=True)
     finally:
         server.stop()
         if viewer is not None:
@@ -136,3 +208,4 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
         watcher.stop()
         bus.stop()
         signal.signal(signal.SIGTERM, previous)
+        logs.close()

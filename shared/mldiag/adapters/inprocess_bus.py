@@ -151,9 +151,12 @@ class InProcessBus:
     def _nack(self, delivery: _Delivery, error: Exception) -> None:
         subscription, message = delivery.subscription, delivery.message
         attempt = message.delivery_attempt
-        log.warning("delivery failed", subscription=subscription.name, message_id=message.message_id,
-                    attempt=attempt, error=repr(error))
-        if attempt < self.max_attempts:
+        retried = attempt < self.max_attempts
+        # A retry is routine (the handler has logged its failure); a dead letter is worth a warning.
+        (log.info if retried else log.warning)(
+            "delivery failed" + ("; retrying" if retried else "; sent to the dead-letter topic"),
+            subscription=subscription.name, message_id=message.message_id, attempt=attempt, error=repr(error))
+        if retried:
             retry = Message(message.data, message.attributes, message.message_id, message.publish_time,
                             attempt + 1, message.ordering_key)
             with self._condition:

@@ -47,7 +47,7 @@ from mldiag.bootstrap import Services
 from mldiag.blob_uris import parse_blob_uri
 from mldiag.config import Settings
 from mldiag.domain.errors import InvalidArgument, NotFound, PermanentFailure
-from mldiag.domain.names import parent_of
+from mldiag.domain.names import parent_of, short_name
 from mldiag.domain.resources import AnalysisState, ProfilerSession
 from mldiag.eventlog import Ignored
 from mldiag.messages import message_from_cloud_event
@@ -283,6 +283,9 @@ def analyze_requested(services: Services, event: CloudEvent) -> str:
     with structlog.contextvars.bound_contextvars(session=request.session):
         _start(services, request)
         session = services.sessions.get(request.session)
+        hosts = len(request.host_files)
+        log.info(f"analysis of {short_name(session.name)} started ({hosts} host file{'s' if hosts != 1 else ''})",
+                 notice=True, attempt=session.analysis.attempts)
         try:
             with tempfile.TemporaryDirectory(prefix="mldiag-session-") as scratch:
                 report_uri, analysis_uri = _analyse(services, request, session, Path(scratch))
@@ -301,5 +304,10 @@ def analyze_requested(services: Services, event: CloudEvent) -> str:
             report_uri=report_uri, analysis_uri=analysis_uri, error="",
             top_finding=f"{top.priority.value} {top.title}" if top else "", step_time_ms=analysis.metrics.step_time_ms,
         )
-        log.info("session analysed", status=analysis.status.value, report=report_uri, recorded=outcome)
+        step_time = analysis.metrics.step_time_ms
+        log.info(f"analysis of {short_name(session.name)} done: {analysis.status.value}"
+                 + (f", step time {step_time:.1f} ms" if step_time is not None else "")
+                 + (f"; top finding {top.priority.value} {top.title}" if top else ""),
+                 notice=True, status=analysis.status.value, step_time_ms=step_time, report=report_uri,
+                 recorded=outcome)
         return f"{analysis.status.value}: {report_uri} ({outcome})"

@@ -24,6 +24,7 @@ from mldiag import outbox
 from mldiag.bootstrap import Services
 from mldiag.capture.profiler import CaptureFailed, Failure, TracerLevels
 from mldiag.domain.errors import InvalidArgument
+from mldiag.domain.names import short_name
 from mldiag.domain.resources import (
     DeviceTracerLevel, HostTracerLevel, Kind, MachineLearningRun, Operation, ProfilerSession, PythonTracerLevel,
     SessionPhase, Status, TargetSession, TargetState,
@@ -240,7 +241,13 @@ def finish(services: Services, key: str, result: TaskResult) -> CaptureTask | No
     if analysis_key:
         outbox.flush(services.store, services.bus, analysis_key)
     if finished_task is not None:
-        log.info("capture task finished", task=key, state=finished_task.state.value, error=finished_task.error)
+        failed = finished_task.state is TaskState.FAILED
+        where = short_name(finished_task.session or finished_task.run)
+        (log.warning if failed else log.info)(
+            f"{finished_task.action.value} of target {finished_task.target} for {where} "
+            + ("failed" if failed else "succeeded"),
+            notice=True, task=key, state=finished_task.state.value, error=finished_task.error,
+            **({"session": finished_task.session} if finished_task.session else {}))
     return finished_task
 
 

@@ -1,7 +1,13 @@
-"""``mldiag up``: run the control plane and every function locally, on the embedded default."""
+"""``mldiag up``: run the control plane and every function locally, on the embedded default.
+
+The terminal gets the banner, then a line per thing that happened (``--log-format
+console``, the default here) or every log line as JSON (``--log-format json``, or
+``MLDIAG_LOG_FORMAT=json``); the log file under the data directory has every line.
+"""
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -13,14 +19,21 @@ if TYPE_CHECKING:
     from mldiag.server import Banner
 
 
+class LogFormat(StrEnum):
+    CONSOLE = "console"
+    JSON = "json"
+
+
 def _announce(banner: Banner) -> None:
     typer.echo(f"mldiag control plane at {banner.url} (data in {banner.data_dir})")
     typer.echo("Point workloads using google-cloud-mldiagnostics at it:")
     typer.echo(f"  export DIAGON_BASE_URL={banner.url}")
     typer.echo(f"and give them gcs_path={banner.bucket_folder} (the local folder standing for {banner.bucket_uri}).")
+    typer.echo(f"Every folder under {Path(banner.bucket_folder).parent} is a bucket: gs://<folder>.")
     typer.echo(f"Console: {banner.url}/ui")
     if banner.viewer_url:
         typer.echo(f"XProf viewer: {banner.viewer_url} (the sessions' XProf links open there)")
+    typer.echo(f"Full log, as JSON lines: {banner.log_file}")
     typer.echo(f"CLI: export MLDIAG_API_URL={banner.url}. Stop with Ctrl-C.")
 
 
@@ -31,21 +44,27 @@ def up(
     viewer: Annotated[bool, typer.Option("--viewer", help="Also run the XProf viewer over the local bucket.")] = False,
     viewer_port: Annotated[int, typer.Option("--viewer-port", min=0, max=65535,
                                              help="The viewer's port on 127.0.0.1; 0 picks a free one.")] = 8791,
+    log_format: Annotated[LogFormat | None, typer.Option(
+        "--log-format",
+        help="The terminal's lines: 'console', a sentence per thing that happened, or 'json', every log line "
+             "in Cloud Logging's shape (default: MLDIAG_LOG_FORMAT, else console). The log file under the data "
+             "directory has every line either way.")] = None,
 ) -> None:
     """Run the control plane, the event functions, a bucket watcher and maintenance, until Ctrl-C."""
-    from mldiag import logs
-    from mldiag.server import serve
+    from mldiag.server import StartFailed, serve
     from mldiag.ui.xprof_viewer import ViewerFailed
 
     settings = Settings.from_env()
-    if data is not None:
-        settings = settings.model_copy(update={"data_dir": data.expanduser().resolve()})
+    explicit_format = "log_format" in settings.model_fields_set  # set by MLDIAG_LOG_FORMAT
+    settings = settings.model_copy(update={
+        "log_format": log_format.value if log_format else (settings.log_format if explicit_format else "console"),
+        **({"data_dir": data.expanduser().resolve()} if data is not None else {}),
+    })
     if settings.backend != "embedded":
         raise typer.BadParameter("mldiag up runs the embedded default; for emulators use scripts/devstack",
                                  param_hint="MLDIAG_BACKEND")
-    logs.configure(settings.log_format)
     try:
         serve(settings, host, port, _announce, viewer_port if viewer else None)
-    except ViewerFailed as error:
+    except (StartFailed, ViewerFailed) as error:
         typer.echo(f"mldiag up: {error}", err=True)
         raise typer.Exit(1) from None

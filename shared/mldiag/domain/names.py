@@ -117,6 +117,14 @@ def parse_child(name: str, collection: str | None = None) -> ChildName:
     return parse_run("/".join(parts[:6])).child(parts[6], parts[7])
 
 
+def short_name(name: str) -> str:
+    """How a person names a run (``R``) or one of its children (``R/ID``); other names stay whole."""
+    parts = name.strip("/").split("/")
+    if parts[0] == "projects" and len(parts) in (6, 8) and parts[4] == RUNS:
+        return "/".join(parts[5::2])
+    return name
+
+
 def parent_of(name: str) -> str:
     """The parent resource name: a run for children, a location for runs."""
     return name.rsplit("/", 2)[0]

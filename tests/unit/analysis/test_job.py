@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import pytest
 from analysis_support import xplane
+from structlog.testing import capture_logs
 
 from mldiag import entrypoints
 from mldiag.config import ANALYSIS_REQUESTS, dead_letter_topic
@@ -60,9 +62,14 @@ def requested(embedded, clock) -> Message:
 def test_a_settled_session_is_analysed_and_its_reports_land_next_to_it(embedded, requested):
     assert json.loads(requested.data) == {"session": SESSION, "generationSet": _analysis(embedded).generation_set,
                                           "hostFiles": {"host0": f"{FOLDER}/host0.xplane.pb"}}
-    assert _deliver(embedded, requested) is Outcome.OK
+    with capture_logs() as logged:
+        assert _deliver(embedded, requested) is Outcome.OK
     analysis = _analysis(embedded)
     assert analysis.state is AnalysisState.DONE and analysis.health is HealthStatus.NEEDS_ATTENTION
+    started, done = [line["event"] for line in logged if line.get("notice")]
+    assert started == "analysis of run1/s1 started (1 host file)"
+    assert re.fullmatch(r"analysis of run1/s1 done: NEEDS_ATTENTION, step time \d+\.\d ms; "
+                        r"top finding P0 Host-bound input.*", done)
     reports = f"{FOLDER}/mldiag/{analysis.generation_set}"
     assert (analysis.report_uri, analysis.analysis_uri) == (f"{reports}/summary.html", f"{reports}/analysis.json")
     assert analysis.reasoner == "offline" and analysis.error == "" and analysis.attempts == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from structlog.testing import capture_logs
 
 from mldiag.capture import tasks
 from mldiag.capture.profiler import CaptureFailed, Failure
@@ -69,6 +70,17 @@ def test_outcomes_land_per_target_and_the_operation_completes_with_the_last(embe
     assert session.analysis.state is AnalysisState.PENDING
     assert [json.loads(m.data)["hostFiles"] for m in embedded.bus.published[ANALYSIS_REQUESTS]] == [
         {"h-0": "gs://profiles/runs/r1/plugins/profile/s1/h-0.xplane.pb"}]
+
+
+def test_each_finished_task_is_told_and_a_failure_with_its_reason(embedded, two_target_capture):
+    write_profile(embedded, "h-0")
+    with capture_logs() as logged:
+        tasks.finish(embedded, key(two_target_capture, "h-0"), TaskResult())
+        tasks.finish(embedded, key(two_target_capture, "h-1"), UNREACHABLE)
+        tasks.finish(embedded, key(two_target_capture, "h-1"), UNREACHABLE)  # already final: nothing to tell
+    assert [(line["log_level"], line["event"], line["error"]) for line in logged if line.get("notice")] == [
+        ("info", "trace of target h-0 for r1/s1 succeeded", ""),
+        ("warning", "trace of target h-1 for r1/s1 failed", "unreachable: cannot connect")]
 
 
 def test_a_file_that_arrives_after_the_last_outcome_still_requests_analysis(embedded, two_target_capture):

@@ -6,7 +6,9 @@ import json
 import time
 
 import pytest
+from structlog.testing import capture_logs
 
+from mldiag import bucket_watcher
 from mldiag.adapters.inprocess_bus import InProcessBus
 from mldiag.adapters.local_blobs import LocalBlobs
 from mldiag.bucket_watcher import BucketWatcher
@@ -88,6 +90,30 @@ def test_vanished_files_and_files_outside_any_bucket_are_not_announced(blobs, bu
     assert received == []
 
 
+def test_every_bucket_folder_is_a_bucket(blobs, bus, received):
+    watcher = BucketWatcher(blobs, bus, settle_seconds=0)
+    for bucket in ("profiles", "other"):
+        watcher.noticed(_write(blobs, OBJECT, b"a profile", bucket=bucket), is_directory=False)
+    watcher.check(), watcher.check()
+    bus.drain()
+    assert sorted((m.attributes["bucketId"], m.attributes["objectId"]) for m in received) == [
+        ("other", OBJECT), ("profiles", OBJECT)]
+
+
+def test_a_folder_that_cannot_be_a_bucket_is_named_once_with_the_reason(blobs, bus, received):
+    watcher = BucketWatcher(blobs, bus, settle_seconds=0)
+    with capture_logs() as logged:
+        for host in ("host-0", "host-1"):
+            watcher.noticed(_write(blobs, f"exp/run-1/plugins/profile/s1/{host}.xplane.pb", b"x", bucket="My_Bucket"),
+                            is_directory=False)
+        watcher.check(), watcher.check()
+    bus.drain()
+    assert received == []
+    (warning,) = [line for line in logged if line["log_level"] == "warning"]
+    assert warning["event"] == f"{blobs.buckets / 'My_Bucket'} is not served"
+    assert warning["reason"].startswith("'My_Bucket' is not a valid bucket name (3 to 222 lowercase letters")
+
+
 def test_the_running_watcher_sees_files_in_new_folders(blobs, bus, received):
     watcher = BucketWatcher(blobs, bus, settle_seconds=0.2, poll_seconds=0.05)
     watcher.start()
@@ -124,3 +150,48 @@ def test_a_watcher_whose_observer_died_recovers_and_misses_nothing(blobs, bus, r
     finally:
         watcher.stop()
     assert [m.attributes["objectId"] for m in received] == [OBJECT]
+
+
+def _wait_for(received: list, bus: InProcessBus) -> None:
+    deadline = time.monotonic() + 10
+    while not received and time.monotonic() < deadline:
+        bus.drain()
+        time.sleep(0.05)
+
+
+def test_a_restart_that_loses_the_race_again_is_tried_at_the_next_look(blobs, bus, received, monkeypatch):
+    starts = []
+
+    class Racing(bucket_watcher.Observer):  # type: ignore[misc,valid-type]
+        def start(self) -> None:
+            starts.append(self)
+            if len(starts) == 1:  # what inotify raises when a folder vanishes as it is being added
+                raise FileNotFoundError(2, "No such file or directory")
+            super().start()
+
+    watcher = BucketWatcher(blobs, bus, settle_seconds=0.1, poll_seconds=0.05)
+    watcher.start()
+    monkeypatch.setattr(bucket_watcher, "Observer", Racing)
+    try:
+        for emitter in list(watcher._observer.emitters):
+            emitter.stop()
+            emitter.join()
+        _write(blobs, OBJECT, b"written while the observer restarted")
+        _wait_for(received, bus)
+    finally:
+        watcher.stop()
+    assert len(starts) == 2 and not watcher._checker.is_alive()
+    assert [m.attributes["objectId"] for m in received] == [OBJECT]
+
+
+def test_a_folder_that_vanishes_while_it_is_looked_at_is_passed_over(blobs, bus, monkeypatch):
+    watcher = BucketWatcher(blobs, bus, settle_seconds=0)
+    folder = blobs.buckets / "profiles" / "tmp"
+    folder.mkdir(parents=True)
+
+    def vanished(self, pattern):
+        raise FileNotFoundError(2, "No such file or directory", str(self))
+
+    monkeypatch.setattr(type(folder), "rglob", vanished)
+    watcher.noticed(folder, is_directory=True)
+    assert watcher.check() == 0

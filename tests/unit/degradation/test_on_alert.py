@@ -9,6 +9,7 @@ from datetime import timedelta
 
 import pytest
 from cloudevents.http import CloudEvent
+from structlog.testing import capture_logs
 
 from mldiag import entrypoints
 from mldiag.auto_capture import AutoCapturePolicy, set_policy
@@ -74,6 +75,19 @@ def test_open_alert_captures_every_target_and_links_both_ways(runs):
     assert event.profiler_sessions == [session.name]
     assert event.ongoing and event.analyzer_reports[0].details.startswith("step time 260 ms")
     assert len(runs.bus.published[CAPTURE_REQUESTS]) == 2
+
+
+def test_an_opened_event_is_told_once_with_what_was_decided(runs, clock):
+    with capture_logs() as logged:
+        entrypoints.on_alert(runs, push(opened()))
+        entrypoints.on_alert(runs, push(opened()))
+        entrypoints.on_alert(runs, push(closed()))
+        clock.advance(60)
+        entrypoints.on_alert(runs, push(opened(event_id="degradation-2")))
+    assert [line["event"] for line in logged if line.get("notice")] == [
+        "monitored event r1/degradation-1 opened: Step time degradation of r1; capturing r1/auto-degradation-1",
+        "monitored event r1/degradation-2 opened: Step time degradation of r1; no capture: cooldown: the run's "
+        "last automatic capture was 60s ago (cooldown 600s)"]
 
 
 def test_closed_alert_ends_the_event_and_captures_nothing(runs):

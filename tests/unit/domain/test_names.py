@@ -3,7 +3,7 @@
 import pytest
 
 from mldiag.domain import InvalidArgument
-from mldiag.domain.names import id_from_text, parse_child, parse_run, validate_id
+from mldiag.domain.names import id_from_text, parse_child, parse_run, short_name, validate_id
 
 
 def test_round_trip():
@@ -33,3 +33,14 @@ def test_ids_from_text_are_stable_valid_and_distinct():
     validate_id(messy)
     validate_id(id_from_text("x" * 500))
     assert len(id_from_text("x" * 500)) <= 63
+
+
+@pytest.mark.parametrize(("name", "short"), [
+    ("projects/p/locations/l/machineLearningRuns/r1", "r1"),
+    ("projects/p/locations/l/machineLearningRuns/r1/profilerSessions/s1", "r1/s1"),
+    ("projects/p/locations/l/machineLearningRuns/r1/monitoredEvents/e1", "r1/e1"),
+    ("projects/p/locations/l", "projects/p/locations/l"),
+    ("gs://bucket/r1/plugins/profile/s1", "gs://bucket/r1/plugins/profile/s1"),
+])
+def test_a_person_names_a_run_and_its_children_by_their_ids(name, short):
+    assert short_name(name) == short

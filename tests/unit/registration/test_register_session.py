@@ -7,6 +7,7 @@ import json
 
 import pytest
 from cloudevents.http import CloudEvent
+from structlog.testing import capture_logs
 
 from mldiag import entrypoints
 from mldiag.config import ANALYSIS_REQUESTS
@@ -50,6 +51,23 @@ def test_scanned_session_appears_under_an_inferred_run(embedded):
     run = embedded.runs.get("projects/p/locations/l/machineLearningRuns/run1")
     assert run.artifacts.gcs_path == "gs://profiles/team/exp"
     assert analysis_requests(embedded) == []  # not settled yet
+
+
+def test_a_new_session_is_told_once_however_many_files_come(embedded):
+    with capture_logs() as logged:
+        deliver(embedded, finalized(f"{RUN_FOLDER}/host0.xplane.pb"))
+        deliver(embedded, finalized(f"{RUN_FOLDER}/host1.xplane.pb"))
+        deliver(embedded, finalized(f"{RUN_FOLDER}/host1.xplane.pb", generation=2))
+    assert [(line["event"], line["session"]) for line in logged if line.get("notice")] == [
+        ("session run1/s1 registered from gs://profiles/team/exp/run1/plugins/profile/s1",
+         "projects/p/locations/l/machineLearningRuns/run1/profilerSessions/s1")]
+
+
+def test_a_session_in_another_bucket_registers_there(embedded):
+    assert deliver(embedded, finalized(f"{RUN_FOLDER}/host0.xplane.pb", bucket="other")) is Outcome.OK
+    assert only_session(embedded).storage_folder_uri == f"gs://other/{RUN_FOLDER}"
+    run = embedded.runs.get("projects/p/locations/l/machineLearningRuns/run1")
+    assert run.artifacts.gcs_path == "gs://other/team/exp"
 
 
 def test_session_joins_the_run_registered_with_that_gcs_path(embedded):
