@@ -87,7 +87,7 @@ def test_an_opened_event_is_told_once_with_what_was_decided(runs, clock):
     assert [line["event"] for line in logged if line.get("notice")] == [
         "monitored event r1/degradation-1 opened: Step time degradation of r1; capturing r1/auto-degradation-1",
         "monitored event r1/degradation-2 opened: Step time degradation of r1; no capture: cooldown: the run's "
-        "last automatic capture was 60s ago (cooldown 600s)"]
+        "last automatic capture was 60s ago (cooldown 10m)"]
 
 
 def test_closed_alert_ends_the_event_and_captures_nothing(runs):
