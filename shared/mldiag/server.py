@@ -30,6 +30,7 @@ from cloudevents.http import CloudEvent
 from mldiag import bootstrap, entrypoints
 from mldiag.adapters.inprocess_bus import InProcessBus
 from mldiag.api import create_app
+from mldiag.api.origin import HostNames
 from mldiag.bootstrap import Services
 from mldiag.bucket_watcher import BucketWatcher
 from mldiag.config import BUCKET_NOTIFICATIONS, MAINTENANCE_TICKS, Settings
@@ -41,6 +42,8 @@ log = structlog.get_logger(__name__)
 
 MAINTENANCE_INTERVAL_S = 15.0  # Cloud Scheduler ticks every minute; locally results should come sooner
 SERVER_THREADS = 16
+# Connections the kernel holds while every thread is busy (cheroot's default, 5, resets a burst of clients).
+LISTEN_BACKLOG = 1024
 # Functions that share this machine's memory with everything else: an analysis reserves up to 80 % of the
 # memory it finds free, so analyses run one after another here (each has an instance of its own in the cloud).
 MAX_IN_FLIGHT = {"analyze_session": 1}
@@ -94,7 +97,7 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
 
     ``viewer_port`` (0: any free port) also runs the XProf viewer; if it cannot start, nothing runs.
     """
-    server = wsgi.Server((host, port), wsgi_app=None, numthreads=SERVER_THREADS)
+    server = wsgi.Server((host, port), wsgi_app=None, numthreads=SERVER_THREADS, request_queue_size=LISTEN_BACKLOG)
     server.prepare()  # binds now, so that --port 0 has a real port to report
     bound_port = server.bind_addr[1]
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{bound_port}"
@@ -104,7 +107,7 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
     bus = services.bus
     assert isinstance(bus, InProcessBus)
     wire_functions(services, bus)
-    app = create_app(services)
+    app = create_app(services, HostNames(host, bound_port))
     viewer = None
     if viewer_port is not None:
         bucket_folder.mkdir(parents=True, exist_ok=True)
