@@ -15,6 +15,7 @@ from typing import Any
 
 from flask import Response, current_app, jsonify, request
 from pydantic.alias_generators import to_camel
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from mldiag.bootstrap import Services
 from mldiag.domain.errors import InvalidArgument
@@ -33,6 +34,8 @@ def services() -> Services:
 def json_body() -> dict[str, Any]:
     """The request's JSON object (``{}`` when empty); a clear 400 for anything else."""
     data = request.get_data(cache=True)  # over MAX_CONTENT_LENGTH: werkzeug answers 413
+    if len(data) >= MAX_BODY_BYTES and request.content_length is None and request.environ["wsgi.input"].read(1):
+        raise RequestEntityTooLarge()  # a chunked body werkzeug stopped reading at the limit
     if not data.strip():
         return {}
     try:
