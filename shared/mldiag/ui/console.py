@@ -21,12 +21,12 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
-from flask import Blueprint, Response, g, redirect, render_template, request, url_for
+from flask import Blueprint, Response, current_app, g, redirect, render_template, request, url_for
 from werkzeug.datastructures import MultiDict
 
 from mldiag.api.auth import Guard
 from mldiag.api.http import services
-from mldiag.domain.errors import MldiagError, NotFound, Unauthenticated
+from mldiag.domain.errors import MldiagError, NotFound, ResourceExhausted, Unauthenticated
 from mldiag.domain.names import SESSIONS, LocationName, RunName
 from mldiag.domain.resources import (
     AnalysisState, DeviceTracerLevel, HostTracerLevel, Kind, ProfilerTarget, PythonTracerLevel, RunPhase,
@@ -48,6 +48,7 @@ MAX_TARGETS_SHOWN = 1000
 MAX_REPORT_BYTES = 32 * 1024 * 1024
 REPORT_FILES = {"summary.html": "text/html; charset=utf-8", "analysis.json": "application/json"}
 _ANALYSING = (AnalysisState.PENDING, AnalysisState.RUNNING)
+_SIGN_IN_THROTTLE = "mldiag.ui.sign_in_throttle"
 SHARE_TTLS = {"1 hour": timedelta(hours=1), "1 day": timedelta(days=1), "7 days": timedelta(days=7)}
 DEFAULT_SHARE_TTL = "1 day"
 _TRACER_LEVELS = {  # the capture form's choices: every level but UNSPECIFIED
@@ -71,8 +72,9 @@ REPORT_POLICY = ("sandbox allow-popups allow-popups-to-escape-sandbox; default-s
 
 
 @blueprint.record_once
-def _add_filters(state: Any) -> None:
+def _set_up(state: Any) -> None:
     state.app.jinja_env.filters.update(FILTERS)
+    state.app.extensions[_SIGN_IN_THROTTLE] = security.SignInThrottle()
 
 
 # --- credentials, forgery checks and headers -------------------------------------
@@ -340,9 +342,16 @@ def sign_in() -> Any:
     next_page = _safe_next(request.values.get("next", ""))
     if request.method == "GET":
         return render_template("console/sign_in.html", next_page=next_page)
+    throttle: security.SignInThrottle = current_app.extensions[_SIGN_IN_THROTTLE]
+    client = request.remote_addr or ""
     try:
+        throttle.check(client)
         cookie, ttl = g.console_auth.sign_in(request.form.get("token", ""))
+    except ResourceExhausted as error:
+        page = render_template("console/sign_in.html", next_page=next_page, error=error)
+        return page, error.http_code, {"Retry-After": str(error.retry_after_s)}
     except MldiagError as error:
+        throttle.failed(client)
         return render_template("console/sign_in.html", next_page=next_page, error=error), error.http_code
     response = redirect(next_page, 303)
     response.set_cookie(security.SIGN_IN_COOKIE, cookie, max_age=ttl, httponly=True, samesite="Strict",
