@@ -65,10 +65,6 @@ NOTICES = {
 }
 PAGE_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
                "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
-# A report is untrusted content: no scripts, no same-origin access to the console, inline styles and images only.
-REPORT_POLICY = ("sandbox allow-popups allow-popups-to-escape-sandbox; default-src 'none'; "
-                 "style-src 'unsafe-inline'; img-src data:; frame-ancestors 'none'; base-uri 'none'; "
-                 "form-action 'none'")
 
 
 @blueprint.record_once
@@ -224,7 +220,7 @@ def report(run: str, session: str, file: str) -> Response:
     uri = f"{stored.storage_folder_uri.rstrip('/')}/mldiag/{file}"
     content = services().blobs.read_bytes(uri, max_bytes=MAX_REPORT_BYTES)
     response = Response(content, content_type=REPORT_FILES[file])
-    response.headers["Content-Security-Policy"] = REPORT_POLICY
+    response.headers["Content-Security-Policy"] = security.REPORT_POLICY
     return response
 
 

@@ -42,6 +42,11 @@ SIGN_IN_COOKIE = "mldiag_console"
 CSRF_COOKIE = "mldiag_csrf"
 CSRF_FIELD = "csrf_token"
 SIGN_IN_TTL_S = 12 * 3600
+# A report is untrusted content: no scripts, no same-origin access to the console, inline styles and images only.
+# The console's report view and share links both serve reports under it.
+REPORT_POLICY = ("sandbox allow-popups allow-popups-to-escape-sandbox; default-src 'none'; "
+                 "style-src 'unsafe-inline'; img-src data:; frame-ancestors 'none'; base-uri 'none'; "
+                 "form-action 'none'")
 MAX_FAILED_SIGN_INS = 10
 SIGN_IN_WINDOW_S = 60.0
 MAX_THROTTLED_ADDRESSES = 10_000
