@@ -26,11 +26,12 @@ def server(services) -> Iterator[wsgi.Server]:
     thread.join(timeout=10)
 
 
-def _post_chunked(server: wsgi.Server, path: str, body: bytes) -> tuple[int, dict]:
+def _post_chunked(server: wsgi.Server, path: str, body: bytes, headers: dict[str, str] | None = None,
+                  ) -> tuple[int, dict]:
     connection = http.client.HTTPConnection("127.0.0.1", server.bind_addr[1], timeout=30)
     chunks = (body[i:i + 65536] for i in range(0, len(body), 65536))
-    connection.request("POST", path, body=chunks, headers={"Content-Type": "application/json"},
-                       encode_chunked=True)
+    connection.request("POST", path, body=chunks, headers={"Content-Type": "application/json"} if headers is None
+                       else headers, encode_chunked=True)
     response = connection.getresponse()
     payload = json.loads(response.read())
     connection.close()
@@ -53,3 +54,10 @@ def test_a_chunked_body_at_the_limit_is_read_whole(server, api):
     status, payload = _post_chunked(server, f"{RUNS}?machine_learning_run_id=r1", _run_body(MAX_BODY_BYTES))
     assert status == 200, payload
     assert len(api.run("r1").json["labels"]["k"]) == MAX_BODY_BYTES - len(b'{"labels": {"k": ""}}')
+
+
+@pytest.mark.parametrize("headers", [{}, {"Content-Type": "text/plain"}])
+def test_a_chunked_body_that_is_not_declared_json_is_refused(server, api, headers):
+    status, payload = _post_chunked(server, f"{RUNS}?machine_learning_run_id=r1", b'{"displayName": "x"}', headers)
+    assert status == 415, payload
+    assert api.run("r1").status_code == 404
