@@ -97,14 +97,14 @@ def _addresses(host: str, port: int, flags: int) -> list[IPAddress]:
 
 def _refuse_unsafe(address: str, host: str, ips: Sequence[IPAddress]) -> None:
     for ip in ips:
-        reason = refusal(ip)
+        reason = _refusal(ip)
         if reason:
             shown = "" if str(ip) == host else f" ({ip})"
             raise InvalidArgument(f"{address!r}{shown} is {reason}; a capture never connects there",
                                   field="profilerAddress")
 
 
-def refusal(ip: IPAddress) -> str:
+def _refusal(ip: IPAddress) -> str:
     """Why a capture may not connect to ``ip`` (``""``: it may)."""
     for candidate in (ip, *_carried_ipv4(ip)):
         if candidate in _METADATA_IPS:
