@@ -107,7 +107,7 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
     bus = services.bus
     assert isinstance(bus, InProcessBus)
     wire_functions(services, bus)
-    app = create_app(services, HostNames(host, bound_port))
+    app = create_app(services, HostNames.serving(host, bound_port))
     viewer = None
     if viewer_port is not None:
         bucket_folder.mkdir(parents=True, exist_ok=True)

@@ -53,26 +53,22 @@ def refuse_browser_forgery(request: Request) -> None:
 
 @dataclass(frozen=True)
 class HostNames:
-    """The ``Host`` values a server on ``listen_host:port`` answers to.
+    """The ``Host`` values a server answers to: ``names`` on ``port`` and, with ``any_address``, any IP address."""
 
-    Its loopback names, the name it was told to listen on and, when it listens on
-    every interface, the machine's own names and any IP address (a browser only
-    sends a name it resolved itself, never an address, in a rebinding attack).
-    """
-
-    listen_host: str
     port: int
+    names: frozenset[str]
+    any_address: bool = False
 
-    @property
-    def names(self) -> frozenset[str]:
-        names = {"127.0.0.1", "localhost", "::1", self.listen_host.lower()}
-        if self.wildcard:
+    @classmethod
+    def serving(cls, listen_host: str, port: int) -> HostNames:
+        """A server on ``listen_host:port``: its loopback names and the name it was told to listen on; on
+        every interface also the machine's own names and any IP address (a page rebinding its own name to
+        the server can only send that name, never an address)."""
+        names = {"127.0.0.1", "localhost", "::1", listen_host.lower()} - set(_WILDCARDS)
+        wildcard = listen_host in _WILDCARDS
+        if wildcard:
             names |= {socket.gethostname().lower(), socket.getfqdn().lower()}
-        return frozenset(names - {""})
-
-    @property
-    def wildcard(self) -> bool:
-        return self.listen_host in _WILDCARDS
+        return cls(port, frozenset(names), any_address=wildcard)
 
     def check(self, host_header: str) -> None:
         """Raise :class:`InvalidArgument` unless ``host_header`` names this server."""
@@ -81,7 +77,7 @@ class HostNames:
             name, port = (parts.hostname or "").rstrip("."), parts.port or 80
         except ValueError:
             name, port = "", 0
-        if port == self.port and (name in self.names or (self.wildcard and _is_address(name))):
+        if port == self.port and (name in self.names or (self.any_address and _is_address(name))):
             return
         shown = ", ".join(f"[{n}]:{self.port}" if ":" in n else f"{n}:{self.port}" for n in sorted(self.names))
         raise InvalidArgument(f"this server answers to {shown} only, not to Host {host_header!r} (a page of "

@@ -67,7 +67,7 @@ def test_a_post_without_body_or_type_is_what_curl_sends_and_works(api):
 @pytest.fixture
 def local_api(services):
     """The app as ``mldiag up`` serves it, listening on 127.0.0.1:8080."""
-    return Api(create_app(services, HostNames("127.0.0.1", 8080)).test_client())
+    return Api(create_app(services, HostNames.serving("127.0.0.1", 8080)).test_client())
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1:8080", "localhost:8080", "[::1]:8080"])
@@ -88,7 +88,7 @@ def test_a_local_server_refuses_every_other_host_name(local_api, host, method, p
 
 
 def test_a_server_on_every_interface_also_answers_to_the_machine_and_to_addresses():
-    names = HostNames("0.0.0.0", 8080)
+    names = HostNames.serving("0.0.0.0", 8080)
     for host in ("192.168.1.5:8080", "[fd00::5]:8080", f"{socket.gethostname()}:8080", "localhost:8080"):
         names.check(host)
     with pytest.raises(InvalidArgument, match="Host 'evil.example:8080'"):
