@@ -37,16 +37,18 @@ class DetectorParams(CamelModel):
                                  description="healthy points the baseline keeps sharpening on, then stays fixed")
     window_points: int = Field(default=7, ge=1, description="recent points whose median is compared")
     sustain_points: int = Field(default=1, ge=1, description="consecutive bad (or good) points to open (or close)")
-    step_time_slowdown: float = Field(default=0.15, gt=0, description="fractional step-time increase that counts")
-    duty_cycle_drop: float = Field(default=0.15, gt=0, description="fractional duty-cycle decrease that counts")
-    mad_multiplier: float = Field(default=3.0, ge=0,
+    step_time_slowdown: float = Field(default=0.15, gt=0, allow_inf_nan=False,
+                                      description="fractional step-time increase that counts")
+    duty_cycle_drop: float = Field(default=0.15, gt=0, allow_inf_nan=False,
+                                   description="fractional duty-cycle decrease that counts")
+    mad_multiplier: float = Field(default=3.0, ge=0, allow_inf_nan=False,
                                   description="how many standard errors of the window median a change must exceed")
 
 
 class MetricPoint(CamelModel):
     step: int = 0
     time: Timestamp = None
-    step_time_seconds: float = Field(gt=0)
+    step_time_seconds: float = Field(gt=0, allow_inf_nan=False)
     duty_cycle: float | None = Field(default=None, ge=0, le=1)
 
 

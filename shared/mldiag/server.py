@@ -37,6 +37,7 @@ from cloudevents.http import CloudEvent
 from mldiag import bootstrap, entrypoints, logs
 from mldiag.adapters.inprocess_bus import InProcessBus
 from mldiag.api import create_app
+from mldiag.api.origin import HostNames
 from mldiag.bootstrap import Services
 from mldiag.bucket_watcher import BucketWatcher
 from mldiag.config import BUCKET_NOTIFICATIONS, MAINTENANCE_TICKS, Settings
@@ -49,6 +50,8 @@ from mldiag.ui.xprof_viewer import XprofViewer
 log = structlog.get_logger(__name__)
 
 SERVER_THREADS = 16
+# Connections the kernel holds while every thread is busy (cheroot's default, 5, resets a burst of clients).
+LISTEN_BACKLOG = 1024
 # Functions that share this machine's memory with everything else: an analysis reserves up to 80 % of the
 # memory it finds free, so analyses run one after another here (each has an instance of its own in the cloud).
 MAX_IN_FLIGHT = {"analyze_session": 1}
@@ -99,7 +102,7 @@ def _why_not_bound(host: str, port: int, error: OSError) -> str:
 
 
 def _bound_server(host: str, port: int) -> wsgi.Server:
-    server = _Server((host, port), wsgi_app=None, numthreads=SERVER_THREADS)
+    server = _Server((host, port), wsgi_app=None, numthreads=SERVER_THREADS, request_queue_size=LISTEN_BACKLOG)
     try:
         server.prepare()  # binds now, so that --port 0 has a real port to report
     except OSError as error:
@@ -176,7 +179,7 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
     bus = services.bus
     assert isinstance(bus, InProcessBus)
     wire_functions(services, bus)
-    app = create_app(services)
+    app = create_app(services, HostNames.serving(host, bound_port))
     viewer = None
     if viewer_port is not None:
         bucket_folder.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,9 @@
 
 Every route parses its request (``mldiag.api.http``) and calls a service; the
 app adds what all routes share: a 1 MiB body limit, refusal of ``.``/``..``
-path segments, the :class:`~mldiag.api.auth.Guard` before any route runs, and
+path segments, of requests to a host name not its own when it knows its names,
+and of mutations a web page could forge (:mod:`mldiag.api.origin`), the
+:class:`~mldiag.api.auth.Guard` before any route runs, and
 one error shape for domain errors, HTTP errors and bugs alike (the last logged,
 never echoed).
 """
@@ -13,15 +15,16 @@ import time
 
 import structlog
 from flask import Flask, Response, g, request
-from werkzeug.exceptions import HTTPException, RequestEntityTooLarge, UnsupportedMediaType
+from werkzeug.exceptions import HTTPException
 from werkzeug.routing import BaseConverter
 
 from mldiag import bootstrap, ui
 from mldiag.api import capture, monitoring, operator, self_hosted, share, v1alpha
 from mldiag.api.auth import Guard
 from mldiag.api.http import MAX_BODY_BYTES, SERVICES, google_error
+from mldiag.api.origin import MUTATING, HostNames, refuse_browser_forgery
 from mldiag.bootstrap import Services
-from mldiag.domain.errors import AlreadyExists, InvalidArgument, MldiagError, PermissionDenied
+from mldiag.domain.errors import AlreadyExists, InvalidArgument, MldiagError
 
 log = structlog.get_logger(__name__)
 
@@ -33,32 +36,17 @@ _HTTP_STATUS = {
 _PUBLIC_BLUEPRINTS = {share.blueprint.name, ui.CONSOLE_BLUEPRINT}  # the console checks credentials itself
 
 
-_MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-
-
-def _refuse_browser_forgery() -> None:
-    """Keep web pages from driving the API from a user's browser (the console has its own CSRF checks).
-
-    A browser marks a request another site started (``Sec-Fetch-Site``), and a
-    cross-site page can only send a body without a CORS preflight as text or a
-    form: the API takes JSON only, and sends no CORS headers.
-    """
-    if request.headers.get("Sec-Fetch-Site", "") in ("cross-site", "same-site"):
-        raise PermissionDenied("requests started by another site are refused")
-    if request.content_length and request.content_length > MAX_BODY_BYTES:
-        raise RequestEntityTooLarge()
-    if request.content_length and request.mimetype != "application/json":
-        raise UnsupportedMediaType(f"the API takes application/json bodies, not {request.mimetype or 'untyped'} ones")
-
-
 class IdConverter(BaseConverter):
     """A path segment that can be a resource id: no ``/`` and no ``:`` (custom methods follow one)."""
 
     regex = r"[^/:]+"
 
 
-def create_app(services: Services | None = None) -> Flask:
-    """The control plane over ``services`` (the process-wide ones when omitted)."""
+def create_app(services: Services | None = None, host_names: HostNames | None = None) -> Flask:
+    """The control plane over ``services`` (the process-wide ones when omitted).
+
+    With ``host_names`` (``mldiag up``), a request naming any other host is refused.
+    """
     app = Flask("mldiag")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.json.sort_keys = False
@@ -71,12 +59,14 @@ def create_app(services: Services | None = None) -> Flask:
     @app.before_request
     def screen() -> None:
         g.started = time.perf_counter()
+        if host_names is not None:
+            host_names.check(request.host)
         segments = request.path.split("/")
         if any(s in (".", "..") or "\\" in s or "\x00" in s for s in segments):
             raise InvalidArgument("the path has a segment that is not allowed", field="path")
         if request.blueprint not in _PUBLIC_BLUEPRINTS:
-            if request.method in _MUTATING:
-                _refuse_browser_forgery()
+            if request.method in MUTATING:
+                refuse_browser_forgery(request)
             guard.check(request.method, request.headers.get("Authorization", ""),
                         sdk_route=request.blueprint == self_hosted.blueprint.name,
                         operator_route=request.blueprint == operator.blueprint.name)

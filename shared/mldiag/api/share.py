@@ -1,8 +1,10 @@
 """``/share/<token>``: the embedded default's signed, expiring links to one stored object.
 
 The token is the credential (no other check runs on this route); it is
-verified before anything is read. Responses are private and uncacheable, and
-ask the browser not to leak the URL as a referrer.
+verified before anything is read. Responses are private and uncacheable, ask
+the browser not to leak the URL as a referrer, and carry the sandboxing policy
+of the console's report view: a report holds strings from the profile and must
+not run as the control plane's origin.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from flask import Blueprint, Response
 from mldiag.api.http import services
 from mldiag.domain.errors import NotFound
 from mldiag.share_links import LinkSigner, load_key
+from mldiag.ui.security import REPORT_POLICY
 
 blueprint = Blueprint("share", __name__, url_prefix="/share")
 MAX_SHARED_BYTES = 64 * 1024 * 1024
@@ -36,4 +39,5 @@ def open_link(token: str) -> Response:
     response.headers["Cache-Control"] = "private, no-store"
     response.headers["Referrer-Policy"] = "no-referrer"
     response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Content-Security-Policy"] = REPORT_POLICY
     return response

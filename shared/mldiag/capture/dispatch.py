@@ -2,7 +2,8 @@
 
 The message carries the task's key and nothing the capture trusts: the task
 was written by the request's transaction, and the address comes from the
-run's registered target (:mod:`mldiag.capture.targets`). Tasks of targets
+run's registered target (:mod:`mldiag.capture.targets`), resolved and checked
+once, and the capture dials the checked IP address. Tasks of targets
 served by a node agent are left for that agent to claim.
 
 Multi-host profiles are only comparable when they cover the same window, so
@@ -22,7 +23,7 @@ from mldiag.bootstrap import Services
 from mldiag.capture import tasks
 from mldiag.capture.execute import Executor
 from mldiag.capture.profiler import CaptureFailed, Failure, ProfilerServer
-from mldiag.capture.targets import check_address
+from mldiag.capture.targets import resolve_address
 from mldiag.domain.errors import InvalidArgument, PermanentFailure
 from mldiag.messages import message_from_cloud_event
 
@@ -80,7 +81,8 @@ def run_direct(services: Services, task: tasks.CaptureTask) -> tasks.TaskResult:
 
 
 def _resolve(services: Services, task: tasks.CaptureTask) -> tuple[str, str]:
-    """The registered address to connect to, and the session folder (``""`` for continuous profiling)."""
+    """The checked address to dial for the registered one, and the session folder (``""`` for continuous
+    profiling)."""
     target = services.targets.find(f"{task.run}/profilerTargets/{task.target}")
     if target is None:
         raise CaptureFailed(Failure.ERROR, f"profiler target {task.target} was deleted")
@@ -88,7 +90,10 @@ def _resolve(services: Services, task: tasks.CaptureTask) -> tuple[str, str]:
     if task.session and session is None:
         raise CaptureFailed(Failure.ERROR, f"profiler session {task.session_id} was deleted")
     try:
-        address = check_address(target.profiler_address)
+        address = resolve_address(target.profiler_address)
     except InvalidArgument as refused:
         raise CaptureFailed(Failure.ERROR, f"refusing to connect to the registered address: {refused}") from None
+    except OSError as error:
+        raise CaptureFailed(Failure.UNREACHABLE, f"cannot resolve {target.profiler_address} "
+                            f"({error.strerror or error})") from None
     return address, session.storage_folder_uri if session is not None else ""

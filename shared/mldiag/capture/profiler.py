@@ -129,7 +129,11 @@ def _continuous() -> ModuleType:
 
 @dataclass(frozen=True)
 class ProfilerServer:
-    """The profiler server at ``address`` (``host:port``)."""
+    """The profiler server at ``address`` (``host:port``), dialled as given.
+
+    A capture function gives it the address :func:`~mldiag.capture.targets.resolve_address`
+    checked (an IP address, so nothing resolves the name again); a node agent, its own localhost.
+    """
 
     address: str
     probe_timeout_s: float = PROBE_TIMEOUT_S

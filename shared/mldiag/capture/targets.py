@@ -5,12 +5,24 @@ read from that run's stored :class:`~mldiag.domain.ProfilerTarget` when the
 capture executes — never taken from the request or the message — so no caller
 can make the system connect to an address of their choosing (SSRF). Stored
 addresses are held to ``host:port`` with a real port, and never a link-local,
-unspecified or cloud-metadata address.
+unspecified, multicast or cloud-metadata address, in whatever spelling the
+system's resolver accepts for one (``2852039166``, ``0xa9fea9fe``,
+``0251.0376.0251.0376``, ``169.254.43518``, ``0``, ``[::ffff:a9fe:a9fe]``...):
+a numeric host is read the way the resolver reads it, then checked.
+
+A host name is checked when a capture connects: it is resolved once, every
+address it resolves to is checked, and the capture dials the checked address
+itself (:func:`resolve_address`), so a name that resolves to a refused address,
+or that changes its answer between the check and the connection, reaches
+nothing. Loopback and private addresses are allowed: ``mldiag up`` captures
+workloads on the same machine, and clusters on private networks.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import re
+import socket
 from collections.abc import Sequence
 
 from mldiag.bootstrap import Services
@@ -21,6 +33,16 @@ from mldiag.domain.resources import ProfilerTarget, TargetState
 ALL_TARGETS = "all"
 MAX_TARGETS_PER_RUN = 1000
 _METADATA_HOSTS = frozenset({"metadata", "metadata.google.internal", "metadata.goog"})
+# Cloud metadata servers: the link-local one of every cloud, Compute Engine's and EC2's over IPv6, and
+# Alibaba Cloud's, which is not link-local.
+_METADATA_IPS = frozenset(map(ipaddress.ip_address,
+                              ("169.254.169.254", "fd20:ce::254", "fd00:ec2::254", "100.100.100.200")))
+# IPv6 addresses that reach an IPv4 one: IPv4-mapped, and NAT64's well-known prefix.
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+_HOST = re.compile(r"[A-Za-z0-9._:%-]+")  # a DNS name, an IPv4 or IPv6 address (with a zone)
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -28,24 +50,81 @@ def split_address(address: str) -> tuple[str, int]:
     host, colon, port_text = address.strip().rpartition(":")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
-    if not colon or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+    if (not colon or not _HOST.fullmatch(host) or not port_text.isdigit()
+            or not 0 < int(port_text) < 65536):
         raise InvalidArgument(f"{address!r} is not host:port", field="profilerAddress")
     return host, int(port_text)
 
 
 def check_address(address: str) -> str:
-    """``address`` if a capture may connect to it; :class:`InvalidArgument` naming why not."""
-    host, _ = split_address(address)
+    """``address`` if a capture may connect to it; :class:`InvalidArgument` naming why not.
+
+    A numeric host is checked in any spelling; a host name is checked by :func:`resolve_address`
+    when a capture connects (it may only resolve inside the workload's network).
+    """
+    host, port = split_address(address)
     if host.lower().rstrip(".") in _METADATA_HOSTS:
         raise InvalidArgument(f"{address!r} is a cloud metadata server", field="profilerAddress")
     try:
-        ip = ipaddress.ip_address(host)
-    except ValueError:
-        return address  # a hostname; resolved by the node's DNS at capture time
-    if ip.is_link_local or ip.is_unspecified or ip.is_multicast:
-        raise InvalidArgument(f"{address!r} is a link-local, unspecified or multicast address",
-                              field="profilerAddress")
+        literal = _addresses(host, port, socket.AI_NUMERICHOST)
+    except OSError:
+        return address  # a host name
+    _refuse_unsafe(address, host, literal)
     return address
+
+
+def resolve_address(address: str) -> str:
+    """The checked ``ip:port`` (``[ip]:port``) a capture of ``address`` dials.
+
+    Raises :class:`InvalidArgument` when the address, or any address its host resolves to,
+    is one a capture may not reach, and :class:`OSError` when the host does not resolve.
+    """
+    host, port = split_address(check_address(address))
+    resolved = _addresses(host, port, 0)
+    _refuse_unsafe(address, host, resolved)
+    first = resolved[0]
+    return f"[{first}]:{port}" if first.version == 6 else f"{first}:{port}"
+
+
+def _addresses(host: str, port: int, flags: int) -> list[IPAddress]:
+    """What the system's resolver makes of ``host``, in its order (``AI_NUMERICHOST``: without DNS)."""
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=flags)
+    except ValueError:  # a name the resolver cannot encode (a label over 63 characters)
+        raise socket.gaierror(socket.EAI_NONAME, f"{host!r} is not a host name") from None
+    return list(dict.fromkeys(ipaddress.ip_address(sockaddr[0]) for *_, sockaddr in found))
+
+
+def _refuse_unsafe(address: str, host: str, ips: Sequence[IPAddress]) -> None:
+    for ip in ips:
+        reason = _refusal(ip)
+        if reason:
+            shown = "" if str(ip) == host else f" ({ip})"
+            raise InvalidArgument(f"{address!r}{shown} is {reason}; a capture never connects there",
+                                  field="profilerAddress")
+
+
+def _refusal(ip: IPAddress) -> str:
+    """Why a capture may not connect to ``ip`` (``""``: it may)."""
+    for candidate in (ip, *_carried_ipv4(ip)):
+        if candidate in _METADATA_IPS:
+            return "a cloud metadata server's address"
+        if candidate.is_link_local:
+            return "a link-local address"
+        if candidate.is_unspecified:
+            return "the unspecified address"
+        if candidate.is_multicast:
+            return "a multicast address"
+    return ""
+
+
+def _carried_ipv4(ip: IPAddress) -> list[ipaddress.IPv4Address]:
+    """The IPv4 address an IPv6 one reaches (IPv4-mapped, NAT64), if any."""
+    if isinstance(ip, ipaddress.IPv4Address):
+        return []
+    if ip.ipv4_mapped:
+        return [ip.ipv4_mapped]
+    return [ipaddress.IPv4Address(int(ip) & 0xFFFF_FFFF)] if ip in _NAT64 else []
 
 
 def select_targets(services: Services, run_name: RunName, requested: Sequence[str]) -> list[ProfilerTarget]:

@@ -7,6 +7,8 @@ investigation's reasoner is the offline analyst unless ``--reasoner vertex``
 offline analyst finishes and the report says why. Progress goes to stderr;
 stdout gets the report as text or JSON. A path that holds no readable profile
 (missing, empty, truncated, not an XSpace) exits with 3 and a one-line reason.
+XProf's tools log each failure's traceback through Python's root logger; those
+records are not printed, since the report's tool table names each failure.
 
 Profile strings are untrusted: the text report prints them literally, never as
 console markup.
@@ -14,8 +16,11 @@ console markup.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import tempfile
+from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -59,9 +64,8 @@ def analyze(
     from mldiag.analysis.profiles import UNREADABLE_EXIT
 
     try:
-        with tempfile.TemporaryDirectory(prefix="mldiag-analyze-") as scratch, stderr.status(
-            "Looking for the profile", spinner="dots"
-        ) as status:
+        with _library_logs_unprinted(), tempfile.TemporaryDirectory(prefix="mldiag-analyze-") as scratch, \
+                stderr.status("Looking for the profile", spinner="dots") as status:
             def progress(message: str) -> None:
                 status.update(Text(message))
 
@@ -99,6 +103,17 @@ def analyze(
         print(json.dumps(report, indent=2, ensure_ascii=False))
     else:
         _print_text(report)
+
+
+@contextlib.contextmanager
+def _library_logs_unprinted() -> Iterator[None]:
+    """Keep Python's last-resort handler from printing records nobody configured a handler for."""
+    root, unprinted = logging.getLogger(), logging.NullHandler()
+    root.addHandler(unprinted)
+    try:
+        yield
+    finally:
+        root.removeHandler(unprinted)
 
 
 def _print_text(report: dict[str, Any]) -> None:

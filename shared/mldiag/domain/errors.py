@@ -83,6 +83,17 @@ class FailedPrecondition(MldiagError):
     http_code = 412
 
 
+class ResourceExhausted(MldiagError):
+    """Too many requests of a kind: the caller may try again after ``retry_after_s``."""
+
+    status = "RESOURCE_EXHAUSTED"
+    http_code = 429
+
+    def __init__(self, message: str, *, retry_after_s: int):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class PermanentFailure(MldiagError):
     """An event that can never be processed: record it and acknowledge, do not retry."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from mldiag.bootstrap import Services
+from mldiag.capture.targets import check_address
 from mldiag.domain.errors import InvalidArgument
 from mldiag.domain.names import TARGETS, RunName
 from mldiag.domain.resources import ProfilerTarget
@@ -20,6 +21,8 @@ MUTABLE_FIELDS = frozenset({"hostname", "nodeIndex", "isMaster", "profilerAddres
 def create(services: Services, run_name: RunName, target_id: str, body: dict[str, Any]) -> ProfilerTarget:
     services.runs.get(str(run_name))  # a target belongs to an existing run
     target = apply_update(ProfilerTarget(), body, "", mutable=MUTABLE_FIELDS)
+    if target.profiler_address:
+        check_address(target.profiler_address)
     if not target_id:
         if not target.hostname:
             raise InvalidArgument("a target needs a hostname (or an explicit id)", field="hostname")

@@ -22,12 +22,12 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
-from flask import Blueprint, Response, g, redirect, render_template, request, url_for
+from flask import Blueprint, Response, current_app, g, redirect, render_template, request, url_for
 from werkzeug.datastructures import MultiDict
 
 from mldiag.api.auth import Guard
 from mldiag.api.http import services
-from mldiag.domain.errors import MldiagError, NotFound, Unauthenticated
+from mldiag.domain.errors import MldiagError, NotFound, ResourceExhausted, Unauthenticated
 from mldiag.domain.names import SESSIONS, LocationName, RunName
 from mldiag.domain.resources import (
     AnalysisState, AnalysisStatus, DeviceTracerLevel, HostTracerLevel, Kind, ProfilerSession, ProfilerTarget,
@@ -50,6 +50,7 @@ MAX_REPORT_BYTES = 32 * 1024 * 1024
 REPORT_FILES = {"summary.html": "text/html; charset=utf-8", "analysis.json": "application/json"}
 REPORT_FILE = "/report/<any('summary.html', 'analysis.json'):file>"
 _ANALYSING = (AnalysisState.PENDING, AnalysisState.RUNNING)
+_SIGN_IN_THROTTLE = "mldiag.ui.sign_in_throttle"
 SHARE_TTLS = {"1 hour": timedelta(hours=1), "1 day": timedelta(days=1), "7 days": timedelta(days=7)}
 DEFAULT_SHARE_TTL = "1 day"
 _TRACER_LEVELS = {  # the capture form's choices: every level but UNSPECIFIED
@@ -66,15 +67,12 @@ NOTICES = {
 }
 PAGE_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
                "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
-# A report is untrusted content: no scripts, no same-origin access to the console, inline styles and images only.
-REPORT_POLICY = ("sandbox allow-popups allow-popups-to-escape-sandbox; default-src 'none'; "
-                 "style-src 'unsafe-inline'; img-src data:; frame-ancestors 'none'; base-uri 'none'; "
-                 "form-action 'none'")
 
 
 @blueprint.record_once
-def _add_filters(state: Any) -> None:
+def _set_up(state: Any) -> None:
     state.app.jinja_env.filters.update(FILTERS)
+    state.app.extensions[_SIGN_IN_THROTTLE] = security.SignInThrottle()
 
 
 # --- credentials, forgery checks and headers -------------------------------------
@@ -241,7 +239,7 @@ def _report_file(stored: ProfilerSession, analysis: AnalysisStatus, file: str) -
         raise NotFound(f"session {stored.id} has no {file} stored with its report")
     content = services().blobs.read_bytes(uri, max_bytes=MAX_REPORT_BYTES)
     response = Response(content, content_type=REPORT_FILES[file])
-    response.headers["Content-Security-Policy"] = REPORT_POLICY
+    response.headers["Content-Security-Policy"] = security.REPORT_POLICY
     return response
 
 
@@ -359,9 +357,16 @@ def sign_in() -> Any:
     next_page = _safe_next(request.values.get("next", ""))
     if request.method == "GET":
         return render_template("console/sign_in.html", next_page=next_page)
+    throttle: security.SignInThrottle = current_app.extensions[_SIGN_IN_THROTTLE]
+    client = request.remote_addr or ""
     try:
+        throttle.check(client)
         cookie, ttl = g.console_auth.sign_in(request.form.get("token", ""))
+    except ResourceExhausted as error:
+        page = render_template("console/sign_in.html", next_page=next_page, error=error)
+        return page, error.http_code, {"Retry-After": str(error.retry_after_s)}
     except MldiagError as error:
+        throttle.failed(client)
         return render_template("console/sign_in.html", next_page=next_page, error=error), error.http_code
     response = redirect(next_page, 303)
     response.set_cookie(security.SIGN_IN_COOKIE, cookie, max_age=ttl, httponly=True, samesite="Strict",

@@ -13,6 +13,11 @@ Credentials follow the API's modes (:mod:`mldiag.api.auth`):
   token, as for the API; a browser gets there through a proxy that adds it
   (``gcloud run services proxy``).
 
+Wrong sign-ins are throttled per client address (:class:`SignInThrottle`):
+after :data:`MAX_FAILED_SIGN_INS` in :data:`SIGN_IN_WINDOW_S`, that address's
+sign-ins are refused, without looking at the token, until the oldest failure
+leaves the window, so guessing the token takes centuries.
+
 Every form post is checked against cross-site request forgery twice: the form
 carries the value of a random, HttpOnly, SameSite=Strict cookie that a page of
 another site can neither read nor set (double submit), and a browser's
@@ -23,16 +28,28 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import secrets
+import threading
 import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
 
 from mldiag.api.auth import Guard
-from mldiag.domain.errors import PermissionDenied, Unauthenticated
+from mldiag.domain.errors import PermissionDenied, ResourceExhausted, Unauthenticated
 
 SIGN_IN_COOKIE = "mldiag_console"
 CSRF_COOKIE = "mldiag_csrf"
 CSRF_FIELD = "csrf_token"
 SIGN_IN_TTL_S = 12 * 3600
+# A report is untrusted content: no scripts, no same-origin access to the console, inline styles and images only.
+# The console's report view and share links both serve reports under it.
+REPORT_POLICY = ("sandbox allow-popups allow-popups-to-escape-sandbox; default-src 'none'; "
+                 "style-src 'unsafe-inline'; img-src data:; frame-ancestors 'none'; base-uri 'none'; "
+                 "form-action 'none'")
+MAX_FAILED_SIGN_INS = 10
+SIGN_IN_WINDOW_S = 60.0
+MAX_THROTTLED_ADDRESSES = 10_000
 _SAME_ORIGIN_FETCHES = frozenset({"", "same-origin", "none"})
 
 
@@ -47,6 +64,38 @@ def check_form_origin(cookie: str, submitted: str, fetch_site: str) -> None:
     if not cookie or not hmac.compare_digest(cookie.encode(), submitted.encode()):
         raise PermissionDenied("the form is out of date or was not sent by this console; reload the page and "
                                "try again")
+
+
+class SignInThrottle:
+    """Recent failed sign-ins per client address, and the refusal of more once there are too many."""
+
+    def __init__(self, now: Callable[[], float] = time.monotonic):
+        self._now = now
+        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def check(self, address: str) -> None:
+        """Raise :class:`ResourceExhausted` while ``address`` has used up its failures."""
+        with self._lock:
+            recent = self._recent(address)
+            if len(recent) < MAX_FAILED_SIGN_INS:
+                return
+            wait = math.ceil(recent[0] + SIGN_IN_WINDOW_S - self._now())
+        raise ResourceExhausted(f"too many wrong sign-ins from {address}; try again in {wait}s",
+                                retry_after_s=max(wait, 1))
+
+    def failed(self, address: str) -> None:
+        with self._lock:
+            self._recent(address).append(self._now())
+            self._failures.move_to_end(address)
+            while len(self._failures) > MAX_THROTTLED_ADDRESSES:
+                self._failures.popitem(last=False)
+
+    def _recent(self, address: str) -> deque[float]:
+        recent = self._failures.setdefault(address, deque())
+        while recent and recent[0] <= self._now() - SIGN_IN_WINDOW_S:
+            recent.popleft()
+        return recent
 
 
 class ConsoleAuth:

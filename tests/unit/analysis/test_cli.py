@@ -159,3 +159,26 @@ def test_a_path_without_profiles_exits_3(tmp_path, where):
         path.mkdir()
     result = _analyze(str(path))
     assert result.exit_code == 3 and len(result.stderr.strip().splitlines()) == 1
+
+
+def _length_delimited(field: int, payload: bytes) -> bytes:
+    def varint(value: int) -> bytes:
+        out = bytearray()
+        while value > 0x7F:
+            out.append(value & 0x7F | 0x80)
+            value >>= 7
+        return bytes(out) + bytes([value])
+    return varint(field << 3 | 2) + varint(len(payload)) + payload
+
+
+def test_a_plane_nested_3000_deep_is_one_line_with_no_xprof_traceback(tmp_path):
+    nested = b""
+    for _ in range(3000):
+        nested = _length_delimited(100, nested)  # an unknown field of the plane, each holding the next
+    hostile = tmp_path / "deep.xplane.pb"
+    hostile.write_bytes(_length_delimited(1, _length_delimited(2, b"/host:CPU") + nested))
+    # Its own process: XProf's tools log through the root logger, which pytest would capture here.
+    result = subprocess.run([str(Path(sys.executable).parent / "mldiag"), "analyze", str(hostile), "--out",
+                             str(tmp_path / "out")], capture_output=True, text=True, timeout=240)
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.strip().splitlines() == [f"mldiag analyze: {hostile.name}: the profile has no trace events"]

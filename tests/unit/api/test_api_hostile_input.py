@@ -6,7 +6,7 @@ import pytest
 
 from api_suite import RUNS
 from mldiag.api import create_app
-from mldiag.api.http import MAX_BODY_BYTES
+from mldiag.api.http import MAX_BODY_BYTES, MAX_JSON_DEPTH
 
 
 def _nothing_stored(api) -> bool:
@@ -98,3 +98,58 @@ def test_a_duration_out_of_any_range_is_invalid_argument(api, path, field, value
     response = api.request("POST", f"{RUNS}/{path}", json={field: value})
     _refused(response, 400, f"{field}: ")
     assert "duration" in response.json["error"]["message"] and "\n" not in response.json["error"]["message"]
+
+
+def _nested(depth: int) -> dict:
+    value: dict = {}
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    (f"{RUNS}?machine_learning_run_id=r1", {"configs": {"userConfigs": _nested(300)}}),
+    (f"{RUNS}?machine_learning_run_id=r1", {"workloadDetails": {"custom": _nested(40)}}),
+    (f"{RUNS}?machine_learning_run_id=r1", {"tools": [{"xprof": _nested(40)}]}),
+    ("/v1/machineLearningRuns?update_mask=display_name&allow_missing=true", {"displayName": "x", "workload": _nested(300)}),
+])
+def test_json_nested_too_deep_is_invalid_argument(api, path, body):
+    response = api.request("POST" if path.startswith(RUNS) else "PATCH", path, json=body)
+    _refused(response, 400, "nested")
+    assert "\n" not in response.json["error"]["message"]
+    assert _nothing_stored(api)
+
+
+def test_json_nested_as_deep_as_storage_allows_is_kept(api):
+    """The body, configs and userConfigs are three levels; userConfigs' own dicts make up the rest."""
+    run = api.create_run("r1", configs={"userConfigs": _nested(MAX_JSON_DEPTH - 3)})
+    assert run["configs"]["userConfigs"] == _nested(MAX_JSON_DEPTH - 3)
+    response = api.request("POST", f"{RUNS}?machine_learning_run_id=r2",
+                           json={"configs": {"userConfigs": _nested(MAX_JSON_DEPTH - 2)}})
+    _refused(response, 400, f"configs: objects and arrays are nested more than {MAX_JSON_DEPTH} deep under "
+                            "configs.userConfigs.a...")
+
+
+@pytest.mark.parametrize("value", ["Infinity", "-Infinity", "NaN", "1e999"])
+def test_a_non_finite_number_is_not_json(api, value):
+    response = api.request("POST", f"{RUNS}?machine_learning_run_id=r1", data=f'{{"displayName": {value}}}',
+                           content_type="application/json")
+    _refused(response, 400, "not valid JSON")
+    assert _nothing_stored(api)
+
+
+@pytest.mark.parametrize("step_time", ["Infinity", "NaN", '"inf"', '"nan"', "1e999"])
+def test_a_metric_point_that_is_not_a_finite_number_is_refused(api, step_time):
+    api.create_run("r1")
+    response = api.request("POST", f"{RUNS}/r1:reportMetrics", content_type="application/json",
+                           data=f'{{"points": [{{"step": 1, "stepTimeSeconds": {step_time}}}]}}')
+    _refused(response, 400, "")
+    assert "\n" not in response.json["error"]["message"]
+
+
+@pytest.mark.parametrize("params", [{"stepTimeSlowdown": "inf"}, {"dutyCycleDrop": "nan"},
+                                    {"madMultiplier": "Infinity"}])
+def test_detector_params_that_are_not_finite_are_refused(api, params):
+    api.create_run("r1")
+    response = api.request("POST", f"{RUNS}/r1:setDetectorParams", json=params)
+    _refused(response, 400, next(iter(params)))

@@ -14,6 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from api_suite import API_URL, RUNS
 from mldiag.domain import AnalysisState, AnalysisStatus, ProfilerSession
 from mldiag.share_links import LinkSigner, load_key
+from mldiag.ui.security import REPORT_POLICY
 
 REPORT = b"<html><body>NEEDS_ATTENTION: input bound</body></html>"
 SESSION = f"{RUNS}/r1/profilerSessions/s1"
@@ -53,6 +54,7 @@ def test_a_share_link_opens_the_report_until_it_expires(api, analysed):
     assert opened.mimetype == "text/html"
     assert opened.headers["Cache-Control"] == "private, no-store"
     assert opened.headers["Referrer-Policy"] == "no-referrer"
+    assert opened.headers["Content-Security-Policy"] == REPORT_POLICY  # the console's report view's sandbox
 
 
 def test_a_share_link_needs_no_credentials_but_issuing_one_does(make_api, analysed):

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 
 from mldiag import entrypoints
 from mldiag.api import create_app
-from mldiag.capture.targets import check_address, select_targets, split_address
+from mldiag.capture import targets, tasks
+from mldiag.capture.dispatch import run_direct
+from mldiag.capture.targets import check_address, resolve_address, select_targets, split_address
 from mldiag.config import CAPTURE_REQUESTS
 from mldiag.domain.errors import FailedPrecondition, InvalidArgument
 from mldiag.domain.resources import TargetState
@@ -42,9 +45,85 @@ def test_metadata_link_local_and_unspecified_addresses_are_never_contacted(addre
         check_address(address)
 
 
+METADATA_SPELLINGS = [
+    "[::ffff:169.254.169.254]:80", "[::ffff:a9fe:a9fe]:80", "2852039166:80", "0xa9fea9fe:80",
+    "0251.0376.0251.0376:80", "169.254.43518:80", "0xa9.0xfe.0xa9.0xfe:80", "[64:ff9b::a9fe:a9fe]:80",
+    "[fd20:ce::254]:80",
+]
+
+
+@pytest.mark.parametrize("address", METADATA_SPELLINGS)
+def test_every_spelling_of_the_metadata_address_is_refused(address):
+    with pytest.raises(InvalidArgument, match="metadata server"):
+        check_address(address)
+
+
+@pytest.mark.parametrize(("address", "reason"), [
+    ("0:80", "unspecified"), ("[::]:80", "unspecified"), ("[::ffff:0.0.0.0]:80", "unspecified"),
+    ("169.254.1.1:9999", "link-local"), ("[fe80::1%lo]:9999", "link-local"), ("0xe0000001:9999", "multicast"),
+])
+def test_other_spellings_of_refused_addresses_are_refused(address, reason):
+    with pytest.raises(InvalidArgument, match=reason):
+        check_address(address)
+
+
+@pytest.mark.parametrize("address", ["a b:80", "host\x00:80", "[::1]x:80"])
+def test_a_host_that_is_neither_a_name_nor_an_address_is_refused(address):
+    with pytest.raises(InvalidArgument, match="not host:port"):
+        split_address(address)
+
+
 def test_loopback_private_and_named_hosts_are_fine():
-    for address in ("127.0.0.1:9999", "10.1.2.3:9999", "worker-3:9999"):
+    for address in ("127.0.0.1:9999", "10.1.2.3:9999", "worker-3:9999", "[::1]:9999", "[::ffff:10.0.0.5]:9999"):
         assert check_address(address) == address
+
+
+@pytest.fixture
+def dns(monkeypatch):
+    """Names resolve to what the test says (the resolver is the system's for numeric hosts)."""
+    answers: dict[str, list[str]] = {}
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host, port, family=0, type=0, proto=0, flags=0):
+        if host not in answers:
+            return real(host, port, family, type, proto, flags)
+        if flags & socket.AI_NUMERICHOST:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [(socket.AF_INET6 if ":" in ip else socket.AF_INET, socket.SOCK_STREAM, 6, "", (ip, port))
+                for ip in answers[host]]
+
+    monkeypatch.setattr(targets.socket, "getaddrinfo", getaddrinfo)
+    return answers
+
+
+@pytest.mark.parametrize("answer", [["169.254.169.254"], ["10.0.0.5", "169.254.169.254"], ["fe80::1"],
+                                    ["::ffff:169.254.169.254"]])
+def test_a_name_that_resolves_to_a_refused_address_is_refused_when_connecting(dns, answer):
+    dns["evil.example.com"] = answer
+    assert check_address("evil.example.com:80") == "evil.example.com:80"  # no DNS at registration
+    with pytest.raises(InvalidArgument, match=r"'evil.example.com:80' \(.*\) is a"):
+        resolve_address("evil.example.com:80")
+
+
+def test_a_capture_dials_the_address_it_checked(dns):
+    dns["worker-3"] = ["10.0.0.5", "10.0.0.6"]
+    dns["worker-6"] = ["fd00::6"]
+    assert resolve_address("worker-3:9999") == "10.0.0.5:9999"
+    assert resolve_address("worker-6:9999") == "[fd00::6]:9999"
+    assert resolve_address("127.0.0.1:9999") == "127.0.0.1:9999"
+
+
+def test_a_capture_of_a_name_resolving_to_the_metadata_server_connects_to_nothing(embedded, run, add_target,
+                                                                                   dns, monkeypatch):
+    dns["evil.example.com"] = ["169.254.169.254"]
+    add_target("evil", address="evil.example.com:80")
+    dialled = []
+    monkeypatch.setattr(socket, "create_connection", lambda *args, **kwargs: dialled.append(args))
+    task = tasks.new_task("projects/p/locations/l/operations/o1", str(run), "evil", ["evil"], tasks.Action.SNAPSHOT,
+                          embedded.now())
+    result = run_direct(embedded, task)
+    assert "refusing to connect" in result.error and "metadata server" in result.error
+    assert dialled == []
 
 
 def test_targets_are_chosen_among_the_registered_ones_by_id(embedded, run, add_target):
@@ -60,8 +139,17 @@ def test_targets_are_chosen_among_the_registered_ones_by_id(embedded, run, add_t
 
 def test_a_registered_target_with_a_metadata_address_is_refused(embedded, run, add_target):
     add_target("evil", address="169.254.169.254:80")
-    with pytest.raises(InvalidArgument, match="link-local"):
+    with pytest.raises(InvalidArgument, match="metadata server"):
         select_targets(embedded, run, ["evil"])
+
+
+@pytest.mark.parametrize("address", ["169.254.169.254:80", "0xa9fea9fe:80", "[fe80::1]:9999"])
+def test_registering_a_target_at_a_refused_address_is_refused(embedded, run, address):
+    api = create_app(embedded).test_client()
+    response = api.post(f"/v1alpha/{run}/profilerTargets?profiler_target_id=evil",
+                        json={"hostname": "h", "profilerAddress": address})
+    assert response.status_code == 400 and "profilerAddress" in response.json["error"]["message"]
+    assert embedded.store.query("profilerTargets") == []
 
 
 def test_the_api_refuses_an_unregistered_address_and_connects_to_nothing(embedded, run, add_target,

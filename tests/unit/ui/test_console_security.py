@@ -139,3 +139,21 @@ def test_the_form_token_cookie_is_httponly_and_strict(console):
     assert cookie.startswith(f"{security.CSRF_COOKIE}=")
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/ui" in cookie
     assert "Set-Cookie" not in console.get("/ui/").headers  # kept, not reissued on every page
+
+
+def test_a_burst_of_wrong_sign_ins_is_throttled_per_client_address(locked, monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr(locked.app.extensions["mldiag.ui.sign_in_throttle"], "_now", lambda: clock[0])
+    codes = [locked.post("/ui/sign-in", {"token": f"guess-{i}"}).status_code for i in range(300)]
+    assert codes == [403] * security.MAX_FAILED_SIGN_INS + [429] * (300 - security.MAX_FAILED_SIGN_INS)
+
+    refused = locked.post("/ui/sign-in", {"token": TOKEN})  # the right token is not even looked at
+    assert refused.status_code == 429 and refused.headers["Retry-After"] == str(int(security.SIGN_IN_WINDOW_S))
+    assert "too many wrong sign-ins" in refused.get_data(as_text=True)
+    assert security.SIGN_IN_COOKIE not in refused.headers.get("Set-Cookie", "")
+
+    elsewhere = locked.post("/ui/sign-in", {"token": TOKEN}, environ_base={"REMOTE_ADDR": "10.0.0.9"})
+    assert elsewhere.status_code == 303
+
+    clock[0] += security.SIGN_IN_WINDOW_S
+    assert locked.post("/ui/sign-in", {"token": TOKEN}).status_code == 303
