@@ -97,6 +97,7 @@ class HostActivity:
     count_per_step: float
     ms_per_step: float
     share_of_step: float  # of the mean step; for work between steps, of the mean step plus the gap after it
+    encloses_dispatches: bool = False  # a scope around jit dispatches: the code that runs the step, not beside it
 
 
 @_evidence
@@ -141,6 +142,7 @@ class HostEvidence:
     loop_busy_fraction: float | None = None  # busy / time from the first step's start to the last one's end
     gap_ms_per_step: float | None = None  # host time between steps, outside any step
     untraced_host_ms_per_step: float = 0.0  # loop time with no event on the stepping thread and every device idle
+    waiting_idle_ms_per_step: float = 0.0  # loop time the stepping thread waits on the devices while they idle
     dispatches_per_step: float = 0.0
     dispatch_ms_per_step: float = 0.0
     compile_ms_per_step: float = 0.0
@@ -152,6 +154,7 @@ class HostEvidence:
     between_steps: list[HostActivity] = field(default_factory=list)  # the stepping thread's work in the gaps
     dispatched: list[HostActivity] = field(default_factory=list)  # jit programs launched from the host, per step
     launches: int = 0  # program launches in the capture: outermost jit dispatches, or a device's module runs
+    distinct_programs: int = 0  # how many different programs those launches ran
     launch_idle_fraction: float | None = None  # devices idle from the first launch to the end of the last one's work
     programs: list[ProgramCalls] = field(default_factory=list)  # by device time
     op_families: dict[str, OpFamily] = field(default_factory=dict)

@@ -44,7 +44,7 @@ from mldiag.analysis.profiles import UNREADABLE_EXIT, UnreadableProfile, host_of
 from mldiag.analysis.timeline import Timeline, TimelineLine
 from mldiag.analysis.trace_names import (
     ALLOCATOR_EVENTS, COMMUNICATION, COMPILE, CPU_DEVICE_EXECUTION, CPU_RUNTIME_SCOPE, DISPATCH_PREFIX, FAMILIES,
-    NOT_AN_OP, NOT_BUSY,
+    NOT_AN_OP, NOT_BUSY, WAITING,
 )
 from mldiag.analysis.xspace import Line, MalformedXSpace, Plane, read_planes
 
@@ -505,8 +505,8 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
     mean_iteration_ns = mean_step_ns + (float(gaps.mean()) if len(gaps) else 0.0)
 
     ops = _ops(trace, measured, steps.device_windows, count)
-    host = _host_side(trace, steps, is_dispatch, count, mean_step_ns, mean_iteration_ns)
-    programs, launch_count, launch_idle = _programs(trace, launches, measured, busy_unions)
+    host = _host_side(trace, steps, is_dispatch, count, busy_unions)
+    programs, distinct_programs, launch_count, launch_idle = _programs(trace, launches, measured, busy_unions)
     families = {}
     for family, pattern in FAMILIES.items():
         members = [label for label in ops.labelled if pattern.search(label)]
@@ -538,6 +538,7 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
         loop_busy_fraction=float(np.clip(np.mean(loop_busy), 0.0, 1.0)) if has_lanes else None,
         gap_ms_per_step=float(gaps.mean() / 1e6) if len(gaps) else None,
         untraced_host_ms_per_step=host.untraced_ns / count / 1e6,
+        waiting_idle_ms_per_step=host.waiting_idle_ns / count / 1e6,
         dispatches_per_step=float(host.dispatches.sum()) / count,
         dispatch_ms_per_step=float(host.dispatched_ns.sum()) / count / 1e6,
         compile_ms_per_step=float(host.compile_ns.sum()) / count / 1e6,
@@ -549,10 +550,13 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
                    share_of_busy=ns / ops.busy_ns, expression=ops.expressions.get(label, ""))
             for label, (ns, n) in sorted(ops.labelled.items(), key=lambda item: -item[1][0])[:TOP_OPS]
         ],
-        host_activities=_activities(trace, host.activity_ns, host.activity_count, count, mean_step_ns),
-        between_steps=_activities(trace, host.between_ns, host.between_count, max(1, len(gaps)), mean_iteration_ns),
-        dispatched=_activities(trace, host.dispatched_ns, host.dispatched, count, mean_step_ns),
+        host_activities=_activities(trace, host.activity_ns, host.activity_count, count, mean_step_ns,
+                                    host.dispatching),
+        between_steps=_activities(trace, host.between_ns, host.between_count, max(1, len(gaps)), mean_iteration_ns,
+                                  host.dispatching),
+        dispatched=_activities(trace, host.dispatched_ns, host.dispatched, count, mean_step_ns, host.dispatching),
         launches=launch_count,
+        distinct_programs=distinct_programs,
         launch_idle_fraction=launch_idle,
         programs=programs,
         op_families=families,
@@ -616,11 +620,13 @@ class _HostSide:
     activity_count: np.ndarray
     between_ns: np.ndarray  # per name: what it does between steps
     between_count: np.ndarray
+    dispatching: np.ndarray  # per name: its events enclose jit dispatches (the function that runs the step)
     untraced_ns: float  # loop time with no event on the stepping thread and no device busy
+    waiting_idle_ns: float  # loop time the stepping thread waits on the devices while they idle (mean over devices)
 
 
-def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int, mean_step_ns: float,
-               mean_iteration_ns: float) -> _HostSide:
+def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int,
+               busy_unions: list[_Union]) -> _HostSide:
     """What the host does in and between steps: dispatches, compilation, named work and untraced time."""
     windows = steps.windows
     gap_windows = np.column_stack((windows[:-1, 1], windows[1:, 0]))
@@ -629,17 +635,16 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
     is_backend_compile = trace.mask(lambda name: name.startswith("backend_compile"))
     is_allocator = trace.mask(ALLOCATOR_EVENTS.__contains__)
     is_marker = trace.mask(lambda name: steps.source is StepSource.STEP_MARKERS and name == steps.marker)
-    # What the host does for the step is what the step's own thread does; compiler and runtime pools
-    # work alongside it.
+    # What the host does for the step is what the step's own thread does (the one with the markers, else the
+    # one that dispatches); compiler, runtime and input pools work alongside it.
     stepping = (
         [line for line in trace.host_lines if is_marker[line.ids].any()]
         or [line for line in trace.host_lines if is_dispatch[line.ids].any()]
-        or trace.host_lines
     )
     dispatches = np.zeros(count, dtype=np.int64)
     compile_starts, compile_ends = [], []
     compiles_in_steps = allocator_events = 0
-    activity_keep, between_keep, outer_dispatch, durations = [], [], [], []
+    activity_keep, between_keep, outer_dispatch, durations, driving = [], [], [], [], []
     for line in trace.host_lines:
         step = _step_of(windows, line.starts)
         outermost = _outermost(line, is_dispatch) & (step >= 0)
@@ -653,6 +658,7 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
         parent_ids = np.where(line.parents >= 0, line.ids[np.maximum(line.parents, 0)], -1)
         top_level = (line.parents < 0) | ((parent_ids >= 0) & is_marker[np.maximum(parent_ids, 0)])
         activity_keep.append(top_level & ~is_marker[line.ids] & (step >= 0) & is_stepping)
+        driving.append(_has_descendant(line, is_dispatch[line.ids]))
         gap = _step_of(gap_windows, line.starts) if len(gap_windows) else np.full(len(line), -1)
         within_gap = (gap >= 0) & (gap == _step_of(gap_windows, np.maximum(line.ends - 1, line.starts))) \
             if len(gap_windows) else gap >= 0
@@ -665,6 +671,11 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
     loop = np.array([[windows[0, 0], windows[-1, 1]]])
     everything = np.ones(len(trace.names), dtype=bool)
     traced = _union_of(stepping + [line for lines in trace.lanes.values() for line in lines], everything)
+    waiting = _union_of(stepping, trace.mask(WAITING.search))
+    waits = np.column_stack((np.maximum(waiting.starts, loop[0, 0]), np.minimum(waiting.ends, loop[0, 1])))
+    waits = waits[waits[:, 1] > waits[:, 0]]
+    waited_ns = float((waits[:, 1] - waits[:, 0]).sum())
+    busy_while_waiting = [float(union.covered(waits).sum()) for union in busy_unions] or [waited_ns]
     return _HostSide(
         dispatches=dispatches,
         dispatched=_per_name(trace, trace.host_lines, ones, outer_dispatch),
@@ -676,17 +687,19 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
         activity_count=_per_name(trace, trace.host_lines, ones, activity_keep),
         between_ns=_per_name(trace, trace.host_lines, durations, between_keep),
         between_count=_per_name(trace, trace.host_lines, ones, between_keep),
+        dispatching=_per_name(trace, trace.host_lines, ones, driving) > 0,
         untraced_ns=float(loop[0, 1] - loop[0, 0] - traced.covered(loop)[0]),
+        waiting_idle_ns=waited_ns - float(np.mean(busy_while_waiting)),
     )
 
 
 def _programs(trace: _Trace, launches: dict[str, _Launches], measured: dict[str, list[_Line]],
-              busy_unions: list[_Union]) -> tuple[list[ProgramCalls], int, float | None]:
+              busy_unions: list[_Union]) -> tuple[list[ProgramCalls], int, int, float | None]:
     """Per program: its launches, their mean time, and the device work from each launch to the next;
     with the count of launches and the devices' idle share between the first launch and the last work."""
     reference = launches.get("") or next(iter(launches.values()), None)
     if reference is None or not len(reference):
-        return [], 0, None
+        return [], 0, 0, None
     lanes = [line for lines in measured.values() for line in lines]
     last_end = max(int(reference.ends.max()), _last_lane_end(lanes, int(reference.starts[-1])))
     windows = np.column_stack((reference.starts, np.append(reference.starts[1:], last_end)))
@@ -704,16 +717,28 @@ def _programs(trace: _Trace, launches: dict[str, _Launches], measured: dict[str,
     ]
     span = float((windows[:, 1] - windows[:, 0]).sum())
     idle = float(np.clip(1 - busy.sum() / span, 0.0, 1.0)) if busy_unions and span > 0 else None
-    return programs, len(reference), idle
+    return programs, len(names), len(reference), idle
 
 
-def _activities(trace: _Trace, total_ns: np.ndarray, count: np.ndarray, steps: int,
-                mean_step_ns: float) -> list[HostActivity]:
+def _activities(trace: _Trace, total_ns: np.ndarray, count: np.ndarray, steps: int, mean_step_ns: float,
+                dispatching: np.ndarray) -> list[HostActivity]:
     return [
         HostActivity(name=trace.names[i], count_per_step=count[i] / steps, ms_per_step=total_ns[i] / steps / 1e6,
-                     share_of_step=total_ns[i] / steps / mean_step_ns)
+                     share_of_step=total_ns[i] / steps / mean_step_ns, encloses_dispatches=bool(dispatching[i]))
         for i in np.argsort(-total_ns)[:TOP_ACTIVITIES] if total_ns[i] > 0
     ]
+
+
+def _has_descendant(line: _Line, flagged: np.ndarray) -> np.ndarray:
+    """For each event, whether any event it encloses is ``flagged`` (one pass per nesting level)."""
+    result = np.zeros(len(line), dtype=bool)
+    reached = line.parents[flagged & (line.parents >= 0)]
+    while len(reached):
+        reached = reached[~result[reached]]
+        result[reached] = True
+        reached = line.parents[reached]
+        reached = reached[reached >= 0]
+    return result
 
 
 def _has_ancestor(line: _Line, flagged: np.ndarray) -> np.ndarray:
