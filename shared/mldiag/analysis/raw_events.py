@@ -647,7 +647,8 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
     activity_keep, between_keep, outer_dispatch, durations, driving = [], [], [], [], []
     for line in trace.host_lines:
         step = _step_of(windows, line.starts)
-        outermost = _outermost(line, is_dispatch) & (step >= 0)
+        calls = _outermost(line, is_dispatch)
+        outermost = calls & (step >= 0)
         dispatches += np.bincount(step[outermost], minlength=count)
         compiling = is_compile[line.ids] & (step >= 0)
         compile_starts.append(line.starts[compiling])
@@ -658,7 +659,7 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
         parent_ids = np.where(line.parents >= 0, line.ids[np.maximum(line.parents, 0)], -1)
         top_level = (line.parents < 0) | ((parent_ids >= 0) & is_marker[np.maximum(parent_ids, 0)])
         activity_keep.append(top_level & ~is_marker[line.ids] & (step >= 0) & is_stepping)
-        driving.append(_has_descendant(line, is_dispatch[line.ids]))
+        driving.append(_has_descendant(line, calls))
         gap = _step_of(gap_windows, line.starts) if len(gap_windows) else np.full(len(line), -1)
         within_gap = (gap >= 0) & (gap == _step_of(gap_windows, np.maximum(line.ends - 1, line.starts))) \
             if len(gap_windows) else gap >= 0
