@@ -205,6 +205,9 @@ def _input_bound(host: HostEvidence) -> Finding | None:
                  f"({a.share_of_step:.1%} of an iteration)" for a in between[:3]]
     evidence += [f"host work inside steps: {quoted(a.name)} {a.ms_per_step:.2f} ms per step ({a.share_of_step:.1%})"
                  for a in host_work[:3]]
+    evidence += [f"the step runs inside {quoted(a.name)} ({a.ms_per_step:.2f} ms per step), around its jit "
+                 "dispatches: not counted as host work" for a in host.host_activities
+                 if a.encloses_dispatches and a.share_of_step >= NOTABLE_SHARE][:1]
     if host.untraced_host_ms_per_step >= NOTABLE_SHARE * iteration:
         evidence.append(f"untraced host time while the devices idle: {host.untraced_host_ms_per_step:.2f} ms per "
                         "step (Python code, sleeps or I/O that the trace does not record; capture with the Python "
