@@ -66,7 +66,7 @@ def test_a_settled_session_is_analysed_and_its_reports_land_next_to_it(embedded,
     assert (analysis.report_uri, analysis.analysis_uri) == (f"{FOLDER}/mldiag/summary.html",
                                                             f"{FOLDER}/mldiag/analysis.json")
     assert analysis.reasoner == "offline" and analysis.error == "" and analysis.attempts == 1
-    assert analysis.top_finding.startswith("P0 Host-bound input")
+    assert analysis.top_finding.startswith("P0 Host-bound: compute idle")
     assert analysis.start_time <= analysis.end_time
     written = json.loads(embedded.blobs.read_bytes(analysis.analysis_uri))
     assert written["status"] == "NEEDS_ATTENTION" and written["followups"]
