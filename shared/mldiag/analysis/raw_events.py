@@ -689,7 +689,7 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
         between_ns=_per_name(trace, trace.host_lines, durations, between_keep),
         between_count=_per_name(trace, trace.host_lines, ones, between_keep),
         dispatching=_per_name(trace, trace.host_lines, ones, driving) > 0,
-        untraced_ns=float(loop[0, 1] - loop[0, 0] - traced.covered(loop)[0]),
+        untraced_ns=float(loop[0, 1] - loop[0, 0] - traced.covered(loop)[0]) if stepping else 0.0,
         waiting_idle_ns=waited_ns - float(np.mean(busy_while_waiting)),
     )
 

@@ -220,3 +220,14 @@ def test_every_fraction_is_within_zero_and_one_and_optimal_agrees_with_the_statu
     assert analysis.health.compute_fraction + analysis.health.idle_fraction == pytest.approx(1.0)
     assert analysis.health.optimal is (analysis.status is HealthStatus.OPTIMAL)
     assert not analysis.health.optimal and any(r.startswith("a finding needs attention") for r in analysis.health.reasons)
+
+
+def test_a_host_only_trace_without_markers_or_launches_is_one_window_with_no_device_figures(tmp_path):
+    host = _Build().host([("tf_data_iterator", 0, 5 * MS), ("Process", 6 * MS, 9 * MS)]).evidence(tmp_path)
+    assert host.step_source is StepSource.PROFILE_WINDOW and host.steps == 1 and host.step_ms.mean == 9.0
+    assert host.busy_fraction is None and host.loop_busy_fraction is None and host.series.busy_fraction == []
+    assert host.untraced_host_ms_per_step == 0.0 and host.launches == 0 and host.programs == []
+    analysis = _analysis(host)
+    assert analysis.metrics.busy_fraction is None and analysis.health.optimal is False
+    (no_steps,) = [f for f in analysis.findings if f.title.startswith("No training steps")]
+    assert no_steps.title == "No training steps found: times cover the whole capture"
