@@ -536,6 +536,7 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
         busy_fraction=float(busy.mean()) if has_lanes else None,
         idle_ms_per_step=float(((1 - busy) * step_ns).mean() / 1e6) if has_lanes else None,
         loop_busy_fraction=float(np.clip(np.mean(loop_busy), 0.0, 1.0)) if has_lanes else None,
+        busy_by_device={device: float(np.clip(busy, 0.0, 1.0)) for device, busy in zip(measured, loop_busy)},
         gap_ms_per_step=float(gaps.mean() / 1e6) if len(gaps) else None,
         untraced_host_ms_per_step=host.untraced_ns / count / 1e6,
         waiting_idle_ms_per_step=host.waiting_idle_ns / count / 1e6,

@@ -127,6 +127,7 @@ def test_each_device_is_measured_in_its_own_step_windows(tmp_path):
     host = build.evidence(tmp_path)
     assert host.step_source is StepSource.DEVICE_STEPS and host.devices == 2
     assert host.busy_fraction == pytest.approx((0.75 + 0.5) / 2)
+    assert host.busy_by_device == {"/device:GPU:4": 0.75, "/device:GPU:6": 0.5}
 
 
 def test_host_work_between_annotated_steps_makes_the_loop_host_bound(tmp_path):
