@@ -193,8 +193,9 @@ def _input_bound(host: HostEvidence) -> Finding | None:
     if priority is None:
         return None
     loop = "iteration" if gap >= NOTABLE_SHARE * step else "step"
+    lanes = _LANES[host.device_kind.value]
     evidence = [
-        f"busy fraction {_loop_busy(host):.3f} of {_LANES[host.device_kind.value]} over the loop (steps and the "
+        f"busy fraction {_loop_busy(host):.3f} of {lanes} over the loop (steps and the "
         f"gaps between them): compute is idle {idle:.1%} of each {loop} (mean of {host.steps} steps, "
         f"{host.step_source.value})",
         f"step time {step:.2f} ms (median {host.step_ms.median:.2f}, p90 {host.step_ms.p90:.2f})",
@@ -216,7 +217,7 @@ def _input_bound(host: HostEvidence) -> Finding | None:
         priority=priority,
         category=FindingCategory.INPUT_BOUND,
         title=f"Host-bound: compute idle {explained:.0%} of each {loop} waiting for the host",
-        what=f"{_LANES[host.device_kind.value][0].upper()}{_LANES[host.device_kind.value][1:]} wait for the host: much of each {loop} goes to "
+        what=f"{lanes[0].upper()}{lanes[1:]} wait for the host: much of each {loop} goes to "
              "host-side work such as loading, decoding or transferring the next batch, or other Python work "
              "between steps, and only a small part to computing.",
         evidence=evidence,
@@ -529,7 +530,8 @@ def _summary(hosts: list[HostEvidence], metrics: Metrics, health: Health, findin
     where = f"{len(hosts)} host{'s' if len(hosts) != 1 else ''} ({device})"
     launched = [h for h in hosts if h.programs]
     if metrics.step_time_ms is not None:
-        first = f"{metrics.steps} profiled step{'s' if metrics.steps != 1 else ''} of {metrics.step_time_ms:.1f} ms on {where}"
+        plural = "s" if metrics.steps != 1 else ""
+        first = f"{metrics.steps} profiled step{plural} of {metrics.step_time_ms:.1f} ms on {where}"
     elif launched:
         first = f"No training steps on {where}: {_calls(launched[0])}"
     else:

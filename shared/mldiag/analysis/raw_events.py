@@ -5,14 +5,18 @@ XProf's device tools are empty on CPU profiles (XLA ops there are host events on
 from a busy one, so the basic facts are read from the events themselves, on
 every kind of profile:
 
-* **steps**: the host's step markers (``StepTraceAnnotation``), else a device
-  ``Steps`` line, else one step per run of the dominant XLA program, else the
-  whole active window;
+* **steps**: the host's step markers (``StepTraceAnnotation``), else each
+  device's own ``Steps`` line, else one step per call of the program the loop
+  calls again and again (start to start), else no steps: one window from the
+  first program launch, with each program's calls and device work;
 * **busy**: per step, the union of the compute lanes' events (XLA CPU threads,
-  TPU ``XLA Ops`` lines, GPU streams), averaged over devices;
-* **host**: gaps between steps, what the host does inside steps, jit dispatches
-  (``PjitFunction``) and compilation;
-* **ops**: self time of each XLA op, and the converts, copies and reshapes.
+  TPU ``XLA Ops`` lines, GPU streams), each device in its own steps, averaged
+  over devices; and over the whole loop, the gaps between steps included;
+* **host**: gaps between steps and the work that fills them, what the host does
+  inside steps, jit dispatches (``PjitFunction``, the outermost per call),
+  compilation, and the loop time nothing on the host records;
+* **ops**: self time of each XLA op per device, the time of collectives, and the
+  converts, copies and reshapes.
 
 A large profile has millions of events, so each line is read once into numpy
 arrays (start, end, name id; :func:`~mldiag.analysis.xspace.read_planes` decodes
@@ -399,10 +403,10 @@ def _steps(trace: _Trace, launches: dict[str, _Launches]) -> _Steps:
     reference = launches.get("") or next(iter(launches.values()), None)
     program = _step_program(reference) if reference is not None else None
     if program is not None:
-            by_device = {device: _period_windows(launches.get("") or launches[device], program, trace.lanes[device])
-                         for device in devices if "" in launches or device in launches}
-            host = _period_windows(reference, program, [line for lines in trace.lanes.values() for line in lines])
-            return _Steps(StepSource.PROGRAM_RUNS, trace.names[program], host, by_device)
+        by_device = {device: _period_windows(launches.get("") or launches[device], program, trace.lanes[device])
+                     for device in devices if "" in launches or device in launches}
+        host = _period_windows(reference, program, [line for lines in trace.lanes.values() for line in lines])
+        return _Steps(StepSource.PROGRAM_RUNS, trace.names[program], host, by_device)
     active = [line for lines in trace.lanes.values() for line in lines if len(line)] or [
         line for line in trace.host_lines if len(line)]
     begin = min(int(line.starts.min()) for line in active)
@@ -536,7 +540,7 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
         busy_fraction=float(busy.mean()) if has_lanes else None,
         idle_ms_per_step=float(((1 - busy) * step_ns).mean() / 1e6) if has_lanes else None,
         loop_busy_fraction=float(np.clip(np.mean(loop_busy), 0.0, 1.0)) if has_lanes else None,
-        busy_by_device={device: float(np.clip(busy, 0.0, 1.0)) for device, busy in zip(measured, loop_busy)},
+        busy_by_device={device: float(np.clip(fraction, 0.0, 1.0)) for device, fraction in zip(measured, loop_busy)},
         gap_ms_per_step=float(gaps.mean() / 1e6) if len(gaps) else None,
         untraced_host_ms_per_step=host.untraced_ns / count / 1e6,
         waiting_idle_ms_per_step=host.waiting_idle_ns / count / 1e6,

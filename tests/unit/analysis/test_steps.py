@@ -205,7 +205,8 @@ def test_op_time_on_the_xla_cpu_client_is_per_device(tmp_path):
 def test_kernels_named_with_double_colons_are_ops_and_keep_their_whole_name(tmp_path):
     kernel = "void ck_tile::kentry<ck_tile::gfx950_t, 2, ck_tile::FmhaFwdKernel<ck_tile::BlockFmhaPipeline>>"
     starts = [i * 10 * MS for i in range(4)]
-    lane = [event for s in starts for event in ((kernel, s + MS, s + 6 * MS), ("gemm_fusion.kd", s + 6 * MS, s + 8 * MS))]
+    lane = [event for s in starts
+            for event in ((kernel, s + MS, s + 6 * MS), ("gemm_fusion.kd", s + 6 * MS, s + 8 * MS))]
     host = _Build(DeviceKind.GPU).host(_jit_calls("loss_fn", starts, MS)).lane("/device:GPU:0", lane).evidence(tmp_path)
     assert [op.name for op in host.top_ops] == [kernel, "gemm_fusion.kd"]
 
@@ -220,7 +221,8 @@ def test_every_fraction_is_within_zero_and_one_and_optimal_agrees_with_the_statu
     assert all(0.0 <= value <= 1.0 for value in fractions)
     assert analysis.health.compute_fraction + analysis.health.idle_fraction == pytest.approx(1.0)
     assert analysis.health.optimal is (analysis.status is HealthStatus.OPTIMAL)
-    assert not analysis.health.optimal and any(r.startswith("a finding needs attention") for r in analysis.health.reasons)
+    assert not analysis.health.optimal
+    assert any(reason.startswith("a finding needs attention") for reason in analysis.health.reasons)
 
 
 def test_a_host_only_trace_without_markers_or_launches_is_one_window_with_no_device_figures(tmp_path):
