@@ -142,7 +142,8 @@ class HostEvidence:
     loop_busy_fraction: float | None = None  # busy / time from the first step's start to the last one's end
     busy_by_device: dict[str, float] = field(default_factory=dict)  # each device's loop busy fraction, own steps
     gap_ms_per_step: float | None = None  # host time between steps, outside any step
-    untraced_host_ms_per_step: float = 0.0  # loop time with no event on the stepping thread and every device idle
+    untraced_host_ms_per_step: float = 0.0  # loop time with no event (but the step's marker) on the stepping
+    # thread and every device idle
     waiting_idle_ms_per_step: float = 0.0  # loop time the stepping thread waits on the devices while they idle
     dispatches_per_step: float = 0.0
     dispatch_ms_per_step: float = 0.0

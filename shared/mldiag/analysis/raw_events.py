@@ -626,7 +626,7 @@ class _HostSide:
     between_ns: np.ndarray  # per name: what it does between steps
     between_count: np.ndarray
     dispatching: np.ndarray  # per name: its events enclose jit dispatches (the function that runs the step)
-    untraced_ns: float  # loop time with no event on the stepping thread and no device busy
+    untraced_ns: float  # loop time with no event but the step marker on the stepping thread and no device busy
     waiting_idle_ns: float  # loop time the stepping thread waits on the devices while they idle (mean over devices)
 
 
@@ -675,8 +675,8 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
     compile_ns = _Union(np.concatenate(compile_starts or [np.zeros(0, np.int64)]),
                         np.concatenate(compile_ends or [np.zeros(0, np.int64)])).covered(windows)
     loop = np.array([[windows[0, 0], windows[-1, 1]]])
-    everything = np.ones(len(trace.names), dtype=bool)
-    traced = _union_of(stepping + [line for lines in trace.lanes.values() for line in lines], everything)
+    # A step marker spans its whole step, so it records nothing about what the host does inside it.
+    traced = _union_of(stepping + [line for lines in trace.lanes.values() for line in lines], ~is_marker)
     waiting = _union_of(stepping, trace.mask(WAITING.search))
     waits = np.column_stack((np.maximum(waiting.starts, loop[0, 0]), np.minimum(waiting.ends, loop[0, 1])))
     waits = waits[waits[:, 1] > waits[:, 0]]

@@ -234,3 +234,13 @@ def test_a_host_only_trace_without_markers_or_launches_is_one_window_with_no_dev
     assert analysis.metrics.busy_fraction is None and analysis.health.optimal is False
     (no_steps,) = [f for f in analysis.findings if f.title.startswith("No training steps")]
     assert no_steps.title == "No training steps found: times cover the whole capture"
+
+
+def test_untraced_host_time_inside_annotated_steps_is_measured_too(tmp_path):
+    events, lane = [], []
+    for i in range(5):
+        start = i * 10 * MS  # 5 ms of untraced host work, then the jit call and 4 ms of compute
+        events += [("train", start, start + 10 * MS), *_jit_calls("step", [start + 5 * MS], MS)]
+        lane.append(("fusion", start + 6 * MS, start + 10 * MS))
+    host = _Build().host(events, markers=("train",)).lane("/host:CPU", lane).evidence(tmp_path)
+    assert host.untraced_host_ms_per_step == pytest.approx(5.0)
