@@ -139,7 +139,7 @@ class HostEvidence:
     step_ms: Distribution | None = None
     busy_fraction: float | None = None  # mean over steps of busy / step time, each device in its own steps
     idle_ms_per_step: float | None = None
-    loop_busy_fraction: float | None = None  # busy / time from the first step's start to the last one's end
+    loop_busy_fraction: float | None = None  # mean over steps of busy / (the step and the gap after it)
     busy_by_device: dict[str, float] = field(default_factory=dict)  # each device's loop busy fraction, own steps
     gap_ms_per_step: float | None = None  # host time between steps, outside any step
     untraced_host_ms_per_step: float = 0.0  # loop time with no event (but the step's marker) on the stepping

@@ -446,6 +446,14 @@ def _step_of(windows: np.ndarray, times: np.ndarray) -> np.ndarray:
     return np.where(inside, index, -1)
 
 
+def _iterations(windows: np.ndarray) -> np.ndarray:
+    """Each step with the gap after it, from its start to the next step's; the last step, whose gap the
+    capture cannot show, only when it is the only one."""
+    if len(windows) < 2:
+        return windows
+    return np.column_stack((windows[:-1, 0], np.maximum(windows[1:, 0], windows[:-1, 0])))
+
+
 def _by_step(per_device: list[np.ndarray], steps: int) -> np.ndarray:
     """Per-step values averaged over the devices that have that step."""
     if not per_device:
@@ -501,9 +509,8 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
     busy_ns = _by_step([union.covered(w) for union, w in zip(busy_unions, device_windows)], count)
     busy = np.clip(busy_ns / np.maximum(step_ns, 1), 0.0, 1.0)
     communication_ns = _by_step([union.covered(w) for union, w in zip(communicating, device_windows)], count)
-    loops = [np.array([[w[0, 0], w[-1, 1]]]) for w in device_windows]
-    loop_busy = [float(union.covered(loop)[0]) / max(1, int(loop[0, 1] - loop[0, 0]))
-                 for union, loop in zip(busy_unions, loops)]
+    loop_busy = [float(np.mean(union.covered(iterations) / np.maximum(iterations[:, 1] - iterations[:, 0], 1)))
+                 for union, iterations in zip(busy_unions, map(_iterations, device_windows))]
     gaps = np.maximum(windows[1:, 0] - windows[:-1, 1], 0)
     mean_step_ns = float(step_ns.mean())
     mean_iteration_ns = mean_step_ns + (float(gaps.mean()) if len(gaps) else 0.0)
