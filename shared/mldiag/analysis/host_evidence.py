@@ -136,7 +136,7 @@ class HostEvidence:
     step_source: StepSource
     step_marker: str = ""
     steps: int
-    step_ms: Distribution | None = None
+    step_ms: Distribution | None = None  # of program runs, the periods: every run but the last
     busy_fraction: float | None = None  # mean over steps of busy / step time, each device in its own steps
     idle_ms_per_step: float | None = None
     loop_busy_fraction: float | None = None  # mean over steps of busy / (the step and the gap after it)
