@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from mldiag.analysis.evidence import Analysis, Health, HloIssue, Metrics, ProfileInput, ToolResult, ToolStatus
-from mldiag.analysis.host_evidence import HostEvidence, StepSource
+from mldiag.analysis.host_evidence import HostActivity, HostEvidence, StepSource
 from mldiag.analysis.trace_names import COMMUNICATION, COMPILE, DISPATCH_PREFIX, WAITING
 from mldiag.domain.resources import Finding, FindingCategory, HealthStatus, Priority
 
@@ -51,6 +51,7 @@ ROOFLINE_PRIORITIES = ((0.10, Priority.P1), (0.30, Priority.P2))
 CUSTOM_CALL_SHARE = 30.0  # percent of device time in custom calls worth a kernel finding
 OUTLIER_STEP = 3.0  # a step this many times the median is an outlier
 NOTABLE_SHARE = 0.01  # host activities below this share of a step are not worth quoting
+URGENT_REASON = "a finding needs attention"
 _ORDER = {Priority.P0: 0, Priority.P1: 1, Priority.P2: 2}
 
 
@@ -90,11 +91,11 @@ def _data(tools: dict[str, ToolResult], name: str) -> dict[str, Any]:
 
 def _metrics(hosts: list[HostEvidence], tools: dict[str, ToolResult]) -> Metrics:
     timed = [h for h in hosts if h.step_ms is not None and h.step_source is not StepSource.PROFILE_WINDOW]
-    busy = [h.busy_fraction for h in hosts if h.busy_fraction is not None]
+    busy = [_loop_busy(h) for h in hosts if h.busy_fraction is not None]
     metrics = Metrics(
         step_time_ms=sum(h.step_ms.mean for h in timed) / len(timed) if timed else None,
         steps=max((h.steps for h in timed), default=0),
-        busy_fraction=sum(busy) / len(busy) if busy else None,
+        busy_fraction=_fraction(sum(busy) / len(busy)) if busy else None,
     )
     memory = _data(tools, "get_memory_profile")
     if memory.get("peak_memory_usage_gib", -1) > 0:
@@ -112,21 +113,34 @@ def _metrics(hosts: list[HostEvidence], tools: dict[str, ToolResult]) -> Metrics
             )
     program = _data(tools, "get_roofline_model").get("program") or {}
     if program.get("bound_by") not in (None, "", "Unknown"):
-        metrics.roofline_efficiency = _percent(program.get("roofline_efficiency_percent"))
+        efficiency = _percent(program.get("roofline_efficiency_percent"))
+        metrics.roofline_efficiency = None if efficiency is None else _fraction(efficiency)
     return metrics
 
 
+def _fraction(value: float) -> float:
+    return min(1.0, max(0.0, value))
+
+
+def _loop_busy(host: HostEvidence) -> float:
+    """Busy over the whole loop: the steps and the host's gaps between them."""
+    busy = host.loop_busy_fraction if host.loop_busy_fraction is not None else host.busy_fraction
+    return _fraction(busy or 0.0)
+
+
+def _share_of_step(host: HostEvidence, ms: float) -> float:
+    return _fraction(ms / host.step_ms.mean) if host.step_ms and host.step_ms.mean > 0 else 0.0
+
+
 def _health(hosts: list[HostEvidence], metrics: Metrics) -> Health:
-    step_ms = metrics.step_time_ms or max((h.step_ms.mean for h in hosts if h.step_ms), default=0.0)
-    per_step = (lambda ms: ms / step_ms) if step_ms else (lambda ms: 0.0)
     health = Health(
         compute_fraction=metrics.busy_fraction,
         idle_fraction=None if metrics.busy_fraction is None else 1 - metrics.busy_fraction,
-        communication_fraction=max((per_step(h.communication_ms_per_step) for h in hosts), default=0.0),
-        memory_fraction=(metrics.peak_memory_bytes / metrics.memory_capacity_bytes
+        communication_fraction=max((_share_of_step(h, h.communication_ms_per_step) for h in hosts), default=0.0),
+        memory_fraction=(_fraction(metrics.peak_memory_bytes / metrics.memory_capacity_bytes)
                          if metrics.peak_memory_bytes and metrics.memory_capacity_bytes else None),
         dispatches_per_step=max((h.dispatches_per_step for h in hosts), default=0.0),
-        compile_fraction=max((per_step(h.compile_ms_per_step) for h in hosts), default=0.0),
+        compile_fraction=max((_share_of_step(h, h.compile_ms_per_step) for h in hosts), default=0.0),
     )
     reasons = []
     if health.compute_fraction is None or health.compute_fraction < HIGH_COMPUTE:
@@ -145,9 +159,12 @@ def _health(hosts: list[HostEvidence], metrics: Metrics) -> Health:
 # --- findings ----------------------------------------------------------------------------------
 
 
-def _is_host_work(name: str) -> bool:
-    """Host activity that is the host's own work: not dispatching, compiling or waiting on the device."""
-    return not (name.startswith(DISPATCH_PREFIX) or COMPILE.match(name) or WAITING.search(name))
+def _is_host_work(activity: HostActivity) -> bool:
+    """Host activity that is the host's own work: not dispatching, compiling, waiting on the device, or the
+    function that runs the step around its dispatches."""
+    name = activity.name
+    return not (activity.encloses_dispatches or name.startswith(DISPATCH_PREFIX) or COMPILE.match(name)
+                or WAITING.search(name))
 
 
 _LANES = {"cpu": "the XLA CPU threads", "gpu": "the GPU streams", "tpu": "the TPU XLA ops"}
@@ -157,40 +174,59 @@ def _input_bound(host: HostEvidence) -> Finding | None:
     if host.busy_fraction is None or not host.step_ms:
         return None
     step = host.step_ms.mean
-    idle = 1 - host.busy_fraction
-    host_work = [a for a in host.host_activities if _is_host_work(a.name) and a.share_of_step >= NOTABLE_SHARE]
-    host_ms = sum(a.ms_per_step for a in host_work) + (host.gap_ms_per_step or 0.0)
-    # A step-marked loop whose device idles while the dispatcher is quiet waits on the host. Without
-    # markers, or in op-by-op and compiling loops (findings of their own), only named host work counts.
+    gap = host.gap_ms_per_step or 0.0
+    iteration = step + gap
+    idle = 1 - _loop_busy(host)
+    idle_ms = idle * iteration
+    host_work = [a for a in host.host_activities if _is_host_work(a) and a.share_of_step >= NOTABLE_SHARE]
+    between = [a for a in host.between_steps if _is_host_work(a) and a.share_of_step >= NOTABLE_SHARE]
+    # A loop of one program per step whose devices idle while the host neither dispatches, compiles nor waits
+    # on them is waiting on the host's own work, named or not. Without steps, or in op-by-op and compiling
+    # loops (findings of their own), only the host's named work and the gaps between steps count.
     quiet = host.dispatches_per_step < OP_BY_OP_DISPATCHES and host.compile_ms_per_step < LOW_COMPILE * step
-    inferred = quiet and host.step_source is StepSource.STEP_MARKERS
-    explained = idle if inferred else min(idle, host_ms / step)
+    if quiet and host.step_source in (StepSource.STEP_MARKERS, StepSource.PROGRAM_RUNS):
+        explained_ms = idle_ms - host.waiting_idle_ms_per_step - host.dispatch_ms_per_step
+    else:
+        explained_ms = min(idle_ms, sum(a.ms_per_step for a in host_work) + gap)
+    explained = _fraction(explained_ms / iteration)
     priority = _rank(explained, IDLE_PRIORITIES)
     if priority is None:
         return None
-    idle_ms = idle * step
+    loop = "iteration" if gap >= NOTABLE_SHARE * step else "step"
+    lanes = _LANES[host.device_kind.value]
     evidence = [
-        f"busy fraction {host.busy_fraction:.3f} of {_LANES[host.device_kind.value]}: compute is idle "
-        f"{idle:.1%} of each step (mean of {host.steps} steps, {host.step_source.value})",
+        f"busy fraction {_loop_busy(host):.3f} of {lanes} over the loop (steps and the "
+        f"gaps between them): compute is idle {idle:.1%} of each {loop} (mean of {host.steps} steps, "
+        f"{host.step_source.value})",
         f"step time {step:.2f} ms (median {host.step_ms.median:.2f}, p90 {host.step_ms.p90:.2f})",
-        *(f"host work inside steps: {quoted(a.name)} {a.ms_per_step:.2f} ms per step ({a.share_of_step:.1%})"
-          for a in host_work[:3]),
     ]
-    if host.gap_ms_per_step:
-        evidence.append(f"host time between steps: {host.gap_ms_per_step:.2f} ms per step")
+    if loop == "iteration":
+        evidence.append(f"host time between steps: {gap:.2f} ms per gap")
+    evidence += [f"host work between steps: {quoted(a.name)} {a.ms_per_step:.2f} ms per gap "
+                 f"({a.share_of_step:.1%} of an iteration)" for a in between[:3]]
+    evidence += [f"host work inside steps: {quoted(a.name)} {a.ms_per_step:.2f} ms per step ({a.share_of_step:.1%})"
+                 for a in host_work[:3]]
+    evidence += [f"the step runs inside {quoted(a.name)} ({a.ms_per_step:.2f} ms per step), around its jit "
+                 "dispatches: not counted as host work" for a in host.host_activities
+                 if a.encloses_dispatches and a.share_of_step >= NOTABLE_SHARE][:1]
+    if host.untraced_host_ms_per_step >= NOTABLE_SHARE * iteration:
+        evidence.append(f"untraced host time while the devices idle: {host.untraced_host_ms_per_step:.2f} ms per "
+                        "step (Python code, sleeps or I/O that the trace does not record; capture with the Python "
+                        "tracer to name it)")
     return Finding(
         priority=priority,
         category=FindingCategory.INPUT_BOUND,
-        title=f"Host-bound input: compute idle {idle:.0%} of each step waiting for the host",
-        what="The accelerator (on CPU, the XLA compute threads) waits for the host: most of each step goes to "
+        title=f"Host-bound: compute idle {explained:.0%} of each {loop} waiting for the host",
+        what=f"{lanes[0].upper()}{lanes[1:]} wait for the host: much of each {loop} goes to "
              "host-side work such as loading, decoding or transferring the next batch, or other Python work "
              "between steps, and only a small part to computing.",
         evidence=evidence,
-        impact=f"{idle_ms:.1f} ms of each {step:.1f} ms step is idle; with input fully overlapped the step "
-               f"could approach {step - idle_ms:.1f} ms ({step / max(step - idle_ms, 1e-9):.1f}x faster).",
-        fix="Prepare batches off the training thread and ahead of time: a prefetching input pipeline "
-            "(tf.data / grain with prefetch, or a background thread), device_put the next batch while the "
-            "current step runs, and cache or simplify host preprocessing.",
+        impact=f"{explained_ms:.1f} ms of each {iteration:.1f} ms {loop} is idle waiting for the host; with that "
+               f"work overlapped the {loop} could approach {iteration - explained_ms:.1f} ms "
+               f"({iteration / max(iteration - explained_ms, 1e-9):.1f}x faster).",
+        fix="Take the host work off the training thread and run it ahead of the device: a prefetching input "
+            "pipeline (tf.data / grain with prefetch, or a background thread), device_put the next batch while "
+            "the current step runs, and move logging, checkpointing or sleeps out of the loop.",
     )
 
 
@@ -249,7 +285,7 @@ def _recompilation(host: HostEvidence) -> Finding | None:
 def _communication(host: HostEvidence) -> Finding | None:
     if not host.step_ms or not host.communication_ms_per_step:
         return None
-    share = host.communication_ms_per_step / host.step_ms.mean
+    share = _share_of_step(host, host.communication_ms_per_step)
     priority = _rank(share, COMMUNICATION_PRIORITIES)
     if priority is None:
         return None
@@ -258,9 +294,10 @@ def _communication(host: HostEvidence) -> Finding | None:
         priority=priority,
         category=FindingCategory.COMMUNICATION,
         title=f"Communication takes {share:.0%} of each step",
-        what="Collectives (all-reduce, all-gather, ...) run on the devices' critical path instead of overlapping "
-             "with compute.",
-        evidence=[f"collectives {host.communication_ms_per_step:.2f} ms per step of {host.step_ms.mean:.2f} ms",
+        what="Collectives (all-reduce, all-gather, ...) and the waits for the other devices to reach them run on "
+             "the devices' critical path instead of overlapping with compute.",
+        evidence=[f"collectives {host.communication_ms_per_step:.2f} ms per step of {host.step_ms.mean:.2f} ms "
+                  f"on each device (mean of {host.devices} devices)",
                   *(f"{quoted(op.name)}: {op.self_ms_per_step:.2f} ms per step" for op in collectives[:3])],
         impact=f"up to {host.communication_ms_per_step:.1f} ms per step if fully overlapped.",
         fix="Overlap communication with compute (XLA's latency-hiding scheduler, async collectives), use "
@@ -369,7 +406,8 @@ def _compiler(hosts: list[HostEvidence], hlo_issues: dict[str, list[HloIssue]]) 
 
 
 def _outlier_steps(host: HostEvidence) -> Finding | None:
-    if not host.step_ms or host.steps < 5 or host.step_ms.max < OUTLIER_STEP * host.step_ms.median:
+    if (host.step_source is StepSource.PROFILE_WINDOW or not host.step_ms or host.steps < 5
+            or host.step_ms.max < OUTLIER_STEP * host.step_ms.median):
         return None
     slow = [ms for ms in host.series.step_ms if ms >= OUTLIER_STEP * host.step_ms.median]
     return Finding(
@@ -386,17 +424,44 @@ def _outlier_steps(host: HostEvidence) -> Finding | None:
     )
 
 
+def _calls(host: HostEvidence) -> str:
+    """"N programs, each called K times" (or "called K to M times")."""
+    counts = sorted({p.calls for p in host.programs})
+    called = f"each called {counts[0]} times" if len(counts) == 1 else f"called {counts[0]} to {counts[-1]} times"
+    return f"{host.distinct_programs} program{'s' if host.distinct_programs != 1 else ''}, {called}"
+
+
 def _no_steps(host: HostEvidence) -> Finding | None:
     if host.step_source is not StepSource.PROFILE_WINDOW:
         return None
+    if not host.programs:
+        return Finding(
+            priority=Priority.P2,
+            category=FindingCategory.OTHER,
+            title="No training steps found: times cover the whole capture",
+            what="The trace has no step markers and no program launches, so nothing can be normalised per step.",
+            evidence=[f"host {quoted(host.host)}: step source {host.step_source.value}"],
+            impact="per-step numbers in this report are for the whole capture window.",
+            fix="Wrap each step in jax.profiler.StepTraceAnnotation('train', step_num=i).",
+        )
+    idle = host.launch_idle_fraction
     return Finding(
         priority=Priority.P2,
         category=FindingCategory.OTHER,
-        title="No training steps found: times cover the whole capture",
-        what="The trace has no step markers and no repeated program, so nothing can be normalised per step.",
-        evidence=[f"host {quoted(host.host)}: step source {host.step_source.value}"],
-        impact="per-step numbers in this report are for the whole capture window.",
-        fix="Wrap each step in jax.profiler.StepTraceAnnotation('train', step_num=i).",
+        title=f"No training steps: {_calls(host)}",
+        what="The trace has no step markers and no single program that the host calls again and again, so the "
+             "capture is not a training loop of steps; the figures are per program and for the capture as a whole.",
+        evidence=[
+            f"{host.launches} program launches from the host"
+            + (f"; the devices idle {idle:.1%} from the first launch to the end of the last one's work"
+               if idle is not None else ""),
+            *(f"{quoted(p.name)}: {p.calls} calls, {p.ms_per_call:.3f} ms per call on the host, "
+              f"{p.device_ms_per_call:.3f} ms of device work per call ({p.share_of_device:.1%} of device time)"
+              for p in host.programs[:5]),
+        ],
+        impact="per-step numbers in this report cover the capture from the first launch.",
+        fix="If this is a training loop, wrap each step in jax.profiler.StepTraceAnnotation('train', step_num=i) "
+            "so that steps can be compared; if it is a benchmark, the per-program figures are the result.",
     )
 
 
@@ -404,6 +469,7 @@ def _low_utilisation(hosts: list[HostEvidence], health: Health) -> Finding:
     """When compute is idle and no rule above names the cause, say so, with what the host does."""
     busy = health.compute_fraction or 0.0
     activities = [a for host in hosts for a in host.host_activities if a.share_of_step >= NOTABLE_SHARE]
+    between = [a for host in hosts for a in host.between_steps if a.share_of_step >= NOTABLE_SHARE]
     return Finding(
         priority=Priority.P1 if busy < 0.5 else Priority.P2,
         category=FindingCategory.OTHER,
@@ -412,7 +478,11 @@ def _low_utilisation(hosts: list[HostEvidence], health: Health) -> Finding:
              "explains it; the host timeline below is where the time goes.",
         evidence=[f"busy fraction {busy:.3f}, {health.dispatches_per_step:.1f} jit dispatches per step",
                   *(f"host activity {quoted(a.name)}: {a.ms_per_step:.2f} ms per step ({a.share_of_step:.1%})"
-                    for a in activities[:4])],
+                    for a in activities[:4]),
+                  *(f"host work between steps {quoted(a.name)}: {a.ms_per_step:.2f} ms per gap"
+                    for a in between[:2]),
+                  *(f"the host waits on the devices while they idle: {h.waiting_idle_ms_per_step:.2f} ms per step"
+                    for h in hosts if h.step_ms and h.waiting_idle_ms_per_step >= NOTABLE_SHARE * h.step_ms.mean)],
         impact=f"{1 - busy:.0%} of each step is idle.",
         fix="Open the trace viewer on the steps and look at what the host thread does between device runs; "
             "synchronisations (block_until_ready, host callbacks, device-to-host copies) are the usual suspects.",
@@ -441,6 +511,16 @@ def _findings(hosts: list[HostEvidence], tools: dict[str, ToolResult], hlo_issue
     return sorted(findings, key=lambda f: _ORDER[f.priority])
 
 
+def decide_status(health: Health, findings: list[Finding]) -> HealthStatus:
+    """OPTIMAL only when the snapshot is healthy and no finding is P0 or P1; ``health`` is told the same."""
+    urgent = [f for f in findings if f.priority is not Priority.P2]
+    health.reasons = [reason for reason in health.reasons if not reason.startswith(URGENT_REASON)]
+    if urgent:
+        health.reasons.append(f"{URGENT_REASON}: {urgent[0].priority.value} {urgent[0].category.value}")
+    health.optimal = not health.reasons
+    return HealthStatus.OPTIMAL if health.optimal else HealthStatus.NEEDS_ATTENTION
+
+
 # --- the report --------------------------------------------------------------------------------
 
 
@@ -448,8 +528,12 @@ def _summary(hosts: list[HostEvidence], metrics: Metrics, health: Health, findin
              tools: list[ToolResult], status: HealthStatus) -> str:
     device = hosts[0].device_type if hosts else "unknown hardware"
     where = f"{len(hosts)} host{'s' if len(hosts) != 1 else ''} ({device})"
+    launched = [h for h in hosts if h.programs]
     if metrics.step_time_ms is not None:
-        first = f"{metrics.steps} profiled steps of {metrics.step_time_ms:.1f} ms on {where}"
+        plural = "s" if metrics.steps != 1 else ""
+        first = f"{metrics.steps} profiled step{plural} of {metrics.step_time_ms:.1f} ms on {where}"
+    elif launched:
+        first = f"No training steps on {where}: {_calls(launched[0])}"
     else:
         first = f"A capture without training steps on {where}"
     busy = f"; compute is busy {metrics.busy_fraction:.0%} of the time" if metrics.busy_fraction is not None else ""
@@ -483,8 +567,7 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
     metrics = _metrics(hosts, by_name)
     health = _health(hosts, metrics)
     findings = _findings(hosts, by_name, hlo_issues, metrics, health)
-    urgent = any(f.priority is not Priority.P2 for f in findings)
-    status = HealthStatus.OPTIMAL if health.optimal and not urgent else HealthStatus.NEEDS_ATTENTION
+    status = decide_status(health, findings)
     return Analysis(
         status=status,
         summary=_summary(hosts, metrics, health, findings, tools, status),

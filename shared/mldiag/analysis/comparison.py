@@ -31,12 +31,12 @@ def _mean(values: Iterable[float | None]) -> float | None:
     return sum(present) / len(present) if present else None
 
 
-def _per_step(hosts: list[HostEvidence], pick: str) -> dict[str, float]:
+def _per_step(hosts: list[HostEvidence], *picks: str) -> dict[str, float]:
     """Mean time per step of each op (``top_ops``) or host activity over the hosts that have it."""
     totals: dict[str, list[float]] = {}
     for host in hosts:
-        for item in getattr(host, pick):
-            value = item.self_ms_per_step if pick == "top_ops" else item.ms_per_step
+        for item in (item for pick in picks for item in getattr(host, pick)):
+            value = item.self_ms_per_step if "top_ops" in picks else item.ms_per_step
             totals.setdefault(item.name, []).append(value)
     return {name: sum(values) / len(values) for name, values in totals.items()}
 
@@ -97,8 +97,9 @@ def compare(current: Analysis, baseline: Analysis, baseline_session: str) -> Com
         return _mean(getattr(host, field) for host in analysis.hosts)
 
     new_ops, grown_ops = _grown(_per_step(baseline.hosts, "top_ops"), _per_step(current.hosts, "top_ops"))
-    new_activities, grown_activities = _grown(_per_step(baseline.hosts, "host_activities"),
-                                              _per_step(current.hosts, "host_activities"))
+    activities = ("host_activities", "between_steps")  # the host's work inside steps and in the gaps
+    new_activities, grown_activities = _grown(_per_step(baseline.hosts, *activities),
+                                              _per_step(current.hosts, *activities))
     comparison = Comparison(
         baseline_session=baseline_session,
         baseline_status=baseline.status,

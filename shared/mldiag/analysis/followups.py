@@ -144,7 +144,8 @@ class Catalogue:
         modules = {module.name: frozenset(module.instructions) for module in context.hlo()}
         events = {issue.runs_as for issues in analysis.hlo_issues.values() for issue in issues}
         for host in analysis.hosts:
-            events.update(item.name for item in (*host.top_ops, *host.host_activities, *host.dispatched))
+            events.update(item.name for item in (*host.top_ops, *host.host_activities, *host.between_steps,
+                                                 *host.dispatched, *host.programs))
             events.add(host.step_marker)
         return cls(modules, frozenset(events - {""}))
 
@@ -303,6 +304,12 @@ def _neighborhood_outcome(output: str, arguments: dict[str, Any]) -> Outcome:
                    + (f"; {blockers} marked as fusion blockers" if blockers else "; no fusion blockers flagged"))
 
 
+def _kernel_name(record: dict[str, Any]) -> str:
+    """XProf's short name, unless the kernel is a C++ one: there the short name is its first word ("void")."""
+    short, whole = str(record.get("short_name") or ""), str(record.get("kernel_name") or "")
+    return whole if whole and (not short or "::" in whole or "<" in whole) else short
+
+
 def _kernel_outcome(output: str, arguments: dict[str, Any]) -> Outcome:
     data = _parsed(output)
     records = data.get("kernel_records") if isinstance(data, dict) else data
@@ -310,7 +317,7 @@ def _kernel_outcome(output: str, arguments: dict[str, Any]) -> Outcome:
         reason = data.get("info") if isinstance(data, dict) else ""
         return Outcome(ToolStatus.NO_DATA, str(reason or "no device kernels in this profile"))
     shown = [
-        f"{quoted(str(r.get('short_name') or r.get('kernel_name')))}: {r.get('execution_count', 0)} runs, "
+        f"{quoted(_kernel_name(r))}: {r.get('execution_count', 0)} runs, "
         f"{float(r.get('total_duration_us') or 0) / 1e3:.3f} ms in total, "
         f"mean {float(r.get('avg_duration_us') or 0):.1f} us"
         for r in records[:SHOWN]

@@ -61,9 +61,9 @@ class StepSource(StrEnum):
     """Where the step boundaries came from, most trustworthy first."""
 
     STEP_MARKERS = "step_markers"  # StepTraceAnnotation / tf.profiler step events on the host
-    DEVICE_STEPS = "device_steps"  # a device plane's "Steps" line
-    PROGRAM_RUNS = "program_runs"  # one step per run of the dominant XLA program
-    PROFILE_WINDOW = "profile_window"  # no steps at all: the whole active window counts as one
+    DEVICE_STEPS = "device_steps"  # each device plane's own "Steps" line
+    PROGRAM_RUNS = "program_runs"  # the only program called repeatedly: one step per call, start to start
+    PROFILE_WINDOW = "profile_window"  # no steps (several programs, no markers): one window from the first launch
 
 
 @_evidence
@@ -91,12 +91,24 @@ class OpTime:
 
 @_evidence
 class HostActivity:
-    """What the host does inside steps, outermost events first (data loading, dispatch, ...)."""
+    """What the host does inside or between steps, outermost events first (data loading, dispatch, ...)."""
 
     name: str
     count_per_step: float
     ms_per_step: float
-    share_of_step: float
+    share_of_step: float  # of the mean step; for work between steps, of the mean step plus the gap after it
+    encloses_dispatches: bool = False  # a scope around jit dispatches: the code that runs the step, not beside it
+
+
+@_evidence
+class ProgramCalls:
+    """A compiled program as the host launched it, with the device work each launch brought."""
+
+    name: str
+    calls: int
+    ms_per_call: float  # mean duration of the launch: the host's jit dispatch, or the device's module run
+    device_ms_per_call: float  # device busy time from the launch to the next launch, mean over devices
+    share_of_device: float  # of the device busy time of every launch
 
 
 @_evidence
@@ -124,10 +136,15 @@ class HostEvidence:
     step_source: StepSource
     step_marker: str = ""
     steps: int
-    step_ms: Distribution | None = None
-    busy_fraction: float | None = None  # mean over steps of busy / step time
+    step_ms: Distribution | None = None  # of program runs, the periods: every run but the last
+    busy_fraction: float | None = None  # mean over steps of busy / step time, each device in its own steps
     idle_ms_per_step: float | None = None
+    loop_busy_fraction: float | None = None  # mean over steps of busy / (the step and the gap after it)
+    busy_by_device: dict[str, float] = field(default_factory=dict)  # each device's loop busy fraction, own steps
     gap_ms_per_step: float | None = None  # host time between steps, outside any step
+    untraced_host_ms_per_step: float = 0.0  # loop time with no event (but the step's marker) on the stepping
+    # thread and every device idle
+    waiting_idle_ms_per_step: float = 0.0  # loop time the stepping thread waits on the devices while they idle
     dispatches_per_step: float = 0.0
     dispatch_ms_per_step: float = 0.0
     compile_ms_per_step: float = 0.0
@@ -136,7 +153,12 @@ class HostEvidence:
     memory_allocator_events: int = 0
     top_ops: list[OpTime] = field(default_factory=list)
     host_activities: list[HostActivity] = field(default_factory=list)
+    between_steps: list[HostActivity] = field(default_factory=list)  # the stepping thread's work in the gaps
     dispatched: list[HostActivity] = field(default_factory=list)  # jit programs launched from the host, per step
+    launches: int = 0  # program launches in the capture: outermost jit dispatches, or a device's module runs
+    distinct_programs: int = 0  # how many different programs those launches ran
+    launch_idle_fraction: float | None = None  # devices idle from the first launch to the end of the last one's work
+    programs: list[ProgramCalls] = field(default_factory=list)  # by device time
     op_families: dict[str, OpFamily] = field(default_factory=dict)
     series: StepSeries = field(default_factory=StepSeries)
 

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from mldiag.analysis.analyst import quoted
+from mldiag.analysis.analyst import decide_status, quoted
 from mldiag.analysis.evidence import Analysis, Investigation
 from mldiag.analysis.followups import FollowupTools
 from mldiag.analysis.validation import EvidenceIndex, why_summary_unsupported, why_unsupported
@@ -99,8 +99,7 @@ def accept(analysis: Analysis, conclusion: Conclusion, tools: FollowupTools, inv
             investigation.dropped.append(f"summary: {reason}")
         else:
             analysis.summary = conclusion.summary
-    urgent = any(f.priority is not Priority.P2 for f in analysis.findings)
-    analysis.status = HealthStatus.OPTIMAL if analysis.health.optimal and not urgent else HealthStatus.NEEDS_ATTENTION
+    analysis.status = decide_status(analysis.health, analysis.findings)
 
 
 @dataclass

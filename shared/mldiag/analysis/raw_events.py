@@ -5,14 +5,18 @@ XProf's device tools are empty on CPU profiles (XLA ops there are host events on
 from a busy one, so the basic facts are read from the events themselves, on
 every kind of profile:
 
-* **steps**: the host's step markers (``StepTraceAnnotation``), else a device
-  ``Steps`` line, else one step per run of the dominant XLA program, else the
-  whole active window;
+* **steps**: the host's step markers (``StepTraceAnnotation``), else each
+  device's own ``Steps`` line, else one step per call of the program the loop
+  calls again and again (start to start), else no steps: one window from the
+  first program launch, with each program's calls and device work;
 * **busy**: per step, the union of the compute lanes' events (XLA CPU threads,
-  TPU ``XLA Ops`` lines, GPU streams), averaged over devices;
-* **host**: gaps between steps, what the host does inside steps, jit dispatches
-  (``PjitFunction``) and compilation;
-* **ops**: self time of each XLA op, and the converts, copies and reshapes.
+  TPU ``XLA Ops`` lines, GPU streams), each device in its own steps, averaged
+  over devices; and over the whole loop, the gaps between steps included;
+* **host**: gaps between steps and the work that fills them, what the host does
+  inside steps, jit dispatches (``PjitFunction``, the outermost per call),
+  compilation, and the loop time nothing on the host records;
+* **ops**: self time of each XLA op per device, the time of collectives, and the
+  converts, copies and reshapes.
 
 A large profile has millions of events, so each line is read once into numpy
 arrays (start, end, name id; :func:`~mldiag.analysis.xspace.read_planes` decodes
@@ -38,18 +42,21 @@ from typing import Any, NoReturn
 import numpy as np
 
 from mldiag.analysis.host_evidence import (
-    DeviceKind, Distribution, HostActivity, HostEvidence, OpFamily, OpTime, StepSeries, StepSource,
+    DeviceKind, Distribution, HostActivity, HostEvidence, OpFamily, OpTime, ProgramCalls, StepSeries, StepSource,
 )
 from mldiag.analysis.profiles import UNREADABLE_EXIT, UnreadableProfile, host_of
 from mldiag.analysis.timeline import Timeline, TimelineLine
 from mldiag.analysis.trace_names import (
-    ALLOCATOR_EVENTS, COMMUNICATION, COMPILE, DISPATCH_PREFIX, FAMILIES, NOT_AN_OP, NOT_BUSY,
+    ALLOCATOR_EVENTS, COMMUNICATION, COMPILE, CPU_DEVICE_EXECUTION, CPU_RUNTIME_SCOPE, DISPATCH_PREFIX, FAMILIES,
+    NOT_AN_OP, NOT_BUSY, WAITING,
 )
 from mldiag.analysis.xspace import Line, MalformedXSpace, Plane, read_planes
 
 MAX_SERIES = 1000
 TOP_OPS = 15
 TOP_ACTIVITIES = 10
+TOP_PROGRAMS = 10
+STEP_PROGRAM_REPEATS = 4  # a step program is called at least this many times as often as any other
 FirstSeen = Callable[[int, dict[str, Any]], None]  # told each new name's id and the stats of its first event
 _HLO_NAME = re.compile(r"^%?([^\s=]+)\s+=")
 
@@ -81,26 +88,27 @@ class _Line:
 
 
 def _parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """The enclosing event of each event, for events that nest (one thread's trace scopes).
+    """The enclosing event of each event of one thread, events in (start, -end) order.
 
-    An event's depth is how many earlier events are still open when it starts;
-    its parent is the last earlier event one level up.
+    An event's parent is the nearest earlier-starting event that is still open
+    when it ends. Events that overlap without nesting (a Python-tracer event that
+    ends a microsecond after the next scope begins) are siblings: neither is the
+    other's parent. Each event points at the event before it and jumps, while
+    that one ends too early, to where that one points (everything skipped ends
+    earlier still), so a pass costs one array operation and the passes needed
+    grow with the nesting depth and the logarithm of the count.
     """
     count = len(starts)
-    parents = np.full(count, -1, dtype=np.int64)
-    if count == 0:
-        return parents
-    sorted_ends = np.sort(ends)
-    depth = np.arange(count) - np.searchsorted(sorted_ends, starts, side="right")
-    np.maximum(depth, 0, out=depth)
-    for level in range(1, int(depth.max()) + 1):
-        children = np.flatnonzero(depth == level)
-        above = np.flatnonzero(depth == level - 1)
-        if len(above) == 0:
-            break
-        found = np.searchsorted(above, children, side="right") - 1
-        valid = found >= 0
-        parents[children[valid]] = above[found[valid]]
+    parents = np.arange(count, dtype=np.int64) - 1
+    # An instant event needs a parent open past its time; one that closes at that moment is not.
+    needed = ends + (ends == starts)
+    pending = np.arange(count, dtype=np.int64)
+    while len(pending):
+        candidate = parents[pending]
+        too_early = candidate >= 0
+        too_early[too_early] = ends[candidate[too_early]] < needed[pending[too_early]]
+        pending = pending[too_early]
+        parents[pending] = parents[candidate[too_early]]
     return parents
 
 
@@ -113,9 +121,10 @@ class _Trace:
     device_type: str = "CPU"
     lanes: dict[str, list[_Line]] = field(default_factory=dict)  # device -> its compute lines
     host_lines: list[_Line] = field(default_factory=list)
-    device_steps: _Line | None = None
-    program_runs: _Line | None = None
+    device_steps: dict[str, _Line] = field(default_factory=dict)  # device -> its own "Steps" line
+    program_runs: dict[str, _Line] = field(default_factory=dict)  # device -> its "XLA Modules" line (TPU)
     markers: set[int] = field(default_factory=set)  # name ids of step markers
+    cpu_devices: set[int] = field(default_factory=set)  # devices the XLA CPU client executed programs on
     hlo_op_of: dict[int, str] = field(default_factory=dict)  # GPU kernel -> the HLO op it runs
     profile: Any = None  # the parsed file, held so that the reader process can exit without freeing it
 
@@ -237,10 +246,9 @@ def _read(path: Path, timeline: Path | None = None) -> _Trace:
         for lane in lanes:
             lane.name = f"{plane.name}/{lane.name}"
         trace.lanes[plane.name] = lanes
-        for attribute, line_name in (("device_steps", "Steps"), ("program_runs", "XLA Modules")):
-            if getattr(trace, attribute) is None and line_name in lines:
-                found = reader.line(lines[line_name])
-                setattr(trace, attribute, found if len(found) else None)
+        for by_device, line_name in ((trace.device_steps, "Steps"), (trace.program_runs, "XLA Modules")):
+            if line_name in lines and len(found := reader.line(lines[line_name])):
+                by_device[plane.name] = found
         if trace.device_kind is DeviceKind.CPU:
             is_gpu = plane.name.startswith("/device:GPU:")
             trace.device_kind = DeviceKind.GPU if is_gpu else DeviceKind.TPU
@@ -249,6 +257,8 @@ def _read(path: Path, timeline: Path | None = None) -> _Trace:
     def note_marker(index: int, stats: dict[str, Any]) -> None:
         if "step_num" in stats:
             trace.markers.add(index)
+        if (device := CPU_DEVICE_EXECUTION.match(trace.names[index])) is not None:
+            trace.cpu_devices.add(int(device.group(1)))
 
     xla_runs_on_host = not trace.lanes
     host_lines = next((plane.lines for plane in planes if plane.name == "/host:CPU"), [])
@@ -315,39 +325,118 @@ def _union_of(lines: list[_Line], keep: np.ndarray) -> _Union:
 # --- steps -------------------------------------------------------------------------------------
 
 
-def _windows_from_runs(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """One step per run: from a run's start to the next one's (the last ends with its run)."""
-    order = np.argsort(starts)
-    starts, ends = starts[order], ends[order]
-    return np.column_stack((starts, np.append(starts[1:], ends.max())))
+@dataclass
+class _Launches:
+    """Program launches in start order: the host's outermost jit dispatches, or a device's module runs."""
+
+    ids: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+
+    @classmethod
+    def of(cls, ids: list[np.ndarray], starts: list[np.ndarray], ends: list[np.ndarray]) -> _Launches:
+        starts_at = np.concatenate(starts or [np.zeros(0, np.int64)])
+        order = np.argsort(starts_at, kind="stable")
+        return cls(np.concatenate(ids or [np.zeros(0, np.int64)])[order], starts_at[order],
+                   np.concatenate(ends or [np.zeros(0, np.int64)])[order])
+
+    def __len__(self) -> int:
+        return len(self.starts)
 
 
-def _steps(trace: _Trace) -> tuple[StepSource, str, np.ndarray]:
+@dataclass
+class _Steps:
+    """Where the steps are: the host's windows, and each measured device's own."""
+
+    source: StepSource
+    marker: str
+    windows: np.ndarray  # [start, end) rows in start order, for what the host does
+    device_windows: dict[str, np.ndarray]  # device -> its windows (the host's, unless the device has its own steps)
+
+
+def _outermost(line: _Line, flagged: np.ndarray) -> np.ndarray:
+    """Which events are ``flagged`` by name with no flagged event around them (JAX nests a duplicate dispatch)."""
+    chosen = flagged[line.ids]
+    return chosen & ~_has_ancestor(line, chosen)
+
+
+def _launches(trace: _Trace, is_dispatch: np.ndarray) -> dict[str, _Launches]:
+    """Each device's program launches: its module runs where the device records them (TPU), else the host's
+    jit dispatches, which launch on every device at once (key ``""``)."""
+    if trace.program_runs:
+        return {device: _Launches.of([runs.ids], [runs.starts], [runs.ends])
+                for device, runs in trace.program_runs.items() if device in trace.lanes}
+    chosen = [(line, _outermost(line, is_dispatch)) for line in trace.host_lines]
+    return {"": _Launches.of([line.ids[keep] for line, keep in chosen], [line.starts[keep] for line, keep in chosen],
+                             [line.ends[keep] for line, keep in chosen])}
+
+
+def _last_lane_end(lines: list[_Line], since: int) -> int:
+    """When the device work that starts at or after ``since`` ends (``since`` itself when there is none)."""
+    ends = [int(line.ends[line.starts >= since].max()) for line in lines if (line.starts >= since).any()]
+    return max(ends, default=since)
+
+
+def _steps(trace: _Trace, launches: dict[str, _Launches]) -> _Steps:
+    """The step windows, most trustworthy source first.
+
+    With step markers the step is the marker; with a device ``Steps`` line each
+    device has its own; without either, the program the host calls again and
+    again makes one step per call (its period, start to start); several programs
+    called alike (op by op, or a benchmark of several) make no steps at all, and
+    one window covers the capture from the first launch.
+    """
+    devices = list(trace.lanes)
     if trace.markers:
         counts = np.bincount(np.concatenate([line.ids for line in trace.host_lines]), minlength=len(trace.names))
         marker = max(trace.markers, key=lambda index: counts[index])
-        windows = np.concatenate([
-            np.column_stack((line.starts, line.ends))[line.ids == marker] for line in trace.host_lines
-        ])
-        return StepSource.STEP_MARKERS, trace.names[marker], windows[np.argsort(windows[:, 0])]
-    if trace.device_steps is not None:
-        steps = trace.device_steps
-        return StepSource.DEVICE_STEPS, "", np.column_stack((steps.starts, steps.ends))
-    runs = [trace.program_runs] if trace.program_runs is not None else trace.host_lines
-    is_program = trace.mask(lambda name: trace.program_runs is not None or name.startswith(DISPATCH_PREFIX))
-    time_by_name = np.zeros(len(trace.names), dtype=np.int64)
-    for line in runs:
-        np.add.at(time_by_name, line.ids, (line.ends - line.starts) * is_program[line.ids])
-    if time_by_name.any():
-        program = int(time_by_name.argmax())
-        starts = np.concatenate([line.starts[line.ids == program] for line in runs])
-        ends = np.concatenate([line.ends[line.ids == program] for line in runs])
-        if len(starts) >= 2:
-            return StepSource.PROGRAM_RUNS, trace.names[program], _windows_from_runs(starts, ends)
-    active = [line for lines in trace.lanes.values() for line in lines] or trace.host_lines
-    begin = min(int(line.starts.min()) for line in active if len(line))
-    end = max(int(line.ends.max()) for line in active if len(line))
-    return StepSource.PROFILE_WINDOW, "", np.array([[begin, end]], dtype=np.int64)
+        is_marker = np.zeros(len(trace.names), dtype=bool)
+        is_marker[marker] = True
+        chosen = [(line, _outermost(line, is_marker)) for line in trace.host_lines]
+        windows = np.concatenate([np.column_stack((line.starts[keep], line.ends[keep])) for line, keep in chosen])
+        windows = windows[np.argsort(windows[:, 0], kind="stable")]
+        return _Steps(StepSource.STEP_MARKERS, trace.names[marker], windows, dict.fromkeys(devices, windows))
+    own = {device: np.column_stack((steps.starts, steps.ends))
+           for device, steps in trace.device_steps.items() if device in trace.lanes}
+    if own:
+        return _Steps(StepSource.DEVICE_STEPS, "", next(iter(own.values())), own)
+    reference = launches.get("") or next(iter(launches.values()), None)
+    program = _step_program(reference) if reference is not None else None
+    if program is not None:
+        by_device = {device: _period_windows(launches.get("") or launches[device], program, trace.lanes[device])
+                     for device in devices if "" in launches or device in launches}
+        host = _period_windows(reference, program, [line for lines in trace.lanes.values() for line in lines])
+        return _Steps(StepSource.PROGRAM_RUNS, trace.names[program], host, by_device)
+    active = [line for lines in trace.lanes.values() for line in lines if len(line)] or [
+        line for line in trace.host_lines if len(line)]
+    begin = min(int(line.starts.min()) for line in active)
+    if reference is not None and len(reference):
+        begin = int(reference.starts[0])
+    end = max(int(line.ends.max()) for line in active)
+    window = np.array([[begin, max(begin + 1, end)]], dtype=np.int64)
+    return _Steps(StepSource.PROFILE_WINDOW, "", window, dict.fromkeys(devices, window))
+
+
+def _step_program(launches: _Launches) -> int | None:
+    """The program called again and again, each other program at most a quarter as often (one-off calls, such
+    as initialisation, aside); None when there is no such program."""
+    if not len(launches):
+        return None
+    names, calls = np.unique(launches.ids, return_counts=True)
+    order = np.argsort(-calls, kind="stable")
+    most = int(calls[order[0]])
+    others = calls[order[1:]]
+    if most < 2 or (others > max(1, most // STEP_PROGRAM_REPEATS)).any():
+        return None
+    return int(names[order[0]])
+
+
+def _period_windows(launches: _Launches, program: int, lanes: list[_Line]) -> np.ndarray:
+    """One window per run of ``program``, from its start to the next run's; the last ends with its device work."""
+    runs = launches.ids == program
+    starts, ends = launches.starts[runs], launches.ends[runs]
+    last_end = max(int(ends[-1]), _last_lane_end(lanes, int(starts[-1])))
+    return np.column_stack((starts, np.append(starts[1:], last_end)))
 
 
 def _step_of(windows: np.ndarray, times: np.ndarray) -> np.ndarray:
@@ -355,6 +444,30 @@ def _step_of(windows: np.ndarray, times: np.ndarray) -> np.ndarray:
     index = np.searchsorted(windows[:, 0], times, side="right") - 1
     inside = (index >= 0) & (times < windows[np.maximum(index, 0), 1])
     return np.where(inside, index, -1)
+
+
+def _iterations(windows: np.ndarray) -> np.ndarray:
+    """Each step with the gap after it, from its start to the next step's; the last step, whose gap the
+    capture cannot show, only when it is the only one."""
+    if len(windows) < 2:
+        return windows
+    return np.column_stack((windows[:-1, 0], np.maximum(windows[1:, 0], windows[:-1, 0])))
+
+
+def _complete(source: StepSource, step_ns: np.ndarray) -> np.ndarray:
+    """The steps whose length is a whole step: a program's last run ends with its device work, not at a next run."""
+    return step_ns[:-1] if source is StepSource.PROGRAM_RUNS and len(step_ns) > 1 else step_ns
+
+
+def _by_step(per_device: list[np.ndarray], steps: int) -> np.ndarray:
+    """Per-step values averaged over the devices that have that step."""
+    if not per_device:
+        return np.full(steps, np.nan)
+    padded = np.full((len(per_device), steps), np.nan)
+    for row, values in zip(padded, per_device):
+        row[: min(steps, len(values))] = values[:steps]
+    with np.errstate(invalid="ignore"):
+        return np.nanmean(padded, axis=0)
 
 
 # --- the evidence ------------------------------------------------------------------------------
@@ -386,22 +499,119 @@ def read_host_evidence(path: Path, timeline: Path | None = None) -> HostEvidence
 
 
 def _evidence(path: Path, trace: _Trace) -> HostEvidence:
-    source, marker, windows = _steps(trace)
-    steps = len(windows)
-    step_ns = windows[:, 1] - windows[:, 0]
-    span = (windows[0, 0], windows[-1, 1])
-    mean_step_ns = float(step_ns.mean())
-
+    is_dispatch = trace.mask(lambda name: name.startswith(DISPATCH_PREFIX))
+    launches = _launches(trace, is_dispatch)
+    steps = _steps(trace, launches)
+    windows = steps.windows
+    count = len(windows)
     busy_name = ~trace.mask(lambda name: name.startswith(NOT_BUSY))
-    covered = [_union_of(lines, busy_name).covered(windows) for lines in trace.lanes.values()]
-    busy = np.mean(covered, axis=0) / np.maximum(step_ns, 1) if covered else np.zeros(steps)
+    measured = {device: trace.lanes[device] for device in steps.device_windows}
+    device_windows = list(steps.device_windows.values())
+    busy_unions = [_union_of(lines, busy_name) for lines in measured.values()]
+    communicating = [_union_of(lines, busy_name & trace.mask(COMMUNICATION.search)) for lines in measured.values()]
+    step_ns = _by_step([w[:, 1] - w[:, 0] for w in device_windows], count) if device_windows else (
+        (windows[:, 1] - windows[:, 0]).astype(np.float64))
+    busy_ns = _by_step([union.covered(w) for union, w in zip(busy_unions, device_windows)], count)
+    busy = np.clip(busy_ns / np.maximum(step_ns, 1), 0.0, 1.0)
+    communication_ns = _by_step([union.covered(w) for union, w in zip(communicating, device_windows)], count)
+    loop_busy = [float(np.mean(union.covered(iterations) / np.maximum(iterations[:, 1] - iterations[:, 0], 1)))
+                 for union, iterations in zip(busy_unions, map(_iterations, device_windows))]
+    gaps = np.maximum(windows[1:, 0] - windows[:-1, 1], 0)
+    mean_step_ns = float(step_ns.mean())
+    mean_iteration_ns = mean_step_ns + (float(gaps.mean()) if len(gaps) else 0.0)
 
-    lanes = [line for lines in trace.lanes.values() for line in lines]
-    is_op = trace.mask(lambda name: not name.startswith(NOT_AN_OP) and "::" not in name)
-    in_span = [is_op[line.ids] & (line.starts >= span[0]) & (line.starts < span[1]) for line in lanes]
-    op_ns = _per_name(trace, lanes, [line.self_ns() for line in lanes], in_span)
-    op_count = _per_name(trace, lanes, [np.ones(len(line)) for line in lanes], in_span)
-    labelled: dict[str, list[float]] = {}  # the same op on several devices or lanes is one op
+    ops = _ops(trace, measured, steps.device_windows, count)
+    host = _host_side(trace, steps, is_dispatch, count, busy_unions)
+    programs, distinct_programs, launch_count, launch_idle = _programs(trace, launches, measured, busy_unions)
+    families = {}
+    for family, pattern in FAMILIES.items():
+        members = [label for label in ops.labelled if pattern.search(label)]
+        dispatch_count = sum(host.dispatched[i] for i in np.flatnonzero(host.dispatched)
+                             if pattern.search(trace.names[i][len(DISPATCH_PREFIX):]))
+        if members or dispatch_count:
+            families[family] = OpFamily(
+                ops_per_step=sum(ops.labelled[m][1] for m in members) / ops.per_device_step,
+                ms_per_step=sum(ops.labelled[m][0] for m in members) / ops.per_device_step / 1e6,
+                dispatches_per_step=float(dispatch_count) / count,
+                examples=sorted(members, key=lambda m: -ops.labelled[m][0])[:5],
+            )
+    has_lanes = bool(measured)
+    return HostEvidence(
+        host=host_of(path),
+        file=path.name,
+        bytes=path.stat().st_size,
+        events=trace.events,
+        device_kind=trace.device_kind,
+        device_type=trace.device_type,
+        devices=ops.devices,
+        compute_lanes=[line.name for lines in measured.values() for line in lines],
+        step_source=steps.source,
+        step_marker=steps.marker,
+        steps=count,
+        step_ms=Distribution.of((_complete(steps.source, step_ns) / 1e6).tolist()),
+        busy_fraction=float(busy.mean()) if has_lanes else None,
+        idle_ms_per_step=float(((1 - busy) * step_ns).mean() / 1e6) if has_lanes else None,
+        loop_busy_fraction=float(np.clip(np.mean(loop_busy), 0.0, 1.0)) if has_lanes else None,
+        busy_by_device={device: float(np.clip(fraction, 0.0, 1.0)) for device, fraction in zip(measured, loop_busy)},
+        gap_ms_per_step=float(gaps.mean() / 1e6) if len(gaps) else None,
+        untraced_host_ms_per_step=host.untraced_ns / count / 1e6,
+        waiting_idle_ms_per_step=host.waiting_idle_ns / count / 1e6,
+        dispatches_per_step=float(host.dispatches.sum()) / count,
+        dispatch_ms_per_step=float(host.dispatched_ns.sum()) / count / 1e6,
+        compile_ms_per_step=float(host.compile_ns.sum()) / count / 1e6,
+        compiles_in_steps=host.compiles_in_steps,
+        communication_ms_per_step=float(np.nan_to_num(communication_ns).mean()) / 1e6 if has_lanes else 0.0,
+        memory_allocator_events=host.allocator_events,
+        top_ops=[
+            OpTime(name=label, count_per_step=n / ops.per_device_step, self_ms_per_step=ns / ops.per_device_step / 1e6,
+                   share_of_busy=ns / ops.busy_ns, expression=ops.expressions.get(label, ""))
+            for label, (ns, n) in sorted(ops.labelled.items(), key=lambda item: -item[1][0])[:TOP_OPS]
+        ],
+        host_activities=_activities(trace, host.activity_ns, host.activity_count, count, mean_step_ns,
+                                    host.dispatching),
+        between_steps=_activities(trace, host.between_ns, host.between_count, max(1, len(gaps)), mean_iteration_ns,
+                                  host.dispatching),
+        dispatched=_activities(trace, host.dispatched_ns, host.dispatched, count, mean_step_ns, host.dispatching),
+        launches=launch_count,
+        distinct_programs=distinct_programs,
+        launch_idle_fraction=launch_idle,
+        programs=programs,
+        op_families=families,
+        series=StepSeries(
+            step_ms=np.round(step_ns[:MAX_SERIES] / 1e6, 4).tolist(),
+            busy_fraction=np.round(busy[:MAX_SERIES], 4).tolist() if has_lanes else [],
+            dispatches=host.dispatches[:MAX_SERIES].tolist(),
+            compile_ms=np.round(host.compile_ns[:MAX_SERIES] / 1e6, 4).tolist(),
+            gap_before_ms=[0.0, *np.round(gaps[: MAX_SERIES - 1] / 1e6, 4).tolist()],
+            truncated=count > MAX_SERIES,
+        ),
+    )
+
+
+@dataclass
+class _Ops:
+    labelled: dict[str, list[float]]  # op label -> [self ns, count] over every device and step
+    expressions: dict[str, str]
+    busy_ns: float  # all ops' self time
+    devices: int
+    per_device_step: int  # the divisor that makes a total per step on one device
+
+
+def _ops(trace: _Trace, measured: dict[str, list[_Line]], device_windows: dict[str, np.ndarray],
+         steps: int) -> _Ops:
+    """Each op's self time within the steps, the same op on several devices or lanes counted as one."""
+    runtime = trace.mask(CPU_RUNTIME_SCOPE.match) if trace.device_kind is DeviceKind.CPU else np.zeros(
+        len(trace.names), dtype=bool)
+    is_op = ~trace.mask(lambda name: name.startswith(NOT_AN_OP)) & ~runtime
+    lanes, keep = [], []
+    for device, lines in measured.items():
+        begin, end = device_windows[device][0, 0], device_windows[device][-1, 1]
+        for line in lines:
+            lanes.append(line)
+            keep.append(is_op[line.ids] & (line.starts >= begin) & (line.starts < end))
+    op_ns = _per_name(trace, lanes, [line.self_ns() for line in lanes], keep)
+    op_count = _per_name(trace, lanes, [np.ones(len(line)) for line in lanes], keep)
+    labelled: dict[str, list[float]] = {}
     expressions: dict[str, str] = {}
     for index in np.flatnonzero(op_count):
         label, expression = _op_label(trace, int(index))
@@ -410,112 +620,143 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
         totals[1] += op_count[index]
         if expression:
             expressions.setdefault(label, expression)
-    busy_ns = sum(ns for ns, _ in labelled.values()) or 1.0
-    per_device_step = steps * max(1, len(trace.lanes))  # op times are per step on one device
-    top_ops = sorted(labelled.items(), key=lambda item: -item[1][0])
+    # The XLA CPU client runs one program per device on shared threads; elsewhere each device has its plane.
+    devices = max(1, len(trace.cpu_devices) if trace.device_kind is DeviceKind.CPU else len(measured))
+    return _Ops(labelled, expressions, sum(ns for ns, _ in labelled.values()) or 1.0, devices, steps * devices)
 
-    is_dispatch = trace.mask(lambda name: name.startswith(DISPATCH_PREFIX))
+
+@dataclass
+class _HostSide:
+    dispatches: np.ndarray  # per step
+    dispatched: np.ndarray  # per name: outermost dispatches within steps
+    dispatched_ns: np.ndarray
+    compile_ns: np.ndarray  # per step
+    compiles_in_steps: int
+    allocator_events: int
+    activity_ns: np.ndarray  # per name: what the stepping thread does inside steps
+    activity_count: np.ndarray
+    between_ns: np.ndarray  # per name: what it does between steps
+    between_count: np.ndarray
+    dispatching: np.ndarray  # per name: its events enclose jit dispatches (the function that runs the step)
+    untraced_ns: float  # loop time with no event but the step marker on the stepping thread and no device busy
+    waiting_idle_ns: float  # loop time the stepping thread waits on the devices while they idle (mean over devices)
+
+
+def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int,
+               busy_unions: list[_Union]) -> _HostSide:
+    """What the host does in and between steps: dispatches, compilation, named work and untraced time."""
+    windows = steps.windows
+    gap_windows = np.column_stack((windows[:-1, 1], windows[1:, 0]))
+    gap_windows = gap_windows[gap_windows[:, 1] > gap_windows[:, 0]]
     is_compile = trace.mask(COMPILE.match)
     is_backend_compile = trace.mask(lambda name: name.startswith("backend_compile"))
     is_allocator = trace.mask(ALLOCATOR_EVENTS.__contains__)
-    is_marker = trace.mask(lambda name: source is StepSource.STEP_MARKERS and name == marker)
-    dispatches = np.zeros(steps, dtype=np.int64)
-    compile_starts, compile_ends = [], []
-    compiles_in_steps = allocator_events = 0
-    host_keep, outer_dispatch, host_ns = [], [], []
-    # What the host does for the step is what the step's own thread does; compiler and runtime pools
-    # work alongside it.
+    is_marker = trace.mask(lambda name: steps.source is StepSource.STEP_MARKERS and name == steps.marker)
+    # What the host does for the step is what the step's own thread does (the one with the markers, else the
+    # one that dispatches); compiler, runtime and input pools work alongside it.
     stepping = (
         [line for line in trace.host_lines if is_marker[line.ids].any()]
         or [line for line in trace.host_lines if is_dispatch[line.ids].any()]
-        or trace.host_lines
     )
+    dispatches = np.zeros(count, dtype=np.int64)
+    compile_starts, compile_ends = [], []
+    compiles_in_steps = allocator_events = 0
+    activity_keep, between_keep, outer_dispatch, durations, driving = [], [], [], [], []
     for line in trace.host_lines:
         step = _step_of(windows, line.starts)
-        parent_ids = np.where(line.parents >= 0, line.ids[np.maximum(line.parents, 0)], -1)
-        dispatch = is_dispatch[line.ids]
-        outermost = dispatch & ~_has_ancestor(line, dispatch) & (step >= 0)
-        dispatches += np.bincount(step[outermost], minlength=steps)
+        calls = _outermost(line, is_dispatch)
+        outermost = calls & (step >= 0)
+        dispatches += np.bincount(step[outermost], minlength=count)
         compiling = is_compile[line.ids] & (step >= 0)
         compile_starts.append(line.starts[compiling])
         compile_ends.append(line.ends[compiling])
         compiles_in_steps += int(is_backend_compile[line.ids[compiling]].sum())
         allocator_events += int(is_allocator[line.ids].sum())
+        is_stepping = any(line is chosen for chosen in stepping)
+        parent_ids = np.where(line.parents >= 0, line.ids[np.maximum(line.parents, 0)], -1)
         top_level = (line.parents < 0) | ((parent_ids >= 0) & is_marker[np.maximum(parent_ids, 0)])
-        host_keep.append(top_level & ~is_marker[line.ids] & (step >= 0) & any(line is s for s in stepping))
+        activity_keep.append(top_level & ~is_marker[line.ids] & (step >= 0) & is_stepping)
+        driving.append(_has_descendant(line, calls))
+        gap = _step_of(gap_windows, line.starts) if len(gap_windows) else np.full(len(line), -1)
+        within_gap = (gap >= 0) & (gap == _step_of(gap_windows, np.maximum(line.ends - 1, line.starts))) \
+            if len(gap_windows) else gap >= 0
+        between_keep.append(within_gap & ~_has_ancestor(line, within_gap) & is_stepping)
         outer_dispatch.append(outermost)
-        host_ns.append((line.ends - line.starts).astype(np.float64))
+        durations.append((line.ends - line.starts).astype(np.float64))
+    ones = [np.ones(len(d)) for d in durations]
     compile_ns = _Union(np.concatenate(compile_starts or [np.zeros(0, np.int64)]),
                         np.concatenate(compile_ends or [np.zeros(0, np.int64)])).covered(windows)
-    activity_ns = _per_name(trace, trace.host_lines, host_ns, host_keep)
-    activity_count = _per_name(trace, trace.host_lines, [np.ones(len(x)) for x in host_ns], host_keep)
-    dispatched = _per_name(trace, trace.host_lines, [np.ones(len(x)) for x in host_ns], outer_dispatch)
-    dispatched_ns = _per_name(trace, trace.host_lines, host_ns, outer_dispatch)
-
-    families = {}
-    for family, pattern in FAMILIES.items():
-        members = [label for label in labelled if pattern.search(label)]
-        dispatch_count = sum(
-            dispatched[i] for i in np.flatnonzero(dispatched) if pattern.search(trace.names[i][len(DISPATCH_PREFIX):])
-        )
-        if members or dispatch_count:
-            families[family] = OpFamily(
-                ops_per_step=sum(labelled[m][1] for m in members) / per_device_step,
-                ms_per_step=sum(labelled[m][0] for m in members) / per_device_step / 1e6,
-                dispatches_per_step=float(dispatch_count) / steps,
-                examples=sorted(members, key=lambda m: -labelled[m][0])[:5],
-            )
-    gaps = windows[1:, 0] - windows[:-1, 1]
-    has_lanes = bool(trace.lanes)
-    return HostEvidence(
-        host=host_of(path),
-        file=path.name,
-        bytes=path.stat().st_size,
-        events=trace.events,
-        device_kind=trace.device_kind,
-        device_type=trace.device_type,
-        devices=max(1, len(trace.lanes)),
-        compute_lanes=[line.name for line in lanes],
-        step_source=source,
-        step_marker=marker,
-        steps=steps,
-        step_ms=Distribution.of((step_ns / 1e6).tolist()),
-        busy_fraction=float(busy.mean()) if has_lanes else None,
-        idle_ms_per_step=float(((1 - busy) * step_ns).mean() / 1e6) if has_lanes else None,
-        gap_ms_per_step=float(gaps.mean() / 1e6) if len(gaps) else None,
-        dispatches_per_step=float(dispatches.sum()) / steps,
-        dispatch_ms_per_step=float(dispatched_ns.sum()) / steps / 1e6,
-        compile_ms_per_step=float(compile_ns.sum()) / steps / 1e6,
+    loop = np.array([[windows[0, 0], windows[-1, 1]]])
+    # A step marker spans its whole step, so it records nothing about what the host does inside it.
+    traced = _union_of(stepping + [line for lines in trace.lanes.values() for line in lines], ~is_marker)
+    waiting = _union_of(stepping, trace.mask(WAITING.search))
+    waits = np.column_stack((np.maximum(waiting.starts, loop[0, 0]), np.minimum(waiting.ends, loop[0, 1])))
+    waits = waits[waits[:, 1] > waits[:, 0]]
+    waited_ns = float((waits[:, 1] - waits[:, 0]).sum())
+    busy_while_waiting = [float(union.covered(waits).sum()) for union in busy_unions] or [waited_ns]
+    return _HostSide(
+        dispatches=dispatches,
+        dispatched=_per_name(trace, trace.host_lines, ones, outer_dispatch),
+        dispatched_ns=_per_name(trace, trace.host_lines, durations, outer_dispatch),
+        compile_ns=compile_ns,
         compiles_in_steps=compiles_in_steps,
-        communication_ms_per_step=sum(ns for label, (ns, _) in labelled.items() if COMMUNICATION.search(label))
-        / per_device_step / 1e6,
-        memory_allocator_events=allocator_events,
-        top_ops=[
-            OpTime(name=label, count_per_step=count / per_device_step, self_ms_per_step=ns / per_device_step / 1e6,
-                   share_of_busy=ns / busy_ns, expression=expressions.get(label, ""))
-            for label, (ns, count) in top_ops[:TOP_OPS]
-        ],
-        host_activities=_activities(trace, activity_ns, activity_count, steps, mean_step_ns),
-        dispatched=_activities(trace, dispatched_ns, dispatched, steps, mean_step_ns),
-        op_families=families,
-        series=StepSeries(
-            step_ms=np.round(step_ns[:MAX_SERIES] / 1e6, 4).tolist(),
-            busy_fraction=np.round(busy[:MAX_SERIES], 4).tolist(),
-            dispatches=dispatches[:MAX_SERIES].tolist(),
-            compile_ms=np.round(compile_ns[:MAX_SERIES] / 1e6, 4).tolist(),
-            gap_before_ms=[0.0, *np.round(gaps[: MAX_SERIES - 1] / 1e6, 4).tolist()],
-            truncated=steps > MAX_SERIES,
-        ),
+        allocator_events=allocator_events,
+        activity_ns=_per_name(trace, trace.host_lines, durations, activity_keep),
+        activity_count=_per_name(trace, trace.host_lines, ones, activity_keep),
+        between_ns=_per_name(trace, trace.host_lines, durations, between_keep),
+        between_count=_per_name(trace, trace.host_lines, ones, between_keep),
+        dispatching=_per_name(trace, trace.host_lines, ones, driving) > 0,
+        untraced_ns=float(loop[0, 1] - loop[0, 0] - traced.covered(loop)[0]) if stepping else 0.0,
+        waiting_idle_ns=waited_ns - float(np.mean(busy_while_waiting)),
     )
 
 
-def _activities(trace: _Trace, total_ns: np.ndarray, count: np.ndarray, steps: int,
-                mean_step_ns: float) -> list[HostActivity]:
+def _programs(trace: _Trace, launches: dict[str, _Launches], measured: dict[str, list[_Line]],
+              busy_unions: list[_Union]) -> tuple[list[ProgramCalls], int, int, float | None]:
+    """Per program: its launches, their mean time, and the device work from each launch to the next;
+    with the count of launches and the devices' idle share between the first launch and the last work."""
+    reference = launches.get("") or next(iter(launches.values()), None)
+    if reference is None or not len(reference):
+        return [], 0, 0, None
+    lanes = [line for lines in measured.values() for line in lines]
+    last_end = max(int(reference.ends.max()), _last_lane_end(lanes, int(reference.starts[-1])))
+    windows = np.column_stack((reference.starts, np.append(reference.starts[1:], last_end)))
+    windows[:, 1] = np.maximum(windows[:, 1], windows[:, 0])
+    busy = np.mean([union.covered(windows) for union in busy_unions], axis=0) if busy_unions else np.zeros(
+        len(windows))
+    names, inverse, calls = np.unique(reference.ids, return_inverse=True, return_counts=True)
+    launch_ns = np.bincount(inverse, weights=reference.ends - reference.starts)
+    device_ns = np.bincount(inverse, weights=busy)
+    total_device = float(device_ns.sum()) or 1.0
+    programs = [
+        ProgramCalls(name=trace.names[int(names[i])], calls=int(calls[i]), ms_per_call=launch_ns[i] / calls[i] / 1e6,
+                     device_ms_per_call=device_ns[i] / calls[i] / 1e6, share_of_device=device_ns[i] / total_device)
+        for i in np.lexsort((-calls, -device_ns))[:TOP_PROGRAMS]
+    ]
+    span = float((windows[:, 1] - windows[:, 0]).sum())
+    idle = float(np.clip(1 - busy.sum() / span, 0.0, 1.0)) if busy_unions and span > 0 else None
+    return programs, len(names), len(reference), idle
+
+
+def _activities(trace: _Trace, total_ns: np.ndarray, count: np.ndarray, steps: int, mean_step_ns: float,
+                dispatching: np.ndarray) -> list[HostActivity]:
     return [
         HostActivity(name=trace.names[i], count_per_step=count[i] / steps, ms_per_step=total_ns[i] / steps / 1e6,
-                     share_of_step=total_ns[i] / steps / mean_step_ns)
+                     share_of_step=total_ns[i] / steps / mean_step_ns, encloses_dispatches=bool(dispatching[i]))
         for i in np.argsort(-total_ns)[:TOP_ACTIVITIES] if total_ns[i] > 0
     ]
+
+
+def _has_descendant(line: _Line, flagged: np.ndarray) -> np.ndarray:
+    """For each event, whether any event it encloses is ``flagged`` (one pass per nesting level)."""
+    result = np.zeros(len(line), dtype=bool)
+    reached = line.parents[flagged & (line.parents >= 0)]
+    while len(reached):
+        reached = reached[~result[reached]]
+        result[reached] = True
+        reached = line.parents[reached]
+        reached = reached[reached >= 0]
+    return result
 
 
 def _has_ancestor(line: _Line, flagged: np.ndarray) -> np.ndarray:

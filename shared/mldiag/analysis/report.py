@@ -50,6 +50,7 @@ class StepChart:
     host: str
     busy: list[Bar]
     idle: list[Bar]
+    gaps: list[Bar]  # the host's time between a step and the next, stacked on the step
     top_ms: float
     steps: int
     truncated: bool
@@ -79,22 +80,27 @@ class OpsChart:
 
 
 def _step_chart(host: HostEvidence) -> StepChart | None:
+    """Each step as a bar: busy at the bottom, idle above it, then the host's gap before the next step."""
     steps = host.series.step_ms
     if len(steps) < 2:
         return None
     busy = host.series.busy_fraction or [0.0] * len(steps)
-    top = max(steps) or 1.0
+    gaps_after = [*host.series.gap_before_ms[1:len(steps)], 0.0]
+    top = max(ms + gap for ms, gap in zip(steps, gaps_after)) or 1.0
     slot = CHART_WIDTH / len(steps)
     width = max(slot * 0.8, 0.5)
     scale = (STEP_CHART_HEIGHT - 4) / top
-    busy_bars, idle_bars = [], []
-    for index, (ms, fraction) in enumerate(zip(steps, busy)):
+    busy_bars, idle_bars, gap_bars = [], [], []
+    for index, (ms, fraction, gap) in enumerate(zip(steps, busy, gaps_after)):
         busy_ms = ms * fraction
         title = f"step {index + 1}: {ms:.2f} ms, busy {fraction:.0%}"
         x = index * slot + (slot - width) / 2
         busy_bars.append(Bar(x, STEP_CHART_HEIGHT - busy_ms * scale, width, busy_ms * scale, title))
         idle_bars.append(Bar(x, STEP_CHART_HEIGHT - ms * scale, width, (ms - busy_ms) * scale, title))
-    return StepChart(host.host, busy_bars, idle_bars, top, len(steps), host.series.truncated)
+        if gap > 0:
+            gap_bars.append(Bar(x, STEP_CHART_HEIGHT - (ms + gap) * scale, width, gap * scale,
+                                f"between steps {index + 1} and {index + 2}: {gap:.2f} ms on the host"))
+    return StepChart(host.host, busy_bars, idle_bars, gap_bars, top, len(steps), host.series.truncated)
 
 
 def _ops_chart(host: HostEvidence) -> OpsChart | None:

@@ -14,10 +14,15 @@ COMPILE = re.compile(r"^(backend_compile|lower_sharding_computation|jax_compile|
 ALLOCATOR_EVENTS = frozenset({"MemoryAllocation", "MemoryDeallocation"})
 WAITING = re.compile(r"block_until_ready|Await|Wait for|BufferSequencingEvent|ThenExecuteCallback|Synchronize",
                      re.IGNORECASE)
+# Collectives in XLA's spelling (all-gather), JAX's (all_gather, psum_invariant), NCCL/RCCL kernels, and the
+# waits for the other devices to arrive.
 COMMUNICATION = re.compile(
-    r"all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|\bsend\b|\brecv\b|nccl|rccl|psum",
+    r"all[-_]?reduce|all[-_]?gather|reduce[-_]?scatter|all[-_]?to[-_]?all|collective[-_]?permute|\bsend\b|"
+    r"\brecv\b|nccl|rccl|psum|pmax|pmin|ppermute|rendezvous",
     re.IGNORECASE,
 )
+# The XLA CPU client's run of a program on one of its devices ("[3] CommonPjRtLoadedExecutable::Execute (jit_f)").
+CPU_DEVICE_EXECUTION = re.compile(r"^\[(\d+)\] \S*LoadedExecutable::Execute\b")
 # Ops that move or re-type data rather than compute.
 FAMILIES = {
     "converts": re.compile(r"convert", re.IGNORECASE),
@@ -26,4 +31,6 @@ FAMILIES = {
 }
 # Events on XLA CPU threads that are runtime bookkeeping rather than work, or not an op.
 NOT_BUSY = ("ThreadpoolListener", "end: ")
-NOT_AN_OP = (*NOT_BUSY, "ThunkExecutor", "H2D Dispatch")
+NOT_AN_OP = (*NOT_BUSY, "ThunkExecutor", "H2D Dispatch", "Wait for ", "Wait: ")
+# Runtime scopes on XLA CPU threads (a device's kernels are named by the compiler and never look like these).
+CPU_RUNTIME_SCOPE = re.compile(r"^(\[\d+\] )?[A-Za-z]\w*::\w")

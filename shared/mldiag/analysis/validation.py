@@ -80,7 +80,7 @@ def profile_names(analysis: Analysis) -> set[str]:
         names.update((host.host, host.file, host.step_marker, *host.compute_lanes))
         for op in host.top_ops:
             names.update((op.name, op.expression))
-        names.update(a.name for a in (*host.host_activities, *host.dispatched))
+        names.update(a.name for a in (*host.host_activities, *host.between_steps, *host.dispatched, *host.programs))
         for family in host.op_families.values():
             names.update(family.examples)
     for issues in analysis.hlo_issues.values():

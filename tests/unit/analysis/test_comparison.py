@@ -6,6 +6,7 @@ import json
 from datetime import timedelta
 
 from mldiag.analysis.comparison import compare, find_baseline
+from mldiag.analysis.host_evidence import HostActivity
 from mldiag.domain import AnalysisState, AnalysisStatus, HealthStatus, ProfilerSession
 
 RUN = "projects/p/locations/l/machineLearningRuns/r1"
@@ -35,6 +36,16 @@ def test_comparison_names_the_slowdown_and_where_it_went(analysis_of):
     assert any("host time between steps grew by 60.0 ms" in line for line in comparison.headline)
     assert [c.name for c in comparison.grown_host_activities][:1] == [activity]
     assert comparison.new_ops == [] and comparison.grown_ops == []
+
+
+def test_host_work_that_appears_between_steps_is_named(analysis_of):
+    healthy = analysis_of("input_bound")
+    slower = slowed_down(healthy, activity="")
+    slower.hosts[0].between_steps = [HostActivity(name="$time sleep", count_per_step=1.0, ms_per_step=57.0,
+                                                  share_of_step=0.5)]
+    comparison = compare(slower, healthy, "s")
+    assert [c.name for c in comparison.grown_host_activities] == ["$time sleep"]
+    assert "The largest growth is '$time sleep': 0.0 → 57.0 ms per step." in comparison.headline
 
 
 def test_identical_profiles_show_no_growth(analysis_of):

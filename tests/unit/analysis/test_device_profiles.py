@@ -48,7 +48,11 @@ def test_gpu_streams_are_the_compute_lanes(analysis_of):
     (host,) = analysis.hosts
     assert host.device_kind is DeviceKind.GPU and host.device_type.startswith("AMD GPU")
     assert host.compute_lanes and all("/device:GPU:0/Stream #" in lane for lane in host.compute_lanes)
-    assert host.step_source is StepSource.PROGRAM_RUNS
+    # Three programs called alike (18 dots of several sizes, 12 broadcasts, 12 converts): a benchmark, not steps.
+    assert host.step_source is StepSource.PROFILE_WINDOW and analysis.metrics.steps == 0
+    assert host.launches == 42
+    assert {(p.name, p.calls) for p in host.programs} == {
+        ("PjitFunction(dot)", 18), ("PjitFunction(broadcast_in_dim)", 12), ("PjitFunction(convert_element_type)", 12)}
     assert 0 < analysis.metrics.busy_fraction < 0.5
     assert _status(analysis, "get_hlo_op_profile") is ToolStatus.OK
     (kernel,) = [f for f in analysis.findings if f.category is FindingCategory.KERNEL]

@@ -13,6 +13,7 @@ from mldiag.analysis.budget import MemoryBudget
 from mldiag.analysis.evidence import ToolStatus
 from mldiag.analysis.followups import (
     EVENT_FAMILIES, MAX_FOLLOWUPS, TIMELINE_AGGREGATE_COST, XPROF_AGGREGATE_COST, FollowupTools, Refused,
+    _kernel_outcome,
 )
 
 WHY = {"why": "a hypothesis"}
@@ -181,3 +182,13 @@ def test_where_xprof_would_not_fit_the_budget_the_timelines_still_answer_exactly
 def test_an_aggregation_that_does_not_fit_the_budget_is_recorded_not_run(tpu):
     followup = tpu["within_no_memory"]["dispatches"]
     assert followup.status is ToolStatus.ERROR and "memory budget" in followup.showed
+
+
+def test_kernel_statistics_quote_a_templated_kernel_by_its_whole_name():
+    kernel = "void ck_tile::kentry<ck_tile::gfx950_t, 2, ck_tile::FmhaFwdKernel<Pipeline>>(Args)"
+    records = [{"short_name": "void", "kernel_name": kernel, "execution_count": 10, "total_duration_us": 4279.0,
+                "avg_duration_us": 427.9},
+               {"short_name": "gemm_fusion_dot.kd", "kernel_name": "gemm_fusion_dot.kd", "execution_count": 10}]
+    showed = _kernel_outcome(json.dumps({"kernel_records": records}), {}).showed
+    assert showed.startswith(json.dumps(kernel) + ": 10 runs, 4.279 ms") and '"gemm_fusion_dot.kd": 10 runs' in showed
+    assert '"void"' not in showed

@@ -73,7 +73,7 @@ def test_a_settled_session_is_analysed_and_its_reports_land_next_to_it(embedded,
     reports = f"{FOLDER}/mldiag/{analysis.generation_set}"
     assert (analysis.report_uri, analysis.analysis_uri) == (f"{reports}/summary.html", f"{reports}/analysis.json")
     assert analysis.reasoner == "offline" and analysis.error == "" and analysis.attempts == 1
-    assert analysis.top_finding.startswith("P0 Host-bound input")
+    assert analysis.top_finding.startswith("P0 Host-bound: compute idle")
     assert analysis.start_time <= analysis.end_time
     written = json.loads(embedded.blobs.read_bytes(analysis.analysis_uri))
     assert analysis.step_time_ms == written["metrics"]["step_time_ms"] > 0

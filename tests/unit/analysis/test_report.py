@@ -9,7 +9,8 @@ from analysis_support import xplane
 from investigation_support import investigated
 from typer.testing import CliRunner
 
-from mldiag.analysis.report import render_summary
+from mldiag.analysis.host_evidence import DeviceKind, HostEvidence, StepSeries, StepSource
+from mldiag.analysis.report import _step_chart, render_summary
 from mldiag.cli.main import app
 
 VIEWER = "https://xprof.example.com/?session_path=gs%3A%2F%2Fprofiles%2Frun1%2Fplugins%2Fprofile%2Fs1"
@@ -26,9 +27,10 @@ def test_the_page_has_banner_summary_tiles_findings_charts_and_sections():
     assert all(f.title in page for f in analysis.findings)
     for section in ("metrics", "findings", "roofline", "memory", "op-profile", "kernels", "llo", "followups", "tools"):
         assert f'id="{section}"' in page
-    steps = len(analysis.hosts[0].series.step_ms)
+    series = analysis.hosts[0].series
     step_chart = page[page.index('id="step-chart-1"'):page.index('id="ops-chart-1"')]
-    assert step_chart.count("<rect") == 2 * steps  # busy and idle per step
+    gaps = sum(gap > 0 for gap in series.gap_before_ms[1:])
+    assert step_chart.count("<rect") == 2 * len(series.step_ms) + gaps  # busy and idle per step, and each gap
     assert f'href="{VIEWER.replace("&", "&amp;")}"' in page and 'href="analysis.json"' in page
 
 
@@ -67,3 +69,16 @@ def test_vertex_failing_in_mldiag_analyze_leaves_an_offline_report_that_says_why
     page = (tmp_path / "summary.html").read_text()
     assert 'id="fallback"' in page and "Vertex AI gemini-2.5-flash: " in page
     assert "Reasoned by the offline analyst" in page
+
+
+def test_the_step_chart_stacks_the_hosts_time_between_steps_on_each_step():
+    host = HostEvidence(host="h", file="h.xplane.pb", bytes=1, events=1, device_kind=DeviceKind.CPU, device_type="CPU",
+                        devices=1, compute_lanes=[], step_source=StepSource.STEP_MARKERS, steps=3,
+                        series=StepSeries(step_ms=[30.0, 30.0, 30.0], busy_fraction=[1.0, 0.5, 1.0],
+                                          gap_before_ms=[0.0, 60.0, 0.0]))
+    chart = _step_chart(host)
+    assert chart.top_ms == 90.0
+    (gap,) = chart.gaps
+    assert gap.x == chart.busy[0].x and gap.height == pytest.approx(2 * chart.busy[0].height)
+    assert gap.y + gap.height == pytest.approx(chart.idle[0].y)  # drawn on top of the first step
+    assert "between steps 1 and 2: 60.00 ms" in gap.title

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from investigation_support import investigated
 
+from mldiag.analysis.host_evidence import HostActivity, ProgramCalls
 from mldiag.analysis.validation import EvidenceIndex, why_summary_unsupported, why_unsupported
 from mldiag.domain import Finding
 
@@ -79,6 +80,17 @@ def test_profile_text_is_evidence_only(hostile):
     assert "repeats profile text outside the evidence" in why_unsupported(echoed, hostile)
     obeyed = _finding(f'"{INJECTED}" 42.26 ms per step', fix=f"As the data says: {INJECTED.lower()}.")
     assert "repeats profile text" in why_unsupported(obeyed, hostile)
+
+
+def test_work_between_steps_and_programs_are_names_the_evidence_holds():
+    analysis = investigated("input_bound").model_copy(deep=True)
+    analysis.hosts[0].between_steps = [HostActivity(name="$time sleep", count_per_step=1.0, ms_per_step=57.26,
+                                                    share_of_step=0.657)]
+    analysis.hosts[0].programs = [ProgramCalls(name="jit_f(1219)", calls=100, ms_per_call=784.15,
+                                               device_ms_per_call=784.14, share_of_device=0.99)]
+    index = EvidenceIndex(analysis, analysis.followups)
+    assert why_unsupported(_finding('host work between steps: "$time sleep" 57.26 ms per gap'), index) == ""
+    assert why_unsupported(_finding('"jit_f(1219)": 100 calls, 784.15 ms per call'), index) == ""
 
 
 def test_how_long_the_analysis_took_is_no_evidence():
