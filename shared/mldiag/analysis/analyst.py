@@ -31,7 +31,7 @@ from typing import Any
 from mldiag.analysis import frameworks
 from mldiag.analysis.evidence import Analysis, Health, HloIssue, Metrics, ProfileInput, ToolResult, ToolStatus
 from mldiag.analysis.frameworks import Framework
-from mldiag.analysis.hlo import Shape
+from mldiag.analysis.hlo import ProgramBuffers, Shape
 from mldiag.analysis.host_evidence import DeviceKind, HostActivity, HostEvidence, OpTime, StepSource
 from mldiag.analysis.trace_names import COMMUNICATION, COMPILE, DISPATCH_PREFIX, WAITING
 from mldiag.domain.resources import Finding, FindingCategory, HealthStatus, Priority
@@ -52,6 +52,9 @@ COMMUNICATION_PRIORITIES = ((0.30, Priority.P0), (0.15, Priority.P1), (0.05, Pri
 MEMORY_PRIORITIES = ((0.95, Priority.P0), (0.85, Priority.P1))
 ROOFLINE_PRIORITIES = ((0.10, Priority.P1), (0.30, Priority.P2))
 CUSTOM_CALL_SHARE = 30.0  # percent of device time in custom calls worth a kernel finding
+# A program whose temporaries at its peak are this many times its inputs and outputs, and at least this big.
+TEMPORARIES_RATIO = 4.0
+TEMPORARIES_FLOOR = 16 * MIB
 # Share of device op time in ops that only move or re-type data at which they are a P0 / P1 / P2 problem.
 DATA_MOVEMENT_PRIORITIES = ((0.50, Priority.P0), (0.25, Priority.P1), (0.10, Priority.P2))
 OUTLIER_STEP = 3.0  # a step this many times the median is an outlier
@@ -378,6 +381,51 @@ def _roofline_caveat(tools: dict[str, ToolResult]) -> list[str]:
             "gives them 0 FLOPs, so the roofline efficiency does not count their work (XProf's caveat)"]
 
 
+def _temporaries(hosts: list[HostEvidence], metrics: Metrics, tools: dict[str, ToolResult],
+                 buffers: dict[str, ProgramBuffers]) -> Finding | None:
+    """The step's program holds far more in intermediate buffers than its inputs and outputs need."""
+    found = _step_module(hosts, tools)
+    program = buffers.get(str(found[0].get("module_name"))) if found else None
+    if found is None or program is None:
+        return None
+    module, which = found
+    peak = module["total_hbm_mib"] * MIB
+    live = program.inputs_bytes + program.outputs_bytes
+    temporaries = peak - live
+    if temporaries < TEMPORARIES_FLOOR or temporaries < TEMPORARIES_RATIO * max(live, 1):
+        return None
+    share = metrics.peak_memory_bytes / metrics.memory_capacity_bytes if (
+        metrics.peak_memory_bytes and metrics.memory_capacity_bytes) else None
+    buffers_shown = [b for b in (_data(tools, "get_peak_allocations").get("modules") or [])
+                     if b.get("module_name") == module["module_name"]]
+    largest = [f"{quoted(str(b['instruction']))}: {size(b['size_mib'] * MIB)}"
+               for m in buffers_shown for b in (m.get("top_buffers") or [])[:4]]
+    return Finding(
+        priority=Priority.P1 if share is not None and share >= 0.5 else Priority.P2,
+        category=FindingCategory.MEMORY,
+        title=f"Temporaries are {temporaries / max(live, 1):.0f}x the program's inputs and outputs",
+        what="At its peak the program holds intermediate buffers (activations kept for the backward pass, "
+             "materialised broadcasts or attention scores) many times the size of what it reads and returns; "
+             "they, not the model's state, set its memory.",
+        evidence=[
+            f"{which} {quoted(module['module_name'])}: peak {size(peak)} (memory_viewer buffer assignment), "
+            f"inputs {size(program.inputs_bytes)}, outputs {size(program.outputs_bytes)}, temporaries "
+            f"{size(temporaries)}",
+            *([f"largest intermediate {quoted(program.largest_temporary)}: {size(program.largest_temporary_bytes)}"]
+              if program.largest_temporary else []),
+            *(f"buffer {line}" for line in largest),
+            *([f"peak memory {share:.1%} of the device's capacity"] if share is not None
+              else ["device memory capacity unknown"]),
+        ],
+        impact=f"{size(temporaries)} of the program's peak is temporaries; rematerialising or splitting them "
+               "frees most of it for a larger batch or model.",
+        fix="Recompute instead of storing: wrap layers in jax.checkpoint (jax.remat) with a policy that saves only "
+            "the expensive results; lower the per-device batch (with gradient accumulation); donate inputs that "
+            "the program replaces (donate_argnums) so outputs reuse their buffers; and shard large intermediates "
+            "across devices.",
+    )
+
+
 def _compute(hosts: list[HostEvidence], metrics: Metrics, tools: dict[str, ToolResult]) -> Finding | None:
     if metrics.roofline_efficiency is None or (metrics.busy_fraction or 0) < 0.5:
         return None
@@ -702,7 +750,7 @@ def _low_utilisation(hosts: list[HostEvidence], health: Health) -> Finding:
 
 
 def _findings(hosts: list[HostEvidence], tools: dict[str, ToolResult], hlo_issues: dict[str, list[HloIssue]],
-              metrics: Metrics, health: Health) -> list[Finding]:
+              metrics: Metrics, health: Health, buffers: dict[str, ProgramBuffers]) -> list[Finding]:
     per_host = [
         finding
         for host in hosts
@@ -716,7 +764,8 @@ def _findings(hosts: list[HostEvidence], tools: dict[str, ToolResult], hlo_issue
             if current is None or _ORDER[finding.priority] < _ORDER[current.priority]:
                 best[finding.category] = finding
         per_host = list(best.values())
-    session_wide = [_memory(metrics), _compute(hosts, metrics, tools), _kernel(tools)]
+    session_wide = [_memory(metrics), _temporaries(hosts, metrics, tools, buffers), _compute(hosts, metrics, tools),
+                    _kernel(tools)]
     findings = (per_host + [f for f in session_wide if f is not None] + _data_movement(hosts, hlo_issues)
                 + _compiler(hosts, hlo_issues))
     if not health.optimal and all(f.priority is Priority.P2 for f in findings):
@@ -787,13 +836,17 @@ def _name_amd_architecture(hosts: list[HostEvidence], tools: dict[str, ToolResul
 
 
 def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: dict[str, list[HloIssue]],
-           profile: ProfileInput, versions: dict[str, str], seconds: float) -> Analysis:
-    """Turn the evidence into metrics, health, findings, status and summary."""
+           profile: ProfileInput, versions: dict[str, str], seconds: float,
+           program_buffers: dict[str, ProgramBuffers] | None = None) -> Analysis:
+    """Turn the evidence into metrics, health, findings, status and summary.
+
+    ``program_buffers``: each HLO program's inputs, outputs and largest intermediate (:func:`hlo.program_buffers`).
+    """
     by_name = {tool.name: tool for tool in tools}
     _name_amd_architecture(hosts, by_name)
     metrics = _metrics(hosts, by_name)
     health = _health(hosts, metrics)
-    findings = _findings(hosts, by_name, hlo_issues, metrics, health)
+    findings = _findings(hosts, by_name, hlo_issues, metrics, health, program_buffers or {})
     status = decide_status(health, findings)
     return Analysis(
         status=status,
