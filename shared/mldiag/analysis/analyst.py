@@ -26,12 +26,15 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
+from functools import partial
 from typing import Any
 
 from mldiag.analysis import frameworks
-from mldiag.analysis.evidence import Analysis, Health, HloIssue, Metrics, ProfileInput, ToolResult, ToolStatus
+from mldiag.analysis.evidence import (
+    Analysis, Health, HloIssue, HloProgram, Metrics, ProfileInput, ToolResult, ToolStatus,
+)
 from mldiag.analysis.frameworks import Framework
-from mldiag.analysis.hlo import ProgramBuffers, Shape
+from mldiag.analysis.hlo import Shape
 from mldiag.analysis.host_evidence import DeviceKind, HostActivity, HostEvidence, OpTime, StepSource
 from mldiag.analysis.trace_names import COMMUNICATION, COMPILE, DISPATCH_PREFIX, WAITING
 from mldiag.domain.resources import Finding, FindingCategory, HealthStatus, Priority
@@ -295,7 +298,27 @@ def _dispatch_overhead(host: HostEvidence) -> Finding | None:
     )
 
 
-def _recompilation(host: HostEvidence) -> Finding | None:
+def _recompiled(programs: dict[str, HloProgram]) -> list[str]:
+    """Functions compiled more than once, with the parameters whose shapes differ between the compilations."""
+    variants: dict[str, list[HloProgram]] = {}
+    for program in programs.values():
+        variants.setdefault(_module_base(program.module), []).append(program)
+    lines = []
+    for function, compiled in sorted(variants.items(), key=lambda item: -len(item[1])):
+        signatures = {tuple(p.parameters.items()) for p in compiled}
+        if len(signatures) < 2:
+            continue
+        changing = [
+            f"{quoted(name)} {' / '.join(dict.fromkeys(p.parameters.get(name, '-') for p in compiled))}"
+            for name in dict.fromkeys(name for p in compiled for name in p.parameters)
+            if len({p.parameters.get(name) for p in compiled}) > 1
+        ]
+        lines.append(f"{quoted(function)} compiled {len(signatures)} times with different parameter shapes: "
+                     + "; ".join(changing[:3]))
+    return lines
+
+
+def _recompilation(host: HostEvidence, programs: dict[str, HloProgram]) -> Finding | None:
     if not host.step_ms or (host.compiles_in_steps == 0 and host.compile_ms_per_step == 0):
         return None
     step = host.step_ms.mean
@@ -303,6 +326,7 @@ def _recompilation(host: HostEvidence) -> Finding | None:
     priority = _rank(share, COMPILE_PRIORITIES)
     if priority is None or (priority is Priority.P2 and host.compiles_in_steps < 2):
         return None
+    tensorflow = frameworks.detect([host]) in (Framework.TENSORFLOW, Framework.TENSORFLOW_EAGER)
     return Finding(
         priority=priority,
         category=FindingCategory.RECOMPILATION,
@@ -312,10 +336,14 @@ def _recompilation(host: HostEvidence) -> Finding | None:
         evidence=[
             f"{host.compiles_in_steps} XLA compilations inside {host.steps} profiled steps",
             f"compilation {host.compile_ms_per_step:.1f} ms per step of a {step:.1f} ms step ({share:.1%})",
+            *_recompiled(programs)[:3],
         ],
         impact=f"{host.compile_ms_per_step:.1f} ms per step ({share:.0%}) would disappear with stable shapes.",
-        fix="Keep shapes and static arguments stable: pad or bucket variable batch and sequence sizes, pass "
-            "changing Python scalars as arrays, and enable JAX's persistent compilation cache.",
+        fix=("Keep shapes stable: give tf.function an input_signature with None for the varying dimension, or pad "
+             "batches to a few fixed sizes." if tensorflow else
+             "Keep shapes and static arguments stable: pad or bucket the changing dimension to a few sizes, pass "
+             "changing Python scalars as arrays rather than static arguments, and enable JAX's persistent "
+             "compilation cache (jax.config.update('jax_compilation_cache_dir', ...))."),
     )
 
 
@@ -382,10 +410,10 @@ def _roofline_caveat(tools: dict[str, ToolResult]) -> list[str]:
 
 
 def _temporaries(hosts: list[HostEvidence], metrics: Metrics, tools: dict[str, ToolResult],
-                 buffers: dict[str, ProgramBuffers]) -> Finding | None:
+                 programs: dict[str, HloProgram]) -> Finding | None:
     """The step's program holds far more in intermediate buffers than its inputs and outputs need."""
     found = _step_module(hosts, tools)
-    program = buffers.get(str(found[0].get("module_name"))) if found else None
+    program = programs.get(str(found[0].get("module_name"))) if found else None
     if found is None or program is None:
         return None
     module, which = found
@@ -409,8 +437,7 @@ def _temporaries(hosts: list[HostEvidence], metrics: Metrics, tools: dict[str, T
              "they, not the model's state, set its memory.",
         evidence=[
             f"{which} {quoted(module['module_name'])}: peak {size(peak)} (memory_viewer buffer assignment), "
-            f"inputs {size(program.inputs_bytes)}, outputs {size(program.outputs_bytes)}, temporaries "
-            f"{size(temporaries)}",
+            f"inputs {size(program.inputs_bytes)}, outputs {size(program.outputs_bytes)} (its HLO)",
             *([f"largest intermediate {quoted(program.largest_temporary)}: {size(program.largest_temporary_bytes)}"]
               if program.largest_temporary else []),
             *(f"buffer {line}" for line in largest),
@@ -750,11 +777,12 @@ def _low_utilisation(hosts: list[HostEvidence], health: Health) -> Finding:
 
 
 def _findings(hosts: list[HostEvidence], tools: dict[str, ToolResult], hlo_issues: dict[str, list[HloIssue]],
-              metrics: Metrics, health: Health, buffers: dict[str, ProgramBuffers]) -> list[Finding]:
+              metrics: Metrics, health: Health, programs: dict[str, HloProgram]) -> list[Finding]:
     per_host = [
         finding
         for host in hosts
-        for rule in (_input_bound, _dispatch_overhead, _recompilation, _communication, _outlier_steps, _no_steps)
+        for rule in (_input_bound, _dispatch_overhead, partial(_recompilation, programs=programs), _communication,
+                     _outlier_steps, _no_steps)
         if (finding := rule(host)) is not None
     ]
     if len(hosts) > 1:  # one finding per category: the worst host's
@@ -764,7 +792,7 @@ def _findings(hosts: list[HostEvidence], tools: dict[str, ToolResult], hlo_issue
             if current is None or _ORDER[finding.priority] < _ORDER[current.priority]:
                 best[finding.category] = finding
         per_host = list(best.values())
-    session_wide = [_memory(metrics), _temporaries(hosts, metrics, tools, buffers), _compute(hosts, metrics, tools),
+    session_wide = [_memory(metrics), _temporaries(hosts, metrics, tools, programs), _compute(hosts, metrics, tools),
                     _kernel(tools)]
     findings = (per_host + [f for f in session_wide if f is not None] + _data_movement(hosts, hlo_issues)
                 + _compiler(hosts, hlo_issues))
@@ -837,16 +865,17 @@ def _name_amd_architecture(hosts: list[HostEvidence], tools: dict[str, ToolResul
 
 def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: dict[str, list[HloIssue]],
            profile: ProfileInput, versions: dict[str, str], seconds: float,
-           program_buffers: dict[str, ProgramBuffers] | None = None) -> Analysis:
+           hlo_programs: list[HloProgram] | None = None) -> Analysis:
     """Turn the evidence into metrics, health, findings, status and summary.
 
-    ``program_buffers``: each HLO program's inputs, outputs and largest intermediate (:func:`hlo.program_buffers`).
+    ``hlo_programs``: each HLO program's parameters, results and largest intermediate (:func:`hlo.program_buffers`).
     """
     by_name = {tool.name: tool for tool in tools}
     _name_amd_architecture(hosts, by_name)
     metrics = _metrics(hosts, by_name)
     health = _health(hosts, metrics)
-    findings = _findings(hosts, by_name, hlo_issues, metrics, health, program_buffers or {})
+    programs = {program.module: program for program in hlo_programs or []}
+    findings = _findings(hosts, by_name, hlo_issues, metrics, health, programs)
     status = decide_status(health, findings)
     return Analysis(
         status=status,
@@ -857,6 +886,7 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
         tools=tools,
         hosts=hosts,
         hlo_issues=hlo_issues,
+        hlo_programs=hlo_programs or [],
         profile=profile,
         versions=versions,
         seconds=seconds,

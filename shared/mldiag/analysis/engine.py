@@ -132,14 +132,14 @@ class _HloModules:
         return data.decode("utf-8", errors="replace") if isinstance(data, bytes) else str(data)
 
 
-def _program_buffers(context: ToolContext) -> dict:
-    """Each HLO program's inputs, outputs and largest intermediate; none when the modules cannot be read."""
+def _hlo_programs(context: ToolContext) -> list:
+    """Each HLO program's parameters, results and largest intermediate; none when the modules cannot be read."""
     from mldiag.analysis import hlo
 
     try:
         return hlo.program_buffers(context.hlo())
     except Exception:  # noqa: BLE001 - the detectors already recorded why the modules are unreadable
-        return {}
+        return []
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,7 @@ class RunningAnalysis:
             hosts=hosts,
             tools=tools,
             hlo_issues=hlo_issues,
-            program_buffers=_program_buffers(context),
+            hlo_programs=_hlo_programs(context),
             profile=ProfileInput(
                 source=source or str(self.origin), session=session.name,
                 files=[f.name for f in session.files], bytes=state.profile_bytes,

@@ -15,7 +15,9 @@ that runs them.
   as programs of their own.
 
 :func:`program_buffers` sizes each program's inputs, outputs and largest
-intermediate buffer, for the analyst to weigh against the program's peak memory.
+intermediate buffer, for the analyst to weigh against the program's peak memory,
+and lists its parameters' shapes, which tell a recompiled function's changing
+shape.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from mldiag.analysis.evidence import HloIssue
+from mldiag.analysis.evidence import HloIssue, HloProgram
 
 MAX_MODULES = 200
 MAX_ISSUES = 50
@@ -295,20 +297,9 @@ def detect_unnecessary_convert_reduce(modules: list[HloModule]) -> list[HloIssue
 _NOT_A_BUFFER = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast"})
 
 
-@dataclass(frozen=True)
-class ProgramBuffers:
-    """A program's live inputs and outputs, and the largest buffer it makes in between."""
-
-    module: str
-    inputs_bytes: int
-    outputs_bytes: int
-    largest_temporary: str  # the entry-level instruction whose result it is
-    largest_temporary_bytes: int
-
-
-def program_buffers(modules: list[HloModule]) -> dict[str, ProgramBuffers]:
+def program_buffers(modules: list[HloModule]) -> list[HloProgram]:
     """Each module's parameters, results (the ROOT, or a ROOT tuple's elements) and largest intermediate."""
-    found = {}
+    found = []
     for module in modules:
         entry = [module.instructions[name] for name in module.computations.get(module.entry, [])]
         root = module.instructions.get(module.roots.get(module.entry, ""))
@@ -320,11 +311,12 @@ def program_buffers(modules: list[HloModule]) -> dict[str, ProgramBuffers]:
         results = {i.name for i in outputs}
         temporaries = [i for i in entry if i.opcode not in _NOT_A_BUFFER and i.name not in results and i.shape]
         largest = max(temporaries, key=lambda i: i.shape.bytes, default=None)
-        found[module.name] = ProgramBuffers(
+        found.append(HloProgram(
             module=module.name,
             inputs_bytes=sum(i.shape.bytes for i in inputs if i.shape),
             outputs_bytes=sum(i.shape.bytes for i in outputs if i.shape),
             largest_temporary=largest.name if largest else "",
             largest_temporary_bytes=largest.shape.bytes if largest else 0,
-        )
+            parameters={i.name: str(i.shape) if i.shape else "?" for i in inputs},
+        ))
     return found

@@ -14,6 +14,7 @@ from mldiag.analysis.frameworks import Framework
 from mldiag.analysis.host_evidence import (
     DeviceKind, Distribution, HostActivity, HostEvidence, OpTime, ProgramCalls, StepSource,
 )
+from mldiag.analysis.validation import EvidenceIndex, why_unsupported
 from mldiag.analysis.xprof_tools import _device_memory_profile
 from mldiag.domain import FindingCategory, HealthStatus, Priority
 
@@ -45,10 +46,10 @@ def _tool(name: str, data) -> ToolResult:
     return ToolResult(name=name, status=ToolStatus.OK, seconds=0.0, data=data)
 
 
-def _analysis(*hosts: HostEvidence, tools=(), hlo_issues=None, buffers=None):
+def _analysis(*hosts: HostEvidence, tools=(), hlo_issues=None, programs=None):
     return assess(hosts=list(hosts), tools=list(tools), hlo_issues=hlo_issues or {}, versions={}, seconds=0.0,
                   profile=ProfileInput(source="s", session="s", files=["h.xplane.pb"], bytes=1),
-                  program_buffers=buffers)
+                  hlo_programs=programs)
 
 
 def _of(analysis, category):
@@ -279,25 +280,28 @@ ENTRY %main (x: f32[1024,256], w: f32[256,256]) -> f32[1024,256] {
 
 
 def test_program_buffers_are_its_parameters_results_and_largest_intermediate():
-    (buffers,) = hlo.program_buffers([hlo.parse_module("jit__mlp_step(26)", STEP_WITH_TEMPORARIES)]).values()
-    assert (buffers.inputs_bytes, buffers.outputs_bytes) == (1024 * 256 * 4 + 256 * 256 * 4, 1024 * 256 * 4)
-    assert (buffers.largest_temporary, buffers.largest_temporary_bytes) == ("scores", 256 * MIB)
+    (program,) = hlo.program_buffers([hlo.parse_module("jit__mlp_step(26)", STEP_WITH_TEMPORARIES)])
+    assert (program.inputs_bytes, program.outputs_bytes) == (1024 * 256 * 4 + 256 * 256 * 4, 1024 * 256 * 4)
+    assert (program.largest_temporary, program.largest_temporary_bytes) == ("scores", 256 * MIB)
+    assert program.parameters == {"x": "f32[1024,256]{1,0}", "w": "f32[256,256]{1,0}"}
 
 
 def test_temporaries_that_dwarf_the_programs_inputs_and_outputs_are_a_memory_finding():
-    buffers = hlo.program_buffers([hlo.parse_module("jit__mlp_step(26)", STEP_WITH_TEMPORARIES)])
-    analysis = _analysis(_stepping_host(), tools=[_allocations(("jit__mlp_step(26)", 258.25))], buffers=buffers)
+    programs = hlo.program_buffers([hlo.parse_module("jit__mlp_step(26)", STEP_WITH_TEMPORARIES)])
+    analysis = _analysis(_stepping_host(), tools=[_allocations(("jit__mlp_step(26)", 258.25))], programs=programs)
     (finding,) = _of(analysis, FindingCategory.MEMORY)
     assert finding.priority is Priority.P2 and finding.title == "Temporaries are 114x the program's inputs and outputs"
     assert finding.evidence[0] == ('the program launched most "jit__mlp_step(26)": peak 258.25 MiB (memory_viewer '
-                                   'buffer assignment), inputs 1.25 MiB, outputs 1.00 MiB, temporaries 256.00 MiB')
+                                   'buffer assignment), inputs 1.25 MiB, outputs 1.00 MiB (its HLO)')
+    index = EvidenceIndex(analysis)
+    assert why_unsupported(finding, index) == ""
     assert 'largest intermediate "scores": 256.00 MiB' in finding.evidence
     assert all(word in finding.fix for word in ("jax.checkpoint", "batch", "donate_argnums", "shard"))
 
 
 def test_a_program_whose_memory_is_its_inputs_and_outputs_has_no_temporaries_finding():
-    buffers = hlo.program_buffers([hlo.parse_module("jit__mlp_step(26)", STEP_WITH_TEMPORARIES)])
-    analysis = _analysis(_stepping_host(), tools=[_allocations(("jit__mlp_step(26)", 3.0))], buffers=buffers)
+    programs = hlo.program_buffers([hlo.parse_module("jit__mlp_step(26)", STEP_WITH_TEMPORARIES)])
+    analysis = _analysis(_stepping_host(), tools=[_allocations(("jit__mlp_step(26)", 3.0))], programs=programs)
     assert not _of(analysis, FindingCategory.MEMORY)
 
 
@@ -311,3 +315,27 @@ def test_the_reasoner_is_told_the_framework_and_devices_inside_the_fence():
     message = prompts.evidence_message(analysis, [], "n0nce")
     assert message.index("<<<PROFILE-DATA n0nce>>>") < message.index('"profiled_with"') < message.index(
         "<<<END PROFILE-DATA n0nce>>>")
+
+
+def _step_module(module_id: int, batch: int) -> hlo.HloModule:
+    return hlo.parse_module(f"jit_train_step({module_id})", f"""HloModule jit_train_step
+
+ENTRY %main (x.1: f32[{batch},128], w.1: f32[128,10]) -> f32[{batch},10] {{
+  %x.1 = f32[{batch},128]{{1,0}} parameter(0)
+  %w.1 = f32[128,10]{{1,0}} parameter(1)
+  ROOT %dot.1 = f32[{batch},10]{{1,0}} dot(%x.1, %w.1), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+}}
+""")
+
+
+def test_a_recompilation_names_the_function_and_the_shape_that_changes():
+    programs = hlo.program_buffers([_step_module(3, 32), _step_module(7, 40), _step_module(9, 48)])
+    host = _host(kind=DeviceKind.CPU, source=StepSource.STEP_MARKERS, steps=3, step_ms=300.0)
+    host.compiles_in_steps, host.compile_ms_per_step = 3, 250.0
+    analysis = _analysis(host, programs=programs)
+    (finding,) = _of(analysis, FindingCategory.RECOMPILATION)
+    assert ('"jit_train_step" compiled 3 times with different parameter shapes: '
+            '"x.1" f32[32,128]{1,0} / f32[40,128]{1,0} / f32[48,128]{1,0}') in finding.evidence
+    assert "w.1" not in " ".join(finding.evidence)
+    assert "persistent compilation cache" in finding.fix
+    assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
