@@ -9,10 +9,14 @@ report, offline and without a reasoning model. The rules in short:
   time; elsewhere, the host's own named work (a data loader) and the time
   between steps;
 * **dispatch_overhead**: many jit dispatches per step (op-by-op execution);
-* **recompilation**: compilation inside steps;
+* **recompilation**: compilation inside steps, with the functions whose
+  parameter shapes differ between their compiled programs;
 * **communication**, **memory**, **compute**, **kernel**, **compiler**: from the
   device ops, the memory profile, the roofline model, custom-call share and the
-  HLO detectors;
+  HLO detectors; memory also when a program's temporaries dwarf its inputs and
+  outputs (its HLO against its memory_viewer peak);
+* **data_movement**: device time in dtype converts, layout transposes and
+  copies between host and device memory;
 * **OPTIMAL** when compute is high, idle, communication, compilation and OOM
   risk are low, and no finding is P0 or P1.
 
@@ -274,10 +278,12 @@ def _dispatch_overhead(host: HostEvidence) -> Finding | None:
     framework = frameworks.detect([host])
     device = _LANES[host.device_kind.value]
     if host.step_source is StepSource.PROFILE_WINDOW:
-        per, count = "capture", f"{host.launches} jit dispatches in the capture, no steps"
+        per = "capture"
+        count = f"{host.launches} jit dispatches in the capture, no steps"
         title = f"Op-by-op execution: {host.launches} small launches with the devices idle {idle:.0%} between them"
     else:
-        per, count = "step", f"{host.dispatches_per_step:.0f} jit dispatches (PjitFunction) per step over {host.steps} steps"
+        per = "step"
+        count = f"{host.dispatches_per_step:.0f} jit dispatches (PjitFunction) per step over {host.steps} steps"
         title = f"Op-by-op execution: {host.dispatches_per_step:.0f} jit dispatches per step"
     return Finding(
         priority=priority,
@@ -546,7 +552,8 @@ def _transferred(ops: list[OpTime]) -> str:
             to_device += moved
     if not to_host and not to_device:
         return ""
-    return f"moved per step: {size(to_device)} host to device, {size(to_host)} device to host (from the copies' HLO shapes)"
+    return (f"moved per step: {size(to_device)} host to device, {size(to_host)} device to host "
+            "(from the copies' HLO shapes)")
 
 
 _MOVEMENT_TEXT = {
