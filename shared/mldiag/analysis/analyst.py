@@ -836,10 +836,10 @@ def _summary(hosts: list[HostEvidence], metrics: Metrics, health: Health, findin
     sentences = [first + busy + "."]
     urgent = [f for f in findings if f.priority is not Priority.P2]
     if status is HealthStatus.OPTIMAL:
-        memory = ("memory pressure are low" if health.memory_fraction is not None
-                  else "are low (memory capacity unknown, so memory pressure is not judged)")
-        sentences.append(f"Compute utilisation is high and idle time, communication, compilation and {memory}, "
-                         "so the profile needs no action.")
+        low = ("idle time, communication, compilation and memory pressure are low" if health.memory_fraction
+               is not None else "idle time, communication and compilation are low (memory capacity unknown, so "
+               "memory pressure is not judged)")
+        sentences.append(f"Compute utilisation is high and {low}, so the profile needs no action.")
     elif urgent:
         sentences.append(f"The main problem ({urgent[0].priority.value}): {urgent[0].title}.")
     else:
