@@ -100,7 +100,7 @@ def _checks_for(index: int, finding: Finding, analysis: Analysis, catalogue: Cat
                       "and how often each runs.", index)]
     if category in (FindingCategory.COMPUTE, FindingCategory.KERNEL) and on_device:
         checks = [Check("get_kernel_stats", {"limit": 10},
-                        "A few device kernels hold most of the time: which ones, and how much is custom calls.",
+                        "A few device kernels hold most of the time: which ones, how often each runs and for how long.",
                         index)]
         if category is FindingCategory.KERNEL and DeviceKind.TPU in _devices(analysis):
             checks.append(Check("llo_load", {},
