@@ -509,10 +509,13 @@ def _kernel(tools: dict[str, ToolResult]) -> Finding | None:
 
 HOST_MEMORY_SPACE = "S(5)"  # XLA's memory space of host memory, in a shape's layout
 _ASYNC_COPY = re.compile(r"^copy-(start|done)\b")
-_MEMCPY = re.compile(r"memcpy\s*(h\s*to\s*d|d\s*to\s*h|h2d|d2h)", re.IGNORECASE)
+# GPU copies between host and device memory (CUDA's MemcpyHtoD, ROCm's CopyHostToDevice).
+_MEMCPY = re.compile(r"memcpy\s*(h\s*to\s*d|d\s*to\s*h|h2d|d2h)|copy\s*(host\s*to\s*device|device\s*to\s*host)",
+                     re.IGNORECASE)
 _CONVERT = re.compile(r"convert", re.IGNORECASE)
-# Transposes, and copies that only give a tensor a new layout (XLA's "copy", "copy_fusion", "copy.3").
-_LAYOUT = re.compile(r"transpose|^(\w+_)?copy(_fusion)?([._]\d+)*(\.kd)?$", re.IGNORECASE)
+# Transposes, copies that only give a tensor a new layout (XLA's "copy", "copy_fusion", "copy.3"), and
+# cuDNN's conversions between channels-first and channels-last.
+_LAYOUT = re.compile(r"transpose|^(\w+_)?copy(_fusion)?([._]\d+)*(\.kd)?$|nchwToNhwc|nhwcToNchw", re.IGNORECASE)
 _HLO_SHAPE = re.compile(r"=\s*(\S+)")
 _CONVOLUTION = re.compile(r"conv|Im\dd?2Col|implicit_gemm|cudnn", re.IGNORECASE)
 

@@ -115,6 +115,16 @@ def test_copies_within_device_memory_are_not_host_transfers():
     assert not _of(_analysis(host), FindingCategory.DATA_MOVEMENT)
 
 
+@pytest.mark.parametrize(("name", "kind"), [
+    ("MemcpyDtoH", "Host-device memory transfers"), ("CopyHostToDevice", "Host-device memory transfers"),
+    ("convert.12", "Dtype converts"), ("transpose_copy_fusion", "Layout transposes"), ("copy.3", "Layout transposes"),
+    ("void cudnn::ops::nchwToNhwcKernel<float>", "Layout transposes"),
+])
+def test_data_movement_is_told_by_the_op_name(name, kind):
+    (finding,) = _of(_analysis(_host(top_ops=_ops((name, 0.3), ("fusion", 0.7)))), FindingCategory.DATA_MOVEMENT)
+    assert finding.title == f"{kind} take 30% of device time"
+
+
 def test_tensorflow_host_to_device_memcpy_gets_a_tensorflow_fix():
     host = _host(top_ops=_ops(("MemcpyHtoD", 0.6), ("void tensorflow::functor::FillPhiloxRandomKernelLaunch", 0.4)))
     (finding,) = _of(_analysis(host), FindingCategory.DATA_MOVEMENT)
