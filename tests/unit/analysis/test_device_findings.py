@@ -221,34 +221,46 @@ def test_roofline_figures_carry_the_custom_call_caveat_with_the_same_share():
 
 
 class _MemoryClient:
-    """XProf's client as the memory tool sees it: one host, one memory_profile answer."""
+    """XProf's client as the memory tool sees it: each host's memory_profile answer."""
 
-    def __init__(self, allocators: dict[str, tuple[int, int]]):
-        self.profile = {"memoryProfilePerAllocator": {
+    def __init__(self, by_host: dict[str, dict[str, tuple[int, int]]]):
+        self.by_host = {host: {"memoryProfilePerAllocator": {
             name: {"profileSummary": {"memoryCapacity": str(capacity), "peakStats": {"peakBytesInUse": str(peak)}}}
-            for name, (capacity, peak) in allocators.items()}}
+            for name, (capacity, peak) in allocators.items()}} for host, allocators in by_host.items()}
+        self.asked: list[str | None] = []
 
     def select_paths(self, session_id):
-        return ["h.xplane.pb"]
+        return [f"{host}.xplane.pb" for host in self.by_host]
 
-    def fetch(self, **kwargs):
-        return "application/json", json.dumps(self.profile).encode()
+    def get_hosts(self, session_id, with_metadata=False):
+        return [{"hostname": host} for host in self.by_host]
+
+    def fetch(self, *, tool_name, session_id, host=None):
+        self.asked.append(host)
+        return "application/json", json.dumps(self.by_host[host or next(iter(self.by_host))]).encode()
 
 
-def _memory_profile(allocators):
-    context = type("Context", (), {"client": _MemoryClient(allocators), "session_id": "s"})()
-    return _device_memory_profile(context)
+def _memory_profile(allocators, **other_hosts):
+    client = _MemoryClient({"h": allocators, **other_hosts})
+    return _device_memory_profile(type("Context", (), {"client": client, "session_id": "s"})()), client
 
 
 def test_device_memory_comes_from_device_allocators_never_the_host_one():
-    profile = _memory_profile({"GPU_4_bfc": (15_477_102_400, 6_208_853_760), "gpu_host_bfc": (64 * GIB, 605_952),
-                               "GPU_6_bfc": (15_477_102_400, 6_210_111_488)})
+    profile, client = _memory_profile({"GPU_4_bfc": (15_477_102_400, 6_208_853_760),
+                                       "gpu_host_bfc": (64 * GIB, 605_952), "GPU_6_bfc": (15_477_102_400, 6_210_111_488)})
     assert profile["memory_capacity_gib"] == 14.41 and profile["peak_memory_usage_gib"] == 5.78
     assert profile["allocator"] == "GPU_6_bfc" and profile["host_allocators_ignored"] == ["gpu_host_bfc"]
+    assert client.asked == [None]
+
+
+def test_each_host_of_a_multi_host_session_is_read_for_its_device_memory():
+    profile, client = _memory_profile({"0": (32 * GIB, 20 * GIB)}, worker1={"0": (32 * GIB, 21 * GIB)})
+    assert client.asked == ["h", "worker1"]
+    assert profile["allocator"] == "worker1:0" and profile["peak_memory_usage_gib"] == 21.0
 
 
 def test_a_profile_with_only_host_allocators_has_no_device_memory():
-    profile = _memory_profile({"xla_gpu_host_bfc": (64 * GIB, 256)})
+    profile, _ = _memory_profile({"xla_gpu_host_bfc": (64 * GIB, 256)})
     assert profile["memory_capacity_gib"] == -1.0 and profile["peak_memory_usage_gib"] == -1.0
 
 
