@@ -107,7 +107,7 @@ def _data(tools: dict[str, ToolResult], name: str) -> dict[str, Any]:
 def _metrics(hosts: list[HostEvidence], tools: dict[str, ToolResult]) -> Metrics:
     timed = [h for h in hosts if h.step_ms is not None and h.step_source is not StepSource.PROFILE_WINDOW]
     # A device waiting for a copy between host and device memory (a TPU copy-done) is busy, but not computing.
-    busy = [_loop_busy(h) * (1 - transfer_share(h)) for h in hosts if h.busy_fraction is not None]
+    busy = [_loop_busy(h) * (1 - _transfer_share(h)) for h in hosts if h.busy_fraction is not None]
     metrics = Metrics(
         step_time_ms=sum(h.step_ms.mean for h in timed) / len(timed) if timed else None,
         steps=max((h.steps for h in timed), default=0),
@@ -531,7 +531,7 @@ def _movement(op: OpTime) -> str | None:
     return None
 
 
-def transfer_share(host: HostEvidence) -> float:
+def _transfer_share(host: HostEvidence) -> float:
     """The share of device op time spent on copies between host memory and the device's."""
     return sum(op.share_of_busy for op in host.top_ops if _movement(op) == "host_transfer")
 
