@@ -9,10 +9,14 @@ report, offline and without a reasoning model. The rules in short:
   time; elsewhere, the host's own named work (a data loader) and the time
   between steps;
 * **dispatch_overhead**: many jit dispatches per step (op-by-op execution);
-* **recompilation**: compilation inside steps;
+* **recompilation**: compilation inside steps, with the functions whose
+  parameter shapes differ between their compiled programs;
 * **communication**, **memory**, **compute**, **kernel**, **compiler**: from the
   device ops, the memory profile, the roofline model, custom-call share and the
-  HLO detectors;
+  HLO detectors; memory also when a program's temporaries dwarf its inputs and
+  outputs (its HLO against its memory_viewer peak);
+* **data_movement**: device time in dtype converts, layout transposes and
+  copies between host and device memory;
 * **OPTIMAL** when compute is high, idle, communication, compilation and OOM
   risk are low, and no finding is P0 or P1.
 
@@ -26,10 +30,16 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
+from functools import partial
 from typing import Any
 
-from mldiag.analysis.evidence import Analysis, Health, HloIssue, Metrics, ProfileInput, ToolResult, ToolStatus
-from mldiag.analysis.host_evidence import HostActivity, HostEvidence, StepSource
+from mldiag.analysis import frameworks
+from mldiag.analysis.evidence import (
+    Analysis, Health, HloIssue, HloProgram, Metrics, ProfileInput, ToolResult, ToolStatus,
+)
+from mldiag.analysis.frameworks import Framework
+from mldiag.analysis.hlo import Shape
+from mldiag.analysis.host_evidence import DeviceKind, HostActivity, HostEvidence, OpTime, StepSource
 from mldiag.analysis.trace_names import COMMUNICATION, COMPILE, DISPATCH_PREFIX, WAITING
 from mldiag.domain.resources import Finding, FindingCategory, HealthStatus, Priority
 
@@ -49,6 +59,11 @@ COMMUNICATION_PRIORITIES = ((0.30, Priority.P0), (0.15, Priority.P1), (0.05, Pri
 MEMORY_PRIORITIES = ((0.95, Priority.P0), (0.85, Priority.P1))
 ROOFLINE_PRIORITIES = ((0.10, Priority.P1), (0.30, Priority.P2))
 CUSTOM_CALL_SHARE = 30.0  # percent of device time in custom calls worth a kernel finding
+# A program whose temporaries at its peak are this many times its inputs and outputs, and at least this big.
+TEMPORARIES_RATIO = 4.0
+TEMPORARIES_FLOOR = 16 * MIB
+# Share of device op time in ops that only move or re-type data at which they are a P0 / P1 / P2 problem.
+DATA_MOVEMENT_PRIORITIES = ((0.50, Priority.P0), (0.25, Priority.P1), (0.10, Priority.P2))
 OUTLIER_STEP = 3.0  # a step this many times the median is an outlier
 NOTABLE_SHARE = 0.01  # host activities below this share of a step are not worth quoting
 URGENT_REASON = "a finding needs attention"
@@ -91,7 +106,8 @@ def _data(tools: dict[str, ToolResult], name: str) -> dict[str, Any]:
 
 def _metrics(hosts: list[HostEvidence], tools: dict[str, ToolResult]) -> Metrics:
     timed = [h for h in hosts if h.step_ms is not None and h.step_source is not StepSource.PROFILE_WINDOW]
-    busy = [_loop_busy(h) for h in hosts if h.busy_fraction is not None]
+    # A device waiting for a copy between host and device memory (a TPU copy-done) is busy, but not computing.
+    busy = [_loop_busy(h) * (1 - _transfer_share(h)) for h in hosts if h.busy_fraction is not None]
     metrics = Metrics(
         step_time_ms=sum(h.step_ms.mean for h in timed) / len(timed) if timed else None,
         steps=max((h.steps for h in timed), default=0),
@@ -103,19 +119,48 @@ def _metrics(hosts: list[HostEvidence], tools: dict[str, ToolResult]) -> Metrics
         metrics.peak_memory_source = "memory_profile: peak memory in use on the device"
         if memory.get("memory_capacity_gib", -1) > 0:
             metrics.memory_capacity_bytes = int(memory["memory_capacity_gib"] * GIB)
-    else:
-        largest = (_data(tools, "get_peak_allocations").get("summary") or {}).get("top_modules") or []
-        if largest:
-            metrics.peak_memory_bytes = int(largest[0]["total_hbm_mib"] * MIB)
-            metrics.peak_memory_source = (
-                "memory_viewer: compile-time buffer assignment of the largest program, "
-                f"{quoted(largest[0]['module_name'])}"
-            )
+    elif (found := _step_module(hosts, tools)) is not None:
+        module, which = found
+        metrics.peak_memory_bytes = int(module["total_hbm_mib"] * MIB)
+        metrics.peak_memory_source = (
+            f"memory_viewer: compile-time buffer assignment of {which}, {quoted(module['module_name'])}"
+        )
     program = _data(tools, "get_roofline_model").get("program") or {}
     if program.get("bound_by") not in (None, "", "Unknown"):
         efficiency = _percent(program.get("roofline_efficiency_percent"))
         metrics.roofline_efficiency = None if efficiency is None else _fraction(efficiency)
     return metrics
+
+
+_MODULE_ID = re.compile(r"(\.\d+)?\(\d+\)$")  # "jit_step(26)", "jit_f.1(1219...)": the id XLA appends
+
+
+def _module_base(name: str) -> str:
+    """A program's name without XLA's id; a jit dispatch ``PjitFunction(step)`` names program ``jit_step``."""
+    if name.startswith(DISPATCH_PREFIX):
+        return f"jit_{name[len(DISPATCH_PREFIX):-1]}"
+    return _MODULE_ID.sub("", name)
+
+
+def _step_module(hosts: list[HostEvidence], tools: dict[str, ToolResult]) -> tuple[dict[str, Any], str] | None:
+    """The compiled program whose buffers are the loop's: the one launched most, not a one-off like ``jit__normal``.
+
+    Without launches to tell (or with every program launched once), the largest program stands in.
+    """
+    modules = (_data(tools, "get_peak_allocations").get("summary") or {}).get("top_modules") or []
+    if not modules:
+        return None
+    calls: dict[str, int] = {}
+    for host in hosts:
+        launched = ([(p.name, p.calls) for p in host.programs]
+                    or [(a.name, round(a.count_per_step * host.steps)) for a in host.dispatched])
+        for name, count in launched:
+            calls[_module_base(name)] = calls.get(_module_base(name), 0) + count
+    repeated = [m for m in modules if calls.get(_module_base(str(m.get("module_name", ""))), 0) > 1]
+    if not repeated:
+        return modules[0], "the largest program"
+    most = max(repeated, key=lambda m: (calls[_module_base(m["module_name"])], m["total_hbm_mib"]))
+    return most, "the program launched most"
 
 
 def _fraction(value: float) -> float:
@@ -224,41 +269,66 @@ def _input_bound(host: HostEvidence) -> Finding | None:
         impact=f"{explained_ms:.1f} ms of each {iteration:.1f} ms {loop} is idle waiting for the host; with that "
                f"work overlapped the {loop} could approach {iteration - explained_ms:.1f} ms "
                f"({iteration / max(iteration - explained_ms, 1e-9):.1f}x faster).",
-        fix="Take the host work off the training thread and run it ahead of the device: a prefetching input "
-            "pipeline (tf.data / grain with prefetch, or a background thread), device_put the next batch while "
-            "the current step runs, and move logging, checkpointing or sleeps out of the loop.",
+        fix=frameworks.host_work_fix(frameworks.detect([host]), frameworks.has_input_pipeline([host])),
     )
 
 
 def _dispatch_overhead(host: HostEvidence) -> Finding | None:
     if host.dispatches_per_step < OP_BY_OP_DISPATCHES or not host.step_ms:
         return None
-    step = host.step_ms.mean
-    dispatching = host.dispatched
-    dispatch_ms = host.dispatch_ms_per_step
+    span = host.step_ms.mean
     idle = 1 - (host.busy_fraction or 0.0)
     priority = Priority.P0 if idle >= IDLE_PRIORITIES[0][0] else Priority.P1
+    framework = frameworks.detect([host])
+    device = _LANES[host.device_kind.value]
+    if host.step_source is StepSource.PROFILE_WINDOW:
+        per = "capture"
+        count = f"{host.launches} jit dispatches in the capture, no steps"
+        title = f"Op-by-op execution: {host.launches} small launches with the devices idle {idle:.0%} between them"
+    else:
+        per = "step"
+        count = f"{host.dispatches_per_step:.0f} jit dispatches (PjitFunction) per step over {host.steps} steps"
+        title = f"Op-by-op execution: {host.dispatches_per_step:.0f} jit dispatches per step"
     return Finding(
         priority=priority,
         category=FindingCategory.DISPATCH_OVERHEAD,
-        title=f"Op-by-op execution: {host.dispatches_per_step:.0f} jit dispatches per step",
-        what="The step is not one compiled program: every small operation is dispatched from Python as its own "
-             "XLA executable, so the host's per-op overhead, not compute, sets the step time.",
+        title=title,
+        what="The work is not one compiled program: every small operation is dispatched from Python as its own "
+             f"XLA executable, so the host's per-op overhead, not compute, sets the pace and {device} idle "
+             "between launches.",
         evidence=[
-            f"{host.dispatches_per_step:.0f} jit dispatches (PjitFunction) per step over {host.steps} steps",
-            f"compute busy {host.busy_fraction or 0.0:.1%} of each {step:.2f} ms step",
-            *(f"{quoted(a.name)}: {a.count_per_step:.0f} per step, {a.ms_per_step:.2f} ms per step"
-              for a in dispatching[:4]),
+            count,
+            f"compute busy {host.busy_fraction or 0.0:.1%} of the {span:.2f} ms {per}",
+            *(f"{quoted(a.name)}: {a.count_per_step:.0f} per {per}, {a.ms_per_step:.2f} ms per {per}"
+              for a in host.dispatched[:4]),
         ],
-        impact=f"{dispatch_ms:.1f} ms per step is spent dispatching and {idle * step:.1f} ms of each "
-               f"{step:.1f} ms step leaves compute idle; one fused program usually removes most of it.",
-        fix="Put the whole step under one jax.jit (or jit the loop body and iterate with lax.scan / "
-            "lax.fori_loop) so XLA fuses the small ops into a few kernels; keep Python loops and dtype "
-            "changes inside the jitted function.",
+        impact=f"{host.dispatch_ms_per_step:.1f} ms per {per} is spent dispatching and {idle * span:.1f} ms of the "
+               f"{span:.1f} ms {per} leaves compute idle; one fused program usually removes most of it.",
+        fix=frameworks.one_program_fix(framework, on_gpu=host.device_kind is DeviceKind.GPU),
     )
 
 
-def _recompilation(host: HostEvidence) -> Finding | None:
+def _recompiled(programs: dict[str, HloProgram]) -> list[str]:
+    """Functions compiled more than once, with the parameters whose shapes differ between the compilations."""
+    variants: dict[str, list[HloProgram]] = {}
+    for program in programs.values():
+        variants.setdefault(_module_base(program.module), []).append(program)
+    lines = []
+    for function, compiled in sorted(variants.items(), key=lambda item: -len(item[1])):
+        signatures = {tuple(p.parameters.items()) for p in compiled}
+        if len(signatures) < 2:
+            continue
+        changing = [
+            f"{quoted(name)} {' / '.join(dict.fromkeys(p.parameters.get(name, '-') for p in compiled))}"
+            for name in dict.fromkeys(name for p in compiled for name in p.parameters)
+            if len({p.parameters.get(name) for p in compiled}) > 1
+        ]
+        lines.append(f"{quoted(function)} compiled {len(signatures)} times with different parameter shapes: "
+                     + "; ".join(changing[:3]))
+    return lines
+
+
+def _recompilation(host: HostEvidence, programs: dict[str, HloProgram]) -> Finding | None:
     if not host.step_ms or (host.compiles_in_steps == 0 and host.compile_ms_per_step == 0):
         return None
     step = host.step_ms.mean
@@ -266,6 +336,7 @@ def _recompilation(host: HostEvidence) -> Finding | None:
     priority = _rank(share, COMPILE_PRIORITIES)
     if priority is None or (priority is Priority.P2 and host.compiles_in_steps < 2):
         return None
+    tensorflow = frameworks.detect([host]) in (Framework.TENSORFLOW, Framework.TENSORFLOW_EAGER)
     return Finding(
         priority=priority,
         category=FindingCategory.RECOMPILATION,
@@ -275,10 +346,14 @@ def _recompilation(host: HostEvidence) -> Finding | None:
         evidence=[
             f"{host.compiles_in_steps} XLA compilations inside {host.steps} profiled steps",
             f"compilation {host.compile_ms_per_step:.1f} ms per step of a {step:.1f} ms step ({share:.1%})",
+            *_recompiled(programs)[:3],
         ],
         impact=f"{host.compile_ms_per_step:.1f} ms per step ({share:.0%}) would disappear with stable shapes.",
-        fix="Keep shapes and static arguments stable: pad or bucket variable batch and sequence sizes, pass "
-            "changing Python scalars as arrays, and enable JAX's persistent compilation cache.",
+        fix=("Keep shapes stable: give tf.function an input_signature with None for the varying dimension, or pad "
+             "batches to a few fixed sizes." if tensorflow else
+             "Keep shapes and static arguments stable: pad or bucket the changing dimension to a few sizes, pass "
+             "changing Python scalars as arrays rather than static arguments, and enable JAX's persistent "
+             "compilation cache (jax.config.update('jax_compilation_cache_dir', ...))."),
     )
 
 
@@ -326,6 +401,68 @@ def _memory(metrics: Metrics) -> Finding | None:
     )
 
 
+def _custom_call_share(tools: dict[str, ToolResult]) -> float | None:
+    """Percent of device time in custom calls, as XProf reports it (get_kpi_metrics, else the roofline)."""
+    for tool in ("get_kpi_metrics", "get_roofline_model"):
+        share = _data(tools, tool).get("custom_call_share_pct")
+        if isinstance(share, (int, float)):
+            return float(share)
+    return None
+
+
+def _roofline_caveat(tools: dict[str, ToolResult]) -> list[str]:
+    """XProf's own caveat, where it applies: the roofline gives custom calls no FLOPs."""
+    share = _custom_call_share(tools)
+    if not share:
+        return []
+    return [f"custom calls take {share:.2f}% of device time (custom_call_share_pct {share:.2f}); XLA's cost model "
+            "gives them 0 FLOPs, so the roofline efficiency does not count their work (XProf's caveat)"]
+
+
+def _temporaries(hosts: list[HostEvidence], metrics: Metrics, tools: dict[str, ToolResult],
+                 programs: dict[str, HloProgram]) -> Finding | None:
+    """The step's program holds far more in intermediate buffers than its inputs and outputs need."""
+    found = _step_module(hosts, tools)
+    program = programs.get(str(found[0].get("module_name"))) if found else None
+    if found is None or program is None:
+        return None
+    module, which = found
+    peak = module["total_hbm_mib"] * MIB
+    live = program.inputs_bytes + program.outputs_bytes
+    temporaries = peak - live
+    if temporaries < TEMPORARIES_FLOOR or temporaries < TEMPORARIES_RATIO * max(live, 1):
+        return None
+    share = metrics.peak_memory_bytes / metrics.memory_capacity_bytes if (
+        metrics.peak_memory_bytes and metrics.memory_capacity_bytes) else None
+    buffers_shown = [b for b in (_data(tools, "get_peak_allocations").get("modules") or [])
+                     if b.get("module_name") == module["module_name"]]
+    largest = [f"{quoted(str(b['instruction']))}: {size(b['size_mib'] * MIB)}"
+               for m in buffers_shown for b in (m.get("top_buffers") or [])[:4]]
+    return Finding(
+        priority=Priority.P1 if share is not None and share >= 0.5 else Priority.P2,
+        category=FindingCategory.MEMORY,
+        title=f"Temporaries are {temporaries / max(live, 1):.0f}x the program's inputs and outputs",
+        what="At its peak the program holds intermediate buffers (activations kept for the backward pass, "
+             "materialised broadcasts or attention scores) many times the size of what it reads and returns; "
+             "they, not the model's state, set its memory.",
+        evidence=[
+            f"{which} {quoted(module['module_name'])}: peak {size(peak)} (memory_viewer buffer assignment), "
+            f"inputs {size(program.inputs_bytes)}, outputs {size(program.outputs_bytes)} (its HLO)",
+            *([f"largest intermediate {quoted(program.largest_temporary)}: {size(program.largest_temporary_bytes)}"]
+              if program.largest_temporary else []),
+            *(f"buffer {line}" for line in largest),
+            *([f"peak memory {share:.1%} of the device's capacity"] if share is not None
+              else ["device memory capacity unknown"]),
+        ],
+        impact=f"{size(temporaries)} of the program's peak is temporaries; rematerialising or splitting them "
+               "frees most of it for a larger batch or model.",
+        fix="Recompute instead of storing: wrap layers in jax.checkpoint (jax.remat) with a policy that saves only "
+            "the expensive results; lower the per-device batch (with gradient accumulation); donate inputs that "
+            "the program replaces (donate_argnums) so outputs reuse their buffers; and shard large intermediates "
+            "across devices.",
+    )
+
+
 def _compute(hosts: list[HostEvidence], metrics: Metrics, tools: dict[str, ToolResult]) -> Finding | None:
     if metrics.roofline_efficiency is None or (metrics.busy_fraction or 0) < 0.5:
         return None
@@ -334,26 +471,31 @@ def _compute(hosts: list[HostEvidence], metrics: Metrics, tools: dict[str, ToolR
         return None
     program = _data(tools, "get_roofline_model").get("program") or {}
     top = [op for host in hosts for op in host.top_ops][:3]
+    caveat = _roofline_caveat(tools)
     return Finding(
         priority=priority,
         category=FindingCategory.COMPUTE,
-        title=f"Devices busy but at {metrics.roofline_efficiency:.1%} of the roofline",
-        what=f"The devices are kept busy, but the work is {program.get('bound_by', 'memory')}-bound and far from "
-             "the hardware's limits: the time goes to ops that move data rather than compute.",
+        title=f"Devices busy but at {metrics.roofline_efficiency:.1%} of the roofline"
+              + (" (custom calls not counted)" if caveat else ""),
+        what=f"The devices are kept busy, but the work XLA's cost model sees is {program.get('bound_by', 'memory')}"
+             "-bound and far from the hardware's limits."
+             + (" Custom calls are not in that figure: their efficiency has to be read kernel by kernel." if caveat
+                else ""),
         evidence=[f"roofline efficiency {metrics.roofline_efficiency:.2%}, bound by "
                   f"{quoted(str(program.get('bound_by')))} (get_roofline_model)",
+                  *caveat,
                   *(f"{quoted(op.name)}: {op.self_ms_per_step:.2f} ms per step, {op.share_of_busy:.0%} of busy time"
                     for op in top)],
         impact="the top ops above hold most of the step; each is a candidate for fusion, a better layout or "
-               "keeping data on the device.",
-        fix="Look at the top ops: fuse memory-bound elementwise chains, avoid host offload copies in the hot loop, "
-            "and use larger matmul tiles / batch sizes for better arithmetic intensity.",
+               "a larger arithmetic intensity.",
+        fix="Look at the top ops: fuse memory-bound elementwise chains under one jit, and use larger matmul tiles "
+            "or batch sizes for a higher arithmetic intensity.",
     )
 
 
 def _kernel(tools: dict[str, ToolResult]) -> Finding | None:
-    share = _data(tools, "get_kpi_metrics").get("custom_call_share_pct")
-    if not isinstance(share, (int, float)) or share < CUSTOM_CALL_SHARE:
+    share = _custom_call_share(tools)
+    if share is None or share < CUSTOM_CALL_SHARE:
         return None
     return Finding(
         priority=Priority.P2,
@@ -365,6 +507,163 @@ def _kernel(tools: dict[str, ToolResult]) -> Finding | None:
         impact=f"{share:.0f}% of device time is outside XLA's view.",
         fix="Inspect the kernels with get_kernel_stats and check their occupancy and tile sizes.",
     )
+
+
+# --- device-side data movement ------------------------------------------------------------------
+
+HOST_MEMORY_SPACE = "S(5)"  # XLA's memory space of host memory, in a shape's layout
+_ASYNC_COPY = re.compile(r"^copy-(start|done)\b")
+# GPU copies between host and device memory (CUDA's MemcpyHtoD, ROCm's CopyHostToDevice).
+_MEMCPY = re.compile(r"memcpy\s*(h\s*to\s*d|d\s*to\s*h|h2d|d2h)|copy\s*(host\s*to\s*device|device\s*to\s*host)",
+                     re.IGNORECASE)
+_CONVERT = re.compile(r"convert", re.IGNORECASE)
+# Transposes, copies that only give a tensor a new layout (XLA's "copy", "copy_fusion", "copy.3"), and
+# cuDNN's conversions between channels-first and channels-last.
+_LAYOUT = re.compile(r"transpose|^(\w+_)?copy(_fusion)?([._]\d+)*(\.kd)?$|nchwToNhwc|nhwcToNchw", re.IGNORECASE)
+_HLO_SHAPE = re.compile(r"=\s*(\S+)")
+_CONVOLUTION = re.compile(r"conv|Im\dd?2Col|implicit_gemm|cudnn", re.IGNORECASE)
+
+
+def _movement(op: OpTime) -> str | None:
+    """Which kind of data movement an op is: a host transfer, a dtype convert, a layout change, or none."""
+    if (_ASYNC_COPY.match(op.name) and HOST_MEMORY_SPACE in op.expression) or _MEMCPY.search(op.name):
+        return "host_transfer"
+    if _CONVERT.search(op.name):
+        return "convert"
+    if _LAYOUT.search(op.name):
+        return "layout"
+    return None
+
+
+def _transfer_share(host: HostEvidence) -> float:
+    """The share of device op time spent on copies between host memory and the device's."""
+    return sum(op.share_of_busy for op in host.top_ops if _movement(op) == "host_transfer")
+
+
+def _per(host: HostEvidence) -> str:
+    return "capture" if host.step_source is StepSource.PROFILE_WINDOW else "step"
+
+
+def _transferred(ops: list[OpTime]) -> str:
+    """Bytes the finished copies moved each step, each way, read from their HLO shapes."""
+    to_host = to_device = 0.0
+    for op in ops:
+        shape = Shape.parse(match.group(1)) if op.name.startswith("copy-done") and (
+            match := _HLO_SHAPE.search(op.expression)) else None
+        if shape is None:
+            continue
+        moved = shape.bytes * op.count_per_step
+        if HOST_MEMORY_SPACE in match.group(1):
+            to_host += moved
+        else:
+            to_device += moved
+    if not to_host and not to_device:
+        return ""
+    return (f"moved per step: {size(to_device)} host to device, {size(to_host)} device to host "
+            "(from the copies' HLO shapes)")
+
+
+_MOVEMENT_TEXT = {
+    "host_transfer": ("Host-device memory transfers",
+                      "The devices spend their time on copies between host memory and device memory (HBM): "
+                      "parameters or activations offloaded to the host and brought back, or inputs copied in on "
+                      "every call. A copy-done op is the device waiting for such a copy; it computes nothing."),
+    "convert": ("Dtype converts",
+                "Kernels whose work is converting tensors between dtypes (f32 and bf16, for example) hold the "
+                "devices: the data is re-typed rather than computed on, often in a round trip that undoes itself."),
+    "layout": ("Layout transposes",
+               "Kernels that transpose tensors or copy them into another layout hold the devices: the data is "
+               "rearranged in memory, not computed on. XLA inserts them where a producer's layout differs from "
+               "the one its consumer (a convolution, a matmul) wants."),
+}
+
+
+def _movement_fix(kind: str, framework: Framework, device: DeviceKind, convolutions: bool) -> str:
+    tensorflow = framework in (Framework.TENSORFLOW, Framework.TENSORFLOW_EAGER)
+    if kind == "host_transfer":
+        if tensorflow:
+            return ("Keep the data on the device: prefetch input to the device (tf.data prefetch with "
+                    "tf.distribute's experimental_distribute_dataset) and keep variables on the accelerator.")
+        return ("Keep the data on the device: jax.device_put inputs and parameters once and reuse the device "
+                "arrays across calls instead of moving them every call. Where the program offloads to host memory "
+                "on purpose (memory kinds such as 'pinned_host', jax.checkpoint offload policies), offload only "
+                "what does not fit in HBM and overlap the copies with compute; otherwise keep the arrays in "
+                "device memory.")
+    if kind == "convert":
+        if tensorflow:
+            return ("Set one mixed-precision policy (tf.keras.mixed_precision.set_global_policy('mixed_bfloat16' "
+                    "or 'mixed_float16')) so variables are cast once, and compile the step with "
+                    "tf.function(jit_compile=True) so the remaining casts fuse into their consumers.")
+        return ("Keep parameters and activations in the compute dtype: cast once (parameters to bf16 when they are "
+                "loaded, or one mixed-precision policy) rather than on every call, avoid f32-bf16 round trips "
+                "(x.astype(f32) ... .astype(bf16)), pass preferred_element_type to dots instead of converting their "
+                "results, and keep the casts inside one jax.jit so they fuse into their consumers.")
+    layouts = []
+    if convolutions and device is DeviceKind.GPU:
+        layouts.append("keep convolution activations channels-last on GPU (NHWC / NDHWC: dimension_numbers such as "
+                       "('NDHWC', 'DHWIO', 'NDHWC') in lax.conv_general_dilated, or data_format='channels_last' in "
+                       "TensorFlow), the layout the GPU convolution kernels want, so XLA does not transpose around "
+                       "every convolution")
+    if tensorflow:
+        layouts.append("compile with tf.function(jit_compile=True) so XLA can assign layouts across ops")
+    else:
+        layouts.append("write contractions as jnp.einsum / lax.dot_general over the dimensions as they lie rather "
+                       "than transposing first, transpose weights once outside the step, and keep swapaxes / "
+                       "transpose calls inside one jax.jit so XLA can fold them into a consumer's layout")
+    if device is DeviceKind.TPU:
+        layouts.append("on TPU keep the minor-most dimension a multiple of 128")
+    return "Choose layouts that need no transpose: " + "; ".join(layouts) + "."
+
+
+def _data_movement(hosts: list[HostEvidence], hlo_issues: dict[str, list[HloIssue]]) -> list[Finding]:
+    """Device time in ops that move or re-type data instead of computing: host transfers, converts, transposes."""
+    framework = frameworks.detect(hosts)
+    worst: dict[str, tuple[float, HostEvidence, list[OpTime]]] = {}
+    for host in hosts:
+        by_kind: dict[str, list[OpTime]] = {}
+        for op in host.top_ops:
+            if (kind := _movement(op)) is not None:
+                by_kind.setdefault(kind, []).append(op)
+        for kind, ops in by_kind.items():
+            share = sum(op.share_of_busy for op in ops)
+            if share > worst.get(kind, (0.0,))[0]:
+                worst[kind] = (share, host, ops)
+    related = {"convert": ("detect_unnecessary_convert_reduce",),
+               "layout": ("detect_layout_mismatch_copies", "detect_unfused_reshapes")}
+    findings = []
+    for kind, (share, host, ops) in worst.items():
+        priority = _rank(share, DATA_MOVEMENT_PRIORITIES)
+        if priority is None:
+            continue
+        if priority is Priority.P0 and _loop_busy(host) < 0.5:  # devices mostly idle: their own time matters less
+            priority = Priority.P1
+        label, what = _MOVEMENT_TEXT[kind]
+        per = _per(host)
+        ms = sum(op.self_ms_per_step for op in ops)
+        device_ms = ms / share
+        ops = sorted(ops, key=lambda op: -op.self_ms_per_step)
+        evidence = [f"{label.lower()}: {ms:.2f} ms per {per} of {device_ms:.2f} ms of device op time "
+                    f"({share:.1%}, per device, {host.devices} device{'s' if host.devices != 1 else ''})"]
+        evidence += [f"{quoted(op.name)}: {op.self_ms_per_step:.2f} ms per {per} ({op.share_of_busy:.1%} of device "
+                     f"time), {op.count_per_step:g} run{'' if op.count_per_step == 1 else 's'} per {per}"
+                     + (f", HLO {quoted(op.expression)}" if op.expression and op.expression != op.name else "")
+                     for op in ops[:3]]
+        if kind == "host_transfer" and (moved := _transferred(ops)):
+            evidence.append(moved)
+        evidence += [f"{quoted(i.module)} {quoted(i.instruction)} (runs as {quoted(i.runs_as)}): {i.detail}"
+                     for detector in related.get(kind, ()) for i in (hlo_issues.get(detector) or [])[:2]]
+        convolutions = any(_CONVOLUTION.search(op.name) for op in host.top_ops)
+        findings.append(Finding(
+            priority=priority,
+            category=FindingCategory.DATA_MOVEMENT,
+            title=f"{label} take {share:.0%} of device time",
+            what=what,
+            evidence=evidence,
+            impact=f"{ms:.1f} ms of each {device_ms:.1f} ms of device work per {per} computes nothing; without it the "
+                   f"devices would finish {device_ms / max(device_ms - ms, 1e-9):.1f}x sooner.",
+            fix=_movement_fix(kind, framework, host.device_kind, convolutions),
+        ))
+    return findings
 
 
 _COMPILER_CHECKS = {
@@ -398,8 +697,10 @@ def _compiler(hosts: list[HostEvidence], hlo_issues: dict[str, list[HloIssue]]) 
             what=f"The HLO contains {what}; they move or re-type data without computing anything.",
             evidence=[f"{quoted(i.module)} {quoted(i.instruction)} (runs as {quoted(i.runs_as)}): {i.detail}"
                       for i in issues[:4]]
-            + [f"{family}: {ms:.3f} ms of compute per step, {dispatches:.0f} op-by-op dispatches per step"],
-            impact=f"{ms:.2f} ms of compute per step plus the overhead of {dispatches:.0f} dispatches per step.",
+            + [f"{family}: {ms:.3f} ms of compute per step"
+               + (f", {dispatches:.0f} op-by-op dispatches per step" if dispatches >= 1 else "")],
+            impact=f"{ms:.2f} ms of compute per step"
+                   + (f" plus the overhead of {dispatches:.0f} dispatches per step." if dispatches >= 1 else "."),
             fix=fix,
         ))
     return findings
@@ -490,11 +791,12 @@ def _low_utilisation(hosts: list[HostEvidence], health: Health) -> Finding:
 
 
 def _findings(hosts: list[HostEvidence], tools: dict[str, ToolResult], hlo_issues: dict[str, list[HloIssue]],
-              metrics: Metrics, health: Health) -> list[Finding]:
+              metrics: Metrics, health: Health, programs: dict[str, HloProgram]) -> list[Finding]:
     per_host = [
         finding
         for host in hosts
-        for rule in (_input_bound, _dispatch_overhead, _recompilation, _communication, _outlier_steps, _no_steps)
+        for rule in (_input_bound, _dispatch_overhead, partial(_recompilation, programs=programs), _communication,
+                     _outlier_steps, _no_steps)
         if (finding := rule(host)) is not None
     ]
     if len(hosts) > 1:  # one finding per category: the worst host's
@@ -504,8 +806,10 @@ def _findings(hosts: list[HostEvidence], tools: dict[str, ToolResult], hlo_issue
             if current is None or _ORDER[finding.priority] < _ORDER[current.priority]:
                 best[finding.category] = finding
         per_host = list(best.values())
-    session_wide = [_memory(metrics), _compute(hosts, metrics, tools), _kernel(tools)]
-    findings = per_host + [f for f in session_wide if f is not None] + _compiler(hosts, hlo_issues)
+    session_wide = [_memory(metrics), _temporaries(hosts, metrics, tools, programs), _compute(hosts, metrics, tools),
+                    _kernel(tools)]
+    findings = (per_host + [f for f in session_wide if f is not None] + _data_movement(hosts, hlo_issues)
+                + _compiler(hosts, hlo_issues))
     if not health.optimal and all(f.priority is Priority.P2 for f in findings):
         findings.append(_low_utilisation(hosts, health))
     return sorted(findings, key=lambda f: _ORDER[f.priority])
@@ -540,8 +844,10 @@ def _summary(hosts: list[HostEvidence], metrics: Metrics, health: Health, findin
     sentences = [first + busy + "."]
     urgent = [f for f in findings if f.priority is not Priority.P2]
     if status is HealthStatus.OPTIMAL:
-        sentences.append("Compute utilisation is high and idle time, communication, compilation and memory "
-                         "pressure are low, so the profile needs no action.")
+        low = ("idle time, communication, compilation and memory pressure are low" if health.memory_fraction
+               is not None else "idle time, communication and compilation are low (memory capacity unknown, so "
+               "memory pressure is not judged)")
+        sentences.append(f"Compute utilisation is high and {low}, so the profile needs no action.")
     elif urgent:
         sentences.append(f"The main problem ({urgent[0].priority.value}): {urgent[0].title}.")
     else:
@@ -560,13 +866,31 @@ def _summary(hosts: list[HostEvidence], metrics: Metrics, health: Health, findin
     return " ".join(sentences[:5])
 
 
+_AMD_ARCHITECTURE = re.compile(r"\bgfx\d+\w*")
+
+
+def _name_amd_architecture(hosts: list[HostEvidence], tools: dict[str, ToolResult]) -> None:
+    """AMD GPUs by their architecture (gfx942), as XProf's device information names them, not by a CUDA-style
+    "compute capability 9.4" that AMD does not use."""
+    architecture = _AMD_ARCHITECTURE.search(str(_data(tools, "get_device_information").get("device_type", "")))
+    for host in hosts:
+        if host.device_kind is DeviceKind.GPU and host.device_type.startswith("AMD"):
+            host.device_type = f"AMD GPU ({architecture.group(0)})" if architecture else "AMD GPU"
+
+
 def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: dict[str, list[HloIssue]],
-           profile: ProfileInput, versions: dict[str, str], seconds: float) -> Analysis:
-    """Turn the evidence into metrics, health, findings, status and summary."""
+           profile: ProfileInput, versions: dict[str, str], seconds: float,
+           hlo_programs: list[HloProgram] | None = None) -> Analysis:
+    """Turn the evidence into metrics, health, findings, status and summary.
+
+    ``hlo_programs``: each HLO program's parameters, results and largest intermediate (:func:`hlo.program_buffers`).
+    """
     by_name = {tool.name: tool for tool in tools}
+    _name_amd_architecture(hosts, by_name)
     metrics = _metrics(hosts, by_name)
     health = _health(hosts, metrics)
-    findings = _findings(hosts, by_name, hlo_issues, metrics, health)
+    programs = {program.module: program for program in hlo_programs or []}
+    findings = _findings(hosts, by_name, hlo_issues, metrics, health, programs)
     status = decide_status(health, findings)
     return Analysis(
         status=status,
@@ -577,6 +901,7 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
         tools=tools,
         hosts=hosts,
         hlo_issues=hlo_issues,
+        hlo_programs=hlo_programs or [],
         profile=profile,
         versions=versions,
         seconds=seconds,

@@ -132,6 +132,16 @@ class _HloModules:
         return data.decode("utf-8", errors="replace") if isinstance(data, bytes) else str(data)
 
 
+def _hlo_programs(context: ToolContext) -> list:
+    """Each HLO program's parameters, results and largest intermediate; none when the modules cannot be read."""
+    from mldiag.analysis import hlo
+
+    try:
+        return hlo.program_buffers(context.hlo())
+    except Exception:  # noqa: BLE001 - the detectors already recorded why the modules are unreadable
+        return []
+
+
 @dataclass(frozen=True)
 class RunningAnalysis:
     """An analysis whose conversions are under way; :meth:`finish` completes it (see :func:`start_analysis`)."""
@@ -184,6 +194,7 @@ class RunningAnalysis:
             hosts=hosts,
             tools=tools,
             hlo_issues=hlo_issues,
+            hlo_programs=_hlo_programs(context),
             profile=ProfileInput(
                 source=source or str(self.origin), session=session.name,
                 files=[f.name for f in session.files], bytes=state.profile_bytes,

@@ -52,6 +52,17 @@ class HloIssue(Evidence):
     shapes: list[str] = Field(default_factory=list)
 
 
+class HloProgram(Evidence):
+    """``analysis.json.hlo_programs``: a compiled program's parameters, results and largest intermediate buffer."""
+
+    module: str
+    inputs_bytes: int
+    outputs_bytes: int
+    largest_temporary: str = ""  # the entry-level instruction whose result it is
+    largest_temporary_bytes: int = 0
+    parameters: dict[str, str] = Field(default_factory=dict)  # each entry parameter's shape, in order
+
+
 class Metrics(Evidence):
     step_time_ms: float | None = None
     steps: int = 0
@@ -161,6 +172,7 @@ class Analysis(Evidence):
     tools: list[ToolResult] = Field(default_factory=list)
     hosts: list[HostEvidence] = Field(default_factory=list)
     hlo_issues: dict[str, list[HloIssue]] = Field(default_factory=dict)
+    hlo_programs: list[HloProgram] = Field(default_factory=list)
     followups: list[Followup] = Field(default_factory=list)
     investigation: Investigation | None = None
     comparison: Comparison | None = None

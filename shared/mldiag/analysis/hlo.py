@@ -13,6 +13,11 @@ that runs them.
 * ``detect_unnecessary_convert_reduce``: dtype round trips (T1 to T2 and back),
   full-size converts materialised only to feed a reduce, and converts that run
   as programs of their own.
+
+:func:`program_buffers` sizes each program's inputs, outputs and largest
+intermediate buffer, for the analyst to weigh against the program's peak memory,
+and lists its parameters' shapes, which tell a recompiled function's changing
+shape.
 """
 
 from __future__ import annotations
@@ -22,12 +27,12 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from mldiag.analysis.evidence import HloIssue
+from mldiag.analysis.evidence import HloIssue, HloProgram
 
 MAX_MODULES = 200
 MAX_ISSUES = 50
 MIN_PROGRAM_BYTES = 4096  # smaller single-op programs are setup noise (scalars, RNG keys), not hot-loop work
-_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?(?P<name>[^\s=]+)\s*=\s*(?P<rest>.*)$")
+_INSTRUCTION = re.compile(r"^\s*(?P<root>ROOT\s+)?%?(?P<name>[^\s=]+)\s*=\s*(?P<rest>.*)$")
 _COMPUTATION = re.compile(r"^(?P<entry>ENTRY\s+)?%?(?P<name>[^\s(]+)\s*\(.*\{\s*$")
 _OPCODE = re.compile(r"\s*(?P<opcode>[a-z][\w\-]*)\(")
 _OPERAND = re.compile(r"%([^\s,)]+)")
@@ -80,6 +85,7 @@ class HloModule:
     instructions: dict[str, Instruction] = field(default_factory=dict)
     computations: dict[str, list[str]] = field(default_factory=dict)  # computation -> its instructions
     runs_as: dict[str, str] = field(default_factory=dict)  # fused computation -> the fusion that runs it
+    roots: dict[str, str] = field(default_factory=dict)  # computation -> its ROOT instruction
 
     def operand(self, instruction: Instruction, index: int = 0) -> Instruction | None:
         if index >= len(instruction.operands):
@@ -151,6 +157,8 @@ def parse_module(name: str, text: str) -> HloModule:
         )
         module.instructions[instruction.name] = instruction
         module.computations[computation].append(instruction.name)
+        if match["root"]:
+            module.roots[computation] = instruction.name
         if instruction.opcode == "fusion" and instruction.calls:
             module.runs_as[instruction.calls] = instruction.name
     return module
@@ -284,3 +292,31 @@ def detect_unnecessary_convert_reduce(modules: list[HloModule]) -> list[HloIssue
             detail += f", and {back[0].name} converts it back: an op-by-op round trip"
         issues.append(_issue(module, convert, detail, module.operand(convert).shape, convert.shape))
     return issues[:MAX_ISSUES]
+
+
+_NOT_A_BUFFER = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast"})
+
+
+def program_buffers(modules: list[HloModule]) -> list[HloProgram]:
+    """Each module's parameters, results (the ROOT, or a ROOT tuple's elements) and largest intermediate."""
+    found = []
+    for module in modules:
+        entry = [module.instructions[name] for name in module.computations.get(module.entry, [])]
+        root = module.instructions.get(module.roots.get(module.entry, ""))
+        if not entry or root is None:
+            continue
+        outputs = [module.instructions[n] for n in root.operands if n in module.instructions] \
+            if root.opcode == "tuple" else [root]
+        inputs = [i for i in entry if i.opcode == "parameter"]
+        results = {i.name for i in outputs}
+        temporaries = [i for i in entry if i.opcode not in _NOT_A_BUFFER and i.name not in results and i.shape]
+        largest = max(temporaries, key=lambda i: i.shape.bytes, default=None)
+        found.append(HloProgram(
+            module=module.name,
+            inputs_bytes=sum(i.shape.bytes for i in inputs if i.shape),
+            outputs_bytes=sum(i.shape.bytes for i in outputs if i.shape),
+            largest_temporary=largest.name if largest else "",
+            largest_temporary_bytes=largest.shape.bytes if largest else 0,
+            parameters={i.name: str(i.shape) if i.shape else "?" for i in inputs},
+        ))
+    return found

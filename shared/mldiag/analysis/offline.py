@@ -13,6 +13,8 @@ of the deterministic analyst suggests one check, most severe finding first:
   (``get_hlo_neighborhood``): what it reads, what reads it;
 * compute and kernel: device kernels by time (``get_kernel_stats``), and on TPUs
   the LLO analysis of custom kernels (``llo_load``);
+* data movement on a device: the same kernel table, to rank the transposes,
+  converts and copies among all kernels;
 * anything else that cites events: those events' timing.
 
 What a check shows is added to its finding's evidence; the findings keep their
@@ -92,9 +94,13 @@ def _checks_for(index: int, finding: Finding, analysis: Analysis, catalogue: Cat
         return [Check("get_hlo_neighborhood", {"module": module, "instruction": instruction, "radius": 2},
                       "The pattern sits next to ops it could fuse with: what this instruction reads and what "
                       "reads it.", index)]
+    if category is FindingCategory.DATA_MOVEMENT and on_device:
+        return [Check("get_kernel_stats", {"limit": 10},
+                      "Kernels that only move or re-type data hold the devices: how they rank among all kernels, "
+                      "and how often each runs.", index)]
     if category in (FindingCategory.COMPUTE, FindingCategory.KERNEL) and on_device:
         checks = [Check("get_kernel_stats", {"limit": 10},
-                        "A few device kernels hold most of the time: which ones, and how much is custom calls.",
+                        "A few device kernels hold most of the time: which ones, how often each runs and for how long.",
                         index)]
         if category is FindingCategory.KERNEL and DeviceKind.TPU in _devices(analysis):
             checks.append(Check("llo_load", {},

@@ -15,6 +15,7 @@ import json
 import secrets
 from typing import Any
 
+from mldiag.analysis import frameworks
 from mldiag.analysis.evidence import Analysis, Followup, ToolStatus
 from mldiag.analysis.followups import MAX_FOLLOWUPS, TOOL_SPECS
 
@@ -26,8 +27,8 @@ PROMPT_TOOLS = ("get_xprof_overview", "get_step_trace", "get_kpi_metrics", "get_
                 "get_roofline_model", "get_memory_profile", "get_peak_allocations", "get_smart_suggestions")
 
 SYSTEM_INSTRUCTION = f"""\
-You are a performance engineer who diagnoses profiles of ML workloads (JAX and XLA on CPU, GPU or TPU) \
-captured with XProf.
+You are a performance engineer who diagnoses profiles of ML workloads (JAX, TensorFlow or PyTorch/XLA on \
+CPU, GPU or TPU) captured with XProf.
 
 The user gives you the evidence already collected from one profile: health signals, metrics per training \
 step, the busiest ops, what the host does, HLO patterns, the answers of XProf's tools and the findings of a \
@@ -54,6 +55,9 @@ Give your conclusion now, as JSON in the requested schema.
 - findings: the problems, most severe first, each with priority P0 (severe), P1 or P2 (minor), a category, \
 a title, what is happening (the root cause; tensor shapes and layouts where relevant), evidence, the \
 expected impact (step time or memory at stake) and the fix (framework, sharding or compiler change).
+- fix: in the terms of the framework and hardware in "profiled_with" (jax.jit for JAX, tf.function for \
+TensorFlow, ...); suggest an input pipeline (tf.data, grain) only where "profiled_with" shows one. Roofline \
+percentages do not count custom calls (XLA gives them 0 FLOPs): say so when custom calls take device time.
 - evidence: one fact per line. Put every op, module or event name in double quotes exactly as it appears in \
 the data. Copy numbers as the data gives them (you may write a fraction as a percent and convert between ns, \
 us, ms and s or between bytes, KiB, MiB and GiB); write no thousands separators and compute no new numbers.
@@ -91,12 +95,16 @@ def evidence_digest(analysis: Analysis, modules: list[str]) -> dict[str, Any]:
     collected = analysis.to_json_dict()
     hosts = [{k: v for k, v in host.items() if k not in ("series", "compute_lanes")} for host in collected["hosts"]]
     return {
+        "profiled_with": {"framework": frameworks.detect(analysis.hosts).value,
+                          "input_pipeline": frameworks.has_input_pipeline(analysis.hosts),
+                          "devices": sorted({host.device_type for host in analysis.hosts})},
         "status_by_rules": collected["status"],
         "health": collected["health"],
         "metrics": collected["metrics"],
         "hosts": hosts,
         "hlo_modules": modules,
         "hlo_issues": collected["hlo_issues"],
+        "hlo_programs": collected["hlo_programs"],
         "tools": [{"name": t["name"], "status": t["status"], "reason": t["reason"]} for t in collected["tools"]],
         "tool_data": {t["name"]: t["data"] for t in collected["tools"]
                       if t["name"] in PROMPT_TOOLS and t["status"] == ToolStatus.OK.value},

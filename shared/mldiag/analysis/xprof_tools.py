@@ -4,8 +4,10 @@ The open ``xprof`` package ships most of them as the XProf CLI's tool functions
 (``xprof.cli.tools.*``); we import and call those rather than start one
 ``xprof <subcommand>`` process per tool. Where the managed name differs
 (``get_xprof_overview`` is ``get_overview`` there) the managed name is kept;
-``get_smart_suggestions`` is the ``smart_suggestion`` converter, and the three
-``detect_*`` tools, removed upstream, are ours (:mod:`mldiag.analysis.hlo`).
+``get_smart_suggestions`` is the ``smart_suggestion`` converter, the three
+``detect_*`` tools, removed upstream, are ours (:mod:`mldiag.analysis.hlo`), and
+``get_memory_profile`` reads XProf's memory profile per allocator, so that a
+host allocator's capacity is never taken for the device's.
 
 Every tool reaches XProf's converters through one client installed for the
 process (:class:`SharedConverters`). It gives each tool call what the CLI would,
@@ -34,6 +36,7 @@ import importlib
 import inspect
 import json
 import os
+import re
 import tempfile
 import threading
 import time
@@ -354,6 +357,58 @@ def _xprof_tool(module: str, function: str) -> Callable[[ToolContext], Any]:
     return run
 
 
+# Allocators of host memory (pinned staging buffers, host offload); every other allocator is a device's.
+HOST_ALLOCATOR = re.compile(r"host|cpu|pinned", re.IGNORECASE)
+
+
+def _gib(nbytes: Any) -> float:
+    """Bytes as GiB the way XProf's tool reports them: two decimals, -1.0 when unknown."""
+    return round(int(nbytes) / 2**30, 2) if int(nbytes) >= 0 else -1.0
+
+
+def _peak_in_use(summary: dict[str, Any]) -> int:
+    return int((summary.get("peakStats") or {}).get("peakBytesInUse", -1))
+
+
+def _device_memory_profile(context: ToolContext) -> dict[str, Any]:
+    """XProf's memory profile summary, from the devices' allocators only.
+
+    XProf's own tool reports the largest capacity of any allocator, which on GPU is the host's pinned
+    allocator (``gpu_host_bfc``, 64 GiB) rather than the device's (``GPU_0_bfc``). Here capacity and
+    peak are those of the device allocator with the highest peak; host allocators are listed, not used.
+    """
+    hosts: list[str | None] = [None]
+    if len(context.client.select_paths(context.session_id)) > 1:  # the converter reads one host at a time
+        hosts = [h.get("hostname") if isinstance(h, dict) else h
+                 for h in context.client.get_hosts(context.session_id, with_metadata=True)]
+    allocators: dict[str, dict[str, Any]] = {}
+    for host in hosts:
+        _, data = context.client.fetch(tool_name="memory_profile.json", session_id=context.session_id, host=host)
+        profile = _decoded(data) if data else {}
+        for name, stats in ((profile if isinstance(profile, dict) else {}).get("memoryProfilePerAllocator")
+                            or {}).items():
+            allocators[f"{host}:{name}" if host else name] = stats.get("profileSummary") or {}
+    device = {name: summary for name, summary in allocators.items() if not HOST_ALLOCATOR.search(name)}
+    allocator, summary = max(device.items(), key=lambda item: _peak_in_use(item[1]), default=("", {}))
+    stats = summary.get("peakStats") or {}
+    capacity, in_use = int(summary.get("memoryCapacity", -1)), _peak_in_use(summary)
+    fragmentation = float(stats.get("fragmentation", -1.0))
+    return {
+        "memory_capacity_gib": _gib(capacity) if capacity > 0 else -1.0,
+        "peak_memory_usage_gib": _gib(in_use) if in_use > 0 else -1.0,
+        "peak_usage_details": {
+            "stack_reservation_gib": _gib(stats.get("stackReservedBytes", -1)),
+            "heap_allocation_gib": _gib(stats.get("heapAllocatedBytes", -1)),
+            "free_memory_gib": _gib(stats.get("freeMemoryBytes", -1)),
+            "fragmentation_percent": round(fragmentation * 100, 2) if fragmentation >= 0 else -1.0,
+            "utilization_percent": round(100 * in_use / capacity, 2) if capacity > 0 and in_use > 0 else -1.0,
+        },
+        "allocator": allocator,
+        "device_allocators": len(device),
+        "host_allocators_ignored": sorted(set(allocators) - set(device)),
+    }
+
+
 def _converter(name: str) -> Callable[[ToolContext], Any]:
     def run(context: ToolContext) -> Any:
         _, data = context.client.fetch(tool_name=name, session_id=context.session_id)
@@ -386,7 +441,7 @@ TOOLS: dict[str, Callable[[ToolContext], Any]] = {
     "detect_unfused_reshapes": _detector("detect_unfused_reshapes"),
     "detect_unnecessary_convert_reduce": _detector("detect_unnecessary_convert_reduce"),
     "list_hlo_modules": _xprof_tool("xprof.cli.internal.oss.hlo_tools", "list_hlo_modules"),
-    "get_memory_profile": _xprof_tool("xprof.cli.tools.get_memory_profile_tool", "get_memory_profile"),
+    "get_memory_profile": _device_memory_profile,
     "get_peak_allocations": _xprof_tool("xprof.cli.tools.get_peak_allocations_tool", "get_peak_allocations"),
 }
 assert tuple(TOOLS) == MANAGED_TOOLS

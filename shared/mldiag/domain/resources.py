@@ -153,6 +153,7 @@ class FindingCategory(PrefixedEnum):
     COMPUTE = "compute"
     COMMUNICATION = "communication"
     COMPILER = "compiler"
+    DATA_MOVEMENT = "data_movement"
     KERNEL = "kernel"
     OTHER = "other"
 

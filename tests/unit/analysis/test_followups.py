@@ -191,4 +191,12 @@ def test_kernel_statistics_quote_a_templated_kernel_by_its_whole_name():
                {"short_name": "gemm_fusion_dot.kd", "kernel_name": "gemm_fusion_dot.kd", "execution_count": 10}]
     showed = _kernel_outcome(json.dumps({"kernel_records": records}), {}).showed
     assert showed.startswith(json.dumps(kernel) + ": 10 runs, 4.279 ms") and '"gemm_fusion_dot.kd": 10 runs' in showed
+
+
+def test_kernel_statistics_do_not_quote_a_custom_call_share_that_misses_library_kernels():
+    # XProf's kernel table counts only kernels named custom-call or pallas: Transformer Engine's read as 0 %.
+    records = [{"short_name": "void", "kernel_name": "void ck_tile::kentry<FmhaFwdKernel>(Args)", "execution_count": 2,
+                "total_duration_us": 820.0, "avg_duration_us": 410.0}]
+    showed = _kernel_outcome(json.dumps({"kernel_records": records, "custom_call_share_pct": 0.0}), {}).showed
+    assert "custom calls" not in showed and "0.00%" not in showed
     assert '"void"' not in showed
