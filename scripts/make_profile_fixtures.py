@@ -44,6 +44,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from measure_device_trace import covered_ns  # scripts/ is on sys.path when a script runs
+
 HOST = "fixture-host"
 STEP_NAME = "train"
 QUALITY = ("plain_loop", "host_between_steps", "collectives", "huge_temporaries", "demo_healthy", "demo_degraded")
@@ -557,18 +559,6 @@ def write_truth(path: Path, name: str, xplane: Path, truth: dict) -> None:
     path.write_text(head + TRUTH_MARKER + yaml.safe_dump({"truth": truth}, sort_keys=False, width=110))
 
 
-def _covered_ns(intervals: list[tuple[int, int]]) -> int:
-    covered, reach = 0, None
-    for start, end in sorted(intervals):
-        if reach is None or start > reach:
-            covered += end - start
-            reach = end
-        elif end > reach:
-            covered += end - reach
-            reach = end
-    return covered
-
-
 def _summary(values: list[float]) -> dict[str, float]:
     return {
         "mean": round(statistics.mean(values), 3),
@@ -614,7 +604,7 @@ def measure(xplane: Path, name: str, wall_ms: list[float]) -> dict:
         last = bisect.bisect_left(xla_starts, end)
         return [(max(a, start), min(b, end)) for a, b in xla[first:last] if b > start]
 
-    busy = [_covered_ns(overlapping(start, end)) / (end - start) for start, end in steps]
+    busy = [covered_ns(overlapping(start, end)) / (end - start) for start, end in steps]
     facts = {
         "workload": name,
         "description": DESCRIPTIONS[name],
