@@ -94,9 +94,10 @@ locals {
       service_account_id = "capture"
       trigger            = "pubsub"
       # A snapshot returns the profiler's whole buffer (about 2 GB on TPU hosts).
-      resources          = { memory = "4Gi", cpu = "2", timeout_seconds = 300, concurrency = 1, max_instances = 20 }
-      bucket_roles       = ["roles/storage.objectViewer", "roles/storage.objectCreator"]
-      publishes_to       = []
+      resources    = { memory = "4Gi", cpu = "2", timeout_seconds = 300, concurrency = 1, max_instances = 20 }
+      bucket_roles = ["roles/storage.objectViewer", "roles/storage.objectCreator"]
+      # The last capture of a session requests its analysis.
+      publishes_to       = ["analysis-requests"]
       project_roles      = []
       sign_as_self       = false
       reaches_workloads  = true
