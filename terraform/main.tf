@@ -34,6 +34,7 @@ locals {
     "artifactregistry.googleapis.com",
     "cloudbuild.googleapis.com",
     "cloudfunctions.googleapis.com",
+    "cloudresourcemanager.googleapis.com",
     "cloudscheduler.googleapis.com",
     "eventarc.googleapis.com",
     "firestore.googleapis.com",
@@ -125,10 +126,24 @@ module "build" {
   source              = "./modules/build"
   project_id          = var.project_id
   region              = var.region
+  project_number      = data.google_project.this.number
   prefix              = var.prefix
   sources_bucket_name = "${var.project_id}-${var.prefix}-sources"
   labels              = local.labels
   depends_on          = [google_project_service.enabled]
+}
+
+# A new grant or a newly enabled API takes a minute or more to be seen everywhere: on a fresh
+# project, a build started at once cannot read its sources and an Eventarc trigger created
+# at once is refused because the storage agent cannot yet publish. The functions (their
+# builds and triggers) wait for the APIs, the build account's grants and the storage agent's.
+resource "time_sleep" "iam_propagation" {
+  create_duration = "60s"
+  triggers = {
+    build_account = module.build.service_account_id
+    event_source  = module.profiles.event_source
+  }
+  depends_on = [google_project_service.enabled]
 }
 
 module "function" {
@@ -161,7 +176,7 @@ module "function" {
   sign_as_self         = each.value.sign_as_self
   vpc_connector        = each.value.reaches_workloads ? var.workload_vpc_connector : null
   labels               = local.labels
-  depends_on           = [google_project_service.enabled]
+  depends_on           = [time_sleep.iam_propagation]
 }
 
 module "queue" {

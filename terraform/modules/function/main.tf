@@ -109,7 +109,7 @@ resource "google_cloudfunctions2_function" "this" {
     }
   }
 
-  depends_on = [google_project_iam_member.trigger_receiver]
+  depends_on = [time_sleep.trigger_grants]
 }
 
 resource "google_project_iam_member" "function" {
@@ -142,6 +142,13 @@ resource "google_project_iam_member" "trigger_receiver" {
   project = var.project_id
   role    = "roles/eventarc.eventReceiver"
   member  = google_service_account.trigger[0].member
+}
+
+# Eventarc refuses a trigger whose account it cannot yet see holding eventReceiver.
+resource "time_sleep" "trigger_grants" {
+  count           = var.storage_trigger == null ? 0 : 1
+  create_duration = "60s"
+  depends_on      = [google_project_iam_member.trigger_receiver]
 }
 
 # Pub/Sub push subscriptions authenticate with an OIDC token of this account.
