@@ -79,9 +79,6 @@ locals {
         for role in local.workload_bucket_roles : "workload ${member} ${role}" => { role = role, member = member }
       }
     ]...),
-    var.xprof_viewer == null ? {} : {
-      xprof_viewer = { role = "roles/storage.objectViewer", member = module.xprof_viewer[0].service_account_member }
-    },
   )
 }
 
@@ -267,6 +264,7 @@ module "xprof_viewer" {
   region          = var.region
   prefix          = var.prefix
   image           = var.xprof_viewer.image
+  bucket          = module.profiles.name
   logdir          = local.profiles_path
   ingress         = var.xprof_viewer.ingress
   invoker_members = var.xprof_viewer.invoker_members

@@ -258,7 +258,7 @@ variable "vertex_location" {
 # --- viewer ----------------------------------------------------------------------------------
 
 variable "xprof_viewer" {
-  description = "The XProf viewer service: its image (entrypoint `xprof`, see modules/xprof-viewer/image), who may open it, ingress and size. Null deploys no viewer (dashboard links are then left empty)."
+  description = "The XProf viewer service: its image (built from modules/xprof-viewer/image), who may open it, ingress and size. Null deploys no viewer (dashboard links are then left empty)."
   type = object({
     image           = string
     invoker_members = optional(list(string), [])
