@@ -70,7 +70,7 @@ locals {
     },
   )
 
-  # Archived events carry `expireAt` (first received + var.event_retention_days); Firestore
+  # Archived events carry `expireAt`, a Timestamp (last received + var.event_retention_days); Firestore
   # deletes them within about a day after it passes. Only the embedded store queries
   # `expireAt` (it prunes by hand), so the field is left out of indexing.
   firestore_ttl_fields = {

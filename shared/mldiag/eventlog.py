@@ -32,6 +32,7 @@ from mldiag.domain.types import CamelModel, Timestamp, format_timestamp
 from mldiag.ports import BlobStore, DocumentStore, OrderBy, Where
 
 COLLECTION = "events"
+EXPIRE_AT = "expireAt"  # the TTL field (terraform/firestore.tf)
 RAW_INLINE_LIMIT = 64 * 1024  # Firestore documents stop at 1 MiB; bigger raw events go to the bucket
 MAX_ERROR_CHARS = 2000
 
@@ -109,7 +110,8 @@ class EventArchive:
         return None if document is None else ArchivedEvent.model_validate(document)
 
     def save(self, record: ArchivedEvent) -> None:
-        self.store.set(COLLECTION, record.key, record.to_json_dict())
+        # Firestore's TTL deletes only on a Timestamp: any other type silently disables it.
+        self.store.set(COLLECTION, record.key, {**record.to_json_dict(), EXPIRE_AT: record.expire_at})
 
     def received(self, function: str, event: CloudEvent) -> ArchivedEvent:
         """Record a delivery attempt; returns the record as it now stands."""
@@ -171,7 +173,7 @@ class EventArchive:
 
     def prune(self) -> int:
         """Delete records past their ``expireAt`` (Firestore's TTL does this by itself in the cloud)."""
-        expired = self.store.query(COLLECTION, where=[Where("expireAt", "<", format_timestamp(self._now()))])
+        expired = self.store.query(COLLECTION, where=[Where(EXPIRE_AT, "<", self._now())])
         for document in expired:
             record = ArchivedEvent.model_validate(document)
             if record.raw_uri:

@@ -16,6 +16,9 @@ from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 T = TypeVar("T")
 
+# JSON values, and timezone-aware ``datetime``s where the store must see a timestamp (Firestore's
+# TTL deletes only on a Timestamp field). A store compares datetimes with datetimes in queries;
+# reading back, a timestamp comes as a ``datetime`` or as its ISO 8601 text.
 Document = dict[str, Any]
 Operator = Literal["==", "!=", "<", "<=", ">", ">=", "in", "array_contains"]
 
