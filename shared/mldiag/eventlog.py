@@ -109,6 +109,11 @@ class EventArchive:
         document = self.store.get(COLLECTION, archive_key(function, event_id))
         return None if document is None else ArchivedEvent.model_validate(document)
 
+    def attempts(self, function: str, event_id: str) -> int:
+        """How many deliveries of the event ``function`` has received, counting the one in hand."""
+        record = self.get(function, event_id)
+        return 0 if record is None else record.attempts
+
     def save(self, record: ArchivedEvent) -> None:
         # Firestore's TTL deletes only on a Timestamp: any other type silently disables it.
         self.store.set(COLLECTION, record.key, {**record.to_json_dict(), EXPIRE_AT: record.expire_at})
