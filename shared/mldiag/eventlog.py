@@ -145,7 +145,7 @@ class EventArchive:
             record.raw = raw
             return
         record.raw_uri = f"gs://{self.bucket}/_mldiag/events/{record.key.replace(':', '/')}.json"
-        self.blobs.write_bytes(record.raw_uri, encoded, "application/json")
+        self.blobs.write_bytes(record.raw_uri, encoded, "application/json", if_absent=True)
 
     def load_raw(self, record: ArchivedEvent) -> dict[str, Any]:
         if record.raw is not None:
