@@ -110,3 +110,24 @@ def test_planted_trigger_without_its_own_wait_is_reported(planted: Planted):
                     "depends_on = [google_project_iam_member.trigger_receiver]")
     assert propagation_problems(planted.terraform) == [
         "the function's storage trigger must wait for its account's eventReceiver grant to propagate"]
+
+
+def token_problems(terraform: Path) -> list[str]:
+    """Every account Pub/Sub pushes as (ours and Eventarc's transport) lets the Pub/Sub agent mint its tokens."""
+    function = load_module(terraform / "modules/function")
+    minted = {plain(b.body).get("service_account_id") for b in resources(function, "google_service_account_iam_member")
+              if plain(b.body).get("role") == "roles/iam.serviceAccountTokenCreator"
+              and plain(b.body).get("member") == "serviceAccount:${var.pubsub_service_agent}"}
+    return [f"the Pub/Sub service agent cannot mint tokens for google_service_account.{account}"
+            for account in ("push", "trigger") if f"${{google_service_account.{account}[0].name}}" not in minted]
+
+
+def test_the_pubsub_agent_mints_tokens_for_every_account_it_pushes_as():
+    assert token_problems(REPO / "terraform") == []
+
+
+def test_planted_trigger_account_without_token_grant_is_reported(planted: Planted):
+    planted.replace("modules/function/main.tf", "  service_account_id = google_service_account.trigger[0].name\n",
+                    "  service_account_id = google_service_account.function.name\n")
+    assert token_problems(planted.terraform) == [
+        "the Pub/Sub service agent cannot mint tokens for google_service_account.trigger"]

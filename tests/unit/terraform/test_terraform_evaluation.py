@@ -74,6 +74,10 @@ def test_the_firestore_indexes_evaluate(workdir: Path):
 @pytest.mark.parametrize(("variable", "message"), [
     ('function_resources={analyse_session={memory="1Gi"}}', "function_resources keys must be mldiag functions"),
     ("control_plane={allow_unauthenticated=true}", "an open API must not face the internet"),
+    ('control_plane={ingress="ALLOW_INTERNAL_AND_GCLB", allow_unauthenticated=true}',
+     "an open API must not face the internet"),
+    ("function_resources={analyze_session={timeout_seconds=900}}", "event-triggered functions run at most 540 s"),
+    ("function_resources={maintenance={timeout_seconds=600}}", "event-triggered functions run at most 540 s"),
     ("workload_members=[\"allUsers\"]", "allUsers and allAuthenticatedUsers are not allowed"),
     ("delivery={max_delivery_attempts=3}", "between 5 and 100"),
     ("prefix=a-very-long-prefix", "prefix is 2-12 lowercase letters"),
@@ -89,7 +93,7 @@ def test_planted_invalid_variable_is_refused(workdir: Path, variable: str, messa
 
 def test_valid_variables_plan(workdir: Path):
     result = terraform(workdir, "plan", "-input=false", "-lock=false",
-                       "-var", 'function_resources={analyze_session={memory="32Gi"}}',
+                       "-var", 'function_resources={analyze_session={memory="32Gi"}, control_plane={timeout_seconds=900}}',
                        "-var", 'control_plane={ingress="ALLOW_INTERNAL_ONLY", allow_unauthenticated=true}',
                        "-var", 'workload_members=["serviceAccount:trainer@my-project.iam.gserviceaccount.com"]')
     assert result.returncode == 0, result.stderr
