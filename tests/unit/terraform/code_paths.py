@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import functools
 import importlib
+import inspect
 import re
 import typing
 from collections import defaultdict
@@ -251,11 +252,12 @@ def _shape(collection: str, terms: list[tuple[str, str]], order: list[tuple[str,
 
 
 def firestore_queries(graph: CodeGraph) -> list[Query]:
-    from mldiag.repository import PARENT_FIELD
+    from mldiag.repository import PARENT_FIELD, Repository
     from mldiag.services.listing import NEWEST_FIRST
 
     newest_first = [(o.field, o.descending) for o in NEWEST_FIRST]
-    repository_default = [("createTime", False)]
+    repository_default = [(o.field, o.descending)
+                          for o in inspect.signature(Repository.list).parameters["order_by"].default]
     queries = []
     for qualified, node in graph.definitions.items():
         module = graph.owner[qualified]
