@@ -66,6 +66,13 @@ locals {
   ))
 
   workload_bucket_roles = ["roles/storage.objectCreator", "roles/storage.objectViewer"]
+  # Workloads write and read their runs under the profiles prefix and nothing else (not the
+  # event archive's raw events under `_mldiag/`). Listing is checked on the bucket itself, so
+  # the bucket is named too: workloads may list object names, not read their contents.
+  workload_objects = {
+    title      = "${var.profiles_prefix}/ only"
+    expression = "resource.name == \"projects/_/buckets/${local.bucket_name}\" || resource.name.startsWith(\"projects/_/buckets/${local.bucket_name}/objects/${var.profiles_prefix}/\")"
+  }
   bucket_grants = merge(
     merge([
       for name, function in local.functions : {
@@ -76,7 +83,9 @@ locals {
     ]...),
     merge([
       for member in var.workload_members : {
-        for role in local.workload_bucket_roles : "workload ${member} ${role}" => { role = role, member = member }
+        for role in local.workload_bucket_roles : "workload ${member} ${role}" => {
+          role = role, member = member, condition = local.workload_objects
+        }
       }
     ]...),
   )

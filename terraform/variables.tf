@@ -231,7 +231,7 @@ variable "control_plane" {
 }
 
 variable "workload_members" {
-  description = "Identities of the ML workloads (e.g. `serviceAccount:trainer@P.iam.gserviceaccount.com`): they may call the API and create and read objects in the profiles bucket."
+  description = "Identities of the ML workloads (e.g. `serviceAccount:trainer@P.iam.gserviceaccount.com`): they may call the API and create and read objects under `profiles_prefix` in the profiles bucket."
   type        = list(string)
   default     = []
   validation {

@@ -346,6 +346,32 @@ def test_planted_project_level_grant_is_reported(planted: Planted):
     ]
 
 
+def workload_grant_problems(terraform: Path) -> list[str]:
+    """Workloads' bucket grants carry the condition that keeps them under the profiles prefix."""
+    expression = root_locals(terraform).get("workload_objects", {}).get("expression", "")
+    workload_grant = re.search(r'"workload \$\{member\} \$\{role\}" => \{(.*?)\}', (terraform / "main.tf").read_text(
+        encoding="utf-8"), re.DOTALL)
+    bucket_grant = plain(resources(load_module(terraform / "modules/bucket"), "google_storage_bucket_iam_member")[0].body)
+    problems = []
+    if ("/objects/${var.profiles_prefix}/" not in expression or workload_grant is None
+            or "condition = local.workload_objects" not in workload_grant.group(1)):
+        problems.append("workloads' bucket grants must be limited to objects under var.profiles_prefix")
+    if "condition" not in str(bucket_grant.get("dynamic", "")):
+        problems.append("modules/bucket must apply each grant's condition")
+    return problems
+
+
+def test_workloads_reach_only_the_profiles_prefix():
+    assert workload_grant_problems(REPO / "terraform") == []
+
+
+def test_planted_workload_grant_without_condition_is_reported(planted: Planted):
+    planted.replace("main.tf", "role = role, member = member, condition = local.workload_objects",
+                    "role = role, member = member")
+    assert workload_grant_problems(planted.terraform) == [
+        "workloads' bucket grants must be limited to objects under var.profiles_prefix"]
+
+
 def test_planted_unconditioned_project_storage_grant_is_reported(planted: Planted):
     main = planted.terraform / "modules/build/main.tf"
     text = main.read_text(encoding="utf-8")
