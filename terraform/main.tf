@@ -212,7 +212,7 @@ module "queue" {
     },
     each.key == local.maintenance_ticks ? { scheduler = "serviceAccount:${local.scheduler_agent}" } : {},
   )
-  delivery   = var.delivery
+  delivery   = merge(var.delivery, { max_delivery_attempts = local.delivery_attempts[each.key] })
   labels     = local.labels
   depends_on = [google_project_service.enabled]
 }

@@ -97,3 +97,27 @@ def test_valid_variables_plan(workdir: Path):
                        "-var", 'control_plane={ingress="ALLOW_INTERNAL_ONLY", allow_unauthenticated=true}',
                        "-var", 'workload_members=["serviceAccount:trainer@my-project.iam.gserviceaccount.com"]')
     assert result.returncode == 0, result.stderr
+
+
+def retry_window(attempts: int, minimum_s: float = 10, maximum_s: float = 600) -> float:
+    """Seconds a message is retried for before its last attempt, with Pub/Sub's exponential backoff."""
+    return sum(min(minimum_s * 2 ** step, maximum_s) for step in range(attempts - 1))
+
+
+def test_work_subscriptions_outlast_a_burst_of_their_consumer(workdir: Path):
+    """429s from busy instances count as delivery attempts: a burst must not dead-letter what waits."""
+    attempts = value(workdir, "local.delivery_attempts")
+    sizes = value(workdir, "local.function_resources")
+    rounds = value(workdir, "local.burst_rounds")
+    for topic, consumer in value(workdir, "local.queue_consumers").items():
+        window = rounds * sizes[consumer]["timeout_seconds"]
+        assert retry_window(attempts[topic]) >= window > retry_window(attempts[topic] - 1) or attempts[topic] == 5
+        assert 5 <= attempts[topic] <= 100
+    assert attempts["analysis-requests"] == 15
+    assert value(workdir, "local.delivery_attempts", "-var", "delivery={max_delivery_attempts=40}") == {
+        topic: 40 for topic in attempts}
+
+
+def test_the_queues_take_the_burst_sized_attempts():
+    main = (REPO / "terraform/main.tf").read_text(encoding="utf-8")
+    assert "delivery   = merge(var.delivery, { max_delivery_attempts = local.delivery_attempts[each.key] })" in main
