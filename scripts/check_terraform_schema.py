@@ -5,9 +5,9 @@ schema of the Google provider ships, in a form we can read, inside the npm
 package ``@cdktf/provider-google`` (16.12.1 is generated from google 6.50.0): its
 ``.jsii`` assembly describes every resource and data source as a ``…Config``
 interface (arguments and nested blocks, optional or required) and a class whose
-getters are the attributes you can read. The ``archive`` provider is not in that
-package; its one data source is described here (``BUILTIN``), from the provider's
-documentation for 2.x.
+getters are the attributes you can read. The ``archive`` and ``time`` providers
+are not in that package; the one type used of each is described here (``BUILTIN``),
+from the providers' documentation.
 
 For every module directory under the given root it reports:
 - resource and data source types the providers do not have;
@@ -107,8 +107,17 @@ def _archive_file() -> Schema:
     )
 
 
-# hashicorp/archive 2.x, from its documentation (the package above carries only google).
-BUILTIN: dict[tuple[str, str], Schema] = {("data", "archive_file"): _archive_file()}
+def _time_sleep() -> Schema:
+    arguments_ = {"create_duration", "destroy_duration", "triggers"}
+    return Schema(arguments=arguments_, readable={_loose(name): None for name in [*arguments_, "id"]})
+
+
+# hashicorp/archive 2.x and hashicorp/time 0.x, from their documentation (the package above
+# carries only google).
+BUILTIN: dict[tuple[str, str], Schema] = {
+    ("data", "archive_file"): _archive_file(),
+    ("resource", "time_sleep"): _time_sleep(),
+}
 
 
 # --- the Google provider schema, from the jsii assembly ---------------------------------------
@@ -246,7 +255,7 @@ _VAR_REF = re.compile(r"(?<![\w.])var\.(\w+)")
 _LOCAL_REF = re.compile(r"(?<![\w.])local\.(\w+)")
 _MODULE_REF = re.compile(r"(?<![\w.])module\.(\w+)(?:\[[^\]]*\])?\.(\w+)")
 _RESOURCE_REF = re.compile(
-    r"(?<![\w.])(data\.)?((?:google|archive)_\w+)\.(\w+)((?:\[[^\]]*\]|\.\w+|\.\*)*)"
+    r"(?<![\w.])(data\.)?((?:google|archive|time)_\w+)\.(\w+)((?:\[[^\]]*\]|\.\w+|\.\*)*)"
 )
 _PATH_STEP = re.compile(r"\.(\w+)")
 

@@ -5,11 +5,15 @@
 #   each resource collection.
 # - A run by its display name (the CLI's `--machine-learning-run NAME`): `_parent == P` and
 #   `displayName == N`, newest first; Firestore merges the parent index with this one.
+# - The console's runs by phase (`?phase=`): `_parent == P` and `runPhase == X`, newest first.
+# - A session's comparison baseline (mldiag.analysis.comparison.find_baseline): `_parent`,
+#   `analysis.state` and `autoCaptured` equal to values, newest first.
 # - The event archive (mldiag.eventlog.EventArchive.list, `mldiag events list|replay`):
 #   `function`, `type` and/or `outcome` equal to a value, over a `firstReceived` range,
 #   newest first. Firestore merges these indexes to serve two or three equalities at once.
 # Every other query the code makes filters or orders on a single field, which Firestore's
-# automatic single-field indexes serve. An API list with a user's `filter` or `orderBy` on
+# automatic single-field indexes serve. tests/unit/terraform walks every query the code
+# builds and checks each is served by these indexes. An API list with a user's `filter` or `orderBy` on
 # other fields needs its own index: Firestore refuses it with FAILED_PRECONDITION and a
 # link that creates it. The emulator enforces no indexes, so only a real project shows this.
 
@@ -37,6 +41,23 @@ locals {
           { field_path = "createTime", order = "DESCENDING" },
         ]
       }
+      "machineLearningRuns-by-phase" = {
+        collection = "machineLearningRuns"
+        fields = [
+          { field_path = "_parent", order = "ASCENDING" },
+          { field_path = "runPhase", order = "ASCENDING" },
+          { field_path = "createTime", order = "DESCENDING" },
+        ]
+      }
+      "profilerSessions-baselines" = {
+        collection = "profilerSessions"
+        fields = [
+          { field_path = "_parent", order = "ASCENDING" },
+          { field_path = "analysis.state", order = "ASCENDING" },
+          { field_path = "autoCaptured", order = "ASCENDING" },
+          { field_path = "createTime", order = "DESCENDING" },
+        ]
+      }
     },
     {
       for field in ["function", "type", "outcome"] : "${local.event_archive}-by-${field}" => {
@@ -49,7 +70,7 @@ locals {
     },
   )
 
-  # Archived events carry `expireAt` (first received + var.event_retention_days); Firestore
+  # Archived events carry `expireAt`, a Timestamp (last received + var.event_retention_days); Firestore
   # deletes them within about a day after it passes. Only the embedded store queries
   # `expireAt` (it prunes by hand), so the field is left out of indexing.
   firestore_ttl_fields = {

@@ -94,9 +94,10 @@ locals {
       service_account_id = "capture"
       trigger            = "pubsub"
       # A snapshot returns the profiler's whole buffer (about 2 GB on TPU hosts).
-      resources          = { memory = "4Gi", cpu = "2", timeout_seconds = 300, concurrency = 1, max_instances = 20 }
-      bucket_roles       = ["roles/storage.objectViewer", "roles/storage.objectCreator"]
-      publishes_to       = []
+      resources    = { memory = "4Gi", cpu = "2", timeout_seconds = 300, concurrency = 1, max_instances = 20 }
+      bucket_roles = ["roles/storage.objectViewer", "roles/storage.objectCreator"]
+      # The last capture of a session requests its analysis.
+      publishes_to       = ["analysis-requests"]
       project_roles      = []
       sign_as_self       = false
       reaches_workloads  = true
@@ -160,6 +161,28 @@ locals {
     "monitoring-alerts" = "on_alert"
     "maintenance-ticks" = "maintenance"
   }
+  # Pub/Sub counts a 429 (every instance of the consumer busy) as a delivery attempt, so a
+  # burst of work for a consumer that takes one message per instance for minutes would
+  # dead-letter what waits longest (the 11th analysis of a burst after about 2.5 minutes).
+  # Each work topic's subscription therefore retries for at least as long as its consumer
+  # takes to work through `burst_rounds` full rounds of its instances (analysis: 10 x 540 s), and
+  # never fewer than var.delivery.max_delivery_attempts times. The functions' own count of
+  # failures they ran into (MLDIAG_MAX_DELIVERY_ATTEMPTS) is not raised by this.
+  burst_rounds    = 10
+  minimum_backoff = tonumber(trimsuffix(var.delivery.minimum_backoff, "s"))
+  maximum_backoff = tonumber(trimsuffix(var.delivery.maximum_backoff, "s"))
+  delivery_attempts = {
+    for topic, consumer in local.queue_consumers : topic => min(100, max(
+      var.delivery.max_delivery_attempts,
+      # retries whose backoffs so far add up to less than the burst window, plus the first delivery
+      1 + length([
+        for retry in range(99) : retry
+        if sum(concat([0], [for step in range(retry) : min(local.minimum_backoff * pow(2, step), local.maximum_backoff)])) <
+        local.burst_rounds * local.function_resources[consumer].timeout_seconds
+      ]),
+    ))
+  }
+
   dead_letter_recorder = "record_dead_letter"
   maintenance_ticks    = "maintenance-ticks"
 }

@@ -34,6 +34,7 @@ locals {
     "artifactregistry.googleapis.com",
     "cloudbuild.googleapis.com",
     "cloudfunctions.googleapis.com",
+    "cloudresourcemanager.googleapis.com",
     "cloudscheduler.googleapis.com",
     "eventarc.googleapis.com",
     "firestore.googleapis.com",
@@ -65,6 +66,13 @@ locals {
   ))
 
   workload_bucket_roles = ["roles/storage.objectCreator", "roles/storage.objectViewer"]
+  # Workloads write and read their runs under the profiles prefix and nothing else (not the
+  # event archive's raw events under `_mldiag/`). Listing is checked on the bucket itself, so
+  # the bucket is named too: workloads may list object names, not read their contents.
+  workload_objects = {
+    title      = "${var.profiles_prefix}/ only"
+    expression = "resource.name == \"projects/_/buckets/${local.bucket_name}\" || resource.name.startsWith(\"projects/_/buckets/${local.bucket_name}/objects/${var.profiles_prefix}/\")"
+  }
   bucket_grants = merge(
     merge([
       for name, function in local.functions : {
@@ -75,12 +83,11 @@ locals {
     ]...),
     merge([
       for member in var.workload_members : {
-        for role in local.workload_bucket_roles : "workload ${member} ${role}" => { role = role, member = member }
+        for role in local.workload_bucket_roles : "workload ${member} ${role}" => {
+          role = role, member = member, condition = local.workload_objects
+        }
       }
     ]...),
-    var.xprof_viewer == null ? {} : {
-      xprof_viewer = { role = "roles/storage.objectViewer", member = module.xprof_viewer[0].service_account_member }
-    },
   )
 }
 
@@ -125,10 +132,24 @@ module "build" {
   source              = "./modules/build"
   project_id          = var.project_id
   region              = var.region
+  project_number      = data.google_project.this.number
   prefix              = var.prefix
   sources_bucket_name = "${var.project_id}-${var.prefix}-sources"
   labels              = local.labels
   depends_on          = [google_project_service.enabled]
+}
+
+# A new grant or a newly enabled API takes a minute or more to be seen everywhere: on a fresh
+# project, a build started at once cannot read its sources and an Eventarc trigger created
+# at once is refused because the storage agent cannot yet publish. The functions (their
+# builds and triggers) wait for the APIs, the build account's grants and the storage agent's.
+resource "time_sleep" "iam_propagation" {
+  create_duration = "60s"
+  triggers = {
+    build_account = module.build.service_account_id
+    event_source  = module.profiles.event_source
+  }
+  depends_on = [google_project_service.enabled]
 }
 
 module "function" {
@@ -161,7 +182,7 @@ module "function" {
   sign_as_self         = each.value.sign_as_self
   vpc_connector        = each.value.reaches_workloads ? var.workload_vpc_connector : null
   labels               = local.labels
-  depends_on           = [google_project_service.enabled]
+  depends_on           = [time_sleep.iam_propagation]
 }
 
 module "queue" {
@@ -191,7 +212,7 @@ module "queue" {
     },
     each.key == local.maintenance_ticks ? { scheduler = "serviceAccount:${local.scheduler_agent}" } : {},
   )
-  delivery   = var.delivery
+  delivery   = merge(var.delivery, { max_delivery_attempts = local.delivery_attempts[each.key] })
   labels     = local.labels
   depends_on = [google_project_service.enabled]
 }
@@ -252,6 +273,7 @@ module "xprof_viewer" {
   region          = var.region
   prefix          = var.prefix
   image           = var.xprof_viewer.image
+  bucket          = module.profiles.name
   logdir          = local.profiles_path
   ingress         = var.xprof_viewer.ingress
   invoker_members = var.xprof_viewer.invoker_members

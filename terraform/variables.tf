@@ -200,12 +200,20 @@ variable "function_resources" {
   default = {}
   validation {
     condition     = alltrue([for name in keys(var.function_resources) : contains(keys(local.functions), name)])
-    error_message = "function_resources keys must be mldiag functions: control_plane, register_session, analyze_session, dispatch_capture, on_alert, record_dead_letter."
+    error_message = "function_resources keys must be mldiag functions: control_plane, register_session, analyze_session, dispatch_capture, on_alert, maintenance, record_dead_letter."
+  }
+  validation {
+    condition = alltrue([
+      for name, resources in var.function_resources :
+      coalesce(resources.timeout_seconds, 1) >= 1 &&
+      coalesce(resources.timeout_seconds, 1) <= (try(local.functions[name].trigger, "") == "http" ? 3600 : 540)
+    ])
+    error_message = "function_resources timeout_seconds: event-triggered functions run at most 540 s (the API at most 3600 s)."
   }
 }
 
 variable "control_plane" {
-  description = "Who reaches the API: ingress (ALLOW_ALL, ALLOW_INTERNAL_ONLY, ALLOW_INTERNAL_AND_GCLB), members granted roles/run.invoker, and whether to admit unauthenticated callers (the official SDK sends no credentials), allowed only with restricted ingress."
+  description = "Who reaches the API: ingress (ALLOW_ALL, ALLOW_INTERNAL_ONLY, ALLOW_INTERNAL_AND_GCLB), members granted roles/run.invoker, and whether to admit unauthenticated callers (the official SDK sends no credentials), allowed only with ALLOW_INTERNAL_ONLY."
   type = object({
     ingress               = optional(string, "ALLOW_ALL")
     invoker_members       = optional(list(string), [])
@@ -217,13 +225,13 @@ variable "control_plane" {
     error_message = "control_plane.ingress must be ALLOW_ALL, ALLOW_INTERNAL_ONLY or ALLOW_INTERNAL_AND_GCLB."
   }
   validation {
-    condition     = !var.control_plane.allow_unauthenticated || var.control_plane.ingress != "ALLOW_ALL"
-    error_message = "control_plane.allow_unauthenticated needs ingress ALLOW_INTERNAL_ONLY or ALLOW_INTERNAL_AND_GCLB: an open API must not face the internet."
+    condition     = !var.control_plane.allow_unauthenticated || var.control_plane.ingress == "ALLOW_INTERNAL_ONLY"
+    error_message = "control_plane.allow_unauthenticated needs ingress ALLOW_INTERNAL_ONLY (a load balancer would put it on the internet): an open API must not face the internet."
   }
 }
 
 variable "workload_members" {
-  description = "Identities of the ML workloads (e.g. `serviceAccount:trainer@P.iam.gserviceaccount.com`): they may call the API and create and read objects in the profiles bucket."
+  description = "Identities of the ML workloads (e.g. `serviceAccount:trainer@P.iam.gserviceaccount.com`): they may call the API and create and read objects under `profiles_prefix` in the profiles bucket."
   type        = list(string)
   default     = []
   validation {
@@ -258,7 +266,7 @@ variable "vertex_location" {
 # --- viewer ----------------------------------------------------------------------------------
 
 variable "xprof_viewer" {
-  description = "The XProf viewer service: its image (entrypoint `xprof`, see modules/xprof-viewer/image), who may open it, ingress and size. Null deploys no viewer (dashboard links are then left empty)."
+  description = "The XProf viewer service: its image (built from modules/xprof-viewer/image), who may open it, ingress and size. Null deploys no viewer (dashboard links are then left empty)."
   type = object({
     image           = string
     invoker_members = optional(list(string), [])

@@ -10,5 +10,9 @@ terraform {
       source  = "hashicorp/archive"
       version = ">= 2.4"
     }
+    time = {
+      source  = "hashicorp/time"
+      version = ">= 0.9"
+    }
   }
 }

@@ -32,6 +32,7 @@ from mldiag.domain.types import CamelModel, Timestamp, format_timestamp
 from mldiag.ports import BlobStore, DocumentStore, OrderBy, Where
 
 COLLECTION = "events"
+EXPIRE_AT = "expireAt"  # the TTL field (terraform/firestore.tf)
 RAW_INLINE_LIMIT = 64 * 1024  # Firestore documents stop at 1 MiB; bigger raw events go to the bucket
 MAX_ERROR_CHARS = 2000
 
@@ -118,8 +119,14 @@ class EventArchive:
         document = self.store.get(COLLECTION, archive_key(function, event_id))
         return None if document is None else ArchivedEvent.model_validate(document)
 
+    def attempts(self, function: str, event_id: str) -> int:
+        """How many deliveries of the event ``function`` has received, counting the one in hand."""
+        record = self.get(function, event_id)
+        return 0 if record is None else record.attempts
+
     def save(self, record: ArchivedEvent) -> None:
-        self.store.set(COLLECTION, record.key, record.to_json_dict())
+        # Firestore's TTL deletes only on a Timestamp: any other type silently disables it.
+        self.store.set(COLLECTION, record.key, {**record.to_json_dict(), EXPIRE_AT: record.expire_at})
 
     def received(self, function: str, event: CloudEvent) -> ArchivedEvent:
         """Record a delivery attempt; returns the record as it now stands."""
@@ -148,7 +155,7 @@ class EventArchive:
             record.raw = raw
             return
         record.raw_uri = f"gs://{self.bucket}/_mldiag/events/{record.key.replace(':', '/')}.json"
-        self.blobs.write_bytes(record.raw_uri, encoded, "application/json")
+        self.blobs.write_bytes(record.raw_uri, encoded, "application/json", if_absent=True)
 
     def load_raw(self, record: ArchivedEvent) -> dict[str, Any]:
         if record.raw is not None:
@@ -181,7 +188,7 @@ class EventArchive:
 
     def prune(self) -> int:
         """Delete records past their ``expireAt`` (Firestore's TTL does this by itself in the cloud)."""
-        expired = self.store.query(COLLECTION, where=[Where("expireAt", "<", format_timestamp(self._now()))])
+        expired = self.store.query(COLLECTION, where=[Where(EXPIRE_AT, "<", self._now())])
         for document in expired:
             record = ArchivedEvent.model_validate(document)
             if record.raw_uri:

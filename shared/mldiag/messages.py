@@ -28,6 +28,8 @@ class Message:
     attributes: dict[str, str] = field(default_factory=dict)
     message_id: str = ""
     publish_time: str = ""
+    # Pub/Sub's count, where the push body still carries it (functions-framework drops it:
+    # handlers that need the count in the cloud take the event archive's, EventArchive.attempts).
     delivery_attempt: int = 1
     ordering_key: str = ""
 

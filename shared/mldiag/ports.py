@@ -16,6 +16,9 @@ from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 T = TypeVar("T")
 
+# JSON values, and timezone-aware ``datetime``s where the store must see a timestamp (Firestore's
+# TTL deletes only on a Timestamp field). A store compares datetimes with datetimes in queries;
+# reading back, a timestamp comes as a ``datetime`` or as its ISO 8601 text.
 Document = dict[str, Any]
 Operator = Literal["==", "!=", "<", "<=", ">", ">=", "in", "array_contains"]
 
@@ -95,11 +98,17 @@ class BlobStore(Protocol):
         """The object's content; :class:`mldiag.domain.NotFound` if absent,
         :class:`mldiag.domain.InvalidArgument` if larger than ``max_bytes``."""
 
-    def write_bytes(self, uri: str, data: bytes, content_type: str = "") -> BlobInfo: ...
+    def write_bytes(self, uri: str, data: bytes, content_type: str = "", *,
+                    if_absent: bool = False) -> BlobInfo | None:
+        """Write the object. With ``if_absent`` an object already there is kept and ``None`` returned:
+        write-once work that is retried (an archived raw event, a captured trace) is then done,
+        and needs only the right to create objects, not to overwrite them."""
 
     def download(self, uri: str, destination: Path) -> BlobInfo: ...
 
-    def upload(self, source: Path, uri: str, content_type: str = "") -> BlobInfo: ...
+    def upload(self, source: Path, uri: str, content_type: str = "", *,
+               if_absent: bool = False) -> BlobInfo | None:
+        """:meth:`write_bytes` from a file."""
 
     def list(self, prefix: str) -> Iterator[BlobInfo]:
         """Every object whose URI starts with ``prefix`` (a ``gs://bucket/...`` URI)."""

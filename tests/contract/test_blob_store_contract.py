@@ -35,6 +35,19 @@ def test_overwrite_changes_content_and_generation(blobs, bucket):
     assert blobs.read_bytes(uri) == b'{"v": 2}'
 
 
+def test_a_write_if_absent_keeps_what_is_there(blobs, bucket, tmp_path):
+    """Write-once work retried (needs only the right to create: ``ifGenerationMatch=0``, 412 is done)."""
+    uri = f"{bucket}/raw/event.json"
+    first = blobs.write_bytes(uri, b"first", if_absent=True)
+    assert first is not None and blobs.read_bytes(uri) == b"first"
+    assert blobs.write_bytes(uri, b"second", if_absent=True) is None
+    source = tmp_path / "trace.xplane.pb"
+    source.write_bytes(b"third")
+    assert blobs.upload(source, uri, if_absent=True) is None
+    assert blobs.read_bytes(uri) == b"first" and blobs.stat(uri).generation == first.generation
+    assert blobs.upload(source, f"{bucket}/raw/other.xplane.pb", if_absent=True).size == 5
+
+
 def test_max_bytes_is_checked_before_reading(blobs, bucket):
     uri = f"{bucket}/big.bin"
     blobs.write_bytes(uri, b"x" * 100)

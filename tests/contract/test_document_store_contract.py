@@ -9,9 +9,11 @@ race waits about 2 s before it is retried, hence the tiny contention test.
 from __future__ import annotations
 
 import threading
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from mldiag.adapters.sqlite_store import SqliteStore
 from mldiag.domain.errors import AlreadyExists, InvalidArgument
 from mldiag.ports import OrderBy, Where
 
@@ -212,3 +214,20 @@ def test_concurrent_increments_are_serialised(store):
         thread.join()
     assert errors == []
     assert store.get("counters", "c") == {"value": threads * increments_each}
+
+
+
+INSTANT = datetime(2026, 3, 1, 12, 0, 0, 250000, tzinfo=timezone.utc)
+
+
+def test_a_datetime_is_kept_as_a_timestamp_and_compares_as_time(store):
+    """Firestore's TTL deletes only on a Timestamp field; any other type silently disables it."""
+    store.set("expiring", "a", {"name": "a", "expireAt": INSTANT})
+    store.set("expiring", "b", {"name": "b", "expireAt": INSTANT + timedelta(days=1)})
+    stored = store.get("expiring", "a")["expireAt"]
+    if isinstance(store, SqliteStore):
+        assert stored == "2026-03-01T12:00:00.250000Z"  # fixed-width UTC text sorts as time does
+    else:
+        assert isinstance(stored, datetime) and stored == INSTANT  # a Firestore Timestamp reads back as a datetime
+    assert keys(store.query("expiring", where=[Where("expireAt", "<", INSTANT + timedelta(seconds=1))])) == ["a"]
+    assert keys(store.query("expiring", where=[Where("expireAt", "<", INSTANT)])) == []

@@ -34,6 +34,17 @@ def _same_generation(uri: str) -> Iterator[None]:
         raise Aborted(f"{uri} was overwritten while being read") from None
 
 
+@contextlib.contextmanager
+def _kept_if_present(if_absent: bool) -> Iterator[list[BlobInfo]]:
+    """An upload with ``ifGenerationMatch=0``: 412 means the object exists, which is the goal."""
+    written: list[BlobInfo] = []
+    try:
+        yield written
+    except google_errors.PreconditionFailed:
+        if not if_absent:
+            raise
+
+
 def _info(uri: str, blob: storage.Blob) -> BlobInfo:
     return BlobInfo(
         uri=uri,
@@ -82,15 +93,23 @@ class GcsBlobs:
             blob.download_to_filename(str(destination), if_generation_match=blob.generation)
         return _info(uri, blob)
 
-    def write_bytes(self, uri: str, data: bytes, content_type: str = "") -> BlobInfo:
+    def write_bytes(self, uri: str, data: bytes, content_type: str = "", *,
+                    if_absent: bool = False) -> BlobInfo | None:
         blob = self._blob(uri)
-        blob.upload_from_string(data, content_type=content_type or _guess_content_type(blob.name))
-        return _info(uri, blob)
+        with _kept_if_present(if_absent) as written:
+            blob.upload_from_string(data, content_type=content_type or _guess_content_type(blob.name),
+                                    if_generation_match=0 if if_absent else None)
+            written.append(_info(uri, blob))
+        return written[0] if written else None
 
-    def upload(self, source: Path, uri: str, content_type: str = "") -> BlobInfo:
+    def upload(self, source: Path, uri: str, content_type: str = "", *,
+               if_absent: bool = False) -> BlobInfo | None:
         blob = self._blob(uri)
-        blob.upload_from_filename(str(source), content_type=content_type or _guess_content_type(blob.name))
-        return _info(uri, blob)
+        with _kept_if_present(if_absent) as written:
+            blob.upload_from_filename(str(source), content_type=content_type or _guess_content_type(blob.name),
+                                      if_generation_match=0 if if_absent else None)
+            written.append(_info(uri, blob))
+        return written[0] if written else None
 
     def list(self, prefix: str) -> Iterator[BlobInfo]:
         parsed = parse_blob_uri(prefix, allow_empty_path=True)

@@ -72,10 +72,18 @@ class LocalBlobs:
             raise InvalidArgument(f"{uri} is {info.size} bytes, over the {max_bytes}-byte limit", field="uri")
         return self.path_for(uri).read_bytes()
 
-    def _publish(self, staged: Path, uri: str) -> BlobInfo:
+    def _publish(self, staged: Path, uri: str, if_absent: bool) -> BlobInfo | None:
         path = self.path_for(uri)
         path.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(staged, path)
+        if not if_absent:
+            os.replace(staged, path)
+            return self._info(uri, path)
+        try:
+            os.link(staged, path)  # atomic, and refused when the object exists
+        except FileExistsError:
+            return None
+        finally:
+            staged.unlink()
         return self._info(uri, path)
 
     def _object_path(self, uri: str) -> Path:
@@ -83,18 +91,20 @@ class LocalBlobs:
         parse_blob_uri(uri)
         return self.path_for(uri)
 
-    def write_bytes(self, uri: str, data: bytes, content_type: str = "") -> BlobInfo:
+    def write_bytes(self, uri: str, data: bytes, content_type: str = "", *,
+                    if_absent: bool = False) -> BlobInfo | None:
         self._object_path(uri)  # validate before staging anything
         with tempfile.NamedTemporaryFile(dir=self._staging, delete=False) as staged:
             staged.write(data)
-        return self._publish(Path(staged.name), uri)
+        return self._publish(Path(staged.name), uri, if_absent)
 
-    def upload(self, source: Path, uri: str, content_type: str = "") -> BlobInfo:
+    def upload(self, source: Path, uri: str, content_type: str = "", *,
+               if_absent: bool = False) -> BlobInfo | None:
         self._object_path(uri)
         with tempfile.NamedTemporaryFile(dir=self._staging, delete=False) as staged:
             pass
         shutil.copyfile(source, staged.name)
-        return self._publish(Path(staged.name), uri)
+        return self._publish(Path(staged.name), uri, if_absent)
 
     def download(self, uri: str, destination: Path) -> BlobInfo:
         info = self.stat(uri)

@@ -1,6 +1,7 @@
 """``SqliteStore``: the embedded document store, one SQLite file under the data dir.
 
-Documents are JSON text in a single table; queries use SQLite's JSON functions
+Documents are JSON text in a single table (a ``datetime`` as its fixed-width UTC ISO
+text, which sorts as time does, and is read back as that text); queries use SQLite's JSON functions
 and follow Firestore's semantics where they differ from SQL's (a document
 without the ordered-by or compared field is left out). Transactions take the
 write lock up front (``BEGIN IMMEDIATE``), which makes them serialisable across
@@ -14,11 +15,13 @@ import json
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 from mldiag.adapters.queries import KEY, field_segments, result_order
 from mldiag.domain.errors import AlreadyExists
+from mldiag.domain.types import format_timestamp
 from mldiag.ports import Document, OrderBy, Where
 
 T = TypeVar("T")
@@ -38,8 +41,20 @@ def _json_path(field: str) -> str:
     return "$" + "".join(f'."{part}"' for part in field_segments(field))
 
 
+def _json_default(value: Any) -> str:
+    if isinstance(value, datetime):
+        return format_timestamp(value)
+    raise TypeError(f"{type(value).__name__} is not a document value")
+
+
+def _encode(value: Any) -> str:
+    return json.dumps(value, default=_json_default)
+
+
 def _sql_value(value: Any) -> Any:
-    return json.dumps(value) if isinstance(value, (dict, list)) else value
+    if isinstance(value, datetime):
+        return format_timestamp(value)
+    return _encode(value) if isinstance(value, (dict, list)) else value
 
 
 class _SqliteTransaction:
@@ -70,7 +85,7 @@ class _SqliteTransaction:
             try:
                 self._connection.execute(
                     f"{verb} INTO documents (collection, key, body) VALUES (?, ?, ?)",
-                    (collection, key, json.dumps(document)),
+                    (collection, key, _encode(document)),
                 )
             except sqlite3.IntegrityError:
                 raise AlreadyExists(f"{collection}/{key} already exists") from None

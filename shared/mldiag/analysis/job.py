@@ -53,6 +53,7 @@ from mldiag.eventlog import Ignored
 from mldiag.messages import message_from_cloud_event
 from mldiag.ports import Transaction
 
+FUNCTION = "analyze_session"  # the function this handler runs in, as the event archive names it
 REPORT_FOLDER = "mldiag"
 XPLANE_SUFFIX = ".xplane.pb"
 MAX_REASON_CHARS = 500
@@ -279,7 +280,10 @@ def analyze_requested(services: Services, event: CloudEvent) -> str:
     """The ``analyze_session`` handler body: one ``analysis-requests`` message in, a one-line account out."""
     message = message_from_cloud_event(event)
     request = AnalysisRequest.parse(message.json())
-    last_attempt = message.delivery_attempt >= services.settings.max_delivery_attempts
+    # A Pub/Sub push through functions-framework loses the body's deliveryAttempt; the event
+    # archive has counted every delivery of this message to this function, this one included.
+    attempt = max(message.delivery_attempt, services.events.attempts(FUNCTION, str(event["id"])))
+    last_attempt = attempt >= services.settings.max_delivery_attempts
     with structlog.contextvars.bound_contextvars(session=request.session):
         _start(services, request)
         session = services.sessions.get(request.session)

@@ -81,7 +81,7 @@ class Executor:
             for suffix in (XPLANE_SUFFIX, *SIBLING_SUFFIXES):
                 path = written / f"{task.target}{suffix}"
                 if path.is_file():
-                    self.blobs.upload(path, f"{session_folder.rstrip('/')}/{path.name}")
+                    self.blobs.upload(path, f"{session_folder.rstrip('/')}/{path.name}", if_absent=True)
 
     def _snapshot(self, task: CaptureTask, server: ProfilerServer, session_folder: str) -> TaskResult:
         with tempfile.TemporaryDirectory(prefix="mldiag-snapshot-", dir=self.scratch_dir) as scratch:
@@ -94,7 +94,7 @@ class Executor:
             if len(files) > 1:
                 raise CaptureFailed(Failure.ERROR, f"the snapshot from {server.address} holds {len(files)} "
                                     "xplane files; one per target was expected")
-            self.blobs.upload(files[0], profile_uri(session_folder, task.target))
+            self.blobs.upload(files[0], profile_uri(session_folder, task.target), if_absent=True)
         return TaskResult()
 
     def _fall_back(self, task: CaptureTask, server: ProfilerServer, session_folder: str,

@@ -78,6 +78,14 @@ resource "google_storage_bucket_iam_member" "this" {
   bucket   = google_storage_bucket.this.name
   role     = each.value.role
   member   = each.value.member
+
+  dynamic "condition" {
+    for_each = each.value.condition == null ? [] : [each.value.condition]
+    content {
+      title      = condition.value.title
+      expression = condition.value.expression
+    }
+  }
 }
 
 # Eventarc storage triggers publish through a topic Eventarc creates and names itself, so the

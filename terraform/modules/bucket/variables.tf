@@ -95,10 +95,11 @@ variable "eventarc_source" {
 }
 
 variable "iam" {
-  description = "Bucket-level grants, `{key = {role, member}}`. Keys are labels known at plan time (members may be computed, such as a new service account)."
+  description = "Bucket-level grants, `{key = {role, member, condition}}`, the condition an optional IAM condition `{title, expression}`. Keys are labels known at plan time (members may be computed, such as a new service account)."
   type = map(object({
-    role   = string
-    member = string
+    role      = string
+    member    = string
+    condition = optional(object({ title = string, expression = string }))
   }))
   default = {}
   validation {

@@ -5,6 +5,10 @@
 # The sources bucket is separate from the profiles bucket on purpose: workloads may write
 # profiles, and nothing they can write must ever become code that runs.
 
+locals {
+  function_sources_bucket = "gcf-v2-sources-${var.project_number}-${var.region}"
+}
+
 resource "google_service_account" "build" {
   project      = var.project_id
   account_id   = "${var.prefix}-build"
@@ -60,6 +64,22 @@ resource "google_artifact_registry_repository_iam_member" "build_writer" {
   repository = google_artifact_registry_repository.images.name
   role       = "roles/artifactregistry.writer"
   member     = google_service_account.build.member
+}
+
+# Cloud Functions (gen2) copies each source archive into a bucket of its own,
+# gcf-v2-sources-<project number>-<region>, created on the first deploy, and Cloud Build
+# reads it there as this account. That bucket does not exist to be granted on beforehand, so
+# the grant is made on the project, limited by its condition to that one bucket.
+resource "google_project_iam_member" "build_function_sources" {
+  project = var.project_id
+  role    = "roles/storage.objectViewer"
+  member  = google_service_account.build.member
+
+  condition {
+    title       = "gcf-v2-sources bucket only"
+    description = "Cloud Functions' copy of the source archives in ${var.region}."
+    expression  = "resource.name.startsWith(\"projects/_/buckets/${local.function_sources_bucket}\")"
+  }
 }
 
 # Build logs are written per project: Cloud Logging has no narrower resource for writers.

@@ -8,7 +8,12 @@ output "sources_bucket" {
 output "service_account_id" {
   description = "Build service account, `projects/P/serviceAccounts/EMAIL` (what build_config.service_account takes)."
   value       = google_service_account.build.id
-  depends_on  = [google_artifact_registry_repository_iam_member.build_writer, google_project_iam_member.build_logs, module.sources]
+  depends_on = [
+    google_artifact_registry_repository_iam_member.build_writer,
+    google_project_iam_member.build_logs,
+    google_project_iam_member.build_function_sources,
+    module.sources,
+  ]
 }
 
 output "docker_repository" {

@@ -3,6 +3,11 @@ variable "project_id" {
   type        = string
 }
 
+variable "project_number" {
+  description = "Number of the project (it names the bucket Cloud Functions copies sources into)."
+  type        = string
+}
+
 variable "region" {
   description = "Region of the sources bucket and the image repository (the functions' region)."
   type        = string

@@ -109,7 +109,7 @@ resource "google_cloudfunctions2_function" "this" {
     }
   }
 
-  depends_on = [google_project_iam_member.trigger_receiver]
+  depends_on = [time_sleep.trigger_grants]
 }
 
 resource "google_project_iam_member" "function" {
@@ -142,6 +142,22 @@ resource "google_project_iam_member" "trigger_receiver" {
   project = var.project_id
   role    = "roles/eventarc.eventReceiver"
   member  = google_service_account.trigger[0].member
+}
+
+# Eventarc delivers through a Pub/Sub push subscription of its own, authenticated as the
+# trigger's account; see push_token below.
+resource "google_service_account_iam_member" "trigger_token" {
+  count              = var.storage_trigger == null ? 0 : 1
+  service_account_id = google_service_account.trigger[0].name
+  role               = "roles/iam.serviceAccountTokenCreator"
+  member             = "serviceAccount:${var.pubsub_service_agent}"
+}
+
+# Eventarc refuses a trigger whose account it cannot yet see holding eventReceiver.
+resource "time_sleep" "trigger_grants" {
+  count           = var.storage_trigger == null ? 0 : 1
+  create_duration = "60s"
+  depends_on      = [google_project_iam_member.trigger_receiver, google_service_account_iam_member.trigger_token]
 }
 
 # Pub/Sub push subscriptions authenticate with an OIDC token of this account.

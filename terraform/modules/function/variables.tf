@@ -44,7 +44,7 @@ variable "source_root" {
 variable "source_patterns" {
   description = "File patterns packaged from the function directory and the library (text files only: they are read with file())."
   type        = list(string)
-  default     = ["**/*.py", "**/*.html", "**/*.j2", "**/*.css", "**/*.js", "**/*.sql", "**/*.json", "**/py.typed"]
+  default     = ["**/*.py", "**/*.html", "**/*.j2", "**/*.css", "**/*.js", "**/*.svg", "**/*.sql", "**/*.json", "**/py.typed"]
 }
 
 variable "requirements" {
@@ -129,12 +129,12 @@ variable "pubsub_push" {
 }
 
 variable "pubsub_service_agent" {
-  description = "Email of the project's Pub/Sub service agent (mints the push account's tokens); needed with pubsub_push."
+  description = "Email of the project's Pub/Sub service agent (mints the push and trigger accounts' tokens); needed with pubsub_push or storage_trigger."
   type        = string
   default     = null
   validation {
-    condition     = !var.pubsub_push || var.pubsub_service_agent != null
-    error_message = "pubsub_service_agent is needed with pubsub_push."
+    condition     = (!var.pubsub_push && var.storage_trigger == null) || var.pubsub_service_agent != null
+    error_message = "pubsub_service_agent is needed with pubsub_push or storage_trigger."
   }
 }
 

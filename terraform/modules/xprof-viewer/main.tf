@@ -1,12 +1,22 @@
 # Stock XProf (`xprof --logdir gs://...`) as a Cloud Run service, for the dashboard links
 # the control plane hands out (`<url>/?session_path=<session folder>`). It reads the
 # profiles bucket and nothing else; only the listed members may open it.
+#
+# The image's entrypoint (image/serve.py) starts XProf even while the logdir is still
+# empty, as it is in a new bucket; stock `xprof` would refuse to start.
 
 resource "google_service_account" "viewer" {
   project      = var.project_id
   account_id   = "${var.prefix}-xprof"
   display_name = "mldiag XProf viewer"
   description  = "Reads profiles for the XProf viewer service."
+}
+
+# The service lists the bucket from its first start, so it is created after this grant.
+resource "google_storage_bucket_iam_member" "viewer" {
+  bucket = var.bucket
+  role   = "roles/storage.objectViewer"
+  member = google_service_account.viewer.member
 }
 
 resource "google_cloud_run_v2_service" "viewer" {
@@ -53,6 +63,8 @@ resource "google_cloud_run_v2_service" "viewer" {
       }
     }
   }
+
+  depends_on = [google_storage_bucket_iam_member.viewer]
 }
 
 resource "google_cloud_run_v2_service_iam_member" "invokers" {

@@ -4,6 +4,6 @@ output "url" {
 }
 
 output "service_account_member" {
-  description = "The viewer's account as an IAM member; grant it read access to the profiles."
+  description = "The viewer's account as an IAM member (it may read the profiles bucket)."
   value       = google_service_account.viewer.member
 }

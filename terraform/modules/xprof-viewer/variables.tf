@@ -14,7 +14,12 @@ variable "prefix" {
 }
 
 variable "image" {
-  description = "Container image whose entrypoint is `xprof` (see `image/Dockerfile`)."
+  description = "Container image of `image/Dockerfile`: its entrypoint takes `xprof`'s flags and starts on a log directory that is still empty."
+  type        = string
+}
+
+variable "bucket" {
+  description = "The profiles bucket the viewer reads (it is granted roles/storage.objectViewer on it)."
   type        = string
 }
 

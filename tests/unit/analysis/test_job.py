@@ -184,6 +184,27 @@ def test_a_transient_failure_is_retried_and_the_last_attempt_records_it(embedded
     assert _analysis(embedded).state is AnalysisState.FAILED
 
 
+def _deliver_through_functions_framework(services, message: Message) -> Outcome:
+    """A push as functions-framework hands it to the function: Pub/Sub's deliveryAttempt is gone."""
+    event = pubsub_cloud_event(project="p", topic=ANALYSIS_REQUESTS, subscription="analyze_session",
+                               message=message, published=services.now())
+    del event.data["deliveryAttempt"]
+    return entrypoints.analyze_session(services, event)
+
+
+def test_the_last_delivery_is_known_from_the_event_archive_when_the_push_omits_it(embedded, requested,
+                                                                                  monkeypatch):
+    monkeypatch.setattr(embedded.blobs, "download", lambda uri, destination: (_ for _ in ()).throw(
+        ConnectionError("storage unavailable")))
+    for _ in range(embedded.settings.max_delivery_attempts - 1):
+        with pytest.raises(ConnectionError):
+            _deliver_through_functions_framework(embedded, requested)
+        assert _analysis(embedded).state is AnalysisState.PENDING
+    assert _deliver_through_functions_framework(embedded, requested) is Outcome.REJECTED
+    failed = _analysis(embedded)
+    assert failed.state is AnalysisState.FAILED and "storage unavailable" in failed.error
+
+
 def _dead_letter(services, message: Message) -> Outcome:
     """``message`` as Pub/Sub forwards it once every delivery attempt failed."""
     letter = Message(message.data, {**message.attributes, "CloudPubSubDeadLetterSourceDeliveryCount": "5",

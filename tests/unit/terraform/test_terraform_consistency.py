@@ -44,7 +44,10 @@ PROJECT_LEVEL_ROLES = {
     "roles/eventarc.eventReceiver": "Eventarc triggers receive events per project",
     "roles/pubsub.publisher": "Eventarc names the storage trigger's transport topic itself",
     "roles/logging.logWriter": "Cloud Logging writers are granted per project (the build account)",
+    "roles/storage.objectViewer": "the build reads gcf-v2-sources-*, which Cloud Functions creates on first deploy",
 }
+# Project-level grants of these must carry an IAM condition naming the one resource meant.
+CONDITIONED_PROJECT_ROLES = {"roles/storage.objectViewer"}
 
 
 VERTEX_ROLE, ANALYSIS = "roles/aiplatform.user", "analyze_session"
@@ -176,9 +179,11 @@ def role_problems(terraform: Path) -> list[str]:
             role = literal(block.body.get("role"))
             if role is not None and role not in PROJECT_LEVEL_ROLES:
                 problems.append(f"{where}: {role} granted on the project; grant it on the resource")
+            elif role in CONDITIONED_PROJECT_ROLES and "condition" not in block.body:
+                problems.append(f"{where}: {role} granted on the whole project; add a condition naming the resource")
     for name, spec in root_locals(terraform)["functions"].items():
         for role in spec["project_roles"]:
-            if role not in PROJECT_LEVEL_ROLES:
+            if role not in PROJECT_LEVEL_ROLES or role in CONDITIONED_PROJECT_ROLES:
                 problems.append(f"{name}: {role} granted on the project; grant it on the resource")
             elif role == VERTEX_ROLE and name != ANALYSIS:
                 problems.append(f"{name}: {VERTEX_ROLE} is for {ANALYSIS} only")
@@ -339,6 +344,42 @@ def test_planted_project_level_grant_is_reported(planted: Planted):
     assert role_problems(planted.terraform) == [
         "analyze_session: roles/storage.admin granted on the project; grant it on the resource"
     ]
+
+
+def workload_grant_problems(terraform: Path) -> list[str]:
+    """Workloads' bucket grants carry the condition that keeps them under the profiles prefix."""
+    expression = root_locals(terraform).get("workload_objects", {}).get("expression", "")
+    workload_grant = re.search(r'"workload \$\{member\} \$\{role\}" => \{(.*?)\}', (terraform / "main.tf").read_text(
+        encoding="utf-8"), re.DOTALL)
+    bucket_grant = plain(resources(load_module(terraform / "modules/bucket"), "google_storage_bucket_iam_member")[0].body)
+    problems = []
+    if ("/objects/${var.profiles_prefix}/" not in expression or workload_grant is None
+            or "condition = local.workload_objects" not in workload_grant.group(1)):
+        problems.append("workloads' bucket grants must be limited to objects under var.profiles_prefix")
+    if "condition" not in str(bucket_grant.get("dynamic", "")):
+        problems.append("modules/bucket must apply each grant's condition")
+    return problems
+
+
+def test_workloads_reach_only_the_profiles_prefix():
+    assert workload_grant_problems(REPO / "terraform") == []
+
+
+def test_planted_workload_grant_without_condition_is_reported(planted: Planted):
+    planted.replace("main.tf", "role = role, member = member, condition = local.workload_objects",
+                    "role = role, member = member")
+    assert workload_grant_problems(planted.terraform) == [
+        "workloads' bucket grants must be limited to objects under var.profiles_prefix"]
+
+
+def test_planted_unconditioned_project_storage_grant_is_reported(planted: Planted):
+    main = planted.terraform / "modules/build/main.tf"
+    text = main.read_text(encoding="utf-8")
+    start = text.index("\n  condition {")
+    main.write_text(text[:start] + text[text.index("\n  }\n", start) + 4:], encoding="utf-8")
+    assert role_problems(planted.terraform) == [
+        "modules/build/main.tf: google_project_iam_member.build_function_sources: roles/storage.objectViewer"
+        " granted on the whole project; add a condition naming the resource"]
 
 
 def test_planted_vertex_grant_outside_the_analysis_is_reported(planted: Planted):

@@ -54,3 +54,28 @@ def test_planted_undocumented_variable_is_reported(planted: Planted, capsys):
                   'variable "ordering" {\n  description = "x"\n  type        = bool\n}\n')
     assert main(["--check", str(planted.terraform)]) == 1
     assert capsys.readouterr().out.split() == ["out", "of", "date:", str(planted.terraform / "modules/queue/README.md")]
+
+
+RESTRICTED = "examples/org-policy-restricted"
+PUBLIC_PRINCIPALS = ("allUsers", "allAuthenticatedUsers")
+
+
+def public_grants(example: Path) -> list[str]:
+    """What would make an example need a public principal, which domain-restricted sharing refuses."""
+    problems = [f"{path.name} names {principal}" for path in sorted(example.glob("*.tf"))
+                for principal in PUBLIC_PRINCIPALS if principal in path.read_text(encoding="utf-8")]
+    call = next(b for b in load_module(example) if b.kind == "module" and b.labels[0] == "mldiag")
+    control_plane = call.body.get("control_plane", {})
+    if str(control_plane.get("allow_unauthenticated", "false")).lower() != "false":
+        problems.append("control_plane.allow_unauthenticated would grant allUsers the invoker role")
+    return problems
+
+
+def test_the_org_policy_example_grants_nothing_public():
+    assert public_grants(REPO / "terraform" / RESTRICTED) == []
+
+
+def test_planted_public_invoker_in_the_org_policy_example_is_reported(planted: Planted):
+    planted.replace(f"{RESTRICTED}/main.tf", "allow_unauthenticated = false", "allow_unauthenticated = true")
+    assert public_grants(planted.terraform / RESTRICTED) == [
+        "control_plane.allow_unauthenticated would grant allUsers the invoker role"]

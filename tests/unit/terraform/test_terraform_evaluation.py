@@ -68,12 +68,16 @@ def test_the_firestore_indexes_evaluate(workdir: Path):
     assert indexes["events-by-outcome"]["fields"][1] == {"field_path": "firstReceived", "order": "DESCENDING"}
     assert indexes["machineLearningRuns-by-display-name"]["fields"] == [
         {"field_path": "displayName", "order": "ASCENDING"}, {"field_path": "createTime", "order": "DESCENDING"}]
-    assert len(indexes) == 14
+    assert len(indexes) == 16
 
 
 @pytest.mark.parametrize(("variable", "message"), [
     ('function_resources={analyse_session={memory="1Gi"}}', "function_resources keys must be mldiag functions"),
     ("control_plane={allow_unauthenticated=true}", "an open API must not face the internet"),
+    ('control_plane={ingress="ALLOW_INTERNAL_AND_GCLB", allow_unauthenticated=true}',
+     "an open API must not face the internet"),
+    ("function_resources={analyze_session={timeout_seconds=900}}", "event-triggered functions run at most 540 s"),
+    ("function_resources={maintenance={timeout_seconds=600}}", "event-triggered functions run at most 540 s"),
     ("workload_members=[\"allUsers\"]", "allUsers and allAuthenticatedUsers are not allowed"),
     ("delivery={max_delivery_attempts=3}", "between 5 and 100"),
     ("prefix=a-very-long-prefix", "prefix is 2-12 lowercase letters"),
@@ -89,7 +93,31 @@ def test_planted_invalid_variable_is_refused(workdir: Path, variable: str, messa
 
 def test_valid_variables_plan(workdir: Path):
     result = terraform(workdir, "plan", "-input=false", "-lock=false",
-                       "-var", 'function_resources={analyze_session={memory="32Gi"}}',
+                       "-var", 'function_resources={analyze_session={memory="32Gi"}, control_plane={timeout_seconds=900}}',
                        "-var", 'control_plane={ingress="ALLOW_INTERNAL_ONLY", allow_unauthenticated=true}',
                        "-var", 'workload_members=["serviceAccount:trainer@my-project.iam.gserviceaccount.com"]')
     assert result.returncode == 0, result.stderr
+
+
+def retry_window(attempts: int, minimum_s: float = 10, maximum_s: float = 600) -> float:
+    """Seconds a message is retried for before its last attempt, with Pub/Sub's exponential backoff."""
+    return sum(min(minimum_s * 2 ** step, maximum_s) for step in range(attempts - 1))
+
+
+def test_work_subscriptions_outlast_a_burst_of_their_consumer(workdir: Path):
+    """429s from busy instances count as delivery attempts: a burst must not dead-letter what waits."""
+    attempts = value(workdir, "local.delivery_attempts")
+    sizes = value(workdir, "local.function_resources")
+    rounds = value(workdir, "local.burst_rounds")
+    for topic, consumer in value(workdir, "local.queue_consumers").items():
+        window = rounds * sizes[consumer]["timeout_seconds"]
+        assert retry_window(attempts[topic]) >= window > retry_window(attempts[topic] - 1) or attempts[topic] == 5
+        assert 5 <= attempts[topic] <= 100
+    assert attempts["analysis-requests"] == 15
+    assert value(workdir, "local.delivery_attempts", "-var", "delivery={max_delivery_attempts=40}") == {
+        topic: 40 for topic in attempts}
+
+
+def test_the_queues_take_the_burst_sized_attempts():
+    main = (REPO / "terraform/main.tf").read_text(encoding="utf-8")
+    assert "delivery   = merge(var.delivery, { max_delivery_attempts = local.delivery_attempts[each.key] })" in main

@@ -1,0 +1,129 @@
+"""What the code does, Terraform allows: derived from the code (``code_paths``), not listed by hand.
+
+- every topic a function's code can publish to is in its ``publishes_to`` (and nothing more);
+- every file of the library and the functions is in the archive the build gets;
+- every Firestore query the code builds has the index Firestore needs for it in
+  ``firestore.tf``. The emulator enforces no indexes, so this is the only place a
+  missing one shows before a real project refuses the query with FAILED_PRECONDITION.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from code_paths import CodeGraph, Query, firestore_queries, published_topics
+from conftest import REPO, Planted, missing_tool
+from terraform_config import load_module, unquote
+from test_terraform_consistency import root_locals
+from test_terraform_evaluation import EVALUATED, REQUIRED, STUB
+
+Index = tuple[frozenset[str], tuple[tuple[str, bool], ...]]  # equality prefix, ordered suffix
+
+
+@pytest.fixture(scope="module")
+def graph() -> CodeGraph:
+    return CodeGraph.load()
+
+
+def publish_problems(terraform: Path, graph: CodeGraph) -> list[str]:
+    problems = []
+    for name, spec in sorted(root_locals(terraform)["functions"].items()):
+        declared, used = set(spec["publishes_to"]), published_topics(graph, name)
+        if used - declared:
+            problems.append(f"{name} publishes to {sorted(used - declared)} but publishes_to omits it")
+        if declared - used:
+            problems.append(f"{name} may publish to {sorted(declared - used)} but its code never does")
+    return problems
+
+
+def declared_indexes(terraform: Path, workdir: Path) -> dict[str, list[Index]]:
+    """``local.firestore_indexes`` as the real ``terraform`` evaluates it."""
+    if shutil.which("terraform") is None:
+        missing_tool("the terraform binary is not on PATH (https://developer.hashicorp.com/terraform/install)")
+    for name in EVALUATED:
+        shutil.copy(terraform / name, workdir / name)
+    (workdir / "stub.tf").write_text(STUB, encoding="utf-8")
+    result = subprocess.run(["terraform", "console", "-no-color", *REQUIRED], cwd=workdir, capture_output=True,
+                            text=True, input="jsonencode(local.firestore_indexes)", check=False, timeout=120)
+    assert result.returncode == 0, result.stderr
+    indexes: dict[str, list[Index]] = {}
+    for index in json.loads(json.loads(result.stdout)).values():
+        fields = [(f["field_path"], f["order"] == "DESCENDING") for f in index["fields"]]
+        indexes.setdefault(index["collection"], []).append((frozenset(f for f, _ in fields[:-1]), tuple(fields[-1:])))
+    return indexes
+
+
+def served(query: Query, indexes: list[Index]) -> bool:
+    """Whether Firestore can serve ``query`` from its automatic single-field indexes and ``indexes``.
+
+    Equalities alone, or one ordered field alone, need nothing declared. Otherwise each
+    equality field must lead an index that ends in the query's order; Firestore merges
+    such indexes to serve several equalities at once.
+    """
+    if not query.order or (not query.equalities and len(query.order) == 1):
+        return True
+    if not query.equalities:
+        return (frozenset(), query.order) in indexes
+    return all(any(field in prefix and prefix <= query.equalities and suffix == query.order
+                   for prefix, suffix in indexes)
+               for field in query.equalities)
+
+
+def index_problems(terraform: Path, workdir: Path, graph: CodeGraph) -> list[str]:
+    indexes = declared_indexes(terraform, workdir)
+    problems = {f"{query.describe()} ({query.where}) has no composite index in firestore.tf"
+                for query in firestore_queries(graph) if not served(query, indexes.get(query.collection, []))}
+    return sorted(problems)
+
+
+def test_publishes_to_is_what_the_code_publishes(graph: CodeGraph):
+    assert publish_problems(REPO / "terraform", graph) == []
+
+
+def test_the_walk_finds_the_queries_that_need_composite_indexes(graph: CodeGraph):
+    shapes = {query.describe() for query in firestore_queries(graph)}
+    assert "profilerSessions: _parent and analysis.state and autoCaptured, order createTime desc" in shapes
+    assert "machineLearningRuns: _parent and runPhase, order createTime desc" in shapes
+    assert "machineLearningRuns: _parent and displayName, order createTime desc" in shapes
+    assert "events: function and outcome and type, order firstReceived desc" in shapes
+
+
+def test_every_firestore_query_has_its_index(graph: CodeGraph, tmp_path: Path):
+    assert index_problems(REPO / "terraform", tmp_path, graph) == []
+
+
+def test_planted_missing_publish_grant_is_reported(planted: Planted, graph: CodeGraph):
+    planted.replace("functions.tf", 'publishes_to       = ["capture-requests"]', "publishes_to       = []")
+    assert publish_problems(planted.terraform, graph) == [
+        "on_alert publishes to ['capture-requests'] but publishes_to omits it"]
+
+
+def test_planted_missing_index_is_reported(planted: Planted, graph: CodeGraph, tmp_path: Path):
+    planted.replace("firestore.tf", '{ field_path = "runPhase", order = "ASCENDING" },', "")
+    assert index_problems(planted.terraform, tmp_path, graph) == [
+        "machineLearningRuns: _parent and runPhase, order createTime desc (mldiag.ui.console:159 runs)"
+        " has no composite index in firestore.tf"]
+
+
+def unpackaged_files(terraform: Path, root: Path) -> list[str]:
+    """Files of the library and the functions that no pattern of the function module's archive takes."""
+    variables = {b.labels[0]: b.body for b in load_module(terraform / "modules/function") if b.kind == "variable"}
+    patterns = [unquote(p) for p in variables["source_patterns"]["default"]]
+    shipped = [path for directory in (root / "shared/mldiag", root / "functions") for path in directory.rglob("*")
+               if path.is_file() and "__pycache__" not in path.parts]
+    return sorted(str(path.relative_to(root)) for path in shipped
+                  if not any(fnmatch.fnmatch(path.name, pattern.removeprefix("**/")) for pattern in patterns))
+
+
+def test_every_file_of_the_library_and_the_functions_is_packaged():
+    assert unpackaged_files(REPO / "terraform", REPO) == []
+
+
+def test_planted_unpackaged_file_type_is_reported(planted: Planted):
+    planted.write("functions/on_alert/icon.png", "not really a png")
+    assert unpackaged_files(planted.terraform, planted.root) == ["functions/on_alert/icon.png"]
