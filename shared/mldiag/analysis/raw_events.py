@@ -454,9 +454,10 @@ def _iterations(windows: np.ndarray) -> np.ndarray:
     return np.column_stack((windows[:-1, 0], np.maximum(windows[1:, 0], windows[:-1, 0])))
 
 
-def _complete(source: StepSource, step_ns: np.ndarray) -> np.ndarray:
-    """The steps whose length is a whole step: a program's last run ends with its device work, not at a next run."""
-    return step_ns[:-1] if source is StepSource.PROGRAM_RUNS and len(step_ns) > 1 else step_ns
+def _complete(source: StepSource, per_step: np.ndarray) -> np.ndarray:
+    """Per-step values of the steps whose length is a whole step: a program's last run ends with its device work,
+    not at a next run."""
+    return per_step[:-1] if source is StepSource.PROGRAM_RUNS and len(per_step) > 1 else per_step
 
 
 def _by_step(per_device: list[np.ndarray], steps: int) -> np.ndarray:
@@ -549,8 +550,8 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
         step_marker=steps.marker,
         steps=count,
         step_ms=Distribution.of((_complete(steps.source, step_ns) / 1e6).tolist()),
-        busy_fraction=float(busy.mean()) if has_lanes else None,
-        idle_ms_per_step=float(((1 - busy) * step_ns).mean() / 1e6) if has_lanes else None,
+        busy_fraction=float(_complete(steps.source, busy).mean()) if has_lanes else None,
+        idle_ms_per_step=float(_complete(steps.source, (1 - busy) * step_ns).mean() / 1e6) if has_lanes else None,
         loop_busy_fraction=float(np.clip(np.mean(loop_busy), 0.0, 1.0)) if has_lanes else None,
         busy_by_device={device: float(np.clip(fraction, 0.0, 1.0)) for device, fraction in zip(measured, loop_busy)},
         gap_ms_per_step=float(gaps.mean() / 1e6) if len(gaps) else None,

@@ -95,6 +95,16 @@ def test_each_call_is_one_dispatch_and_the_programs_period_is_the_step(tmp_path)
     assert [(p.name, p.calls) for p in host.programs] == [("PjitFunction(step)", 10)]
 
 
+def test_the_last_run_which_ends_with_its_device_work_is_not_in_the_busy_fraction(tmp_path):
+    # Busy 1 of every 10 ms; the last run's window ends with its kernel, so it alone would read busy 100 %.
+    starts = [i * 10 * MS for i in range(5)]
+    lane = [("fusion", s + MS, s + 2 * MS) for s in starts]
+    host = _Build(DeviceKind.GPU).host(_jit_calls("step", starts, MS)).lane("/device:GPU:0", lane).evidence(tmp_path)
+    assert host.step_ms.mean == pytest.approx(10)
+    assert host.busy_fraction == pytest.approx(0.1, abs=0.001)
+    assert host.idle_ms_per_step == pytest.approx(9, abs=0.01)
+
+
 def test_one_off_programs_do_not_hide_the_program_called_every_step(tmp_path):
     starts = [(i + 1) * 10 * MS for i in range(8)]
     events = _jit_calls("_normal", [0], MS) + _jit_calls("step", starts, MS)
