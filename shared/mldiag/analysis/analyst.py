@@ -872,8 +872,8 @@ def _summary(hosts: list[HostEvidence], metrics: Metrics, health: Health, findin
     urgent = [f for f in findings if f.priority is not Priority.P2]
     if status is HealthStatus.OPTIMAL:
         low = ("idle time, communication, compilation and memory pressure are low" if health.memory_fraction
-               is not None else "idle time, communication and compilation are low (memory capacity unknown, so "
-               "memory pressure is not judged)")
+               is not None else "idle time, communication and compilation are low (the device's memory capacity is "
+               "unknown, so its peak memory is not weighed against it)")
         sentences.append(f"Compute utilisation is high and {low}, so the profile needs no action.")
     elif urgent:
         sentences.append(f"The main problem ({urgent[0].priority.value}): {urgent[0].title}.")
