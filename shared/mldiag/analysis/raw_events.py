@@ -322,6 +322,25 @@ def _union_of(lines: list[_Line], keep: np.ndarray) -> _Union:
     return _Union(starts, ends)
 
 
+def _devices_on_plane(trace: _Trace) -> int:
+    """How many devices share one plane's lines: the XLA CPU client runs every CPU device's program on the
+    host plane's threads; an accelerator has a plane of its own."""
+    return max(1, len(trace.cpu_devices)) if trace.device_kind is DeviceKind.CPU else 1
+
+
+def _per_device_covered(lines: list[_Line], keep: np.ndarray, windows: np.ndarray, devices: int) -> np.ndarray:
+    """For each window, the nanoseconds the kept events cover on one of the ``devices`` whose programs run on
+    ``lines``. Each device's program runs on a thread of its own (the XLA CPU client's), where the kept events
+    cover the most; the other threads are a shared pool that lends a hand. So: the cover of the ``devices``
+    most covered lines, shared among the devices, at most the lines' union."""
+    union = _union_of(lines, keep).covered(windows)
+    if devices == 1:
+        return union
+    each = np.array([_union_of([line], keep).covered(windows) for line in lines])
+    own = each[np.argsort(-each.sum(axis=1), kind="stable")[:devices]]
+    return np.minimum(union, own.sum(axis=0) / devices)
+
+
 # --- steps -------------------------------------------------------------------------------------
 
 
@@ -509,12 +528,13 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
     measured = {device: trace.lanes[device] for device in steps.device_windows}
     device_windows = list(steps.device_windows.values())
     busy_unions = [_union_of(lines, busy_name) for lines in measured.values()]
-    communicating = [_union_of(lines, busy_name & trace.mask(COMMUNICATION.search)) for lines in measured.values()]
+    is_collective = busy_name & trace.mask(COMMUNICATION.search)
     step_ns = _by_step([w[:, 1] - w[:, 0] for w in device_windows], count) if device_windows else (
         (windows[:, 1] - windows[:, 0]).astype(np.float64))
     busy_ns = _by_step([union.covered(w) for union, w in zip(busy_unions, device_windows)], count)
     busy = np.clip(busy_ns / np.maximum(step_ns, 1), 0.0, 1.0)
-    communication_ns = _by_step([union.covered(w) for union, w in zip(communicating, device_windows)], count)
+    communication_ns = _by_step([_per_device_covered(lines, is_collective, w, _devices_on_plane(trace))
+                                 for lines, w in zip(measured.values(), device_windows)], count)
     loop_busy = [float(np.mean(union.covered(iterations) / np.maximum(iterations[:, 1] - iterations[:, 0], 1)))
                  for union, iterations in zip(busy_unions, map(_iterations, device_windows))]
     gaps = np.maximum(windows[1:, 0] - windows[:-1, 1], 0)
@@ -621,8 +641,7 @@ def _ops(trace: _Trace, measured: dict[str, list[_Line]], device_windows: dict[s
         totals[1] += op_count[index]
         if expression:
             expressions.setdefault(label, expression)
-    # The XLA CPU client runs one program per device on shared threads; elsewhere each device has its plane.
-    devices = max(1, len(trace.cpu_devices) if trace.device_kind is DeviceKind.CPU else len(measured))
+    devices = _devices_on_plane(trace) if trace.device_kind is DeviceKind.CPU else max(1, len(measured))
     return _Ops(labelled, expressions, sum(ns for ns, _ in labelled.values()) or 1.0, devices, steps * devices)
 
 
