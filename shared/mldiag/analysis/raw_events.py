@@ -451,9 +451,17 @@ def _step_program(launches: _Launches) -> int | None:
 
 
 def _period_windows(launches: _Launches, program: int, lanes: list[_Line]) -> np.ndarray:
-    """One window per run of ``program``, from its start to the next run's; the last ends with its device work."""
+    """One window per run of ``program``, from its start to the next run's; the last ends with its device work.
+
+    Runs launched after the devices' last recorded work are left out: a device trace that stops before the
+    host's last launches (a tracer whose buffer filled) says nothing of them, not that the devices idled.
+    """
     runs = launches.ids == program
     starts, ends = launches.starts[runs], launches.ends[runs]
+    last_work = max((int(line.starts.max()) for line in lanes if len(line)), default=None)
+    if last_work is not None and starts[-1] > last_work:
+        recorded = max(1, int(np.count_nonzero(starts <= last_work)))
+        return np.column_stack((starts[:recorded], starts[1:recorded + 1]))
     last_end = max(int(ends[-1]), _last_lane_end(lanes, int(starts[-1])))
     return np.column_stack((starts, np.append(starts[1:], last_end)))
 

@@ -120,6 +120,17 @@ def test_cpu_devices_sharing_threads_are_each_in_collectives_for_their_own_threa
     assert _analysis(host).health.communication_fraction == pytest.approx(0.6, abs=0.01)
 
 
+def test_runs_launched_after_the_device_trace_stops_are_not_steps(tmp_path):
+    # Six launches; the GPU's kernel trace holds the first three runs (busy 2 of every 10 ms) and then stops.
+    starts = [i * 10 * MS for i in range(6)]
+    lane = [("fusion", s + MS, s + 3 * MS) for s in starts[:3]]
+    host = _Build(DeviceKind.GPU).host(_jit_calls("step", starts, MS)).lane("/device:GPU:0", lane).evidence(tmp_path)
+    assert host.step_source is StepSource.PROGRAM_RUNS and host.steps == 3
+    assert host.step_ms.mean == pytest.approx(10)
+    assert host.busy_fraction == pytest.approx(0.2, abs=0.001)
+    assert host.top_ops[0].self_ms_per_step == pytest.approx(2)
+
+
 def test_one_off_programs_do_not_hide_the_program_called_every_step(tmp_path):
     starts = [(i + 1) * 10 * MS for i in range(8)]
     events = _jit_calls("_normal", [0], MS) + _jit_calls("step", starts, MS)
