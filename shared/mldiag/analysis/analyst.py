@@ -525,10 +525,16 @@ _HLO_SHAPE = re.compile(r"=\s*(\S+)")
 _CONVOLUTION = re.compile(r"conv|Im\dd?2Col|implicit_gemm|cudnn", re.IGNORECASE)
 
 
-def _movement(op: OpTime) -> str | None:
-    """Which kind of data movement an op is: a host transfer, a dtype convert, a layout change, or none."""
+def _movement(op: OpTime, computing: frozenset[str] = frozenset()) -> str | None:
+    """Which kind of data movement an op is: a host transfer, a dtype convert, a layout change, or none.
+
+    ``computing``: the fusions the HLO shows computing, which are none whatever their names (a fusion is named
+    after its root: a sine computed in f32 for bf16 data is a "loop_convert_fusion").
+    """
     if (_ASYNC_COPY.match(op.name) and HOST_MEMORY_SPACE in op.expression) or _MEMCPY.search(op.name):
         return "host_transfer"
+    if {op.name, op.name.removesuffix(".kd"), op.expression} & computing:
+        return None
     if _CONVERT.search(op.name):
         return "convert"
     if _LAYOUT.search(op.name):
@@ -613,14 +619,16 @@ def _movement_fix(kind: str, framework: Framework, device: DeviceKind, convoluti
     return "Choose layouts that need no transpose: " + "; ".join(layouts) + "."
 
 
-def _movements(hosts: list[HostEvidence]) -> list[tuple[DataMovement, HostEvidence, list[OpTime]]]:
+def _movements(hosts: list[HostEvidence], programs: dict[str, HloProgram],
+               ) -> list[tuple[DataMovement, HostEvidence, list[OpTime]]]:
     """Device time in ops that move or re-type data instead of computing (host transfers, converts, transposes):
     each kind on the host where it takes the largest share of device time, with those ops, longest first."""
+    computing = frozenset(name for program in programs.values() for name in program.computing_fusions)
     worst: dict[str, tuple[float, HostEvidence, list[OpTime]]] = {}
     for host in hosts:
         by_kind: dict[str, list[OpTime]] = {}
         for op in host.top_ops:
-            if (kind := _movement(op)) is not None:
+            if (kind := _movement(op, computing)) is not None:
                 by_kind.setdefault(kind, []).append(op)
         for kind, ops in by_kind.items():
             share = sum(op.share_of_busy for op in ops)
@@ -917,7 +925,7 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
     metrics = _metrics(hosts, by_name)
     health = _health(hosts, metrics)
     programs = {program.module: program for program in hlo_programs or []}
-    movements = _movements(hosts)
+    movements = _movements(hosts, programs)
     findings = _findings(hosts, by_name, hlo_issues, metrics, health, programs, movements)
     status = decide_status(health, findings)
     return Analysis(

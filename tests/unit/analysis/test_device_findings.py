@@ -108,6 +108,44 @@ def test_the_figures_a_data_movement_finding_quotes_are_stored_in_the_analysis()
                                    "(75.0%, per device, 1 device; 75.0% of the step)")
 
 
+BF16_SINE = """HloModule jit_sin, is_scheduled=true
+
+%fused_convert (param_0.5: bf16[8,4096,2048]) -> bf16[8,4096,2048] {
+  %param_0.5 = bf16[8,4096,2048]{2,1,0} parameter(0)
+  %convert.5 = f32[8,4096,2048]{2,1,0} convert(%param_0.5)
+  %sin.1.3 = f32[8,4096,2048]{2,1,0} sine(%convert.5)
+  ROOT %convert.1.1 = bf16[8,4096,2048]{2,1,0} convert(%sin.1.3)
+}
+
+%fused_transpose (param_0.1: bf16[64,32]) -> bf16[32,64] {
+  %param_0.1 = bf16[64,32]{1,0} parameter(0)
+  ROOT %transpose.1 = bf16[32,64]{1,0} transpose(%param_0.1), dimensions={1,0}
+}
+
+ENTRY %main.1 (x.1: bf16[8,4096,2048], y.1: bf16[64,32]) -> (bf16[8,4096,2048], bf16[32,64]) {
+  %x.1 = bf16[8,4096,2048]{2,1,0} parameter(0)
+  %y.1 = bf16[64,32]{1,0} parameter(1)
+  %loop_convert_fusion = bf16[8,4096,2048]{2,1,0} fusion(%x.1), kind=kLoop, calls=%fused_convert
+  %loop_transpose_fusion = bf16[32,64]{1,0} fusion(%y.1), kind=kLoop, calls=%fused_transpose
+  ROOT %tuple = (bf16[8,4096,2048]{2,1,0}, bf16[32,64]{1,0}) tuple(%loop_convert_fusion, %loop_transpose_fusion)
+}
+"""
+
+
+def test_a_fusion_named_after_its_root_convert_that_computes_is_not_data_movement():
+    programs = hlo.program_buffers([hlo.parse_module("jit_sin(13)", BF16_SINE)])
+    assert programs[0].computing_fusions == ["loop_convert_fusion"]
+    host = _host(top_ops=_ops(("loop_convert_fusion.kd", 0.6), ("loop_transpose_fusion.kd", 0.4),
+                              expression={"loop_convert_fusion.kd": "loop_convert_fusion",
+                                          "loop_transpose_fusion.kd": "loop_transpose_fusion"}))
+    assert [f.title for f in _of(_analysis(host), FindingCategory.DATA_MOVEMENT)] == [
+        "Dtype converts take 60% of device time", "Layout transposes take 40% of device time"]
+    analysis = _analysis(host, programs=programs)
+    assert [f.title for f in _of(analysis, FindingCategory.DATA_MOVEMENT)] == [
+        "Layout transposes take 40% of device time"]
+    assert [movement.kind for movement in analysis.data_movement] == ["layout"]
+
+
 def test_a_layout_transpose_before_a_gpu_convolution_gets_a_channels_last_fix():
     host = _host(top_ops=_ops(("input_transpose_fusion.kd", 0.51), ("Cijk_Ailk_Bljk_BBS_BH_MT256x128x64", 0.42),
                               ("Im3d2Col.kd", 0.03), ("loop_transpose_fusion.kd", 0.02)))
