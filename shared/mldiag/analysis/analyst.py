@@ -670,8 +670,8 @@ def _data_movement(movements: list[tuple[DataMovement, HostEvidence, list[OpTime
         priority = _movement_priority(movement, host)
         if priority is None:
             continue
-        kind, share, ms, device_ms = movement.kind, movement.share_of_device, movement.ms_per_step, (
-            movement.device_ms_per_step)
+        kind, share = movement.kind, movement.share_of_device
+        ms, device_ms = movement.ms_per_step, movement.device_ms_per_step
         label, what = _MOVEMENT_TEXT[kind]
         per = _per(host)
         evidence = [f"{label.lower()}: {ms:.2f} ms per {per} of {device_ms:.2f} ms of device op time "
