@@ -317,13 +317,21 @@ def quoted_numbers(text: str, keep_names: bool = False) -> Iterator[tuple[str, f
         yield match.group(0), float(match.group("number").replace(",", "")), len(decimals or ""), unit
 
 
+# A size field named for its unit (XProf's "size_mib", "peak_memory_usage_gib"): its value in bytes.
+SIZE_FIELD = re.compile(r"_(?P<unit>kib|mib|gib)$")
+SIZE_FIELD_BYTES = {"kib": 2.0**10, "mib": 2.0**20, "gib": 2.0**30}
+
+
 def stored_numbers(analysis: dict[str, Any]) -> list[float]:
-    """The numbers analysis.json holds outside the findings: every numeric field, and the figures in the
-    text the follow-up tools answered and the HLO detectors wrote (which findings quote)."""
+    """The numbers analysis.json holds outside the findings: every numeric field (a size field named for its
+    unit in bytes too), and the figures in the text the follow-up tools answered and the HLO detectors wrote
+    (which findings quote)."""
     numbers = []
     for path, value in _leaves({key: value for key, value in analysis.items() if key not in ("findings", "summary")}):
         if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
             numbers.append(float(value))
+            if sized := SIZE_FIELD.search(path):
+                numbers.append(float(value) * SIZE_FIELD_BYTES[sized.group("unit")])
         elif isinstance(value, str) and path.startswith(("followups.", "hlo_issues.")):
             numbers += [number for _, number, _, _ in quoted_numbers(value, keep_names=True)]
     return numbers

@@ -33,7 +33,7 @@ SOUND = {
     "followups": [{"tool": "aggregate_xplane_events", "output": "10 events, mean 41.583 ms"}],
     "comparison": {"headline": ["Step time rose from 37.0 ms to 48.3 ms (+31%).",
                                 "The largest growth is 'data_loading': 30.1 → 41.6 ms per step."]},
-    "tools": [],
+    "tools": [{"name": "get_peak_allocations", "data": {"top_buffers": [{"size_mib": 0.09375}]}}],
 }
 TRUTH = {"steps": {"value": 10, "abs": 0, "how": "-"}, "step_ms": {"value": 48.4, "rel": 0.1, "how": "-"}}
 
@@ -77,6 +77,8 @@ def test_quoted_numbers_are_measurements_not_names_counts_or_ratios():
     ("step time 48.4 ms", True),  # 48.35 rounded as shown
     ("step time 48.6 ms", False),
     ("step time 0.0484 s", True),  # the same figure in seconds
+    ("buffer 96.00 KiB", True),  # a tool's size_mib, in bytes
+    ("buffer 96.00 MiB", False),
 ])
 def test_a_quoted_number_is_found_in_its_unit_up_to_the_rounding_shown(line, holds):
     analysis = broken(lambda a: a["findings"][0]["evidence"].append(line))

@@ -16,7 +16,8 @@ report, offline and without a reasoning model. The rules in short:
   HLO detectors; memory also when a program's temporaries dwarf its inputs and
   outputs (its HLO against its memory_viewer peak);
 * **data_movement**: device time in dtype converts, layout transposes and
-  copies between host and device memory;
+  copies between host and device memory; in op-by-op execution, where the
+  devices mostly wait for launches, ranked by their share of the step;
 * **OPTIMAL** when compute is high, idle, communication, compilation and OOM
   risk are low, and no finding is P0 or P1.
 
@@ -35,7 +36,7 @@ from typing import Any
 
 from mldiag.analysis import frameworks
 from mldiag.analysis.evidence import (
-    Analysis, Health, HloIssue, HloProgram, Metrics, ProfileInput, ToolResult, ToolStatus,
+    Analysis, DataMovement, Health, HloIssue, HloProgram, Metrics, ProfileInput, ToolResult, ToolStatus,
 )
 from mldiag.analysis.frameworks import Framework
 from mldiag.analysis.hlo import Shape
@@ -524,10 +525,16 @@ _HLO_SHAPE = re.compile(r"=\s*(\S+)")
 _CONVOLUTION = re.compile(r"conv|Im\dd?2Col|implicit_gemm|cudnn", re.IGNORECASE)
 
 
-def _movement(op: OpTime) -> str | None:
-    """Which kind of data movement an op is: a host transfer, a dtype convert, a layout change, or none."""
+def _movement(op: OpTime, computing: frozenset[str] = frozenset()) -> str | None:
+    """Which kind of data movement an op is: a host transfer, a dtype convert, a layout change, or none.
+
+    ``computing``: the fusions the HLO shows computing, which are none whatever their names (a fusion is named
+    after its root: a sine computed in f32 for bf16 data is a "loop_convert_fusion").
+    """
     if (_ASYNC_COPY.match(op.name) and HOST_MEMORY_SPACE in op.expression) or _MEMCPY.search(op.name):
         return "host_transfer"
+    if {op.name, op.name.removesuffix(".kd"), op.expression} & computing:
+        return None
     if _CONVERT.search(op.name):
         return "convert"
     if _LAYOUT.search(op.name):
@@ -544,8 +551,8 @@ def _per(host: HostEvidence) -> str:
     return "capture" if host.step_source is StepSource.PROFILE_WINDOW else "step"
 
 
-def _transferred(ops: list[OpTime]) -> str:
-    """Bytes the finished copies moved each step, each way, read from their HLO shapes."""
+def _transferred(ops: list[OpTime]) -> tuple[float, float]:
+    """Bytes the finished copies moved each step, (host to device, device to host), read from their HLO shapes."""
     to_host = to_device = 0.0
     for op in ops:
         shape = Shape.parse(match.group(1)) if op.name.startswith("copy-done") and (
@@ -557,10 +564,7 @@ def _transferred(ops: list[OpTime]) -> str:
             to_host += moved
         else:
             to_device += moved
-    if not to_host and not to_device:
-        return ""
-    return (f"moved per step: {size(to_device)} host to device, {size(to_host)} device to host "
-            "(from the copies' HLO shapes)")
+    return to_device, to_host
 
 
 _MOVEMENT_TEXT = {
@@ -615,41 +619,71 @@ def _movement_fix(kind: str, framework: Framework, device: DeviceKind, convoluti
     return "Choose layouts that need no transpose: " + "; ".join(layouts) + "."
 
 
-def _data_movement(hosts: list[HostEvidence], hlo_issues: dict[str, list[HloIssue]]) -> list[Finding]:
-    """Device time in ops that move or re-type data instead of computing: host transfers, converts, transposes."""
-    framework = frameworks.detect(hosts)
+def _movements(hosts: list[HostEvidence], programs: dict[str, HloProgram],
+               ) -> list[tuple[DataMovement, HostEvidence, list[OpTime]]]:
+    """Device time in ops that move or re-type data instead of computing (host transfers, converts, transposes):
+    each kind on the host where it takes the largest share of device time, with those ops, longest first."""
+    computing = frozenset(name for program in programs.values() for name in program.computing_fusions)
     worst: dict[str, tuple[float, HostEvidence, list[OpTime]]] = {}
     for host in hosts:
         by_kind: dict[str, list[OpTime]] = {}
         for op in host.top_ops:
-            if (kind := _movement(op)) is not None:
+            if (kind := _movement(op, computing)) is not None:
                 by_kind.setdefault(kind, []).append(op)
         for kind, ops in by_kind.items():
             share = sum(op.share_of_busy for op in ops)
             if share > worst.get(kind, (0.0,))[0]:
                 worst[kind] = (share, host, ops)
+    movements = []
+    for kind, (share, host, ops) in worst.items():
+        ms = sum(op.self_ms_per_step for op in ops)
+        to_device, to_host = _transferred(ops) if kind == "host_transfer" else (0.0, 0.0)
+        iteration = host.step_ms.mean + (host.gap_ms_per_step or 0.0) if host.step_ms else 0.0
+        movement = DataMovement(kind=kind, host=host.host, ms_per_step=ms, device_ms_per_step=ms / share,
+                                share_of_device=_fraction(share),
+                                share_of_loop=_fraction(ms / iteration) if iteration > 0 else _fraction(share),
+                                to_device_bytes_per_step=to_device, to_host_bytes_per_step=to_host)
+        movements.append((movement, host, sorted(ops, key=lambda op: -op.self_ms_per_step)))
+    return movements
+
+
+def _movement_priority(movement: DataMovement, host: HostEvidence) -> Priority | None:
+    priority = _rank(movement.share_of_device, DATA_MOVEMENT_PRIORITIES)
+    if priority is None:
+        return None
+    if host.dispatches_per_step >= OP_BY_OP_DISPATCHES:
+        # Launched op by op, the devices mostly wait for the next launch (the dispatch finding's cause); these ops
+        # cost the loop only their own time, and a fused program folds most of them into their consumers.
+        return _rank(movement.share_of_loop, DATA_MOVEMENT_PRIORITIES) or Priority.P2
+    if priority is Priority.P0 and _loop_busy(host) < 0.5:  # devices mostly idle: their own time matters less
+        return Priority.P1
+    return priority
+
+
+def _data_movement(movements: list[tuple[DataMovement, HostEvidence, list[OpTime]]],
+                   hlo_issues: dict[str, list[HloIssue]]) -> list[Finding]:
+    framework = frameworks.detect([host for _, host, _ in movements])
     related = {"convert": ("detect_unnecessary_convert_reduce",),
                "layout": ("detect_layout_mismatch_copies", "detect_unfused_reshapes")}
     findings = []
-    for kind, (share, host, ops) in worst.items():
-        priority = _rank(share, DATA_MOVEMENT_PRIORITIES)
+    for movement, host, ops in movements:
+        priority = _movement_priority(movement, host)
         if priority is None:
             continue
-        if priority is Priority.P0 and _loop_busy(host) < 0.5:  # devices mostly idle: their own time matters less
-            priority = Priority.P1
+        kind, share = movement.kind, movement.share_of_device
+        ms, device_ms = movement.ms_per_step, movement.device_ms_per_step
         label, what = _MOVEMENT_TEXT[kind]
         per = _per(host)
-        ms = sum(op.self_ms_per_step for op in ops)
-        device_ms = ms / share
-        ops = sorted(ops, key=lambda op: -op.self_ms_per_step)
         evidence = [f"{label.lower()}: {ms:.2f} ms per {per} of {device_ms:.2f} ms of device op time "
-                    f"({share:.1%}, per device, {host.devices} device{'s' if host.devices != 1 else ''})"]
+                    f"({share:.1%}, per device, {host.devices} device{'s' if host.devices != 1 else ''}; "
+                    f"{movement.share_of_loop:.1%} of the {per})"]
         evidence += [f"{quoted(op.name)}: {op.self_ms_per_step:.2f} ms per {per} ({op.share_of_busy:.1%} of device "
                      f"time), {op.count_per_step:g} run{'' if op.count_per_step == 1 else 's'} per {per}"
                      + (f", HLO {quoted(op.expression)}" if op.expression and op.expression != op.name else "")
                      for op in ops[:3]]
-        if kind == "host_transfer" and (moved := _transferred(ops)):
-            evidence.append(moved)
+        if movement.to_device_bytes_per_step or movement.to_host_bytes_per_step:
+            evidence.append(f"moved per {per}: {size(movement.to_device_bytes_per_step)} host to device, "
+                            f"{size(movement.to_host_bytes_per_step)} device to host (from the copies' HLO shapes)")
         evidence += [f"{quoted(i.module)} {quoted(i.instruction)} (runs as {quoted(i.runs_as)}): {i.detail}"
                      for detector in related.get(kind, ()) for i in (hlo_issues.get(detector) or [])[:2]]
         convolutions = any(_CONVOLUTION.search(op.name) for op in host.top_ops)
@@ -791,7 +825,8 @@ def _low_utilisation(hosts: list[HostEvidence], health: Health) -> Finding:
 
 
 def _findings(hosts: list[HostEvidence], tools: dict[str, ToolResult], hlo_issues: dict[str, list[HloIssue]],
-              metrics: Metrics, health: Health, programs: dict[str, HloProgram]) -> list[Finding]:
+              metrics: Metrics, health: Health, programs: dict[str, HloProgram],
+              movements: list[tuple[DataMovement, HostEvidence, list[OpTime]]]) -> list[Finding]:
     per_host = [
         finding
         for host in hosts
@@ -808,7 +843,7 @@ def _findings(hosts: list[HostEvidence], tools: dict[str, ToolResult], hlo_issue
         per_host = list(best.values())
     session_wide = [_memory(metrics), _temporaries(hosts, metrics, tools, programs), _compute(hosts, metrics, tools),
                     _kernel(tools)]
-    findings = (per_host + [f for f in session_wide if f is not None] + _data_movement(hosts, hlo_issues)
+    findings = (per_host + [f for f in session_wide if f is not None] + _data_movement(movements, hlo_issues)
                 + _compiler(hosts, hlo_issues))
     if not health.optimal and all(f.priority is Priority.P2 for f in findings):
         findings.append(_low_utilisation(hosts, health))
@@ -845,8 +880,8 @@ def _summary(hosts: list[HostEvidence], metrics: Metrics, health: Health, findin
     urgent = [f for f in findings if f.priority is not Priority.P2]
     if status is HealthStatus.OPTIMAL:
         low = ("idle time, communication, compilation and memory pressure are low" if health.memory_fraction
-               is not None else "idle time, communication and compilation are low (memory capacity unknown, so "
-               "memory pressure is not judged)")
+               is not None else "idle time, communication and compilation are low (the device's memory capacity is "
+               "unknown, so its peak memory is not weighed against it)")
         sentences.append(f"Compute utilisation is high and {low}, so the profile needs no action.")
     elif urgent:
         sentences.append(f"The main problem ({urgent[0].priority.value}): {urgent[0].title}.")
@@ -890,7 +925,8 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
     metrics = _metrics(hosts, by_name)
     health = _health(hosts, metrics)
     programs = {program.module: program for program in hlo_programs or []}
-    findings = _findings(hosts, by_name, hlo_issues, metrics, health, programs)
+    movements = _movements(hosts, programs)
+    findings = _findings(hosts, by_name, hlo_issues, metrics, health, programs, movements)
     status = decide_status(health, findings)
     return Analysis(
         status=status,
@@ -902,6 +938,7 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
         hosts=hosts,
         hlo_issues=hlo_issues,
         hlo_programs=hlo_programs or [],
+        data_movement=[movement for movement, _, _ in movements],
         profile=profile,
         versions=versions,
         seconds=seconds,

@@ -61,6 +61,23 @@ class HloProgram(Evidence):
     largest_temporary: str = ""  # the entry-level instruction whose result it is
     largest_temporary_bytes: int = 0
     parameters: dict[str, str] = Field(default_factory=dict)  # each entry parameter's shape, in order
+    # Its kernels (entry-level fusions) that compute, whatever their names say: XLA names a fusion after its
+    # root, so a bf16 sine computed in f32 runs as "loop_convert_fusion".
+    computing_fusions: list[str] = Field(default_factory=list)
+
+
+class DataMovement(Evidence):
+    """``analysis.json.data_movement``: device time in one kind of op that moves or re-types data, on the host where
+    it weighs most (per step, or per capture without steps), as its finding quotes it."""
+
+    kind: str  # "host_transfer", "convert" or "layout"
+    host: str
+    ms_per_step: float  # per device
+    device_ms_per_step: float  # all device op time, per device
+    share_of_device: float  # ms_per_step / device_ms_per_step
+    share_of_loop: float  # of the loop's wall time: the mean step and the gap after it (the capture, without steps)
+    to_device_bytes_per_step: float = 0.0  # host transfers: what the finished copies moved, from their HLO shapes
+    to_host_bytes_per_step: float = 0.0
 
 
 class Metrics(Evidence):
@@ -173,6 +190,7 @@ class Analysis(Evidence):
     hosts: list[HostEvidence] = Field(default_factory=list)
     hlo_issues: dict[str, list[HloIssue]] = Field(default_factory=dict)
     hlo_programs: list[HloProgram] = Field(default_factory=list)
+    data_movement: list[DataMovement] = Field(default_factory=list)
     followups: list[Followup] = Field(default_factory=list)
     investigation: Investigation | None = None
     comparison: Comparison | None = None

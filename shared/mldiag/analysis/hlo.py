@@ -16,8 +16,9 @@ that runs them.
 
 :func:`program_buffers` sizes each program's inputs, outputs and largest
 intermediate buffer, for the analyst to weigh against the program's peak memory,
-and lists its parameters' shapes, which tell a recompiled function's changing
-shape.
+lists its parameters' shapes, which tell a recompiled function's changing
+shape, and names its fusions that compute, which a name such as
+``loop_convert_fusion`` (a fusion is named after its root) does not tell.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ _DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16
                 "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16}
 _SHAPE_ONLY = frozenset({"parameter", "bitcast", "reshape", "transpose", "copy", "tuple", "get-tuple-element"})
 _DATA_MOVES = frozenset({"bitcast", "reshape", "transpose", "copy"})
+# Instructions that only move, lay out or re-type data: a fusion of nothing else computes nothing.
+_MOVES_OR_RETYPES = _SHAPE_ONLY | {"constant", "convert", "bitcast-convert", "broadcast", "slice", "dynamic-slice",
+                                   "concatenate", "pad"}
 
 
 @dataclass(frozen=True)
@@ -298,7 +302,8 @@ _NOT_A_BUFFER = frozenset({"parameter", "constant", "tuple", "get-tuple-element"
 
 
 def program_buffers(modules: list[HloModule]) -> list[HloProgram]:
-    """Each module's parameters, results (the ROOT, or a ROOT tuple's elements) and largest intermediate."""
+    """Each module's parameters, results (the ROOT, or a ROOT tuple's elements), largest intermediate and
+    computing fusions."""
     found = []
     for module in modules:
         entry = [module.instructions[name] for name in module.computations.get(module.entry, [])]
@@ -318,5 +323,7 @@ def program_buffers(modules: list[HloModule]) -> list[HloProgram]:
             largest_temporary=largest.name if largest else "",
             largest_temporary_bytes=largest.shape.bytes if largest else 0,
             parameters={i.name: str(i.shape) if i.shape else "?" for i in inputs},
+            computing_fusions=[i.name for i in entry if i.opcode == "fusion" and any(
+                module.instructions[n].opcode not in _MOVES_OR_RETYPES for n in module.computations.get(i.calls, []))],
         ))
     return found

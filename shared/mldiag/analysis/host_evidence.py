@@ -137,7 +137,8 @@ class HostEvidence:
     step_marker: str = ""
     steps: int
     step_ms: Distribution | None = None  # of program runs, the periods: every run but the last
-    busy_fraction: float | None = None  # mean over steps of busy / step time, each device in its own steps
+    busy_fraction: float | None = None  # mean over the steps step_ms counts of busy / step time, each device in
+    # its own steps
     idle_ms_per_step: float | None = None
     loop_busy_fraction: float | None = None  # mean over steps of busy / (the step and the gap after it)
     busy_by_device: dict[str, float] = field(default_factory=dict)  # each device's loop busy fraction, own steps

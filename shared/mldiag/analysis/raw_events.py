@@ -322,6 +322,25 @@ def _union_of(lines: list[_Line], keep: np.ndarray) -> _Union:
     return _Union(starts, ends)
 
 
+def _devices_on_plane(trace: _Trace) -> int:
+    """How many devices share one plane's lines: the XLA CPU client runs every CPU device's program on the
+    host plane's threads; an accelerator has a plane of its own."""
+    return max(1, len(trace.cpu_devices)) if trace.device_kind is DeviceKind.CPU else 1
+
+
+def _per_device_covered(lines: list[_Line], keep: np.ndarray, windows: np.ndarray, devices: int) -> np.ndarray:
+    """For each window, the nanoseconds the kept events cover on one of the ``devices`` whose programs run on
+    ``lines``. Each device's program runs on a thread of its own (the XLA CPU client's), where the kept events
+    cover the most; the other threads are a shared pool that lends a hand. So: the cover of the ``devices``
+    most covered lines, shared among the devices, at most the lines' union."""
+    union = _union_of(lines, keep).covered(windows)
+    if devices == 1:
+        return union
+    each = np.array([_union_of([line], keep).covered(windows) for line in lines])
+    own = each[np.argsort(-each.sum(axis=1), kind="stable")[:devices]]
+    return np.minimum(union, own.sum(axis=0) / devices)
+
+
 # --- steps -------------------------------------------------------------------------------------
 
 
@@ -432,9 +451,17 @@ def _step_program(launches: _Launches) -> int | None:
 
 
 def _period_windows(launches: _Launches, program: int, lanes: list[_Line]) -> np.ndarray:
-    """One window per run of ``program``, from its start to the next run's; the last ends with its device work."""
+    """One window per run of ``program``, from its start to the next run's; the last ends with its device work.
+
+    Runs launched after the devices' last recorded work are left out: a device trace that stops before the
+    host's last launches (a tracer whose buffer filled) says nothing of them, not that the devices idled.
+    """
     runs = launches.ids == program
     starts, ends = launches.starts[runs], launches.ends[runs]
+    last_work = max((int(line.starts.max()) for line in lanes if len(line)), default=None)
+    if last_work is not None and starts[-1] > last_work:
+        recorded = max(1, int(np.count_nonzero(starts <= last_work)))
+        return np.column_stack((starts[:recorded], starts[1:recorded + 1]))
     last_end = max(int(ends[-1]), _last_lane_end(lanes, int(starts[-1])))
     return np.column_stack((starts, np.append(starts[1:], last_end)))
 
@@ -454,9 +481,10 @@ def _iterations(windows: np.ndarray) -> np.ndarray:
     return np.column_stack((windows[:-1, 0], np.maximum(windows[1:, 0], windows[:-1, 0])))
 
 
-def _complete(source: StepSource, step_ns: np.ndarray) -> np.ndarray:
-    """The steps whose length is a whole step: a program's last run ends with its device work, not at a next run."""
-    return step_ns[:-1] if source is StepSource.PROGRAM_RUNS and len(step_ns) > 1 else step_ns
+def _complete(source: StepSource, per_step: np.ndarray) -> np.ndarray:
+    """Per-step values of the steps whose length is a whole step: a program's last run ends with its device work,
+    not at a next run."""
+    return per_step[:-1] if source is StepSource.PROGRAM_RUNS and len(per_step) > 1 else per_step
 
 
 def _by_step(per_device: list[np.ndarray], steps: int) -> np.ndarray:
@@ -508,12 +536,13 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
     measured = {device: trace.lanes[device] for device in steps.device_windows}
     device_windows = list(steps.device_windows.values())
     busy_unions = [_union_of(lines, busy_name) for lines in measured.values()]
-    communicating = [_union_of(lines, busy_name & trace.mask(COMMUNICATION.search)) for lines in measured.values()]
+    is_collective = busy_name & trace.mask(COMMUNICATION.search)
     step_ns = _by_step([w[:, 1] - w[:, 0] for w in device_windows], count) if device_windows else (
         (windows[:, 1] - windows[:, 0]).astype(np.float64))
     busy_ns = _by_step([union.covered(w) for union, w in zip(busy_unions, device_windows)], count)
     busy = np.clip(busy_ns / np.maximum(step_ns, 1), 0.0, 1.0)
-    communication_ns = _by_step([union.covered(w) for union, w in zip(communicating, device_windows)], count)
+    communication_ns = _by_step([_per_device_covered(lines, is_collective, w, _devices_on_plane(trace))
+                                 for lines, w in zip(measured.values(), device_windows)], count)
     loop_busy = [float(np.mean(union.covered(iterations) / np.maximum(iterations[:, 1] - iterations[:, 0], 1)))
                  for union, iterations in zip(busy_unions, map(_iterations, device_windows))]
     gaps = np.maximum(windows[1:, 0] - windows[:-1, 1], 0)
@@ -549,8 +578,8 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
         step_marker=steps.marker,
         steps=count,
         step_ms=Distribution.of((_complete(steps.source, step_ns) / 1e6).tolist()),
-        busy_fraction=float(busy.mean()) if has_lanes else None,
-        idle_ms_per_step=float(((1 - busy) * step_ns).mean() / 1e6) if has_lanes else None,
+        busy_fraction=float(_complete(steps.source, busy).mean()) if has_lanes else None,
+        idle_ms_per_step=float(_complete(steps.source, (1 - busy) * step_ns).mean() / 1e6) if has_lanes else None,
         loop_busy_fraction=float(np.clip(np.mean(loop_busy), 0.0, 1.0)) if has_lanes else None,
         busy_by_device={device: float(np.clip(fraction, 0.0, 1.0)) for device, fraction in zip(measured, loop_busy)},
         gap_ms_per_step=float(gaps.mean() / 1e6) if len(gaps) else None,
@@ -620,8 +649,7 @@ def _ops(trace: _Trace, measured: dict[str, list[_Line]], device_windows: dict[s
         totals[1] += op_count[index]
         if expression:
             expressions.setdefault(label, expression)
-    # The XLA CPU client runs one program per device on shared threads; elsewhere each device has its plane.
-    devices = max(1, len(trace.cpu_devices) if trace.device_kind is DeviceKind.CPU else len(measured))
+    devices = _devices_on_plane(trace) if trace.device_kind is DeviceKind.CPU else max(1, len(measured))
     return _Ops(labelled, expressions, sum(ns for ns, _ in labelled.values()) or 1.0, devices, steps * devices)
 
 

@@ -87,7 +87,8 @@ def profile_names(analysis: Analysis) -> set[str]:
         for issue in issues:
             names.update((issue.module, issue.instruction, issue.runs_as, *issue.shapes))
     for program in analysis.hlo_programs:
-        names.update((program.module, program.largest_temporary, *program.parameters, *program.parameters.values()))
+        names.update((program.module, program.largest_temporary, *program.parameters, *program.parameters.values(),
+                      *program.computing_fusions))
     names.update(analysis.profile.files)
     return names - {""}
 

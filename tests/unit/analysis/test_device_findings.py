@@ -77,6 +77,75 @@ def test_data_movement_on_mostly_idle_devices_is_at_most_p1():
     assert finding.priority is Priority.P1
 
 
+def test_data_movement_launched_op_by_op_is_ranked_by_its_share_of_the_step():
+    # 200 launches a step, devices busy 3%: the converts' 62% of device time is 1.9% of the step.
+    op_by_op = _host(busy=0.03, dispatches=200.0, top_ops=_ops(("wrapped_convert", 0.62), ("fusion", 0.38),
+                                                                step_ms=0.3))
+    analysis = _analysis(op_by_op)
+    (finding,) = _of(analysis, FindingCategory.DATA_MOVEMENT)
+    assert finding.priority is Priority.P2
+    assert {f.category for f in analysis.findings if f.priority is not Priority.P2} == {
+        FindingCategory.DISPATCH_OVERHEAD}
+    # Where the converts hold a third of the step itself, they are a problem of their own beside the launches.
+    busy_op_by_op = _host(busy=0.4, dispatches=200.0, top_ops=_ops(("loop_convert_fusion.kd", 0.85),
+                                                                    ("fusion", 0.15), step_ms=4.0))
+    (finding,) = _of(_analysis(busy_op_by_op), FindingCategory.DATA_MOVEMENT)
+    assert finding.priority is Priority.P1
+
+
+def test_the_figures_a_data_movement_finding_quotes_are_stored_in_the_analysis():
+    host = _host(kind=DeviceKind.TPU, busy=1.0, top_ops=_ops(("copy-done.2", 0.5), ("copy-done.1", 0.25),
+                                                              ("fusion", 0.25), expression={"copy-done.2": HOST_COPY,
+                                                                                            "copy-done.1": OFFLOAD}))
+    analysis = _analysis(host)
+    (movement,) = analysis.data_movement
+    assert (movement.kind, movement.host) == ("host_transfer", "h")
+    assert movement.ms_per_step == pytest.approx(7.5) and movement.device_ms_per_step == pytest.approx(10.0)
+    assert movement.share_of_device == pytest.approx(0.75) and movement.share_of_loop == pytest.approx(0.75)
+    assert movement.to_device_bytes_per_step == movement.to_host_bytes_per_step == 5 * GIB
+    (finding,) = _of(analysis, FindingCategory.DATA_MOVEMENT)
+    assert finding.evidence[0] == ("host-device memory transfers: 7.50 ms per step of 10.00 ms of device op time "
+                                   "(75.0%, per device, 1 device; 75.0% of the step)")
+
+
+BF16_SINE = """HloModule jit_sin, is_scheduled=true
+
+%fused_convert (param_0.5: bf16[8,4096,2048]) -> bf16[8,4096,2048] {
+  %param_0.5 = bf16[8,4096,2048]{2,1,0} parameter(0)
+  %convert.5 = f32[8,4096,2048]{2,1,0} convert(%param_0.5)
+  %sin.1.3 = f32[8,4096,2048]{2,1,0} sine(%convert.5)
+  ROOT %convert.1.1 = bf16[8,4096,2048]{2,1,0} convert(%sin.1.3)
+}
+
+%fused_transpose (param_0.1: bf16[64,32]) -> bf16[32,64] {
+  %param_0.1 = bf16[64,32]{1,0} parameter(0)
+  ROOT %transpose.1 = bf16[32,64]{1,0} transpose(%param_0.1), dimensions={1,0}
+}
+
+ENTRY %main.1 (x.1: bf16[8,4096,2048], y.1: bf16[64,32]) -> (bf16[8,4096,2048], bf16[32,64]) {
+  %x.1 = bf16[8,4096,2048]{2,1,0} parameter(0)
+  %y.1 = bf16[64,32]{1,0} parameter(1)
+  %loop_convert_fusion = bf16[8,4096,2048]{2,1,0} fusion(%x.1), kind=kLoop, calls=%fused_convert
+  %loop_transpose_fusion = bf16[32,64]{1,0} fusion(%y.1), kind=kLoop, calls=%fused_transpose
+  ROOT %tuple = (bf16[8,4096,2048]{2,1,0}, bf16[32,64]{1,0}) tuple(%loop_convert_fusion, %loop_transpose_fusion)
+}
+"""
+
+
+def test_a_fusion_named_after_its_root_convert_that_computes_is_not_data_movement():
+    programs = hlo.program_buffers([hlo.parse_module("jit_sin(13)", BF16_SINE)])
+    assert programs[0].computing_fusions == ["loop_convert_fusion"]
+    host = _host(top_ops=_ops(("loop_convert_fusion.kd", 0.6), ("loop_transpose_fusion.kd", 0.4),
+                              expression={"loop_convert_fusion.kd": "loop_convert_fusion",
+                                          "loop_transpose_fusion.kd": "loop_transpose_fusion"}))
+    assert [f.title for f in _of(_analysis(host), FindingCategory.DATA_MOVEMENT)] == [
+        "Dtype converts take 60% of device time", "Layout transposes take 40% of device time"]
+    analysis = _analysis(host, programs=programs)
+    assert [f.title for f in _of(analysis, FindingCategory.DATA_MOVEMENT)] == [
+        "Layout transposes take 40% of device time"]
+    assert [movement.kind for movement in analysis.data_movement] == ["layout"]
+
+
 def test_a_layout_transpose_before_a_gpu_convolution_gets_a_channels_last_fix():
     host = _host(top_ops=_ops(("input_transpose_fusion.kd", 0.51), ("Cijk_Ailk_Bljk_BBS_BH_MT256x128x64", 0.42),
                               ("Im3d2Col.kd", 0.03), ("loop_transpose_fusion.kd", 0.02)))
@@ -286,8 +355,9 @@ def test_peak_memory_is_the_step_programs_not_a_one_off_init():
 def test_an_optimal_profile_without_a_capacity_does_not_call_memory_pressure_low():
     analysis = _analysis(_stepping_host(), tools=[_allocations(("jit__mlp_step(26)", 3.5))])
     assert analysis.status is HealthStatus.OPTIMAL
-    assert ("Compute utilisation is high and idle time, communication and compilation are low (memory capacity "
-            "unknown, so memory pressure is not judged)") in analysis.summary
+    assert ("Compute utilisation is high and idle time, communication and compilation are low (the device's "
+            "memory capacity is unknown, so its peak memory is not weighed against it)") in analysis.summary
+    assert "memory pressure" not in analysis.summary
 
 
 STEP_WITH_TEMPORARIES = """HloModule jit__mlp_step

@@ -69,7 +69,7 @@ def test_a_settled_session_is_analysed_and_its_reports_land_next_to_it(embedded,
     started, done = [line["event"] for line in logged if line.get("notice")]
     assert started == "analysis of run1/s1 started (1 host file)"
     assert re.fullmatch(r"analysis of run1/s1 done: NEEDS_ATTENTION, step time \d+\.\d ms; "
-                        r"top finding P0 Host-bound: .*", done)
+                        r"top finding P0 Host-bound: compute idle .*", done)
     reports = f"{FOLDER}/mldiag/{analysis.generation_set}"
     assert (analysis.report_uri, analysis.analysis_uri) == (f"{reports}/summary.html", f"{reports}/analysis.json")
     assert analysis.reasoner == "offline" and analysis.error == "" and analysis.attempts == 1

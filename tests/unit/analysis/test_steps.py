@@ -95,6 +95,42 @@ def test_each_call_is_one_dispatch_and_the_programs_period_is_the_step(tmp_path)
     assert [(p.name, p.calls) for p in host.programs] == [("PjitFunction(step)", 10)]
 
 
+def test_the_last_run_which_ends_with_its_device_work_is_not_in_the_busy_fraction(tmp_path):
+    # Busy 1 of every 10 ms; the last run's window ends with its kernel, so it alone would read busy 100 %.
+    starts = [i * 10 * MS for i in range(5)]
+    lane = [("fusion", s + MS, s + 2 * MS) for s in starts]
+    host = _Build(DeviceKind.GPU).host(_jit_calls("step", starts, MS)).lane("/device:GPU:0", lane).evidence(tmp_path)
+    assert host.step_ms.mean == pytest.approx(10)
+    assert host.busy_fraction == pytest.approx(0.1, abs=0.001)
+    assert host.idle_ms_per_step == pytest.approx(9, abs=0.01)
+
+
+def test_cpu_devices_sharing_threads_are_each_in_collectives_for_their_own_threads_time(tmp_path):
+    # Two CPU devices, each running its program on a thread of its own; a pool thread lends a hand with pieces
+    # of the collectives at other moments. Per device, collectives take 6 of each 10 ms step, not the union's 8.
+    starts = [i * 10 * MS for i in range(5)]
+    build = _Build().host(_jit_calls("step", starts, MS))
+    build.trace.cpu_devices = {0, 1}
+    for thread, (begin, end) in (("client-0", (2, 8)), ("client-1", (3, 9))):
+        build.lane("/host:CPU", [event for s in starts for event in (
+            ("fusion", s + MS, s + begin * MS), ("all-reduce.1", s + begin * MS, s + end * MS))], thread)
+    build.lane("/host:CPU", [("all-reduce.1", s + 9 * MS, s + 10 * MS) for s in starts], "pool")
+    host = build.evidence(tmp_path)
+    assert host.communication_ms_per_step == pytest.approx(6, abs=0.01)
+    assert _analysis(host).health.communication_fraction == pytest.approx(0.6, abs=0.01)
+
+
+def test_runs_launched_after_the_device_trace_stops_are_not_steps(tmp_path):
+    # Six launches; the GPU's kernel trace holds the first three runs (busy 2 of every 10 ms) and then stops.
+    starts = [i * 10 * MS for i in range(6)]
+    lane = [("fusion", s + MS, s + 3 * MS) for s in starts[:3]]
+    host = _Build(DeviceKind.GPU).host(_jit_calls("step", starts, MS)).lane("/device:GPU:0", lane).evidence(tmp_path)
+    assert host.step_source is StepSource.PROGRAM_RUNS and host.steps == 3
+    assert host.step_ms.mean == pytest.approx(10)
+    assert host.busy_fraction == pytest.approx(0.2, abs=0.001)
+    assert host.top_ops[0].self_ms_per_step == pytest.approx(2)
+
+
 def test_one_off_programs_do_not_hide_the_program_called_every_step(tmp_path):
     starts = [(i + 1) * 10 * MS for i in range(8)]
     events = _jit_calls("_normal", [0], MS) + _jit_calls("step", starts, MS)
