@@ -79,6 +79,7 @@ def test_the_firestore_indexes_evaluate(workdir: Path):
     ("prefix=a-very-long-prefix", "prefix is 2-12 lowercase letters"),
     ("kms_key_name=my-key", "kms_key_name must look like"),
     ("maintenance_schedule=* *", "five-field cron expression"),
+    ("sdk_secret=too-short", "sdk_secret must be empty or 32 or more"),
 ])
 def test_planted_invalid_variable_is_refused(workdir: Path, variable: str, message: str):
     result = terraform(workdir, "plan", "-input=false", "-lock=false", "-var", variable)
@@ -92,4 +93,10 @@ def test_valid_variables_plan(workdir: Path):
                        "-var", 'function_resources={analyze_session={memory="32Gi"}}',
                        "-var", 'control_plane={ingress="ALLOW_INTERNAL_ONLY", allow_unauthenticated=true}',
                        "-var", 'workload_members=["serviceAccount:trainer@my-project.iam.gserviceaccount.com"]')
+    assert result.returncode == 0, result.stderr
+
+
+def test_a_public_invoker_on_an_internet_facing_api_plans_only_with_the_sdks_secret(workdir: Path):
+    result = terraform(workdir, "plan", "-input=false", "-lock=false", "-var", "sdk_secret=" + "a1" * 32,
+                       "-var", "control_plane={allow_unauthenticated=true}")
     assert result.returncode == 0, result.stderr
