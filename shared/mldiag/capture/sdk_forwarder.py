@@ -107,7 +107,7 @@ def _handler(forwarder: SdkForwarder) -> type[BaseHTTPRequestHandler]:
                                     f"the node agent could not authenticate: {type(error).__name__}")
             if response.status_code >= 400:
                 log.warning("the control plane refused an SDK call", method=self.command, path=target.path,
-                            status=response.status_code, message=_message(response.content))
+                            status=response.status_code, reason=_message(response.content))
             self._send(response.status_code, response.content, response.headers.get("Content-Type", ""))
             return None
 

@@ -56,10 +56,13 @@ def check_storage_path(gcs_path: str, buckets: Sequence[str]) -> None:
                                "an operator adds buckets with MLDIAG_OWNED_BUCKETS)")
 
 
-def create(services: Services, parent: LocationName, run_id: str, body: dict[str, Any]) -> MachineLearningRun:
-    """A new run ``parent/machineLearningRuns/run_id`` from ``body`` (its mutable fields)."""
+def create(services: Services, parent: LocationName, run_id: str, body: dict[str, Any], *,
+           registered_by: str = "") -> MachineLearningRun:
+    """A new run ``parent/machineLearningRuns/run_id`` from ``body`` (its mutable fields), made by the
+    credential ``registered_by`` names (see :mod:`mldiag.services.self_hosted`)."""
     name = str(parent.run(run_id))
     run = apply_update(MachineLearningRun(name=name), body, "", mutable=MUTABLE_FIELDS)
+    run.registered_by = registered_by
     normalize(run, services)
     return services.runs.create(run)
 
@@ -71,10 +74,11 @@ def update(
     update_mask: str,
     *,
     allow_missing: bool = False,
+    registered_by: str = "",
 ) -> MachineLearningRun:
     """Apply the masked fields of ``body``; the body's ``etag``, when set, must be current.
 
-    With ``allow_missing`` a run that does not exist is created instead (AIP-134 upsert).
+    With ``allow_missing`` a run that does not exist is created instead (AIP-134 upsert), by ``registered_by``.
     """
     etag = str(body.get("etag") or "")
 
@@ -88,7 +92,7 @@ def update(
     except NotFound:
         if not allow_missing:
             raise
-    return create(services, name.parent, name.run, body)
+    return create(services, name.parent, name.run, body, registered_by=registered_by)
 
 
 def delete(services: Services, name: RunName, *, etag: str = "") -> None:

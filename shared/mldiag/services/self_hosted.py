@@ -129,8 +129,10 @@ def _parse(body: dict[str, Any], default_cluster_id: str) -> SelfHostedRun:
 
 
 def _check_owner(caller: Caller, run: MachineLearningRun) -> None:
-    # A run registered before runs recorded their registrant has none: the first caller to register it claims it.
-    if caller.admin or run.registered_by in (caller.principal, ""):
+    if caller.admin or run.registered_by == caller.principal:
+        return
+    # The SDK's runs from before runs recorded their registrant (or from the open mode): the first caller claims it.
+    if not run.registered_by and run.logical_id:
         return
     raise PermissionDenied(f"{SDK_NAME_PREFIX}{run.id} was registered by another credential; "
                            "only it, or the API token, may change it")

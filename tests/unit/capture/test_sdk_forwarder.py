@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 import requests
+import structlog.testing
 from google_cloud_mldiagnostics.clients.self_hosted_diagon_service_client import SelfHostedDiagonServiceClient
 from werkzeug.serving import make_server
 
@@ -94,17 +95,18 @@ def test_bodies_are_bounded(forwarder):
     assert _raw(forwarder, "PATCH", "/v1/machineLearningRuns", b"", **{"Transfer-Encoding": "chunked"})[0] == 411
 
 
-def test_a_refusal_by_the_control_plane_reaches_the_sdk_and_the_log_in_one_line(control_plane, capsys):
+def test_a_refusal_by_the_control_plane_reaches_the_sdk_and_the_log_in_one_line(control_plane):
     url, _ = control_plane
     forwarder = SdkForwarder(ApiClient(url, "not-the-token", timeout=4.0)).start()
     try:
-        status, body = _raw(forwarder, "PATCH", "/v1/machineLearningRuns?allow_missing=true",
-                            json.dumps({"logicalId": LOGICAL_ID}).encode())
+        with structlog.testing.capture_logs() as logged:
+            status, body = _raw(forwarder, "PATCH", "/v1/machineLearningRuns?allow_missing=true",
+                                json.dumps({"logicalId": LOGICAL_ID}).encode())
     finally:
         forwarder.stop()
     assert status == 403 and body["error"]["status"] == "PERMISSION_DENIED"
-    lines = [line for line in capsys.readouterr().out.splitlines() if "refused an SDK call" in line]
-    assert len(lines) == 1 and "the bearer token is not valid" in lines[0]
+    refusals = [line for line in logged if line["event"] == "the control plane refused an SDK call"]
+    assert len(refusals) == 1 and "the bearer token is not valid" in refusals[0]["reason"]
 
 
 def test_a_control_plane_that_cannot_be_reached_is_a_503(closed_port):
