@@ -24,7 +24,7 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 

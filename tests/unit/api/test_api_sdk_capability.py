@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import time
 
 import pytest
 import structlog.testing
@@ -97,7 +98,7 @@ def test_the_secret_never_reaches_the_log(token_api):
         "/sdk/<secret>/v1/machineLearningRuns", f"/sdk/<secret>/v1/machineLearningRuns/{'x' * 200}"]
 
 
-def test_the_official_sdk_client_works_unchanged_through_the_capability_url(services, make_services):
+def test_the_official_sdk_client_works_unchanged_through_the_capability_url(make_services):
     services = make_services(api_token=TOKEN)
     client = SelfHostedDiagonServiceClient(control_plane_url=f"http://sdk.test/sdk/{DERIVED}")
     client.session.mount("http://sdk.test", WsgiAdapter(create_app(services)))
@@ -138,7 +139,7 @@ def test_a_capability_cannot_take_over_a_run_by_registering_its_logical_id(victi
 
 
 @pytest.mark.parametrize("created_by", ["v1alpha", "files"])
-def test_runs_not_registered_through_the_sdk_cannot_be_claimed_by_it(token_api, services, make_services, created_by):
+def test_runs_not_registered_through_the_sdk_cannot_be_claimed_by_it(make_services, created_by):
     services = make_services(api_token=TOKEN)
     api = create_app(services).test_client()
     if created_by == "v1alpha":
@@ -179,7 +180,7 @@ def test_owned_buckets_are_configured(make_api):
                        headers=_bearer(TOKEN)).status_code == 403
 
 
-def test_a_run_registered_before_registrants_were_recorded_is_claimed_by_the_first(token_api, services, make_services):
+def test_a_run_registered_before_registrants_were_recorded_is_claimed_by_the_first(make_services):
     services = make_services(api_token=TOKEN)
     api_client = create_app(services).test_client()
     services.runs.create(MachineLearningRun(name=f"projects/test-project/locations/test-location/"
@@ -200,8 +201,6 @@ def cloud_api(make_api, google_signer, monkeypatch):
 
 
 def _id_token(signer: crypt.RSASigner, email: str) -> str:
-    import time
-
     now = int(time.time())
     claims = {"iss": "https://accounts.google.com", "aud": AUDIENCE, "sub": email, "email": email,
               "iat": now, "exp": now + 3600}
