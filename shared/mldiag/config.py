@@ -37,6 +37,13 @@ def dead_letter_topic(topic: str) -> str:
     return topic + DEAD_LETTER_SUFFIX
 
 
+def sdk_capability(api_token: str, sdk_secret: str = "") -> str:
+    """The secret of the SDK's capability URL: ``sdk_secret``, else derived from ``api_token`` ("" without)."""
+    if sdk_secret or not api_token:
+        return sdk_secret
+    return hmac.new(api_token.encode(), SDK_CAPABILITY_CONTEXT, hashlib.sha256).hexdigest()
+
+
 class Settings(BaseModel):
     """Every knob of a deployment. Build with :meth:`from_env`."""
 
@@ -129,8 +136,4 @@ class Settings(BaseModel):
         operator who sets the token has nothing more to keep; a leaked capability
         does not reveal the token.
         """
-        if self.sdk_secret:
-            return self.sdk_secret
-        if not self.api_token:
-            return ""
-        return hmac.new(self.api_token.encode(), SDK_CAPABILITY_CONTEXT, hashlib.sha256).hexdigest()
+        return sdk_capability(self.api_token, self.sdk_secret)
