@@ -27,7 +27,7 @@ LOCALHOST = "127.0.0.1"
 MAX_BODY_BYTES = 64 * 1024  # the SDK's bodies are a few hundred bytes
 READ_TIMEOUT_S = 10.0  # a client that stops sending mid-request frees its thread
 ROUTES = (
-    ("PATCH", re.compile(r"/v1/machineLearningRuns(/[A-Za-z0-9._~-]{1,128})?")),
+    ("PATCH", re.compile(r"/v1/machineLearningRuns(/[A-Za-z0-9][A-Za-z0-9._-]{0,127})?")),  # a run id
     ("GET", re.compile(r"/v1/agent-info")),
 )
 _FORWARDED_HEADERS = ("Content-Type",)

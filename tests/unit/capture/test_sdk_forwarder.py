@@ -74,6 +74,8 @@ def test_the_sdk_registers_and_ends_its_run_through_the_agent_with_the_agents_to
     ("GET", "/v1alpha/projects/p/locations/l/events"),
     ("PATCH", "/v1/machineLearningRuns/a/b"),
     ("PATCH", "/v1/../v1alpha/projects/p/locations/l/machineLearningRuns/r1"),
+    ("PATCH", "/v1/machineLearningRuns/.."),
+    ("PATCH", "/v1/machineLearningRuns/%2e%2e%2fevents"),
     ("GET", "/ui"),
 ])
 def test_only_the_sdks_routes_are_forwarded(forwarder, control_plane, method, path):
