@@ -58,6 +58,8 @@ locals {
     MLDIAG_MAX_DELIVERY_ATTEMPTS = tostring(var.delivery.max_delivery_attempts)
     MLDIAG_EVENT_RETENTION_DAYS  = tostring(var.event_retention_days)
   }
+  # The control plane's only: kept out of local.functions, where a sensitive value would taint its for_each.
+  sdk_environment = { MLDIAG_SDK_SECRET = var.sdk_secret }
 
   api_invokers = distinct(concat(
     var.control_plane.invoker_members,
@@ -169,7 +171,7 @@ module "function" {
     docker_repository  = module.build.docker_repository
   }
   resources        = local.function_resources[each.key]
-  environment      = merge(local.environment, each.value.extra_environment)
+  environment      = merge(local.environment, each.value.extra_environment, each.key == "control_plane" ? local.sdk_environment : {})
   ingress_settings = each.value.trigger == "http" ? var.control_plane.ingress : "ALLOW_INTERNAL_ONLY"
   invoker_members  = each.value.trigger == "http" ? local.api_invokers : []
   storage_trigger = each.value.trigger == "storage" ? {

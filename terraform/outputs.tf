@@ -7,6 +7,12 @@ output "control_plane_url" {
   }
 }
 
+output "sdk_base_url" {
+  description = "DIAGON_BASE_URL for workloads that call the API without an ID token: the capability URL (null without `sdk_secret`; see README: workloads under a domain-restricted org policy)."
+  value       = var.sdk_secret == "" ? null : "${local.control_plane_url}/sdk/${var.sdk_secret}"
+  sensitive   = true
+}
+
 output "profiles_gcs_path" {
   description = "Where workloads write profiles: the SDK's `gcs_path` (runs go under `<path>/<run>/plugins/profile/<session>/`)."
   value       = local.profiles_path

@@ -225,8 +225,19 @@ variable "control_plane" {
     error_message = "control_plane.ingress must be ALLOW_ALL, ALLOW_INTERNAL_ONLY or ALLOW_INTERNAL_AND_GCLB."
   }
   validation {
-    condition     = !var.control_plane.allow_unauthenticated || var.control_plane.ingress == "ALLOW_INTERNAL_ONLY"
-    error_message = "control_plane.allow_unauthenticated needs ingress ALLOW_INTERNAL_ONLY (a load balancer would put it on the internet): an open API must not face the internet."
+    condition     = !var.control_plane.allow_unauthenticated || var.control_plane.ingress == "ALLOW_INTERNAL_ONLY" || var.sdk_secret != ""
+    error_message = "control_plane.allow_unauthenticated needs ingress ALLOW_INTERNAL_ONLY (a load balancer would put it on the internet), or sdk_secret (callers without an ID token then reach the SDK's routes through /sdk/<secret> only): an open API must not face the internet."
+  }
+}
+
+variable "sdk_secret" {
+  description = "MLDIAG_SDK_SECRET: workloads without an ID token call the API at `<control_plane_url>/sdk/<secret>` (output `sdk_base_url`); needs `control_plane.allow_unauthenticated`. Empty: no capability URL, workloads go through the node agent (`mldiag agent --sdk-port`). 32 or more of A-Z a-z 0-9 _ -, e.g. `openssl rand -hex 32`."
+  type        = string
+  default     = ""
+  sensitive   = true
+  validation {
+    condition     = can(regex("^([A-Za-z0-9_-]{32,})?$", var.sdk_secret))
+    error_message = "sdk_secret must be empty or 32 or more of A-Z a-z 0-9 _ - (e.g. openssl rand -hex 32)."
   }
 }
 

@@ -64,7 +64,7 @@ Wants=network-online.target
 
 [Service]
 EnvironmentFile=/etc/mldiag/agent.env
-ExecStart=${install_dir}/bin/mldiag agent --machine-learning-run ${run} --node-index ${node_index:-0} --scratch-dir ${scratch_dir}${port_args}
+ExecStart=${install_dir}/bin/mldiag agent --machine-learning-run ${run} --node-index ${node_index:-0} --scratch-dir ${scratch_dir} --sdk-port 8790${port_args}
 Restart=always
 RestartSec=5
 DynamicUser=yes

@@ -39,6 +39,9 @@ port_args=()
 for port in ${MLDIAG_PROFILER_PORTS:-9999}; do
   port_args+=(--port "${port}")
 done
+if [[ -n "${MLDIAG_SDK_PORT:-}" ]]; then   # one job per node: the SDK's local door, DIAGON_BASE_URL=http://127.0.0.1:PORT
+  port_args+=(--sdk-port "${MLDIAG_SDK_PORT}")
+fi
 
 setsid "${agent_bin}" agent \
   --machine-learning-run "${run}" \

@@ -8,6 +8,8 @@ Pub/Sub, or their emulators when the standard ``FIRESTORE_EMULATOR_HOST``,
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,6 +27,7 @@ MONITORING_ALERTS = "monitoring-alerts"
 BUCKET_NOTIFICATIONS = "bucket-notifications"
 MAINTENANCE_TICKS = "maintenance-ticks"
 DEAD_LETTER_SUFFIX = "-dead-letter"
+SDK_CAPABILITY_CONTEXT = b"mldiag sdk capability v1"
 TOPICS = (ANALYSIS_REQUESTS, CAPTURE_REQUESTS, MONITORING_ALERTS, MAINTENANCE_TICKS)
 # Where a dead letter goes when even the dead-letter recorder keeps failing on it.
 UNRECORDED_DEAD_LETTERS = "unrecorded-dead-letters"
@@ -32,6 +35,13 @@ UNRECORDED_DEAD_LETTERS = "unrecorded-dead-letters"
 
 def dead_letter_topic(topic: str) -> str:
     return topic + DEAD_LETTER_SUFFIX
+
+
+def sdk_capability(api_token: str, sdk_secret: str = "") -> str:
+    """The secret of the SDK's capability URL: ``sdk_secret``, else derived from ``api_token`` ("" without)."""
+    if sdk_secret or not api_token:
+        return sdk_secret
+    return hmac.new(api_token.encode(), SDK_CAPABILITY_CONTEXT, hashlib.sha256).hexdigest()
 
 
 class Settings(BaseModel):
@@ -45,9 +55,11 @@ class Settings(BaseModel):
     firestore_database: str = "(default)"
     api_url: str = "http://127.0.0.1:8080"
     api_token: str = ""
-    # The official SDK's self-hosted contract sends no credentials; by default its
-    # ``/v1/...`` routes accept an optional token and are restricted by the network.
-    sdk_routes_require_token: bool = False
+    # The official SDK's self-hosted client sends no credentials: with a token or an audience set,
+    # it reaches the ``/v1`` routes through ``/sdk/<secret>`` (derived from the token when empty).
+    sdk_secret: str = Field(default="", pattern=r"^([A-Za-z0-9_-]{32,})?$")
+    # Buckets a run's storage path may point into, besides ``bucket``.
+    owned_buckets: list[str] = Field(default_factory=list)
     # Cloud mode: the audience every Google ID token must carry (the function's URL).
     auth_audience: str = ""
     # Embedded share links: the HMAC key (generated under the data dir when empty).
@@ -80,7 +92,8 @@ class Settings(BaseModel):
             "firestore_database": env.get("MLDIAG_FIRESTORE_DATABASE"),
             "api_url": env.get("MLDIAG_API_URL"),
             "api_token": env.get("MLDIAG_API_TOKEN"),
-            "sdk_routes_require_token": env.get("MLDIAG_SDK_ROUTES_REQUIRE_TOKEN"),
+            "sdk_secret": env.get("MLDIAG_SDK_SECRET"),
+            "owned_buckets": [b.strip() for b in env.get("MLDIAG_OWNED_BUCKETS", "").split(",") if b.strip()],
             "auth_audience": env.get("MLDIAG_AUTH_AUDIENCE"),
             "share_key": env.get("MLDIAG_SHARE_KEY"),
             "cluster_id": env.get("MLDIAG_CLUSTER_ID"),
@@ -112,3 +125,18 @@ class Settings(BaseModel):
     @property
     def bucket_uri(self) -> str:
         return f"gs://{self.bucket}"
+
+    @property
+    def storage_buckets(self) -> tuple[str, ...]:
+        """The buckets a run's storage path may point into: the deployment's own."""
+        return tuple(dict.fromkeys([self.bucket, *self.owned_buckets]))
+
+    @property
+    def sdk_capability(self) -> str:
+        """The secret path segment of ``/sdk/<secret>/v1/...`` ("" when none is configured).
+
+        ``MLDIAG_SDK_SECRET`` when set, else derived from the API token, so that an
+        operator who sets the token has nothing more to keep; a leaked capability
+        does not reveal the token.
+        """
+        return sdk_capability(self.api_token, self.sdk_secret)

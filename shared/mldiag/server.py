@@ -67,6 +67,7 @@ class Banner:
     bucket_folder: str
     log_file: str
     viewer_url: str = ""
+    sdk_url: str = ""  # DIAGON_BASE_URL: the capability URL when a token is configured
 
 
 class StartFailed(Exception):
@@ -197,8 +198,9 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
     bus.start()
     watcher.start()
     ticker.start()
+    capability = settings.sdk_capability if settings.api_token or settings.auth_audience else ""
     announce(Banner(url, str(settings.data_dir), settings.bucket_uri, str(bucket_folder), str(log_file),
-                    app.config.get(VIEWER_URL, "")))
+                    app.config.get(VIEWER_URL, ""), f"{url}/sdk/{capability}" if capability else url))
     try:
         server.serve()
     except KeyboardInterrupt:

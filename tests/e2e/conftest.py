@@ -20,10 +20,12 @@ START_TIMEOUT_S = 60
 def control_plane(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     """``mldiag up`` on a free port over a fresh data dir, stopped (SIGTERM, the clean path) after the module.
 
-    A test module adds options with ``MLDIAG_UP_ARGS`` (e.g. ``("--viewer", "--viewer-port", "0")``).
+    A test module adds options with ``MLDIAG_UP_ARGS`` (e.g. ``("--viewer", "--viewer-port", "0")``)
+    and settings with ``MLDIAG_UP_ENV`` (e.g. ``{"MLDIAG_API_TOKEN": ...}``).
     """
     state = tmp_path_factory.mktemp("mldiag-up")
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "MLDIAG_LOG_FORMAT": "json"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "MLDIAG_LOG_FORMAT": "json",
+           **getattr(request.module, "MLDIAG_UP_ENV", {})}
     env.pop("MLDIAG_BACKEND", None)
     log = state / "up.log"
     with log.open("wb") as errors:
@@ -39,7 +41,7 @@ def control_plane(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
                 pytest.fail(f"mldiag up exited with {process.returncode}:\n{log.read_text()}", pytrace=False)
             banner += line
             assert time.monotonic() < deadline, f"mldiag up did not start:\n{banner}"
-        url = re.search(r"DIAGON_BASE_URL=(\S+)", banner)[1]
+        url = re.search(r"control plane at (\S+) ", banner)[1]
         folder = Path(re.search(r"gcs_path=(\S+) ", banner)[1])
         yield ControlPlane(url, folder, log, banner)
     finally:

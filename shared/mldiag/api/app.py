@@ -3,8 +3,9 @@
 Every route parses its request (``mldiag.api.http``) and calls a service; the
 app adds what all routes share: a 1 MiB body limit, refusal of ``.``/``..``
 path segments, of requests to a host name not its own when it knows its names,
-and of mutations a web page could forge (:mod:`mldiag.api.origin`), the
-:class:`~mldiag.api.auth.Guard` before any route runs, and
+and of mutations a web page could forge (:mod:`mldiag.api.origin`), the SDK's
+capability URL (:mod:`mldiag.api.capability`), the :class:`~mldiag.api.auth.Guard`
+before any route runs (its caller in ``g.caller``), and
 one error shape for domain errors, HTTP errors and bugs alike (the last logged,
 never echoed).
 """
@@ -21,10 +22,12 @@ from werkzeug.routing import BaseConverter
 from mldiag import bootstrap, ui
 from mldiag.api import capture, monitoring, operator, self_hosted, share, v1alpha
 from mldiag.api.auth import Guard
+from mldiag.api.capability import ENVIRON_KEY, REDACTED, VALID, CapabilityPrefix
 from mldiag.api.http import MAX_BODY_BYTES, SERVICES, google_error
 from mldiag.api.origin import MUTATING, HostNames, refuse_browser_forgery
 from mldiag.bootstrap import Services
-from mldiag.domain.errors import AlreadyExists, InvalidArgument, MldiagError
+from mldiag.domain.callers import SDK_CAPABILITY
+from mldiag.domain.errors import AlreadyExists, InvalidArgument, MldiagError, NotFound, PermissionDenied
 
 log = structlog.get_logger(__name__)
 
@@ -34,6 +37,19 @@ _HTTP_STATUS = {
     415: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 501: "UNIMPLEMENTED", 503: "UNAVAILABLE",
 }
 _PUBLIC_BLUEPRINTS = {share.blueprint.name, ui.CONSOLE_BLUEPRINT}  # the console checks credentials itself
+
+
+def _admit_capability(capability: str) -> None:
+    """A call through ``/sdk/<secret>``: only the SDK's routes, only with the right secret."""
+    if request.blueprint != self_hosted.blueprint.name:
+        raise NotFound("the SDK's capability URL serves the SDK's /v1 routes only")
+    if capability != VALID:
+        raise PermissionDenied("the SDK capability in the URL is not valid for this control plane")
+    g.caller = SDK_CAPABILITY
+
+
+def _logged_path() -> str:
+    return (REDACTED if ENVIRON_KEY in request.environ else "") + request.path
 
 
 class IdConverter(BaseConverter):
@@ -64,16 +80,19 @@ def create_app(services: Services | None = None, host_names: HostNames | None = 
         segments = request.path.split("/")
         if any(s in (".", "..") or "\\" in s or "\x00" in s for s in segments):
             raise InvalidArgument("the path has a segment that is not allowed", field="path")
-        if request.blueprint not in _PUBLIC_BLUEPRINTS:
+        capability = request.environ.get(ENVIRON_KEY)
+        if capability or request.blueprint not in _PUBLIC_BLUEPRINTS:
             if request.method in MUTATING:
                 refuse_browser_forgery(request)
-            guard.check(request.method, request.headers.get("Authorization", ""),
-                        sdk_route=request.blueprint == self_hosted.blueprint.name,
-                        operator_route=request.blueprint == operator.blueprint.name)
+        if capability:
+            _admit_capability(capability)
+        elif request.blueprint not in _PUBLIC_BLUEPRINTS:
+            g.caller = guard.check(request.method, request.headers.get("Authorization", ""),
+                                   operator_route=request.blueprint == operator.blueprint.name)
 
     @app.after_request
     def record(response: Response) -> Response:
-        log.info("request", method=request.method, path=request.path, status=response.status_code,
+        log.info("request", method=request.method, path=_logged_path(), status=response.status_code,
                  ms=round((time.perf_counter() - g.get("started", time.perf_counter())) * 1000, 1))
         return response
 
@@ -94,7 +113,7 @@ def create_app(services: Services | None = None, host_names: HostNames | None = 
 
     @app.errorhandler(Exception)
     def internal_error(error: Exception) -> Response:
-        log.exception("request failed", method=request.method, path=request.path)
+        log.exception("request failed", method=request.method, path=_logged_path())
         return google_error(500, "INTERNAL", "internal error; the server log has the details")
 
     app.register_blueprint(v1alpha.blueprint)
@@ -104,4 +123,5 @@ def create_app(services: Services | None = None, host_names: HostNames | None = 
     app.register_blueprint(self_hosted.blueprint)
     app.register_blueprint(share.blueprint)
     ui.register(app)
+    app.wsgi_app = CapabilityPrefix(app.wsgi_app, resolved.settings.sdk_capability if guard.mode != "open" else "")
     return app

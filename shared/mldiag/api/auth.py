@@ -1,4 +1,4 @@
-"""Who may call the control plane.
+"""Who may call the control plane, and as whom.
 
 Three modes, chosen by the settings:
 
@@ -12,12 +12,14 @@ Three modes, chosen by the settings:
   letters, status: raw payloads, errors, where the data lives) are not.
 * **open** (neither): the embedded default on 127.0.0.1, nothing is checked.
 
-The official SDK's self-hosted client sends no ``Authorization`` header, so the
-``/v1/...`` routes it uses take a token only if one is sent, unless
-``MLDIAG_SDK_ROUTES_REQUIRE_TOKEN`` is true; restrict them by network (bind to
-127.0.0.1, a private VPC, an ingress allow-list) when they are exposed.
-A call without credentials gets 401, one with credentials that do not pass
-gets 403; neither reaches a service.
+The official SDK's self-hosted client sends no ``Authorization`` header; in
+the cloud and token modes it calls through the capability URL
+``/sdk/<secret>/v1/...`` (:mod:`mldiag.api.capability`), which opens the SDK's
+``/v1`` routes and nothing else. A call without credentials gets 401, one with
+credentials that do not pass gets 403; neither reaches a service.
+
+Every call that passes is made by a :class:`Caller`: the SDK's routes let a
+caller change only the runs it registered (:mod:`mldiag.services.self_hosted`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import hmac
 from typing import Any
 
 from mldiag.config import Settings
+from mldiag.domain.callers import ANONYMOUS, API_TOKEN, OPEN, Caller, google_account
 from mldiag.domain.errors import PermissionDenied, Unauthenticated
 
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -36,30 +39,27 @@ class Guard:
     def __init__(self, settings: Settings):
         self.audience = settings.auth_audience
         self.token = settings.api_token
-        self.sdk_routes_require_token = settings.sdk_routes_require_token
 
     @property
     def mode(self) -> str:
         return "cloud" if self.audience else "token" if self.token else "open"
 
-    def check(self, method: str, authorization: str, *, sdk_route: bool = False,
-              operator_route: bool = False) -> None:
-        """Raise :class:`Unauthenticated` / :class:`PermissionDenied` unless the call may proceed."""
+    def check(self, method: str, authorization: str, *, operator_route: bool = False) -> Caller:
+        """The caller; :class:`Unauthenticated` / :class:`PermissionDenied` unless the call may proceed."""
         if self.mode == "open":
-            return
+            return OPEN
         credential = _bearer(authorization)
-        if sdk_route:
-            required = self.sdk_routes_require_token
-        else:
-            required = self.mode == "cloud" or operator_route or method not in READ_METHODS
         if not credential:
-            if required:
-                raise Unauthenticated("this call needs 'Authorization: Bearer <token>'")
-            return
+            if self.mode == "cloud" or operator_route or method not in READ_METHODS:
+                raise Unauthenticated("this call needs 'Authorization: Bearer <token>' "
+                                      "(the official SDK: DIAGON_BASE_URL=<control plane>/sdk/<secret>)")
+            return ANONYMOUS
         if self.mode == "cloud":
-            self._verify_id_token(credential)
-        elif not hmac.compare_digest(credential.encode(), self.token.encode()):
+            claims = self._verify_id_token(credential)
+            return google_account(claims.get("email") or claims.get("sub", ""))
+        if not hmac.compare_digest(credential.encode(), self.token.encode()):
             raise PermissionDenied("the bearer token is not valid for this control plane")
+        return API_TOKEN
 
     def _verify_id_token(self, token: str) -> dict[str, Any]:
         from google.auth import exceptions

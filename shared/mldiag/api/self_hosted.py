@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response
+from flask import Blueprint, Response, g
 
 from mldiag.api.http import json_body, ok, query, query_bool, services
 from mldiag.services import self_hosted
@@ -13,13 +13,14 @@ blueprint = Blueprint("self_hosted", __name__, url_prefix="/v1")
 
 @blueprint.patch("/machineLearningRuns")
 def upsert_by_logical_id() -> Response:
-    run = self_hosted.upsert(services(), json_body(), query("update_mask"), allow_missing=query_bool("allow_missing"))
+    run = self_hosted.upsert(services(), json_body(), query("update_mask"), g.caller,
+                             allow_missing=query_bool("allow_missing"))
     return ok(self_hosted.to_wire(run))
 
 
 @blueprint.patch("/machineLearningRuns/<id:run>")
 def update_run(run: str) -> Response:
-    updated = self_hosted.upsert(services(), json_body(), query("update_mask"), run_id=run,
+    updated = self_hosted.upsert(services(), json_body(), query("update_mask"), g.caller, run_id=run,
                                  allow_missing=query_bool("allow_missing"))
     return ok(self_hosted.to_wire(updated))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from operator import attrgetter
 
-from flask import Blueprint, Response
+from flask import Blueprint, Response, g
 
 from mldiag.api.http import json_body, list_request, ok, query, query_bool, services
 from mldiag.bootstrap import Services
@@ -60,7 +60,8 @@ def _list(repository: Repository, parent: str) -> Response:
 @blueprint.post(RUNS)
 def create_run(project: str, location: str) -> Response:
     parent = _location(project, location)
-    run = runs.create(services(), parent, query("machine_learning_run_id"), json_body())
+    run = runs.create(services(), parent, query("machine_learning_run_id"), json_body(),
+                      registered_by=g.caller.principal)
     return _done(run.name, "create", run)
 
 
@@ -78,7 +79,7 @@ def get_run(project: str, location: str, run: str) -> Response:
 def update_run(project: str, location: str, run: str) -> Response:
     name = _run(project, location, run)
     updated = runs.update(services(), name, json_body(), query("update_mask"),
-                          allow_missing=query_bool("allow_missing"))
+                          allow_missing=query_bool("allow_missing"), registered_by=g.caller.principal)
     return _done(updated.name, "update", updated)
 
 

@@ -89,16 +89,25 @@ class ApiClient:
             self.session.headers["Authorization"] = f"Bearer {token}"
         self.timeout = timeout
 
-    def call(self, method: str, path: str, *, params: dict[str, Any] | None = None,
-             body: dict[str, Any] | None = None) -> dict[str, Any]:
+    def authorize(self) -> None:
+        """Make sure the session's credentials are current (a subclass refreshes expiring ones)."""
+
+    def send(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        """One request to ``path`` with this client's credentials, answered as it came back."""
         import requests
 
-        url = f"{self.api_url}/{path.lstrip('/')}"
+        self.authorize()
         try:
-            response = self.session.request(method, url, params=params, json=body, timeout=self.timeout)
+            return self.session.request(method, f"{self.api_url}/{path.lstrip('/')}", timeout=self.timeout,
+                                        **kwargs)
         except requests.RequestException as error:
             raise ApiError(f"cannot reach the control plane at {self.api_url} ({type(error).__name__}); "
                            "start one with `mldiag up` or point --api-url at yours") from None
+
+    def call(self, method: str, path: str, *, params: dict[str, Any] | None = None,
+             body: dict[str, Any] | None = None) -> dict[str, Any]:
+        url = f"{self.api_url}/{path.lstrip('/')}"
+        response = self.send(method, path, params=params, json=body)
         try:
             payload = response.json()
         except ValueError:

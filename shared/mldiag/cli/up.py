@@ -27,7 +27,9 @@ class LogFormat(StrEnum):
 def _announce(banner: Banner) -> None:
     typer.echo(f"mldiag control plane at {banner.url} (data in {banner.data_dir})")
     typer.echo("Point workloads using google-cloud-mldiagnostics at it:")
-    typer.echo(f"  export DIAGON_BASE_URL={banner.url}")
+    typer.echo(f"  export DIAGON_BASE_URL={banner.sdk_url or banner.url}")
+    if banner.sdk_url and banner.sdk_url != banner.url:
+        typer.echo("  (the SDK's capability URL: it lets its holder register runs; give it to workloads only)")
     typer.echo(f"and give them gcs_path={banner.bucket_folder} (the local folder standing for {banner.bucket_uri}).")
     typer.echo(f"Every folder under {Path(banner.bucket_folder).parent} is a bucket: gs://<folder>.")
     typer.echo(f"Console: {banner.url}/ui")

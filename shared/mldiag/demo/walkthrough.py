@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from mldiag.cli.api_client import ApiClient, ApiError, child_path, location_path, run_path
+from mldiag.config import sdk_capability
 from mldiag.degradation import DetectorParams
 from mldiag.demo.processes import DemoError, LocalControlPlane, Workload
 from mldiag.demo.workload import PAUSE_S, SLOWDOWN
@@ -371,11 +373,13 @@ def run_demo(settings: DemoSettings, console: Console) -> list[SessionSummary]:
         client.call("GET", location_path(settings.project, settings.location) + "/machineLearningRuns",
                     params={"pageSize": 1})  # reachable, and answering for this project and location
         name = time.strftime("demo-%Y%m%d-%H%M%S")
+        capability = sdk_capability(settings.token, os.environ.get("MLDIAG_SDK_SECRET", ""))
+        sdk_url = f"{url}/sdk/{capability}" if capability else url
         with steps.step(f"Started the training workload '{name}' (JAX, official SDK, self-hosted mode)",
-                        f"DIAGON_BASE_URL={url} python -m mldiag.demo.workload --name {name} "
-                        f"--gcs-path {bucket_folder} …") as details:
+                        f"DIAGON_BASE_URL={url}{'/sdk/<secret>' if capability else ''} python -m "
+                        f"mldiag.demo.workload --name {name} --gcs-path {bucket_folder} …") as details:
             workload = stack.enter_context(Workload(
-                name, url, f"{url}/{location_path(settings.project, settings.location)}/machineLearningRuns",
+                name, sdk_url, f"{url}/{location_path(settings.project, settings.location)}/machineLearningRuns",
                 bucket_folder, settings.token, settings.work_dir / "workload.log"))
             run = workload.wait_for("ready", START_TIMEOUT_S)["run"]
             _check_run_is_visible(client, settings, run)

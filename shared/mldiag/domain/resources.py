@@ -288,6 +288,8 @@ class MachineLearningRun(Resource):
     # Server-owned: how often the run became ACTIVE again after it had ended, and when it last did.
     restart_count: int = 0
     last_restart_time: Timestamp = None
+    # Server-owned: the credential that registered the run through the SDK's routes (see mldiag.api.auth).
+    registered_by: str = ""
 
     @property
     def id(self) -> str:

@@ -14,6 +14,12 @@ registration of an ended run makes it ACTIVE again and counts the restart
 (:func:`mldiag.services.runs.normalize`). Two registrations racing to create
 the same run: one wins, the other gets ``ALREADY_EXISTS`` (409), on which the
 SDK falls back to a state update, as it expects to.
+
+A run belongs to the credential that registered it (``registeredBy``): through
+these routes only that caller, or an administrator (the API token, the open
+mode), may change it. All workloads that use one capability URL are one
+caller; node agents calling with their own service accounts' ID tokens are
+one caller each (see docs/security.md).
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ from pydantic import Field, ValidationError
 from pydantic.alias_generators import to_snake
 
 from mldiag.bootstrap import Services
-from mldiag.domain.errors import Aborted, InvalidArgument, NotFound, invalid_argument
+from mldiag.domain.callers import Caller
+from mldiag.domain.errors import Aborted, InvalidArgument, NotFound, PermissionDenied, invalid_argument
 from mldiag.domain.names import LocationName, id_from_text, validate_id
 from mldiag.domain.resources import MachineLearningRun, RunPhase
 from mldiag.domain.types import CamelModel, Timestamp, format_timestamp
@@ -121,15 +128,26 @@ def _parse(body: dict[str, Any], default_cluster_id: str) -> SelfHostedRun:
     return sdk
 
 
+def _check_owner(caller: Caller, run: MachineLearningRun) -> None:
+    if caller.admin or run.registered_by == caller.principal:
+        return
+    # The SDK's runs from before runs recorded their registrant (or from the open mode): the first caller claims it.
+    if not run.registered_by and run.logical_id:
+        return
+    raise PermissionDenied(f"{SDK_NAME_PREFIX}{run.id} was registered by another credential; "
+                           "only it, or the API token, may change it")
+
+
 def upsert(
     services: Services,
     body: dict[str, Any],
     update_mask: str,
+    caller: Caller,
     *,
     run_id: str = "",
     allow_missing: bool = False,
 ) -> MachineLearningRun:
-    """Create or update the run the SDK names (by ``run_id``, else by the body's ``logicalId``)."""
+    """Create or update the run the SDK names (by ``run_id``, else by the body's ``logicalId``) for ``caller``."""
     settings = services.settings
     sdk = _parse(body, settings.cluster_id)
     registration = not run_id  # the SDK's create_ml_run: the workload has just started
@@ -150,9 +168,13 @@ def upsert(
         previous = services.runs.find_in(transaction, name)
         if previous is None and not allow_missing:
             raise NotFound(f"{SDK_NAME_PREFIX}{run_id} not found")
+        if previous is not None:
+            _check_owner(caller, previous)
         if previous is not None and sdk.etag and sdk.etag != previous.etag:
             raise Aborted(f"etag mismatch for {SDK_NAME_PREFIX}{run_id}")
         run = previous.model_copy(deep=True) if previous else MachineLearningRun(name=name, cluster_id=sdk.cluster_id)
+        if not run.registered_by:
+            run.registered_by = caller.principal
         for path in paths:
             _MASK[path](run, sdk)
         if registration:

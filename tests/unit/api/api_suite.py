@@ -25,6 +25,7 @@ from mldiag.ports import DocumentStore
 
 PROJECT, LOCATION = "test-project", "test-location"
 API_URL = "http://mldiag.test"
+OWNED_BUCKET = "profiles"  # the bucket the suite's runs write to, besides the default one
 BASE = f"/v1alpha/projects/{PROJECT}/locations/{LOCATION}"
 RUNS = f"{BASE}/machineLearningRuns"
 
@@ -78,8 +79,8 @@ def make_services(store: DocumentStore, tmp_path: Path) -> Callable[..., Service
     """Services over ``store`` with settings overridden by keyword (``api_token=...``)."""
 
     def make(**overrides: Any) -> Services:
-        settings = Settings(data_dir=tmp_path / "data", project=PROJECT, location=LOCATION,
-                            api_url=API_URL, **overrides)
+        settings = Settings(**{"data_dir": tmp_path / "data", "project": PROJECT, "location": LOCATION,
+                               "api_url": API_URL, "owned_buckets": [OWNED_BUCKET], **overrides})
         blobs = LocalBlobs(settings.data_dir, share_base_url=API_URL, share_key=settings.share_key)
         return Services(settings=settings, store=store, blobs=blobs, bus=InProcessBus(PROJECT))
 

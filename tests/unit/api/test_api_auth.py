@@ -1,4 +1,4 @@
-"""Who may call: bearer tokens locally, Google ID tokens in the cloud, the SDK's open routes.
+"""Who may call: bearer tokens locally, Google ID tokens in the cloud (the SDK's routes: test_api_sdk_capability).
 
 The ID tokens are real JWTs signed with a key made here; only the download of
 Google's signing certificates is replaced, by the certificate of that key.
@@ -7,13 +7,8 @@ Google's signing certificates is replaced, by the certificate of that key.
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta, timezone
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
-from cryptography.x509.oid import NameOID
 from google.auth import crypt, jwt
 from google.oauth2 import id_token
 
@@ -21,7 +16,6 @@ from api_suite import RUNS
 
 TOKEN = "s3cret-token-for-tests"
 AUDIENCE = "https://control-plane-abc.a.run.app"
-SDK_REGISTRATION = "/v1/machineLearningRuns?allow_missing=true"
 
 
 def _bearer(token: str) -> dict[str, str]:
@@ -47,34 +41,6 @@ def test_the_token_opens_mutations_and_reads_stay_open(make_api):
     assert api.request("GET", f"{RUNS}/r1").status_code == 200
     assert api.request("DELETE", f"{RUNS}/r1").status_code == 401
     assert api.request("GET", f"{RUNS}/r1").status_code == 200
-
-
-def test_sdk_routes_take_no_token_by_default_but_check_one_that_is_sent(make_api):
-    api = make_api(api_token=TOKEN)
-    assert api.request("PATCH", SDK_REGISTRATION, json={"logicalId": "a"}).status_code == 200
-    assert api.request("PATCH", SDK_REGISTRATION, json={"logicalId": "b"}, headers=_bearer("wrong")).status_code == 403
-
-
-def test_sdk_routes_can_require_the_token(make_api):
-    api = make_api(api_token=TOKEN, sdk_routes_require_token=True)
-    assert api.request("PATCH", SDK_REGISTRATION, json={"logicalId": "a"}).status_code == 401
-    assert _no_runs_stored(api)
-    assert api.request("PATCH", SDK_REGISTRATION, json={"logicalId": "a"}, headers=_bearer(TOKEN)).status_code == 200
-
-
-@pytest.fixture(scope="module")
-def google_signer() -> tuple[crypt.RSASigner, bytes]:
-    """A signing key and its self-signed certificate, standing in for one of Google's."""
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "accounts.google.com")])
-    now = datetime.now(timezone.utc)
-    certificate = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-                   .serial_number(x509.random_serial_number()).not_valid_before(now - timedelta(days=1))
-                   .not_valid_after(now + timedelta(days=1)).sign(key, hashes.SHA256()))
-    private_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                    serialization.NoEncryption())
-    return crypt.RSASigner.from_string(private_pem, key_id="test-key"), certificate.public_bytes(
-        serialization.Encoding.PEM)
 
 
 @pytest.fixture

@@ -19,6 +19,9 @@ from mldiag.cli.main import app
 from mldiag.config import Settings
 
 
+OWNED_BUCKET = "profiles"  # the bucket the commands' runs write to, besides the default one
+
+
 @dataclass
 class Server:
     url: str
@@ -33,7 +36,8 @@ def start_server(tmp_path: Path) -> Iterator[Callable[..., Server]]:
     def start(**settings: Any) -> Server:
         server = make_server("127.0.0.1", 0, app=None, threaded=True)  # bind first: the URL is a setting
         url = f"http://127.0.0.1:{server.server_port}"
-        services = bootstrap.build(Settings(data_dir=tmp_path / f"data-{len(servers)}", api_url=url, **settings))
+        services = bootstrap.build(Settings(**{"data_dir": tmp_path / f"data-{len(servers)}", "api_url": url,
+                                               "owned_buckets": [OWNED_BUCKET], **settings}))
         server.app = create_app(services)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers.append(server)

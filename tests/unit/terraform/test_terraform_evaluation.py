@@ -83,6 +83,7 @@ def test_the_firestore_indexes_evaluate(workdir: Path):
     ("prefix=a-very-long-prefix", "prefix is 2-12 lowercase letters"),
     ("kms_key_name=my-key", "kms_key_name must look like"),
     ("maintenance_schedule=* *", "five-field cron expression"),
+    ("sdk_secret=too-short", "sdk_secret must be empty or 32 or more"),
 ])
 def test_planted_invalid_variable_is_refused(workdir: Path, variable: str, message: str):
     result = terraform(workdir, "plan", "-input=false", "-lock=false", "-var", variable)
@@ -121,3 +122,9 @@ def test_work_subscriptions_outlast_a_burst_of_their_consumer(workdir: Path):
 def test_the_queues_take_the_burst_sized_attempts():
     main = (REPO / "terraform/main.tf").read_text(encoding="utf-8")
     assert "delivery   = merge(var.delivery, { max_delivery_attempts = local.delivery_attempts[each.key] })" in main
+
+
+def test_a_public_invoker_on_an_internet_facing_api_plans_only_with_the_sdks_secret(workdir: Path):
+    result = terraform(workdir, "plan", "-input=false", "-lock=false", "-var", "sdk_secret=" + "a1" * 32,
+                       "-var", "control_plane={allow_unauthenticated=true}")
+    assert result.returncode == 0, result.stderr
