@@ -84,24 +84,22 @@ def _parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """The enclosing event of each event, for events that nest (one thread's trace scopes).
 
     An event's depth is how many earlier events are still open when it starts;
-    its parent is the last earlier event one level up.
+    its parent is the last earlier event one level up. One sort and one search
+    find every parent at once, however deep the events overlap.
     """
     count = len(starts)
-    parents = np.full(count, -1, dtype=np.int64)
     if count == 0:
-        return parents
+        return np.full(0, -1, dtype=np.int64)
     sorted_ends = np.sort(ends)
     depth = np.arange(count) - np.searchsorted(sorted_ends, starts, side="right")
     np.maximum(depth, 0, out=depth)
-    for level in range(1, int(depth.max()) + 1):
-        children = np.flatnonzero(depth == level)
-        above = np.flatnonzero(depth == level - 1)
-        if len(above) == 0:
-            break
-        found = np.searchsorted(above, children, side="right") - 1
-        valid = found >= 0
-        parents[children[valid]] = above[found[valid]]
-    return parents
+    # Each event's key orders events by depth, then by position: the parent of an event at depth d
+    # is the greatest key below (d - 1, the event's position), if that key is at depth d - 1.
+    keys = np.sort(depth * count + np.arange(count))
+    found = np.searchsorted(keys, (depth - 1) * count + np.arange(count), side="right") - 1
+    candidate = keys[np.maximum(found, 0)]
+    is_parent = (depth > 0) & (found >= 0) & (candidate // count == depth - 1)
+    return np.where(is_parent, candidate % count, -1).astype(np.int64)
 
 
 @dataclass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -68,3 +69,61 @@ def test_a_truncated_profile_is_refused(tmp_path):
         read_host_evidence(cut)
 
 
+
+
+def _padded_varints(values: np.ndarray, width: int) -> np.ndarray:
+    """Each value as a varint of exactly ``width`` bytes (the wire format allows the padding)."""
+    shifts = np.arange(width, dtype=np.uint64) * np.uint64(7)
+    out = ((values.astype(np.uint64)[:, None] >> shifts) & np.uint64(0x7F)).astype(np.uint8)
+    out[:, :-1] |= 0x80
+    return out
+
+
+def _delimited(number: int, payload: bytes) -> bytes:
+    length, encoded = len(payload), bytearray()
+    while True:
+        encoded.append(length & 0x7F | (0x80 if length > 0x7F else 0))
+        length >>= 7
+        if not length:
+            return bytes([number << 3 | 2]) + bytes(encoded) + payload
+
+
+def _one_line_of_overlapping_events(path, count: int) -> None:
+    """A host plane with one line of ``count`` events, event i over [i µs, (i + count) µs): each overlaps all after it."""
+    column = lambda byte: np.full((count, 1), byte, np.uint8)  # noqa: E731
+    starts_ps = np.arange(count, dtype=np.int64) * 1_000_000
+    event = np.concatenate([column(1 << 3), column(1),  # metadata_id 1
+                            column(2 << 3), _padded_varints(starts_ps, 7),  # offset_ps
+                            column(3 << 3), _padded_varints(np.full(count, count * 1_000_000), 7)], axis=1)
+    events = np.concatenate([column(4 << 3 | 2), column(event.shape[1]), event], axis=1).tobytes()
+    line = _delimited(2, b"python") + bytes([3 << 3, 1]) + events
+    metadata = _delimited(4, bytes([1 << 3, 1]) + _delimited(2, bytes([1 << 3, 1]) + _delimited(2, b"op")))
+    path.write_bytes(_delimited(1, _delimited(2, b"/host:CPU") + _delimited(3, line) + metadata))
+
+
+def test_nesting_of_deeply_overlapping_events_is_not_quadratic():
+    count = 200_000
+    starts = np.arange(count)
+    started = time.perf_counter()
+    parents = _parents(starts, starts + count)
+    assert time.perf_counter() - started < 2.0  # one level per event: a pass per level took minutes
+    assert parents[0] == -1 and parents[1:].tolist() == list(range(count - 1))
+
+
+@pytest.mark.slow
+def test_reading_one_line_of_overlapping_events_grows_linearly(tmp_path):
+    def seconds_to_read(count: int) -> float:
+        path = tmp_path / f"{count}.xplane.pb"
+        _one_line_of_overlapping_events(path, count)
+        best = float("inf")
+        for _ in range(2 if count < 1_000_000 else 1):
+            started = time.perf_counter()
+            evidence = read_host_evidence(path)
+            best = min(best, time.perf_counter() - started)
+        assert evidence.steps == 1
+        return best
+
+    small, medium, large = (seconds_to_read(count) for count in (50_000, 200_000, 2_000_000))
+    # Linear is 4x and 10x; quadratic was 16x and 100x (50 k: 2.4 s, 200 k: 20 s, 2 M: over 300 s).
+    assert medium < 10 * small and large < 30 * medium, (small, medium, large)
+    assert large < 120
