@@ -10,8 +10,8 @@ maintenance ticks. With a viewer port it also runs XProf over the local bucket
 (:mod:`mldiag.ui.xprof_viewer`, a child process on 127.0.0.1) and sends the
 sessions' dashboard links there. Ctrl-C or SIGTERM stops it cleanly: the server stops
 accepting and finishes the requests in flight, then the watcher, the timer and
-the bus and the viewer stop (deliveries still queued in memory are dropped; files that landed
-meanwhile are not announced again on the next start).
+the bus and the viewer stop. The bus's queue is in the SQLite file, so what was queued or being
+delivered is delivered on the next start.
 """
 
 from __future__ import annotations
