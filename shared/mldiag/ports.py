@@ -104,6 +104,9 @@ class BlobStore(Protocol):
     def list(self, prefix: str) -> Iterator[BlobInfo]:
         """Every object whose URI starts with ``prefix`` (a ``gs://bucket/...`` URI)."""
 
+    def list_updated_since(self, prefix: str, since: datetime | None) -> Iterator[BlobInfo]:
+        """The objects under ``prefix`` written after ``since`` (all of them when ``None``)."""
+
     def delete(self, uri: str) -> bool: ...
 
     def signed_url(self, uri: str, ttl: timedelta) -> str:

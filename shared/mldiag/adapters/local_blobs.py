@@ -117,6 +117,9 @@ class LocalBlobs:
                 if uri.startswith(prefix):
                     yield self._info(uri, path)
 
+    def list_updated_since(self, prefix: str, since: datetime | None) -> Iterator[BlobInfo]:
+        return (info for info in self.list(prefix) if since is None or info.updated > since)
+
     def delete(self, uri: str) -> bool:
         path = self.path_for(uri)
         if not path.is_file():
