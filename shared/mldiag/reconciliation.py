@@ -9,8 +9,11 @@ reconciliation are registered exactly as their finalize events would have been
 object's generation, so a file registered already changes nothing and an
 older generation is ignored).
 
-Files written in the last few seconds are left to their own events (a file may
-still be growing); the next reconciliation looks back far enough to see them.
+Periodically, files written in the last few seconds are left to their own
+events (a file may still be growing); the next reconciliation looks back far
+enough to see them. When ``mldiag up`` starts, every file counts: nothing
+announced those, and if one was still growing, its watcher registers the
+final version as a newer generation.
 """
 
 from __future__ import annotations
@@ -34,10 +37,11 @@ LOOK_BACK = timedelta(minutes=5)  # overlap between reconciliations: object time
 log = structlog.get_logger(__name__)
 
 
-def reconcile(services: Services, *, force: bool = False) -> int:
+def reconcile(services: Services, *, force: bool = False, settling: timedelta = SETTLING) -> int:
     """Register the bucket's files written since the last reconciliation; returns how many were new.
 
-    Unless ``force``, nothing happens within :data:`INTERVAL` of the last one.
+    Unless ``force``, nothing happens within :data:`INTERVAL` of the last one. Files written in the last
+    ``settling`` are left for later.
     """
     now = services.now()
     state = services.store.get(COLLECTION, KEY) or {}
@@ -45,7 +49,7 @@ def reconcile(services: Services, *, force: bool = False) -> int:
     if not force and last_run is not None and now - last_run < INTERVAL:
         return 0
     since = datetime.fromisoformat(state["until"]) - LOOK_BACK if state.get("until") else None
-    until = now - SETTLING
+    until = now - settling
     registrar = Registrar(services)
     registered = 0
     for info in services.blobs.list_updated_since(services.settings.bucket_uri, since):

@@ -11,7 +11,8 @@ maintenance ticks. With a viewer port it also runs XProf over the local bucket
 sessions' dashboard links there. Ctrl-C or SIGTERM stops it cleanly: the server stops
 accepting and finishes the requests in flight, then the watcher, the timer and
 the bus and the viewer stop. The bus's queue is in the SQLite file, so what was queued or being
-delivered is delivered on the next start.
+delivered is delivered on the next start, which also stops analysis workers a killed predecessor
+left running, removes its scratch folders and registers files that landed while it was down.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from types import FrameType
 
 import structlog
@@ -74,6 +76,15 @@ def wire_functions(services: Services, bus: InProcessBus) -> None:
         bus.subscribe(BUCKET_NOTIFICATIONS, deliver, name=function)
 
 
+def recover_from_a_stop(services: Services) -> None:
+    """What a killed predecessor left: its analysis workers and scratch, and files that landed meanwhile."""
+    from mldiag.analysis.job import clean_up_after_a_stop
+    from mldiag.reconciliation import reconcile
+
+    clean_up_after_a_stop(services.settings)
+    reconcile(services, force=True, settling=timedelta(0))
+
+
 class _Ticker(threading.Thread):
     def __init__(self, bus: InProcessBus, interval: float):
         super().__init__(name="mldiag-maintenance", daemon=True)
@@ -119,6 +130,7 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
     ticker = _Ticker(bus, MAINTENANCE_INTERVAL_S)
 
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    recover_from_a_stop(services)
     bus.start()
     watcher.start()
     ticker.start()

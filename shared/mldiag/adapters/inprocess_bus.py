@@ -15,9 +15,9 @@ The queue is a table (``bus_queue``) in a SQLite file, the same one the
 embedded document store uses, so delivery is at least once across restarts as
 with Pub/Sub: each subscription's copy of a message is a row, leased while its
 handler runs and deleted only once the handler returns. Rows leased by a
-process that stopped (killed, crashed) are delivered again when the next one
-:meth:`start`\ s, counting the interrupted delivery as an attempt. Without a
-path the queue lives in memory and goes with the process.
+process that stopped (killed, crashed) are delivered again when the next bus
+on the file starts (:meth:`start`), counting the interrupted delivery as an
+attempt. Without a path the queue lives in memory and goes with the process.
 """
 
 from __future__ import annotations
