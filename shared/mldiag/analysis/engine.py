@@ -56,6 +56,7 @@ Progress = Callable[[str], None]
 # Runs after the analyst, while the private copy and XProf's conversions of it are still there.
 Investigate = Callable[["Analysis", ToolContext], "Analysis"]
 TIMELINE_SUFFIX = ".timeline.npz"
+PRIVATE_FOLDER_PREFIX = "mldiag-analysis-"  # the private copy's folder, in the scratch folder given
 RAW_EVENTS_COST = 7  # the reader process's peak, interpreter included, in multiples of the file's size
 DETECTORS = ("detect_layout_mismatch_copies", "detect_unfused_reshapes", "detect_unnecessary_convert_reduce")
 
@@ -64,7 +65,7 @@ DETECTORS = ("detect_layout_mismatch_copies", "detect_unfused_reshapes", "detect
 def _private_folder(scratch_dir: Path | None) -> Iterator[Path]:
     if scratch_dir is not None:
         Path(scratch_dir).mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix="mldiag-analysis-", dir=scratch_dir))
+    folder = Path(tempfile.mkdtemp(prefix=PRIVATE_FOLDER_PREFIX, dir=scratch_dir))
     try:
         yield folder
     finally:

@@ -5,14 +5,18 @@ really stops the work and running out of memory ends this process rather than
 the function. It analyses the files it is given, investigates with the
 reasoner the environment configures, and writes ``analysis.json`` and
 ``summary.html`` into ``--out``. Exit 3 (with the reason on stderr) means the
-profile cannot be read.
+profile cannot be read. SIGTERM or SIGINT stop it at once (exit 143 or 130),
+its private copies removed.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import tempfile
 from pathlib import Path
+from typing import NoReturn
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,17 +32,30 @@ def main(argv: list[str] | None = None) -> int:
 
     from mldiag.analysis import Analysis, analyze_session
     from mldiag.analysis.comparison import compare
+    from mldiag.analysis.engine import PRIVATE_FOLDER_PREFIX
     from mldiag.analysis.investigation import investigator
     from mldiag.analysis.profiles import UNREADABLE_EXIT, UnreadableProfile
     from mldiag.analysis.report import write_reports
     from mldiag.config import Settings
 
+    from mldiag.analysis.stopping import stop_now, stopping
+
+    own_scratch = args.scratch is None
+    scratch = Path(tempfile.mkdtemp(prefix="mldiag-worker-")) if own_scratch else args.scratch
+
+    def stop(why: str, code: int) -> NoReturn:
+        stop_now([scratch] if own_scratch else scratch.glob(f"{PRIVATE_FOLDER_PREFIX}*"), why, code)
+
     try:
-        analysis = analyze_session(args.files, args.scratch, source=args.source,
-                                   investigate=investigator(Settings.from_env()))
+        with stopping(stop):
+            analysis = analyze_session(args.files, scratch, source=args.source,
+                                       investigate=investigator(Settings.from_env()))
     except UnreadableProfile as error:
         print(error, file=sys.stderr)
         return UNREADABLE_EXIT
+    finally:
+        if own_scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
     if args.baseline:
         try:
             baseline = Analysis.model_validate_json(args.baseline.read_text("utf-8"))
