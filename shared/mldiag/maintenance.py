@@ -22,13 +22,13 @@ from mldiag.services import agents
 
 
 def run_maintenance(services: Services) -> str:
-    reconciled = reconcile(services)
     settled = Registrar(services).settle_due()
     retried, failed = retry_stale(services)
     republished = outbox.flush_stale(services.store, services.bus, services.now)
     gone = agents.mark_gone(services)
     abandoned = capture_tasks.fail_overdue(services)
     pruned = services.events.prune() if services.settings.backend == "embedded" else 0
+    reconciled = reconcile(services)  # the slowest (it lists the bucket), so last
     return (f"registered {reconciled} file(s) no event announced, settled {settled} session(s), asked again for "
             f"{retried} stale analysis(es) and failed {failed}, republished {republished} message(s), "
             f"marked {gone} target(s) gone, failed {abandoned} abandoned capture task(s), pruned {pruned} event(s)")
