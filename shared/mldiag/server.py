@@ -10,9 +10,11 @@ maintenance ticks. With a viewer port it also runs XProf over the local bucket
 (:mod:`mldiag.ui.xprof_viewer`, a child process on 127.0.0.1) and sends the
 sessions' dashboard links there. Ctrl-C or SIGTERM stops it cleanly: the server stops
 accepting and finishes the requests in flight, then the watcher, the timer and
-the bus and the viewer stop. The bus's queue is in the SQLite file, so what was queued or being
-delivered is delivered on the next start, which also stops analysis workers a killed predecessor
-left running, removes its scratch folders and registers files that landed while it was down.
+the bus and the viewer stop; running analyses are stopped, to run again on the
+next start. The bus's queue is in the SQLite file, so what was queued or being
+delivered is delivered on the next start, which also stops analysis workers a
+killed predecessor left running, removes its scratch folders and registers
+files that landed while it was down.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from cloudevents.http import CloudEvent
 
 from mldiag import bootstrap, entrypoints
 from mldiag.adapters.inprocess_bus import InProcessBus
+from mldiag.analysis.job import clean_up_after_a_stop, stop_workers
 from mldiag.api import create_app
 from mldiag.bootstrap import Services
 from mldiag.bucket_watcher import BucketWatcher
@@ -78,7 +81,6 @@ def wire_functions(services: Services, bus: InProcessBus) -> None:
 
 def recover_from_a_stop(services: Services) -> None:
     """What a killed predecessor left: its analysis workers and scratch, and files that landed meanwhile."""
-    from mldiag.analysis.job import clean_up_after_a_stop
     from mldiag.reconciliation import reconcile
 
     clean_up_after_a_stop(services.settings)
@@ -146,5 +148,5 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
             viewer.stop()
         ticker.stopping.set()
         watcher.stop()
-        bus.stop()
+        bus.stop(interrupt=lambda: stop_workers(services.settings))  # analyses stopped are retried on the next start
         signal.signal(signal.SIGTERM, previous)

@@ -375,13 +375,16 @@ class InProcessBus:
             finally:
                 self._done(delivery)
 
-    def stop(self) -> None:
-        """Stop delivering; deliveries under way finish first (for up to 10 s each), the rest wait in the queue."""
+    def stop(self, interrupt: Callable[[], object] | None = None) -> None:
+        """Stop delivering: no delivery starts any more, and those under way finish first (for up to 10 s
+        each; ``interrupt``, called once nothing new can start, may hurry them); the rest wait in the queue."""
         if not self._workers:
             return
         with self._condition:
             self._stopping = True
             self._condition.notify_all()
+        if interrupt is not None:
+            interrupt()
         for worker in self._workers:
             worker.join(timeout=10)
         self._workers = []

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 from mldiag import __version__
 from mldiag.analysis.budget import MemoryBudget
 from mldiag.analysis.profiles import UNREADABLE_EXIT, Session, UnreadableProfile, copy_session, host_of
+from mldiag.analysis.stopping import PRIVATE_FOLDER_PREFIX
 from mldiag.analysis.xprof_tools import (
     CAN_BE_ABSENT, MANAGED_TOOLS, SessionState, ToolContext, preload_tools, run_tool, shared_converters,
 )
@@ -56,7 +57,6 @@ Progress = Callable[[str], None]
 # Runs after the analyst, while the private copy and XProf's conversions of it are still there.
 Investigate = Callable[["Analysis", ToolContext], "Analysis"]
 TIMELINE_SUFFIX = ".timeline.npz"
-PRIVATE_FOLDER_PREFIX = "mldiag-analysis-"  # the private copy's folder, in the scratch folder given
 RAW_EVENTS_COST = 7  # the reader process's peak, interpreter included, in multiples of the file's size
 DETECTORS = ("detect_layout_mismatch_copies", "detect_unfused_reshapes", "detect_unnecessary_convert_reduce")
 

@@ -243,6 +243,9 @@ def _run_worker(settings: Settings, files: list[Path], scratch: Path, out: Path,
     if worker.returncode == -signal.SIGKILL:
         raise AnalysisFailed("the analysis was killed (SIGKILL): the profile needs more memory than this function "
                              "has", permanent=True)
+    if worker.returncode < 0:
+        raise AnalysisFailed(f"the analysis worker was stopped by {signal.Signals(-worker.returncode).name}",
+                             permanent=False)
     if worker.returncode != 0:
         raise AnalysisFailed(f"the analysis worker exited with {worker.returncode}: {last}", permanent=False)
 
@@ -296,16 +299,28 @@ def _scratch_root(settings: Settings) -> Path | None:
     return root
 
 
+def stop_workers(settings: Settings, signum: int = signal.SIGTERM) -> int:
+    """Send ``signum`` to every analysis worker running in this machine's scratch folders; returns how many.
+
+    A worker stopped by SIGTERM removes its private copy and exits with 143, which its analysis records as
+    a failure to retry: ``mldiag up`` stopping does it, so that the analysis runs again on the next start.
+    """
+    root = settings.scratch_dir
+    if root is None or not root.is_dir():
+        return 0
+    return sum(_signal_worker_in(folder, signum) for folder in root.iterdir())
+
+
 def clean_up_after_a_stop(settings: Settings) -> tuple[int, int]:
-    """Before analyses start on this machine: stop the workers a killed predecessor left running, and remove
+    """Before analyses start on this machine: kill the workers a killed predecessor left running, and remove
     its scratch folders; returns how many of each. Only the embedded backend keeps its scratch in a folder of
     its own (the data dir's); in the cloud an instance's temporary space goes with it."""
     root = settings.scratch_dir
     if root is None or not root.is_dir():
         return 0, 0
-    stopped = removed = 0
+    stopped = stop_workers(settings, signal.SIGKILL)
+    removed = 0
     for folder in root.iterdir():
-        stopped += _stop_worker_in(folder)
         if folder.is_dir() and not folder.is_symlink():
             shutil.rmtree(folder, ignore_errors=True)
         else:
@@ -316,8 +331,8 @@ def clean_up_after_a_stop(settings: Settings) -> tuple[int, int]:
     return stopped, removed
 
 
-def _stop_worker_in(folder: Path) -> bool:
-    """Kill the worker (and what it started) that analyses in ``folder``, if its command line proves it is one."""
+def _signal_worker_in(folder: Path, signum: int) -> bool:
+    """Signal the worker (and what it started) that analyses in ``folder``, if its command line proves it is one."""
     try:
         pid = int((folder / WORKER_PID_FILE).read_text())
         arguments = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -327,7 +342,10 @@ def _stop_worker_in(folder: Path) -> bool:
     if b"mldiag.analysis.worker" not in arguments or scratch.resolve() != folder.resolve():
         return False
     try:
-        os.killpg(pid, signal.SIGKILL)  # the worker leads a process group of its own
+        if signum == signal.SIGKILL:
+            os.killpg(pid, signum)  # the worker leads a process group of its own
+        else:
+            os.kill(pid, signum)  # the worker stops what it started itself
     except ProcessLookupError:
         return False
     return True

@@ -20,6 +20,7 @@ from pathlib import Path
 from types import FrameType
 from typing import NoReturn
 
+PRIVATE_FOLDER_PREFIX = "mldiag-analysis-"  # the engine's private copy, in the scratch folder it is given
 TIMED_OUT_EXIT = 124  # as timeout(1) exits
 SIGNALLED_EXIT = 128  # plus the signal's number, as a shell reports it
 

@@ -30,15 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline-session", default="", help="that session's name")
     args = parser.parse_args(argv)
 
-    from mldiag.analysis import Analysis, analyze_session
-    from mldiag.analysis.comparison import compare
-    from mldiag.analysis.engine import PRIVATE_FOLDER_PREFIX
-    from mldiag.analysis.investigation import investigator
-    from mldiag.analysis.profiles import UNREADABLE_EXIT, UnreadableProfile
-    from mldiag.analysis.report import write_reports
-    from mldiag.config import Settings
-
-    from mldiag.analysis.stopping import stop_now, stopping
+    from mldiag.analysis.stopping import PRIVATE_FOLDER_PREFIX, stop_now, stopping
 
     own_scratch = args.scratch is None
     scratch = Path(tempfile.mkdtemp(prefix="mldiag-worker-")) if own_scratch else args.scratch
@@ -47,15 +39,27 @@ def main(argv: list[str] | None = None) -> int:
         stop_now([scratch] if own_scratch else scratch.glob(f"{PRIVATE_FOLDER_PREFIX}*"), why, code)
 
     try:
-        with stopping(stop):
-            analysis = analyze_session(args.files, scratch, source=args.source,
-                                       investigate=investigator(Settings.from_env()))
-    except UnreadableProfile as error:
-        print(error, file=sys.stderr)
-        return UNREADABLE_EXIT
+        with stopping(stop):  # before the imports, which take seconds
+            return _analyse(args, scratch)
     finally:
         if own_scratch:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _analyse(args: argparse.Namespace, scratch: Path) -> int:
+    from mldiag.analysis import Analysis, analyze_session
+    from mldiag.analysis.comparison import compare
+    from mldiag.analysis.investigation import investigator
+    from mldiag.analysis.profiles import UNREADABLE_EXIT, UnreadableProfile
+    from mldiag.analysis.report import write_reports
+    from mldiag.config import Settings
+
+    try:
+        analysis = analyze_session(args.files, scratch, source=args.source,
+                                   investigate=investigator(Settings.from_env()))
+    except UnreadableProfile as error:
+        print(error, file=sys.stderr)
+        return UNREADABLE_EXIT
     if args.baseline:
         try:
             baseline = Analysis.model_validate_json(args.baseline.read_text("utf-8"))
@@ -65,7 +69,6 @@ def main(argv: list[str] | None = None) -> int:
             analysis.comparison = compare(analysis, baseline, args.baseline_session)
     write_reports(analysis, args.out, dashboard_uri=args.dashboard_uri)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -126,3 +126,31 @@ def test_a_killed_mldiag_up_loses_nothing_and_leaves_nothing_behind(tmp_path):
         assert second.wait(timeout=30) == 0, log.read_text()[-3000:]
     print(f"at the kill: {registered_at_kill} of {PROFILES + NOT_PROFILES} files registered, "
           f"{unfinished_at_kill} analyses unfinished, {queued_at_kill} deliveries queued; after the restart all {total} ended in {recovered_in:.1f} s")
+
+
+def test_a_stopped_mldiag_up_stops_its_analysis_and_runs_it_again_on_the_next_start(tmp_path):
+    data, log = tmp_path / "data", tmp_path / "up.log"
+    store = SqliteStore(data / "mldiag.sqlite3")
+    first, bucket = _start(data, log)
+    try:
+        _drop(bucket, 0, PROFILE.read_bytes())
+        _wait(lambda: any((data / "scratch").glob(f"*/{WORKER_PID_FILE}")), 60, "the analysis worker")
+        [pid_file] = (data / "scratch").glob(f"*/{WORKER_PID_FILE}")
+        worker = int(pid_file.read_text())
+    finally:
+        first.terminate()  # SIGTERM: the clean way
+        assert first.wait(timeout=30) == 0, log.read_text()[-3000:]
+    assert not _running(worker)
+    [session] = _sessions(store)
+    assert session.analysis.state is AnalysisState.PENDING, session.analysis
+    assert session.analysis.error.startswith("will retry: the analysis worker ")
+    assert session.analysis.error.endswith("SIGTERM"), "stopped with its reason, to run again"
+
+    second, _ = _start(data, log)
+    try:
+        _wait(lambda: _sessions(store)[0].analysis.state is AnalysisState.DONE, 90, "the analysis to run again")
+        assert _sessions(store)[0].analysis.attempts == 2
+    finally:
+        second.terminate()
+        assert second.wait(timeout=30) == 0, log.read_text()[-3000:]
+    assert not any((data / "scratch").iterdir())
