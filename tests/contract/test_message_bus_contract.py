@@ -8,6 +8,7 @@ dead-letter behaviour is checked here against the attributes Pub/Sub sets.
 
 from __future__ import annotations
 
+import resource
 import subprocess
 import sys
 import threading
@@ -304,3 +305,20 @@ def test_inprocess_retry_waiting_in_backoff_outlives_the_bus(tmp_path):
     again = InProcessBus(PROJECT, path=path, min_backoff=0.05)
     received = _collecting(again)
     assert again.drain() == 1 and received[0].delivery_attempt == 2
+
+
+def test_inprocess_waits_idle_while_what_is_due_waits_for_a_busy_subscription():
+    bus = InProcessBus(PROJECT)
+    release = threading.Event()
+    bus.subscribe("analysis-requests", lambda event: release.wait(5), name="analyze_session", max_in_flight=1)
+    for _ in range(3):
+        bus.publish("analysis-requests", b"{}")
+    bus.start(workers=4)
+    try:
+        time.sleep(0.2)
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_utime
+        time.sleep(1.0)
+        assert resource.getrusage(resource.RUSAGE_SELF).ru_utime - before < 0.3, "the idle workers spin"
+    finally:
+        release.set()
+        bus.stop()

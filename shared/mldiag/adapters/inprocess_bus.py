@@ -282,7 +282,9 @@ class InProcessBus:
                 waiting, due = self._waiting()
                 if block_until is None and not waiting and self._in_flight == 0 and not self._workers:
                     return None
-                wake = now + min(0.5, max(0.0, due - time.time())) if due is not None else now + 0.5
+                # A row due already waits for its ordering key or subscription: a finished delivery notifies.
+                until_due = due - time.time() if due is not None else 0.0
+                wake = now + (min(0.5, until_due) if until_due > 0 else 0.5)
                 if block_until is not None:
                     wake = min(wake, block_until)
                 self._condition.wait(max(0.0, wake - now))
