@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 
 from mldiag.analysis.wire import MalformedXSpace, check_xspace
 from mldiag.domain.errors import InvalidArgument
-from mldiag.ports import BlobStore
+from mldiag.ports import BlobStore, LocalBuckets
 
 XPLANE_SUFFIX = ".xplane.pb"
 UNREADABLE_EXIT = 3  # the exit status of a command given something that is not a profile
@@ -84,7 +84,10 @@ def find_session(path: Path) -> Session:
 
 
 def download_session(uri: str, blobs: BlobStore, destination: Path) -> Session:
-    """Download the session a ``gs://`` URI names into ``destination/<session>/``."""
+    """Download the session a ``gs://`` URI names into ``destination/<session>/``.
+
+    A file in a local bucket that is not a profile is refused before it is copied.
+    """
     if uri.endswith(XPLANE_SUFFIX):
         objects = [uri]
     else:
@@ -96,8 +99,10 @@ def download_session(uri: str, blobs: BlobStore, destination: Path) -> Session:
     local = destination / folder.name
     files = []
     for object_path in chosen:
-        target = local / object_path.name
-        blobs.download(f"gs://{object_path}", target)
+        uri, target = f"gs://{object_path}", local / object_path.name
+        if isinstance(blobs, LocalBuckets):  # refused before a copy is made of what may be gigabytes of nothing
+            _require_xspace(blobs.path_for(uri), uri)
+        blobs.download(uri, target)
         files.append(target)
     return Session(folder.name, tuple(files), note)
 
