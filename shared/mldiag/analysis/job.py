@@ -23,6 +23,13 @@ puts the analysis back to PENDING with the reason and is retried, until the
 last delivery attempt records FAILED. Where the delivery count does not reach the
 function (functions-framework drops it from the push), the request's dead
 letter does it instead (:func:`give_up`).
+
+What a killed process leaves is picked up later: maintenance asks again for an
+analysis left RUNNING or PENDING past the time limit, or fails it after its
+last attempt (:func:`retry_stale`); on the embedded backend analyses keep their
+scratch under the data dir with their worker's pid beside it, so that
+``mldiag up`` can stop those workers and remove that scratch when it starts
+(:func:`clean_up_after_a_stop`) or stops (:func:`stop_workers`).
 """
 
 from __future__ import annotations
@@ -280,7 +287,6 @@ def _analyse(services: Services, request: AnalysisRequest, session: ProfilerSess
             blobs.download(uri, target)
         except NotFound:
             raise AnalysisFailed(f"{uri} is gone from the bucket", permanent=True) from None
-        _require_profile(target, uri)
         files.append(target)
     out = scratch / "report"
     _run_worker(services.settings, files, scratch, out, folder, _dashboard_uri(services, session),
