@@ -12,7 +12,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from mldiag.analysis.host_evidence import HostEvidence, StepSource
 from mldiag.analysis.profiles import UnreadableProfile
-from mldiag.analysis.raw_events import _parents, _Union, read_host_evidence
+from mldiag.analysis.raw_events import _has_ancestor, _Line, _parents, _Union, read_host_evidence
 
 
 def test_union_covers_overlaps_once_and_clips_to_each_window():
@@ -108,6 +108,20 @@ def test_nesting_of_deeply_overlapping_events_is_not_quadratic():
     parents = _parents(starts, starts + count)
     assert time.perf_counter() - started < 2.0  # one level per event: a pass per level took minutes
     assert parents[0] == -1 and parents[1:].tolist() == list(range(count - 1))
+
+
+def test_finding_flagged_ancestors_in_a_deep_chain_is_not_quadratic():
+    count = 200_000
+    starts = np.arange(count)
+    chain = _Line("deep", starts, 2 * count - starts, np.zeros(count, dtype=np.int64))  # each inside the one before
+    flagged = np.zeros(count, dtype=bool)
+    flagged[0] = True
+    started = time.perf_counter()
+    below_it = _has_ancestor(chain, flagged)
+    assert time.perf_counter() - started < 2.0  # a pass per level took minutes
+    assert not below_it[0] and below_it[1:].all()
+    flagged[[0, count // 2]] = False, True
+    assert _has_ancestor(chain, flagged).tolist() == [False] * (count // 2 + 1) + [True] * (count // 2 - 1)
 
 
 @pytest.mark.slow
