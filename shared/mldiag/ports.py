@@ -95,6 +95,9 @@ class BlobStore(Protocol):
         """The object's content; :class:`mldiag.domain.NotFound` if absent,
         :class:`mldiag.domain.InvalidArgument` if larger than ``max_bytes``."""
 
+    def read_head(self, uri: str, size: int) -> bytes:
+        """The object's first ``size`` bytes (all of it if shorter); :class:`mldiag.domain.NotFound` if absent."""
+
     def write_bytes(self, uri: str, data: bytes, content_type: str = "") -> BlobInfo: ...
 
     def download(self, uri: str, destination: Path) -> BlobInfo: ...

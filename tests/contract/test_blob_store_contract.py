@@ -121,3 +121,12 @@ def test_listing_what_was_written_since_a_time(blobs, bucket):
     [listed] = blobs.list_updated_since(f"{bucket}/runs/", old.updated)
     assert (listed.uri, listed.generation, listed.size) == (new.uri, new.generation, 1)
     assert list(blobs.list_updated_since(f"{bucket}/runs/", new.updated)) == []
+
+
+def test_reading_the_first_bytes_of_an_object(blobs, bucket):
+    uri = f"{bucket}/runs/r1/plugins/profile/s1/a.xplane.pb"
+    blobs.write_bytes(uri, b"\x0a\x05hello and more")
+    assert blobs.read_head(uri, 4) == b"\x0a\x05he"
+    assert blobs.read_head(uri, 1000) == b"\x0a\x05hello and more"
+    with pytest.raises(NotFound):
+        blobs.read_head(f"{bucket}/absent.xplane.pb", 4)

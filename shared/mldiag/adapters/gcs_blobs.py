@@ -78,6 +78,11 @@ class GcsBlobs:
         with _same_generation(uri):
             return blob.download_as_bytes(if_generation_match=blob.generation)
 
+    def read_head(self, uri: str, size: int) -> bytes:
+        blob = self._existing(uri)
+        with _same_generation(uri):
+            return blob.download_as_bytes(start=0, end=size - 1, if_generation_match=blob.generation)
+
     def download(self, uri: str, destination: Path) -> BlobInfo:
         blob = self._existing(uri)
         Path(destination).parent.mkdir(parents=True, exist_ok=True)

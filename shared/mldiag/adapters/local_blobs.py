@@ -72,6 +72,13 @@ class LocalBlobs:
             raise InvalidArgument(f"{uri} is {info.size} bytes, over the {max_bytes}-byte limit", field="uri")
         return self.path_for(uri).read_bytes()
 
+    def read_head(self, uri: str, size: int) -> bytes:
+        try:
+            with self.path_for(uri).open("rb") as file:
+                return file.read(size)
+        except (FileNotFoundError, IsADirectoryError):
+            raise NotFound(f"{uri} does not exist") from None
+
     def _publish(self, staged: Path, uri: str) -> BlobInfo:
         path = self.path_for(uri)
         path.parent.mkdir(parents=True, exist_ok=True)

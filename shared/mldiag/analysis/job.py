@@ -52,6 +52,7 @@ from cloudevents.http import CloudEvent
 
 from mldiag import outbox
 from mldiag.analysis.evidence import Analysis
+from mldiag.analysis.profiles import UnreadableProfile, require_xspace_object
 from mldiag.analysis.report import ANALYSIS_FILE, SUMMARY_FILE
 from mldiag.bootstrap import Services
 from mldiag.blob_uris import parse_blob_uri
@@ -61,7 +62,7 @@ from mldiag.domain.names import parent_of
 from mldiag.domain.resources import AnalysisState, ProfilerSession
 from mldiag.eventlog import Ignored
 from mldiag.messages import message_from_cloud_event
-from mldiag.ports import LocalBuckets, Transaction, Where
+from mldiag.ports import Transaction, Where
 
 REPORT_FOLDER = "mldiag"
 XPLANE_SUFFIX = ".xplane.pb"
@@ -257,17 +258,6 @@ def _run_worker(settings: Settings, files: list[Path], scratch: Path, out: Path,
         raise AnalysisFailed(f"the analysis worker exited with {worker.returncode}: {last}", permanent=False)
 
 
-def _require_profile(path: Path, uri: str) -> None:
-    from mldiag.analysis.wire import MalformedXSpace, check_xspace
-
-    try:
-        check_xspace(path)
-    except FileNotFoundError:
-        raise AnalysisFailed(f"{uri} is gone from the bucket", permanent=True) from None
-    except MalformedXSpace as error:
-        raise AnalysisFailed(f"unreadable profile: {uri} is not an XSpace profile: {error}", permanent=True) from None
-
-
 def report_folder(session_folder: str, generation_set: str) -> str:
     """Where the analysis of one set of the session's files writes its report."""
     return f"{session_folder.rstrip('/')}/{REPORT_FOLDER}/{generation_set}"
@@ -280,13 +270,13 @@ def _analyse(services: Services, request: AnalysisRequest, session: ProfilerSess
     files = []
     for host, uri in sorted(request.host_files.items()):
         target = scratch / "profile" / session.id / f"{host}{XPLANE_SUFFIX}"
-        blobs = services.blobs
-        if isinstance(blobs, LocalBuckets):  # refused before a copy is made of what may be gigabytes of nothing
-            _require_profile(blobs.path_for(uri), uri)
         try:
-            blobs.download(uri, target)
+            require_xspace_object(services.blobs, uri)  # before a copy is made of what may be gigabytes of nothing
+            services.blobs.download(uri, target)
         except NotFound:
             raise AnalysisFailed(f"{uri} is gone from the bucket", permanent=True) from None
+        except UnreadableProfile as error:
+            raise AnalysisFailed(f"unreadable profile: {error}", permanent=True) from None
         files.append(target)
     out = scratch / "report"
     _run_worker(services.settings, files, scratch, out, folder, _dashboard_uri(services, session),

@@ -16,12 +16,13 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from mldiag.analysis.wire import MalformedXSpace, check_xspace
+from mldiag.analysis.wire import MalformedXSpace, check_xspace, check_xspace_head
 from mldiag.domain.errors import InvalidArgument
-from mldiag.ports import BlobStore, LocalBuckets
+from mldiag.ports import BlobStore
 
 XPLANE_SUFFIX = ".xplane.pb"
 UNREADABLE_EXIT = 3  # the exit status of a command given something that is not a profile
+XSPACE_HEAD_BYTES = 16  # what is read of an object to refuse it before a download: its first tag, and then some
 
 
 class UnreadableProfile(InvalidArgument):
@@ -83,10 +84,18 @@ def find_session(path: Path) -> Session:
     return Session(folder.name, tuple(Path(f) for f in files), note)
 
 
+def require_xspace_object(blobs: BlobStore, uri: str) -> None:
+    """Refuse, by its first bytes and before any download, an object that plainly is no profile (zeros, text)."""
+    try:
+        check_xspace_head(blobs.read_head(uri, XSPACE_HEAD_BYTES))
+    except MalformedXSpace as error:
+        raise UnreadableProfile(f"{uri} is not an XSpace profile ({XPLANE_SUFFIX}): {error}") from None
+
+
 def download_session(uri: str, blobs: BlobStore, destination: Path) -> Session:
     """Download the session a ``gs://`` URI names into ``destination/<session>/``.
 
-    A file in a local bucket that is not a profile is refused before it is copied.
+    An object that plainly is no profile (by its first bytes) is refused before it is downloaded.
     """
     if uri.endswith(XPLANE_SUFFIX):
         objects = [uri]
@@ -100,8 +109,7 @@ def download_session(uri: str, blobs: BlobStore, destination: Path) -> Session:
     files = []
     for object_path in chosen:
         uri, target = f"gs://{object_path}", local / object_path.name
-        if isinstance(blobs, LocalBuckets):  # refused before a copy is made of what may be gigabytes of nothing
-            _require_xspace(blobs.path_for(uri), uri)
+        require_xspace_object(blobs, uri)
         blobs.download(uri, target)
         files.append(target)
     return Session(folder.name, tuple(files), note)

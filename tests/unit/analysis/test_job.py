@@ -246,4 +246,5 @@ def test_a_file_of_zeros_is_refused_before_any_copy_is_made(embedded, clock, mon
     assert time.monotonic() - started < 1.0 and copies == []
     failed = _analysis(embedded)
     assert failed.state is AnalysisState.FAILED
-    assert failed.error == f"unreadable profile: {uri} is not an XSpace profile: field 0 at byte 0 is not one of XSpace's"
+    assert failed.error == (f"unreadable profile: {uri} is not an XSpace profile (.xplane.pb): "
+                            "field 0 at byte 0 is not one of XSpace's")
