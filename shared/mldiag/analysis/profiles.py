@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from mldiag.analysis.wire import MalformedXSpace, check_xspace, check_xspace_head
-from mldiag.domain.errors import InvalidArgument
-from mldiag.ports import BlobStore
+from mldiag.domain.errors import InvalidArgument, NotFound
+from mldiag.ports import BlobStore, LocalBuckets
 
 XPLANE_SUFFIX = ".xplane.pb"
 UNREADABLE_EXIT = 3  # the exit status of a command given something that is not a profile
@@ -85,9 +85,15 @@ def find_session(path: Path) -> Session:
 
 
 def require_xspace_object(blobs: BlobStore, uri: str) -> None:
-    """Refuse, by its first bytes and before any download, an object that plainly is no profile (zeros, text)."""
+    """Refuse, before any download, an object that is no profile: by its whole framing where the bucket is a
+    local folder (read in place), by its first bytes elsewhere (zeros, text)."""
     try:
-        check_xspace_head(blobs.read_head(uri, XSPACE_HEAD_BYTES))
+        if isinstance(blobs, LocalBuckets):
+            check_xspace(blobs.path_for(uri))
+        else:
+            check_xspace_head(blobs.read_head(uri, XSPACE_HEAD_BYTES))
+    except FileNotFoundError:
+        raise NotFound(f"{uri} does not exist") from None
     except MalformedXSpace as error:
         raise UnreadableProfile(f"{uri} is not an XSpace profile ({XPLANE_SUFFIX}): {error}") from None
 
