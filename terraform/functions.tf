@@ -131,12 +131,12 @@ locals {
       extra_environment  = {}
     }
     maintenance = {
-      description        = "Housekeeping on every Cloud Scheduler tick: settles sessions, republishes a stuck outbox."
+      description        = "Housekeeping on every Cloud Scheduler tick: settles sessions, reconciles the bucket, republishes a stuck outbox."
       service_account_id = "maintenance"
       trigger            = "pubsub"
       # One tick at a time: overlapping runs would only contend for the same documents.
       resources          = { memory = "512Mi", cpu = "1", timeout_seconds = 120, concurrency = 1, max_instances = 1 }
-      bucket_roles       = ["roles/storage.objectCreator"]
+      bucket_roles       = ["roles/storage.objectViewer", "roles/storage.objectCreator"] # viewer: reconciliation lists it
       publishes_to       = ["analysis-requests", "capture-requests", "monitoring-alerts"]
       project_roles      = []
       sign_as_self       = false

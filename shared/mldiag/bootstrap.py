@@ -85,7 +85,7 @@ def _build_embedded(settings: Settings) -> Services:
         settings=settings,
         store=SqliteStore(settings.sqlite_path),
         blobs=build_blobs(settings),
-        bus=InProcessBus(settings.project, max_attempts=settings.max_delivery_attempts),
+        bus=InProcessBus(settings.project, path=settings.sqlite_path, max_attempts=settings.max_delivery_attempts),
     )
 
 

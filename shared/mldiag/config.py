@@ -123,6 +123,12 @@ class Settings(BaseModel):
         return self.data_dir / "mldiag.sqlite3"
 
     @property
+    def scratch_dir(self) -> Path | None:
+        """Where analyses keep their private copies: under the data dir on the embedded backend (so that a
+        restart finds what a crash left there), the system's temporary folder in the cloud."""
+        return self.data_dir / "scratch" if self.backend == "embedded" else None
+
+    @property
     def bucket_uri(self) -> str:
         return f"gs://{self.bucket}"
 

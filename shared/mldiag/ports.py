@@ -98,6 +98,9 @@ class BlobStore(Protocol):
         """The object's content; :class:`mldiag.domain.NotFound` if absent,
         :class:`mldiag.domain.InvalidArgument` if larger than ``max_bytes``."""
 
+    def read_head(self, uri: str, size: int) -> bytes:
+        """The object's first ``size`` bytes (all of it if shorter); :class:`mldiag.domain.NotFound` if absent."""
+
     def write_bytes(self, uri: str, data: bytes, content_type: str = "", *,
                     if_absent: bool = False) -> BlobInfo | None:
         """Write the object. With ``if_absent`` an object already there is kept and ``None`` returned:
@@ -112,6 +115,9 @@ class BlobStore(Protocol):
 
     def list(self, prefix: str) -> Iterator[BlobInfo]:
         """Every object whose URI starts with ``prefix`` (a ``gs://bucket/...`` URI)."""
+
+    def list_updated_since(self, prefix: str, since: datetime | None) -> Iterator[BlobInfo]:
+        """The objects under ``prefix`` written after ``since`` (all of them when ``None``)."""
 
     def delete(self, uri: str) -> bool: ...
 

@@ -6,9 +6,10 @@ XProf writes them::
     <prefix>/<run>/[tensorboard/]plugins/profile/<session>/<host>.xplane.pb
 
 Each host file joins its session (multi-host sessions merge), keyed on the
-object's generation so a redelivered event changes nothing and an overwrite
-registers again. Once the session has settled — every expected host is there,
-or no new file came for ``settle_seconds`` — exactly one analysis request per
+object's generation so a redelivered event changes nothing, an overwrite
+registers again, and an event for an older generation that arrives after a
+newer one is ignored (recorded as such in the event archive). Once the
+session has settled — every expected host is there, or no new file came for ``settle_seconds`` — exactly one analysis request per
 set of files goes out on ``analysis-requests`` through the outbox.
 
 A rerun of a job that names its session the same way overwrites the session's
@@ -192,6 +193,7 @@ class Registrar:
             replaced = session.host_files.get(host_of(profile.file_name)) if profile.file_name.endswith(
                 XPLANE_SUFFIX) else None
             report_of_replaced = session.analysis.report_uri
+            self._refuse_older_generation(session, profile)
             if not self._add_file(session, profile):
                 # A redelivery. If a crash came between commit and publish, the request is still staged.
                 requested = session.analysis.generation_set
@@ -222,15 +224,29 @@ class Registrar:
             storage_folder_uri=profile.session_folder_uri,
         )
 
+    @staticmethod
+    def _files_of(session: ProfilerSession, profile: ProfileObject) -> tuple[dict[str, HostFile], str]:
+        """The session's file list that holds ``profile``, and its key there."""
+        if profile.file_name.endswith(XPLANE_SUFFIX):
+            return session.host_files, host_of(profile.file_name)
+        return session.extra_files, profile.file_name
+
+    def _refuse_older_generation(self, session: ProfilerSession, profile: ProfileObject) -> None:
+        """An event that arrives late for a file the session already holds a newer generation of changes nothing."""
+        files, key = self._files_of(session, profile)
+        current = files.get(key)
+        if current is not None and int(profile.generation) < int(current.generation or 0):
+            raise Ignored(f"generation {profile.generation} of {profile.file_name} is older than the registered "
+                          f"generation {current.generation}")
+
     def _add_file(self, session: ProfilerSession, profile: ProfileObject) -> bool:
+        files, key = self._files_of(session, profile)
         host = host_of(profile.file_name)
-        files = session.host_files if profile.file_name.endswith(XPLANE_SUFFIX) else session.extra_files
-        key = host if files is session.host_files else profile.file_name
         current = files.get(key)
         if current is not None and current.generation == profile.generation:
             return False
         files[key] = HostFile(uri=profile.uri, size_bytes=profile.size, generation=profile.generation)
-        if files is session.host_files:
+        if profile.file_name.endswith(XPLANE_SUFFIX):
             now = self.services.now()
             if host not in session.target_sessions:
                 session.target_sessions[host] = TargetSession(

@@ -10,8 +10,11 @@ maintenance ticks. With a viewer port it also runs XProf over the local bucket
 (:mod:`mldiag.ui.xprof_viewer`, a child process on 127.0.0.1) and sends the
 sessions' dashboard links there. Ctrl-C or SIGTERM stops it cleanly: the server stops
 accepting and finishes the requests in flight, then the watcher, the timer and
-the bus and the viewer stop (deliveries still queued in memory are dropped; files that landed
-meanwhile are not announced again on the next start).
+the bus and the viewer stop; running analyses are stopped, to run again on the
+next start. The bus's queue is in the SQLite file, so what was queued or being
+delivered is delivered on the next start, which also stops analysis workers a
+killed predecessor left running, removes its scratch folders and registers
+files that landed while it was down.
 
 Every folder under ``DATA_DIR/buckets`` is a bucket: its finalize events reach
 the bucket-triggered functions, as an Eventarc trigger per bucket would deliver
@@ -28,6 +31,7 @@ import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from types import FrameType
 
 import structlog
@@ -36,6 +40,7 @@ from cloudevents.http import CloudEvent
 
 from mldiag import bootstrap, entrypoints, logs
 from mldiag.adapters.inprocess_bus import InProcessBus
+from mldiag.analysis.job import clean_up_after_a_stop, stop_workers
 from mldiag.api import create_app
 from mldiag.api.origin import HostNames
 from mldiag.bootstrap import Services
@@ -141,6 +146,14 @@ def wire_functions(services: Services, bus: InProcessBus) -> None:
         bus.subscribe(BUCKET_NOTIFICATIONS, deliver, name=function)
 
 
+def recover_from_a_stop(services: Services) -> None:
+    """What a killed predecessor left: its analysis workers and scratch, and files that landed meanwhile."""
+    from mldiag.reconciliation import reconcile
+
+    clean_up_after_a_stop(services.settings)
+    reconcile(services, force=True, settling=timedelta(0))
+
+
 class _Ticker(threading.Thread):
     def __init__(self, bus: InProcessBus, interval: float):
         super().__init__(name="mldiag-maintenance", daemon=True)
@@ -195,6 +208,7 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
     ticker = _Ticker(bus, settings.maintenance_interval_seconds)
 
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    recover_from_a_stop(services)
     bus.start()
     watcher.start()
     ticker.start()
@@ -211,6 +225,6 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
             viewer.stop()
         ticker.stopping.set()
         watcher.stop()
-        bus.stop()
+        bus.stop(interrupt=lambda: stop_workers(services.settings))  # analyses stopped are retried on the next start
         signal.signal(signal.SIGTERM, previous)
         logs.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 
 import pytest
@@ -121,3 +122,24 @@ def test_uris_must_be_gs_uris_naming_an_object(blobs, bucket):
     for uri in ("/etc/passwd", "s3://bucket/x", bucket, "gs://UPPER/x"):
         with pytest.raises(InvalidArgument):
             blobs.write_bytes(uri, b"x")
+
+
+def test_listing_what_was_written_since_a_time(blobs, bucket):
+    old = blobs.write_bytes(f"{bucket}/runs/r1/plugins/profile/s1/a.xplane.pb", b"a")
+    time.sleep(0.05)  # object times have millisecond resolution on Cloud Storage
+    new = blobs.write_bytes(f"{bucket}/runs/r1/plugins/profile/s2/b.xplane.pb", b"b")
+    blobs.write_bytes(f"{bucket}/elsewhere/c.json", b"{}")
+
+    assert {info.uri for info in blobs.list_updated_since(f"{bucket}/runs/", None)} == {old.uri, new.uri}
+    [listed] = blobs.list_updated_since(f"{bucket}/runs/", old.updated)
+    assert (listed.uri, listed.generation, listed.size) == (new.uri, new.generation, 1)
+    assert list(blobs.list_updated_since(f"{bucket}/runs/", new.updated)) == []
+
+
+def test_reading_the_first_bytes_of_an_object(blobs, bucket):
+    uri = f"{bucket}/runs/r1/plugins/profile/s1/a.xplane.pb"
+    blobs.write_bytes(uri, b"\x0a\x05hello and more")
+    assert blobs.read_head(uri, 4) == b"\x0a\x05he"
+    assert blobs.read_head(uri, 1000) == b"\x0a\x05hello and more"
+    with pytest.raises(NotFound):
+        blobs.read_head(f"{bucket}/absent.xplane.pb", 4)

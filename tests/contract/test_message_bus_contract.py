@@ -8,6 +8,9 @@ dead-letter behaviour is checked here against the attributes Pub/Sub sets.
 
 from __future__ import annotations
 
+import resource
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -16,7 +19,7 @@ import pytest
 
 from mldiag.adapters.inprocess_bus import InProcessBus
 from mldiag.domain.errors import NotFound
-from mldiag.messages import message_from_cloud_event
+from mldiag.messages import Message, message_from_cloud_event
 
 PROJECT = "p"
 
@@ -191,3 +194,131 @@ def test_inprocess_limits_a_subscription_to_its_max_in_flight():
         bus.publish("analysis-requests", b"{}")
     _deliver_in_background(bus, until=lambda: len(most) == 4)
     assert most == [1, 1, 1, 1]
+
+
+# --- durability: the embedded bus's queue lives in SQLite, like Pub/Sub's it outlives the process ------------
+
+def _collecting(bus: InProcessBus, topic: str = "analysis-requests", name: str = "analyze_session") -> list[Message]:
+    received: list[Message] = []
+    bus.subscribe(topic, lambda event: received.append(message_from_cloud_event(event)), name=name)
+    return received
+
+
+def test_inprocess_queued_messages_outlive_the_bus(tmp_path):
+    path = tmp_path / "mldiag.sqlite3"
+    first = InProcessBus(PROJECT, path=path)
+    _collecting(first)
+    ids = [first.publish("analysis-requests", str(n).encode(), {"n": str(n)}, ordering_key="s1") for n in range(3)]
+    del first  # stopped before delivering anything
+
+    again = InProcessBus(PROJECT, path=path)
+    received = _collecting(again)
+    assert again.drain() == 3
+    assert [(m.message_id, m.data, m.attributes, m.ordering_key) for m in received] == [
+        (ids[n], str(n).encode(), {"n": str(n)}, "s1") for n in range(3)]
+    third = InProcessBus(PROJECT, path=path)
+    assert _collecting(third) == [] and third.drain() == 0, "an acknowledged message is not delivered again"
+
+
+def test_inprocess_message_for_a_subscription_not_yet_made_waits_for_it(tmp_path):
+    path = tmp_path / "mldiag.sqlite3"
+    first = InProcessBus(PROJECT, path=path)
+    _collecting(first, name="register_session")
+    _collecting(first, name="analyze_session")
+    first.publish("analysis-requests", b"{}")
+
+    again = InProcessBus(PROJECT, path=path)
+    only_one = _collecting(again, name="register_session")
+    assert again.drain() == 1 and len(only_one) == 1
+    later = InProcessBus(PROJECT, path=path)
+    assert len(_collecting(later, name="analyze_session")) == 0 and later.drain() == 1
+
+
+_KILLED_MID_DELIVERY = """
+import sys, threading
+from pathlib import Path
+from mldiag.adapters.inprocess_bus import InProcessBus
+
+bus = InProcessBus("p", path=sys.argv[1])
+def handler(event):
+    Path(sys.argv[2]).touch()
+    threading.Event().wait()  # until killed
+bus.subscribe("analysis-requests", handler, name="analyze_session")
+bus.publish("analysis-requests", b'{"session": "s1"}', {"run": "r1"}, ordering_key="s1")
+bus.start()
+threading.Event().wait()
+"""
+
+
+def _kill_mid_delivery(path) -> None:
+    """A process delivers the one queued message and is killed (SIGKILL) while its handler runs."""
+    inside = path.with_name("inside")
+    process = subprocess.Popen([sys.executable, "-c", _KILLED_MID_DELIVERY, str(path), str(inside)])
+    try:
+        deadline = time.monotonic() + 30
+        while not inside.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert inside.exists(), "the handler never ran"
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_inprocess_delivery_cut_by_a_crash_is_made_again_on_start(tmp_path):
+    path = tmp_path / "mldiag.sqlite3"
+    _kill_mid_delivery(path)
+
+    bus = InProcessBus(PROJECT, path=path)
+    received = _collecting(bus)
+    assert bus.drain() == 0, "another process's delivery is not taken while it might still run"
+    assert bus.recover() == 1
+    assert bus.drain() == 1
+    [message] = received
+    assert (message.data, message.attributes, message.ordering_key) == (b'{"session": "s1"}', {"run": "r1"}, "s1")
+    assert message.delivery_attempt == 2, "the cut delivery counts as an attempt"
+
+
+def test_inprocess_crash_during_the_last_attempt_dead_letters_on_start(tmp_path):
+    path = tmp_path / "mldiag.sqlite3"
+    _kill_mid_delivery(path)
+
+    bus = InProcessBus(PROJECT, path=path, max_attempts=1)
+    received = _collecting(bus)
+    dead = _collecting(bus, topic="analysis-requests-dead-letter", name="record_dead_letter")
+    bus.recover()
+    bus.drain()
+    assert received == []
+    [letter] = dead
+    assert letter.attributes["CloudPubSubDeadLetterSourceDeliveryCount"] == "1"
+    assert letter.attributes["CloudPubSubDeadLetterSourceSubscription"] == "analyze_session"
+    assert "stopped during its last attempt" in bus.dead_letters[0].error
+
+
+def test_inprocess_retry_waiting_in_backoff_outlives_the_bus(tmp_path):
+    path = tmp_path / "mldiag.sqlite3"
+    first = InProcessBus(PROJECT, path=path, min_backoff=0.05)
+    first.subscribe("analysis-requests", FailingHandler(failures=1), name="analyze_session")
+    first.publish("analysis-requests", b"{}")
+    with pytest.raises(TimeoutError):
+        first.drain(timeout=0.01)
+
+    again = InProcessBus(PROJECT, path=path, min_backoff=0.05)
+    received = _collecting(again)
+    assert again.drain() == 1 and received[0].delivery_attempt == 2
+
+
+def test_inprocess_waits_idle_while_what_is_due_waits_for_a_busy_subscription():
+    bus = InProcessBus(PROJECT)
+    release = threading.Event()
+    bus.subscribe("analysis-requests", lambda event: release.wait(5), name="analyze_session", max_in_flight=1)
+    for _ in range(3):
+        bus.publish("analysis-requests", b"{}")
+    bus.start(workers=4)
+    try:
+        time.sleep(0.2)
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_utime
+        time.sleep(1.0)
+        assert resource.getrusage(resource.RUSAGE_SELF).ru_utime - before < 0.3, "the idle workers spin"
+    finally:
+        release.set()
+        bus.stop()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import mimetypes
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from google.api_core import exceptions as google_errors
@@ -21,6 +21,9 @@ from google.cloud import storage
 from mldiag.blob_uris import parse_blob_uri
 from mldiag.domain.errors import Aborted, InvalidArgument, NotFound
 from mldiag.ports import BlobInfo
+
+
+_LISTED_FIELDS = "items(name,generation,size,updated,contentType),nextPageToken"
 
 
 @contextlib.contextmanager
@@ -86,6 +89,11 @@ class GcsBlobs:
         with _same_generation(uri):
             return blob.download_as_bytes(if_generation_match=blob.generation)
 
+    def read_head(self, uri: str, size: int) -> bytes:
+        blob = self._existing(uri)
+        with _same_generation(uri):
+            return blob.download_as_bytes(start=0, end=size - 1, if_generation_match=blob.generation)
+
     def download(self, uri: str, destination: Path) -> BlobInfo:
         blob = self._existing(uri)
         Path(destination).parent.mkdir(parents=True, exist_ok=True)
@@ -118,6 +126,16 @@ class GcsBlobs:
                 yield _info(f"gs://{parsed.bucket}/{blob.name}", blob)
         except google_errors.NotFound:
             return  # no such bucket: nothing under the prefix
+
+    def list_updated_since(self, prefix: str, since: datetime | None) -> Iterator[BlobInfo]:
+        # Cloud Storage lists by name only: the listing is filtered here, fetching just the fields compared.
+        parsed = parse_blob_uri(prefix, allow_empty_path=True)
+        try:
+            for blob in self._client.list_blobs(parsed.bucket, prefix=parsed.path or None, fields=_LISTED_FIELDS):
+                if since is None or blob.updated > since:
+                    yield _info(f"gs://{parsed.bucket}/{blob.name}", blob)
+        except google_errors.NotFound:
+            return
 
     def delete(self, uri: str) -> bool:
         try:

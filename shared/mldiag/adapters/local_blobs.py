@@ -72,6 +72,13 @@ class LocalBlobs:
             raise InvalidArgument(f"{uri} is {info.size} bytes, over the {max_bytes}-byte limit", field="uri")
         return self.path_for(uri).read_bytes()
 
+    def read_head(self, uri: str, size: int) -> bytes:
+        try:
+            with self.path_for(uri).open("rb") as file:
+                return file.read(size)
+        except (FileNotFoundError, IsADirectoryError):
+            raise NotFound(f"{uri} does not exist") from None
+
     def _publish(self, staged: Path, uri: str, if_absent: bool) -> BlobInfo | None:
         path = self.path_for(uri)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -126,6 +133,9 @@ class LocalBlobs:
                 uri = f"gs://{parsed.bucket}/{path.relative_to(bucket_root).as_posix()}"
                 if uri.startswith(prefix):
                     yield self._info(uri, path)
+
+    def list_updated_since(self, prefix: str, since: datetime | None) -> Iterator[BlobInfo]:
+        return (info for info in self.list(prefix) if since is None or info.updated > since)
 
     def delete(self, uri: str) -> bool:
         path = self.path_for(uri)

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 from mldiag import __version__
 from mldiag.analysis.budget import MemoryBudget
 from mldiag.analysis.profiles import UNREADABLE_EXIT, Session, UnreadableProfile, copy_session, host_of
+from mldiag.analysis.stopping import PRIVATE_FOLDER_PREFIX
 from mldiag.analysis.xprof_tools import (
     CAN_BE_ABSENT, MANAGED_TOOLS, SessionState, ToolContext, preload_tools, run_tool, shared_converters,
 )
@@ -64,7 +65,7 @@ DETECTORS = ("detect_layout_mismatch_copies", "detect_unfused_reshapes", "detect
 def _private_folder(scratch_dir: Path | None) -> Iterator[Path]:
     if scratch_dir is not None:
         Path(scratch_dir).mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix="mldiag-analysis-", dir=scratch_dir))
+    folder = Path(tempfile.mkdtemp(prefix=PRIVATE_FOLDER_PREFIX, dir=scratch_dir))
     try:
         yield folder
     finally:

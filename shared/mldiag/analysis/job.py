@@ -23,25 +23,36 @@ puts the analysis back to PENDING with the reason and is retried, until the
 last delivery attempt records FAILED. Where the delivery count does not reach the
 function (functions-framework drops it from the push), the request's dead
 letter does it instead (:func:`give_up`).
+
+What a killed process leaves is picked up later: maintenance asks again for an
+analysis left RUNNING or PENDING past the time limit, or fails it after its
+last attempt (:func:`retry_stale`); on the embedded backend analyses keep their
+scratch under the data dir with their worker's pid beside it, so that
+``mldiag up`` can stop those workers and remove that scratch when it starts
+(:func:`clean_up_after_a_stop`) or stops (:func:`stop_workers`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import structlog
 from cloudevents.http import CloudEvent
 
+from mldiag import outbox
 from mldiag.analysis.evidence import Analysis
+from mldiag.analysis.profiles import UnreadableProfile, require_xspace_object
 from mldiag.analysis.report import ANALYSIS_FILE, SUMMARY_FILE
 from mldiag.bootstrap import Services
 from mldiag.blob_uris import parse_blob_uri
@@ -51,13 +62,17 @@ from mldiag.domain.names import parent_of, short_name
 from mldiag.domain.resources import AnalysisState, ProfilerSession
 from mldiag.eventlog import Ignored
 from mldiag.messages import message_from_cloud_event
-from mldiag.ports import Transaction
+from mldiag.ports import Transaction, Where
 
 FUNCTION = "analyze_session"  # the function this handler runs in, as the event archive names it
 REPORT_FOLDER = "mldiag"
 XPLANE_SUFFIX = ".xplane.pb"
 MAX_REASON_CHARS = 500
 RETRY_PREFIX = "will retry: "  # how a failure that is to be retried reads on the session
+SCRATCH_PREFIX = "mldiag-session-"
+WORKER_PID_FILE = "worker.pid"  # in the analysis's scratch folder while its worker runs
+# Downloading and uploading come on top of the worker's own time limit; an analysis RUNNING for longer is not.
+STALE_MARGIN_SECONDS = 120.0
 log = structlog.get_logger(__name__)
 
 
@@ -223,6 +238,7 @@ def _run_worker(settings: Settings, files: list[Path], scratch: Path, out: Path,
     # A session of its own, so that a timeout stops the worker and whatever it started.
     worker = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                               env=worker_environment(settings), start_new_session=True)
+    (scratch / WORKER_PID_FILE).write_text(str(worker.pid))
     try:
         _, errors = worker.communicate(timeout=settings.analysis_timeout_seconds)
     except subprocess.TimeoutExpired:
@@ -236,6 +252,9 @@ def _run_worker(settings: Settings, files: list[Path], scratch: Path, out: Path,
     if worker.returncode == -signal.SIGKILL:
         raise AnalysisFailed("the analysis was killed (SIGKILL): the profile needs more memory than this function "
                              "has", permanent=True)
+    if worker.returncode < 0:
+        raise AnalysisFailed(f"the analysis worker was stopped by {signal.Signals(-worker.returncode).name}",
+                             permanent=False)
     if worker.returncode != 0:
         raise AnalysisFailed(f"the analysis worker exited with {worker.returncode}: {last}", permanent=False)
 
@@ -253,9 +272,12 @@ def _analyse(services: Services, request: AnalysisRequest, session: ProfilerSess
     for host, uri in sorted(request.host_files.items()):
         target = scratch / "profile" / session.id / f"{host}{XPLANE_SUFFIX}"
         try:
+            require_xspace_object(services.blobs, uri)  # before a copy is made of what may be gigabytes of nothing
             services.blobs.download(uri, target)
         except NotFound:
             raise AnalysisFailed(f"{uri} is gone from the bucket", permanent=True) from None
+        except UnreadableProfile as error:
+            raise AnalysisFailed(f"unreadable profile: {error}", permanent=True) from None
         files.append(target)
     out = scratch / "report"
     _run_worker(services.settings, files, scratch, out, folder, _dashboard_uri(services, session),
@@ -265,6 +287,123 @@ def _analyse(services: Services, request: AnalysisRequest, session: ProfilerSess
     services.blobs.upload(out / ANALYSIS_FILE, analysis_uri, "application/json")
     services.blobs.upload(out / SUMMARY_FILE, report_uri, "text/html; charset=utf-8")
     return report_uri, analysis_uri
+
+
+def _scratch_root(settings: Settings) -> Path | None:
+    root = settings.scratch_dir
+    if root is not None:
+        root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def stop_workers(settings: Settings, signum: int = signal.SIGTERM) -> int:
+    """Send ``signum`` to every analysis worker running in this machine's scratch folders; returns how many.
+
+    A worker stopped by SIGTERM removes its private copy and exits with 143, which its analysis records as
+    a failure to retry: ``mldiag up`` stopping does it, so that the analysis runs again on the next start.
+    """
+    root = settings.scratch_dir
+    if root is None or not root.is_dir():
+        return 0
+    return sum(_signal_worker_in(folder, signum) for folder in root.iterdir())
+
+
+def clean_up_after_a_stop(settings: Settings) -> tuple[int, int]:
+    """Before analyses start on this machine: kill the workers a killed predecessor left running, and remove
+    its scratch folders; returns how many of each. Only the embedded backend keeps its scratch in a folder of
+    its own (the data dir's); in the cloud an instance's temporary space goes with it."""
+    root = settings.scratch_dir
+    if root is None or not root.is_dir():
+        return 0, 0
+    stopped = stop_workers(settings, signal.SIGKILL)
+    removed = 0
+    for folder in root.iterdir():
+        if folder.is_dir() and not folder.is_symlink():
+            shutil.rmtree(folder, ignore_errors=True)
+        else:
+            folder.unlink(missing_ok=True)
+        removed += 1
+    if stopped or removed:
+        log.info("cleaned up after an earlier stop", workers_stopped=stopped, scratch_removed=removed)
+    return stopped, removed
+
+
+def _signal_worker_in(folder: Path, signum: int) -> bool:
+    """Signal the worker (and what it started) that analyses in ``folder``, if its command line proves it is one."""
+    try:
+        pid = int((folder / WORKER_PID_FILE).read_text())
+        arguments = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        scratch = Path(os.readlink(f"/proc/{pid}/cwd"), os.fsdecode(arguments[arguments.index(b"--scratch") + 1]))
+    except (OSError, ValueError, IndexError):  # gone, not ours, or no /proc to prove it
+        return False
+    if b"mldiag.analysis.worker" not in arguments or scratch.resolve() != folder.resolve():
+        return False
+    try:
+        if signum == signal.SIGKILL:
+            os.killpg(pid, signum)  # the worker leads a process group of its own
+        else:
+            os.kill(pid, signum)  # the worker stops what it started itself
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def retry_stale(services: Services) -> tuple[int, int]:
+    """Analyses that stopped without a result: asked again, or FAILED with the reason after the last attempt.
+
+    An analysis RUNNING for longer than the worker's time limit plus :data:`STALE_MARGIN_SECONDS` has no
+    process behind it any more (the instance or ``mldiag up`` was killed); one PENDING that long, its request
+    unserved, is asked for again. Returns how many were retried and how many FAILED.
+    """
+    limit = services.settings.analysis_timeout_seconds + STALE_MARGIN_SECONDS
+    cutoff = services.now() - timedelta(seconds=limit)
+    retried = failed = 0
+    for state in (AnalysisState.RUNNING, AnalysisState.PENDING):
+        for session in services.sessions.find_where([Where("analysis.state", "==", state.value)], limit=500):
+            if _stale_since(session, cutoff):
+                key, gave_up = _retry_or_fail(services, session.name, limit, cutoff)
+                if key:
+                    outbox.flush(services.store, services.bus, key)
+                retried += bool(key)
+                failed += gave_up
+    return retried, failed
+
+
+def _stale_since(session: ProfilerSession, cutoff: datetime) -> bool:
+    analysis = session.analysis
+    if analysis.state is AnalysisState.RUNNING:
+        since = analysis.start_time
+    elif analysis.state is AnalysisState.PENDING:
+        since = session.update_time
+    else:
+        return False
+    return since is not None and since <= cutoff
+
+
+def _retry_or_fail(services: Services, name: str, limit: float, cutoff: datetime) -> tuple[str, bool]:
+    from mldiag.registration import Registrar
+
+    def work(transaction: Transaction) -> tuple[str, bool]:
+        previous = services.sessions.find_in(transaction, name)
+        if previous is None or not _stale_since(previous, cutoff):
+            return "", False
+        session = previous.model_copy(deep=True)
+        analysis = session.analysis
+        if analysis.state is AnalysisState.RUNNING:
+            reason = f"the analysis stopped without a result (RUNNING for over {limit:g} s: its process was stopped)"
+        else:
+            reason = f"the analysis request was not served within {limit:g} s"
+        if analysis.attempts >= services.settings.max_delivery_attempts:
+            analysis.state, analysis.end_time = AnalysisState.FAILED, services.now()
+            analysis.error = f"{reason}; gave up after {analysis.attempts} attempt(s)"[:MAX_REASON_CHARS]
+            services.sessions.save_in(transaction, previous, session)
+            return "", True
+        key = Registrar(services).request_analysis(transaction, session, parent_of(name), force=True)
+        session.analysis.error = f"{RETRY_PREFIX}{reason}"[:MAX_REASON_CHARS]
+        services.sessions.save_in(transaction, previous, session)
+        return key, False
+
+    return services.store.transaction(work)
 
 
 def _reasoner(analysis: Analysis) -> str:
@@ -291,7 +430,7 @@ def analyze_requested(services: Services, event: CloudEvent) -> str:
         log.info(f"analysis of {short_name(session.name)} started ({hosts} host file{'s' if hosts != 1 else ''})",
                  notice=True, attempt=session.analysis.attempts)
         try:
-            with tempfile.TemporaryDirectory(prefix="mldiag-session-") as scratch:
+            with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX, dir=_scratch_root(services.settings)) as scratch:
                 report_uri, analysis_uri = _analyse(services, request, session, Path(scratch))
                 analysis = Analysis.model_validate_json((Path(scratch) / "report" / ANALYSIS_FILE).read_text("utf-8"))
         except Exception as error:  # noqa: BLE001 - recorded on the session, then acknowledged or retried

@@ -16,12 +16,13 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from mldiag.analysis.wire import MalformedXSpace, check_xspace
-from mldiag.domain.errors import InvalidArgument
-from mldiag.ports import BlobStore
+from mldiag.analysis.wire import MalformedXSpace, check_xspace, check_xspace_head
+from mldiag.domain.errors import InvalidArgument, NotFound
+from mldiag.ports import BlobStore, LocalBuckets
 
 XPLANE_SUFFIX = ".xplane.pb"
 UNREADABLE_EXIT = 3  # the exit status of a command given something that is not a profile
+XSPACE_HEAD_BYTES = 16  # what is read of an object to refuse it before a download: its first tag, and then some
 
 
 class UnreadableProfile(InvalidArgument):
@@ -83,8 +84,25 @@ def find_session(path: Path) -> Session:
     return Session(folder.name, tuple(Path(f) for f in files), note)
 
 
+def require_xspace_object(blobs: BlobStore, uri: str) -> None:
+    """Refuse, before any download, an object that is no profile: by its whole framing where the bucket is a
+    local folder (read in place), by its first bytes elsewhere (zeros, text)."""
+    try:
+        if isinstance(blobs, LocalBuckets):
+            check_xspace(blobs.path_for(uri))
+        else:
+            check_xspace_head(blobs.read_head(uri, XSPACE_HEAD_BYTES))
+    except FileNotFoundError:
+        raise NotFound(f"{uri} does not exist") from None
+    except MalformedXSpace as error:
+        raise UnreadableProfile(f"{uri} is not an XSpace profile ({XPLANE_SUFFIX}): {error}") from None
+
+
 def download_session(uri: str, blobs: BlobStore, destination: Path) -> Session:
-    """Download the session a ``gs://`` URI names into ``destination/<session>/``."""
+    """Download the session a ``gs://`` URI names into ``destination/<session>/``.
+
+    An object that plainly is no profile (by its first bytes) is refused before it is downloaded.
+    """
     if uri.endswith(XPLANE_SUFFIX):
         objects = [uri]
     else:
@@ -96,8 +114,9 @@ def download_session(uri: str, blobs: BlobStore, destination: Path) -> Session:
     local = destination / folder.name
     files = []
     for object_path in chosen:
-        target = local / object_path.name
-        blobs.download(f"gs://{object_path}", target)
+        uri, target = f"gs://{object_path}", local / object_path.name
+        require_xspace_object(blobs, uri)
+        blobs.download(uri, target)
         files.append(target)
     return Session(folder.name, tuple(files), note)
 

@@ -788,15 +788,18 @@ def _has_descendant(line: _Line, flagged: np.ndarray) -> np.ndarray:
 
 
 def _has_ancestor(line: _Line, flagged: np.ndarray) -> np.ndarray:
-    """For each event, whether any event enclosing it is ``flagged`` (one pass per nesting level)."""
-    has_parent = line.parents >= 0
-    parent = np.maximum(line.parents, 0)
-    result = has_parent & flagged[parent]
-    while True:
-        inherited = has_parent & result[parent]
-        if not (inherited & ~result).any():
-            return result
-        result |= inherited
+    """For each event, whether any event enclosing it is ``flagged``.
+
+    Each pass doubles how far up it has looked (and where it looks from), so a
+    chain of n nested events takes log2(n) passes rather than n.
+    """
+    up = line.parents.copy()  # after k passes: the ancestor 2**k levels up, or -1
+    result = (up >= 0) & flagged[np.maximum(up, 0)]  # after k passes: any flagged within 2**k levels
+    while (looking := up >= 0).any():
+        above = np.maximum(up, 0)
+        result = result | (looking & result[above])
+        up = np.where(looking, up[above], -1)
+    return result
 
 
 def main(argv: list[str]) -> NoReturn:

@@ -2,7 +2,8 @@
 
 :mod:`mldiag.analysis.xspace` finds planes with it, and :func:`check_xspace`
 refuses a file that is not an ``XSpace``, or was cut short, before XProf or
-anything else parses it. Nothing here imports numpy or XProf, so the check
+anything else parses it; :func:`check_xspace_head` refuses one by its first
+bytes, before it is downloaded. Nothing here imports numpy or XProf, so the check
 costs an analysis nothing before its conversions start.
 """
 
@@ -56,6 +57,25 @@ def fields(data: mmap.mmap | bytes, start: int, end: int) -> Iterator[tuple[int,
         at = value_end
 
 
+def _check_field(number: int, wire_type: int, tag_at: int) -> None:
+    if number == 0 or (number in _XSPACE_FIELDS and wire_type != LENGTH_DELIMITED):
+        raise MalformedXSpace(f"field {number} at byte {tag_at} is not one of XSpace's")
+
+
+def check_xspace_head(head: bytes) -> None:
+    """Raise :class:`MalformedXSpace` unless a file starting with ``head`` (its first bytes) may be an ``XSpace``.
+
+    Only the first field's tag is read: enough to refuse, before any download, what is plainly no profile
+    (zeros, text, an archive).
+    """
+    if not head:
+        raise MalformedXSpace("the file is empty")
+    tag, _ = varint(head, 0)
+    if tag & 7 not in (VARINT, FIXED64, LENGTH_DELIMITED, FIXED32):
+        raise MalformedXSpace(f"wire type {tag & 7} at byte 0")
+    _check_field(tag >> 3, tag & 7, 0)
+
+
 def check_xspace(path: Path) -> None:
     """Raise :class:`MalformedXSpace` unless ``path`` frames as an ``XSpace``.
 
@@ -67,5 +87,4 @@ def check_xspace(path: Path) -> None:
             raise MalformedXSpace("the file is empty")
         with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
             for number, tag_at, _, _ in fields(data, 0, len(data)):
-                if number == 0 or (number in _XSPACE_FIELDS and varint(data, tag_at)[0] & 7 != LENGTH_DELIMITED):
-                    raise MalformedXSpace(f"field {number} at byte {tag_at} is not one of XSpace's")
+                _check_field(number, varint(data, tag_at)[0] & 7, tag_at)

@@ -5,14 +5,18 @@ really stops the work and running out of memory ends this process rather than
 the function. It analyses the files it is given, investigates with the
 reasoner the environment configures, and writes ``analysis.json`` and
 ``summary.html`` into ``--out``. Exit 3 (with the reason on stderr) means the
-profile cannot be read.
+profile cannot be read. SIGTERM or SIGINT stop it at once (exit 143 or 130),
+its private copies removed.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import tempfile
 from pathlib import Path
+from typing import NoReturn
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,6 +30,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline-session", default="", help="that session's name")
     args = parser.parse_args(argv)
 
+    from mldiag.analysis.stopping import PRIVATE_FOLDER_PREFIX, stop_now, stopping
+
+    own_scratch = args.scratch is None
+    scratch = Path(tempfile.mkdtemp(prefix="mldiag-worker-")) if own_scratch else args.scratch
+
+    def stop(why: str, code: int) -> NoReturn:
+        stop_now([scratch] if own_scratch else scratch.glob(f"{PRIVATE_FOLDER_PREFIX}*"), why, code)
+
+    try:
+        with stopping(stop):  # before the imports, which take seconds
+            return _analyse(args, scratch)
+    finally:
+        if own_scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _analyse(args: argparse.Namespace, scratch: Path) -> int:
     from mldiag.analysis import Analysis, analyze_session
     from mldiag.analysis.comparison import compare
     from mldiag.analysis.investigation import investigator
@@ -34,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     from mldiag.config import Settings
 
     try:
-        analysis = analyze_session(args.files, args.scratch, source=args.source,
+        analysis = analyze_session(args.files, scratch, source=args.source,
                                    investigate=investigator(Settings.from_env()))
     except UnreadableProfile as error:
         print(error, file=sys.stderr)
@@ -48,7 +69,6 @@ def main(argv: list[str] | None = None) -> int:
             analysis.comparison = compare(analysis, baseline, args.baseline_session)
     write_reports(analysis, args.out, dashboard_uri=args.dashboard_uri)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

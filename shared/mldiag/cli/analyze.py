@@ -10,6 +10,10 @@ stdout gets the report as text or JSON. A path that holds no readable profile
 XProf's tools log each failure's traceback through Python's root logger; those
 records are not printed, since the report's tool table names each failure.
 
+The analysis stops after ``--timeout`` (default 30 minutes; exit 124), or on
+SIGTERM or Ctrl-C (exit 143 or 130), with a one-line reason; its scratch copy
+is removed on every way out.
+
 Profile strings are untrusted: the text report prints them literally, never as
 console markup.
 """
@@ -19,11 +23,12 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import shutil
 import tempfile
 from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -31,6 +36,10 @@ from rich.table import Table
 from rich.text import Text
 
 from mldiag.domain.errors import InvalidArgument, NotFound
+from mldiag.domain.types import parse_duration
+
+if TYPE_CHECKING:
+    from mldiag.analysis.evidence import Analysis
 
 stdout = Console(highlight=False, soft_wrap=True)
 stderr = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -46,6 +55,16 @@ class ReasonerChoice(StrEnum):
     vertex = "vertex"
 
 
+def _positive_duration(value: str) -> str:
+    try:
+        seconds = parse_duration(value).total_seconds()
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
+    if seconds <= 0:
+        raise typer.BadParameter("must be longer than 0s")
+    return value
+
+
 def analyze(
     path: str = typer.Argument(..., help="A logdir, a session folder, one .xplane.pb, or a gs:// URI."),
     out: Path = typer.Option(Path("."), "--out", help="Folder to write analysis.json and summary.html into."),
@@ -58,40 +77,27 @@ def analyze(
         help="Memory the analysis may use at once; XProf tools that need more are skipped. "
              "Default: 20x the profile's size (at least 768 MiB), within what the machine has free.",
     ),
+    timeout: str = typer.Option(
+        "30m", "--timeout", callback=_positive_duration,
+        help="Stop, and exit with 124, if the analysis has not finished within this long (e.g. 90s, 30m, 2h).",
+    ),
 ) -> None:
     """Run the 15 XProf tools, investigate with up to 4 follow-ups, and write the report."""
-    from mldiag.analysis import download_session, find_session, start_analysis
-    from mldiag.analysis.profiles import UNREADABLE_EXIT
+    from mldiag.analysis.report import write_reports
+    from mldiag.analysis.stopping import stop_now, stopping
+
+    scratch = tempfile.mkdtemp(prefix="mldiag-analyze-")
+
+    def stop(why: str, code: int) -> NoReturn:
+        stderr.show_cursor(True)
+        stop_now([Path(scratch)], f"mldiag analyze: {why}", code)
 
     try:
-        with _library_logs_unprinted(), tempfile.TemporaryDirectory(prefix="mldiag-analyze-") as scratch, \
-                stderr.status("Looking for the profile", spinner="dots") as status:
-            def progress(message: str) -> None:
-                status.update(Text(message))
-
-            if path.startswith("gs://"):
-                from mldiag import bootstrap
-                from mldiag.config import Settings
-
-                progress(f"Downloading {path}")
-                session = download_session(path, bootstrap.build(Settings.from_env()).blobs,
-                                           Path(scratch) / "download")
-            else:
-                session = find_session(Path(path).expanduser())
-            if session.note:
-                stderr.print(Text(session.note))
-            with start_analysis(list(session.files), Path(scratch), progress=progress,
-                                memory_budget_bytes=memory_budget_mib << 20 or None) as running:
-                # Loaded while XProf converts the profile, which on a large one takes seconds.
-                from mldiag.analysis.investigation import investigator
-                from mldiag.analysis.report import write_reports
-                from mldiag.config import Settings
-
-                investigate = investigator(Settings.from_env(), reasoner.value if reasoner else None)
-                analysis = running.finish(source=path, investigate=investigate)
-    except (InvalidArgument, NotFound) as error:
-        stderr.print(Text(f"mldiag analyze: {error}"))
-        raise typer.Exit(UNREADABLE_EXIT) from None
+        with stopping(stop, timeout_s=parse_duration(timeout).total_seconds(), limit=timeout), \
+                _library_logs_unprinted():
+            analysis = _analyse(path, Path(scratch), reasoner, memory_budget_mib)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
     report = analysis.to_json_dict()
     written = write_reports(analysis, out)
@@ -114,6 +120,40 @@ def _library_logs_unprinted() -> Iterator[None]:
         yield
     finally:
         root.removeHandler(unprinted)
+
+
+def _analyse(path: str, scratch: Path, reasoner: ReasonerChoice | None, memory_budget_mib: int) -> Analysis:
+    """Find or download the profile and analyse it in ``scratch``; exit 3 if there is no readable profile."""
+    from mldiag.analysis import download_session, find_session, start_analysis
+    from mldiag.analysis.profiles import UNREADABLE_EXIT
+
+    try:
+        with stderr.status("Looking for the profile", spinner="dots") as status:
+            def progress(message: str) -> None:
+                status.update(Text(message))
+
+            if path.startswith("gs://"):
+                from mldiag import bootstrap
+                from mldiag.config import Settings
+
+                progress(f"Downloading {path}")
+                session = download_session(path, bootstrap.build(Settings.from_env()).blobs, scratch / "download")
+            else:
+                session = find_session(Path(path).expanduser())
+            if session.note:
+                stderr.print(Text(session.note))
+            with start_analysis(list(session.files), scratch, progress=progress,
+                                memory_budget_bytes=memory_budget_mib << 20 or None) as running:
+                # Loaded while XProf converts the profile, which on a large one takes seconds.
+                from mldiag.analysis.investigation import investigator
+                from mldiag.config import Settings
+
+                investigate = investigator(Settings.from_env(), reasoner.value if reasoner else None)
+                analysis = running.finish(source=path, investigate=investigate)
+    except (InvalidArgument, NotFound) as error:
+        stderr.print(Text(f"mldiag analyze: {error}"))
+        raise typer.Exit(UNREADABLE_EXIT) from None
+    return analysis
 
 
 def _print_text(report: dict[str, Any]) -> None:

@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -88,6 +89,20 @@ def test_a_gs_uri_is_downloaded_through_the_blob_store(tmp_path):
     report = json.loads(result.stdout)
     assert report["profile"]["source"] == "gs://profiles/run-1" and report["profile"]["session"] == "s1"
     assert report["findings"][0]["category"] == "dispatch_overhead"
+
+
+def test_a_gs_uri_of_gigabytes_of_zeros_is_refused_before_it_is_downloaded(tmp_path):
+    data = tmp_path / "data"
+    session = data / "buckets" / "profiles" / "run-1" / "plugins" / "profile" / "s1"
+    session.mkdir(parents=True)
+    with open(session / "host.xplane.pb", "wb") as sparse:
+        sparse.truncate(2 << 30)  # 2 GiB that take no disk, until something copies them
+    env = {"MLDIAG_BACKEND": "embedded", "MLDIAG_DATA_DIR": str(data), "TMPDIR": str(tmp_path)}
+    started = time.monotonic()
+    result = _analyze("gs://profiles/run-1", "--out", str(tmp_path / "out"), env=env)
+    assert result.exit_code == 3 and time.monotonic() - started < 5
+    assert result.stderr.strip() == ("mldiag analyze: gs://profiles/run-1/plugins/profile/s1/host.xplane.pb is not an "
+                                     "XSpace profile (.xplane.pb): field 0 at byte 0 is not one of XSpace's")
 
 
 def test_the_text_report_leads_with_status_and_findings(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import time
 
 import pytest
 from analysis_support import xplane
@@ -254,3 +255,24 @@ def test_a_request_that_cannot_be_served_is_acknowledged_with_the_reason(embedde
     assert _deliver(embedded, message) is outcome
     record = embedded.events.get("analyze_session", message.message_id)
     assert says in record.error + record.detail
+
+
+def test_a_file_of_zeros_is_refused_before_any_copy_is_made(embedded, clock, monkeypatch):
+    uri = f"{FOLDER}/host0.xplane.pb"
+    written = embedded.blobs.write_bytes(uri, b"")
+    with open(embedded.blobs.path_for(uri), "r+b") as sparse:
+        sparse.truncate(2 << 30)  # 2 GiB that take no disk
+    entrypoints.register_session(embedded, storage_finalized_event({
+        "bucket": "profiles", "name": uri.removeprefix("gs://profiles/"), "generation": written.generation,
+        "size": str(2 << 30)}))
+    request = _settle(embedded, clock)
+    copies = []
+    monkeypatch.setattr(embedded.blobs, "download", lambda *arguments: copies.append(arguments))
+
+    started = time.monotonic()
+    assert _deliver(embedded, request) is Outcome.REJECTED
+    assert time.monotonic() - started < 1.0 and copies == []
+    failed = _analysis(embedded)
+    assert failed.state is AnalysisState.FAILED
+    assert failed.error == (f"unreadable profile: {uri} is not an XSpace profile (.xplane.pb): "
+                            "field 0 at byte 0 is not one of XSpace's")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from mldiag.analysis.host_evidence import HostEvidence, StepSource
 from mldiag.analysis.profiles import UnreadableProfile
-from mldiag.analysis.raw_events import _parents, _Union, read_host_evidence
+from mldiag.analysis.raw_events import _has_ancestor, _Line, _parents, _Union, read_host_evidence
 
 
 def test_union_covers_overlaps_once_and_clips_to_each_window():
@@ -68,3 +69,81 @@ def test_a_truncated_profile_is_refused(tmp_path):
         read_host_evidence(cut)
 
 
+
+
+def _padded_varints(values: np.ndarray, width: int) -> np.ndarray:
+    """Each value as a varint of exactly ``width`` bytes (the wire format allows the padding)."""
+    shifts = np.arange(width, dtype=np.uint64) * np.uint64(7)
+    out = ((values.astype(np.uint64)[:, None] >> shifts) & np.uint64(0x7F)).astype(np.uint8)
+    out[:, :-1] |= 0x80
+    return out
+
+
+def _delimited(number: int, payload: bytes) -> bytes:
+    length, encoded = len(payload), bytearray()
+    while True:
+        encoded.append(length & 0x7F | (0x80 if length > 0x7F else 0))
+        length >>= 7
+        if not length:
+            return bytes([number << 3 | 2]) + bytes(encoded) + payload
+
+
+def _one_line_of_overlapping_events(path, count: int) -> None:
+    """A host plane with one line of ``count`` events, event i over [i µs, (i + count) µs): each overlaps all after it."""
+    column = lambda byte: np.full((count, 1), byte, np.uint8)  # noqa: E731
+    starts_ps = np.arange(count, dtype=np.int64) * 1_000_000
+    event = np.concatenate([column(1 << 3), column(1),  # metadata_id 1
+                            column(2 << 3), _padded_varints(starts_ps, 7),  # offset_ps
+                            column(3 << 3), _padded_varints(np.full(count, count * 1_000_000), 7)], axis=1)
+    events = np.concatenate([column(4 << 3 | 2), column(event.shape[1]), event], axis=1).tobytes()
+    line = _delimited(2, b"python") + bytes([3 << 3, 1]) + events
+    metadata = _delimited(4, bytes([1 << 3, 1]) + _delimited(2, bytes([1 << 3, 1]) + _delimited(2, b"op")))
+    path.write_bytes(_delimited(1, _delimited(2, b"/host:CPU") + _delimited(3, line) + metadata))
+
+
+@pytest.mark.parametrize(("shape", "parent_of"), [
+    ("each overlaps all after it", lambda i: -1),  # overlapping, none inside another: siblings
+    ("each inside the one before", lambda i: i - 1),
+])
+def test_nesting_of_deeply_overlapping_events_is_not_quadratic(shape, parent_of):
+    count = 200_000
+    starts = np.arange(count)
+    ends = starts + count if shape == "each overlaps all after it" else 2 * count - starts
+    started = time.perf_counter()
+    parents = _parents(starts, ends)
+    assert time.perf_counter() - started < 2.0  # one level per event: a pass per level took minutes
+    assert parents.tolist() == [parent_of(i) for i in range(count)]
+
+
+def test_finding_flagged_ancestors_in_a_deep_chain_is_not_quadratic():
+    count = 200_000
+    starts = np.arange(count)
+    chain = _Line("deep", starts, 2 * count - starts, np.zeros(count, dtype=np.int64))  # each inside the one before
+    flagged = np.zeros(count, dtype=bool)
+    flagged[0] = True
+    started = time.perf_counter()
+    below_it = _has_ancestor(chain, flagged)
+    assert time.perf_counter() - started < 2.0  # a pass per level took minutes
+    assert not below_it[0] and below_it[1:].all()
+    flagged[[0, count // 2]] = False, True
+    assert _has_ancestor(chain, flagged).tolist() == [False] * (count // 2 + 1) + [True] * (count // 2 - 1)
+
+
+@pytest.mark.slow
+def test_reading_one_line_of_overlapping_events_grows_linearly(tmp_path):
+    def seconds_to_read(count: int) -> float:
+        path = tmp_path / f"{count}.xplane.pb"
+        _one_line_of_overlapping_events(path, count)
+        best = float("inf")
+        for _ in range(2 if count < 1_000_000 else 1):
+            started = time.perf_counter()
+            evidence = read_host_evidence(path)
+            best = min(best, time.perf_counter() - started)
+        assert evidence.steps == 1
+        return best
+
+    small, medium, large = (seconds_to_read(count) for count in (50_000, 200_000, 2_000_000))
+    # Linear is 4x and 10x; quadratic was 16x and 100x (50 k: 2.4 s, 200 k: 20 s, 2 M: over 300 s). At 2 M the
+    # columns outgrow the caches and a loaded machine stretches that run most: measured 15x to 40x here.
+    assert medium < 10 * small and large < 60 * medium, (small, medium, large)
+    assert large < 120

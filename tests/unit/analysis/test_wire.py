@@ -8,7 +8,7 @@ import sys
 import pytest
 from analysis_support import PROFILES, xplane
 
-from mldiag.analysis.wire import MalformedXSpace, check_xspace
+from mldiag.analysis.wire import MalformedXSpace, check_xspace, check_xspace_head
 
 
 @pytest.mark.parametrize("content", [
@@ -59,3 +59,19 @@ def test_the_check_loads_neither_numpy_nor_xprof():
         capture_output=True, text=True, timeout=60,
     )
     assert loaded.stdout.strip() == "[]", loaded.stderr
+
+
+@pytest.mark.parametrize(("head", "reason"), [
+    (b"", "the file is empty"),
+    (b"\0" * 16, "field 0 at byte 0 is not one of XSpace's"),
+    (b"\x08\x01", "field 1 at byte 0 is not one of XSpace's"),  # planes, but not length-delimited
+    (b"\x0f", "wire type 7 at byte 0"),
+])
+def test_the_first_bytes_refuse_what_plainly_is_no_xspace(head, reason):
+    with pytest.raises(MalformedXSpace, match=reason):
+        check_xspace_head(head)
+
+
+def test_the_first_bytes_of_every_profile_pass():
+    for profile in PROFILES.rglob("*.xplane.pb"):
+        check_xspace_head(profile.read_bytes()[:16])

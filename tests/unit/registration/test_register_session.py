@@ -309,3 +309,20 @@ def test_huge_event_is_archived_in_the_bucket(embedded):
     record = embedded.events.get("register_session", event["id"])
     assert record.raw is None and record.raw_uri.startswith("gs://profiles/_mldiag/events/")
     assert embedded.events.load_raw(record)["data"]["metadata"]["padding"] == "x" * 200_000
+
+
+def test_an_older_generation_arriving_after_a_newer_one_is_ignored_and_recorded(embedded, clock):
+    deliver(embedded, finalized(f"{RUN_FOLDER}/host0.xplane.pb", generation=2, size=2000))
+    clock.advance(31)
+    run_maintenance(embedded)
+    before = only_session(embedded)
+    assert len(analysis_requests(embedded)) == 1
+
+    late = finalized(f"{RUN_FOLDER}/host0.xplane.pb", generation=1)
+    assert deliver(embedded, late) is Outcome.IGNORED
+    assert embedded.events.get("register_session", late["id"]).detail == (
+        "generation 1 of host0.xplane.pb is older than the registered generation 2")
+    clock.advance(31)
+    run_maintenance(embedded)
+    assert only_session(embedded) == before
+    assert len(analysis_requests(embedded)) == 1

@@ -1,0 +1,90 @@
+"""An analysis stopped by its time limit or a signal: a one-line reason, its exit status, nothing left behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from analysis_support import xplane
+from typer.testing import CliRunner
+
+from mldiag.cli.main import app
+
+MLDIAG = str(Path(sys.executable).parent / "mldiag")
+
+
+def _environment(tmp_path: Path) -> dict[str, str]:
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    return {**os.environ, "TMPDIR": str(temporary), "PYTHONUNBUFFERED": "1"}
+
+
+def _ours_left(tmp_path: Path) -> list[Path]:
+    return sorted((tmp_path / "tmp").glob("mldiag-*"))
+
+
+def _processes_using(folder: Path) -> list[int]:
+    """Processes whose command line names something in ``folder`` (the reader of the private copy, say)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if os.fsencode(folder) in cmdline.read_bytes():
+                found.append(int(cmdline.parent.name))
+        except OSError:
+            continue
+    return found
+
+
+def _wait_for(pattern: str, folder: Path, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 60
+    while not list(folder.glob(pattern)):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.02)
+
+
+def test_analyze_stops_at_its_timeout_with_one_line_and_no_scratch_left(tmp_path):
+    started = time.monotonic()
+    stopped = subprocess.run([MLDIAG, "analyze", str(xplane("compute_bound")), "--out", str(tmp_path / "out"),
+                              "--timeout", "300ms"], env=_environment(tmp_path), capture_output=True, text=True,
+                             timeout=120)
+    assert stopped.returncode == 124, stopped.stderr
+    assert stopped.stderr.strip().splitlines()[-1] == "mldiag analyze: the analysis did not finish within 300ms"
+    assert "Traceback" not in stopped.stderr and time.monotonic() - started < 30
+    assert _ours_left(tmp_path) == [] and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_analyze_stopped_by_a_signal_removes_its_scratch_and_stops_its_processes(tmp_path, signum, status):
+    environment = _environment(tmp_path)
+    process = subprocess.Popen([MLDIAG, "analyze", str(xplane("compute_bound")), "--out", str(tmp_path / "out")],
+                               env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for("mldiag-analyze-*/mldiag-analysis-*", tmp_path / "tmp", process)  # the private copy is there
+    process.send_signal(signum)
+    _, errors = process.communicate(timeout=60)
+    assert process.returncode == status, errors
+    assert errors.strip().splitlines()[-1] == f"mldiag analyze: stopped by {signal.Signals(signum).name}"
+    assert _ours_left(tmp_path) == [] and _processes_using(tmp_path / "tmp") == []
+
+
+def test_the_worker_stopped_by_sigterm_removes_its_private_copy(tmp_path):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    worker = subprocess.Popen([sys.executable, "-m", "mldiag.analysis.worker", "--out", str(tmp_path / "out"),
+                               "--scratch", str(scratch), str(xplane("compute_bound"))],
+                              env=_environment(tmp_path), stderr=subprocess.PIPE, text=True)
+    _wait_for("mldiag-analysis-*", scratch, worker)
+    worker.terminate()
+    _, errors = worker.communicate(timeout=60)
+    assert worker.returncode == 143 and errors.strip().endswith("stopped by SIGTERM")
+    assert list(scratch.iterdir()) == [] and _processes_using(scratch) == []
+
+
+@pytest.mark.parametrize(("value", "says"), [("soon", "not a duration: 'soon'"), ("0s", "must be longer than 0s")])
+def test_a_timeout_that_is_no_positive_duration_is_a_usage_error(value, says):
+    result = CliRunner().invoke(app, ["analyze", "anything", "--timeout", value])
+    assert result.exit_code == 2 and says in result.output
