@@ -366,7 +366,7 @@ GEMM = """HloModule jit_dot
 ENTRY %main.1 (a.1: bf16[1024,1024], b.1: bf16[1024,1024]) -> bf16[1024,1024] {
   %b.1 = bf16[1024,1024]{1,0} parameter(1)
   %a.1 = bf16[1024,1024]{1,0} parameter(0)
-  %custom-call.1 = (bf16[1024,1024]{1,0}, s8[4194304]{0}) custom-call(%a.1, %b.1), custom_call_target="__cublas$gemm", backend_config={"gemm_backend_config":{"alpha_real":1}}
+  %custom-call.1 = (bf16[1024,1024]{1,0}, s8[4194304]{0}) custom-call(%a.1, %b.1), custom_call_target="__cublas$gemm"
   ROOT %get-tuple-element.1 = bf16[1024,1024]{1,0} get-tuple-element(%custom-call.1), index=0
 }
 """
