@@ -568,12 +568,12 @@ def _kernels(hosts: list[HostEvidence], works: list[KernelWork]) -> list[KernelS
 def _device_time(host: HostEvidence, kernels: list[KernelShare]) -> list[str]:
     """Evidence lines: the host's kernels that hold its device time, each with its share and what it computes.
 
-    The kernel's name comes last: a library kernel's name can run to hundreds of characters, and a custom call's
-    target, quoted too, is read first.
+    The kernel's name comes last, after a custom call's quoted target: a library kernel's name can be longer than
+    a quoted name is read (validation), and a quote left open must not swallow the target.
     """
     per = _per(host)
     return [f"device time: {k.share_of_device:.1%} of device op time ({k.ms_per_step:.2f} ms per {per}, "
-            f"{k.runs_per_step:g} run{'' if k.runs_per_step == 1 else 's'}) in "
+            f"{k.runs_per_step:.4g} run{'' if k.runs_per_step == 1 else 's'}) in "
             + (f"{k.what}, kernel " if k.what else "kernel ") + quoted(k.name)
             for k in kernels if k.host == host.host]
 

@@ -43,6 +43,7 @@ _COMPUTATION = re.compile(r"^(?P<entry>ENTRY\s+)?%?(?P<name>[^\s(]+)\s*\(.*\{\s*
 _OPCODE = re.compile(r"\s*(?P<opcode>[a-z][\w\-]*)\(")
 _OPERAND = re.compile(r"%([^\s,)]+)")
 _CALLS = re.compile(r"calls=%?([^\s,}]+)")
+_TO_APPLY = re.compile(r"to_apply=%?([^\s,}]+)")
 _FUSION_KIND = re.compile(r"\bkind=k(\w+)")
 _TARGET = re.compile(r'custom_call_target="([^"]*)"')
 _DTYPE = re.compile(r"^\(*(?P<dtype>[a-z]+\d*)\[")
@@ -101,6 +102,7 @@ class HloModule:
     computations: dict[str, list[str]] = field(default_factory=dict)  # computation -> its instructions
     runs_as: dict[str, str] = field(default_factory=dict)  # fused computation -> the fusion that runs it
     roots: dict[str, str] = field(default_factory=dict)  # computation -> its ROOT instruction
+    applied: set[str] = field(default_factory=set)  # computations an op applies per element (a reduce's sum)
 
     def operand(self, instruction: Instruction, index: int = 0) -> Instruction | None:
         if index >= len(instruction.operands):
@@ -182,6 +184,7 @@ def parse_module(name: str, text: str) -> HloModule:
             module.roots[computation] = instruction.name
         if instruction.opcode == "fusion" and instruction.calls:
             module.runs_as[instruction.calls] = instruction.name
+        module.applied.update(_TO_APPLY.findall(attributes))
     return module
 
 
@@ -409,7 +412,8 @@ def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
     found = []
     for module in modules:
         for instruction in module.instructions.values():
-            if instruction.opcode in _NOT_A_BUFFER or instruction.computation in module.runs_as:
+            if (instruction.opcode in _NOT_A_BUFFER or instruction.computation in module.runs_as
+                    or instruction.computation in module.applied):
                 continue
             if instruction.opcode == "fusion" and instruction.calls in module.computations:
                 found.append(_fusion_work(module, instruction))
@@ -428,6 +432,10 @@ def _most(values: Iterable[str]) -> str:
     return counted.most_common(1)[0][0] if counted else ""
 
 
+def _words(*words: str) -> str:
+    return " ".join(word for word in words if word)
+
+
 def describe(works: list[KernelWork]) -> str:
     """What ``works``, the kernels of one name (in one program or several), compute, in a few words.
 
@@ -443,16 +451,16 @@ def describe(works: list[KernelWork]) -> str:
                 + (f" returning {io_dtype}" if io_dtype else ""))
     ops = list(dict.fromkeys(op for w in works for op in w.ops))
     if not any(w.root for w in works):  # an op of its own: a transpose, an all-reduce, a copy-done
-        return f"{dtype} {', '.join(ops)}".strip()
+        return _words(dtype, ", ".join(ops))
     structured = [_STRUCTURED[op] for op in ops if op in _STRUCTURED]
     if not any(w.computes for w in works):
         kind = "no math, only data movement"
     elif structured:
-        kind = f"{dtype} {structured[0]}"
+        kind = _words(dtype, structured[0])
     elif not set(ops) & _NOT_ELEMENTWISE:
-        kind = f"element-wise {dtype} math"
+        kind = _words("element-wise", dtype, "math")
     else:
-        kind = f"{dtype} {next(op for op in ops if op in _NOT_ELEMENTWISE)}"
+        kind = _words(dtype, next(op for op in ops if op in _NOT_ELEMENTWISE))
     converts = _most(w.converts for w in works)
     if converts == "between":
         kind += f" between {io_dtype} converts"

@@ -187,7 +187,8 @@ ENTRY %main (x: bf16[8,2048], w: bf16[64,64], y: bf16[64,32]) -> (bf16[8], bf16[
   %loop_transpose_fusion = bf16[32,64]{1,0} fusion(%y), kind=kLoop, calls=%fused_transpose
   %custom-call.1 = (bf16[64,64]{1,0}, s8[1024]{0}) custom-call(%w, %w), custom_call_target="__cublas$gemm"
   %gte = bf16[64,64]{1,0} get-tuple-element(%custom-call.1), index=0
-  ROOT %out = (bf16[8]{0}, bf16[64,64]{1,0}, bf16[32,64]{1,0}, bf16[64,64]{1,0}) tuple(%loop_convert_fusion, %gemm_fusion_dot, %loop_transpose_fusion, %gte)
+  %transpose.9 = bf16[64,64]{0,1} transpose(%gte), dimensions={1,0}
+  ROOT %out = (bf16[8]{0}, bf16[64,64]{1,0}, bf16[32,64]{1,0}, bf16[64,64]{0,1}) tuple(%loop_convert_fusion, %gemm_fusion_dot, %loop_transpose_fusion, %transpose.9)
 }
 """
 
@@ -200,6 +201,8 @@ def test_each_kernel_is_described_by_what_its_hlo_computes():
     assert described["gemm_fusion_dot"] == "bf16 matmul (dot; root dot)"  # the nested fusion's parameter is no work
     assert described["loop_transpose_fusion"] == "no math, only data movement (transpose; root transpose)"
     assert described["custom-call.1"] == 'custom call "__cublas$gemm" returning bf16'
+    assert described["transpose.9"] == "bf16 transpose"  # an op that runs as a kernel of its own
+    assert not {"x", "gte", "out", "sum", "dot.0"} & set(works)  # parameters, tuples and fused ops run no kernel
     assert works["custom-call.1"].custom_call == "__cublas$gemm" and works["loop_convert_fusion"].module == (
         "jit_kernels(3)")
     assert hlo.describe([]) == ""
