@@ -35,6 +35,10 @@ def _share(plane, prefix: str) -> float:
     return sum(ns for name, ns in plane.by_name.items() if name.startswith(prefix)) / plane.op_ns
 
 
+def _largest_share(plane) -> float:
+    return plane.by_name.most_common(1)[0][1] / plane.op_ns
+
+
 def _gpu(planes, name: str):
     (plane,) = [p for p in planes if p.name == name]
     return plane
@@ -46,6 +50,7 @@ CASES = {
     ("mi355x_jax08_te_fused_attn", "busy_fraction"): lambda planes, runs: (
         planes[0].op_ns / 1e6 / (len(runs["jit_loss_fn"]) * MEASURER.mean_period_ms(runs["jit_loss_fn"]))),
     ("mi355x_jax08_te_fused_attn", "te_share"): lambda planes, runs: planes[0].groups["TE"],
+    ("mi355x_jax08_te_fused_attn", "fmha_bwd_share"): lambda planes, runs: _largest_share(planes[0]),
     ("gpu_v100x8_tf_bert_multiworker", "busy_fraction"): lambda planes, runs: statistics.mean(
         busy for plane in planes for _, busy in plane.steps),
     ("gpu_v100x8_tf_bert_multiworker", "step_ms"): lambda planes, runs: statistics.mean(
@@ -63,6 +68,7 @@ CASES = {
         planes, "/device:GPU:7").by_name["input_transpose_fusion"] / _gpu(planes, "/device:GPU:7").op_ns,
     ("mi300x_jax08_attention", "idle_fraction"): lambda planes, runs: 1 - planes[0].busy,
     ("mi300x_gemm", "gemm_share"): lambda planes, runs: planes[0].groups["gemm"],
+    ("mi300x_gemm", "top_kernel_share"): lambda planes, runs: _largest_share(planes[0]),
     ("tpu_v6e4_inference", "runs"): lambda planes, runs: max(map(len, runs.values())),
     ("tpu_v6e4_inference", "period_ms"): lambda planes, runs: MEASURER.mean_period_ms(max(runs.values(), key=len)),
     ("tpu_v6e4_inference", "copy_share"): lambda planes, runs: statistics.mean(plane.groups["copies"] for plane in planes),

@@ -18,6 +18,10 @@ report, offline and without a reasoning model. The rules in short:
 * **data_movement**: device time in dtype converts, layout transposes and
   copies between host and device memory; in op-by-op execution, where the
   devices mostly wait for launches, ranked by their share of the step;
+* **where device time goes**: a kernel holding at least 30% of a host's device
+  op time is named, with the next ones of 10% or more and what their HLO
+  computes, in the findings that explain device time (op-by-op launches, the
+  programs of a capture without steps, the roofline);
 * **OPTIMAL** when compute is high, idle, communication, compilation and OOM
   risk are low, and no finding is P0 or P1.
 
@@ -36,10 +40,10 @@ from typing import Any
 
 from mldiag.analysis import frameworks
 from mldiag.analysis.evidence import (
-    Analysis, DataMovement, Health, HloIssue, HloProgram, Metrics, ProfileInput, ToolResult, ToolStatus,
+    Analysis, DataMovement, Health, HloIssue, HloProgram, KernelShare, Metrics, ProfileInput, ToolResult, ToolStatus,
 )
 from mldiag.analysis.frameworks import Framework
-from mldiag.analysis.hlo import Shape
+from mldiag.analysis.hlo import KernelWork, Shape, describe
 from mldiag.analysis.host_evidence import DeviceKind, HostActivity, HostEvidence, OpTime, StepSource
 from mldiag.analysis.trace_names import COMMUNICATION, COMPILE, DISPATCH_PREFIX, WAITING
 from mldiag.domain.resources import Finding, FindingCategory, HealthStatus, Priority
@@ -65,6 +69,9 @@ TEMPORARIES_RATIO = 4.0
 TEMPORARIES_FLOOR = 16 * MIB
 # Share of device op time in ops that only move or re-type data at which they are a P0 / P1 / P2 problem.
 DATA_MOVEMENT_PRIORITIES = ((0.50, Priority.P0), (0.25, Priority.P1), (0.10, Priority.P2))
+DOMINANT_KERNEL = 0.30  # share of a host's device op time at which a kernel is named where device time is explained
+NAMED_BESIDE = 0.10  # the kernels after a dominant one named with it, down to this share
+MAX_KERNELS_NAMED = 3
 OUTLIER_STEP = 3.0  # a step this many times the median is an outlier
 NOTABLE_SHARE = 0.01  # host activities below this share of a step are not worth quoting
 URGENT_REASON = "a finding needs attention"
@@ -274,7 +281,7 @@ def _input_bound(host: HostEvidence) -> Finding | None:
     )
 
 
-def _dispatch_overhead(host: HostEvidence) -> Finding | None:
+def _dispatch_overhead(host: HostEvidence, kernels: list[KernelShare]) -> Finding | None:
     if host.dispatches_per_step < OP_BY_OP_DISPATCHES or not host.step_ms:
         return None
     span = host.step_ms.mean
@@ -302,6 +309,7 @@ def _dispatch_overhead(host: HostEvidence) -> Finding | None:
             f"compute busy {host.busy_fraction or 0.0:.1%} of the {span:.2f} ms {per}",
             *(f"{quoted(a.name)}: {a.count_per_step:.0f} per {per}, {a.ms_per_step:.2f} ms per {per}"
               for a in host.dispatched[:4]),
+            *_device_time(host, kernels),
         ],
         impact=f"{host.dispatch_ms_per_step:.1f} ms per {per} is spent dispatching and {idle * span:.1f} ms of the "
                f"{span:.1f} ms {per} leaves compute idle; one fused program usually removes most of it.",
@@ -464,14 +472,16 @@ def _temporaries(hosts: list[HostEvidence], metrics: Metrics, tools: dict[str, T
     )
 
 
-def _compute(hosts: list[HostEvidence], metrics: Metrics, tools: dict[str, ToolResult]) -> Finding | None:
+def _compute(hosts: list[HostEvidence], metrics: Metrics, tools: dict[str, ToolResult],
+             kernels: list[KernelShare]) -> Finding | None:
     if metrics.roofline_efficiency is None or (metrics.busy_fraction or 0) < 0.5:
         return None
     priority = _rank(metrics.roofline_efficiency, ROOFLINE_PRIORITIES, below=True)
     if priority is None:
         return None
     program = _data(tools, "get_roofline_model").get("program") or {}
-    top = [op for host in hosts for op in host.top_ops][:3]
+    named = next((lines for host in hosts if (lines := _device_time(host, kernels))), [])
+    top = [] if named else [op for host in hosts for op in host.top_ops][:3]
     caveat = _roofline_caveat(tools)
     return Finding(
         priority=priority,
@@ -485,6 +495,7 @@ def _compute(hosts: list[HostEvidence], metrics: Metrics, tools: dict[str, ToolR
         evidence=[f"roofline efficiency {metrics.roofline_efficiency:.2%}, bound by "
                   f"{quoted(str(program.get('bound_by')))} (get_roofline_model)",
                   *caveat,
+                  *named,
                   *(f"{quoted(op.name)}: {op.self_ms_per_step:.2f} ms per step, {op.share_of_busy:.0%} of busy time"
                     for op in top)],
         impact="the top ops above hold most of the step; each is a candidate for fusion, a better layout or "
@@ -508,6 +519,63 @@ def _kernel(tools: dict[str, ToolResult]) -> Finding | None:
         impact=f"{share:.0f}% of device time is outside XLA's view.",
         fix="Inspect the kernels with get_kernel_stats and check their occupancy and tile sizes.",
     )
+
+
+# --- where device time goes ---------------------------------------------------------------------
+
+_HLO_TEXT_NAME = re.compile(r"^%?([^\s=]+)\s*=")  # "%fusion.3 = f32[...] fusion(...)": a TPU op's HLO text
+
+
+def _instruction(op: OpTime) -> str:
+    """The HLO instruction an op runs: the GPU trace's hlo_op, the name in a TPU op's HLO text, else its name."""
+    if match := _HLO_TEXT_NAME.match(op.expression):
+        return match.group(1)
+    return op.expression or op.name.removesuffix(".kd")
+
+
+def _kernels(hosts: list[HostEvidence], works: list[KernelWork]) -> list[KernelShare]:
+    """Each host's kernels that hold its device time, where one holds at least ``DOMINANT_KERNEL`` of it, with
+    what their HLO computes.
+
+    One kernel name can run in several programs (``loop_convert_fusion`` in every element-wise program): it is
+    described from the programs the host launched that hold an instruction of that name, or from every program
+    that does when the launches do not tell.
+    """
+    by_instruction: dict[str, list[KernelWork]] = {}
+    for work in works:
+        by_instruction.setdefault(work.instruction, []).append(work)
+    found = []
+    for host in hosts:
+        ops = host.top_ops[:MAX_KERNELS_NAMED]
+        if not ops or ops[0].share_of_busy < DOMINANT_KERNEL:
+            continue
+        launched = {_module_base(name) for name in (*(p.name for p in host.programs),
+                                                     *(a.name for a in host.dispatched))}
+        for op in [ops[0], *(op for op in ops[1:] if op.share_of_busy >= NAMED_BESIDE)]:
+            instruction = _instruction(op)
+            holding = by_instruction.get(instruction, [])
+            ran = [w for w in holding if _module_base(w.module) in launched] or holding
+            found.append(KernelShare(
+                host=host.host, name=op.name, hlo_op=instruction if op.expression or ran else "",
+                share_of_device=_fraction(op.share_of_busy), ms_per_step=op.self_ms_per_step,
+                runs_per_step=op.count_per_step, what=describe(ran),
+                custom_calls=list(dict.fromkeys(w.custom_call for w in ran if w.custom_call)),
+                programs=sorted({w.module for w in ran}),
+            ))
+    return found
+
+
+def _device_time(host: HostEvidence, kernels: list[KernelShare]) -> list[str]:
+    """Evidence lines: the host's kernels that hold its device time, each with its share and what it computes.
+
+    The kernel's name comes last, after a custom call's quoted target: a library kernel's name can be longer than
+    a quoted name is read (validation), and a quote left open must not swallow the target.
+    """
+    per = _per(host)
+    return [f"device time: {k.share_of_device:.1%} of device op time ({k.ms_per_step:.2f} ms per {per}, "
+            f"{k.runs_per_step:.4g} run{'' if k.runs_per_step == 1 else 's'}) in "
+            + (f"{k.what}, kernel " if k.what else "kernel ") + quoted(k.name)
+            for k in kernels if k.host == host.host]
 
 
 # --- device-side data movement ------------------------------------------------------------------
@@ -766,7 +834,7 @@ def _calls(host: HostEvidence) -> str:
     return f"{host.distinct_programs} program{'s' if host.distinct_programs != 1 else ''}, {called}"
 
 
-def _no_steps(host: HostEvidence) -> Finding | None:
+def _no_steps(host: HostEvidence, kernels: list[KernelShare]) -> Finding | None:
     if host.step_source is not StepSource.PROFILE_WINDOW:
         return None
     if not host.programs:
@@ -793,6 +861,7 @@ def _no_steps(host: HostEvidence) -> Finding | None:
             *(f"{quoted(p.name)}: {p.calls} calls, {p.ms_per_call:.3f} ms per call on the host, "
               f"{p.device_ms_per_call:.3f} ms of device work per call ({p.share_of_device:.1%} of device time)"
               for p in host.programs[:5]),
+            *_device_time(host, kernels),
         ],
         impact="per-step numbers in this report cover the capture from the first launch.",
         fix="If this is a training loop, wrap each step in jax.profiler.StepTraceAnnotation('train', step_num=i) "
@@ -826,12 +895,14 @@ def _low_utilisation(hosts: list[HostEvidence], health: Health) -> Finding:
 
 def _findings(hosts: list[HostEvidence], tools: dict[str, ToolResult], hlo_issues: dict[str, list[HloIssue]],
               metrics: Metrics, health: Health, programs: dict[str, HloProgram],
-              movements: list[tuple[DataMovement, HostEvidence, list[OpTime]]]) -> list[Finding]:
+              movements: list[tuple[DataMovement, HostEvidence, list[OpTime]]],
+              kernels: list[KernelShare]) -> list[Finding]:
     per_host = [
         finding
         for host in hosts
-        for rule in (_input_bound, _dispatch_overhead, partial(_recompilation, programs=programs), _communication,
-                     _outlier_steps, _no_steps)
+        for rule in (_input_bound, partial(_dispatch_overhead, kernels=kernels),
+                     partial(_recompilation, programs=programs), _communication, _outlier_steps,
+                     partial(_no_steps, kernels=kernels))
         if (finding := rule(host)) is not None
     ]
     if len(hosts) > 1:  # one finding per category: the worst host's
@@ -841,8 +912,8 @@ def _findings(hosts: list[HostEvidence], tools: dict[str, ToolResult], hlo_issue
             if current is None or _ORDER[finding.priority] < _ORDER[current.priority]:
                 best[finding.category] = finding
         per_host = list(best.values())
-    session_wide = [_memory(metrics), _temporaries(hosts, metrics, tools, programs), _compute(hosts, metrics, tools),
-                    _kernel(tools)]
+    session_wide = [_memory(metrics), _temporaries(hosts, metrics, tools, programs),
+                    _compute(hosts, metrics, tools, kernels), _kernel(tools)]
     findings = (per_host + [f for f in session_wide if f is not None] + _data_movement(movements, hlo_issues)
                 + _compiler(hosts, hlo_issues))
     if not health.optimal and all(f.priority is Priority.P2 for f in findings):
@@ -915,10 +986,11 @@ def _name_amd_architecture(hosts: list[HostEvidence], tools: dict[str, ToolResul
 
 def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: dict[str, list[HloIssue]],
            profile: ProfileInput, versions: dict[str, str], seconds: float,
-           hlo_programs: list[HloProgram] | None = None) -> Analysis:
+           hlo_programs: list[HloProgram] | None = None, hlo_kernels: list[KernelWork] | None = None) -> Analysis:
     """Turn the evidence into metrics, health, findings, status and summary.
 
     ``hlo_programs``: each HLO program's parameters, results and largest intermediate (:func:`hlo.program_buffers`).
+    ``hlo_kernels``: what each kernel of the HLO programs computes (:func:`hlo.kernel_work`).
     """
     by_name = {tool.name: tool for tool in tools}
     _name_amd_architecture(hosts, by_name)
@@ -926,7 +998,8 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
     health = _health(hosts, metrics)
     programs = {program.module: program for program in hlo_programs or []}
     movements = _movements(hosts, programs)
-    findings = _findings(hosts, by_name, hlo_issues, metrics, health, programs, movements)
+    kernels = _kernels(hosts, hlo_kernels or [])
+    findings = _findings(hosts, by_name, hlo_issues, metrics, health, programs, movements, kernels)
     status = decide_status(health, findings)
     return Analysis(
         status=status,
@@ -939,6 +1012,7 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
         hlo_issues=hlo_issues,
         hlo_programs=hlo_programs or [],
         data_movement=[movement for movement, _, _ in movements],
+        kernels=kernels,
         profile=profile,
         versions=versions,
         seconds=seconds,

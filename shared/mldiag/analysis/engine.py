@@ -143,6 +143,16 @@ def _hlo_programs(context: ToolContext) -> list:
         return []
 
 
+def _hlo_kernels(context: ToolContext) -> list:
+    """What each kernel of the HLO programs computes; none when the modules cannot be read."""
+    from mldiag.analysis import hlo
+
+    try:
+        return hlo.kernel_work(context.hlo())
+    except Exception:  # noqa: BLE001 - the detectors already recorded why the modules are unreadable
+        return []
+
+
 @dataclass(frozen=True)
 class RunningAnalysis:
     """An analysis whose conversions are under way; :meth:`finish` completes it (see :func:`start_analysis`)."""
@@ -196,6 +206,7 @@ class RunningAnalysis:
             tools=tools,
             hlo_issues=hlo_issues,
             hlo_programs=_hlo_programs(context),
+            hlo_kernels=_hlo_kernels(context),
             profile=ProfileInput(
                 source=source or str(self.origin), session=session.name,
                 files=[f.name for f in session.files], bytes=state.profile_bytes,

@@ -80,6 +80,21 @@ class DataMovement(Evidence):
     to_host_bytes_per_step: float = 0.0
 
 
+class KernelShare(Evidence):
+    """``analysis.json.kernels``: a kernel that holds much of a host's device op time, and what its HLO computes,
+    as the findings that explain where device time goes quote it."""
+
+    host: str
+    name: str  # as the device trace names it
+    hlo_op: str = ""  # the HLO instruction it runs, where the trace or the HLO tells
+    share_of_device: float  # of the host's device op time
+    ms_per_step: float  # per device, per step (per capture without steps)
+    runs_per_step: float
+    what: str = ""  # what that instruction computes, from the HLO; "" where the profile holds none for it
+    custom_calls: list[str] = Field(default_factory=list)  # the targets of the custom calls it is
+    programs: list[str] = Field(default_factory=list)  # the launched programs whose HLO holds the instruction
+
+
 class Metrics(Evidence):
     step_time_ms: float | None = None
     steps: int = 0
@@ -191,6 +206,7 @@ class Analysis(Evidence):
     hlo_issues: dict[str, list[HloIssue]] = Field(default_factory=dict)
     hlo_programs: list[HloProgram] = Field(default_factory=list)
     data_movement: list[DataMovement] = Field(default_factory=list)
+    kernels: list[KernelShare] = Field(default_factory=list)
     followups: list[Followup] = Field(default_factory=list)
     investigation: Investigation | None = None
     comparison: Comparison | None = None

@@ -19,12 +19,17 @@ intermediate buffer, for the analyst to weigh against the program's peak memory,
 lists its parameters' shapes, which tell a recompiled function's changing
 shape, and names its fusions that compute, which a name such as
 ``loop_convert_fusion`` (a fusion is named after its root) does not tell.
+:func:`kernel_work` says what each entry-level kernel computes (a fusion's
+math, dtypes and root; a custom call's target), and :func:`describe` puts that
+into words for the kernels that hold the device's time.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -38,6 +43,10 @@ _COMPUTATION = re.compile(r"^(?P<entry>ENTRY\s+)?%?(?P<name>[^\s(]+)\s*\(.*\{\s*
 _OPCODE = re.compile(r"\s*(?P<opcode>[a-z][\w\-]*)\(")
 _OPERAND = re.compile(r"%([^\s,)]+)")
 _CALLS = re.compile(r"calls=%?([^\s,}]+)")
+_TO_APPLY = re.compile(r"to_apply=%?([^\s,}]+)")
+_FUSION_KIND = re.compile(r"\bkind=k(\w+)")
+_TARGET = re.compile(r'custom_call_target="([^"]*)"')
+_DTYPE = re.compile(r"^\(*(?P<dtype>[a-z]+\d*)\[")
 _ARRAY_SHAPE = re.compile(r"^(?P<dtype>[a-z]+\d*)\[(?P<dims>[\d,]*)\](?:\{(?P<layout>[\d,]*)[^}]*\})?")
 _DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4,
                 "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16}
@@ -80,6 +89,9 @@ class Instruction:
     operands: list[str]
     computation: str
     calls: str = ""
+    dtype: str = ""  # of the result, or of a tuple result's first element
+    kind: str = ""  # a fusion's kind: "Loop", "Input", "Output", "Custom"
+    target: str = ""  # a custom call's target
 
 
 @dataclass
@@ -90,6 +102,7 @@ class HloModule:
     computations: dict[str, list[str]] = field(default_factory=dict)  # computation -> its instructions
     runs_as: dict[str, str] = field(default_factory=dict)  # fused computation -> the fusion that runs it
     roots: dict[str, str] = field(default_factory=dict)  # computation -> its ROOT instruction
+    applied: set[str] = field(default_factory=set)  # computations an op applies per element (a reduce's sum)
 
     def operand(self, instruction: Instruction, index: int = 0) -> Instruction | None:
         if index >= len(instruction.operands):
@@ -151,6 +164,9 @@ def parse_module(name: str, text: str) -> HloModule:
         operands_end = _balanced(after, opcode.end() - 1)
         attributes = after[operands_end:]
         calls = _CALLS.search(attributes)
+        kind = _FUSION_KIND.search(attributes)
+        target = _TARGET.search(attributes)
+        dtype = _DTYPE.match(shape_text)
         instruction = Instruction(
             name=match["name"],
             opcode=opcode["opcode"],
@@ -158,6 +174,9 @@ def parse_module(name: str, text: str) -> HloModule:
             operands=_OPERAND.findall(after[opcode.end():operands_end]),
             computation=computation,
             calls=calls.group(1) if calls else "",
+            dtype=dtype["dtype"] if dtype else "",
+            kind=kind.group(1) if kind else "",
+            target=target.group(1) if target else "",
         )
         module.instructions[instruction.name] = instruction
         module.computations[computation].append(instruction.name)
@@ -165,6 +184,7 @@ def parse_module(name: str, text: str) -> HloModule:
             module.roots[computation] = instruction.name
         if instruction.opcode == "fusion" and instruction.calls:
             module.runs_as[instruction.calls] = instruction.name
+        module.applied.update(_TO_APPLY.findall(attributes))
     return module
 
 
@@ -327,3 +347,125 @@ def program_buffers(modules: list[HloModule]) -> list[HloProgram]:
                 module.instructions[n].opcode not in _MOVES_OR_RETYPES for n in module.computations.get(i.calls, []))],
         ))
     return found
+
+
+# Ops that are not element-wise math: they give a kernel its kind of work.
+_STRUCTURED = {"convolution": "convolution", "dot": "matmul", "reduce": "reduction", "reduce-window": "reduction"}
+_NOT_ELEMENTWISE = frozenset({
+    *_STRUCTURED, "scatter", "gather", "sort", "select-and-scatter", "dynamic-update-slice", "iota", "rng",
+    "rng-bit-generator", "fft", "triangular-solve", "cholesky", "all-reduce", "all-gather", "reduce-scatter",
+    "all-to-all", "collective-permute", "copy-start", "copy-done", "send", "recv", "infeed", "outfeed", "while",
+    "conditional", "call", "custom-call",
+})
+MAX_OPS_NAMED = 8
+
+
+@dataclass(frozen=True)
+class KernelWork:
+    """What one kernel of a program computes: an instruction outside fusions (a fusion, a custom call, an op)."""
+
+    module: str
+    instruction: str
+    ops: tuple[str, ...]  # its opcodes, nested fusions included, in program order: those that compute, where any do
+    dtype: str  # the dtype those ops compute in
+    io_dtype: str  # the dtype it returns
+    computes: bool = True  # whether any op is math rather than moving or re-typing data
+    converts: str = ""  # "between": its inputs are converted to ``dtype`` and its result back; "after": the result only
+    root: str = ""  # a fusion's root opcode, which XLA names the fusion after; "" for an instruction of its own
+    custom_call: str = ""  # a custom call's target
+
+
+def _fused(module: HloModule, computation: str) -> list[Instruction]:
+    """A fused computation's instructions, those of the fusions nested in it included."""
+    found = []
+    for name in module.computations.get(computation, []):
+        instruction = module.instructions[name]
+        if instruction.opcode == "fusion" and instruction.calls in module.computations:
+            found += _fused(module, instruction.calls)
+        else:
+            found.append(instruction)
+    return found
+
+
+def _fusion_work(module: HloModule, fusion: Instruction) -> KernelWork:
+    body = _fused(module, fusion.calls)
+    math_ops = [i for i in body if i.opcode not in _MOVES_OR_RETYPES and i.opcode != "fusion"]
+    moves = [i for i in body if i.opcode not in _NOT_A_BUFFER]
+    dtypes = Counter(i.dtype for i in math_ops if i.dtype)
+    dtype = dtypes.most_common(1)[0][0] if dtypes else fusion.dtype
+    root = module.instructions.get(module.roots.get(fusion.calls, ""))
+    source = module.operand(root) if root is not None else None
+    out = root is not None and root.opcode == "convert" and source is not None and source.dtype == dtype != fusion.dtype
+    into = any(i.opcode == "convert" and i.dtype == dtype and (s := module.operand(i)) is not None
+               and s.dtype not in ("", dtype) for i in body if i is not root)
+    return KernelWork(
+        module=module.name, instruction=fusion.name,
+        ops=tuple(dict.fromkeys(i.opcode for i in (math_ops or moves))),
+        dtype=dtype, io_dtype=fusion.dtype, computes=bool(math_ops),
+        converts="between" if out and into else "after" if out else "",
+        root=root.opcode if root is not None else "",
+    )
+
+
+def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
+    """What every instruction outside a fusion computes: the kernels (and ops) a device trace names."""
+    found = []
+    for module in modules:
+        for instruction in module.instructions.values():
+            if (instruction.opcode in _NOT_A_BUFFER or instruction.computation in module.runs_as
+                    or instruction.computation in module.applied):
+                continue
+            if instruction.opcode == "fusion" and instruction.calls in module.computations:
+                found.append(_fusion_work(module, instruction))
+            else:
+                found.append(KernelWork(
+                    module=module.name, instruction=instruction.name,
+                    ops=(instruction.target or instruction.opcode,), dtype=instruction.dtype,
+                    io_dtype=instruction.dtype, computes=instruction.opcode not in _MOVES_OR_RETYPES,
+                    custom_call=instruction.target,
+                ))
+    return found
+
+
+def _most(values: Iterable[str]) -> str:
+    counted = Counter(v for v in values if v)
+    return counted.most_common(1)[0][0] if counted else ""
+
+
+def _words(*words: str) -> str:
+    return " ".join(word for word in words if word)
+
+
+def describe(works: list[KernelWork]) -> str:
+    """What ``works``, the kernels of one name (in one program or several), compute, in a few words.
+
+    A fusion: the kind of math, its dtype, the converts around it, its ops and root ("element-wise f32 math
+    between bf16 converts (sine; root convert)"); a custom call: its target, quoted; another op: its opcode.
+    """
+    if not works:
+        return ""
+    dtype, io_dtype = _most(w.dtype for w in works), _most(w.io_dtype for w in works)
+    targets = list(dict.fromkeys(w.custom_call for w in works if w.custom_call))
+    if targets:
+        return ("custom call " + ", ".join(json.dumps(t, ensure_ascii=False) for t in targets)
+                + (f" returning {io_dtype}" if io_dtype else ""))
+    ops = list(dict.fromkeys(op for w in works for op in w.ops))
+    if not any(w.root for w in works):  # an op of its own: a transpose, an all-reduce, a copy-done
+        return _words(dtype, ", ".join(ops))
+    structured = [_STRUCTURED[op] for op in ops if op in _STRUCTURED]
+    if not any(w.computes for w in works):
+        kind = "no math, only data movement"
+    elif structured:
+        kind = _words(dtype, structured[0])
+    elif not set(ops) & _NOT_ELEMENTWISE:
+        kind = _words("element-wise", dtype, "math")
+    else:
+        kind = _words(dtype, next(op for op in ops if op in _NOT_ELEMENTWISE))
+    converts = _most(w.converts for w in works)
+    if converts == "between":
+        kind += f" between {io_dtype} converts"
+    elif converts == "after":
+        kind += f" converted to {io_dtype}"
+    named = ", ".join(ops[:MAX_OPS_NAMED]) + (", …" if len(ops) > MAX_OPS_NAMED else "")
+    roots = "/".join(dict.fromkeys(w.root for w in works if w.root))
+    return f"{kind} ({named}; root {roots})"

@@ -89,6 +89,8 @@ def profile_names(analysis: Analysis) -> set[str]:
     for program in analysis.hlo_programs:
         names.update((program.module, program.largest_temporary, *program.parameters, *program.parameters.values(),
                       *program.computing_fusions))
+    for kernel in analysis.kernels:
+        names.update((kernel.name, kernel.hlo_op, *kernel.custom_calls, *kernel.programs))
     names.update(analysis.profile.files)
     return names - {""}
 

@@ -46,10 +46,10 @@ def _tool(name: str, data) -> ToolResult:
     return ToolResult(name=name, status=ToolStatus.OK, seconds=0.0, data=data)
 
 
-def _analysis(*hosts: HostEvidence, tools=(), hlo_issues=None, programs=None):
+def _analysis(*hosts: HostEvidence, tools=(), hlo_issues=None, programs=None, kernels=None):
     return assess(hosts=list(hosts), tools=list(tools), hlo_issues=hlo_issues or {}, versions={}, seconds=0.0,
                   profile=ProfileInput(source="s", session="s", files=["h.xplane.pb"], bytes=1),
-                  hlo_programs=programs)
+                  hlo_programs=programs, hlo_kernels=kernels)
 
 
 def _of(analysis, category):
@@ -261,6 +261,139 @@ def test_compiler_findings_do_not_count_zero_dispatches():
     analysis = _analysis(_host(), hlo_issues={"detect_unfused_reshapes": [HloIssue(**issue)]})
     (finding,) = _of(analysis, FindingCategory.COMPILER)
     assert "0 dispatches" not in finding.impact and "0 op-by-op" not in " ".join(finding.evidence)
+
+
+# --- where device time goes ----------------------------------------------------------------------
+
+BF16_ADD = """HloModule jit_add, is_scheduled=true
+
+%fused_convert (param_0.4: bf16[1024], param_1.5: bf16[1024]) -> bf16[1024] {
+  %param_1.5 = bf16[1024]{0} parameter(1)
+  %convert.4 = f32[1024]{0} convert(%param_1.5)
+  %param_0.4 = bf16[1024]{0} parameter(0)
+  %convert.1.3 = f32[1024]{0} convert(%param_0.4)
+  %add.1.3 = f32[1024]{0} add(%convert.4, %convert.1.3)
+  ROOT %convert.2.1 = bf16[1024]{0} convert(%add.1.3)
+}
+
+ENTRY %main.1 (x.1: bf16[1024], y.1: bf16[1024]) -> bf16[1024] {
+  %y.1 = bf16[1024]{0} parameter(1)
+  %x.1 = bf16[1024]{0} parameter(0)
+  ROOT %loop_convert_fusion = bf16[1024]{0} fusion(%y.1, %x.1), kind=kLoop, calls=%fused_convert
+}
+"""
+RANDOM_BITS = """HloModule jit__normal
+
+%fused_convert (param_0.1: u32[1024]) -> f32[1024] {
+  %param_0.1 = u32[1024]{0} parameter(0)
+  %constant_9 = u32[] constant(9)
+  %broadcast.3 = u32[1024]{0} broadcast(%constant_9), dimensions={}
+  %shift-right-logical.1 = u32[1024]{0} shift-right-logical(%param_0.1, %broadcast.3)
+  ROOT %convert.7 = f32[1024]{0} convert(%shift-right-logical.1)
+}
+
+ENTRY %main.2 (key.1: u32[1024]) -> f32[1024] {
+  %key.1 = u32[1024]{0} parameter(0)
+  ROOT %loop_convert_fusion = f32[1024]{0} fusion(%key.1), kind=kLoop, calls=%fused_convert
+}
+"""
+ELEMENTWISE = "element-wise f32 math between bf16 converts (sine, add; root convert)"
+
+
+def _elementwise_kernels() -> list[hlo.KernelWork]:
+    return hlo.kernel_work([hlo.parse_module("jit_sin(13)", BF16_SINE), hlo.parse_module("jit_add(11)", BF16_ADD),
+                            hlo.parse_module("jit__normal(9)", RANDOM_BITS)])
+
+
+def _launching(*programs: str, top_ops: list[OpTime]) -> HostEvidence:
+    """Element-wise programs dispatched one by one, no steps: the host ``programs`` each launched 5 times."""
+    calls = [ProgramCalls(name=f"PjitFunction({p})", calls=5, ms_per_call=0.1, device_ms_per_call=0.08,
+                          share_of_device=1 / len(programs)) for p in programs]
+    return _host(busy=0.38, source=StepSource.PROFILE_WINDOW, steps=1, step_ms=10.0, dispatches=55, launches=55,
+                 programs=calls, top_ops=top_ops)
+
+
+def _device_lines(finding) -> list[str]:
+    return [line for line in finding.evidence if line.startswith("device time:")]
+
+
+def test_a_kernel_holding_most_of_the_device_is_named_with_its_share_and_what_its_hlo_computes():
+    ops = _ops(("loop_convert_fusion.kd", 0.852), ("input_reduce_fusion.kd", 0.084), ("fusion_5.kd", 0.048),
+               expression={"loop_convert_fusion.kd": "loop_convert_fusion"}, step_ms=3.881)
+    analysis = _analysis(_launching("sin", "add", top_ops=ops), kernels=_elementwise_kernels())
+    (kernel,) = analysis.kernels
+    assert (kernel.name, kernel.hlo_op, kernel.share_of_device) == ("loop_convert_fusion.kd", "loop_convert_fusion",
+                                                                     0.852)
+    # jit__normal holds a loop_convert_fusion too, but the capture never launched it.
+    assert kernel.programs == ["jit_add(11)", "jit_sin(13)"] and kernel.what == ELEMENTWISE
+    line = ('device time: 85.2% of device op time (3.31 ms per capture, 1 run) in '
+            f'{ELEMENTWISE}, kernel "loop_convert_fusion.kd"')
+    for category in (FindingCategory.DISPATCH_OVERHEAD, FindingCategory.OTHER):
+        (finding,) = _of(analysis, category)
+        assert _device_lines(finding) == [line]
+        assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
+    digest = prompts.evidence_digest(analysis, [])
+    assert digest["kernels"][0]["share_of_device"] == 0.852 and digest["kernels"][0]["what"] == ELEMENTWISE
+
+
+def test_without_launches_that_tell_every_program_holding_the_kernel_describes_it():
+    ops = _ops(("loop_convert_fusion.kd", 0.9), expression={"loop_convert_fusion.kd": "loop_convert_fusion"})
+    (kernel,) = _analysis(_launching("unrelated", top_ops=ops), kernels=_elementwise_kernels()).kernels
+    assert kernel.programs == ["jit__normal(9)", "jit_add(11)", "jit_sin(13)"]
+    assert kernel.what.startswith("element-wise f32 math between bf16 converts (sine, add, shift-right-logical;")
+
+
+@pytest.mark.parametrize(("shares", "named"), [
+    ((0.29, 0.29, 0.29, 0.13), []),
+    ((0.30, 0.29, 0.29, 0.12), ["a", "b", "c"]),
+    ((0.70, 0.12, 0.09, 0.09), ["a", "b"]),
+])
+def test_kernels_are_named_only_where_one_holds_at_least_30_percent_with_the_next_ones_of_10(shares, named):
+    host = _launching("f", top_ops=_ops(*zip("abcd", shares)))
+    assert [k.name for k in _analysis(host).kernels] == named
+
+
+def test_a_kernel_the_profile_has_no_hlo_for_is_named_by_its_name():
+    analysis = _analysis(_launching("f", top_ops=_ops(("void gemv_kernel<float>", 0.6), ("fusion", 0.4))))
+    (finding,) = _of(analysis, FindingCategory.DISPATCH_OVERHEAD)
+    assert _device_lines(finding)[0] == ('device time: 60.0% of device op time (6.00 ms per capture, 1 run) in kernel '
+                                         '"void gemv_kernel<float>"')
+    assert analysis.kernels[0].what == "" and analysis.kernels[1].hlo_op == ""
+
+
+GEMM = """HloModule jit_dot
+
+ENTRY %main.1 (a.1: bf16[1024,1024], b.1: bf16[1024,1024]) -> bf16[1024,1024] {
+  %b.1 = bf16[1024,1024]{1,0} parameter(1)
+  %a.1 = bf16[1024,1024]{1,0} parameter(0)
+  %custom-call.1 = (bf16[1024,1024]{1,0}, s8[4194304]{0}) custom-call(%a.1, %b.1), custom_call_target="__cublas$gemm"
+  ROOT %get-tuple-element.1 = bf16[1024,1024]{1,0} get-tuple-element(%custom-call.1), index=0
+}
+"""
+
+
+def test_the_roofline_finding_names_a_library_kernel_by_the_custom_call_it_runs():
+    gemm = "Cijk_Ailk_Bljk_BBS_BH_MT256x224x64_" + "X" * 500 + ".kd"
+    host = _host(busy=0.9, top_ops=_ops((gemm, 0.53), ("wrapped_broadcast.kd", 0.3), ("fusion.1", 0.17),
+                                        expression={gemm: "custom-call.1"}))
+    roofline = _tool("get_roofline_model", {"program": {"bound_by": "HBM", "roofline_efficiency_percent": "1.26%"}})
+    analysis = _analysis(host, tools=[roofline], kernels=hlo.kernel_work([hlo.parse_module("jit_dot(21)", GEMM)]))
+    (compute,) = _of(analysis, FindingCategory.COMPUTE)
+    lines = _device_lines(compute)
+    assert lines[0] == (f'device time: 53.0% of device op time (5.30 ms per step, 1 run) in custom call '
+                        f'"__cublas$gemm" returning bf16, kernel "{gemm}"')
+    assert len(lines) == 3 and not [e for e in compute.evidence if "of busy time" in e]
+    assert analysis.kernels[0].custom_calls == ["__cublas$gemm"]
+    assert why_unsupported(compute, EvidenceIndex(analysis)) == ""
+
+
+def test_a_tpu_op_is_matched_to_its_hlo_by_the_name_in_its_hlo_text():
+    text = "%loop_convert_fusion = bf16[1024]{0} fusion(bf16[1024]{0} %x.1), kind=kLoop, calls=%fused_convert"
+    host = _launching("add", top_ops=_ops(("loop_convert_fusion", 0.8), expression={"loop_convert_fusion": text}))
+    host.device_kind = DeviceKind.TPU
+    (kernel,) = _analysis(host, kernels=_elementwise_kernels()).kernels
+    assert kernel.hlo_op == "loop_convert_fusion" and kernel.programs == ["jit_add(11)"]
+    assert kernel.what == "element-wise f32 math between bf16 converts (add; root convert)"
 
 
 # --- hardware and roofline ----------------------------------------------------------------------

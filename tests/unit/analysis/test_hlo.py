@@ -136,3 +136,73 @@ ENTRY %main (x: bf16[512,512]) -> f32[512] {
     (issue,) = hlo.detect_unnecessary_convert_reduce([module])
     assert issue.instruction == "wide" and "only to be reduced" in issue.detail
     assert issue.shapes == ["bf16[512,512]{1,0}", "f32[512,512]{1,0}"]
+
+
+KERNELS = """HloModule jit_kernels
+
+%region_0 (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %sum = f32[] add(%a, %b)
+}
+
+%fused_reduce (param_0.6: bf16[8,2048]) -> f32[8] {
+  %param_0.6 = bf16[8,2048]{1,0} parameter(0)
+  %convert.2 = f32[8,2048]{1,0} convert(%param_0.6)
+  %zero = f32[] constant(0)
+  ROOT %reduce.7 = f32[8]{0} reduce(%convert.2, %zero), dimensions={1}, to_apply=%region_0
+}
+
+%fused_scale (param_0.5: f32[8]) -> bf16[8] {
+  %param_0.5 = f32[8]{0} parameter(0)
+  %half = f32[] constant(0.5)
+  %broadcast.2 = f32[8]{0} broadcast(%half), dimensions={}
+  %multiply.1 = f32[8]{0} multiply(%param_0.5, %broadcast.2)
+  ROOT %convert.0 = bf16[8]{0} convert(%multiply.1)
+}
+
+%lhs (p.1: bf16[64,64]) -> bf16[64,64] {
+  ROOT %p.1 = bf16[64,64]{1,0} parameter(0)
+}
+
+%gemm_computation (p.2: bf16[64,64], p.3: bf16[64,64]) -> bf16[64,64] {
+  %p.2 = bf16[64,64]{1,0} parameter(0)
+  %block_fusion = bf16[64,64]{1,0} fusion(%p.2), kind=kCustom, calls=%lhs
+  %p.3 = bf16[64,64]{1,0} parameter(1)
+  ROOT %dot.0 = bf16[64,64]{1,0} dot(%block_fusion, %p.3), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+%fused_transpose (param_0.1: bf16[64,32]) -> bf16[32,64] {
+  %param_0.1 = bf16[64,32]{1,0} parameter(0)
+  ROOT %transpose.1 = bf16[32,64]{1,0} transpose(%param_0.1), dimensions={1,0}
+}
+
+ENTRY %main (x: bf16[8,2048], w: bf16[64,64], y: bf16[64,32]) -> (bf16[8], bf16[64,64], bf16[32,64], bf16[64,64]) {
+  %x = bf16[8,2048]{1,0} parameter(0)
+  %w = bf16[64,64]{1,0} parameter(1)
+  %y = bf16[64,32]{1,0} parameter(2)
+  %input_reduce_fusion = f32[8]{0} fusion(%x), kind=kInput, calls=%fused_reduce
+  %loop_convert_fusion = bf16[8]{0} fusion(%input_reduce_fusion), kind=kLoop, calls=%fused_scale
+  %gemm_fusion_dot = bf16[64,64]{1,0} fusion(%w, %w), kind=kCustom, calls=%gemm_computation
+  %loop_transpose_fusion = bf16[32,64]{1,0} fusion(%y), kind=kLoop, calls=%fused_transpose
+  %custom-call.1 = (bf16[64,64]{1,0}, s8[1024]{0}) custom-call(%w, %w), custom_call_target="__cublas$gemm"
+  %gte = bf16[64,64]{1,0} get-tuple-element(%custom-call.1), index=0
+  %transpose.9 = bf16[64,64]{0,1} transpose(%gte), dimensions={1,0}
+  ROOT %out = (bf16[8]{0}, bf16[64,64]{1,0}, bf16[32,64]{1,0}, bf16[64,64]{0,1}) tuple(%loop_convert_fusion, %gemm_fusion_dot, %loop_transpose_fusion, %transpose.9)
+}
+"""
+
+
+def test_each_kernel_is_described_by_what_its_hlo_computes():
+    works = {w.instruction: w for w in hlo.kernel_work([_module("jit_kernels(3)", KERNELS)])}
+    described = {name: hlo.describe([work]) for name, work in works.items()}
+    assert described["input_reduce_fusion"] == "f32 reduction (reduce; root reduce)"
+    assert described["loop_convert_fusion"] == "element-wise f32 math converted to bf16 (multiply; root convert)"
+    assert described["gemm_fusion_dot"] == "bf16 matmul (dot; root dot)"  # the nested fusion's parameter is no work
+    assert described["loop_transpose_fusion"] == "no math, only data movement (transpose; root transpose)"
+    assert described["custom-call.1"] == 'custom call "__cublas$gemm" returning bf16'
+    assert described["transpose.9"] == "bf16 transpose"  # an op that runs as a kernel of its own
+    assert not {"x", "gte", "out", "sum", "dot.0"} & set(works)  # parameters, tuples and fused ops run no kernel
+    assert works["custom-call.1"].custom_call == "__cublas$gemm" and works["loop_convert_fusion"].module == (
+        "jit_kernels(3)")
+    assert hlo.describe([]) == ""
