@@ -54,9 +54,9 @@ output "function_service_accounts" {
 }
 
 output "workload_environment" {
-  description = "Environment for a workload using the official SDK against this deployment."
+  description = "Environment for a workload using the official SDK against this deployment: the SDK calls the node agent on its own node (`mldiag agent --sdk-port 8790`, as the DaemonSet and the GCE script run it), which forwards with an ID token; with `sdk_secret`, `sdk_base_url` is the other DIAGON_BASE_URL."
   value = {
-    DIAGON_BASE_URL = local.control_plane_url
+    DIAGON_BASE_URL = "http://127.0.0.1:8790"
     MLDIAG_API_URL  = local.control_plane_url
   }
 }

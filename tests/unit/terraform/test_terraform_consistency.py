@@ -409,3 +409,13 @@ def test_planted_requirement_drift_is_reported(planted: Planted):
     assert requirement_problems(planted.terraform) == [
         "local.runtime_requirements must equal pyproject.toml [project].dependencies"
     ]
+
+
+def test_the_workload_environment_points_the_sdk_at_the_node_agents_local_port():
+    """The SDK sends no ID token, which Cloud Run's IAM requires: it reaches the API through the node agent."""
+    (output,) = [b for b in load_module(REPO / "terraform") if b.kind == "output"
+                 and b.labels[0] == "workload_environment"]
+    base_url = plain(output.body["value"])["DIAGON_BASE_URL"]
+    ports = {re.search(r"--sdk-port[= ](\d+)", (REPO / "scripts/deploy" / name).read_text(encoding="utf-8"))[1]
+             for name in ("mldiag-agent-daemonset.yaml", "gce-startup-script.sh")}
+    assert ports == {base_url.removeprefix("http://127.0.0.1:")}, (base_url, ports)
