@@ -11,11 +11,12 @@ from flask import Blueprint, Response, g
 from mldiag.api.http import json_body, list_request, ok, query, query_bool, services
 from mldiag.bootstrap import Services
 from mldiag.domain.errors import InvalidArgument
-from mldiag.domain.names import EVENTS, SESSIONS, TARGETS, LocationName, RunName
+from mldiag.domain.names import EVENTS, SESSIONS, TARGETS, LocationName, RunName, parse_child
 from mldiag.domain.resources import Resource
 from mldiag.domain.types import format_timestamp, parse_duration
 from mldiag.repository import Page, Repository
-from mldiag.services import analysis, operations, runs, sessions, targets
+from mldiag.analysis.regression import Thresholds
+from mldiag.services import analysis, comparison, operations, runs, sessions, targets
 from mldiag.services.listing import list_page
 
 blueprint = Blueprint("v1alpha", __name__, url_prefix="/v1alpha/projects/<id:project>/locations/<id:location>")
@@ -143,6 +144,36 @@ def share_session(project: str, location: str, run: str, session: str) -> Respon
 def analyze_session(project: str, location: str, run: str, session: str) -> Response:
     name = _run(project, location, run).child(SESSIONS, session)
     return ok(analysis.reanalyze(services(), name).to_json_dict())
+
+
+def _fraction(name: str, default: float) -> float:
+    raw = query(name)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InvalidArgument(f"{raw!r} is not a number (a fraction: 0.05 is 5 %)", field=name) from None
+    if not 0 <= value < 100:
+        raise InvalidArgument(f"{raw!r} is not a fraction from 0 up to 100", field=name)
+    return value
+
+
+@blueprint.get(RUN + "/" + SESSIONS + "/<id:session>:compare")
+def compare_session(project: str, location: str, run: str, session: str) -> Response:
+    """The session judged against ``baseline`` (an id in the same run, or a session's full name)."""
+    run_name = _run(project, location, run)
+    baseline = query("baseline")
+    if not baseline:
+        raise InvalidArgument("baseline is required: the session to compare with", field="baseline")
+    baseline_name = parse_child(baseline, SESSIONS) if "/" in baseline else run_name.child(SESSIONS, baseline)
+    defaults = Thresholds()
+    thresholds = Thresholds(
+        max_step_time_regression=_fraction("max_step_time_regression", defaults.max_step_time_regression),
+        max_memory_regression=_fraction("max_memory_regression", defaults.max_memory_regression))
+    verdict = comparison.compare_sessions(services(), str(baseline_name), str(run_name.child(SESSIONS, session)),
+                                          thresholds)
+    return ok({**verdict.model_dump(mode="json"), "regressed": verdict.regressed})
 
 
 # --- reads of a run's children, and operations ---------------------------------

@@ -122,6 +122,12 @@ def _library_logs_unprinted() -> Iterator[None]:
         root.removeHandler(unprinted)
 
 
+def analyse_quietly(path: str, scratch: Path, reasoner: ReasonerChoice | None) -> Analysis:
+    """The analysis of the profile at ``path``, made in ``scratch``, with XProf's logged tracebacks unprinted."""
+    with _library_logs_unprinted():
+        return _analyse(path, scratch, reasoner, 0)
+
+
 def _analyse(path: str, scratch: Path, reasoner: ReasonerChoice | None, memory_budget_mib: int) -> Analysis:
     """Find or download the profile and analyse it in ``scratch``; exit 3 if there is no readable profile."""
     from mldiag.analysis import download_session, find_session, start_analysis

@@ -21,6 +21,7 @@ COMMANDS = {
     "status": ("status", "status"),
     "up": ("up", "up"),
     "analyze": ("analyze", "analyze"),
+    "compare": ("compare", "compare"),
     "demo": ("demo", "demo"),
     "events": ("events", None),
     "machine-learning-run": ("runs", None),

@@ -1,0 +1,34 @@
+"""Two stored sessions compared: ``GET .../profilerSessions/S:compare`` and the console's side-by-side page.
+
+Each session's latest finished analysis is read back from its ``analysis.json``
+(only from under the session's own ``mldiag/`` folder, as the console serves
+reports) and judged with :func:`mldiag.analysis.regression.judge`.
+"""
+
+from __future__ import annotations
+
+from mldiag.analysis.evidence import Analysis
+from mldiag.analysis.regression import Thresholds, Verdict, judge
+from mldiag.bootstrap import Services
+from mldiag.domain.errors import FailedPrecondition
+from mldiag.domain.resources import AnalysisState
+
+MAX_ANALYSIS_BYTES = 32 * 1024 * 1024
+
+
+def stored_analysis(services: Services, name: str) -> Analysis:
+    """The session's latest finished analysis; FAILED_PRECONDITION when it has none."""
+    session = services.sessions.get(name)
+    uri = session.analysis.analysis_uri
+    reports = f"{session.storage_folder_uri.rstrip('/')}/mldiag/"
+    if session.analysis.state is not AnalysisState.DONE or not uri or not uri.startswith(reports):
+        raise FailedPrecondition(f"{name} has no finished analysis to compare "
+                                 f"(analysis {session.analysis.state.value})")
+    return Analysis.model_validate_json(services.blobs.read_bytes(uri, max_bytes=MAX_ANALYSIS_BYTES))
+
+
+def compare_sessions(services: Services, baseline: str, candidate: str,
+                     thresholds: Thresholds | None = None) -> Verdict:
+    """The candidate session judged against the baseline session (full resource names)."""
+    return judge(stored_analysis(services, baseline), stored_analysis(services, candidate), baseline, candidate,
+                 thresholds)
