@@ -3,8 +3,9 @@
 BASELINE and CANDIDATE are two stored sessions (ids with
 ``--machine-learning-run``, or full names), compared by the control plane
 (``GET .../profilerSessions/CANDIDATE:compare?baseline=BASELINE``); or two
-local session folders (logdirs, ``.xplane.pb`` files), each analysed here as
-``mldiag analyze`` would, with the offline analyst. The verdict comes from
+session folders (local logdirs, ``.xplane.pb`` files, ``gs://`` URIs of
+either), each analysed here as ``mldiag analyze`` would, with the offline
+analyst. The verdict comes from
 :mod:`mldiag.analysis.regression`: step time judged on the two step-time
 distributions, with the p-value and confidence interval printed.
 
@@ -54,7 +55,8 @@ def percentage(value: str) -> float:
 
 @api_command
 def compare(
-    baseline: Annotated[str, typer.Argument(help="The baseline: a session id or full name, or a local folder.")],
+    baseline: Annotated[str, typer.Argument(
+        help="The baseline: a session id or full name, or a folder (local or gs://).")],
     candidate: Annotated[str, typer.Argument(help="The candidate, named the same way as the baseline.")],
     max_step_time_regression: Annotated[str, typer.Option(
         "--max-step-time-regression", help="Step-time growth to allow, as 5% or 0.05.")]
@@ -73,11 +75,11 @@ def compare(
     thresholds = Thresholds(
         max_step_time_regression=_option(max_step_time_regression, "--max-step-time-regression"),
         max_memory_regression=_option(max_memory_regression, "--max-memory-regression"))
-    local = [Path(path).expanduser().exists() for path in (baseline, candidate)]
+    local = [path.startswith("gs://") or Path(path).expanduser().exists() for path in (baseline, candidate)]
     if all(local):
         verdict = _compare_folders(baseline, candidate, thresholds)
     elif any(local):
-        raise typer.BadParameter("give two local folders, or two stored sessions, not one of each")
+        raise typer.BadParameter("give two folders, or two stored sessions, not one of each")
     else:
         client = ApiClient(api_url, token)
         baseline_path = client.resolve_child_path(project, location, run, COLLECTION, baseline)
