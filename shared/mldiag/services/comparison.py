@@ -7,6 +7,8 @@ reports) and judged with :func:`mldiag.analysis.regression.judge`.
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
 from mldiag.analysis.evidence import Analysis
 from mldiag.analysis.regression import Thresholds, Verdict, judge
 from mldiag.bootstrap import Services
@@ -24,7 +26,11 @@ def stored_analysis(services: Services, name: str) -> Analysis:
     if session.analysis.state is not AnalysisState.DONE or not uri or not uri.startswith(reports):
         raise FailedPrecondition(f"{name} has no finished analysis to compare "
                                  f"(analysis {session.analysis.state.value})")
-    return Analysis.model_validate_json(services.blobs.read_bytes(uri, max_bytes=MAX_ANALYSIS_BYTES))
+    try:
+        return Analysis.model_validate_json(services.blobs.read_bytes(uri, max_bytes=MAX_ANALYSIS_BYTES))
+    except ValidationError:
+        raise FailedPrecondition(f"the analysis of {name} is not readable by this version of mldiag; "
+                                 "analyse it again") from None
 
 
 def compare_sessions(services: Services, baseline: str, candidate: str,

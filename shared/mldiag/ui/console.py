@@ -1,8 +1,9 @@
 """``/ui``: the web console, server-rendered pages over the same services as the API.
 
 Pages: the runs of this deployment's location, a run (its targets, continuous
-profiling, sessions and monitored events), and a session (its targets'
-phases, tracer levels, analysis and links). Forms post to the capture, share
+profiling, sessions, a chart of their step time and health, and monitored
+events), a session (its targets' phases, tracer levels, analysis and links),
+and two sessions of a run compared side by side (:mod:`mldiag.analysis.regression`). Forms post to the capture, share
 and re-analysis services and answer with a redirect back to the page (or the page with
 the error, when the service refused). The sessions table of a run refreshes
 itself while a capture or an analysis is under way (``console.js`` fetches
@@ -27,15 +28,16 @@ from werkzeug.datastructures import MultiDict
 
 from mldiag.api.auth import Guard
 from mldiag.api.http import services
-from mldiag.domain.errors import MldiagError, NotFound, ResourceExhausted, Unauthenticated
-from mldiag.domain.names import SESSIONS, LocationName, RunName
+from mldiag.domain.errors import InvalidArgument, MldiagError, NotFound, ResourceExhausted, Unauthenticated
+from mldiag.domain.names import SESSIONS, LocationName, RunName, is_id
 from mldiag.domain.resources import (
     AnalysisState, AnalysisStatus, DeviceTracerLevel, HostTracerLevel, Kind, ProfilerSession, ProfilerTarget,
     PythonTracerLevel, RunPhase, SessionPhase,
 )
-from mldiag.services import analysis, capture, sessions
+from mldiag.services import analysis, capture, comparison, sessions
 from mldiag.services.listing import ListRequest, list_page
 from mldiag.ui import CONSOLE_BLUEPRINT, security
+from mldiag.ui.charts import step_time_chart
 from mldiag.ui.formatting import FILTERS
 
 blueprint = Blueprint(CONSOLE_BLUEPRINT, __name__, url_prefix="/ui", template_folder="templates",
@@ -179,9 +181,12 @@ def _render_run(run: str, *, error: MldiagError | None = None, form: MultiDict |
     run_name = _run_name(run)
     loaded = services().runs.get(str(run_name))
     events = list_page(services().monitored_events, str(run_name), ListRequest(page_size=EVENTS_PER_RUN)).items
+    listed = _sessions_context(str(run_name))
+    analysed = [s.id for s in listed["sessions"] if s.analysis.state is AnalysisState.DONE]
     return render_template(
         "console/run.html", run=loaded, targets=_targets(str(run_name)), events=events, notice=_notice(run_name),
-        error=error, form=form or MultiDict(), levels=_TRACER_LEVELS, **_sessions_context(str(run_name)),
+        error=error, form=form or MultiDict(), levels=_TRACER_LEVELS, chart=step_time_chart(listed["sessions"]),
+        analysed=analysed, **listed,
     ), error.http_code if error else 200
 
 
@@ -196,6 +201,20 @@ def run_sessions(run: str) -> str:
     run_name = _run_name(run)
     loaded = services().runs.get(str(run_name))
     return render_template("console/_sessions.html", run=loaded, **_sessions_context(str(run_name)))
+
+
+@blueprint.get(RUN + "/compare")
+def compare(run: str) -> str:
+    """Two of the run's sessions side by side: the candidate judged against the baseline, as ``mldiag compare``."""
+    run_name = _run_name(run)
+    loaded = services().runs.get(str(run_name))
+    baseline, candidate = request.args.get("baseline", ""), request.args.get("candidate", "")
+    if not is_id(baseline) or not is_id(candidate):
+        raise InvalidArgument("choose two sessions of the run to compare")
+    verdict = comparison.compare_sessions(services(), str(run_name.child(SESSIONS, baseline)),
+                                          str(run_name.child(SESSIONS, candidate)))
+    return render_template("console/compare.html", run=loaded, baseline=baseline, candidate=candidate,
+                           verdict=verdict)
 
 
 def _render_session(run: str, session: str, *, error: MldiagError | None = None,

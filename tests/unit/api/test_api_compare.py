@@ -2,43 +2,24 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
 from api_suite import RUNS
-from typer.testing import CliRunner
 
-from mldiag.cli.main import app
 from mldiag.domain import AnalysisState, AnalysisStatus, ProfilerSession
 
-PROFILES = Path(__file__).parents[2] / "fixtures" / "profiles"
 
-
-@pytest.fixture(scope="module")
-def analyses(tmp_path_factory) -> dict[str, bytes]:
-    """The demo's healthy and degraded sessions, analysed as the worker would."""
-    written = {}
-    for name in ("demo_healthy", "demo_degraded"):
-        out = tmp_path_factory.mktemp(name)
-        result = CliRunner().invoke(app, ["analyze", str(PROFILES / name), "--out", str(out)])
-        assert result.exit_code == 0, result.output
-        written[name] = (out / "analysis.json").read_bytes()
-    return written
-
-
-def _store(api, services, analyses, **sessions: str) -> None:
+def _store(api, services, demo_analyses, **sessions: str) -> None:
     run = api.create_run("r1", artifacts={"gcsPath": "gs://profiles"})
     for session_id, fixture in sessions.items():
         folder = f"gs://profiles/r1/plugins/profile/{session_id}"
         uri = f"{folder}/mldiag/analysis.json"
-        services.blobs.write_bytes(uri, analyses[fixture])
+        services.blobs.write_bytes(uri, demo_analyses[fixture])
         services.sessions.create(ProfilerSession(
             name=f"{run['name']}/profilerSessions/{session_id}", storage_folder_uri=folder,
             analysis=AnalysisStatus(state=AnalysisState.DONE, analysis_uri=uri)))
 
 
-def test_the_degraded_session_regresses_against_the_healthy_one(api, services, analyses):
-    _store(api, services, analyses, good="demo_healthy", bad="demo_degraded")
+def test_the_degraded_session_regresses_against_the_healthy_one(api, services, demo_analyses):
+    _store(api, services, demo_analyses, good="demo_healthy", bad="demo_degraded")
     response = api.request("GET", f"{RUNS}/r1/profilerSessions/bad:compare?baseline=good")
     assert response.status_code == 200, response.json
     assert response.json["regressed"] is True and response.json["baseline"].endswith("/profilerSessions/good")
@@ -50,8 +31,8 @@ def test_the_degraded_session_regresses_against_the_healthy_one(api, services, a
     assert lenient.status_code == 200 and lenient.json["regressed"] is False, lenient.json
 
 
-def test_bad_requests_are_refused_with_a_reason(api, services, analyses):
-    _store(api, services, analyses, good="demo_healthy")
+def test_bad_requests_are_refused_with_a_reason(api, services, demo_analyses):
+    _store(api, services, demo_analyses, good="demo_healthy")
     services.sessions.create(ProfilerSession(name=f"{RUNS.removeprefix('/v1alpha/')}/r1/profilerSessions/pending"))
     base = f"{RUNS}/r1/profilerSessions"
     assert api.request("GET", f"{base}/good:compare").json["error"]["status"] == "INVALID_ARGUMENT"
@@ -60,3 +41,10 @@ def test_bad_requests_are_refused_with_a_reason(api, services, analyses):
     pending = api.request("GET", f"{base}/pending:compare?baseline=good")
     assert pending.status_code == 412 and "no finished analysis" in pending.json["error"]["message"]
     assert api.request("GET", f"{base}/good:compare?baseline=missing").status_code == 404
+
+
+def test_an_unreadable_analysis_is_refused_with_a_reason(api, services, demo_analyses):
+    _store(api, services, demo_analyses, good="demo_healthy", bad="demo_degraded")
+    services.blobs.write_bytes("gs://profiles/r1/plugins/profile/bad/mldiag/analysis.json", b'{"health": "OK"')
+    response = api.request("GET", f"{RUNS}/r1/profilerSessions/bad:compare?baseline=good")
+    assert response.status_code == 412 and "analyse it again" in response.json["error"]["message"]
