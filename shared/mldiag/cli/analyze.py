@@ -122,13 +122,15 @@ def _library_logs_unprinted() -> Iterator[None]:
         root.removeHandler(unprinted)
 
 
-def analyse_quietly(path: str, scratch: Path, reasoner: ReasonerChoice | None) -> Analysis:
-    """The analysis of the profile at ``path``, made in ``scratch``, with XProf's logged tracebacks unprinted."""
+def analyse_quietly(path: str, scratch: Path, reasoner: ReasonerChoice | None, command: str) -> Analysis:
+    """The analysis of the profile at ``path``, made in ``scratch``, with XProf's logged tracebacks unprinted;
+    exit 3 with ``command``'s one-line reason if there is no readable profile."""
     with _library_logs_unprinted():
-        return _analyse(path, scratch, reasoner, 0)
+        return _analyse(path, scratch, reasoner, 0, command)
 
 
-def _analyse(path: str, scratch: Path, reasoner: ReasonerChoice | None, memory_budget_mib: int) -> Analysis:
+def _analyse(path: str, scratch: Path, reasoner: ReasonerChoice | None, memory_budget_mib: int,
+             command: str = "mldiag analyze") -> Analysis:
     """Find or download the profile and analyse it in ``scratch``; exit 3 if there is no readable profile."""
     from mldiag.analysis import download_session, find_session, start_analysis
     from mldiag.analysis.profiles import UNREADABLE_EXIT
@@ -157,7 +159,7 @@ def _analyse(path: str, scratch: Path, reasoner: ReasonerChoice | None, memory_b
                 investigate = investigator(Settings.from_env(), reasoner.value if reasoner else None)
                 analysis = running.finish(source=path, investigate=investigate)
     except (InvalidArgument, NotFound) as error:
-        stderr.print(Text(f"mldiag analyze: {error}"))
+        stderr.print(Text(f"{command}: {error}"))
         raise typer.Exit(UNREADABLE_EXIT) from None
     return analysis
 

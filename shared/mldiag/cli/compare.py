@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -32,11 +33,14 @@ from mldiag.cli.api_client import (
     DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiClient, ApiUrl, Location, Project, RunOption, Token,
     api_command,
 )
-from mldiag.cli.output import Format
-
 stdout = Console(highlight=False, soft_wrap=True)
 COLLECTION = "profilerSessions"
 REGRESSED_EXIT = 1
+
+
+class VerdictFormat(StrEnum):
+    table = "table"
+    json = "json"
 
 
 def percentage(value: str) -> float:
@@ -65,13 +69,11 @@ def compare(
         "--max-memory-regression", help="Peak-memory growth to allow, as 10% or 0.1.")]
         = f"{DEFAULT_MAX_MEMORY_REGRESSION:.0%}",
     run: RunOption = "",
-    fmt: Annotated[Format, typer.Option("--format", help="Output format: table or json.")] = Format.table,
+    fmt: Annotated[VerdictFormat, typer.Option("--format", help="Output format.")] = VerdictFormat.table,
     project: Project = DEFAULT_PROJECT, location: Location = DEFAULT_LOCATION,
     api_url: ApiUrl = DEFAULT_API_URL, token: Token = "",
 ) -> None:
     """Compare CANDIDATE with BASELINE; exit 1 if it regresses beyond the thresholds or has a new P0."""
-    if fmt is Format.yaml:
-        raise typer.BadParameter("choose table or json", param_hint="--format")
     thresholds = Thresholds(
         max_step_time_regression=_option(max_step_time_regression, "--max-step-time-regression"),
         max_memory_regression=_option(max_memory_regression, "--max-memory-regression"))
@@ -89,7 +91,7 @@ def compare(
             "maxStepTimeRegression": thresholds.max_step_time_regression,
             "maxMemoryRegression": thresholds.max_memory_regression,
         })
-    if fmt is Format.json:
+    if fmt is VerdictFormat.json:
         print(json.dumps(verdict, indent=2, ensure_ascii=False))
     else:
         print_verdict(verdict)
@@ -111,8 +113,8 @@ def _compare_folders(baseline: str, candidate: str, thresholds: Thresholds) -> d
 
     scratch = Path(tempfile.mkdtemp(prefix="mldiag-compare-"))
     try:
-        before = analyse_quietly(baseline, scratch / "baseline", ReasonerChoice.offline)
-        after = analyse_quietly(candidate, scratch / "candidate", ReasonerChoice.offline)
+        before = analyse_quietly(baseline, scratch / "baseline", ReasonerChoice.offline, "mldiag compare")
+        after = analyse_quietly(candidate, scratch / "candidate", ReasonerChoice.offline, "mldiag compare")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     verdict = judge(before, after, baseline, candidate, thresholds)

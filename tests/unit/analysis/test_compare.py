@@ -93,7 +93,8 @@ def test_a_folder_and_a_stored_session_cannot_be_mixed():
 
 def test_an_unreadable_folder_exits_3(tmp_path):
     (tmp_path / "empty").mkdir()
-    assert _compare(str(tmp_path / "empty"), HEALTHY).exit_code == 3
+    result = _compare(str(tmp_path / "empty"), HEALTHY)
+    assert result.exit_code == 3 and result.stderr.startswith("mldiag compare: ") and "Traceback" not in result.output
 
 
 LOOP = textwrap.dedent("""
