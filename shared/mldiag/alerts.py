@@ -85,6 +85,10 @@ def _label(incident: dict[str, Any], name: str) -> str:
     return ""
 
 
+def _targets(label: str) -> list[str]:
+    return [target.strip() for target in label.split(",") if target.strip()]
+
+
 def _epoch(value: Any) -> datetime | None:
     if value in (None, "", 0):
         return None
@@ -108,7 +112,6 @@ def _event_from_incident(incident: dict[str, Any], default_location: LocationNam
     if isinstance(documentation, dict) and documentation.get("content"):
         actions.append(RecommendedAction(description=str(documentation["content"])[:MAX_TEXT],
                                          documentation_url=str(incident.get("url") or "")[:MAX_TEXT]))
-    targets = [t.strip() for t in _label(incident, TARGETS_LABEL).split(",") if t.strip()]
     return Alert(
         run=_run_name(_label(incident, RUN_LABEL), default_location),
         event_id=id_from_text(f"incident-{incident_id}"),
@@ -116,7 +119,7 @@ def _event_from_incident(incident: dict[str, Any], default_location: LocationNam
         display_name=" / ".join(filter(None, (policy, condition))) or f"incident {incident_id}",
         start_time=_epoch(incident.get("started_at")),
         end_time=_epoch(incident.get("ended_at")),
-        targets=targets,
+        targets=_targets(_label(incident, TARGETS_LABEL)),
         reports=[AnalyzerReport(
             analyzer=f"cloud-monitoring: {policy}"[:MAX_TEXT],
             detection_state=DetectionState.DETECTED if state == "open" else DetectionState.NOT_DETECTED,
@@ -173,11 +176,10 @@ def _event_from_prometheus(payload: dict[str, Any], default_location: LocationNa
     firing = alert.status == "firing"
     name = alert.labels.get("alertname", "")
     summary = alert.annotations.get("summary", "")
-    actions = []
-    if alert.annotations.get("runbook_url") or alert.generator_url:
-        actions.append(RecommendedAction(
-            description=(alert.annotations.get("description") or summary or name or "see the alert's source")[:MAX_TEXT],
-            documentation_url=(alert.annotations.get("runbook_url") or alert.generator_url)[:MAX_TEXT]))
+    details = (alert.annotations.get("description") or summary)[:MAX_TEXT]
+    link = alert.annotations.get("runbook_url") or alert.generator_url
+    actions = [RecommendedAction(description=details or name or "see the alert's source",
+                                 documentation_url=link[:MAX_TEXT])] if link else []
     return Alert(
         run=_run_name(alert.labels[RUN_LABEL], default_location),
         event_id=prometheus_event_id(source, alert),
@@ -185,11 +187,11 @@ def _event_from_prometheus(payload: dict[str, Any], default_location: LocationNa
         display_name=(" / ".join(filter(None, (name, summary))) or f"{source} alert {alert.identity}")[:MAX_TEXT],
         start_time=alert.starts_at,
         end_time=None if firing else alert.ends_at,
-        targets=[t.strip() for t in alert.labels.get(TARGETS_LABEL, "").split(",") if t.strip()],
+        targets=_targets(alert.labels.get(TARGETS_LABEL, "")),
         reports=[AnalyzerReport(
             analyzer=f"{source}: {name}"[:MAX_TEXT],
             detection_state=DetectionState.DETECTED if firing else DetectionState.NOT_DETECTED,
-            details=(alert.annotations.get("description") or summary)[:MAX_TEXT],
+            details=details,
             recommended_actions=actions,
         )],
         source=source,
@@ -197,7 +199,7 @@ def _event_from_prometheus(payload: dict[str, Any], default_location: LocationNa
 
 
 def parse_alert(payload: Any, default_location: LocationName) -> Alert:
-    """Read either shape; :class:`PermanentFailure` for anything that can never become an alert."""
+    """Read any of the three shapes; :class:`PermanentFailure` for anything that can never become an alert."""
     if not isinstance(payload, dict):
         raise PermanentFailure("the alert is not a JSON object")
     try:
