@@ -58,8 +58,9 @@ class Settings(BaseModel):
     # The official SDK's self-hosted client sends no credentials: with a token or an audience set,
     # it reaches the ``/v1`` routes through ``/sdk/<secret>`` (derived from the token when empty).
     sdk_secret: str = Field(default="", pattern=r"^([A-Za-z0-9_-]{32,})?$")
-    # What Alertmanager, Grafana and Cloud Monitoring send to the alert webhooks (bearer token or basic auth password).
-    alert_token: str = ""
+    # What Alertmanager, Grafana and Cloud Monitoring send to the alert webhooks (bearer token or basic auth
+    # password). Kept out of repr, which tracebacks and test reports print.
+    alert_token: str = Field(default="", repr=False)
     # Buckets a run's storage path may point into, besides ``bucket``.
     owned_buckets: list[str] = Field(default_factory=list)
     # Cloud mode: the audience every Google ID token must carry (the function's URL).

@@ -299,3 +299,4 @@ def test_the_token_is_never_logged(services, client):
         client.post("/v1alpha/alerts:alertmanager", json=ALERTMANAGER, headers={"Authorization": "Bearer nope"})
         deliver(services)
     assert TOKEN not in json.dumps(logs, default=str) and "nope" not in json.dumps(logs, default=str)
+    assert TOKEN not in repr(services)  # what a traceback's locals would show
