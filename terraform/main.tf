@@ -59,7 +59,7 @@ locals {
     MLDIAG_EVENT_RETENTION_DAYS  = tostring(var.event_retention_days)
   }
   # The control plane's only: kept out of local.functions, where a sensitive value would taint its for_each.
-  sdk_environment = { MLDIAG_SDK_SECRET = var.sdk_secret }
+  sdk_environment = { MLDIAG_SDK_SECRET = var.sdk_secret, MLDIAG_ALERT_TOKEN = var.alert_token }
 
   api_invokers = distinct(concat(
     var.control_plane.invoker_members,

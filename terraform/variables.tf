@@ -225,8 +225,8 @@ variable "control_plane" {
     error_message = "control_plane.ingress must be ALLOW_ALL, ALLOW_INTERNAL_ONLY or ALLOW_INTERNAL_AND_GCLB."
   }
   validation {
-    condition     = !var.control_plane.allow_unauthenticated || var.control_plane.ingress == "ALLOW_INTERNAL_ONLY" || var.sdk_secret != ""
-    error_message = "control_plane.allow_unauthenticated needs ingress ALLOW_INTERNAL_ONLY (a load balancer would put it on the internet), or sdk_secret (callers without an ID token then reach the SDK's routes through /sdk/<secret> only): an open API must not face the internet."
+    condition     = !var.control_plane.allow_unauthenticated || var.control_plane.ingress == "ALLOW_INTERNAL_ONLY" || var.sdk_secret != "" || var.alert_token != ""
+    error_message = "control_plane.allow_unauthenticated needs ingress ALLOW_INTERNAL_ONLY (a load balancer would put it on the internet), or sdk_secret or alert_token (callers without an ID token then reach the SDK's routes through /sdk/<secret>, and the alert webhooks with the alert token, only): an open API must not face the internet."
   }
 }
 
@@ -238,6 +238,17 @@ variable "sdk_secret" {
   validation {
     condition     = can(regex("^([A-Za-z0-9_-]{32,})?$", var.sdk_secret))
     error_message = "sdk_secret must be empty or 32 or more of A-Z a-z 0-9 _ - (e.g. openssl rand -hex 32)."
+  }
+}
+
+variable "alert_token" {
+  description = "MLDIAG_ALERT_TOKEN: what Alertmanager, Grafana and Cloud Monitoring webhooks send to `<control_plane_url>/v1alpha/alerts:*` (bearer token, or basic-auth password); they carry no ID token, so it needs `control_plane.allow_unauthenticated`. Empty: the alert webhooks are closed. 32 or more of A-Z a-z 0-9 _ -, e.g. `openssl rand -hex 32`."
+  type        = string
+  default     = ""
+  sensitive   = true
+  validation {
+    condition     = can(regex("^([A-Za-z0-9_-]{32,})?$", var.alert_token))
+    error_message = "alert_token must be empty or 32 or more of A-Z a-z 0-9 _ - (e.g. openssl rand -hex 32)."
   }
 }
 

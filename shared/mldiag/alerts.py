@@ -1,4 +1,4 @@
-"""Alerts as they arrive on ``monitoring-alerts``, in two shapes, read into one :class:`Alert`.
+"""Alerts as they arrive on ``monitoring-alerts``, in three shapes, read into one :class:`Alert`.
 
 1. Our MonitoredEvent message (the degradation analyzer sends it; so can any system)::
 
@@ -19,21 +19,24 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from mldiag.domain.errors import InvalidArgument, PermanentFailure
 from mldiag.domain.names import LocationName, id_from_text, parse_run, validate_id
 from mldiag.domain.resources import (
     AnalyzerReport, DetectionState, EventType, MonitoredEvent, RecommendedAction, invalid_argument,
 )
-from mldiag.domain.types import CamelModel, Timestamp
+from mldiag.domain.types import CamelModel, Timestamp, format_timestamp
 
 RUN_LABEL = "mldiag_run"
 TARGETS_LABEL = "mldiag_targets"
 MAX_TEXT = 4000
+PROMETHEUS_SOURCES = ("alertmanager", "grafana")
 
 
 class Alert(CamelModel):
@@ -82,6 +85,10 @@ def _label(incident: dict[str, Any], name: str) -> str:
     return ""
 
 
+def _targets(label: str) -> list[str]:
+    return [target.strip() for target in label.split(",") if target.strip()]
+
+
 def _epoch(value: Any) -> datetime | None:
     if value in (None, "", 0):
         return None
@@ -105,7 +112,6 @@ def _event_from_incident(incident: dict[str, Any], default_location: LocationNam
     if isinstance(documentation, dict) and documentation.get("content"):
         actions.append(RecommendedAction(description=str(documentation["content"])[:MAX_TEXT],
                                          documentation_url=str(incident.get("url") or "")[:MAX_TEXT]))
-    targets = [t.strip() for t in _label(incident, TARGETS_LABEL).split(",") if t.strip()]
     return Alert(
         run=_run_name(_label(incident, RUN_LABEL), default_location),
         event_id=id_from_text(f"incident-{incident_id}"),
@@ -113,7 +119,7 @@ def _event_from_incident(incident: dict[str, Any], default_location: LocationNam
         display_name=" / ".join(filter(None, (policy, condition))) or f"incident {incident_id}",
         start_time=_epoch(incident.get("started_at")),
         end_time=_epoch(incident.get("ended_at")),
-        targets=targets,
+        targets=_targets(_label(incident, TARGETS_LABEL)),
         reports=[AnalyzerReport(
             analyzer=f"cloud-monitoring: {policy}"[:MAX_TEXT],
             detection_state=DetectionState.DETECTED if state == "open" else DetectionState.NOT_DETECTED,
@@ -124,15 +130,85 @@ def _event_from_incident(incident: dict[str, Any], default_location: LocationNam
     )
 
 
+class PrometheusAlert(CamelModel):
+    """One entry of ``alerts[]`` in an Alertmanager or Grafana webhook notification (other fields ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    status: Literal["firing", "resolved"]
+    labels: dict[str, str]
+    annotations: dict[str, str] = Field(default_factory=dict)
+    starts_at: Timestamp
+    ends_at: Timestamp = None
+    fingerprint: str = ""
+    generator_url: str = Field(default="", alias="generatorURL")
+
+    @property
+    def identity(self) -> str:
+        """The fingerprint the sender computed, else the same idea: a hash of the label set."""
+        if self.fingerprint:
+            return self.fingerprint
+        return hashlib.sha256(json.dumps(self.labels, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def read_prometheus_alert(raw: Any) -> PrometheusAlert:
+    """One ``alerts[]`` entry, checked; :class:`InvalidArgument` names what is wrong with it."""
+    try:
+        alert = PrometheusAlert.model_validate(raw)
+    except ValidationError as error:
+        raise invalid_argument(error) from None
+    if alert.starts_at is None:
+        raise InvalidArgument("the alert has no startsAt", field="startsAt")
+    if not alert.labels.get(RUN_LABEL):
+        raise InvalidArgument(f"the alert has no label '{RUN_LABEL}' naming its run", field="labels")
+    return alert
+
+
+def prometheus_event_id(source: str, alert: PrometheusAlert) -> str:
+    return id_from_text(f"{source}-{alert.identity}-{format_timestamp(alert.starts_at)}")
+
+
+def _event_from_prometheus(payload: dict[str, Any], default_location: LocationName) -> Alert:
+    source = payload.get("source")
+    if source not in PROMETHEUS_SOURCES:
+        raise PermanentFailure(f"source {source!r} is not one of {', '.join(PROMETHEUS_SOURCES)}")
+    alert = read_prometheus_alert(payload["prometheusAlert"])
+    firing = alert.status == "firing"
+    name = alert.labels.get("alertname", "")
+    summary = alert.annotations.get("summary", "")
+    details = (alert.annotations.get("description") or summary)[:MAX_TEXT]
+    link = alert.annotations.get("runbook_url") or alert.generator_url
+    actions = [RecommendedAction(description=details or name or "see the alert's source",
+                                 documentation_url=link[:MAX_TEXT])] if link else []
+    return Alert(
+        run=_run_name(alert.labels[RUN_LABEL], default_location),
+        event_id=prometheus_event_id(source, alert),
+        open=firing,
+        display_name=(" / ".join(filter(None, (name, summary))) or f"{source} alert {alert.identity}")[:MAX_TEXT],
+        start_time=alert.starts_at,
+        end_time=None if firing else alert.ends_at,
+        targets=_targets(alert.labels.get(TARGETS_LABEL, "")),
+        reports=[AnalyzerReport(
+            analyzer=f"{source}: {name}"[:MAX_TEXT],
+            detection_state=DetectionState.DETECTED if firing else DetectionState.NOT_DETECTED,
+            details=details,
+            recommended_actions=actions,
+        )],
+        source=source,
+    )
+
+
 def parse_alert(payload: Any, default_location: LocationName) -> Alert:
-    """Read either shape; :class:`PermanentFailure` for anything that can never become an alert."""
+    """Read any of the three shapes; :class:`PermanentFailure` for anything that can never become an alert."""
     if not isinstance(payload, dict):
         raise PermanentFailure("the alert is not a JSON object")
     try:
         if isinstance(payload.get("incident"), dict):
             return _event_from_incident(payload["incident"], default_location)
+        if isinstance(payload.get("prometheusAlert"), dict):
+            return _event_from_prometheus(payload, default_location)
         if "monitoredEvent" in payload:
             return _event_from_ours(payload, default_location)
     except InvalidArgument as bad:
         raise PermanentFailure(str(bad)) from None
-    raise PermanentFailure("neither a MonitoredEvent message nor a Cloud Monitoring incident")
+    raise PermanentFailure("neither a MonitoredEvent message, a Cloud Monitoring incident nor a Prometheus alert")

@@ -58,6 +58,9 @@ class Settings(BaseModel):
     # The official SDK's self-hosted client sends no credentials: with a token or an audience set,
     # it reaches the ``/v1`` routes through ``/sdk/<secret>`` (derived from the token when empty).
     sdk_secret: str = Field(default="", pattern=r"^([A-Za-z0-9_-]{32,})?$")
+    # What Alertmanager, Grafana and Cloud Monitoring send to the alert webhooks (bearer token or basic auth
+    # password). Kept out of repr, which tracebacks and test reports print.
+    alert_token: str = Field(default="", repr=False)
     # Buckets a run's storage path may point into, besides ``bucket``.
     owned_buckets: list[str] = Field(default_factory=list)
     # Cloud mode: the audience every Google ID token must carry (the function's URL).
@@ -93,6 +96,7 @@ class Settings(BaseModel):
             "api_url": env.get("MLDIAG_API_URL"),
             "api_token": env.get("MLDIAG_API_TOKEN"),
             "sdk_secret": env.get("MLDIAG_SDK_SECRET"),
+            "alert_token": env.get("MLDIAG_ALERT_TOKEN"),
             "owned_buckets": [b.strip() for b in env.get("MLDIAG_OWNED_BUCKETS", "").split(",") if b.strip()],
             "auth_audience": env.get("MLDIAG_AUTH_AUDIENCE"),
             "share_key": env.get("MLDIAG_SHARE_KEY"),

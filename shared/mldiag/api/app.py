@@ -5,7 +5,8 @@ app adds what all routes share: a 1 MiB body limit, refusal of ``.``/``..``
 path segments, of requests to a host name not its own when it knows its names,
 and of mutations a web page could forge (:mod:`mldiag.api.origin`), the SDK's
 capability URL (:mod:`mldiag.api.capability`), the :class:`~mldiag.api.auth.Guard`
-before any route runs (its caller in ``g.caller``), and
+before any route runs (its caller in ``g.caller``; the alert webhooks' own token
+for :mod:`mldiag.api.alerts`), and
 one error shape for domain errors, HTTP errors and bugs alike (the last logged,
 never echoed).
 """
@@ -20,7 +21,7 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.routing import BaseConverter
 
 from mldiag import bootstrap, ui
-from mldiag.api import capture, monitoring, operator, self_hosted, share, v1alpha
+from mldiag.api import alerts, capture, monitoring, operator, self_hosted, share, v1alpha
 from mldiag.api.auth import Guard
 from mldiag.api.capability import ENVIRON_KEY, REDACTED, VALID, CapabilityPrefix
 from mldiag.api.http import MAX_BODY_BYTES, SERVICES, google_error
@@ -86,6 +87,8 @@ def create_app(services: Services | None = None, host_names: HostNames | None = 
                 refuse_browser_forgery(request)
         if capability:
             _admit_capability(capability)
+        elif request.blueprint == alerts.blueprint.name:
+            g.caller = guard.check_alert_sender(request.headers.get("Authorization", ""))
         elif request.blueprint not in _PUBLIC_BLUEPRINTS:
             g.caller = guard.check(request.method, request.headers.get("Authorization", ""),
                                    operator_route=request.blueprint == operator.blueprint.name)
@@ -117,6 +120,7 @@ def create_app(services: Services | None = None, host_names: HostNames | None = 
         return google_error(500, "INTERNAL", "internal error; the server log has the details")
 
     app.register_blueprint(v1alpha.blueprint)
+    app.register_blueprint(alerts.blueprint)
     app.register_blueprint(capture.blueprint)
     app.register_blueprint(monitoring.blueprint)
     app.register_blueprint(operator.blueprint)

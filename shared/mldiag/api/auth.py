@@ -18,18 +18,27 @@ the cloud and token modes it calls through the capability URL
 ``/v1`` routes and nothing else. A call without credentials gets 401, one with
 credentials that do not pass gets 403; neither reaches a service.
 
+The alert webhooks (:mod:`mldiag.api.alerts`) take neither: monitoring systems
+send a shared secret, ``MLDIAG_ALERT_TOKEN``, as ``Authorization: Bearer
+<token>`` or as the password of basic auth (any user name), the two ways
+Alertmanager's ``http_config``, Grafana's contact points and Cloud
+Monitoring's webhook channels can. Without that setting they are open in the
+open mode and closed in the others.
+
 Every call that passes is made by a :class:`Caller`: the SDK's routes let a
 caller change only the runs it registered (:mod:`mldiag.services.self_hosted`).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 import hmac
 from typing import Any
 
 from mldiag.config import Settings
-from mldiag.domain.callers import ANONYMOUS, API_TOKEN, OPEN, Caller, google_account
+from mldiag.domain.callers import ALERT_SENDER, ANONYMOUS, API_TOKEN, OPEN, Caller, google_account
 from mldiag.domain.errors import PermissionDenied, Unauthenticated
 
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -39,6 +48,7 @@ class Guard:
     def __init__(self, settings: Settings):
         self.audience = settings.auth_audience
         self.token = settings.api_token
+        self.alert_token = settings.alert_token
 
     @property
     def mode(self) -> str:
@@ -60,6 +70,20 @@ class Guard:
         if not hmac.compare_digest(credential.encode(), self.token.encode()):
             raise PermissionDenied("the bearer token is not valid for this control plane")
         return API_TOKEN
+
+    def check_alert_sender(self, authorization: str) -> Caller:
+        """A monitoring system posting an alert: its bearer token or basic-auth password must be the alert token."""
+        if not self.alert_token:
+            if self.mode == "open":
+                return OPEN
+            raise Unauthenticated("the alert webhooks are closed: set MLDIAG_ALERT_TOKEN on the control plane")
+        credential = _bearer(authorization) or _basic_password(authorization)
+        if not credential:
+            raise Unauthenticated("this call needs 'Authorization: Bearer <alert token>' or basic auth with the "
+                                  "alert token as password")
+        if not hmac.compare_digest(credential.encode(), self.alert_token.encode()):
+            raise Unauthenticated("the alert token is not valid for this control plane")
+        return ALERT_SENDER
 
     def _verify_id_token(self, token: str) -> dict[str, Any]:
         from google.auth import exceptions
@@ -87,3 +111,14 @@ def _transport() -> Any:
 def _bearer(authorization: str) -> str:
     scheme, _, credential = authorization.partition(" ")
     return credential.strip() if scheme.lower() == "bearer" else ""
+
+
+def _basic_password(authorization: str) -> str:
+    scheme, _, encoded = authorization.partition(" ")
+    if scheme.lower() != "basic":
+        return ""
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return ""
+    return decoded.partition(":")[2]

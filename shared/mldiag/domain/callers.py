@@ -16,6 +16,7 @@ class Caller:
 OPEN = Caller("", admin=True)  # the open mode: one machine, one user; runs it registers stay unclaimed
 API_TOKEN = Caller("api-token", admin=True)
 SDK_CAPABILITY = Caller("sdk-capability")
+ALERT_SENDER = Caller("alert-token")  # a monitoring system posting to the alert webhooks
 ANONYMOUS = Caller("anonymous")  # an uncredentialed read in token mode
 
 

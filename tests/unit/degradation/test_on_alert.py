@@ -207,7 +207,7 @@ def test_cloud_monitoring_incident_open_then_closed(runs):
 
 @pytest.mark.parametrize(("payload", "reason"), [
     (b"{not json", "is not JSON"),
-    ({"something": "else"}, "neither a MonitoredEvent message nor a Cloud Monitoring incident"),
+    ({"something": "else"}, "neither a MonitoredEvent message, a Cloud Monitoring incident nor a Prometheus alert"),
     ({"monitoredEvent": {}, "monitoredEventId": "e1"}, "names no run"),
     ({"run": "ghost", "monitoredEventId": "e1", "monitoredEvent": {"analyzerReports": [
         {"analyzer": "x", "detectionState": "DETECTED"}]}}, "does not exist"),
