@@ -305,7 +305,7 @@ def deliver(services: Services, message_event: CloudEvent) -> str:
         try:
             send(services, route, event)
         except (requests.RequestException, RuntimeError, InvalidArgument) as error:
-            log.info("notification not delivered", destination=name, event=event["id"], error=str(error))
+            log.info("notification not delivered", destination=name, cloud_event=event["id"], error=str(error))
             failed.append(f"{name}: {error}")
             continue
         services.store.set(DELIVERED, key, {"event": event["id"], "destination": name,
