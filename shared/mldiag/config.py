@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from mldiag.domain.errors import InvalidArgument
 from mldiag.domain.errors import invalid_argument
@@ -85,10 +85,17 @@ class Settings(BaseModel):
     notify_webhook_secret: str = ""
     notify_webhook_mode: Literal["binary", "structured"] = "binary"
     notify_slack_url: str = ""
-    notify_pagerduty_routing_key: str = ""
+    notify_pagerduty_routing_key: str = Field(default="", pattern=r"^[A-Za-z0-9]{0,64}$")
     pagerduty_events_url: str = "https://events.pagerduty.com"
     # Lets notifications reach loopback and private addresses (a receiver on the same machine or network).
     notify_allow_private: bool = False
+
+    @model_validator(mode="after")
+    def _webhook_is_signed(self) -> Settings:
+        if self.notify_webhook_url and not self.notify_webhook_secret:
+            raise ValueError("MLDIAG_NOTIFY_WEBHOOK_URL needs MLDIAG_NOTIFY_WEBHOOK_SECRET: every webhook request "
+                             "is signed")
+        return self
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

@@ -50,7 +50,7 @@ ANALYSIS_COMPLETED = "dev.mldiag.analysis.v1.completed"
 EVENT_OPENED = "dev.mldiag.event.v1.opened"
 EVENT_CLOSED = "dev.mldiag.event.v1.closed"
 SIGNATURE_HEADER = "X-Mldiag-Signature"
-DELIVERED = "notificationDeliveries"  # one document per (event, destination) served
+DELIVERED = "notificationDeliveries"  # (event, destination) served while another destination is being retried
 ROUTES = "notificationRoutes"
 REPORT_LINK_TTL = timedelta(days=7)
 REQUEST_TIMEOUT_S = 10.0
@@ -169,8 +169,9 @@ def stage_analysis_completed(transaction: Transaction, services: Services, sessi
         "stepTimeChange": step_time_change, "autoCaptured": session.auto_captured,
         "monitoredEvents": list(session.monitored_events), "reportLink": _report_link(services, session),
     }
-    event = _cloud_event(services, ANALYSIS_COMPLETED, f"{session.name}/analyses/{analysis.generation_set}",
-                         session.name, data)
+    # One id per completion: analysing the same files again (on request) is news again.
+    completion = f"{analysis.generation_set}@{format_timestamp(analysis.end_time)}"
+    event = _cloud_event(services, ANALYSIS_COMPLETED, f"{session.name}/analyses/{completion}", session.name, data)
     return _stage(transaction, services, event)
 
 
@@ -297,9 +298,10 @@ def deliver(services: Services, message_event: CloudEvent) -> str:
     run = event["data"]["run"]
     own = services.store.transaction(lambda tx: ROUTE_STATES.load(tx, run))
     route = own.over(deployment_route(services.settings))
-    sent, failed = [], []
+    sent, failed, served = [], [], []
     for name, (configured, send) in _DESTINATIONS.items():
         key = f"{event['id']}:{name}".replace("/", "|")
+        served.append(key)
         if not configured(route) or services.store.get(DELIVERED, key) is not None:
             continue
         try:
@@ -313,4 +315,6 @@ def deliver(services: Services, message_event: CloudEvent) -> str:
         sent.append(name)
     if failed:
         raise RuntimeError("; ".join(failed))
+    for key in served:  # a redelivery of a delivered event stops at the event archive (a duplicate)
+        services.store.delete(DELIVERED, key)
     return f"{event['type']} {event['id']}: " + (f"sent to {', '.join(sent)}" if sent else "no destination left")

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from mldiag import entrypoints, notifications
 from mldiag.cli.main import app
-from mldiag.config import ANALYSIS_EVENTS
+from mldiag.config import ANALYSIS_EVENTS, Settings
 from mldiag.domain.errors import InvalidArgument
 from mldiag.degradation import Transition
 from mldiag.domain import MachineLearningRun
@@ -177,6 +177,7 @@ def test_a_receiver_that_fails_three_times_gets_the_event_once_and_the_others_ar
     assert all(request[2] == webhook.accepted[0][2] for request in webhook.requests)  # the same event each time
     assert len(slack.requests) == 1  # served on the first attempt, not again on the webhook's retries
     assert server.services.bus.dead_letters == []
+    assert server.services.store.query(notifications.DELIVERED) == []  # nothing kept once every one is served
 
 
 def test_a_receiver_that_always_fails_ends_dead_lettered_and_listed(deployment, receiver):
@@ -257,6 +258,11 @@ def test_notifications_never_go_to_a_refused_address():
     with pytest.raises(InvalidArgument, match="not an http"):
         notifications.check_url("file:///etc/passwd", allow_private=True)
     assert notifications.check_url("http://127.0.0.1:8080/hook", allow_private=True)
+
+
+def test_a_deployment_webhook_without_its_signing_secret_is_refused_at_start():
+    with pytest.raises(InvalidArgument, match="needs MLDIAG_NOTIFY_WEBHOOK_SECRET"):
+        Settings.from_env({"MLDIAG_NOTIFY_WEBHOOK_URL": "https://hooks.example.com/mldiag"})
 
 
 def test_a_loopback_receiver_is_not_called_unless_the_operator_allows_it(start_server, receiver):
