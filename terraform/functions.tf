@@ -77,9 +77,9 @@ locals {
       # The timeout stays under the 600 s push ack deadline so a slow run is not redelivered.
       resources          = { memory = "8Gi", cpu = "2", timeout_seconds = 540, concurrency = 1, max_instances = 10 }
       bucket_roles       = ["roles/storage.objectUser"]
-      publishes_to       = []
+      publishes_to       = ["analysis-events"]
       project_roles      = ["roles/aiplatform.user"]
-      sign_as_self       = false
+      sign_as_self       = true # the report's share link in the analysis.v1.completed notification
       reaches_workloads  = false
       extra_requirements = ["google-genai>=1.0"]
       # google-genai reads these to reach Gemini on Vertex AI in this project.
@@ -110,7 +110,7 @@ locals {
       trigger            = "pubsub"
       resources          = { memory = "512Mi", cpu = "1", timeout_seconds = 60, concurrency = 20, max_instances = 10 }
       bucket_roles       = ["roles/storage.objectCreator"]
-      publishes_to       = ["capture-requests"]
+      publishes_to       = ["analysis-events", "capture-requests"]
       project_roles      = []
       sign_as_self       = false
       reaches_workloads  = false
@@ -123,7 +123,7 @@ locals {
       trigger            = "pubsub"
       resources          = { memory = "512Mi", cpu = "1", timeout_seconds = 60, concurrency = 20, max_instances = 5 }
       bucket_roles       = ["roles/storage.objectCreator"]
-      publishes_to       = []
+      publishes_to       = ["analysis-events"] # a dead analysis request ends its analysis
       project_roles      = []
       sign_as_self       = false
       reaches_workloads  = false
@@ -137,13 +137,38 @@ locals {
       # One tick at a time: overlapping runs would only contend for the same documents.
       resources          = { memory = "512Mi", cpu = "1", timeout_seconds = 120, concurrency = 1, max_instances = 1 }
       bucket_roles       = ["roles/storage.objectViewer", "roles/storage.objectCreator"] # viewer: reconciliation lists it
-      publishes_to       = ["analysis-requests", "capture-requests", "monitoring-alerts"]
+      publishes_to       = ["analysis-events", "analysis-requests", "capture-requests", "monitoring-alerts"]
       project_roles      = []
       sign_as_self       = false
       reaches_workloads  = false
       extra_requirements = []
       extra_environment  = {}
     }
+    deliver_notifications = {
+      description        = "Sends finished analyses and monitored events' changes to the webhook, Slack and PagerDuty."
+      service_account_id = "notify"
+      trigger            = "pubsub"
+      resources          = { memory = "512Mi", cpu = "1", timeout_seconds = 60, concurrency = 20, max_instances = 5 }
+      bucket_roles       = ["roles/storage.objectCreator"]
+      publishes_to       = []
+      project_roles      = []
+      sign_as_self       = false
+      reaches_workloads  = false
+      extra_requirements = []
+      extra_environment = {
+        MLDIAG_NOTIFY_WEBHOOK_URL  = var.notifications.webhook_url
+        MLDIAG_NOTIFY_WEBHOOK_MODE = var.notifications.webhook_mode
+      }
+    }
+  }
+
+  # The deployment's default notification secrets, read from Secret Manager by deliver_notifications.
+  notification_secrets = {
+    for name, secret in {
+      MLDIAG_NOTIFY_WEBHOOK_SECRET        = var.notifications.webhook_secret_id
+      MLDIAG_NOTIFY_SLACK_URL             = var.notifications.slack_url_secret_id
+      MLDIAG_NOTIFY_PAGERDUTY_ROUTING_KEY = var.notifications.pagerduty_routing_key_secret_id
+    } : name => secret if secret != ""
   }
 
   # The sizes each function deploys with: its defaults above, overridden field by field.
@@ -160,6 +185,7 @@ locals {
     "capture-requests"  = "dispatch_capture"
     "monitoring-alerts" = "on_alert"
     "maintenance-ticks" = "maintenance"
+    "analysis-events"   = "deliver_notifications"
   }
   # Pub/Sub counts a 429 (every instance of the consumer busy) as a delivery attempt, so a
   # burst of work for a consumer that takes one message per instance for minutes would

@@ -60,3 +60,11 @@ output "workload_environment" {
     MLDIAG_API_URL  = local.control_plane_url
   }
 }
+
+output "analysis_events" {
+  description = "The notifications out (CloudEvents: analyses finished, monitored events opened and closed): the topic and its dead-letter topic, `projects/P/topics/T`, for subscriptions of your own."
+  value = {
+    topic             = module.queue["analysis-events"].topic_id
+    dead_letter_topic = "projects/${var.project_id}/topics/${module.queue["analysis-events"].dead_letter_topic}"
+  }
+}

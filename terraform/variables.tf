@@ -230,6 +230,26 @@ variable "control_plane" {
   }
 }
 
+variable "notifications" {
+  description = "The deployment's default destinations for notifications (a run may set its own: `mldiag machine-learning-run set-notifications`): a webhook URL and its mode (`binary` or `structured` CloudEvents), and the Secret Manager secret ids (in this project) holding the webhook's signing secret, the Slack incoming-webhook URL and the PagerDuty routing key. Empty: none."
+  type = object({
+    webhook_url                     = optional(string, "")
+    webhook_mode                    = optional(string, "binary")
+    webhook_secret_id               = optional(string, "")
+    slack_url_secret_id             = optional(string, "")
+    pagerduty_routing_key_secret_id = optional(string, "")
+  })
+  default = {}
+  validation {
+    condition     = contains(["binary", "structured"], var.notifications.webhook_mode)
+    error_message = "notifications.webhook_mode must be binary or structured."
+  }
+  validation {
+    condition     = var.notifications.webhook_url == "" || var.notifications.webhook_secret_id != ""
+    error_message = "notifications.webhook_url needs notifications.webhook_secret_id: every webhook request is signed."
+  }
+}
+
 variable "sdk_secret" {
   description = "MLDIAG_SDK_SECRET: workloads without an ID token call the API at `<control_plane_url>/sdk/<secret>` (output `sdk_base_url`); needs `control_plane.allow_unauthenticated`. Empty: no capability URL, workloads go through the node agent (`mldiag agent --sdk-port`). 32 or more of A-Z a-z 0-9 _ -, e.g. `openssl rand -hex 32`."
   type        = string

@@ -19,6 +19,7 @@ import structlog
 from cloudevents.http import CloudEvent
 from pydantic import Field
 
+from mldiag import notifications, outbox
 from mldiag.alerts import Alert, parse_alert
 from mldiag.bootstrap import Services
 from mldiag.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermanentFailure
@@ -100,6 +101,8 @@ class Decision(CamelModel):
     capture_session: str = ""
     reason: str = ""
     opened: bool = False  # this alert opened the event
+    closed: bool = False  # this alert ended the event
+    notification: str = ""  # the outbox key of the opened or closed notification
 
 
 def decide(services: Services, alert: Alert, alert_key: str) -> Decision:
@@ -130,13 +133,20 @@ def decide(services: Services, alert: Alert, alert_key: str) -> Decision:
                 state.captures.append(now)
                 state.pending_event, state.pending_session = event_name, decision.capture_session
         decision.opened = previous is None and alert.open
+        decision.closed = (previous is None or previous.end_time is None) and event.end_time is not None
         if decision.reason:
             event.suppress(Suppression(time=now, reason=decision.reason, alert=alert_key))
-        services.monitored_events.save_in(transaction, previous, event)
+        saved = services.monitored_events.save_in(transaction, previous, event)
         STATES.save(transaction, alert.run, state)
+        if decision.opened or decision.closed:
+            decision.notification = notifications.stage_event_change(transaction, services, saved,
+                                                                     opened=decision.opened)
         return decision
 
-    return services.store.transaction(work)
+    decision = services.store.transaction(work)
+    if decision.notification:
+        outbox.flush(services.store, services.bus, decision.notification)
+    return decision
 
 
 def _capture(services: Services, run: MachineLearningRun, alert: Alert, decision: Decision) -> str:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from mldiag.domain.errors import InvalidArgument
 from mldiag.domain.errors import invalid_argument
@@ -26,9 +26,10 @@ CAPTURE_REQUESTS = "capture-requests"
 MONITORING_ALERTS = "monitoring-alerts"
 BUCKET_NOTIFICATIONS = "bucket-notifications"
 MAINTENANCE_TICKS = "maintenance-ticks"
+ANALYSIS_EVENTS = "analysis-events"  # CloudEvents out: analyses finished, monitored events opened and closed
 DEAD_LETTER_SUFFIX = "-dead-letter"
 SDK_CAPABILITY_CONTEXT = b"mldiag sdk capability v1"
-TOPICS = (ANALYSIS_REQUESTS, CAPTURE_REQUESTS, MONITORING_ALERTS, MAINTENANCE_TICKS)
+TOPICS = (ANALYSIS_REQUESTS, CAPTURE_REQUESTS, MONITORING_ALERTS, MAINTENANCE_TICKS, ANALYSIS_EVENTS)
 # Where a dead letter goes when even the dead-letter recorder keeps failing on it.
 UNRECORDED_DEAD_LETTERS = "unrecorded-dead-letters"
 
@@ -82,6 +83,22 @@ class Settings(BaseModel):
     vertex_location: str = "global"
     vertex_endpoint: str = ""  # a private or proxied Vertex AI endpoint; Google's by default
     analysis_timeout_seconds: float = Field(default=480.0, gt=0)
+    # Notifications out: the deployment's default destinations (a run may name its own).
+    notify_webhook_url: str = ""
+    notify_webhook_secret: str = ""
+    notify_webhook_mode: Literal["binary", "structured"] = "binary"
+    notify_slack_url: str = ""
+    notify_pagerduty_routing_key: str = Field(default="", pattern=r"^[A-Za-z0-9]{0,64}$")
+    pagerduty_events_url: str = "https://events.pagerduty.com"
+    # Lets notifications reach loopback and private addresses (a receiver on the same machine or network).
+    notify_allow_private: bool = False
+
+    @model_validator(mode="after")
+    def _webhook_is_signed(self) -> Settings:
+        if self.notify_webhook_url and not self.notify_webhook_secret:
+            raise ValueError("MLDIAG_NOTIFY_WEBHOOK_URL needs MLDIAG_NOTIFY_WEBHOOK_SECRET: every webhook request "
+                             "is signed")
+        return self
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -115,6 +132,13 @@ class Settings(BaseModel):
             "vertex_location": env.get("MLDIAG_VERTEX_LOCATION") or env.get("GOOGLE_CLOUD_LOCATION"),
             "vertex_endpoint": env.get("MLDIAG_VERTEX_ENDPOINT"),
             "analysis_timeout_seconds": env.get("MLDIAG_ANALYSIS_TIMEOUT_SECONDS"),
+            "notify_webhook_url": env.get("MLDIAG_NOTIFY_WEBHOOK_URL"),
+            "notify_webhook_secret": env.get("MLDIAG_NOTIFY_WEBHOOK_SECRET"),
+            "notify_webhook_mode": env.get("MLDIAG_NOTIFY_WEBHOOK_MODE"),
+            "notify_slack_url": env.get("MLDIAG_NOTIFY_SLACK_URL"),
+            "notify_pagerduty_routing_key": env.get("MLDIAG_NOTIFY_PAGERDUTY_ROUTING_KEY"),
+            "pagerduty_events_url": env.get("MLDIAG_PAGERDUTY_EVENTS_URL"),
+            "notify_allow_private": env.get("MLDIAG_NOTIFY_ALLOW_PRIVATE"),
         }
         try:
             return cls.model_validate({k: v for k, v in values.items() if v})

@@ -15,7 +15,7 @@ from cloudevents.http import CloudEvent
 from mldiag import eventlog
 from mldiag.bootstrap import Services
 from mldiag.config import (
-    ANALYSIS_REQUESTS, CAPTURE_REQUESTS, MAINTENANCE_TICKS, MONITORING_ALERTS, TOPICS, dead_letter_topic,
+    ANALYSIS_EVENTS, ANALYSIS_REQUESTS, CAPTURE_REQUESTS, MAINTENANCE_TICKS, MONITORING_ALERTS, TOPICS, dead_letter_topic,
 )
 
 Handler = Callable[[Services, CloudEvent], object]
@@ -64,6 +64,13 @@ def on_alert(services: Services, event: CloudEvent) -> eventlog.Outcome:
     return eventlog.handle(services.events, "on_alert", event, lambda e: handle_alert(services, e))
 
 
+def deliver_notifications(services: Services, event: CloudEvent) -> eventlog.Outcome:
+    """``analysis-events``: send a finished analysis or a monitored event's change to the configured destinations."""
+    from mldiag.notifications import deliver
+
+    return eventlog.handle(services.events, "deliver_notifications", event, lambda e: deliver(services, e))
+
+
 EVENT_HANDLERS: dict[str, Handler] = {
     "register_session": register_session,
     "analyze_session": analyze_session,
@@ -71,6 +78,7 @@ EVENT_HANDLERS: dict[str, Handler] = {
     "maintenance": maintenance,
     "dispatch_capture": dispatch_capture,
     "on_alert": on_alert,
+    "deliver_notifications": deliver_notifications,
 }
 
 # Functions Terraform wires to the profiles bucket with an Eventarc finalize trigger.
@@ -82,5 +90,6 @@ TOPIC_SUBSCRIBERS: dict[str, str] = {
     MAINTENANCE_TICKS: "maintenance",
     CAPTURE_REQUESTS: "dispatch_capture",
     MONITORING_ALERTS: "on_alert",
+    ANALYSIS_EVENTS: "deliver_notifications",
     **{dead_letter_topic(topic): "record_dead_letter" for topic in TOPICS},
 }

@@ -50,7 +50,7 @@ from typing import Any
 import structlog
 from cloudevents.http import CloudEvent
 
-from mldiag import outbox
+from mldiag import notifications, outbox
 from mldiag.analysis.evidence import Analysis
 from mldiag.analysis.profiles import UnreadableProfile, require_xspace_object
 from mldiag.analysis.report import ANALYSIS_FILE, SUMMARY_FILE
@@ -114,13 +114,18 @@ class AnalysisRequest:
         return sorted(self.host_files.values())[0].rsplit("/", 1)[0]
 
 
-def _update(services: Services, name: str, change: Callable[[ProfilerSession], str]) -> str:
+def _update(services: Services, name: str, change: Callable[[ProfilerSession], str],
+            step_time_change: float | None = None) -> str:
     """Apply ``change`` to the stored session in a transaction; returns what it says.
 
     When the change completes an analysis, the run's ``latestAnalysis`` follows in
-    the same transaction, so the run list never disagrees with the session.
+    the same transaction, so the run list never disagrees with the session, and so
+    does the ``analysis.v1.completed`` notification (published once committed).
     """
+    staged: list[str] = []
+
     def work(transaction: Transaction) -> str:
+        staged.clear()
         previous = services.sessions.find_in(transaction, name)
         if previous is None:
             raise Ignored("the session no longer exists")
@@ -133,9 +138,14 @@ def _update(services: Services, name: str, change: Callable[[ProfilerSession], s
             summarised = run.model_copy(deep=True)
             summarised.record_analysis(saved)
             services.runs.save_in(transaction, run, summarised)
+        if completed:
+            staged.append(notifications.stage_analysis_completed(transaction, services, saved, step_time_change))
         return said
 
-    return services.store.transaction(work)
+    said = services.store.transaction(work)
+    for key in staged:
+        outbox.flush(services.store, services.bus, key)
+    return said
 
 
 def _start(services: Services, request: AnalysisRequest) -> None:
@@ -158,7 +168,8 @@ def _start(services: Services, request: AnalysisRequest) -> None:
     _update(services, request.session, change)
 
 
-def _finish(services: Services, request: AnalysisRequest, state: AnalysisState, **fields: Any) -> str:
+def _finish(services: Services, request: AnalysisRequest, state: AnalysisState,
+            step_time_change: float | None = None, **fields: Any) -> str:
     """Record the outcome, if the session still waits for this run's result."""
     def change(session: ProfilerSession) -> str:
         analysis = session.analysis
@@ -170,7 +181,7 @@ def _finish(services: Services, request: AnalysisRequest, state: AnalysisState, 
             setattr(analysis, name, value)
         return state.value
 
-    return _update(services, request.session, change)
+    return _update(services, request.session, change, step_time_change)
 
 
 def give_up(services: Services, payload: bytes, reason: str) -> str:
@@ -446,6 +457,7 @@ def analyze_requested(services: Services, event: CloudEvent) -> str:
             services, request, AnalysisState.DONE, health=analysis.status, reasoner=_reasoner(analysis),
             report_uri=report_uri, analysis_uri=analysis_uri, error="",
             top_finding=f"{top.priority.value} {top.title}" if top else "", step_time_ms=analysis.metrics.step_time_ms,
+            step_time_change=analysis.comparison.step_time_ms.ratio if analysis.comparison else None,
         )
         step_time = analysis.metrics.step_time_ms
         log.info(f"analysis of {short_name(session.name)} done: {analysis.status.value}"

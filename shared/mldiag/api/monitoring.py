@@ -1,9 +1,12 @@
-"""``/v1alpha`` monitoring routes: metrics ingest for the degradation analyzer, and auto-capture policy.
+"""``/v1alpha`` monitoring routes: metrics ingest for the degradation analyzer, auto-capture policy, notifications.
 
 ``POST .../machineLearningRuns/R:reportMetrics`` takes ``{"points": [{"step",
 "stepTimeSeconds", "dutyCycle"?, "time"?}, ...]}`` and answers with the alerts
 the report caused. ``POST ...:setAutoCapture`` and ``GET ...:getAutoCapture``
 manage the run's storm control (cooldown, capture duration, hourly cap).
+``POST ...:setNotifications`` (``{"webhookUrl", "webhookSecret", "webhookMode",
+"slackUrl", "pagerdutyRoutingKey"}``) and ``GET ...:getNotifications`` name
+where the run's notifications go; no answer ever carries a secret back.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any
 from flask import Blueprint, Response
 from pydantic import BaseModel, Field, ValidationError
 
-from mldiag import auto_capture, metrics
+from mldiag import auto_capture, metrics, notifications
 from mldiag.api.http import json_body, ok, services
 from mldiag.degradation import DetectorParams, MetricPoint
 from mldiag.domain.errors import invalid_argument
@@ -60,3 +63,14 @@ def set_auto_capture(project: str, location: str, run: str) -> Response:
 @blueprint.get("/<id:run>:getAutoCapture")
 def get_auto_capture(project: str, location: str, run: str) -> Response:
     return ok(auto_capture.describe_state(services(), _run(project, location, run)))
+
+
+@blueprint.post("/<id:run>:setNotifications")
+def set_notifications(project: str, location: str, run: str) -> Response:
+    route = _parse(notifications.NotificationRoute, json_body())
+    return ok(notifications.set_route(services(), _run(project, location, run), route))
+
+
+@blueprint.get("/<id:run>:getNotifications")
+def get_notifications(project: str, location: str, run: str) -> Response:
+    return ok(notifications.describe_route(services(), _run(project, location, run)))

@@ -86,6 +86,22 @@ def resolve_address(address: str) -> str:
     return f"[{first}]:{port}" if first.version == 6 else f"{first}:{port}"
 
 
+def resolve_outbound_address(address: str, *, allow_private: bool) -> str:
+    """:func:`resolve_address` for a connection the control plane makes on a user's behalf (a notification):
+    loopback and private addresses are refused too, in every address the host resolves to, unless
+    ``allow_private``."""
+    resolved = resolve_address(address)
+    if allow_private:
+        return resolved
+    host, port = split_address(address)
+    for ip in _addresses(host, port, 0):
+        if any(candidate.is_private or candidate.is_loopback for candidate in (ip, *_carried_ipv4(ip))):
+            shown = "" if str(ip) == host else f" ({ip})"
+            raise InvalidArgument(f"{address!r}{shown} is a loopback or private address; notifications go there "
+                                  "only where the operator allows it (MLDIAG_NOTIFY_ALLOW_PRIVATE)", field="url")
+    return resolved
+
+
 def _addresses(host: str, port: int, flags: int) -> list[IPAddress]:
     """What the system's resolver makes of ``host``, in its order (``AI_NUMERICHOST``: without DNS)."""
     try:

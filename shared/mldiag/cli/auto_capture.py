@@ -1,4 +1,5 @@
-"""``mldiag machine-learning-run set-auto-capture`` and ``report-metrics``: automatic capture's knobs and input."""
+"""``mldiag machine-learning-run set-auto-capture``, ``report-metrics`` and ``set-notifications``: automatic
+capture's knobs and input, and where its results are announced."""
 
 from __future__ import annotations
 
@@ -55,3 +56,28 @@ def report_metrics(
     client = ApiClient(api_url, token)
     path = client.resolve_run_path(project, location, run) + ":reportMetrics"
     print_resources(client.call("POST", path, body={"points": points}), fmt)
+
+
+@api_command
+def set_notifications(
+    run: RunId,
+    webhook: Annotated[str, typer.Option("--webhook", help="URL that receives a signed CloudEvent per event.")] = "",
+    webhook_secret: Annotated[str, typer.Option(
+        "--webhook-secret", envvar="MLDIAG_WEBHOOK_SECRET",
+        help="The key of the webhook's X-Mldiag-Signature (HMAC-SHA256 of the body).")] = "",
+    webhook_mode: Annotated[str, typer.Option(
+        "--webhook-mode", help="CloudEvents HTTP binding: binary (ce-* headers) or structured.")] = "binary",
+    slack: Annotated[str, typer.Option("--slack", envvar="MLDIAG_SLACK_URL",
+                                       help="A Slack incoming-webhook URL.")] = "",
+    pagerduty_routing_key: Annotated[str, typer.Option(
+        "--pagerduty-routing-key", envvar="MLDIAG_PAGERDUTY_ROUTING_KEY",
+        help="A PagerDuty Events API v2 integration's routing key.")] = "",
+    project: Project = DEFAULT_PROJECT, location: Location = DEFAULT_LOCATION,
+    api_url: ApiUrl = DEFAULT_API_URL, token: Token = "", fmt: Fmt = Format.yaml,
+) -> None:
+    """Say where this run's finished analyses and monitored events are announced (unset: the deployment's)."""
+    body = {"webhookUrl": webhook, "webhookSecret": webhook_secret, "webhookMode": webhook_mode,
+            "slackUrl": slack, "pagerdutyRoutingKey": pagerduty_routing_key}
+    client = ApiClient(api_url, token)
+    path = client.resolve_run_path(project, location, run) + ":setNotifications"
+    print_resources(client.call("POST", path, body=body), fmt)

@@ -16,7 +16,8 @@ from mldiag.cli.api_client import (
 from mldiag.cli.output import Column, Format, milliseconds
 
 app = typer.Typer(help="Machine learning runs: create, describe, list, update, delete, "
-                       "start-continuous-profiling, stop-continuous-profiling, set-auto-capture, report-metrics.",
+                       "start-continuous-profiling, stop-continuous-profiling, set-auto-capture, report-metrics, "
+                       "set-notifications.",
                   no_args_is_help=True)
 
 COLUMNS = (Column("displayName"), Column("runPhase", "PHASE"), Column("createTime", "CREATED"),
@@ -121,3 +122,4 @@ app.command("start-continuous-profiling")(capture.start_continuous_profiling)
 app.command("stop-continuous-profiling")(capture.stop_continuous_profiling)
 app.command("set-auto-capture")(auto_capture.set_auto_capture)
 app.command("report-metrics")(auto_capture.report_metrics)
+app.command("set-notifications")(auto_capture.set_notifications)

@@ -50,3 +50,46 @@ module "mldiag" {
     memory          = "8Gi"
   }
 }
+
+# A consumer of the notifications of your own, beside the webhook, Slack and PagerDuty
+# deliveries mldiag makes: every analysis-events CloudEvent pushed to your endpoint with an
+# OIDC token, retried with backoff, and dead-lettered to where `mldiag events dead-letters`
+# shows it.
+data "google_project" "this" {
+  project_id = var.project_id
+}
+
+resource "google_pubsub_subscription" "analysis_events" {
+  count                = var.analysis_events_endpoint == "" ? 0 : 1
+  project              = var.project_id
+  name                 = "analysis-events-to-my-service"
+  topic                = module.mldiag.analysis_events.topic
+  ack_deadline_seconds = 60
+
+  push_config {
+    push_endpoint = var.analysis_events_endpoint
+    oidc_token {
+      service_account_email = var.analysis_events_push_account
+    }
+  }
+  retry_policy {
+    minimum_backoff = "10s"
+    maximum_backoff = "600s"
+  }
+  dead_letter_policy {
+    dead_letter_topic     = module.mldiag.analysis_events.dead_letter_topic
+    max_delivery_attempts = 10
+  }
+  expiration_policy {
+    ttl = ""
+  }
+}
+
+# Pub/Sub acknowledges a dead-lettered message on the source subscription as its own agent.
+resource "google_pubsub_subscription_iam_member" "analysis_events_dead_lettering" {
+  count        = var.analysis_events_endpoint == "" ? 0 : 1
+  project      = var.project_id
+  subscription = google_pubsub_subscription.analysis_events[0].name
+  role         = "roles/pubsub.subscriber"
+  member       = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
+}

@@ -43,3 +43,15 @@ variable "xprof_image" {
   description = "XProf viewer image, built from modules/xprof-viewer/image."
   type        = string
 }
+
+variable "analysis_events_endpoint" {
+  description = "HTTPS endpoint of a service of your own that receives every analysis-events CloudEvent (Pub/Sub push). Empty: no such subscription."
+  type        = string
+  default     = ""
+}
+
+variable "analysis_events_push_account" {
+  description = "Service account whose OIDC token authenticates the push to analysis_events_endpoint."
+  type        = string
+  default     = ""
+}

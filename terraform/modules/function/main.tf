@@ -93,6 +93,16 @@ resource "google_cloudfunctions2_function" "this" {
     environment_variables            = var.environment
     vpc_connector                    = try(var.vpc_connector.name, null)
     vpc_connector_egress_settings    = try(var.vpc_connector.egress_settings, null)
+
+    dynamic "secret_environment_variables" {
+      for_each = var.secret_environment
+      content {
+        key        = secret_environment_variables.key
+        project_id = var.project_id
+        secret     = secret_environment_variables.value
+        version    = "latest"
+      }
+    }
   }
 
   dynamic "event_trigger" {
@@ -117,6 +127,14 @@ resource "google_project_iam_member" "function" {
   project  = var.project_id
   role     = each.value
   member   = google_service_account.function.member
+}
+
+resource "google_secret_manager_secret_iam_member" "function" {
+  for_each  = toset(values(var.secret_environment))
+  project   = var.project_id
+  secret_id = each.value
+  role      = "roles/secretmanager.secretAccessor"
+  member    = google_service_account.function.member
 }
 
 # Lets the function sign blobs as itself (V4 signed URLs) without holding a key.

@@ -90,6 +90,12 @@ variable "environment" {
   default     = {}
 }
 
+variable "secret_environment" {
+  description = "Environment variables read from Secret Manager when an instance starts: variable name => secret id (in this project; its latest version)."
+  type        = map(string)
+  default     = {}
+}
+
 variable "ingress_settings" {
   description = "Where requests may come from: ALLOW_ALL, ALLOW_INTERNAL_ONLY or ALLOW_INTERNAL_AND_GCLB. Pub/Sub push and Eventarc in the same project count as internal."
   type        = string

@@ -99,7 +99,8 @@ def test_every_firestore_query_has_its_index(graph: CodeGraph, tmp_path: Path):
 
 
 def test_planted_missing_publish_grant_is_reported(planted: Planted, graph: CodeGraph):
-    planted.replace("functions.tf", 'publishes_to       = ["capture-requests"]', "publishes_to       = []")
+    planted.replace("functions.tf", 'publishes_to       = ["analysis-events", "capture-requests"]',
+                    'publishes_to       = ["analysis-events"]')
     assert publish_problems(planted.terraform, graph) == [
         "on_alert publishes to ['capture-requests'] but publishes_to omits it"]
 

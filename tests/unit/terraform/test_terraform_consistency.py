@@ -334,8 +334,8 @@ def test_planted_function_running_as_another_account_is_reported(planted: Plante
 
 
 def test_planted_primitive_role_is_reported(planted: Planted):
-    planted.replace("functions.tf", 'bucket_roles       = ["roles/storage.objectCreator"]\n      publishes_to       = ["capture-requests"]',
-                    'bucket_roles       = ["roles/editor"]\n      publishes_to       = ["capture-requests"]')
+    planted.replace("functions.tf", 'publishes_to       = ["analysis-events", "capture-requests"]',
+                    'publishes_to       = ["analysis-events", "capture-requests"]\n      bucket_roles       = ["roles/editor"]')
     assert role_problems(planted.terraform) == ["functions.tf: locals: primitive role in roles/editor"]
 
 
@@ -391,7 +391,7 @@ def test_planted_vertex_grant_outside_the_analysis_is_reported(planted: Planted)
 def test_planted_renamed_topic_is_reported(planted: Planted):
     planted.replace("functions.tf", '"capture-requests"  = "dispatch_capture"', '"capture-request"   = "dispatch_capture"')
     problems = topic_problems(planted.root)
-    assert problems[0].startswith("work topics ['analysis-requests', 'capture-request', ")
+    assert problems[0].startswith("work topics ['analysis-events', 'analysis-requests', 'capture-request', ")
     assert "the code pushes capture-requests-dead-letter to record_dead_letter; Terraform to None" in problems
 
 

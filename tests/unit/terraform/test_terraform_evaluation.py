@@ -48,9 +48,17 @@ def value(workdir: Path, expression: str, *variables: str):
 def test_the_function_table_evaluates(workdir: Path):
     functions = value(workdir, "local.functions")
     assert set(functions) == {"control_plane", "register_session", "analyze_session", "dispatch_capture",
-                              "on_alert", "maintenance", "record_dead_letter"}
+                              "on_alert", "maintenance", "record_dead_letter", "deliver_notifications"}
     assert functions["analyze_session"]["extra_environment"]["GOOGLE_CLOUD_PROJECT"] == "my-project"
     assert functions["control_plane"]["extra_environment"]["MLDIAG_AUTH_AUDIENCE"].startswith("https://")
+
+
+def test_notification_secrets_come_from_secret_manager(workdir: Path):
+    assert value(workdir, "local.notification_secrets") == {}
+    secrets = value(workdir, "local.notification_secrets", "-var",
+                    'notifications={webhook_url="https://hooks.example.com/ml", webhook_secret_id="mldiag-webhook",'
+                    ' slack_url_secret_id="mldiag-slack"}')
+    assert secrets == {"MLDIAG_NOTIFY_WEBHOOK_SECRET": "mldiag-webhook", "MLDIAG_NOTIFY_SLACK_URL": "mldiag-slack"}
 
 
 def test_size_overrides_replace_only_the_fields_given(workdir: Path):
