@@ -9,6 +9,7 @@ bodies are.
 
 from __future__ import annotations
 
+import socket
 from concurrent import futures
 from typing import Any
 
@@ -42,6 +43,19 @@ def _status_of(error: MldiagError) -> Any:
     return grpc.StatusCode.INTERNAL
 
 
+def _why_not_bindable(host: str, port: int) -> str:
+    """Why ``host:port`` cannot be bound ('' if it can), asked first because gRPC's own failure says nothing
+    and its core logs it to stderr."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds: TIME_WAIT is no obstacle
+            probe.bind(address)
+    except OSError as error:
+        return error.strerror or str(error)
+    return ""
+
+
 class OtlpGrpcServer:
     """A gRPC server with the OTLP metrics service, on ``host:port`` (0: a free port)."""
 
@@ -51,20 +65,22 @@ class OtlpGrpcServer:
         self.services = services
         self.guard = Guard(services.settings)
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="mldiag-otlp"),
-                                  options=[("grpc.max_receive_message_length", otlp.MAX_EXPORT_BYTES)])
+                                  options=[("grpc.max_receive_message_length", otlp.MAX_EXPORT_BYTES),
+                                           ("grpc.so_reuseport", 0)])  # a second mldiag up must not share it
         request_type = otlp.proto().ExportMetricsServiceRequest
         handler = grpc.unary_unary_rpc_method_handler(
             self._export, request_deserializer=request_type.FromString,
             response_serializer=lambda response: response.SerializeToString())
         self.server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(SERVICE, {"Export": handler})])
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        reason = _why_not_bindable(host, port)
         try:
-            self.port = self.server.add_insecure_port(address)
+            self.port = 0 if reason else self.server.add_insecure_port(address)
         except RuntimeError:
             self.port = 0
         if not self.port:
-            raise OtlpPortUnavailable(f"cannot listen for OTLP/gRPC on {address} (in use, or not an address of "
-                                      "this machine); choose another with --otlp-port, 0 for a free one, or --no-otlp")
+            raise OtlpPortUnavailable(f"cannot listen for OTLP/gRPC on {address} ({reason or 'refused'}); choose "
+                                      "another with --otlp-port, 0 for a free one, or --no-otlp")
 
     def _export(self, request: Any, context: Any) -> Any:
         metadata = dict(context.invocation_metadata())
