@@ -17,7 +17,9 @@ gauges and sums as they are, histograms with delta temporality as their mean
 (``sum / count``); a cumulative histogram's mean covers the whole run, which
 would hide a slowdown, so its points are rejected. Units follow the data
 point's metric (``s``, ``ms``, ``us``, ``ns``; ``%`` or ``1`` for duty cycle),
-the SDK's own unit when the metric has none. A duty-cycle point accompanies
+the SDK's own unit when the metric has none. The SDK's ``training_step`` gauge
+numbers the points; as a gauge is exported again every interval until it is
+set anew, a step the analyzer has had is not fed twice. A duty-cycle point accompanies
 the run's step-time point nearest in time within the same export; a duty
 cycle alone cannot make a point, since the analyzer judges step time first.
 
@@ -257,7 +259,7 @@ def export(services: Services, request: Any) -> ExportResult:
         points = _metric_points(series, result)
         for batch in _batches(points):
             try:
-                result.alerts.extend(metrics.report_metrics(services, run, batch))
+                result.alerts.extend(metrics.report_metrics(services, run, batch, new_steps_only=bool(series.steps)))
             except MldiagError as error:  # an unknown run: the rest of the export still counts
                 result.reject(len(batch), f"{run}: {error}")
     return result

@@ -125,6 +125,13 @@ def test_delta_histograms_count_as_their_mean_and_cumulative_ones_are_rejected(e
     assert result.rejected == 1 and "cumulative" in result.error_message
 
 
+def test_a_gauge_exported_again_before_the_next_step_is_fed_once(embedded, run):
+    for _ in range(3):  # the periodic reader re-exports the last value until the workload sets it anew
+        export(embedded, sdk_export([0.2], start=4))
+    export(embedded, sdk_export([0.2], start=5))
+    assert [p.step for p in fed(embedded)] == [4, 5]
+
+
 # OTLP/HTTP
 
 
@@ -212,5 +219,6 @@ def test_grpc_export_feeds_the_analyzer_and_checks_the_token(embedded, run, grpc
     with pytest.raises(grpc.RpcError) as refused:
         grpc_export(guarded, sdk_export([0.2]))
     assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
-    grpc_export(guarded, sdk_export([0.2]), metadata=(("authorization", "Bearer s3cret"),))
+    grpc_export(guarded, sdk_export([0.2], start=1), metadata=(("authorization", "Bearer s3cret"),))
     assert DETECTORS.read(embedded, RUN).state.seen == 2
+
