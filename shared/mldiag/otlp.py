@@ -183,7 +183,7 @@ def _number_points(metric: Any) -> tuple[Iterable[Any], str]:
         if metric.histogram.aggregation_temporality != _DELTA:
             return metric.histogram.data_points, f"{metric.name}: cumulative histograms are not used (export delta)"
         return metric.histogram.data_points, ""
-    return (), f"{metric.name}: {kind or 'empty'} metrics are not used"
+    return (getattr(metric, kind).data_points if kind else ()), f"{metric.name}: {kind or 'empty'} metrics are not used"
 
 
 def _value(point: Any) -> float | None:

@@ -238,7 +238,8 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
     otlp_endpoint = f"http://{reachable_host}:{otlp_server.port}" if otlp_server else ""
     capability = settings.sdk_capability if settings.api_token or settings.auth_audience else ""
     announce(Banner(url, str(settings.data_dir), settings.bucket_uri, str(bucket_folder), str(log_file),
-                    app.config.get(VIEWER_URL, ""), f"{url}/sdk/{capability}" if capability else url, otlp_endpoint, otlp_note))
+                    app.config.get(VIEWER_URL, ""), f"{url}/sdk/{capability}" if capability else url,
+                    otlp_endpoint, otlp_note))
     try:
         server.serve()
     except KeyboardInterrupt:

@@ -49,7 +49,8 @@ def sdk_export(step_times: list[float], *, start: int = 0, duty_cycle_percent: f
             otlp_metrics.NumberDataPoint(time_unix_nano=(start + i + 1) * SECOND, as_double=v, attributes=attributes)
             for i, v in enumerate(values)]))
 
-    metrics = [gauge("step_time", step_times, unit), gauge("training_step", [start + i for i in range(len(step_times))]),
+    steps = [start + i for i in range(len(step_times))]
+    metrics = [gauge("step_time", step_times, unit), gauge("training_step", steps),
                gauge("learning_rate", [0.1] * len(step_times))]
     if duty_cycle_percent is not None:
         metrics.append(gauge("tpu_duty_cycle", [duty_cycle_percent] * len(step_times)))
@@ -222,3 +223,11 @@ def test_grpc_export_feeds_the_analyzer_and_checks_the_token(embedded, run, grpc
     grpc_export(guarded, sdk_export([0.2], start=1), metadata=(("authorization", "Bearer s3cret"),))
     assert DETECTORS.read(embedded, RUN).state.seen == 2
 
+
+
+def test_a_step_time_summary_is_rejected_with_its_reason(embedded, run):
+    summary = otlp_metrics.Metric(name="step_time", summary=otlp_metrics.Summary(data_points=[
+        otlp_metrics.SummaryDataPoint(time_unix_nano=SECOND, count=2, sum=0.4)]))
+    result = export(embedded, service.ExportMetricsServiceRequest(resource_metrics=[otlp_metrics.ResourceMetrics(
+        scope_metrics=[otlp_metrics.ScopeMetrics(metrics=[summary])])]))
+    assert result.rejected == 1 and "summary metrics are not used" in result.error_message
