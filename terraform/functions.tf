@@ -34,6 +34,7 @@ locals {
     "google-cloud-storage>=2.16",
     "xprof>=2.24",
     "protobuf>=4.25",
+    "opentelemetry-proto>=1.24",
     "numpy>=1.26",
   ]
 

@@ -37,6 +37,7 @@ class RunDetector(CamelModel):
     state: DetectorState = Field(default_factory=DetectorState)
     opened: int = 0
     open_event: str = ""
+    last_step: int = -1
 
 
 DETECTORS = RunState(COLLECTION, RunDetector)
@@ -58,8 +59,13 @@ def alert_message(run_name: str, event_id: str, transition: Transition, reason: 
     return {"run": run_name, "monitoredEventId": event_id, "monitoredEvent": event}
 
 
-def report_metrics(services: Services, run_name: str, points: Sequence[MetricPoint]) -> list[dict]:
-    """Feed points to the run's detector; returns the alert messages this report caused."""
+def report_metrics(services: Services, run_name: str, points: Sequence[MetricPoint],
+                   *, new_steps_only: bool = False) -> list[dict]:
+    """Feed points to the run's detector; returns the alert messages this report caused.
+
+    ``new_steps_only`` skips points of steps the detector has had already: an OpenTelemetry gauge is
+    exported again every interval until the workload sets it anew.
+    """
     if not points:
         raise InvalidArgument("report at least one point", field="points")
     if len(points) > MAX_POINTS_PER_REPORT:
@@ -72,6 +78,9 @@ def report_metrics(services: Services, run_name: str, points: Sequence[MetricPoi
         staged.clear()
         detector = DETECTORS.load(transaction, run_name)
         for point in points:
+            if new_steps_only and point.step <= detector.last_step:
+                continue
+            detector.last_step = max(detector.last_step, point.step)
             transition = observe(detector.state, point, detector.params)
             if transition is Transition.NONE:
                 continue

@@ -6,7 +6,9 @@ the in-process bus exactly as Terraform subscribes it (``mldiag.entrypoints``),
 a watcher that turns files landing in the local buckets into Cloud Storage
 finalize notifications (delivered to the bucket-triggered functions the way
 Eventarc delivers them), and a timer standing in for Cloud Scheduler's
-maintenance ticks. With a viewer port it also runs XProf over the local bucket
+maintenance ticks. With an OTLP port it also takes OpenTelemetry metrics over
+gRPC (:mod:`mldiag.otlp_grpc`; OTLP/HTTP is a route of the API). With a viewer
+port it also runs XProf over the local bucket
 (:mod:`mldiag.ui.xprof_viewer`, a child process on 127.0.0.1) and sends the
 sessions' dashboard links there. Ctrl-C or SIGTERM stops it cleanly: the server stops
 accepting and finishes the requests in flight, then the watcher, the timer and
@@ -73,6 +75,8 @@ class Banner:
     log_file: str
     viewer_url: str = ""
     sdk_url: str = ""  # DIAGON_BASE_URL: the capability URL when a token is configured
+    otlp_endpoint: str = ""  # OTEL_EXPORTER_OTLP_ENDPOINT for the SDK's gRPC exporter; "" when off
+    otlp_note: str = ""  # why OTLP/gRPC is off though it was wanted
 
 
 class StartFailed(Exception):
@@ -169,16 +173,19 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner], None],
-          viewer_port: int | None = None) -> None:
+          viewer_port: int | None = None, otlp_port: int | None = None, otlp_optional: bool = False) -> None:
     """Run until Ctrl-C or SIGTERM; ``announce`` is called once the port is bound (and the viewer is up).
 
     ``viewer_port`` (0: any free port) also runs the XProf viewer; if it cannot start, nothing runs.
-    Raises :class:`StartFailed` when the port cannot be bound or the data directory used; nothing is
+    ``otlp_port`` (0: any free port) also takes OTLP metrics over gRPC, on ``host``; with
+    ``otlp_optional``, a port that cannot be bound leaves only that off (the banner says why).
+    Raises :class:`StartFailed` when a port cannot be bound or the data directory used; nothing is
     left running then, and nothing is written when it is the port.
     """
     server = _bound_server(host, port)
     bound_port = server.bind_addr[1]
-    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{bound_port}"
+    reachable_host = '127.0.0.1' if host in ('0.0.0.0', '::', '') else host
+    url = f"http://{reachable_host}:{bound_port}"
     settings = settings.model_copy(update={"backend": "embedded", "api_url": url})
     log_file = settings.data_dir / "logs" / "mldiag.log"
     try:
@@ -203,6 +210,20 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
         except Exception:
             server.stop()
             raise
+    otlp_server, otlp_note = None, ""
+    if otlp_port is not None:
+        from mldiag.otlp_grpc import OtlpGrpcServer, OtlpPortUnavailable
+
+        try:
+            otlp_server = OtlpGrpcServer(services, host, otlp_port)
+        except OtlpPortUnavailable as error:
+            if not otlp_optional:
+                server.stop()
+                if viewer is not None:
+                    viewer.stop()
+                raise StartFailed(str(error)) from None
+            otlp_note = str(error)
+            log.warning("OTLP/gRPC is off", reason=otlp_note)
     server.wsgi_app = app
     watcher = BucketWatcher(services.blobs, bus)
     ticker = _Ticker(bus, settings.maintenance_interval_seconds)
@@ -212,15 +233,21 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
     bus.start()
     watcher.start()
     ticker.start()
+    if otlp_server is not None:
+        otlp_server.start()
+    otlp_endpoint = f"http://{reachable_host}:{otlp_server.port}" if otlp_server else ""
     capability = settings.sdk_capability if settings.api_token or settings.auth_audience else ""
     announce(Banner(url, str(settings.data_dir), settings.bucket_uri, str(bucket_folder), str(log_file),
-                    app.config.get(VIEWER_URL, ""), f"{url}/sdk/{capability}" if capability else url))
+                    app.config.get(VIEWER_URL, ""), f"{url}/sdk/{capability}" if capability else url,
+                    otlp_endpoint, otlp_note))
     try:
         server.serve()
     except KeyboardInterrupt:
         log.info("stopping", notice=True)
     finally:
         server.stop()
+        if otlp_server is not None:
+            otlp_server.stop()
         if viewer is not None:
             viewer.stop()
         ticker.stopping.set()

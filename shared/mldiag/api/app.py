@@ -21,11 +21,11 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.routing import BaseConverter
 
 from mldiag import bootstrap, ui
-from mldiag.api import alerts, capture, monitoring, operator, self_hosted, share, v1alpha
+from mldiag.api import alerts, capture, monitoring, operator, otlp, self_hosted, share, v1alpha
 from mldiag.api.auth import Guard
 from mldiag.api.capability import ENVIRON_KEY, REDACTED, VALID, CapabilityPrefix
 from mldiag.api.http import MAX_BODY_BYTES, SERVICES, google_error
-from mldiag.api.origin import MUTATING, HostNames, refuse_browser_forgery
+from mldiag.api.origin import JSON_ONLY, MUTATING, HostNames, refuse_browser_forgery
 from mldiag.bootstrap import Services
 from mldiag.domain.callers import SDK_CAPABILITY
 from mldiag.domain.errors import AlreadyExists, InvalidArgument, MldiagError, NotFound, PermissionDenied
@@ -38,6 +38,7 @@ _HTTP_STATUS = {
     415: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 501: "UNIMPLEMENTED", 503: "UNAVAILABLE",
 }
 _PUBLIC_BLUEPRINTS = {share.blueprint.name, ui.CONSOLE_BLUEPRINT}  # the console checks credentials itself
+_BODY_TYPES = {otlp.blueprint.name: otlp.BODY_TYPES}  # routes that take more than JSON
 
 
 def _admit_capability(capability: str) -> None:
@@ -84,7 +85,7 @@ def create_app(services: Services | None = None, host_names: HostNames | None = 
         capability = request.environ.get(ENVIRON_KEY)
         if capability or request.blueprint not in _PUBLIC_BLUEPRINTS:
             if request.method in MUTATING:
-                refuse_browser_forgery(request)
+                refuse_browser_forgery(request, _BODY_TYPES.get(request.blueprint or "", JSON_ONLY))
         if capability:
             _admit_capability(capability)
         elif request.blueprint == alerts.blueprint.name:
@@ -124,6 +125,7 @@ def create_app(services: Services | None = None, host_names: HostNames | None = 
     app.register_blueprint(capture.blueprint)
     app.register_blueprint(monitoring.blueprint)
     app.register_blueprint(operator.blueprint)
+    app.register_blueprint(otlp.blueprint)
     app.register_blueprint(self_hosted.blueprint)
     app.register_blueprint(share.blueprint)
     ui.register(app)

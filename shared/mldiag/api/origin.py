@@ -33,11 +33,15 @@ from mldiag.api.http import MAX_BODY_BYTES
 from mldiag.domain.errors import InvalidArgument, PermissionDenied
 
 MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+JSON_ONLY = frozenset({"application/json"})
 _WILDCARDS = frozenset({"", "0.0.0.0", "::"})
 
 
-def refuse_browser_forgery(request: Request) -> None:
-    """Refuse a mutation of the API that a web page could have made a browser send."""
+def refuse_browser_forgery(request: Request, body_types: frozenset[str] = JSON_ONLY) -> None:
+    """Refuse a mutation of the API that a web page could have made a browser send.
+
+    ``body_types``: what the route takes; none a form can send, so a page cannot post one without a preflight.
+    """
     if request.headers.get("Sec-Fetch-Site", "") in ("cross-site", "same-site"):
         raise PermissionDenied("requests started by another site are refused")
     origin = request.headers.get("Origin")
@@ -46,9 +50,9 @@ def refuse_browser_forgery(request: Request) -> None:
     if request.content_length and request.content_length > MAX_BODY_BYTES:
         raise RequestEntityTooLarge()
     has_body = bool(request.content_length) or "chunked" in request.headers.get("Transfer-Encoding", "").lower()
-    if (request.mimetype or has_body) and request.mimetype != "application/json":
-        raise UnsupportedMediaType(f"the API takes application/json bodies, not {request.mimetype or 'untyped'} "
-                                   "ones (even empty)")
+    if (request.mimetype or has_body) and request.mimetype not in body_types:
+        raise UnsupportedMediaType(f"this route takes {' or '.join(sorted(body_types))} bodies, not "
+                                   f"{request.mimetype or 'untyped'} ones (even empty)")
 
 
 @dataclass(frozen=True)

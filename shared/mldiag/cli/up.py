@@ -32,6 +32,13 @@ def _announce(banner: Banner) -> None:
         typer.echo("  (the SDK's capability URL: it lets its holder register runs; give it to workloads only)")
     typer.echo(f"and give them gcs_path={banner.bucket_folder} (the local folder standing for {banner.bucket_uri}).")
     typer.echo(f"Every folder under {Path(banner.bucket_folder).parent} is a bucket: gs://<folder>.")
+    if banner.otlp_endpoint:
+        typer.echo("Step times over OpenTelemetry (the SDK's [otel] extra):")
+        typer.echo(f"  export OTEL_EXPORTER_OTLP_ENDPOINT={banner.otlp_endpoint}")
+        if banner.sdk_url != banner.url:
+            typer.echo("  export OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%20<token>")
+    elif banner.otlp_note:
+        typer.echo(f"OTLP/gRPC is off: {banner.otlp_note} (OTLP/HTTP: {banner.url}/v1/metrics)")
     typer.echo(f"Console: {banner.url}/ui")
     if banner.viewer_url:
         typer.echo(f"XProf viewer: {banner.viewer_url} (the sessions' XProf links open there)")
@@ -46,6 +53,12 @@ def up(
     viewer: Annotated[bool, typer.Option("--viewer", help="Also run the XProf viewer over the local bucket.")] = False,
     viewer_port: Annotated[int, typer.Option("--viewer-port", min=0, max=65535,
                                              help="The viewer's port on 127.0.0.1; 0 picks a free one.")] = 8791,
+    otlp: Annotated[bool, typer.Option("--otlp/--no-otlp",
+                                       help="Take OpenTelemetry (OTLP/gRPC) metrics: step time, duty cycle.")] = True,
+    otlp_port: Annotated[int | None, typer.Option(
+        "--otlp-port", min=0, max=65535,
+        help="The OTLP/gRPC port, on --host; 0 picks a free one. Default 4317, or none if 4317 is in use "
+             "(the banner says so).")] = None,
     log_format: Annotated[LogFormat | None, typer.Option(
         "--log-format",
         help="The terminal's lines: 'console', a sentence per thing that happened, or 'json', every log line "
@@ -53,6 +66,7 @@ def up(
              "directory has every line either way.")] = None,
 ) -> None:
     """Run the control plane, the event functions, a bucket watcher and maintenance, until Ctrl-C."""
+    from mldiag.otlp_grpc import DEFAULT_PORT
     from mldiag.server import StartFailed, serve
     from mldiag.ui.xprof_viewer import ViewerFailed
 
@@ -66,7 +80,9 @@ def up(
         raise typer.BadParameter("mldiag up runs the embedded default; for emulators use scripts/devstack",
                                  param_hint="MLDIAG_BACKEND")
     try:
-        serve(settings, host, port, _announce, viewer_port if viewer else None)
+        serve(settings, host, port, _announce, viewer_port if viewer else None,
+              otlp_port=(DEFAULT_PORT if otlp_port is None else otlp_port) if otlp else None,
+              otlp_optional=otlp_port is None)
     except (StartFailed, ViewerFailed) as error:
         typer.echo(f"mldiag up: {error}", err=True)
         raise typer.Exit(1) from None

@@ -250,7 +250,7 @@ def test_mldiag_up_is_calm_over_maintenance_ticks_and_registers_a_session_in_any
 ])
 def test_the_terminal_is_human_unless_json_is_asked_for(monkeypatch, args, env, chosen):
     served = []
-    monkeypatch.setattr("mldiag.server.serve", lambda settings, *rest: served.append(settings))
+    monkeypatch.setattr("mldiag.server.serve", lambda settings, *rest, **options: served.append(settings))
     result = CliRunner().invoke(app, ["up", *args], env=env)
     assert result.exit_code == 0, result.output
     assert [settings.log_format for settings in served] == [chosen]

@@ -1,0 +1,233 @@
+"""OTLP metrics in: the official SDK's gauges, over OTLP/HTTP (protobuf, JSON) and OTLP/gRPC, feed the analyzer."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import random
+
+import grpc
+import pytest
+from google.protobuf import json_format
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2 as service
+from opentelemetry.proto.common.v1 import common_pb2 as common
+from opentelemetry.proto.metrics.v1 import metrics_pb2 as otlp_metrics
+
+from mldiag.api import create_app
+from mldiag.config import MONITORING_ALERTS
+from mldiag.degradation import DetectorParams
+from mldiag.domain import MachineLearningRun
+from mldiag.metrics import DETECTORS, set_detector_params
+from mldiag.otlp import export
+from mldiag.otlp_grpc import SERVICE, OtlpGrpcServer
+
+RUN_ID = "r1"
+RUN = f"projects/p/locations/l/machineLearningRuns/{RUN_ID}"
+SECOND = 1_000_000_000
+FAST = DetectorParams(skip_points=0, warmup_points=5, window_points=3)
+
+
+@pytest.fixture
+def run(embedded):
+    embedded.runs.create(MachineLearningRun(name=RUN))
+    set_detector_params(embedded, RUN, FAST)
+    return RUN
+
+
+def _attributes(values: dict) -> list:
+    return [common.KeyValue(key=k, value=common.AnyValue(string_value=v)) for k, v in values.items()]
+
+
+def sdk_export(step_times: list[float], *, start: int = 0, duty_cycle_percent: float | None = None,
+               host_name: str = RUN_ID, unit: str = "", point_attributes: dict | None = None):
+    """What the SDK's OTLP exporter sends: gauges, run id as ``host.name`` and the points' ``node_id``."""
+    attributes = _attributes(point_attributes if point_attributes is not None else {"node_id": host_name})
+
+    def gauge(name: str, values: list[float], metric_unit: str = "") -> otlp_metrics.Metric:
+        return otlp_metrics.Metric(name=name, unit=metric_unit, gauge=otlp_metrics.Gauge(data_points=[
+            otlp_metrics.NumberDataPoint(time_unix_nano=(start + i + 1) * SECOND, as_double=v, attributes=attributes)
+            for i, v in enumerate(values)]))
+
+    steps = [start + i for i in range(len(step_times))]
+    metrics = [gauge("step_time", step_times, unit), gauge("training_step", steps),
+               gauge("learning_rate", [0.1] * len(step_times))]
+    if duty_cycle_percent is not None:
+        metrics.append(gauge("tpu_duty_cycle", [duty_cycle_percent] * len(step_times)))
+    return service.ExportMetricsServiceRequest(resource_metrics=[otlp_metrics.ResourceMetrics(
+        resource={"attributes": _attributes({"service.name": "diagon_sdk_workload", "host.name": host_name})},
+        scope_metrics=[otlp_metrics.ScopeMetrics(metrics=metrics)])])
+
+
+def with_token(services):
+    return dataclasses.replace(services, settings=services.settings.model_copy(update={"api_token": "s3cret"}))
+
+
+def fed(services) -> list:
+    """The points the run's detector took, oldest first (the baseline's sample, then the recent window)."""
+    state = DETECTORS.read(services, RUN).state
+    return state.sample + state.recent
+
+
+def alerts(services) -> list[dict]:
+    return [json.loads(m.data) for m in services.bus.published.get(MONITORING_ALERTS, [])]
+
+
+def slowdown_series() -> list[float]:
+    rng = random.Random(0)
+    return [0.2 * (1 + rng.uniform(-0.02, 0.02)) for _ in range(12)] + [0.26] * 6
+
+
+def test_a_30_percent_slowdown_in_sdk_gauges_opens_a_monitored_event(embedded, run):
+    series = slowdown_series()
+    for start in range(len(series)):  # the SDK's periodic reader sends one gauge value per export
+        result = export(embedded, sdk_export(series[start:start + 1], start=start))
+        assert result.rejected == 0
+    sent = alerts(embedded)
+    assert [a["monitoredEvent"]["analyzerReports"][0]["detectionState"] for a in sent] == ["DETECTED"]
+    assert sent[0]["run"] == RUN
+    state = DETECTORS.read(embedded, RUN).state
+    assert state.seen == len(series) and state.recent[-1].step == len(series) - 1
+
+
+def test_duty_cycle_in_percent_and_step_time_units_are_converted(embedded, run):
+    export(embedded, sdk_export([250.0] * 3, duty_cycle_percent=87.5, unit="ms"))
+    assert [(p.step_time_seconds, p.duty_cycle) for p in fed(embedded)] == [(0.25, 0.875)] * 3
+
+
+def test_an_explicit_run_attribute_wins_over_the_sdk_host_name(embedded, run):
+    request = sdk_export([0.2], host_name="some-machine", point_attributes={"mldiag.run": RUN})
+    assert export(embedded, request).rejected == 0
+    assert DETECTORS.read(embedded, RUN).state.seen == 1
+
+
+def test_points_of_unknown_runs_or_units_are_rejected_without_failing_the_rest(embedded, run):
+    request = sdk_export([0.2, 0.2], host_name="not-a-run")
+    request.resource_metrics.extend(sdk_export([0.2]).resource_metrics)
+    result = export(embedded, request)
+    assert result.rejected == 2 and "not-a-run not found" in result.error_message
+    assert DETECTORS.read(embedded, RUN).state.seen == 1
+    result = export(embedded, sdk_export([0.2], unit="fortnights"))
+    assert result.rejected == 1 and "unit 'fortnights'" in result.error_message
+
+
+def test_delta_histograms_count_as_their_mean_and_cumulative_ones_are_rejected(embedded, run):
+    def histogram(temporality: int) -> service.ExportMetricsServiceRequest:
+        point = otlp_metrics.HistogramDataPoint(time_unix_nano=SECOND, count=4, sum=1.0,
+                                                attributes=_attributes({"node_id": RUN_ID}))
+        metric = otlp_metrics.Metric(name="step_time", unit="s", histogram=otlp_metrics.Histogram(
+            data_points=[point], aggregation_temporality=temporality))
+        return service.ExportMetricsServiceRequest(resource_metrics=[otlp_metrics.ResourceMetrics(
+            scope_metrics=[otlp_metrics.ScopeMetrics(metrics=[metric])])])
+
+    assert export(embedded, histogram(otlp_metrics.AGGREGATION_TEMPORALITY_DELTA)).rejected == 0
+    assert fed(embedded)[-1].step_time_seconds == 0.25
+    result = export(embedded, histogram(otlp_metrics.AGGREGATION_TEMPORALITY_CUMULATIVE))
+    assert result.rejected == 1 and "cumulative" in result.error_message
+
+
+def test_a_gauge_exported_again_before_the_next_step_is_fed_once(embedded, run):
+    for _ in range(3):  # the periodic reader re-exports the last value until the workload sets it anew
+        export(embedded, sdk_export([0.2], start=4))
+    export(embedded, sdk_export([0.2], start=5))
+    assert [p.step for p in fed(embedded)] == [4, 5]
+
+
+# OTLP/HTTP
+
+
+def post(client, body: bytes, content_type: str, **headers):
+    return client.post("/v1/metrics", data=body, headers={"Content-Type": content_type, **headers})
+
+
+def test_http_protobuf_and_json_bodies_feed_the_analyzer(embedded, run):
+    client = create_app(embedded).test_client()
+    series = slowdown_series()
+    for start, step_time in enumerate(series):
+        request = sdk_export([step_time], start=start)
+        if start % 2:
+            response = post(client, json_format.MessageToJson(request).encode(), "application/json")
+            assert response.status_code == 200 and response.get_json() == {}
+        else:
+            response = post(client, request.SerializeToString(), "application/x-protobuf")
+            assert response.status_code == 200 and response.content_type == "application/x-protobuf"
+            assert not service.ExportMetricsServiceResponse.FromString(response.data).HasField("partial_success")
+    assert len(alerts(embedded)) == 1
+
+
+def test_http_gzip_bodies_and_partial_success(embedded, run):
+    client = create_app(embedded).test_client()
+    body = gzip.compress(sdk_export([0.2], host_name="elsewhere").SerializeToString())
+    response = post(client, body, "application/x-protobuf", **{"Content-Encoding": "gzip"})
+    answer = service.ExportMetricsServiceResponse.FromString(response.data)
+    assert response.status_code == 200 and answer.partial_success.rejected_data_points == 1
+    response = post(client, json_format.MessageToJson(sdk_export([0.2], host_name="elsewhere")).encode(),
+                    "application/json")
+    assert response.get_json()["partialSuccess"]["rejectedDataPoints"] == "1"
+
+
+@pytest.mark.parametrize(("body", "content_type", "headers", "status", "says"), [
+    (b"\xff\xff\xff", "application/x-protobuf", {}, 400, "not an OTLP ExportMetricsServiceRequest"),
+    (b'{"resourceMetrics": 7}', "application/json", {}, 400, "not OTLP/JSON metrics"),
+    (b"not gzip", "application/x-protobuf", {"Content-Encoding": "gzip"}, 400, "not valid gzip"),
+    (b"{}", "application/json", {"Content-Encoding": "br"}, 400, "'br' is not supported"),
+    (b"x", "text/plain", {}, 415, "not text/plain"),
+    (gzip.compress(b"\0" * (5 * 1024 * 1024)), "application/x-protobuf", {"Content-Encoding": "gzip"}, 400,
+     "over the 4194304-byte limit"),
+])
+def test_http_bad_bodies_get_one_line(embedded, run, body, content_type, headers, status, says):
+    response = post(create_app(embedded).test_client(), body, content_type, **headers)
+    message = response.get_json()["error"]["message"]
+    assert response.status_code == status and says in message and "\n" not in message
+
+
+def test_http_needs_the_api_token_when_one_is_configured(embedded, run):
+    services = with_token(embedded)
+    client = create_app(services).test_client()
+    body = sdk_export([0.2]).SerializeToString()
+    assert post(client, body, "application/x-protobuf").status_code == 401
+    assert post(client, body, "application/x-protobuf", Authorization="Bearer wrong").status_code == 403
+    assert post(client, body, "application/x-protobuf", Authorization="Bearer s3cret").status_code == 200
+
+
+# OTLP/gRPC
+
+
+@pytest.fixture
+def grpc_export(embedded):
+    servers = []
+
+    def call(services, request, metadata=()):
+        server = OtlpGrpcServer(services, "127.0.0.1", 0)
+        server.start()
+        servers.append(server)
+        with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            method = channel.unary_unary(f"/{SERVICE}/Export", request_serializer=lambda m: m.SerializeToString(),
+                                         response_deserializer=service.ExportMetricsServiceResponse.FromString)
+            return method(request, metadata=metadata, timeout=10)
+
+    yield call
+    for server in servers:
+        server.stop(0)
+
+
+def test_grpc_export_feeds_the_analyzer_and_checks_the_token(embedded, run, grpc_export):
+    answer = grpc_export(embedded, sdk_export([0.2, 0.2], host_name="elsewhere"))
+    assert answer.partial_success.rejected_data_points == 2
+    grpc_export(embedded, sdk_export([0.2]))
+    assert DETECTORS.read(embedded, RUN).state.seen == 1
+    guarded = with_token(embedded)
+    with pytest.raises(grpc.RpcError) as refused:
+        grpc_export(guarded, sdk_export([0.2]))
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    grpc_export(guarded, sdk_export([0.2], start=1), metadata=(("authorization", "Bearer s3cret"),))
+    assert DETECTORS.read(embedded, RUN).state.seen == 2
+
+
+
+def test_a_step_time_summary_is_rejected_with_its_reason(embedded, run):
+    summary = otlp_metrics.Metric(name="step_time", summary=otlp_metrics.Summary(data_points=[
+        otlp_metrics.SummaryDataPoint(time_unix_nano=SECOND, count=2, sum=0.4)]))
+    result = export(embedded, service.ExportMetricsServiceRequest(resource_metrics=[otlp_metrics.ResourceMetrics(
+        scope_metrics=[otlp_metrics.ScopeMetrics(metrics=[summary])])]))
+    assert result.rejected == 1 and "summary metrics are not used" in result.error_message
