@@ -108,7 +108,11 @@ def test_the_report_shows_status_findings_and_charts(driver, reports):
     assert [f.find_element("css selector", "h3").text.split("\n")[0] for f in findings] == [
         f"{f['priority']}{f['title']} {f['category']}" for f in analysis["findings"]]
     (step_chart,) = _visible(driver, ".step-chart svg")
-    assert len(step_chart.find_elements("css selector", "rect")) == 2 * analysis["metrics"]["steps"]
+    series = analysis["hosts"][0]["series"]
+    gaps = [gap for gap in series["gap_before_ms"][1:len(series["step_ms"])] if gap > 0]
+    # A busy and an idle bar per step, and the host's gap before the next step stacked on it.
+    assert len(step_chart.find_elements("css selector", "rect")) == 2 * len(series["step_ms"]) + len(gaps)
+    assert len(series["step_ms"]) == analysis["metrics"]["steps"]
     (ops_chart,) = _visible(driver, ".ops-chart svg")
     assert len(ops_chart.find_elements("css selector", "rect")) == len(analysis["hosts"][0]["top_ops"][:10])
     assert len(_visible(driver, "#metrics .tile")) == 5

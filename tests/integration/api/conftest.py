@@ -14,7 +14,7 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "unit" / "api"))
 
-from api_suite import api, make_api, make_services, services  # noqa: E402, F401 - fixtures
+from api_suite import api, google_signer, make_api, make_services, services  # noqa: E402, F401 - fixtures
 from mldiag.ports import DocumentStore  # noqa: E402
 
 PROJECT = "mldiag-api-suite"

@@ -7,13 +7,19 @@ Each conftest that runs the suite imports these fixtures and provides ``store``
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import NameOID
 from flask import Flask
 from flask.testing import FlaskClient
+from google.auth import crypt
 from requests.structures import CaseInsensitiveDict
 
 from mldiag.adapters.inprocess_bus import InProcessBus
@@ -103,3 +109,18 @@ def make_api(make_services: Callable[..., Services]) -> Callable[..., Api]:
 @pytest.fixture
 def api(services: Services) -> Api:
     return Api(create_app(services).test_client())
+
+
+@pytest.fixture(scope="module")
+def google_signer() -> tuple[crypt.RSASigner, bytes]:
+    """A signing key and its self-signed certificate, standing in for one of Google's."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "accounts.google.com")])
+    now = datetime.now(timezone.utc)
+    certificate = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+                   .serial_number(x509.random_serial_number()).not_valid_before(now - timedelta(days=1))
+                   .not_valid_after(now + timedelta(days=1)).sign(key, hashes.SHA256()))
+    private_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                    serialization.NoEncryption())
+    return crypt.RSASigner.from_string(private_pem, key_id="test-key"), certificate.public_bytes(
+        serialization.Encoding.PEM)
