@@ -2,14 +2,16 @@
 
 Registers a run through ``DIAGON_BASE_URL``; the SDK (with its OpenTelemetry
 packages installed) exports what ``record_metrics`` records to
-``OTEL_EXPORTER_OTLP_ENDPOINT``. After ``--healthy`` steps every step sleeps
-30 % longer, the way a job does when its input pipeline or a noisy neighbour
-starts to cost it.
+``OTEL_EXPORTER_OTLP_ENDPOINT``, and serves the XProf profiler on
+``--profiler-port``. Once a line arrives on stdin it trains; after ``--healthy``
+steps every step sleeps 30 % longer, the way a job does when its input pipeline
+or a noisy neighbour starts to cost it.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import jax
@@ -30,10 +32,13 @@ def main() -> None:
     parser.add_argument("--healthy", type=int, required=True)
     parser.add_argument("--slow", type=int, required=True)
     parser.add_argument("--pace", type=float, required=True, help="seconds a healthy step takes")
+    parser.add_argument("--profiler-port", type=int, required=True)
     args = parser.parse_args()
 
     run = machinelearning_run(name=args.name, gcs_path=args.gcs_path, metrics_record_interval_sec=0)
+    jax.profiler.start_server(args.profiler_port)
     print(f"registered run {run.name}", flush=True)
+    sys.stdin.readline()  # the test registers the profiler server as a target and turns automatic capture on
     step = jax.jit(train_step)
     weights = jnp.ones((128, 16))
     batch = jax.random.normal(jax.random.key(0), (64, 128))
