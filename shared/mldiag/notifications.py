@@ -44,6 +44,7 @@ from mldiag.domain.resources import HealthStatus, MonitoredEvent, ProfilerSessio
 from mldiag.domain.types import CamelModel, format_timestamp
 from mldiag.messages import message_from_cloud_event
 from mldiag.ports import Transaction
+from mldiag.repository import document_key
 from mldiag.run_state import RunState
 
 ANALYSIS_COMPLETED = "dev.mldiag.analysis.v1.completed"
@@ -138,7 +139,7 @@ def _cloud_event(services: Services, event_type: str, event_id: str, subject: st
 
 
 def _stage(transaction: Transaction, services: Services, event: dict[str, Any]) -> str:
-    key = f"{ANALYSIS_EVENTS}:{event['id']}"
+    key = f"{ANALYSIS_EVENTS}:{document_key(event['id'])}"  # event ids hold resource names: no "/" in a key
     outbox.stage(transaction, key, ANALYSIS_EVENTS, event,
                  {"ce-type": event["type"], "ce-id": event["id"], "ce-subject": event["subject"]}, services.now())
     return key
@@ -300,7 +301,7 @@ def deliver(services: Services, message_event: CloudEvent) -> str:
     route = own.over(deployment_route(services.settings))
     sent, failed, served = [], [], []
     for name, (configured, send) in _DESTINATIONS.items():
-        key = f"{event['id']}:{name}".replace("/", "|")
+        key = document_key(f"{event['id']}:{name}")
         served.append(key)
         if not configured(route) or services.store.get(DELIVERED, key) is not None:
             continue

@@ -284,3 +284,13 @@ def test_an_event_that_is_not_a_cloudevent_is_refused_for_good(start_server):
                       {"message": {"data": base64.b64encode(b'{"hello": 1}').decode(), "messageId": "x1"}})
     outcome = entrypoints.deliver_notifications(server.services, push)
     assert outcome.value == "rejected"
+
+
+def test_a_notification_is_staged_under_a_key_firestore_takes(deployment, receiver):
+    """Event ids hold resource names; Firestore reads a "/" in a document id as a path and refuses it."""
+    server = deployment(receiver())
+    _analyse_a_session(server.services)
+    session = server.services.sessions.get(SESSION)
+    key = server.services.store.transaction(
+        lambda transaction: notifications.stage_analysis_completed(transaction, server.services, session, None))
+    assert "/" not in key and server.services.store.get("outbox", key) is not None
