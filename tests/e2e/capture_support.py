@@ -3,13 +3,15 @@ JAX workloads serving the profiler, targets, and the CLI (against ``mldiag up`` 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -111,3 +113,17 @@ def wait_for(condition: Callable[[], Any], what: str, timeout_s: float = 60) -> 
 
 def profile_file(control_plane: ControlPlane, run: str, session_id: str, target: str) -> Path:
     return control_plane.bucket_folder / run / "plugins" / "profile" / session_id / f"{target}.xplane.pb"
+
+
+@contextlib.contextmanager
+def running_agent(control_plane: ControlPlane, run: str, port: int) -> Iterator[subprocess.Popen]:
+    """``mldiag agent`` for ``run`` on this machine, registering the profiler server on ``port`` as node-a;
+    stopped with SIGTERM after the block, which it must answer with exit status 0."""
+    process = subprocess.Popen(
+        [MLDIAG, "agent", "--machine-learning-run", run, "--port", str(port), "--hostname", "node-a",
+         "--heartbeat-interval", "1", "--poll-interval", "0.2", "--api-url", control_plane.url],
+        env={**os.environ, "MLDIAG_DATA_DIR": str(control_plane.bucket_folder.parents[1]), "MLDIAG_LOG_FORMAT": "json"},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    yield process
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == 0, process.stderr.read()[-3000:]

@@ -11,15 +11,12 @@ is its webhook contact point's.
 from __future__ import annotations
 
 import base64
-import os
-import signal
-import subprocess
 from datetime import datetime, timezone
 
 import pytest
 import requests
 
-from capture_support import MLDIAG, create_run, mldiag_json, profile_file, session, wait_for
+from capture_support import create_run, mldiag_json, profile_file, running_agent, session, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -33,20 +30,13 @@ REPEATS = 999
 def agent(control_plane, workloads):
     create_run(control_plane, RUN)
     (workload,) = workloads(1)
-    data_dir = control_plane.bucket_folder.parents[1]
-    process = subprocess.Popen(
-        [MLDIAG, "agent", "--machine-learning-run", RUN, "--port", str(workload.port), "--hostname", "node-a",
-         "--heartbeat-interval", "1", "--poll-interval", "0.2", "--api-url", control_plane.url],
-        env={**os.environ, "MLDIAG_DATA_DIR": str(data_dir), "MLDIAG_LOG_FORMAT": "json"},
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    wait_for(lambda: mldiag_json(control_plane, "profiler-target", "list", "--machine-learning-run", RUN),
-             "the agent's heartbeat")
-    # One capture per event stays the rule; a short cooldown lets the Grafana test's event capture too.
-    mldiag_json(control_plane, "machine-learning-run", "set-auto-capture", RUN, "--duration", "1s",
-                "--cooldown", "1s")
-    yield workload
-    process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=30) == 0, process.stderr.read()[-3000:]
+    with running_agent(control_plane, RUN, workload.port):
+        wait_for(lambda: mldiag_json(control_plane, "profiler-target", "list", "--machine-learning-run", RUN),
+                 "the agent's heartbeat")
+        # One capture per event stays the rule; a short cooldown lets the Grafana test's event capture too.
+        mldiag_json(control_plane, "machine-learning-run", "set-auto-capture", RUN, "--duration", "1s",
+                    "--cooldown", "1s")
+        yield workload
 
 
 def notification(status: str, fingerprint: str, starts_at: str, **extra) -> dict:

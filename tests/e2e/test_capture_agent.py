@@ -7,13 +7,9 @@ write into its scratch folder on the node and uploads the file to the bucket.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-
 import pytest
 
-from capture_support import MLDIAG, create_run, mldiag, mldiag_json, profile_file, session, wait_for
+from capture_support import create_run, mldiag, mldiag_json, profile_file, running_agent, session, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -24,15 +20,8 @@ RUN = "capture-agent"
 def agent(control_plane, workloads):
     create_run(control_plane, RUN)
     (workload,) = workloads(1)
-    data_dir = control_plane.bucket_folder.parents[1]
-    process = subprocess.Popen(
-        [MLDIAG, "agent", "--machine-learning-run", RUN, "--port", str(workload.port), "--hostname", "node-a",
-         "--heartbeat-interval", "1", "--poll-interval", "0.2", "--api-url", control_plane.url],
-        env={**os.environ, "MLDIAG_DATA_DIR": str(data_dir), "MLDIAG_LOG_FORMAT": "json"},
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    yield workload
-    process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=30) == 0, process.stderr.read()[-3000:]
+    with running_agent(control_plane, RUN, workload.port):
+        yield workload
 
 
 def registered_targets(control_plane) -> list[dict]:
