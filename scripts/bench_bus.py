@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from mldiag.adapters.inprocess_bus import InProcessBus
+from mldiag.adapters.bus.inprocess import InProcessBus
 
 
 def measure(messages: int, path: Path | str) -> tuple[float, float]:

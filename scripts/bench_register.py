@@ -21,9 +21,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from mldiag import bootstrap, entrypoints
+from mldiag import bootstrap
+
+from mldiag.entrypoints import handlers
 from mldiag.config import ANALYSIS_REQUESTS, Settings
-from mldiag.messages import encode_json, storage_finalized_event
+from mldiag.domain.messages import encode_json, storage_finalized_event
 
 
 def _events(count: int, duplicates: float, hosts: int, seed: int = 7) -> list:
@@ -65,7 +67,7 @@ def bench(settings: Settings, events: list) -> None:
         services.bus.publish(ANALYSIS_REQUESTS, encode_json({"id": event["id"]}))
 
     base = _measure("floor (write+publish)", events, floor)
-    handler = _measure("register_session", events, lambda e: entrypoints.register_session(services, e))
+    handler = _measure("register_session", events, lambda e: handlers.register_session(services, e))
     print(f"  ratio: register_session runs at {handler['events_per_s'] / base['events_per_s']:.2f}x the floor's "
           f"throughput; p50 {handler['p50_ms'] / base['p50_ms']:.1f}x, p99 {handler['p99_ms'] / base['p99_ms']:.1f}x")
 

@@ -341,7 +341,7 @@ def _demo_loop(slowdown: float) -> Loop:
     import jax
     import jax.numpy as jnp
 
-    from mldiag.demo.workload import PAUSE_S
+    from mldiag.local.demo.workload import PAUSE_S
 
     @jax.jit
     def train_step(params, batch):
@@ -370,7 +370,7 @@ def demo_healthy():
 
 
 def demo_degraded():
-    from mldiag.demo.workload import SLOWDOWN
+    from mldiag.local.demo.workload import SLOWDOWN
 
     return _demo_loop(SLOWDOWN)
 

@@ -1,6 +1,6 @@
 # The Firestore queries mldiag makes that need a composite index, and the TTL policy.
 #
-# - Resource lists (mldiag.repository.Repository.list): `_parent == P` ordered by
+# - Resource lists (mldiag.services.repository.Repository.list): `_parent == P` ordered by
 #   `createTime`, ascending (internal walks) and descending (the API's default order), in
 #   each resource collection.
 # - A run by its display name (the CLI's `--machine-learning-run NAME`): `_parent == P` and
@@ -8,7 +8,7 @@
 # - The console's runs by phase (`?phase=`): `_parent == P` and `runPhase == X`, newest first.
 # - A session's comparison baseline (mldiag.analysis.comparison.find_baseline): `_parent`,
 #   `analysis.state` and `autoCaptured` equal to values, newest first.
-# - The event archive (mldiag.eventlog.EventArchive.list, `mldiag events list|replay`):
+# - The event archive (mldiag.services.event_archive.EventArchive.list, `mldiag events list|replay`):
 #   `function`, `type` and/or `outcome` equal to a value, over a `firstReceived` range,
 #   newest first. Firestore merges these indexes to serve two or three equalities at once.
 # Every other query the code makes filters or orders on a single field, which Firestore's

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from mldiag.adapters.inprocess_bus import InProcessBus
-from mldiag.adapters.local_blobs import LocalBlobs
-from mldiag.adapters.sqlite_store import SqliteStore
+from mldiag.adapters.bus.inprocess import InProcessBus
+from mldiag.adapters.blobs.local import LocalBlobs
+from mldiag.adapters.store.sqlite import SqliteStore
 from mldiag.bootstrap import Services
 from mldiag.config import Settings
 
@@ -74,13 +74,13 @@ def devstack_environment(deployment_settings: dict[str, str],
         return
     if os.environ.get("MLDIAG_REQUIRE_EMULATORS") == "1":
         pytest.fail("MLDIAG_REQUIRE_EMULATORS=1 but the emulators' variables are not set", pytrace=False)
-    from mldiag.devstack import read_env_file
+    from mldiag.local.devstack import read_env_file
 
     state = tmp_path_factory.mktemp("devstack")
     env_file = state / "env"
     with (state / "devstack.log").open("wb") as log_file:
         process = subprocess.Popen(
-            [sys.executable, "-m", "mldiag.devstack", "--project", "mldiag-integration",
+            [sys.executable, "-m", "mldiag.local.devstack", "--project", "mldiag-integration",
              "--functions-dir", str(REPO / "functions"), "--data-dir", str(state / "data"),
              "--env-file", str(env_file)],
             stdout=subprocess.DEVNULL, stderr=log_file,

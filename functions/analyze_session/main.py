@@ -3,9 +3,11 @@
 import functions_framework
 from cloudevents.http import CloudEvent
 
-from mldiag import bootstrap, entrypoints
+from mldiag import bootstrap
+
+from mldiag.entrypoints import handlers
 
 
 @functions_framework.cloud_event
 def analyze_session(cloud_event: CloudEvent) -> None:
-    entrypoints.analyze_session(bootstrap.services(), cloud_event)
+    handlers.analyze_session(bootstrap.services(), cloud_event)

@@ -3,9 +3,11 @@
 import functions_framework
 from cloudevents.http import CloudEvent
 
-from mldiag import bootstrap, entrypoints
+from mldiag import bootstrap
+
+from mldiag.entrypoints import handlers
 
 
 @functions_framework.cloud_event
 def maintenance(cloud_event: CloudEvent) -> None:
-    entrypoints.maintenance(bootstrap.services(), cloud_event)
+    handlers.maintenance(bootstrap.services(), cloud_event)

@@ -3,9 +3,11 @@
 import functions_framework
 from cloudevents.http import CloudEvent
 
-from mldiag import bootstrap, entrypoints
+from mldiag import bootstrap
+
+from mldiag.entrypoints import handlers
 
 
 @functions_framework.cloud_event
 def on_alert(cloud_event: CloudEvent) -> None:
-    entrypoints.on_alert(bootstrap.services(), cloud_event)
+    handlers.on_alert(bootstrap.services(), cloud_event)

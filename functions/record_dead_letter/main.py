@@ -3,9 +3,11 @@
 import functions_framework
 from cloudevents.http import CloudEvent
 
-from mldiag import bootstrap, entrypoints
+from mldiag import bootstrap
+
+from mldiag.entrypoints import handlers
 
 
 @functions_framework.cloud_event
 def record_dead_letter(cloud_event: CloudEvent) -> None:
-    entrypoints.record_dead_letter(bootstrap.services(), cloud_event)
+    handlers.record_dead_letter(bootstrap.services(), cloud_event)

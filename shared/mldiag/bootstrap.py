@@ -17,9 +17,9 @@ from mldiag.domain.resources import (
     MachineLearningRun, MonitoredEvent, Operation, ProfilerSession, ProfilerTarget,
 )
 from mldiag.domain.types import utcnow
-from mldiag.eventlog import EventArchive
+from mldiag.services.event_archive import EventArchive
 from mldiag.ports import BlobStore, DocumentStore, MessageBus
-from mldiag.repository import Repository
+from mldiag.services.repository import Repository
 
 
 @dataclass
@@ -69,17 +69,17 @@ def build(settings: Settings | None = None) -> Services:
 def build_blobs(settings: Settings) -> BlobStore:
     """The blob store alone, for a process that only uploads profiles (the node agent)."""
     if settings.backend == "gcp":
-        from mldiag.adapters.gcs_blobs import GcsBlobs
+        from mldiag.adapters.blobs.gcs import GcsBlobs
 
         return GcsBlobs(settings.project)
-    from mldiag.adapters.local_blobs import LocalBlobs
+    from mldiag.adapters.blobs.local import LocalBlobs
 
     return LocalBlobs(settings.data_dir, share_base_url=settings.api_url, share_key=settings.share_key)
 
 
 def _build_embedded(settings: Settings) -> Services:
-    from mldiag.adapters.inprocess_bus import InProcessBus
-    from mldiag.adapters.sqlite_store import SqliteStore
+    from mldiag.adapters.bus.inprocess import InProcessBus
+    from mldiag.adapters.store.sqlite import SqliteStore
 
     return Services(
         settings=settings,
@@ -90,8 +90,8 @@ def _build_embedded(settings: Settings) -> Services:
 
 
 def _build_gcp(settings: Settings) -> Services:
-    from mldiag.adapters.firestore_store import FirestoreStore
-    from mldiag.adapters.pubsub_bus import PubSubBus
+    from mldiag.adapters.store.firestore import FirestoreStore
+    from mldiag.adapters.bus.pubsub import PubSubBus
 
     return Services(
         settings=settings,

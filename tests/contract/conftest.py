@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from mldiag.adapters.inprocess_bus import InProcessBus
-from mldiag.adapters.local_blobs import LocalBlobs
-from mldiag.adapters.sqlite_store import SqliteStore
-from mldiag.messages import Message, message_from_cloud_event
+from mldiag.adapters.bus.inprocess import InProcessBus
+from mldiag.adapters.blobs.local import LocalBlobs
+from mldiag.adapters.store.sqlite import SqliteStore
+from mldiag.domain.messages import Message, message_from_cloud_event
 from mldiag.ports import BlobStore, DocumentStore, MessageBus
 
 PROJECT = "mldiag-contract-tests"
@@ -56,7 +56,7 @@ def emulator_host(variable: str) -> str:
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> DocumentStore:
     if request.param == "sqlite":
         return SqliteStore(tmp_path / "store.sqlite3")
-    from mldiag.adapters.firestore_store import FirestoreStore
+    from mldiag.adapters.store.firestore import FirestoreStore
 
     host = emulator_host("FIRESTORE_EMULATOR_HOST")
     documents = f"http://{host}/emulator/v1/projects/{PROJECT}/databases/(default)/documents"
@@ -77,7 +77,7 @@ def blobs(request: pytest.FixtureRequest, tmp_path: Path, bucket: str) -> Iterat
         return
     from google.cloud import storage
 
-    from mldiag.adapters.gcs_blobs import GcsBlobs
+    from mldiag.adapters.blobs.gcs import GcsBlobs
 
     emulator_host("STORAGE_EMULATOR_HOST")
     created = storage.Client(project=PROJECT).create_bucket(bucket.removeprefix("gs://"))
@@ -119,7 +119,7 @@ def _inprocess_subscription(topic: str) -> Subscribed:
 @pytest.fixture(params=adapters(None, "pubsub", "PUBSUB_EMULATOR_HOST"))
 def pubsub_bus() -> MessageBus:
     """PubSubBus alone, for what only Pub/Sub does (topics must exist)."""
-    from mldiag.adapters.pubsub_bus import PubSubBus
+    from mldiag.adapters.bus.pubsub import PubSubBus
 
     emulator_host("PUBSUB_EMULATOR_HOST")
     return PubSubBus(PROJECT)
@@ -128,7 +128,7 @@ def pubsub_bus() -> MessageBus:
 def _pubsub_subscription(topic: str) -> Iterator[Subscribed]:
     from google.cloud import pubsub_v1
 
-    from mldiag.adapters.pubsub_bus import PubSubBus
+    from mldiag.adapters.bus.pubsub import PubSubBus
 
     publisher, subscriber = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
     topic_path = publisher.create_topic(name=publisher.topic_path(PROJECT, topic)).name

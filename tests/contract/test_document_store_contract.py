@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from mldiag.adapters.sqlite_store import SqliteStore
+from mldiag.adapters.store.sqlite import SqliteStore
 from mldiag.domain.errors import AlreadyExists, InvalidArgument
 from mldiag.ports import OrderBy, Where
 

@@ -17,9 +17,9 @@ import uuid
 
 import pytest
 
-from mldiag.adapters.inprocess_bus import InProcessBus
+from mldiag.adapters.bus.inprocess import InProcessBus
 from mldiag.domain.errors import NotFound
-from mldiag.messages import Message, message_from_cloud_event
+from mldiag.domain.messages import Message, message_from_cloud_event
 
 PROJECT = "p"
 
@@ -237,7 +237,7 @@ def test_inprocess_message_for_a_subscription_not_yet_made_waits_for_it(tmp_path
 _KILLED_MID_DELIVERY = """
 import sys, threading
 from pathlib import Path
-from mldiag.adapters.inprocess_bus import InProcessBus
+from mldiag.adapters.bus.inprocess import InProcessBus
 
 bus = InProcessBus("p", path=sys.argv[1])
 def handler(event):

@@ -1,6 +1,6 @@
 """Automatic capture end to end on ``mldiag up``: a real JAX job slows down, is captured, recovers.
 
-The job is the demo's (:mod:`mldiag.demo.workload`): the official SDK registers
+The job is the demo's (:mod:`mldiag.local.demo.workload`): the official SDK registers
 its run, its profiler server is a target, and once told it reports every step
 time to ``:reportMetrics`` and then sleeps 30 % longer per step. The degradation
 analyzer opens a monitored event, ``on_alert`` captures the target on demand
@@ -19,7 +19,7 @@ import pytest
 from capture_support import (
     ControlPlane, analysed, mldiag, mldiag_json, profile_file, register_target, session, wait_for,
 )
-from mldiag.demo.processes import Workload
+from mldiag.local.demo.processes import Workload
 
 pytestmark = pytest.mark.slow
 

@@ -35,7 +35,7 @@ import pytest
 
 from capture_support import MLDIAG, analysed, mldiag, mldiag_json, session, wait_for
 from mldiag.bootstrap import Services, build
-from mldiag.demo.processes import Workload
+from mldiag.local.demo.processes import Workload
 
 pytestmark = [pytest.mark.slow, pytest.mark.emulator]
 

@@ -84,4 +84,4 @@ def test_the_demo_against_a_running_control_plane_shares_its_reports(control_pla
         assert session["report"].startswith(f"{control_plane.url}/share/")
         shared = requests.get(session["report"], timeout=10)
         assert shared.status_code == 200 and shared.headers["Content-Type"].startswith("text/html")
-    assert processes_mentioning("mldiag.demo.workload", str(control_plane.bucket_folder)) == []
+    assert processes_mentioning("mldiag.local.demo.workload", str(control_plane.bucket_folder)) == []

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from werkzeug.serving import make_server
 
-from mldiag.devstack import create_push_subscriptions
-from mldiag.devstack_host import HostedFunction, create_host
+from mldiag.local.devstack import create_push_subscriptions
+from mldiag.local.devstack_host import HostedFunction, create_host
 
 TEST_FUNCTIONS = Path(__file__).parent / "functions"
 

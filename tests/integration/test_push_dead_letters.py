@@ -15,10 +15,10 @@ import uuid
 import pytest
 from google.cloud import pubsub_v1
 
-from mldiag.adapters.inprocess_bus import InProcessBus
-from mldiag.adapters.pubsub_bus import PubSubBus
+from mldiag.adapters.bus.inprocess import InProcessBus
+from mldiag.adapters.bus.pubsub import PubSubBus
 from mldiag.config import ANALYSIS_REQUESTS, dead_letter_topic
-from mldiag.messages import message_from_cloud_event
+from mldiag.domain.messages import message_from_cloud_event
 
 pytestmark = pytest.mark.emulator
 

@@ -62,7 +62,7 @@ def gemini_analysis(source: str, recording: str) -> dict[str, Any]:
     from mldiag.analysis import analyze_session
     from mldiag.analysis.investigation import Investigator
     from mldiag.analysis.offline import OfflineReasoner
-    from mldiag.analysis.vertex import VertexReasoner
+    from mldiag.adapters.reasoning.vertex import VertexReasoner
 
     with FakeGemini(script(recording)) as fake:
         reasoner = VertexReasoner(project="quality-harness", location="us-central1", model="gemini-2.5-flash",

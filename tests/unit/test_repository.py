@@ -2,10 +2,10 @@
 
 import pytest
 
-from mldiag.adapters.sqlite_store import SqliteStore
+from mldiag.adapters.store.sqlite import SqliteStore
 from mldiag.domain import Aborted, AlreadyExists, InvalidTransition, MachineLearningRun, NotFound, RunPhase
 from mldiag.ports import Where
-from mldiag.repository import Repository
+from mldiag.services.repository import Repository
 
 PARENT = "projects/p/locations/l"
 

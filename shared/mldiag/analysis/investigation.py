@@ -5,7 +5,7 @@ a :class:`Reasoner` forms hypotheses from the evidence, runs at most four
 follow-up checks (:mod:`mldiag.analysis.followups`) and concludes with
 findings. Two reasoners share the protocol: the deterministic offline one
 (:mod:`mldiag.analysis.offline`, the default) and Gemini on Vertex AI
-(:mod:`mldiag.analysis.vertex`).
+(:mod:`mldiag.adapters.reasoning.vertex`).
 
 Whatever a model answers, the offline analyst's rules stay the floor:
 
@@ -145,7 +145,7 @@ def investigator(settings: Settings, reasoner: str | None = None) -> Investigato
 
     offline = OfflineReasoner()
     if (reasoner or settings.reasoner) == "vertex":
-        from mldiag.analysis.vertex import VertexReasoner
+        from mldiag.adapters.reasoning.vertex import VertexReasoner
 
         return Investigator(VertexReasoner.from_settings(settings), offline)
     return Investigator(offline, offline)

@@ -1,4 +1,4 @@
-"""``mldiag agent``: run the node agent (see :mod:`mldiag.capture.agent`) until Ctrl-C or SIGTERM.
+"""``mldiag agent``: run the node agent (see :mod:`mldiag.agent.daemon`) until Ctrl-C or SIGTERM.
 
 Uploads go to the bucket the settings name: the local buckets under
 ``MLDIAG_DATA_DIR`` next to ``mldiag up``, Cloud Storage with
@@ -11,7 +11,7 @@ before its workload registers the run, so it waits for the run to exist (and
 for the control plane to answer) before it registers any target.
 
 With ``--sdk-port`` it also serves the official SDK's routes on 127.0.0.1 and
-forwards them with its own credentials (:mod:`mldiag.capture.sdk_forwarder`):
+forwards them with its own credentials (:mod:`mldiag.agent.sdk_forwarder`):
 workloads on the node set ``DIAGON_BASE_URL=http://127.0.0.1:<port>``. It
 serves them at once, so the workload can register the run the agent waits for.
 """
@@ -28,7 +28,7 @@ from typing import Annotated
 
 import typer
 
-from mldiag.cli.api_client import (
+from mldiag.client.api import (
     DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiClient, ApiError, ApiUrl, Location, Project, Token,
     api_command,
 )
@@ -106,8 +106,8 @@ def agent(
 ) -> None:
     """Register this node's profiler servers as targets and capture them on request."""
     from mldiag import bootstrap, logs
-    from mldiag.capture.agent import Agent, AgentConfig, LocalTarget
-    from mldiag.capture.sdk_forwarder import SdkForwarder
+    from mldiag.agent.daemon import Agent, AgentConfig, LocalTarget
+    from mldiag.agent.sdk_forwarder import SdkForwarder
 
     settings = Settings.from_env()
     logs.configure(settings.log_format)

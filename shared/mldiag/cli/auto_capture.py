@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from mldiag.cli.api_client import (
+from mldiag.client.api import (
     DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiClient, ApiUrl, Fmt, Location, Project, Token,
     api_command, print_resources,
 )

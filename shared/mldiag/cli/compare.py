@@ -29,7 +29,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mldiag.analysis.regression import DEFAULT_MAX_MEMORY_REGRESSION, DEFAULT_MAX_STEP_TIME_REGRESSION, Thresholds
-from mldiag.cli.api_client import (
+from mldiag.client.api import (
     DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiClient, ApiUrl, Location, Project, RunOption, Token,
     api_command,
 )

@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from mldiag.cli.api_client import DEFAULT_LOCATION, DEFAULT_PROJECT, ApiError, Location, Project, Token
+from mldiag.client.api import DEFAULT_LOCATION, DEFAULT_PROJECT, ApiError, Location, Project, Token
 from mldiag.cli.output import Format, show
 from mldiag.config import Settings
 from mldiag.domain.resources import AnalysisState
@@ -50,8 +50,8 @@ def demo(
     as a snapshot and automatically; each session's state, analysis, report and
     top finding are printed.
     """
-    from mldiag.demo.processes import DemoError
-    from mldiag.demo.walkthrough import DemoSettings, print_summary, run_demo
+    from mldiag.local.demo.processes import DemoError
+    from mldiag.local.demo.walkthrough import DemoSettings, print_summary, run_demo
 
     progress = Console(stderr=True)
     missing = [what for module, what in DEMO_EXTRA.items() if importlib.util.find_spec(module) is None]

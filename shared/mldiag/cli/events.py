@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 import typer
 
-from mldiag.cli.api_client import DEFAULT_API_URL, ApiClient, ApiUrl, Fmt, Token, api_command
+from mldiag.client.api import DEFAULT_API_URL, ApiClient, ApiUrl, Fmt, Token, api_command
 from mldiag.cli.output import Format, show
 
 app = typer.Typer(help="Archived events: list, show, replay, dead-letters, prune.", no_args_is_help=True)

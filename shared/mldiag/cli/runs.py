@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from mldiag.cli import auto_capture, capture
-from mldiag.cli.api_client import (
+from mldiag.client.api import (
     DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiClient, ApiUrl, Filter, Fmt, Limit, Location,
     Project, SortBy, Token, api_command, key_values, location_path, print_resources,
 )

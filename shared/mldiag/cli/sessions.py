@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from mldiag.cli import capture
-from mldiag.cli.api_client import (
+from mldiag.client.api import (
     DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiClient, ApiUrl, Fmt, Location, Project, RunOption,
     Token, api_command, describe_child_command, list_children_command,
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mldiag.cli.api_client import DEFAULT_API_URL, ApiClient, ApiUrl, Fmt, Token, api_command
+from mldiag.client.api import DEFAULT_API_URL, ApiClient, ApiUrl, Fmt, Token, api_command
 from mldiag.cli.output import Format, show
 
 

@@ -16,7 +16,7 @@ import typer
 from mldiag.config import Settings
 
 if TYPE_CHECKING:
-    from mldiag.server import Banner
+    from mldiag.local.server import Banner
 
 
 class LogFormat(StrEnum):
@@ -66,9 +66,9 @@ def up(
              "directory has every line either way.")] = None,
 ) -> None:
     """Run the control plane, the event functions, a bucket watcher and maintenance, until Ctrl-C."""
-    from mldiag.otlp_grpc import DEFAULT_PORT
-    from mldiag.server import StartFailed, serve
-    from mldiag.ui.xprof_viewer import ViewerFailed
+    from mldiag.local.otlp_grpc import DEFAULT_PORT
+    from mldiag.local.server import StartFailed, serve
+    from mldiag.local.xprof_viewer import ViewerFailed
 
     settings = Settings.from_env()
     explicit_format = "log_format" in settings.model_fields_set  # set by MLDIAG_LOG_FORMAT

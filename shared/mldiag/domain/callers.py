@@ -1,4 +1,4 @@
-"""Who made a call, as the services see it (the API's guard decides; :mod:`mldiag.api.auth`)."""
+"""Who made a call, as the services see it (the API's guard decides; :mod:`mldiag.entrypoints.http.auth`)."""
 
 from __future__ import annotations
 

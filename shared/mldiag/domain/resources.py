@@ -288,7 +288,7 @@ class MachineLearningRun(Resource):
     # Server-owned: how often the run became ACTIVE again after it had ended, and when it last did.
     restart_count: int = 0
     last_restart_time: Timestamp = None
-    # Server-owned: the credential that registered the run through the SDK's routes (see mldiag.api.auth).
+    # Server-owned: the credential that registered the run through the SDK's routes (see mldiag.entrypoints.http.auth).
     registered_by: str = ""
 
     @property

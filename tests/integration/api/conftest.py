@@ -22,7 +22,7 @@ PROJECT = "mldiag-api-suite"
 
 @pytest.fixture
 def store(devstack: dict[str, str]) -> DocumentStore:
-    from mldiag.adapters.firestore_store import FirestoreStore
+    from mldiag.adapters.store.firestore import FirestoreStore
 
     host = devstack["FIRESTORE_EMULATOR_HOST"]
     documents = f"http://{host}/emulator/v1/projects/{PROJECT}/databases/(default)/documents"

@@ -11,14 +11,14 @@ import pytest
 from analysis_support import xplane
 from structlog.testing import capture_logs
 
-from mldiag import entrypoints
+from mldiag.entrypoints import handlers
 from mldiag.config import ANALYSIS_REQUESTS, dead_letter_topic
 from mldiag.domain import AnalysisState, HealthStatus
 from mldiag.domain.names import parse_child
-from mldiag.eventlog import Ignored, Outcome
-from mldiag.messages import Message, pubsub_cloud_event, storage_finalized_event
-from mldiag.registration import Registrar, parse_finalized
-from mldiag.services.analysis import reanalyze
+from mldiag.services.event_archive import Ignored, Outcome
+from mldiag.domain.messages import Message, pubsub_cloud_event, storage_finalized_event
+from mldiag.services.registration import Registrar, parse_finalized
+from mldiag.services.resources.reanalysis import reanalyze
 
 SESSION = "projects/p/locations/l/machineLearningRuns/run1/profilerSessions/s1"
 FOLDER = "gs://profiles/run1/plugins/profile/s1"
@@ -27,7 +27,7 @@ FOLDER = "gs://profiles/run1/plugins/profile/s1"
 def _add_file(services, data: bytes, host: str = "host0") -> None:
     uri = f"{FOLDER}/{host}.xplane.pb"
     written = services.blobs.write_bytes(uri, data)
-    entrypoints.register_session(services, storage_finalized_event({
+    handlers.register_session(services, storage_finalized_event({
         "bucket": "profiles", "name": uri.removeprefix("gs://profiles/"), "generation": written.generation,
         "size": str(written.size)}))
 
@@ -42,7 +42,7 @@ def _deliver(services, message: Message, attempt: int = 1) -> Outcome:
     event = pubsub_cloud_event(project="p", topic=ANALYSIS_REQUESTS, subscription="analyze_session",
                                message=dataclasses.replace(message, delivery_attempt=attempt),
                                published=services.now())
-    return entrypoints.analyze_session(services, event)
+    return handlers.analyze_session(services, event)
 
 
 def _analysis(services):
@@ -190,7 +190,7 @@ def _deliver_through_functions_framework(services, message: Message) -> Outcome:
     event = pubsub_cloud_event(project="p", topic=ANALYSIS_REQUESTS, subscription="analyze_session",
                                message=message, published=services.now())
     del event.data["deliveryAttempt"]
-    return entrypoints.analyze_session(services, event)
+    return handlers.analyze_session(services, event)
 
 
 def test_the_last_delivery_is_known_from_the_event_archive_when_the_push_omits_it(embedded, requested,
@@ -210,7 +210,7 @@ def _dead_letter(services, message: Message) -> Outcome:
     """``message`` as Pub/Sub forwards it once every delivery attempt failed."""
     letter = Message(message.data, {**message.attributes, "CloudPubSubDeadLetterSourceDeliveryCount": "5",
                                     "CloudPubSubDeadLetterSourceSubscription": "analyze_session"}, "dead-1")
-    return entrypoints.record_dead_letter(services, pubsub_cloud_event(
+    return handlers.record_dead_letter(services, pubsub_cloud_event(
         project="p", topic=dead_letter_topic(ANALYSIS_REQUESTS), subscription="record_dead_letter",
         message=letter, published=services.now()))
 
@@ -262,7 +262,7 @@ def test_a_file_of_zeros_is_refused_before_any_copy_is_made(embedded, clock, mon
     written = embedded.blobs.write_bytes(uri, b"")
     with open(embedded.blobs.path_for(uri), "r+b") as sparse:
         sparse.truncate(2 << 30)  # 2 GiB that take no disk
-    entrypoints.register_session(embedded, storage_finalized_event({
+    handlers.register_session(embedded, storage_finalized_event({
         "bucket": "profiles", "name": uri.removeprefix("gs://profiles/"), "generation": written.generation,
         "size": str(2 << 30)}))
     request = _settle(embedded, clock)

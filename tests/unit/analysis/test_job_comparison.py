@@ -6,11 +6,11 @@ import json
 
 from analysis_support import xplane
 
-from mldiag import entrypoints
+from mldiag.entrypoints import handlers
 from mldiag.config import ANALYSIS_REQUESTS
 from mldiag.domain import AnalysisState, Kind, MachineLearningRun, ProfilerSession
-from mldiag.messages import pubsub_cloud_event, storage_finalized_event
-from mldiag.registration import Registrar
+from mldiag.domain.messages import pubsub_cloud_event, storage_finalized_event
+from mldiag.services.registration import Registrar
 
 RUN = "projects/p/locations/l/machineLearningRuns/run1"
 
@@ -18,7 +18,7 @@ RUN = "projects/p/locations/l/machineLearningRuns/run1"
 def _land(services, session_id: str, fixture: str) -> None:
     uri = f"gs://profiles/run1/plugins/profile/{session_id}/host0.xplane.pb"
     written = services.blobs.write_bytes(uri, xplane(fixture).read_bytes())
-    entrypoints.register_session(services, storage_finalized_event({
+    handlers.register_session(services, storage_finalized_event({
         "bucket": "profiles", "name": uri.removeprefix("gs://profiles/"), "generation": written.generation,
         "size": str(written.size)}))
 
@@ -27,7 +27,7 @@ def _analyse_latest_request(services) -> None:
     message = services.bus.published[ANALYSIS_REQUESTS][-1]
     event = pubsub_cloud_event(project="p", topic=ANALYSIS_REQUESTS, subscription="analyze_session",
                                message=message, published=services.now())
-    entrypoints.analyze_session(services, event)
+    handlers.analyze_session(services, event)
 
 
 def _analysis_json(services, session_id: str) -> dict:

@@ -11,10 +11,10 @@ import pytest
 from analysis_support import xplane
 from test_job import SESSION, _add_file, _analysis, _settle
 
-from mldiag.analysis.job import STALE_MARGIN_SECONDS, WORKER_PID_FILE, clean_up_after_a_stop
+from mldiag.services.analysis_jobs import STALE_MARGIN_SECONDS, WORKER_PID_FILE, clean_up_after_a_stop
 from mldiag.config import ANALYSIS_REQUESTS
 from mldiag.domain import AnalysisState
-from mldiag.maintenance import run_maintenance
+from mldiag.services.operations.maintenance import run_maintenance
 
 
 @pytest.fixture
@@ -87,9 +87,9 @@ def test_start_up_kills_only_the_workers_a_killed_predecessor_left_and_removes_s
     for folder in (orphan_folder, unrelated_folder, elsewhere):
         (folder / "profile").mkdir(parents=True)
         (folder / "profile" / "host.xplane.pb").write_bytes(b"\0" * 1024)
-    orphan = _process("mldiag.analysis.worker", "--scratch", str(orphan_folder))
+    orphan = _process("mldiag.entrypoints.analysis_worker", "--scratch", str(orphan_folder))
     unrelated = _process("something else", "--scratch", str(unrelated_folder))
-    other_scratch = _process("mldiag.analysis.worker", "--scratch", str(root.parent / "not-ours"))
+    other_scratch = _process("mldiag.entrypoints.analysis_worker", "--scratch", str(root.parent / "not-ours"))
     try:
         (orphan_folder / WORKER_PID_FILE).write_text(str(orphan.pid))
         (unrelated_folder / WORKER_PID_FILE).write_text(str(unrelated.pid))

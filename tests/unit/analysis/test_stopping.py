@@ -74,7 +74,7 @@ def test_analyze_stopped_by_a_signal_removes_its_scratch_and_stops_its_processes
 def test_the_worker_stopped_by_sigterm_removes_its_private_copy(tmp_path):
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    worker = subprocess.Popen([sys.executable, "-m", "mldiag.analysis.worker", "--out", str(tmp_path / "out"),
+    worker = subprocess.Popen([sys.executable, "-m", "mldiag.entrypoints.analysis_worker", "--out", str(tmp_path / "out"),
                                "--scratch", str(scratch), str(xplane("compute_bound"))],
                               env=_environment(tmp_path), stderr=subprocess.PIPE, text=True)
     _wait_for("mldiag-analysis-*", scratch, worker)

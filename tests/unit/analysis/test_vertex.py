@@ -22,7 +22,7 @@ from mldiag.analysis.followups import MAX_FOLLOWUPS, TOOL_SPECS
 from mldiag.analysis.investigation import Investigator
 from mldiag.analysis.offline import OfflineReasoner
 from mldiag.analysis.prompts import SYSTEM_INSTRUCTION
-from mldiag.analysis.vertex import VertexReasoner
+from mldiag.adapters.reasoning.vertex import VertexReasoner
 from mldiag.config import Settings
 from mldiag.domain import FindingCategory, HealthStatus, Priority
 
@@ -182,8 +182,9 @@ def test_settings_choose_vertex_from_mldiag_or_google_genai_variables():
 def test_google_genai_is_not_imported_unless_vertex_is_configured():
     program = (
         "import sys\n"
-        "from mldiag import entrypoints\n"
-        "from mldiag.analysis import job, report\n"
+        "from mldiag.entrypoints import handlers\n"
+        "from mldiag.analysis import report\n"
+        "from mldiag.services import analysis_jobs\n"
         "from mldiag.analysis.investigation import investigator\n"
         "from mldiag.config import Settings\n"
         "investigator(Settings())\n"

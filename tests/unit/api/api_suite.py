@@ -22,9 +22,9 @@ from flask.testing import FlaskClient
 from google.auth import crypt
 from requests.structures import CaseInsensitiveDict
 
-from mldiag.adapters.inprocess_bus import InProcessBus
-from mldiag.adapters.local_blobs import LocalBlobs
-from mldiag.api import create_app
+from mldiag.adapters.bus.inprocess import InProcessBus
+from mldiag.adapters.blobs.local import LocalBlobs
+from mldiag.entrypoints.http import create_app
 from mldiag.bootstrap import Services
 from mldiag.config import Settings
 from mldiag.ports import DocumentStore

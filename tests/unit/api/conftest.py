@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from api_suite import api, google_signer, make_api, make_services, services  # noqa: F401 - fixtures
-from mldiag.adapters.sqlite_store import SqliteStore
+from mldiag.adapters.store.sqlite import SqliteStore
 from mldiag.ports import DocumentStore
 
 

@@ -92,7 +92,7 @@ def certificate_server(google_signer, monkeypatch):
     from werkzeug.serving import make_server
     from werkzeug.wrappers import Response
 
-    from mldiag.api import auth
+    from mldiag.entrypoints.http import auth
 
     _, certificate = google_signer
     served: list[str] = []

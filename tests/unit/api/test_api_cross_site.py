@@ -7,8 +7,8 @@ import socket
 import pytest
 
 from api_suite import RUNS, Api
-from mldiag.api import create_app
-from mldiag.api.origin import HostNames
+from mldiag.entrypoints.http import create_app
+from mldiag.entrypoints.http.origin import HostNames
 from mldiag.domain.errors import InvalidArgument
 
 

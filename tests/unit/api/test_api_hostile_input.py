@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from api_suite import RUNS
-from mldiag.api import create_app
-from mldiag.api.http import MAX_BODY_BYTES, MAX_JSON_DEPTH
+from mldiag.entrypoints.http import create_app
+from mldiag.entrypoints.http.rest import MAX_BODY_BYTES, MAX_JSON_DEPTH
 
 
 def _nothing_stored(api) -> bool:

@@ -8,10 +8,11 @@ from urllib.parse import quote
 import pytest
 
 from api_suite import LOCATION, PROJECT
-from mldiag import entrypoints, registration
+from mldiag.entrypoints import handlers
+from mldiag.services import registration
 from mldiag.domain import ProfilerSession
-from mldiag.eventlog import ArchivedEvent, Outcome
-from mldiag.messages import storage_finalized_event
+from mldiag.services.event_archive import ArchivedEvent, Outcome
+from mldiag.domain.messages import storage_finalized_event
 
 TOKEN = "s3cret-token-for-tests"
 PROFILE = "exp/run1/plugins/profile/s1/host0.xplane.pb"
@@ -36,7 +37,7 @@ def _failed_registration(services, monkeypatch):
     monkeypatch.setattr(registration, "parse_finalized", broken)
     event = _finalized()
     with pytest.raises(RuntimeError):
-        entrypoints.register_session(services, event)
+        handlers.register_session(services, event)
     monkeypatch.undo()
     return event
 

@@ -11,8 +11,8 @@ import pytest
 from cheroot import wsgi
 
 from api_suite import RUNS
-from mldiag.api import create_app
-from mldiag.api.http import MAX_BODY_BYTES
+from mldiag.entrypoints.http import create_app
+from mldiag.entrypoints.http.rest import MAX_BODY_BYTES
 
 
 @pytest.fixture

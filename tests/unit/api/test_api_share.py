@@ -13,8 +13,8 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from api_suite import API_URL, RUNS
 from mldiag.domain import AnalysisState, AnalysisStatus, ProfilerSession
-from mldiag.share_links import LinkSigner, load_key
-from mldiag.ui.security import REPORT_POLICY
+from mldiag.adapters.blobs.share_links import LinkSigner, load_key
+from mldiag.entrypoints.console.security import REPORT_POLICY
 
 REPORT = b"<html><body>NEEDS_ATTENTION: input bound</body></html>"
 SESSION = f"{RUNS}/r1/profilerSessions/s1"
@@ -129,7 +129,7 @@ def test_the_share_route_is_off_outside_the_embedded_default(make_api):
 
 def test_cloud_storage_links_are_v4_urls_signed_by_the_service_account(tmp_path, monkeypatch):
     """GcsBlobs signs locally with a service-account key; the signature verifies against it."""
-    from mldiag.adapters.gcs_blobs import GcsBlobs
+    from mldiag.adapters.blobs.gcs import GcsBlobs
 
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     account = "signer@test-project.iam.gserviceaccount.com"

@@ -8,7 +8,7 @@ import pytest
 from functions_framework import create_app
 
 from mldiag import bootstrap
-from mldiag.api.http import MAX_BODY_BYTES
+from mldiag.entrypoints.http.rest import MAX_BODY_BYTES
 from mldiag.config import Settings
 
 SOURCE = Path(__file__).resolve().parents[3] / "functions" / "control_plane" / "main.py"

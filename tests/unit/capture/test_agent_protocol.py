@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from mldiag.api import create_app
-from mldiag.capture import tasks
+from mldiag.entrypoints.http import create_app
+from mldiag.services.capture import tasks
 from mldiag.domain.resources import TargetState
-from mldiag.maintenance import run_maintenance
-from mldiag.services import agents
+from mldiag.services.operations.maintenance import run_maintenance
+from mldiag.services.capture import agents
 
 LOCATION = "/v1alpha/projects/p/locations/l"
 RUN = f"{LOCATION}/machineLearningRuns/r1"

@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from mldiag.capture import tasks
+from mldiag.services.capture import tasks
 from mldiag.config import CAPTURE_REQUESTS
 from mldiag.domain import (
     AlreadyExists, FailedPrecondition, InvalidArgument, Kind, SessionPhase,
 )
 from mldiag.domain.resources import DeviceTracerLevel, HostTracerLevel
-from mldiag.services.capture import CaptureRequest, ContinuousRequest, capture, parse, start_continuous, stop_continuous
+from mldiag.services.capture.requests import CaptureRequest, ContinuousRequest, capture, parse, start_continuous, stop_continuous
 
 
 def messages(services) -> list[dict]:

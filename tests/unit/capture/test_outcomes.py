@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from mldiag.capture.profiler import (
+from mldiag.adapters.profiler.xprof_server import (
     CaptureFailed, Failure, ProfilerServer, TracerLevels, classify_status_error, classify_trace_failure,
 )
-from mldiag.capture.tasks import TaskResult
+from mldiag.services.capture.tasks import TaskResult
 from mldiag.domain.errors import InvalidArgument
 
 

@@ -15,10 +15,10 @@ import structlog.testing
 from google_cloud_mldiagnostics.clients.self_hosted_diagon_service_client import SelfHostedDiagonServiceClient
 from werkzeug.serving import make_server
 
-from mldiag.api import create_app
+from mldiag.entrypoints.http import create_app
 from mldiag.bootstrap import Services
-from mldiag.capture.sdk_forwarder import MAX_BODY_BYTES, SdkForwarder
-from mldiag.cli.api_client import ApiClient
+from mldiag.agent.sdk_forwarder import MAX_BODY_BYTES, SdkForwarder
+from mldiag.client.api import ApiClient
 
 TOKEN = "agent-token-for-tests"
 RUNS = "/v1alpha/projects/p/locations/l/machineLearningRuns"

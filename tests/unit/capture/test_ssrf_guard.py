@@ -7,16 +7,17 @@ import socket
 
 import pytest
 
-from mldiag import entrypoints
-from mldiag.api import create_app
-from mldiag.capture import targets, tasks
-from mldiag.capture.dispatch import run_direct
-from mldiag.capture.targets import check_address, resolve_address, select_targets, split_address
+from mldiag.entrypoints import handlers
+from mldiag.entrypoints.http import create_app
+from mldiag.services.capture import targets
+from mldiag.services.capture import tasks
+from mldiag.services.capture.dispatch import run_direct
+from mldiag.services.capture.targets import check_address, resolve_address, select_targets, split_address
 from mldiag.config import CAPTURE_REQUESTS
 from mldiag.domain.errors import FailedPrecondition, InvalidArgument
 from mldiag.domain.resources import TargetState
-from mldiag.eventlog import Outcome
-from mldiag.messages import Message, encode_json, pubsub_cloud_event
+from mldiag.services.event_archive import Outcome
+from mldiag.domain.messages import Message, encode_json, pubsub_cloud_event
 
 CAPTURE_URL = "/v1alpha/projects/p/locations/l/machineLearningRuns/r1/profilerSessions:capture"
 
@@ -173,5 +174,5 @@ def test_a_forged_capture_message_is_rejected_and_connects_to_nothing(embedded, 
         message = Message(encode_json(payload), {}, f"m-{len(json.dumps(payload))}")
         event = pubsub_cloud_event(project="p", topic=CAPTURE_REQUESTS, subscription="dispatch_capture",
                                    message=message, published=embedded.now())
-        assert entrypoints.dispatch_capture(embedded, event) is Outcome.REJECTED
+        assert handlers.dispatch_capture(embedded, event) is Outcome.REJECTED
     assert silent_listener.connections() == 0

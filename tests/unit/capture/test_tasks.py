@@ -7,15 +7,15 @@ import json
 import pytest
 from structlog.testing import capture_logs
 
-from mldiag.capture import tasks
-from mldiag.capture.profiler import CaptureFailed, Failure
-from mldiag.capture.tasks import TaskResult
+from mldiag.services.capture import tasks
+from mldiag.adapters.profiler.xprof_server import CaptureFailed, Failure
+from mldiag.services.capture.tasks import TaskResult
 from mldiag.config import ANALYSIS_REQUESTS
 from mldiag.domain import AnalysisState, Kind, SessionPhase
 from mldiag.domain.resources import TargetState
-from mldiag.messages import storage_finalized_event
-from mldiag.registration import register_finalized
-from mldiag.services.capture import CaptureRequest, ContinuousRequest, capture, start_continuous
+from mldiag.domain.messages import storage_finalized_event
+from mldiag.services.registration import register_finalized
+from mldiag.services.capture.requests import CaptureRequest, ContinuousRequest, capture, start_continuous
 
 UNREACHABLE = TaskResult.failed(CaptureFailed(Failure.UNREACHABLE, "cannot connect"))
 

@@ -53,9 +53,9 @@ def test_bad_metrics_are_refused_with_the_field(mldiag, tmp_path):
 
 
 def test_monitored_event_describe_shows_suppressions(mldiag, server):
-    from mldiag import entrypoints
+    from mldiag.entrypoints import handlers
     from mldiag.domain import MachineLearningRun
-    from mldiag.messages import encode_json
+    from mldiag.domain.messages import encode_json
 
     services = server.services
     mldiag("machine-learning-run", "create", "r1", "--gcs-path", "gs://profiles")
@@ -63,7 +63,7 @@ def test_monitored_event_describe_shows_suppressions(mldiag, server):
     assert isinstance(services.runs.get(name), MachineLearningRun)
     message = {"run": name, "monitoredEventId": "e1", "monitoredEvent": {
         "analyzerReports": [{"analyzer": "test", "detectionState": "DETECTED"}]}}
-    services.bus.subscribe(MONITORING_ALERTS, lambda e: entrypoints.on_alert(services, e), name="on_alert")
+    services.bus.subscribe(MONITORING_ALERTS, lambda e: handlers.on_alert(services, e), name="on_alert")
     for _ in range(3):
         services.bus.publish(MONITORING_ALERTS, encode_json(message))
     services.bus.drain()

@@ -8,12 +8,12 @@ import time
 import pytest
 from structlog.testing import capture_logs
 
-from mldiag import bucket_watcher
-from mldiag.adapters.inprocess_bus import InProcessBus
-from mldiag.adapters.local_blobs import LocalBlobs
-from mldiag.bucket_watcher import BucketWatcher
+from mldiag.local import bucket_watcher
+from mldiag.adapters.bus.inprocess import InProcessBus
+from mldiag.adapters.blobs.local import LocalBlobs
+from mldiag.local.bucket_watcher import BucketWatcher
 from mldiag.config import BUCKET_NOTIFICATIONS
-from mldiag.messages import message_from_cloud_event
+from mldiag.domain.messages import message_from_cloud_event
 
 OBJECT = "exp/run-1/plugins/profile/2026_01_01/host-0.xplane.pb"
 

@@ -9,7 +9,7 @@ import pytest
 
 from mldiag.cli.main import COMMANDS, build
 
-NOT_FOR_ANALYZE = ("mldiag.cli.agent", "mldiag.cli.api_client", "mldiag.cli.events", "mldiag.eventlog")
+NOT_FOR_ANALYZE = ("mldiag.cli.agent", "mldiag.client.api", "mldiag.cli.events", "mldiag.services.event_archive")
 
 
 def _python(code: str, *argv: str) -> subprocess.CompletedProcess:

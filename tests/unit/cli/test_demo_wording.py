@@ -6,7 +6,7 @@ import json
 
 from rich.console import Console
 
-from mldiag.demo.walkthrough import (
+from mldiag.local.demo.walkthrough import (
     AUTOMATIC_STEP,
     SessionSummary,
     analysed_change,

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from mldiag.domain import AnalysisState, AnalysisStatus, ProfilerSession
-from mldiag.eventlog import ArchivedEvent
+from mldiag.services.event_archive import ArchivedEvent
 
 ON_RUN = ("--machine-learning-run", "r1")
 

@@ -18,15 +18,17 @@ import requests
 from cloudevents.http import CloudEvent
 from typer.testing import CliRunner
 
-from mldiag import entrypoints, notifications
+from mldiag.entrypoints import handlers
+
+from mldiag.services import notifications
 from mldiag.cli.main import app
 from mldiag.config import ANALYSIS_EVENTS, Settings
 from mldiag.domain.errors import InvalidArgument
-from mldiag.degradation import Transition
+from mldiag.domain.degradation import Transition
 from mldiag.domain import MachineLearningRun
-from mldiag.messages import storage_finalized_event
-from mldiag.metrics import alert_message
-from mldiag.server import wire_functions
+from mldiag.domain.messages import storage_finalized_event
+from mldiag.services.monitoring.metrics import alert_message
+from mldiag.local.server import wire_functions
 
 PROFILE = Path(__file__).resolve().parents[2] / "fixtures" / "profiles" / "input_bound"
 RUN = "projects/local-project/locations/local/machineLearningRuns/run1"
@@ -95,7 +97,7 @@ def deployment(start_server, receiver):
 def _analyse_a_session(services) -> None:
     written = services.blobs.write_bytes("gs://profiles/run1/plugins/profile/s1/host0.xplane.pb",
                                          next(PROFILE.rglob("*.xplane.pb")).read_bytes())
-    entrypoints.register_session(services, storage_finalized_event(
+    handlers.register_session(services, storage_finalized_event(
         {"bucket": "profiles", "name": "run1/plugins/profile/s1/host0.xplane.pb",
          "generation": written.generation, "size": str(written.size)}))
     services.bus.drain(timeout=120)
@@ -282,7 +284,7 @@ def test_an_event_that_is_not_a_cloudevent_is_refused_for_good(start_server):
     push = CloudEvent({"type": "google.cloud.pubsub.topic.v1.messagePublished", "id": "x1",
                        "source": f"//pubsub.googleapis.com/projects/p/topics/{ANALYSIS_EVENTS}"},
                       {"message": {"data": base64.b64encode(b'{"hello": 1}').decode(), "messageId": "x1"}})
-    outcome = entrypoints.deliver_notifications(server.services, push)
+    outcome = handlers.deliver_notifications(server.services, push)
     assert outcome.value == "rejected"
 
 

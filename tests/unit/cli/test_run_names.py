@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from mldiag.cli import agent
-from mldiag.cli.api_client import ApiClient, ApiError
+from mldiag.client.api import ApiClient, ApiError
 from mldiag.domain import ProfilerSession
 
 RUN_PREFIX = "projects/local-project/locations/local/machineLearningRuns"

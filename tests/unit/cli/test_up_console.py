@@ -23,13 +23,15 @@ from cheroot.server import HTTPServer
 from structlog.testing import capture_logs
 from typer.testing import CliRunner
 
-from mldiag import eventlog, logs
-from mldiag.adapters.inprocess_bus import InProcessBus
+from mldiag import logs
+
+from mldiag.services import event_archive
+from mldiag.adapters.bus.inprocess import InProcessBus
 from mldiag.cli.main import app
 from mldiag.config import ANALYSIS_REQUESTS
 from mldiag.domain.errors import PermanentFailure
-from mldiag.messages import Message, pubsub_cloud_event
-from mldiag.server import session_page_link
+from mldiag.domain.messages import Message, pubsub_cloud_event
+from mldiag.local.server import session_page_link
 
 RUN = "projects/p/locations/l/machineLearningRuns/run-1"
 SESSION = f"{RUN}/profilerSessions/first-steps"
@@ -150,7 +152,7 @@ def test_a_failed_analysis_is_one_warning_naming_its_session_and_page(embedded, 
     def fail(_):
         raise PermanentFailure("analysis failed: not an xplane file")
 
-    eventlog.handle(embedded.events, "analyze_session", event, fail)
+    event_archive.handle(embedded.events, "analyze_session", event, fail)
     assert [line.split("  ", 1)[1] for line in capsys.readouterr().err.splitlines()] == [
         "warning: event rejected: analysis failed: not an xplane file "
         f"(function=analyze_session, session=run-1/first-steps)  {PAGE}"]
@@ -250,7 +252,7 @@ def test_mldiag_up_is_calm_over_maintenance_ticks_and_registers_a_session_in_any
 ])
 def test_the_terminal_is_human_unless_json_is_asked_for(monkeypatch, args, env, chosen):
     served = []
-    monkeypatch.setattr("mldiag.server.serve", lambda settings, *rest, **options: served.append(settings))
+    monkeypatch.setattr("mldiag.local.server.serve", lambda settings, *rest, **options: served.append(settings))
     result = CliRunner().invoke(app, ["up", *args], env=env)
     assert result.exit_code == 0, result.output
     assert [settings.log_format for settings in served] == [chosen]

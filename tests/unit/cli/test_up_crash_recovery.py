@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from mldiag.adapters.sqlite_store import SqliteStore
-from mldiag.analysis.job import WORKER_PID_FILE
+from mldiag.adapters.store.sqlite import SqliteStore
+from mldiag.services.analysis_jobs import WORKER_PID_FILE
 from mldiag.domain import AnalysisState, ProfilerSession
 
 MLDIAG = str(Path(sys.executable).parent / "mldiag")

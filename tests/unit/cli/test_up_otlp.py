@@ -20,7 +20,7 @@ from opentelemetry.proto.metrics.v1 import metrics_pb2 as otlp_metrics
 from typer.testing import CliRunner
 
 from mldiag.cli.main import app
-from mldiag.otlp_grpc import SERVICE
+from mldiag.local.otlp_grpc import SERVICE
 
 RUN_ID = "otlp-run"
 
@@ -79,7 +79,7 @@ def _stop(process: subprocess.Popen) -> None:
 
 def test_mldiag_up_takes_otlp_over_grpc_and_http_for_its_runs(tmp_path, taken_port):
     # The default port taken (by another mldiag up, say): mldiag up runs without OTLP/gRPC and says so.
-    process, lines = _start(tmp_path, "import mldiag.otlp_grpc as grpc_server",
+    process, lines = _start(tmp_path, "import mldiag.local.otlp_grpc as grpc_server",
                             f"grpc_server.DEFAULT_PORT = {taken_port}")
     try:
         _wait_for(lines, "Stop with Ctrl-C", process)
@@ -89,7 +89,7 @@ def test_mldiag_up_takes_otlp_over_grpc_and_http_for_its_runs(tmp_path, taken_po
         _stop(process)
     assert process.returncode == 0
 
-    process, lines = _start(tmp_path, "import mldiag.otlp_grpc as grpc_server", "grpc_server.DEFAULT_PORT = 0")
+    process, lines = _start(tmp_path, "import mldiag.local.otlp_grpc as grpc_server", "grpc_server.DEFAULT_PORT = 0")
     try:
         url = _wait_for(lines, "mldiag control plane at ", process).split(" at ", 1)[1].split()[0]
         endpoint = _wait_for(lines, "OTEL_EXPORTER_OTLP_ENDPOINT=", process).split("=", 1)[1]

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from mldiag.bucket_watcher import notification
+from mldiag.local.bucket_watcher import notification
 from mldiag.config import ANALYSIS_REQUESTS, BUCKET_NOTIFICATIONS, CAPTURE_REQUESTS
-from mldiag.entrypoints import TOPIC_SUBSCRIBERS
-from mldiag.server import wire_functions
+from mldiag.entrypoints.handlers import TOPIC_SUBSCRIBERS
+from mldiag.local.server import wire_functions
 
 
 def test_every_topic_has_its_function_and_analyses_run_one_at_a_time(embedded):

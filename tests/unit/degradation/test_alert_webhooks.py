@@ -13,14 +13,14 @@ import json
 
 import pytest
 
-from mldiag import entrypoints
-from mldiag.api.app import create_app
+from mldiag.entrypoints import handlers
+from mldiag.entrypoints.http.app import create_app
 from mldiag.bootstrap import Services
 from mldiag.config import MONITORING_ALERTS
 from mldiag.domain import MachineLearningRun, MonitoredEvent, ProfilerSession, ProfilerTarget
-from mldiag.eventlog import Outcome
-from mldiag.messages import pubsub_cloud_event
-from mldiag.services import archive
+from mldiag.services.event_archive import Outcome
+from mldiag.domain.messages import pubsub_cloud_event
+from mldiag.services.operations import archive
 
 RUN = "projects/p/locations/l/machineLearningRuns/r1"
 TOKEN = "alert-token-0123456789"
@@ -114,7 +114,7 @@ def client(services: Services):
 def deliver(services: Services) -> list[Outcome]:
     """Hand what the receivers published on monitoring-alerts to on_alert, as the subscription would."""
     published = services.bus.published[MONITORING_ALERTS]
-    outcomes = [entrypoints.on_alert(services, pubsub_cloud_event(
+    outcomes = [handlers.on_alert(services, pubsub_cloud_event(
         project="p", topic=MONITORING_ALERTS, subscription="on_alert-monitoring-alerts", message=message,
         published=services.now())) for message in published]
     published.clear()

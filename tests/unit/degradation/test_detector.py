@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from mldiag.degradation import DetectorParams, MetricPoint, Transition, detect_degradation
+from mldiag.domain.degradation import DetectorParams, MetricPoint, Transition, detect_degradation
 
 
 def series(step_times, duty=None):

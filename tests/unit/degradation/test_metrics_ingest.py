@@ -8,9 +8,9 @@ import random
 import pytest
 
 from mldiag.config import MONITORING_ALERTS
-from mldiag.degradation import DetectorParams, MetricPoint
+from mldiag.domain.degradation import DetectorParams, MetricPoint
 from mldiag.domain import InvalidArgument, MachineLearningRun, NotFound
-from mldiag.metrics import report_metrics, set_detector_params
+from mldiag.services.monitoring.metrics import report_metrics, set_detector_params
 
 RUN = "projects/p/locations/l/machineLearningRuns/r1"
 

@@ -11,13 +11,13 @@ import pytest
 from cloudevents.http import CloudEvent
 from structlog.testing import capture_logs
 
-from mldiag import entrypoints
-from mldiag.auto_capture import AutoCapturePolicy, set_policy
+from mldiag.entrypoints import handlers
+from mldiag.services.monitoring.auto_capture import AutoCapturePolicy, set_policy
 from mldiag.config import CAPTURE_REQUESTS
 from mldiag.domain import Kind, MachineLearningRun, MonitoredEvent, ProfilerSession, ProfilerTarget
-from mldiag.eventlog import Outcome
-from mldiag.metrics import alert_message
-from mldiag.degradation import Transition
+from mldiag.services.event_archive import Outcome
+from mldiag.services.monitoring.metrics import alert_message
+from mldiag.domain.degradation import Transition
 
 RUN = "projects/p/locations/l/machineLearningRuns/r1"
 OTHER = "projects/p/locations/l/machineLearningRuns/r2"
@@ -66,7 +66,7 @@ def auto_sessions(services) -> list[ProfilerSession]:
 
 
 def test_open_alert_captures_every_target_and_links_both_ways(runs):
-    assert entrypoints.on_alert(runs, push(opened())) is Outcome.OK
+    assert handlers.on_alert(runs, push(opened())) is Outcome.OK
     (session,) = auto_sessions(runs)
     event = events(runs)[f"{RUN}/monitoredEvents/degradation-1"]
     assert session.kind is Kind.KIND_ON_DEMAND
@@ -79,11 +79,11 @@ def test_open_alert_captures_every_target_and_links_both_ways(runs):
 
 def test_an_opened_event_is_told_once_with_what_was_decided(runs, clock):
     with capture_logs() as logged:
-        entrypoints.on_alert(runs, push(opened()))
-        entrypoints.on_alert(runs, push(opened()))
-        entrypoints.on_alert(runs, push(closed()))
+        handlers.on_alert(runs, push(opened()))
+        handlers.on_alert(runs, push(opened()))
+        handlers.on_alert(runs, push(closed()))
         clock.advance(60)
-        entrypoints.on_alert(runs, push(opened(event_id="degradation-2")))
+        handlers.on_alert(runs, push(opened(event_id="degradation-2")))
     assert [line["event"] for line in logged if line.get("notice")] == [
         "monitored event r1/degradation-1 opened: Step time degradation of r1; capturing r1/auto-degradation-1",
         "monitored event r1/degradation-2 opened: Step time degradation of r1; no capture: cooldown: the run's "
@@ -91,8 +91,8 @@ def test_an_opened_event_is_told_once_with_what_was_decided(runs, clock):
 
 
 def test_closed_alert_ends_the_event_and_captures_nothing(runs):
-    entrypoints.on_alert(runs, push(opened()))
-    entrypoints.on_alert(runs, push(closed()))
+    handlers.on_alert(runs, push(opened()))
+    handlers.on_alert(runs, push(closed()))
     event = events(runs)[f"{RUN}/monitoredEvents/degradation-1"]
     assert event.end_time is not None
     assert len(auto_sessions(runs)) == 1
@@ -100,7 +100,7 @@ def test_closed_alert_ends_the_event_and_captures_nothing(runs):
 
 def test_a_thousand_alerts_in_a_minute_capture_once(runs, clock):
     for _ in range(1000):
-        entrypoints.on_alert(runs, push(opened()))
+        handlers.on_alert(runs, push(opened()))
         clock.advance(0.05)
     assert len(auto_sessions(runs)) == 1
     event = events(runs)[f"{RUN}/monitoredEvents/degradation-1"]
@@ -111,34 +111,34 @@ def test_a_thousand_alerts_in_a_minute_capture_once(runs, clock):
 
 def test_two_runs_alerting_together_capture_once_each(runs):
     for _ in range(5):
-        entrypoints.on_alert(runs, push(opened(RUN)))
-        entrypoints.on_alert(runs, push(opened(OTHER)))
+        handlers.on_alert(runs, push(opened(RUN)))
+        handlers.on_alert(runs, push(opened(OTHER)))
     assert sorted(s.name.rsplit("/profilerSessions", 1)[0] for s in auto_sessions(runs)) == [RUN, OTHER]
 
 
 def test_flapping_within_the_cooldown_captures_once(runs, clock):
-    entrypoints.on_alert(runs, push(opened(event_id="degradation-1")))
+    handlers.on_alert(runs, push(opened(event_id="degradation-1")))
     clock.advance(60)
-    entrypoints.on_alert(runs, push(closed(event_id="degradation-1")))
+    handlers.on_alert(runs, push(closed(event_id="degradation-1")))
     clock.advance(60)
-    entrypoints.on_alert(runs, push(opened(event_id="degradation-2")))
+    handlers.on_alert(runs, push(opened(event_id="degradation-2")))
     assert len(auto_sessions(runs)) == 1
     second = events(runs)[f"{RUN}/monitoredEvents/degradation-2"]
     assert second.suppressions[0].reason.startswith("cooldown: the run's last automatic capture was 120s ago")
     clock.advance(600)
-    entrypoints.on_alert(runs, push(opened(event_id="degradation-3")))
+    handlers.on_alert(runs, push(opened(event_id="degradation-3")))
     assert len(auto_sessions(runs)) == 2
 
 
 def test_hourly_cap_and_disabled_policy(runs, clock):
     set_policy(runs, RUN, AutoCapturePolicy(cooldown=timedelta(seconds=1), max_per_hour=2))
     for index in range(4):
-        entrypoints.on_alert(runs, push(opened(event_id=f"e{index}")))
+        handlers.on_alert(runs, push(opened(event_id=f"e{index}")))
         clock.advance(5)
     assert len(auto_sessions(runs)) == 2
     assert events(runs)[f"{RUN}/monitoredEvents/e2"].suppressions[0].reason.startswith("hourly cap")
     set_policy(runs, OTHER, AutoCapturePolicy(enabled=False))
-    entrypoints.on_alert(runs, push(opened(OTHER)))
+    handlers.on_alert(runs, push(opened(OTHER)))
     assert events(runs)[f"{OTHER}/monitoredEvents/degradation-1"].suppressions[0].reason == \
         "auto-capture is disabled for this run"
 
@@ -148,7 +148,7 @@ def test_concurrent_alerts_cannot_both_capture(runs):
 
     def fire(event_id):
         barrier.wait()
-        entrypoints.on_alert(runs, push(opened(event_id=event_id)))
+        handlers.on_alert(runs, push(opened(event_id=event_id)))
 
     threads = [threading.Thread(target=fire, args=(f"c{i}",)) for i in range(4)]
     for thread in threads:
@@ -192,7 +192,7 @@ INCIDENT = {
 
 
 def test_cloud_monitoring_incident_open_then_closed(runs):
-    entrypoints.on_alert(runs, push(INCIDENT))
+    handlers.on_alert(runs, push(INCIDENT))
     (session,) = auto_sessions(runs)
     assert session.profiler_targets == ["host1-0"]
     (event,) = events(runs).values()
@@ -200,7 +200,7 @@ def test_cloud_monitoring_incident_open_then_closed(runs):
     assert event.analyzer_reports[0].recommended_actions[0].description == "Check the input pipeline."
     closed_incident = json.loads(json.dumps(INCIDENT))
     closed_incident["incident"].update(state="closed", ended_at=1767226200)
-    entrypoints.on_alert(runs, push(closed_incident))
+    handlers.on_alert(runs, push(closed_incident))
     (event,) = events(runs).values()
     assert event.end_time is not None and len(auto_sessions(runs)) == 1
 
@@ -219,14 +219,14 @@ def test_cloud_monitoring_incident_open_then_closed(runs):
 ])
 def test_malformed_alerts_are_recorded_acknowledged_and_never_capture(runs, payload, reason):
     event = push(payload)
-    assert entrypoints.on_alert(runs, event) is Outcome.REJECTED
+    assert handlers.on_alert(runs, event) is Outcome.REJECTED
     assert reason in runs.events.get("on_alert", event["id"]).error
     assert auto_sessions(runs) == []
-    assert entrypoints.on_alert(runs, event) is Outcome.DUPLICATE
+    assert handlers.on_alert(runs, event) is Outcome.DUPLICATE
 
 
 def test_run_without_targets_records_why_the_capture_failed(embedded):
     embedded.runs.create(MachineLearningRun(name=RUN, artifacts={"gcsPath": "gs://profiles/exp"}))
-    assert entrypoints.on_alert(embedded, push(opened())) is Outcome.OK
+    assert handlers.on_alert(embedded, push(opened())) is Outcome.OK
     event = events(embedded)[f"{RUN}/monitoredEvents/degradation-1"]
     assert event.suppressions[-1].reason.startswith("capture failed: run r1 has no active profiler targets")

@@ -14,13 +14,13 @@ from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2 as serv
 from opentelemetry.proto.common.v1 import common_pb2 as common
 from opentelemetry.proto.metrics.v1 import metrics_pb2 as otlp_metrics
 
-from mldiag.api import create_app
+from mldiag.entrypoints.http import create_app
 from mldiag.config import MONITORING_ALERTS
-from mldiag.degradation import DetectorParams
+from mldiag.domain.degradation import DetectorParams
 from mldiag.domain import MachineLearningRun
-from mldiag.metrics import DETECTORS, set_detector_params
-from mldiag.otlp import export
-from mldiag.otlp_grpc import SERVICE, OtlpGrpcServer
+from mldiag.services.monitoring.metrics import DETECTORS, set_detector_params
+from mldiag.services.monitoring.otlp import export
+from mldiag.local.otlp_grpc import SERVICE, OtlpGrpcServer
 
 RUN_ID = "r1"
 RUN = f"projects/p/locations/l/machineLearningRuns/{RUN_ID}"

@@ -17,9 +17,9 @@ from werkzeug.test import Client
 from mldiag.config import (
     ANALYSIS_REQUESTS, BUCKET_NOTIFICATIONS, UNRECORDED_DEAD_LETTERS, Settings, dead_letter_topic,
 )
-from mldiag.devstack import push_subscription_requests
-from mldiag.devstack_host import HostedFunction, create_host, discover
-from mldiag.messages import PUBSUB_PUBLISHED, STORAGE_FINALIZED
+from mldiag.local.devstack import push_subscription_requests
+from mldiag.local.devstack_host import HostedFunction, create_host, discover
+from mldiag.domain.messages import PUBSUB_PUBLISHED, STORAGE_FINALIZED
 
 PROBE_SOURCE = '''
 import json

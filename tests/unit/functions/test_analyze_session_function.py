@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from functions_framework import create_app
 
-from mldiag import entrypoints
+from mldiag.entrypoints import handlers
 from mldiag.config import ANALYSIS_REQUESTS
 from mldiag.domain import AnalysisState
-from mldiag.messages import storage_finalized_event
+from mldiag.domain.messages import storage_finalized_event
 
 FUNCTIONS = Path(__file__).resolve().parents[3] / "functions"
 PROFILE = Path(__file__).resolve().parents[2] / "fixtures" / "profiles" / "input_bound"
@@ -44,7 +44,7 @@ def _post(body: dict):
 def test_an_analysis_request_push_analyses_the_session(services):
     written = services.blobs.write_bytes(f"gs://profiles/{OBJECT}",
                                          next(PROFILE.rglob("*.xplane.pb")).read_bytes())
-    entrypoints.register_session(services, storage_finalized_event(
+    handlers.register_session(services, storage_finalized_event(
         {"bucket": "profiles", "name": OBJECT, "generation": written.generation, "size": str(written.size)}))
     (request,) = services.bus.published[ANALYSIS_REQUESTS]  # settled at once: the window is 0 s
 

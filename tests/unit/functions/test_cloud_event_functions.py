@@ -68,7 +68,7 @@ def test_malformed_cloud_event_is_refused_by_the_framework(services):
 
 
 def test_transient_failure_returns_500_so_the_platform_retries(services, monkeypatch):
-    from mldiag import registration
+    from mldiag.services import registration
 
     def unavailable(*args, **kwargs):
         raise ConnectionError("Firestore unavailable")

@@ -16,10 +16,10 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from mldiag.adapters.local_blobs import LocalBlobs
-from mldiag.adapters.sqlite_store import SqliteStore
-from mldiag.eventlog import COLLECTION, EXPIRE_AT, RAW_INLINE_LIMIT, EventArchive
-from mldiag.messages import storage_finalized_event
+from mldiag.adapters.blobs.local import LocalBlobs
+from mldiag.adapters.store.sqlite import SqliteStore
+from mldiag.services.event_archive import COLLECTION, EXPIRE_AT, RAW_INLINE_LIMIT, EventArchive
+from mldiag.domain.messages import storage_finalized_event
 from mldiag.ports import Document
 
 RETENTION = timedelta(days=30)

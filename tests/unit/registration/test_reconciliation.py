@@ -8,9 +8,9 @@ import pytest
 from test_register_session import RUN_FOLDER, analysis_requests, deliver, finalized, only_session
 
 from mldiag.domain import ProfilerSession
-from mldiag.eventlog import Outcome
-from mldiag.maintenance import run_maintenance
-from mldiag.reconciliation import INTERVAL, reconcile
+from mldiag.services.event_archive import Outcome
+from mldiag.services.operations.maintenance import run_maintenance
+from mldiag.services.operations.reconciliation import INTERVAL, reconcile
 
 
 @pytest.fixture

@@ -9,14 +9,14 @@ import pytest
 from cloudevents.http import CloudEvent
 from structlog.testing import capture_logs
 
-from mldiag import entrypoints
+from mldiag.entrypoints import handlers
 from mldiag.config import ANALYSIS_REQUESTS
 from mldiag.domain import (
     AnalysisState, AnalysisStatus, HealthStatus, Kind, MachineLearningRun, ProfilerSession, SessionPhase,
 )
-from mldiag.eventlog import Outcome
-from mldiag.maintenance import run_maintenance
-from mldiag.messages import storage_finalized_event
+from mldiag.services.event_archive import Outcome
+from mldiag.services.operations.maintenance import run_maintenance
+from mldiag.domain.messages import storage_finalized_event
 
 RUN_FOLDER = "team/exp/run1/plugins/profile/s1"
 
@@ -27,7 +27,7 @@ def finalized(name: str, generation: int = 1, size: int = 1000, bucket: str = "p
 
 
 def deliver(services, event: CloudEvent) -> Outcome:
-    return entrypoints.register_session(services, event)
+    return handlers.register_session(services, event)
 
 
 def analysis_requests(services) -> list[dict]:

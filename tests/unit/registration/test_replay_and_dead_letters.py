@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 
-from mldiag import entrypoints, registration
+from mldiag.entrypoints import handlers
+
+from mldiag.services import registration
 from mldiag.config import ANALYSIS_REQUESTS, MAINTENANCE_TICKS, dead_letter_topic
-from mldiag.deadletters import list_dead_letters
+from mldiag.services.operations.dead_letters import list_dead_letters
 from mldiag.domain import ProfilerSession
-from mldiag.eventlog import Outcome
-from mldiag.messages import encode_json, storage_finalized_event
-from mldiag.replay import Target, find_record, replay_one
+from mldiag.services.event_archive import Outcome
+from mldiag.domain.messages import encode_json, storage_finalized_event
+from mldiag.services.operations.replay import Target, find_record, replay_one
 
 PROFILE = "exp/run1/plugins/profile/s1/host0.xplane.pb"
 
@@ -28,7 +30,7 @@ def test_replay_after_fixing_the_cause_processes_the_event(embedded, monkeypatch
     monkeypatch.setattr(registration, "parse_finalized", _broken)
     event = _event()
     try:
-        entrypoints.register_session(embedded, event)
+        handlers.register_session(embedded, event)
     except RuntimeError:
         pass
     record = find_record(embedded, event["id"])
@@ -54,7 +56,7 @@ def _broken(data, max_bytes):
 
 
 def test_storage_events_cannot_go_to_a_topic(embedded):
-    entrypoints.register_session(embedded, _event())
+    handlers.register_session(embedded, _event())
     record = find_record(embedded, _event()["id"])
     try:
         replay_one(embedded, record, Target.topic, dry_run=True)
@@ -68,10 +70,10 @@ def test_failing_subscriber_ends_in_dead_letters_with_its_error(embedded):
     bus = embedded.bus
 
     def always_fails(event):
-        return entrypoints.EVENT_HANDLERS["maintenance"](embedded, event)
+        return handlers.EVENT_HANDLERS["maintenance"](embedded, event)
 
     def record(event):
-        return entrypoints.record_dead_letter(embedded, event)
+        return handlers.record_dead_letter(embedded, event)
 
     bus.subscribe(MAINTENANCE_TICKS, always_fails, name="maintenance")
     bus.subscribe(dead_letter_topic(MAINTENANCE_TICKS), record, name="dead-letters")

@@ -29,10 +29,10 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[3] / "shared" / "mldiag"
 # The control plane's entry points are its routes: every function of these packages.
-HTTP_PACKAGES = ("mldiag.api", "mldiag.ui")
+HTTP_PACKAGES = ("mldiag.entrypoints.http", "mldiag.entrypoints.console")
 # Operator replay re-publishes an archived event to the topic it came from; a missing
 # grant is reported per event, so it widens no function's publishes_to.
-REPLAY = "mldiag.replay.replay_one"
+REPLAY = "mldiag.services.operations.replay.replay_one"
 EQUALITIES = frozenset({"==", "in", "array_contains", "array_contains_any"})
 _FILTER_TERM = re.compile(r"(?P<field>[A-Za-z_][\w.]*)\s*(?P<op><=|>=|!=|=|<|>)")
 
@@ -145,13 +145,13 @@ def entry_points(graph: CodeGraph, function: str) -> set[str]:
         return {name for name in graph.definitions
                 if any(graph.owner[name] == package or graph.owner[name].startswith(f"{package}.")
                        for package in HTTP_PACKAGES)}
-    return {f"mldiag.entrypoints.{function}"}
+    return {f"mldiag.entrypoints.handlers.{function}"}
 
 
 def _staged_topics(graph: CodeGraph, functions: set[str]) -> set[str]:
     topics = set()
     for qualified in functions:
-        for call in graph.calls_in(qualified, "mldiag.outbox.stage"):
+        for call in graph.calls_in(qualified, "mldiag.services.outbox.stage"):
             topic = _keyword(call, "topic", 2)
             topics.add(graph.evaluate(graph.owner[qualified], topic))
     return topics
@@ -160,7 +160,7 @@ def _staged_topics(graph: CodeGraph, functions: set[str]) -> set[str]:
 def _published_topics(graph: CodeGraph, functions: set[str]) -> set[str]:
     """Topics passed to ``bus.publish`` directly (the outbox publishes what was staged)."""
     return {graph.evaluate(graph.owner[qualified], node.args[0])
-            for qualified in functions if qualified != REPLAY and graph.owner[qualified] != "mldiag.outbox"
+            for qualified in functions if qualified != REPLAY and graph.owner[qualified] != "mldiag.services.outbox"
             for node in ast.walk(graph.definitions[qualified])
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "publish"}
 
@@ -168,7 +168,7 @@ def _published_topics(graph: CodeGraph, functions: set[str]) -> set[str]:
 def published_topics(graph: CodeGraph, function: str) -> set[str]:
     reached = graph.reachable(entry_points(graph, function))
     topics = _staged_topics(graph, reached) | _published_topics(graph, reached)
-    if "mldiag.outbox.flush_stale" in reached:
+    if "mldiag.services.outbox.flush_stale" in reached:
         topics |= _staged_topics(graph, set(graph.definitions))
     return topics
 
@@ -229,7 +229,7 @@ def _keyword(call: ast.Call, name: str, position: int | None = None) -> ast.expr
 def _repository_collection(graph: CodeGraph, qualified: str, receiver: ast.expr) -> str | None:
     """``services().runs`` / ``self.services.sessions`` → the collection of that repository."""
     from mldiag.bootstrap import Services
-    from mldiag.repository import Repository
+    from mldiag.services.repository import Repository
 
     if not isinstance(receiver, ast.Attribute):
         return None
@@ -243,7 +243,7 @@ def _repository_collection(graph: CodeGraph, qualified: str, receiver: ast.expr)
 
 
 def _shape(collection: str, terms: list[tuple[str, str]], order: list[tuple[str, bool]], where: str) -> Query:
-    from mldiag.adapters.queries import KEY, result_order
+    from mldiag.adapters.store.queries import KEY, result_order
     from mldiag.ports import OrderBy, Where
 
     full = result_order([Where(f, op, None) for f, op in terms], [OrderBy(f, d) for f, d in order])
@@ -252,8 +252,8 @@ def _shape(collection: str, terms: list[tuple[str, str]], order: list[tuple[str,
 
 
 def firestore_queries(graph: CodeGraph) -> list[Query]:
-    from mldiag.repository import PARENT_FIELD, Repository
-    from mldiag.services.listing import NEWEST_FIRST
+    from mldiag.services.repository import PARENT_FIELD, Repository
+    from mldiag.services.resources.listing import NEWEST_FIRST
 
     newest_first = [(o.field, o.descending) for o in NEWEST_FIRST]
     repository_default = [(o.field, o.descending)
@@ -261,7 +261,7 @@ def firestore_queries(graph: CodeGraph) -> list[Query]:
     queries = []
     for qualified, node in graph.definitions.items():
         module = graph.owner[qualified]
-        if qualified.startswith("mldiag.repository.") or module.startswith("mldiag.adapters."):
+        if qualified.startswith("mldiag.services.repository.") or module.startswith("mldiag.adapters."):
             continue  # the builders themselves
         site = f"{module}:{node.lineno} {qualified.rsplit('.', 1)[-1]}"
         for call in (c for c in ast.walk(node) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)):
@@ -282,7 +282,7 @@ def firestore_queries(graph: CodeGraph) -> list[Query]:
                 else:
                     order = []
                 queries.append(_shape(collection, terms, order, site))
-        for call in graph.calls_in(qualified, "mldiag.services.listing.list_page"):
+        for call in graph.calls_in(qualified, "mldiag.services.resources.listing.list_page"):
             collection = _repository_collection(graph, qualified, call.args[0])
             if collection is None:
                 continue  # the API's generic route: the user's filter and order, or newest first
@@ -298,7 +298,7 @@ def firestore_queries(graph: CodeGraph) -> list[Query]:
     # Every resource list the API serves by default: a parent's children, newest first.
     from mldiag.domain.resources import RESOURCE_TYPES
 
-    queries += [_shape(model.collection, [(PARENT_FIELD, "==")], order, "mldiag.api.v1alpha list")
+    queries += [_shape(model.collection, [(PARENT_FIELD, "==")], order, "mldiag.entrypoints.http.v1alpha list")
                 for model in RESOURCE_TYPES for order in (newest_first, repository_default)]
     return queries
 

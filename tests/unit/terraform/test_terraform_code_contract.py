@@ -109,7 +109,7 @@ def test_planted_missing_index_is_reported(planted: Planted, graph: CodeGraph, t
     planted.replace("firestore.tf", '{ field_path = "runPhase", order = "ASCENDING" },', "")
     (problem,) = index_problems(planted.terraform, tmp_path, graph)
     assert re.fullmatch(r"machineLearningRuns: _parent and runPhase, order createTime desc "
-                        r"\(mldiag\.ui\.console:\d+ runs\) has no composite index in firestore\.tf", problem)
+                        r"\(mldiag\.entrypoints\.console\.pages:\d+ runs\) has no composite index in firestore\.tf", problem)
 
 
 def unpackaged_files(terraform: Path, root: Path) -> list[str]:

@@ -12,7 +12,7 @@ python-hcl2 and returns what is wrong, one sentence per problem:
 - roles: no primitive role anywhere, and project-level grants only for roles no
   narrower resource can hold;
 - topics: the names and consumers match ``mldiag.config``,
-  ``mldiag.entrypoints.TOPIC_SUBSCRIBERS`` and the devstack;
+  ``mldiag.entrypoints.handlers.TOPIC_SUBSCRIBERS`` and the devstack;
 - requirements: the generated requirements.txt mirrors pyproject.toml.
 """
 
@@ -29,8 +29,8 @@ from conftest import REPO, Planted
 from terraform_config import Block, literal, load_module, local_values, module_dirs, unquote, walk_strings
 
 from mldiag import config
-from mldiag.devstack_host import BUCKET_TRIGGERED
-from mldiag.entrypoints import TOPIC_SUBSCRIBERS
+from mldiag.local.devstack_host import BUCKET_TRIGGERED
+from mldiag.entrypoints.handlers import TOPIC_SUBSCRIBERS
 
 FUNCTION_MODULE = "./modules/function"
 PRIMITIVE_ROLE = re.compile(r"roles/(owner|editor|viewer)(?![\w.])")
@@ -210,7 +210,7 @@ def topic_problems(root: Path) -> list[str]:
             problems.append(f"the code pushes {topic} to {function}; Terraform to {deployed.get(topic)}")
     for topic, function in deployed.items():
         if function in landed and TOPIC_SUBSCRIBERS.get(topic) != function:
-            problems.append(f"Terraform pushes {topic} to {function}, which mldiag.entrypoints does not list")
+            problems.append(f"Terraform pushes {topic} to {function}, which mldiag.entrypoints.handlers does not list")
     for topic, function in deployed.items():
         if functions.get(function, {}).get("trigger") != "pubsub":
             problems.append(f"{function} consumes {topic} but is not a pubsub-triggered function")
@@ -399,7 +399,7 @@ def test_planted_wrong_consumer_is_reported(planted: Planted):
     planted.replace("functions.tf", '"maintenance-ticks" = "maintenance"', '"maintenance-ticks" = "register_session"')
     assert topic_problems(planted.root) == [
         "the code pushes maintenance-ticks to maintenance; Terraform to register_session",
-        "Terraform pushes maintenance-ticks to register_session, which mldiag.entrypoints does not list",
+        "Terraform pushes maintenance-ticks to register_session, which mldiag.entrypoints.handlers does not list",
         "register_session consumes maintenance-ticks but is not a pubsub-triggered function",
     ]
 

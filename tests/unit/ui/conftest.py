@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from console_support import API_URL, LOCATION, Console
-from mldiag.adapters.inprocess_bus import InProcessBus
-from mldiag.adapters.local_blobs import LocalBlobs
-from mldiag.adapters.sqlite_store import SqliteStore
+from mldiag.adapters.bus.inprocess import InProcessBus
+from mldiag.adapters.blobs.local import LocalBlobs
+from mldiag.adapters.store.sqlite import SqliteStore
 from mldiag.bootstrap import Services
 from mldiag.config import Settings
 

@@ -8,7 +8,7 @@ from typing import Any
 from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
 
-from mldiag.api import create_app
+from mldiag.entrypoints.http import create_app
 from mldiag.bootstrap import Services
 from mldiag.domain import MachineLearningRun, ProfilerSession, ProfilerTarget
 from mldiag.domain.names import LocationName, RunName

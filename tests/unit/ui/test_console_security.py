@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mldiag.ui import security
+from mldiag.entrypoints.console import security
 
 from console_support import LOCATION, add_run, add_target
 
@@ -143,7 +143,7 @@ def test_the_form_token_cookie_is_httponly_and_strict(console):
 
 def test_a_burst_of_wrong_sign_ins_is_throttled_per_client_address(locked, monkeypatch):
     clock = [1000.0]
-    monkeypatch.setattr(locked.app.extensions["mldiag.ui.sign_in_throttle"], "_now", lambda: clock[0])
+    monkeypatch.setattr(locked.app.extensions["mldiag.entrypoints.console.sign_in_throttle"], "_now", lambda: clock[0])
     codes = [locked.post("/ui/sign-in", {"token": f"guess-{i}"}).status_code for i in range(300)]
     assert codes == [403] * security.MAX_FAILED_SIGN_INS + [429] * (300 - security.MAX_FAILED_SIGN_INS)
 

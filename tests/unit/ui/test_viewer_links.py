@@ -6,7 +6,7 @@ from urllib.parse import quote
 
 import pytest
 
-from mldiag.ui.viewer_links import VIEWER_URL
+from mldiag.entrypoints.console.viewer_links import VIEWER_URL
 
 FOLDER_URI = "gs://mldiag-profiles/runs/r1/plugins/profile/s1"
 VIEWER = "http://127.0.0.1:8791"

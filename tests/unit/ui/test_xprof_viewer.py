@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import pytest
 import requests
 
-from mldiag.ui.xprof_viewer import ViewerFailed, XprofViewer
+from mldiag.local.xprof_viewer import ViewerFailed, XprofViewer
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "profiles" / "compute_bound"
 SESSION = Path("compute_bound") / "plugins" / "profile" / "compute_bound"

@@ -1,0 +1,1 @@
+"""Blob stores: Cloud Storage, and local folders as buckets with signed share links."""

@@ -1,0 +1,1 @@
+"""The XProf profiler server, as a capture client sees it."""

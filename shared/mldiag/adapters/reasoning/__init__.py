@@ -1,0 +1,1 @@
+"""Reasoning models an investigation can ask: Gemini on Vertex AI."""

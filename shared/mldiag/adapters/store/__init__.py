@@ -1,0 +1,1 @@
+"""Document stores: Cloud Firestore, and SQLite for the embedded default."""

@@ -1,0 +1,27 @@
+"""The web console (``/ui``) and the way into the XProf viewer (``/viewer``).
+
+:func:`register` adds both to the control plane's Flask app, and sends ``/``
+to the console. The console checks
+its own credentials (:mod:`mldiag.entrypoints.console.security`), so the API's bearer-token
+check skips its blueprint (:data:`CONSOLE_BLUEPRINT`); ``/viewer`` is an
+ordinary read.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from flask import Flask
+
+CONSOLE_BLUEPRINT = "ui"
+
+
+def register(app: Flask) -> None:
+    # Imported here: the blueprints use mldiag.entrypoints.http, whose app module imports this package.
+    from mldiag.entrypoints.console import pages
+    from mldiag.entrypoints.console import viewer_links
+
+    app.register_blueprint(pages.blueprint)
+    app.register_blueprint(viewer_links.blueprint)
+    app.add_url_rule("/", "home", pages.home)

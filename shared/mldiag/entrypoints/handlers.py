@@ -1,0 +1,95 @@
+"""The event handlers behind every function, and which topic feeds which.
+
+``functions/<name>/main.py`` calls ``<name>(bootstrap.services(), event)``; the
+local hosts (``mldiag up``, the devstack) bind the same handlers to their own
+services. Each handler runs inside :func:`mldiag.services.event_archive.handle`, so every
+event is archived, deduplicated and sorted into retry or reject.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from cloudevents.http import CloudEvent
+
+from mldiag.services import event_archive
+from mldiag.bootstrap import Services
+from mldiag.config import (
+    ANALYSIS_EVENTS, ANALYSIS_REQUESTS, CAPTURE_REQUESTS, MAINTENANCE_TICKS, MONITORING_ALERTS, TOPICS, dead_letter_topic,
+)
+
+Handler = Callable[[Services, CloudEvent], object]
+
+
+def register_session(services: Services, event: CloudEvent) -> event_archive.Outcome:
+    """Eventarc ``google.cloud.storage.object.v1.finalized`` on the profiles bucket."""
+    from mldiag.services.registration import register_finalized
+
+    return event_archive.handle(services.events, "register_session", event,
+                           lambda e: register_finalized(services, e))
+
+
+def analyze_session(services: Services, event: CloudEvent) -> event_archive.Outcome:
+    """``analysis-requests``: analyse a settled session, write summary.html and analysis.json next to it."""
+    from mldiag.services.analysis_jobs import analyze_requested
+
+    return event_archive.handle(services.events, "analyze_session", event, lambda e: analyze_requested(services, e))
+
+
+def record_dead_letter(services: Services, event: CloudEvent) -> event_archive.Outcome:
+    """Every ``<topic>-dead-letter`` topic: keep what exhausted its retries, with its reason."""
+    from mldiag.services.operations.dead_letters import record
+
+    return event_archive.handle(services.events, "record_dead_letter", event, lambda e: record(services, e))
+
+
+def maintenance(services: Services, event: CloudEvent) -> event_archive.Outcome:
+    """``maintenance-ticks`` (Cloud Scheduler, every minute): settle sessions, flush the outbox, prune."""
+    from mldiag.services.operations.maintenance import run_maintenance
+
+    return event_archive.handle(services.events, "maintenance", event, lambda e: run_maintenance(services))
+
+
+def dispatch_capture(services: Services, event: CloudEvent) -> event_archive.Outcome:
+    """``capture-requests``: capture one target of a request (and its pending siblings, at once)."""
+    from mldiag.services.capture.dispatch import dispatch
+
+    return event_archive.handle(services.events, "dispatch_capture", event, lambda e: dispatch(services, e))
+
+
+def on_alert(services: Services, event: CloudEvent) -> event_archive.Outcome:
+    """``monitoring-alerts``: record the MonitoredEvent and capture automatically, storm-controlled."""
+    from mldiag.services.monitoring.auto_capture import handle_alert
+
+    return event_archive.handle(services.events, "on_alert", event, lambda e: handle_alert(services, e))
+
+
+def deliver_notifications(services: Services, event: CloudEvent) -> event_archive.Outcome:
+    """``analysis-events``: send a finished analysis or a monitored event's change to the configured destinations."""
+    from mldiag.services.notifications import deliver
+
+    return event_archive.handle(services.events, "deliver_notifications", event, lambda e: deliver(services, e))
+
+
+EVENT_HANDLERS: dict[str, Handler] = {
+    "register_session": register_session,
+    "analyze_session": analyze_session,
+    "record_dead_letter": record_dead_letter,
+    "maintenance": maintenance,
+    "dispatch_capture": dispatch_capture,
+    "on_alert": on_alert,
+    "deliver_notifications": deliver_notifications,
+}
+
+# Functions Terraform wires to the profiles bucket with an Eventarc finalize trigger.
+BUCKET_TRIGGERED = ("register_session",)
+
+# Which function each topic pushes to; Terraform and the devstack create exactly these subscriptions.
+TOPIC_SUBSCRIBERS: dict[str, str] = {
+    ANALYSIS_REQUESTS: "analyze_session",
+    MAINTENANCE_TICKS: "maintenance",
+    CAPTURE_REQUESTS: "dispatch_capture",
+    MONITORING_ALERTS: "on_alert",
+    ANALYSIS_EVENTS: "deliver_notifications",
+    **{dead_letter_topic(topic): "record_dead_letter" for topic in TOPICS},
+}

@@ -1,0 +1,259 @@
+"""``mldiag up``: the whole control plane on one machine, on the embedded default.
+
+One process hosts what the cloud spreads over services: the HTTP API (cheroot,
+a threaded production WSGI server), every event function bound to its topic on
+the in-process bus exactly as Terraform subscribes it (``mldiag.entrypoints.handlers``),
+a watcher that turns files landing in the local buckets into Cloud Storage
+finalize notifications (delivered to the bucket-triggered functions the way
+Eventarc delivers them), and a timer standing in for Cloud Scheduler's
+maintenance ticks. With an OTLP port it also takes OpenTelemetry metrics over
+gRPC (:mod:`mldiag.local.otlp_grpc`; OTLP/HTTP is a route of the API). With a viewer
+port it also runs XProf over the local bucket
+(:mod:`mldiag.local.xprof_viewer`, a child process on 127.0.0.1) and sends the
+sessions' dashboard links there. Ctrl-C or SIGTERM stops it cleanly: the server stops
+accepting and finishes the requests in flight, then the watcher, the timer and
+the bus and the viewer stop; running analyses are stopped, to run again on the
+next start. The bus's queue is in the SQLite file, so what was queued or being
+delivered is delivered on the next start, which also stops analysis workers a
+killed predecessor left running, removes its scratch folders and registers
+files that landed while it was down.
+
+Every folder under ``DATA_DIR/buckets`` is a bucket: its finalize events reach
+the bucket-triggered functions, as an Eventarc trigger per bucket would deliver
+them. The terminal shows what happened in a sentence each (``--log-format
+console``); every log line goes as JSON to ``DATA_DIR/logs/mldiag.log``.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import signal
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from types import FrameType
+
+import structlog
+from cheroot import wsgi
+from cloudevents.http import CloudEvent
+
+from mldiag import bootstrap, logs
+
+from mldiag.entrypoints import handlers
+from mldiag.adapters.bus.inprocess import InProcessBus
+from mldiag.services.analysis_jobs import clean_up_after_a_stop, stop_workers
+from mldiag.entrypoints.http import create_app
+from mldiag.entrypoints.http.origin import HostNames
+from mldiag.bootstrap import Services
+from mldiag.local.bucket_watcher import BucketWatcher
+from mldiag.config import BUCKET_NOTIFICATIONS, MAINTENANCE_TICKS, Settings
+from mldiag.domain.errors import InvalidArgument
+from mldiag.domain.names import SESSIONS, parse_child
+from mldiag.domain.messages import encode_json, finalized_event_from_notification, message_from_cloud_event
+from mldiag.entrypoints.console.viewer_links import VIEWER_URL
+from mldiag.local.xprof_viewer import XprofViewer
+
+log = structlog.get_logger(__name__)
+
+SERVER_THREADS = 16
+# Connections the kernel holds while every thread is busy (cheroot's default, 5, resets a burst of clients).
+LISTEN_BACKLOG = 1024
+# Functions that share this machine's memory with everything else: an analysis reserves up to 80 % of the
+# memory it finds free, so analyses run one after another here (each has an instance of its own in the cloud).
+MAX_IN_FLIGHT = {"analyze_session": 1}
+
+
+@dataclass(frozen=True)
+class Banner:
+    """What a user needs to point a workload at this control plane."""
+
+    url: str
+    data_dir: str
+    bucket_uri: str
+    bucket_folder: str
+    log_file: str
+    viewer_url: str = ""
+    sdk_url: str = ""  # DIAGON_BASE_URL: the capability URL when a token is configured
+    otlp_endpoint: str = ""  # OTEL_EXPORTER_OTLP_ENDPOINT for the SDK's gRPC exporter; "" when off
+    otlp_note: str = ""  # why OTLP/gRPC is off though it was wanted
+
+
+class StartFailed(Exception):
+    """The server cannot listen where it was asked to, or cannot use its data directory; the message
+    says why and what to do instead."""
+
+
+class _Server(wsgi.Server):
+    """cheroot's WSGI server, keeping the system's reason when it cannot bind (cheroot's own error drops it)."""
+
+    bind_error: OSError | None = None
+
+    def bind(self, family: int, type: int, proto: int = 0) -> socket.socket:  # noqa: A002 - cheroot's names
+        try:
+            return super().bind(family, type, proto)
+        except OSError as error:
+            self.bind_error = error
+            raise
+
+
+def _why_not_bound(host: str, port: int, error: OSError) -> str:
+    choose = "choose another with --port, or --port 0 for a free one"
+    local = "use --host 127.0.0.1 (this machine) or 0.0.0.0 (every interface)"
+    if isinstance(error, socket.gaierror):
+        return f"{host!r} is not a known host address; {local}"
+    if error.errno == errno.EADDRINUSE:
+        return f"port {port} on {host} is in use; {choose}"
+    if error.errno in (errno.EACCES, errno.EPERM):
+        return f"no permission to listen on port {port} of {host} (ports below 1024 need privileges); {choose}"
+    if error.errno == errno.EADDRNOTAVAIL:
+        return f"{host} is not an address of this machine; {local}"
+    return f"cannot listen on {host} port {port}: {error.strerror or error}"
+
+
+def _bound_server(host: str, port: int) -> wsgi.Server:
+    server = _Server((host, port), wsgi_app=None, numthreads=SERVER_THREADS, request_queue_size=LISTEN_BACKLOG)
+    try:
+        server.prepare()  # binds now, so that --port 0 has a real port to report
+    except OSError as error:
+        raise StartFailed(_why_not_bound(host, port, server.bind_error or error)) from None
+    return server
+
+
+def session_page_link(url: str) -> Callable[[str], str]:
+    """The console page of a session (by resource name) on the server at ``url``; "" for another name."""
+    def link(name: str) -> str:
+        try:
+            session = parse_child(name, SESSIONS)
+        except InvalidArgument:
+            return ""
+        return f"{url}/ui/runs/{session.run_name.run}/sessions/{session.id}"
+
+    return link
+
+
+def wire_functions(services: Services, bus: InProcessBus) -> None:
+    """Subscribe every event function to its topics, and the bucket-triggered ones to every bucket's
+    finalize events."""
+    for topic, function in handlers.TOPIC_SUBSCRIBERS.items():
+        bus.subscribe(topic, functools.partial(handlers.EVENT_HANDLERS[function], services), name=function,
+                      max_in_flight=MAX_IN_FLIGHT.get(function, 0))
+    for function in handlers.BUCKET_TRIGGERED:
+        handler = handlers.EVENT_HANDLERS[function]
+
+        def deliver(notification: CloudEvent, handler: handlers.Handler = handler) -> None:
+            message = message_from_cloud_event(notification)
+            event = finalized_event_from_notification(message)
+            if event is not None:
+                handler(services, event)
+
+        bus.subscribe(BUCKET_NOTIFICATIONS, deliver, name=function)
+
+
+def recover_from_a_stop(services: Services) -> None:
+    """What a killed predecessor left: its analysis workers and scratch, and files that landed meanwhile."""
+    from mldiag.services.operations.reconciliation import reconcile
+
+    clean_up_after_a_stop(services.settings)
+    reconcile(services, force=True, settling=timedelta(0))
+
+
+class _Ticker(threading.Thread):
+    def __init__(self, bus: InProcessBus, interval: float):
+        super().__init__(name="mldiag-maintenance", daemon=True)
+        self.bus, self.interval, self.stopping = bus, interval, threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.wait(self.interval):
+            self.bus.publish(MAINTENANCE_TICKS, encode_json({"source": "mldiag up"}))
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner], None],
+          viewer_port: int | None = None, otlp_port: int | None = None, otlp_optional: bool = False) -> None:
+    """Run until Ctrl-C or SIGTERM; ``announce`` is called once the port is bound (and the viewer is up).
+
+    ``viewer_port`` (0: any free port) also runs the XProf viewer; if it cannot start, nothing runs.
+    ``otlp_port`` (0: any free port) also takes OTLP metrics over gRPC, on ``host``; with
+    ``otlp_optional``, a port that cannot be bound leaves only that off (the banner says why).
+    Raises :class:`StartFailed` when a port cannot be bound or the data directory used; nothing is
+    left running then, and nothing is written when it is the port.
+    """
+    server = _bound_server(host, port)
+    bound_port = server.bind_addr[1]
+    reachable_host = '127.0.0.1' if host in ('0.0.0.0', '::', '') else host
+    url = f"http://{reachable_host}:{bound_port}"
+    settings = settings.model_copy(update={"backend": "embedded", "api_url": url})
+    log_file = settings.data_dir / "logs" / "mldiag.log"
+    try:
+        logs.configure(settings.log_format, log_file=log_file, session_link=session_page_link(url))
+        services = bootstrap.build(settings)
+    except OSError as error:
+        server.stop()
+        logs.close()
+        raise StartFailed(f"cannot use the data directory {settings.data_dir}: {error.strerror or error}; "
+                          "choose another with --data") from None
+    bucket_folder = settings.data_dir / "buckets" / settings.bucket
+    bus = services.bus
+    assert isinstance(bus, InProcessBus)
+    wire_functions(services, bus)
+    app = create_app(services, HostNames.serving(host, bound_port))
+    viewer = None
+    if viewer_port is not None:
+        bucket_folder.mkdir(parents=True, exist_ok=True)
+        viewer = XprofViewer(bucket_folder, viewer_port, settings.data_dir / "logs" / "xprof-viewer.log")
+        try:
+            app.config[VIEWER_URL] = viewer.start()
+        except Exception:
+            server.stop()
+            raise
+    otlp_server, otlp_note = None, ""
+    if otlp_port is not None:
+        from mldiag.local.otlp_grpc import OtlpGrpcServer, OtlpPortUnavailable
+
+        try:
+            otlp_server = OtlpGrpcServer(services, host, otlp_port)
+        except OtlpPortUnavailable as error:
+            if not otlp_optional:
+                server.stop()
+                if viewer is not None:
+                    viewer.stop()
+                raise StartFailed(str(error)) from None
+            otlp_note = str(error)
+            log.warning("OTLP/gRPC is off", reason=otlp_note)
+    server.wsgi_app = app
+    watcher = BucketWatcher(services.blobs, bus)
+    ticker = _Ticker(bus, settings.maintenance_interval_seconds)
+
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    recover_from_a_stop(services)
+    bus.start()
+    watcher.start()
+    ticker.start()
+    if otlp_server is not None:
+        otlp_server.start()
+    otlp_endpoint = f"http://{reachable_host}:{otlp_server.port}" if otlp_server else ""
+    capability = settings.sdk_capability if settings.api_token or settings.auth_audience else ""
+    announce(Banner(url, str(settings.data_dir), settings.bucket_uri, str(bucket_folder), str(log_file),
+                    app.config.get(VIEWER_URL, ""), f"{url}/sdk/{capability}" if capability else url,
+                    otlp_endpoint, otlp_note))
+    try:
+        server.serve()
+    except KeyboardInterrupt:
+        log.info("stopping", notice=True)
+    finally:
+        server.stop()
+        if otlp_server is not None:
+            otlp_server.stop()
+        if viewer is not None:
+            viewer.stop()
+        ticker.stopping.set()
+        watcher.stop()
+        bus.stop(interrupt=lambda: stop_workers(services.settings))  # analyses stopped are retried on the next start
+        signal.signal(signal.SIGTERM, previous)
+        logs.close()

@@ -1,0 +1,470 @@
+"""The ``analyze_session`` function: one analysis request, start to finish, recorded on the session.
+
+A request (``Registrar.request_analysis``: ``{"session", "generationSet",
+"hostFiles"}``) is handled once per session and set of files:
+
+* a request for files the session no longer holds (its ``generationSet``
+  moved on) is stale: acknowledged and dropped; so is one for a set already
+  DONE or FAILED (``mldiag profiler-session analyze`` asks again);
+* otherwise the analysis goes PENDING → RUNNING, the host files are downloaded
+  into scratch space and analysed by :mod:`mldiag.entrypoints.analysis_worker` in a child
+  process under ``analysis_timeout_seconds``, and ``summary.html`` and
+  ``analysis.json`` are written to ``<session folder>/mldiag/<generation set>/``
+  (so a rerun that overwrites the session's files leaves the earlier report
+  readable); the session records DONE, the health, the reasoner, both report
+  URIs, the top finding and the step time, and so does its run's
+  ``latestAnalysis`` when it is the run's newest.
+
+Failures are sorted the way the event archive sorts them: a profile that cannot
+be read, a missing file, a timeout or running out of memory will fail again, so
+the analysis is FAILED with the reason and the event acknowledged
+(:class:`PermanentFailure`); anything else (storage hiccups, a crashed worker)
+puts the analysis back to PENDING with the reason and is retried, until the
+last delivery attempt records FAILED. Where the delivery count does not reach the
+function (functions-framework drops it from the push), the request's dead
+letter does it instead (:func:`give_up`).
+
+What a killed process leaves is picked up later: maintenance asks again for an
+analysis left RUNNING or PENDING past the time limit, or fails it after its
+last attempt (:func:`retry_stale`); on the embedded backend analyses keep their
+scratch under the data dir with their worker's pid beside it, so that
+``mldiag up`` can stop those workers and remove that scratch when it starts
+(:func:`clean_up_after_a_stop`) or stops (:func:`stop_workers`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import structlog
+from cloudevents.http import CloudEvent
+
+from mldiag.services import notifications
+
+from mldiag.services import outbox
+from mldiag.analysis.evidence import Analysis
+from mldiag.analysis.profiles import UnreadableProfile, require_xspace_object
+from mldiag.analysis.report import ANALYSIS_FILE, SUMMARY_FILE
+from mldiag.bootstrap import Services
+from mldiag.domain.layout import parse_blob_uri
+from mldiag.config import Settings
+from mldiag.domain.errors import InvalidArgument, NotFound, PermanentFailure
+from mldiag.domain.names import parent_of, short_name
+from mldiag.domain.resources import AnalysisState, ProfilerSession
+from mldiag.services.event_archive import Ignored
+from mldiag.domain.messages import message_from_cloud_event
+from mldiag.ports import Transaction, Where
+
+FUNCTION = "analyze_session"  # the function this handler runs in, as the event archive names it
+REPORT_FOLDER = "mldiag"
+XPLANE_SUFFIX = ".xplane.pb"
+MAX_REASON_CHARS = 500
+RETRY_PREFIX = "will retry: "  # how a failure that is to be retried reads on the session
+SCRATCH_PREFIX = "mldiag-session-"
+WORKER_PID_FILE = "worker.pid"  # in the analysis's scratch folder while its worker runs
+# Downloading and uploading come on top of the worker's own time limit; an analysis RUNNING for longer is not.
+STALE_MARGIN_SECONDS = 120.0
+log = structlog.get_logger(__name__)
+
+
+class AnalysisFailed(RuntimeError):
+    """The analysis did not produce a report; ``permanent`` when running it again cannot help."""
+
+    def __init__(self, reason: str, permanent: bool):
+        super().__init__(reason)
+        self.permanent = permanent
+
+
+@dataclass(frozen=True)
+class AnalysisRequest:
+    session: str
+    generation_set: str
+    host_files: dict[str, str]  # host -> gs:// URI of its .xplane.pb
+
+    @classmethod
+    def parse(cls, payload: Any) -> AnalysisRequest:
+        if not isinstance(payload, dict):
+            raise PermanentFailure("an analysis request is a JSON object")
+        session, generation_set, host_files = payload.get("session"), payload.get("generationSet"), payload.get(
+            "hostFiles")
+        if not isinstance(session, str) or not session or not isinstance(generation_set, str) or not generation_set:
+            raise PermanentFailure("an analysis request needs 'session' and 'generationSet'")
+        if not isinstance(host_files, dict) or not host_files or not all(
+                isinstance(h, str) and isinstance(u, str) and u.endswith(XPLANE_SUFFIX) for h, u in host_files.items()):
+            raise PermanentFailure("'hostFiles' must map each host to the gs:// URI of its .xplane.pb")
+        for uri in host_files.values():
+            try:
+                parse_blob_uri(uri)
+            except InvalidArgument as bad:
+                raise PermanentFailure(f"'hostFiles': {bad}") from None
+        return cls(session, generation_set, dict(host_files))
+
+    @property
+    def folder_uri(self) -> str:
+        """The session folder: where the host files are."""
+        return sorted(self.host_files.values())[0].rsplit("/", 1)[0]
+
+
+def _update(services: Services, name: str, change: Callable[[ProfilerSession], str],
+            step_time_change: float | None = None) -> str:
+    """Apply ``change`` to the stored session in a transaction; returns what it says.
+
+    When the change completes an analysis, the run's ``latestAnalysis`` follows in
+    the same transaction, so the run list never disagrees with the session, and so
+    does the ``analysis.v1.completed`` notification (published once committed).
+    """
+    staged: list[str] = []
+
+    def work(transaction: Transaction) -> str:
+        staged.clear()
+        previous = services.sessions.find_in(transaction, name)
+        if previous is None:
+            raise Ignored("the session no longer exists")
+        session = previous.model_copy(deep=True)
+        said = change(session)
+        completed = session.analysis.state is AnalysisState.DONE and previous.analysis.state is not AnalysisState.DONE
+        run = services.runs.find_in(transaction, parent_of(name)) if completed else None  # reads before writes
+        saved = services.sessions.save_in(transaction, previous, session)
+        if run is not None:
+            summarised = run.model_copy(deep=True)
+            summarised.record_analysis(saved)
+            services.runs.save_in(transaction, run, summarised)
+        if completed:
+            staged.append(notifications.stage_analysis_completed(transaction, services, saved, step_time_change))
+        return said
+
+    said = services.store.transaction(work)
+    for key in staged:
+        outbox.flush(services.store, services.bus, key)
+    return said
+
+
+def _start(services: Services, request: AnalysisRequest) -> None:
+    def change(session: ProfilerSession) -> str:
+        analysis = session.analysis
+        # Current means: these are the session's files now, and no request for newer ones went out since.
+        if request.generation_set != session.generation_set() or request.generation_set != analysis.generation_set:
+            raise Ignored("stale request: the session's files changed since; a newer request analyses them")
+        if analysis.state in (AnalysisState.DONE, AnalysisState.FAILED):
+            raise Ignored(f"already {analysis.state.value} for these files; "
+                          "`mldiag profiler-session analyze` runs it again")
+        if analysis.state not in (AnalysisState.PENDING, AnalysisState.RUNNING):
+            raise Ignored(f"no analysis was requested (state {analysis.state.value})")
+        analysis.state = AnalysisState.RUNNING
+        analysis.attempts += 1
+        analysis.start_time, analysis.end_time = services.now(), None
+        analysis.error = ""
+        return ""
+
+    _update(services, request.session, change)
+
+
+def _finish(services: Services, request: AnalysisRequest, state: AnalysisState,
+            step_time_change: float | None = None, **fields: Any) -> str:
+    """Record the outcome, if the session still waits for this run's result."""
+    def change(session: ProfilerSession) -> str:
+        analysis = session.analysis
+        if analysis.generation_set != request.generation_set or analysis.state is not AnalysisState.RUNNING:
+            return "superseded: a newer request for this session is pending"
+        analysis.state = state
+        analysis.end_time = services.now()
+        for name, value in fields.items():
+            setattr(analysis, name, value)
+        return state.value
+
+    return _update(services, request.session, change, step_time_change)
+
+
+def give_up(services: Services, payload: bytes, reason: str) -> str:
+    """A request that exhausted its delivery attempts: its analysis is FAILED with ``reason``.
+
+    Only while the analysis still waits on that request: PENDING after a failure
+    it was to retry, or RUNNING when the instance died mid-analysis. A newer
+    request for the same files (PENDING with no error) is left alone.
+    """
+    request = AnalysisRequest.parse(json.loads(payload))
+
+    def change(session: ProfilerSession) -> str:
+        analysis = session.analysis
+        waiting = analysis.state is AnalysisState.RUNNING or (
+            analysis.state is AnalysisState.PENDING and analysis.error.startswith(RETRY_PREFIX))
+        if analysis.generation_set != request.generation_set or not waiting:
+            return f"the analysis no longer waits on this request ({analysis.state.value})"
+        analysis.state = AnalysisState.FAILED
+        analysis.end_time = services.now()
+        analysis.error = f"gave up after every delivery attempt: {reason}"[:MAX_REASON_CHARS]
+        return f"analysis of {request.session} marked FAILED"
+
+    return _update(services, request.session, change)
+
+
+def _dashboard_uri(services: Services, session: ProfilerSession) -> str:
+    from mldiag.services.resources.sessions import session_location
+
+    if session.dashboard_uri:
+        return session.dashboard_uri
+    run = services.runs.find(parent_of(session.name))
+    return session_location(services.settings, run, session.id)[1] if run is not None else ""
+
+
+def worker_environment(settings: Settings) -> dict[str, str]:
+    """The environment that gives the worker this function's reasoner settings."""
+    return {**os.environ, "MLDIAG_REASONER": settings.reasoner, "MLDIAG_PROJECT": settings.project,
+            "MLDIAG_VERTEX_MODEL": settings.vertex_model, "MLDIAG_VERTEX_LOCATION": settings.vertex_location,
+            "MLDIAG_VERTEX_ENDPOINT": settings.vertex_endpoint}
+
+
+def _baseline(services: Services, session: ProfilerSession, scratch: Path) -> list[str]:
+    """Worker arguments that compare an auto-captured session with an earlier one of the run (see find_baseline)."""
+    from mldiag.analysis.comparison import find_baseline
+
+    if not session.auto_captured:
+        return []
+    baseline = find_baseline(services, session)
+    if baseline is None:
+        return []
+    target = scratch / "baseline" / ANALYSIS_FILE
+    try:
+        services.blobs.download(baseline.analysis.analysis_uri, target)
+    except NotFound:
+        return []
+    return ["--baseline", str(target), "--baseline-session", baseline.name]
+
+
+def _run_worker(settings: Settings, files: list[Path], scratch: Path, out: Path, source: str,
+                dashboard_uri: str, extra: list[str]) -> None:
+    from mldiag.analysis.profiles import UNREADABLE_EXIT
+
+    command = [sys.executable, "-m", "mldiag.entrypoints.analysis_worker", "--out", str(out), "--scratch", str(scratch),
+               "--source", source, "--dashboard-uri", dashboard_uri, *extra, *map(str, files)]
+    # A session of its own, so that a timeout stops the worker and whatever it started.
+    worker = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              env=worker_environment(settings), start_new_session=True)
+    (scratch / WORKER_PID_FILE).write_text(str(worker.pid))
+    try:
+        _, errors = worker.communicate(timeout=settings.analysis_timeout_seconds)
+    except subprocess.TimeoutExpired:
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.communicate()
+        raise AnalysisFailed(f"the analysis did not finish within {settings.analysis_timeout_seconds:g} s",
+                             permanent=True) from None
+    last = (errors.strip().splitlines() or [""])[-1][:MAX_REASON_CHARS]
+    if worker.returncode == UNREADABLE_EXIT:
+        raise AnalysisFailed(f"unreadable profile: {last}", permanent=True)
+    if worker.returncode == -signal.SIGKILL:
+        raise AnalysisFailed("the analysis was killed (SIGKILL): the profile needs more memory than this function "
+                             "has", permanent=True)
+    if worker.returncode < 0:
+        raise AnalysisFailed(f"the analysis worker was stopped by {signal.Signals(-worker.returncode).name}",
+                             permanent=False)
+    if worker.returncode != 0:
+        raise AnalysisFailed(f"the analysis worker exited with {worker.returncode}: {last}", permanent=False)
+
+
+def report_folder(session_folder: str, generation_set: str) -> str:
+    """Where the analysis of one set of the session's files writes its report."""
+    return f"{session_folder.rstrip('/')}/{REPORT_FOLDER}/{generation_set}"
+
+
+def _analyse(services: Services, request: AnalysisRequest, session: ProfilerSession,
+             scratch: Path) -> tuple[str, str]:
+    """Download, analyse, upload; returns the URIs of ``summary.html`` and ``analysis.json``."""
+    folder = request.folder_uri
+    files = []
+    for host, uri in sorted(request.host_files.items()):
+        target = scratch / "profile" / session.id / f"{host}{XPLANE_SUFFIX}"
+        try:
+            require_xspace_object(services.blobs, uri)  # before a copy is made of what may be gigabytes of nothing
+            services.blobs.download(uri, target)
+        except NotFound:
+            raise AnalysisFailed(f"{uri} is gone from the bucket", permanent=True) from None
+        except UnreadableProfile as error:
+            raise AnalysisFailed(f"unreadable profile: {error}", permanent=True) from None
+        files.append(target)
+    out = scratch / "report"
+    _run_worker(services.settings, files, scratch, out, folder, _dashboard_uri(services, session),
+                _baseline(services, session, scratch))
+    report_uri, analysis_uri = (f"{report_folder(folder, request.generation_set)}/{name}"
+                                for name in (SUMMARY_FILE, ANALYSIS_FILE))
+    services.blobs.upload(out / ANALYSIS_FILE, analysis_uri, "application/json")
+    services.blobs.upload(out / SUMMARY_FILE, report_uri, "text/html; charset=utf-8")
+    return report_uri, analysis_uri
+
+
+def _scratch_root(settings: Settings) -> Path | None:
+    root = settings.scratch_dir
+    if root is not None:
+        root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def stop_workers(settings: Settings, signum: int = signal.SIGTERM) -> int:
+    """Send ``signum`` to every analysis worker running in this machine's scratch folders; returns how many.
+
+    A worker stopped by SIGTERM removes its private copy and exits with 143, which its analysis records as
+    a failure to retry: ``mldiag up`` stopping does it, so that the analysis runs again on the next start.
+    """
+    root = settings.scratch_dir
+    if root is None or not root.is_dir():
+        return 0
+    return sum(_signal_worker_in(folder, signum) for folder in root.iterdir())
+
+
+def clean_up_after_a_stop(settings: Settings) -> tuple[int, int]:
+    """Before analyses start on this machine: kill the workers a killed predecessor left running, and remove
+    its scratch folders; returns how many of each. Only the embedded backend keeps its scratch in a folder of
+    its own (the data dir's); in the cloud an instance's temporary space goes with it."""
+    root = settings.scratch_dir
+    if root is None or not root.is_dir():
+        return 0, 0
+    stopped = stop_workers(settings, signal.SIGKILL)
+    removed = 0
+    for folder in root.iterdir():
+        if folder.is_dir() and not folder.is_symlink():
+            shutil.rmtree(folder, ignore_errors=True)
+        else:
+            folder.unlink(missing_ok=True)
+        removed += 1
+    if stopped or removed:
+        log.info("cleaned up after an earlier stop", workers_stopped=stopped, scratch_removed=removed)
+    return stopped, removed
+
+
+def _signal_worker_in(folder: Path, signum: int) -> bool:
+    """Signal the worker (and what it started) that analyses in ``folder``, if its command line proves it is one."""
+    try:
+        pid = int((folder / WORKER_PID_FILE).read_text())
+        arguments = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        scratch = Path(os.readlink(f"/proc/{pid}/cwd"), os.fsdecode(arguments[arguments.index(b"--scratch") + 1]))
+    except (OSError, ValueError, IndexError):  # gone, not ours, or no /proc to prove it
+        return False
+    if b"mldiag.entrypoints.analysis_worker" not in arguments or scratch.resolve() != folder.resolve():
+        return False
+    try:
+        if signum == signal.SIGKILL:
+            os.killpg(pid, signum)  # the worker leads a process group of its own
+        else:
+            os.kill(pid, signum)  # the worker stops what it started itself
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def retry_stale(services: Services) -> tuple[int, int]:
+    """Analyses that stopped without a result: asked again, or FAILED with the reason after the last attempt.
+
+    An analysis RUNNING for longer than the worker's time limit plus :data:`STALE_MARGIN_SECONDS` has no
+    process behind it any more (the instance or ``mldiag up`` was killed); one PENDING that long, its request
+    unserved, is asked for again. Returns how many were retried and how many FAILED.
+    """
+    limit = services.settings.analysis_timeout_seconds + STALE_MARGIN_SECONDS
+    cutoff = services.now() - timedelta(seconds=limit)
+    retried = failed = 0
+    for state in (AnalysisState.RUNNING, AnalysisState.PENDING):
+        for session in services.sessions.find_where([Where("analysis.state", "==", state.value)], limit=500):
+            if _stale_since(session, cutoff):
+                key, gave_up = _retry_or_fail(services, session.name, limit, cutoff)
+                if key:
+                    outbox.flush(services.store, services.bus, key)
+                retried += bool(key)
+                failed += gave_up
+    return retried, failed
+
+
+def _stale_since(session: ProfilerSession, cutoff: datetime) -> bool:
+    analysis = session.analysis
+    if analysis.state is AnalysisState.RUNNING:
+        since = analysis.start_time
+    elif analysis.state is AnalysisState.PENDING:
+        since = session.update_time
+    else:
+        return False
+    return since is not None and since <= cutoff
+
+
+def _retry_or_fail(services: Services, name: str, limit: float, cutoff: datetime) -> tuple[str, bool]:
+    from mldiag.services.registration import Registrar
+
+    def work(transaction: Transaction) -> tuple[str, bool]:
+        previous = services.sessions.find_in(transaction, name)
+        if previous is None or not _stale_since(previous, cutoff):
+            return "", False
+        session = previous.model_copy(deep=True)
+        analysis = session.analysis
+        if analysis.state is AnalysisState.RUNNING:
+            reason = f"the analysis stopped without a result (RUNNING for over {limit:g} s: its process was stopped)"
+        else:
+            reason = f"the analysis request was not served within {limit:g} s"
+        if analysis.attempts >= services.settings.max_delivery_attempts:
+            analysis.state, analysis.end_time = AnalysisState.FAILED, services.now()
+            analysis.error = f"{reason}; gave up after {analysis.attempts} attempt(s)"[:MAX_REASON_CHARS]
+            services.sessions.save_in(transaction, previous, session)
+            return "", True
+        key = Registrar(services).request_analysis(transaction, session, parent_of(name), force=True)
+        session.analysis.error = f"{RETRY_PREFIX}{reason}"[:MAX_REASON_CHARS]
+        services.sessions.save_in(transaction, previous, session)
+        return key, False
+
+    return services.store.transaction(work)
+
+
+def _reasoner(analysis: Analysis) -> str:
+    investigation = analysis.investigation
+    if investigation is None:
+        return "offline"
+    if investigation.fallback_reason:
+        return f"offline (Vertex AI failed: {investigation.fallback_reason})"[:MAX_REASON_CHARS]
+    return f"vertex ({investigation.model})" if investigation.reasoner == "vertex" else investigation.reasoner
+
+
+def analyze_requested(services: Services, event: CloudEvent) -> str:
+    """The ``analyze_session`` handler body: one ``analysis-requests`` message in, a one-line account out."""
+    message = message_from_cloud_event(event)
+    request = AnalysisRequest.parse(message.json())
+    # A Pub/Sub push through functions-framework loses the body's deliveryAttempt; the event
+    # archive has counted every delivery of this message to this function, this one included.
+    attempt = max(message.delivery_attempt, services.events.attempts(FUNCTION, str(event["id"])))
+    last_attempt = attempt >= services.settings.max_delivery_attempts
+    with structlog.contextvars.bound_contextvars(session=request.session):
+        _start(services, request)
+        session = services.sessions.get(request.session)
+        hosts = len(request.host_files)
+        log.info(f"analysis of {short_name(session.name)} started ({hosts} host file{'s' if hosts != 1 else ''})",
+                 notice=True, attempt=session.analysis.attempts)
+        try:
+            with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX, dir=_scratch_root(services.settings)) as scratch:
+                report_uri, analysis_uri = _analyse(services, request, session, Path(scratch))
+                analysis = Analysis.model_validate_json((Path(scratch) / "report" / ANALYSIS_FILE).read_text("utf-8"))
+        except Exception as error:  # noqa: BLE001 - recorded on the session, then acknowledged or retried
+            permanent = isinstance(error, AnalysisFailed) and error.permanent
+            reason = str(error) if isinstance(error, AnalysisFailed) else f"{type(error).__name__}: {error}"
+            if permanent or last_attempt:
+                _finish(services, request, AnalysisState.FAILED, error=reason[:MAX_REASON_CHARS])
+                raise PermanentFailure(f"analysis failed: {reason}") from error
+            _finish(services, request, AnalysisState.PENDING, error=f"{RETRY_PREFIX}{reason}"[:MAX_REASON_CHARS])
+            raise
+        top = analysis.findings[0] if analysis.findings else None
+        outcome = _finish(
+            services, request, AnalysisState.DONE, health=analysis.status, reasoner=_reasoner(analysis),
+            report_uri=report_uri, analysis_uri=analysis_uri, error="",
+            top_finding=f"{top.priority.value} {top.title}" if top else "", step_time_ms=analysis.metrics.step_time_ms,
+            step_time_change=analysis.comparison.step_time_ms.ratio if analysis.comparison else None,
+        )
+        step_time = analysis.metrics.step_time_ms
+        log.info(f"analysis of {short_name(session.name)} done: {analysis.status.value}"
+                 + (f", step time {step_time:.1f} ms" if step_time is not None else "")
+                 + (f"; top finding {top.priority.value} {top.title}" if top else ""),
+                 notice=True, status=analysis.status.value, step_time_ms=step_time, report=report_uri,
+                 recorded=outcome)
+        return f"{analysis.status.value}: {report_uri} ({outcome})"

@@ -1,0 +1,236 @@
+"""The event archive, and the one way every function handles a CloudEvent.
+
+:func:`handle` wraps each handler: it archives the raw event (id, type, source,
+subject, time, which function, outcome, error), skips an event this function
+already applied (at-least-once delivery), and sorts failures in two:
+
+* a :class:`~mldiag.domain.PermanentFailure` or :class:`~mldiag.domain.InvalidArgument`
+  is recorded as ``rejected`` and acknowledged — retrying cannot help;
+* anything else is recorded as ``failed`` and re-raised, so Pub/Sub or Eventarc
+  retries with backoff and finally dead-letters it.
+
+Archived events expire after the retention period (Firestore TTL on
+``expireAt`` in the cloud, :func:`prune` locally) and can be replayed
+(:mod:`mldiag.services.operations.replay`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+import structlog
+from cloudevents.conversion import to_json
+from cloudevents.http import CloudEvent
+from pydantic import Field
+
+from mldiag.domain.errors import InvalidArgument, PermanentFailure
+from mldiag.domain.types import CamelModel, Timestamp, format_timestamp
+from mldiag.ports import BlobStore, DocumentStore, OrderBy, Where
+
+COLLECTION = "events"
+EXPIRE_AT = "expireAt"  # the TTL field (terraform/firestore.tf)
+RAW_INLINE_LIMIT = 64 * 1024  # Firestore documents stop at 1 MiB; bigger raw events go to the bucket
+MAX_ERROR_CHARS = 2000
+
+log = structlog.get_logger(__name__)
+
+
+class Outcome(StrEnum):
+    RECEIVED = "received"  # being handled (or the handler died without a word)
+    OK = "ok"
+    IGNORED = "ignored"  # understood, nothing to do (e.g. an object outside any profile folder)
+    REJECTED = "rejected"  # permanently bad: recorded and acknowledged
+    FAILED = "failed"  # transient: re-raised for a retry
+    DUPLICATE = "duplicate"  # never stored; what handle() returns for an already-applied event
+
+
+FINAL_OUTCOMES = {Outcome.OK, Outcome.IGNORED, Outcome.REJECTED}
+
+
+class ArchivedEvent(CamelModel):
+    """One CloudEvent as one function received it."""
+
+    id: str
+    function: str
+    type: str = ""
+    source: str = ""
+    subject: str = ""
+    time: Timestamp = None
+    outcome: Outcome = Outcome.RECEIVED
+    detail: str = ""
+    error: str = ""
+    attempts: int = 0
+    first_received: Timestamp = None
+    last_attempt: Timestamp = None
+    expire_at: Timestamp = None
+    raw: dict[str, Any] | None = None
+    raw_uri: str = ""
+    replays: int = 0
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return archive_key(self.function, self.id)
+
+
+class Ignored(Exception):
+    """Raised by a handler for an event it understood and has nothing to do with."""
+
+
+def archive_key(function: str, event_id: str) -> str:
+    # Event ids are chosen by the sender: keep keys to a safe alphabet and length.
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in event_id)[:200]
+    return f"{function}:{safe}"
+
+
+def raw_event(event: CloudEvent) -> dict[str, Any]:
+    return json.loads(to_json(event))
+
+
+def _named_in_message(event: CloudEvent) -> dict[str, str]:
+    """The run and session a Pub/Sub message names in its attributes (an analysis request does)."""
+    data = event.get_data()
+    message = data.get("message") if isinstance(data, dict) else None
+    attributes = message.get("attributes") if isinstance(message, dict) else None
+    if not isinstance(attributes, dict):
+        return {}
+    return {key: str(attributes[key]) for key in ("run", "session") if attributes.get(key)}
+
+
+def _attribute(event: CloudEvent, name: str) -> str:
+    value = event.get(name)
+    return "" if value is None else str(value)[:1024]
+
+
+class EventArchive:
+    """Reads and writes archived events in the document store (large payloads in the bucket)."""
+
+    def __init__(self, store: DocumentStore, blobs: BlobStore, bucket: str, retention: timedelta,
+                 now: Callable[[], datetime]):
+        self.store, self.blobs, self.bucket = store, blobs, bucket
+        self.retention = retention
+        self._now = now
+
+    def get(self, function: str, event_id: str) -> ArchivedEvent | None:
+        document = self.store.get(COLLECTION, archive_key(function, event_id))
+        return None if document is None else ArchivedEvent.model_validate(document)
+
+    def attempts(self, function: str, event_id: str) -> int:
+        """How many deliveries of the event ``function`` has received, counting the one in hand."""
+        record = self.get(function, event_id)
+        return 0 if record is None else record.attempts
+
+    def save(self, record: ArchivedEvent) -> None:
+        # Firestore's TTL deletes only on a Timestamp: any other type silently disables it.
+        self.store.set(COLLECTION, record.key, {**record.to_json_dict(), EXPIRE_AT: record.expire_at})
+
+    def received(self, function: str, event: CloudEvent) -> ArchivedEvent:
+        """Record a delivery attempt; returns the record as it now stands."""
+        now = self._now()
+        record = self.get(function, str(event["id"]))
+        if record is None:
+            record = ArchivedEvent(
+                id=str(event["id"]), function=function, type=_attribute(event, "type"),
+                source=_attribute(event, "source"), subject=_attribute(event, "subject"),
+                time=event.get("time"), first_received=now,
+            )
+            self._attach_raw(record, event)
+        elif record.outcome in FINAL_OUTCOMES:
+            return record
+        record.attempts += 1
+        record.last_attempt = now
+        record.expire_at = now + self.retention
+        record.outcome = Outcome.RECEIVED
+        self.save(record)
+        return record
+
+    def _attach_raw(self, record: ArchivedEvent, event: CloudEvent) -> None:
+        raw = raw_event(event)
+        encoded = json.dumps(raw).encode()
+        if len(encoded) <= RAW_INLINE_LIMIT:
+            record.raw = raw
+            return
+        record.raw_uri = f"gs://{self.bucket}/_mldiag/events/{record.key.replace(':', '/')}.json"
+        self.blobs.write_bytes(record.raw_uri, encoded, "application/json", if_absent=True)
+
+    def load_raw(self, record: ArchivedEvent) -> dict[str, Any]:
+        if record.raw is not None:
+            return record.raw
+        if record.raw_uri:
+            return json.loads(self.blobs.read_bytes(record.raw_uri))
+        raise PermanentFailure(f"event {record.key} has no stored payload")
+
+    def finish(self, record: ArchivedEvent, outcome: Outcome, detail: str = "", error: str = "") -> None:
+        record.outcome = outcome
+        record.detail = detail[:MAX_ERROR_CHARS]
+        record.error = error[:MAX_ERROR_CHARS]
+        self.save(record)
+
+    def list(self, *, function: str = "", type: str = "", outcome: str = "",
+             since: datetime | None = None, until: datetime | None = None, limit: int = 100) -> list[ArchivedEvent]:
+        where: list[Where] = []
+        if function:
+            where.append(Where("function", "==", function))
+        if type:
+            where.append(Where("type", "==", type))
+        if outcome:
+            where.append(Where("outcome", "==", outcome))
+        if since:
+            where.append(Where("firstReceived", ">=", format_timestamp(since)))
+        if until:
+            where.append(Where("firstReceived", "<", format_timestamp(until)))
+        documents = self.store.query(COLLECTION, where=where, order_by=[OrderBy("firstReceived", True)], limit=limit)
+        return [ArchivedEvent.model_validate(d) for d in documents]
+
+    def prune(self) -> int:
+        """Delete records past their ``expireAt`` (Firestore's TTL does this by itself in the cloud)."""
+        expired = self.store.query(COLLECTION, where=[Where(EXPIRE_AT, "<", self._now())])
+        for document in expired:
+            record = ArchivedEvent.model_validate(document)
+            if record.raw_uri:
+                self.blobs.delete(record.raw_uri)
+            self.store.delete(COLLECTION, record.key)
+        return len(expired)
+
+
+Handler = Callable[[CloudEvent], str | None]
+
+
+def handle(archive: EventArchive, function: str, event: CloudEvent, work: Handler) -> Outcome:
+    """Run ``work`` on ``event`` once per (function, event id), archiving what happened.
+
+    ``work`` returns an optional one-line detail for the record, raises
+    :class:`Ignored` for events it has nothing to do with, and raises
+    :class:`PermanentFailure`/:class:`InvalidArgument` for events that can never succeed.
+    """
+    from mldiag.logs import event_context
+
+    with event_context(event_id=str(event["id"]), function=function, event_type=_attribute(event, "type"),
+                       **_named_in_message(event)):
+        record = archive.received(function, event)
+        if record.outcome in FINAL_OUTCOMES:
+            log.info("event already handled; skipping", outcome=record.outcome.value)
+            return Outcome.DUPLICATE
+        try:
+            detail = work(event) or ""
+        except Ignored as ignored:
+            archive.finish(record, Outcome.IGNORED, detail=str(ignored))
+            log.info("event ignored", reason=str(ignored))
+            return Outcome.IGNORED
+        except (PermanentFailure, InvalidArgument) as bad:
+            archive.finish(record, Outcome.REJECTED, error=str(bad))
+            log.warning("event rejected", error=str(bad))
+            return Outcome.REJECTED
+        except Exception as error:
+            archive.finish(record, Outcome.FAILED, error=f"{type(error).__name__}: {error}")
+            log.error("event failed; will be retried", error=f"{type(error).__name__}: {error}",
+                      attempt=record.attempts)
+            raise
+        archive.finish(record, Outcome.OK, detail=detail)
+        log.info("event handled", detail=detail)
+        return Outcome.OK
+

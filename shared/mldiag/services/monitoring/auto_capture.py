@@ -1,0 +1,226 @@
+"""Automatic capture: an open degradation alert becomes a profile, without a capture storm.
+
+``on_alert`` stores the alert as a MonitoredEvent and, for an open, detected
+one, decides in one transaction — with the run's auto-capture state — whether
+to capture: per run a cooldown and an hourly cap, and never twice for the same
+event. Two concurrent alerts therefore cannot both capture; every trigger that
+does not is recorded on the event with its reason. The capture itself is a
+snapshot when continuous profiling is on for the run, otherwise an on-demand
+capture of the affected targets (all of them when the alert is not localised);
+its session is ``autoCaptured`` and linked to the event both ways.
+A closed alert ends the event and captures nothing.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import structlog
+from cloudevents.http import CloudEvent
+from pydantic import Field
+
+from mldiag.services import notifications
+
+from mldiag.services import outbox
+from mldiag.domain.alerts import Alert, parse_alert
+from mldiag.bootstrap import Services
+from mldiag.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermanentFailure
+from mldiag.domain.names import EVENTS, LocationName, parse_run, short_name
+from mldiag.domain.resources import Kind, MachineLearningRun, MonitoredEvent, Suppression
+from mldiag.domain.types import CamelModel, Duration, Timestamp, bounded_duration, format_timestamp, human_duration
+from mldiag.domain.messages import message_from_cloud_event
+from mldiag.ports import Transaction
+from mldiag.services.run_state import RunState
+
+COLLECTION = "autoCapture"
+log = structlog.get_logger(__name__)
+
+
+class AutoCapturePolicy(CamelModel):
+    """Per run: whether alerts capture, how long, and how often at most."""
+
+    enabled: bool = True
+    cooldown: Duration = timedelta(minutes=10)
+    duration: Duration = timedelta(seconds=3)
+    max_per_hour: int = Field(default=4, ge=1, le=60)
+
+
+class AutoCaptureState(CamelModel):
+    """What the storm control remembers per run."""
+
+    run: str
+    policy: AutoCapturePolicy = Field(default_factory=AutoCapturePolicy)
+    captures: list[Timestamp] = Field(default_factory=list)  # within the last hour
+    # A decided capture not yet confirmed; a retried alert finishes it under the same session id.
+    pending_event: str = ""
+    pending_session: str = ""
+
+
+STATES = RunState(COLLECTION, AutoCaptureState)
+
+
+def set_policy(services: Services, run_name: str, policy: AutoCapturePolicy) -> AutoCapturePolicy:
+    """Store the run's policy; its capture duration must be one a capture accepts."""
+    from mldiag.services.capture.requests import MAX_DURATION, MIN_DURATION
+
+    try:
+        bounded_duration(policy.duration, MIN_DURATION, MAX_DURATION)
+    except ValueError as error:
+        raise InvalidArgument(str(error), field="duration") from None
+    return STATES.update(services, run_name, lambda state: setattr(state, "policy", policy)).policy
+
+
+def _why_not(state: AutoCaptureState, event: MonitoredEvent, now: datetime) -> str:
+    """The reason this trigger must not capture, or '' if it may."""
+    policy = state.policy
+    if not policy.enabled:
+        return "auto-capture is disabled for this run"
+    if event.profiler_sessions:
+        return f"already captured for this event ({event.profiler_sessions[-1].rsplit('/', 1)[-1]})"
+    if state.captures:
+        since = now - max(state.captures)
+        if since < policy.cooldown:
+            return (f"cooldown: the run's last automatic capture was {since.total_seconds():.0f}s ago "
+                    f"(cooldown {human_duration(policy.cooldown)})")
+    if len(state.captures) >= policy.max_per_hour:
+        return f"hourly cap: {len(state.captures)} automatic captures in the last hour (max {policy.max_per_hour})"
+    return ""
+
+
+def _merge(event: MonitoredEvent, alert: Alert, now: datetime) -> None:
+    event.type = alert.type
+    event.display_name = alert.display_name or event.display_name
+    event.start_time = event.start_time or alert.start_time or now
+    if not alert.open and event.end_time is None:
+        event.end_time = alert.end_time or now
+    event.targets = list(dict.fromkeys([*event.targets, *alert.targets]))
+    if alert.reports:
+        event.analyzer_reports = alert.reports
+
+
+class Decision(CamelModel):
+    event: str
+    capture_session: str = ""
+    reason: str = ""
+    opened: bool = False  # this alert opened the event
+    closed: bool = False  # this alert ended the event
+    notification: str = ""  # the outbox key of the opened or closed notification
+
+
+def decide(services: Services, alert: Alert, alert_key: str) -> Decision:
+    """Record the alert on its event and decide, atomically, whether it captures."""
+    event_name = str(parse_run(alert.run).child(EVENTS, alert.event_id))
+    now = services.now()
+
+    def work(transaction: Transaction) -> Decision:
+        run = services.runs.find_in(transaction, alert.run)
+        if run is None:
+            raise PermanentFailure(f"the alert names run {alert.run}, which does not exist")
+        previous = services.monitored_events.find_in(transaction, event_name)
+        state = STATES.load(transaction, alert.run)
+        event = previous.model_copy(deep=True) if previous else MonitoredEvent(name=event_name)
+        state.captures = [t for t in state.captures if t and now - t < timedelta(hours=1)]
+        if state.pending_event == event_name and state.pending_session:
+            decision = Decision(event=event_name, capture_session=state.pending_session)  # finish what was decided
+        elif previous is not None and previous.end_time is not None:
+            reason = "the event has ended; a recurrence arrives as a new event" if alert.open else ""
+            decision = Decision(event=event_name, reason=reason)
+        else:
+            _merge(event, alert, now)
+            reason = _why_not(state, event, now) if alert.open else ""
+            decision = Decision(event=event_name, reason=reason)
+            if alert.open and not reason:
+                session_id = f"auto-{alert.event_id}"[:100]
+                decision.capture_session = f"{alert.run}/profilerSessions/{session_id}"
+                state.captures.append(now)
+                state.pending_event, state.pending_session = event_name, decision.capture_session
+        decision.opened = previous is None and alert.open
+        decision.closed = (previous is None or previous.end_time is None) and event.end_time is not None
+        if decision.reason:
+            event.suppress(Suppression(time=now, reason=decision.reason, alert=alert_key))
+        saved = services.monitored_events.save_in(transaction, previous, event)
+        STATES.save(transaction, alert.run, state)
+        if decision.opened or decision.closed:
+            decision.notification = notifications.stage_event_change(transaction, services, saved,
+                                                                     opened=decision.opened)
+        return decision
+
+    decision = services.store.transaction(work)
+    if decision.notification:
+        outbox.flush(services.store, services.bus, decision.notification)
+    return decision
+
+
+def _capture(services: Services, run: MachineLearningRun, alert: Alert, decision: Decision) -> str:
+    """Start the decided capture (idempotent by session id); returns a one-line account."""
+    from mldiag.services.capture import requests as capture_requests
+
+    session_id = decision.capture_session.rsplit("/", 1)[-1]
+    request = capture_requests.CaptureRequest(
+        kind=Kind.KIND_SNAPSHOT if run.continuous_profiling is not None else Kind.KIND_ON_DEMAND,
+        profiler_targets=alert.targets,
+        duration=STATES.read(services, alert.run).policy.duration,
+        auto_captured=True,
+        monitored_events=[decision.event],
+    )
+    try:
+        operation = capture_requests.capture(services, parse_run(alert.run), session_id, request)
+        account = f"captured {decision.capture_session} ({request.kind.value}, operation {operation.name})"
+    except AlreadyExists:
+        account = f"capture {decision.capture_session} already started"
+    except (FailedPrecondition, InvalidArgument, NotFound) as refused:
+        account = ""
+        _record_failed_capture(services, decision, str(refused))
+    _settle(services, alert.run, decision, linked=bool(account))
+    return account or f"capture refused for {decision.event}"
+
+
+def _record_failed_capture(services: Services, decision: Decision, reason: str) -> None:
+    def note(event: MonitoredEvent) -> None:
+        event.suppress(Suppression(time=services.now(), reason=f"capture failed: {reason}"))
+
+    services.monitored_events.update(decision.event, note)
+
+
+def _settle(services: Services, run_name: str, decision: Decision, linked: bool) -> None:
+    """Link the session to its event and clear the pending decision."""
+    if linked:
+        def link(event: MonitoredEvent) -> None:
+            if decision.capture_session not in event.profiler_sessions:
+                event.profiler_sessions.append(decision.capture_session)
+
+        services.monitored_events.update(decision.event, link)
+
+    def clear(state: AutoCaptureState) -> None:
+        if state.pending_session == decision.capture_session:
+            state.pending_event = state.pending_session = ""
+
+    STATES.update(services, run_name, clear)
+
+
+def handle_alert(services: Services, event: CloudEvent) -> str:
+    """The ``on_alert`` handler body: one alert message in, a one-line account out."""
+    message = message_from_cloud_event(event)
+    settings = services.settings
+    alert = parse_alert(message.json(), LocationName(settings.project, settings.location))
+    alert_key = f"on_alert:{message.message_id}"
+    with structlog.contextvars.bound_contextvars(run=alert.run, monitored_event=alert.event_id):
+        decision = decide(services, alert, alert_key)
+        if decision.opened:
+            outcome = (f"capturing {short_name(decision.capture_session)}" if decision.capture_session
+                       else f"no capture: {decision.reason}" if decision.reason else "")
+            log.info(f"monitored event {short_name(decision.event)} opened: {alert.display_name or alert.type.value}"
+                     + (f"; {outcome}" if outcome else ""), notice=True)
+        if decision.capture_session:
+            return _capture(services, services.runs.get(alert.run), alert, decision)
+        state = "open" if alert.open else "closed"
+        if decision.reason:
+            return f"{state} alert for {decision.event}: suppressed ({decision.reason})"
+        return f"{state} alert recorded on {decision.event}"
+
+
+def describe_state(services: Services, run_name: str) -> dict:
+    """The run's auto-capture policy and recent captures, for the CLI and the console."""
+    state = STATES.read(services, run_name)
+    return {"policy": state.policy.to_json_dict(),
+            "capturesLastHour": [format_timestamp(t) for t in state.captures]}

@@ -1,0 +1,105 @@
+"""Metrics ingest: workloads report step times, the degradation analyzer watches them.
+
+Each report runs the run's detector (:mod:`mldiag.domain.degradation`) in one
+transaction with its stored state. When a degradation opens, an open
+MonitoredEvent message goes to ``monitoring-alerts``; when the run recovers, a
+closing one — the same messages an external monitoring system would send, so
+``on_alert`` treats both alike. Messages leave through the outbox.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import Field
+
+from mldiag.services import outbox
+from mldiag.bootstrap import Services
+from mldiag.config import MONITORING_ALERTS
+from mldiag.domain.degradation import DetectorParams, DetectorState, MetricPoint, Transition, observe
+from mldiag.domain.errors import InvalidArgument, NotFound
+from mldiag.domain.resources import DetectionState, EventType
+from mldiag.domain.types import CamelModel, format_timestamp
+from mldiag.ports import Transaction
+from mldiag.services.repository import document_key
+from mldiag.services.run_state import RunState
+
+COLLECTION = "detectors"
+ANALYZER = "mldiag-degradation"
+MAX_POINTS_PER_REPORT = 10_000
+
+
+class RunDetector(CamelModel):
+    """What is stored per run: its parameters, the detector's memory, and the event it has open."""
+
+    run: str
+    params: DetectorParams = Field(default_factory=DetectorParams)
+    state: DetectorState = Field(default_factory=DetectorState)
+    opened: int = 0
+    open_event: str = ""
+    last_step: int = -1
+
+
+DETECTORS = RunState(COLLECTION, RunDetector)
+
+
+def alert_message(run_name: str, event_id: str, transition: Transition, reason: str, when: str) -> dict:
+    """A MonitoredEvent message for ``monitoring-alerts`` (the shape ``on_alert`` accepts)."""
+    detected = transition is Transition.OPENED
+    event: dict = {
+        "type": EventType.PERFORMANCE_DEGRADATION.value,
+        "displayName": f"Step time degradation of {run_name.rsplit('/', 1)[-1]}",
+        "analyzerReports": [{
+            "analyzer": ANALYZER,
+            "detectionState": (DetectionState.DETECTED if detected else DetectionState.NOT_DETECTED).value,
+            "details": reason,
+        }],
+    }
+    event["startTime" if detected else "endTime"] = when
+    return {"run": run_name, "monitoredEventId": event_id, "monitoredEvent": event}
+
+
+def report_metrics(services: Services, run_name: str, points: Sequence[MetricPoint],
+                   *, new_steps_only: bool = False) -> list[dict]:
+    """Feed points to the run's detector; returns the alert messages this report caused.
+
+    ``new_steps_only`` skips points of steps the detector has had already: an OpenTelemetry gauge is
+    exported again every interval until the workload sets it anew.
+    """
+    if not points:
+        raise InvalidArgument("report at least one point", field="points")
+    if len(points) > MAX_POINTS_PER_REPORT:
+        raise InvalidArgument(f"at most {MAX_POINTS_PER_REPORT} points per report", field="points")
+    if services.runs.find(run_name) is None:
+        raise NotFound(f"{run_name} not found")
+    staged: list[tuple[str, dict]] = []
+
+    def work(transaction: Transaction) -> None:
+        staged.clear()
+        detector = DETECTORS.load(transaction, run_name)
+        for point in points:
+            if new_steps_only and point.step <= detector.last_step:
+                continue
+            detector.last_step = max(detector.last_step, point.step)
+            transition = observe(detector.state, point, detector.params)
+            if transition is Transition.NONE:
+                continue
+            if transition is Transition.OPENED:
+                detector.opened += 1
+                detector.open_event = f"degradation-{detector.opened}"
+            when = format_timestamp(point.time or services.now())
+            message = alert_message(run_name, detector.open_event, transition, detector.state.last_reason, when)
+            key = f"alert:{document_key(run_name)}:{detector.open_event}:{transition.value}"
+            outbox.stage(transaction, key, MONITORING_ALERTS, message, {"run": run_name}, services.now(),
+                         ordering_key=run_name)
+            staged.append((key, message))
+        DETECTORS.save(transaction, run_name, detector)
+
+    services.store.transaction(work)
+    for key, _ in staged:
+        outbox.flush(services.store, services.bus, key)
+    return [message for _, message in staged]
+
+
+def set_detector_params(services: Services, run_name: str, params: DetectorParams) -> DetectorParams:
+    return DETECTORS.update(services, run_name, lambda detector: setattr(detector, "params", params)).params

@@ -1,0 +1,321 @@
+"""Notifications out: what happened, as CloudEvents, delivered to the destinations a run or the deployment names.
+
+When an analysis finishes, and when a monitored event opens or closes, a
+CloudEvent (``dev.mldiag.analysis.v1.completed``, ``dev.mldiag.event.v1.opened``
+or ``...closed``) is staged in the outbox with the state it reports and
+published to ``analysis-events``. Anyone may subscribe to that topic;
+``deliver_notifications`` does, and sends each event to:
+
+* a generic webhook, in the CloudEvents HTTP binding (binary or structured
+  mode) with ``X-Mldiag-Signature: sha256=<hex>``, an HMAC-SHA256 of the body
+  under the webhook's secret;
+* a Slack incoming webhook, as a compact Block Kit message;
+* PagerDuty Events API v2: a change event for every analysis, a trigger for a
+  NEEDS_ATTENTION analysis with a P0 finding of an automatically captured
+  session (deduplicated on its monitored event), resolved when that event closes.
+
+A destination that fails makes the delivery fail, so the bus retries it with
+backoff and dead-letters it in the end; destinations already served for an
+event are remembered and not sent it again. Every outbound URL is resolved and
+checked first: never a metadata, link-local or multicast address, and no
+loopback or private one unless the operator allows it
+(``MLDIAG_NOTIFY_ALLOW_PRIVATE``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from datetime import timedelta
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import requests
+import structlog
+from cloudevents.http import CloudEvent
+from pydantic import Field
+
+from mldiag.services import outbox
+from mldiag.bootstrap import Services
+from mldiag.config import ANALYSIS_EVENTS, Settings
+from mldiag.domain.errors import InvalidArgument, PermanentFailure
+from mldiag.domain.resources import HealthStatus, MonitoredEvent, ProfilerSession
+from mldiag.domain.types import CamelModel, format_timestamp
+from mldiag.domain.messages import message_from_cloud_event
+from mldiag.ports import Transaction
+from mldiag.services.repository import document_key
+from mldiag.services.run_state import RunState
+
+ANALYSIS_COMPLETED = "dev.mldiag.analysis.v1.completed"
+EVENT_OPENED = "dev.mldiag.event.v1.opened"
+EVENT_CLOSED = "dev.mldiag.event.v1.closed"
+SIGNATURE_HEADER = "X-Mldiag-Signature"
+DELIVERED = "notificationDeliveries"  # (event, destination) served while another destination is being retried
+ROUTES = "notificationRoutes"
+REPORT_LINK_TTL = timedelta(days=7)
+REQUEST_TIMEOUT_S = 10.0
+log = structlog.get_logger(__name__)
+
+
+class NotificationRoute(CamelModel):
+    """Where a run's notifications go; an empty field falls back to the deployment's default."""
+
+    run: str = ""
+    webhook_url: str = ""
+    webhook_secret: str = ""
+    webhook_mode: Literal["binary", "structured"] = "binary"
+    slack_url: str = ""
+    pagerduty_routing_key: str = Field(default="", pattern=r"^[A-Za-z0-9]{0,64}$")
+
+    def over(self, default: NotificationRoute) -> NotificationRoute:
+        """This route, each unset destination taken from ``default``."""
+        webhook = self if self.webhook_url else default
+        return NotificationRoute(
+            run=self.run, webhook_url=webhook.webhook_url, webhook_secret=webhook.webhook_secret,
+            webhook_mode=webhook.webhook_mode, slack_url=self.slack_url or default.slack_url,
+            pagerduty_routing_key=self.pagerduty_routing_key or default.pagerduty_routing_key)
+
+    def described(self) -> dict[str, Any]:
+        """What a GET shows: where notifications go, never a secret (a Slack URL and a routing key are ones)."""
+        return {"run": self.run, "webhookUrl": self.webhook_url, "webhookMode": self.webhook_mode,
+                "webhookSigned": bool(self.webhook_secret), "slack": bool(self.slack_url),
+                "pagerduty": bool(self.pagerduty_routing_key)}
+
+
+ROUTE_STATES = RunState(ROUTES, NotificationRoute)
+
+
+def deployment_route(settings: Settings) -> NotificationRoute:
+    return NotificationRoute(
+        webhook_url=settings.notify_webhook_url, webhook_secret=settings.notify_webhook_secret,
+        webhook_mode=settings.notify_webhook_mode, slack_url=settings.notify_slack_url,
+        pagerduty_routing_key=settings.notify_pagerduty_routing_key)
+
+
+def set_route(services: Services, run_name: str, route: NotificationRoute) -> dict[str, Any]:
+    """Replace the run's destinations (each URL checked now, and again when it is called)."""
+    for url in (route.webhook_url, route.slack_url):
+        if url:
+            check_url(url, services.settings.notify_allow_private)
+    if route.webhook_url and not route.webhook_secret:
+        raise InvalidArgument("a webhook needs a secret to sign its requests with", field="webhookSecret")
+
+    def replace(state: NotificationRoute) -> None:
+        for name in NotificationRoute.model_fields:
+            if name != "run":
+                setattr(state, name, getattr(route, name))
+
+    return ROUTE_STATES.update(services, run_name, replace).described()
+
+
+def describe_route(services: Services, run_name: str) -> dict[str, Any]:
+    return ROUTE_STATES.read(services, run_name).described()
+
+
+def check_url(url: str, allow_private: bool) -> str:
+    """``url`` if a notification may be sent there; :class:`InvalidArgument` naming why not."""
+    from mldiag.services.capture.targets import resolve_outbound_address
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise InvalidArgument(f"{url!r} is not an http(s) URL", field="url")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    try:
+        resolve_outbound_address(f"{host}:{port}", allow_private=allow_private)
+    except OSError as error:
+        raise InvalidArgument(f"{parts.hostname!r} does not resolve: {error}", field="url") from None
+    return url
+
+
+# --- the events -----------------------------------------------------------------------------------
+
+def _cloud_event(services: Services, event_type: str, event_id: str, subject: str, data: dict[str, Any]) -> dict:
+    settings = services.settings
+    return {"specversion": "1.0", "type": event_type, "id": event_id, "subject": subject,
+            "source": f"//mldiag/projects/{settings.project}/locations/{settings.location}",
+            "time": format_timestamp(services.now()), "datacontenttype": "application/json", "data": data}
+
+
+def _stage(transaction: Transaction, services: Services, event: dict[str, Any]) -> str:
+    key = f"{ANALYSIS_EVENTS}:{document_key(event['id'])}"  # event ids hold resource names: no "/" in a key
+    outbox.stage(transaction, key, ANALYSIS_EVENTS, event,
+                 {"ce-type": event["type"], "ce-id": event["id"], "ce-subject": event["subject"]}, services.now())
+    return key
+
+
+def _report_link(services: Services, session: ProfilerSession) -> str:
+    """A share link to the session's report; "" when there is none or it cannot be signed (a notification
+    without its link is better than an analysis that fails over it)."""
+    if not session.analysis.report_uri:
+        return ""
+    try:
+        return services.blobs.signed_url(session.analysis.report_uri, REPORT_LINK_TTL)
+    except Exception as error:  # noqa: BLE001 - whatever the signer raises, the analysis stands
+        log.warning("no share link for the notification", session=session.name, error=str(error))
+        return ""
+
+
+def stage_analysis_completed(transaction: Transaction, services: Services, session: ProfilerSession,
+                             step_time_change: float | None) -> str:
+    """Stage ``analysis.v1.completed`` for a session whose analysis is DONE; returns the outbox key."""
+    from mldiag.domain.names import parent_of
+
+    analysis = session.analysis
+    data = {
+        "run": parent_of(session.name), "session": session.name,
+        "status": analysis.health.value if analysis.health else "",
+        "topFinding": analysis.top_finding, "stepTimeMs": analysis.step_time_ms,
+        "stepTimeChange": step_time_change, "autoCaptured": session.auto_captured,
+        "monitoredEvents": list(session.monitored_events), "reportLink": _report_link(services, session),
+    }
+    # One id per completion: analysing the same files again (on request) is news again.
+    completion = f"{analysis.generation_set}@{format_timestamp(analysis.end_time)}"
+    event = _cloud_event(services, ANALYSIS_COMPLETED, f"{session.name}/analyses/{completion}", session.name, data)
+    return _stage(transaction, services, event)
+
+
+def stage_event_change(transaction: Transaction, services: Services, event: MonitoredEvent, opened: bool) -> str:
+    """Stage ``event.v1.opened`` or ``...closed`` for a monitored event; returns the outbox key."""
+    from mldiag.domain.names import parent_of
+
+    data = {"run": parent_of(event.name), "event": event.name, "status": "OPEN" if opened else "CLOSED",
+            "type": event.type.value, "displayName": event.display_name,
+            "startTime": format_timestamp(event.start_time) if event.start_time else "",
+            "endTime": format_timestamp(event.end_time) if event.end_time else "",
+            "sessions": list(event.profiler_sessions), "suppressedCount": event.suppressed_count}
+    kind = EVENT_OPENED if opened else EVENT_CLOSED
+    cloud_event = _cloud_event(services, kind, f"{event.name}/{'opened' if opened else 'closed'}", event.name, data)
+    return _stage(transaction, services, cloud_event)
+
+
+# --- delivery -------------------------------------------------------------------------------------
+
+def signature(secret: str, body: bytes) -> str:
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def _post(services: Services, url: str, body: bytes, headers: dict[str, str]) -> None:
+    check_url(url, services.settings.notify_allow_private)
+    response = requests.post(url, data=body, headers=headers, timeout=REQUEST_TIMEOUT_S, allow_redirects=False)
+    if not 200 <= response.status_code < 300:
+        raise RuntimeError(f"{urlsplit(url).hostname} answered {response.status_code}: {response.text[:200]}")
+
+
+def _webhook(services: Services, route: NotificationRoute, event: dict[str, Any]) -> None:
+    if route.webhook_mode == "structured":
+        body = json.dumps(event, separators=(",", ":")).encode()
+        headers = {"Content-Type": "application/cloudevents+json; charset=utf-8"}
+    else:
+        body = json.dumps(event["data"], separators=(",", ":")).encode()
+        headers = {"Content-Type": "application/json",
+                   **{f"ce-{name}": str(value) for name, value in event.items()
+                      if name not in ("data", "datacontenttype")}}
+    headers[SIGNATURE_HEADER] = signature(route.webhook_secret, body)
+    _post(services, route.webhook_url, body, headers)
+
+
+def _summary(event: dict[str, Any]) -> str:
+    data = event["data"]
+    if event["type"] == ANALYSIS_COMPLETED:
+        what = data["status"] or "DONE"
+        return f"mldiag: {data['session'].rsplit('/', 1)[-1]} analysed, {what}" + (
+            f": {data['topFinding']}" if data["topFinding"] else "")
+    verb = "opened" if event["type"] == EVENT_OPENED else "closed"
+    return f"mldiag: monitored event {data['event'].rsplit('/', 1)[-1]} {verb} ({data['displayName'] or data['type']})"
+
+
+def _change_text(change: float | None) -> str:
+    return f"{change * 100:+.1f}%" if change is not None else "unknown"
+
+
+def slack_message(event: dict[str, Any]) -> dict[str, Any]:
+    """The Block Kit message for one event: status, run/session, P0 title, step-time change, report link."""
+    data = event["data"]
+    fields = [f"*Run*\n{data['run'].rsplit('/', 1)[-1]}"]
+    if event["type"] == ANALYSIS_COMPLETED:
+        fields += [f"*Session*\n{data['session'].rsplit('/', 1)[-1]}", f"*Status*\n{data['status'] or 'DONE'}",
+                   f"*Step time change*\n{_change_text(data['stepTimeChange'])}"]
+    else:
+        fields += [f"*Event*\n{data['event'].rsplit('/', 1)[-1]}", f"*Status*\n{data['status']}"]
+    blocks: list[dict[str, Any]] = [
+        {"type": "section", "text": {"type": "mrkdwn", "text": _summary(event)}},
+        {"type": "section", "fields": [{"type": "mrkdwn", "text": text} for text in fields]},
+    ]
+    if data.get("topFinding"):
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": f"Top finding: {data['topFinding']}"}]})
+    if data.get("reportLink"):
+        blocks.append({"type": "actions", "elements": [
+            {"type": "button", "text": {"type": "plain_text", "text": "Open the report"}, "url": data["reportLink"]}]})
+    return {"text": _summary(event), "blocks": blocks}
+
+
+def _slack(services: Services, route: NotificationRoute, event: dict[str, Any]) -> None:
+    _post(services, route.slack_url, json.dumps(slack_message(event)).encode(), {"Content-Type": "application/json"})
+
+
+def pagerduty_requests(event: dict[str, Any], routing_key: str) -> list[tuple[str, dict[str, Any]]]:
+    """The Events API v2 requests one event makes: ``(path, body)`` pairs."""
+    data, summary = event["data"], _summary(event)[:1024]
+    links = [{"href": data["reportLink"], "text": "mldiag report"}] if data.get("reportLink") else []
+    details = {k: v for k, v in data.items() if k != "reportLink"}
+    source = data["run"].rsplit("/", 1)[-1]
+    if event["type"] == ANALYSIS_COMPLETED:
+        sent = [("/v2/change/enqueue", {"routing_key": routing_key, "links": links, "payload": {
+            "summary": summary, "timestamp": event["time"], "source": source, "custom_details": details}})]
+        alarming = (data["status"] == HealthStatus.NEEDS_ATTENTION.value and data["topFinding"].startswith("P0 ")
+                    and data["autoCaptured"] and data["monitoredEvents"])
+        if alarming:
+            sent.append(("/v2/enqueue", {
+                "routing_key": routing_key, "event_action": "trigger", "dedup_key": data["monitoredEvents"][0],
+                "links": links, "payload": {"summary": summary, "source": source, "severity": "critical",
+                                            "timestamp": event["time"], "component": data["session"],
+                                            "custom_details": details}}))
+        return sent
+    if event["type"] == EVENT_CLOSED:
+        return [("/v2/enqueue", {"routing_key": routing_key, "event_action": "resolve", "dedup_key": data["event"]})]
+    return []
+
+
+def _pagerduty(services: Services, route: NotificationRoute, event: dict[str, Any]) -> None:
+    base = services.settings.pagerduty_events_url.rstrip("/")
+    for path, body in pagerduty_requests(event, route.pagerduty_routing_key):
+        _post(services, base + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
+
+
+_DESTINATIONS = {
+    "webhook": (lambda route: route.webhook_url, _webhook),
+    "slack": (lambda route: route.slack_url, _slack),
+    "pagerduty": (lambda route: route.pagerduty_routing_key, _pagerduty),
+}
+
+
+def deliver(services: Services, message_event: CloudEvent) -> str:
+    """The ``deliver_notifications`` handler body: one ``analysis-events`` message to each destination."""
+    event = message_from_cloud_event(message_event).json()
+    if not isinstance(event, dict) or not isinstance(event.get("data"), dict) or "run" not in event["data"]:
+        raise PermanentFailure("an analysis event is a structured CloudEvent whose data names its run")
+    run = event["data"]["run"]
+    own = services.store.transaction(lambda tx: ROUTE_STATES.load(tx, run))
+    route = own.over(deployment_route(services.settings))
+    sent, failed, served = [], [], []
+    for name, (configured, send) in _DESTINATIONS.items():
+        key = document_key(f"{event['id']}:{name}")
+        served.append(key)
+        if not configured(route) or services.store.get(DELIVERED, key) is not None:
+            continue
+        try:
+            send(services, route, event)
+        except (requests.RequestException, RuntimeError, InvalidArgument) as error:
+            log.info("notification not delivered", destination=name, cloud_event=event["id"], error=str(error))
+            failed.append(f"{name}: {error}")
+            continue
+        services.store.set(DELIVERED, key, {"event": event["id"], "destination": name,
+                                            "deliveredAt": format_timestamp(services.now())})
+        sent.append(name)
+    if failed:
+        raise RuntimeError("; ".join(failed))
+    for key in served:  # a redelivery of a delivered event stops at the event archive (a duplicate)
+        services.store.delete(DELIVERED, key)
+    return f"{event['type']} {event['id']}: " + (f"sent to {', '.join(sent)}" if sent else "no destination left")

@@ -1,0 +1,83 @@
+"""Dead letters: messages that exhausted their delivery attempts, kept with why they failed.
+
+Pub/Sub forwards such a message to ``<topic>-dead-letter`` with attributes
+naming the source subscription and the delivery count; the archived event of
+its last attempt holds the error, and is linked from the dead letter. A dead
+analysis request also marks its session's analysis FAILED with that error.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from cloudevents.http import CloudEvent
+
+from mldiag.bootstrap import Services
+from mldiag.config import ANALYSIS_REQUESTS, DEAD_LETTER_SUFFIX
+from mldiag.domain.types import format_timestamp
+from mldiag.domain.errors import MldiagError
+from mldiag.services.event_archive import ArchivedEvent, Ignored, Outcome
+from mldiag.domain.messages import message_from_cloud_event
+from mldiag.ports import OrderBy
+
+COLLECTION = "deadLetters"
+MAX_DATA_CHARS = 16 * 1024
+
+
+def record(services: Services, event: CloudEvent) -> str:
+    message = message_from_cloud_event(event)
+    attributes = message.attributes
+    subscription = attributes.get("CloudPubSubDeadLetterSourceSubscription", "")
+    source_topic = str(event["source"]).rsplit("/", 1)[-1]
+    original = _original_failure(services, source_topic, message.data)
+    services.store.set(COLLECTION, f"{source_topic}:{message.message_id}", {
+        "messageId": message.message_id,
+        "deadLetterTopic": source_topic,
+        "sourceSubscription": subscription,
+        "deliveryCount": attributes.get("CloudPubSubDeadLetterSourceDeliveryCount", ""),
+        "attributes": attributes,
+        "data": message.data.decode("utf-8", "replace")[:MAX_DATA_CHARS],
+        "originalEvent": original.key if original else "",
+        "lastError": original.error if original else "",
+        "receivedAt": format_timestamp(services.now()),
+    })
+    reason = original.error if original else (
+        f"{attributes.get('CloudPubSubDeadLetterSourceDeliveryCount', 'every')} delivery attempts failed")
+    gave_up = _give_up(services, source_topic.removesuffix(DEAD_LETTER_SUFFIX), message.data, reason)
+    return f"dead letter {message.message_id} from {subscription or source_topic}" + (f"; {gave_up}" if gave_up else "")
+
+
+def _give_up(services: Services, topic: str, data: bytes, reason: str) -> str:
+    """Record the failure where the system tracks the work the message asked for, if it does."""
+    if topic != ANALYSIS_REQUESTS:
+        return ""
+    from mldiag.services.analysis_jobs import give_up
+
+    try:
+        return give_up(services, data, reason)
+    except (ValueError, MldiagError, Ignored) as unusable:  # kept as a dead letter all the same
+        return f"no analysis to mark failed ({unusable})"
+
+
+def _original_failure(services: Services, dead_letter_topic: str, data: bytes) -> ArchivedEvent | None:
+    """The consuming function's archived failure for the same message.
+
+    Pub/Sub gives the forwarded message a new id, so the match is on the payload
+    among that function's recent failures.
+    """
+    from mldiag.entrypoints.handlers import TOPIC_SUBSCRIBERS
+
+    function = TOPIC_SUBSCRIBERS.get(dead_letter_topic.removesuffix(DEAD_LETTER_SUFFIX), "")
+    if not function:
+        return None
+    encoded = base64.b64encode(data).decode()
+    for record in services.events.list(function=function, outcome=Outcome.FAILED.value, limit=200):
+        message = (record.raw or {}).get("data", {}).get("message", {})
+        if message.get("data") == encoded:
+            return record
+    return None
+
+
+def list_dead_letters(services: Services, limit: int = 100) -> list[dict[str, Any]]:
+    return services.store.query(COLLECTION, order_by=[OrderBy("receivedAt", descending=True)], limit=limit)

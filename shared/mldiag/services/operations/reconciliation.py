@@ -1,0 +1,71 @@
+"""Reconciliation: profile files in the bucket that no session holds are registered.
+
+A finalize event can be lost: Eventarc drops one now and then, and files that
+land while ``mldiag up`` is stopped are never announced (a watcher only sees
+what changes while it runs). So ``mldiag up`` reconciles when it starts, and
+maintenance does it periodically: the objects written since the last
+reconciliation are registered exactly as their finalize events would have been
+(:meth:`mldiag.services.registration.Registrar.register`, which is keyed on the
+object's generation, so a file registered already changes nothing and an
+older generation is ignored).
+
+Periodically, files written in the last few seconds are left to their own
+events (a file may still be growing); the next reconciliation looks back far
+enough to see them. When ``mldiag up`` starts, every file counts: nothing
+announced those, and if one was still growing, its watcher registers the
+final version as a newer generation.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import structlog
+
+from mldiag.bootstrap import Services
+from mldiag.domain.errors import PermanentFailure
+from mldiag.domain.types import format_timestamp
+from mldiag.services.event_archive import Ignored
+from mldiag.services.registration import Registrar, parse_finalized
+
+COLLECTION = "maintenance"
+KEY = "reconciliation"
+INTERVAL = timedelta(minutes=10)  # between periodic reconciliations: in the cloud each lists the whole bucket
+SETTLING = timedelta(seconds=10)  # younger files are left to their own finalize events, for now
+LOOK_BACK = timedelta(minutes=5)  # overlap between reconciliations: object times are the writer's, not ours
+
+log = structlog.get_logger(__name__)
+
+
+def reconcile(services: Services, *, force: bool = False, settling: timedelta = SETTLING) -> int:
+    """Register the bucket's files written since the last reconciliation; returns how many were new.
+
+    Unless ``force``, nothing happens within :data:`INTERVAL` of the last one. Files written in the last
+    ``settling`` are left for later.
+    """
+    now = services.now()
+    state = services.store.get(COLLECTION, KEY) or {}
+    last_run = datetime.fromisoformat(state["ranAt"]) if state.get("ranAt") else None
+    if not force and last_run is not None and now - last_run < INTERVAL:
+        return 0
+    since = datetime.fromisoformat(state["until"]) - LOOK_BACK if state.get("until") else None
+    until = now - settling
+    registrar = Registrar(services)
+    registered = 0
+    for info in services.blobs.list_updated_since(services.settings.bucket_uri, since):
+        if info.updated > until:
+            continue
+        _, _, name = info.uri.removeprefix("gs://").partition("/")
+        try:
+            profile = parse_finalized({"bucket": services.settings.bucket, "name": name,
+                                       "generation": info.generation, "size": str(info.size)},
+                                      services.settings.max_profile_bytes)
+            account = registrar.register(profile)
+        except (Ignored, PermanentFailure):
+            continue  # not a profile file, or one its own event would refuse as well
+        if not account.startswith("already registered"):
+            registered += 1
+            log.info("registered by reconciliation", uri=info.uri, account=account)
+    services.store.set(COLLECTION, KEY, {"until": format_timestamp(until), "ranAt": format_timestamp(now)})
+    return registered
+

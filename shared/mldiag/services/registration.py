@@ -1,0 +1,340 @@
+"""Session registration: a profile file lands in the bucket, the session appears.
+
+Handles ``google.cloud.storage.object.v1.finalized`` for objects laid out as
+XProf writes them::
+
+    <prefix>/<run>/[tensorboard/]plugins/profile/<session>/<host>.xplane.pb
+
+Each host file joins its session (multi-host sessions merge), keyed on the
+object's generation so a redelivered event changes nothing, an overwrite
+registers again, and an event for an older generation that arrives after a
+newer one is ignored (recorded as such in the event archive). Once the
+session has settled — every expected host is there, or no new file came for ``settle_seconds`` — exactly one analysis request per
+set of files goes out on ``analysis-requests`` through the outbox.
+
+A rerun of a job that names its session the same way overwrites the session's
+files: the finished analysis of the earlier files moves to the session's
+``earlierAnalyses`` (its report stays where it was written, in its own
+generation folder) and the new files are analysed afresh.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import structlog
+from cloudevents.http import CloudEvent
+
+from mldiag.services import outbox
+from mldiag.domain.layout import parse_blob_uri
+from mldiag.bootstrap import Services
+from mldiag.config import ANALYSIS_REQUESTS
+from mldiag.domain.errors import AlreadyExists, InvalidArgument, PermanentFailure
+from mldiag.domain.names import LocationName, id_from_text, short_name, validate_id
+from mldiag.domain.resources import (
+    AnalysisState, HostFile, Kind, MachineLearningRun, ProfilerSession, SessionPhase, TargetSession,
+)
+from mldiag.domain.types import format_timestamp
+from mldiag.services.event_archive import Ignored
+from mldiag.domain.messages import STORAGE_FINALIZED
+from mldiag.ports import Transaction, Where
+from mldiag.services.repository import document_key
+
+PROFILE_MARKER = "/plugins/profile/"
+XPLANE_SUFFIX = ".xplane.pb"
+SIBLING_SUFFIXES = (".trace.json.gz",)
+# Files XProf itself writes next to a session when a viewer opens it: not ours to register.
+XPROF_CACHE_SUFFIXES = (".pb", ".SSTABLE", ".json.gz", ".sstable")
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class ProfileObject:
+    """A finalized object that sits in a session folder."""
+
+    bucket: str
+    name: str
+    generation: str
+    size: int
+    prefix: str  # the path above the run folder ("" at the bucket root)
+    run_folder: str
+    session_folder: str
+    file_name: str
+
+    @property
+    def uri(self) -> str:
+        return f"gs://{self.bucket}/{self.name}"
+
+    @property
+    def gcs_path(self) -> str:
+        """The run's ``artifacts.gcsPath``: where run folders live."""
+        return f"gs://{self.bucket}/{self.prefix}".rstrip("/")
+
+    @property
+    def session_folder_uri(self) -> str:
+        return self.uri.rsplit("/", 1)[0]
+
+
+def parse_finalized(data: Any, max_bytes: int) -> ProfileObject:
+    """Validate the event's object metadata and place it in the profile layout.
+
+    Raises :class:`PermanentFailure` for events that can never be registered and
+    :class:`Ignored` for objects that are simply not profile files.
+    """
+    if not isinstance(data, dict):
+        raise PermanentFailure("event data is not a JSON object with the object's metadata")
+    bucket, name = data.get("bucket"), data.get("name")
+    if not isinstance(bucket, str) or not isinstance(name, str) or not bucket or not name:
+        raise PermanentFailure("event data lacks the object's 'bucket' and 'name'")
+    try:
+        parse_blob_uri(f"gs://{bucket}/{name}")
+    except InvalidArgument as bad:
+        raise PermanentFailure(f"unusable object name: {bad}") from None
+    try:
+        generation = str(int(data.get("generation") or 0))
+        size = int(data.get("size") or 0)
+    except (TypeError, ValueError):
+        raise PermanentFailure("'generation' and 'size' must be integers") from None
+
+    head, marker, tail = name.rpartition(PROFILE_MARKER)
+    if not marker:
+        raise Ignored("not under a plugins/profile folder")
+    parts = tail.split("/")
+    if len(parts) != 2:
+        raise Ignored("not directly inside a session folder")
+    session_folder, file_name = parts
+    folders = head.split("/") if head else []
+    if folders and folders[-1] == "tensorboard":
+        folders.pop()
+    if not folders:
+        raise Ignored("no run folder above plugins/profile")
+    profile = ProfileObject(bucket, name, generation, size, "/".join(folders[:-1]), folders[-1],
+                            session_folder, file_name)
+
+    if not file_name.endswith(XPLANE_SUFFIX) and not file_name.endswith(SIBLING_SUFFIXES):
+        if file_name.endswith(XPROF_CACHE_SUFFIXES) or file_name.startswith("ALL_HOSTS."):
+            raise Ignored("an XProf cache file")
+        raise PermanentFailure(f"{file_name!r} sits in a session folder but is not a profile file")
+    if size == 0:
+        raise PermanentFailure(f"{profile.uri} is empty (0 bytes)")
+    if size > max_bytes:
+        raise PermanentFailure(f"{profile.uri} is {size} bytes, over the {max_bytes}-byte limit")
+    return profile
+
+
+def host_of(file_name: str) -> str:
+    for suffix in (XPLANE_SUFFIX, *SIBLING_SUFFIXES):
+        if file_name.endswith(suffix):
+            return file_name[: -len(suffix)]
+    return file_name
+
+
+def _id_for(folder: str, field: str) -> str:
+    try:
+        return validate_id(folder, field=field)
+    except InvalidArgument:
+        return id_from_text(folder)
+
+
+class Registrar:
+    """Registers profile files into sessions and requests their analysis."""
+
+    def __init__(self, services: Services):
+        self.services = services
+        self.settings = services.settings
+        self.location = LocationName(self.settings.project, self.settings.location)
+
+    # -- the run --------------------------------------------------------------------
+
+    def find_or_create_run(self, profile: ProfileObject) -> MachineLearningRun:
+        """The run whose ``gcsPath`` holds this run folder, or a new one inferred from the path."""
+        def holds_folder(run: MachineLearningRun | None) -> bool:
+            return (run is not None and run.id == profile.run_folder
+                    and run.artifacts.gcs_path.rstrip("/") == profile.gcs_path)
+
+        folder_id = _id_for(profile.run_folder, "machineLearningRunId")
+        local = self.services.runs.find(str(self.location.run(folder_id)))
+        if holds_folder(local):
+            return local  # type: ignore[return-value]
+        paths = [profile.gcs_path, profile.gcs_path + "/"]
+        for run in self.services.runs.find_where([Where("artifacts.gcsPath", "in", paths)], limit=1000):
+            if holds_folder(run):
+                return run
+        candidates = [folder_id,
+                      id_from_text(f"{profile.bucket}/{profile.prefix}/{profile.run_folder}")]
+        for run_id in dict.fromkeys(candidates):
+            run = MachineLearningRun(
+                name=str(self.location.run(run_id)),
+                display_name=profile.run_folder,
+                artifacts={"gcsPath": profile.gcs_path},
+                labels={"created_by": "mldiag-scan"},
+            )
+            try:
+                return self.services.runs.create(run)
+            except AlreadyExists:
+                existing = self.services.runs.get(run.name)
+                if existing.artifacts.gcs_path.rstrip("/") == profile.gcs_path:
+                    return existing  # a concurrent registration created it
+        raise PermanentFailure(f"no run id is free for {profile.gcs_path}/{profile.run_folder}")
+
+    # -- the session ----------------------------------------------------------------
+
+    def register(self, profile: ProfileObject) -> str:
+        """Record the file in its session; returns a one-line account of what changed."""
+        run = self.find_or_create_run(profile)
+        name = f"{run.name}/profilerSessions/{_id_for(profile.session_folder, 'profilerSessionId')}"
+
+        def work(transaction: Transaction) -> tuple[str, str, bool]:
+            previous = self.services.sessions.find_in(transaction, name)
+            session = previous.model_copy(deep=True) if previous else self._new_session(name, profile)
+            replaced = session.host_files.get(host_of(profile.file_name)) if profile.file_name.endswith(
+                XPLANE_SUFFIX) else None
+            report_of_replaced = session.analysis.report_uri
+            self._refuse_older_generation(session, profile)
+            if not self._add_file(session, profile):
+                # A redelivery. If a crash came between commit and publish, the request is still staged.
+                requested = session.analysis.generation_set
+                return "already registered", self._analysis_outbox_key(name, requested) if requested else "", False
+            key = self._request_analysis_if_settled(transaction, session, run)
+            self.services.sessions.save_in(transaction, previous, session)
+            if replaced is not None:
+                account = (f"session {session.id} of run {run.id} received a newer profile "
+                           f"(generation {profile.generation} of {profile.file_name})")
+                if report_of_replaced:
+                    account += f"; the earlier analysis is kept at {report_of_replaced}"
+            else:
+                account = f"{profile.file_name} registered in {name}"
+            return account + (" (analysis requested)" if key else ""), key, previous is None
+
+        account, key, new = self.services.store.transaction(work)
+        if new:
+            log.info(f"session {short_name(name)} registered from {profile.session_folder_uri}",
+                     notice=True, session=name)
+        if key:
+            outbox.flush(self.services.store, self.services.bus, key)
+        return account
+
+    def _new_session(self, name: str, profile: ProfileObject) -> ProfilerSession:
+        return ProfilerSession(
+            name=name,
+            kind=Kind.KIND_SCANNED,
+            storage_folder_uri=profile.session_folder_uri,
+        )
+
+    @staticmethod
+    def _files_of(session: ProfilerSession, profile: ProfileObject) -> tuple[dict[str, HostFile], str]:
+        """The session's file list that holds ``profile``, and its key there."""
+        if profile.file_name.endswith(XPLANE_SUFFIX):
+            return session.host_files, host_of(profile.file_name)
+        return session.extra_files, profile.file_name
+
+    def _refuse_older_generation(self, session: ProfilerSession, profile: ProfileObject) -> None:
+        """An event that arrives late for a file the session already holds a newer generation of changes nothing."""
+        files, key = self._files_of(session, profile)
+        current = files.get(key)
+        if current is not None and int(profile.generation) < int(current.generation or 0):
+            raise Ignored(f"generation {profile.generation} of {profile.file_name} is older than the registered "
+                          f"generation {current.generation}")
+
+    def _add_file(self, session: ProfilerSession, profile: ProfileObject) -> bool:
+        files, key = self._files_of(session, profile)
+        host = host_of(profile.file_name)
+        current = files.get(key)
+        if current is not None and current.generation == profile.generation:
+            return False
+        files[key] = HostFile(uri=profile.uri, size_bytes=profile.size, generation=profile.generation)
+        if profile.file_name.endswith(XPLANE_SUFFIX):
+            now = self.services.now()
+            if host not in session.target_sessions:
+                session.target_sessions[host] = TargetSession(
+                    start_time=now, end_time=now, session_phase=SessionPhase.SUCCEEDED)
+            if session.kind is Kind.KIND_SCANNED and host not in session.profiler_targets:
+                session.profiler_targets.append(host)
+            session.last_file_time = now
+            session.settle_after = now + timedelta(seconds=self.settings.settle_seconds)
+        if not session.storage_folder_uri:
+            session.storage_folder_uri = profile.session_folder_uri
+        return True
+
+    # -- settling and the analysis request ------------------------------------------------
+
+    def _settled(self, session: ProfilerSession) -> bool:
+        # A target whose capture failed will send no file.
+        expected = {t for t in session.profiler_targets
+                    if t not in session.target_sessions or session.target_sessions[t].session_phase is not SessionPhase.FAILED}
+        if session.kind is not Kind.KIND_SCANNED and expected and expected <= set(session.host_files):
+            return True
+        return session.settle_after is not None and session.settle_after <= self.services.now()
+
+    @staticmethod
+    def _analysis_outbox_key(session_name: str, generation_set: str) -> str:
+        return f"analysis:{document_key(session_name)}:{generation_set}"
+
+    def _request_analysis_if_settled(self, transaction: Transaction, session: ProfilerSession,
+                                     run: MachineLearningRun) -> str:
+        if not self._settled(session):
+            return ""
+        return self.request_analysis(transaction, session, run.name)
+
+    def request_analysis(self, transaction: Transaction, session: ProfilerSession, run_name: str,
+                         force: bool = False) -> str:
+        """Stage one analysis request for the session's current files; returns its outbox key.
+
+        Nothing is staged when these exact files were already requested (unless ``force``).
+        """
+        generation_set = session.generation_set()
+        if not generation_set or (generation_set == session.analysis.generation_set and not force):
+            session.settle_after = None
+            return ""
+        session.keep_earlier_analysis()
+        session.analysis.state = AnalysisState.PENDING
+        session.analysis.generation_set = generation_set
+        session.analysis.error = ""
+        session.settle_after = None
+        key = self._analysis_outbox_key(session.name, generation_set)
+        outbox.stage(
+            transaction, key, ANALYSIS_REQUESTS,
+            {"session": session.name, "generationSet": generation_set,
+             "hostFiles": {host: f.uri for host, f in session.host_files.items()}},
+            {"session": session.name, "run": run_name, "generationSet": generation_set},
+            self.services.now(),
+        )
+        return key
+
+    def settle_due(self) -> int:
+        """Request analysis for every session whose settle window has passed; returns how many."""
+        due = self.services.store.query(
+            ProfilerSession.collection,
+            where=[Where("settleAfter", "<=", format_timestamp(self.services.now()))],
+            limit=500,
+        )
+        requested = 0
+        for document in due:
+            name = document["name"]
+
+            def work(transaction: Transaction, name: str = name) -> str:
+                previous = self.services.sessions.find_in(transaction, name)
+                if previous is None or not self._settled(previous):
+                    return ""
+                session = previous.model_copy(deep=True)
+                key = self.request_analysis(transaction, session, name.rsplit("/", 2)[0])
+                self.services.sessions.save_in(transaction, previous, session)
+                return key
+
+            key = self.services.store.transaction(work)
+            if key:
+                outbox.flush(self.services.store, self.services.bus, key)
+                requested += 1
+        return requested
+
+
+def register_finalized(services: Services, event: CloudEvent) -> str:
+    """The ``register_session`` handler body: one finalize event in, a one-line account out."""
+    if event["type"] != STORAGE_FINALIZED:
+        raise PermanentFailure(f"register_session handles {STORAGE_FINALIZED}, not {event['type']!r}")
+    profile = parse_finalized(event.get_data(), services.settings.max_profile_bytes)
+    with structlog.contextvars.bound_contextvars(run=profile.run_folder, session=profile.session_folder):
+        return Registrar(services).register(profile)

@@ -1,0 +1,105 @@
+"""Machine learning runs: create, read, list, update (update_mask + etag), delete.
+
+Whichever path a run arrives by (API, CLI, SDK), :func:`normalize` applies the
+server's rules: ``endTime`` is stamped when the phase becomes final; an ended
+run that becomes ACTIVE again (its workload started once more) loses its
+``endTime`` and counts the restart (``restartCount``, ``lastRestartTime``); and a
+``gcsPath`` that names a local bucket folder (a workload next to ``mldiag up``
+writes profiles there) is stored as the ``gs://`` URI it stands for, and must
+lie in a bucket of the deployment (``MLDIAG_BUCKET`` and ``MLDIAG_OWNED_BUCKETS``):
+captures write there, so a run may not send them elsewhere. Deleting a run deletes the records of its sessions,
+targets and monitored events; the profiles in the bucket stay where they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from mldiag.bootstrap import Services
+from mldiag.domain.errors import NotFound, PermissionDenied
+from mldiag.domain.names import LocationName, RunName
+from mldiag.domain.resources import MachineLearningRun, RunPhase
+from mldiag.ports import LocalBuckets
+from mldiag.services.resources.masks import apply_update, assign
+
+# The fields a client may set; the rest (name, times, etag, state) belong to the server.
+MUTABLE_FIELDS = frozenset({
+    "displayName", "runSet", "labels", "configs", "tools", "artifacts", "orchestrator",
+    "workloadDetails", "runPhase", "logicalId", "clusterId", "creator",
+})
+
+
+def normalize(run: MachineLearningRun, services: Services, previous: MachineLearningRun | None = None) -> None:
+    """Apply the server-side rules to a run about to replace ``previous`` (in place)."""
+    if previous is not None and previous.ended and run.run_phase is RunPhase.ACTIVE:
+        run.restart(services.now())
+    if run.ended and run.end_time is None:
+        run.end_time = services.now()
+    gcs_path = run.artifacts.gcs_path
+    if gcs_path and not gcs_path.startswith("gs://") and isinstance(services.blobs, LocalBuckets):
+        try:
+            run.artifacts.gcs_path = services.blobs.uri_for(Path(gcs_path)).rstrip("/")
+        except ValueError:
+            pass  # a folder outside the buckets: refused below
+    if run.artifacts.gcs_path and run.artifacts.gcs_path != (previous.artifacts.gcs_path if previous else ""):
+        check_storage_path(run.artifacts.gcs_path, services.settings.storage_buckets)
+
+
+def check_storage_path(gcs_path: str, buckets: Sequence[str]) -> None:
+    """Refuse a storage path outside the deployment's buckets: captures and analyses write there."""
+    bucket = gcs_path.removeprefix("gs://").split("/", 1)[0] if gcs_path.startswith("gs://") else ""
+    if bucket not in buckets:
+        allowed = ", ".join(f"gs://{name}" for name in buckets)
+        raise PermissionDenied(f"{gcs_path!r} is not in a bucket of this deployment (allowed: {allowed}; "
+                               "an operator adds buckets with MLDIAG_OWNED_BUCKETS)")
+
+
+def create(services: Services, parent: LocationName, run_id: str, body: dict[str, Any], *,
+           registered_by: str = "") -> MachineLearningRun:
+    """A new run ``parent/machineLearningRuns/run_id`` from ``body`` (its mutable fields), made by the
+    credential ``registered_by`` names (see :mod:`mldiag.services.resources.self_hosted`)."""
+    name = str(parent.run(run_id))
+    run = apply_update(MachineLearningRun(name=name), body, "", mutable=MUTABLE_FIELDS)
+    run.registered_by = registered_by
+    normalize(run, services)
+    return services.runs.create(run)
+
+
+def update(
+    services: Services,
+    name: RunName,
+    body: dict[str, Any],
+    update_mask: str,
+    *,
+    allow_missing: bool = False,
+    registered_by: str = "",
+) -> MachineLearningRun:
+    """Apply the masked fields of ``body``; the body's ``etag``, when set, must be current.
+
+    With ``allow_missing`` a run that does not exist is created instead (AIP-134 upsert), by ``registered_by``.
+    """
+    etag = str(body.get("etag") or "")
+
+    def mutate(run: MachineLearningRun) -> None:
+        updated = apply_update(run, body, update_mask, mutable=MUTABLE_FIELDS)
+        normalize(updated, services, run)
+        assign(run, updated)
+
+    try:
+        return services.runs.update(str(name), mutate, etag=etag)
+    except NotFound:
+        if not allow_missing:
+            raise
+    return create(services, name.parent, name.run, body, registered_by=registered_by)
+
+
+def delete(services: Services, name: RunName, *, etag: str = "") -> None:
+    """Delete the run (etag-checked when given), then its children's records."""
+    run_name = str(name)
+    services.runs.delete(run_name, etag=etag)
+    for children in (services.sessions, services.targets, services.monitored_events):
+        while page := children.list(run_name, page_size=500).items:
+            for child in page:
+                children.delete(child.name)
