@@ -1,61 +1,18 @@
 """The one wiring place: builds the adapters the settings ask for.
 
-Everything else receives a :class:`Services` and never imports an adapter. The
-Google Cloud client libraries are imported only when ``backend=gcp``, so the
-embedded default and cold starts of functions that do not need them stay light.
+Everything else receives a :class:`~mldiag.services.dependencies.Services` (the
+ports, already built) and never imports an adapter. The Google Cloud client
+libraries are imported only when ``backend=gcp``, so the embedded default and
+cold starts of functions that do not need them stay light.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 
 from mldiag.config import Settings
-from mldiag.domain.resources import (
-    MachineLearningRun, MonitoredEvent, Operation, ProfilerSession, ProfilerTarget,
-)
-from mldiag.domain.types import utcnow
-from mldiag.services.event_archive import EventArchive
-from mldiag.ports import BlobStore, DocumentStore, MessageBus
-from mldiag.services.repository import Repository
-
-
-@dataclass
-class Services:
-    """What a handler, the API or the CLI needs, already built."""
-
-    settings: Settings
-    store: DocumentStore
-    blobs: BlobStore
-    bus: MessageBus
-    now: Callable[[], datetime] = field(default=utcnow)
-
-    @functools.cached_property
-    def runs(self) -> Repository[MachineLearningRun]:
-        return Repository(self.store, MachineLearningRun, self.now)
-
-    @functools.cached_property
-    def sessions(self) -> Repository[ProfilerSession]:
-        return Repository(self.store, ProfilerSession, self.now)
-
-    @functools.cached_property
-    def targets(self) -> Repository[ProfilerTarget]:
-        return Repository(self.store, ProfilerTarget, self.now)
-
-    @functools.cached_property
-    def monitored_events(self) -> Repository[MonitoredEvent]:
-        return Repository(self.store, MonitoredEvent, self.now)
-
-    @functools.cached_property
-    def operations(self) -> Repository[Operation]:
-        return Repository(self.store, Operation, self.now)
-
-    @functools.cached_property
-    def events(self) -> EventArchive:
-        retention = timedelta(days=self.settings.event_retention_days)
-        return EventArchive(self.store, self.blobs, self.settings.bucket, retention, self.now)
+from mldiag.ports import BlobStore
+from mldiag.services.dependencies import Services
 
 
 def build(settings: Settings | None = None) -> Services:

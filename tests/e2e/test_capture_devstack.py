@@ -34,7 +34,8 @@ from dataclasses import dataclass
 import pytest
 
 from capture_support import MLDIAG, analysed, mldiag, mldiag_json, session, wait_for
-from mldiag.bootstrap import Services, build
+from mldiag.bootstrap import build
+from mldiag.services.dependencies import Services
 from mldiag.local.demo.processes import Workload
 
 pytestmark = [pytest.mark.slow, pytest.mark.emulator]

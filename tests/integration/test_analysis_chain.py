@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from mldiag.bootstrap import Services, build
+from mldiag.bootstrap import build
+from mldiag.services.dependencies import Services
 from mldiag.config import MAINTENANCE_TICKS
 from mldiag.domain import AnalysisState, HealthStatus, Kind, MachineLearningRun, ProfilerSession
 from mldiag.domain.names import LocationName

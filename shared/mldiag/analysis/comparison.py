@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 from mldiag.analysis.evidence import Analysis, Change, Comparison, TimeChange
 from mldiag.analysis.host_evidence import HostEvidence
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.domain.names import parent_of
 from mldiag.domain.resources import AnalysisState, HealthStatus, ProfilerSession
 from mldiag.ports import OrderBy, Where

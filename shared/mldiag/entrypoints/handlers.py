@@ -13,7 +13,7 @@ from collections.abc import Callable
 from cloudevents.http import CloudEvent
 
 from mldiag.services import event_archive
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.config import (
     ANALYSIS_EVENTS, ANALYSIS_REQUESTS, CAPTURE_REQUESTS, MAINTENANCE_TICKS, MONITORING_ALERTS, TOPICS, dead_letter_topic,
 )

@@ -17,7 +17,7 @@ import structlog
 
 from mldiag.services.monitoring import otlp
 from mldiag.entrypoints.http.auth import Guard
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.domain.errors import InvalidArgument, MldiagError, PermissionDenied, Unauthenticated
 
 log = structlog.get_logger(__name__)

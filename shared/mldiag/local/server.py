@@ -47,7 +47,7 @@ from mldiag.adapters.bus.inprocess import InProcessBus
 from mldiag.services.analysis_jobs import clean_up_after_a_stop, stop_workers
 from mldiag.entrypoints.http import create_app
 from mldiag.entrypoints.http.origin import HostNames
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.local.bucket_watcher import BucketWatcher
 from mldiag.config import BUCKET_NOTIFICATIONS, MAINTENANCE_TICKS, Settings
 from mldiag.domain.errors import InvalidArgument

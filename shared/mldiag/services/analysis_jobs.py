@@ -56,7 +56,7 @@ from mldiag.services import outbox
 from mldiag.analysis.evidence import Analysis
 from mldiag.analysis.profiles import UnreadableProfile, require_xspace_object
 from mldiag.analysis.report import ANALYSIS_FILE, SUMMARY_FILE
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.domain.layout import parse_blob_uri
 from mldiag.config import Settings
 from mldiag.domain.errors import InvalidArgument, NotFound, PermanentFailure

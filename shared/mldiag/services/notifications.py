@@ -37,7 +37,7 @@ from cloudevents.http import CloudEvent
 from pydantic import Field
 
 from mldiag.services import outbox
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.config import ANALYSIS_EVENTS, Settings
 from mldiag.domain.errors import InvalidArgument, PermanentFailure
 from mldiag.domain.resources import HealthStatus, MonitoredEvent, ProfilerSession

@@ -29,7 +29,7 @@ from cloudevents.http import CloudEvent
 
 from mldiag.services import outbox
 from mldiag.domain.layout import parse_blob_uri
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.config import ANALYSIS_REQUESTS
 from mldiag.domain.errors import AlreadyExists, InvalidArgument, PermanentFailure
 from mldiag.domain.names import LocationName, id_from_text, short_name, validate_id

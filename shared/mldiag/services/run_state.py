@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.domain.types import CamelModel
 from mldiag.ports import Transaction
 from mldiag.services.repository import document_key

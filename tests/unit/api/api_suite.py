@@ -25,7 +25,7 @@ from requests.structures import CaseInsensitiveDict
 from mldiag.adapters.bus.inprocess import InProcessBus
 from mldiag.adapters.blobs.local import LocalBlobs
 from mldiag.entrypoints.http import create_app
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.config import Settings
 from mldiag.ports import DocumentStore
 

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.domain import MachineLearningRun, ProfilerTarget
 from mldiag.domain.names import LocationName, RunName
 

@@ -16,7 +16,7 @@ from google_cloud_mldiagnostics.clients.self_hosted_diagon_service_client import
 from werkzeug.serving import make_server
 
 from mldiag.entrypoints.http import create_app
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.agent.sdk_forwarder import MAX_BODY_BYTES, SdkForwarder
 from mldiag.client.api import ApiClient
 

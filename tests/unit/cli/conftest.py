@@ -14,7 +14,7 @@ from werkzeug.serving import make_server
 
 from mldiag import bootstrap, logs
 from mldiag.entrypoints.http import create_app
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.cli.main import app
 from mldiag.config import Settings
 

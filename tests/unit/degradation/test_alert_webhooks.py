@@ -15,7 +15,7 @@ import pytest
 
 from mldiag.entrypoints import handlers
 from mldiag.entrypoints.http.app import create_app
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.config import MONITORING_ALERTS
 from mldiag.domain import MachineLearningRun, MonitoredEvent, ProfilerSession, ProfilerTarget
 from mldiag.services.event_archive import Outcome

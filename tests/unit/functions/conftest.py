@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from mldiag import bootstrap
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 
 
 @pytest.fixture

@@ -228,7 +228,7 @@ def _keyword(call: ast.Call, name: str, position: int | None = None) -> ast.expr
 
 def _repository_collection(graph: CodeGraph, qualified: str, receiver: ast.expr) -> str | None:
     """``services().runs`` / ``self.services.sessions`` → the collection of that repository."""
-    from mldiag.bootstrap import Services
+    from mldiag.services.dependencies import Services
     from mldiag.services.repository import Repository
 
     if not isinstance(receiver, ast.Attribute):

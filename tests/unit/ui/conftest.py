@@ -12,7 +12,7 @@ from console_support import API_URL, LOCATION, Console
 from mldiag.adapters.bus.inprocess import InProcessBus
 from mldiag.adapters.blobs.local import LocalBlobs
 from mldiag.adapters.store.sqlite import SqliteStore
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.config import Settings
 
 

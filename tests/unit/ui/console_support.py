@@ -9,7 +9,7 @@ from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
 
 from mldiag.entrypoints.http import create_app
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.domain import MachineLearningRun, ProfilerSession, ProfilerTarget
 from mldiag.domain.names import LocationName, RunName
 

@@ -28,7 +28,7 @@ from mldiag.entrypoints.http.auth import Guard
 from mldiag.entrypoints.http.capability import ENVIRON_KEY, REDACTED, VALID, CapabilityPrefix
 from mldiag.entrypoints.http.rest import MAX_BODY_BYTES, SERVICES, google_error
 from mldiag.entrypoints.http.origin import JSON_ONLY, MUTATING, HostNames, refuse_browser_forgery
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.domain.callers import SDK_CAPABILITY
 from mldiag.domain.errors import AlreadyExists, InvalidArgument, MldiagError, NotFound, PermissionDenied
 

@@ -17,7 +17,7 @@ from flask import Response, current_app, jsonify, request
 from pydantic.alias_generators import to_camel
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.domain.errors import InvalidArgument
 from mldiag.services.resources.listing import ListRequest
 

@@ -9,7 +9,7 @@ from operator import attrgetter
 from flask import Blueprint, Response, g
 
 from mldiag.entrypoints.http.rest import json_body, list_request, ok, query, query_bool, services
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.domain.errors import InvalidArgument
 from mldiag.domain.names import EVENTS, SESSIONS, TARGETS, LocationName, RunName, parse_child
 from mldiag.domain.resources import Resource

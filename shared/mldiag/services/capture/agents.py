@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import Field
 
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.services.capture import tasks
 from mldiag.services.capture.targets import split_address
 from mldiag.domain.errors import NotFound, PermissionDenied

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import structlog
 from cloudevents.http import CloudEvent
 
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.services.capture import tasks
 from mldiag.services.capture.execute import Executor
 from mldiag.adapters.profiler.xprof_server import CaptureFailed, Failure, ProfilerServer

@@ -22,7 +22,7 @@ from typing import Literal
 from pydantic import Field, ValidationError, field_validator
 
 from mldiag.services import outbox
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.services.capture import tasks
 from mldiag.services.capture.targets import MAX_TARGETS_PER_RUN, select_targets
 from mldiag.config import CAPTURE_REQUESTS

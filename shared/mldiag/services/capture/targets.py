@@ -25,7 +25,7 @@ import re
 import socket
 from collections.abc import Sequence
 
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.domain.errors import FailedPrecondition, InvalidArgument
 from mldiag.domain.names import RunName
 from mldiag.domain.resources import ProfilerTarget, TargetState

@@ -21,7 +21,7 @@ from typing import Any
 import structlog
 
 from mldiag.services import outbox
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.adapters.profiler.xprof_server import CaptureFailed, Failure, TracerLevels
 from mldiag.domain.errors import InvalidArgument
 from mldiag.domain.names import short_name

@@ -17,7 +17,7 @@ from mldiag.services import outbox
 from mldiag.domain.alerts import (
     PROMETHEUS_SOURCES, Alert, parse_alert, prometheus_event_id, read_prometheus_alert,
 )
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.config import MONITORING_ALERTS
 from mldiag.domain.errors import InvalidArgument, NotFound, PermanentFailure
 from mldiag.domain.names import EVENTS, LocationName, parse_run

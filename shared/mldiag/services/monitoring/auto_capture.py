@@ -23,7 +23,7 @@ from mldiag.services import notifications
 
 from mldiag.services import outbox
 from mldiag.domain.alerts import Alert, parse_alert
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermanentFailure
 from mldiag.domain.names import EVENTS, LocationName, parse_run, short_name
 from mldiag.domain.resources import Kind, MachineLearningRun, MonitoredEvent, Suppression

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pydantic import Field
 
 from mldiag.services import outbox
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.config import MONITORING_ALERTS
 from mldiag.domain.degradation import DetectorParams, DetectorState, MetricPoint, Transition, observe
 from mldiag.domain.errors import InvalidArgument, NotFound

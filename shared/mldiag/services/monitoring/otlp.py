@@ -41,7 +41,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from mldiag.services.monitoring import metrics
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.domain.degradation import MetricPoint
 from mldiag.domain.errors import InvalidArgument, MldiagError
 from mldiag.domain.names import LocationName, parse_run

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator
 
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.services.operations.dead_letters import list_dead_letters
 from mldiag.domain.errors import InvalidArgument, invalid_argument
 from mldiag.domain.resources import RESOURCE_TYPES

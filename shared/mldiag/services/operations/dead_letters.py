@@ -13,7 +13,7 @@ from typing import Any
 
 from cloudevents.http import CloudEvent
 
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.config import ANALYSIS_REQUESTS, DEAD_LETTER_SUFFIX
 from mldiag.domain.types import format_timestamp
 from mldiag.domain.errors import MldiagError

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from mldiag.services import outbox
 from mldiag.services.analysis_jobs import retry_stale
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.services.capture import tasks as capture_tasks
 from mldiag.services.operations.reconciliation import reconcile
 from mldiag.services.registration import Registrar

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 
 import structlog
 
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.domain.errors import PermanentFailure
 from mldiag.domain.types import format_timestamp
 from mldiag.services.event_archive import Ignored

@@ -15,7 +15,7 @@ from enum import StrEnum
 from cloudevents.conversion import from_dict
 from cloudevents.http import CloudEvent
 
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.domain.errors import InvalidArgument, NotFound
 from mldiag.services.event_archive import ArchivedEvent, Outcome
 from mldiag.domain.messages import PUBSUB_PUBLISHED, message_from_cloud_event

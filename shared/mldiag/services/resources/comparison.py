@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from mldiag.analysis.evidence import Analysis
 from mldiag.analysis.regression import Thresholds, Verdict, judge
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.domain.errors import FailedPrecondition
 from mldiag.domain.resources import AnalysisState
 

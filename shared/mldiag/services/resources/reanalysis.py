@@ -8,7 +8,7 @@ forced, so that a DONE or FAILED analysis of the same files runs once more.
 from __future__ import annotations
 
 from mldiag.services import outbox
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.domain.errors import FailedPrecondition, NotFound
 from mldiag.domain.names import ChildName, parent_of
 from mldiag.domain.resources import ProfilerSession

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.domain.errors import NotFound, PermissionDenied
 from mldiag.domain.names import LocationName, RunName
 from mldiag.domain.resources import MachineLearningRun, RunPhase

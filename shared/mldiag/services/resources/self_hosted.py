@@ -32,7 +32,7 @@ import structlog
 from pydantic import Field, ValidationError
 from pydantic.alias_generators import to_snake
 
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.domain.callers import Caller
 from mldiag.domain.errors import Aborted, InvalidArgument, NotFound, PermissionDenied, invalid_argument
 from mldiag.domain.names import LocationName, id_from_text, validate_id

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.config import Settings
 from mldiag.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgument
 from mldiag.domain.names import ChildName, RunName, SESSIONS

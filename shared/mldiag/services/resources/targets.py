@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mldiag.bootstrap import Services
+from mldiag.services.dependencies import Services
 from mldiag.services.capture.targets import check_address
 from mldiag.domain.errors import InvalidArgument
 from mldiag.domain.names import TARGETS, RunName
