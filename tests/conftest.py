@@ -24,6 +24,7 @@ import pytest
 from mldiag.adapters.bus.inprocess import InProcessBus
 from mldiag.adapters.blobs.local import LocalBlobs
 from mldiag.adapters.store.sqlite import SqliteStore
+from mldiag.bootstrap import dial_profiler
 from mldiag.services.dependencies import Services
 from mldiag.config import Settings
 
@@ -143,5 +144,6 @@ def embedded(tmp_path: Path, clock: Clock) -> Services:
         store=SqliteStore(settings.sqlite_path),
         blobs=LocalBlobs(settings.data_dir),
         bus=InProcessBus("p", max_attempts=3, min_backoff=0.001, max_backoff=0.01),
+        profiler=dial_profiler,
         now=clock,
     )

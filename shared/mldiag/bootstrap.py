@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 
 from mldiag.config import Settings
-from mldiag.ports import BlobStore
+from mldiag.ports import BlobStore, ProfilerClient
 from mldiag.services.dependencies import Services
 
 
@@ -34,6 +34,13 @@ def build_blobs(settings: Settings) -> BlobStore:
     return LocalBlobs(settings.data_dir, share_base_url=settings.api_url, share_key=settings.share_key)
 
 
+def dial_profiler(address: str) -> ProfilerClient:
+    """The XProf profiler server at ``address``, as captures and the node agent reach it."""
+    from mldiag.adapters.profiler.xprof_server import ProfilerServer
+
+    return ProfilerServer(address)
+
+
 def _build_embedded(settings: Settings) -> Services:
     from mldiag.adapters.bus.inprocess import InProcessBus
     from mldiag.adapters.store.sqlite import SqliteStore
@@ -42,6 +49,7 @@ def _build_embedded(settings: Settings) -> Services:
         settings=settings,
         store=SqliteStore(settings.sqlite_path),
         blobs=build_blobs(settings),
+        profiler=dial_profiler,
         bus=InProcessBus(settings.project, path=settings.sqlite_path, max_attempts=settings.max_delivery_attempts),
     )
 
@@ -54,6 +62,7 @@ def _build_gcp(settings: Settings) -> Services:
         settings=settings,
         store=FirestoreStore(settings.project, settings.firestore_database),
         blobs=build_blobs(settings),
+        profiler=dial_profiler,
         bus=PubSubBus(settings.project),
     )
 

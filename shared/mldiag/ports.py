@@ -1,9 +1,10 @@
 """The ports: what the services need from the outside world, as small Protocols.
 
-Three of them, each with an embedded adapter (SQLite, a local directory, an
-in-process bus) and a Google Cloud one (Firestore, Cloud Storage, Pub/Sub,
-which also drive the official emulators). ``mldiag.bootstrap`` picks the
-family; nothing else imports an adapter.
+The document store, the blob store and the message bus each have an embedded
+adapter (SQLite, a local directory, an in-process bus) and a Google Cloud one
+(Firestore, Cloud Storage, Pub/Sub, which also drive the official emulators);
+the profiler client dials a workload's XProf profiler server.
+``mldiag.bootstrap`` picks the adapters; nothing else imports one.
 """
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_checkable
+
+if TYPE_CHECKING:
+    from mldiag.domain.capture import TracerLevels
 
 T = TypeVar("T")
 
@@ -149,6 +153,34 @@ class MessageBus(Protocol):
         ordering_key: str = "",
     ) -> str:
         """Publish and return the message id once the bus has accepted the message."""
+
+
+class ProfilerClient(Protocol):
+    """One workload's XProf profiler server (``host:port``); failures raise
+    :class:`mldiag.domain.capture.CaptureFailed` naming why."""
+
+    address: str
+
+    def reachable(self) -> bool: ...
+
+    def probe(self) -> None:
+        """Raise unless a profiler server answers at the address."""
+
+    def trace(self, repository_root: str, session_id: str, host_name: str, duration_ms: int,
+              levels: TracerLevels) -> None:
+        """Trace for ``duration_ms`` and write the xplane under ``repository_root``."""
+
+    def start_continuous(self, levels: TracerLevels) -> None: ...
+
+    def stop_continuous(self) -> bool:
+        """Stop continuous profiling; ``False`` when none was running."""
+
+    def snapshot(self, logdir: Path) -> list[Path]:
+        """Fetch the continuous-profiling buffer into ``logdir``; the xplane files written."""
+
+
+# Dials the profiler server at an address a capture was allowed to contact.
+ProfilerDialer = Callable[[str], ProfilerClient]
 
 
 class Clock(Protocol):

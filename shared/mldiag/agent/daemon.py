@@ -25,12 +25,13 @@ from typing import Any
 import structlog
 
 from mldiag.services.capture.execute import Executor
-from mldiag.adapters.profiler.xprof_server import CaptureFailed, Failure, ProfilerServer
+from mldiag import bootstrap
+from mldiag.domain.capture import CaptureFailed, Failure
 from mldiag.services.capture.tasks import CaptureTask, TaskResult
 from mldiag.client.api import ApiClient, ApiError
 from mldiag.domain.names import RunName
 from mldiag.domain.resources import ProfilerTarget
-from mldiag.ports import BlobStore
+from mldiag.ports import BlobStore, ProfilerDialer
 
 LOCALHOST = "127.0.0.1"
 MAX_PARALLEL_CAPTURES = 16
@@ -66,6 +67,7 @@ class Agent:
     api: ApiClient
     blobs: BlobStore
     stopping: threading.Event = field(default_factory=threading.Event)
+    dial: ProfilerDialer = bootstrap.dial_profiler
 
     @property
     def _location_path(self) -> str:
@@ -83,7 +85,7 @@ class Agent:
         alive = []
         for local in self.config.targets:
             target_id = local.target_id(self.config.hostname)
-            if not ProfilerServer(f"{LOCALHOST}:{local.port}").reachable():
+            if not self.dial(f"{LOCALHOST}:{local.port}").reachable():
                 continue
             self.api.call("POST", f"{self._run_path}/profilerTargets/{target_id}:heartbeat", body={
                 "agent": self.config.name, "hostname": self.config.hostname, "nodeIndex": local.node_index,
@@ -115,7 +117,7 @@ class Agent:
         log.info("capturing", task=task.key, action=task.action.value, port=port)
         try:
             executor = Executor(self.blobs, write_direct=False, scratch_dir=self.config.scratch_dir)
-            return task.key, executor.run(task, ProfilerServer(f"{LOCALHOST}:{port}"), claimed["sessionFolder"])
+            return task.key, executor.run(task, self.dial(f"{LOCALHOST}:{port}"), claimed["sessionFolder"])
         except Exception as error:  # noqa: BLE001 - e.g. an upload that failed: reported, not lost
             log.exception("capture task crashed", task=task.key)
             return task.key, TaskResult.failed(CaptureFailed(Failure.ERROR, f"{type(error).__name__}: {error}"))

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from mldiag.config import Settings
 from mldiag.domain.resources import MachineLearningRun, MonitoredEvent, Operation, ProfilerSession, ProfilerTarget
 from mldiag.domain.types import utcnow
-from mldiag.ports import BlobStore, DocumentStore, MessageBus
+from mldiag.ports import BlobStore, DocumentStore, MessageBus, ProfilerDialer
 from mldiag.services.event_archive import EventArchive
 from mldiag.services.repository import Repository
 
@@ -28,6 +28,7 @@ class Services:
     store: DocumentStore
     blobs: BlobStore
     bus: MessageBus
+    profiler: ProfilerDialer
     now: Callable[[], datetime] = field(default=utcnow)
 
     @functools.cached_property

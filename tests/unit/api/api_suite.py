@@ -25,6 +25,7 @@ from requests.structures import CaseInsensitiveDict
 from mldiag.adapters.bus.inprocess import InProcessBus
 from mldiag.adapters.blobs.local import LocalBlobs
 from mldiag.entrypoints.http import create_app
+from mldiag.bootstrap import dial_profiler
 from mldiag.services.dependencies import Services
 from mldiag.config import Settings
 from mldiag.ports import DocumentStore
@@ -88,7 +89,7 @@ def make_services(store: DocumentStore, tmp_path: Path) -> Callable[..., Service
         settings = Settings(**{"data_dir": tmp_path / "data", "project": PROJECT, "location": LOCATION,
                                "api_url": API_URL, "owned_buckets": [OWNED_BUCKET], **overrides})
         blobs = LocalBlobs(settings.data_dir, share_base_url=API_URL, share_key=settings.share_key)
-        return Services(settings=settings, store=store, blobs=blobs, bus=InProcessBus(PROJECT))
+        return Services(settings=settings, store=store, blobs=blobs, bus=InProcessBus(PROJECT), profiler=dial_profiler)
 
     return make
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mldiag.adapters.profiler.xprof_server import (
-    CaptureFailed, Failure, ProfilerServer, TracerLevels, classify_status_error, classify_trace_failure,
-)
+from mldiag.adapters.profiler.xprof_server import ProfilerServer, classify_status_error, classify_trace_failure
+from mldiag.domain.capture import CaptureFailed, Failure, TracerLevels
 from mldiag.services.capture.tasks import TaskResult
 from mldiag.domain.errors import InvalidArgument
 

@@ -8,7 +8,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from mldiag.services.capture import tasks
-from mldiag.adapters.profiler.xprof_server import CaptureFailed, Failure
+from mldiag.domain.capture import CaptureFailed, Failure
 from mldiag.services.capture.tasks import TaskResult
 from mldiag.config import ANALYSIS_REQUESTS
 from mldiag.domain import AnalysisState, Kind, SessionPhase

@@ -12,6 +12,7 @@ from console_support import API_URL, LOCATION, Console
 from mldiag.adapters.bus.inprocess import InProcessBus
 from mldiag.adapters.blobs.local import LocalBlobs
 from mldiag.adapters.store.sqlite import SqliteStore
+from mldiag.bootstrap import dial_profiler
 from mldiag.services.dependencies import Services
 from mldiag.config import Settings
 
@@ -23,7 +24,7 @@ def make_services(tmp_path: Path, clock) -> Callable[..., Services]:
                             api_url=API_URL, **overrides)
         return Services(settings=settings, store=SqliteStore(settings.sqlite_path),
                         blobs=LocalBlobs(settings.data_dir, share_base_url=API_URL),
-                        bus=InProcessBus(LOCATION.project), now=clock)
+                        bus=InProcessBus(LOCATION.project), profiler=dial_profiler, now=clock)
 
     return make
 

@@ -31,59 +31,16 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from types import ModuleType
 
-from mldiag.services.capture.targets import split_address
+from mldiag.domain.capture import CaptureFailed, Failure, TracerLevels, split_address
 
 PROBE_TIMEOUT_S = 5.0
 # A refusal comes back within milliseconds; a real trace takes the whole duration.
 BUSY_FRACTION_OF_DURATION = 0.5
 # How long past the duration a trace may take before it counts as hung.
 TRACE_GRACE_S = 30.0
-
-
-class Failure(StrEnum):
-    """Why a target's capture failed; the value starts the target's error message."""
-
-    UNREACHABLE = "unreachable"
-    TIMEOUT = "timeout"
-    BUSY = "busy"
-    EMPTY_TRACE = "empty trace"
-    ERROR = "error"
-
-    @property
-    def status(self) -> tuple[int, str]:
-        """The ``google.rpc.Code`` an operation reports for this failure."""
-        return {
-            Failure.UNREACHABLE: (14, "UNAVAILABLE"),
-            Failure.TIMEOUT: (4, "DEADLINE_EXCEEDED"),
-            Failure.BUSY: (6, "ALREADY_EXISTS"),
-            Failure.EMPTY_TRACE: (9, "FAILED_PRECONDITION"),
-            Failure.ERROR: (2, "UNKNOWN"),
-        }[self]
-
-
-class CaptureFailed(Exception):
-    """A capture that did not produce a profile, with the reason in words."""
-
-    def __init__(self, failure: Failure, message: str):
-        super().__init__(f"{failure.value}: {message}")
-        self.failure = failure
-
-
-@dataclass(frozen=True)
-class TracerLevels:
-    """The integer tracer levels the profiler server takes (see the session's level enums)."""
-
-    host: int = 2
-    device: int = 1
-    python: int = 0
-
-    def options(self) -> dict[str, int]:
-        return {"host_tracer_level": self.host, "device_tracer_level": self.device,
-                "python_tracer_level": self.python}
 
 
 def classify_trace_failure(elapsed_s: float, duration_s: float, reachable_after: bool) -> Failure:

@@ -22,7 +22,7 @@ from cloudevents.http import CloudEvent
 from mldiag.services.dependencies import Services
 from mldiag.services.capture import tasks
 from mldiag.services.capture.execute import Executor
-from mldiag.adapters.profiler.xprof_server import CaptureFailed, Failure, ProfilerServer
+from mldiag.domain.capture import CaptureFailed, Failure
 from mldiag.services.capture.targets import resolve_address
 from mldiag.domain.errors import InvalidArgument, PermanentFailure
 from mldiag.domain.messages import message_from_cloud_event
@@ -72,7 +72,7 @@ def run_direct(services: Services, task: tasks.CaptureTask) -> tasks.TaskResult:
     try:
         address, folder = _resolve(services, task)
         log.info("capturing", task=task.key, action=task.action.value, address=address)
-        return Executor(services.blobs, write_direct=True).run(task, ProfilerServer(address), folder)
+        return Executor(services.blobs, write_direct=True).run(task, services.profiler(address), folder)
     except CaptureFailed as failed:
         return tasks.TaskResult.failed(failed)
     except Exception as error:  # noqa: BLE001 - recorded on the target rather than lost with the thread

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mldiag.adapters.profiler.xprof_server import CaptureFailed, Failure, ProfilerServer, TracerLevels
+from mldiag.domain.capture import CaptureFailed, Failure, TracerLevels
+from mldiag.ports import ProfilerClient
 from mldiag.services.capture.tasks import Action, CaptureTask, TaskResult, profile_uri
 from mldiag.ports import BlobStore, LocalBuckets
 from mldiag.services.registration import PROFILE_MARKER, SIBLING_SUFFIXES, XPLANE_SUFFIX
@@ -47,7 +48,7 @@ class Executor:
     write_direct: bool
     scratch_dir: str | None = None
 
-    def run(self, task: CaptureTask, server: ProfilerServer, session_folder: str) -> TaskResult:
+    def run(self, task: CaptureTask, server: ProfilerClient, session_folder: str) -> TaskResult:
         try:
             if task.action is Action.TRACE:
                 self._trace(task, server, session_folder, task.levels)
@@ -65,7 +66,7 @@ class Executor:
     def _continuous_levels(task: CaptureTask) -> TracerLevels:
         return TracerLevels(CONTINUOUS_HOST_LEVEL, task.levels.device, CONTINUOUS_PYTHON_LEVEL)
 
-    def _trace(self, task: CaptureTask, server: ProfilerServer, session_folder: str, levels: TracerLevels) -> None:
+    def _trace(self, task: CaptureTask, server: ProfilerClient, session_folder: str, levels: TracerLevels) -> None:
         root, session_id = split_session_folder(session_folder)
         if self.write_direct:
             if isinstance(self.blobs, LocalBuckets):
@@ -83,7 +84,7 @@ class Executor:
                 if path.is_file():
                     self.blobs.upload(path, f"{session_folder.rstrip('/')}/{path.name}", if_absent=True)
 
-    def _snapshot(self, task: CaptureTask, server: ProfilerServer, session_folder: str) -> TaskResult:
+    def _snapshot(self, task: CaptureTask, server: ProfilerClient, session_folder: str) -> TaskResult:
         with tempfile.TemporaryDirectory(prefix="mldiag-snapshot-", dir=self.scratch_dir) as scratch:
             try:
                 files = server.snapshot(Path(scratch))
@@ -97,7 +98,7 @@ class Executor:
             self.blobs.upload(files[0], profile_uri(session_folder, task.target), if_absent=True)
         return TaskResult()
 
-    def _fall_back(self, task: CaptureTask, server: ProfilerServer, session_folder: str,
+    def _fall_back(self, task: CaptureTask, server: ProfilerClient, session_folder: str,
                    empty: CaptureFailed) -> TaskResult:
         """An on-demand trace in place of an empty snapshot: pause continuous profiling around it."""
         reason = f"the snapshot came back empty ({empty}); took a {task.duration_ms} ms on-demand trace instead"
@@ -108,7 +109,7 @@ class Executor:
             return TaskResult.failed(failed, note=reason + self._resume(task, server))
         return TaskResult(note=reason + self._resume(task, server), fell_back=True)
 
-    def _resume(self, task: CaptureTask, server: ProfilerServer) -> str:
+    def _resume(self, task: CaptureTask, server: ProfilerClient) -> str:
         try:
             server.start_continuous(self._continuous_levels(task))
         except CaptureFailed as failed:
@@ -116,7 +117,7 @@ class Executor:
         return "; continuous profiling resumed"
 
 
-def _trace_into(server: ProfilerServer, root: str, session_id: str, task: CaptureTask, levels: TracerLevels,
+def _trace_into(server: ProfilerClient, root: str, session_id: str, task: CaptureTask, levels: TracerLevels,
                 written: Callable[[], bool]) -> None:
     """Trace into ``root``, telling an empty trace from a profile the server could not write.
 

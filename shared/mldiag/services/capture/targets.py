@@ -21,11 +21,11 @@ workloads on the same machine, and clusters on private networks.
 from __future__ import annotations
 
 import ipaddress
-import re
 import socket
 from collections.abc import Sequence
 
 from mldiag.services.dependencies import Services
+from mldiag.domain.capture import split_address
 from mldiag.domain.errors import FailedPrecondition, InvalidArgument
 from mldiag.domain.names import RunName
 from mldiag.domain.resources import ProfilerTarget, TargetState
@@ -40,20 +40,8 @@ _METADATA_IPS = frozenset(map(ipaddress.ip_address,
 # IPv6 addresses that reach an IPv4 one: IPv4-mapped, and NAT64's well-known prefix.
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
-_HOST = re.compile(r"[A-Za-z0-9._:%-]+")  # a DNS name, an IPv4 or IPv6 address (with a zone)
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-
-
-def split_address(address: str) -> tuple[str, int]:
-    """``host:port`` or ``[v6]:port`` → ``(host, port)``; :class:`InvalidArgument` otherwise."""
-    host, colon, port_text = address.strip().rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if (not colon or not _HOST.fullmatch(host) or not port_text.isdigit()
-            or not 0 < int(port_text) < 65536):
-        raise InvalidArgument(f"{address!r} is not host:port", field="profilerAddress")
-    return host, int(port_text)
 
 
 def check_address(address: str) -> str:

@@ -22,7 +22,7 @@ import structlog
 
 from mldiag.services import outbox
 from mldiag.services.dependencies import Services
-from mldiag.adapters.profiler.xprof_server import CaptureFailed, Failure, TracerLevels
+from mldiag.domain.capture import CaptureFailed, Failure, TracerLevels
 from mldiag.domain.errors import InvalidArgument
 from mldiag.domain.names import short_name
 from mldiag.domain.resources import (
