@@ -9,10 +9,14 @@ cold starts of functions that do not need them stay light.
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 from mldiag.config import Settings
-from mldiag.ports import BlobStore, ProfilerClient
+from mldiag.ports import BlobStore, HostedBus, ProfilerClient
 from mldiag.services.dependencies import Services
+
+if TYPE_CHECKING:
+    from mldiag.analysis.investigation import Investigator
 
 
 def build(settings: Settings | None = None) -> Services:
@@ -21,6 +25,15 @@ def build(settings: Settings | None = None) -> Services:
     if settings.backend == "gcp":
         return _build_gcp(settings)
     return _build_embedded(settings)
+
+
+def build_hosted(settings: Settings) -> tuple[Services, HostedBus]:
+    """The embedded services, and their bus, whose subscribers run in this process (``mldiag up``)."""
+    from mldiag.adapters.bus.inprocess import InProcessBus
+
+    services = _build_embedded(settings)
+    assert isinstance(services.bus, InProcessBus)
+    return services, services.bus
 
 
 def build_blobs(settings: Settings) -> BlobStore:
@@ -75,3 +88,16 @@ def services() -> Services:
     built = build()
     configure(built.settings.log_format)
     return built
+
+
+def build_investigator(settings: Settings, reasoner: str | None = None) -> Investigator:
+    """The investigation the settings ask for (``reasoner`` overrides ``settings.reasoner``)."""
+    from mldiag.analysis.investigation import Investigator
+    from mldiag.analysis.offline import OfflineReasoner
+
+    offline = OfflineReasoner()
+    if (reasoner or settings.reasoner) == "vertex":
+        from mldiag.adapters.reasoning.vertex import VertexReasoner
+
+        return Investigator(VertexReasoner.from_settings(settings), offline)
+    return Investigator(offline, offline)

@@ -38,6 +38,25 @@ def dead_letter_topic(topic: str) -> str:
     return topic + DEAD_LETTER_SUFFIX
 
 
+# Routing, as data: which function each trigger feeds (the handlers are in mldiag.entrypoints.handlers).
+
+# Functions Terraform wires to the profiles bucket with an Eventarc finalize trigger.
+BUCKET_TRIGGERED = ("register_session",)
+
+# Which function each topic pushes to; Terraform and the devstack create exactly these subscriptions.
+TOPIC_SUBSCRIBERS: dict[str, str] = {
+    ANALYSIS_REQUESTS: "analyze_session",
+    MAINTENANCE_TICKS: "maintenance",
+    CAPTURE_REQUESTS: "dispatch_capture",
+    MONITORING_ALERTS: "on_alert",
+    ANALYSIS_EVENTS: "deliver_notifications",
+    **{dead_letter_topic(topic): "record_dead_letter" for topic in TOPICS},
+}
+
+# Every function, by the name its handler, its folder under functions/ and its archived events carry.
+FUNCTIONS = (*BUCKET_TRIGGERED, *dict.fromkeys(TOPIC_SUBSCRIBERS.values()))
+
+
 def sdk_capability(api_token: str, sdk_secret: str = "") -> str:
     """The secret of the SDK's capability URL: ``sdk_secret``, else derived from ``api_token`` ("" without)."""
     if sdk_secret or not api_token:

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
+    from cloudevents.http import CloudEvent
+
     from mldiag.domain.capture import TracerLevels
 
 T = TypeVar("T")
@@ -153,6 +155,17 @@ class MessageBus(Protocol):
         ordering_key: str = "",
     ) -> str:
         """Publish and return the message id once the bus has accepted the message."""
+
+
+class HostedBus(MessageBus, Protocol):
+    """A message bus that delivers to handlers in this process (``mldiag up``'s embedded bus)."""
+
+    def subscribe(self, topic: str, handler: Callable[[CloudEvent], object], *, name: str = "") -> object: ...
+
+    def start(self) -> None: ...
+
+    def stop(self, interrupt: Callable[[], object] | None = None) -> None:
+        """Stop delivering; ``interrupt`` is called to cut short the handlers still running."""
 
 
 class ProfilerClient(Protocol):

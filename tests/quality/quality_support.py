@@ -31,10 +31,10 @@ def _session_files(source: str) -> list[Path]:
 @functools.cache
 def _offline(source: str):
     from mldiag.analysis import analyze_session
-    from mldiag.analysis.investigation import investigator
+    from mldiag.bootstrap import build_investigator
     from mldiag.config import Settings
 
-    return analyze_session(_session_files(source), source=source, investigate=investigator(Settings(), "offline"))
+    return analyze_session(_session_files(source), source=source, investigate=build_investigator(Settings(), "offline"))
 
 
 @functools.cache

@@ -25,7 +25,6 @@ _EXPORTS = {
     "ToolStatus": "mldiag.analysis.evidence",
     "Session": "mldiag.analysis.profiles",
     "UnreadableProfile": "mldiag.analysis.profiles",
-    "download_session": "mldiag.analysis.profiles",
     "find_session": "mldiag.analysis.profiles",
     "MANAGED_TOOLS": "mldiag.analysis.xprof_tools",
 }

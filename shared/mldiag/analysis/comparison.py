@@ -4,9 +4,8 @@ When an automatic capture follows a degradation alert, the question is less
 "what is slow" than "what got slower". :func:`compare` sets two analyses side
 by side — step time, busy fraction, host gaps, dispatches, memory, and the ops
 and host activities whose time per step appeared or grew — and says it in a few
-sentences for the top of the report. :func:`find_baseline` picks the baseline:
-among the run's sessions before this one that were not auto-captured and whose
-analysis finished, the latest OPTIMAL one, else the latest of any health. The
+sentences for the top of the report
+(:func:`mldiag.services.baselines.find_baseline` picks the baseline). The
 headline calls the baseline healthy only when its analysis found it OPTIMAL.
 """
 
@@ -16,10 +15,7 @@ from collections.abc import Iterable
 
 from mldiag.analysis.evidence import Analysis, Change, Comparison, TimeChange
 from mldiag.analysis.host_evidence import HostEvidence
-from mldiag.services.dependencies import Services
-from mldiag.domain.names import parent_of
-from mldiag.domain.resources import AnalysisState, HealthStatus, ProfilerSession
-from mldiag.ports import OrderBy, Where
+from mldiag.domain.resources import HealthStatus
 
 GROWTH_THRESHOLD = 0.2  # an op or activity must grow by 20 % ...
 GROWTH_FLOOR_MS = 0.5  # ... and by half a millisecond per step to be worth naming
@@ -118,22 +114,3 @@ def compare(current: Analysis, baseline: Analysis, baseline_session: str) -> Com
     )
     comparison.headline = _headline(comparison)
     return comparison
-
-
-def find_baseline(services: Services, session: ProfilerSession) -> ProfilerSession | None:
-    """The run's latest earlier OPTIMAL session that was not auto-captured and whose analysis finished;
-    failing that, the latest such session of any health."""
-    candidates = services.sessions.list(
-        parent_of(session.name),
-        where=[Where("analysis.state", "==", AnalysisState.DONE.value), Where("autoCaptured", "==", False)],
-        order_by=[OrderBy("createTime", descending=True)],
-        page_size=20,
-    ).items
-
-    def usable(candidate: ProfilerSession) -> bool:
-        later = session.create_time and candidate.create_time and candidate.create_time >= session.create_time
-        return candidate.name != session.name and bool(candidate.analysis.analysis_uri) and not later
-
-    usable_ones = [candidate for candidate in candidates if usable(candidate)]
-    optimal = (candidate for candidate in usable_ones if candidate.analysis.health is HealthStatus.OPTIMAL)
-    return next(optimal, usable_ones[0] if usable_ones else None)

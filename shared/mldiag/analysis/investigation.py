@@ -32,7 +32,6 @@ from mldiag.analysis.evidence import Analysis, Investigation
 from mldiag.analysis.followups import FollowupTools
 from mldiag.analysis.validation import EvidenceIndex, why_summary_unsupported, why_unsupported
 from mldiag.analysis.xprof_tools import ToolContext
-from mldiag.config import Settings
 from mldiag.domain.resources import Finding, FindingCategory, HealthStatus, Priority
 
 SEVERITY = {Priority.P0: 0, Priority.P1: 1, Priority.P2: 2}
@@ -137,15 +136,3 @@ class Investigator:
         analysis.followups = tools.followups
         analysis.investigation = investigation
         return analysis
-
-
-def investigator(settings: Settings, reasoner: str | None = None) -> Investigator:
-    """The investigation the settings ask for (``reasoner`` overrides ``settings.reasoner``)."""
-    from mldiag.analysis.offline import OfflineReasoner
-
-    offline = OfflineReasoner()
-    if (reasoner or settings.reasoner) == "vertex":
-        from mldiag.adapters.reasoning.vertex import VertexReasoner
-
-        return Investigator(VertexReasoner.from_settings(settings), offline)
-    return Investigator(offline, offline)

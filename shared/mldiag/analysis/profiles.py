@@ -1,8 +1,9 @@
 """Which ``<host>.xplane.pb`` files a path names, and the private copy analysis works on.
 
 A path may be a single file, a session folder
-(``<run>/plugins/profile/<session>/``), a logdir that holds sessions, or a
-``gs://`` URI of any of these. A logdir with several sessions means its latest
+(``<run>/plugins/profile/<session>/``) or a logdir that holds sessions (a
+``gs://`` URI of any of these is downloaded first:
+:mod:`mldiag.services.session_files`). A logdir with several sessions means its latest
 one (session folders are named by capture time), as XProf's own tools do.
 
 XProf's converters write cache files next to the profile they read, so nothing
@@ -16,13 +17,12 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from mldiag.analysis.wire import MalformedXSpace, check_xspace, check_xspace_head
+from mldiag.analysis.wire import MalformedXSpace, check_xspace
+from mldiag.domain import layout
 from mldiag.domain.errors import InvalidArgument, NotFound
-from mldiag.ports import BlobStore, LocalBuckets
+from mldiag.domain.layout import XPLANE_SUFFIX
 
-XPLANE_SUFFIX = ".xplane.pb"
 UNREADABLE_EXIT = 3  # the exit status of a command given something that is not a profile
-XSPACE_HEAD_BYTES = 16  # what is read of an object to refuse it before a download: its first tag, and then some
 
 
 class UnreadableProfile(InvalidArgument):
@@ -44,11 +44,10 @@ class Session:
 
 def host_of(xplane: Path) -> str:
     """The host a profile file belongs to: its name without ``.xplane.pb``."""
-    name = xplane.name
-    return name[: -len(XPLANE_SUFFIX)] if name.endswith(XPLANE_SUFFIX) else xplane.stem
+    return layout.host_of(xplane.name)
 
 
-def _choose(xplanes: list[PurePosixPath], named: str) -> tuple[PurePosixPath, list[PurePosixPath], str]:
+def choose_session(xplanes: list[PurePosixPath], named: str) -> tuple[PurePosixPath, list[PurePosixPath], str]:
     """Group profile files by folder and pick the session: the only one, or the latest by name."""
     if not xplanes:
         raise UnreadableProfile(f"no {XPLANE_SUFFIX} files under {named}")
@@ -78,47 +77,10 @@ def find_session(path: Path) -> Session:
     if not path.is_dir():
         raise UnreadableProfile(f"{path} does not exist")
     xplanes = [PurePosixPath(p.as_posix()) for p in path.rglob(f"*{XPLANE_SUFFIX}") if p.is_file()]
-    folder, files, note = _choose(xplanes, str(path))
+    folder, files, note = choose_session(xplanes, str(path))
     for file in files:
         _require_xspace(Path(file), str(file))
     return Session(folder.name, tuple(Path(f) for f in files), note)
-
-
-def require_xspace_object(blobs: BlobStore, uri: str) -> None:
-    """Refuse, before any download, an object that is no profile: by its whole framing where the bucket is a
-    local folder (read in place), by its first bytes elsewhere (zeros, text)."""
-    try:
-        if isinstance(blobs, LocalBuckets):
-            check_xspace(blobs.path_for(uri))
-        else:
-            check_xspace_head(blobs.read_head(uri, XSPACE_HEAD_BYTES))
-    except FileNotFoundError:
-        raise NotFound(f"{uri} does not exist") from None
-    except MalformedXSpace as error:
-        raise UnreadableProfile(f"{uri} is not an XSpace profile ({XPLANE_SUFFIX}): {error}") from None
-
-
-def download_session(uri: str, blobs: BlobStore, destination: Path) -> Session:
-    """Download the session a ``gs://`` URI names into ``destination/<session>/``.
-
-    An object that plainly is no profile (by its first bytes) is refused before it is downloaded.
-    """
-    if uri.endswith(XPLANE_SUFFIX):
-        objects = [uri]
-    else:
-        prefix = uri.rstrip("/") + "/"
-        objects = [info.uri for info in blobs.list(prefix) if info.uri.endswith(XPLANE_SUFFIX)]
-    if not objects:
-        raise UnreadableProfile(f"no {XPLANE_SUFFIX} objects at {uri}")
-    folder, chosen, note = _choose([PurePosixPath(o.removeprefix("gs://")) for o in objects], uri)
-    local = destination / folder.name
-    files = []
-    for object_path in chosen:
-        uri, target = f"gs://{object_path}", local / object_path.name
-        require_xspace_object(blobs, uri)
-        blobs.download(uri, target)
-        files.append(target)
-    return Session(folder.name, tuple(files), note)
 
 
 def copy_session(session: Session, scratch: Path) -> Session:

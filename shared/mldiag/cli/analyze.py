@@ -132,7 +132,7 @@ def analyse_quietly(path: str, scratch: Path, reasoner: ReasonerChoice | None, c
 def _analyse(path: str, scratch: Path, reasoner: ReasonerChoice | None, memory_budget_mib: int,
              command: str = "mldiag analyze") -> Analysis:
     """Find or download the profile and analyse it in ``scratch``; exit 3 if there is no readable profile."""
-    from mldiag.analysis import download_session, find_session, start_analysis
+    from mldiag.analysis import find_session, start_analysis
     from mldiag.analysis.profiles import UNREADABLE_EXIT
 
     try:
@@ -143,6 +143,7 @@ def _analyse(path: str, scratch: Path, reasoner: ReasonerChoice | None, memory_b
             if path.startswith("gs://"):
                 from mldiag import bootstrap
                 from mldiag.config import Settings
+                from mldiag.services.session_files import download_session
 
                 progress(f"Downloading {path}")
                 session = download_session(path, bootstrap.build(Settings.from_env()).blobs, scratch / "download")
@@ -153,10 +154,10 @@ def _analyse(path: str, scratch: Path, reasoner: ReasonerChoice | None, memory_b
             with start_analysis(list(session.files), scratch, progress=progress,
                                 memory_budget_bytes=memory_budget_mib << 20 or None) as running:
                 # Loaded while XProf converts the profile, which on a large one takes seconds.
-                from mldiag.analysis.investigation import investigator
+                from mldiag import bootstrap
                 from mldiag.config import Settings
 
-                investigate = investigator(Settings.from_env(), reasoner.value if reasoner else None)
+                investigate = bootstrap.build_investigator(Settings.from_env(), reasoner.value if reasoner else None)
                 analysis = running.finish(source=path, investigate=investigate)
     except (InvalidArgument, NotFound) as error:
         stderr.print(Text(f"{command}: {error}"))

@@ -49,14 +49,14 @@ def main(argv: list[str] | None = None) -> int:
 def _analyse(args: argparse.Namespace, scratch: Path) -> int:
     from mldiag.analysis import Analysis, analyze_session
     from mldiag.analysis.comparison import compare
-    from mldiag.analysis.investigation import investigator
     from mldiag.analysis.profiles import UNREADABLE_EXIT, UnreadableProfile
     from mldiag.analysis.report import write_reports
+    from mldiag import bootstrap
     from mldiag.config import Settings
 
     try:
         analysis = analyze_session(args.files, scratch, source=args.source,
-                                   investigate=investigator(Settings.from_env()))
+                                   investigate=bootstrap.build_investigator(Settings.from_env()))
     except UnreadableProfile as error:
         print(error, file=sys.stderr)
         return UNREADABLE_EXIT

@@ -1,4 +1,4 @@
-"""The event handlers behind every function, and which topic feeds which.
+"""The event handlers behind every function (which trigger feeds which is in :mod:`mldiag.config`).
 
 ``functions/<name>/main.py`` calls ``<name>(bootstrap.services(), event)``; the
 local hosts (``mldiag up``, the devstack) bind the same handlers to their own
@@ -14,9 +14,6 @@ from cloudevents.http import CloudEvent
 
 from mldiag.services import event_archive
 from mldiag.services.dependencies import Services
-from mldiag.config import (
-    ANALYSIS_EVENTS, ANALYSIS_REQUESTS, CAPTURE_REQUESTS, MAINTENANCE_TICKS, MONITORING_ALERTS, TOPICS, dead_letter_topic,
-)
 
 Handler = Callable[[Services, CloudEvent], object]
 
@@ -79,17 +76,4 @@ EVENT_HANDLERS: dict[str, Handler] = {
     "dispatch_capture": dispatch_capture,
     "on_alert": on_alert,
     "deliver_notifications": deliver_notifications,
-}
-
-# Functions Terraform wires to the profiles bucket with an Eventarc finalize trigger.
-BUCKET_TRIGGERED = ("register_session",)
-
-# Which function each topic pushes to; Terraform and the devstack create exactly these subscriptions.
-TOPIC_SUBSCRIBERS: dict[str, str] = {
-    ANALYSIS_REQUESTS: "analyze_session",
-    MAINTENANCE_TICKS: "maintenance",
-    CAPTURE_REQUESTS: "dispatch_capture",
-    MONITORING_ALERTS: "on_alert",
-    ANALYSIS_EVENTS: "deliver_notifications",
-    **{dead_letter_topic(topic): "record_dead_letter" for topic in TOPICS},
 }

@@ -249,7 +249,7 @@ class Devstack:
     def _create_topics_and_bucket(self) -> None:
         from google.cloud import pubsub_v1, storage
 
-        from mldiag.entrypoints.handlers import TOPIC_SUBSCRIBERS
+        from mldiag.config import TOPIC_SUBSCRIBERS
 
         publisher = pubsub_v1.PublisherClient()
         topics = {BUCKET_NOTIFICATIONS, UNRECORDED_DEAD_LETTERS, *TOPICS, *map(dead_letter_topic, TOPICS),

@@ -33,7 +33,7 @@ from werkzeug.serving import run_simple
 
 from mldiag.config import Settings
 from mldiag.domain.errors import PermanentFailure
-from mldiag.entrypoints.handlers import BUCKET_TRIGGERED
+from mldiag.config import BUCKET_TRIGGERED
 from mldiag.domain.messages import PUBSUB_PUBLISHED, finalized_event_from_notification, message_from_cloud_event
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
@@ -53,7 +53,7 @@ class HostedFunction:
 
 def discover(functions_dir: Path, settings: Settings) -> list[HostedFunction]:
     """Every ``functions_dir/<name>/main.py``, with the triggers Terraform gives it."""
-    from mldiag.entrypoints.handlers import TOPIC_SUBSCRIBERS
+    from mldiag.config import TOPIC_SUBSCRIBERS
 
     hosted = []
     for source in sorted(Path(functions_dir).glob("*/main.py")):

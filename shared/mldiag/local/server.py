@@ -43,13 +43,13 @@ from cloudevents.http import CloudEvent
 from mldiag import bootstrap, logs
 
 from mldiag.entrypoints import handlers
-from mldiag.adapters.bus.inprocess import InProcessBus
 from mldiag.services.analysis_jobs import clean_up_after_a_stop, stop_workers
 from mldiag.entrypoints.http import create_app
 from mldiag.entrypoints.http.origin import HostNames
+from mldiag.ports import HostedBus
 from mldiag.services.dependencies import Services
 from mldiag.local.bucket_watcher import BucketWatcher
-from mldiag.config import BUCKET_NOTIFICATIONS, MAINTENANCE_TICKS, Settings
+from mldiag.config import BUCKET_NOTIFICATIONS, BUCKET_TRIGGERED, MAINTENANCE_TICKS, TOPIC_SUBSCRIBERS, Settings
 from mldiag.domain.errors import InvalidArgument
 from mldiag.domain.names import SESSIONS, parse_child
 from mldiag.domain.messages import encode_json, finalized_event_from_notification, message_from_cloud_event
@@ -134,13 +134,13 @@ def session_page_link(url: str) -> Callable[[str], str]:
     return link
 
 
-def wire_functions(services: Services, bus: InProcessBus) -> None:
+def wire_functions(services: Services, bus: HostedBus) -> None:
     """Subscribe every event function to its topics, and the bucket-triggered ones to every bucket's
     finalize events."""
-    for topic, function in handlers.TOPIC_SUBSCRIBERS.items():
+    for topic, function in TOPIC_SUBSCRIBERS.items():
         bus.subscribe(topic, functools.partial(handlers.EVENT_HANDLERS[function], services), name=function,
                       max_in_flight=MAX_IN_FLIGHT.get(function, 0))
-    for function in handlers.BUCKET_TRIGGERED:
+    for function in BUCKET_TRIGGERED:
         handler = handlers.EVENT_HANDLERS[function]
 
         def deliver(notification: CloudEvent, handler: handlers.Handler = handler) -> None:
@@ -161,7 +161,7 @@ def recover_from_a_stop(services: Services) -> None:
 
 
 class _Ticker(threading.Thread):
-    def __init__(self, bus: InProcessBus, interval: float):
+    def __init__(self, bus: HostedBus, interval: float):
         super().__init__(name="mldiag-maintenance", daemon=True)
         self.bus, self.interval, self.stopping = bus, interval, threading.Event()
 
@@ -192,15 +192,13 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
     log_file = settings.data_dir / "logs" / "mldiag.log"
     try:
         logs.configure(settings.log_format, log_file=log_file, session_link=session_page_link(url))
-        services = bootstrap.build(settings)
+        services, bus = bootstrap.build_hosted(settings)
     except OSError as error:
         server.stop()
         logs.close()
         raise StartFailed(f"cannot use the data directory {settings.data_dir}: {error.strerror or error}; "
                           "choose another with --data") from None
     bucket_folder = settings.data_dir / "buckets" / settings.bucket
-    bus = services.bus
-    assert isinstance(bus, InProcessBus)
     wire_functions(services, bus)
     app = create_app(services, HostNames.serving(host, bound_port))
     viewer = None

@@ -54,10 +54,11 @@ from mldiag.services import notifications
 
 from mldiag.services import outbox
 from mldiag.analysis.evidence import Analysis
-from mldiag.analysis.profiles import UnreadableProfile, require_xspace_object
+from mldiag.analysis.profiles import UnreadableProfile
+from mldiag.services.session_files import require_xspace_object
 from mldiag.analysis.report import ANALYSIS_FILE, SUMMARY_FILE
 from mldiag.services.dependencies import Services
-from mldiag.domain.layout import parse_blob_uri
+from mldiag.domain.layout import XPLANE_SUFFIX, parse_blob_uri, report_folder
 from mldiag.config import Settings
 from mldiag.domain.errors import InvalidArgument, NotFound, PermanentFailure
 from mldiag.domain.names import parent_of, short_name
@@ -67,8 +68,6 @@ from mldiag.domain.messages import message_from_cloud_event
 from mldiag.ports import Transaction, Where
 
 FUNCTION = "analyze_session"  # the function this handler runs in, as the event archive names it
-REPORT_FOLDER = "mldiag"
-XPLANE_SUFFIX = ".xplane.pb"
 MAX_REASON_CHARS = 500
 RETRY_PREFIX = "will retry: "  # how a failure that is to be retried reads on the session
 SCRATCH_PREFIX = "mldiag-session-"
@@ -227,7 +226,7 @@ def worker_environment(settings: Settings) -> dict[str, str]:
 
 def _baseline(services: Services, session: ProfilerSession, scratch: Path) -> list[str]:
     """Worker arguments that compare an auto-captured session with an earlier one of the run (see find_baseline)."""
-    from mldiag.analysis.comparison import find_baseline
+    from mldiag.services.baselines import find_baseline
 
     if not session.auto_captured:
         return []
@@ -270,11 +269,6 @@ def _run_worker(settings: Settings, files: list[Path], scratch: Path, out: Path,
                              permanent=False)
     if worker.returncode != 0:
         raise AnalysisFailed(f"the analysis worker exited with {worker.returncode}: {last}", permanent=False)
-
-
-def report_folder(session_folder: str, generation_set: str) -> str:
-    """Where the analysis of one set of the session's files writes its report."""
-    return f"{session_folder.rstrip('/')}/{REPORT_FOLDER}/{generation_set}"
 
 
 def _analyse(services: Services, request: AnalysisRequest, session: ProfilerSession,

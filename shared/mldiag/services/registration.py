@@ -28,7 +28,6 @@ import structlog
 from cloudevents.http import CloudEvent
 
 from mldiag.services import outbox
-from mldiag.domain.layout import parse_blob_uri
 from mldiag.services.dependencies import Services
 from mldiag.config import ANALYSIS_REQUESTS
 from mldiag.domain.errors import AlreadyExists, InvalidArgument, PermanentFailure
@@ -38,13 +37,11 @@ from mldiag.domain.resources import (
 )
 from mldiag.domain.types import format_timestamp
 from mldiag.services.event_archive import Ignored
+from mldiag.domain.layout import PROFILE_MARKER, SIBLING_SUFFIXES, XPLANE_SUFFIX, host_of, parse_blob_uri
 from mldiag.domain.messages import STORAGE_FINALIZED
 from mldiag.ports import Transaction, Where
 from mldiag.services.repository import document_key
 
-PROFILE_MARKER = "/plugins/profile/"
-XPLANE_SUFFIX = ".xplane.pb"
-SIBLING_SUFFIXES = (".trace.json.gz",)
 # Files XProf itself writes next to a session when a viewer opens it: not ours to register.
 XPROF_CACHE_SUFFIXES = (".pb", ".SSTABLE", ".json.gz", ".sstable")
 
@@ -123,13 +120,6 @@ def parse_finalized(data: Any, max_bytes: int) -> ProfileObject:
     if size > max_bytes:
         raise PermanentFailure(f"{profile.uri} is {size} bytes, over the {max_bytes}-byte limit")
     return profile
-
-
-def host_of(file_name: str) -> str:
-    for suffix in (XPLANE_SUFFIX, *SIBLING_SUFFIXES):
-        if file_name.endswith(suffix):
-            return file_name[: -len(suffix)]
-    return file_name
 
 
 def _id_for(folder: str, field: str) -> str:

@@ -16,14 +16,14 @@ from typing import Any
 from analysis_support import xplane
 
 from mldiag.analysis import Analysis, analyze_session
-from mldiag.analysis.investigation import investigator
+from mldiag.bootstrap import build_investigator
 from mldiag.analysis.xprof_tools import ToolContext
 from mldiag.config import Settings
 
 
 @functools.cache
 def investigated(name: str) -> Analysis:
-    return analyze_session([xplane(name)], investigate=investigator(Settings()))
+    return analyze_session([xplane(name)], investigate=build_investigator(Settings()))
 
 
 def on_live_profile(name: str, **runs: Callable[[Analysis, ToolContext], Any]) -> dict[str, Any]:

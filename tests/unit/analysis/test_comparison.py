@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from mldiag.analysis.comparison import compare, find_baseline
+from mldiag.analysis.comparison import compare
+from mldiag.services.baselines import find_baseline
 from mldiag.analysis.host_evidence import HostActivity
 from mldiag.domain import AnalysisState, AnalysisStatus, HealthStatus, ProfilerSession
 

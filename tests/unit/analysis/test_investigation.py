@@ -10,7 +10,8 @@ from investigation_support import investigated
 from mldiag.analysis import analyze_session
 from mldiag.analysis.evidence import ToolStatus
 from mldiag.analysis.followups import MAX_FOLLOWUPS
-from mldiag.analysis.investigation import merge_findings, investigator
+from mldiag.analysis.investigation import merge_findings
+from mldiag.bootstrap import build_investigator
 from mldiag.config import Settings
 from mldiag.domain import Finding, FindingCategory, HealthStatus, Priority
 
@@ -71,7 +72,7 @@ def test_hostile_names_are_timed_as_the_events_they_are():
 
 
 def test_the_same_profile_gives_the_same_investigation():
-    again = analyze_session([xplane("unfused_small_ops")], investigate=investigator(Settings()))
+    again = analyze_session([xplane("unfused_small_ops")], investigate=build_investigator(Settings()))
     first = investigated("unfused_small_ops")
     assert [(f.tool, f.arguments, f.showed) for f in again.followups] == [
         (f.tool, f.arguments, f.showed) for f in first.followups]

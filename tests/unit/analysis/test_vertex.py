@@ -185,11 +185,11 @@ def test_google_genai_is_not_imported_unless_vertex_is_configured():
         "from mldiag.entrypoints import handlers\n"
         "from mldiag.analysis import report\n"
         "from mldiag.services import analysis_jobs\n"
-        "from mldiag.analysis.investigation import investigator\n"
+        "from mldiag.bootstrap import build_investigator\n"
         "from mldiag.config import Settings\n"
-        "investigator(Settings())\n"
+        "build_investigator(Settings())\n"
         "assert 'google.genai' not in sys.modules, 'offline imported google.genai'\n"
-        "investigator(Settings(reasoner='vertex'))\n"
+        "build_investigator(Settings(reasoner='vertex'))\n"
         "assert 'google.genai' not in sys.modules, 'building the Vertex reasoner imported google.genai'\n"
     )
     result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)

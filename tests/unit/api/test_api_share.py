@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from api_suite import API_URL, RUNS
 from mldiag.domain import AnalysisState, AnalysisStatus, ProfilerSession
-from mldiag.adapters.blobs.share_links import LinkSigner, load_key
+from mldiag.domain.share_links import LinkSigner, load_key
 from mldiag.entrypoints.console.security import REPORT_POLICY
 
 REPORT = b"<html><body>NEEDS_ATTENTION: input bound</body></html>"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mldiag.local.bucket_watcher import notification
 from mldiag.config import ANALYSIS_REQUESTS, BUCKET_NOTIFICATIONS, CAPTURE_REQUESTS
-from mldiag.entrypoints.handlers import TOPIC_SUBSCRIBERS
+from mldiag.config import TOPIC_SUBSCRIBERS
 from mldiag.local.server import wire_functions
 
 

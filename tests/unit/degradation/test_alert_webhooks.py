@@ -220,7 +220,7 @@ def test_every_alert_is_archived_and_replays(services, client):
     client.post("/v1alpha/alerts:alertmanager", json=ALERTMANAGER, headers=BEARER)
     deliver(services)
     (record,) = archive.list_events(services, archive.EventQuery(function="on_alert"))
-    (result,) = archive.replay(services, archive.ReplayRequest(events=[record.key], to="topic"))
+    (result,) = archive.replay(services, archive.ReplayRequest(events=[record.key], to="topic"), handlers.EVENT_HANDLERS)
     assert result.result.startswith("re-published to monitoring-alerts")
     assert deliver(services) == [Outcome.OK]
     (event,) = monitored_events(services)

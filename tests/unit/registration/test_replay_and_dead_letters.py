@@ -37,17 +37,17 @@ def test_replay_after_fixing_the_cause_processes_the_event(embedded, monkeypatch
     assert record.outcome is Outcome.FAILED and "bug in this version" in record.error
 
     before = _snapshot(embedded)
-    dry = replay_one(embedded, record, Target.local, dry_run=True)
+    dry = replay_one(embedded, record, Target.local, dry_run=True, handlers=handlers.EVENT_HANDLERS)
     assert dry.result == "would re-deliver to register_session"
     assert _snapshot(embedded) == before  # a dry run changes nothing
 
     monkeypatch.undo()  # the fix is deployed
-    assert replay_one(embedded, record, Target.local, dry_run=False).result == "ok"
+    assert replay_one(embedded, record, Target.local, dry_run=False, handlers=handlers.EVENT_HANDLERS).result == "ok"
     assert len(embedded.store.query(ProfilerSession.collection)) == 1
     replayed = find_record(embedded, f"register_session:{event['id']}")
     assert replayed.outcome is Outcome.OK and replayed.replays == 1
 
-    again = replay_one(embedded, replayed, Target.local, dry_run=False)
+    again = replay_one(embedded, replayed, Target.local, dry_run=False, handlers=handlers.EVENT_HANDLERS)
     assert again.result == "no-op: was already ok"
 
 
@@ -59,7 +59,7 @@ def test_storage_events_cannot_go_to_a_topic(embedded):
     handlers.register_session(embedded, _event())
     record = find_record(embedded, _event()["id"])
     try:
-        replay_one(embedded, record, Target.topic, dry_run=True)
+        replay_one(embedded, record, Target.topic, dry_run=True, handlers=handlers.EVENT_HANDLERS)
     except Exception as error:  # noqa: BLE001
         assert "did not come from a Pub/Sub topic" in str(error)
     else:
@@ -93,7 +93,7 @@ def test_failing_subscriber_ends_in_dead_letters_with_its_error(embedded):
 
     # The topic replay re-publishes the message as new, so a fixed function sees it afresh.
     embedded.store.delete("outbox", "poison")
-    result = replay_one(embedded, archived, Target.topic, dry_run=False)
+    result = replay_one(embedded, archived, Target.topic, dry_run=False, handlers=handlers.EVENT_HANDLERS)
     assert result.result.startswith(f"re-published to {MAINTENANCE_TICKS}")
     bus.drain()
     outcomes = [r.outcome for r in embedded.events.list(function="maintenance")]

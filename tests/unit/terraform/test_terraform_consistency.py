@@ -30,7 +30,7 @@ from terraform_config import Block, literal, load_module, local_values, module_d
 
 from mldiag import config
 from mldiag.local.devstack_host import BUCKET_TRIGGERED
-from mldiag.entrypoints.handlers import TOPIC_SUBSCRIBERS
+from mldiag.config import TOPIC_SUBSCRIBERS
 
 FUNCTION_MODULE = "./modules/function"
 PRIMITIVE_ROLE = re.compile(r"roles/(owner|editor|viewer)(?![\w.])")

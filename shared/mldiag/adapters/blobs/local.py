@@ -4,7 +4,7 @@ Stock ``xprof --logdir DATA_DIR/buckets/<bucket>/<run>`` opens what is stored
 here. Writes go through a temporary file and an atomic rename, so a reader (or
 the folder watcher of ``mldiag up``) never sees half an object. The generation
 of an object is its modification time in nanoseconds. Signed URLs point at the
-control plane's ``/share/<token>`` route (see :mod:`mldiag.adapters.blobs.share_links`).
+control plane's ``/share/<token>`` route (see :mod:`mldiag.domain.share_links`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 from mldiag.domain.layout import parse_blob_uri
 from mldiag.domain.errors import InvalidArgument, NotFound
 from mldiag.ports import BlobInfo
-from mldiag.adapters.blobs.share_links import LinkSigner, load_key
+from mldiag.domain.share_links import LinkSigner, load_key
 
 
 class LocalBlobs:

@@ -21,6 +21,7 @@ from flask import Blueprint, Response, request
 
 from mldiag.entrypoints.http.rest import json_body, ok, services
 from mldiag.domain.errors import InvalidArgument
+from mldiag.entrypoints.handlers import EVENT_HANDLERS
 from mldiag.services.operations import archive
 
 blueprint = Blueprint("operator", __name__, url_prefix="/v1alpha")
@@ -40,7 +41,7 @@ def get_event(event: str) -> Response:
 @blueprint.post("/events:replay")
 def replay_events() -> Response:
     replay = archive.parse(archive.ReplayRequest, json_body())
-    return ok({"results": [asdict(result) for result in archive.replay(services(), replay)]})
+    return ok({"results": [asdict(result) for result in archive.replay(services(), replay, EVENT_HANDLERS)]})
 
 
 @blueprint.post("/events:prune")

@@ -16,7 +16,7 @@ from flask import Blueprint, Response
 
 from mldiag.entrypoints.http.rest import services
 from mldiag.domain.errors import NotFound
-from mldiag.adapters.blobs.share_links import LinkSigner, load_key
+from mldiag.domain.share_links import LinkSigner, load_key
 from mldiag.entrypoints.console.security import REPORT_POLICY
 
 blueprint = Blueprint("share", __name__, url_prefix="/share")

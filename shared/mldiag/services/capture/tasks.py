@@ -31,7 +31,8 @@ from mldiag.domain.resources import (
 )
 from mldiag.domain.types import CamelModel, Timestamp, format_timestamp
 from mldiag.ports import Transaction, Where
-from mldiag.services.registration import XPLANE_SUFFIX, Registrar
+from mldiag.domain.layout import XPLANE_SUFFIX
+from mldiag.services.registration import Registrar
 
 COLLECTION = "captureTasks"
 # How long a claimed task may run past its duration before another worker may take it over.

@@ -8,6 +8,8 @@ RFC 3339 time or a duration meaning that long before the server's now.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from datetime import datetime
 from typing import Any
 
@@ -19,7 +21,7 @@ from mldiag.domain.errors import InvalidArgument, invalid_argument
 from mldiag.domain.resources import RESOURCE_TYPES
 from mldiag.domain.types import CamelModel, parse_duration
 from mldiag.services.event_archive import ArchivedEvent, Outcome
-from mldiag.services.operations.replay import ReplayResult, Target, find_record, replay_one
+from mldiag.services.operations.replay import FunctionHandler, ReplayResult, Target, find_record, replay_one
 
 MAX_LIMIT = 10_000
 
@@ -93,14 +95,16 @@ def show_event(services: Services, key_or_id: str) -> dict[str, Any]:
     return {**record.to_json_dict(), "raw": services.events.load_raw(record)}
 
 
-def replay(services: Services, request: ReplayRequest) -> list[ReplayResult]:
+def replay(services: Services, request: ReplayRequest,
+           handlers: Mapping[str, FunctionHandler]) -> list[ReplayResult]:
+    """Replay the events a request names or selects; ``handlers`` serve a local re-delivery."""
     if not request.events and not request.selective:
         raise InvalidArgument("name events to replay, or select them with type, function, outcome, since or until",
                               field="events")
     records = [find_record(services, key) for key in request.events]
     if request.selective:
         records += list_events(services, request)
-    return [replay_one(services, record, request.to, request.dry_run) for record in records]
+    return [replay_one(services, record, request.to, request.dry_run, handlers) for record in records]
 
 
 def dead_letters(services: Services, limit: int) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ from typing import Any
 from cloudevents.http import CloudEvent
 
 from mldiag.services.dependencies import Services
-from mldiag.config import ANALYSIS_REQUESTS, DEAD_LETTER_SUFFIX
+from mldiag.config import ANALYSIS_REQUESTS, DEAD_LETTER_SUFFIX, TOPIC_SUBSCRIBERS
 from mldiag.domain.types import format_timestamp
 from mldiag.domain.errors import MldiagError
 from mldiag.services.event_archive import ArchivedEvent, Ignored, Outcome
@@ -66,8 +66,6 @@ def _original_failure(services: Services, dead_letter_topic: str, data: bytes) -
     Pub/Sub gives the forwarded message a new id, so the match is on the payload
     among that function's recent failures.
     """
-    from mldiag.entrypoints.handlers import TOPIC_SUBSCRIBERS
-
     function = TOPIC_SUBSCRIBERS.get(dead_letter_topic.removesuffix(DEAD_LETTER_SUFFIX), "")
     if not function:
         return None

@@ -9,16 +9,21 @@ only says what would happen.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
 from cloudevents.conversion import from_dict
 from cloudevents.http import CloudEvent
 
+from mldiag.config import FUNCTIONS
 from mldiag.services.dependencies import Services
 from mldiag.domain.errors import InvalidArgument, NotFound
 from mldiag.services.event_archive import ArchivedEvent, Outcome
 from mldiag.domain.messages import PUBSUB_PUBLISHED, message_from_cloud_event
+
+# A function's handler, as mldiag.entrypoints.handlers defines them.
+FunctionHandler = Callable[[Services, CloudEvent], object]
 
 _REPROCESSED = {Outcome.FAILED, Outcome.REJECTED, Outcome.RECEIVED}
 
@@ -47,10 +52,10 @@ def _source_topic(event: CloudEvent) -> str:
     return source.rsplit("/topics/", 1)[1]
 
 
-def replay_one(services: Services, record: ArchivedEvent, target: Target, dry_run: bool) -> ReplayResult:
-    from mldiag.entrypoints.handlers import EVENT_HANDLERS
-
-    handler = EVENT_HANDLERS.get(record.function)
+def replay_one(services: Services, record: ArchivedEvent, target: Target, dry_run: bool,
+               handlers: Mapping[str, FunctionHandler]) -> ReplayResult:
+    """Replay one archived event; ``handlers`` are the functions' handlers, by name, for a local re-delivery."""
+    handler = handlers.get(record.function)
     if handler is None:
         raise NotFound(f"no handler named {record.function!r} in this version")
     event = _event(services, record)
@@ -84,15 +89,13 @@ def replay_one(services: Services, record: ArchivedEvent, target: Target, dry_ru
 
 def find_record(services: Services, key_or_id: str) -> ArchivedEvent:
     """An archived event by ``function:id`` key, or by bare event id when that is unambiguous."""
-    from mldiag.entrypoints.handlers import EVENT_HANDLERS
-
     function, _, event_id = key_or_id.partition(":")
-    if function in EVENT_HANDLERS and event_id:
+    if function in FUNCTIONS and event_id:
         record = services.events.get(function, event_id)
         if record is None:
             raise NotFound(f"no archived event {key_or_id!r}")
         return record
-    matches = [r for f in EVENT_HANDLERS if (r := services.events.get(f, key_or_id)) is not None]
+    matches = [r for f in FUNCTIONS if (r := services.events.get(f, key_or_id)) is not None]
     if not matches:
         raise NotFound(f"no archived event {key_or_id!r}")
     if len(matches) > 1:
