@@ -7,7 +7,7 @@ import flask
 import functions_framework
 from werkzeug.wrappers import Response
 
-from mldiag.entrypoints.http import create_app
+from mldiag.entrypoints.http.app import create_app
 
 
 @functools.cache

@@ -44,7 +44,7 @@ from mldiag import bootstrap, logs
 
 from mldiag.entrypoints import handlers
 from mldiag.services.analysis_jobs import clean_up_after_a_stop, stop_workers
-from mldiag.entrypoints.http import create_app
+from mldiag.entrypoints.http.app import create_app
 from mldiag.entrypoints.http.origin import HostNames
 from mldiag.ports import HostedBus
 from mldiag.services.dependencies import Services

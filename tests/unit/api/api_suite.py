@@ -24,7 +24,7 @@ from requests.structures import CaseInsensitiveDict
 
 from mldiag.adapters.bus.inprocess import InProcessBus
 from mldiag.adapters.blobs.local import LocalBlobs
-from mldiag.entrypoints.http import create_app
+from mldiag.entrypoints.http.app import create_app
 from mldiag.bootstrap import dial_profiler
 from mldiag.services.dependencies import Services
 from mldiag.config import Settings

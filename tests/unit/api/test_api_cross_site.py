@@ -7,7 +7,7 @@ import socket
 import pytest
 
 from api_suite import RUNS, Api
-from mldiag.entrypoints.http import create_app
+from mldiag.entrypoints.http.app import create_app
 from mldiag.entrypoints.http.origin import HostNames
 from mldiag.domain.errors import InvalidArgument
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from api_suite import RUNS
-from mldiag.entrypoints.http import create_app
+from mldiag.entrypoints.http.app import create_app
 from mldiag.entrypoints.http.rest import MAX_BODY_BYTES, MAX_JSON_DEPTH
 
 

@@ -11,7 +11,7 @@ import pytest
 from cheroot import wsgi
 
 from api_suite import RUNS
-from mldiag.entrypoints.http import create_app
+from mldiag.entrypoints.http.app import create_app
 from mldiag.entrypoints.http.rest import MAX_BODY_BYTES
 
 

@@ -18,7 +18,7 @@ from google.oauth2 import id_token
 from google_cloud_mldiagnostics.clients.self_hosted_diagon_service_client import SelfHostedDiagonServiceClient
 
 from api_suite import RUNS, WsgiAdapter
-from mldiag.entrypoints.http import create_app
+from mldiag.entrypoints.http.app import create_app
 from mldiag.domain.resources import MachineLearningRun
 
 TOKEN = "s3cret-token-for-tests"

@@ -17,7 +17,7 @@ from google.oauth2.credentials import Credentials
 from google_cloud_mldiagnostics.clients.control_plane_client import ControlPlaneClient
 
 from api_suite import WsgiAdapter
-from mldiag.entrypoints.http import create_app
+from mldiag.entrypoints.http.app import create_app
 
 BASE = "http://sdk-v1alpha.test/v1alpha"
 PROJECT, REGION = "sdk-project", "us-central1"

@@ -13,7 +13,7 @@ from google_cloud_mldiagnostics.clients.self_hosted_diagon_service_client import
 from google_cloud_mldiagnostics.custom_types.mlrun_types import RunPhase as SdkRunPhase
 
 from api_suite import RUNS, WsgiAdapter
-from mldiag.entrypoints.http import create_app
+from mldiag.entrypoints.http.app import create_app
 
 SDK_URL = "http://sdk.test"
 LOGICAL_ID = "7a1c5e0f-3b2d-4c8e-9f10-123456789abc"  # the SDK derives a UUID from namespace/workload/cluster

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mldiag.entrypoints.http import create_app
+from mldiag.entrypoints.http.app import create_app
 from mldiag.services.capture import tasks
 from mldiag.domain.resources import TargetState
 from mldiag.services.operations.maintenance import run_maintenance

@@ -15,7 +15,7 @@ import structlog.testing
 from google_cloud_mldiagnostics.clients.self_hosted_diagon_service_client import SelfHostedDiagonServiceClient
 from werkzeug.serving import make_server
 
-from mldiag.entrypoints.http import create_app
+from mldiag.entrypoints.http.app import create_app
 from mldiag.services.dependencies import Services
 from mldiag.agent.sdk_forwarder import MAX_BODY_BYTES, SdkForwarder
 from mldiag.client.api import ApiClient

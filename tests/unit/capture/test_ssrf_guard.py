@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from mldiag.entrypoints import handlers
-from mldiag.entrypoints.http import create_app
+from mldiag.entrypoints.http.app import create_app
 from mldiag.services.capture import targets
 from mldiag.services.capture import tasks
 from mldiag.services.capture.dispatch import run_direct

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from werkzeug.serving import make_server
 
 from mldiag import bootstrap, logs
-from mldiag.entrypoints.http import create_app
+from mldiag.entrypoints.http.app import create_app
 from mldiag.services.dependencies import Services
 from mldiag.cli.main import app
 from mldiag.config import Settings

@@ -14,7 +14,7 @@ from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2 as serv
 from opentelemetry.proto.common.v1 import common_pb2 as common
 from opentelemetry.proto.metrics.v1 import metrics_pb2 as otlp_metrics
 
-from mldiag.entrypoints.http import create_app
+from mldiag.entrypoints.http.app import create_app
 from mldiag.config import MONITORING_ALERTS
 from mldiag.domain.degradation import DetectorParams
 from mldiag.domain import MachineLearningRun

@@ -8,7 +8,7 @@ from typing import Any
 from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
 
-from mldiag.entrypoints.http import create_app
+from mldiag.entrypoints.http.app import create_app
 from mldiag.services.dependencies import Services
 from mldiag.domain import MachineLearningRun, ProfilerSession, ProfilerTarget
 from mldiag.domain.names import LocationName, RunName

@@ -3,7 +3,7 @@
 :func:`register` adds both to the control plane's Flask app, and sends ``/``
 to the console. The console checks
 its own credentials (:mod:`mldiag.entrypoints.console.security`), so the API's bearer-token
-check skips its blueprint (:data:`CONSOLE_BLUEPRINT`); ``/viewer`` is an
+check skips its blueprint; ``/viewer`` is an
 ordinary read.
 """
 
@@ -14,14 +14,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from flask import Flask
 
-CONSOLE_BLUEPRINT = "ui"
-
-
 def register(app: Flask) -> None:
     # Imported here: the blueprints use mldiag.entrypoints.http, whose app module imports this package.
-    from mldiag.entrypoints.console import pages
-    from mldiag.entrypoints.console import viewer_links
+    from mldiag.entrypoints.console import pages, viewer_links
+    from mldiag.entrypoints.http.rest import SELF_CHECKING_BLUEPRINTS
 
     app.register_blueprint(pages.blueprint)
+    app.config[SELF_CHECKING_BLUEPRINTS].add(pages.blueprint.name)
     app.register_blueprint(viewer_links.blueprint)
     app.add_url_rule("/", "home", pages.home)

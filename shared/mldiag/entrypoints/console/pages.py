@@ -39,12 +39,11 @@ from mldiag.services.capture import requests as capture_requests
 from mldiag.services.resources import comparison
 from mldiag.services.resources import sessions
 from mldiag.services.resources.listing import ListRequest, list_page
-from mldiag.entrypoints.console import CONSOLE_BLUEPRINT
 from mldiag.entrypoints.console import security
 from mldiag.entrypoints.console.charts import step_time_chart
 from mldiag.entrypoints.console.formatting import FILTERS
 
-blueprint = Blueprint(CONSOLE_BLUEPRINT, __name__, url_prefix="/ui", template_folder="templates",
+blueprint = Blueprint("ui", __name__, url_prefix="/ui", template_folder="templates",
                       static_folder="static")
 RUN = "/runs/<id:run>"
 SESSION = RUN + "/sessions/<id:session>"

@@ -26,7 +26,7 @@ from mldiag.entrypoints import console
 from mldiag.entrypoints.http import alerts, capture, monitoring, operator, otlp, self_hosted, share, v1alpha
 from mldiag.entrypoints.http.auth import Guard
 from mldiag.entrypoints.http.capability import ENVIRON_KEY, REDACTED, VALID, CapabilityPrefix
-from mldiag.entrypoints.http.rest import MAX_BODY_BYTES, SERVICES, google_error
+from mldiag.entrypoints.http.rest import MAX_BODY_BYTES, SELF_CHECKING_BLUEPRINTS, SERVICES, google_error
 from mldiag.entrypoints.http.origin import JSON_ONLY, MUTATING, HostNames, refuse_browser_forgery
 from mldiag.services.dependencies import Services
 from mldiag.domain.callers import SDK_CAPABILITY
@@ -39,7 +39,6 @@ _HTTP_STATUS = {
     405: "UNIMPLEMENTED", 409: "ABORTED", 412: "FAILED_PRECONDITION", 413: "INVALID_ARGUMENT",
     415: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 501: "UNIMPLEMENTED", 503: "UNAVAILABLE",
 }
-_PUBLIC_BLUEPRINTS = {share.blueprint.name, console.CONSOLE_BLUEPRINT}  # the console checks credentials itself
 _BODY_TYPES = {otlp.blueprint.name: otlp.BODY_TYPES}  # routes that take more than JSON
 
 
@@ -85,14 +84,15 @@ def create_app(services: Services | None = None, host_names: HostNames | None = 
         if any(s in (".", "..") or "\\" in s or "\x00" in s for s in segments):
             raise InvalidArgument("the path has a segment that is not allowed", field="path")
         capability = request.environ.get(ENVIRON_KEY)
-        if capability or request.blueprint not in _PUBLIC_BLUEPRINTS:
+        self_checking = app.config[SELF_CHECKING_BLUEPRINTS]
+        if capability or request.blueprint not in self_checking:
             if request.method in MUTATING:
                 refuse_browser_forgery(request, _BODY_TYPES.get(request.blueprint or "", JSON_ONLY))
         if capability:
             _admit_capability(capability)
         elif request.blueprint == alerts.blueprint.name:
             g.caller = guard.check_alert_sender(request.headers.get("Authorization", ""))
-        elif request.blueprint not in _PUBLIC_BLUEPRINTS:
+        elif request.blueprint not in self_checking:
             g.caller = guard.check(request.method, request.headers.get("Authorization", ""),
                                    operator_route=request.blueprint == operator.blueprint.name)
 
@@ -130,6 +130,7 @@ def create_app(services: Services | None = None, host_names: HostNames | None = 
     app.register_blueprint(otlp.blueprint)
     app.register_blueprint(self_hosted.blueprint)
     app.register_blueprint(share.blueprint)
+    app.config[SELF_CHECKING_BLUEPRINTS] = {share.blueprint.name}
     console.register(app)
     app.wsgi_app = CapabilityPrefix(app.wsgi_app, resolved.settings.sdk_capability if guard.mode != "open" else "")
     return app

@@ -25,6 +25,8 @@ MAX_BODY_BYTES = 1024 * 1024
 # Firestore keeps maps and arrays at most 20 deep; a body's own object is one level more than its document's.
 MAX_JSON_DEPTH = 20
 SERVICES = "mldiag.services"
+# The app.config key naming the blueprints that check their callers themselves (the console, share links).
+SELF_CHECKING_BLUEPRINTS = "mldiag.self_checking_blueprints"
 
 
 def services() -> Services:
