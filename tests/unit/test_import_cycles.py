@@ -1,9 +1,11 @@
 """No import cycle between the modules of the package (and the functions deployed from it).
 
 Every ``import`` and ``from ... import`` counts, at module level or inside a
-function, except those under ``if TYPE_CHECKING:``, which never run. A cycle
-is a group of modules that reach each other through imports (a strongly
-connected component of more than one module), or a module that imports itself.
+function, except those under ``if TYPE_CHECKING:``, which never run. Importing
+``a.b.c`` also imports the packages ``a`` and ``a.b`` (Python runs their
+``__init__`` first), except those that contain the importer. A cycle is a group
+of modules that reach each other through imports (a strongly connected
+component of more than one module), or a module that imports itself.
 """
 
 from __future__ import annotations
@@ -55,9 +57,18 @@ def import_graph(sources: tuple[tuple[Path, str], ...] = SOURCES) -> Graph:
         for dotted, line in imported_names(ast.parse(path.read_text(encoding="utf-8")).body, package):
             target = _deepest_module(dotted, files)
             where = f"{path.relative_to(root)}:{line}"
-            if target and where not in edges.get(target, ()):
-                edges.setdefault(target, []).append(where)
+            for imported in _with_packages_run_first(target, module, files) if target else ():
+                if where not in edges.get(imported, ()):
+                    edges.setdefault(imported, []).append(where)
     return graph
+
+
+def _with_packages_run_first(target: str, importer: str, modules: dict[str, object]) -> list[str]:
+    """``target`` and those of its packages whose ``__init__`` importing it runs: not the importer's own."""
+    parts = target.split(".")
+    packages = [".".join(parts[:depth]) for depth in range(1, len(parts))]
+    return [package for package in packages
+            if package in modules and not f"{importer}.".startswith(f"{package}.")] + [target]
 
 
 def _deepest_module(dotted: str, modules: dict[str, object]) -> str | None:
@@ -132,6 +143,19 @@ def test_a_cycle_through_a_function_level_import_is_named_with_its_imports(tmp_p
     assert import_cycles(import_graph(((tmp_path, "pkg/**/*.py"),))) == [
         "pkg.a <-> pkg.b <-> pkg.c\n  pkg/a.py:1 imports pkg.b\n  pkg/b.py:2 imports pkg.c\n"
         "  pkg/c.py:5 imports pkg.a"]
+
+
+def test_a_cycle_through_a_package_init_that_an_import_runs_is_named(tmp_path):
+    _write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/web/__init__.py": "from pkg.web.app import create\n",
+        "pkg/web/app.py": "from pkg import ui\nfrom pkg.web import auth\n",
+        "pkg/web/auth.py": "",
+        "pkg/ui.py": "from pkg.web.auth import Guard\n",
+    })
+    assert import_cycles(import_graph(((tmp_path, "pkg/**/*.py"),))) == [
+        "pkg.ui <-> pkg.web <-> pkg.web.app\n  pkg/ui.py:1 imports pkg.web\n  pkg/web/__init__.py:1 imports pkg.web.app\n"
+        "  pkg/web/app.py:1 imports pkg.ui"]
 
 
 def test_a_module_importing_itself_is_a_cycle(tmp_path):
