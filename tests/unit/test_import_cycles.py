@@ -154,8 +154,8 @@ def test_a_cycle_through_a_package_init_that_an_import_runs_is_named(tmp_path):
         "pkg/ui.py": "from pkg.web.auth import Guard\n",
     })
     assert import_cycles(import_graph(((tmp_path, "pkg/**/*.py"),))) == [
-        "pkg.ui <-> pkg.web <-> pkg.web.app\n  pkg/ui.py:1 imports pkg.web\n  pkg/web/__init__.py:1 imports pkg.web.app\n"
-        "  pkg/web/app.py:1 imports pkg.ui"]
+        "pkg.ui <-> pkg.web <-> pkg.web.app\n  pkg/ui.py:1 imports pkg.web\n"
+        "  pkg/web/__init__.py:1 imports pkg.web.app\n  pkg/web/app.py:1 imports pkg.ui"]
 
 
 def test_a_module_importing_itself_is_a_cycle(tmp_path):
