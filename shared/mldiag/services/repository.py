@@ -24,6 +24,7 @@ from mldiag.domain.types import utcnow
 from mldiag.ports import Document, DocumentStore, OrderBy, Transaction, Where
 
 R = TypeVar("R", bound=Resource)
+T = TypeVar("T")
 
 PARENT_FIELD = "_parent"
 MAX_PAGE_SIZE = 1000
@@ -129,6 +130,22 @@ class Repository(Generic[R]):
         transaction.set(self.collection, document_key(resource.name), document)
         return self._load(document)
 
+    def mutate_in(self, transaction: Transaction, name: str, change: Callable[[R], T], *,
+                  new: Callable[[], R] | None = None) -> tuple[R, T]:
+        """Read ``name`` in a caller's transaction, apply ``change`` to a copy and stage its save.
+
+        Without a stored resource, ``new()`` makes one to change (:class:`NotFound` without ``new``).
+        ``change`` may read more in the transaction (reads come before the save) and raise to abort;
+        it may run more than once. Returns the saved resource and what ``change`` returned.
+        """
+        previous = self.find_in(transaction, name)
+        if previous is None and new is None:
+            raise NotFound(f"{name} not found")
+        resource = previous.model_copy(deep=True) if previous is not None else new()
+        said = change(resource)
+        resource.name = name
+        return self.save_in(transaction, previous, resource), said
+
     def update(self, name: str, mutate: Callable[[R], object], *, etag: str = "") -> R:
         """Apply ``mutate`` to the stored resource atomically.
 
@@ -136,18 +153,12 @@ class Repository(Generic[R]):
         ``mutate`` may raise to abort without writing; it may run more than once.
         """
 
-        def work(transaction: Transaction) -> R:
-            previous = self.find_in(transaction, name)
-            if previous is None:
-                raise NotFound(f"{name} not found")
-            if etag and etag != previous.etag:
+        def change(resource: R) -> None:
+            if etag and etag != resource.etag:
                 raise Aborted(f"etag mismatch for {name}: the resource changed since it was read")
-            updated = previous.model_copy(deep=True)
-            mutate(updated)
-            updated.name = previous.name
-            return self.save_in(transaction, previous, updated)
+            mutate(resource)
 
-        return self.store.transaction(work)
+        return self.store.transaction(lambda transaction: self.mutate_in(transaction, name, change)[0])
 
     def delete(self, name: str, *, etag: str = "") -> None:
         def work(transaction: Transaction) -> None:

@@ -61,13 +61,13 @@ def heartbeat(services: Services, run_name: RunName, target_id: str, body: dict[
     services.runs.get(str(run_name))
     name = str(run_name.child(TARGETS, target_id))
 
-    def work(transaction: Transaction) -> ProfilerTarget:
-        previous = services.targets.find_in(transaction, name)
-        target = previous.model_copy(deep=True) if previous else ProfilerTarget(name=name)
+    def beat_on(target: ProfilerTarget) -> None:
         target.hostname, target.node_index, target.is_master = beat.hostname, beat.node_index, beat.is_master
         target.profiler_address, target.agent = beat.profiler_address, beat.agent
         target.state, target.last_heartbeat_time = TargetState.ACTIVE, services.now()
-        return services.targets.save_in(transaction, previous, target)
+
+    def work(transaction: Transaction) -> ProfilerTarget:
+        return services.targets.mutate_in(transaction, name, beat_on, new=lambda: ProfilerTarget(name=name))[0]
 
     return services.store.transaction(work)
 

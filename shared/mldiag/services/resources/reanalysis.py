@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from mldiag.services import outbox
 from mldiag.services.dependencies import Services
-from mldiag.domain.errors import FailedPrecondition, NotFound
+from mldiag.domain.errors import FailedPrecondition
 from mldiag.domain.names import ChildName, parent_of
 from mldiag.domain.resources import ProfilerSession
 from mldiag.ports import Transaction
@@ -19,14 +19,12 @@ from mldiag.services.registration import Registrar
 def reanalyze(services: Services, name: ChildName) -> ProfilerSession:
     """Request a new analysis of the session's current files; returns the session, analysis PENDING."""
     def work(transaction: Transaction) -> tuple[ProfilerSession, str]:
-        previous = services.sessions.find_in(transaction, str(name))
-        if previous is None:
-            raise NotFound(f"{name} not found")
-        if not previous.host_files:
-            raise FailedPrecondition(f"{name} has no profile files to analyse yet")
-        session = previous.model_copy(deep=True)
-        key = Registrar(services).request_analysis(transaction, session, parent_of(session.name), force=True)
-        return services.sessions.save_in(transaction, previous, session), key
+        def request(session: ProfilerSession) -> str:
+            if not session.host_files:
+                raise FailedPrecondition(f"{name} has no profile files to analyse yet")
+            return Registrar(services).request_analysis(transaction, session, parent_of(session.name), force=True)
+
+        return services.sessions.mutate_in(transaction, str(name), request)
 
     session, key = services.store.transaction(work)
     outbox.flush(services.store, services.bus, key)
