@@ -157,10 +157,14 @@ class MessageBus(Protocol):
         """Publish and return the message id once the bus has accepted the message."""
 
 
+# What a subscription calls with each event it delivers; a handler that returns text leaves it as a note.
+EventHandler = Callable[["CloudEvent"], object]
+
+
 class HostedBus(MessageBus, Protocol):
     """A message bus that delivers to handlers in this process (``mldiag up``'s embedded bus)."""
 
-    def subscribe(self, topic: str, handler: Callable[[CloudEvent], object], *, name: str = "") -> object: ...
+    def subscribe(self, topic: str, handler: EventHandler, *, name: str = "") -> object: ...
 
     def start(self) -> None: ...
 

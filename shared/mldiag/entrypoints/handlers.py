@@ -8,15 +8,10 @@ event is archived, deduplicated and sorted into retry or reject.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from cloudevents.http import CloudEvent
 
 from mldiag.services import event_archive
-from mldiag.services.dependencies import Services
-
-Handler = Callable[[Services, CloudEvent], object]
-
+from mldiag.services.dependencies import FunctionHandler, Services
 
 def register_session(services: Services, event: CloudEvent) -> event_archive.Outcome:
     """Eventarc ``google.cloud.storage.object.v1.finalized`` on the profiles bucket."""
@@ -68,7 +63,7 @@ def deliver_notifications(services: Services, event: CloudEvent) -> event_archiv
     return event_archive.handle(services.events, "deliver_notifications", event, lambda e: deliver(services, e))
 
 
-EVENT_HANDLERS: dict[str, Handler] = {
+EVENT_HANDLERS: dict[str, FunctionHandler] = {
     "register_session": register_session,
     "analyze_session": analyze_session,
     "record_dead_letter": record_dead_letter,

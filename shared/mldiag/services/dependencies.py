@@ -11,6 +11,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from mldiag.config import Settings
 from mldiag.domain.resources import MachineLearningRun, MonitoredEvent, Operation, ProfilerSession, ProfilerTarget
@@ -18,6 +19,9 @@ from mldiag.domain.types import utcnow
 from mldiag.ports import BlobStore, DocumentStore, MessageBus, ProfilerDialer
 from mldiag.services.event_archive import EventArchive
 from mldiag.services.repository import Repository
+
+if TYPE_CHECKING:
+    from cloudevents.http import CloudEvent
 
 
 @dataclass
@@ -55,3 +59,7 @@ class Services:
     def events(self) -> EventArchive:
         retention = timedelta(days=self.settings.event_retention_days)
         return EventArchive(self.store, self.blobs, self.settings.bucket, retention, self.now)
+
+
+# A function's handler: its dependencies and one event (see mldiag.entrypoints.handlers).
+FunctionHandler = Callable[[Services, "CloudEvent"], object]

@@ -29,7 +29,7 @@ from pydantic import Field
 
 from mldiag.domain.errors import InvalidArgument, PermanentFailure
 from mldiag.domain.types import CamelModel, Timestamp, format_timestamp
-from mldiag.ports import BlobStore, DocumentStore, OrderBy, Where
+from mldiag.ports import BlobStore, DocumentStore, EventHandler, OrderBy, Where
 
 COLLECTION = "events"
 EXPIRE_AT = "expireAt"  # the TTL field (terraform/firestore.tf)
@@ -197,10 +197,7 @@ class EventArchive:
         return len(expired)
 
 
-Handler = Callable[[CloudEvent], str | None]
-
-
-def handle(archive: EventArchive, function: str, event: CloudEvent, work: Handler) -> Outcome:
+def handle(archive: EventArchive, function: str, event: CloudEvent, work: EventHandler) -> Outcome:
     """Run ``work`` on ``event`` once per (function, event id), archiving what happened.
 
     ``work`` returns an optional one-line detail for the record, raises
@@ -216,7 +213,8 @@ def handle(archive: EventArchive, function: str, event: CloudEvent, work: Handle
             log.info("event already handled; skipping", outcome=record.outcome.value)
             return Outcome.DUPLICATE
         try:
-            detail = work(event) or ""
+            result = work(event)
+            detail = result if isinstance(result, str) else ""
         except Ignored as ignored:
             archive.finish(record, Outcome.IGNORED, detail=str(ignored))
             log.info("event ignored", reason=str(ignored))

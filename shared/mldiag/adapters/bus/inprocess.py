@@ -40,8 +40,8 @@ import structlog
 from cloudevents.http import CloudEvent
 
 from mldiag.domain.messages import Message, pubsub_cloud_event
+from mldiag.ports import EventHandler
 
-Handler = Callable[[CloudEvent], object]
 log = structlog.get_logger(__name__)
 
 _SCHEMA = """
@@ -67,7 +67,7 @@ _COLUMNS = "id, message_id, subscription, topic, ordering_key, attributes, data,
 class Subscription:
     name: str
     topic: str
-    handler: Handler
+    handler: EventHandler
     dead_letter_topic: str
     max_in_flight: int = 0  # deliveries at once to this subscription; 0: as many as the bus runs
 
@@ -121,7 +121,7 @@ class InProcessBus:
         self._workers: list[threading.Thread] = []
         self._stopping = False
 
-    def subscribe(self, topic: str, handler: Handler, *, name: str = "", max_in_flight: int = 0) -> Subscription:
+    def subscribe(self, topic: str, handler: EventHandler, *, name: str = "", max_in_flight: int = 0) -> Subscription:
         with self._condition:
             default = f"{topic}-{getattr(handler, '__name__', 'handler')}"
             numbered = (f"{default}-{n}" for n in itertools.count(2))

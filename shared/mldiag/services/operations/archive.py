@@ -15,13 +15,13 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator
 
-from mldiag.services.dependencies import Services
+from mldiag.services.dependencies import FunctionHandler, Services
 from mldiag.services.operations.dead_letters import list_dead_letters
 from mldiag.domain.errors import InvalidArgument, invalid_argument
 from mldiag.domain.resources import RESOURCE_TYPES
 from mldiag.domain.types import CamelModel, parse_duration
 from mldiag.services.event_archive import ArchivedEvent, Outcome
-from mldiag.services.operations.replay import FunctionHandler, ReplayResult, Target, find_record, replay_one
+from mldiag.services.operations.replay import ReplayResult, Target, find_record, replay_one
 
 MAX_LIMIT = 10_000
 

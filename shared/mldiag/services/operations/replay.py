@@ -9,7 +9,7 @@ only says what would happen.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -17,13 +17,10 @@ from cloudevents.conversion import from_dict
 from cloudevents.http import CloudEvent
 
 from mldiag.config import FUNCTIONS
-from mldiag.services.dependencies import Services
+from mldiag.services.dependencies import FunctionHandler, Services
 from mldiag.domain.errors import InvalidArgument, NotFound
 from mldiag.services.event_archive import ArchivedEvent, Outcome
 from mldiag.domain.messages import PUBSUB_PUBLISHED, message_from_cloud_event
-
-# A function's handler, as mldiag.entrypoints.handlers defines them.
-FunctionHandler = Callable[[Services, CloudEvent], object]
 
 _REPROCESSED = {Outcome.FAILED, Outcome.REJECTED, Outcome.RECEIVED}
 
