@@ -7,12 +7,11 @@ investigation's reasoner is the offline analyst unless ``--reasoner vertex``
 offline analyst finishes and the report says why. Progress goes to stderr;
 stdout gets the report as text or JSON. A path that holds no readable profile
 (missing, empty, truncated, not an XSpace) exits with 3 and a one-line reason.
-XProf's tools log each failure's traceback through Python's root logger; those
-records are not printed, since the report's tool table names each failure.
 
 The analysis stops after ``--timeout`` (default 30 minutes; exit 124), or on
 SIGTERM or Ctrl-C (exit 143 or 130), with a one-line reason; its scratch copy
-is removed on every way out.
+is removed on every way out. The analysis itself runs in
+:mod:`mldiag.local.analyze`; this command shows its progress and the report.
 
 Profile strings are untrusted: the text report prints them literally, never as
 console markup.
@@ -20,15 +19,10 @@ console markup.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
-import shutil
-import tempfile
-from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -84,20 +78,11 @@ def analyze(
 ) -> None:
     """Run the 15 XProf tools, investigate with up to 4 follow-ups, and write the report."""
     from mldiag.analysis.report import write_reports
-    from mldiag.analysis.stopping import stop_now, stopping
+    from mldiag.local.analyze import scratch_folder
 
-    scratch = tempfile.mkdtemp(prefix="mldiag-analyze-")
-
-    def stop(why: str, code: int) -> NoReturn:
-        stderr.show_cursor(True)
-        stop_now([Path(scratch)], f"mldiag analyze: {why}", code)
-
-    try:
-        with stopping(stop, timeout_s=parse_duration(timeout).total_seconds(), limit=timeout), \
-                _library_logs_unprinted():
-            analysis = _analyse(path, Path(scratch), reasoner, memory_budget_mib)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    with scratch_folder("mldiag analyze", timeout_s=parse_duration(timeout).total_seconds(), limit=timeout,
+                        before_stop=lambda: stderr.show_cursor(True)) as scratch:
+        analysis = analyse_or_exit(path, scratch, reasoner, "mldiag analyze", memory_budget_mib)
 
     report = analysis.to_json_dict()
     written = write_reports(analysis, out)
@@ -111,58 +96,21 @@ def analyze(
         _print_text(report)
 
 
-@contextlib.contextmanager
-def _library_logs_unprinted() -> Iterator[None]:
-    """Keep Python's last-resort handler from printing records nobody configured a handler for."""
-    root, unprinted = logging.getLogger(), logging.NullHandler()
-    root.addHandler(unprinted)
-    try:
-        yield
-    finally:
-        root.removeHandler(unprinted)
-
-
-def analyse_quietly(path: str, scratch: Path, reasoner: ReasonerChoice | None, command: str) -> Analysis:
-    """The analysis of the profile at ``path``, made in ``scratch``, with XProf's logged tracebacks unprinted;
+def analyse_or_exit(path: str, scratch: Path, reasoner: ReasonerChoice | None, command: str,
+                    memory_budget_mib: int = 0) -> Analysis:
+    """The analysis of the profile at ``path``, made in ``scratch`` with its progress on stderr;
     exit 3 with ``command``'s one-line reason if there is no readable profile."""
-    with _library_logs_unprinted():
-        return _analyse(path, scratch, reasoner, 0, command)
-
-
-def _analyse(path: str, scratch: Path, reasoner: ReasonerChoice | None, memory_budget_mib: int,
-             command: str = "mldiag analyze") -> Analysis:
-    """Find or download the profile and analyse it in ``scratch``; exit 3 if there is no readable profile."""
-    from mldiag.analysis import find_session, start_analysis
     from mldiag.analysis.profiles import UNREADABLE_EXIT
+    from mldiag.local.analyze import analyse
 
     try:
         with stderr.status("Looking for the profile", spinner="dots") as status:
-            def progress(message: str) -> None:
-                status.update(Text(message))
-
-            if path.startswith("gs://"):
-                from mldiag import bootstrap
-                from mldiag.config import Settings
-                from mldiag.services.session_files import download_session
-
-                progress(f"Downloading {path}")
-                session = download_session(path, bootstrap.build(Settings.from_env()).blobs, scratch / "download")
-            else:
-                session = find_session(Path(path).expanduser())
-            if session.note:
-                stderr.print(Text(session.note))
-            with start_analysis(list(session.files), scratch, progress=progress,
-                                memory_budget_bytes=memory_budget_mib << 20 or None) as running:
-                # Loaded while XProf converts the profile, which on a large one takes seconds.
-                from mldiag import bootstrap
-                from mldiag.config import Settings
-
-                investigate = bootstrap.build_investigator(Settings.from_env(), reasoner.value if reasoner else None)
-                analysis = running.finish(source=path, investigate=investigate)
+            return analyse(path, scratch, reasoner=reasoner.value if reasoner else None,
+                           memory_budget_mib=memory_budget_mib, progress=lambda message: status.update(Text(message)),
+                           note=lambda message: stderr.print(Text(message)))
     except (InvalidArgument, NotFound) as error:
         stderr.print(Text(f"{command}: {error}"))
         raise typer.Exit(UNREADABLE_EXIT) from None
-    return analysis
 
 
 def _print_text(report: dict[str, Any]) -> None:

@@ -10,10 +10,11 @@ from typing import Annotated, Any
 
 import typer
 
-from mldiag.client.api import (
-    DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiClient, ApiUrl, Fmt, Location, Project, Token,
-    api_command, print_resources,
+from mldiag.cli.options import (
+    DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiUrl, Fmt, Location, Project, Token, api_command,
+    print_resources,
 )
+from mldiag.client.api import ApiClient
 from mldiag.cli.capture import wire_duration
 from mldiag.cli.output import Format
 

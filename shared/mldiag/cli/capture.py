@@ -16,10 +16,11 @@ from typing import Annotated, Any
 
 import typer
 
-from mldiag.client.api import (
-    DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiClient, ApiError, ApiUrl, Fmt, Location, Project,
-    RunOption, Token, api_command, print_resources,
+from mldiag.cli.options import (
+    DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiUrl, Fmt, Location, Project, RunOption, Token,
+    api_command, print_resources,
 )
+from mldiag.client.api import ApiClient, ApiError
 from mldiag.cli.output import Format, errors, show
 from mldiag.domain.types import format_duration, parse_duration
 

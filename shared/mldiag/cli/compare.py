@@ -17,8 +17,6 @@ readable profile.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -29,10 +27,10 @@ from rich.table import Table
 from rich.text import Text
 
 from mldiag.analysis.regression import DEFAULT_MAX_MEMORY_REGRESSION, DEFAULT_MAX_STEP_TIME_REGRESSION, Thresholds
-from mldiag.client.api import (
-    DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiClient, ApiUrl, Location, Project, RunOption, Token,
-    api_command,
+from mldiag.cli.options import (
+    DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiUrl, Location, Project, RunOption, Token, api_command,
 )
+from mldiag.client.api import ApiClient
 stdout = Console(highlight=False, soft_wrap=True)
 COLLECTION = "profilerSessions"
 REGRESSED_EXIT = 1
@@ -109,14 +107,12 @@ def _option(value: str, name: str) -> float:
 
 def _compare_folders(baseline: str, candidate: str, thresholds: Thresholds) -> dict[str, Any]:
     from mldiag.analysis.regression import judge
-    from mldiag.cli.analyze import ReasonerChoice, analyse_quietly
+    from mldiag.cli.analyze import ReasonerChoice, analyse_or_exit
+    from mldiag.local.analyze import scratch_folder
 
-    scratch = Path(tempfile.mkdtemp(prefix="mldiag-compare-"))
-    try:
-        before = analyse_quietly(baseline, scratch / "baseline", ReasonerChoice.offline, "mldiag compare")
-        after = analyse_quietly(candidate, scratch / "candidate", ReasonerChoice.offline, "mldiag compare")
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    with scratch_folder("mldiag compare") as scratch:
+        before = analyse_or_exit(baseline, scratch / "baseline", ReasonerChoice.offline, "mldiag compare")
+        after = analyse_or_exit(candidate, scratch / "candidate", ReasonerChoice.offline, "mldiag compare")
     verdict = judge(before, after, baseline, candidate, thresholds)
     return {**verdict.model_dump(mode="json"), "regressed": verdict.regressed}
 

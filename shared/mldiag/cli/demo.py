@@ -13,7 +13,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from mldiag.client.api import DEFAULT_LOCATION, DEFAULT_PROJECT, ApiError, Location, Project, Token
+from mldiag.cli.options import DEFAULT_LOCATION, DEFAULT_PROJECT, Location, Project, Token
+from mldiag.client.api import ApiError
 from mldiag.cli.output import Format, show
 from mldiag.config import Settings
 from mldiag.domain.resources import AnalysisState

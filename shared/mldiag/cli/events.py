@@ -13,8 +13,9 @@ from urllib.parse import quote
 
 import typer
 
-from mldiag.client.api import DEFAULT_API_URL, ApiClient, ApiUrl, Fmt, Token, api_command
+from mldiag.cli.options import DEFAULT_API_URL, ApiUrl, Fmt, Token, api_command
 from mldiag.cli.output import Format, show
+from mldiag.client.api import ApiClient
 
 app = typer.Typer(help="Archived events: list, show, replay, dead-letters, prune.", no_args_is_help=True)
 

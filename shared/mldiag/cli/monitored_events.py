@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from mldiag.client.api import describe_child_command, list_children_command
+from mldiag.cli.options import describe_child_command, list_children_command
 
 app = typer.Typer(help="Monitored events: list, describe.", no_args_is_help=True)
 

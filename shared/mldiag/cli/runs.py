@@ -9,10 +9,11 @@ from typing import Annotated, Any
 import typer
 
 from mldiag.cli import auto_capture, capture
-from mldiag.client.api import (
-    DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiClient, ApiUrl, Filter, Fmt, Limit, Location,
-    Project, SortBy, Token, api_command, key_values, location_path, print_resources,
+from mldiag.cli.options import (
+    DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiUrl, Filter, Fmt, Limit, Location, Project, SortBy,
+    Token, api_command, key_values, print_resources,
 )
+from mldiag.client.api import ApiClient, location_path
 from mldiag.cli.output import Column, Format, milliseconds
 
 app = typer.Typer(help="Machine learning runs: create, describe, list, update, delete, "

@@ -8,10 +8,11 @@ from typing import Annotated
 import typer
 
 from mldiag.cli import capture
-from mldiag.client.api import (
-    DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiClient, ApiUrl, Fmt, Location, Project, RunOption,
-    Token, api_command, describe_child_command, list_children_command,
+from mldiag.cli.options import (
+    DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiUrl, Fmt, Location, Project, RunOption, Token,
+    api_command, describe_child_command, list_children_command,
 )
+from mldiag.client.api import ApiClient
 from mldiag.cli.output import Column, Format, milliseconds, show
 
 app = typer.Typer(help="Profiler sessions: list, describe, share, analyze, capture.", no_args_is_help=True)

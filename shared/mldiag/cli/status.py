@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from mldiag.client.api import DEFAULT_API_URL, ApiClient, ApiUrl, Fmt, Token, api_command
+from mldiag.cli.options import DEFAULT_API_URL, ApiUrl, Fmt, Token, api_command
 from mldiag.cli.output import Format, show
+from mldiag.client.api import ApiClient
 
 
 @api_command

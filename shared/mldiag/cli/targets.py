@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from mldiag.client.api import list_children_command
+from mldiag.cli.options import list_children_command
 
 app = typer.Typer(help="Profiler targets: list.", no_args_is_help=True)
 

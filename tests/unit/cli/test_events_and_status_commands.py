@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -14,6 +20,8 @@ from mldiag.cli.main import app
 from mldiag.services.event_archive import ArchivedEvent, Outcome
 
 TOKEN = "s3cret-token-for-tests"
+MLDIAG = str(Path(sys.executable).parent / "mldiag")
+START_TIMEOUT_S = 60
 
 
 def _archive(services, event_id: str, outcome: Outcome = Outcome.OK, function: str = "maintenance",
@@ -133,3 +141,52 @@ def test_the_commands_load_no_backend(command):
          "print([m for m in ('mldiag.bootstrap', 'mldiag.services.event_archive', 'mldiag.services.operations.replay') if m in sys.modules])",
          command, "--help"], capture_output=True, text=True, timeout=60)
     assert shown.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.fixture
+def mldiag_up(tmp_path) -> Iterator[tuple[str, Path]]:
+    """``mldiag up --port 0`` in its own process over its own data dir, ticking maintenance often; (URL, data dir)."""
+    data, log = tmp_path / "up-data", tmp_path / "up.log"
+    env = {**{key: value for key, value in os.environ.items() if not key.startswith("MLDIAG_")},
+           "MLDIAG_MAINTENANCE_INTERVAL_SECONDS": "0.2", "PYTHONUNBUFFERED": "1"}
+    with log.open("wb") as errors:
+        process = subprocess.Popen([MLDIAG, "up", "--port", "0", "--no-otlp", "--data", str(data)], env=env,
+                                   stdout=subprocess.PIPE, stderr=errors, text=True)
+    try:
+        banner, deadline = "", time.monotonic() + START_TIMEOUT_S
+        while "Ctrl-C" not in banner:
+            line = process.stdout.readline()
+            assert line and time.monotonic() < deadline, banner + log.read_text()[-3000:]
+            banner += line
+        yield re.search(r"MLDIAG_API_URL=(\S+)\. ", banner)[1], data
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def test_events_list_replay_and_status_need_nothing_but_the_api_url(mldiag_up, tmp_path):
+    url, data = mldiag_up
+    # Python's own path travels too, so that the subprocess imports the mldiag under test.
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path / "home"), "MLDIAG_API_URL": url,
+           **{key: os.environ[key] for key in ("PYTHONPATH",) if key in os.environ}}
+
+    def mldiag(*args: str) -> object:
+        result = subprocess.run([MLDIAG, *args, "--format", "json"], env=env, capture_output=True, text=True,
+                                timeout=60)
+        assert result.returncode == 0 and not result.stderr, result.stderr
+        return json.loads(result.stdout)
+
+    status = mldiag("status")
+    assert status["dataDir"] == str(data) and status["backend"] == "embedded"
+    deadline = time.monotonic() + 30
+    while not (events := mldiag("events", "list", "--function", "maintenance")):
+        assert time.monotonic() < deadline, "mldiag up archived no maintenance tick"
+        time.sleep(0.2)
+    key = f"maintenance:{events[0]['id']}"
+    assert mldiag("events", "replay", key) == [
+        {"key": key, "function": "maintenance", "before": "ok", "result": "no-op: was already ok"}]
+    assert not (tmp_path / "home" / ".mldiag").exists()

@@ -8,7 +8,7 @@ import threading
 import pytest
 import yaml
 
-from mldiag.cli import agent
+from mldiag.agent.node import wait_for_run
 from mldiag.client.api import ApiClient, ApiError
 from mldiag.domain import ProfilerSession
 
@@ -89,8 +89,9 @@ def test_the_agent_registers_under_the_run_its_display_name_names(server, mldiag
     stopping = threading.Event()
     client = ApiClient(server.url)
     found: list = []
+    waited: list[str] = []
     waiting = threading.Thread(target=lambda: found.append(
-        agent._find_run(client, "local-project", "local", "my-experiment", stopping, interval_s=0.05)))
+        wait_for_run(client, "local-project", "local", "my-experiment", stopping, 0.05, waited.append)))
     waiting.start()  # before the workload registers its run, as a node's agent often starts
     assert mldiag("machine-learning-run", "create", RUN_ID, "--display-name", "my-experiment").exit_code == 0
     waiting.join(timeout=10)
@@ -98,6 +99,6 @@ def test_the_agent_registers_under_the_run_its_display_name_names(server, mldiag
 
     mldiag("machine-learning-run", "create", "twin", "--display-name", "my-experiment")
     with pytest.raises(ApiError, match="names 2 runs"):
-        agent._find_run(client, "local-project", "local", "my-experiment", stopping, interval_s=0.05)
+        wait_for_run(client, "local-project", "local", "my-experiment", stopping, 0.05, waited.append)
     stopping.set()
-    assert agent._find_run(client, "local-project", "local", "never-registered", stopping, interval_s=0.05) is None
+    assert wait_for_run(client, "local-project", "local", "never-registered", stopping, 0.05, waited.append) is None
