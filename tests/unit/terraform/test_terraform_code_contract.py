@@ -1,7 +1,6 @@
 """What the code does, Terraform allows: derived from the code (``code_paths``), not listed by hand.
 
 - every topic a function's code can publish to is in its ``publishes_to`` (and nothing more);
-- every file of the library and the functions is in the archive the build gets;
 - every Firestore query the code builds has the index Firestore needs for it in
   ``firestore.tf``. The emulator enforces no indexes, so this is the only place a
   missing one shows before a real project refuses the query with FAILED_PRECONDITION.
@@ -9,7 +8,6 @@
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import re
 import shutil
@@ -19,7 +17,6 @@ from pathlib import Path
 import pytest
 from code_paths import CodeGraph, Query, firestore_queries, published_topics
 from conftest import REPO, Planted, missing_tool
-from terraform_config import load_module, unquote
 from test_terraform_consistency import root_locals
 from test_terraform_evaluation import EVALUATED, REQUIRED, STUB
 
@@ -110,22 +107,3 @@ def test_planted_missing_index_is_reported(planted: Planted, graph: CodeGraph, t
     (problem,) = index_problems(planted.terraform, tmp_path, graph)
     assert re.fullmatch(r"machineLearningRuns: _parent and runPhase, order createTime desc "
                         r"\(mldiag\.entrypoints\.console\.pages:\d+ runs\) has no composite index in firestore\.tf", problem)
-
-
-def unpackaged_files(terraform: Path, root: Path) -> list[str]:
-    """Files of the library and the functions that no pattern of the function module's archive takes."""
-    variables = {b.labels[0]: b.body for b in load_module(terraform / "modules/function") if b.kind == "variable"}
-    patterns = [unquote(p) for p in variables["source_patterns"]["default"]]
-    shipped = [path for directory in (root / "shared/mldiag", root / "functions") for path in directory.rglob("*")
-               if path.is_file() and "__pycache__" not in path.parts]
-    return sorted(str(path.relative_to(root)) for path in shipped
-                  if not any(fnmatch.fnmatch(path.name, pattern.removeprefix("**/")) for pattern in patterns))
-
-
-def test_every_file_of_the_library_and_the_functions_is_packaged():
-    assert unpackaged_files(REPO / "terraform", REPO) == []
-
-
-def test_planted_unpackaged_file_type_is_reported(planted: Planted):
-    planted.write("functions/on_alert/icon.png", "not really a png")
-    assert unpackaged_files(planted.terraform, planted.root) == ["functions/on_alert/icon.png"]
