@@ -8,6 +8,9 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
+import inspect
 import json
 import re
 import shutil
@@ -89,6 +92,40 @@ def test_the_walk_finds_the_queries_that_need_composite_indexes(graph: CodeGraph
     assert "machineLearningRuns: _parent and runPhase, order createTime desc" in shapes
     assert "machineLearningRuns: _parent and displayName, order createTime desc" in shapes
     assert "events: function and outcome and type, order firstReceived desc" in shapes
+    assert "outbox: no equality, order stagedAt asc" in shapes  # store.query on a parameter named store
+
+
+# The baseline query written the ways code builds conditions: the walk must see the same shape.
+BASELINE = "profilerSessions: _parent and analysis.state and autoCaptured, order createTime desc"
+BASELINE_VARIANTS = {
+    "local variables": """
+def find_baseline(services, session):
+    conditions = [Where("analysis.state", "==", AnalysisState.DONE.value)]
+    conditions.append(Where("autoCaptured", "==", False))
+    newest_first = [OrderBy("createTime", descending=True)]
+    return services.sessions.list(parent_of(session.name), conditions, order_by=newest_first).items
+""",
+    "a helper given conditions": """
+def _finished(services, parent, *where):
+    return services.sessions.list(parent, where=[Where("analysis.state", "==", AnalysisState.DONE.value), *where],
+                                  order_by=[OrderBy("createTime", descending=True)]).items
+
+
+def find_baseline(services, session):
+    return _finished(services, parent_of(session.name), Where("autoCaptured", "==", False))
+""",
+}
+
+
+@pytest.mark.parametrize("variant", BASELINE_VARIANTS)
+def test_the_walk_finds_conditions_held_in_variables_and_passed_to_helpers(graph: CodeGraph, variant: str):
+    (qualified,) = (name for name in graph.definitions if name.endswith(".find_baseline"))
+    module = graph.owner[qualified]
+    source = inspect.getsource(importlib.import_module(module))
+    rewritten = source.replace(ast.get_source_segment(source, graph.definitions[qualified]),
+                               BASELINE_VARIANTS[variant].strip())
+    shapes = {query.describe() for query in firestore_queries(CodeGraph.load({module: rewritten}))}
+    assert BASELINE in shapes
 
 
 def test_every_firestore_query_has_its_index(graph: CodeGraph, tmp_path: Path):
@@ -100,6 +137,13 @@ def test_planted_missing_publish_grant_is_reported(planted: Planted, graph: Code
                     'publishes_to       = ["analysis-events"]')
     assert publish_problems(planted.terraform, graph) == [
         "on_alert publishes to ['capture-requests'] but publishes_to omits it"]
+
+
+def test_planted_missing_baseline_index_is_reported(planted: Planted, graph: CodeGraph, tmp_path: Path):
+    planted.replace("firestore.tf", '{ field_path = "autoCaptured", order = "ASCENDING" },', "")
+    (problem,) = index_problems(planted.terraform, tmp_path, graph)
+    assert re.fullmatch(rf"{BASELINE} \(mldiag\.[\w.]+:\d+ find_baseline\) has no composite index in firestore\.tf",
+                        problem)
 
 
 def test_planted_missing_index_is_reported(planted: Planted, graph: CodeGraph, tmp_path: Path):
