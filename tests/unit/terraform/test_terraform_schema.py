@@ -33,13 +33,6 @@ def test_the_tree_matches_the_provider_schemas(schemas: Schemas):
     assert messages(REPO / "terraform", schemas) == []
 
 
-def test_main_reports_a_defect_and_exits_one(schemas: Schemas, planted: Planted, capsys):
-    planted.replace("modules/bucket/main.tf", "  uniform_bucket_level_access = true\n",
-                    "  uniform_bucket_level_access = true\n  uniform_access = true\n")
-    assert main([str(planted.terraform)]) == 1
-    assert "google_storage_bucket.this: unknown argument 'uniform_access'" in capsys.readouterr().out
-
-
 def test_main_explains_a_missing_schema(tmp_path: Path, capsys):
     assert main([str(REPO / "terraform"), "--jsii", str(tmp_path / "absent.jsii")]) == 2
     assert INSTALL_HINT in capsys.readouterr().err
