@@ -17,7 +17,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO, Planted, missing_tool
+from terraform_support import REPO, Planted, missing_tool
 
 MODULE_FILES = ("variables.tf", "sources.tf")
 HOST_PACKAGES = ("agent", "cli", "client", "local")

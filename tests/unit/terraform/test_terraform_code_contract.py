@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from code_paths import CodeGraph, Query, firestore_queries, published_topics
-from conftest import REPO, Planted, missing_tool
+from terraform_support import REPO, Planted, missing_tool
 from test_terraform_consistency import root_locals
 from test_terraform_evaluation import EVALUATED, REQUIRED, STUB
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from check_terraform_schema import DEFAULT_JSII, INSTALL_HINT, Schemas, check_tree, load_schemas, main
-from conftest import REPO, Planted, missing_tool
+from terraform_support import REPO, Planted, missing_tool
 
 
 @pytest.fixture(scope="session")
