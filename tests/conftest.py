@@ -31,6 +31,7 @@ from mldiag.config import Settings
 
 DEPLOYMENT_SETTINGS = pytest.StashKey[dict[str, str]]()
 EMULATOR_VARIABLES = ("FIRESTORE_EMULATOR_HOST", "PUBSUB_EMULATOR_HOST", "STORAGE_EMULATOR_HOST")
+ISOLATED_VARIABLES = (*EMULATOR_VARIABLES, "DIAGON_BASE_URL", "GOOGLE_CLOUD_PROJECT")
 DEVSTACK_START_TIMEOUT_S = 120
 REPO = Path(__file__).resolve().parents[1]
 
@@ -44,6 +45,17 @@ def pytest_configure(config: pytest.Config) -> None:
         name: os.environ.pop(name) for name in list(os.environ)
         if name.startswith("MLDIAG_") and not name.startswith("MLDIAG_REQUIRE_")
     }
+
+
+@pytest.fixture
+def isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No deployment settings or emulator variables: the embedded backend only. Autouse where every test
+    of a folder needs it (``tests/unit``, and the unit-style tests moved to ``tests/integration``)."""
+    for name in list(os.environ):
+        if name.startswith("MLDIAG_REQUIRE_"):  # CI's demands on the test run itself
+            continue
+        if name.startswith("MLDIAG_") or name in ISOLATED_VARIABLES:
+            monkeypatch.delenv(name)
 
 
 @pytest.fixture(scope="session")

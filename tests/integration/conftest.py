@@ -29,7 +29,7 @@ def _hosted(project: str, functions: list[HostedFunction]) -> Iterator[str]:
     from google.cloud import pubsub_v1
 
     server = make_server("127.0.0.1", 0, create_host(functions), threaded=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_port}"
     subscriptions = create_push_subscriptions(project, functions, url)
     try:

@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
-
-_DEPLOYMENT_PREFIXES = ("MLDIAG_",)
-_EMULATOR_VARIABLES = ("FIRESTORE_EMULATOR_HOST", "PUBSUB_EMULATOR_HOST", "STORAGE_EMULATOR_HOST",
-                       "DIAGON_BASE_URL", "GOOGLE_CLOUD_PROJECT")
 
 
 @pytest.fixture(autouse=True)
-def isolated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in list(os.environ):
-        if name.startswith("MLDIAG_REQUIRE_"):  # CI's demands on the test run itself
-            continue
-        if name.startswith(_DEPLOYMENT_PREFIXES) or name in _EMULATOR_VARIABLES:
-            monkeypatch.delenv(name)
+def isolated_environment(isolated_environment: None) -> None:
+    """Every unit test runs with the environment of ``tests/conftest.py``'s ``isolated_environment``."""
 
 
 @pytest.fixture(scope="session")

@@ -2,21 +2,13 @@
 # account, its trigger and who may invoke it.
 #
 # The archive holds `functions/<name>/` at the root (main.py defines the entry point
-# `<name>`), the `mldiag` package from `shared/mldiag/`, and a requirements.txt written
-# from `requirements`. Its object name carries the archive's MD5, so any change to the
-# function, the library or the requirements uploads a new object and redeploys.
+# `<name>`), the `mldiag` package from `shared/mldiag/` less its host packages (sources.tf),
+# and a requirements.txt written from `requirements`. Its object name carries the archive's
+# MD5, so any change to the function, the library or the requirements uploads a new object
+# and redeploys.
 
 locals {
   function_name = "${var.prefix}-${replace(var.name, "_", "-")}"
-  function_dir  = "${var.source_root}/functions/${var.name}"
-  library_dir   = "${var.source_root}/shared/mldiag"
-
-  function_files = merge([
-    for pattern in var.source_patterns : { for file in fileset(local.function_dir, pattern) : file => "${local.function_dir}/${file}" }
-  ]...)
-  library_files = merge([
-    for pattern in var.source_patterns : { for file in fileset(local.library_dir, pattern) : "mldiag/${file}" => "${local.library_dir}/${file}" }
-  ]...)
 
   # run.invoker members keyed by names known at plan time (account emails are not).
   invokers = merge(

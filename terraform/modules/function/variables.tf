@@ -47,6 +47,12 @@ variable "source_patterns" {
   default     = ["**/*.py", "**/*.html", "**/*.j2", "**/*.css", "**/*.js", "**/*.svg", "**/*.sql", "**/*.json", "**/py.typed"]
 }
 
+variable "host_packages" {
+  description = "Subpackages of `mldiag` left out of the archive: those that run only on hosts (the node agent, the CLI and its API client, `mldiag up` and the demo), which no function imports."
+  type        = list(string)
+  default     = ["agent", "cli", "client", "local"]
+}
+
 variable "requirements" {
   description = "Lines of the generated requirements.txt."
   type        = list(string)

@@ -1,11 +1,15 @@
-"""Where the committed test profiles are, the facts measured when they were made, and helpers to read results."""
+"""Where the committed test profiles are, the facts measured when they were made, helpers to read results,
+and the ``saved`` timelines fixture (unit and integration tests of the timeline share it)."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 PROFILES = Path(__file__).resolve().parents[2] / "fixtures" / "profiles"
 THIRD_PARTY = PROFILES / "third_party"
@@ -33,3 +37,20 @@ def strings_in(value: Any) -> Iterator[str]:
     elif isinstance(value, list):
         for item in value:
             yield from strings_in(item)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory):
+    """``saved(name)``: the timeline the raw-event read saves for a fixture profile (import it to use it)."""
+    from mldiag.analysis.raw_events import read_host_evidence
+    from mldiag.analysis.timeline import Timeline
+
+    folder = tmp_path_factory.mktemp("timelines")
+
+    @functools.cache
+    def timeline(name: str) -> Timeline:
+        path = folder / f"{name}.timeline.npz"
+        read_host_evidence(xplane(name), path)
+        return Timeline.load(path)
+
+    return timeline

@@ -103,7 +103,7 @@ def certificate_server(google_signer, monkeypatch):
                         headers={"Cache-Control": "public, max-age=19800"})(environ, start_response)
 
     server = make_server("127.0.0.1", 0, certificates)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
     monkeypatch.setattr(id_token, "_GOOGLE_OAUTH2_CERTS_URL", f"http://127.0.0.1:{server.server_port}/oauth2/v1/certs")
     auth._transport.cache_clear()
     yield served

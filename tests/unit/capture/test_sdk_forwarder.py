@@ -29,7 +29,7 @@ LOGICAL_ID = "7a1c5e0f-3b2d-4c8e-9f10-123456789abc"
 def control_plane(embedded: Services) -> Iterator[tuple[str, Services]]:
     services = dataclasses.replace(embedded, settings=embedded.settings.model_copy(update={"api_token": TOKEN}))
     server = make_server("127.0.0.1", 0, create_app(services), threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_port}", services
     server.shutdown()

@@ -39,7 +39,7 @@ def start_server(tmp_path: Path) -> Iterator[Callable[..., Server]]:
         services = bootstrap.build(Settings(**{"data_dir": tmp_path / f"data-{len(servers)}", "api_url": url,
                                                "owned_buckets": [OWNED_BUCKET], **settings}))
         server.app = create_app(services)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
         servers.append(server)
         return Server(url, services)
 

@@ -6,8 +6,9 @@
   whatever any code staged).
 - :func:`firestore_queries`: every Firestore query shape the code builds, found at each
   call of the query builder (``store.query``, ``Repository.list`` / ``find_where``,
-  ``list_page`` and the CLI's ``list_all``), with the conditions written at the call,
-  in the function around it and at the callers that pass conditions through.
+  ``list_page`` and the CLI's ``list_all``), with the conditions and order written at
+  the call, held in a local variable it passes (assigned, appended or extended), or
+  handed in by the callers of the function for a parameter it passes.
 
 Calls are resolved through each module's imports and definitions; a method called on
 an object resolves only when its name is defined once in the package, which is enough
@@ -53,10 +54,12 @@ class CodeGraph:
     methods: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
 
     @classmethod
-    def load(cls) -> CodeGraph:
+    def load(cls, sources: typing.Mapping[str, str] = {}) -> CodeGraph:  # noqa: B006 (read only)
+        """The package as it is, or with some modules' source text replaced (``sources``: module → text)."""
         graph = cls()
         for path in sorted(PACKAGE.rglob("*.py")):
-            graph.trees[_module_name(path)] = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            module = _module_name(path)
+            graph.trees[module] = ast.parse(sources.get(module) or path.read_text(encoding="utf-8"), filename=str(path))
         for module, tree in graph.trees.items():
             graph.scopes[module] = graph._scope(module, tree)
         return graph
@@ -189,6 +192,41 @@ class Query:
         return f"{self.collection}: {' and '.join(sorted(self.equalities)) or 'no equality'}, order {order}"
 
 
+def _bindings(function: ast.FunctionDef, names: set[str]) -> list[ast.AST]:
+    """What the function puts in the local ``names``: assignments, and ``append``/``extend`` calls."""
+    found: list[ast.AST] = []
+    for node in ast.walk(function):
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(target, ast.Name) and target.id in names for target in targets) and node.value:
+                found.append(node.value)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in ("append", "extend")
+              and isinstance(node.func.value, ast.Name) and node.func.value.id in names):
+            found += node.args
+    return found
+
+
+def _parameters(function: ast.FunctionDef) -> set[str]:
+    arguments = function.args
+    return {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
+                            *filter(None, (arguments.vararg, arguments.kwarg))]}
+
+
+def _conditions(graph: CodeGraph, qualified: str, argument: ast.expr | None,
+                callers: bool = True) -> list[tuple[str, str]]:
+    """The ``Where`` terms an argument carries: written in it, put in a local variable it names,
+    or (with ``callers``) handed in by the callers for a parameter it names."""
+    if argument is None:
+        return []
+    function = graph.definitions[qualified]
+    names = {node.id for node in ast.walk(argument) if isinstance(node, ast.Name)}
+    terms = _where_terms(graph, qualified, [argument, *_bindings(function, names)])
+    if callers and names & _parameters(function):
+        terms += _passed_through(graph, qualified)
+    return terms
+
+
 def _where_terms(graph: CodeGraph, qualified: str, nodes: list[ast.AST]) -> list[tuple[str, str]]:
     module = graph.owner[qualified]
     terms = []
@@ -200,8 +238,11 @@ def _where_terms(graph: CodeGraph, qualified: str, nodes: list[ast.AST]) -> list
 
 
 def _order_terms(graph: CodeGraph, qualified: str, node: ast.expr | None) -> list[tuple[str, bool]] | None:
+    """The order an ``order_by`` argument gives: a constant expression, or a local variable assigned one."""
     if node is None:
         return None
+    if isinstance(node, ast.Name) and (assigned := _bindings(graph.definitions[qualified], {node.id})):
+        node = assigned[-1]
     module = graph.owner[qualified]
     return [(order.field, order.descending) for order in graph.evaluate(module, node)]
 
@@ -266,16 +307,15 @@ def firestore_queries(graph: CodeGraph) -> list[Query]:
         site = f"{module}:{node.lineno} {qualified.rsplit('.', 1)[-1]}"
         for call in (c for c in ast.walk(node) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)):
             method, receiver = call.func.attr, call.func.value
-            if method == "query" and isinstance(receiver, ast.Attribute) and receiver.attr == "store":
+            if method == "query" and _receiver_name(receiver) == "store":
                 if _keyword(call, "where") is None and _keyword(call, "order_by") is None:
                     continue  # a whole collection, unordered: no index involved
                 collection = graph.evaluate(module, call.args[0])
-                terms = _where_terms(graph, qualified, [node]) + _passed_through(graph, qualified)
+                terms = _conditions(graph, qualified, _keyword(call, "where"))
                 order = _order_terms(graph, qualified, _keyword(call, "order_by")) or []
                 queries.append(_shape(collection, terms, order, site))
             elif method in ("list", "find_where") and (collection := _repository_collection(graph, qualified, receiver)):
-                terms = _where_terms(graph, qualified, [c for c in (_keyword(call, "where"),
-                                                                     _keyword(call, "where", 0)) if c])
+                terms = _conditions(graph, qualified, _keyword(call, "where", 0 if method == "find_where" else 1))
                 if method == "list":
                     terms = [(PARENT_FIELD, "=="), *terms]
                     order = _order_terms(graph, qualified, _keyword(call, "order_by")) or repository_default
@@ -305,7 +345,10 @@ def firestore_queries(graph: CodeGraph) -> list[Query]:
 
 def _passed_through(graph: CodeGraph, qualified: str) -> list[tuple[str, str]]:
     """Conditions the callers of a function hand it (``open_tasks(services, Where(...))``)."""
-    node = graph.definitions[qualified]
-    if node.args.vararg is None and not any(a.arg == "where" for a in node.args.args + node.args.kwonlyargs):
-        return []
-    return [term for caller, call in graph.callers(qualified) for term in _where_terms(graph, caller, [call])]
+    return [term for caller, call in graph.callers(qualified)
+            for term in _conditions(graph, caller, call, callers=False)]
+
+
+def _receiver_name(receiver: ast.expr) -> str:
+    """``store`` for ``store``, ``self.store`` and ``services.store``."""
+    return receiver.id if isinstance(receiver, ast.Name) else receiver.attr if isinstance(receiver, ast.Attribute) else ""

@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from conftest import REPO, Planted
 from terraform_config import Block, load_module
+from terraform_support import REPO, Planted
 from test_terraform_consistency import plain, resources
 
 FUNCTION_SOURCES = "gcf-v2-sources-${var.project_number}-${var.region}"

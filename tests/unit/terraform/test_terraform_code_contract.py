@@ -1,7 +1,6 @@
 """What the code does, Terraform allows: derived from the code (``code_paths``), not listed by hand.
 
 - every topic a function's code can publish to is in its ``publishes_to`` (and nothing more);
-- every file of the library and the functions is in the archive the build gets;
 - every Firestore query the code builds has the index Firestore needs for it in
   ``firestore.tf``. The emulator enforces no indexes, so this is the only place a
   missing one shows before a real project refuses the query with FAILED_PRECONDITION.
@@ -9,7 +8,9 @@
 
 from __future__ import annotations
 
-import fnmatch
+import ast
+import importlib
+import inspect
 import json
 import re
 import shutil
@@ -18,8 +19,7 @@ from pathlib import Path
 
 import pytest
 from code_paths import CodeGraph, Query, firestore_queries, published_topics
-from conftest import REPO, Planted, missing_tool
-from terraform_config import load_module, unquote
+from terraform_support import REPO, Planted, missing_tool
 from test_terraform_consistency import root_locals
 from test_terraform_evaluation import EVALUATED, REQUIRED, STUB
 
@@ -92,6 +92,40 @@ def test_the_walk_finds_the_queries_that_need_composite_indexes(graph: CodeGraph
     assert "machineLearningRuns: _parent and runPhase, order createTime desc" in shapes
     assert "machineLearningRuns: _parent and displayName, order createTime desc" in shapes
     assert "events: function and outcome and type, order firstReceived desc" in shapes
+    assert "outbox: no equality, order stagedAt asc" in shapes  # store.query on a parameter named store
+
+
+# The baseline query written the ways code builds conditions: the walk must see the same shape.
+BASELINE = "profilerSessions: _parent and analysis.state and autoCaptured, order createTime desc"
+BASELINE_VARIANTS = {
+    "local variables": """
+def find_baseline(services, session):
+    conditions = [Where("analysis.state", "==", AnalysisState.DONE.value)]
+    conditions.append(Where("autoCaptured", "==", False))
+    newest_first = [OrderBy("createTime", descending=True)]
+    return services.sessions.list(parent_of(session.name), conditions, order_by=newest_first).items
+""",
+    "a helper given conditions": """
+def _finished(services, parent, *where):
+    return services.sessions.list(parent, where=[Where("analysis.state", "==", AnalysisState.DONE.value), *where],
+                                  order_by=[OrderBy("createTime", descending=True)]).items
+
+
+def find_baseline(services, session):
+    return _finished(services, parent_of(session.name), Where("autoCaptured", "==", False))
+""",
+}
+
+
+@pytest.mark.parametrize("variant", BASELINE_VARIANTS)
+def test_the_walk_finds_conditions_held_in_variables_and_passed_to_helpers(graph: CodeGraph, variant: str):
+    (qualified,) = (name for name in graph.definitions if name.endswith(".find_baseline"))
+    module = graph.owner[qualified]
+    source = inspect.getsource(importlib.import_module(module))
+    rewritten = source.replace(ast.get_source_segment(source, graph.definitions[qualified]),
+                               BASELINE_VARIANTS[variant].strip())
+    shapes = {query.describe() for query in firestore_queries(CodeGraph.load({module: rewritten}))}
+    assert BASELINE in shapes
 
 
 def test_every_firestore_query_has_its_index(graph: CodeGraph, tmp_path: Path):
@@ -105,27 +139,15 @@ def test_planted_missing_publish_grant_is_reported(planted: Planted, graph: Code
         "on_alert publishes to ['capture-requests'] but publishes_to omits it"]
 
 
+def test_planted_missing_baseline_index_is_reported(planted: Planted, graph: CodeGraph, tmp_path: Path):
+    planted.replace("firestore.tf", '{ field_path = "autoCaptured", order = "ASCENDING" },', "")
+    (problem,) = index_problems(planted.terraform, tmp_path, graph)
+    assert re.fullmatch(rf"{BASELINE} \(mldiag\.[\w.]+:\d+ find_baseline\) has no composite index in firestore\.tf",
+                        problem)
+
+
 def test_planted_missing_index_is_reported(planted: Planted, graph: CodeGraph, tmp_path: Path):
     planted.replace("firestore.tf", '{ field_path = "runPhase", order = "ASCENDING" },', "")
     (problem,) = index_problems(planted.terraform, tmp_path, graph)
     assert re.fullmatch(r"machineLearningRuns: _parent and runPhase, order createTime desc "
                         r"\(mldiag\.entrypoints\.console\.pages:\d+ runs\) has no composite index in firestore\.tf", problem)
-
-
-def unpackaged_files(terraform: Path, root: Path) -> list[str]:
-    """Files of the library and the functions that no pattern of the function module's archive takes."""
-    variables = {b.labels[0]: b.body for b in load_module(terraform / "modules/function") if b.kind == "variable"}
-    patterns = [unquote(p) for p in variables["source_patterns"]["default"]]
-    shipped = [path for directory in (root / "shared/mldiag", root / "functions") for path in directory.rglob("*")
-               if path.is_file() and "__pycache__" not in path.parts]
-    return sorted(str(path.relative_to(root)) for path in shipped
-                  if not any(fnmatch.fnmatch(path.name, pattern.removeprefix("**/")) for pattern in patterns))
-
-
-def test_every_file_of_the_library_and_the_functions_is_packaged():
-    assert unpackaged_files(REPO / "terraform", REPO) == []
-
-
-def test_planted_unpackaged_file_type_is_reported(planted: Planted):
-    planted.write("functions/on_alert/icon.png", "not really a png")
-    assert unpackaged_files(planted.terraform, planted.root) == ["functions/on_alert/icon.png"]

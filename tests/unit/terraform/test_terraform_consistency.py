@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, Planted
 from terraform_config import Block, literal, load_module, local_values, module_dirs, unquote, walk_strings
+from terraform_support import REPO, Planted
 
 from mldiag import config
 from mldiag.local.devstack_host import BUCKET_TRIGGERED

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import REPO, Planted
 from terraform_config import load_module, module_dirs
 from terraform_docs import main, readmes
+from terraform_support import REPO, Planted
 
 
 def undocumented(root: Path) -> list[str]:

@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO, missing_tool
+from terraform_support import REPO, missing_tool
 
 EVALUATED = ("variables.tf", "functions.tf", "firestore.tf")
 STUB = 'locals {\n  control_plane_url = "https://mldiag-control-plane-1.us-central1.run.app"\n}\n'

@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO, Planted, missing_tool
+from terraform_support import REPO, Planted, missing_tool
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from check_terraform_schema import DEFAULT_JSII, INSTALL_HINT, Schemas, check_tree, load_schemas, main
-from conftest import REPO, Planted, missing_tool
+from terraform_support import REPO, Planted, missing_tool
 
 
 @pytest.fixture(scope="session")
@@ -31,13 +31,6 @@ def test_the_schema_is_google_6_50(schemas: Schemas):
 
 def test_the_tree_matches_the_provider_schemas(schemas: Schemas):
     assert messages(REPO / "terraform", schemas) == []
-
-
-def test_main_reports_a_defect_and_exits_one(schemas: Schemas, planted: Planted, capsys):
-    planted.replace("modules/bucket/main.tf", "  uniform_bucket_level_access = true\n",
-                    "  uniform_bucket_level_access = true\n  uniform_access = true\n")
-    assert main([str(planted.terraform)]) == 1
-    assert "google_storage_bucket.this: unknown argument 'uniform_access'" in capsys.readouterr().out
 
 
 def test_main_explains_a_missing_schema(tmp_path: Path, capsys):

@@ -16,8 +16,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from conftest import REPO, Planted
 from terraform_config import load_module
+from terraform_support import REPO, Planted
 from test_terraform_consistency import plain, resources
 
 IMAGE = REPO / "terraform/modules/xprof-viewer/image"
