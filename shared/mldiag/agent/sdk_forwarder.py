@@ -39,6 +39,9 @@ def allowed(method: str, path: str) -> bool:
     return any(method == allowed_method and pattern.fullmatch(path) for allowed_method, pattern in ROUTES)
 
 
+SHUTDOWN_POLL_S = 0.05  # how soon stop() is answered (the standard library waits up to 0.5 s)
+
+
 class SdkForwarder:
     """Serves the SDK's routes on ``127.0.0.1:port`` (0: a free port), forwarded through ``client``."""
 
@@ -47,7 +50,8 @@ class SdkForwarder:
         self.server = ThreadingHTTPServer((LOCALHOST, port), _handler(self))
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, name="sdk-forwarder", daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": SHUTDOWN_POLL_S},
+                                       name="sdk-forwarder", daemon=True)
 
     @property
     def url(self) -> str:
