@@ -26,6 +26,7 @@ from mldiag.client.api import ApiClient, ApiError
 LOCALHOST = "127.0.0.1"
 MAX_BODY_BYTES = 64 * 1024  # the SDK's bodies are a few hundred bytes
 READ_TIMEOUT_S = 10.0  # a client that stops sending mid-request frees its thread
+SHUTDOWN_POLL_S = 0.05  # how soon stop() is answered (the standard library waits up to 0.5 s)
 ROUTES = (
     ("PATCH", re.compile(r"/v1/machineLearningRuns(/[A-Za-z0-9][A-Za-z0-9._-]{0,127})?")),  # a run id
     ("GET", re.compile(r"/v1/agent-info")),
@@ -37,9 +38,6 @@ log = structlog.get_logger(__name__)
 
 def allowed(method: str, path: str) -> bool:
     return any(method == allowed_method and pattern.fullmatch(path) for allowed_method, pattern in ROUTES)
-
-
-SHUTDOWN_POLL_S = 0.05  # how soon stop() is answered (the standard library waits up to 0.5 s)
 
 
 class SdkForwarder:
