@@ -15,6 +15,7 @@ import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -117,11 +118,13 @@ def dependency_problems(sources: tuple[Path, ...] = SOURCES) -> list[str]:
     return problems
 
 
+@pytest.mark.slow
 def test_every_third_party_import_is_a_base_dependency_or_a_lazy_optional_one():
     problems = dependency_problems()
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.slow
 def test_every_optional_import_is_still_imported():
     imported = {dotted for dotted, _, _ in third_party_imports()}
     stale = [module for module in OPTIONAL_IMPORTS if not any(_within(name, module) for name in imported)]

@@ -10,6 +10,7 @@ component of more than one module), or a module that imports itself.
 
 from __future__ import annotations
 
+import pytest
 import ast
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -121,6 +122,7 @@ def import_cycles(graph: Graph) -> list[str]:
     return cycles
 
 
+@pytest.mark.slow
 def test_no_module_imports_itself_through_others():
     cycles = import_cycles(import_graph())
     assert not cycles, f"{len(cycles)} import cycle(s):\n" + "\n".join(cycles)

@@ -35,6 +35,7 @@ def _logdir_copy(tmp_path: Path, name: str) -> Path:
     return logdir
 
 
+@pytest.mark.slow
 def test_a_logdir_is_analysed_and_left_byte_for_byte_unchanged(tmp_path):
     logdir = _logdir_copy(tmp_path, "input_bound")
     before = _tree(logdir)
@@ -57,6 +58,7 @@ def test_a_logdir_is_analysed_and_left_byte_for_byte_unchanged(tmp_path):
     assert {"summary", "findings", "metrics"} <= written.keys()
 
 
+@pytest.mark.slow
 def test_a_session_folder_and_a_single_file_give_the_same_diagnosis(tmp_path):
     by_file = _analyze(str(xplane("compute_bound")), "--out", str(tmp_path / "a"), "--format", "json")
     by_folder = _analyze(str(xplane("compute_bound").parent), "--out", str(tmp_path / "b"), "--format", "json")
@@ -66,6 +68,7 @@ def test_a_session_folder_and_a_single_file_give_the_same_diagnosis(tmp_path):
     assert first["metrics"]["step_time_ms"] == second["metrics"]["step_time_ms"]
 
 
+@pytest.mark.slow
 def test_a_logdir_with_several_sessions_means_the_latest(tmp_path):
     logdir = tmp_path / "run"
     for session, name in (("2026_01_01_00_00_00", "compute_bound"), ("2026_02_01_00_00_00", "input_bound")):
@@ -78,6 +81,7 @@ def test_a_logdir_with_several_sessions_means_the_latest(tmp_path):
     assert "holds 2 sessions" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_gs_uri_is_downloaded_through_the_blob_store(tmp_path):
     data = tmp_path / "data"
     session = data / "buckets" / "profiles" / "run-1" / "plugins" / "profile" / "s1"
@@ -105,6 +109,7 @@ def test_a_gs_uri_of_gigabytes_of_zeros_is_refused_before_it_is_downloaded(tmp_p
                                      "XSpace profile (.xplane.pb): field 0 at byte 0 is not one of XSpace's")
 
 
+@pytest.mark.slow
 def test_the_text_report_leads_with_status_and_findings(tmp_path):
     result = _analyze(str(xplane("unfused_small_ops")), "--out", str(tmp_path))
     assert result.exit_code == 0, result.output
@@ -146,6 +151,7 @@ def test_a_file_that_is_no_profile_is_named_as_given(tmp_path, monkeypatch):
                              "wire type 4 at byte 2\n")
 
 
+@pytest.mark.slow
 def test_a_file_that_is_no_profile_prints_one_line_and_nothing_else(tmp_path):
     (tmp_path / "random.txt").write_text("hello, this is not a profile\n")
     shown = subprocess.run([sys.executable, "-c", "from mldiag.cli.main import run; run()", "analyze", "random.txt"],
@@ -186,6 +192,7 @@ def _length_delimited(field: int, payload: bytes) -> bytes:
     return varint(field << 3 | 2) + varint(len(payload)) + payload
 
 
+@pytest.mark.slow
 def test_a_plane_nested_3000_deep_is_one_line_with_no_xprof_traceback(tmp_path):
     nested = b""
     for _ in range(3000):

@@ -25,6 +25,7 @@ def _steps(seed: int, median_ms: float, count: int = 60) -> list[float]:
     return steps.tolist()
 
 
+@pytest.mark.slow
 def test_the_mann_whitney_p_value_matches_the_reference_implementation():
     stats = pytest.importorskip("scipy.stats")
     base, cand = np.array(_steps(1, 100)), np.array(_steps(2, 104))
@@ -57,6 +58,7 @@ def _compare(*args: str):
     return runner.invoke(app, ["compare", *args])
 
 
+@pytest.mark.slow
 def test_the_demo_s_degraded_session_regresses_against_its_baseline():
     result = _compare(HEALTHY, DEGRADED)
     assert result.exit_code == 1, result.output
@@ -66,6 +68,7 @@ def test_the_demo_s_degraded_session_regresses_against_its_baseline():
     assert verdict["regressions"][0].startswith("Median step time rose")
 
 
+@pytest.mark.slow
 def test_a_session_against_itself_passes_and_a_generous_threshold_lets_the_slowdown_pass():
     result = _compare(HEALTHY, HEALTHY, "--format", "json")
     assert result.exit_code == 0, result.output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import json
 from datetime import timedelta
 
@@ -9,6 +10,8 @@ from mldiag.analysis.comparison import compare
 from mldiag.services.baselines import find_baseline
 from mldiag.analysis.host_evidence import HostActivity
 from mldiag.domain import AnalysisState, AnalysisStatus, HealthStatus, ProfilerSession
+
+pytestmark = pytest.mark.slow  # real analyses, servers or Terraform runs
 
 RUN = "projects/p/locations/l/machineLearningRuns/r1"
 

@@ -8,6 +8,8 @@ from mldiag.analysis.evidence import ToolStatus
 from mldiag.analysis.host_evidence import DeviceKind, StepSource
 from mldiag.domain import FindingCategory, HealthStatus, Priority
 
+pytestmark = pytest.mark.slow  # real analyses, servers or Terraform runs
+
 
 def _status(analysis, tool):
     return next(t.status for t in analysis.tools if t.name == tool)

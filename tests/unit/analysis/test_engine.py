@@ -16,6 +16,8 @@ from mldiag.analysis.engine import start_analysis
 from mldiag.analysis.budget import MemoryBudget, OverBudget
 from mldiag.analysis.evidence import ToolStatus
 
+pytestmark = pytest.mark.slow  # real analyses, servers or Terraform runs
+
 
 def test_a_failing_tool_is_recorded_and_the_analysis_goes_on(monkeypatch, tmp_path):
     def broken(context):

@@ -10,6 +10,8 @@ from mldiag.domain import FindingCategory, HealthStatus, Priority
 
 from analysis_support import GENERATED, facts
 
+pytestmark = pytest.mark.slow  # real analyses, servers or Terraform runs
+
 URGENT = (Priority.P0, Priority.P1)
 
 

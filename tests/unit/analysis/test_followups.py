@@ -16,6 +16,8 @@ from mldiag.analysis.followups import (
     _kernel_outcome,
 )
 
+pytestmark = pytest.mark.slow  # real analyses, servers or Terraform runs
+
 WHY = {"why": "a hypothesis"}
 # Refused ones first: they do not count against the limit; the valid ones after them use it up.
 PROPOSALS = {

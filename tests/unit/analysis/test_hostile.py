@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import json
 
 from analysis_support import facts, strings_in, xplane
@@ -10,6 +11,8 @@ from typer.testing import CliRunner
 from mldiag.cli.analyze import _print_text
 from mldiag.cli.main import app
 from mldiag.domain import FindingCategory, HealthStatus, Priority
+
+pytestmark = pytest.mark.slow  # real analyses, servers or Terraform runs
 
 HOSTILE = tuple(facts("hostile")["hostile_strings_in_event_names"])
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import json
 
 from analysis_support import facts, xplane
@@ -20,6 +21,7 @@ def _finding(category: str, priority: str, title: str = "t") -> Finding:
     return Finding(priority=priority, category=category, title=title, what="w", evidence=["e"])
 
 
+@pytest.mark.slow
 def test_an_optimal_profile_needs_no_follow_up():
     analysis = investigated("compute_bound")
     assert analysis.status is HealthStatus.OPTIMAL
@@ -27,6 +29,7 @@ def test_an_optimal_profile_needs_no_follow_up():
     assert "OPTIMAL" in analysis.investigation.note
 
 
+@pytest.mark.slow
 def test_input_bound_host_work_is_timed_call_by_call():
     analysis = investigated("input_bound")
     (followup,) = analysis.followups
@@ -38,6 +41,7 @@ def test_input_bound_host_work_is_timed_call_by_call():
     assert input_bound.evidence[-1].startswith('follow-up aggregate_xplane_events: event "data_loading": 10 events')
 
 
+@pytest.mark.slow
 def test_op_by_op_dispatch_and_its_hlo_patterns_are_followed_up():
     analysis = investigated("unfused_small_ops")
     assert 1 <= len(analysis.followups) <= MAX_FOLLOWUPS
@@ -48,6 +52,7 @@ def test_op_by_op_dispatch_and_its_hlo_patterns_are_followed_up():
     assert analysis.investigation.hypotheses == [f.why for f in analysis.followups]
 
 
+@pytest.mark.slow
 def test_compilations_inside_steps_are_listed():
     analysis = investigated("recompiling")
     (followup,) = analysis.followups
@@ -56,12 +61,14 @@ def test_compilations_inside_steps_are_listed():
     assert any(event.startswith("backend_compile") for event in events)
 
 
+@pytest.mark.slow
 def test_tpu_device_time_is_broken_down_by_kernel():
     analysis = investigated("tpu_v6e4_inference")
     assert [f.tool for f in analysis.followups] == ["get_kernel_stats"]
     assert "%copy-done" in analysis.followups[0].showed
 
 
+@pytest.mark.slow
 def test_hostile_names_are_timed_as_the_events_they_are():
     analysis = investigated("hostile")
     (followup,) = analysis.followups
@@ -71,6 +78,7 @@ def test_hostile_names_are_timed_as_the_events_they_are():
     assert analysis.status is HealthStatus.NEEDS_ATTENTION
 
 
+@pytest.mark.slow
 def test_the_same_profile_gives_the_same_investigation():
     again = analyze_session([xplane("unfused_small_ops")], investigate=build_investigator(Settings()))
     first = investigated("unfused_small_ops")

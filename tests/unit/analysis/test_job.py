@@ -60,6 +60,7 @@ def requested(embedded, clock) -> Message:
     return _settle(embedded, clock)
 
 
+@pytest.mark.slow
 def test_a_settled_session_is_analysed_and_its_reports_land_next_to_it(embedded, requested):
     assert json.loads(requested.data) == {"session": SESSION, "generationSet": _analysis(embedded).generation_set,
                                           "hostFiles": {"host0": f"{FOLDER}/host0.xplane.pb"}}
@@ -89,6 +90,7 @@ def test_a_settled_session_is_analysed_and_its_reports_land_next_to_it(embedded,
                          "generation": "1", "size": "10"}, 1 << 30)
 
 
+@pytest.mark.slow
 def test_a_rerun_that_overwrites_the_files_keeps_the_earlier_report(embedded, clock, requested):
     assert _deliver(embedded, requested) is Outcome.OK
     first = _analysis(embedded)
@@ -111,6 +113,7 @@ def test_a_rerun_that_overwrites_the_files_keeps_the_earlier_report(embedded, cl
     assert embedded.blobs.read_bytes(latest.report_uri) != first_page
 
 
+@pytest.mark.slow
 def test_analysing_the_same_files_again_lists_no_earlier_analysis(embedded, requested):
     assert _deliver(embedded, requested) is Outcome.OK
     reanalyze(embedded, parse_child(SESSION))
@@ -118,6 +121,7 @@ def test_analysing_the_same_files_again_lists_no_earlier_analysis(embedded, requ
     assert embedded.sessions.get(SESSION).earlier_analyses == []
 
 
+@pytest.mark.slow
 def test_one_analysis_per_session_and_set_of_files(embedded, requested):
     assert _deliver(embedded, requested) is Outcome.OK
     assert _deliver(embedded, requested) is Outcome.DUPLICATE  # the same message again
@@ -143,6 +147,7 @@ def test_an_unreadable_profile_fails_for_good_with_the_reason(embedded, clock):
     assert "unreadable profile" in _error(embedded, request)
 
 
+@pytest.mark.slow
 def test_a_timed_out_analysis_is_recorded_and_runs_again_on_request(embedded, requested):
     patient = embedded.settings
     embedded.settings = patient.model_copy(update={"analysis_timeout_seconds": 0.3})
@@ -160,6 +165,7 @@ def test_a_timed_out_analysis_is_recorded_and_runs_again_on_request(embedded, re
     assert done.state is AnalysisState.DONE and done.attempts == 2 and done.error == ""
 
 
+@pytest.mark.slow
 def test_a_transient_failure_is_retried_and_the_last_attempt_records_it(embedded, requested, monkeypatch):
     download = embedded.blobs.download
     failures = iter([ConnectionError("storage unavailable")])

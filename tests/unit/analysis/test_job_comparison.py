@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import json
 
 from analysis_support import xplane
@@ -36,6 +37,7 @@ def _analysis_json(services, session_id: str) -> dict:
     return json.loads(services.blobs.read_bytes(session.analysis.analysis_uri))
 
 
+@pytest.mark.slow
 def test_auto_captured_session_is_compared_with_the_earlier_healthy_one(embedded, clock):
     embedded.runs.create(MachineLearningRun(name=RUN, artifacts={"gcsPath": "gs://profiles"}))
     _land(embedded, "healthy", "compute_bound")

@@ -13,6 +13,8 @@ from mldiag.analysis.host_evidence import DeviceKind, HostEvidence, StepSeries, 
 from mldiag.analysis.report import _step_chart, render_summary
 from mldiag.cli.main import app
 
+pytestmark = pytest.mark.slow  # real analyses, servers or Terraform runs
+
 VIEWER = "https://xprof.example.com/?session_path=gs%3A%2F%2Fprofiles%2Frun1%2Fplugins%2Fprofile%2Fs1"
 
 

@@ -47,6 +47,7 @@ def _wait_for(pattern: str, folder: Path, process: subprocess.Popen) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.slow
 def test_analyze_stops_at_its_timeout_with_one_line_and_no_scratch_left(tmp_path):
     started = time.monotonic()
     stopped = subprocess.run([MLDIAG, "analyze", str(xplane("compute_bound")), "--out", str(tmp_path / "out"),
@@ -58,6 +59,7 @@ def test_analyze_stops_at_its_timeout_with_one_line_and_no_scratch_left(tmp_path
     assert _ours_left(tmp_path) == [] and not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_analyze_stopped_by_a_signal_removes_its_scratch_and_stops_its_processes(tmp_path, signum, status):
     environment = _environment(tmp_path)
@@ -71,6 +73,7 @@ def test_analyze_stopped_by_a_signal_removes_its_scratch_and_stops_its_processes
     assert _ours_left(tmp_path) == [] and _processes_using(tmp_path / "tmp") == []
 
 
+@pytest.mark.slow
 def test_the_worker_stopped_by_sigterm_removes_its_private_copy(tmp_path):
     scratch = tmp_path / "scratch"
     scratch.mkdir()

@@ -26,6 +26,8 @@ from mldiag.adapters.reasoning.vertex import VertexReasoner
 from mldiag.config import Settings
 from mldiag.domain import FindingCategory, HealthStatus, Priority
 
+pytestmark = pytest.mark.slow  # real analyses, servers or Terraform runs
+
 TOKEN = "test-token"
 MODEL = "gemini-2.5-flash"
 HOSTILE = ("<script>alert(1)</script>", '"><img src=x onerror=alert(1)>',

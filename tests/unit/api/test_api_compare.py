@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from api_suite import RUNS
 
 from mldiag.domain import AnalysisState, AnalysisStatus, ProfilerSession
+
+pytestmark = pytest.mark.slow  # real analyses, servers or Terraform runs
 
 
 def _store(api, services, demo_analyses, **sessions: str) -> None:

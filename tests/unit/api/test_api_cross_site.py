@@ -79,6 +79,7 @@ def test_a_local_server_answers_to_its_own_names(local_api, host):
                                   "127.0.0.1.evil.example:8080", "[::1]x:8080"])
 @pytest.mark.parametrize(("method", "path"), [("GET", RUNS), ("POST", f"{RUNS}?machine_learning_run_id=r1"),
                                               ("GET", "/ui/runs"), ("GET", "/share/token")])
+@pytest.mark.slow
 def test_a_local_server_refuses_every_other_host_name(local_api, host, method, path):
     response = local_api.request(method, path, headers={"Host": host}, json={} if method == "POST" else None)
     assert response.status_code == 400, response.data

@@ -130,6 +130,7 @@ def test_json_nested_as_deep_as_storage_allows_is_kept(api):
                             "configs.userConfigs.a...")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", ["Infinity", "-Infinity", "NaN", "1e999"])
 def test_a_non_finite_number_is_not_json(api, value):
     response = api.request("POST", f"{RUNS}?machine_learning_run_id=r1", data=f'{{"displayName": {value}}}',

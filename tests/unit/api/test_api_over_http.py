@@ -43,6 +43,7 @@ def _run_body(size: int) -> bytes:
     return head + b"x" * (size - len(head) - len(tail)) + tail
 
 
+@pytest.mark.slow
 def test_a_chunked_body_over_the_limit_is_refused_not_cut(server, api):
     status, payload = _post_chunked(server, f"{RUNS}?machine_learning_run_id=r1", _run_body(MAX_BODY_BYTES + 1))
     assert status == 413, payload
@@ -50,12 +51,14 @@ def test_a_chunked_body_over_the_limit_is_refused_not_cut(server, api):
     assert api.run("r1").status_code == 404
 
 
+@pytest.mark.slow
 def test_a_chunked_body_at_the_limit_is_read_whole(server, api):
     status, payload = _post_chunked(server, f"{RUNS}?machine_learning_run_id=r1", _run_body(MAX_BODY_BYTES))
     assert status == 200, payload
     assert len(api.run("r1").json["labels"]["k"]) == MAX_BODY_BYTES - len(b'{"labels": {"k": ""}}')
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("headers", [{}, {"Content-Type": "text/plain"}])
 def test_a_chunked_body_that_is_not_declared_json_is_refused(server, api, headers):
     status, payload = _post_chunked(server, f"{RUNS}?machine_learning_run_id=r1", b'{"displayName": "x"}', headers)

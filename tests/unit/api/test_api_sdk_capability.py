@@ -83,6 +83,7 @@ def test_a_configured_secret_replaces_the_derived_one(make_api):
     assert api.request("PATCH", f"/sdk/{SECRET}{REGISTER}", json=_registration()).status_code == 200
 
 
+@pytest.mark.slow
 def test_the_open_mode_has_no_capability_url(make_api):
     api = make_api()
     assert api.request("PATCH", f"/sdk/{DERIVED}{REGISTER}", json=_registration()).status_code == 404

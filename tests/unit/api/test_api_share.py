@@ -92,6 +92,7 @@ def test_an_expired_link_is_gone(api, services, analysed):
     assert response.status_code == 410 and "expired" in response.json["error"]["message"]
 
 
+@pytest.mark.slow
 def test_the_share_key_can_be_configured(make_api, services, analysed):
     api = make_api(share_key="configured-share-key-0123456789")
     token = _path(_share(api).json["url"]).rsplit("/", 1)[1]

@@ -51,6 +51,7 @@ def fetched(monkeypatch) -> list[str]:
     return audiences
 
 
+@pytest.mark.slow
 def test_with_an_audience_calls_carry_an_id_token_fetched_once_and_refreshed_as_it_ages(echo_url, fetched):
     client = authenticated_client(echo_url, token="ignored-bearer", audience=AUDIENCE)
     assert isinstance(client, IdTokenClient)
@@ -63,6 +64,7 @@ def test_with_an_audience_calls_carry_an_id_token_fetched_once_and_refreshed_as_
     assert fetched == [AUDIENCE, AUDIENCE]
 
 
+@pytest.mark.slow
 def test_without_an_audience_calls_carry_the_bearer_token_or_nothing(echo_url, fetched):
     assert authenticated_client(echo_url, token="s3cret").call("GET", "/")["authorization"] == "Bearer s3cret"
     assert authenticated_client(echo_url).call("GET", "/")["authorization"] == ""

@@ -50,6 +50,7 @@ def test_a_closed_port_is_unreachable_at_once(closed_port):
     assert "Connection refused" in str(failed.value)
 
 
+@pytest.mark.slow
 def test_a_port_that_accepts_but_never_speaks_grpc_is_a_timeout(silent_listener):
     server = ProfilerServer(f"127.0.0.1:{silent_listener.port}", probe_timeout_s=0.5)
     assert server.reachable()

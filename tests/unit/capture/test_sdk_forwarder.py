@@ -55,6 +55,7 @@ def _raw(forwarder: SdkForwarder, method: str, path: str, body: bytes = b"", **h
     return response.status, json.loads(response.read() or b"{}")
 
 
+@pytest.mark.slow
 def test_the_sdk_registers_and_ends_its_run_through_the_agent_with_the_agents_token(forwarder, control_plane):
     _, services = control_plane
     sdk = SelfHostedDiagonServiceClient(control_plane_url=forwarder.url)
@@ -78,6 +79,7 @@ def test_the_sdk_registers_and_ends_its_run_through_the_agent_with_the_agents_to
     ("PATCH", "/v1/machineLearningRuns/%2e%2e%2fevents"),
     ("GET", "/ui"),
 ])
+@pytest.mark.slow
 def test_only_the_sdks_routes_are_forwarded(forwarder, control_plane, method, path):
     status, body = _raw(forwarder, method, path, b"{}")
     assert status == 404 and "forwards the SDK's routes only" in body["error"]["message"]
@@ -85,18 +87,21 @@ def test_only_the_sdks_routes_are_forwarded(forwarder, control_plane, method, pa
     assert services.runs.list("projects/p/locations/l").items == []
 
 
+@pytest.mark.slow
 def test_a_web_page_that_rebinds_a_name_to_the_agent_is_refused(forwarder):
     status, body = _raw(forwarder, "PATCH", "/v1/machineLearningRuns?allow_missing=true",
                         json.dumps({"logicalId": "x"}).encode(), Host="attacker.example")
     assert status == 403
 
 
+@pytest.mark.slow
 def test_bodies_are_bounded(forwarder):
     too_big = b" " * (MAX_BODY_BYTES + 1)
     assert _raw(forwarder, "PATCH", "/v1/machineLearningRuns", too_big)[0] == 413
     assert _raw(forwarder, "PATCH", "/v1/machineLearningRuns", b"", **{"Transfer-Encoding": "chunked"})[0] == 411
 
 
+@pytest.mark.slow
 def test_a_refusal_by_the_control_plane_reaches_the_sdk_and_the_log_in_one_line(control_plane):
     url, _ = control_plane
     forwarder = SdkForwarder(ApiClient(url, "not-the-token", timeout=4.0)).start()
@@ -111,6 +116,7 @@ def test_a_refusal_by_the_control_plane_reaches_the_sdk_and_the_log_in_one_line(
     assert len(refusals) == 1 and "the bearer token is not valid" in refusals[0]["reason"]
 
 
+@pytest.mark.slow
 def test_a_control_plane_that_cannot_be_reached_is_a_503(closed_port):
     forwarder = SdkForwarder(ApiClient(f"http://127.0.0.1:{closed_port}", TOKEN, timeout=2.0)).start()
     try:

@@ -35,6 +35,7 @@ def test_create_describe_list_in_every_format(mldiag):
         [created["name"]]
 
 
+@pytest.mark.slow
 def test_list_filters_and_limits(mldiag):
     for index in range(5):
         mldiag("machine-learning-run", "create", f"run-{index}", "--labels", f"parity={'odd' if index % 2 else 'even'}")
@@ -53,6 +54,7 @@ def test_update_changes_only_what_is_given(mldiag):
     assert updated["runPhase"] == "COMPLETED" and updated["endTime"]
 
 
+@pytest.mark.slow
 def test_api_errors_exit_1_with_the_servers_message(mldiag):
     mldiag("machine-learning-run", "create", "r1")
     stale = mldiag("machine-learning-run", "update", "r1", "--display-name", "x", "--etag", "stale")
@@ -75,6 +77,7 @@ def test_api_errors_exit_1_with_the_servers_message(mldiag):
     ("profiler-session", "describe", "s1"),
     ("profiler-session", "share", "s1", "--machine-learning-run", "r1", "--ttl", "soon"),
 ])
+@pytest.mark.slow
 def test_usage_mistakes_exit_2(mldiag, args):
     assert mldiag(*args).exit_code == 2
 
@@ -84,6 +87,7 @@ def test_an_unreachable_control_plane_is_exit_1_with_a_hint(mldiag):
     assert result.exit_code == 1 and "mldiag up" in result.stderr
 
 
+@pytest.mark.slow
 def test_the_token_comes_from_the_option_or_the_environment(start_server, mldiag):
     guarded = start_server(api_token="cli-token-123")
     url = ("--api-url", guarded.url)
@@ -93,6 +97,7 @@ def test_the_token_comes_from_the_option_or_the_environment(start_server, mldiag
     assert mldiag("machine-learning-run", "delete", "r1", *url, env={"MLDIAG_API_TOKEN": "cli-token-123"}).exit_code == 0
 
 
+@pytest.mark.slow
 def test_sessions_targets_and_events(server, mldiag):
     run = _json(mldiag("machine-learning-run", "create", "r1", "--gcs-path", "gs://profiles", "--format", "json"))
     report = "gs://profiles/r1/plugins/profile/s1/summary.html"

@@ -42,6 +42,7 @@ def _write(blobs: LocalBlobs, name: str, data: bytes, bucket: str = "profiles"):
     return path
 
 
+@pytest.mark.slow
 def test_a_file_is_announced_once_it_stops_changing(blobs, bus, received):
     watcher = BucketWatcher(blobs, bus, settle_seconds=0.2)
     path = _write(blobs, OBJECT, b"x" * 10)
@@ -114,6 +115,7 @@ def test_a_folder_that_cannot_be_a_bucket_is_named_once_with_the_reason(blobs, b
     assert warning["reason"].startswith("'My_Bucket' is not a valid bucket name (3 to 222 lowercase letters")
 
 
+@pytest.mark.slow
 def test_the_running_watcher_sees_files_in_new_folders(blobs, bus, received):
     watcher = BucketWatcher(blobs, bus, settle_seconds=0.2, poll_seconds=0.05)
     watcher.start()
@@ -135,6 +137,7 @@ def test_only_local_buckets_can_be_watched(bus):
         BucketWatcher(object(), bus)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_a_watcher_whose_observer_died_recovers_and_misses_nothing(blobs, bus, received):
     watcher = BucketWatcher(blobs, bus, settle_seconds=0.1, poll_seconds=0.05)
     watcher.start()
@@ -159,6 +162,7 @@ def _wait_for(received: list, bus: InProcessBus) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_a_restart_that_loses_the_race_again_is_tried_at_the_next_look(blobs, bus, received, monkeypatch):
     starts = []
 

@@ -16,6 +16,7 @@ def _python(code: str, *argv: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.slow
 def test_a_named_command_loads_only_its_own_module():
     shown = _python(
         "import sys; from mldiag.cli.main import run\n"
@@ -27,12 +28,14 @@ def test_a_named_command_loads_only_its_own_module():
     assert shown.stdout.strip().splitlines()[-1] == "[]"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", [["--help"], []])
 def test_help_lists_every_command(argv):
     shown = _python("from mldiag.cli.main import run; run()", *argv)
     assert all(f" {name} " in shown.stdout for name in COMMANDS)
 
 
+@pytest.mark.slow
 def test_an_unknown_command_is_refused_by_name():
     shown = _python("from mldiag.cli.main import run; run()", "no-such-command")
     assert shown.returncode == 2 and "No such command 'no-such-command'" in shown.stderr

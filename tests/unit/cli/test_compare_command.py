@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from mldiag.domain import AnalysisState, AnalysisStatus, ProfilerSession
+
+pytestmark = pytest.mark.slow  # real analyses, servers or Terraform runs
 
 RUN = "projects/local-project/locations/local/machineLearningRuns/r1"
 

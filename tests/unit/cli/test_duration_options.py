@@ -34,6 +34,7 @@ def test_share_ttl_takes_days_and_combined_units(mldiag, analysed):
     assert timedelta(hours=36) <= expires - before < timedelta(hours=36, minutes=1)
 
 
+@pytest.mark.slow
 def test_share_ttl_beyond_the_limit_says_the_limit(mldiag, analysed):
     refused = mldiag("profiler-session", "share", "s1", *ON_RUN, "--ttl", "8d")
     assert refused.exit_code == 1 and "ttl: must be at most 7d" in refused.stderr

@@ -43,6 +43,7 @@ def _json(result) -> object:
     return json.loads(result.stdout)
 
 
+@pytest.mark.slow
 def test_events_and_status_come_from_the_control_plane_at_the_url_not_the_local_data_dir(start_server, tmp_path):
     first, second = start_server(), start_server()
     _archive(first.services, "only-in-first")
@@ -108,6 +109,7 @@ def test_dead_letters_and_prune(server, mldiag):
     (("events", "show", "nothing-here"), "NOT_FOUND: no archived event 'nothing-here'"),
     (("events", "replay", "x", "--to", "nowhere"), "to: Input should be 'local' or 'topic'"),
 ])
+@pytest.mark.slow
 def test_bad_input_is_one_line_from_the_server_and_exit_1(mldiag, args, message):
     result = mldiag(*args)
     assert result.exit_code == 1 and message in result.stderr
@@ -118,6 +120,7 @@ def test_replay_without_events_or_filters_is_a_usage_error(mldiag):
     assert mldiag("events", "replay").exit_code == 2
 
 
+@pytest.mark.slow
 def test_a_control_plane_with_a_token_needs_it_for_events_and_status(start_server):
     guarded = start_server(api_token=TOKEN)
     for args in (("events", "list"), ("status",)):
@@ -132,6 +135,7 @@ def test_an_unreachable_control_plane_is_named(mldiag):
     assert result.exit_code == 1 and "cannot reach the control plane at http://127.0.0.1:9" in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["events", "status"])
 def test_the_commands_load_no_backend(command):
     shown = subprocess.run(
@@ -168,6 +172,7 @@ def mldiag_up(tmp_path) -> Iterator[tuple[str, Path]]:
             process.wait()
 
 
+@pytest.mark.slow
 def test_events_list_replay_and_status_need_nothing_but_the_api_url(mldiag_up, tmp_path):
     url, data = mldiag_up
     # Python's own path travels too, so that the subprocess imports the mldiag under test.

@@ -60,6 +60,7 @@ def test_no_flag_looks_like_it_takes_a_value(path):
     assert row.split() == ["--help", "Show", "this", "message", "and", "exit."]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", [path for path, _ in COMMANDS], ids=" ".join)
 def test_no_word_is_lost_before_a_full_stop(path):
     assert not re.search(r"\w \.(\s|$)", _help(path))

@@ -108,6 +108,7 @@ def _signed(headers: dict[str, str], body: bytes) -> bool:
     return hmac.compare_digest(headers.get("x-mldiag-signature", ""), expected)
 
 
+@pytest.mark.slow
 def test_a_finished_analysis_reaches_the_webhook_slack_and_pagerduty_once(deployment, receiver):
     webhook, slack, pagerduty = receiver(), receiver(), receiver()
     server = deployment(webhook, notify_slack_url=slack.url + "/services/T0/B0/x",
@@ -169,6 +170,7 @@ def test_structured_mode_sends_the_whole_event_as_the_signed_body(deployment, re
     assert event["data"]["event"] == f"{RUN}/monitoredEvents/degradation-1" and event["data"]["status"] == "OPEN"
 
 
+@pytest.mark.slow
 def test_a_receiver_that_fails_three_times_gets_the_event_once_and_the_others_are_not_resent(deployment, receiver):
     webhook, slack = receiver(failures=3), receiver()
     server = deployment(webhook, notify_slack_url=slack.url + "/slack")
@@ -182,6 +184,7 @@ def test_a_receiver_that_fails_three_times_gets_the_event_once_and_the_others_ar
     assert server.services.store.query(notifications.DELIVERED) == []  # nothing kept once every one is served
 
 
+@pytest.mark.slow
 def test_a_receiver_that_always_fails_ends_dead_lettered_and_listed(deployment, receiver):
     webhook = receiver(failures=-1)
     server = deployment(webhook)
@@ -222,6 +225,7 @@ def test_pagerduty_is_triggered_for_an_auto_captured_p0_and_resolved_when_its_ev
     assert [json.loads(b)["status"] for _, _, b in webhook.requests] == ["OPEN", "CLOSED"]
 
 
+@pytest.mark.slow
 def test_set_notifications_routes_a_run_and_never_returns_its_secrets(start_server, receiver):
     server = start_server(notify_allow_private=True)
     _create_run(server.services)
@@ -288,6 +292,7 @@ def test_an_event_that_is_not_a_cloudevent_is_refused_for_good(start_server):
     assert outcome.value == "rejected"
 
 
+@pytest.mark.slow
 def test_a_notification_is_staged_under_a_key_firestore_takes(deployment, receiver):
     """Event ids hold resource names; Firestore reads a "/" in a document id as a path and refuses it."""
     server = deployment(receiver())

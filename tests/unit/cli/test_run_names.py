@@ -24,6 +24,7 @@ def sdk_run(server, mldiag):
     return f"{RUN_PREFIX}/{RUN_ID}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("given", [RUN_ID, f"{RUN_PREFIX}/{RUN_ID}", "my-experiment"])
 def test_every_command_that_names_a_run_takes_its_id_full_name_or_display_name(mldiag, sdk_run, given):
     described = mldiag("machine-learning-run", "describe", given, "--format", "json")
@@ -46,6 +47,7 @@ def test_every_command_that_names_a_run_takes_its_id_full_name_or_display_name(m
     assert mldiag("machine-learning-run", "describe", RUN_ID).exit_code == 1
 
 
+@pytest.mark.slow
 def test_an_unknown_run_is_not_found_instead_of_an_empty_list(mldiag, sdk_run):
     for args in (("profiler-session", "list", "--machine-learning-run", "my-experment"),
                  ("profiler-target", "list", "--machine-learning-run", "my-experment"),
@@ -56,6 +58,7 @@ def test_an_unknown_run_is_not_found_instead_of_an_empty_list(mldiag, sdk_run):
         assert "NOT_FOUND: no run with id or display name" in result.stderr and "Traceback" not in result.output
 
 
+@pytest.mark.slow
 def test_a_display_name_that_several_runs_have_asks_for_the_id(mldiag, sdk_run):
     assert mldiag("machine-learning-run", "create", "second", "--display-name", "my-experiment").exit_code == 0
     result = mldiag("profiler-session", "list", "--machine-learning-run", "my-experiment")

@@ -160,6 +160,7 @@ def test_resolved_notification_closes_the_event_and_captures_nothing_more(servic
     assert len(auto_sessions(services)) == 1
 
 
+@pytest.mark.slow
 def test_a_thousand_repeats_capture_once_and_count_the_suppressions(services, client, clock):
     for _ in range(1000):
         assert client.post("/v1alpha/alerts:alertmanager", json=ALERTMANAGER, headers=BEARER).status_code == 200

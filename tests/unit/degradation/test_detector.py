@@ -18,6 +18,7 @@ def jitter(rng, base, n, spread=0.10):
     return [base * (1 + rng.uniform(-spread, spread)) for _ in range(n)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(20))
 def test_no_false_trigger_on_a_steady_noisy_series(seed):
     rng = random.Random(seed)

@@ -98,6 +98,7 @@ def test_closed_alert_ends_the_event_and_captures_nothing(runs):
     assert len(auto_sessions(runs)) == 1
 
 
+@pytest.mark.slow
 def test_a_thousand_alerts_in_a_minute_capture_once(runs, clock):
     for _ in range(1000):
         handlers.on_alert(runs, push(opened()))

@@ -41,6 +41,7 @@ def _post(body: dict):
     return app.test_client().post("/", data=json.dumps(body), headers={"Content-Type": "application/cloudevents+json"})
 
 
+@pytest.mark.slow
 def test_an_analysis_request_push_analyses_the_session(services):
     written = services.blobs.write_bytes(f"gs://profiles/{OBJECT}",
                                          next(PROFILE.rglob("*.xplane.pb")).read_bytes())

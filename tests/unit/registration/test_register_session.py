@@ -215,6 +215,7 @@ def test_an_analysis_that_never_finished_is_not_kept(embedded, clock):
     assert session.earlier_analyses == [] and session.analysis.state is AnalysisState.PENDING
 
 
+@pytest.mark.slow
 def test_only_the_latest_earlier_analyses_stay_listed(embedded, clock):
     for generation in range(1, ProfilerSession.MAX_EARLIER_ANALYSES + 3):
         deliver(embedded, finalized(f"{RUN_FOLDER}/host0.xplane.pb", generation=generation))

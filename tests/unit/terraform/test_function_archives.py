@@ -123,10 +123,12 @@ def planted_library(planted: Planted) -> Planted:
     return planted
 
 
+@pytest.mark.slow
 def test_each_archive_holds_what_its_function_imports_and_nothing_else(tmp_path: Path):
     assert archive_problems(REPO / "terraform", REPO, tmp_path) == []
 
 
+@pytest.mark.slow
 def test_no_function_imports_a_host_package():
     library = Library(REPO)
     for entry in (REPO / "functions").glob("*/main.py"):
@@ -135,6 +137,7 @@ def test_no_function_imports_a_host_package():
         assert "bootstrap" in reached and "entrypoints" in reached  # the walk follows main.py's imports
 
 
+@pytest.mark.slow
 def test_planted_host_package_in_the_archive_is_reported(planted_library: Planted, tmp_path: Path):
     planted_library.replace("modules/function/variables.tf", '["agent", "cli", "client", "local"]',
                             '["agent", "cli", "client"]')
@@ -143,6 +146,7 @@ def test_planted_host_package_in_the_archive_is_reported(planted_library: Plante
     assert all("mldiag/local/" in problem for problem in problems)
 
 
+@pytest.mark.slow
 def test_planted_function_level_import_of_a_host_module_is_reported(planted_library: Planted, tmp_path: Path):
     handlers = planted_library.root / "shared/mldiag/entrypoints/handlers.py"
     handlers.write_text(handlers.read_text(encoding="utf-8") + "\n\ndef _describe(run):\n"
@@ -152,6 +156,7 @@ def test_planted_function_level_import_of_a_host_module_is_reported(planted_libr
     assert "on_alert: mldiag/client/__init__.py is needed but not in the archive" in problems
 
 
+@pytest.mark.slow
 def test_planted_unpackaged_file_type_is_reported(planted_library: Planted, tmp_path: Path):
     planted_library.write("functions/on_alert/icon.png", "not really a png")
     assert archive_problems(planted_library.terraform, planted_library.root, tmp_path, only="on_alert") == [

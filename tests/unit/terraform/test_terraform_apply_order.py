@@ -16,9 +16,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from terraform_config import Block, load_module
 from terraform_support import REPO, Planted
 from test_terraform_consistency import plain, resources
+
+pytestmark = pytest.mark.slow  # real analyses, servers or Terraform runs
 
 FUNCTION_SOURCES = "gcf-v2-sources-${var.project_number}-${var.region}"
 MINIMUM_WAIT_S = 60

@@ -82,10 +82,12 @@ def index_problems(terraform: Path, workdir: Path, graph: CodeGraph) -> list[str
     return sorted(problems)
 
 
+@pytest.mark.slow
 def test_publishes_to_is_what_the_code_publishes(graph: CodeGraph):
     assert publish_problems(REPO / "terraform", graph) == []
 
 
+@pytest.mark.slow
 def test_the_walk_finds_the_queries_that_need_composite_indexes(graph: CodeGraph):
     shapes = {query.describe() for query in firestore_queries(graph)}
     assert "profilerSessions: _parent and analysis.state and autoCaptured, order createTime desc" in shapes
@@ -117,6 +119,7 @@ def find_baseline(services, session):
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", BASELINE_VARIANTS)
 def test_the_walk_finds_conditions_held_in_variables_and_passed_to_helpers(graph: CodeGraph, variant: str):
     (qualified,) = (name for name in graph.definitions if name.endswith(".find_baseline"))
@@ -128,10 +131,12 @@ def test_the_walk_finds_conditions_held_in_variables_and_passed_to_helpers(graph
     assert BASELINE in shapes
 
 
+@pytest.mark.slow
 def test_every_firestore_query_has_its_index(graph: CodeGraph, tmp_path: Path):
     assert index_problems(REPO / "terraform", tmp_path, graph) == []
 
 
+@pytest.mark.slow
 def test_planted_missing_publish_grant_is_reported(planted: Planted, graph: CodeGraph):
     planted.replace("functions.tf", 'publishes_to       = ["analysis-events", "capture-requests"]',
                     'publishes_to       = ["analysis-events"]')
@@ -139,6 +144,7 @@ def test_planted_missing_publish_grant_is_reported(planted: Planted, graph: Code
         "on_alert publishes to ['capture-requests'] but publishes_to omits it"]
 
 
+@pytest.mark.slow
 def test_planted_missing_baseline_index_is_reported(planted: Planted, graph: CodeGraph, tmp_path: Path):
     planted.replace("firestore.tf", '{ field_path = "autoCaptured", order = "ASCENDING" },', "")
     (problem,) = index_problems(planted.terraform, tmp_path, graph)
@@ -146,6 +152,7 @@ def test_planted_missing_baseline_index_is_reported(planted: Planted, graph: Cod
                         problem)
 
 
+@pytest.mark.slow
 def test_planted_missing_index_is_reported(planted: Planted, graph: CodeGraph, tmp_path: Path):
     planted.replace("firestore.tf", '{ field_path = "runPhase", order = "ASCENDING" },', "")
     (problem,) = index_problems(planted.terraform, tmp_path, graph)

@@ -45,6 +45,7 @@ def value(workdir: Path, expression: str, *variables: str):
     return json.loads(json.loads(result.stdout))
 
 
+@pytest.mark.slow
 def test_the_function_table_evaluates(workdir: Path):
     functions = value(workdir, "local.functions")
     assert set(functions) == {"control_plane", "register_session", "analyze_session", "dispatch_capture",
@@ -53,6 +54,7 @@ def test_the_function_table_evaluates(workdir: Path):
     assert functions["control_plane"]["extra_environment"]["MLDIAG_AUTH_AUDIENCE"].startswith("https://")
 
 
+@pytest.mark.slow
 def test_notification_secrets_come_from_secret_manager(workdir: Path):
     assert value(workdir, "local.notification_secrets") == {}
     secrets = value(workdir, "local.notification_secrets", "-var",
@@ -61,6 +63,7 @@ def test_notification_secrets_come_from_secret_manager(workdir: Path):
     assert secrets == {"MLDIAG_NOTIFY_WEBHOOK_SECRET": "mldiag-webhook", "MLDIAG_NOTIFY_SLACK_URL": "mldiag-slack"}
 
 
+@pytest.mark.slow
 def test_size_overrides_replace_only_the_fields_given(workdir: Path):
     sizes = value(workdir, "local.function_resources",
                   "-var", 'function_resources={analyze_session={memory="32Gi", cpu="8"}}')
@@ -69,6 +72,7 @@ def test_size_overrides_replace_only_the_fields_given(workdir: Path):
     assert sizes["on_alert"]["memory"] == "512Mi"
 
 
+@pytest.mark.slow
 def test_the_firestore_indexes_evaluate(workdir: Path):
     indexes = value(workdir, "local.firestore_indexes")
     assert indexes["profilerSessions-by-parent-descending"]["fields"] == [
@@ -93,6 +97,7 @@ def test_the_firestore_indexes_evaluate(workdir: Path):
     ("maintenance_schedule=* *", "five-field cron expression"),
     ("sdk_secret=too-short", "sdk_secret must be empty or 32 or more"),
 ])
+@pytest.mark.slow
 def test_planted_invalid_variable_is_refused(workdir: Path, variable: str, message: str):
     result = terraform(workdir, "plan", "-input=false", "-lock=false", "-var", variable)
     assert result.returncode == 1
@@ -100,6 +105,7 @@ def test_planted_invalid_variable_is_refused(workdir: Path, variable: str, messa
     assert message in " ".join(result.stderr.split())
 
 
+@pytest.mark.slow
 def test_valid_variables_plan(workdir: Path):
     result = terraform(workdir, "plan", "-input=false", "-lock=false",
                        "-var", 'function_resources={analyze_session={memory="32Gi"}, control_plane={timeout_seconds=900}}',
@@ -113,6 +119,7 @@ def retry_window(attempts: int, minimum_s: float = 10, maximum_s: float = 600) -
     return sum(min(minimum_s * 2 ** step, maximum_s) for step in range(attempts - 1))
 
 
+@pytest.mark.slow
 def test_work_subscriptions_outlast_a_burst_of_their_consumer(workdir: Path):
     """429s from busy instances count as delivery attempts: a burst must not dead-letter what waits."""
     attempts = value(workdir, "local.delivery_attempts")
@@ -132,6 +139,7 @@ def test_the_queues_take_the_burst_sized_attempts():
     assert "delivery   = merge(var.delivery, { max_delivery_attempts = local.delivery_attempts[each.key] })" in main
 
 
+@pytest.mark.slow
 def test_a_public_invoker_on_an_internet_facing_api_plans_only_with_the_sdks_secret(workdir: Path):
     result = terraform(workdir, "plan", "-input=false", "-lock=false", "-var", "sdk_secret=" + "a1" * 32,
                        "-var", "control_plane={allow_unauthenticated=true}")

@@ -12,6 +12,8 @@ import pytest
 from check_terraform_schema import DEFAULT_JSII, INSTALL_HINT, Schemas, check_tree, load_schemas, main
 from terraform_support import REPO, Planted, missing_tool
 
+pytestmark = pytest.mark.slow  # real analyses, servers or Terraform runs
+
 
 @pytest.fixture(scope="session")
 def schemas() -> Schemas:

@@ -6,6 +6,7 @@ XProf the log directory does not exist; a local folder that does not exist stand
 
 from __future__ import annotations
 
+import pytest
 import gzip
 import json
 import socket
@@ -70,6 +71,7 @@ def test_the_viewer_image_starts_with_serve_py():
     assert 'ENTRYPOINT ["python", "/opt/xprof-viewer/serve.py"]' in dockerfile
 
 
+@pytest.mark.slow
 def test_the_viewer_serves_a_log_directory_that_does_not_exist_yet(tmp_path: Path):
     port = free_port()
     started, output = serves([sys.executable, str(IMAGE / "serve.py"), f"--logdir={tmp_path / 'profiles'}",
@@ -77,6 +79,7 @@ def test_the_viewer_serves_a_log_directory_that_does_not_exist_yet(tmp_path: Pat
     assert started, output
 
 
+@pytest.mark.slow
 def test_stock_xprof_refuses_the_same_directory(tmp_path: Path):
     port = free_port()
     started, output = serves([sys.executable, "-m", "xprof.server", f"--logdir={tmp_path / 'profiles'}",

@@ -115,6 +115,7 @@ def test_only_reports_an_earlier_analysis_wrote_can_be_opened(rerun, generation_
     assert b"SECRET" not in response.data
 
 
+@pytest.mark.slow
 def test_the_session_page_lists_earlier_analyses_with_their_reports(rerun):
     page = rerun.text("/ui/runs/r1/sessions/s1")
     earlier = page[page.index("Earlier analyses"):]

@@ -141,6 +141,7 @@ def test_the_form_token_cookie_is_httponly_and_strict(console):
     assert "Set-Cookie" not in console.get("/ui/").headers  # kept, not reissued on every page
 
 
+@pytest.mark.slow
 def test_a_burst_of_wrong_sign_ins_is_throttled_per_client_address(locked, monkeypatch):
     clock = [1000.0]
     monkeypatch.setattr(locked.app.extensions["mldiag.entrypoints.console.sign_in_throttle"], "_now", lambda: clock[0])

@@ -15,6 +15,8 @@ import requests
 
 from mldiag.local.xprof_viewer import ViewerFailed, XprofViewer
 
+pytestmark = pytest.mark.slow  # real analyses, servers or Terraform runs
+
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "profiles" / "compute_bound"
 SESSION = Path("compute_bound") / "plugins" / "profile" / "compute_bound"
 
