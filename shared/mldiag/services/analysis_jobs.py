@@ -194,15 +194,20 @@ def _start(services: Services, request: AnalysisRequest) -> AnalysisState:
 def _fan_out(services: Services, request: AnalysisRequest, fresh: bool) -> str:
     """Stage one host-analysis request per host with their counter document; returns what was done.
 
-    A ``fresh`` request (the analysis was PENDING: asked for, or asked again) starts a new count; a redelivery
-    while RUNNING finds the count it started and only publishes what its outbox still holds.
+    A count under way is kept: a redelivery, or maintenance asking again for an analysis whose hosts take
+    longer than one analysis's time limit, only publishes what the outbox still holds. A ``fresh`` request (the
+    analysis was PENDING) for files whose count has ended, its merge asked for, starts a new count: the
+    session is analysed again.
     """
     key = host_analyses_key(request.session, request.generation_set)
     outbox_keys = {host: f"host-analysis:{key}:{host}" for host in sorted(request.host_files)}
 
-    def work(transaction: Transaction) -> bool:
-        if not fresh and transaction.get(HostAnalyses.collection, key) is not None:
-            return False
+    def work(transaction: Transaction) -> str:
+        document = transaction.get(HostAnalyses.collection, key)
+        if document is not None:
+            progress = HostAnalyses.model_validate(document)
+            if not (fresh and progress.merge_requested):
+                return f"{progress.finished} of {len(progress.hosts)} hosts finished"
         progress = HostAnalyses.of(request.session, request.generation_set, request.host_files)
         transaction.set(HostAnalyses.collection, key, progress.to_document())
         for host, progress_of_host in progress.hosts.items():
@@ -211,16 +216,16 @@ def _fan_out(services: Services, request: AnalysisRequest, fresh: bool) -> str:
                           "hostFile": progress_of_host.file},
                          {"session": request.session, "generationSet": request.generation_set, "host": host},
                          services.now())
-        return True
+        return ""
 
-    created = services.store.transaction(work)
+    under_way = services.store.transaction(work)
     for outbox_key in outbox_keys.values():
         outbox.flush(services.store, services.bus, outbox_key)
     hosts = len(outbox_keys)
-    if created:
-        log.info(f"analysis of {short_name(request.session)} fanned out to {hosts} hosts", notice=True)
-        return f"fanned out to {hosts} hosts"
-    return f"already fanned out to {hosts} hosts"
+    if under_way:
+        return f"already fanned out to {hosts} hosts ({under_way})"
+    log.info(f"analysis of {short_name(request.session)} fanned out to {hosts} hosts", notice=True)
+    return f"fanned out to {hosts} hosts"
 
 
 def _finish(services: Services, request: AnalysisRequest, state: AnalysisState,

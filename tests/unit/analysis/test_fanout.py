@@ -14,9 +14,11 @@ from mldiag.domain.host_analyses import HostAnalyses, HostState
 from mldiag.domain.messages import Message, pubsub_cloud_event, storage_finalized_event
 from mldiag.entrypoints import handlers
 from mldiag.local.server import wire_functions
-from mldiag.services.analysis_jobs import host_analyses_key
+from mldiag.domain.names import parse_child
+from mldiag.services.analysis_jobs import STALE_MARGIN_SECONDS, host_analyses_key, retry_stale
 from mldiag.services.event_archive import Outcome
 from mldiag.services.registration import Registrar
+from mldiag.services.resources.reanalysis import reanalyze
 
 SESSION = "projects/p/locations/l/machineLearningRuns/run1/profilerSessions/s1"
 FOLDER = "gs://profiles/run1/plugins/profile/s1"
@@ -162,3 +164,33 @@ def test_below_the_threshold_a_multi_host_session_is_analysed_in_one_process(emb
     written = json.loads(embedded.blobs.read_bytes(analysis.analysis_uri))
     assert [host["host"] for host in written["hosts"]] == ["h0", "h1"]
     assert {tool["host"] for tool in written["tools"]} == {""}
+
+
+def test_asking_again_analyses_every_host_again(four_hosts):
+    services = four_hosts
+    reanalyze(services, parse_child(SESSION))
+    services.bus.drain(timeout=600)
+    analysis = services.sessions.get(SESSION).analysis
+    assert analysis.state is AnalysisState.DONE
+    assert sorted(request["host"] for request in _payloads(services, HOST_ANALYSIS_REQUESTS)) == sorted(HOSTS * 2)
+    assert [bool(request.get("merge")) for request in _payloads(services, ANALYSIS_REQUESTS)] == [
+        False, True, False, True]
+    assert _progress(services).finished == 4
+
+
+def test_maintenance_asking_again_keeps_the_count_under_way(embedded, clock):
+    data = xplane("input_bound").read_bytes()
+    for host in HOSTS:
+        _add_file(embedded, host, data)
+    clock.advance(embedded.settings.settle_seconds + 1)
+    assert Registrar(embedded).settle_due() == 1
+    request = embedded.bus.published[ANALYSIS_REQUESTS][-1]
+    assert _redeliver(embedded, request, ANALYSIS_REQUESTS, handlers.analyze_session) is Outcome.OK
+    assert len(embedded.bus.published[HOST_ANALYSIS_REQUESTS]) == 4  # published, none delivered yet
+    clock.advance(embedded.settings.analysis_timeout_seconds + STALE_MARGIN_SECONDS + 1)
+    assert retry_stale(embedded) == (1, 0)
+    again = embedded.bus.published[ANALYSIS_REQUESTS][-1]
+    assert _redeliver(embedded, again, ANALYSIS_REQUESTS, handlers.analyze_session) is Outcome.OK
+    assert embedded.events.get("analyze_session", again.message_id).detail == (
+        "already fanned out to 4 hosts (0 of 4 hosts finished)")
+    assert len(embedded.bus.published[HOST_ANALYSIS_REQUESTS]) == 4
