@@ -72,10 +72,10 @@ def _analyse(args: argparse.Namespace, scratch: Path) -> int:
     from mldiag import bootstrap
     from mldiag.config import Settings
 
-    investigate = bootstrap.build_investigator(Settings.from_env())
     try:
-        if args.host_evidence:
+        if args.host_evidence:  # the evidence alone: the merge investigates
             return _host_evidence(args, scratch)
+        investigate = bootstrap.build_investigator(Settings.from_env())
         if args.merge:
             analysis = _merged(args, scratch, investigate)
         else:
