@@ -220,6 +220,13 @@ class RunningAnalysis:
             analysis.seconds = time.perf_counter() - self.started
         return analysis
 
+    def follow_up(self, analysis: Analysis, investigate: Investigate) -> Analysis:
+        """Investigate ``analysis``, made elsewhere (the merge of a session this file is one host of), with the
+        follow-up tools on this file, once its HLO modules are dumped and its raw events read."""
+        self.dumping.result()
+        self.state.absent.settle(_absent_inputs([future.result() for future in self.reading]))
+        return investigate(analysis, self.context)
+
 
 @contextlib.contextmanager
 def start_analysis(

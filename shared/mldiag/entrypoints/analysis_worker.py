@@ -127,7 +127,7 @@ def _merged(args: argparse.Namespace, scratch: Path, investigate: Investigator) 
         analysis.investigation = Investigation(reasoner=investigate.reasoner.name, note=note)
     else:
         with start_analysis([args.followups_on], scratch) as running:
-            analysis = investigate(analysis, running.context)
+            analysis = running.follow_up(analysis, investigate)
     analysis.seconds = time.perf_counter() - started
     return analysis
 

@@ -84,6 +84,8 @@ def test_four_hosts_are_four_host_requests_one_merge_and_one_report(four_hosts):
     assert written["missing_hosts"] == {}
     assert all(tool["host"] in HOSTS for tool in written["tools"])
     assert analysis.top_finding.startswith("P0 Host-bound")
+    # The follow-ups ran on one host's file (every host needed attention alone), with its raw events read.
+    assert written["followups"] and all(f["status"] in ("ok", "no_data") for f in written["followups"])
     for host in HOSTS:
         evidence = json.loads(services.blobs.read_bytes(f"{reports}/hosts/{host}.json"))
         assert evidence["host"] == host and evidence["evidence"]["host"] == host
