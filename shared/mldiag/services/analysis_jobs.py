@@ -301,7 +301,7 @@ def _baseline(services: Services, session: ProfilerSession, scratch: Path) -> li
 
 
 def run_worker(settings: Settings, files: list[Path], scratch: Path, out: Path, source: str,
-                dashboard_uri: str, extra: list[str]) -> None:
+               dashboard_uri: str, extra: list[str]) -> None:
     from mldiag.analysis.profiles import UNREADABLE_EXIT
 
     command = [sys.executable, "-m", "mldiag.entrypoints.analysis_worker", "--out", str(out), "--scratch", str(scratch),
