@@ -1,4 +1,4 @@
-"""Cloud Function: one host file of a multi-host session; its evidence next to the session, the last host asks for the merge."""
+"""Cloud Function: one host file of a multi-host session analysed; the last host asks for the merge."""
 
 import functions_framework
 from cloudevents.http import CloudEvent

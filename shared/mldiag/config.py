@@ -30,7 +30,8 @@ MAINTENANCE_TICKS = "maintenance-ticks"
 ANALYSIS_EVENTS = "analysis-events"  # CloudEvents out: analyses finished, monitored events opened and closed
 DEAD_LETTER_SUFFIX = "-dead-letter"
 SDK_CAPABILITY_CONTEXT = b"mldiag sdk capability v1"
-TOPICS = (ANALYSIS_REQUESTS, HOST_ANALYSIS_REQUESTS, CAPTURE_REQUESTS, MONITORING_ALERTS, MAINTENANCE_TICKS, ANALYSIS_EVENTS)
+TOPICS = (ANALYSIS_REQUESTS, HOST_ANALYSIS_REQUESTS, CAPTURE_REQUESTS, MONITORING_ALERTS, MAINTENANCE_TICKS,
+          ANALYSIS_EVENTS)
 # Where a dead letter goes when even the dead-letter recorder keeps failing on it.
 UNRECORDED_DEAD_LETTERS = "unrecorded-dead-letters"
 
