@@ -78,7 +78,7 @@ locals {
       # The timeout stays under the 600 s push ack deadline so a slow run is not redelivered.
       resources          = { memory = "8Gi", cpu = "2", timeout_seconds = 540, concurrency = 1, max_instances = 10 }
       bucket_roles       = ["roles/storage.objectUser"]
-      publishes_to       = ["analysis-events"]
+      publishes_to       = ["analysis-events", "host-analysis-requests"]
       project_roles      = ["roles/aiplatform.user"]
       sign_as_self       = true # the report's share link in the analysis.v1.completed notification
       reaches_workloads  = false
@@ -89,6 +89,22 @@ locals {
         GOOGLE_CLOUD_PROJECT      = var.project_id
         GOOGLE_CLOUD_LOCATION     = var.vertex_location
       }
+    }
+    analyze_host = {
+      description        = "Analyses one host file of a multi-host session and writes its evidence next to the session; the last host asks for the merge."
+      service_account_id = "analyze-host"
+      trigger            = "pubsub"
+      # One host file (100 MB - 1 GB on TPU pods) per instance: size for the largest host file, as
+      # analyze_session is sized for the largest session it analyses whole. max_instances is how many
+      # hosts of a session run at once: a session of more hosts takes rounds.
+      resources          = { memory = "8Gi", cpu = "2", timeout_seconds = 540, concurrency = 1, max_instances = 64 }
+      bucket_roles       = ["roles/storage.objectUser"]
+      publishes_to       = ["analysis-requests"] # the merge, from the last host to finish
+      project_roles      = []
+      sign_as_self       = false
+      reaches_workloads  = false
+      extra_requirements = []
+      extra_environment  = {}
     }
     dispatch_capture = {
       description        = "Asks a workload's profiler server (:9999) for an on-demand trace or a continuous-profiling snapshot."
@@ -124,7 +140,7 @@ locals {
       trigger            = "pubsub"
       resources          = { memory = "512Mi", cpu = "1", timeout_seconds = 60, concurrency = 20, max_instances = 5 }
       bucket_roles       = ["roles/storage.objectCreator"]
-      publishes_to       = ["analysis-events"] # a dead analysis request ends its analysis
+      publishes_to       = ["analysis-events", "analysis-requests"] # a dead analysis request ends its analysis; a dead host request may ask for the merge
       project_roles      = []
       sign_as_self       = false
       reaches_workloads  = false
@@ -138,7 +154,7 @@ locals {
       # One tick at a time: overlapping runs would only contend for the same documents.
       resources          = { memory = "512Mi", cpu = "1", timeout_seconds = 120, concurrency = 1, max_instances = 1 }
       bucket_roles       = ["roles/storage.objectViewer", "roles/storage.objectCreator"] # viewer: reconciliation lists it
-      publishes_to       = ["analysis-events", "analysis-requests", "capture-requests", "monitoring-alerts"]
+      publishes_to       = ["analysis-events", "analysis-requests", "capture-requests", "host-analysis-requests", "monitoring-alerts"]
       project_roles      = []
       sign_as_self       = false
       reaches_workloads  = false
@@ -182,11 +198,12 @@ locals {
 
   # Each work topic (mldiag.config.TOPICS) and the function that consumes it.
   queue_consumers = {
-    "analysis-requests" = "analyze_session"
-    "capture-requests"  = "dispatch_capture"
-    "monitoring-alerts" = "on_alert"
-    "maintenance-ticks" = "maintenance"
-    "analysis-events"   = "deliver_notifications"
+    "analysis-requests"      = "analyze_session"
+    "host-analysis-requests" = "analyze_host"
+    "capture-requests"       = "dispatch_capture"
+    "monitoring-alerts"      = "on_alert"
+    "maintenance-ticks"      = "maintenance"
+    "analysis-events"        = "deliver_notifications"
   }
   # Pub/Sub counts a 429 (every instance of the consumer busy) as a delivery attempt, so a
   # burst of work for a consumer that takes one message per instance for minutes would

@@ -200,7 +200,7 @@ variable "function_resources" {
   default = {}
   validation {
     condition     = alltrue([for name in keys(var.function_resources) : contains(keys(local.functions), name)])
-    error_message = "function_resources keys must be mldiag functions: control_plane, register_session, analyze_session, dispatch_capture, on_alert, maintenance, record_dead_letter."
+    error_message = "function_resources keys must be mldiag functions: control_plane, register_session, analyze_session, analyze_host, dispatch_capture, on_alert, maintenance, record_dead_letter."
   }
   validation {
     condition = alltrue([

@@ -22,6 +22,7 @@ from mldiag.domain.errors import invalid_argument
 
 # Topic names are part of the deployment contract: Terraform and the devstack create these.
 ANALYSIS_REQUESTS = "analysis-requests"
+HOST_ANALYSIS_REQUESTS = "host-analysis-requests"  # one host of a multi-host session, fanned out
 CAPTURE_REQUESTS = "capture-requests"
 MONITORING_ALERTS = "monitoring-alerts"
 BUCKET_NOTIFICATIONS = "bucket-notifications"
@@ -29,7 +30,8 @@ MAINTENANCE_TICKS = "maintenance-ticks"
 ANALYSIS_EVENTS = "analysis-events"  # CloudEvents out: analyses finished, monitored events opened and closed
 DEAD_LETTER_SUFFIX = "-dead-letter"
 SDK_CAPABILITY_CONTEXT = b"mldiag sdk capability v1"
-TOPICS = (ANALYSIS_REQUESTS, CAPTURE_REQUESTS, MONITORING_ALERTS, MAINTENANCE_TICKS, ANALYSIS_EVENTS)
+TOPICS = (ANALYSIS_REQUESTS, HOST_ANALYSIS_REQUESTS, CAPTURE_REQUESTS, MONITORING_ALERTS, MAINTENANCE_TICKS,
+          ANALYSIS_EVENTS)
 # Where a dead letter goes when even the dead-letter recorder keeps failing on it.
 UNRECORDED_DEAD_LETTERS = "unrecorded-dead-letters"
 
@@ -46,6 +48,7 @@ BUCKET_TRIGGERED = ("register_session",)
 # Which function each topic pushes to; Terraform and the devstack create exactly these subscriptions.
 TOPIC_SUBSCRIBERS: dict[str, str] = {
     ANALYSIS_REQUESTS: "analyze_session",
+    HOST_ANALYSIS_REQUESTS: "analyze_host",
     MAINTENANCE_TICKS: "maintenance",
     CAPTURE_REQUESTS: "dispatch_capture",
     MONITORING_ALERTS: "on_alert",
@@ -102,6 +105,8 @@ class Settings(BaseModel):
     vertex_location: str = "global"
     vertex_endpoint: str = ""  # a private or proxied Vertex AI endpoint; Google's by default
     analysis_timeout_seconds: float = Field(default=480.0, gt=0)
+    # A session with at least this many host files is analysed one host per function instance, then merged.
+    fan_out_min_hosts: int = Field(default=2, ge=2)
     # Notifications out: the deployment's default destinations (a run may name its own).
     notify_webhook_url: str = ""
     notify_webhook_secret: str = ""
@@ -151,6 +156,7 @@ class Settings(BaseModel):
             "vertex_location": env.get("MLDIAG_VERTEX_LOCATION") or env.get("GOOGLE_CLOUD_LOCATION"),
             "vertex_endpoint": env.get("MLDIAG_VERTEX_ENDPOINT"),
             "analysis_timeout_seconds": env.get("MLDIAG_ANALYSIS_TIMEOUT_SECONDS"),
+            "fan_out_min_hosts": env.get("MLDIAG_FAN_OUT_MIN_HOSTS"),
             "notify_webhook_url": env.get("MLDIAG_NOTIFY_WEBHOOK_URL"),
             "notify_webhook_secret": env.get("MLDIAG_NOTIFY_WEBHOOK_SECRET"),
             "notify_webhook_mode": env.get("MLDIAG_NOTIFY_WEBHOOK_MODE"),

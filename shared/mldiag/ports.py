@@ -164,9 +164,11 @@ EventHandler = Callable[["CloudEvent"], object]
 class HostedBus(MessageBus, Protocol):
     """A message bus that delivers to handlers in this process (``mldiag up``'s embedded bus)."""
 
-    def subscribe(self, topic: str, handler: EventHandler, *, name: str = "") -> object: ...
+    def subscribe(self, topic: str, handler: EventHandler, *, name: str = "", max_in_flight: int = 0) -> object:
+        """Deliver ``topic``'s messages to ``handler``, at most ``max_in_flight`` at once (0: any)."""
 
-    def start(self) -> None: ...
+    def start(self, workers: int = 4) -> None:
+        """Deliver in the background, up to ``workers`` messages at once."""
 
     def stop(self, interrupt: Callable[[], object] | None = None) -> None:
         """Stop delivering; ``interrupt`` is called to cut short the handlers still running."""

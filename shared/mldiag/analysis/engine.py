@@ -51,6 +51,7 @@ from mldiag.analysis.xprof_tools import (
 
 if TYPE_CHECKING:
     from mldiag.analysis.evidence import Analysis, ToolResult
+    from mldiag.analysis.fanout import HostAnalysis
     from mldiag.analysis.host_evidence import HostEvidence
 
 Progress = Callable[[str], None]
@@ -219,6 +220,13 @@ class RunningAnalysis:
             analysis.seconds = time.perf_counter() - self.started
         return analysis
 
+    def follow_up(self, analysis: Analysis, investigate: Investigate) -> Analysis:
+        """Investigate ``analysis``, made elsewhere (the merge of a session this file is one host of), with the
+        follow-up tools on this file, once its HLO modules are dumped and its raw events read."""
+        self.dumping.result()
+        self.state.absent.settle(_absent_inputs([future.result() for future in self.reading]))
+        return investigate(analysis, self.context)
+
 
 @contextlib.contextmanager
 def start_analysis(
@@ -291,3 +299,20 @@ def analyze_session(
     """
     with start_analysis(paths, scratch_dir, progress=progress, memory_budget_bytes=memory_budget_bytes) as running:
         return running.finish(source=source, investigate=investigate)
+
+
+def analyze_host(
+    path: Path,
+    scratch_dir: Path | None = None,
+    *,
+    progress: Progress | None = None,
+    memory_budget_bytes: int | None = None,
+) -> HostAnalysis:
+    """Analyse one host file of a multi-host session on its own; its evidence is kept for the session's merge
+    (:func:`mldiag.analysis.fanout.merge_hosts`). Raises
+    :class:`~mldiag.analysis.profiles.UnreadableProfile` as :func:`analyze_session` does."""
+    from mldiag.analysis.fanout import HostAnalysis
+
+    with start_analysis([path], scratch_dir, progress=progress, memory_budget_bytes=memory_budget_bytes) as running:
+        alone = running.finish()
+        return HostAnalysis.of(alone, hlo_kernels=_hlo_kernels(running.context))

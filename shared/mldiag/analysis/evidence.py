@@ -40,6 +40,7 @@ class ToolResult(Evidence):
     seconds: float
     data: Any = None
     reason: str = ""  # why there is no data, or what failed
+    host: str = ""  # in a session analysed host by host, the host whose result this is
 
 
 class HloIssue(Evidence):
@@ -210,6 +211,7 @@ class Analysis(Evidence):
     followups: list[Followup] = Field(default_factory=list)
     investigation: Investigation | None = None
     comparison: Comparison | None = None
+    missing_hosts: dict[str, str] = Field(default_factory=dict)  # host -> why its evidence is not in this analysis
     profile: ProfileInput
     versions: dict[str, str] = Field(default_factory=dict)
     seconds: float = 0.0

@@ -7,21 +7,39 @@ reasoner the environment configures, and writes ``analysis.json`` and
 ``summary.html`` into ``--out``. Exit 3 (with the reason on stderr) means the
 profile cannot be read. SIGTERM or SIGINT stop it at once (exit 143 or 130),
 its private copies removed.
+
+A multi-host session fanned out over function instances uses two more modes:
+``--host-evidence`` analyses one host file and writes its evidence
+(``host.json``, a :class:`~mldiag.analysis.fanout.HostAnalysis`); ``--merge``
+reads the hosts' ``host.json`` files, merges them into the session's analysis,
+investigates it (the follow-up checks run on ``--followups-on``, one host's
+file) and writes the two reports.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    from mldiag.analysis import Analysis
+    from mldiag.analysis.investigation import Investigator
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("files", nargs="+", type=Path, help="the session's <host>.xplane.pb files")
+    parser.add_argument("files", nargs="+", type=Path,
+                        help="the session's <host>.xplane.pb files (with --merge, the hosts' host.json files)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--host-evidence", action="store_true", help="analyse one host file; write host.json")
+    mode.add_argument("--merge", action="store_true", help="merge the hosts' host.json files into the reports")
+    parser.add_argument("--missing", type=Path, help="with --merge: JSON object, each host left out -> why")
+    parser.add_argument("--followups-on", type=Path, help="with --merge: the host file the follow-ups read")
     parser.add_argument("--out", type=Path, required=True, help="where to write the two reports")
     parser.add_argument("--scratch", type=Path, help="where the private copy may live")
     parser.add_argument("--source", default="", help="where the session is kept, for the report")
@@ -55,8 +73,13 @@ def _analyse(args: argparse.Namespace, scratch: Path) -> int:
     from mldiag.config import Settings
 
     try:
-        analysis = analyze_session(args.files, scratch, source=args.source,
-                                   investigate=bootstrap.build_investigator(Settings.from_env()))
+        if args.host_evidence:  # the evidence alone: the merge investigates
+            return _host_evidence(args, scratch)
+        investigate = bootstrap.build_investigator(Settings.from_env())
+        if args.merge:
+            analysis = _merged(args, scratch, investigate)
+        else:
+            analysis = analyze_session(args.files, scratch, source=args.source, investigate=investigate)
     except UnreadableProfile as error:
         print(error, file=sys.stderr)
         return UNREADABLE_EXIT
@@ -69,6 +92,44 @@ def _analyse(args: argparse.Namespace, scratch: Path) -> int:
             analysis.comparison = compare(analysis, baseline, args.baseline_session)
     write_reports(analysis, args.out, dashboard_uri=args.dashboard_uri)
     return 0
+
+
+def _host_evidence(args: argparse.Namespace, scratch: Path) -> int:
+    from mldiag.analysis.engine import analyze_host
+    from mldiag.analysis.fanout import HOST_EVIDENCE_FILE
+
+    if len(args.files) != 1:
+        print(f"--host-evidence analyses one host file, not {len(args.files)}", file=sys.stderr)
+        return 2
+    part = analyze_host(args.files[0], scratch)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / HOST_EVIDENCE_FILE).write_text(part.model_dump_json(), "utf-8")
+    return 0
+
+
+def _merged(args: argparse.Namespace, scratch: Path, investigate: Investigator) -> Analysis:
+    import time
+
+    from mldiag.analysis import Analysis, start_analysis
+    from mldiag.analysis.evidence import Investigation
+    from mldiag.analysis.fanout import HostAnalysis, merge_hosts
+    from mldiag.domain.resources import HealthStatus
+
+    started = time.perf_counter()
+    parts = [HostAnalysis.model_validate_json(path.read_text("utf-8")) for path in args.files]
+    missing = json.loads(args.missing.read_text("utf-8")) if args.missing else {}
+    analysis: Analysis = merge_hosts(parts, source=args.source, session=args.source.rstrip("/").rsplit("/", 1)[-1],
+                                     missing=missing)
+    if analysis.status is HealthStatus.OPTIMAL or args.followups_on is None:
+        note = ("The health snapshot is OPTIMAL: no follow-up checks were needed."
+                if analysis.status is HealthStatus.OPTIMAL else
+                "No follow-up checks: every host's own analysis was OPTIMAL, so no host file was read for them.")
+        analysis.investigation = Investigation(reasoner=investigate.reasoner.name, note=note)
+    else:
+        with start_analysis([args.followups_on], scratch) as running:
+            analysis = running.follow_up(analysis, investigate)
+    analysis.seconds = time.perf_counter() - started
+    return analysis
 
 if __name__ == "__main__":
     sys.exit(main())

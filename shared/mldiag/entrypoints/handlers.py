@@ -28,6 +28,14 @@ def analyze_session(services: Services, event: CloudEvent) -> event_archive.Outc
     return event_archive.handle(services.events, "analyze_session", event, lambda e: analyze_requested(services, e))
 
 
+def analyze_host(services: Services, event: CloudEvent) -> event_archive.Outcome:
+    """``host-analysis-requests``: analyse one host file of a fanned-out session; the last host asks for the merge."""
+    from mldiag.services.host_analyses import analyze_host_requested
+
+    return event_archive.handle(services.events, "analyze_host", event,
+                                lambda e: analyze_host_requested(services, e))
+
+
 def record_dead_letter(services: Services, event: CloudEvent) -> event_archive.Outcome:
     """Every ``<topic>-dead-letter`` topic: keep what exhausted its retries, with its reason."""
     from mldiag.services.operations.dead_letters import record
@@ -66,6 +74,7 @@ def deliver_notifications(services: Services, event: CloudEvent) -> event_archiv
 EVENT_HANDLERS: dict[str, FunctionHandler] = {
     "register_session": register_session,
     "analyze_session": analyze_session,
+    "analyze_host": analyze_host,
     "record_dead_letter": record_dead_letter,
     "maintenance": maintenance,
     "dispatch_capture": dispatch_capture,

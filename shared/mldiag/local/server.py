@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import os
 import signal
 import socket
 import threading
@@ -64,6 +65,14 @@ LISTEN_BACKLOG = 1024
 # Functions that share this machine's memory with everything else: an analysis reserves up to 80 % of the
 # memory it finds free, so analyses run one after another here (each has an instance of its own in the cloud).
 MAX_IN_FLIGHT = {"analyze_session": 1}
+BUS_WORKERS = 4  # deliveries at once besides the host analyses of fanned-out sessions
+HOST_ANALYSIS_MEMORY = 4 * 1024**3  # what one host analysis is given room for (100 MB - 1 GB files convert in it)
+
+
+def host_analysis_slots() -> int:
+    """How many hosts of a fanned-out session this machine analyses at once: one per core, as memory allows."""
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return max(1, min(os.cpu_count() or 1, memory // HOST_ANALYSIS_MEMORY))
 
 
 @dataclass(frozen=True)
@@ -137,9 +146,10 @@ def session_page_link(url: str) -> Callable[[str], str]:
 def wire_functions(services: Services, bus: HostedBus) -> None:
     """Subscribe every event function to its topics, and the bucket-triggered ones to every bucket's
     finalize events."""
+    limits = {**MAX_IN_FLIGHT, "analyze_host": host_analysis_slots()}
     for topic, function in TOPIC_SUBSCRIBERS.items():
         bus.subscribe(topic, functools.partial(handlers.EVENT_HANDLERS[function], services), name=function,
-                      max_in_flight=MAX_IN_FLIGHT.get(function, 0))
+                      max_in_flight=limits.get(function, 0))
     for function in BUCKET_TRIGGERED:
         handler = handlers.EVENT_HANDLERS[function]
 
@@ -230,7 +240,7 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
 
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     recover_from_a_stop(services)
-    bus.start()
+    bus.start(workers=BUS_WORKERS + host_analysis_slots())
     watcher.start()
     ticker.start()
     if otlp_server is not None:

@@ -24,6 +24,15 @@ last delivery attempt records FAILED. Where the delivery count does not reach th
 function (functions-framework drops it from the push), the request's dead
 letter does it instead (:func:`give_up`).
 
+A session of ``fan_out_min_hosts`` host files or more is fanned out instead:
+the request stages one ``host-analysis-requests`` message per host and a
+:class:`~mldiag.domain.host_analyses.HostAnalyses` counter document in one
+transaction, and the ``analyze_host`` function (:mod:`mldiag.services.host_analyses`)
+analyses each host on an instance of its own. The host that finishes last asks
+for the merge: an ``analysis-requests`` message with ``"merge": true``, which
+this function serves by merging the hosts' evidence, investigating and writing
+the reports as for any session (hosts that failed are named in them).
+
 What a killed process leaves is picked up later: maintenance asks again for an
 analysis left RUNNING or PENDING past the time limit, or fails it after its
 last attempt (:func:`retry_stale`); on the embedded backend analyses keep their
@@ -59,13 +68,15 @@ from mldiag.services.session_files import require_xspace_object
 from mldiag.analysis.report import ANALYSIS_FILE, SUMMARY_FILE
 from mldiag.services.dependencies import Services
 from mldiag.domain.layout import XPLANE_SUFFIX, parse_blob_uri, report_folder
-from mldiag.config import Settings
+from mldiag.config import HOST_ANALYSIS_REQUESTS, Settings
+from mldiag.domain.host_analyses import HostAnalyses, followups_host
 from mldiag.domain.errors import InvalidArgument, NotFound, PermanentFailure
 from mldiag.domain.names import parent_of, short_name
 from mldiag.domain.resources import AnalysisState, ProfilerSession
 from mldiag.services.event_archive import Ignored
 from mldiag.domain.messages import message_from_cloud_event
 from mldiag.ports import Transaction, Where
+from mldiag.services.repository import document_key
 
 FUNCTION = "analyze_session"  # the function this handler runs in, as the event archive names it
 MAX_REASON_CHARS = 500
@@ -90,6 +101,7 @@ class AnalysisRequest:
     session: str
     generation_set: str
     host_files: dict[str, str]  # host -> gs:// URI of its .xplane.pb
+    merge: bool = False  # merge the evidence the hosts of a fanned-out analysis left, rather than analyse
 
     @classmethod
     def parse(cls, payload: Any) -> AnalysisRequest:
@@ -107,7 +119,10 @@ class AnalysisRequest:
                 parse_blob_uri(uri)
             except InvalidArgument as bad:
                 raise PermanentFailure(f"'hostFiles': {bad}") from None
-        return cls(session, generation_set, dict(host_files))
+        merge = payload.get("merge", False)
+        if not isinstance(merge, bool):
+            raise PermanentFailure("'merge' is true or false")
+        return cls(session, generation_set, dict(host_files), merge)
 
     @property
     def folder_uri(self) -> str:
@@ -149,7 +164,13 @@ def _update(services: Services, name: str, change: Callable[[ProfilerSession], s
     return said
 
 
-def _start(services: Services, request: AnalysisRequest) -> None:
+def host_analyses_key(session: str, generation_set: str) -> str:
+    """The key of the counter document of a fanned-out analysis of these files."""
+    return f"{document_key(session)}:{generation_set}"
+
+
+def _start(services: Services, request: AnalysisRequest) -> AnalysisState:
+    """RUNNING, if the session still waits for this request's result; returns the state it was in."""
     def change(session: ProfilerSession) -> str:
         analysis = session.analysis
         # Current means: these are the session's files now, and no request for newer ones went out since.
@@ -160,13 +181,51 @@ def _start(services: Services, request: AnalysisRequest) -> None:
                           "`mldiag profiler-session analyze` runs it again")
         if analysis.state not in (AnalysisState.PENDING, AnalysisState.RUNNING):
             raise Ignored(f"no analysis was requested (state {analysis.state.value})")
+        was = analysis.state.value
         analysis.state = AnalysisState.RUNNING
         analysis.attempts += 1
         analysis.start_time, analysis.end_time = services.now(), None
         analysis.error = ""
+        return was
+
+    return AnalysisState(_update(services, request.session, change))
+
+
+def _fan_out(services: Services, request: AnalysisRequest, fresh: bool) -> str:
+    """Stage one host-analysis request per host with their counter document; returns what was done.
+
+    A count under way is kept: a redelivery, or maintenance asking again for an analysis whose hosts take
+    longer than one analysis's time limit, only publishes what the outbox still holds. A ``fresh`` request (the
+    analysis was PENDING) for files whose count has ended, its merge asked for, starts a new count: the
+    session is analysed again.
+    """
+    key = host_analyses_key(request.session, request.generation_set)
+    outbox_keys = {host: f"host-analysis:{key}:{host}" for host in sorted(request.host_files)}
+
+    def work(transaction: Transaction) -> str:
+        document = transaction.get(HostAnalyses.collection, key)
+        if document is not None:
+            progress = HostAnalyses.model_validate(document)
+            if not (fresh and progress.merge_requested):
+                return f"{progress.finished} of {len(progress.hosts)} hosts finished"
+        progress = HostAnalyses.of(request.session, request.generation_set, request.host_files)
+        transaction.set(HostAnalyses.collection, key, progress.to_document())
+        for host, progress_of_host in progress.hosts.items():
+            outbox.stage(transaction, outbox_keys[host], HOST_ANALYSIS_REQUESTS,
+                         {"session": request.session, "generationSet": request.generation_set, "host": host,
+                          "hostFile": progress_of_host.file},
+                         {"session": request.session, "generationSet": request.generation_set, "host": host},
+                         services.now())
         return ""
 
-    _update(services, request.session, change)
+    under_way = services.store.transaction(work)
+    for outbox_key in outbox_keys.values():
+        outbox.flush(services.store, services.bus, outbox_key)
+    hosts = len(outbox_keys)
+    if under_way:
+        return f"already fanned out to {hosts} hosts ({under_way})"
+    log.info(f"analysis of {short_name(request.session)} fanned out to {hosts} hosts", notice=True)
+    return f"fanned out to {hosts} hosts"
 
 
 def _finish(services: Services, request: AnalysisRequest, state: AnalysisState,
@@ -241,8 +300,8 @@ def _baseline(services: Services, session: ProfilerSession, scratch: Path) -> li
     return ["--baseline", str(target), "--baseline-session", baseline.name]
 
 
-def _run_worker(settings: Settings, files: list[Path], scratch: Path, out: Path, source: str,
-                dashboard_uri: str, extra: list[str]) -> None:
+def run_worker(settings: Settings, files: list[Path], scratch: Path, out: Path, source: str,
+               dashboard_uri: str, extra: list[str]) -> None:
     from mldiag.analysis.profiles import UNREADABLE_EXIT
 
     command = [sys.executable, "-m", "mldiag.entrypoints.analysis_worker", "--out", str(out), "--scratch", str(scratch),
@@ -271,24 +330,57 @@ def _run_worker(settings: Settings, files: list[Path], scratch: Path, out: Path,
         raise AnalysisFailed(f"the analysis worker exited with {worker.returncode}: {last}", permanent=False)
 
 
+def download_profile(services: Services, uri: str, target: Path) -> Path:
+    """Copy one host file into scratch space, once it is known to be a profile."""
+    try:
+        require_xspace_object(services.blobs, uri)  # before a copy is made of what may be gigabytes of nothing
+        services.blobs.download(uri, target)
+    except NotFound:
+        raise AnalysisFailed(f"{uri} is gone from the bucket", permanent=True) from None
+    except UnreadableProfile as error:
+        raise AnalysisFailed(f"unreadable profile: {error}", permanent=True) from None
+    return target
+
+
 def _analyse(services: Services, request: AnalysisRequest, session: ProfilerSession,
              scratch: Path) -> tuple[str, str]:
     """Download, analyse, upload; returns the URIs of ``summary.html`` and ``analysis.json``."""
-    folder = request.folder_uri
-    files = []
-    for host, uri in sorted(request.host_files.items()):
-        target = scratch / "profile" / session.id / f"{host}{XPLANE_SUFFIX}"
+    files = [download_profile(services, uri, scratch / "profile" / session.id / f"{host}{XPLANE_SUFFIX}")
+             for host, uri in sorted(request.host_files.items())]
+    return _report(services, request, session, scratch, files, [])
+
+
+def _merge(services: Services, request: AnalysisRequest, session: ProfilerSession, progress: HostAnalyses,
+           scratch: Path) -> tuple[str, str]:
+    """Download the hosts' evidence (and the file the follow-ups read), merge, upload; returns the report URIs."""
+    done = progress.done
+    if not done:
+        raise AnalysisFailed("no host could be analysed: " + "; ".join(
+            f"{host}: {reason}" for host, reason in progress.missing.items()), permanent=True)
+    evidence = []
+    for host, finished in done.items():
+        target = scratch / "hosts" / f"{host}.json"
         try:
-            require_xspace_object(services.blobs, uri)  # before a copy is made of what may be gigabytes of nothing
-            services.blobs.download(uri, target)
+            services.blobs.download(finished.evidence_uri, target)
         except NotFound:
-            raise AnalysisFailed(f"{uri} is gone from the bucket", permanent=True) from None
-        except UnreadableProfile as error:
-            raise AnalysisFailed(f"unreadable profile: {error}", permanent=True) from None
-        files.append(target)
+            raise AnalysisFailed(f"{finished.evidence_uri} is gone from the bucket", permanent=True) from None
+        evidence.append(target)
+    missing = scratch / "missing.json"
+    missing.write_text(json.dumps(progress.missing), "utf-8")
+    mode = ["--merge", "--missing", str(missing)]
+    if followups := followups_host(done):
+        target = scratch / "profile" / session.id / f"{followups}{XPLANE_SUFFIX}"
+        mode += ["--followups-on", str(download_profile(services, done[followups].file, target))]
+    return _report(services, request, session, scratch, evidence, mode)
+
+
+def _report(services: Services, request: AnalysisRequest, session: ProfilerSession, scratch: Path,
+            inputs: list[Path], mode: list[str]) -> tuple[str, str]:
+    """Run the worker on ``inputs`` in ``mode`` and upload its reports next to the session."""
+    folder = request.folder_uri
     out = scratch / "report"
-    _run_worker(services.settings, files, scratch, out, folder, _dashboard_uri(services, session),
-                _baseline(services, session, scratch))
+    run_worker(services.settings, inputs, scratch, out, folder, _dashboard_uri(services, session),
+               [*mode, *_baseline(services, session, scratch)])
     report_uri, analysis_uri = (f"{report_folder(folder, request.generation_set)}/{name}"
                                 for name in (SUMMARY_FILE, ANALYSIS_FILE))
     services.blobs.upload(out / ANALYSIS_FILE, analysis_uri, "application/json")
@@ -296,7 +388,8 @@ def _analyse(services: Services, request: AnalysisRequest, session: ProfilerSess
     return report_uri, analysis_uri
 
 
-def _scratch_root(settings: Settings) -> Path | None:
+def scratch_root(settings: Settings) -> Path | None:
+    """Where this machine's analyses keep their scratch space (see Settings.scratch_dir); None: the system's."""
     root = settings.scratch_dir
     if root is not None:
         root.mkdir(parents=True, exist_ok=True)
@@ -422,6 +515,18 @@ def _reasoner(analysis: Analysis) -> str:
     return f"vertex ({investigation.model})" if investigation.reasoner == "vertex" else investigation.reasoner
 
 
+def _merge_ready(services: Services, request: AnalysisRequest) -> HostAnalyses:
+    """The counter document a merge request is for, once every host of it has finished."""
+    document = services.store.get(HostAnalyses.collection, host_analyses_key(request.session, request.generation_set))
+    if document is None:
+        raise Ignored("no fanned-out analysis is recorded for these files")
+    progress = HostAnalyses.model_validate(document)
+    if progress.finished < len(progress.hosts):
+        raise Ignored(f"{progress.finished} of {len(progress.hosts)} hosts have finished: a newer fan-out of these "
+                      "files is under way, and its last host asks for the merge")
+    return progress
+
+
 def analyze_requested(services: Services, event: CloudEvent) -> str:
     """The ``analyze_session`` handler body: one ``analysis-requests`` message in, a one-line account out."""
     message = message_from_cloud_event(event)
@@ -431,14 +536,22 @@ def analyze_requested(services: Services, event: CloudEvent) -> str:
     attempt = max(message.delivery_attempt, services.events.attempts(FUNCTION, str(event["id"])))
     last_attempt = attempt >= services.settings.max_delivery_attempts
     with structlog.contextvars.bound_contextvars(session=request.session):
-        _start(services, request)
-        session = services.sessions.get(request.session)
+        progress = _merge_ready(services, request) if request.merge else None
+        was = _start(services, request)
         hosts = len(request.host_files)
-        log.info(f"analysis of {short_name(session.name)} started ({hosts} host file{'s' if hosts != 1 else ''})",
-                 notice=True, attempt=session.analysis.attempts)
+        if progress is None and hosts >= services.settings.fan_out_min_hosts:
+            return _fan_out(services, request, fresh=was is AnalysisState.PENDING)
+        session = services.sessions.get(request.session)
+        what = (f"merge of {len(progress.done)} hosts' evidence" if progress is not None else
+                f"{hosts} host file{'s' if hosts != 1 else ''}")
+        log.info(f"analysis of {short_name(session.name)} started ({what})", notice=True,
+                 attempt=session.analysis.attempts)
         try:
-            with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX, dir=_scratch_root(services.settings)) as scratch:
-                report_uri, analysis_uri = _analyse(services, request, session, Path(scratch))
+            with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX, dir=scratch_root(services.settings)) as scratch:
+                if progress is not None:
+                    report_uri, analysis_uri = _merge(services, request, session, progress, Path(scratch))
+                else:
+                    report_uri, analysis_uri = _analyse(services, request, session, Path(scratch))
                 analysis = Analysis.model_validate_json((Path(scratch) / "report" / ANALYSIS_FILE).read_text("utf-8"))
         except Exception as error:  # noqa: BLE001 - recorded on the session, then acknowledged or retried
             permanent = isinstance(error, AnalysisFailed) and error.permanent
@@ -458,7 +571,9 @@ def analyze_requested(services: Services, event: CloudEvent) -> str:
         step_time = analysis.metrics.step_time_ms
         log.info(f"analysis of {short_name(session.name)} done: {analysis.status.value}"
                  + (f", step time {step_time:.1f} ms" if step_time is not None else "")
-                 + (f"; top finding {top.priority.value} {top.title}" if top else ""),
+                 + (f"; top finding {top.priority.value} {top.title}" if top else "")
+                 + (f"; missing host{'s' if len(analysis.missing_hosts) > 1 else ''} "
+                    + ", ".join(analysis.missing_hosts) if analysis.missing_hosts else ""),
                  notice=True, status=analysis.status.value, step_time_ms=step_time, report=report_uri,
-                 recorded=outcome)
+                 recorded=outcome, missing_hosts=analysis.missing_hosts)
         return f"{analysis.status.value}: {report_uri} ({outcome})"

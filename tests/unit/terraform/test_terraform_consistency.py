@@ -389,14 +389,16 @@ def test_planted_vertex_grant_outside_the_analysis_is_reported(planted: Planted)
 
 
 def test_planted_renamed_topic_is_reported(planted: Planted):
-    planted.replace("functions.tf", '"capture-requests"  = "dispatch_capture"', '"capture-request"   = "dispatch_capture"')
+    planted.replace("functions.tf", '"capture-requests"       = "dispatch_capture"',
+                    '"capture-request"        = "dispatch_capture"')
     problems = topic_problems(planted.root)
     assert problems[0].startswith("work topics ['analysis-events', 'analysis-requests', 'capture-request', ")
     assert "the code pushes capture-requests-dead-letter to record_dead_letter; Terraform to None" in problems
 
 
 def test_planted_wrong_consumer_is_reported(planted: Planted):
-    planted.replace("functions.tf", '"maintenance-ticks" = "maintenance"', '"maintenance-ticks" = "register_session"')
+    planted.replace("functions.tf", '"maintenance-ticks"      = "maintenance"',
+                    '"maintenance-ticks"      = "register_session"')
     assert topic_problems(planted.root) == [
         "the code pushes maintenance-ticks to maintenance; Terraform to register_session",
         "Terraform pushes maintenance-ticks to register_session, which mldiag.entrypoints.handlers does not list",

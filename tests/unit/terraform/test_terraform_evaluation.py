@@ -48,8 +48,9 @@ def value(workdir: Path, expression: str, *variables: str):
 @pytest.mark.slow
 def test_the_function_table_evaluates(workdir: Path):
     functions = value(workdir, "local.functions")
-    assert set(functions) == {"control_plane", "register_session", "analyze_session", "dispatch_capture",
-                              "on_alert", "maintenance", "record_dead_letter", "deliver_notifications"}
+    assert set(functions) == {"control_plane", "register_session", "analyze_session", "analyze_host",
+                              "dispatch_capture", "on_alert", "maintenance", "record_dead_letter",
+                              "deliver_notifications"}
     assert functions["analyze_session"]["extra_environment"]["GOOGLE_CLOUD_PROJECT"] == "my-project"
     assert functions["control_plane"]["extra_environment"]["MLDIAG_AUTH_AUDIENCE"].startswith("https://")
 

@@ -3,7 +3,8 @@
 Pub/Sub forwards such a message to ``<topic>-dead-letter`` with attributes
 naming the source subscription and the delivery count; the archived event of
 its last attempt holds the error, and is linked from the dead letter. A dead
-analysis request also marks its session's analysis FAILED with that error.
+analysis request also marks its session's analysis FAILED with that error; a
+dead host-analysis request counts its host as FAILED, so that the merge goes ahead.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 from cloudevents.http import CloudEvent
 
 from mldiag.services.dependencies import Services
-from mldiag.config import ANALYSIS_REQUESTS, DEAD_LETTER_SUFFIX, TOPIC_SUBSCRIBERS
+from mldiag.config import ANALYSIS_REQUESTS, DEAD_LETTER_SUFFIX, HOST_ANALYSIS_REQUESTS, TOPIC_SUBSCRIBERS
 from mldiag.domain.types import format_timestamp
 from mldiag.domain.errors import MldiagError
 from mldiag.services.event_archive import ArchivedEvent, Ignored, Outcome
@@ -50,12 +51,14 @@ def record(services: Services, event: CloudEvent) -> str:
 
 def _give_up(services: Services, topic: str, data: bytes, reason: str) -> str:
     """Record the failure where the system tracks the work the message asked for, if it does."""
-    if topic != ANALYSIS_REQUESTS:
-        return ""
-    from mldiag.services.analysis_jobs import give_up
+    from mldiag.services import analysis_jobs, host_analyses
 
     try:
-        return give_up(services, data, reason)
+        if topic == ANALYSIS_REQUESTS:
+            return analysis_jobs.give_up(services, data, reason)
+        if topic == HOST_ANALYSIS_REQUESTS:
+            return host_analyses.give_up(services, data, reason)
+        return ""
     except (ValueError, MldiagError, Ignored) as unusable:  # kept as a dead letter all the same
         return f"no analysis to mark failed ({unusable})"
 

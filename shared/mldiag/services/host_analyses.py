@@ -1,0 +1,181 @@
+"""The ``analyze_host`` function: one host file of a fanned-out session, analysed on an instance of its own.
+
+A request (``{"session", "generationSet", "host", "hostFile"}``, staged by
+``analyze_session`` when it fans a session out) is served once per host:
+
+* the host file is downloaded into scratch space and analysed alone by
+  :mod:`mldiag.entrypoints.analysis_worker` (``--host-evidence``) under
+  ``analysis_timeout_seconds``; its evidence is written to
+  ``<session folder>/mldiag/<generation set>/hosts/<host>.json``;
+* the host is recorded DONE in the fan-out's counter document, in the
+  transaction that counts it; the transaction that counts the last host also
+  stages the merge request (``analysis-requests``, ``"merge": true``) in the
+  outbox, so exactly one merge is asked for and none is lost;
+* a redelivered request for a host that already finished is acknowledged and
+  changes nothing; so is one for files the session no longer holds.
+
+A host that cannot be analysed (unreadable file, timeout, out of memory), or
+that fails on its last delivery attempt or reaches its dead letter
+(:func:`give_up`), is recorded FAILED with the reason and counted all the same:
+the merge goes ahead without it and the report names it.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+from cloudevents.http import CloudEvent
+
+from mldiag.analysis.fanout import HOST_EVIDENCE_FILE, HOST_EVIDENCE_FOLDER, HostAnalysis
+from mldiag.config import ANALYSIS_REQUESTS
+from mldiag.domain.errors import InvalidArgument, PermanentFailure
+from mldiag.domain.host_analyses import HostAnalyses, HostProgress, HostState
+from mldiag.domain.layout import XPLANE_SUFFIX, parse_blob_uri, report_folder
+from mldiag.domain.messages import message_from_cloud_event
+from mldiag.domain.names import short_name
+from mldiag.ports import Transaction
+from mldiag.services import outbox
+from mldiag.services.analysis_jobs import (
+    MAX_REASON_CHARS, SCRATCH_PREFIX, AnalysisFailed, download_profile, host_analyses_key, run_worker, scratch_root,
+)
+from mldiag.services.dependencies import Services
+from mldiag.services.event_archive import Ignored
+
+FUNCTION = "analyze_host"  # the function this handler runs in, as the event archive names it
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class HostRequest:
+    session: str
+    generation_set: str
+    host: str
+    host_file: str  # gs:// URI of its .xplane.pb
+
+    @classmethod
+    def parse(cls, payload: Any) -> HostRequest:
+        if not isinstance(payload, dict):
+            raise PermanentFailure("a host-analysis request is a JSON object")
+        fields = [payload.get(name) for name in ("session", "generationSet", "host", "hostFile")]
+        if not all(isinstance(value, str) and value for value in fields):
+            raise PermanentFailure("a host-analysis request needs 'session', 'generationSet', 'host' and 'hostFile'")
+        session, generation_set, host, host_file = fields
+        if not host_file.endswith(XPLANE_SUFFIX):
+            raise PermanentFailure(f"'hostFile' must be the gs:// URI of a {XPLANE_SUFFIX} file")
+        try:
+            parse_blob_uri(host_file)
+        except InvalidArgument as bad:
+            raise PermanentFailure(f"'hostFile': {bad}") from None
+        return cls(session, generation_set, host, host_file)
+
+    @property
+    def key(self) -> str:
+        return host_analyses_key(self.session, self.generation_set)
+
+    @property
+    def folder_uri(self) -> str:
+        return self.host_file.rsplit("/", 1)[0]
+
+
+def _merge_request(progress: HostAnalyses) -> dict[str, Any]:
+    return {"session": progress.session, "generationSet": progress.generation_set,
+            "hostFiles": {host: finished.file for host, finished in progress.hosts.items()}, "merge": True}
+
+
+def record_host(services: Services, request: HostRequest, outcome: HostProgress) -> str:
+    """Count the host as finished with ``outcome``, once; the last host to finish asks for the merge."""
+    merge_key = f"analysis-merge:{request.key}"
+
+    def work(transaction: Transaction) -> tuple[bool, str]:
+        document = transaction.get(HostAnalyses.collection, request.key)
+        if document is None:
+            return False, "no fan-out of these files is recorded"
+        progress = HostAnalyses.model_validate(document)
+        if request.host not in progress.hosts:
+            return False, f"host {request.host} is not one of this fan-out's"
+        if not progress.record(request.host, outcome):
+            return False, f"host {request.host} had finished already ({progress.hosts[request.host].state.value})"
+        merging = progress.take_merge()
+        if merging:
+            outbox.stage(transaction, merge_key, ANALYSIS_REQUESTS, _merge_request(progress),
+                         {"session": request.session, "generationSet": request.generation_set},
+                         services.now())
+        transaction.set(HostAnalyses.collection, request.key, progress.to_document())
+        return merging, (f"{progress.finished} of {len(progress.hosts)} hosts finished"
+                         + ("; merge requested" if merging else ""))
+
+    merging, said = services.store.transaction(work)
+    if merging:
+        outbox.flush(services.store, services.bus, merge_key)
+    return said
+
+
+def _pending(services: Services, request: HostRequest) -> None:
+    """Ignored unless this host of these files still waits for its analysis."""
+    document = services.store.get(HostAnalyses.collection, request.key)
+    if document is None:
+        raise Ignored("no fan-out of these files is recorded")
+    progress = HostAnalyses.model_validate(document)
+    state = progress.hosts.get(request.host)
+    if state is None:
+        raise Ignored(f"host {request.host} is not one of this fan-out's")
+    if state.state is not HostState.PENDING:
+        raise Ignored(f"host {request.host} already {state.state.value}")
+    session = services.sessions.find(request.session)
+    if session is None:
+        raise Ignored("the session no longer exists")
+    if session.analysis.generation_set != request.generation_set:
+        raise Ignored("stale request: the session's files changed since; a newer request analyses them")
+
+
+def _analyse(services: Services, request: HostRequest, scratch: Path) -> HostProgress:
+    """Download, analyse alone, upload the evidence; returns the host's outcome."""
+    profile = download_profile(services, request.host_file, scratch / "profile" / f"{request.host}{XPLANE_SUFFIX}")
+    out = scratch / "evidence"
+    run_worker(services.settings, [profile], scratch, out, request.folder_uri, "", ["--host-evidence"])
+    evidence = out / HOST_EVIDENCE_FILE
+    part = HostAnalysis.model_validate_json(evidence.read_text("utf-8"))
+    uri = f"{report_folder(request.folder_uri, request.generation_set)}/{HOST_EVIDENCE_FOLDER}/{request.host}.json"
+    services.blobs.upload(evidence, uri, "application/json")
+    return HostProgress(file=request.host_file, state=HostState.DONE, evidence_uri=uri, status=part.status.value,
+                        step_time_ms=part.step_time_ms)
+
+
+def analyze_host_requested(services: Services, event: CloudEvent) -> str:
+    """The ``analyze_host`` handler body: one ``host-analysis-requests`` message in, a one-line account out."""
+    message = message_from_cloud_event(event)
+    request = HostRequest.parse(message.json())
+    attempt = max(message.delivery_attempt, services.events.attempts(FUNCTION, str(event["id"])))
+    last_attempt = attempt >= services.settings.max_delivery_attempts
+    with structlog.contextvars.bound_contextvars(session=request.session, host=request.host):
+        _pending(services, request)
+        try:
+            with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX, dir=scratch_root(services.settings)) as scratch:
+                outcome = _analyse(services, request, Path(scratch))
+        except Exception as error:  # noqa: BLE001 - recorded on the fan-out, then acknowledged or retried
+            permanent = isinstance(error, AnalysisFailed) and error.permanent
+            reason = str(error) if isinstance(error, AnalysisFailed) else f"{type(error).__name__}: {error}"
+            if permanent or last_attempt:
+                failed = HostProgress(file=request.host_file, state=HostState.FAILED,
+                                      reason=reason[:MAX_REASON_CHARS])
+                counted = record_host(services, request, failed)
+                log.warning(f"host {request.host} of {short_name(request.session)} failed: {reason}",
+                            recorded=counted)
+                raise PermanentFailure(f"host {request.host} failed: {reason} ({counted})") from error
+            raise
+        counted = record_host(services, request, outcome)
+        log.info(f"host {request.host} of {short_name(request.session)} analysed: {outcome.status}", recorded=counted)
+        return f"host {request.host} {outcome.status}: {outcome.evidence_uri} ({counted})"
+
+
+def give_up(services: Services, payload: bytes, reason: str) -> str:
+    """A host request that exhausted its delivery attempts: the host is FAILED with ``reason``, and counted."""
+    request = HostRequest.parse(json.loads(payload))
+    failed = HostProgress(file=request.host_file, state=HostState.FAILED,
+                          reason=f"gave up after every delivery attempt: {reason}"[:MAX_REASON_CHARS])
+    return f"host {request.host} of {short_name(request.session)}: {record_host(services, request, failed)}"
