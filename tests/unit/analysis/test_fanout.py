@@ -20,6 +20,8 @@ from mldiag.services.event_archive import Outcome
 from mldiag.services.registration import Registrar
 from mldiag.services.resources.reanalysis import reanalyze
 
+pytestmark = pytest.mark.slow  # real analyses, servers or Terraform runs
+
 SESSION = "projects/p/locations/l/machineLearningRuns/run1/profilerSessions/s1"
 FOLDER = "gs://profiles/run1/plugins/profile/s1"
 HOSTS = ("h0", "h1", "h2", "h3")
