@@ -231,3 +231,14 @@ def test_a_datetime_is_kept_as_a_timestamp_and_compares_as_time(store):
         assert isinstance(stored, datetime) and stored == INSTANT  # a Firestore Timestamp reads back as a datetime
     assert keys(store.query("expiring", where=[Where("expireAt", "<", INSTANT + timedelta(seconds=1))])) == ["a"]
     assert keys(store.query("expiring", where=[Where("expireAt", "<", INSTANT)])) == []
+
+
+@pytest.mark.parametrize("key", ["a/b", "", ".", "..", "__reserved__", "k" * 1501])
+def test_a_key_firestore_would_refuse_is_refused_by_every_store(store, key):
+    with pytest.raises(InvalidArgument, match="document key"):
+        store.set("people", key, {"name": "x"})
+    with pytest.raises(InvalidArgument, match="document key"):
+        store.get("people", key)
+    with pytest.raises(InvalidArgument, match="document key"):
+        store.transaction(lambda transaction: transaction.create("people", key, {"name": "x"}))
+    assert store.query("people") == []

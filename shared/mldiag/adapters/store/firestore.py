@@ -17,6 +17,7 @@ from google.cloud import firestore
 from google.cloud.firestore_v1.base_query import FieldFilter
 from google.cloud.firestore_v1.field_path import FieldPath
 
+from mldiag.adapters.store.keys import check_key
 from mldiag.adapters.store.queries import KEY, field_segments, result_order
 from mldiag.domain.errors import Aborted, AlreadyExists
 from mldiag.ports import Document, OrderBy, Where
@@ -45,20 +46,20 @@ class _FirestoreTransaction:
         # with, silently missing this transaction's own writes: refuse instead.
         if self._written:
             raise RuntimeError("a transaction must read everything before it writes")
-        snapshot = self._client.collection(collection).document(key).get(transaction=self._transaction)
+        snapshot = self._client.collection(collection).document(check_key(collection, key)).get(transaction=self._transaction)
         return snapshot.to_dict() if snapshot.exists else None
 
     def set(self, collection: str, key: str, document: Document) -> None:
         self._written = True
-        self._transaction.set(self._client.collection(collection).document(key), document)
+        self._transaction.set(self._client.collection(collection).document(check_key(collection, key)), document)
 
     def create(self, collection: str, key: str, document: Document) -> None:
         self._written = True
-        self._transaction.create(self._client.collection(collection).document(key), document)
+        self._transaction.create(self._client.collection(collection).document(check_key(collection, key)), document)
 
     def delete(self, collection: str, key: str) -> None:
         self._written = True
-        self._transaction.delete(self._client.collection(collection).document(key))
+        self._transaction.delete(self._client.collection(collection).document(check_key(collection, key)))
 
 
 class FirestoreStore:
@@ -68,22 +69,22 @@ class FirestoreStore:
         self._client = firestore.Client(project=project, database=database)
 
     def get(self, collection: str, key: str) -> Document | None:
-        snapshot = self._client.collection(collection).document(key).get()
+        snapshot = self._client.collection(collection).document(check_key(collection, key)).get()
         return snapshot.to_dict() if snapshot.exists else None
 
     def create(self, collection: str, key: str, document: Document) -> None:
         try:
-            self._client.collection(collection).document(key).create(document)
+            self._client.collection(collection).document(check_key(collection, key)).create(document)
         except google_errors.AlreadyExists:
             raise AlreadyExists(f"{collection}/{key} already exists") from None
 
     def set(self, collection: str, key: str, document: Document) -> None:
-        self._client.collection(collection).document(key).set(document)
+        self._client.collection(collection).document(check_key(collection, key)).set(document)
 
     def delete(self, collection: str, key: str) -> bool:
         must_exist = self._client.write_option(exists=True)
         try:
-            self._client.collection(collection).document(key).delete(option=must_exist)
+            self._client.collection(collection).document(check_key(collection, key)).delete(option=must_exist)
         except google_errors.NotFound:
             return False
         return True

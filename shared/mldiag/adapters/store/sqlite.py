@@ -19,6 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from mldiag.adapters.store.keys import check_key
 from mldiag.adapters.store.queries import KEY, field_segments, result_order
 from mldiag.domain.errors import AlreadyExists
 from mldiag.domain.types import format_timestamp
@@ -63,17 +64,21 @@ class _SqliteTransaction:
         self._writes: list[tuple[str, str, str, Document | None]] = []
 
     def get(self, collection: str, key: str) -> Document | None:
+        check_key(collection, key)
         if self._writes:
             raise RuntimeError("a transaction must read everything before it writes")
         return _fetch(self._connection, collection, key)
 
     def set(self, collection: str, key: str, document: Document) -> None:
+        check_key(collection, key)
         self._writes.append(("set", collection, key, document))
 
     def create(self, collection: str, key: str, document: Document) -> None:
+        check_key(collection, key)
         self._writes.append(("create", collection, key, document))
 
     def delete(self, collection: str, key: str) -> None:
+        check_key(collection, key)
         self._writes.append(("delete", collection, key, None))
 
     def commit(self) -> None:
@@ -131,6 +136,7 @@ class SqliteStore:
         return self._memory_lock if self._shared is not None else contextlib.nullcontext()
 
     def get(self, collection: str, key: str) -> Document | None:
+        check_key(collection, key)
         with self._lock():
             return _fetch(self._connection(), collection, key)
 
