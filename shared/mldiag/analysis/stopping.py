@@ -15,11 +15,13 @@ import os
 import shutil
 import signal
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import NoReturn
 
+REMOVE_ATTEMPTS = 20
 PRIVATE_FOLDER_PREFIX = "mldiag-analysis-"  # the engine's private copy, in the scratch folder it is given
 TIMED_OUT_EXIT = 124  # as timeout(1) exits
 SIGNALLED_EXIT = 128  # plus the signal's number, as a shell reports it
@@ -31,10 +33,19 @@ def stop_now(folders: Iterable[Path], message: str, code: int) -> NoReturn:
     """Kill this process's descendants, remove ``folders``, print ``message`` and exit with ``code``."""
     _kill_descendants(os.getpid())
     for folder in folders:
-        shutil.rmtree(folder, ignore_errors=True)
+        _remove(folder)
     sys.stderr.write(message + "\n")
     sys.stderr.flush()
     os._exit(code)
+
+
+def _remove(folder: Path) -> None:
+    """Remove ``folder``, again while the analysis's threads (still running until the exit) write into it."""
+    for _ in range(REMOVE_ATTEMPTS):
+        shutil.rmtree(folder, ignore_errors=True)
+        if not folder.exists():
+            return
+        time.sleep(0.05)
 
 
 @contextlib.contextmanager
