@@ -16,13 +16,16 @@ Two readers, for the two things the analysis needs fast:
 * :func:`read_planes` reads every line's events as columns: metadata ids,
   start and duration. A profile holds millions of events, and building a
   Python object per event (as ``jax.profiler.ProfileData`` and XProf's own
-  reader do) costs about a microsecond each. Here protobuf's C parser frames
-  the file, with each event left as its serialized bytes, and numpy decodes the
-  three leading fields of all of a line's events at once. Every protobuf
+  reader do) costs about a microsecond each. Here the file is streamed, plane
+  by plane and line by line: protobuf's C parser frames one line at a time,
+  with each event left as its serialized bytes, and numpy decodes the three
+  leading fields of all of the line's events at once. Every protobuf
   serializer writes fields in field-number order, so an event starts with its
   metadata id (1), offset (2) and duration (3), each omitted when zero. The
   few events whose stats are wanted (the first of each name) are parsed whole
-  on request.
+  on request, from where they are in the file. Nothing parses the file as one
+  message, so a file past protobuf's 2 GiB limit reads as any other (one line
+  must stay under it).
 """
 
 from __future__ import annotations
@@ -36,11 +39,13 @@ from typing import Any
 
 import numpy as np
 
-from mldiag.analysis.wire import VARINT, MalformedXSpace, fields
+from mldiag.analysis.wire import VARINT, MalformedXSpace, fields, varint
 
 METADATA_PLANE = "/host:metadata"
 _PLANES = 1  # XSpace.planes
 _PLANE_NAME = 2  # XPlane.name
+_PLANE_LINES = 3  # XPlane.lines
+_LINE_EVENTS = 4  # XLine.events
 _LEADING_FIELDS = (1, 2, 3)  # XEvent.metadata_id, offset_ps, duration_ps
 _MAX_VARINT_BYTES = 10
 
@@ -106,7 +111,6 @@ def _messages() -> dict[str, Any]:
     def map_entry(plane: Any, name: str, value: str) -> None:
         message(name, f"int64 key = 1; {value} value = 2", within=plane).options.map_entry = True
 
-    message("XSpace", "repeated XPlane planes = 1")
     plane = message("XPlane", "bytes name = 2; repeated XLine lines = 3; "
                               "repeated XPlane.EventMetadataEntry event_metadata = 4; "
                               "repeated XPlane.StatMetadataEntry stat_metadata = 5; repeated XStat stats = 6")
@@ -124,7 +128,7 @@ def _messages() -> dict[str, Any]:
     pool = descriptor_pool.DescriptorPool()
     pool.Add(schema)
     return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.{name}"))
-            for name in ("XSpace", "XEvent")}
+            for name in ("XPlane", "XLine", "XEvent")}
 
 
 # Bit masks for decoding a varint held in the little-endian word of its first 8 bytes.
@@ -206,7 +210,8 @@ class Line:
     starts_ns: np.ndarray
     durations_ps: np.ndarray
     plane: Plane = field(repr=False)
-    _events: Sequence[bytes] = field(repr=False)
+    _source: mmap.mmap = field(repr=False)
+    _offsets: np.ndarray = field(repr=False)  # where each event's field starts in the file (its tag)
 
     def __len__(self) -> int:
         return len(self.metadata_ids)
@@ -217,8 +222,12 @@ class Line:
         return self.durations_ps // 1000
 
     def stats(self, index: int) -> dict[str, Any]:
-        """The stats of event ``index`` by name, its metadata's stats included (the event's own win)."""
-        event = _messages()["XEvent"].FromString(self._events[index])
+        """The stats of event ``index`` by name, its metadata's stats included (the event's own win).
+
+        The event is parsed from the file, where it still is: the reader keeps no event's bytes.
+        """
+        length, start = varint(self._source, int(self._offsets[index]) + 1)
+        event = _messages()["XEvent"].FromString(self._source[start:start + length])
         return self.plane.resolve(self.plane.metadata_stats(int(self.metadata_ids[index])), event.stats)
 
 
@@ -245,29 +254,76 @@ class Plane:
 def read_planes(path: Path) -> list[Plane]:
     """Every plane of the file at ``path``, its lines' events as columns.
 
+    The file is streamed, never parsed as one message (protobuf refuses messages over 2 GiB) nor copied
+    whole into memory: it is memory-mapped, each plane's names and stats are parsed apart from its
+    lines, then each line alone, and the pages of a line already read are handed back. What stays is
+    four numbers per event, so the reader's peak is those columns plus a small multiple of the largest line.
     Raises :class:`MalformedXSpace` for a file that is empty or not in the wire format.
     """
+    with open(path, "rb") as file:
+        if not file.seek(0, 2):
+            raise MalformedXSpace(f"{Path(path).name} is empty")
+        source = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+    return [_plane(source, start, end) for number, _, start, end in fields(source, 0, len(source))
+            if number == _PLANES]
+
+
+def _plane(source: mmap.mmap, start: int, end: int) -> Plane:
     from google.protobuf.message import DecodeError
 
-    data = Path(path).read_bytes()
-    if not data:
-        raise MalformedXSpace(f"{Path(path).name} is empty")
-    try:
-        space = _messages()["XSpace"].FromString(data)
+    messages = _messages()
+    lines, described = [], []
+    for number, tag_at, value_start, value_end in fields(source, start, end):
+        (lines if number == _PLANE_LINES else described).append((tag_at, value_start, value_end))
+    try:  # the plane without its lines: names, metadata and stats
+        parsed = messages["XPlane"].FromString(b"".join(source[tag_at:value_end] for tag_at, _, value_end in described))
     except DecodeError as error:
-        raise MalformedXSpace(f"{Path(path).name}: {error}") from error
-    del data
-    return [_plane(plane) for plane in space.planes]
-
-
-def _plane(parsed: Any) -> Plane:
+        raise MalformedXSpace(f"a plane at byte {start}: {error}") from error
     stat_names = {key: _text(metadata.name) for key, metadata in parsed.stat_metadata.items()}
     event_metadata = parsed.event_metadata
     plane = Plane(_text(parsed.name), {}, [], {key: _text(metadata.name) for key, metadata in event_metadata.items()},
                   event_metadata, stat_names)
     plane.stats = plane.resolve(parsed.stats)
-    for line in parsed.lines:
-        metadata_ids, offsets_ps, durations_ps = _leading_fields(line.events).astype(np.int64)
-        plane.lines.append(Line(_text(line.name), metadata_ids, line.timestamp_ns + offsets_ps // 1000,
-                                durations_ps, plane, line.events))
+    for _, value_start, value_end in lines:
+        plane.lines.append(_line(source, value_start, value_end, plane))
+        _release(source, value_start, value_end)
     return plane
+
+
+def _line(source: mmap.mmap, start: int, end: int, plane: Plane) -> Line:
+    from google.protobuf.message import DecodeError
+
+    try:
+        line = _messages()["XLine"].FromString(source[start:end])
+    except DecodeError as error:
+        raise MalformedXSpace(f"a line at byte {start}: {error}") from error
+    metadata_ids, offsets_ps, durations_ps = _leading_fields(line.events).astype(np.int64)
+    return Line(_text(line.name), metadata_ids, line.timestamp_ns + offsets_ps // 1000, durations_ps, plane,
+                source, _event_offsets(source, start, end, line.events))
+
+
+def _event_offsets(source: mmap.mmap, start: int, end: int, events: Sequence[bytes]) -> np.ndarray:
+    """Where each of a line's events starts in the file (its tag), from their lengths.
+
+    Every serializer writes a line's fields in field-number order, so its events follow one another;
+    where they do not, the line's fields are walked one by one.
+    """
+    lengths = np.fromiter(map(len, events), dtype=np.int64, count=len(events))
+    length_bytes = np.ones(len(events), dtype=np.int64)
+    for bits in range(7, 64, 7):
+        length_bytes += lengths >= 1 << bits
+    sizes = 1 + length_bytes + lengths  # the tag (field 4 is one byte), the length, the event
+    first = next((tag_at for number, tag_at, _, _ in fields(source, start, end) if number == _LINE_EVENTS), end)
+    offsets = first + np.cumsum(sizes) - sizes
+    after = first + int(sizes.sum())
+    if all(number != _LINE_EVENTS for number, *_ in fields(source, after, end)):
+        return offsets
+    return np.array([tag_at for number, tag_at, _, _ in fields(source, start, end) if number == _LINE_EVENTS],
+                    dtype=np.int64)
+
+
+def _release(source: mmap.mmap, start: int, end: int) -> None:
+    """Hand the pages of ``[start, end)`` back: read again they come from the page cache, not this process."""
+    first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
+    if end - first >= mmap.PAGESIZE:
+        source.madvise(mmap.MADV_DONTNEED, first, (end - first) // mmap.PAGESIZE * mmap.PAGESIZE)
