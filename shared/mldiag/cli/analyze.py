@@ -35,6 +35,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from mldiag.analysis.budget import parse_size
 from mldiag.domain.errors import InvalidArgument, NotFound
 from mldiag.domain.types import parse_duration
 
@@ -65,6 +66,15 @@ def _positive_duration(value: str) -> str:
     return value
 
 
+def _memory_size(value: str) -> str:
+    if value:
+        try:
+            parse_size(value)
+        except ValueError as error:
+            raise typer.BadParameter(str(error)) from None
+    return value
+
+
 def analyze(
     path: str = typer.Argument(..., help="A logdir, a session folder, one .xplane.pb, or a gs:// URI."),
     out: Path = typer.Option(Path("."), "--out", help="Folder to write analysis.json and summary.html into."),
@@ -72,10 +82,11 @@ def analyze(
     reasoner: ReasonerChoice | None = typer.Option(
         None, "--reasoner", help="Who investigates: the offline analyst or Gemini on Vertex AI "
                                  "(default: MLDIAG_REASONER, else offline)."),
-    memory_budget_mib: int = typer.Option(
-        0, "--memory-budget-mib", min=0, show_default=False,
-        help="Memory the analysis may use at once; XProf tools that need more are skipped. "
-             "Default: 20x the profile's size (at least 768 MiB), within what the machine has free.",
+    memory_ceiling: str = typer.Option(
+        "", "--memory-ceiling", callback=_memory_size, show_default=False,
+        help="Most memory the analysis may use (e.g. 8GiB, 512MiB); XProf tools that need more are skipped, "
+             "each with what it needs. Default: MLDIAG_ANALYSIS_MEMORY_CEILING, else 80% of the memory "
+             "available (the machine's or the container's, the lower).",
     ),
     timeout: str = typer.Option(
         "30m", "--timeout", callback=_positive_duration,
@@ -95,7 +106,7 @@ def analyze(
     try:
         with stopping(stop, timeout_s=parse_duration(timeout).total_seconds(), limit=timeout), \
                 _library_logs_unprinted():
-            analysis = _analyse(path, Path(scratch), reasoner, memory_budget_mib)
+            analysis = _analyse(path, Path(scratch), reasoner, parse_size(memory_ceiling) if memory_ceiling else None)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -126,10 +137,10 @@ def analyse_quietly(path: str, scratch: Path, reasoner: ReasonerChoice | None, c
     """The analysis of the profile at ``path``, made in ``scratch``, with XProf's logged tracebacks unprinted;
     exit 3 with ``command``'s one-line reason if there is no readable profile."""
     with _library_logs_unprinted():
-        return _analyse(path, scratch, reasoner, 0, command)
+        return _analyse(path, scratch, reasoner, None, command)
 
 
-def _analyse(path: str, scratch: Path, reasoner: ReasonerChoice | None, memory_budget_mib: int,
+def _analyse(path: str, scratch: Path, reasoner: ReasonerChoice | None, memory_ceiling_bytes: int | None,
              command: str = "mldiag analyze") -> Analysis:
     """Find or download the profile and analyse it in ``scratch``; exit 3 if there is no readable profile."""
     from mldiag.analysis import download_session, find_session, start_analysis
@@ -151,7 +162,7 @@ def _analyse(path: str, scratch: Path, reasoner: ReasonerChoice | None, memory_b
             if session.note:
                 stderr.print(Text(session.note))
             with start_analysis(list(session.files), scratch, progress=progress,
-                                memory_budget_bytes=memory_budget_mib << 20 or None) as running:
+                                memory_ceiling_bytes=memory_ceiling_bytes) as running:
                 # Loaded while XProf converts the profile, which on a large one takes seconds.
                 from mldiag.analysis.investigation import investigator
                 from mldiag.config import Settings
