@@ -2,9 +2,11 @@
 
 1. Copy the session's ``<host>.xplane.pb`` files into a private scratch folder
    (XProf writes cache files next to what it converts).
-2. Within the memory budget, in this order when memory is short and all at
-   once when it is not: have XProf build its op_stats (the heavy conversion
-   most tools read), dump the HLO modules (small: the profile's metadata
+2. Within the memory budget (the analysis's memory ceiling less what its own
+   process holds: :mod:`mldiag.analysis.budget`), in this order when memory
+   is short and all at once when it is not: have XProf build its op_stats (the
+   heavy conversion most tools read; skipped when it cannot fit under the
+   ceiling), dump the HLO modules (small: the profile's metadata
    plane), and read each host's raw events in a process of its own (which
    proves the file is a profile and saves every event for the follow-ups).
    The raw-event read queues last so that it overlaps the tools' own work on
