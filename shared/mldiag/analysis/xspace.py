@@ -30,6 +30,7 @@ Two readers, for the two things the analysis needs fast:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import mmap
 from collections.abc import Sequence
@@ -46,6 +47,7 @@ _PLANES = 1  # XSpace.planes
 _PLANE_NAME = 2  # XPlane.name
 _PLANE_LINES = 3  # XPlane.lines
 _LINE_EVENTS = 4  # XLine.events
+_EVENT_TAG = _LINE_EVENTS << 3 | 2  # length-delimited
 _LEADING_FIELDS = (1, 2, 3)  # XEvent.metadata_id, offset_ps, duration_ps
 _MAX_VARINT_BYTES = 10
 
@@ -315,9 +317,10 @@ def _event_offsets(source: mmap.mmap, start: int, end: int, events: Sequence[byt
     sizes = 1 + length_bytes + lengths  # the tag (field 4 is one byte), the length, the event
     first = next((tag_at for number, tag_at, _, _ in fields(source, start, end) if number == _LINE_EVENTS), end)
     offsets = first + np.cumsum(sizes) - sizes
-    after = first + int(sizes.sum())
-    if all(number != _LINE_EVENTS for number, *_ in fields(source, after, end)):
-        return offsets
+    if (np.frombuffer(source, dtype=np.uint8)[offsets] == _EVENT_TAG).all():
+        with contextlib.suppress(MalformedXSpace):  # past the last event, mid-field if they were not contiguous
+            if all(number != _LINE_EVENTS for number, *_ in fields(source, first + int(sizes.sum()), end)):
+                return offsets
     return np.array([tag_at for number, tag_at, _, _ in fields(source, start, end) if number == _LINE_EVENTS],
                     dtype=np.int64)
 
