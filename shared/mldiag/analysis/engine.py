@@ -59,7 +59,7 @@ Progress = Callable[[str], None]
 # Runs after the analyst, while the private copy and XProf's conversions of it are still there.
 Investigate = Callable[["Analysis", ToolContext], "Analysis"]
 TIMELINE_SUFFIX = ".timeline.npz"
-RAW_EVENTS_COST = 12  # the reader process's peak, interpreter included, in multiples of the file's size (4x-11x)
+RAW_EVENTS_COST = 9  # the reader process's peak, interpreter included, in multiples of the file's size (3x-8.5x)
 DETECTORS = ("detect_layout_mismatch_copies", "detect_unfused_reshapes", "detect_unnecessary_convert_reduce")
 
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import mmap
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -172,14 +171,13 @@ def _varints(buffer: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return value, at + length
 
 
-def _leading_fields(events: Sequence[bytes]) -> np.ndarray:
-    """Fields 1 to 3 of each serialized event (zero where absent), one row per field."""
-    chunks = list(events)
-    lengths = np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks))
-    buffer = np.frombuffer(b"".join(chunks) + bytes(_MAX_VARINT_BYTES + 1), dtype=np.uint8)
-    ends = np.cumsum(lengths)
-    at = ends - lengths
-    columns = np.zeros((len(_LEADING_FIELDS), len(chunks)), dtype=np.uint64)
+def _leading_fields(buffer: np.ndarray, at: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Fields 1 to 3 of each serialized event ``buffer[at:ends]`` (zero where absent), one row per field.
+
+    ``buffer`` must extend at least 10 bytes past the last event.
+    """
+    at = at.copy()
+    columns = np.zeros((len(_LEADING_FIELDS), len(at)), dtype=np.uint64)
     for row, number in enumerate(_LEADING_FIELDS):
         present = np.flatnonzero((at < ends) & (buffer[at] == (number << 3 | VARINT)))
         values, after = _varints(buffer, at[present] + 1)
@@ -293,27 +291,43 @@ def _plane(source: mmap.mmap, start: int, end: int) -> Plane:
 
 
 def _line(source: mmap.mmap, start: int, end: int, plane: Plane) -> Line:
+    """One line, read from one copy of its bytes: protobuf frames its events, numpy decodes them in place."""
     from google.protobuf.message import DecodeError
 
-    try:
-        line = _messages()["XLine"].FromString(source[start:end])
-    except DecodeError as error:
-        raise MalformedXSpace(f"a line at byte {start}: {error}") from error
-    metadata_ids, offsets_ps, durations_ps = _leading_fields(line.events).astype(np.int64)
-    return Line(_text(line.name), metadata_ids, line.timestamp_ns + offsets_ps // 1000, durations_ps, plane,
-                source, _event_offsets(source, start, end, line.events))
+    copy = bytearray(end - start + _MAX_VARINT_BYTES + 1)  # zeros past the line, for the varint reads
+    with memoryview(source) as view:
+        copy[:end - start] = view[start:end]
+    with memoryview(copy) as line_bytes:
+        try:
+            line = _messages()["XLine"].FromString(line_bytes[:end - start])
+        except DecodeError as error:
+            raise MalformedXSpace(f"a line at byte {start}: {error}") from error
+    name, timestamp_ns = _text(line.name), line.timestamp_ns
+    lengths = np.fromiter(map(len, line.events), dtype=np.int64, count=len(line.events))
+    del line
+    length_bytes = _varint_sizes(lengths)
+    offsets = _event_offsets(source, start, end, lengths, length_bytes)
+    at = offsets - start + 1 + length_bytes
+    buffer = np.frombuffer(copy, dtype=np.uint8)
+    metadata_ids, offsets_ps, durations_ps = _leading_fields(buffer, at, at + lengths).astype(np.int64)
+    return Line(name, metadata_ids, timestamp_ns + offsets_ps // 1000, durations_ps, plane, source, offsets)
 
 
-def _event_offsets(source: mmap.mmap, start: int, end: int, events: Sequence[bytes]) -> np.ndarray:
+def _varint_sizes(values: np.ndarray) -> np.ndarray:
+    """Bytes each of ``values`` (non-negative) takes as a varint."""
+    sizes = np.ones(len(values), dtype=np.int64)
+    for bits in range(7, 64, 7):
+        sizes += values >= 1 << bits
+    return sizes
+
+
+def _event_offsets(source: mmap.mmap, start: int, end: int, lengths: np.ndarray,
+                   length_bytes: np.ndarray) -> np.ndarray:
     """Where each of a line's events starts in the file (its tag), from their lengths.
 
     Every serializer writes a line's fields in field-number order, so its events follow one another;
     where they do not, the line's fields are walked one by one.
     """
-    lengths = np.fromiter(map(len, events), dtype=np.int64, count=len(events))
-    length_bytes = np.ones(len(events), dtype=np.int64)
-    for bits in range(7, 64, 7):
-        length_bytes += lengths >= 1 << bits
     sizes = 1 + length_bytes + lengths  # the tag (field 4 is one byte), the length, the event
     first = next((tag_at for number, tag_at, _, _ in fields(source, start, end) if number == _LINE_EVENTS), end)
     offsets = first + np.cumsum(sizes) - sizes
