@@ -31,8 +31,8 @@ through ``/proc/PID/task/TID/children``, which Linux has when built with
 CONFIG_PROC_CHILDREN.
 
 Two generated workloads show what happens past XProf's appetite:
-``scaled_1gb`` (a single host's 1 GB xplane, analysed with ``--memory-ceiling
-8GiB``) and ``scaled_over_2gb`` (2.2 GB, past protobuf's 2 GiB limit). Each is
+``scaled_1gb`` (a single host's 1 GB xplane, analysed under a memory ceiling of
+8 GiB) and ``scaled_over_2gb`` (2.2 GB, past protobuf's 2 GiB limit). Each is
 the ``large`` profile's host lines repeated, each copy later in time than the
 last, as one long capture of the same loop would be. Only ``mldiag analyze``
 runs on them, once per ``--repeat``: the XProf CLI would need ~41x the file.
@@ -91,7 +91,7 @@ EVIDENCE_ONLY = (
     "analyze_session(sorted(Path(sys.argv[1]).glob('*.xplane.pb')), Path(sys.argv[2]))"
 )
 TRACED = ("large", "large_op_by_op")
-SCALED = {  # generated workload -> (bytes at least, --memory-ceiling given to mldiag analyze, or "" for the default)
+SCALED = {  # generated workload -> (bytes at least, the memory ceiling it is analysed under, or "" for the default)
     "scaled_1gb": (1_000_000_000, "8GiB"),
     "scaled_over_2gb": (2_200_000_000, ""),
 }
@@ -199,11 +199,10 @@ def _run_commands(commands: list[list[str]]) -> None:
                       "cpu_seconds": children.ru_utime + children.ru_stime}))
 
 
-def _commands(side: str, session: Path, out: Path, ceiling: str = "") -> list[list[str]]:
+def _commands(side: str, session: Path, out: Path) -> list[list[str]]:
     if side == "mldiag_analyze":
-        limit = ["--memory-ceiling", ceiling] if ceiling else []
         return [[str(BIN / "mldiag"), "analyze", str(session), "--out", str(out), "--format", "json", "--timeout",
-                 "2h", *limit]]
+                 "2h"]]
     if side == "analyze_session":
         return [[sys.executable, "-c", EVIDENCE_ONLY, str(session), str(out)]]
     return [[str(BIN / "xprof"), subcommand, str(session)] for _, subcommand in CLI_TOOLS]
@@ -317,7 +316,7 @@ def _bench(session: Path, sides: dict[str, str], repeat: int, ceiling: str) -> d
     """Run ``sides`` on ``session`` ``repeat`` times, alternately; print and return the figures."""
     xplane_bytes = sum(p.stat().st_size for p in session.glob("*.xplane.pb"))
     print(f"\nprofile: {session} ({xplane_bytes / 1e6:,.1f} MB of xplane)"
-          + (f", --memory-ceiling {ceiling}" if ceiling else ""))
+          + (f", memory ceiling {ceiling}" if ceiling else ""))
     for xplane in session.glob("*.xplane.pb"):  # both sides read it from the page cache
         with open(xplane, "rb") as file:
             while file.read(64 << 20):
@@ -330,8 +329,10 @@ def _bench(session: Path, sides: dict[str, str], repeat: int, ceiling: str) -> d
                 (work_dir / "tmp").mkdir()
                 copy = _fresh_copy(session, work_dir / "profile")
                 env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TMPDIR": str(work_dir / "tmp")}
+                if ceiling:  # both of mldiag's sides read it (mldiag analyze's --memory-ceiling says the same)
+                    env["MLDIAG_ANALYSIS_MEMORY_CEILING"] = ceiling
                 out = work_dir / "out"
-                runs[side].append(_run(_commands(side, copy, out, ceiling), env,
+                runs[side].append(_run(_commands(side, copy, out), env,
                                        out / "analysis.json" if side == "mldiag_analyze" else None))
 
     cli = runs.get(CLI_SIDE)
@@ -387,8 +388,8 @@ def main() -> None:
     parser.add_argument("--min-mb", type=float, default=40.0, help="size of the traced profiles")
     parser.add_argument("--cache", type=Path, default=ROOT / ".benchmarks" / "profiles")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each side")
-    parser.add_argument("--memory-ceiling", default="", help="given to mldiag analyze (the scaled workloads set "
-                                                             "their own)")
+    parser.add_argument("--memory-ceiling", default="", help="the analysis's memory ceiling, as "
+                        "MLDIAG_ANALYSIS_MEMORY_CEILING (the scaled workloads set their own)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--run-commands", help=argparse.SUPPRESS)
     args = parser.parse_args()

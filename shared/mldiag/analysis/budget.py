@@ -4,10 +4,12 @@ The ceiling bounds the resident memory of the whole analysis (its process and
 the reader processes it starts). By default it is a share of what the machine,
 or the container or function it runs in (its cgroup limit), has available;
 ``MLDIAG_ANALYSIS_MEMORY_CEILING`` or ``mldiag analyze --memory-ceiling`` set it.
-The budget is the ceiling less what the analysing process itself holds.
+The budget is the ceiling less what the analysing process itself holds. The
+one step that may not be refused is the raw-event read, which is the evidence
+itself: where it needs more than the budget it runs alone.
 
 Reading a profile costs a multiple of its size (XProf's converters 17x to 41x,
-the raw-event reader 4x to 11x, measured on CPU and device profiles), so
+the raw-event reader 3x to 8.5x, measured on CPU and device profiles), so
 running everything at once would multiply that. Each heavy step reserves its
 estimate and waits while the budget is spent: small profiles run fully in
 parallel, large ones one heavy step at a time. Large reservations are granted
@@ -45,16 +47,21 @@ _CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.lim
 
 
 def gib(nbytes: float) -> str:
-    """Bytes as GiB for a person: "~1.6 GiB", two decimals below a tenth."""
+    """Bytes as GiB for a person: "1.6 GiB", two decimals below a tenth."""
     value = nbytes / GIB
     return f"{value:.2f} GiB" if value < 0.1 else f"{value:.1f} GiB"
+
+
+def beyond_ceiling(needed: int, ceiling: int) -> str:
+    """What a step that does not fit needs, against the ceiling: "needs ~1.6 GiB, ceiling 0.4 GiB"."""
+    return f"needs ~{gib(needed)}, ceiling {gib(ceiling)}"
 
 
 class OverBudget(Exception):
     """A step needs more memory than the whole budget."""
 
     def __init__(self, what: str, needed: int, ceiling: int):
-        super().__init__(f"{what} needs ~{gib(needed)}, ceiling {gib(ceiling)}")
+        super().__init__(f"{what} {beyond_ceiling(needed, ceiling)}")
         self.needed, self.ceiling = needed, ceiling
 
 

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mldiag.analysis.budget import MemoryBudget, OverBudget, gib
+from mldiag.analysis.budget import MemoryBudget, OverBudget, beyond_ceiling, gib
 
 if TYPE_CHECKING:
     from mldiag.analysis.evidence import ToolResult
@@ -489,7 +489,7 @@ def _skip_reason(name: str, context: ToolContext) -> str:
         return f"skipped: {_over_protobuf_limit(context.largest_file_bytes)}; {without}"
     needed = CONVERTER_COST[converter] * context.profile_bytes
     if not context.budget.fits(needed):
-        return f"skipped: needs ~{gib(needed)}, ceiling {gib(context.budget.ceiling)}; {without}"
+        return f"skipped: {beyond_ceiling(needed, context.budget.ceiling)}; {without}"
     return ""
 
 
