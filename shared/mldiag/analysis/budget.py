@@ -39,7 +39,6 @@ MIB = 1 << 20
 GIB = 1 << 30
 CEILING_VARIABLE = "MLDIAG_ANALYSIS_MEMORY_CEILING"
 AVAILABLE_SHARE = 0.8  # of the memory available when the analysis starts
-MIN_BUDGET = 64 * MIB  # what the steps get however little is left after the analysing process
 TRIM_AFTER = 64 * MIB  # reservations from this size up give their memory back when they end
 SMALL_SHARE = 16  # a reservation of at most 1/16 of the budget does not wait in line
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)\s*$", re.IGNORECASE)
@@ -150,7 +149,7 @@ class MemoryBudget:
         ceiling = ceiling_bytes or default_ceiling()
         if ceiling is None:
             return cls(1 << 62)
-        return cls(max(MIN_BUDGET, ceiling - resident_memory()), ceiling)
+        return cls(max(1, ceiling - resident_memory()), ceiling)
 
     def fits(self, nbytes: int) -> bool:
         """Whether a step needing ``nbytes`` can ever run under this budget."""

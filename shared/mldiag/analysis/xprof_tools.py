@@ -217,7 +217,10 @@ def _client_class() -> type:
                             yield
                         state.op_stats_built = True
                         return
-            with state.budget.reserve(_reservation(state, converter, module), what):
+            needed = _reservation(state, converter, module)
+            # A view of one HLO module (a few MB) is what the detectors and follow-ups read: never refused.
+            reserved = state.budget.reserve_all_needed(needed) if module else state.budget.reserve(needed, what)
+            with reserved:
                 yield
 
         def build_op_stats(self, session_id: str) -> None:

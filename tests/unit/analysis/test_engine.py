@@ -103,16 +103,16 @@ def test_a_view_of_one_hlo_module_reserves_for_that_module_not_for_the_profile(m
     raw_to_tool_data.xspace_to_tool_names([str(dumped / profile.name)])
     module_bytes = {p.stat().st_size for p in dumped.glob("*.hlo_proto.pb")}
     asked = []
-    reserve = MemoryBudget.reserve
+    reservation = xprof_tools._reservation
 
-    def recorded(self, nbytes, what="this step", **options):
-        asked.append((what, nbytes))
-        return reserve(self, nbytes, what, **options)
+    def recorded(state, converter, module):
+        asked.append((converter, reservation(state, converter, module)))
+        return asked[-1][1]
 
-    monkeypatch.setattr(MemoryBudget, "reserve", recorded)
+    monkeypatch.setattr(xprof_tools, "_reservation", recorded)
     monkeypatch.setattr(xprof_tools, "HLO_VIEW_FLOOR", 0)
     analyze_session([profile], tmp_path / "scratch")
-    views = [nbytes for what, nbytes in asked if "graph_viewer" in what or "memory_viewer" in what]
+    views = [nbytes for converter, nbytes in asked if converter in ("graph_viewer", "memory_viewer")]
     assert len(views) >= 2 * len(module_bytes) > 0  # the text of each module, and its memory view
     per_module = {xprof_tools.HLO_VIEW_COST * size for size in module_bytes}
     assert per_module <= set(views)
