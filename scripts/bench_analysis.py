@@ -6,27 +6,41 @@ process per tool, one after the other. Of the 15 managed tools, 11 have a
 subcommand; the other four (smart suggestions and the three detectors) have
 none, so the CLI side runs fewer tools than ours does.
 
-Three sides are timed: ``mldiag analyze`` as a user runs it (the 15 tools, the
-analyst, then the follow-up investigation), ``analyze_session`` alone (the 15
-tools and the analyst, no follow-ups), and the XProf CLI.
+Three sides are timed on the two traced workloads (``large``, a training loop,
+and ``large_op_by_op``, JAX ops dispatched one by one): ``mldiag analyze`` as
+a user runs it (the 15 tools, the analyst, then the follow-up investigation),
+``analyze_session`` alone (the 15 tools and the analyst, no follow-ups), and
+the XProf CLI.
 
-The sides start cold, alternately, ``--repeat`` times in one run (the wall and
-CPU times reported are medians; peak RSS is the largest seen): each gets a fresh
-copy of the session folder (XProf caches op_stats next to the profile) and a
-fresh ``TMPDIR`` (where the XProf CLI keeps its result cache and ``mldiag
-analyze`` its scratch copy). Wall time is the commands'. CPU time is theirs too,
-user and system, of every process and thread: ``mldiag analyze`` runs on more
-than one core, the XProf CLI on about one, so where another load takes a core
-the wall ratio moves while the CPU figures do not. Peak RSS is the largest
-total resident memory of their process trees, sampled every 20 ms (following
-``/proc/PID/task/TID/children``, which Linux has when built with
-CONFIG_PROC_CHILDREN, so that sampling costs the machine little), and never
-less than the largest ``ru_maxrss`` of a single process.
+The sides start cold, alternately, ``--repeat`` times in one run (wall and CPU
+times are given as the median and the range; memory as the largest and the
+range): each gets a fresh copy of the session folder (XProf caches op_stats
+next to the profile) and a fresh ``TMPDIR`` (where the XProf CLI keeps its
+result cache and ``mldiag analyze`` its scratch copy). Wall time is the
+commands'. CPU time is theirs too, user and system, of every process and
+thread: ``mldiag analyze`` runs on more than one core, the XProf CLI on about
+one, so where another load takes a core the wall ratio moves while the CPU
+figures do not.
+
+Memory is the peak total PSS of the process tree (``/proc/PID/smaps_rollup``
+of every descendant, summed), sampled every 20 ms: PSS shares each page among
+the processes that map it, so the sum is what the tree holds. Peak total RSS is
+reported beside it (it counts shared pages once per process, and is never less
+than the largest ``ru_maxrss`` of a single process). Descendants are followed
+through ``/proc/PID/task/TID/children``, which Linux has when built with
+CONFIG_PROC_CHILDREN.
+
+Two generated workloads show what happens past XProf's appetite:
+``scaled_1gb`` (a single host's 1 GB xplane, analysed under a memory ceiling of
+8 GiB) and ``scaled_over_2gb`` (2.2 GB, past protobuf's 2 GiB limit). Each is
+the ``large`` profile's host lines repeated, each copy later in time than the
+last, as one long capture of the same loop would be. Only ``mldiag analyze``
+runs on them, once per ``--repeat``: the XProf CLI would need ~41x the file.
 
 Usage::
 
-    .venv/bin/python scripts/bench_analysis.py                     # the >= 40 MB training profile
-    .venv/bin/python scripts/bench_analysis.py --workload large_op_by_op
+    .venv/bin/python scripts/bench_analysis.py                     # both traced workloads, 3 runs
+    .venv/bin/python scripts/bench_analysis.py --workload scaled_1gb scaled_over_2gb --repeat 1
     .venv/bin/python scripts/bench_analysis.py --profile path/to/session_or_file
 
 Generated profiles are cached in ``--cache`` (default ``.benchmarks/profiles``).
@@ -37,6 +51,7 @@ from __future__ import annotations
 import argparse
 import compileall
 import json
+import mmap
 import os
 import resource
 import shutil
@@ -75,16 +90,23 @@ EVIDENCE_ONLY = (
     "import sys; from pathlib import Path; from mldiag.analysis import analyze_session; "
     "analyze_session(sorted(Path(sys.argv[1]).glob('*.xplane.pb')), Path(sys.argv[2]))"
 )
-WALL_TARGET = 0.3  # mldiag analyze / sequential XProf CLI
-RSS_TARGET = 20  # peak RSS / xplane size
+TRACED = ("large", "large_op_by_op")
+SCALED = {  # generated workload -> (bytes at least, the memory ceiling it is analysed under, or "" for the default)
+    "scaled_1gb": (1_000_000_000, "8GiB"),
+    "scaled_over_2gb": (2_200_000_000, ""),
+}
+WALL_TARGET = 0.25  # mldiag analyze / sequential XProf CLI
+PSS_TARGET = 12  # peak PSS of the tree / xplane size
 
 
 @dataclass
 class Run:
     seconds: float
+    peak_pss: int
     peak_rss: int
     failures: list[str]
     cpu_seconds: float  # user + system time of the commands, every process and thread
+    report: dict | None = None  # mldiag analyze's analysis.json
 
 
 def _children(pid: int) -> list[int]:
@@ -103,46 +125,54 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _tree_rss(root: int) -> int:
-    """Resident bytes of ``root`` and all its descendants, from /proc."""
-    total, todo = 0, [root]
+def _memory_of(pid: int) -> tuple[int, int]:
+    """``(Pss, Rss)`` of one process in bytes, from its smaps_rollup; zeros once it has gone."""
+    found = {}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as rollup:
+            for line in rollup:
+                key, _, value = line.partition(":")
+                if key in ("Pss", "Rss"):
+                    found[key] = int(value.split()[0]) * 1024
+    except (OSError, ValueError):
+        pass
+    return found.get("Pss", 0), found.get("Rss", 0)
+
+
+def _descendants_memory(root: int) -> tuple[int, int]:
+    """Total ``(Pss, Rss)`` of ``root``'s descendants (``root`` itself excluded)."""
+    pss = rss = 0
+    todo = _children(root)
     while todo:
         pid = todo.pop()
-        total += _rss_of(pid)
+        process_pss, process_rss = _memory_of(pid)
+        pss, rss = pss + process_pss, rss + process_rss
         todo.extend(_children(pid))
-    return total
+    return pss, rss
 
 
 class _Sampler:
-    """Samples the total RSS of a process's descendants (the process itself excluded) while it runs."""
+    """Samples the total PSS and RSS of a process's descendants while it runs."""
 
     def __init__(self, process: subprocess.Popen) -> None:
-        self.peak = 0
+        self.peak_pss = self.peak_rss = 0
         self._process = process
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
 
     def _sample(self) -> None:
         while self._process.poll() is None:
-            runner = self._process.pid
-            self.peak = max(self.peak, _tree_rss(runner) - _rss_of(runner))
+            pss, rss = _descendants_memory(self._process.pid)
+            self.peak_pss, self.peak_rss = max(self.peak_pss, pss), max(self.peak_rss, rss)
             time.sleep(0.02)
 
     def join(self) -> None:
         self._thread.join()
 
 
-def _rss_of(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/statm", encoding="ascii") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:
-        return 0
-
-
-def _run(commands: list[list[str]], env: dict[str, str]) -> Run:
+def _run(commands: list[list[str]], env: dict[str, str], report: Path | None = None) -> Run:
     """Run ``commands`` one after the other under a runner process of their own: its children's
-    ``ru_maxrss`` and the sampled RSS of its descendants then cover exactly them."""
+    ``ru_maxrss`` and the sampled memory of its descendants then cover exactly them."""
     started = time.perf_counter()
     runner = subprocess.Popen([sys.executable, __file__, "--run-commands", json.dumps(commands)],
                               env=env, stdout=subprocess.PIPE, text=True)
@@ -153,7 +183,9 @@ def _run(commands: list[list[str]], env: dict[str, str]) -> Run:
     if runner.returncode != 0:
         raise RuntimeError(f"the benchmark runner failed with exit {runner.returncode}")
     outcome = json.loads(stdout)
-    return Run(seconds, max(sampler.peak, outcome["largest_child_rss"]), outcome["failures"], outcome["cpu_seconds"])
+    analysis = json.loads(report.read_text()) if report is not None and report.is_file() else None
+    return Run(seconds, sampler.peak_pss, max(sampler.peak_rss, outcome["largest_child_rss"]), outcome["failures"],
+               outcome["cpu_seconds"], analysis)
 
 
 def _run_commands(commands: list[list[str]]) -> None:
@@ -169,7 +201,8 @@ def _run_commands(commands: list[list[str]]) -> None:
 
 def _commands(side: str, session: Path, out: Path) -> list[list[str]]:
     if side == "mldiag_analyze":
-        return [[str(BIN / "mldiag"), "analyze", str(session), "--out", str(out), "--format", "json"]]
+        return [[str(BIN / "mldiag"), "analyze", str(session), "--out", str(out), "--format", "json", "--timeout",
+                 "2h"]]
     if side == "analyze_session":
         return [[sys.executable, "-c", EVIDENCE_ONLY, str(session), str(out)]]
     return [[str(BIN / "xprof"), subcommand, str(session)] for _, subcommand in CLI_TOOLS]
@@ -181,25 +214,182 @@ def _fresh_copy(session: Path, into: Path) -> Path:
     return copy
 
 
-def _profile(args: argparse.Namespace) -> Path:
-    if args.profile:
-        return args.profile.resolve()
-    session = args.cache / args.workload / "plugins" / "profile" / args.workload
+def _session(cache: Path, workload: str) -> Path:
+    return cache / workload / "plugins" / "profile" / workload
+
+
+def _traced(cache: Path, workload: str, min_mb: float) -> Path:
+    session = _session(cache, workload)
     xplanes = list(session.glob("*.xplane.pb"))
-    if not xplanes or xplanes[0].stat().st_size < args.min_mb * 1e6:
-        print(f"generating the {args.workload} profile (>= {args.min_mb:.0f} MB) in {args.cache}", file=sys.stderr)
-        subprocess.run([sys.executable, str(ROOT / "scripts" / "make_profile_fixtures.py"), "--out", str(args.cache),
-                        "--only", args.workload, "--min-mb", str(args.min_mb)], check=True)
+    if not xplanes or xplanes[0].stat().st_size < min_mb * 1e6:
+        print(f"generating the {workload} profile (>= {min_mb:.0f} MB) in {cache}", file=sys.stderr)
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "make_profile_fixtures.py"), "--out", str(cache),
+                        "--only", workload, "--min-mb", str(min_mb)], check=True)
     return session
+
+
+# --- generated profiles past XProf's appetite --------------------------------------------------------
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append(value & 0x7F | (0x80 if value > 0x7F else 0))
+        value >>= 7
+        if not value:
+            return bytes(out)
+
+
+def _delimited(number: int, length: int) -> bytes:
+    """The tag and length of a length-delimited field of ``length`` bytes."""
+    return _varint(number << 3 | 2) + _varint(length)
+
+
+def _scaled(source: Path, target: Path, at_least: int) -> None:
+    """Write ``target``: ``source`` with its host plane's lines repeated until the file has ``at_least`` bytes,
+    each copy of a line a new thread (its own id) and later than the last copy by the source's whole span."""
+    from mldiag.analysis.wire import fields, varint
+    from mldiag.analysis.xspace import read_planes
+
+    planes = read_planes(source)
+    host = next(plane for plane in planes if plane.name == "/host:CPU")
+    span = max(int((line.starts_ns + line.durations_ns).max()) for line in host.lines if len(line)) - min(
+        int(line.starts_ns.min()) for line in host.lines if len(line)) + 1_000_000
+    with open(source, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        planes_at = [(start, end) for number, _, start, end in fields(data, 0, len(data)) if number == 1]
+        host_at = next((start, end) for start, end in planes_at if any(
+            n == 2 and bytes(data[s:e]) == b"/host:CPU" for n, _, s, e in fields(data, start, end)))
+        lines = [(start, end) for number, _, start, end in fields(data, *host_at) if number == 3]
+        rest = [(tag, end) for number, tag, _, end in fields(data, *host_at) if number != 3]
+        lines_bytes = sum(end - start for start, end in lines)
+        copies = max(1, -(-(at_least - (len(data) - lines_bytes)) // lines_bytes))
+
+        def line_copy(start: int, end: int, copy: int) -> list[bytes]:
+            """A line's fields with its id and timestamp moved on by ``copy`` copies."""
+            parts = []
+            for number, tag, value_start, value_end in fields(data, start, end):
+                if number == 1:  # XLine.id
+                    parts.append(b"\x08" + _varint(varint(data, value_start)[0] + (copy << 32)))
+                elif number == 3:  # XLine.timestamp_ns
+                    parts.append(b"\x18" + _varint(varint(data, value_start)[0] + copy * span))
+                else:
+                    parts.append(data[tag:value_end])
+            return parts
+
+        with open(target, "wb") as out:
+            for start, end in planes_at:
+                if (start, end) != host_at:
+                    out.write(_delimited(1, end - start) + data[start:end])
+                    continue
+                header = b"".join(data[tag:end] for tag, end in rest)
+                line_sizes = [[sum(map(len, line_copy(s, e, copy))) for s, e in lines] for copy in range(copies)]
+                plane_length = len(header) + sum(len(_delimited(3, size)) + size
+                                                 for sizes in line_sizes for size in sizes)
+                out.write(_delimited(1, plane_length) + header)
+                for copy in range(copies):
+                    for (line_start, line_end), size in zip(lines, line_sizes[copy]):
+                        out.write(_delimited(3, size))
+                        out.write(b"".join(line_copy(line_start, line_end, copy)))
+
+
+def _generated(cache: Path, workload: str, min_mb: float) -> Path:
+    session = _session(cache, workload)
+    at_least, _ = SCALED[workload]
+    xplane = session / "host.xplane.pb"
+    if not xplane.is_file() or xplane.stat().st_size < at_least:
+        source = next(_traced(cache, "large", min_mb).glob("*.xplane.pb"))
+        print(f"generating the {workload} profile (>= {at_least / 1e9:.1f} GB) from {source}", file=sys.stderr)
+        session.mkdir(parents=True, exist_ok=True)
+        _scaled(source, xplane, at_least)
+    return session
+
+
+# --- figures ------------------------------------------------------------------------------------------
+
+
+def _spread(values: list[float], digits: int = 2) -> str:
+    low, high = min(values), max(values)
+    return f"{low:.{digits}f}" if round(low, digits) == round(high, digits) else f"{low:.{digits}f}-{high:.{digits}f}"
+
+
+def _bench(session: Path, sides: dict[str, str], repeat: int, ceiling: str) -> dict[str, object]:
+    """Run ``sides`` on ``session`` ``repeat`` times, alternately; print and return the figures."""
+    xplane_bytes = sum(p.stat().st_size for p in session.glob("*.xplane.pb"))
+    print(f"\nprofile: {session} ({xplane_bytes / 1e6:,.1f} MB of xplane)"
+          + (f", memory ceiling {ceiling}" if ceiling else ""))
+    for xplane in session.glob("*.xplane.pb"):  # both sides read it from the page cache
+        with open(xplane, "rb") as file:
+            while file.read(64 << 20):
+                pass
+    runs: dict[str, list[Run]] = {side: [] for side in sides}
+    for _ in range(repeat):  # alternate the sides so that load on a shared machine hits them all
+        for side in sides:
+            with tempfile.TemporaryDirectory(prefix="bench-analysis-") as work:
+                work_dir = Path(work)
+                (work_dir / "tmp").mkdir()
+                copy = _fresh_copy(session, work_dir / "profile")
+                env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TMPDIR": str(work_dir / "tmp")}
+                if ceiling:  # both of mldiag's sides read it (mldiag analyze's --memory-ceiling says the same)
+                    env["MLDIAG_ANALYSIS_MEMORY_CEILING"] = ceiling
+                out = work_dir / "out"
+                runs[side].append(_run(_commands(side, copy, out), env,
+                                       out / "analysis.json" if side == "mldiag_analyze" else None))
+
+    cli = runs.get(CLI_SIDE)
+    figures: dict[str, object] = {"profile": str(session), "xplane_bytes": xplane_bytes, "repeats": repeat,
+                                  "memory_ceiling": ceiling or "default"}
+    for side, results in runs.items():
+        seconds = [r.seconds for r in results]
+        pss = [r.peak_pss / xplane_bytes for r in results]
+        rss = [r.peak_rss / xplane_bytes for r in results]
+        figure: dict[str, object] = {
+            "seconds": [round(r.seconds, 2) for r in results],
+            "cpu_seconds": [round(r.cpu_seconds, 2) for r in results],
+            "peak_pss_bytes": [r.peak_pss for r in results],
+            "peak_rss_bytes": [r.peak_rss for r in results],
+            "peak_pss_over_xplane": [round(x, 1) for x in pss],
+            "nonzero_exits": sorted({f for r in results for f in r.failures}),
+        }
+        line = (f"{sides[side]:<38} {statistics.median(seconds):7.2f} s (range {_spread(seconds)}, "
+                f"CPU {statistics.median(r.cpu_seconds for r in results):5.1f} s)  peak PSS "
+                f"{max(r.peak_pss for r in results) / 2**20:7,.0f} MiB = {_spread(pss, 1)}x the xplane "
+                f"(RSS {_spread(rss, 1)}x)")
+        if cli and side != CLI_SIDE:
+            ratios = [r.seconds / c.seconds for r, c in zip(results, cli)]
+            figure["wall_ratio_to_cli"] = [round(x, 3) for x in ratios]
+            line += (f"\n{'':<38} wall / XProf CLI {_spread(ratios, 3)} (target <= {WALL_TARGET}: "
+                     f"{'met' if max(ratios) <= WALL_TARGET else 'missed'}); PSS target <= {PSS_TARGET}x: "
+                     f"{'met' if max(pss) <= PSS_TARGET else 'missed'}")
+        print(line)
+        for failure in figure["nonzero_exits"]:
+            print(f"    exited non-zero: {failure}")
+        report = next((r.report for r in results if r.report), None)
+        if report:
+            tools = {tool["name"]: tool["reason"] if tool["status"] == "skipped" else tool["status"]
+                     for tool in report["tools"]}
+            figure["report"] = {"status": report["status"], "steps": report["metrics"].get("steps"),
+                                "findings": [f"{f['priority']} {f['title']}" for f in report["findings"]],
+                                "tools": tools}
+            print(f"    report: {report['status']}, {report['metrics'].get('steps')} steps, "
+                  f"{len(report['findings'])} findings; tools: "
+                  f"{sum(t == 'ok' for t in tools.values())} ok, "
+                  f"{sum(t.startswith('skipped') for t in tools.values())} skipped")
+            for name, status in tools.items():
+                if status.startswith("skipped"):
+                    print(f"      {name}: {status}")
+        figures[side] = figure
+    return figures
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", type=Path, help="a session folder or .xplane.pb to use instead")
-    parser.add_argument("--workload", default="large", choices=("large", "large_op_by_op"))
-    parser.add_argument("--min-mb", type=float, default=40.0)
+    parser.add_argument("--workload", nargs="+", default=list(TRACED), choices=(*TRACED, *SCALED))
+    parser.add_argument("--min-mb", type=float, default=40.0, help="size of the traced profiles")
     parser.add_argument("--cache", type=Path, default=ROOT / ".benchmarks" / "profiles")
-    parser.add_argument("--repeat", type=int, default=3, help="runs of each side; wall times are medians")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each side")
+    parser.add_argument("--memory-ceiling", default="", help="the analysis's memory ceiling, as "
+                        "MLDIAG_ANALYSIS_MEMORY_CEILING (the scaled workloads set their own)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--run-commands", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -208,52 +398,23 @@ def main() -> None:
     if args.run_commands:
         _run_commands(json.loads(args.run_commands))
         return
-
-    profile = _profile(args)
-    session = profile if profile.is_dir() else profile.parent
-    xplane_bytes = sum(p.stat().st_size for p in session.glob("*.xplane.pb"))
-    print(f"profile: {session} ({xplane_bytes / 1e6:.1f} MB of xplane)")
-    for xplane in session.glob("*.xplane.pb"):  # both sides read it from the page cache
-        xplane.read_bytes()
     # Both sides run from compiled bytecode, as pip leaves an installed package (xprof's is);
     # an editable checkout under PYTHONDONTWRITEBYTECODE would otherwise compile mldiag on every run.
     compileall.compile_dir(ROOT / "shared" / "mldiag", quiet=1)
 
-    runs: dict[str, list[Run]] = {side: [] for side in SIDES}
-    for _ in range(args.repeat):  # alternate the sides so that load on a shared machine hits them all
-        for side in SIDES:
-            with tempfile.TemporaryDirectory(prefix="bench-analysis-") as work:
-                work_dir = Path(work)
-                (work_dir / "tmp").mkdir()
-                copy = _fresh_copy(session, work_dir / "profile")
-                env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TMPDIR": str(work_dir / "tmp")}
-                runs[side].append(_run(_commands(side, copy, work_dir / "out"), env))
-
-    cli = runs[CLI_SIDE]
-    cli_seconds = statistics.median(r.seconds for r in cli)
-    figures: dict[str, object] = {"profile": str(session), "xplane_bytes": xplane_bytes, "repeats": args.repeat}
-    median = f"median of {args.repeat}" if args.repeat > 1 else "one run"
-    for side, results in runs.items():
-        seconds = statistics.median(r.seconds for r in results)
-        cpu_seconds = statistics.median(r.cpu_seconds for r in results)
-        peak = max(r.peak_rss for r in results)
-        figures[side] = {
-            "seconds": [round(r.seconds, 2) for r in results],
-            "peak_rss_bytes": peak,
-            "peak_rss_over_xplane": round(peak / xplane_bytes, 1),
-            "wall_ratio_to_cli": round(seconds / cli_seconds, 3),
-            "cpu_seconds": [round(r.cpu_seconds, 2) for r in results],
-            "nonzero_exits": sorted({f for r in results for f in r.failures}),
-        }
-        verdict = "" if side == CLI_SIDE else (
-            f"  ratio {seconds / cli_seconds:.3f} (target <= {WALL_TARGET}, "
-            f"{'met' if seconds / cli_seconds <= WALL_TARGET else 'missed'}); RSS target <= {RSS_TARGET}x "
-            f"{'met' if peak / xplane_bytes <= RSS_TARGET else 'missed'}"
-        )
-        print(f"{SIDES[side]:<38} {seconds:7.2f} s ({median}, CPU {cpu_seconds:5.1f} s)  "
-              f"peak RSS {peak / 2**20:6.0f} MiB ({peak / xplane_bytes:4.1f}x the xplane){verdict}")
-        for failure in figures[side]["nonzero_exits"]:
-            print(f"    exited non-zero: {failure}")
+    figures = {}
+    if args.profile:
+        profile = args.profile.resolve()
+        figures["profile"] = _bench(profile if profile.is_dir() else profile.parent, SIDES, args.repeat,
+                                    args.memory_ceiling)
+    for workload in [] if args.profile else args.workload:
+        if workload in SCALED:
+            session = _generated(args.cache, workload, args.min_mb)
+            sides = {"mldiag_analyze": SIDES["mldiag_analyze"]}
+            figures[workload] = _bench(session, sides, args.repeat, args.memory_ceiling or SCALED[workload][1])
+        else:
+            figures[workload] = _bench(_traced(args.cache, workload, args.min_mb), SIDES, args.repeat,
+                                       args.memory_ceiling)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
 

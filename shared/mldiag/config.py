@@ -15,7 +15,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+
+from mldiag.domain.sizes import parse_size
 
 from mldiag.domain.errors import InvalidArgument
 from mldiag.domain.errors import invalid_argument
@@ -107,6 +109,8 @@ class Settings(BaseModel):
     analysis_timeout_seconds: float = Field(default=480.0, gt=0)
     # A session with at least this many host files is analysed one host per function instance, then merged.
     fan_out_min_hosts: int = Field(default=2, ge=2)
+    # The analysis's memory ceiling (e.g. "8GiB"); unset, a share of what the machine or function has available.
+    analysis_memory_ceiling_bytes: int | None = Field(default=None, gt=0)
     # Notifications out: the deployment's default destinations (a run may name its own).
     notify_webhook_url: str = ""
     notify_webhook_secret: str = ""
@@ -116,6 +120,11 @@ class Settings(BaseModel):
     pagerduty_events_url: str = "https://events.pagerduty.com"
     # Lets notifications reach loopback and private addresses (a receiver on the same machine or network).
     notify_allow_private: bool = False
+
+    @field_validator("analysis_memory_ceiling_bytes", mode="before")
+    @classmethod
+    def _memory_size(cls, value: object) -> object:
+        return parse_size(value) if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _webhook_is_signed(self) -> Settings:
@@ -157,6 +166,7 @@ class Settings(BaseModel):
             "vertex_endpoint": env.get("MLDIAG_VERTEX_ENDPOINT"),
             "analysis_timeout_seconds": env.get("MLDIAG_ANALYSIS_TIMEOUT_SECONDS"),
             "fan_out_min_hosts": env.get("MLDIAG_FAN_OUT_MIN_HOSTS"),
+            "analysis_memory_ceiling_bytes": env.get("MLDIAG_ANALYSIS_MEMORY_CEILING"),
             "notify_webhook_url": env.get("MLDIAG_NOTIFY_WEBHOOK_URL"),
             "notify_webhook_secret": env.get("MLDIAG_NOTIFY_WEBHOOK_SECRET"),
             "notify_webhook_mode": env.get("MLDIAG_NOTIFY_WEBHOOK_MODE"),

@@ -1,18 +1,27 @@
-"""A memory budget that the parallel parts of an analysis reserve from before they run.
+"""The analysis's memory ceiling, and the budget its parallel parts reserve from before they run.
 
-Reading a profile costs a multiple of its size (XProf's converters 18x to 27x,
-the raw-event reader about 7x), so running everything at once would multiply
-that. Each heavy step reserves its estimate and waits while the budget is
-spent: small profiles run fully in parallel, large ones one heavy step at a
-time. Large reservations are granted in the order they were asked for, so the
-caller decides which heavy step runs first. A small one (at most a sixteenth
-of the budget) is granted as soon as it fits, even while a large one waits for
-its turn: short steps such as a view of one HLO module run beside a long
-conversion rather than behind it, and they hold a large step up only until
-they end. An optional step that could not fit even alone is refused
-(:class:`OverBudget`) rather than allowed to take the machine down; after each
-heavy step the freed memory goes back to the system, so the next one starts
-from a low base.
+The ceiling bounds the resident memory of the whole analysis (its process and
+the reader processes it starts). By default it is a share of what the machine,
+or the container or function it runs in (its cgroup limit), has available;
+``MLDIAG_ANALYSIS_MEMORY_CEILING`` or ``mldiag analyze --memory-ceiling`` set it.
+The budget is the ceiling less what the analysing process itself holds. The
+one step that may not be refused is the raw-event read, which is the evidence
+itself: where it needs more than the budget it runs alone.
+
+Reading a profile costs a multiple of its size (XProf's converters 17x to 41x,
+the raw-event reader 3x to 8.5x, measured on CPU and device profiles), so
+running everything at once would multiply that. Each heavy step reserves its
+estimate and waits while the budget is spent: small profiles run fully in
+parallel, large ones one heavy step at a time. Large reservations are granted
+in the order they were asked for, so the caller decides which heavy step runs
+first. A small one (at most a sixteenth of the budget) is granted as soon as it
+fits, even while a large one waits for its turn: short steps such as a view of
+one HLO module run beside a long conversion rather than behind it, and they
+hold a large step up only until they end. An optional step that could not fit
+even alone is refused (:class:`OverBudget`, which says what it needs and what
+the ceiling is) rather than allowed to take the machine down; after each heavy
+step the freed memory goes back to the system, so the next one starts from a
+low base.
 """
 
 from __future__ import annotations
@@ -21,19 +30,70 @@ import contextlib
 import ctypes
 import ctypes.util
 import itertools
+import os
 import threading
 from collections.abc import Callable, Iterator
 
+from mldiag.domain.sizes import parse_size
+
 MIB = 1 << 20
-DEFAULT_SIZE_FACTOR = 20  # the budget scales with the profile: one converter (~18x) fits in it
-MIN_BUDGET = 768 * MIB  # small profiles run in parallel anyway
-AVAILABLE_SHARE = 0.8
+GIB = 1 << 30
+CEILING_VARIABLE = "MLDIAG_ANALYSIS_MEMORY_CEILING"
+AVAILABLE_SHARE = 0.8  # of the memory available when the analysis starts
 TRIM_AFTER = 64 * MIB  # reservations from this size up give their memory back when they end
 SMALL_SHARE = 16  # a reservation of at most 1/16 of the budget does not wait in line
+_CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+
+
+def gib(nbytes: float) -> str:
+    """Bytes as GiB for a person: "1.6 GiB", two decimals below a tenth."""
+    value = nbytes / GIB
+    return f"{value:.2f} GiB" if value < 0.1 else f"{value:.1f} GiB"
+
+
+def beyond_ceiling(needed: int, ceiling: int) -> str:
+    """What a step that does not fit needs, against the ceiling: "needs ~1.6 GiB, ceiling 0.4 GiB"."""
+    return f"needs ~{gib(needed)}, ceiling {gib(ceiling)}"
 
 
 class OverBudget(Exception):
     """A step needs more memory than the whole budget."""
+
+    def __init__(self, what: str, needed: int, ceiling: int):
+        super().__init__(f"{what} {beyond_ceiling(needed, ceiling)}")
+        self.needed, self.ceiling = needed, ceiling
+
+
+def _cgroup_limit() -> int | None:
+    """The memory limit of this process's container or function (cgroup v2 or v1), None when there is none."""
+    for path in _CGROUP_LIMITS:
+        try:
+            with open(path, encoding="ascii") as limit:
+                value = limit.read().strip()
+        except OSError:
+            continue
+        if value.isdigit() and int(value) < 1 << 60:  # v1 says "no limit" with a huge number, v2 with "max"
+            return int(value)
+    return None
+
+
+def default_ceiling(environ: dict[str, str] | None = None) -> int | None:
+    """The ceiling when none is given: ``MLDIAG_ANALYSIS_MEMORY_CEILING``, else a share of what is available
+    (the cgroup limit or the machine's free memory, the lower); None where neither can be known."""
+    configured = (os.environ if environ is None else environ).get(CEILING_VARIABLE, "").strip()
+    if configured:
+        return parse_size(configured)
+    known = [size for size in (_cgroup_limit(), available_memory()) if size]
+    return int(min(known) * AVAILABLE_SHARE) if known else None
+
+
+def resident_memory() -> int:
+    """Resident bytes of this process, 0 where ``/proc`` cannot say."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def release_freed_memory() -> None:
@@ -60,19 +120,28 @@ class MemoryBudget:
     """Bytes that concurrent steps reserve; a reservation waits until it fits and, unless it is small,
     until every earlier large one is granted."""
 
-    def __init__(self, limit_bytes: int):
+    def __init__(self, limit_bytes: int, ceiling_bytes: int | None = None):
+        """``limit_bytes`` the steps may hold at once, under a ``ceiling_bytes`` for the whole analysis
+        (the limit itself when not given)."""
         self.limit = max(1, int(limit_bytes))
+        self.ceiling = int(ceiling_bytes) if ceiling_bytes else self.limit
         self._reserved = 0
         self._tickets = itertools.count()
         self._next_granted = 0  # the ticket whose turn it is
         self._changed = threading.Condition()
 
     @classmethod
-    def for_profile(cls, profile_bytes: int) -> MemoryBudget:
-        """The default: ``DEFAULT_SIZE_FACTOR`` times the profile, within what the machine has free."""
-        limit = max(MIN_BUDGET, DEFAULT_SIZE_FACTOR * profile_bytes)
-        free = available_memory()
-        return cls(min(limit, int(free * AVAILABLE_SHARE)) if free else limit)
+    def under_ceiling(cls, ceiling_bytes: int | None = None) -> MemoryBudget:
+        """The budget under ``ceiling_bytes`` (by default :func:`default_ceiling`): the ceiling less what this
+        process already holds. Without any ceiling to know, the budget is unbounded."""
+        ceiling = ceiling_bytes or default_ceiling()
+        if ceiling is None:
+            return cls(1 << 62)
+        return cls(max(1, ceiling - resident_memory()), ceiling)
+
+    def fits(self, nbytes: int) -> bool:
+        """Whether a step needing ``nbytes`` can ever run under this budget."""
+        return nbytes <= self.limit
 
     def reserve(self, nbytes: int, what: str = "this step", *,
                 queued: Callable[[], None] | None = None) -> contextlib.AbstractContextManager[None]:
@@ -80,9 +149,8 @@ class MemoryBudget:
 
         ``queued`` is called once the request has its place in line, before it waits.
         """
-        if nbytes > self.limit:
-            raise OverBudget(f"{what} needs about {nbytes / MIB:,.0f} MiB, more than the analysis's memory "
-                             f"budget of {self.limit / MIB:,.0f} MiB")
+        if not self.fits(nbytes):
+            raise OverBudget(what, nbytes, self.ceiling)
         return self._held(int(nbytes), queued)
 
     def reserve_all_needed(self, nbytes: int, *,

@@ -2,9 +2,11 @@
 
 1. Copy the session's ``<host>.xplane.pb`` files into a private scratch folder
    (XProf writes cache files next to what it converts).
-2. Within the memory budget, in this order when memory is short and all at
-   once when it is not: have XProf build its op_stats (the heavy conversion
-   most tools read), dump the HLO modules (small: the profile's metadata
+2. Within the memory budget (the analysis's memory ceiling less what its own
+   process holds: :mod:`mldiag.analysis.budget`), in this order when memory
+   is short and all at once when it is not: have XProf build its op_stats (the
+   heavy conversion most tools read; skipped when it cannot fit under the
+   ceiling), dump the HLO modules (small: the profile's metadata
    plane), and read each host's raw events in a process of its own (which
    proves the file is a profile and saves every event for the follow-ups).
    The raw-event read queues last so that it overlaps the tools' own work on
@@ -58,7 +60,7 @@ Progress = Callable[[str], None]
 # Runs after the analyst, while the private copy and XProf's conversions of it are still there.
 Investigate = Callable[["Analysis", ToolContext], "Analysis"]
 TIMELINE_SUFFIX = ".timeline.npz"
-RAW_EVENTS_COST = 7  # the reader process's peak, interpreter included, in multiples of the file's size
+RAW_EVENTS_COST = 9  # the reader process's peak, interpreter included, in multiples of the file's size (3x-8.5x)
 DETECTORS = ("detect_layout_mismatch_copies", "detect_unfused_reshapes", "detect_unnecessary_convert_reduce")
 
 
@@ -234,12 +236,15 @@ def start_analysis(
     scratch_dir: Path | None = None,
     *,
     progress: Progress | None = None,
-    memory_budget_bytes: int | None = None,
+    memory_ceiling_bytes: int | None = None,
 ) -> Iterator[RunningAnalysis]:
     """Start analysing the profile files of one session (one per host); XProf's conversions begin at once.
 
     ``scratch_dir`` is where the private copy lives while the analysis runs
     (a temporary folder when omitted); nothing is written anywhere else.
+    ``memory_ceiling_bytes`` bounds the analysis's memory (by default
+    :func:`~mldiag.analysis.budget.default_ceiling`): an XProf tool whose
+    conversion would not fit under it is skipped, with what it needs.
     Leaving the block waits for every step that started, then removes the copy.
     """
     started = time.perf_counter()
@@ -253,10 +258,11 @@ def start_analysis(
     ) as pool, ThreadPoolExecutor(max_workers=len(files), thread_name_prefix="mldiag-raw-events") as readers:
         session = copy_session(Session(files[0].parent.name, tuple(files)), scratch)
         profile_bytes = session.bytes
-        budget = MemoryBudget(memory_budget_bytes) if memory_budget_bytes else MemoryBudget.for_profile(profile_bytes)
+        budget = MemoryBudget.under_ceiling(memory_ceiling_bytes)
         folder = session.files[0].parent
         client = shared_converters()
-        state = SessionState(files=[str(f) for f in session.files], budget=budget, profile_bytes=profile_bytes)
+        state = SessionState(files=[str(f) for f in session.files], budget=budget, profile_bytes=profile_bytes,
+                             largest_file_bytes=max(f.stat().st_size for f in session.files))
 
         def read(xplane: Path) -> HostEvidence:
             with budget.reserve_all_needed(RAW_EVENTS_COST * xplane.stat().st_size):
@@ -274,7 +280,7 @@ def start_analysis(
             context = ToolContext(
                 folder=folder, client=client, hlo=_HloModules(client, folder), budget=budget,
                 profile_bytes=profile_bytes, timelines=tuple(timeline_of(f) for f in sorted(session.files, key=str)),
-                absent=state.absent,
+                absent=state.absent, largest_file_bytes=state.largest_file_bytes,
             )
             yield RunningAnalysis(started=started, say=say, origin=files[0].parent, session=session, pool=pool,
                                   state=state, context=context, dumping=dumping, reading=reading)
@@ -286,7 +292,7 @@ def analyze_session(
     *,
     source: str = "",
     progress: Progress | None = None,
-    memory_budget_bytes: int | None = None,
+    memory_ceiling_bytes: int | None = None,
     investigate: Investigate | None = None,
 ) -> Analysis:
     """Analyse the profile files of one session (one per host): :func:`start_analysis`, then finish.
@@ -297,7 +303,7 @@ def analyze_session(
     is empty, truncated or not a profile. ``investigate`` follows up on the
     analyst's findings with more XProf tools before the private copy is removed.
     """
-    with start_analysis(paths, scratch_dir, progress=progress, memory_budget_bytes=memory_budget_bytes) as running:
+    with start_analysis(paths, scratch_dir, progress=progress, memory_ceiling_bytes=memory_ceiling_bytes) as running:
         return running.finish(source=source, investigate=investigate)
 
 
@@ -306,13 +312,13 @@ def analyze_host(
     scratch_dir: Path | None = None,
     *,
     progress: Progress | None = None,
-    memory_budget_bytes: int | None = None,
+    memory_ceiling_bytes: int | None = None,
 ) -> HostAnalysis:
     """Analyse one host file of a multi-host session on its own; its evidence is kept for the session's merge
     (:func:`mldiag.analysis.fanout.merge_hosts`). Raises
     :class:`~mldiag.analysis.profiles.UnreadableProfile` as :func:`analyze_session` does."""
     from mldiag.analysis.fanout import HostAnalysis
 
-    with start_analysis([path], scratch_dir, progress=progress, memory_budget_bytes=memory_budget_bytes) as running:
+    with start_analysis([path], scratch_dir, progress=progress, memory_ceiling_bytes=memory_ceiling_bytes) as running:
         alone = running.finish()
         return HostAnalysis.of(alone, hlo_kernels=_hlo_kernels(running.context))

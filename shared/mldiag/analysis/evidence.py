@@ -26,6 +26,7 @@ class ToolStatus(StrEnum):
     OK = "ok"
     NO_DATA = "no_data"
     ERROR = "error"
+    SKIPPED = "skipped"  # could not run within the analysis's memory ceiling or XProf's size limit
 
 
 class Evidence(BaseModel):

@@ -19,7 +19,9 @@ and in addition:
   every later op_stats tool then reads for almost nothing;
 * reserves memory from the analysis's :class:`~mldiag.analysis.budget.MemoryBudget`: a multiple
   of the profile's size for a conversion of the profile, of the module's size for a view of one
-  HLO module (so that those run while op_stats is built);
+  HLO module (so that those run while op_stats is built); a tool whose conversion cannot fit under
+  the analysis's memory ceiling, or that would have XProf parse a file past protobuf's 2 GiB limit,
+  is skipped before it starts, its result saying what it needed and what the report lacks without it;
 * answers "no data" for converters whose input the raw events show is absent
   (no allocator events, no hardware counters), as the converter itself would,
   instead of reading the whole profile again to find nothing; those converters
@@ -45,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mldiag.analysis.budget import MemoryBudget
+from mldiag.analysis.budget import MemoryBudget, OverBudget, beyond_ceiling, gib
 
 if TYPE_CHECKING:
     from mldiag.analysis.evidence import ToolResult
@@ -74,9 +76,12 @@ OP_STATS_CONVERTERS = frozenset({
     "op_profile", "hlo_stats", "roofline_model", "smart_suggestion",
 })
 # Peak memory of one conversion, in multiples of the profile's size (xprof 2.24, measured on CPU
-# and device profiles). smart_suggestion reads the whole profile again even with op_stats built.
-CONVERTER_COST = {"op_stats": 19, "memory_profile": 19, "utilization_viewer": 26, "smart_suggestion": 27,
+# and device profiles; op_stats 17x for a 41 MB training loop, 41x for a 42 MB op-by-op one, whose
+# events are many and small). smart_suggestion reads the whole profile again even with op_stats built.
+CONVERTER_COST = {"op_stats": 41, "memory_profile": 19, "utilization_viewer": 26, "smart_suggestion": 28,
                   "tool_names": 7}  # tool_names: of what it is given (the metadata planes, to dump the HLO modules)
+# XProf parses each host file as one protobuf message, which protobuf refuses past 2 GiB.
+PROTOBUF_LIMIT = (1 << 31) - 1
 LIGHT_COST = 1  # op_stats already built
 # Converters that show one HLO module, read from its dumped proto, and what one reserves, in multiples of that
 # proto's size: the converter's own peak is 3x to 7x (xprof 2.24, modules of 8 KB to 6.7 MB), and the tool then
@@ -129,6 +134,7 @@ class SessionState:
     files: list[str]
     budget: MemoryBudget
     profile_bytes: int
+    largest_file_bytes: int = 0
     absent: AbsentInputs = field(default_factory=AbsentInputs)
     # Set once the op_stats conversion, then the HLO dump, has its place in the budget's line (or will not run).
     op_stats_queued: threading.Event = field(default_factory=threading.Event)
@@ -201,6 +207,8 @@ def _client_class() -> type:
         @contextlib.contextmanager
         def _conversion(self, state: SessionState, converter: str, module: str) -> Iterator[None]:
             what = f"XProf's {converter} converter"
+            if converter not in HLO_VIEWS and state.largest_file_bytes > PROTOBUF_LIMIT:
+                raise Skipped(_over_protobuf_limit(state.largest_file_bytes))
             if converter in OP_STATS_CONVERTERS:
                 with state.op_stats_lock:
                     if not state.op_stats_built:  # the first one builds the cache every later one reads
@@ -209,7 +217,10 @@ def _client_class() -> type:
                             yield
                         state.op_stats_built = True
                         return
-            with state.budget.reserve(_reservation(state, converter, module), what):
+            needed = _reservation(state, converter, module)
+            # A view of one HLO module (a few MB) is what the detectors and follow-ups read: never refused.
+            reserved = state.budget.reserve_all_needed(needed) if module else state.budget.reserve(needed, what)
+            with reserved:
                 yield
 
         def build_op_stats(self, session_id: str) -> None:
@@ -312,6 +323,14 @@ def shared_converters() -> Any:
         return _installed
 
 
+class Skipped(Exception):
+    """A tool that cannot run within the analysis's limits; the message says why."""
+
+
+def _over_protobuf_limit(nbytes: int) -> str:
+    return f"a host file is {gib(nbytes)}, past the 2 GiB protobuf limit of XProf's converters"
+
+
 @dataclass
 class ToolContext:
     """What a tool needs: the private session folder, the shared conversions of it, and the memory budget."""
@@ -323,6 +342,7 @@ class ToolContext:
     profile_bytes: int
     timelines: tuple[Path, ...]  # every event of each file, as the raw-event read saved it, in XProf's file order
     absent: AbsentInputs = field(default_factory=lambda: AbsentInputs({}))
+    largest_file_bytes: int = 0
 
     @property
     def session_id(self) -> str:
@@ -447,6 +467,35 @@ TOOLS: dict[str, Callable[[ToolContext], Any]] = {
 assert tuple(TOOLS) == MANAGED_TOOLS
 # Tools that only present one converter: when its input is absent there is nothing to run.
 _ONLY_CONVERTER = {"get_memory_profile": "memory_profile", "get_utilization_viewer": "utilization_viewer"}
+# The conversion of the profile each tool needs (op_stats: the first op_stats converter builds it), and what
+# the report lacks when it cannot run. The HLO tools read the dumped modules, which are always made.
+NEEDS: dict[str, tuple[str, str]] = {
+    "get_xprof_overview": ("op_stats", "no XProf overview: its step-time breakdown and bottleneck are not in the "
+                                       "evidence"),
+    "get_step_trace": ("op_stats", "no XProf step trace: step times come from the raw events alone"),
+    "get_kpi_metrics": ("op_stats", "no XProf KPIs (FLOP rate and memory bandwidth utilisation)"),
+    "get_device_information": ("op_stats", "no device model: the roofline has no peak FLOP rate or bandwidth"),
+    "get_utilization_viewer": ("utilization_viewer", "no hardware utilisation counters"),
+    "get_smart_suggestions": ("smart_suggestion", "no XProf suggestions"),
+    "get_roofline_model": ("op_stats", "no roofline: no finding on compute or memory-bound ops"),
+    "get_hlo_op_profile": ("op_stats", "no XProf op profile: op times come from the raw events alone"),
+    "get_memory_profile": ("memory_profile", "no allocator memory profile: no memory capacity or peak findings"),
+}
+
+
+def _skip_reason(name: str, context: ToolContext) -> str:
+    """Why tool ``name`` cannot run in this analysis (too large for XProf, or for the memory ceiling), or ""."""
+    if name not in NEEDS:
+        return ""
+    converter, without = NEEDS[name]
+    if context.largest_file_bytes > PROTOBUF_LIMIT:
+        return f"skipped: {_over_protobuf_limit(context.largest_file_bytes)}; {without}"
+    needed = CONVERTER_COST[converter] * context.profile_bytes
+    if not context.budget.fits(needed):
+        return f"skipped: {beyond_ceiling(needed, context.budget.ceiling)}; {without}"
+    return ""
+
+
 # Answers that parse but carry nothing (XProf fills them with zeros, -1 or empty lists), and what that means.
 _EMPTY_WHEN: dict[str, tuple[Callable[[dict[str, Any]], bool], str]] = {
     "get_device_information": (lambda data: not data.get("device_type") and not data.get("peak_flop_rate"),
@@ -488,8 +537,14 @@ def run_tool(name: str, context: ToolContext) -> ToolResult:
     absent = context.absent.reason(_ONLY_CONVERTER.get(name, ""))
     if absent:
         return ToolResult(name=name, status=ToolStatus.NO_DATA, seconds=0.0, reason=absent)
+    skipped = _skip_reason(name, context)
+    if skipped:
+        return ToolResult(name=name, status=ToolStatus.SKIPPED, seconds=0.0, reason=skipped)
     try:
         data = _decoded(TOOLS[name](context))
+    except (OverBudget, Skipped) as reason:
+        return ToolResult(name=name, status=ToolStatus.SKIPPED, seconds=time.perf_counter() - started,
+                          reason=f"skipped: {reason}")
     except FileNotFoundError as reason:  # XProf's way of saying "nothing of that kind in this profile"
         return ToolResult(name=name, status=ToolStatus.NO_DATA, seconds=time.perf_counter() - started,
                           reason=context.private_paths_hidden(str(reason)))

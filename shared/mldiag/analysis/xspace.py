@@ -16,31 +16,37 @@ Two readers, for the two things the analysis needs fast:
 * :func:`read_planes` reads every line's events as columns: metadata ids,
   start and duration. A profile holds millions of events, and building a
   Python object per event (as ``jax.profiler.ProfileData`` and XProf's own
-  reader do) costs about a microsecond each. Here protobuf's C parser frames
-  the file, with each event left as its serialized bytes, and numpy decodes the
-  three leading fields of all of a line's events at once. Every protobuf
+  reader do) costs about a microsecond each. Here the file is streamed, plane
+  by plane and line by line: protobuf's C parser frames one line at a time,
+  with each event left as its serialized bytes, and numpy decodes the three
+  leading fields of all of the line's events at once. Every protobuf
   serializer writes fields in field-number order, so an event starts with its
   metadata id (1), offset (2) and duration (3), each omitted when zero. The
   few events whose stats are wanted (the first of each name) are parsed whole
-  on request.
+  on request, from where they are in the file. Nothing parses the file as one
+  message, so a file past protobuf's 2 GiB limit reads as any other (one line
+  must stay under it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import mmap
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from mldiag.analysis.wire import VARINT, MalformedXSpace, fields
+from mldiag.analysis.wire import VARINT, MalformedXSpace, fields, varint
 
 METADATA_PLANE = "/host:metadata"
 _PLANES = 1  # XSpace.planes
 _PLANE_NAME = 2  # XPlane.name
+_PLANE_LINES = 3  # XPlane.lines
+_LINE_EVENTS = 4  # XLine.events
+_EVENT_TAG = _LINE_EVENTS << 3 | 2  # length-delimited
 _LEADING_FIELDS = (1, 2, 3)  # XEvent.metadata_id, offset_ps, duration_ps
 _MAX_VARINT_BYTES = 10
 
@@ -106,7 +112,6 @@ def _messages() -> dict[str, Any]:
     def map_entry(plane: Any, name: str, value: str) -> None:
         message(name, f"int64 key = 1; {value} value = 2", within=plane).options.map_entry = True
 
-    message("XSpace", "repeated XPlane planes = 1")
     plane = message("XPlane", "bytes name = 2; repeated XLine lines = 3; "
                               "repeated XPlane.EventMetadataEntry event_metadata = 4; "
                               "repeated XPlane.StatMetadataEntry stat_metadata = 5; repeated XStat stats = 6")
@@ -124,7 +129,7 @@ def _messages() -> dict[str, Any]:
     pool = descriptor_pool.DescriptorPool()
     pool.Add(schema)
     return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.{name}"))
-            for name in ("XSpace", "XEvent")}
+            for name in ("XPlane", "XLine", "XEvent")}
 
 
 # Bit masks for decoding a varint held in the little-endian word of its first 8 bytes.
@@ -166,14 +171,13 @@ def _varints(buffer: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return value, at + length
 
 
-def _leading_fields(events: Sequence[bytes]) -> np.ndarray:
-    """Fields 1 to 3 of each serialized event (zero where absent), one row per field."""
-    chunks = list(events)
-    lengths = np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks))
-    buffer = np.frombuffer(b"".join(chunks) + bytes(_MAX_VARINT_BYTES + 1), dtype=np.uint8)
-    ends = np.cumsum(lengths)
-    at = ends - lengths
-    columns = np.zeros((len(_LEADING_FIELDS), len(chunks)), dtype=np.uint64)
+def _leading_fields(buffer: np.ndarray, at: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Fields 1 to 3 of each serialized event ``buffer[at:ends]`` (zero where absent), one row per field.
+
+    ``buffer`` must extend at least 10 bytes past the last event.
+    """
+    at = at.copy()
+    columns = np.zeros((len(_LEADING_FIELDS), len(at)), dtype=np.uint64)
     for row, number in enumerate(_LEADING_FIELDS):
         present = np.flatnonzero((at < ends) & (buffer[at] == (number << 3 | VARINT)))
         values, after = _varints(buffer, at[present] + 1)
@@ -206,7 +210,8 @@ class Line:
     starts_ns: np.ndarray
     durations_ps: np.ndarray
     plane: Plane = field(repr=False)
-    _events: Sequence[bytes] = field(repr=False)
+    _source: mmap.mmap = field(repr=False)
+    _offsets: np.ndarray = field(repr=False)  # where each event's field starts in the file (its tag)
 
     def __len__(self) -> int:
         return len(self.metadata_ids)
@@ -217,8 +222,12 @@ class Line:
         return self.durations_ps // 1000
 
     def stats(self, index: int) -> dict[str, Any]:
-        """The stats of event ``index`` by name, its metadata's stats included (the event's own win)."""
-        event = _messages()["XEvent"].FromString(self._events[index])
+        """The stats of event ``index`` by name, its metadata's stats included (the event's own win).
+
+        The event is parsed from the file, where it still is: the reader keeps no event's bytes.
+        """
+        length, start = varint(self._source, int(self._offsets[index]) + 1)
+        event = _messages()["XEvent"].FromString(self._source[start:start + length])
         return self.plane.resolve(self.plane.metadata_stats(int(self.metadata_ids[index])), event.stats)
 
 
@@ -245,29 +254,93 @@ class Plane:
 def read_planes(path: Path) -> list[Plane]:
     """Every plane of the file at ``path``, its lines' events as columns.
 
+    The file is streamed, never parsed as one message (protobuf refuses messages over 2 GiB) nor copied
+    whole into memory: it is memory-mapped, each plane's names and stats are parsed apart from its
+    lines, then each line alone, and the pages of a line already read are handed back. What stays is
+    four numbers per event, so the reader's peak is those columns plus a small multiple of the largest line.
     Raises :class:`MalformedXSpace` for a file that is empty or not in the wire format.
     """
+    with open(path, "rb") as file:
+        if not file.seek(0, 2):
+            raise MalformedXSpace(f"{Path(path).name} is empty")
+        source = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+    return [_plane(source, start, end) for number, _, start, end in fields(source, 0, len(source))
+            if number == _PLANES]
+
+
+def _plane(source: mmap.mmap, start: int, end: int) -> Plane:
     from google.protobuf.message import DecodeError
 
-    data = Path(path).read_bytes()
-    if not data:
-        raise MalformedXSpace(f"{Path(path).name} is empty")
-    try:
-        space = _messages()["XSpace"].FromString(data)
+    messages = _messages()
+    lines, described = [], []
+    for number, tag_at, value_start, value_end in fields(source, start, end):
+        (lines if number == _PLANE_LINES else described).append((tag_at, value_start, value_end))
+    try:  # the plane without its lines: names, metadata and stats
+        parsed = messages["XPlane"].FromString(b"".join(source[tag_at:value_end] for tag_at, _, value_end in described))
     except DecodeError as error:
-        raise MalformedXSpace(f"{Path(path).name}: {error}") from error
-    del data
-    return [_plane(plane) for plane in space.planes]
-
-
-def _plane(parsed: Any) -> Plane:
+        raise MalformedXSpace(f"a plane at byte {start}: {error}") from error
     stat_names = {key: _text(metadata.name) for key, metadata in parsed.stat_metadata.items()}
     event_metadata = parsed.event_metadata
     plane = Plane(_text(parsed.name), {}, [], {key: _text(metadata.name) for key, metadata in event_metadata.items()},
                   event_metadata, stat_names)
     plane.stats = plane.resolve(parsed.stats)
-    for line in parsed.lines:
-        metadata_ids, offsets_ps, durations_ps = _leading_fields(line.events).astype(np.int64)
-        plane.lines.append(Line(_text(line.name), metadata_ids, line.timestamp_ns + offsets_ps // 1000,
-                                durations_ps, plane, line.events))
+    for _, value_start, value_end in lines:
+        plane.lines.append(_line(source, value_start, value_end, plane))
+        _release(source, value_start, value_end)
     return plane
+
+
+def _line(source: mmap.mmap, start: int, end: int, plane: Plane) -> Line:
+    """One line, read from one copy of its bytes: protobuf frames its events, numpy decodes them in place."""
+    from google.protobuf.message import DecodeError
+
+    copy = bytearray(end - start + _MAX_VARINT_BYTES + 1)  # zeros past the line, for the varint reads
+    with memoryview(source) as view:
+        copy[:end - start] = view[start:end]
+    with memoryview(copy) as line_bytes:
+        try:
+            line = _messages()["XLine"].FromString(line_bytes[:end - start])
+        except DecodeError as error:
+            raise MalformedXSpace(f"a line at byte {start}: {error}") from error
+    name, timestamp_ns = _text(line.name), line.timestamp_ns
+    lengths = np.fromiter(map(len, line.events), dtype=np.int64, count=len(line.events))
+    del line
+    length_bytes = _varint_sizes(lengths)
+    offsets = _event_offsets(source, start, end, lengths, length_bytes)
+    at = offsets - start + 1 + length_bytes
+    buffer = np.frombuffer(copy, dtype=np.uint8)
+    metadata_ids, offsets_ps, durations_ps = _leading_fields(buffer, at, at + lengths).astype(np.int64)
+    return Line(name, metadata_ids, timestamp_ns + offsets_ps // 1000, durations_ps, plane, source, offsets)
+
+
+def _varint_sizes(values: np.ndarray) -> np.ndarray:
+    """Bytes each of ``values`` (non-negative) takes as a varint."""
+    sizes = np.ones(len(values), dtype=np.int64)
+    for bits in range(7, 64, 7):
+        sizes += values >= 1 << bits
+    return sizes
+
+
+def _event_offsets(source: mmap.mmap, start: int, end: int, lengths: np.ndarray,
+                   length_bytes: np.ndarray) -> np.ndarray:
+    """Where each of a line's events starts in the file (its tag), from their lengths.
+
+    Every serializer writes a line's fields in field-number order, so its events follow one another;
+    where they do not, the line's fields are walked one by one.
+    """
+    sizes = 1 + length_bytes + lengths  # the tag (field 4 is one byte), the length, the event
+    first = next((tag_at for number, tag_at, _, _ in fields(source, start, end) if number == _LINE_EVENTS), end)
+    offsets = first + np.cumsum(sizes) - sizes
+    if (np.frombuffer(source, dtype=np.uint8)[offsets] == _EVENT_TAG).all():
+        with contextlib.suppress(MalformedXSpace):  # past the last event, mid-field if they were not contiguous
+            if all(number != _LINE_EVENTS for number, *_ in fields(source, first + int(sizes.sum()), end)):
+                return offsets
+    return np.array([tag_at for number, tag_at, _, _ in fields(source, start, end) if number == _LINE_EVENTS],
+                    dtype=np.int64)
+
+
+def _release(source: mmap.mmap, start: int, end: int) -> None:
+    """Hand the pages of ``[start, end)`` back: read again they come from the page cache, not this process."""
+    first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
+    if end - first >= mmap.PAGESIZE:
+        source.madvise(mmap.MADV_DONTNEED, first, (end - first) // mmap.PAGESIZE * mmap.PAGESIZE)

@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from mldiag.domain.sizes import parse_size
 from mldiag.domain.errors import InvalidArgument, NotFound
 from mldiag.domain.types import parse_duration
 
@@ -59,6 +60,15 @@ def _positive_duration(value: str) -> str:
     return value
 
 
+def _memory_size(value: str) -> str:
+    if value:
+        try:
+            parse_size(value)
+        except ValueError as error:
+            raise typer.BadParameter(str(error)) from None
+    return value
+
+
 def analyze(
     path: str = typer.Argument(..., help="A logdir, a session folder, one .xplane.pb, or a gs:// URI."),
     out: Path = typer.Option(Path("."), "--out", help="Folder to write analysis.json and summary.html into."),
@@ -66,10 +76,11 @@ def analyze(
     reasoner: ReasonerChoice | None = typer.Option(
         None, "--reasoner", help="Who investigates: the offline analyst or Gemini on Vertex AI "
                                  "(default: MLDIAG_REASONER, else offline)."),
-    memory_budget_mib: int = typer.Option(
-        0, "--memory-budget-mib", min=0, show_default=False,
-        help="Memory the analysis may use at once; XProf tools that need more are skipped. "
-             "Default: 20x the profile's size (at least 768 MiB), within what the machine has free.",
+    memory_ceiling: str = typer.Option(
+        "", "--memory-ceiling", callback=_memory_size, show_default=False,
+        help="Most memory the analysis may use (e.g. 8GiB, 512MiB); XProf tools that need more are skipped, "
+             "each with what it needs. Default: MLDIAG_ANALYSIS_MEMORY_CEILING, else 80% of the memory "
+             "available (the machine's or the container's, the lower).",
     ),
     timeout: str = typer.Option(
         "30m", "--timeout", callback=_positive_duration,
@@ -82,7 +93,8 @@ def analyze(
 
     with scratch_folder("mldiag analyze", timeout_s=parse_duration(timeout).total_seconds(), limit=timeout,
                         before_stop=lambda: stderr.show_cursor(True)) as scratch:
-        analysis = analyse_or_exit(path, scratch, reasoner, "mldiag analyze", memory_budget_mib)
+        analysis = analyse_or_exit(path, scratch, reasoner, "mldiag analyze",
+                                   parse_size(memory_ceiling) if memory_ceiling else None)
 
     report = analysis.to_json_dict()
     written = write_reports(analysis, out)
@@ -97,7 +109,7 @@ def analyze(
 
 
 def analyse_or_exit(path: str, scratch: Path, reasoner: ReasonerChoice | None, command: str,
-                    memory_budget_mib: int = 0) -> Analysis:
+                    memory_ceiling_bytes: int | None = None) -> Analysis:
     """The analysis of the profile at ``path``, made in ``scratch`` with its progress on stderr;
     exit 3 with ``command``'s one-line reason if there is no readable profile."""
     from mldiag.analysis.profiles import UNREADABLE_EXIT
@@ -106,7 +118,8 @@ def analyse_or_exit(path: str, scratch: Path, reasoner: ReasonerChoice | None, c
     try:
         with stderr.status("Looking for the profile", spinner="dots") as status:
             return analyse(path, scratch, reasoner=reasoner.value if reasoner else None,
-                           memory_budget_mib=memory_budget_mib, progress=lambda message: status.update(Text(message)),
+                           memory_ceiling_bytes=memory_ceiling_bytes,
+                           progress=lambda message: status.update(Text(message)),
                            note=lambda message: stderr.print(Text(message)))
     except (InvalidArgument, NotFound) as error:
         stderr.print(Text(f"{command}: {error}"))

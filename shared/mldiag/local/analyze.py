@@ -47,11 +47,12 @@ def scratch_folder(command: str, *, timeout_s: float | None = None, limit: str =
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def analyse(path: str, scratch: Path, *, reasoner: str | None = None, memory_budget_mib: int = 0,
+def analyse(path: str, scratch: Path, *, reasoner: str | None = None, memory_ceiling_bytes: int | None = None,
             progress: Callable[[str], None] = _ignore, note: Callable[[str], None] = _ignore) -> Analysis:
     """Find (or download) the profile at ``path`` and analyse it in ``scratch``.
 
-    ``reasoner`` overrides the settings' (``offline`` or ``vertex``); ``progress`` gets each step as it
+    ``reasoner`` overrides the settings' (``offline`` or ``vertex``), ``memory_ceiling_bytes`` the default
+    ceiling (:func:`mldiag.analysis.budget.default_ceiling`); ``progress`` gets each step as it
     starts, ``note`` what the reader should know about the profile chosen. Raises
     :class:`~mldiag.domain.errors.InvalidArgument` or :class:`~mldiag.domain.errors.NotFound` when
     ``path`` holds no readable profile.
@@ -71,7 +72,7 @@ def analyse(path: str, scratch: Path, *, reasoner: str | None = None, memory_bud
         if session.note:
             note(session.note)
         with start_analysis(list(session.files), scratch, progress=progress,
-                            memory_budget_bytes=memory_budget_mib << 20 or None) as running:
+                            memory_ceiling_bytes=memory_ceiling_bytes) as running:
             # Built while XProf converts the profile, which on a large one takes seconds.
             return running.finish(source=path, investigate=bootstrap.build_investigator(settings, reasoner))
 

@@ -204,3 +204,21 @@ def test_a_plane_nested_3000_deep_is_one_line_with_no_xprof_traceback(tmp_path):
                              str(tmp_path / "out")], capture_output=True, text=True, timeout=240)
     assert result.returncode == 3, result.stderr
     assert result.stderr.strip().splitlines() == [f"mldiag analyze: {hostile.name}: the profile has no trace events"]
+
+
+def test_a_memory_ceiling_too_low_for_xprof_skips_its_tools_and_says_so(tmp_path):
+    result = _analyze(str(xplane("input_bound")), "--out", str(tmp_path), "--memory-ceiling", "1MiB",
+                      "--format", "json")
+    assert result.exit_code == 0, result.output
+    tools = {tool["name"]: tool for tool in json.loads(result.stdout)["tools"]}
+    assert tools["get_xprof_overview"]["status"] == "skipped"
+    assert tools["get_xprof_overview"]["reason"].startswith("skipped: needs ~0.01 GiB, ceiling 0.00 GiB; no XProf")
+
+
+@pytest.mark.parametrize("ceiling", ["8 gigs", "0", "-1GiB"])
+def test_a_memory_ceiling_that_is_no_size_is_one_line(tmp_path, ceiling):
+    result = _analyze(str(xplane("input_bound")), "--out", str(tmp_path), "--memory-ceiling", ceiling)
+    said = " ".join(result.output.replace("│", " ").split())
+    assert result.exit_code == 2
+    assert "is not a memory size" in said or "must be more than 0 bytes" in said
+    assert "Traceback" not in result.output

@@ -13,7 +13,8 @@ from analysis_support import xplane
 
 from mldiag.analysis import MANAGED_TOOLS, analyze_session, xprof_tools
 from mldiag.analysis.engine import start_analysis
-from mldiag.analysis.budget import MemoryBudget, OverBudget
+from mldiag.analysis.budget import MemoryBudget, OverBudget, default_ceiling
+from mldiag.domain.sizes import parse_size
 from mldiag.analysis.evidence import ToolStatus
 
 pytestmark = pytest.mark.slow  # real analyses, servers or Terraform runs
@@ -105,16 +106,16 @@ def test_a_view_of_one_hlo_module_reserves_for_that_module_not_for_the_profile(m
     raw_to_tool_data.xspace_to_tool_names([str(dumped / profile.name)])
     module_bytes = {p.stat().st_size for p in dumped.glob("*.hlo_proto.pb")}
     asked = []
-    reserve = MemoryBudget.reserve
+    reservation = xprof_tools._reservation
 
-    def recorded(self, nbytes, what="this step", **options):
-        asked.append((what, nbytes))
-        return reserve(self, nbytes, what, **options)
+    def recorded(state, converter, module):
+        asked.append((converter, reservation(state, converter, module)))
+        return asked[-1][1]
 
-    monkeypatch.setattr(MemoryBudget, "reserve", recorded)
+    monkeypatch.setattr(xprof_tools, "_reservation", recorded)
     monkeypatch.setattr(xprof_tools, "HLO_VIEW_FLOOR", 0)
     analyze_session([profile], tmp_path / "scratch")
-    views = [nbytes for what, nbytes in asked if "graph_viewer" in what or "memory_viewer" in what]
+    views = [nbytes for converter, nbytes in asked if converter in ("graph_viewer", "memory_viewer")]
     assert len(views) >= 2 * len(module_bytes) > 0  # the text of each module, and its memory view
     per_module = {xprof_tools.HLO_VIEW_COST * size for size in module_bytes}
     assert per_module <= set(views)
@@ -138,15 +139,36 @@ def test_a_step_the_analysis_needs_runs_alone_when_larger_than_the_budget():
     thread.join()
 
 
-def test_an_optional_step_larger_than_the_budget_is_refused():
-    with pytest.raises(OverBudget, match="needs about 1,000 MiB, more than the analysis.s memory budget of 100 MiB"):
+def test_an_optional_step_larger_than_the_budget_is_refused_with_what_it_needs():
+    with pytest.raises(OverBudget, match=r"smart suggestions needs ~1.0 GiB, ceiling 0.10 GiB"):
         MemoryBudget(100 << 20).reserve(1000 << 20, "smart suggestions")
 
 
-@pytest.mark.parametrize("size, expected", [(1_000, 768 << 20), (100 << 20, 2000 << 20)])
-def test_the_default_budget_scales_with_the_profile(monkeypatch, size, expected):
-    monkeypatch.setattr("mldiag.analysis.budget.available_memory", lambda: 64 << 30)
-    assert MemoryBudget.for_profile(size).limit == expected
+def test_the_ceiling_comes_from_the_setting_else_from_what_is_available(monkeypatch):
+    monkeypatch.setattr("mldiag.analysis.budget.available_memory", lambda: 10 << 30)
+    monkeypatch.setattr("mldiag.analysis.budget._cgroup_limit", lambda: None)
+    assert default_ceiling({}) == 8 << 30
+    monkeypatch.setattr("mldiag.analysis.budget._cgroup_limit", lambda: 4 << 30)  # a function of 4 GiB
+    assert default_ceiling({}) == int(3.2 * (1 << 30))
+    assert default_ceiling({"MLDIAG_ANALYSIS_MEMORY_CEILING": "1.5GiB"}) == 3 << 29
+
+
+def test_the_budget_is_the_ceiling_less_what_the_analysing_process_holds(monkeypatch):
+    monkeypatch.setattr("mldiag.analysis.budget.resident_memory", lambda: 300 << 20)
+    budget = MemoryBudget.under_ceiling(2 << 30)
+    assert (budget.ceiling, budget.limit) == (2 << 30, (2 << 30) - (300 << 20))
+
+
+@pytest.mark.parametrize("text, size", [("8GiB", 8 << 30), ("512MiB", 512 << 20), ("8G", 8 << 30),
+                                        ("1.5 GB", 3 << 29), ("4096", 4096), ("64k", 64 << 10)])
+def test_memory_sizes_read_in_binary_units(text, size):
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "8 gigs", "GiB", "-1GiB", "0", "8iB"])
+def test_what_is_not_a_memory_size_is_refused_in_one_line(text):
+    with pytest.raises(ValueError, match="memory size"):
+        parse_size(text)
 
 
 def test_an_analysis_started_and_left_unfinished_leaves_nothing_behind(tmp_path):

@@ -183,7 +183,7 @@ def test_where_xprof_would_not_fit_the_budget_the_timelines_still_answer_exactly
 
 def test_an_aggregation_that_does_not_fit_the_budget_is_recorded_not_run(tpu):
     followup = tpu["within_no_memory"]["dispatches"]
-    assert followup.status is ToolStatus.ERROR and "memory budget" in followup.showed
+    assert followup.status is ToolStatus.ERROR and "ceiling" in followup.showed
 
 
 def test_kernel_statistics_quote_a_templated_kernel_by_its_whole_name():

@@ -3,6 +3,8 @@ every line's events as columns, checked against the reader behind ``jax.profiler
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from analysis_support import xplane
 
@@ -167,3 +169,31 @@ def test_a_cut_or_empty_file_is_malformed(tmp_path, cut):
     path.write_bytes(profile[: len(profile) * cut // 3])
     with pytest.raises(MalformedXSpace):
         read_planes(path)
+
+
+def _event_with_stat(metadata_id: int, value: int) -> bytes:
+    stat = _tag(1, 0) + _varint(1) + _tag(4, 0) + _varint(value)  # XStat: metadata_id 1, int64_value
+    return _tag(1, 0) + _varint(metadata_id) + _delimited(4, stat)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_each_events_stats_are_read_from_where_it_is_in_the_file(tmp_path, interleaved):
+    stat_names = _delimited(5, _tag(1, 0) + _varint(1) + _delimited(2, _delimited(2, b"step_num")))
+    events = [_delimited(4, _event_with_stat(7, step)) for step in range(3)]
+    display_name = _delimited(11, b"shown")  # a serializer that writes it between events is still read right
+    body = events[0] + display_name + b"".join(events[1:]) if interleaved else b"".join(events) + display_name
+    line = _delimited(2, b"l") + _tag(3, 0) + _varint(1000) + body
+    path = tmp_path / "host.xplane.pb"
+    path.write_bytes(_delimited(1, _delimited(2, b"p") + _delimited(3, line) + stat_names))
+    (plane,) = read_planes(path)
+    (line,) = plane.lines
+    assert [line.stats(index) for index in range(3)] == [{"step_num": 0}, {"step_num": 1}, {"step_num": 2}]
+
+
+def test_no_copy_of_the_whole_file_is_kept(monkeypatch):
+    profile = xplane("unfused_small_ops")
+    monkeypatch.setattr(Path, "read_bytes", lambda self: pytest.fail(f"{self} read whole"))
+    planes = read_planes(profile)
+    largest = max(len(line) for plane in planes for line in plane.lines)
+    assert largest < sum(len(line) for plane in planes for line in plane.lines)
+    assert planes[1].lines[0].stats(0) is not None
