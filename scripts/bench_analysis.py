@@ -9,7 +9,7 @@ none, so the CLI side runs fewer tools than ours does.
 Three sides are timed on the two traced workloads (``large``, a training loop,
 and ``large_op_by_op``, JAX ops dispatched one by one): ``mldiag analyze`` as
 a user runs it (the 15 tools, the analyst, then the follow-up investigation),
-``analyze_session`` alone (the 15 tools and the analyst, no follow-ups), and
+``analyze_profile`` alone (the 15 tools and the analyst, no follow-ups), and
 the XProf CLI.
 
 The sides start cold, alternately, ``--repeat`` times in one run (wall and CPU
@@ -82,13 +82,13 @@ CLI_TOOLS = (  # managed name -> xprof subcommand, for the 11 that have one
 CLI_SIDE = "xprof_cli_sequential"
 SIDES = {  # what is timed -> how it is printed
     "mldiag_analyze": "mldiag analyze (with follow-ups)",
-    "analyze_session": "analyze_session (15 tools + analyst)",
+    "analyze_profile": "analyze_profile (15 tools + analyst)",
     CLI_SIDE: "xprof CLI, 11 tools sequentially",
 }
 # The evidence pass alone, as the engine runs it before any follow-up investigation.
 EVIDENCE_ONLY = (
-    "import sys; from pathlib import Path; from mldiag.analysis import analyze_session; "
-    "analyze_session(sorted(Path(sys.argv[1]).glob('*.xplane.pb')), Path(sys.argv[2]))"
+    "import sys; from pathlib import Path; from mldiag.analysis import analyze_profile; "
+    "analyze_profile(sorted(Path(sys.argv[1]).glob('*.xplane.pb')), Path(sys.argv[2]))"
 )
 TRACED = ("large", "large_op_by_op")
 SCALED = {  # generated workload -> (bytes at least, the memory ceiling it is analysed under, or "" for the default)
@@ -203,7 +203,7 @@ def _commands(side: str, session: Path, out: Path) -> list[list[str]]:
     if side == "mldiag_analyze":
         return [[str(BIN / "mldiag"), "analyze", str(session), "--out", str(out), "--format", "json", "--timeout",
                  "2h"]]
-    if side == "analyze_session":
+    if side == "analyze_profile":
         return [[sys.executable, "-c", EVIDENCE_ONLY, str(session), str(out)]]
     return [[str(BIN / "xprof"), subcommand, str(session)] for _, subcommand in CLI_TOOLS]
 

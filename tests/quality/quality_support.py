@@ -30,11 +30,11 @@ def _session_files(source: str) -> list[Path]:
 
 @functools.cache
 def _offline(source: str):
-    from mldiag.analysis import analyze_session
+    from mldiag.analysis import analyze_profile
     from mldiag.bootstrap import build_investigator
     from mldiag.config import Settings
 
-    return analyze_session(_session_files(source), source=source, investigate=build_investigator(Settings(), "offline"))
+    return analyze_profile(_session_files(source), source=source, investigate=build_investigator(Settings(), "offline"))
 
 
 @functools.cache
@@ -59,7 +59,7 @@ def gemini_analysis(source: str, recording: str) -> dict[str, Any]:
     from fake_gemini import FakeGemini, script
     from google.oauth2.credentials import Credentials
 
-    from mldiag.analysis import analyze_session
+    from mldiag.analysis import analyze_profile
     from mldiag.analysis.investigation import Investigator
     from mldiag.analysis.offline import OfflineReasoner
     from mldiag.adapters.reasoning.vertex import VertexReasoner
@@ -68,6 +68,6 @@ def gemini_analysis(source: str, recording: str) -> dict[str, Any]:
         reasoner = VertexReasoner(project="quality-harness", location="us-central1", model="gemini-2.5-flash",
                                   endpoint=fake.url, credentials=Credentials(token="quality-harness"),
                                   retry_initial_delay_s=0.01)
-        analysis = analyze_session(_session_files(source), source=source,
+        analysis = analyze_profile(_session_files(source), source=source,
                                    investigate=Investigator(reasoner, OfflineReasoner()))
     return analysis.to_json_dict()

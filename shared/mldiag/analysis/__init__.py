@@ -1,6 +1,6 @@
 """Profile analysis, part 1: the evidence and the deterministic analyst.
 
-``analyze_session(paths)`` runs the 15 XProf tools of the managed product on a
+``analyze_profile(paths)`` runs the 15 XProf tools of the managed product on a
 private copy of one session's ``<host>.xplane.pb`` files, computes its own
 signals from the raw trace events, and returns an :class:`Analysis`: metrics,
 a health snapshot, prioritised findings and all the evidence behind them.
@@ -18,7 +18,7 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "analyze_session": "mldiag.analysis.engine",
+    "analyze_profile": "mldiag.analysis.engine",
     "start_analysis": "mldiag.analysis.engine",
     "Analysis": "mldiag.analysis.evidence",
     "ToolResult": "mldiag.analysis.evidence",

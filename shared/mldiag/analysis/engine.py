@@ -20,7 +20,7 @@
 
 :func:`start_analysis` does steps 1 and 2 and hands back a
 :class:`RunningAnalysis`, whose :meth:`~RunningAnalysis.finish` does the rest;
-:func:`analyze_session` is both in one call. The conversions start before the
+:func:`analyze_profile` is both in one call. The conversions start before the
 analysis loads anything it needs only later (pydantic models, the analyst): on
 a large profile they are most of the time, and everything else loads beside
 them. A caller with its own preparation to do (the CLI loads its settings and
@@ -286,7 +286,7 @@ def start_analysis(
                                   state=state, context=context, dumping=dumping, reading=reading)
 
 
-def analyze_session(
+def analyze_profile(
     paths: Sequence[Path],
     scratch_dir: Path | None = None,
     *,
@@ -316,7 +316,7 @@ def analyze_host(
 ) -> HostAnalysis:
     """Analyse one host file of a multi-host session on its own; its evidence is kept for the session's merge
     (:func:`mldiag.analysis.fanout.merge_hosts`). Raises
-    :class:`~mldiag.analysis.profiles.UnreadableProfile` as :func:`analyze_session` does."""
+    :class:`~mldiag.analysis.profiles.UnreadableProfile` as :func:`analyze_profile` does."""
     from mldiag.analysis.fanout import HostAnalysis
 
     with start_analysis([path], scratch_dir, progress=progress, memory_ceiling_bytes=memory_ceiling_bytes) as running:

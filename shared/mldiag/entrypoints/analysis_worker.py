@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _analyse(args: argparse.Namespace, scratch: Path) -> int:
-    from mldiag.analysis import Analysis, analyze_session
+    from mldiag.analysis import Analysis, analyze_profile
     from mldiag.analysis.comparison import compare
     from mldiag.analysis.profiles import UNREADABLE_EXIT, UnreadableProfile
     from mldiag.analysis.report import write_reports
@@ -79,7 +79,7 @@ def _analyse(args: argparse.Namespace, scratch: Path) -> int:
         if args.merge:
             analysis = _merged(args, scratch, investigate)
         else:
-            analysis = analyze_session(args.files, scratch, source=args.source, investigate=investigate)
+            analysis = analyze_profile(args.files, scratch, source=args.source, investigate=investigate)
     except UnreadableProfile as error:
         print(error, file=sys.stderr)
         return UNREADABLE_EXIT

@@ -7,12 +7,12 @@ import functools
 import pytest
 from analysis_support import xplane
 
-from mldiag.analysis import Analysis, analyze_session
+from mldiag.analysis import Analysis, analyze_profile
 
 
 @functools.cache
 def _analysis(name: str) -> Analysis:
-    return analyze_session([xplane(name)])
+    return analyze_profile([xplane(name)])
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ from typing import Any
 
 from analysis_support import xplane
 
-from mldiag.analysis import Analysis, analyze_session
+from mldiag.analysis import Analysis, analyze_profile
 from mldiag.bootstrap import build_investigator
 from mldiag.analysis.xprof_tools import ToolContext
 from mldiag.config import Settings
@@ -23,7 +23,7 @@ from mldiag.config import Settings
 
 @functools.cache
 def investigated(name: str) -> Analysis:
-    return analyze_session([xplane(name)], investigate=build_investigator(Settings()))
+    return analyze_profile([xplane(name)], investigate=build_investigator(Settings()))
 
 
 def on_live_profile(name: str, **runs: Callable[[Analysis, ToolContext], Any]) -> dict[str, Any]:
@@ -35,5 +35,5 @@ def on_live_profile(name: str, **runs: Callable[[Analysis, ToolContext], Any]) -
             results[key] = run(analysis.model_copy(deep=True), context)
         return analysis
 
-    analyze_session([xplane(name)], investigate=each)
+    analyze_profile([xplane(name)], investigate=each)
     return results

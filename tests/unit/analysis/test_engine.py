@@ -11,7 +11,7 @@ import time
 import pytest
 from analysis_support import xplane
 
-from mldiag.analysis import MANAGED_TOOLS, analyze_session, xprof_tools
+from mldiag.analysis import MANAGED_TOOLS, analyze_profile, xprof_tools
 from mldiag.analysis.engine import start_analysis
 from mldiag.analysis.budget import MemoryBudget, OverBudget, default_ceiling
 from mldiag.domain.sizes import parse_size
@@ -26,7 +26,7 @@ def test_a_failing_tool_is_recorded_and_the_analysis_goes_on(monkeypatch, tmp_pa
 
     monkeypatch.setitem(xprof_tools.TOOLS, "get_roofline_model", broken)
     messages = []
-    analysis = analyze_session([xplane("input_bound")], tmp_path / "scratch", progress=messages.append)
+    analysis = analyze_profile([xplane("input_bound")], tmp_path / "scratch", progress=messages.append)
     roofline = next(t for t in analysis.tools if t.name == "get_roofline_model")
     assert roofline.status is ToolStatus.ERROR and roofline.reason == "RuntimeError: converter crashed"
     assert [t.name for t in analysis.tools] == list(MANAGED_TOOLS)
@@ -40,7 +40,7 @@ def test_a_session_of_two_hosts_reads_each_and_runs_the_tools_on_both(tmp_path):
     session.mkdir(parents=True)
     for host, fixture in (("host-a", "input_bound"), ("host-b", "compute_bound")):
         shutil.copy(xplane(fixture), session / f"{host}.xplane.pb")
-    analysis = analyze_session(sorted(session.glob("*.xplane.pb")), tmp_path / "scratch")
+    analysis = analyze_profile(sorted(session.glob("*.xplane.pb")), tmp_path / "scratch")
     assert [host.host for host in analysis.hosts] == ["host-a", "host-b"]
     assert analysis.hosts[0].busy_fraction < analysis.hosts[1].busy_fraction
     tools = {tool.name: tool for tool in analysis.tools}
@@ -114,7 +114,7 @@ def test_a_view_of_one_hlo_module_reserves_for_that_module_not_for_the_profile(m
 
     monkeypatch.setattr(xprof_tools, "_reservation", recorded)
     monkeypatch.setattr(xprof_tools, "HLO_VIEW_FLOOR", 0)
-    analyze_session([profile], tmp_path / "scratch")
+    analyze_profile([profile], tmp_path / "scratch")
     views = [nbytes for converter, nbytes in asked if converter in ("graph_viewer", "memory_viewer")]
     assert len(views) >= 2 * len(module_bytes) > 0  # the text of each module, and its memory view
     per_module = {xprof_tools.HLO_VIEW_COST * size for size in module_bytes}

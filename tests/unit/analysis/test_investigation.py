@@ -8,7 +8,7 @@ import json
 from analysis_support import facts, xplane
 from investigation_support import investigated
 
-from mldiag.analysis import analyze_session
+from mldiag.analysis import analyze_profile
 from mldiag.analysis.evidence import ToolStatus
 from mldiag.analysis.followups import MAX_FOLLOWUPS
 from mldiag.analysis.investigation import merge_findings
@@ -80,7 +80,7 @@ def test_hostile_names_are_timed_as_the_events_they_are():
 
 @pytest.mark.slow
 def test_the_same_profile_gives_the_same_investigation():
-    again = analyze_session([xplane("unfused_small_ops")], investigate=build_investigator(Settings()))
+    again = analyze_profile([xplane("unfused_small_ops")], investigate=build_investigator(Settings()))
     first = investigated("unfused_small_ops")
     assert [(f.tool, f.arguments, f.showed) for f in again.followups] == [
         (f.tool, f.arguments, f.showed) for f in first.followups]

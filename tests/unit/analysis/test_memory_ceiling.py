@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from analysis_support import xplane
 
-from mldiag.analysis import ToolStatus, analyze_session
+from mldiag.analysis import ToolStatus, analyze_profile
 from mldiag.analysis import xprof_tools
 from mldiag.analysis.report import write_reports
 
@@ -21,7 +21,7 @@ def over_the_ceiling(tmp_path_factory):
     """input_bound analysed under a 1 GiB ceiling, its op_stats conversion said to need 10,000x the profile."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setitem(xprof_tools.CONVERTER_COST, "op_stats", 10_000)
-        analysis = analyze_session([xplane("input_bound")], memory_ceiling_bytes=1 << 30)
+        analysis = analyze_profile([xplane("input_bound")], memory_ceiling_bytes=1 << 30)
     out = tmp_path_factory.mktemp("report")
     write_reports(analysis, out)
     return analysis, out
@@ -32,7 +32,7 @@ def past_the_protobuf_limit():
     """input_bound as if its file were past protobuf's 2 GiB limit."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(xprof_tools, "PROTOBUF_LIMIT", 1000)
-        return analyze_session([xplane("input_bound")])
+        return analyze_profile([xplane("input_bound")])
 
 
 def test_a_tool_over_the_ceiling_is_skipped_with_what_it_needs_and_what_it_costs(over_the_ceiling):
