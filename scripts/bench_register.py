@@ -22,10 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mldiag import bootstrap
-
-from mldiag.entrypoints import handlers
 from mldiag.config import ANALYSIS_REQUESTS, Settings
 from mldiag.domain.messages import encode_json, storage_finalized_event
+from mldiag.entrypoints import handlers
 
 
 def _events(count: int, duplicates: float, hosts: int, seed: int = 7) -> list:

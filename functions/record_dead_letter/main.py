@@ -4,7 +4,6 @@ import functions_framework
 from cloudevents.http import CloudEvent
 
 from mldiag import bootstrap
-
 from mldiag.entrypoints import handlers
 
 

@@ -68,8 +68,8 @@ def _build_embedded(settings: Settings) -> Services:
 
 
 def _build_gcp(settings: Settings) -> Services:
-    from mldiag.adapters.store.firestore import FirestoreStore
     from mldiag.adapters.bus.pubsub import PubSubBus
+    from mldiag.adapters.store.firestore import FirestoreStore
 
     return Services(
         settings=settings,

@@ -17,10 +17,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
+from mldiag.domain.errors import InvalidArgument, invalid_argument
 from mldiag.domain.sizes import parse_size
-
-from mldiag.domain.errors import InvalidArgument
-from mldiag.domain.errors import invalid_argument
 
 # Topic names are part of the deployment contract: Terraform and the devstack create these.
 ANALYSIS_REQUESTS = "analysis-requests"

@@ -24,14 +24,14 @@ from typing import Any
 
 import structlog
 
-from mldiag.services.capture.execute import Executor
 from mldiag import bootstrap
-from mldiag.domain.capture import CaptureFailed, Failure
-from mldiag.services.capture.tasks import CaptureTask, TaskResult
 from mldiag.client.api import ApiClient, ApiError
+from mldiag.domain.capture import CaptureFailed, Failure
 from mldiag.domain.names import RunName
 from mldiag.domain.resources import ProfilerTarget
 from mldiag.ports import BlobStore, ProfilerDialer
+from mldiag.services.capture.execute import Executor
+from mldiag.services.capture.tasks import CaptureTask, TaskResult
 
 LOCALHOST = "127.0.0.1"
 MAX_PARALLEL_CAPTURES = 16

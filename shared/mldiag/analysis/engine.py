@@ -48,7 +48,13 @@ from mldiag.analysis.budget import MemoryBudget
 from mldiag.analysis.profiles import UNREADABLE_EXIT, Session, UnreadableProfile, copy_session, host_of
 from mldiag.analysis.stopping import PRIVATE_FOLDER_PREFIX
 from mldiag.analysis.xprof_tools import (
-    CAN_BE_ABSENT, MANAGED_TOOLS, SessionState, ToolContext, preload_tools, run_tool, shared_converters,
+    CAN_BE_ABSENT,
+    MANAGED_TOOLS,
+    SessionState,
+    ToolContext,
+    preload_tools,
+    run_tool,
+    shared_converters,
 )
 
 if TYPE_CHECKING:

@@ -20,7 +20,14 @@ from typing import Annotated
 import typer
 
 from mldiag.cli.options import (
-    DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiUrl, Location, Project, Token, api_command,
+    DEFAULT_API_URL,
+    DEFAULT_LOCATION,
+    DEFAULT_PROJECT,
+    ApiUrl,
+    Location,
+    Project,
+    Token,
+    api_command,
 )
 from mldiag.config import Settings
 

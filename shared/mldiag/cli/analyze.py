@@ -29,8 +29,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from mldiag.domain.sizes import parse_size
 from mldiag.domain.errors import InvalidArgument, NotFound
+from mldiag.domain.sizes import parse_size
 from mldiag.domain.types import parse_duration
 
 if TYPE_CHECKING:

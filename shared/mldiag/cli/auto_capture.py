@@ -10,13 +10,21 @@ from typing import Annotated, Any
 
 import typer
 
+from mldiag.cli.capture import wire_duration
 from mldiag.cli.options import (
-    DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiUrl, Fmt, Location, Project, Token, api_command,
+    DEFAULT_API_URL,
+    DEFAULT_LOCATION,
+    DEFAULT_PROJECT,
+    ApiUrl,
+    Fmt,
+    Location,
+    Project,
+    Token,
+    api_command,
     print_resources,
 )
-from mldiag.client.api import ApiClient
-from mldiag.cli.capture import wire_duration
 from mldiag.cli.output import Format
+from mldiag.client.api import ApiClient
 
 RunId = Annotated[str, typer.Argument(help="The run's id, full resource name or display name.")]
 

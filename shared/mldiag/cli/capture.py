@@ -17,11 +17,20 @@ from typing import Annotated, Any
 import typer
 
 from mldiag.cli.options import (
-    DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiUrl, Fmt, Location, Project, RunOption, Token,
-    api_command, print_resources,
+    DEFAULT_API_URL,
+    DEFAULT_LOCATION,
+    DEFAULT_PROJECT,
+    ApiUrl,
+    Fmt,
+    Location,
+    Project,
+    RunOption,
+    Token,
+    api_command,
+    print_resources,
 )
-from mldiag.client.api import ApiClient, ApiError
 from mldiag.cli.output import Format, errors, show
+from mldiag.client.api import ApiClient, ApiError
 from mldiag.domain.types import format_duration, parse_duration
 
 POLL_INTERVAL_S = 0.5

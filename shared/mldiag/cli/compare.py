@@ -28,9 +28,18 @@ from rich.text import Text
 
 from mldiag.analysis.regression import DEFAULT_MAX_MEMORY_REGRESSION, DEFAULT_MAX_STEP_TIME_REGRESSION, Thresholds
 from mldiag.cli.options import (
-    DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiUrl, Location, Project, RunOption, Token, api_command,
+    DEFAULT_API_URL,
+    DEFAULT_LOCATION,
+    DEFAULT_PROJECT,
+    ApiUrl,
+    Location,
+    Project,
+    RunOption,
+    Token,
+    api_command,
 )
 from mldiag.client.api import ApiClient
+
 stdout = Console(highlight=False, soft_wrap=True)
 COLLECTION = "profilerSessions"
 REGRESSED_EXIT = 1

@@ -14,8 +14,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from mldiag.cli.options import DEFAULT_LOCATION, DEFAULT_PROJECT, Location, Project, Token
-from mldiag.client.api import ApiError
 from mldiag.cli.output import Format, show
+from mldiag.client.api import ApiError
 from mldiag.config import Settings
 from mldiag.domain.resources import AnalysisState
 

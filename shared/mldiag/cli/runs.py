@@ -10,11 +10,23 @@ import typer
 
 from mldiag.cli import auto_capture, capture
 from mldiag.cli.options import (
-    DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiUrl, Filter, Fmt, Limit, Location, Project, SortBy,
-    Token, api_command, key_values, print_resources,
+    DEFAULT_API_URL,
+    DEFAULT_LOCATION,
+    DEFAULT_PROJECT,
+    ApiUrl,
+    Filter,
+    Fmt,
+    Limit,
+    Location,
+    Project,
+    SortBy,
+    Token,
+    api_command,
+    key_values,
+    print_resources,
 )
-from mldiag.client.api import ApiClient, location_path
 from mldiag.cli.output import Column, Format, milliseconds
+from mldiag.client.api import ApiClient, location_path
 
 app = typer.Typer(help="Machine learning runs: create, describe, list, update, delete, "
                        "start-continuous-profiling, stop-continuous-profiling, set-auto-capture, report-metrics, "

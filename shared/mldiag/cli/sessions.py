@@ -9,11 +9,21 @@ import typer
 
 from mldiag.cli import capture
 from mldiag.cli.options import (
-    DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiUrl, Fmt, Location, Project, RunOption, Token,
-    api_command, describe_child_command, list_children_command,
+    DEFAULT_API_URL,
+    DEFAULT_LOCATION,
+    DEFAULT_PROJECT,
+    ApiUrl,
+    Fmt,
+    Location,
+    Project,
+    RunOption,
+    Token,
+    api_command,
+    describe_child_command,
+    list_children_command,
 )
-from mldiag.client.api import ApiClient
 from mldiag.cli.output import Column, Format, milliseconds, show
+from mldiag.client.api import ApiClient
 
 app = typer.Typer(help="Profiler sessions: list, describe, share, analyze, capture.", no_args_is_help=True)
 

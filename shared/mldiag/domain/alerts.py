@@ -29,7 +29,12 @@ from pydantic import ConfigDict, Field, ValidationError
 from mldiag.domain.errors import InvalidArgument, PermanentFailure
 from mldiag.domain.names import LocationName, id_from_text, parse_run, validate_id
 from mldiag.domain.resources import (
-    AnalyzerReport, DetectionState, EventType, MonitoredEvent, RecommendedAction, invalid_argument,
+    AnalyzerReport,
+    DetectionState,
+    EventType,
+    MonitoredEvent,
+    RecommendedAction,
+    invalid_argument,
 )
 from mldiag.domain.types import CamelModel, Timestamp, format_timestamp
 

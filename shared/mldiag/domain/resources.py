@@ -18,7 +18,6 @@ from pydantic import Field, ValidationError, computed_field, model_validator
 from mldiag.domain.errors import InvalidArgument, InvalidTransition, invalid_argument
 from mldiag.domain.types import CamelModel, Duration, PrefixedEnum, Timestamp
 
-
 # --- enums -------------------------------------------------------------------
 
 

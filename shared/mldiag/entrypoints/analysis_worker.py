@@ -65,11 +65,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _analyse(args: argparse.Namespace, scratch: Path) -> int:
+    from mldiag import bootstrap
     from mldiag.analysis import Analysis, analyze_profile
     from mldiag.analysis.comparison import compare
     from mldiag.analysis.profiles import UNREADABLE_EXIT, UnreadableProfile
     from mldiag.analysis.report import write_reports
-    from mldiag import bootstrap
     from mldiag.config import Settings
 
     try:

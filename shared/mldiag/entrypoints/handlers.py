@@ -13,6 +13,7 @@ from cloudevents.http import CloudEvent
 from mldiag.services import event_archive
 from mldiag.services.dependencies import FunctionHandler, Services
 
+
 def register_session(services: Services, event: CloudEvent) -> event_archive.Outcome:
     """Eventarc ``google.cloud.storage.object.v1.finalized`` on the profiles bucket."""
     from mldiag.services.registration import register_finalized

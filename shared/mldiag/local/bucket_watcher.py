@@ -26,11 +26,11 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
-from mldiag.domain.layout import BUCKET_NAME, parse_blob_uri
 from mldiag.config import BUCKET_NOTIFICATIONS
 from mldiag.domain.errors import InvalidArgument
-from mldiag.domain.types import format_timestamp
+from mldiag.domain.layout import BUCKET_NAME, parse_blob_uri
 from mldiag.domain.messages import encode_json
+from mldiag.domain.types import format_timestamp
 from mldiag.ports import BlobInfo, BlobStore, LocalBuckets, MessageBus
 
 log = structlog.get_logger(__name__)

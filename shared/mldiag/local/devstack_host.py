@@ -31,9 +31,8 @@ from cloudevents.http import CloudEvent
 from werkzeug.middleware.dispatcher import DispatcherMiddleware
 from werkzeug.serving import run_simple
 
-from mldiag.config import Settings
+from mldiag.config import BUCKET_TRIGGERED, Settings
 from mldiag.domain.errors import PermanentFailure
-from mldiag.config import BUCKET_TRIGGERED
 from mldiag.domain.messages import PUBSUB_PUBLISHED, finalized_event_from_notification, message_from_cloud_event
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]

@@ -15,10 +15,10 @@ from typing import Any
 
 import structlog
 
-from mldiag.services.monitoring import otlp
+from mldiag.domain.errors import InvalidArgument, MldiagError, PermissionDenied, Unauthenticated
 from mldiag.entrypoints.http.auth import Guard
 from mldiag.services.dependencies import Services
-from mldiag.domain.errors import InvalidArgument, MldiagError, PermissionDenied, Unauthenticated
+from mldiag.services.monitoring import otlp
 
 log = structlog.get_logger(__name__)
 

@@ -42,20 +42,19 @@ from cheroot import wsgi
 from cloudevents.http import CloudEvent
 
 from mldiag import bootstrap, logs
-
-from mldiag.entrypoints import handlers
-from mldiag.services.analysis_jobs import clean_up_after_a_stop, stop_workers
-from mldiag.entrypoints.http.app import create_app
-from mldiag.entrypoints.http.origin import HostNames
-from mldiag.ports import HostedBus
-from mldiag.services.dependencies import Services
-from mldiag.local.bucket_watcher import BucketWatcher
 from mldiag.config import BUCKET_NOTIFICATIONS, BUCKET_TRIGGERED, MAINTENANCE_TICKS, TOPIC_SUBSCRIBERS, Settings
 from mldiag.domain.errors import InvalidArgument
-from mldiag.domain.names import SESSIONS, parse_child
 from mldiag.domain.messages import encode_json, finalized_event_from_notification, message_from_cloud_event
+from mldiag.domain.names import SESSIONS, parse_child
+from mldiag.entrypoints import handlers
 from mldiag.entrypoints.console.viewer_links import VIEWER_URL
+from mldiag.entrypoints.http.app import create_app
+from mldiag.entrypoints.http.origin import HostNames
+from mldiag.local.bucket_watcher import BucketWatcher
 from mldiag.local.xprof_viewer import XprofViewer
+from mldiag.ports import HostedBus
+from mldiag.services.analysis_jobs import clean_up_after_a_stop, stop_workers
+from mldiag.services.dependencies import Services
 
 log = structlog.get_logger(__name__)
 

@@ -59,24 +59,22 @@ from typing import Any
 import structlog
 from cloudevents.http import CloudEvent
 
-from mldiag.services import notifications
-
-from mldiag.services import outbox
 from mldiag.analysis.evidence import Analysis
 from mldiag.analysis.profiles import UnreadableProfile
-from mldiag.services.session_files import require_xspace_object
 from mldiag.analysis.report import ANALYSIS_FILE, SUMMARY_FILE
-from mldiag.services.dependencies import Services
-from mldiag.domain.layout import XPLANE_SUFFIX, parse_blob_uri, report_folder
 from mldiag.config import HOST_ANALYSIS_REQUESTS, Settings
-from mldiag.domain.host_analyses import HostAnalyses, followups_host
 from mldiag.domain.errors import InvalidArgument, NotFound, PermanentFailure
+from mldiag.domain.host_analyses import HostAnalyses, followups_host
+from mldiag.domain.layout import XPLANE_SUFFIX, parse_blob_uri, report_folder
+from mldiag.domain.messages import message_from_cloud_event
 from mldiag.domain.names import parent_of, short_name
 from mldiag.domain.resources import AnalysisState, ProfilerSession
-from mldiag.services.event_archive import Ignored
-from mldiag.domain.messages import message_from_cloud_event
 from mldiag.ports import Transaction, Where
+from mldiag.services import notifications, outbox
+from mldiag.services.dependencies import Services
+from mldiag.services.event_archive import Ignored
 from mldiag.services.repository import document_key
+from mldiag.services.session_files import require_xspace_object
 
 FUNCTION = "analyze_session"  # the function this handler runs in, as the event archive names it
 MAX_REASON_CHARS = 500

@@ -41,7 +41,13 @@ from mldiag.domain.names import short_name
 from mldiag.ports import Transaction
 from mldiag.services import outbox
 from mldiag.services.analysis_jobs import (
-    MAX_REASON_CHARS, SCRATCH_PREFIX, AnalysisFailed, download_profile, host_analyses_key, run_worker, scratch_root,
+    MAX_REASON_CHARS,
+    SCRATCH_PREFIX,
+    AnalysisFailed,
+    download_profile,
+    host_analyses_key,
+    run_worker,
+    scratch_root,
 )
 from mldiag.services.dependencies import Services
 from mldiag.services.event_archive import Ignored

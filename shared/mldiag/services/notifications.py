@@ -36,14 +36,14 @@ import structlog
 from cloudevents.http import CloudEvent
 from pydantic import Field
 
-from mldiag.services import outbox
-from mldiag.services.dependencies import Services
 from mldiag.config import ANALYSIS_EVENTS, Settings
 from mldiag.domain.errors import InvalidArgument, PermanentFailure
+from mldiag.domain.messages import message_from_cloud_event
 from mldiag.domain.resources import HealthStatus, MonitoredEvent, ProfilerSession
 from mldiag.domain.types import CamelModel, format_timestamp
-from mldiag.domain.messages import message_from_cloud_event
 from mldiag.ports import Transaction
+from mldiag.services import outbox
+from mldiag.services.dependencies import Services
 from mldiag.services.repository import document_key
 from mldiag.services.run_state import RunState
 

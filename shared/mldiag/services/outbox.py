@@ -16,8 +16,8 @@ from datetime import datetime, timedelta
 
 import structlog
 
-from mldiag.domain.types import format_timestamp
 from mldiag.domain.messages import encode_json
+from mldiag.domain.types import format_timestamp
 from mldiag.ports import DocumentStore, MessageBus, Transaction, Where
 
 COLLECTION = "outbox"

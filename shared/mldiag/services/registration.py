@@ -27,19 +27,25 @@ from typing import Any
 import structlog
 from cloudevents.http import CloudEvent
 
-from mldiag.services import outbox
-from mldiag.services.dependencies import Services
 from mldiag.config import ANALYSIS_REQUESTS
 from mldiag.domain.errors import AlreadyExists, InvalidArgument, PermanentFailure
-from mldiag.domain.names import LocationName, id_from_text, short_name, validate_id
-from mldiag.domain.resources import (
-    AnalysisState, HostFile, Kind, MachineLearningRun, ProfilerSession, SessionPhase, TargetSession,
-)
-from mldiag.domain.types import format_timestamp
-from mldiag.services.event_archive import Ignored
 from mldiag.domain.layout import PROFILE_MARKER, SIBLING_SUFFIXES, XPLANE_SUFFIX, host_of, parse_blob_uri
 from mldiag.domain.messages import STORAGE_FINALIZED
+from mldiag.domain.names import LocationName, id_from_text, short_name, validate_id
+from mldiag.domain.resources import (
+    AnalysisState,
+    HostFile,
+    Kind,
+    MachineLearningRun,
+    ProfilerSession,
+    SessionPhase,
+    TargetSession,
+)
+from mldiag.domain.types import format_timestamp
 from mldiag.ports import Transaction, Where
+from mldiag.services import outbox
+from mldiag.services.dependencies import Services
+from mldiag.services.event_archive import Ignored
 from mldiag.services.repository import document_key
 
 # Files XProf itself writes next to a session when a viewer opens it: not ours to register.

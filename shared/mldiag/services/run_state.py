@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from mldiag.services.dependencies import Services
 from mldiag.domain.types import CamelModel
 from mldiag.ports import Transaction
+from mldiag.services.dependencies import Services
 from mldiag.services.repository import document_key
 
 M = TypeVar("M", bound=CamelModel)

@@ -18,10 +18,9 @@ from google.auth.credentials import Signing
 from google.auth.transport.requests import Request
 from google.cloud import storage
 
-from mldiag.domain.layout import parse_blob_uri
 from mldiag.domain.errors import Aborted, InvalidArgument, NotFound
+from mldiag.domain.layout import parse_blob_uri
 from mldiag.ports import BlobInfo
-
 
 _LISTED_FIELDS = "items(name,generation,size,updated,contentType),nextPageToken"
 

@@ -18,10 +18,10 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from mldiag.domain.layout import parse_blob_uri
 from mldiag.domain.errors import InvalidArgument, NotFound
-from mldiag.ports import BlobInfo
+from mldiag.domain.layout import parse_blob_uri
 from mldiag.domain.share_links import LinkSigner, load_key
+from mldiag.ports import BlobInfo
 
 
 class LocalBlobs:

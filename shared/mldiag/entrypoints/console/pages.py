@@ -26,22 +26,28 @@ from urllib.parse import urlsplit
 from flask import Blueprint, Response, current_app, g, redirect, render_template, request, url_for
 from werkzeug.datastructures import MultiDict
 
-from mldiag.entrypoints.http.auth import Guard
-from mldiag.entrypoints.http.rest import services
 from mldiag.domain.errors import InvalidArgument, MldiagError, NotFound, ResourceExhausted, Unauthenticated
 from mldiag.domain.names import SESSIONS, LocationName, RunName, is_id
 from mldiag.domain.resources import (
-    AnalysisState, AnalysisStatus, DeviceTracerLevel, HostTracerLevel, Kind, ProfilerSession, ProfilerTarget,
-    PythonTracerLevel, RunPhase, SessionPhase,
+    AnalysisState,
+    AnalysisStatus,
+    DeviceTracerLevel,
+    HostTracerLevel,
+    Kind,
+    ProfilerSession,
+    ProfilerTarget,
+    PythonTracerLevel,
+    RunPhase,
+    SessionPhase,
 )
-from mldiag.services.resources import reanalysis
-from mldiag.services.capture import requests as capture_requests
-from mldiag.services.resources import comparison
-from mldiag.services.resources import sessions
-from mldiag.services.resources.listing import ListRequest, list_page
 from mldiag.entrypoints.console import security
 from mldiag.entrypoints.console.charts import step_time_chart
 from mldiag.entrypoints.console.formatting import FILTERS
+from mldiag.entrypoints.http.auth import Guard
+from mldiag.entrypoints.http.rest import services
+from mldiag.services.capture import requests as capture_requests
+from mldiag.services.resources import comparison, reanalysis, sessions
+from mldiag.services.resources.listing import ListRequest, list_page
 
 blueprint = Blueprint("ui", __name__, url_prefix="/ui", template_folder="templates",
                       static_folder="static")

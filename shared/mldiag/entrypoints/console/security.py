@@ -35,8 +35,8 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 
-from mldiag.entrypoints.http.auth import Guard
 from mldiag.domain.errors import PermissionDenied, ResourceExhausted, Unauthenticated
+from mldiag.entrypoints.http.auth import Guard
 
 SIGN_IN_COOKIE = "mldiag_console"
 CSRF_COOKIE = "mldiag_csrf"

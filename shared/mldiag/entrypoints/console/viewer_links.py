@@ -15,8 +15,8 @@ from urllib.parse import quote
 
 from flask import Blueprint, Response, current_app, redirect, render_template, request
 
-from mldiag.entrypoints.http.rest import services
 from mldiag.domain.errors import InvalidArgument, MldiagError, NotFound
+from mldiag.entrypoints.http.rest import services
 from mldiag.ports import LocalBuckets
 
 blueprint = Blueprint("viewer", __name__, url_prefix="/viewer")

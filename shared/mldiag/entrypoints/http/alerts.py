@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from flask import Blueprint, Response
 
-from mldiag.services.monitoring import alert_webhooks
 from mldiag.entrypoints.http.rest import json_body, ok, services
+from mldiag.services.monitoring import alert_webhooks
 
 blueprint = Blueprint("alerts", __name__, url_prefix="/v1alpha")
 

@@ -21,16 +21,15 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.routing import BaseConverter
 
 from mldiag import bootstrap
-
+from mldiag.domain.callers import SDK_CAPABILITY
+from mldiag.domain.errors import AlreadyExists, InvalidArgument, MldiagError, NotFound, PermissionDenied
 from mldiag.entrypoints import console
 from mldiag.entrypoints.http import alerts, capture, monitoring, operator, otlp, self_hosted, share, v1alpha
 from mldiag.entrypoints.http.auth import Guard
 from mldiag.entrypoints.http.capability import ENVIRON_KEY, REDACTED, VALID, CapabilityPrefix
-from mldiag.entrypoints.http.rest import MAX_BODY_BYTES, SELF_CHECKING_BLUEPRINTS, SERVICES, google_error
 from mldiag.entrypoints.http.origin import JSON_ONLY, MUTATING, HostNames, refuse_browser_forgery
+from mldiag.entrypoints.http.rest import MAX_BODY_BYTES, SELF_CHECKING_BLUEPRINTS, SERVICES, google_error
 from mldiag.services.dependencies import Services
-from mldiag.domain.callers import SDK_CAPABILITY
-from mldiag.domain.errors import AlreadyExists, InvalidArgument, MldiagError, NotFound, PermissionDenied
 
 log = structlog.get_logger(__name__)
 

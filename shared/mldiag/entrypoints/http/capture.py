@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from flask import Blueprint, Response
 
-from mldiag.entrypoints.http.rest import json_body, ok, query, services
 from mldiag.domain.names import SESSIONS, TARGETS, LocationName, RunName
+from mldiag.entrypoints.http.rest import json_body, ok, query, services
 from mldiag.services.capture import agents
 from mldiag.services.capture import requests as capture_requests
 

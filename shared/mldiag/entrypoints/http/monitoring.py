@@ -16,15 +16,12 @@ from typing import Any
 from flask import Blueprint, Response
 from pydantic import BaseModel, Field, ValidationError
 
-from mldiag.services.monitoring import auto_capture
-
-from mldiag.services.monitoring import metrics
-
-from mldiag.services import notifications
-from mldiag.entrypoints.http.rest import json_body, ok, services
 from mldiag.domain.degradation import DetectorParams, MetricPoint
 from mldiag.domain.errors import invalid_argument
 from mldiag.domain.names import LocationName
+from mldiag.entrypoints.http.rest import json_body, ok, services
+from mldiag.services import notifications
+from mldiag.services.monitoring import auto_capture, metrics
 
 blueprint = Blueprint("monitoring", __name__,
                       url_prefix="/v1alpha/projects/<id:project>/locations/<id:location>/machineLearningRuns")

@@ -19,9 +19,9 @@ from dataclasses import asdict
 
 from flask import Blueprint, Response, request
 
-from mldiag.entrypoints.http.rest import json_body, ok, services
 from mldiag.domain.errors import InvalidArgument
 from mldiag.entrypoints.handlers import EVENT_HANDLERS
+from mldiag.entrypoints.http.rest import json_body, ok, services
 from mldiag.services.operations import archive
 
 blueprint = Blueprint("operator", __name__, url_prefix="/v1alpha")

@@ -29,8 +29,8 @@ from urllib.parse import urlsplit
 from flask import Request
 from werkzeug.exceptions import RequestEntityTooLarge, UnsupportedMediaType
 
-from mldiag.entrypoints.http.rest import MAX_BODY_BYTES
 from mldiag.domain.errors import InvalidArgument, PermissionDenied
+from mldiag.entrypoints.http.rest import MAX_BODY_BYTES
 
 MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 JSON_ONLY = frozenset({"application/json"})

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, request
 
-from mldiag.services.monitoring import otlp
 from mldiag.entrypoints.http.rest import services
+from mldiag.services.monitoring import otlp
 
 blueprint = Blueprint("otlp", __name__, url_prefix="/v1")
 BODY_TYPES = frozenset({otlp.PROTOBUF, otlp.JSON})

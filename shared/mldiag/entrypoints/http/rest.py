@@ -17,8 +17,8 @@ from flask import Response, current_app, jsonify, request
 from pydantic.alias_generators import to_camel
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from mldiag.services.dependencies import Services
 from mldiag.domain.errors import InvalidArgument
+from mldiag.services.dependencies import Services
 from mldiag.services.resources.listing import ListRequest
 
 MAX_BODY_BYTES = 1024 * 1024

@@ -14,10 +14,10 @@ import mimetypes
 
 from flask import Blueprint, Response
 
-from mldiag.entrypoints.http.rest import services
 from mldiag.domain.errors import NotFound
 from mldiag.domain.share_links import LinkSigner, load_key
 from mldiag.entrypoints.console.security import REPORT_POLICY
+from mldiag.entrypoints.http.rest import services
 
 blueprint = Blueprint("share", __name__, url_prefix="/share")
 MAX_SHARED_BYTES = 64 * 1024 * 1024

@@ -8,20 +8,15 @@ from operator import attrgetter
 
 from flask import Blueprint, Response, g
 
-from mldiag.entrypoints.http.rest import json_body, list_request, ok, query, query_bool, services
-from mldiag.services.dependencies import Services
+from mldiag.analysis.regression import Thresholds
 from mldiag.domain.errors import InvalidArgument
 from mldiag.domain.names import EVENTS, SESSIONS, TARGETS, LocationName, RunName, parse_child
 from mldiag.domain.resources import Resource
 from mldiag.domain.types import format_timestamp, parse_duration
+from mldiag.entrypoints.http.rest import json_body, list_request, ok, query, query_bool, services
+from mldiag.services.dependencies import Services
 from mldiag.services.repository import Page, Repository
-from mldiag.analysis.regression import Thresholds
-from mldiag.services.resources import reanalysis
-from mldiag.services.resources import comparison
-from mldiag.services.resources import operations
-from mldiag.services.resources import runs
-from mldiag.services.resources import sessions
-from mldiag.services.resources import targets
+from mldiag.services.resources import comparison, operations, reanalysis, runs, sessions, targets
 from mldiag.services.resources.listing import list_page
 
 blueprint = Blueprint("v1alpha", __name__, url_prefix="/v1alpha/projects/<id:project>/locations/<id:location>")

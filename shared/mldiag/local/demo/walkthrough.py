@@ -43,9 +43,9 @@ from rich.table import Table
 from mldiag.client.api import ApiClient, ApiError, child_path, location_path, run_path
 from mldiag.config import sdk_capability
 from mldiag.domain.degradation import DetectorParams
+from mldiag.domain.resources import AnalysisState, Kind, ProfilerSession, SessionPhase
 from mldiag.local.demo.processes import DemoError, LocalControlPlane, Workload
 from mldiag.local.demo.workload import PAUSE_S, SLOWDOWN
-from mldiag.domain.resources import AnalysisState, Kind, ProfilerSession, SessionPhase
 
 T = TypeVar("T")
 

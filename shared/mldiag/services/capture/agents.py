@@ -20,15 +20,15 @@ from typing import Any
 
 from pydantic import Field
 
-from mldiag.services.dependencies import Services
-from mldiag.services.capture import tasks
-from mldiag.services.capture.targets import split_address
 from mldiag.domain.errors import NotFound, PermissionDenied
 from mldiag.domain.names import TARGETS, LocationName, RunName, validate_id
 from mldiag.domain.resources import ProfilerTarget, TargetState
 from mldiag.domain.types import CamelModel, format_timestamp
 from mldiag.ports import Transaction, Where
+from mldiag.services.capture import tasks
 from mldiag.services.capture.requests import parse
+from mldiag.services.capture.targets import split_address
+from mldiag.services.dependencies import Services
 
 GONE_AFTER = timedelta(seconds=60)
 MAX_CLAIM = 64

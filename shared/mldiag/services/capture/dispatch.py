@@ -19,13 +19,13 @@ from concurrent.futures import ThreadPoolExecutor
 import structlog
 from cloudevents.http import CloudEvent
 
-from mldiag.services.dependencies import Services
-from mldiag.services.capture import tasks
-from mldiag.services.capture.execute import Executor
 from mldiag.domain.capture import CaptureFailed, Failure
-from mldiag.services.capture.targets import resolve_address
 from mldiag.domain.errors import InvalidArgument, PermanentFailure
 from mldiag.domain.messages import message_from_cloud_event
+from mldiag.services.capture import tasks
+from mldiag.services.capture.execute import Executor
+from mldiag.services.capture.targets import resolve_address
+from mldiag.services.dependencies import Services
 
 MAX_PARALLEL_CAPTURES = 32
 

@@ -18,10 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mldiag.domain.capture import CaptureFailed, Failure, TracerLevels
-from mldiag.ports import ProfilerClient
-from mldiag.services.capture.tasks import Action, CaptureTask, TaskResult, profile_uri
-from mldiag.ports import BlobStore, LocalBuckets
 from mldiag.domain.layout import PROFILE_MARKER, SIBLING_SUFFIXES, XPLANE_SUFFIX
+from mldiag.ports import BlobStore, LocalBuckets, ProfilerClient
+from mldiag.services.capture.tasks import Action, CaptureTask, TaskResult, profile_uri
 
 # Continuous profiling records the device only (the managed product's rule, and what XProf's client does).
 CONTINUOUS_HOST_LEVEL = 0

@@ -21,20 +21,31 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator
 
-from mldiag.services import outbox
-from mldiag.services.dependencies import Services
-from mldiag.services.capture import tasks
-from mldiag.services.capture.targets import MAX_TARGETS_PER_RUN, select_targets
 from mldiag.config import CAPTURE_REQUESTS
 from mldiag.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from mldiag.domain.names import SESSIONS, RunName
 from mldiag.domain.resources import (
-    ContinuousProfiling, DeviceTracerLevel, HostTracerLevel, Kind, MachineLearningRun, Operation,
-    OperationMetadata, ProfilerSession, ProfilerTarget, PythonTracerLevel, SessionPhase, TargetSession,
-    TargetState, invalid_argument,
+    ContinuousProfiling,
+    DeviceTracerLevel,
+    HostTracerLevel,
+    Kind,
+    MachineLearningRun,
+    Operation,
+    OperationMetadata,
+    ProfilerSession,
+    ProfilerTarget,
+    PythonTracerLevel,
+    SessionPhase,
+    TargetSession,
+    TargetState,
+    invalid_argument,
 )
 from mldiag.domain.types import CamelModel, Duration, bounded_duration, format_timestamp
 from mldiag.ports import Transaction
+from mldiag.services import outbox
+from mldiag.services.capture import tasks
+from mldiag.services.capture.targets import MAX_TARGETS_PER_RUN, select_targets
+from mldiag.services.dependencies import Services
 from mldiag.services.resources.sessions import session_location
 
 MIN_DURATION = timedelta(milliseconds=100)

@@ -24,11 +24,11 @@ import ipaddress
 import socket
 from collections.abc import Sequence
 
-from mldiag.services.dependencies import Services
 from mldiag.domain.capture import split_address
 from mldiag.domain.errors import FailedPrecondition, InvalidArgument
 from mldiag.domain.names import RunName
 from mldiag.domain.resources import ProfilerTarget, TargetState
+from mldiag.services.dependencies import Services
 
 ALL_TARGETS = "all"
 MAX_TARGETS_PER_RUN = 1000

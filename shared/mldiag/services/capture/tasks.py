@@ -20,18 +20,27 @@ from typing import Any
 
 import structlog
 
-from mldiag.services import outbox
-from mldiag.services.dependencies import Services
 from mldiag.domain.capture import CaptureFailed, Failure, TracerLevels
 from mldiag.domain.errors import InvalidArgument
+from mldiag.domain.layout import XPLANE_SUFFIX
 from mldiag.domain.names import short_name
 from mldiag.domain.resources import (
-    DeviceTracerLevel, HostTracerLevel, Kind, MachineLearningRun, Operation, ProfilerSession, PythonTracerLevel,
-    SessionPhase, Status, TargetSession, TargetState,
+    DeviceTracerLevel,
+    HostTracerLevel,
+    Kind,
+    MachineLearningRun,
+    Operation,
+    ProfilerSession,
+    PythonTracerLevel,
+    SessionPhase,
+    Status,
+    TargetSession,
+    TargetState,
 )
 from mldiag.domain.types import CamelModel, Timestamp, format_timestamp
 from mldiag.ports import Transaction, Where
-from mldiag.domain.layout import XPLANE_SUFFIX
+from mldiag.services import outbox
+from mldiag.services.dependencies import Services
 from mldiag.services.registration import Registrar
 
 COLLECTION = "captureTasks"

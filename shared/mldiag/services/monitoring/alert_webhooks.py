@@ -13,15 +13,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from mldiag.services import outbox
-from mldiag.domain.alerts import (
-    PROMETHEUS_SOURCES, Alert, parse_alert, prometheus_event_id, read_prometheus_alert,
-)
-from mldiag.services.dependencies import Services
 from mldiag.config import MONITORING_ALERTS
+from mldiag.domain.alerts import (
+    PROMETHEUS_SOURCES,
+    Alert,
+    parse_alert,
+    prometheus_event_id,
+    read_prometheus_alert,
+)
 from mldiag.domain.errors import InvalidArgument, NotFound, PermanentFailure
 from mldiag.domain.names import EVENTS, LocationName, parse_run
 from mldiag.ports import Transaction
+from mldiag.services import outbox
+from mldiag.services.dependencies import Services
 from mldiag.services.repository import document_key
 
 ALERTMANAGER_VERSION = "4"

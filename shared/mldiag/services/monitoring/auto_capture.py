@@ -19,17 +19,15 @@ import structlog
 from cloudevents.http import CloudEvent
 from pydantic import Field
 
-from mldiag.services import notifications
-
-from mldiag.services import outbox
 from mldiag.domain.alerts import Alert, parse_alert
-from mldiag.services.dependencies import Services
 from mldiag.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermanentFailure
+from mldiag.domain.messages import message_from_cloud_event
 from mldiag.domain.names import EVENTS, LocationName, parse_run, short_name
 from mldiag.domain.resources import Kind, MachineLearningRun, MonitoredEvent, Suppression
 from mldiag.domain.types import CamelModel, Duration, Timestamp, bounded_duration, format_timestamp, human_duration
-from mldiag.domain.messages import message_from_cloud_event
 from mldiag.ports import Transaction
+from mldiag.services import notifications, outbox
+from mldiag.services.dependencies import Services
 from mldiag.services.run_state import RunState
 
 COLLECTION = "autoCapture"

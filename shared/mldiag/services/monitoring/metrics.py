@@ -13,14 +13,14 @@ from collections.abc import Sequence
 
 from pydantic import Field
 
-from mldiag.services import outbox
-from mldiag.services.dependencies import Services
 from mldiag.config import MONITORING_ALERTS
 from mldiag.domain.degradation import DetectorParams, DetectorState, MetricPoint, Transition, observe
 from mldiag.domain.errors import InvalidArgument, NotFound
 from mldiag.domain.resources import DetectionState, EventType
 from mldiag.domain.types import CamelModel, format_timestamp
 from mldiag.ports import Transaction
+from mldiag.services import outbox
+from mldiag.services.dependencies import Services
 from mldiag.services.repository import document_key
 from mldiag.services.run_state import RunState
 

@@ -40,11 +40,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from mldiag.services.monitoring import metrics
-from mldiag.services.dependencies import Services
 from mldiag.domain.degradation import MetricPoint
 from mldiag.domain.errors import InvalidArgument, MldiagError
 from mldiag.domain.names import LocationName, parse_run
+from mldiag.services.dependencies import Services
+from mldiag.services.monitoring import metrics
 
 STEP_TIME = "step_time"
 DUTY_CYCLES = ("tpu_duty_cycle", "gpu_duty_cycle")

@@ -9,18 +9,17 @@ RFC 3339 time or a duration meaning that long before the server's now.
 from __future__ import annotations
 
 from collections.abc import Mapping
-
 from datetime import datetime
 from typing import Any
 
 from pydantic import Field, ValidationError, field_validator
 
-from mldiag.services.dependencies import FunctionHandler, Services
-from mldiag.services.operations.dead_letters import list_dead_letters
 from mldiag.domain.errors import InvalidArgument, invalid_argument
 from mldiag.domain.resources import RESOURCE_TYPES
 from mldiag.domain.types import CamelModel, parse_duration
+from mldiag.services.dependencies import FunctionHandler, Services
 from mldiag.services.event_archive import ArchivedEvent, Outcome
+from mldiag.services.operations.dead_letters import list_dead_letters
 from mldiag.services.operations.replay import ReplayResult, Target, find_record, replay_one
 
 MAX_LIMIT = 10_000

@@ -14,13 +14,13 @@ from typing import Any
 
 from cloudevents.http import CloudEvent
 
-from mldiag.services.dependencies import Services
 from mldiag.config import ANALYSIS_REQUESTS, DEAD_LETTER_SUFFIX, HOST_ANALYSIS_REQUESTS, TOPIC_SUBSCRIBERS
-from mldiag.domain.types import format_timestamp
 from mldiag.domain.errors import MldiagError
-from mldiag.services.event_archive import ArchivedEvent, Ignored, Outcome
 from mldiag.domain.messages import message_from_cloud_event
+from mldiag.domain.types import format_timestamp
 from mldiag.ports import OrderBy
+from mldiag.services.dependencies import Services
+from mldiag.services.event_archive import ArchivedEvent, Ignored, Outcome
 
 COLLECTION = "deadLetters"
 MAX_DATA_CHARS = 16 * 1024

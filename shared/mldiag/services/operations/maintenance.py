@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from mldiag.services import outbox
 from mldiag.services.analysis_jobs import retry_stale
-from mldiag.services.dependencies import Services
+from mldiag.services.capture import agents
 from mldiag.services.capture import tasks as capture_tasks
+from mldiag.services.dependencies import Services
 from mldiag.services.operations.reconciliation import reconcile
 from mldiag.services.registration import Registrar
-from mldiag.services.capture import agents
 
 
 def run_maintenance(services: Services) -> str:

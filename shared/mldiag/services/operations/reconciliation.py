@@ -22,9 +22,9 @@ from datetime import datetime, timedelta
 
 import structlog
 
-from mldiag.services.dependencies import Services
 from mldiag.domain.errors import PermanentFailure
 from mldiag.domain.types import format_timestamp
+from mldiag.services.dependencies import Services
 from mldiag.services.event_archive import Ignored
 from mldiag.services.registration import Registrar, parse_finalized
 

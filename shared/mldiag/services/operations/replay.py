@@ -17,10 +17,10 @@ from cloudevents.conversion import from_dict
 from cloudevents.http import CloudEvent
 
 from mldiag.config import FUNCTIONS
-from mldiag.services.dependencies import FunctionHandler, Services
 from mldiag.domain.errors import InvalidArgument, NotFound
-from mldiag.services.event_archive import ArchivedEvent, Outcome
 from mldiag.domain.messages import PUBSUB_PUBLISHED, message_from_cloud_event
+from mldiag.services.dependencies import FunctionHandler, Services
+from mldiag.services.event_archive import ArchivedEvent, Outcome
 
 _REPROCESSED = {Outcome.FAILED, Outcome.REJECTED, Outcome.RECEIVED}
 

@@ -11,9 +11,9 @@ from pydantic import ValidationError
 
 from mldiag.analysis.evidence import Analysis
 from mldiag.analysis.regression import Thresholds, Verdict, judge
-from mldiag.services.dependencies import Services
 from mldiag.domain.errors import FailedPrecondition
 from mldiag.domain.resources import AnalysisState
+from mldiag.services.dependencies import Services
 
 MAX_ANALYSIS_BYTES = 32 * 1024 * 1024
 

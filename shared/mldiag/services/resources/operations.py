@@ -11,9 +11,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from mldiag.services.dependencies import Services
 from mldiag.domain.names import parse_location
 from mldiag.domain.resources import Operation, OperationMetadata
+from mldiag.services.dependencies import Services
 
 
 def completed(services: Services, target: str, verb: str, response: dict[str, Any] | None) -> Operation:

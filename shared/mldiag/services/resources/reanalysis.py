@@ -7,12 +7,12 @@ forced, so that a DONE or FAILED analysis of the same files runs once more.
 
 from __future__ import annotations
 
-from mldiag.services import outbox
-from mldiag.services.dependencies import Services
 from mldiag.domain.errors import FailedPrecondition
 from mldiag.domain.names import ChildName, parent_of
 from mldiag.domain.resources import ProfilerSession
 from mldiag.ports import Transaction
+from mldiag.services import outbox
+from mldiag.services.dependencies import Services
 from mldiag.services.registration import Registrar
 
 

@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mldiag.services.dependencies import Services
 from mldiag.domain.errors import NotFound, PermissionDenied
 from mldiag.domain.names import LocationName, RunName
 from mldiag.domain.resources import MachineLearningRun, RunPhase
 from mldiag.ports import LocalBuckets
+from mldiag.services.dependencies import Services
 from mldiag.services.resources.masks import apply_update, assign
 
 # The fields a client may set; the rest (name, times, etag, state) belong to the server.

@@ -32,13 +32,13 @@ import structlog
 from pydantic import Field, ValidationError
 from pydantic.alias_generators import to_snake
 
-from mldiag.services.dependencies import Services
 from mldiag.domain.callers import Caller
 from mldiag.domain.errors import Aborted, InvalidArgument, NotFound, PermissionDenied, invalid_argument
 from mldiag.domain.names import LocationName, id_from_text, validate_id
 from mldiag.domain.resources import MachineLearningRun, RunPhase
 from mldiag.domain.types import CamelModel, Timestamp, format_timestamp
 from mldiag.ports import Transaction
+from mldiag.services.dependencies import Services
 from mldiag.services.resources import runs
 
 SDK_NAME_PREFIX = "machineLearningRuns/"

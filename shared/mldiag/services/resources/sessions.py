@@ -15,12 +15,12 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
-from mldiag.services.dependencies import Services
 from mldiag.config import Settings
 from mldiag.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgument
-from mldiag.domain.names import ChildName, RunName, SESSIONS
+from mldiag.domain.names import SESSIONS, ChildName, RunName
 from mldiag.domain.resources import MachineLearningRun, ProfilerSession
 from mldiag.domain.types import bounded_duration
+from mldiag.services.dependencies import Services
 from mldiag.services.resources.masks import apply_update, assign
 
 MUTABLE_FIELDS = frozenset({

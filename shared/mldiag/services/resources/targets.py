@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from mldiag.services.dependencies import Services
-from mldiag.services.capture.targets import check_address
 from mldiag.domain.errors import InvalidArgument
 from mldiag.domain.names import TARGETS, RunName
 from mldiag.domain.resources import ProfilerTarget
+from mldiag.services.capture.targets import check_address
+from mldiag.services.dependencies import Services
 from mldiag.services.resources.masks import apply_update
 
 MUTABLE_FIELDS = frozenset({"hostname", "nodeIndex", "isMaster", "profilerAddress", "state", "lastHeartbeatTime"})
