@@ -12,7 +12,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import ClassVar
 
-from mldiag.domain.types import CamelModel
+from mldiag.domain.types import CamelModel, Timestamp
 
 
 class HostState(StrEnum):
@@ -42,6 +42,7 @@ class HostAnalyses(CamelModel):
     hosts: dict[str, HostProgress]
     finished: int = 0
     merge_requested: bool = False
+    progressed_at: Timestamp = None  # when the fan-out started or a host last finished
 
     @classmethod
     def of(cls, session: str, generation_set: str, host_files: dict[str, str]) -> HostAnalyses:

@@ -69,7 +69,7 @@ from mldiag.domain.layout import XPLANE_SUFFIX, parse_blob_uri, report_folder
 from mldiag.domain.messages import message_from_cloud_event
 from mldiag.domain.names import parent_of, short_name
 from mldiag.domain.resources import AnalysisState, ProfilerSession
-from mldiag.ports import Transaction, Where
+from mldiag.ports import Document, Transaction, Where
 from mldiag.services import notifications, outbox
 from mldiag.services.dependencies import Services
 from mldiag.services.event_archive import Ignored
@@ -207,6 +207,7 @@ def _fan_out(services: Services, request: AnalysisRequest, fresh: bool) -> str:
             if not (fresh and progress.merge_requested):
                 return f"{progress.finished} of {len(progress.hosts)} hosts finished"
         progress = HostAnalyses.of(request.session, request.generation_set, request.host_files)
+        progress.progressed_at = services.now()
         transaction.set(HostAnalyses.collection, key, progress.to_document())
         for host, progress_of_host in progress.hosts.items():
             outbox.stage(transaction, outbox_keys[host], HOST_ANALYSIS_REQUESTS,
@@ -458,7 +459,7 @@ def retry_stale(services: Services) -> tuple[int, int]:
     retried = failed = 0
     for state in (AnalysisState.RUNNING, AnalysisState.PENDING):
         for session in services.sessions.find_where([Where("analysis.state", "==", state.value)], limit=500):
-            if _stale_since(session, cutoff):
+            if _stale_since(session, cutoff) and not _hosts_progressed_since(services.store.get, session, cutoff):
                 key, gave_up = _retry_or_fail(services, session.name, limit, cutoff)
                 if key:
                     outbox.flush(services.store, services.bus, key)
@@ -478,12 +479,26 @@ def _stale_since(session: ProfilerSession, cutoff: datetime) -> bool:
     return since is not None and since <= cutoff
 
 
+def _hosts_progressed_since(get: Callable[[str, str], Document | None], session: ProfilerSession,
+                            cutoff: datetime) -> bool:
+    """Whether a fanned-out analysis still moves: a host of its count finished (or the count began) after
+    ``cutoff``. A session of more hosts than instances takes rounds, each within the time limit."""
+    if session.analysis.state is not AnalysisState.RUNNING or not session.analysis.generation_set:
+        return False
+    document = get(HostAnalyses.collection, host_analyses_key(session.name, session.analysis.generation_set))
+    if document is None:
+        return False
+    progressed = HostAnalyses.model_validate(document).progressed_at
+    return progressed is not None and progressed > cutoff
+
+
 def _retry_or_fail(services: Services, name: str, limit: float, cutoff: datetime) -> tuple[str, bool]:
     from mldiag.services.registration import Registrar
 
     def work(transaction: Transaction) -> tuple[str, bool]:
         previous = services.sessions.find_in(transaction, name)
-        if previous is None or not _stale_since(previous, cutoff):
+        if previous is None or not _stale_since(previous, cutoff) or _hosts_progressed_since(
+                transaction.get, previous, cutoff):
             return "", False
         session = previous.model_copy(deep=True)
         analysis = session.analysis

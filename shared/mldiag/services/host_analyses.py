@@ -106,6 +106,7 @@ def record_host(services: Services, request: HostRequest, outcome: HostProgress)
             return False, f"host {request.host} is not one of this fan-out's"
         if not progress.record(request.host, outcome):
             return False, f"host {request.host} had finished already ({progress.hosts[request.host].state.value})"
+        progress.progressed_at = services.now()
         merging = progress.take_merge()
         if merging:
             outbox.stage(transaction, merge_key, ANALYSIS_REQUESTS, _merge_request(progress),

@@ -198,3 +198,22 @@ def test_maintenance_asking_again_keeps_the_count_under_way(embedded, clock):
     assert embedded.events.get("analyze_session", again.message_id).detail == (
         "already fanned out to 4 hosts (0 of 4 hosts finished)")
     assert len(embedded.bus.published[HOST_ANALYSIS_REQUESTS]) == 4
+
+
+def test_a_fan_out_whose_hosts_keep_finishing_is_not_asked_again(embedded, clock):
+    data = xplane("input_bound").read_bytes()
+    for host in HOSTS:
+        _add_file(embedded, host, data)
+    clock.advance(embedded.settings.settle_seconds + 1)
+    assert Registrar(embedded).settle_due() == 1
+    request = embedded.bus.published[ANALYSIS_REQUESTS][-1]
+    assert _redeliver(embedded, request, ANALYSIS_REQUESTS, handlers.analyze_session) is Outcome.OK
+    limit = embedded.settings.analysis_timeout_seconds + STALE_MARGIN_SECONDS
+    clock.advance(limit - 10)  # a round of instances ends: one host finishes just inside the limit
+    first_host = embedded.bus.published[HOST_ANALYSIS_REQUESTS][0]
+    assert _redeliver(embedded, first_host, HOST_ANALYSIS_REQUESTS, handlers.analyze_host) is Outcome.OK
+    assert _progress(embedded).finished == 1
+    clock.advance(20)  # past the limit since the analysis started, not since the last host finished
+    assert retry_stale(embedded) == (0, 0)
+    clock.advance(limit)  # no host has finished for longer than the limit: the analysis is asked for again
+    assert retry_stale(embedded) == (1, 0)
