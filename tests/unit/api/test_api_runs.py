@@ -6,6 +6,9 @@ import pytest
 
 from api_suite import BASE, RUNS
 
+from mldiag.domain.host_analyses import HostAnalyses
+from mldiag.services.analysis_jobs import host_analyses_key
+
 
 def test_create_returns_a_done_operation_that_can_be_read_again(api):
     response = api.request("POST", f"{RUNS}?machineLearningRunId=train-1",
@@ -170,6 +173,11 @@ def test_delete_checks_the_etag_and_removes_the_run_with_its_children(api, servi
     created = api.create_run("r1", artifacts={"gcsPath": "gs://profiles"})
     api.request("POST", f"{RUNS}/r1/profilerTargets", json={"hostname": "host-a"})
     api.request("POST", f"{RUNS}/r1/profilerSessions?profiler_session_id=s1", json={})
+    session = f"{created['name']}/profilerSessions/s1"
+    other = session.replace("/r1/", "/r2/")
+    for name in (session, other):  # the counters of fanned-out analyses
+        services.store.set(HostAnalyses.collection, host_analyses_key(name, "g1"),
+                           HostAnalyses.of(name, "g1", {"h0": "gs://profiles/h0.xplane.pb"}).to_document())
 
     stale = api.request("DELETE", f"{RUNS}/r1", query_string={"etag": "stale"})
     assert stale.status_code == 409 and api.run("r1").status_code == 200
@@ -179,4 +187,6 @@ def test_delete_checks_the_etag_and_removes_the_run_with_its_children(api, servi
     assert api.run("r1").status_code == 404
     run_name = created["name"]
     assert services.sessions.list(run_name).items == [] and services.targets.list(run_name).items == []
+    assert services.store.get(HostAnalyses.collection, host_analyses_key(session, "g1")) is None
+    assert services.store.get(HostAnalyses.collection, host_analyses_key(other, "g1")) is not None
     assert api.request("DELETE", f"{RUNS}/r1").status_code == 404

@@ -21,6 +21,7 @@ from mldiag.domain.errors import NotFound, PermissionDenied
 from mldiag.domain.names import LocationName, RunName
 from mldiag.domain.resources import MachineLearningRun, RunPhase
 from mldiag.ports import LocalBuckets
+from mldiag.services.analysis_jobs import forget_fan_outs
 from mldiag.services.dependencies import Services
 from mldiag.services.resources.masks import apply_update, assign
 
@@ -99,7 +100,11 @@ def delete(services: Services, name: RunName, *, etag: str = "") -> None:
     """Delete the run (etag-checked when given), then its children's records."""
     run_name = str(name)
     services.runs.delete(run_name, etag=etag)
-    for children in (services.sessions, services.targets, services.monitored_events):
+    while sessions := services.sessions.list(run_name, page_size=500).items:
+        for session in sessions:
+            forget_fan_outs(services.store, session.name)
+            services.sessions.delete(session.name)
+    for children in (services.targets, services.monitored_events):
         while page := children.list(run_name, page_size=500).items:
             for child in page:
                 children.delete(child.name)
