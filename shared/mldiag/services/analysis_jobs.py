@@ -54,7 +54,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from cloudevents.http import CloudEvent
@@ -71,10 +71,15 @@ from mldiag.domain.names import parent_of, short_name
 from mldiag.domain.resources import AnalysisState, ProfilerSession
 from mldiag.ports import Document, DocumentStore, Transaction, Where
 from mldiag.services import notifications, outbox
-from mldiag.services.dependencies import Services
+from mldiag.services.dependencies import Archiving, Blobs, Configured, Publishing, Stored
 from mldiag.services.event_archive import Ignored
 from mldiag.services.repository import document_key
 from mldiag.services.session_files import require_xspace_object
+
+
+class AnalysisJobPorts(Stored, Publishing, Blobs, Configured, Archiving, Protocol):
+    """What an analysis job uses."""
+
 
 FUNCTION = "analyze_session"  # the function this handler runs in, as the event archive names it
 MAX_REASON_CHARS = 500
@@ -128,7 +133,7 @@ class AnalysisRequest:
         return sorted(self.host_files.values())[0].rsplit("/", 1)[0]
 
 
-def _update(services: Services, name: str, change: Callable[[ProfilerSession], str],
+def _update(services: AnalysisJobPorts, name: str, change: Callable[[ProfilerSession], str],
             step_time_change: float | None = None) -> str:
     """Apply ``change`` to the stored session in a transaction; returns what it says.
 
@@ -173,7 +178,7 @@ def forget_fan_outs(store: DocumentStore, session: str) -> None:
         store.delete(HostAnalyses.collection, host_analyses_key(session, document["generationSet"]))
 
 
-def _start(services: Services, request: AnalysisRequest) -> AnalysisState:
+def _start(services: AnalysisJobPorts, request: AnalysisRequest) -> AnalysisState:
     """RUNNING, if the session still waits for this request's result; returns the state it was in."""
     def change(session: ProfilerSession) -> str:
         analysis = session.analysis
@@ -195,7 +200,7 @@ def _start(services: Services, request: AnalysisRequest) -> AnalysisState:
     return AnalysisState(_update(services, request.session, change))
 
 
-def _fan_out(services: Services, request: AnalysisRequest, fresh: bool) -> str:
+def _fan_out(services: AnalysisJobPorts, request: AnalysisRequest, fresh: bool) -> str:
     """Stage one host-analysis request per host with their counter document; returns what was done.
 
     A count under way is kept: a redelivery, or maintenance asking again for an analysis whose hosts take
@@ -233,7 +238,7 @@ def _fan_out(services: Services, request: AnalysisRequest, fresh: bool) -> str:
     return f"fanned out to {hosts} hosts"
 
 
-def _finish(services: Services, request: AnalysisRequest, state: AnalysisState,
+def _finish(services: AnalysisJobPorts, request: AnalysisRequest, state: AnalysisState,
             step_time_change: float | None = None, **fields: Any) -> str:
     """Record the outcome, if the session still waits for this run's result."""
     def change(session: ProfilerSession) -> str:
@@ -249,7 +254,7 @@ def _finish(services: Services, request: AnalysisRequest, state: AnalysisState,
     return _update(services, request.session, change, step_time_change)
 
 
-def give_up(services: Services, payload: bytes, reason: str) -> str:
+def give_up(services: AnalysisJobPorts, payload: bytes, reason: str) -> str:
     """A request that exhausted its delivery attempts: its analysis is FAILED with ``reason``.
 
     Only while the analysis still waits on that request: PENDING after a failure
@@ -272,7 +277,7 @@ def give_up(services: Services, payload: bytes, reason: str) -> str:
     return _update(services, request.session, change)
 
 
-def _dashboard_uri(services: Services, session: ProfilerSession) -> str:
+def _dashboard_uri(services: AnalysisJobPorts, session: ProfilerSession) -> str:
     from mldiag.services.resources.sessions import session_location
 
     if session.dashboard_uri:
@@ -288,7 +293,7 @@ def worker_environment(settings: Settings) -> dict[str, str]:
             "MLDIAG_VERTEX_ENDPOINT": settings.vertex_endpoint}
 
 
-def _baseline(services: Services, session: ProfilerSession, scratch: Path) -> list[str]:
+def _baseline(services: AnalysisJobPorts, session: ProfilerSession, scratch: Path) -> list[str]:
     """Worker arguments that compare an auto-captured session with an earlier one of the run (see find_baseline)."""
     from mldiag.services.baselines import find_baseline
 
@@ -335,7 +340,7 @@ def run_worker(settings: Settings, files: list[Path], scratch: Path, out: Path, 
         raise AnalysisFailed(f"the analysis worker exited with {worker.returncode}: {last}", permanent=False)
 
 
-def download_profile(services: Services, uri: str, target: Path) -> Path:
+def download_profile(services: AnalysisJobPorts, uri: str, target: Path) -> Path:
     """Copy one host file into scratch space, once it is known to be a profile."""
     try:
         require_xspace_object(services.blobs, uri)  # before a copy is made of what may be gigabytes of nothing
@@ -347,7 +352,7 @@ def download_profile(services: Services, uri: str, target: Path) -> Path:
     return target
 
 
-def _analyse(services: Services, request: AnalysisRequest, session: ProfilerSession,
+def _analyse(services: AnalysisJobPorts, request: AnalysisRequest, session: ProfilerSession,
              scratch: Path) -> tuple[str, str]:
     """Download, analyse, upload; returns the URIs of ``summary.html`` and ``analysis.json``."""
     files = [download_profile(services, uri, scratch / "profile" / session.id / f"{host}{XPLANE_SUFFIX}")
@@ -355,7 +360,7 @@ def _analyse(services: Services, request: AnalysisRequest, session: ProfilerSess
     return _report(services, request, session, scratch, files, [])
 
 
-def _merge(services: Services, request: AnalysisRequest, session: ProfilerSession, progress: HostAnalyses,
+def _merge(services: AnalysisJobPorts, request: AnalysisRequest, session: ProfilerSession, progress: HostAnalyses,
            scratch: Path) -> tuple[str, str]:
     """Download the hosts' evidence (and the file the follow-ups read), merge, upload; returns the report URIs."""
     done = progress.done
@@ -379,7 +384,7 @@ def _merge(services: Services, request: AnalysisRequest, session: ProfilerSessio
     return _report(services, request, session, scratch, evidence, mode)
 
 
-def _report(services: Services, request: AnalysisRequest, session: ProfilerSession, scratch: Path,
+def _report(services: AnalysisJobPorts, request: AnalysisRequest, session: ProfilerSession, scratch: Path,
             inputs: list[Path], mode: list[str]) -> tuple[str, str]:
     """Run the worker on ``inputs`` in ``mode`` and upload its reports next to the session."""
     folder = request.folder_uri
@@ -453,7 +458,7 @@ def _signal_worker_in(folder: Path, signum: int) -> bool:
     return True
 
 
-def retry_stale(services: Services) -> tuple[int, int]:
+def retry_stale(services: AnalysisJobPorts) -> tuple[int, int]:
     """Analyses that stopped without a result: asked again, or FAILED with the reason after the last attempt.
 
     An analysis RUNNING for longer than the worker's time limit plus :data:`STALE_MARGIN_SECONDS` has no
@@ -498,7 +503,7 @@ def _hosts_progressed_since(get: Callable[[str, str], Document | None], session:
     return progressed is not None and progressed > cutoff
 
 
-def _retry_or_fail(services: Services, name: str, limit: float, cutoff: datetime) -> tuple[str, bool]:
+def _retry_or_fail(services: AnalysisJobPorts, name: str, limit: float, cutoff: datetime) -> tuple[str, bool]:
     from mldiag.services.registration import Registrar
 
     def work(transaction: Transaction) -> tuple[str, bool]:
@@ -534,7 +539,7 @@ def _reasoner(analysis: Analysis) -> str:
     return f"vertex ({investigation.model})" if investigation.reasoner == "vertex" else investigation.reasoner
 
 
-def _merge_ready(services: Services, request: AnalysisRequest) -> HostAnalyses:
+def _merge_ready(services: AnalysisJobPorts, request: AnalysisRequest) -> HostAnalyses:
     """The counter document a merge request is for, once every host of it has finished."""
     document = services.store.get(HostAnalyses.collection, host_analyses_key(request.session, request.generation_set))
     if document is None:
@@ -546,7 +551,7 @@ def _merge_ready(services: Services, request: AnalysisRequest) -> HostAnalyses:
     return progress
 
 
-def analyze_requested(services: Services, event: CloudEvent) -> str:
+def analyze_requested(services: AnalysisJobPorts, event: CloudEvent) -> str:
     """The ``analyze_session`` handler body: one ``analysis-requests`` message in, a one-line account out."""
     message = message_from_cloud_event(event)
     request = AnalysisRequest.parse(message.json())

@@ -9,10 +9,10 @@ from __future__ import annotations
 from mldiag.domain.names import parent_of
 from mldiag.domain.resources import AnalysisState, HealthStatus, ProfilerSession
 from mldiag.ports import OrderBy, Where
-from mldiag.services.dependencies import Services
+from mldiag.services.dependencies import Stored
 
 
-def find_baseline(services: Services, session: ProfilerSession) -> ProfilerSession | None:
+def find_baseline(services: Stored, session: ProfilerSession) -> ProfilerSession | None:
     """The run's latest earlier OPTIMAL session that was not auto-captured and whose analysis finished;
     failing that, the latest such session of any health."""
     candidates = services.sessions.list(

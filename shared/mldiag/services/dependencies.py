@@ -3,6 +3,12 @@
 :mod:`mldiag.bootstrap` builds the adapters and hands them over in a
 :class:`Services`; a service reads the ports from it and never learns which
 adapter is behind one.
+
+A use case does not ask for the whole :class:`Services`: its parameter's type
+is a Protocol of its module that combines the port families below, exactly
+those it (and every use case it hands its dependencies to) reads. ``Services``
+satisfies every family structurally, so callers pass it unchanged;
+``tests/unit/test_use_case_ports.py`` holds each use case to its Protocol.
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from mldiag.config import Settings
 from mldiag.domain.resources import MachineLearningRun, MonitoredEvent, Operation, ProfilerSession, ProfilerTarget
@@ -24,9 +30,69 @@ if TYPE_CHECKING:
     from cloudevents.http import CloudEvent
 
 
+class Stored(Protocol):
+    """The document store, the clock its timestamps come from, and the repositories over it."""
+
+    @property
+    def store(self) -> DocumentStore: ...
+
+    @property
+    def now(self) -> Callable[[], datetime]: ...
+
+    @property
+    def runs(self) -> Repository[MachineLearningRun]: ...
+
+    @property
+    def sessions(self) -> Repository[ProfilerSession]: ...
+
+    @property
+    def targets(self) -> Repository[ProfilerTarget]: ...
+
+    @property
+    def monitored_events(self) -> Repository[MonitoredEvent]: ...
+
+    @property
+    def operations(self) -> Repository[Operation]: ...
+
+
+class Publishing(Protocol):
+    """The message bus."""
+
+    @property
+    def bus(self) -> MessageBus: ...
+
+
+class Blobs(Protocol):
+    """The blob store: profiles, reports, exports."""
+
+    @property
+    def blobs(self) -> BlobStore: ...
+
+
+class Configured(Protocol):
+    """The deployment's settings."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+
+class Dialling(Protocol):
+    """The profiler dialer, which asks a training process for a trace."""
+
+    @property
+    def profiler(self) -> ProfilerDialer: ...
+
+
+class Archiving(Protocol):
+    """The archive of every event a function received."""
+
+    @property
+    def events(self) -> EventArchive: ...
+
+
 @dataclass
 class Services:
-    """What a handler, the API or the CLI needs, already built."""
+    """What a handler, the API or the CLI needs, already built: every port family at once."""
 
     settings: Settings
     store: DocumentStore

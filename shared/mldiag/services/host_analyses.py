@@ -26,7 +26,7 @@ import json
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from cloudevents.http import CloudEvent
@@ -49,8 +49,13 @@ from mldiag.services.analysis_jobs import (
     run_worker,
     scratch_root,
 )
-from mldiag.services.dependencies import Services
+from mldiag.services.dependencies import Archiving, Blobs, Configured, Publishing, Stored
 from mldiag.services.event_archive import Ignored
+
+
+class HostAnalysisPorts(Stored, Publishing, Blobs, Configured, Archiving, Protocol):
+    """What analysing one host uses."""
+
 
 FUNCTION = "analyze_host"  # the function this handler runs in, as the event archive names it
 log = structlog.get_logger(__name__)
@@ -93,7 +98,7 @@ def _merge_request(progress: HostAnalyses) -> dict[str, Any]:
             "hostFiles": {host: finished.file for host, finished in progress.hosts.items()}, "merge": True}
 
 
-def record_host(services: Services, request: HostRequest, outcome: HostProgress) -> str:
+def record_host(services: HostAnalysisPorts, request: HostRequest, outcome: HostProgress) -> str:
     """Count the host as finished with ``outcome``, once; the last host to finish asks for the merge."""
     merge_key = f"analysis-merge:{request.key}"
 
@@ -122,7 +127,7 @@ def record_host(services: Services, request: HostRequest, outcome: HostProgress)
     return said
 
 
-def _pending(services: Services, request: HostRequest) -> None:
+def _pending(services: HostAnalysisPorts, request: HostRequest) -> None:
     """Ignored unless this host of these files still waits for its analysis."""
     document = services.store.get(HostAnalyses.collection, request.key)
     if document is None:
@@ -140,7 +145,7 @@ def _pending(services: Services, request: HostRequest) -> None:
         raise Ignored("stale request: the session's files changed since; a newer request analyses them")
 
 
-def _analyse(services: Services, request: HostRequest, scratch: Path) -> HostProgress:
+def _analyse(services: HostAnalysisPorts, request: HostRequest, scratch: Path) -> HostProgress:
     """Download, analyse alone, upload the evidence; returns the host's outcome."""
     profile = download_profile(services, request.host_file, scratch / "profile" / f"{request.host}{XPLANE_SUFFIX}")
     out = scratch / "evidence"
@@ -153,7 +158,7 @@ def _analyse(services: Services, request: HostRequest, scratch: Path) -> HostPro
                         step_time_ms=part.step_time_ms)
 
 
-def analyze_host_requested(services: Services, event: CloudEvent) -> str:
+def analyze_host_requested(services: HostAnalysisPorts, event: CloudEvent) -> str:
     """The ``analyze_host`` handler body: one ``host-analysis-requests`` message in, a one-line account out."""
     message = message_from_cloud_event(event)
     request = HostRequest.parse(message.json())
@@ -180,7 +185,7 @@ def analyze_host_requested(services: Services, event: CloudEvent) -> str:
         return f"host {request.host} {outcome.status}: {outcome.evidence_uri} ({counted})"
 
 
-def give_up(services: Services, payload: bytes, reason: str) -> str:
+def give_up(services: HostAnalysisPorts, payload: bytes, reason: str) -> str:
     """A host request that exhausted its delivery attempts: the host is FAILED with ``reason``, and counted."""
     request = HostRequest.parse(json.loads(payload))
     failed = HostProgress(file=request.host_file, state=HostState.FAILED,

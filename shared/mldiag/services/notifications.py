@@ -28,7 +28,7 @@ import hashlib
 import hmac
 import json
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
 import requests
@@ -43,9 +43,14 @@ from mldiag.domain.resources import HealthStatus, MonitoredEvent, ProfilerSessio
 from mldiag.domain.types import CamelModel, format_timestamp
 from mldiag.ports import Transaction
 from mldiag.services import outbox
-from mldiag.services.dependencies import Services
+from mldiag.services.dependencies import Blobs, Configured, Stored
 from mldiag.services.repository import document_key
 from mldiag.services.run_state import RunState
+
+
+class NotificationPorts(Stored, Blobs, Configured, Protocol):
+    """What staging and delivering notifications uses."""
+
 
 ANALYSIS_COMPLETED = "dev.mldiag.analysis.v1.completed"
 EVENT_OPENED = "dev.mldiag.event.v1.opened"
@@ -93,7 +98,7 @@ def deployment_route(settings: Settings) -> NotificationRoute:
         pagerduty_routing_key=settings.notify_pagerduty_routing_key)
 
 
-def set_route(services: Services, run_name: str, route: NotificationRoute) -> dict[str, Any]:
+def set_route(services: NotificationPorts, run_name: str, route: NotificationRoute) -> dict[str, Any]:
     """Replace the run's destinations (each URL checked now, and again when it is called)."""
     for url in (route.webhook_url, route.slack_url):
         if url:
@@ -109,7 +114,7 @@ def set_route(services: Services, run_name: str, route: NotificationRoute) -> di
     return ROUTE_STATES.update(services, run_name, replace).described()
 
 
-def describe_route(services: Services, run_name: str) -> dict[str, Any]:
+def describe_route(services: NotificationPorts, run_name: str) -> dict[str, Any]:
     return ROUTE_STATES.read(services, run_name).described()
 
 
@@ -131,21 +136,22 @@ def check_url(url: str, allow_private: bool) -> str:
 
 # --- the events -----------------------------------------------------------------------------------
 
-def _cloud_event(services: Services, event_type: str, event_id: str, subject: str, data: dict[str, Any]) -> dict:
+def _cloud_event(services: NotificationPorts, event_type: str, event_id: str, subject: str,
+                 data: dict[str, Any]) -> dict:
     settings = services.settings
     return {"specversion": "1.0", "type": event_type, "id": event_id, "subject": subject,
             "source": f"//mldiag/projects/{settings.project}/locations/{settings.location}",
             "time": format_timestamp(services.now()), "datacontenttype": "application/json", "data": data}
 
 
-def _stage(transaction: Transaction, services: Services, event: dict[str, Any]) -> str:
+def _stage(transaction: Transaction, services: NotificationPorts, event: dict[str, Any]) -> str:
     key = f"{ANALYSIS_EVENTS}:{document_key(event['id'])}"  # event ids hold resource names: no "/" in a key
     outbox.stage(transaction, key, ANALYSIS_EVENTS, event,
                  {"ce-type": event["type"], "ce-id": event["id"], "ce-subject": event["subject"]}, services.now())
     return key
 
 
-def _report_link(services: Services, session: ProfilerSession) -> str:
+def _report_link(services: NotificationPorts, session: ProfilerSession) -> str:
     """A share link to the session's report; "" when there is none or it cannot be signed (a notification
     without its link is better than an analysis that fails over it)."""
     if not session.analysis.report_uri:
@@ -157,7 +163,7 @@ def _report_link(services: Services, session: ProfilerSession) -> str:
         return ""
 
 
-def stage_analysis_completed(transaction: Transaction, services: Services, session: ProfilerSession,
+def stage_analysis_completed(transaction: Transaction, services: NotificationPorts, session: ProfilerSession,
                              step_time_change: float | None) -> str:
     """Stage ``analysis.v1.completed`` for a session whose analysis is DONE; returns the outbox key."""
     from mldiag.domain.names import parent_of
@@ -176,7 +182,8 @@ def stage_analysis_completed(transaction: Transaction, services: Services, sessi
     return _stage(transaction, services, event)
 
 
-def stage_event_change(transaction: Transaction, services: Services, event: MonitoredEvent, opened: bool) -> str:
+def stage_event_change(transaction: Transaction, services: NotificationPorts, event: MonitoredEvent,
+                       opened: bool) -> str:
     """Stage ``event.v1.opened`` or ``...closed`` for a monitored event; returns the outbox key."""
     from mldiag.domain.names import parent_of
 
@@ -196,14 +203,14 @@ def signature(secret: str, body: bytes) -> str:
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
-def _post(services: Services, url: str, body: bytes, headers: dict[str, str]) -> None:
+def _post(services: NotificationPorts, url: str, body: bytes, headers: dict[str, str]) -> None:
     check_url(url, services.settings.notify_allow_private)
     response = requests.post(url, data=body, headers=headers, timeout=REQUEST_TIMEOUT_S, allow_redirects=False)
     if not 200 <= response.status_code < 300:
         raise RuntimeError(f"{urlsplit(url).hostname} answered {response.status_code}: {response.text[:200]}")
 
 
-def _webhook(services: Services, route: NotificationRoute, event: dict[str, Any]) -> None:
+def _webhook(services: NotificationPorts, route: NotificationRoute, event: dict[str, Any]) -> None:
     if route.webhook_mode == "structured":
         body = json.dumps(event, separators=(",", ":")).encode()
         headers = {"Content-Type": "application/cloudevents+json; charset=utf-8"}
@@ -251,7 +258,7 @@ def slack_message(event: dict[str, Any]) -> dict[str, Any]:
     return {"text": _summary(event), "blocks": blocks}
 
 
-def _slack(services: Services, route: NotificationRoute, event: dict[str, Any]) -> None:
+def _slack(services: NotificationPorts, route: NotificationRoute, event: dict[str, Any]) -> None:
     _post(services, route.slack_url, json.dumps(slack_message(event)).encode(), {"Content-Type": "application/json"})
 
 
@@ -278,7 +285,7 @@ def pagerduty_requests(event: dict[str, Any], routing_key: str) -> list[tuple[st
     return []
 
 
-def _pagerduty(services: Services, route: NotificationRoute, event: dict[str, Any]) -> None:
+def _pagerduty(services: NotificationPorts, route: NotificationRoute, event: dict[str, Any]) -> None:
     base = services.settings.pagerduty_events_url.rstrip("/")
     for path, body in pagerduty_requests(event, route.pagerduty_routing_key):
         _post(services, base + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
@@ -291,7 +298,7 @@ _DESTINATIONS = {
 }
 
 
-def deliver(services: Services, message_event: CloudEvent) -> str:
+def deliver(services: NotificationPorts, message_event: CloudEvent) -> str:
     """The ``deliver_notifications`` handler body: one ``analysis-events`` message to each destination."""
     event = message_from_cloud_event(message_event).json()
     if not isinstance(event, dict) or not isinstance(event.get("data"), dict) or "run" not in event["data"]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from cloudevents.http import CloudEvent
@@ -44,9 +44,14 @@ from mldiag.domain.resources import (
 from mldiag.domain.types import format_timestamp
 from mldiag.ports import Transaction, Where
 from mldiag.services import outbox
-from mldiag.services.dependencies import Services
+from mldiag.services.dependencies import Configured, Publishing, Stored
 from mldiag.services.event_archive import Ignored
 from mldiag.services.repository import document_key
+
+
+class RegistrationPorts(Stored, Publishing, Configured, Protocol):
+    """What registering a profile file uses."""
+
 
 # Files XProf itself writes next to a session when a viewer opens it: not ours to register.
 XPROF_CACHE_SUFFIXES = (".pb", ".SSTABLE", ".json.gz", ".sstable")
@@ -138,7 +143,7 @@ def _id_for(folder: str, field: str) -> str:
 class Registrar:
     """Registers profile files into sessions and requests their analysis."""
 
-    def __init__(self, services: Services):
+    def __init__(self, services: RegistrationPorts):
         self.services = services
         self.settings = services.settings
         self.location = LocationName(self.settings.project, self.settings.location)
@@ -327,7 +332,7 @@ class Registrar:
         return requested
 
 
-def register_finalized(services: Services, event: CloudEvent) -> str:
+def register_finalized(services: RegistrationPorts, event: CloudEvent) -> str:
     """The ``register_session`` handler body: one finalize event in, a one-line account out."""
     if event["type"] != STORAGE_FINALIZED:
         raise PermanentFailure(f"register_session handles {STORAGE_FINALIZED}, not {event['type']!r}")

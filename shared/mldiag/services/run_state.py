@@ -11,7 +11,7 @@ from typing import Generic, TypeVar
 
 from mldiag.domain.types import CamelModel
 from mldiag.ports import Transaction
-from mldiag.services.dependencies import Services
+from mldiag.services.dependencies import Stored
 from mldiag.services.repository import document_key
 
 M = TypeVar("M", bound=CamelModel)
@@ -29,12 +29,12 @@ class RunState(Generic[M]):
     def save(self, transaction: Transaction, run_name: str, state: M) -> None:
         transaction.set(self.collection, document_key(run_name), state.to_json_dict())
 
-    def read(self, services: Services, run_name: str) -> M:
+    def read(self, services: Stored, run_name: str) -> M:
         """The state of an existing run (:class:`~mldiag.domain.NotFound` otherwise)."""
         services.runs.get(run_name)
         return services.store.transaction(lambda tx: self.load(tx, run_name))
 
-    def update(self, services: Services, run_name: str, mutate: Callable[[M], object]) -> M:
+    def update(self, services: Stored, run_name: str, mutate: Callable[[M], object]) -> M:
         """Change the state of an existing run atomically."""
         services.runs.get(run_name)
 

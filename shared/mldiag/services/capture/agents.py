@@ -16,7 +16,7 @@ the node):
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import Field
 
@@ -28,7 +28,12 @@ from mldiag.ports import Transaction, Where
 from mldiag.services.capture import tasks
 from mldiag.services.capture.requests import parse
 from mldiag.services.capture.targets import split_address
-from mldiag.services.dependencies import Services
+from mldiag.services.dependencies import Blobs, Configured, Publishing, Stored
+
+
+class AgentPorts(Stored, Publishing, Blobs, Configured, Protocol):
+    """What serving the node agents uses."""
+
 
 GONE_AFTER = timedelta(seconds=60)
 MAX_CLAIM = 64
@@ -53,7 +58,7 @@ class Completion(CamelModel):
     result: dict[str, Any] = Field(default_factory=dict)
 
 
-def heartbeat(services: Services, run_name: RunName, target_id: str, body: dict[str, Any]) -> ProfilerTarget:
+def heartbeat(services: AgentPorts, run_name: RunName, target_id: str, body: dict[str, Any]) -> ProfilerTarget:
     """Register the target (or refresh it, bringing it back from GONE) as served by the agent."""
     beat = parse(Heartbeat, body)
     validate_id(beat.agent, field="agent")
@@ -76,7 +81,7 @@ def _in(location: LocationName, task: tasks.CaptureTask) -> bool:
     return task.run.startswith(f"{location}/")
 
 
-def claim(services: Services, location: LocationName, body: dict[str, Any]) -> list[dict[str, Any]]:
+def claim(services: AgentPorts, location: LocationName, body: dict[str, Any]) -> list[dict[str, Any]]:
     """Lease up to ``maxTasks`` of the agent's open tasks in ``location``; each with its session's folder."""
     request = parse(Claim, body)
     now = services.now()
@@ -93,7 +98,7 @@ def claim(services: Services, location: LocationName, body: dict[str, Any]) -> l
     return claimed
 
 
-def complete(services: Services, location: LocationName, body: dict[str, Any]) -> tasks.CaptureTask:
+def complete(services: AgentPorts, location: LocationName, body: dict[str, Any]) -> tasks.CaptureTask:
     """Record the outcome an agent reports for a task it claimed."""
     completion = parse(Completion, body)
     task = tasks.load(services, completion.task)
@@ -104,7 +109,7 @@ def complete(services: Services, location: LocationName, body: dict[str, Any]) -
     return tasks.finish(services, task.key, tasks.TaskResult.from_json(completion.result)) or task
 
 
-def mark_gone(services: Services) -> int:
+def mark_gone(services: AgentPorts) -> int:
     """Mark agent-served targets GONE whose last heartbeat is older than :data:`GONE_AFTER`."""
     cutoff = services.now() - GONE_AFTER
     stale = services.targets.find_where([Where("lastHeartbeatTime", "<", format_timestamp(cutoff))], limit=1000)

@@ -15,6 +15,7 @@ then find their task taken and acknowledge.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
 
 import structlog
 from cloudevents.http import CloudEvent
@@ -25,14 +26,19 @@ from mldiag.domain.messages import message_from_cloud_event
 from mldiag.services.capture import tasks
 from mldiag.services.capture.execute import Executor
 from mldiag.services.capture.targets import resolve_address
-from mldiag.services.dependencies import Services
+from mldiag.services.dependencies import Blobs, Configured, Dialling, Publishing, Stored
+
+
+class DispatchPorts(Stored, Publishing, Blobs, Configured, Dialling, Protocol):
+    """What dispatching a capture task uses."""
+
 
 MAX_PARALLEL_CAPTURES = 32
 
 log = structlog.get_logger(__name__)
 
 
-def dispatch(services: Services, event: CloudEvent) -> str:
+def dispatch(services: DispatchPorts, event: CloudEvent) -> str:
     """Handle one capture request; returns a one-line account for the event archive."""
     payload = message_from_cloud_event(event).json()
     key = payload.get("task") if isinstance(payload, dict) else None
@@ -56,7 +62,7 @@ def dispatch(services: Services, event: CloudEvent) -> str:
     return "; ".join(f"{t.target}: {r.error or 'captured'}" for t, r in results)
 
 
-def _direct_siblings(services: Services, task: tasks.CaptureTask) -> list[str]:
+def _direct_siblings(services: DispatchPorts, task: tasks.CaptureTask) -> list[str]:
     """This task's key first, then the other pending tasks of its operation that no agent serves."""
     others = [t for t in task.operation_targets if t != task.target]
     keys = [task.key]
@@ -67,7 +73,7 @@ def _direct_siblings(services: Services, task: tasks.CaptureTask) -> list[str]:
     return keys
 
 
-def run_direct(services: Services, task: tasks.CaptureTask) -> tasks.TaskResult:
+def run_direct(services: DispatchPorts, task: tasks.CaptureTask) -> tasks.TaskResult:
     """Capture from the target's registered address, the server writing straight into the bucket."""
     try:
         address, folder = _resolve(services, task)
@@ -80,7 +86,7 @@ def run_direct(services: Services, task: tasks.CaptureTask) -> tasks.TaskResult:
         return tasks.TaskResult.failed(CaptureFailed(Failure.ERROR, f"{type(error).__name__}: {error}"))
 
 
-def _resolve(services: Services, task: tasks.CaptureTask) -> tuple[str, str]:
+def _resolve(services: DispatchPorts, task: tasks.CaptureTask) -> tuple[str, str]:
     """The checked address to dial for the registered one, and the session folder (``""`` for continuous
     profiling)."""
     target = services.targets.find(f"{task.run}/profilerTargets/{task.target}")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Literal
+from typing import Literal, Protocol
 
 from pydantic import Field, ValidationError, field_validator
 
@@ -45,8 +45,13 @@ from mldiag.ports import Transaction
 from mldiag.services import outbox
 from mldiag.services.capture import tasks
 from mldiag.services.capture.targets import MAX_TARGETS_PER_RUN, select_targets
-from mldiag.services.dependencies import Services
+from mldiag.services.dependencies import Configured, Publishing, Stored
 from mldiag.services.resources.sessions import session_location
+
+
+class CaptureRequestPorts(Stored, Publishing, Configured, Protocol):
+    """What accepting a capture request uses."""
+
 
 MIN_DURATION = timedelta(milliseconds=100)
 MAX_DURATION = timedelta(minutes=5)
@@ -98,14 +103,14 @@ def _ids(targets: list[ProfilerTarget]) -> list[str]:
     return [t.name.rsplit("/", 1)[-1] for t in targets]
 
 
-def _new_operation(services: Services, run_name: RunName, target: str, verb: str) -> Operation:
+def _new_operation(services: CaptureRequestPorts, run_name: RunName, target: str, verb: str) -> Operation:
     return Operation(
         name=run_name.parent.operation(f"operation-{uuid.uuid4().hex}"),
         metadata=OperationMetadata(create_time=services.now(), target=target, verb=verb),
     )
 
 
-def _current_run(services: Services, transaction: Transaction, run_name: RunName) -> MachineLearningRun:
+def _current_run(services: CaptureRequestPorts, transaction: Transaction, run_name: RunName) -> MachineLearningRun:
     run = services.runs.find_in(transaction, str(run_name))
     if run is None:
         raise NotFound(f"{run_name} was deleted")
@@ -121,7 +126,7 @@ def _refuse_while_continuous(run: MachineLearningRun) -> None:
             "take a snapshot (--kind snapshot) or stop continuous profiling first")
 
 
-def capture(services: Services, run_name: RunName, session_id: str, request: CaptureRequest) -> Operation:
+def capture(services: CaptureRequestPorts, run_name: RunName, session_id: str, request: CaptureRequest) -> Operation:
     """Create the session (every target ACTIVE) and start capturing it; returns the pending operation."""
     run = services.runs.get(str(run_name))
     if not run.artifacts.gcs_path:
@@ -196,7 +201,7 @@ def _snapshot_levels(run: MachineLearningRun, request: CaptureRequest) -> tuple[
     return levels
 
 
-def start_continuous(services: Services, run_name: RunName, request: ContinuousRequest) -> Operation:
+def start_continuous(services: CaptureRequestPorts, run_name: RunName, request: ContinuousRequest) -> Operation:
     """Turn continuous profiling on for the run's targets; 409 if it is on already."""
     _refuse_while_continuous(services.runs.get(str(run_name)))
     targets = select_targets(services, run_name, request.profiler_targets)
@@ -219,7 +224,7 @@ def start_continuous(services: Services, run_name: RunName, request: ContinuousR
     return _submit(services, operation, work, write)
 
 
-def stop_continuous(services: Services, run_name: RunName) -> Operation:
+def stop_continuous(services: CaptureRequestPorts, run_name: RunName) -> Operation:
     """Turn continuous profiling off on every target it runs on (targets gone meanwhile are skipped)."""
     run = services.runs.get(str(run_name))
     if run.continuous_profiling is None:
@@ -249,7 +254,7 @@ def _outbox_key(task: tasks.CaptureTask) -> str:
     return f"capture:{task.key}"
 
 
-def _submit(services: Services, operation: Operation, work: list[tasks.CaptureTask],
+def _submit(services: CaptureRequestPorts, operation: Operation, work: list[tasks.CaptureTask],
             write: Callable[[Transaction], None]) -> Operation:
     """Commit ``write`` (reads first), the operation, its tasks and their messages; then publish them."""
     now = services.now()

@@ -28,7 +28,7 @@ from mldiag.domain.capture import split_address
 from mldiag.domain.errors import FailedPrecondition, InvalidArgument
 from mldiag.domain.names import RunName
 from mldiag.domain.resources import ProfilerTarget, TargetState
-from mldiag.services.dependencies import Services
+from mldiag.services.dependencies import Stored
 
 ALL_TARGETS = "all"
 MAX_TARGETS_PER_RUN = 1000
@@ -131,7 +131,7 @@ def _carried_ipv4(ip: IPAddress) -> list[ipaddress.IPv4Address]:
     return [ipaddress.IPv4Address(int(ip) & 0xFFFF_FFFF)] if ip in _NAT64 else []
 
 
-def select_targets(services: Services, run_name: RunName, requested: Sequence[str]) -> list[ProfilerTarget]:
+def select_targets(services: Stored, run_name: RunName, requested: Sequence[str]) -> list[ProfilerTarget]:
     """The run's targets a capture of ``requested`` ids reaches (``[]`` or ``["all"]``: every active one)."""
     registered = {t.name.rsplit("/", 1)[-1]: t
                   for t in services.targets.list(str(run_name), page_size=MAX_TARGETS_PER_RUN).items}

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -40,8 +40,13 @@ from mldiag.domain.resources import (
 from mldiag.domain.types import CamelModel, Timestamp, format_timestamp
 from mldiag.ports import Transaction, Where
 from mldiag.services import outbox
-from mldiag.services.dependencies import Services
+from mldiag.services.dependencies import Blobs, Configured, Publishing, Stored
 from mldiag.services.registration import Registrar
+
+
+class TaskPorts(Stored, Publishing, Blobs, Configured, Protocol):
+    """What keeping the capture tasks uses."""
+
 
 COLLECTION = "captureTasks"
 # How long a claimed task may run past its duration before another worker may take it over.
@@ -128,18 +133,18 @@ def stage(transaction: Transaction, task: CaptureTask) -> None:
     transaction.create(COLLECTION, task.key, task.to_json_dict())
 
 
-def load(services: Services, key: str) -> CaptureTask | None:
+def load(services: TaskPorts, key: str) -> CaptureTask | None:
     document = services.store.get(COLLECTION, key)
     return None if document is None else CaptureTask.model_validate(document)
 
 
-def open_tasks(services: Services, *where: Where, limit: int = 500) -> list[CaptureTask]:
+def open_tasks(services: TaskPorts, *where: Where, limit: int = 500) -> list[CaptureTask]:
     documents = services.store.query(COLLECTION, where=[Where("state", "in", [s.value for s in OPEN_STATES]), *where],
                                      limit=limit)
     return [CaptureTask.model_validate(d) for d in documents]
 
 
-def claim(services: Services, key: str) -> CaptureTask | None:
+def claim(services: TaskPorts, key: str) -> CaptureTask | None:
     """Take the task for execution under a lease; ``None`` if it is final or held by another worker."""
 
     def work(transaction: Transaction) -> CaptureTask | None:
@@ -190,7 +195,7 @@ def profile_uri(session_folder: str, target: str) -> str:
     return f"{session_folder.rstrip('/')}/{target}{XPLANE_SUFFIX}"
 
 
-def _verified(services: Services, task: CaptureTask, result: TaskResult) -> TaskResult:
+def _verified(services: TaskPorts, task: CaptureTask, result: TaskResult) -> TaskResult:
     """A capture that claims success must have left its profile in the session folder."""
     if result.failure or task.action not in (Action.TRACE, Action.SNAPSHOT):
         return result
@@ -202,7 +207,7 @@ def _verified(services: Services, task: CaptureTask, result: TaskResult) -> Task
                                            "exist (can the workload write to the bucket?)"), note=result.note)
 
 
-def finish(services: Services, key: str, result: TaskResult) -> CaptureTask | None:
+def finish(services: TaskPorts, key: str, result: TaskResult) -> CaptureTask | None:
     """Record ``result`` for the task; a no-op (returning ``None``) if the task is already final."""
     task = load(services, key)
     if task is None or task.final:
@@ -308,7 +313,7 @@ def _complete(operation: Operation, tasks: list[CaptureTask], session: ProfilerS
     operation.response = {"targets": outcomes, **({"session": session.to_json_dict()} if session else {})}
 
 
-def fail_overdue(services: Services) -> int:
+def fail_overdue(services: TaskPorts) -> int:
     """Fail open tasks past their deadline, and agent tasks whose target is gone; returns how many."""
     now = services.now()
     failed = 0
@@ -326,6 +331,6 @@ def fail_overdue(services: Services) -> int:
     return failed
 
 
-def _target_gone(services: Services, task: CaptureTask) -> bool:
+def _target_gone(services: TaskPorts, task: CaptureTask) -> bool:
     target = services.targets.find(f"{task.run}/profilerTargets/{task.target}")
     return target is None or target.state is TargetState.GONE

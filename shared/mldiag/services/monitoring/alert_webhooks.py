@@ -11,7 +11,7 @@ send it again.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from mldiag.config import MONITORING_ALERTS
 from mldiag.domain.alerts import (
@@ -25,14 +25,19 @@ from mldiag.domain.errors import InvalidArgument, NotFound, PermanentFailure
 from mldiag.domain.names import EVENTS, LocationName, parse_run
 from mldiag.ports import Transaction
 from mldiag.services import outbox
-from mldiag.services.dependencies import Services
+from mldiag.services.dependencies import Configured, Publishing, Stored
 from mldiag.services.repository import document_key
+
+
+class AlertWebhookPorts(Stored, Publishing, Configured, Protocol):
+    """What receiving an alert webhook uses."""
+
 
 ALERTMANAGER_VERSION = "4"
 MAX_ALERTS = 1000
 
 
-def receive_prometheus(services: Services, source: str, notification: dict[str, Any]) -> list[dict]:
+def receive_prometheus(services: AlertWebhookPorts, source: str, notification: dict[str, Any]) -> list[dict]:
     """An Alertmanager (``webhook_config``, version 4) or Grafana webhook notification: one message per alert."""
     if source not in PROMETHEUS_SOURCES:
         raise InvalidArgument(f"unknown alert source {source!r}", field="source")
@@ -55,7 +60,7 @@ def receive_prometheus(services: Services, source: str, notification: dict[str, 
     return _publish(services, messages)
 
 
-def receive_incident(services: Services, notification: dict[str, Any]) -> list[dict]:
+def receive_incident(services: AlertWebhookPorts, notification: dict[str, Any]) -> list[dict]:
     """A Cloud Monitoring webhook notification: the incident JSON its Pub/Sub channel would publish."""
     if not isinstance(notification.get("incident"), dict):
         raise InvalidArgument("the notification has no incident object", field="incident")
@@ -64,7 +69,7 @@ def receive_incident(services: Services, notification: dict[str, Any]) -> list[d
     return _publish(services, [(key, notification)])
 
 
-def _publish(services: Services, messages: list[tuple[str, dict]]) -> list[dict]:
+def _publish(services: AlertWebhookPorts, messages: list[tuple[str, dict]]) -> list[dict]:
     """Check every message reads as an alert of an existing run, then stage and send them all."""
     location = LocationName(services.settings.project, services.settings.location)
     checked: list[tuple[str, dict, Alert]] = []

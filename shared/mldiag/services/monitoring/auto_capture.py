@@ -14,6 +14,7 @@ A closed alert ends the event and captures nothing.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Protocol
 
 import structlog
 from cloudevents.http import CloudEvent
@@ -27,8 +28,13 @@ from mldiag.domain.resources import Kind, MachineLearningRun, MonitoredEvent, Su
 from mldiag.domain.types import CamelModel, Duration, Timestamp, bounded_duration, format_timestamp, human_duration
 from mldiag.ports import Transaction
 from mldiag.services import notifications, outbox
-from mldiag.services.dependencies import Services
+from mldiag.services.dependencies import Blobs, Configured, Publishing, Stored
 from mldiag.services.run_state import RunState
+
+
+class AutoCapturePorts(Stored, Publishing, Blobs, Configured, Protocol):
+    """What deciding on an automatic capture uses."""
+
 
 COLLECTION = "autoCapture"
 log = structlog.get_logger(__name__)
@@ -57,7 +63,7 @@ class AutoCaptureState(CamelModel):
 STATES = RunState(COLLECTION, AutoCaptureState)
 
 
-def set_policy(services: Services, run_name: str, policy: AutoCapturePolicy) -> AutoCapturePolicy:
+def set_policy(services: AutoCapturePorts, run_name: str, policy: AutoCapturePolicy) -> AutoCapturePolicy:
     """Store the run's policy; its capture duration must be one a capture accepts."""
     from mldiag.services.capture.requests import MAX_DURATION, MIN_DURATION
 
@@ -105,7 +111,7 @@ class Decision(CamelModel):
     notification: str = ""  # the outbox key of the opened or closed notification
 
 
-def decide(services: Services, alert: Alert, alert_key: str) -> Decision:
+def decide(services: AutoCapturePorts, alert: Alert, alert_key: str) -> Decision:
     """Record the alert on its event and decide, atomically, whether it captures."""
     event_name = str(parse_run(alert.run).child(EVENTS, alert.event_id))
     now = services.now()
@@ -149,7 +155,7 @@ def decide(services: Services, alert: Alert, alert_key: str) -> Decision:
     return decision
 
 
-def _capture(services: Services, run: MachineLearningRun, alert: Alert, decision: Decision) -> str:
+def _capture(services: AutoCapturePorts, run: MachineLearningRun, alert: Alert, decision: Decision) -> str:
     """Start the decided capture (idempotent by session id); returns a one-line account."""
     from mldiag.services.capture import requests as capture_requests
 
@@ -173,14 +179,14 @@ def _capture(services: Services, run: MachineLearningRun, alert: Alert, decision
     return account or f"capture refused for {decision.event}"
 
 
-def _record_failed_capture(services: Services, decision: Decision, reason: str) -> None:
+def _record_failed_capture(services: AutoCapturePorts, decision: Decision, reason: str) -> None:
     def note(event: MonitoredEvent) -> None:
         event.suppress(Suppression(time=services.now(), reason=f"capture failed: {reason}"))
 
     services.monitored_events.update(decision.event, note)
 
 
-def _settle(services: Services, run_name: str, decision: Decision, linked: bool) -> None:
+def _settle(services: AutoCapturePorts, run_name: str, decision: Decision, linked: bool) -> None:
     """Link the session to its event and clear the pending decision."""
     if linked:
         def link(event: MonitoredEvent) -> None:
@@ -196,7 +202,7 @@ def _settle(services: Services, run_name: str, decision: Decision, linked: bool)
     STATES.update(services, run_name, clear)
 
 
-def handle_alert(services: Services, event: CloudEvent) -> str:
+def handle_alert(services: AutoCapturePorts, event: CloudEvent) -> str:
     """The ``on_alert`` handler body: one alert message in, a one-line account out."""
     message = message_from_cloud_event(event)
     settings = services.settings
@@ -217,7 +223,7 @@ def handle_alert(services: Services, event: CloudEvent) -> str:
         return f"{state} alert recorded on {decision.event}"
 
 
-def describe_state(services: Services, run_name: str) -> dict:
+def describe_state(services: AutoCapturePorts, run_name: str) -> dict:
     """The run's auto-capture policy and recent captures, for the CLI and the console."""
     state = STATES.read(services, run_name)
     return {"policy": state.policy.to_json_dict(),

@@ -10,6 +10,7 @@ closing one — the same messages an external monitoring system would send, so
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 from pydantic import Field
 
@@ -20,9 +21,14 @@ from mldiag.domain.resources import DetectionState, EventType
 from mldiag.domain.types import CamelModel, format_timestamp
 from mldiag.ports import Transaction
 from mldiag.services import outbox
-from mldiag.services.dependencies import Services
+from mldiag.services.dependencies import Publishing, Stored
 from mldiag.services.repository import document_key
 from mldiag.services.run_state import RunState
+
+
+class MetricPorts(Stored, Publishing, Protocol):
+    """What taking in metrics uses."""
+
 
 COLLECTION = "detectors"
 ANALYZER = "mldiag-degradation"
@@ -59,7 +65,7 @@ def alert_message(run_name: str, event_id: str, transition: Transition, reason: 
     return {"run": run_name, "monitoredEventId": event_id, "monitoredEvent": event}
 
 
-def report_metrics(services: Services, run_name: str, points: Sequence[MetricPoint],
+def report_metrics(services: MetricPorts, run_name: str, points: Sequence[MetricPoint],
                    *, new_steps_only: bool = False) -> list[dict]:
     """Feed points to the run's detector; returns the alert messages this report caused.
 
@@ -101,5 +107,5 @@ def report_metrics(services: Services, run_name: str, points: Sequence[MetricPoi
     return [message for _, message in staged]
 
 
-def set_detector_params(services: Services, run_name: str, params: DetectorParams) -> DetectorParams:
+def set_detector_params(services: MetricPorts, run_name: str, params: DetectorParams) -> DetectorParams:
     return DETECTORS.update(services, run_name, lambda detector: setattr(detector, "params", params)).params

@@ -38,13 +38,18 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Protocol
 
 from mldiag.domain.degradation import MetricPoint
 from mldiag.domain.errors import InvalidArgument, MldiagError
 from mldiag.domain.names import LocationName, parse_run
-from mldiag.services.dependencies import Services
+from mldiag.services.dependencies import Configured, Publishing, Stored
 from mldiag.services.monitoring import metrics
+
+
+class OtlpPorts(Stored, Publishing, Configured, Protocol):
+    """What an OTLP export uses."""
+
 
 STEP_TIME = "step_time"
 DUTY_CYCLES = ("tpu_duty_cycle", "gpu_duty_cycle")
@@ -251,7 +256,7 @@ def _metric_points(series: _RunSeries, result: ExportResult) -> list[MetricPoint
     return points
 
 
-def export(services: Services, request: Any) -> ExportResult:
+def export(services: OtlpPorts, request: Any) -> ExportResult:
     """Feed an ``ExportMetricsServiceRequest``'s step times to each run's degradation analyzer."""
     result = ExportResult()
     location = LocationName(services.settings.project, services.settings.location)

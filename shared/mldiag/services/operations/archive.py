@@ -10,17 +10,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import Field, ValidationError, field_validator
 
 from mldiag.domain.errors import InvalidArgument, invalid_argument
 from mldiag.domain.resources import RESOURCE_TYPES
 from mldiag.domain.types import CamelModel, parse_duration
-from mldiag.services.dependencies import FunctionHandler, Services
+from mldiag.services.dependencies import Archiving, Blobs, Configured, Dialling, FunctionHandler, Publishing, Stored
 from mldiag.services.event_archive import ArchivedEvent, Outcome
 from mldiag.services.operations.dead_letters import list_dead_letters
 from mldiag.services.operations.replay import ReplayResult, Target, find_record, replay_one
+
+
+class ArchivePorts(Stored, Publishing, Blobs, Configured, Dialling, Archiving, Protocol):
+    """What the event archive's operations use; a replay may re-deliver to any handler."""
+
 
 MAX_LIMIT = 10_000
 
@@ -80,7 +85,7 @@ def when(value: str, now: datetime, field: str) -> datetime | None:
     return moment if moment.tzinfo else moment.replace(tzinfo=now.tzinfo)
 
 
-def list_events(services: Services, query: EventQuery) -> list[ArchivedEvent]:
+def list_events(services: ArchivePorts, query: EventQuery) -> list[ArchivedEvent]:
     now = services.now()
     return services.events.list(
         type=query.type, function=query.function, outcome=query.outcome.value if query.outcome else "",
@@ -88,13 +93,13 @@ def list_events(services: Services, query: EventQuery) -> list[ArchivedEvent]:
     )
 
 
-def show_event(services: Services, key_or_id: str) -> dict[str, Any]:
+def show_event(services: ArchivePorts, key_or_id: str) -> dict[str, Any]:
     """One archived event (``function:id``, or an id that reached one function) with its raw CloudEvent."""
     record = find_record(services, key_or_id)
     return {**record.to_json_dict(), "raw": services.events.load_raw(record)}
 
 
-def replay(services: Services, request: ReplayRequest,
+def replay(services: ArchivePorts, request: ReplayRequest,
            handlers: Mapping[str, FunctionHandler]) -> list[ReplayResult]:
     """Replay the events a request names or selects; ``handlers`` serve a local re-delivery."""
     if not request.events and not request.selective:
@@ -106,13 +111,13 @@ def replay(services: Services, request: ReplayRequest,
     return [replay_one(services, record, request.to, request.dry_run, handlers) for record in records]
 
 
-def dead_letters(services: Services, limit: int) -> list[dict[str, Any]]:
+def dead_letters(services: ArchivePorts, limit: int) -> list[dict[str, Any]]:
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidArgument(f"must be between 1 and {MAX_LIMIT}", field="limit")
     return list_dead_letters(services, limit)
 
 
-def status(services: Services) -> dict[str, Any]:
+def status(services: ArchivePorts) -> dict[str, Any]:
     """The backend, where the data lives, and how many of each resource are stored."""
     settings = services.settings
     counts = {model.collection: len(services.store.query(model.collection)) for model in RESOURCE_TYPES}

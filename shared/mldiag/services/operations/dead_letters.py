@@ -10,7 +10,7 @@ dead host-analysis request counts its host as FAILED, so that the merge goes ahe
 from __future__ import annotations
 
 import base64
-from typing import Any
+from typing import Any, Protocol
 
 from cloudevents.http import CloudEvent
 
@@ -19,14 +19,19 @@ from mldiag.domain.errors import MldiagError
 from mldiag.domain.messages import message_from_cloud_event
 from mldiag.domain.types import format_timestamp
 from mldiag.ports import OrderBy
-from mldiag.services.dependencies import Services
+from mldiag.services.dependencies import Archiving, Blobs, Configured, Publishing, Stored
 from mldiag.services.event_archive import ArchivedEvent, Ignored, Outcome
+
+
+class DeadLetterPorts(Stored, Publishing, Blobs, Configured, Archiving, Protocol):
+    """What recording a dead letter uses."""
+
 
 COLLECTION = "deadLetters"
 MAX_DATA_CHARS = 16 * 1024
 
 
-def record(services: Services, event: CloudEvent) -> str:
+def record(services: DeadLetterPorts, event: CloudEvent) -> str:
     message = message_from_cloud_event(event)
     attributes = message.attributes
     subscription = attributes.get("CloudPubSubDeadLetterSourceSubscription", "")
@@ -49,7 +54,7 @@ def record(services: Services, event: CloudEvent) -> str:
     return f"dead letter {message.message_id} from {subscription or source_topic}" + (f"; {gave_up}" if gave_up else "")
 
 
-def _give_up(services: Services, topic: str, data: bytes, reason: str) -> str:
+def _give_up(services: DeadLetterPorts, topic: str, data: bytes, reason: str) -> str:
     """Record the failure where the system tracks the work the message asked for, if it does."""
     from mldiag.services import analysis_jobs, host_analyses
 
@@ -63,7 +68,7 @@ def _give_up(services: Services, topic: str, data: bytes, reason: str) -> str:
         return f"no analysis to mark failed ({unusable})"
 
 
-def _original_failure(services: Services, dead_letter_topic: str, data: bytes) -> ArchivedEvent | None:
+def _original_failure(services: DeadLetterPorts, dead_letter_topic: str, data: bytes) -> ArchivedEvent | None:
     """The consuming function's archived failure for the same message.
 
     Pub/Sub gives the forwarded message a new id, so the match is on the payload
@@ -80,5 +85,5 @@ def _original_failure(services: Services, dead_letter_topic: str, data: bytes) -
     return None
 
 
-def list_dead_letters(services: Services, limit: int = 100) -> list[dict[str, Any]]:
+def list_dead_letters(services: DeadLetterPorts, limit: int = 100) -> list[dict[str, Any]]:
     return services.store.query(COLLECTION, order_by=[OrderBy("receivedAt", descending=True)], limit=limit)

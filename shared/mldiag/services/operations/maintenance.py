@@ -12,16 +12,22 @@ embedded store).
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from mldiag.services import outbox
 from mldiag.services.analysis_jobs import retry_stale
 from mldiag.services.capture import agents
 from mldiag.services.capture import tasks as capture_tasks
-from mldiag.services.dependencies import Services
+from mldiag.services.dependencies import Archiving, Blobs, Configured, Publishing, Stored
 from mldiag.services.operations.reconciliation import reconcile
 from mldiag.services.registration import Registrar
 
 
-def run_maintenance(services: Services) -> str:
+class MaintenancePorts(Stored, Publishing, Blobs, Configured, Archiving, Protocol):
+    """What a maintenance pass uses."""
+
+
+def run_maintenance(services: MaintenancePorts) -> str:
     settled = Registrar(services).settle_due()
     retried, failed = retry_stale(services)
     republished = outbox.flush_stale(services.store, services.bus, services.now)

@@ -19,14 +19,20 @@ final version as a newer generation.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Protocol
 
 import structlog
 
 from mldiag.domain.errors import PermanentFailure
 from mldiag.domain.types import format_timestamp
-from mldiag.services.dependencies import Services
+from mldiag.services.dependencies import Blobs, Configured, Publishing, Stored
 from mldiag.services.event_archive import Ignored
 from mldiag.services.registration import Registrar, parse_finalized
+
+
+class ReconciliationPorts(Stored, Publishing, Blobs, Configured, Protocol):
+    """What reconciling the bucket with the store uses."""
+
 
 COLLECTION = "maintenance"
 KEY = "reconciliation"
@@ -37,7 +43,7 @@ LOOK_BACK = timedelta(minutes=5)  # overlap between reconciliations: object time
 log = structlog.get_logger(__name__)
 
 
-def reconcile(services: Services, *, force: bool = False, settling: timedelta = SETTLING) -> int:
+def reconcile(services: ReconciliationPorts, *, force: bool = False, settling: timedelta = SETTLING) -> int:
     """Register the bucket's files written since the last reconciliation; returns how many were new.
 
     Unless ``force``, nothing happens within :data:`INTERVAL` of the last one. Files written in the last

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
 from cloudevents.conversion import from_dict
 from cloudevents.http import CloudEvent
@@ -19,8 +20,13 @@ from cloudevents.http import CloudEvent
 from mldiag.config import FUNCTIONS
 from mldiag.domain.errors import InvalidArgument, NotFound
 from mldiag.domain.messages import PUBSUB_PUBLISHED, message_from_cloud_event
-from mldiag.services.dependencies import FunctionHandler, Services
+from mldiag.services.dependencies import Archiving, Blobs, Configured, Dialling, FunctionHandler, Publishing, Stored
 from mldiag.services.event_archive import ArchivedEvent, Outcome
+
+
+class ReplayPorts(Stored, Publishing, Blobs, Configured, Dialling, Archiving, Protocol):
+    """What a replay uses: every port, since a local re-delivery hands them to the function's handler."""
+
 
 _REPROCESSED = {Outcome.FAILED, Outcome.REJECTED, Outcome.RECEIVED}
 
@@ -38,7 +44,7 @@ class ReplayResult:
     result: str
 
 
-def _event(services: Services, record: ArchivedEvent) -> CloudEvent:
+def _event(services: ReplayPorts, record: ArchivedEvent) -> CloudEvent:
     return from_dict(CloudEvent, services.events.load_raw(record))
 
 
@@ -49,7 +55,7 @@ def _source_topic(event: CloudEvent) -> str:
     return source.rsplit("/topics/", 1)[1]
 
 
-def replay_one(services: Services, record: ArchivedEvent, target: Target, dry_run: bool,
+def replay_one(services: ReplayPorts, record: ArchivedEvent, target: Target, dry_run: bool,
                handlers: Mapping[str, FunctionHandler]) -> ReplayResult:
     """Replay one archived event; ``handlers`` are the functions' handlers, by name, for a local re-delivery."""
     handler = handlers.get(record.function)
@@ -84,7 +90,7 @@ def replay_one(services: Services, record: ArchivedEvent, target: Target, dry_ru
     return ReplayResult(record.key, record.function, before, getattr(outcome, "value", str(outcome)))
 
 
-def find_record(services: Services, key_or_id: str) -> ArchivedEvent:
+def find_record(services: ReplayPorts, key_or_id: str) -> ArchivedEvent:
     """An archived event by ``function:id`` key, or by bare event id when that is unambiguous."""
     function, _, event_id = key_or_id.partition(":")
     if function in FUNCTIONS and event_id:

@@ -7,18 +7,25 @@ reports) and judged with :func:`mldiag.analysis.regression.judge`.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from pydantic import ValidationError
 
 from mldiag.analysis.evidence import Analysis
 from mldiag.analysis.regression import Thresholds, Verdict, judge
 from mldiag.domain.errors import FailedPrecondition
 from mldiag.domain.resources import AnalysisState
-from mldiag.services.dependencies import Services
+from mldiag.services.dependencies import Blobs, Stored
+
+
+class ComparisonPorts(Stored, Blobs, Protocol):
+    """What comparing sessions uses."""
+
 
 MAX_ANALYSIS_BYTES = 32 * 1024 * 1024
 
 
-def stored_analysis(services: Services, name: str) -> Analysis:
+def stored_analysis(services: ComparisonPorts, name: str) -> Analysis:
     """The session's latest finished analysis; FAILED_PRECONDITION when it has none."""
     session = services.sessions.get(name)
     uri = session.analysis.analysis_uri
@@ -33,7 +40,7 @@ def stored_analysis(services: Services, name: str) -> Analysis:
                                  "analyse it again") from None
 
 
-def compare_sessions(services: Services, baseline: str, candidate: str,
+def compare_sessions(services: ComparisonPorts, baseline: str, candidate: str,
                      thresholds: Thresholds | None = None) -> Verdict:
     """The candidate session judged against the baseline session (full resource names)."""
     return judge(stored_analysis(services, baseline), stored_analysis(services, candidate), baseline, candidate,

@@ -13,10 +13,10 @@ from typing import Any
 
 from mldiag.domain.names import parse_location
 from mldiag.domain.resources import Operation, OperationMetadata
-from mldiag.services.dependencies import Services
+from mldiag.services.dependencies import Stored
 
 
-def completed(services: Services, target: str, verb: str, response: dict[str, Any] | None) -> Operation:
+def completed(services: Stored, target: str, verb: str, response: dict[str, Any] | None) -> Operation:
     """Record an operation on ``target`` (a resource name) that is already done, with ``response``."""
     location = parse_location("/".join(target.split("/")[:4]))
     now = services.now()
@@ -29,5 +29,5 @@ def completed(services: Services, target: str, verb: str, response: dict[str, An
     return services.operations.create(operation)
 
 
-def get(services: Services, name: str) -> Operation:
+def get(services: Stored, name: str) -> Operation:
     return services.operations.get(name)

@@ -7,16 +7,22 @@ forced, so that a DONE or FAILED analysis of the same files runs once more.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from mldiag.domain.errors import FailedPrecondition
 from mldiag.domain.names import ChildName, parent_of
 from mldiag.domain.resources import ProfilerSession
 from mldiag.ports import Transaction
 from mldiag.services import outbox
-from mldiag.services.dependencies import Services
+from mldiag.services.dependencies import Configured, Publishing, Stored
 from mldiag.services.registration import Registrar
 
 
-def reanalyze(services: Services, name: ChildName) -> ProfilerSession:
+class ReanalysisPorts(Stored, Publishing, Configured, Protocol):
+    """What asking for a new analysis uses."""
+
+
+def reanalyze(services: ReanalysisPorts, name: ChildName) -> ProfilerSession:
     """Request a new analysis of the session's current files; returns the session, analysis PENDING."""
     def work(transaction: Transaction) -> tuple[ProfilerSession, str]:
         def request(session: ProfilerSession) -> str:

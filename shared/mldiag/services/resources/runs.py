@@ -15,15 +15,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from mldiag.domain.errors import NotFound, PermissionDenied
 from mldiag.domain.names import LocationName, RunName
 from mldiag.domain.resources import MachineLearningRun, RunPhase
 from mldiag.ports import LocalBuckets
 from mldiag.services.analysis_jobs import forget_fan_outs
-from mldiag.services.dependencies import Services
+from mldiag.services.dependencies import Blobs, Configured, Stored
 from mldiag.services.resources.masks import apply_update, assign
+
+
+class RunPorts(Stored, Blobs, Configured, Protocol):
+    """What managing runs uses."""
+
 
 # The fields a client may set; the rest (name, times, etag, state) belong to the server.
 MUTABLE_FIELDS = frozenset({
@@ -32,7 +37,7 @@ MUTABLE_FIELDS = frozenset({
 })
 
 
-def normalize(run: MachineLearningRun, services: Services, previous: MachineLearningRun | None = None) -> None:
+def normalize(run: MachineLearningRun, services: RunPorts, previous: MachineLearningRun | None = None) -> None:
     """Apply the server-side rules to a run about to replace ``previous`` (in place)."""
     if previous is not None and previous.ended and run.run_phase is RunPhase.ACTIVE:
         run.restart(services.now())
@@ -57,7 +62,7 @@ def check_storage_path(gcs_path: str, buckets: Sequence[str]) -> None:
                                "an operator adds buckets with MLDIAG_OWNED_BUCKETS)")
 
 
-def create(services: Services, parent: LocationName, run_id: str, body: dict[str, Any], *,
+def create(services: RunPorts, parent: LocationName, run_id: str, body: dict[str, Any], *,
            registered_by: str = "") -> MachineLearningRun:
     """A new run ``parent/machineLearningRuns/run_id`` from ``body`` (its mutable fields), made by the
     credential ``registered_by`` names (see :mod:`mldiag.services.resources.self_hosted`)."""
@@ -69,7 +74,7 @@ def create(services: Services, parent: LocationName, run_id: str, body: dict[str
 
 
 def update(
-    services: Services,
+    services: RunPorts,
     name: RunName,
     body: dict[str, Any],
     update_mask: str,
@@ -96,7 +101,7 @@ def update(
     return create(services, name.parent, name.run, body, registered_by=registered_by)
 
 
-def delete(services: Services, name: RunName, *, etag: str = "") -> None:
+def delete(services: RunPorts, name: RunName, *, etag: str = "") -> None:
     """Delete the run (etag-checked when given), then its children's records."""
     run_name = str(name)
     services.runs.delete(run_name, etag=etag)

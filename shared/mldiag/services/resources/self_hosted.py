@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from pydantic import Field, ValidationError
@@ -38,8 +38,13 @@ from mldiag.domain.names import LocationName, id_from_text, validate_id
 from mldiag.domain.resources import MachineLearningRun, RunPhase
 from mldiag.domain.types import CamelModel, Timestamp, format_timestamp
 from mldiag.ports import Transaction
-from mldiag.services.dependencies import Services
+from mldiag.services.dependencies import Blobs, Configured, Stored
 from mldiag.services.resources import runs
+
+
+class SelfHostedPorts(Stored, Blobs, Configured, Protocol):
+    """What the self-hosted run helpers use."""
+
 
 SDK_NAME_PREFIX = "machineLearningRuns/"
 log = structlog.get_logger(__name__)
@@ -139,7 +144,7 @@ def _check_owner(caller: Caller, run: MachineLearningRun) -> None:
 
 
 def upsert(
-    services: Services,
+    services: SelfHostedPorts,
     body: dict[str, Any],
     update_mask: str,
     caller: Caller,
@@ -212,6 +217,6 @@ def to_wire(run: MachineLearningRun) -> dict[str, Any]:
     }
 
 
-def agent_info(services: Services) -> dict[str, str]:
+def agent_info(services: SelfHostedPorts) -> dict[str, str]:
     """``GET /v1/agent-info``: what the SDK asks a node agent for (``DIAGON_AGENT_URL``)."""
     return {"cluster_id": services.settings.cluster_id}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from mldiag.config import Settings
@@ -20,8 +20,13 @@ from mldiag.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgum
 from mldiag.domain.names import SESSIONS, ChildName, RunName
 from mldiag.domain.resources import MachineLearningRun, ProfilerSession
 from mldiag.domain.types import bounded_duration
-from mldiag.services.dependencies import Services
+from mldiag.services.dependencies import Blobs, Configured, Stored
 from mldiag.services.resources.masks import apply_update, assign
+
+
+class SessionPorts(Stored, Blobs, Configured, Protocol):
+    """What managing sessions uses."""
+
 
 MUTABLE_FIELDS = frozenset({
     "kind", "profilerTargets", "targetSessions", "duration", "hostTracerLevel", "deviceTracerLevel",
@@ -55,7 +60,7 @@ def _list_every_target(session: ProfilerSession) -> None:
     session.profiler_targets = _merge_targets(session.profiler_targets, list(session.target_sessions))
 
 
-def create(services: Services, run_name: RunName, session_id: str, body: dict[str, Any]) -> ProfilerSession:
+def create(services: SessionPorts, run_name: RunName, session_id: str, body: dict[str, Any]) -> ProfilerSession:
     """A new session of the run; ``session_id`` defaults to the time, as the SDK names sessions."""
     run = services.runs.get(str(run_name))
     session_id = session_id or services.now().strftime("%Y%m%d_%H%M%S_%f")
@@ -69,7 +74,7 @@ def create(services: Services, run_name: RunName, session_id: str, body: dict[st
         raise AlreadyExists(f"{name} already exists", resource_name=name) from None
 
 
-def update(services: Services, name: ChildName, body: dict[str, Any], update_mask: str) -> ProfilerSession:
+def update(services: SessionPorts, name: ChildName, body: dict[str, Any], update_mask: str) -> ProfilerSession:
     """Apply the masked fields (``targetSessions`` merged per host); the body's etag must be current."""
 
     def mutate(session: ProfilerSession) -> None:
@@ -88,7 +93,7 @@ class ShareLink:
     dashboard_uri: str
 
 
-def share(services: Services, name: ChildName, ttl: timedelta) -> ShareLink:
+def share(services: SessionPorts, name: ChildName, ttl: timedelta) -> ShareLink:
     """A signed URL that opens the session's report until ``ttl`` has passed."""
     try:
         bounded_duration(ttl, MIN_SHARE_TTL, MAX_SHARE_TTL)

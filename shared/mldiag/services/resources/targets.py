@@ -12,13 +12,13 @@ from mldiag.domain.errors import InvalidArgument
 from mldiag.domain.names import TARGETS, RunName
 from mldiag.domain.resources import ProfilerTarget
 from mldiag.services.capture.targets import check_address
-from mldiag.services.dependencies import Services
+from mldiag.services.dependencies import Stored
 from mldiag.services.resources.masks import apply_update
 
 MUTABLE_FIELDS = frozenset({"hostname", "nodeIndex", "isMaster", "profilerAddress", "state", "lastHeartbeatTime"})
 
 
-def create(services: Services, run_name: RunName, target_id: str, body: dict[str, Any]) -> ProfilerTarget:
+def create(services: Stored, run_name: RunName, target_id: str, body: dict[str, Any]) -> ProfilerTarget:
     services.runs.get(str(run_name))  # a target belongs to an existing run
     target = apply_update(ProfilerTarget(), body, "", mutable=MUTABLE_FIELDS)
     if target.profiler_address:
