@@ -91,14 +91,10 @@ class Index:
         return index
 
     def _collect(self, module: Module) -> None:
-        package = module.name if module.name in self.modules and self._is_package(module) else \
-            module.name.rpartition(".")[0]
         for node in ast.walk(module.tree):
             if isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
-                    base = f"{anchor}.{base}" if base else anchor
+                assert not node.level, f"{module.name}:{node.lineno}: the package imports absolutely"
+                base = node.module
                 for alias in node.names:
                     module.names[alias.asname or alias.name] = f"{base}.{alias.name}"
             elif isinstance(node, ast.Import):
@@ -119,9 +115,6 @@ class Index:
             elif isinstance(node, ast.Assign | ast.AnnAssign):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 module.names.update({t.id: f"{module.name}.{t.id}" for t in targets if isinstance(t, ast.Name)})
-
-    def _is_package(self, module: Module) -> bool:
-        return any(other.startswith(f"{module.name}.") for other in self.modules)
 
     def is_protocol(self, qualname: str | None) -> bool:
         if qualname not in self.classes:
