@@ -5,10 +5,11 @@
 adapter is behind one.
 
 A use case does not ask for the whole :class:`Services`: its parameter's type
-is a Protocol of its module that combines the port families below, exactly
-those it (and every use case it hands its dependencies to) reads. ``Services``
-satisfies every family structurally, so callers pass it unchanged;
-``tests/unit/test_use_case_ports.py`` holds each use case to its Protocol.
+names the port families below that it, and every use case it hands its
+dependencies to, reads: one family, or a Protocol of its module that combines
+several (``RegistrationPorts``). ``Services`` satisfies every family
+structurally, so callers pass it unchanged; ``tests/unit/test_use_case_ports.py``
+holds each use case to its Protocol.
 """
 
 from __future__ import annotations
