@@ -231,24 +231,10 @@ def _traced(cache: Path, workload: str, min_mb: float) -> Path:
 # --- generated profiles past XProf's appetite --------------------------------------------------------
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        out.append(value & 0x7F | (0x80 if value > 0x7F else 0))
-        value >>= 7
-        if not value:
-            return bytes(out)
-
-
-def _delimited(number: int, length: int) -> bytes:
-    """The tag and length of a length-delimited field of ``length`` bytes."""
-    return _varint(number << 3 | 2) + _varint(length)
-
-
 def _scaled(source: Path, target: Path, at_least: int) -> None:
     """Write ``target``: ``source`` with its host plane's lines repeated until the file has ``at_least`` bytes,
     each copy of a line a new thread (its own id) and later than the last copy by the source's whole span."""
-    from mldiag.analysis.wire import fields, varint
+    from mldiag.analysis.wire import encode_varint, field_head, fields, varint
     from mldiag.analysis.xspace import read_planes
 
     planes = read_planes(source)
@@ -269,9 +255,9 @@ def _scaled(source: Path, target: Path, at_least: int) -> None:
             parts = []
             for number, tag, value_start, value_end in fields(data, start, end):
                 if number == 1:  # XLine.id
-                    parts.append(b"\x08" + _varint(varint(data, value_start)[0] + (copy << 32)))
+                    parts.append(b"\x08" + encode_varint(varint(data, value_start)[0] + (copy << 32)))
                 elif number == 3:  # XLine.timestamp_ns
-                    parts.append(b"\x18" + _varint(varint(data, value_start)[0] + copy * span))
+                    parts.append(b"\x18" + encode_varint(varint(data, value_start)[0] + copy * span))
                 else:
                     parts.append(data[tag:value_end])
             return parts
@@ -279,16 +265,16 @@ def _scaled(source: Path, target: Path, at_least: int) -> None:
         with open(target, "wb") as out:
             for start, end in planes_at:
                 if (start, end) != host_at:
-                    out.write(_delimited(1, end - start) + data[start:end])
+                    out.write(field_head(1, end - start) + data[start:end])
                     continue
                 header = b"".join(data[tag:end] for tag, end in rest)
                 line_sizes = [[sum(map(len, line_copy(s, e, copy))) for s, e in lines] for copy in range(copies)]
-                plane_length = len(header) + sum(len(_delimited(3, size)) + size
+                plane_length = len(header) + sum(len(field_head(3, size)) + size
                                                  for sizes in line_sizes for size in sizes)
-                out.write(_delimited(1, plane_length) + header)
+                out.write(field_head(1, plane_length) + header)
                 for copy in range(copies):
                     for (line_start, line_end), size in zip(lines, line_sizes[copy]):
-                        out.write(_delimited(3, size))
+                        out.write(field_head(3, size))
                         out.write(b"".join(line_copy(line_start, line_end, copy)))
 
 

@@ -40,7 +40,7 @@ import numpy as np
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from mldiag.analysis.raw_events import _parents  # noqa: E402 - after XProf's log level is set
-from mldiag.analysis.wire import fields  # noqa: E402
+from mldiag.analysis.wire import delimited, fields  # noqa: E402
 from mldiag.analysis.xspace import read_planes  # noqa: E402
 
 CONVERTERS = ("overview_page", "pod_viewer", "input_pipeline_analyzer", "roofline_model", "op_profile",
@@ -55,19 +55,6 @@ TRIMS: dict[str, tuple[KeepPlane, KeepLine, bool]] = {  # name -> planes kept, l
     "no_xla_threads": (lambda plane: True, lambda plane, line: not line.startswith("tf_XLA"), False),
     "no_stat_less_nested_events": (lambda plane: True, lambda plane, line: True, True),
 }
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        out.append(value & 0x7F | (0x80 if value > 0x7F else 0))
-        value >>= 7
-        if not value:
-            return bytes(out)
-
-
-def _delimited(number: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
 
 
 def _name(data: mmap.mmap, start: int, end: int) -> str:
@@ -108,12 +95,12 @@ def trim(source: Path, target: Path, keep_plane: KeepPlane, keep_line: KeepLine,
                 line_name = _name(data, value_start, value_end)
                 if keep_line(plane_name, line_name):
                     if read is not None and plane_name == "/host:CPU":
-                        parts.append(_delimited(3, _stat_less_nested_dropped(data, value_start, value_end,
+                        parts.append(delimited(3, _stat_less_nested_dropped(data, value_start, value_end,
                                                                              read.lines[line_index])))
                     else:
                         parts.append(data[field_tag:value_end])
                 line_index += 1
-            out.write(_delimited(1, b"".join(parts)))
+            out.write(delimited(1, b"".join(parts)))
 
 
 def convert_all(xplane: Path) -> dict[str, str]:

@@ -24,9 +24,9 @@ from mldiag.config import HOST_ANALYSIS_REQUESTS
 from mldiag.domain import AnalysisState, Kind, MachineLearningRun, ProfilerSession
 from mldiag.domain.host_analyses import HostAnalyses
 from mldiag.domain.names import LocationName
-from mldiag.services.analysis_jobs import host_analyses_key
 from mldiag.services.dependencies import Services
 from mldiag.services.event_archive import Outcome
+from mldiag.services.fan_out_counts import host_analyses_key
 
 pytestmark = pytest.mark.emulator
 

@@ -1,4 +1,5 @@
-"""The protobuf wire format's framing: tags and lengths, read without parsing a message.
+"""The protobuf wire format's framing: tags and lengths, read without parsing a message (and written, for
+profiles made field by field).
 
 :mod:`mldiag.analysis.xspace` finds planes with it, and :func:`check_xspace`
 refuses a file that is not an ``XSpace``, or was cut short, before XProf or
@@ -33,6 +34,26 @@ def varint(data: mmap.mmap | bytes, at: int) -> tuple[int, int]:
         if not byte & 0x80:
             return value, at
         shift += 7
+
+
+def encode_varint(value: int) -> bytes:
+    """``value`` as a varint: what :func:`varint` reads."""
+    out = bytearray()
+    while True:
+        out.append(value & 0x7F | (0x80 if value > 0x7F else 0))
+        value >>= 7
+        if not value:
+            return bytes(out)
+
+
+def field_head(number: int, length: int) -> bytes:
+    """The tag and length that start a length-delimited field of ``length`` bytes."""
+    return encode_varint(number << 3 | LENGTH_DELIMITED) + encode_varint(length)
+
+
+def delimited(number: int, payload: bytes) -> bytes:
+    """``payload`` as length-delimited field ``number``."""
+    return field_head(number, len(payload)) + payload
 
 
 def fields(data: mmap.mmap | bytes, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:

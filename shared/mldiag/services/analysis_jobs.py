@@ -69,11 +69,11 @@ from mldiag.domain.layout import XPLANE_SUFFIX, parse_blob_uri, report_folder
 from mldiag.domain.messages import message_from_cloud_event
 from mldiag.domain.names import parent_of, short_name
 from mldiag.domain.resources import AnalysisState, ProfilerSession
-from mldiag.ports import Document, DocumentStore, Transaction, Where
+from mldiag.ports import Document, Transaction, Where
 from mldiag.services import notifications, outbox
 from mldiag.services.dependencies import Archiving, Blobs, Configured, Publishing, Stored
 from mldiag.services.event_archive import Ignored
-from mldiag.services.repository import document_key
+from mldiag.services.fan_out_counts import host_analyses_key
 from mldiag.services.session_files import require_xspace_object
 
 
@@ -165,17 +165,6 @@ def _update(services: AnalysisJobPorts, name: str, change: Callable[[ProfilerSes
     for key in staged:
         outbox.flush(services.store, services.bus, key)
     return said
-
-
-def host_analyses_key(session: str, generation_set: str) -> str:
-    """The key of the counter document of a fanned-out analysis of these files."""
-    return f"{document_key(session)}:{generation_set}"
-
-
-def forget_fan_outs(store: DocumentStore, session: str) -> None:
-    """Delete the counter documents of the session's fanned-out analyses (the session is being deleted)."""
-    for document in store.query(HostAnalyses.collection, where=[Where("session", "==", session)]):
-        store.delete(HostAnalyses.collection, host_analyses_key(session, document["generationSet"]))
 
 
 def _start(services: AnalysisJobPorts, request: AnalysisRequest) -> AnalysisState:

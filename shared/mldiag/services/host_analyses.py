@@ -45,12 +45,12 @@ from mldiag.services.analysis_jobs import (
     SCRATCH_PREFIX,
     AnalysisFailed,
     download_profile,
-    host_analyses_key,
     run_worker,
     scratch_root,
 )
 from mldiag.services.dependencies import Archiving, Blobs, Configured, Publishing, Stored
 from mldiag.services.event_archive import Ignored
+from mldiag.services.fan_out_counts import host_analyses_key
 
 
 class HostAnalysisPorts(Stored, Publishing, Blobs, Configured, Archiving, Protocol):

@@ -2,35 +2,20 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
-import threading
 import time
 import urllib.request
-from collections.abc import Iterator
 
 import grpc
-import pytest
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2 as service
 from opentelemetry.proto.common.v1 import common_pb2 as common
 from opentelemetry.proto.metrics.v1 import metrics_pb2 as otlp_metrics
 from typer.testing import CliRunner
+from up_process_support import UpProcess
 
 from mldiag.cli.main import app
 from mldiag.local.otlp_grpc import SERVICE
 
 RUN_ID = "otlp-run"
-
-
-@pytest.fixture
-def taken_port() -> Iterator[int]:
-    with socket.socket() as listening:
-        listening.bind(("127.0.0.1", 0))
-        listening.listen()
-        yield listening.getsockname()[1]
 
 
 def step_time_export(run_id: str) -> service.ExportMetricsServiceRequest:
@@ -50,50 +35,24 @@ def test_an_otlp_port_asked_for_and_taken_is_one_line(tmp_path, taken_port):
         "another with --otlp-port, 0 for a free one, or --no-otlp"]
 
 
-def _start(tmp_path, *code: str) -> tuple[subprocess.Popen, list[str]]:
-    env = {**os.environ, "MLDIAG_SETTLE_SECONDS": "3600"}
-    env.pop("MLDIAG_LOG_FORMAT", None)
-    process = subprocess.Popen([sys.executable, "-c", "; ".join([*code, "from mldiag.cli.main import run", "run()"]),
-                                "up", "--port", "0", "--data", str(tmp_path / "data")],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(line.rstrip("\n") for line in process.stdout), daemon=True).start()
-    return process, lines
-
-
-def _wait_for(lines: list[str], wanted: str, process: subprocess.Popen) -> str:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and process.poll() is None:
-        found = next((line for line in lines if wanted in line), None)
-        if found:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"no line with {wanted!r} in {lines}")
-
-
-def _stop(process: subprocess.Popen) -> None:
-    process.send_signal(signal.SIGINT)
-    process.wait(timeout=30)
-    process.stdout.close()
-
-
 def test_mldiag_up_takes_otlp_over_grpc_and_http_for_its_runs(tmp_path, taken_port):
     # The default port taken (by another mldiag up, say): mldiag up runs without OTLP/gRPC and says so.
-    process, lines = _start(tmp_path, "import mldiag.local.otlp_grpc as grpc_server",
-                            f"grpc_server.DEFAULT_PORT = {taken_port}")
+    up = UpProcess.start(tmp_path / "data", "import mldiag.local.otlp_grpc as grpc_server",
+                         f"grpc_server.DEFAULT_PORT = {taken_port}")
     try:
-        _wait_for(lines, "Stop with Ctrl-C", process)
+        up.wait_for("Stop with Ctrl-C")
         assert f"OTLP/gRPC is off: cannot listen for OTLP/gRPC on 127.0.0.1:{taken_port} (Address already in use)" \
-            in next(line for line in lines if line.startswith("OTLP/gRPC"))
+            in next(line for line in up.lines if line.startswith("OTLP/gRPC"))
     finally:
-        _stop(process)
-    assert process.returncode == 0
+        up.stop()
+    assert up.process.returncode == 0
 
-    process, lines = _start(tmp_path, "import mldiag.local.otlp_grpc as grpc_server", "grpc_server.DEFAULT_PORT = 0")
+    up = UpProcess.start(tmp_path / "data", "import mldiag.local.otlp_grpc as grpc_server",
+                         "grpc_server.DEFAULT_PORT = 0")
     try:
-        url = _wait_for(lines, "mldiag control plane at ", process).split(" at ", 1)[1].split()[0]
-        endpoint = _wait_for(lines, "OTEL_EXPORTER_OTLP_ENDPOINT=", process).split("=", 1)[1]
-        _wait_for(lines, "Stop with Ctrl-C", process)
+        url = up.wait_for("mldiag control plane at ").split(" at ", 1)[1].split()[0]
+        endpoint = up.wait_for("OTEL_EXPORTER_OTLP_ENDPOINT=").split("=", 1)[1]
+        up.wait_for("Stop with Ctrl-C")
         created = urllib.request.Request(
             f"{url}/v1alpha/projects/local-project/locations/local/machineLearningRuns?machineLearningRunId={RUN_ID}",
             data=b"{}", headers={"Content-Type": "application/json"}, method="POST")
@@ -109,7 +68,7 @@ def test_mldiag_up_takes_otlp_over_grpc_and_http_for_its_runs(tmp_path, taken_po
         with urllib.request.urlopen(posted, timeout=30) as response:
             by_http = service.ExportMetricsServiceResponse.FromString(response.read())
     finally:
-        _stop(process)
+        up.stop()
     assert by_grpc == [0, 1]
     assert not by_http.HasField("partial_success")
-    assert process.returncode == 0
+    assert up.process.returncode == 0

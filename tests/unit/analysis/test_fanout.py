@@ -12,11 +12,12 @@ from mldiag.config import ANALYSIS_REQUESTS, HOST_ANALYSIS_REQUESTS
 from mldiag.domain import AnalysisState
 from mldiag.domain.host_analyses import HostAnalyses, HostState
 from mldiag.domain.messages import Message, pubsub_cloud_event, storage_finalized_event
+from mldiag.domain.names import parse_child
 from mldiag.entrypoints import handlers
 from mldiag.local.server import wire_functions
-from mldiag.domain.names import parse_child
-from mldiag.services.analysis_jobs import STALE_MARGIN_SECONDS, host_analyses_key, retry_stale
+from mldiag.services.analysis_jobs import STALE_MARGIN_SECONDS, retry_stale
 from mldiag.services.event_archive import Outcome
+from mldiag.services.fan_out_counts import host_analyses_key
 from mldiag.services.registration import Registrar
 from mldiag.services.resources.reanalysis import reanalyze
 
@@ -59,6 +60,17 @@ def _redeliver(services, message: Message, topic: str, handler) -> Outcome:
     event = pubsub_cloud_event(project="p", topic=topic, subscription=topic, message=message,
                                published=services.now())
     return handler(services, event)
+
+
+def _fan_out_undelivered(services, clock) -> None:
+    """Four hosts registered and settled, their session fanned out; no host request delivered yet."""
+    data = xplane("input_bound").read_bytes()
+    for host in HOSTS:
+        _add_file(services, host, data)
+    clock.advance(services.settings.settle_seconds + 1)
+    assert Registrar(services).settle_due() == 1
+    request = services.bus.published[ANALYSIS_REQUESTS][-1]
+    assert _redeliver(services, request, ANALYSIS_REQUESTS, handlers.analyze_session) is Outcome.OK
 
 
 @pytest.fixture
@@ -183,13 +195,7 @@ def test_asking_again_analyses_every_host_again(four_hosts):
 
 
 def test_maintenance_asking_again_keeps_the_count_under_way(embedded, clock):
-    data = xplane("input_bound").read_bytes()
-    for host in HOSTS:
-        _add_file(embedded, host, data)
-    clock.advance(embedded.settings.settle_seconds + 1)
-    assert Registrar(embedded).settle_due() == 1
-    request = embedded.bus.published[ANALYSIS_REQUESTS][-1]
-    assert _redeliver(embedded, request, ANALYSIS_REQUESTS, handlers.analyze_session) is Outcome.OK
+    _fan_out_undelivered(embedded, clock)
     assert len(embedded.bus.published[HOST_ANALYSIS_REQUESTS]) == 4  # published, none delivered yet
     clock.advance(embedded.settings.analysis_timeout_seconds + STALE_MARGIN_SECONDS + 1)
     assert retry_stale(embedded) == (1, 0)
@@ -201,13 +207,7 @@ def test_maintenance_asking_again_keeps_the_count_under_way(embedded, clock):
 
 
 def test_a_fan_out_whose_hosts_keep_finishing_is_not_asked_again(embedded, clock):
-    data = xplane("input_bound").read_bytes()
-    for host in HOSTS:
-        _add_file(embedded, host, data)
-    clock.advance(embedded.settings.settle_seconds + 1)
-    assert Registrar(embedded).settle_due() == 1
-    request = embedded.bus.published[ANALYSIS_REQUESTS][-1]
-    assert _redeliver(embedded, request, ANALYSIS_REQUESTS, handlers.analyze_session) is Outcome.OK
+    _fan_out_undelivered(embedded, clock)
     limit = embedded.settings.analysis_timeout_seconds + STALE_MARGIN_SECONDS
     clock.advance(limit - 10)  # a round of instances ends: one host finishes just inside the limit
     first_host = embedded.bus.published[HOST_ANALYSIS_REQUESTS][0]

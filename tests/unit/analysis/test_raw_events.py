@@ -13,6 +13,7 @@ from pydantic import TypeAdapter, ValidationError
 from mldiag.analysis.host_evidence import HostEvidence, StepSource
 from mldiag.analysis.profiles import UnreadableProfile
 from mldiag.analysis.raw_events import _has_ancestor, _Line, _parents, _Union, read_host_evidence
+from mldiag.analysis.wire import delimited
 
 
 def test_union_covers_overlaps_once_and_clips_to_each_window():
@@ -69,23 +70,12 @@ def test_a_truncated_profile_is_refused(tmp_path):
         read_host_evidence(cut)
 
 
-
-
 def _padded_varints(values: np.ndarray, width: int) -> np.ndarray:
     """Each value as a varint of exactly ``width`` bytes (the wire format allows the padding)."""
     shifts = np.arange(width, dtype=np.uint64) * np.uint64(7)
     out = ((values.astype(np.uint64)[:, None] >> shifts) & np.uint64(0x7F)).astype(np.uint8)
     out[:, :-1] |= 0x80
     return out
-
-
-def _delimited(number: int, payload: bytes) -> bytes:
-    length, encoded = len(payload), bytearray()
-    while True:
-        encoded.append(length & 0x7F | (0x80 if length > 0x7F else 0))
-        length >>= 7
-        if not length:
-            return bytes([number << 3 | 2]) + bytes(encoded) + payload
 
 
 def _one_line_of_overlapping_events(path, count: int) -> None:
@@ -96,9 +86,9 @@ def _one_line_of_overlapping_events(path, count: int) -> None:
                             column(2 << 3), _padded_varints(starts_ps, 7),  # offset_ps
                             column(3 << 3), _padded_varints(np.full(count, count * 1_000_000), 7)], axis=1)
     events = np.concatenate([column(4 << 3 | 2), column(event.shape[1]), event], axis=1).tobytes()
-    line = _delimited(2, b"python") + bytes([3 << 3, 1]) + events
-    metadata = _delimited(4, bytes([1 << 3, 1]) + _delimited(2, bytes([1 << 3, 1]) + _delimited(2, b"op")))
-    path.write_bytes(_delimited(1, _delimited(2, b"/host:CPU") + _delimited(3, line) + metadata))
+    line = delimited(2, b"python") + bytes([3 << 3, 1]) + events
+    metadata = delimited(4, bytes([1 << 3, 1]) + delimited(2, bytes([1 << 3, 1]) + delimited(2, b"op")))
+    path.write_bytes(delimited(1, delimited(2, b"/host:CPU") + delimited(3, line) + metadata))
 
 
 @pytest.mark.parametrize(("shape", "parent_of"), [

@@ -9,6 +9,7 @@ import pytest
 from analysis_support import xplane
 
 from mldiag.analysis.evidence import ToolStatus
+from mldiag.analysis.wire import delimited, encode_varint
 from mldiag.analysis.xspace import METADATA_PLANE, MalformedXSpace, plane_bytes, read_planes
 
 
@@ -63,27 +64,14 @@ def _tag(number: int, wire_type: int) -> bytes:
     return bytes([number << 3 | wire_type])
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        out.append(value & 0x7F | (0x80 if value > 0x7F else 0))
-        value >>= 7
-        if not value:
-            return bytes(out)
-
-
-def _delimited(number: int, payload: bytes) -> bytes:
-    return _tag(number, 2) + _varint(len(payload)) + payload
-
-
 def _space(*events: bytes, names: dict[int, bytes] | None = None) -> bytes:
     """An XSpace of one plane ("p") with one line ("l", at 1000 ns) holding ``events`` as serialized."""
     metadata = b"".join(
-        _delimited(4, _tag(1, 0) + _varint(key) + _delimited(2, _delimited(2, name)))
+        delimited(4, _tag(1, 0) + encode_varint(key) + delimited(2, delimited(2, name)))
         for key, name in (names or {}).items()
     )
-    line = _delimited(2, b"l") + _tag(3, 0) + _varint(1000) + b"".join(_delimited(4, event) for event in events)
-    return _delimited(1, _delimited(2, b"p") + _delimited(3, line) + metadata)
+    line = delimited(2, b"l") + _tag(3, 0) + encode_varint(1000) + b"".join(delimited(4, event) for event in events)
+    return delimited(1, delimited(2, b"p") + delimited(3, line) + metadata)
 
 
 @pytest.mark.parametrize("name", ["input_bound", "unfused_small_ops", "tpu_v6e4_inference", "mi300x_gemm"])
@@ -117,9 +105,9 @@ def test_an_events_stats_are_its_own_over_its_metadatas():
 
 def test_absent_fields_read_as_zero(tmp_path):
     path = tmp_path / "host.xplane.pb"
-    instant_at_line_start = _tag(1, 0) + _varint(7)
-    timed = _tag(1, 0) + _varint(8) + _tag(2, 0) + _varint(2_500_000) + _tag(3, 0) + _varint(10**15 + 999)
-    with_stats_only = _delimited(4, _tag(1, 0) + _varint(1))
+    instant_at_line_start = _tag(1, 0) + encode_varint(7)
+    timed = _tag(1, 0) + encode_varint(8) + _tag(2, 0) + encode_varint(2_500_000) + _tag(3, 0) + encode_varint(10**15 + 999)
+    with_stats_only = delimited(4, _tag(1, 0) + encode_varint(1))
     path.write_bytes(_space(instant_at_line_start, timed, with_stats_only, b"", names={7: b"marker", 8: b"op"}))
     (plane,) = read_planes(path)
     (line,) = plane.lines
@@ -133,11 +121,11 @@ def test_varints_of_every_length_read_whole(tmp_path):
     # One to ten bytes; the 9- and 10-byte ones (negative int64s among them) are past the 8 read at once.
     values = [0, *(2 ** (7 * n) + offset for n in range(1, 10) for offset in (-1, 0, 5)), 2**64 - 1]
     path = tmp_path / "host.xplane.pb"
-    path.write_bytes(_space(*(_tag(1, 0) + _varint(9) + _tag(2, 0) + _varint(value) + _tag(3, 0) + _varint(value)
+    path.write_bytes(_space(*(_tag(1, 0) + encode_varint(9) + _tag(2, 0) + encode_varint(value) + _tag(3, 0) + encode_varint(value)
                               for value in values)))
     (plane,) = read_planes(path)
     (line,) = plane.lines
-    assert sorted({len(_varint(value)) for value in values}) == list(range(1, 11))
+    assert sorted({len(encode_varint(value)) for value in values}) == list(range(1, 11))
     as_int64 = [value - 2**64 if value >= 2**63 else value for value in values]
     assert line.durations_ps.tolist() == as_int64
     assert line.starts_ns.tolist() == [1000 + value // 1000 for value in as_int64]
@@ -146,7 +134,7 @@ def test_varints_of_every_length_read_whole(tmp_path):
 
 def test_a_name_that_is_not_utf8_reads_with_replacement_characters(tmp_path):
     path = tmp_path / "host.xplane.pb"
-    path.write_bytes(_space(_tag(1, 0) + _varint(7), names={7: b"fusion\xff<script>"}))
+    path.write_bytes(_space(_tag(1, 0) + encode_varint(7), names={7: b"fusion\xff<script>"}))
     (plane,) = read_planes(path)
     assert plane.event_names == {7: "fusion\ufffd<script>"}
 
@@ -157,7 +145,7 @@ def test_a_name_that_is_not_utf8_reads_with_replacement_characters(tmp_path):
 ])
 def test_an_event_not_in_the_wire_format_is_malformed(tmp_path, event, reason):
     path = tmp_path / "host.xplane.pb"
-    path.write_bytes(_space(_tag(1, 0) + _varint(1), event))
+    path.write_bytes(_space(_tag(1, 0) + encode_varint(1), event))
     with pytest.raises(MalformedXSpace, match=reason):
         read_planes(path)
 
@@ -172,19 +160,19 @@ def test_a_cut_or_empty_file_is_malformed(tmp_path, cut):
 
 
 def _event_with_stat(metadata_id: int, value: int) -> bytes:
-    stat = _tag(1, 0) + _varint(1) + _tag(4, 0) + _varint(value)  # XStat: metadata_id 1, int64_value
-    return _tag(1, 0) + _varint(metadata_id) + _delimited(4, stat)
+    stat = _tag(1, 0) + encode_varint(1) + _tag(4, 0) + encode_varint(value)  # XStat: metadata_id 1, int64_value
+    return _tag(1, 0) + encode_varint(metadata_id) + delimited(4, stat)
 
 
 @pytest.mark.parametrize("interleaved", [False, True])
 def test_each_events_stats_are_read_from_where_it_is_in_the_file(tmp_path, interleaved):
-    stat_names = _delimited(5, _tag(1, 0) + _varint(1) + _delimited(2, _delimited(2, b"step_num")))
-    events = [_delimited(4, _event_with_stat(7, step)) for step in range(3)]
-    display_name = _delimited(11, b"shown")  # a serializer that writes it between events is still read right
+    stat_names = delimited(5, _tag(1, 0) + encode_varint(1) + delimited(2, delimited(2, b"step_num")))
+    events = [delimited(4, _event_with_stat(7, step)) for step in range(3)]
+    display_name = delimited(11, b"shown")  # a serializer that writes it between events is still read right
     body = events[0] + display_name + b"".join(events[1:]) if interleaved else b"".join(events) + display_name
-    line = _delimited(2, b"l") + _tag(3, 0) + _varint(1000) + body
+    line = delimited(2, b"l") + _tag(3, 0) + encode_varint(1000) + body
     path = tmp_path / "host.xplane.pb"
-    path.write_bytes(_delimited(1, _delimited(2, b"p") + _delimited(3, line) + stat_names))
+    path.write_bytes(delimited(1, delimited(2, b"p") + delimited(3, line) + stat_names))
     (plane,) = read_planes(path)
     (line,) = plane.lines
     assert [line.stats(index) for index in range(3)] == [{"step_num": 0}, {"step_num": 1}, {"step_num": 2}]

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-
 from api_suite import BASE, RUNS
 
 from mldiag.domain.host_analyses import HostAnalyses
-from mldiag.services.analysis_jobs import host_analyses_key
+from mldiag.services.fan_out_counts import host_analyses_key
 
 
 def test_create_returns_a_done_operation_that_can_be_read_again(api):

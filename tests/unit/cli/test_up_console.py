@@ -6,12 +6,10 @@ from __future__ import annotations
 import errno
 import json
 import logging
-import socket
 import sys
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import structlog
@@ -39,14 +37,6 @@ def restore_logging() -> Iterator[None]:
     yield
     logs.close()
     structlog.reset_defaults()
-
-
-@pytest.fixture
-def taken_port() -> Iterator[int]:
-    with socket.socket() as listening:
-        listening.bind(("127.0.0.1", 0))
-        listening.listen()
-        yield listening.getsockname()[1]
 
 
 def _up(*args: str) -> tuple[int, list[str]]:

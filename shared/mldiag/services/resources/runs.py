@@ -21,8 +21,8 @@ from mldiag.domain.errors import NotFound, PermissionDenied
 from mldiag.domain.names import LocationName, RunName
 from mldiag.domain.resources import MachineLearningRun, RunPhase
 from mldiag.ports import LocalBuckets
-from mldiag.services.analysis_jobs import forget_fan_outs
 from mldiag.services.dependencies import Blobs, Configured, Stored
+from mldiag.services.fan_out_counts import forget_fan_outs
 from mldiag.services.resources.masks import apply_update, assign
 
 
