@@ -42,11 +42,11 @@ import numpy as np
 from mldiag.analysis.wire import VARINT, MalformedXSpace, fields, varint
 
 METADATA_PLANE = "/host:metadata"
-_PLANES = 1  # XSpace.planes
+XSPACE_PLANES = 1  # XSpace.planes
 _PLANE_NAME = 2  # XPlane.name
-_PLANE_LINES = 3  # XPlane.lines
-_LINE_EVENTS = 4  # XLine.events
-_EVENT_TAG = _LINE_EVENTS << 3 | 2  # length-delimited
+PLANE_LINES = 3  # XPlane.lines
+LINE_EVENTS = 4  # XLine.events
+_EVENT_TAG = LINE_EVENTS << 3 | 2  # length-delimited
 _LEADING_FIELDS = (1, 2, 3)  # XEvent.metadata_id, offset_ps, duration_ps
 _MAX_VARINT_BYTES = 10
 
@@ -73,7 +73,7 @@ def plane_bytes(path: Path, name: str) -> bytes:
             return b"".join(
                 data[tag_at:value_end]
                 for number, tag_at, value_start, value_end in fields(data, 0, len(data))
-                if number == _PLANES and _plane_name(data, value_start, value_end) == name
+                if number == XSPACE_PLANES and _plane_name(data, value_start, value_end) == name
             )
 
 
@@ -265,7 +265,7 @@ def read_planes(path: Path) -> list[Plane]:
             raise MalformedXSpace(f"{Path(path).name} is empty")
         source = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
     return [_plane(source, start, end) for number, _, start, end in fields(source, 0, len(source))
-            if number == _PLANES]
+            if number == XSPACE_PLANES]
 
 
 def _plane(source: mmap.mmap, start: int, end: int) -> Plane:
@@ -274,7 +274,7 @@ def _plane(source: mmap.mmap, start: int, end: int) -> Plane:
     messages = _messages()
     lines, described = [], []
     for number, tag_at, value_start, value_end in fields(source, start, end):
-        (lines if number == _PLANE_LINES else described).append((tag_at, value_start, value_end))
+        (lines if number == PLANE_LINES else described).append((tag_at, value_start, value_end))
     try:  # the plane without its lines: names, metadata and stats
         parsed = messages["XPlane"].FromString(b"".join(source[tag_at:value_end] for tag_at, _, value_end in described))
     except DecodeError as error:
@@ -286,12 +286,26 @@ def _plane(source: mmap.mmap, start: int, end: int) -> Plane:
     plane.stats = plane.resolve(parsed.stats)
     for _, value_start, value_end in lines:
         plane.lines.append(_line(source, value_start, value_end, plane))
-        _release(source, value_start, value_end)
+        release_pages(source, value_start, value_end)
     return plane
 
 
-def _line(source: mmap.mmap, start: int, end: int, plane: Plane) -> Line:
-    """One line, read from one copy of its bytes: protobuf frames its events, numpy decodes them in place."""
+@dataclass
+class LineEvents:
+    """A line's time base and its events as columns: where each is in the file, and its leading fields."""
+
+    name: str
+    timestamp_ns: int
+    metadata_ids: np.ndarray
+    offsets_ps: np.ndarray  # from the line's timestamp
+    durations_ps: np.ndarray
+    at: np.ndarray  # where each event's field starts in the file (its tag)
+    sizes: np.ndarray  # each event's field, tag and length included
+
+
+def line_events(source: mmap.mmap, start: int, end: int) -> LineEvents:
+    """The line at ``source[start:end]``, read from one copy of its bytes: protobuf frames its events, numpy
+    decodes them in place."""
     from google.protobuf.message import DecodeError
 
     copy = bytearray(end - start + _MAX_VARINT_BYTES + 1)  # zeros past the line, for the varint reads
@@ -310,7 +324,13 @@ def _line(source: mmap.mmap, start: int, end: int, plane: Plane) -> Line:
     at = offsets - start + 1 + length_bytes
     buffer = np.frombuffer(copy, dtype=np.uint8)
     metadata_ids, offsets_ps, durations_ps = _leading_fields(buffer, at, at + lengths).astype(np.int64)
-    return Line(name, metadata_ids, timestamp_ns + offsets_ps // 1000, durations_ps, plane, source, offsets)
+    return LineEvents(name, timestamp_ns, metadata_ids, offsets_ps, durations_ps, offsets, 1 + length_bytes + lengths)
+
+
+def _line(source: mmap.mmap, start: int, end: int, plane: Plane) -> Line:
+    events = line_events(source, start, end)
+    return Line(events.name, events.metadata_ids, events.timestamp_ns + events.offsets_ps // 1000,
+                events.durations_ps, plane, source, events.at)
 
 
 def _varint_sizes(values: np.ndarray) -> np.ndarray:
@@ -329,17 +349,17 @@ def _event_offsets(source: mmap.mmap, start: int, end: int, lengths: np.ndarray,
     where they do not, the line's fields are walked one by one.
     """
     sizes = 1 + length_bytes + lengths  # the tag (field 4 is one byte), the length, the event
-    first = next((tag_at for number, tag_at, _, _ in fields(source, start, end) if number == _LINE_EVENTS), end)
+    first = next((tag_at for number, tag_at, _, _ in fields(source, start, end) if number == LINE_EVENTS), end)
     offsets = first + np.cumsum(sizes) - sizes
     if (np.frombuffer(source, dtype=np.uint8)[offsets] == _EVENT_TAG).all():
         with contextlib.suppress(MalformedXSpace):  # past the last event, mid-field if they were not contiguous
-            if all(number != _LINE_EVENTS for number, *_ in fields(source, first + int(sizes.sum()), end)):
+            if all(number != LINE_EVENTS for number, *_ in fields(source, first + int(sizes.sum()), end)):
                 return offsets
-    return np.array([tag_at for number, tag_at, _, _ in fields(source, start, end) if number == _LINE_EVENTS],
+    return np.array([tag_at for number, tag_at, _, _ in fields(source, start, end) if number == LINE_EVENTS],
                     dtype=np.int64)
 
 
-def _release(source: mmap.mmap, start: int, end: int) -> None:
+def release_pages(source: mmap.mmap, start: int, end: int) -> None:
     """Hand the pages of ``[start, end)`` back: read again they come from the page cache, not this process."""
     first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
     if end - first >= mmap.PAGESIZE:

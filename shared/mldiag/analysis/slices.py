@@ -1,0 +1,188 @@
+"""One host's profile cut into consecutive time slices: smaller ``XSpace`` files XProf converts one at a time.
+
+XProf's op_stats conversion holds a whole host file in memory, at 17x to 41x its
+size, and protobuf refuses a file past 2 GiB. Cut into slices, each is converted
+alone at a fraction of that, and the slices' op_stats merged
+(:mod:`mldiag.analysis.op_stats_merge`) are the host's.
+
+Every slice keeps what is not an event whole: the XSpace's own fields, every
+plane's names, metadata and stats (the HLO modules of the metadata plane
+included), every line with its name and time base. Of each line's events it
+keeps those whose *top-level event* starts in its span of time: the outermost
+event that encloses them on that line, so an event always stays with the events
+nested in it. The cuts fall where each slice holds about the same bytes of
+events, so that each conversion needs about the same memory.
+
+The file is never parsed as one message nor copied into memory: it is
+memory-mapped and read line by line (:func:`mldiag.analysis.xspace.line_events`),
+three times (where to cut, how long each slice's lines are, the writing), and
+each slice is written as it goes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+
+from mldiag.analysis.wire import MalformedXSpace, field_head, fields
+from mldiag.analysis.xspace import PLANE_LINES, XSPACE_PLANES, LineEvents, line_events, release_pages
+
+
+@dataclass
+class _Span:
+    """A field of the file: where its tag starts, and where its value starts and ends."""
+
+    tag_at: int
+    start: int
+    end: int
+
+
+def slice_by_time(path: Path, count: int, folder: Path) -> list[Path]:
+    """Cut the host file at ``path`` into ``count`` time slices written into ``folder``, earliest first.
+
+    Each slice is named after the file, with its index: ``host.xplane.pb`` gives ``host.slice-0.xplane.pb``...
+    Raises :class:`MalformedXSpace` for a file that is not in the wire format.
+    """
+    if count < 1:
+        raise ValueError(f"a profile is cut into at least one slice, not {count}")
+    with open(path, "rb") as file:
+        if not file.seek(0, 2):
+            raise MalformedXSpace(f"{path.name} is empty")
+        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as source:
+            cuts = _cuts(source, count)
+            sizes = [[_line_bytes(source, line, cuts, count) for line in _line_spans(source, plane)]
+                     for plane in _planes(source)]
+            stem = path.name.removesuffix(".xplane.pb")
+            targets = [folder / f"{stem}.slice-{index}.xplane.pb" for index in range(count)]
+            _write(source, cuts, sizes, targets)
+    return targets
+
+
+def _planes(source: mmap.mmap) -> Iterator[_Span]:
+    for number, tag_at, start, end in fields(source, 0, len(source)):
+        if number == XSPACE_PLANES:
+            yield _Span(tag_at, start, end)
+
+
+def _line_spans(source: mmap.mmap, plane: _Span) -> Iterator[_Span]:
+    for number, tag_at, start, end in fields(source, plane.start, plane.end):
+        if number == PLANE_LINES:
+            yield _Span(tag_at, start, end)
+
+
+def _read_line(source: mmap.mmap, line: _Span) -> LineEvents:
+    events = line_events(source, line.start, line.end)
+    release_pages(source, line.start, line.end)
+    return events
+
+
+def _top_level(events: LineEvents) -> np.ndarray:
+    """For each event, the index of its top-level event: the latest event before it that starts at or after the
+    end of every event before that one (an event that starts before some earlier event ends is nested in it)."""
+    if not len(events.offsets_ps):
+        return np.zeros(0, dtype=np.int64)
+    ends = events.offsets_ps + events.durations_ps
+    latest_end_before = np.concatenate(([np.iinfo(np.int64).min], np.maximum.accumulate(ends)[:-1]))
+    indices = np.arange(len(ends))
+    return np.maximum.accumulate(np.where(events.offsets_ps >= latest_end_before, indices, 0))
+
+
+def _starts_ns(events: LineEvents) -> np.ndarray:
+    return events.timestamp_ns + events.offsets_ps // 1000
+
+
+def _cuts(source: mmap.mmap, count: int) -> np.ndarray:
+    """The ``count - 1`` start times (ns) at which the slices after the first begin: each slice then holds about
+    the same bytes of events, counting each top-level event with the events nested in it."""
+    starts, weights = [], []
+    for plane in _planes(source):
+        for line in _line_spans(source, plane):
+            events = _read_line(source, line)
+            top = _top_level(events)
+            if not len(top):
+                continue
+            firsts = np.flatnonzero(top == np.arange(len(top)))
+            starts.append(_starts_ns(events)[firsts])
+            weights.append(np.add.reduceat(events.sizes, firsts))
+    if count == 1 or not starts:
+        return np.zeros(0, dtype=np.int64)
+    times = np.concatenate(starts)
+    order = np.argsort(times, kind="stable")
+    times = times[order]
+    before = np.cumsum(np.concatenate(weights)[order])
+    shares = before[-1] * np.arange(1, count) / count
+    return times[np.minimum(np.searchsorted(before, shares, side="right"), len(times) - 1)]
+
+
+def _slice_of(events: LineEvents, cuts: np.ndarray) -> np.ndarray:
+    """Which slice each event goes to: the one its top-level event starts in."""
+    return np.searchsorted(cuts, _starts_ns(events), side="right")[_top_level(events)]
+
+
+def _not_events(events: LineEvents, line: _Span) -> list[tuple[int, int]]:
+    """The line's other fields (name, time base...): the bytes between and around its events."""
+    if not len(events.at):
+        return [(line.start, line.end)]
+    ends = events.at + events.sizes
+    bounds = [(line.start, int(events.at[0]))]
+    bounds += [(int(ends[gap]), int(events.at[gap + 1])) for gap in np.flatnonzero(events.at[1:] != ends[:-1])]
+    bounds.append((int(ends[-1]), line.end))
+    return [(start, end) for start, end in bounds if end > start]
+
+
+def _line_bytes(source: mmap.mmap, line: _Span, cuts: np.ndarray, count: int) -> np.ndarray:
+    """The bytes of each slice's copy of the line: its other fields, and its events that go to that slice."""
+    events = _read_line(source, line)
+    header = sum(end - start for start, end in _not_events(events, line))
+    return header + np.bincount(_slice_of(events, cuts), weights=events.sizes, minlength=count).astype(np.int64)
+
+
+def _runs(events: LineEvents, slices: np.ndarray) -> list[tuple[int, int, int]]:
+    """``(slice, start, end)`` of each run of the line's events that lie next to each other in the file and go
+    to the same slice, in file order."""
+    if not len(slices):
+        return []
+    ends = events.at + events.sizes
+    breaks = np.flatnonzero((slices[1:] != slices[:-1]) | (events.at[1:] != ends[:-1])) + 1
+    firsts, lasts = np.concatenate(([0], breaks)), np.concatenate((breaks, [len(slices)])) - 1
+    return [(int(slices[first]), int(events.at[first]), int(ends[last])) for first, last in zip(firsts, lasts)]
+
+
+def _write(source: mmap.mmap, cuts: np.ndarray, sizes: list[list[np.ndarray]], targets: list[Path]) -> None:
+    with contextlib.ExitStack() as stack:
+        outputs = [stack.enter_context(open(target, "wb")) for target in targets]
+        view = stack.enter_context(memoryview(source))
+        planes = iter(sizes)
+        for number, tag_at, start, end in fields(source, 0, len(source)):
+            if number == XSPACE_PLANES:
+                _write_plane(source, view, _Span(tag_at, start, end), next(planes), cuts, outputs)
+            else:  # the XSpace's own fields: host names, errors, warnings
+                for output in outputs:
+                    output.write(view[tag_at:end])
+
+
+def _write_plane(source: mmap.mmap, view: memoryview, plane: _Span, line_sizes: list[np.ndarray],
+                 cuts: np.ndarray, outputs: list[BinaryIO]) -> None:
+    described = [(tag_at, end) for number, tag_at, _, end in fields(source, plane.start, plane.end)
+                 if number != PLANE_LINES]
+    plane_sizes = sum(end - tag_at for tag_at, end in described) + sum(
+        (np.array([len(field_head(PLANE_LINES, int(size))) for size in sizes]) + sizes for sizes in line_sizes),
+        np.zeros(len(outputs), dtype=np.int64))
+    for output, size in zip(outputs, plane_sizes):
+        output.write(field_head(XSPACE_PLANES, int(size)))
+        for tag_at, end in described:  # the plane's name, metadata and stats
+            output.write(view[tag_at:end])
+    for line, sizes in zip(_line_spans(source, plane), line_sizes):
+        events = _read_line(source, line)
+        for output, size in zip(outputs, sizes):
+            output.write(field_head(PLANE_LINES, int(size)))
+            for start, end in _not_events(events, line):
+                output.write(view[start:end])
+        for index, start, end in _runs(events, _slice_of(events, cuts)):
+            outputs[index].write(view[start:end])
