@@ -196,7 +196,8 @@ def test_the_slices_are_still_one_host_with_its_own_devices():
 
 def test_the_accelerator_wins_over_a_slice_that_saw_only_the_cpu():
     result = merged(environment(device_type="CPU", hardware_type=1),
-                    environment(device_type="TPU v6 Lite", device_core_count=4, hardware_type=3)).run_environment
+                    environment(device_type="TPU v6 Lite", device_core_count=4, hardware_type=3),
+                    environment(device_type="CPU", hardware_type=1)).run_environment
 
     assert (result.device_type, result.device_core_count, result.hardware_type) == ("TPU v6 Lite", 4, 3)
 
