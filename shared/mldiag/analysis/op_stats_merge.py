@@ -23,6 +23,13 @@ host at *different* times, so where the two differ the slices' meaning wins:
 * kernel reports of the same kernel, and source lines, are summed rather than
   listed or overwritten per slice.
 
+What the slices cannot give back: op times, counts, FLOPs and bytes add up
+exactly (every op event lies in one slice), but XProf takes a database's
+``total_time_ps`` as the span from its first op to its last, so the gap around
+each cut is missing from the merged total (and from the idle time and duty
+cycle read from it); and XProf drops the first and last step of a host with more
+than five steps, so each cut can lose the two steps beside it.
+
 Pure: bytes in, bytes out. ``xprof`` is imported on first use only.
 """
 
