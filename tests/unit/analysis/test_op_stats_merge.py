@@ -1,0 +1,411 @@
+"""One host's OpStats merged from the OpStats of consecutive time slices.
+
+Each merge rule on OpStats built by hand, then the whole thing on real
+profiles: XProf's op_stats of a fixture, against the merge of XProf's op_stats
+of its 2 and 3 time slices.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from analysis_support import xplane
+from time_slices import cut_by_time
+from xprof.protobuf import op_stats_pb2, tf_function_pb2
+
+from mldiag.analysis.op_stats_merge import KERNEL_REPORTS_KEPT, merge_time_slices
+
+
+def merged(*slices: op_stats_pb2.OpStats) -> op_stats_pb2.OpStats:
+    result = op_stats_pb2.OpStats()
+    result.ParseFromString(merge_time_slices([part.SerializeToString() for part in slices]))
+    return result
+
+
+def with_ops(db_name: str, *ops: dict) -> op_stats_pb2.OpStats:
+    op_stats = op_stats_pb2.OpStats()
+    for op in ops:
+        getattr(op_stats, db_name).metrics_db.add(**op)
+    return op_stats
+
+
+def ops_by_name(db) -> dict:
+    return {op.name: op for op in db.metrics_db}
+
+
+def with_steps(*numbers: int, **step_db) -> op_stats_pb2.OpStats:
+    op_stats = op_stats_pb2.OpStats()
+    for number in numbers:
+        step = op_stats.step_db.step_sequence.add(step_num=number)
+        step.step_info_per_core[1].step_num = number
+        step.step_info_per_core[1].duration_ps = 1000 + number
+    for name, value in step_db.items():
+        setattr(op_stats.step_db, name, value)
+    return op_stats
+
+
+# --- arguments -------------------------------------------------------------------------------
+
+
+def test_no_slices_is_an_error():
+    with pytest.raises(ValueError, match="at least one time slice"):
+        merge_time_slices([])
+
+
+def test_bytes_that_are_not_op_stats_are_named_by_their_slice():
+    with pytest.raises(ValueError, match="time slice 1 is not a serialized OpStats"):
+        merge_time_slices([op_stats_pb2.OpStats().SerializeToString(), b"\xff\xff\xff"])
+
+
+def test_one_slice_merges_to_itself():
+    op_stats = with_ops("device_op_metrics_db", dict(name="fusion", occurrences=3, num_cores=4, self_time_ps=9))
+    op_stats.run_environment.hostnames["host"] = True
+    op_stats.run_environment.device_core_count = 4
+    op_stats.kernel_stats_db.reports.add(name="k", total_duration_ns=5)
+    data = op_stats.SerializeToString()
+
+    assert merge_time_slices([data]) == data
+
+
+# --- op metrics ------------------------------------------------------------------------------
+
+
+def test_an_op_in_several_slices_adds_up_and_keeps_its_fastest_run():
+    first = with_ops("device_op_metrics_db", dict(
+        hlo_module_id=7, name="fusion.1", occurrences=2, time_ps=40, self_time_ps=30, min_time_ps=15, flops=100,
+        bytes_accessed=10, num_cores=4, is_eager=False))
+    second = with_ops("device_op_metrics_db", dict(
+        hlo_module_id=7, name="fusion.1", occurrences=3, time_ps=33, self_time_ps=27, min_time_ps=9, flops=150,
+        bytes_accessed=15, num_cores=4, is_eager=True, category="fusion"))
+
+    op = ops_by_name(merged(first, second).device_op_metrics_db)["fusion.1"]
+
+    assert (op.occurrences, op.time_ps, op.self_time_ps, op.flops, op.bytes_accessed) == (5, 73, 57, 250, 25)
+    assert op.min_time_ps == 9
+    assert op.is_eager and op.category == "fusion"
+
+
+def test_an_op_runs_on_the_cores_of_the_host_not_on_the_cores_of_every_slice():
+    first = with_ops("device_op_metrics_db", dict(name="fusion", occurrences=1, num_cores=2))
+    second = with_ops("device_op_metrics_db", dict(name="fusion", occurrences=1, num_cores=4))
+
+    assert ops_by_name(merged(first, second).device_op_metrics_db)["fusion"].num_cores == 4
+
+
+def test_ops_of_different_programs_stay_apart_and_db_totals_add_up():
+    first = with_ops("host_op_metrics_db", dict(hlo_module_id=1, name="dot", occurrences=1, self_time_ps=5))
+    first.host_op_metrics_db.total_time_ps, first.host_op_metrics_db.total_op_time_ps = 100, 5
+    first.host_op_metrics_db.precision_stats.compute_16bit_ps = 3
+    second = with_ops("host_op_metrics_db", dict(hlo_module_id=2, name="dot", occurrences=1, self_time_ps=6))
+    second.host_op_metrics_db.total_time_ps, second.host_op_metrics_db.total_op_time_ps = 50, 6
+    second.host_op_metrics_db.precision_stats.compute_16bit_ps = 4
+
+    db = merged(first, second).host_op_metrics_db
+
+    assert sorted((op.hlo_module_id, op.self_time_ps) for op in db.metrics_db) == [(1, 5), (2, 6)]
+    assert (db.total_time_ps, db.total_op_time_ps, db.precision_stats.compute_16bit_ps) == (150, 11, 7)
+
+
+def test_memory_traffic_adds_up_per_memory_space_and_direction():
+    first = with_ops("device_op_metrics_db", dict(name="copy", occurrences=1))
+    first.device_op_metrics_db.metrics_db[0].memory_accessed_breakdown.add(memory_space=1, bytes_accessed=10)
+    second = with_ops("device_op_metrics_db", dict(name="copy", occurrences=1))
+    second.device_op_metrics_db.metrics_db[0].memory_accessed_breakdown.add(memory_space=1, bytes_accessed=5)
+    second.device_op_metrics_db.metrics_db[0].memory_accessed_breakdown.add(memory_space=2, bytes_accessed=1)
+
+    breakdown = ops_by_name(merged(first, second).device_op_metrics_db)["copy"].memory_accessed_breakdown
+
+    assert sorted((access.memory_space, access.bytes_accessed) for access in breakdown) == [(1, 15), (2, 1)]
+
+
+def test_the_complete_steps_database_is_merged_like_the_others():
+    first = with_ops("hlo_metrics_db_complete_steps_only", dict(name="fusion", occurrences=2, self_time_ps=8))
+    second = with_ops("hlo_metrics_db_complete_steps_only", dict(name="fusion", occurrences=1, self_time_ps=4))
+
+    op = ops_by_name(merged(first, second).hlo_metrics_db_complete_steps_only)["fusion"]
+
+    assert (op.occurrences, op.self_time_ps) == (3, 12)
+
+
+def test_flat_ops_combine_by_name_keep_each_fusion_child_and_drop_nested_idle():
+    slices = []
+    for self_time_ps in (10, 20):
+        op_stats = op_stats_pb2.OpStats()
+        db = op_stats.flat_device_op_metrics_db
+        db.total_time_ps = 100
+        db.op_instances.add(hlo_module_id=1, hlo_name="fusion", occurrences=1, self_time_ps=self_time_ps)
+        db.op_instances.add(hlo_module_id=1, hlo_name="add", is_fusion_child=True, occurrences=1)
+        db.op_instances.add(hlo_name="IDLE", category="IDLE", parent_op_id=3, occurrences=1)
+        slices.append(op_stats)
+
+    db = merged(*slices).flat_device_op_metrics_db
+
+    assert [(op.hlo_name, op.self_time_ps) for op in db.op_instances if not op.is_fusion_child] == [("fusion", 30)]
+    assert sum(op.is_fusion_child for op in db.op_instances) == 2
+    assert db.total_time_ps == 200
+
+
+# --- steps -----------------------------------------------------------------------------------
+
+
+def test_steps_follow_each_other_and_are_renumbered_when_a_slice_counts_again():
+    result = merged(with_steps(0, 1, 2), with_steps(0, 1), with_steps(1, 2))
+
+    numbers = [step.step_num for step in result.step_db.step_sequence]
+    assert numbers == [0, 1, 2, 3, 4, 5, 6]
+    assert [step.step_info_per_core[1].step_num for step in result.step_db.step_sequence] == numbers
+    assert [step.step_info_per_core[1].duration_ps for step in result.step_db.step_sequence] == [
+        1000, 1001, 1002, 1000, 1001, 1001, 1002]
+
+
+def test_step_numbers_that_already_follow_on_are_kept():
+    result = merged(with_steps(10, 11), with_steps(12, 14))
+
+    assert [step.step_num for step in result.step_db.step_sequence] == [10, 11, 12, 14]
+
+
+def test_step_flags_of_any_slice_hold_for_the_host_and_dropped_steps_add_up():
+    step_db = merged(with_steps(1, use_incomplete_step=True, num_steps_dropped=2),
+                     with_steps(1, empty_intersect=True, num_steps_dropped=3)).step_db
+
+    assert (step_db.use_incomplete_step, step_db.empty_intersect, step_db.num_steps_dropped) == (True, True, 5)
+
+
+# --- run and perf environment ----------------------------------------------------------------
+
+
+def environment(**fields) -> op_stats_pb2.OpStats:
+    op_stats = op_stats_pb2.OpStats()
+    op_stats.run_environment.hostnames["worker-0"] = True
+    for name, value in {"host_count": 1, "task_count": 1, **fields}.items():
+        setattr(op_stats.run_environment, name, value)
+    return op_stats
+
+
+def test_the_slices_are_still_one_host_with_its_own_devices():
+    gpu = dict(device_type="GPU", device_core_count=8, hardware_type=2, replica_count=1)
+    result = merged(environment(**gpu, is_training=False), environment(**gpu, is_training=True)).run_environment
+
+    assert list(result.hostnames) == ["worker-0"]
+    assert (result.host_count, result.task_count, result.device_core_count) == (1, 1, 8)
+    assert (result.device_type, result.hardware_type, result.is_training) == ("GPU", 2, True)
+
+
+def test_the_accelerator_wins_over_a_slice_that_saw_only_the_cpu():
+    result = merged(environment(device_type="CPU", hardware_type=1),
+                    environment(device_type="TPU v6 Lite", device_core_count=4, hardware_type=3),
+                    environment(device_type="CPU", hardware_type=1)).run_environment
+
+    assert (result.device_type, result.device_core_count, result.hardware_type) == ("TPU v6 Lite", 4, 3)
+
+
+def test_job_information_is_kept_once():
+    first, second = environment(), environment()
+    second.run_environment.host_independent_job_info.profile_duration_ms = 2000
+    for op_stats in (first, second):
+        op_stats.run_environment.host_dependent_job_info.add(host_id="worker-0", command_line="train.py")
+
+    result = merged(first, second).run_environment
+
+    assert result.host_independent_job_info.profile_duration_ms == 2000
+    assert len(result.host_dependent_job_info) == 1
+
+
+def test_power_is_averaged_over_every_sample_and_its_peak_kept():
+    first, second = environment(), environment()
+    first.run_environment.power_metrics.power_component_metrics.add(
+        component_name="chip", avg_power=100, max_power=150, sample_count=3)
+    second.run_environment.power_metrics.power_component_metrics.add(
+        component_name="chip", avg_power=200, max_power=250, sample_count=1)
+
+    (chip,) = merged(first, second).run_environment.power_metrics.power_component_metrics
+
+    assert (chip.avg_power, chip.max_power, chip.sample_count) == (125, 250, 4)
+
+
+def test_the_perf_environment_takes_each_figure_from_the_first_slice_that_has_it():
+    first, second = op_stats_pb2.OpStats(), op_stats_pb2.OpStats()
+    first.perf_env.peak_tera_flops_per_second = 918
+    second.perf_env.peak_tera_flops_per_second = 1
+    second.perf_env.peak_bws_giga_bytes_per_second.extend([1638.0, 23296.0])
+    second.perf_env.has_megacore = True
+
+    perf_env = merged(first, second).perf_env
+
+    assert perf_env.peak_tera_flops_per_second == 918
+    assert list(perf_env.peak_bws_giga_bytes_per_second) == [1638.0, 23296.0]
+    assert perf_env.has_megacore
+
+
+def test_cores_programs_and_diagnostics_are_each_kept_once():
+    first, second = op_stats_pb2.OpStats(), op_stats_pb2.OpStats()
+    first.core_id_to_details[2].hostname = "worker-0"
+    second.core_id_to_details[2].hostname = "worker-0"
+    second.core_id_to_details[10].hostname = "worker-0"
+    first.program_id_to_name_map[5] = "jit_step"
+    second.program_id_to_name_map[6] = "jit_eval"
+    first.diagnostics.warnings.append("No step marker observed")
+    second.diagnostics.warnings.extend(["No step marker observed", "Device trace is incomplete"])
+
+    result = merged(first, second)
+
+    assert sorted(result.core_id_to_details) == [2, 10]
+    assert dict(result.program_id_to_name_map) == {5: "jit_step", 6: "jit_eval"}
+    assert list(result.diagnostics.warnings) == ["No step marker observed", "Device trace is incomplete"]
+
+
+# --- kernels, functions, sources, counters ---------------------------------------------------
+
+
+def kernels(*reports: dict) -> op_stats_pb2.OpStats:
+    op_stats = op_stats_pb2.OpStats()
+    for report in reports:
+        op_stats.kernel_stats_db.reports.add(grid_dim=[1, 1, 1], block_dim=[128, 1, 1], **report)
+    return op_stats
+
+
+def test_reports_of_one_kernel_become_one_ranked_by_total_duration():
+    first = kernels(dict(name="gemm", op_name="dot", occurrences=2, total_duration_ns=20, min_duration_ns=8,
+                         max_duration_ns=12),
+                    dict(name="relu", op_name="max", occurrences=1, total_duration_ns=25))
+    second = kernels(dict(name="gemm", op_name="dot", occurrences=1, total_duration_ns=15, min_duration_ns=15,
+                          max_duration_ns=15))
+
+    reports = merged(first, second).kernel_stats_db.reports
+
+    assert [(report.name, report.occurrences, report.total_duration_ns) for report in reports] == [
+        ("gemm", 3, 35), ("relu", 1, 25)]
+    assert (reports[0].min_duration_ns, reports[0].max_duration_ns) == (8, 15)
+
+
+def test_only_the_longest_kernels_are_kept():
+    many = kernels(*(dict(name=f"k{index}", total_duration_ns=index) for index in range(KERNEL_REPORTS_KEPT + 5)))
+
+    reports = merged(many, op_stats_pb2.OpStats()).kernel_stats_db.reports
+
+    assert len(reports) == KERNEL_REPORTS_KEPT
+    assert reports[0].total_duration_ns == KERNEL_REPORTS_KEPT + 4
+    assert reports[-1].total_duration_ns == 5
+
+
+def tf_function(compiler: int, mode: int, self_time_ps: int) -> op_stats_pb2.OpStats:
+    op_stats = op_stats_pb2.OpStats()
+    function = op_stats.tf_function_db.tf_functions["train_step"]
+    function.compiler, function.total_tracing_count = compiler, 1
+    function.metrics[mode].count, function.metrics[mode].self_time_ps = 1, self_time_ps
+    return op_stats
+
+
+def test_tf_functions_add_up_per_mode_and_report_a_mix_of_compilers():
+    result = merged(tf_function(tf_function_pb2.XLA_COMPILER, tf_function_pb2.TRACED_MODE, 30),
+                    tf_function(tf_function_pb2.OTHER_COMPILER, tf_function_pb2.NOT_TRACED_MODE, 70))
+
+    function = result.tf_function_db.tf_functions["train_step"]
+    assert function.compiler == tf_function_pb2.MIXED_COMPILER
+    assert {mode: metrics.self_time_ps for mode, metrics in function.metrics.items()} == {
+        tf_function_pb2.TRACED_MODE: 30, tf_function_pb2.NOT_TRACED_MODE: 70}
+    assert function.expensive_call_percent == pytest.approx(30.0)
+
+
+def test_source_lines_add_up_and_their_utilization_is_time_weighted():
+    slices = []
+    for time_ps, utilization in ((100, 0.5), (300, 0.1)):
+        op_stats = op_stats_pb2.OpStats()
+        line = op_stats.source_stats.file_name_to_metrics["model.py"].line_number_to_metric[12]
+        line.occurrences, line.time_ps, line.self_time_ps, line.flops_utilization = 1, time_ps, time_ps, utilization
+        slices.append(op_stats)
+
+    line = merged(*slices).source_stats.file_name_to_metrics["model.py"].line_number_to_metric[12]
+
+    assert (line.occurrences, line.time_ps) == (2, 400)
+    assert line.flops_utilization == pytest.approx(0.2)
+
+
+def test_counters_are_averaged_and_serving_step_times_weighted_by_steps():
+    first, second = op_stats_pb2.OpStats(), op_stats_pb2.OpStats()
+    first.performance_counter_result.hbm_utilization_percent = 40
+    second.performance_counter_result.hbm_utilization_percent = 60
+    first.disaggregated_serving_latency.decode_step_time_us.avg = 10
+    first.disaggregated_serving_latency.num_decode_steps = 3
+    second.disaggregated_serving_latency.decode_step_time_us.avg = 30
+    second.disaggregated_serving_latency.num_decode_steps = 1
+    second.disaggregated_serving_latency.prefill_step_time_us.avg = 500
+    second.disaggregated_serving_latency.num_prefill_steps = 2
+
+    result = merged(first, second)
+
+    assert result.performance_counter_result.hbm_utilization_percent == 50
+    serving = result.disaggregated_serving_latency
+    assert (serving.decode_step_time_us.avg, serving.num_decode_steps) == (15, 4)
+    assert (serving.prefill_step_time_us.avg, serving.num_prefill_steps) == (500, 2)
+
+
+# --- real profiles ---------------------------------------------------------------------------
+
+PROFILES_WITH_SLICES = ("plain_loop", "ondemand_mlp", "host_between_steps", "gpu_v100x8_tf_bert_multiworker",
+                        "tpu_v6e4_inference", "mi300x_jax08_attention")
+STEP_MEAN_TOLERANCE = 0.05
+
+
+def xprof_op_stats(profile: Path, folder: Path) -> bytes:
+    """XProf's OpStats of one ``.xplane.pb``, as its op_stats converters cache them."""
+    from xprof.convert import raw_to_tool_data
+
+    folder.mkdir(parents=True, exist_ok=True)
+    copy = folder / profile.name
+    shutil.copyfile(profile, copy)
+    raw_to_tool_data.xspace_to_tool_data([os.fspath(copy)], "op_profile", {"use_saved_result": True})
+    return (folder / "ALL_HOSTS.op_stats_v2.pb").read_bytes()
+
+
+def parsed(data: bytes) -> op_stats_pb2.OpStats:
+    op_stats = op_stats_pb2.OpStats()
+    op_stats.ParseFromString(data)
+    return op_stats
+
+
+def op_time(db) -> tuple[int, int, int]:
+    ops = [op for op in db.metrics_db if op.name != "IDLE"]
+    return db.total_op_time_ps, sum(op.self_time_ps for op in ops), sum(op.occurrences for op in ops)
+
+
+def top_ops(db, count: int = 5) -> list[str]:
+    return [op.name for op in sorted(db.metrics_db, key=lambda op: -op.self_time_ps) if op.name != "IDLE"][:count]
+
+
+def step_durations(op_stats) -> dict[int, int]:
+    """Each step's duration by when it began: the identity of a step in both the whole and the slices."""
+    return {info.begin_ps: info.duration_ps
+            for step in op_stats.step_db.step_sequence for info in step.step_info_per_core.values()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("count", [2, 3])
+@pytest.mark.parametrize("name", PROFILES_WITH_SLICES)
+def test_the_merged_slices_of_a_profile_match_the_whole(name, count, tmp_path):
+    profile = xplane(name)
+    whole = parsed(xprof_op_stats(profile, tmp_path / "whole"))
+    slices = cut_by_time(profile, count, tmp_path / "slices")
+    result = parsed(merge_time_slices([xprof_op_stats(part, part.parent / "op_stats") for part in slices]))
+
+    # Every op event is in exactly one slice, so op time and counts add up exactly.
+    assert op_time(result.host_op_metrics_db) == op_time(whole.host_op_metrics_db)
+    assert op_time(result.device_op_metrics_db) == op_time(whole.device_op_metrics_db)
+    assert top_ops(result.host_op_metrics_db) == top_ops(whole.host_op_metrics_db)
+    assert top_ops(result.device_op_metrics_db) == top_ops(whole.device_op_metrics_db)
+    assert sum(report.total_duration_ns for report in result.kernel_stats_db.reports) == sum(
+        report.total_duration_ns for report in whole.kernel_stats_db.reports)
+    for field in ("device_type", "hardware_type", "host_count", "device_core_count"):
+        assert getattr(result.run_environment, field) == getattr(whole.run_environment, field)
+
+    numbers = [step.step_num for step in result.step_db.step_sequence]
+    assert numbers == sorted(set(numbers))
+    steps, whole_steps = step_durations(result), step_durations(whole)
+    assert all(steps[begin] == whole_steps[begin] for begin in steps.keys() & whole_steps.keys())
+    assert abs(len(steps) - len(whole_steps)) <= 2 * (count - 1)
+    if whole_steps:
+        mean, whole_mean = sum(steps.values()) / len(steps), sum(whole_steps.values()) / len(whole_steps)
+        assert mean == pytest.approx(whole_mean, rel=STEP_MEAN_TOLERANCE)
