@@ -24,14 +24,33 @@ from __future__ import annotations
 import contextlib
 import mmap
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
 
 from mldiag.analysis.wire import MalformedXSpace, field_head, fields
-from mldiag.analysis.xspace import PLANE_LINES, XSPACE_PLANES, LineEvents, line_events, release_pages
+from mldiag.analysis.xspace import PLANE_LINES, XSPACE_PLANES, LineEvents, line_events, plane_name, release_pages
+
+
+@dataclass
+class TimeSlices:
+    """The slices of one host file, earliest first, and where each plane's events lie in each slice."""
+
+    paths: list[Path]
+    extents_ns: dict[str, np.ndarray] = field(default_factory=dict)  # per plane: per slice, first start, last end
+
+    def gaps_ns(self, plane_prefix: str) -> int:
+        """The time between the slices on the planes whose names start with ``plane_prefix``, summed over those
+        planes: from each slice's last event to the next slice's first (0 where they overlap). A conversion of
+        the slices apart misses these gaps; added to the slices' spans they give the whole file's."""
+        total = 0
+        for plane, extents in self.extents_ns.items():
+            if plane.startswith(plane_prefix):
+                held = extents[extents[:, 0] <= extents[:, 1]]  # slices with events on the plane
+                total += int(np.clip(held[1:, 0] - held[:-1, 1], 0, None).sum())
+        return total
 
 
 @dataclass
@@ -43,7 +62,7 @@ class _Span:
     end: int
 
 
-def slice_by_time(path: Path, count: int, folder: Path) -> list[Path]:
+def slice_by_time(path: Path, count: int, folder: Path) -> TimeSlices:
     """Cut the host file at ``path`` into ``count`` time slices written into ``folder``, earliest first.
 
     Each slice is named after the file, with its index: ``host.xplane.pb`` gives ``host.slice-0.xplane.pb``...
@@ -56,12 +75,21 @@ def slice_by_time(path: Path, count: int, folder: Path) -> list[Path]:
             raise MalformedXSpace(f"{path.name} is empty")
         with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as source:
             cuts = _cuts(source, count)
-            sizes = [[_line_bytes(source, line, cuts, count) for line in _line_spans(source, plane)]
-                     for plane in _planes(source)]
+            sizes, extents = [], {}
+            for plane in _planes(source):
+                plane_extents = extents.setdefault(plane_name(source, plane.start, plane.end), _no_extents(count))
+                sizes.append([_line_bytes(source, line, cuts, count, plane_extents)
+                              for line in _line_spans(source, plane)])
             stem = path.name.removesuffix(".xplane.pb")
             targets = [folder / f"{stem}.slice-{index}.xplane.pb" for index in range(count)]
             _write(source, cuts, sizes, targets)
-    return targets
+    return TimeSlices(targets, extents)
+
+
+def _no_extents(count: int) -> np.ndarray:
+    extents = np.empty((count, 2), dtype=np.int64)
+    extents[:, 0], extents[:, 1] = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    return extents
 
 
 def _planes(source: mmap.mmap) -> Iterator[_Span]:
@@ -136,11 +164,16 @@ def _not_events(events: LineEvents, line: _Span) -> list[tuple[int, int]]:
     return [(start, end) for start, end in bounds if end > start]
 
 
-def _line_bytes(source: mmap.mmap, line: _Span, cuts: np.ndarray, count: int) -> np.ndarray:
-    """The bytes of each slice's copy of the line: its other fields, and its events that go to that slice."""
+def _line_bytes(source: mmap.mmap, line: _Span, cuts: np.ndarray, count: int, extents: np.ndarray) -> np.ndarray:
+    """The bytes of each slice's copy of the line: its other fields, and its events that go to that slice.
+    Widens ``extents`` (per slice: first start, last end, in ns) to the line's events."""
     events = _read_line(source, line)
     header = sum(end - start for start, end in _not_events(events, line))
-    return header + np.bincount(_slice_of(events, cuts), weights=events.sizes, minlength=count).astype(np.int64)
+    slices = _slice_of(events, cuts)
+    starts = _starts_ns(events)
+    np.minimum.at(extents[:, 0], slices, starts)
+    np.maximum.at(extents[:, 1], slices, starts + events.durations_ps // 1000)
+    return header + np.bincount(slices, weights=events.sizes, minlength=count).astype(np.int64)
 
 
 def _runs(events: LineEvents, slices: np.ndarray) -> list[tuple[int, int, int]]:

@@ -43,7 +43,7 @@ from mldiag.analysis.wire import VARINT, MalformedXSpace, fields, varint
 
 METADATA_PLANE = "/host:metadata"
 XSPACE_PLANES = 1  # XSpace.planes
-_PLANE_NAME = 2  # XPlane.name
+PLANE_NAME = 2  # XPlane.name
 PLANE_LINES = 3  # XPlane.lines
 LINE_EVENTS = 4  # XLine.events
 _EVENT_TAG = LINE_EVENTS << 3 | 2  # length-delimited
@@ -54,9 +54,9 @@ _MAX_VARINT_BYTES = 10
 # --- finding planes --------------------------------------------------------------------------
 
 
-def _plane_name(data: mmap.mmap, start: int, end: int) -> str:
+def plane_name(data: mmap.mmap, start: int, end: int) -> str:
     for number, _, value_start, value_end in fields(data, start, end):
-        if number == _PLANE_NAME:
+        if number == PLANE_NAME:
             return bytes(data[value_start:value_end]).decode("utf-8", errors="replace")
     return ""
 
@@ -73,7 +73,7 @@ def plane_bytes(path: Path, name: str) -> bytes:
             return b"".join(
                 data[tag_at:value_end]
                 for number, tag_at, value_start, value_end in fields(data, 0, len(data))
-                if number == XSPACE_PLANES and _plane_name(data, value_start, value_end) == name
+                if number == XSPACE_PLANES and plane_name(data, value_start, value_end) == name
             )
 
 

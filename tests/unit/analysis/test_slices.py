@@ -42,7 +42,7 @@ def _layout(path: Path) -> list[tuple[str, list[str]]]:
                                         ("gpu_v100x8_tf_bert_multiworker", 3)])
 def test_every_event_is_in_exactly_one_slice_and_every_slice_keeps_every_plane_and_line(tmp_path, name, count):
     profile = xplane(name)
-    slices = slice_by_time(profile, count, tmp_path)
+    slices = slice_by_time(profile, count, tmp_path).paths
 
     assert [path.name for path in slices] == [profile.name.replace(".xplane.pb", f".slice-{i}.xplane.pb")
                                               for i in range(count)]
@@ -59,7 +59,7 @@ def _top_level_starts(line) -> np.ndarray:
 
 
 def test_the_slices_follow_one_another_in_time(tmp_path):
-    slices = slice_by_time(xplane("input_bound"), 3, tmp_path)
+    slices = slice_by_time(xplane("input_bound"), 3, tmp_path).paths
     spans = []
     for path in slices:
         starts = np.concatenate([_top_level_starts(line) for plane in read_planes(path) for line in plane.lines
@@ -71,7 +71,7 @@ def test_the_slices_follow_one_another_in_time(tmp_path):
 @pytest.mark.parametrize("name", ["plain_loop", "tpu_v6e4_inference"])
 def test_the_slices_hold_about_the_same_bytes_of_events(tmp_path, name):
     profile = xplane(name)
-    sizes = np.array([path.stat().st_size for path in slice_by_time(profile, 4, tmp_path)])
+    sizes = np.array([path.stat().st_size for path in slice_by_time(profile, 4, tmp_path).paths])
     in_every_slice = (sizes.sum() - profile.stat().st_size) / 3  # names, metadata, line heads
     events = sizes - in_every_slice
     assert events.max() < 1.05 * events.min()
@@ -84,7 +84,7 @@ def test_a_nested_event_stays_with_the_event_it_is_nested_in(tmp_path):
     profile = tmp_path / "host-a.xplane.pb"
     profile.write_bytes(_space(_line(b"steps", 1_000, outer, inner, *later)))
 
-    first, second = slice_by_time(profile, 2, tmp_path)
+    first, second = slice_by_time(profile, 2, tmp_path).paths
 
     assert [event[2] for event in _events(first)] == [1, 2]
     assert [event[2] for event in _events(second)] == [3, 3]
@@ -97,7 +97,7 @@ def test_lines_of_different_time_bases_are_cut_at_the_same_instant(tmp_path):
     profile = tmp_path / "host-a.xplane.pb"
     profile.write_bytes(_space(one, other))
 
-    first, second = slice_by_time(profile, 2, tmp_path)
+    first, second = slice_by_time(profile, 2, tmp_path).paths
 
     assert sorted(event[3] for event in _events(first)) == [1_000_000, 2_000_000]
     assert sorted(event[3] for event in _events(second)) == [3_000_000, 3_000_000]
@@ -108,7 +108,7 @@ def test_what_is_not_an_event_goes_to_every_slice(tmp_path):
     profile = tmp_path / "host-a.xplane.pb"
     profile.write_bytes(_space(_line(b"a", 5, _event(1, 0, 1), _event(1, 10_000, 1)), plane_stats=stat))
 
-    for path in slice_by_time(profile, 2, tmp_path):
+    for path in slice_by_time(profile, 2, tmp_path).paths:
         data = path.read_bytes()
         assert stat in data and delimited(4, b"host-a") in data and b"/host:metadata" in data
         assert len(_events(path)) == 1
@@ -116,7 +116,7 @@ def test_what_is_not_an_event_goes_to_every_slice(tmp_path):
 
 def test_one_slice_holds_the_whole_file(tmp_path):
     profile = xplane("input_bound")
-    (whole,) = slice_by_time(profile, 1, tmp_path)
+    (whole,) = slice_by_time(profile, 1, tmp_path).paths
     assert _events(whole) == _events(profile)
 
 
@@ -127,3 +127,17 @@ def test_a_file_that_is_no_profile_is_malformed_and_a_count_below_one_is_refused
         slice_by_time(garbage, 2, tmp_path)
     with pytest.raises(ValueError, match="at least one slice"):
         slice_by_time(xplane("input_bound"), 0, tmp_path)
+
+
+def test_the_gaps_between_slices_are_measured_per_plane(tmp_path):
+    # Events at 1..2 us and 10..11 us on "/device:GPU:0"; one event on the host plane spans both.
+    gpu = delimited(2, b"/device:GPU:0") + delimited(3, _line(b"k", 0, _event(1, 1_000_000, 1_000_000),
+                                                               _event(1, 10_000_000, 1_000_000)))
+    profile = tmp_path / "host-a.xplane.pb"
+    profile.write_bytes(delimited(1, gpu))
+
+    sliced = slice_by_time(profile, 2, tmp_path)
+
+    assert sliced.extents_ns["/device:GPU:0"].tolist() == [[1_000, 2_000], [10_000, 11_000]]
+    assert sliced.gaps_ns("/device:") == 8_000  # from the end of the first slice's last event to the next one
+    assert sliced.gaps_ns("/host:") == 0
