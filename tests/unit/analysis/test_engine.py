@@ -13,7 +13,7 @@ from analysis_support import xplane
 
 from mldiag.analysis import MANAGED_TOOLS, analyze_profile, xprof_tools
 from mldiag.analysis.engine import start_analysis
-from mldiag.analysis.budget import MemoryBudget, OverBudget, default_ceiling
+from mldiag.analysis.budget import PROCESS_GROWTH, MemoryBudget, OverBudget, default_ceiling
 from mldiag.domain.sizes import parse_size
 from mldiag.analysis.evidence import ToolStatus
 
@@ -153,10 +153,31 @@ def test_the_ceiling_comes_from_the_setting_else_from_what_is_available(monkeypa
     assert default_ceiling({"MLDIAG_ANALYSIS_MEMORY_CEILING": "1.5GiB"}) == 3 << 29
 
 
-def test_the_budget_is_the_ceiling_less_what_the_analysing_process_holds(monkeypatch):
+def test_the_budget_is_the_ceiling_less_what_the_analysing_process_holds_and_will_grow_by(monkeypatch):
     monkeypatch.setattr("mldiag.analysis.budget.resident_memory", lambda: 300 << 20)
     budget = MemoryBudget.under_ceiling(2 << 30)
-    assert (budget.ceiling, budget.limit) == (2 << 30, (2 << 30) - (300 << 20))
+    assert (budget.ceiling, budget.limit) == (2 << 30, (2 << 30) - (300 << 20) - PROCESS_GROWTH)
+
+
+def test_the_budget_is_measured_again_from_what_the_process_holds_whenever_no_step_holds_any(monkeypatch):
+    held = {"now": 100 << 20}
+    monkeypatch.setattr("mldiag.analysis.budget.resident_memory", lambda: held["now"])
+    budget = MemoryBudget.under_ceiling(1 << 30)
+    held["now"] = 700 << 20  # conversions left memory in use behind
+    with budget.reserve(100 << 20, "a conversion"):
+        assert budget.limit == (1 << 30) - (700 << 20)
+        held["now"] = 50 << 20  # while a step holds memory, what the process holds is no measure
+        with budget.reserve(10 << 20, "a view"):
+            assert budget.limit == (1 << 30) - (700 << 20)
+    with pytest.raises(OverBudget, match="needs ~0.4 GiB, ceiling 1.0 GiB"):
+        held["now"] = 800 << 20
+        with budget.reserve(400 << 20, "smart suggestions"):
+            pass
+    with budget.reserve_all_needed(400 << 20):  # a step the analysis needs runs alone, in what is left
+        assert budget.limit == (1 << 30) - (800 << 20)
+    held["now"] = 10 << 20
+    with budget.reserve(10 << 20, "a view"):  # never less than what the process will hold
+        assert budget.limit == (1 << 30) - (100 << 20) - PROCESS_GROWTH
 
 
 @pytest.mark.parametrize("text, size", [("8GiB", 8 << 30), ("512MiB", 512 << 20), ("8G", 8 << 30),
