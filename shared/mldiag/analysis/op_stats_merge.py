@@ -23,23 +23,34 @@ host at *different* times, so where the two differ the slices' meaning wins:
 * kernel reports of the same kernel, and source lines, are summed rather than
   listed or overwritten per slice.
 
-What the slices cannot give back: op times, counts, FLOPs and bytes add up
-exactly (every op event lies in one slice), but XProf takes a database's
-``total_time_ps`` as the span from its first op to its last, so the gap around
-each cut is missing from the merged total (and from the idle time and duty
-cycle read from it); and XProf drops the first and last step of a host with more
-than five steps, so each cut can lose the two steps beside it.
+Op times, counts, FLOPs and bytes add up exactly (every op event lies in one
+slice). XProf takes a database's ``total_time_ps`` as the span from its first
+op to its last, so the time between the slices, around each cut, is missing
+from the slices' totals; the caller measures it while cutting
+(:meth:`mldiag.analysis.slices.TimeSlices.gaps_ns`) and the merge adds it back
+where XProf counts it: the total time of the device, flat device and host
+databases, their IDLE op (XProf's total time less op time), and on a TPU the
+idle time of the device's duty cycles (no op runs between two slices). The
+databases of complete steps are built from steps, not spans, and take none of
+it. XProf's device total adds up each device plane's span, so the gaps summed
+over the device planes are exactly what it misses; its host total adds up the
+span of each host thread's TensorFlow ops, so gaps measured over the host plane
+as a whole give back only part of the host's.
+
+What the slices cannot give back: XProf drops the first and last step of a host
+with more than five steps, so each cut can lose the two steps beside it.
 
 Pure: bytes in, bytes out. ``xprof`` is imported on first use only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 KERNEL_REPORTS_KEPT = 1000  # XProf's kMaxNumOfKernels
 _IDLE = "IDLE"
+GAP_KINDS = ("device", "host")  # the keys of ``gaps_ps``: time between the slices on the device and host planes
 _CPU_DEVICE_TYPES = ("CPU", "Device")  # what a host without an accelerator reports as its device type
 _TRACED_OR_EAGER = ("TRACED_MODE", "EAGER_MODE")  # tf-function modes XProf counts as expensive
 
@@ -53,17 +64,23 @@ _DB_SUMS = ("total_time_ps", "total_op_time_ps", "idle_time_ps", "busy_time_ps",
 _OP_DB_SUMS = (*_DB_SUMS, "total_host_infeed_enq_duration_ps", "total_host_infeed_enq_start_timestamp_ps_diff",
                "busy_time_high_confidence_ps", "idle_time_high_confidence_ps")
 _FLAT_DB_SUMS = (*_DB_SUMS, "profile_time_ps")
+# (busy, idle) of each duty cycle a database may hold: XProf's and its high-confidence one, which leaves out
+# ops it cannot vouch for; the flat database has only the first.
+_DUTY_CYCLES = (("busy_time_ps", "idle_time_ps"), ("busy_time_high_confidence_ps", "idle_time_high_confidence_ps"))
 _SOURCE_LINE_SUMS = ("occurrences", "self_time_ps", "time_ps", "flops", "flops_v2")
 
 
-def merge_time_slices(slices: Sequence[bytes]) -> bytes:
+def merge_time_slices(slices: Sequence[bytes], *, gaps_ps: Mapping[str, int] | None = None) -> bytes:
     """The serialized OpStats of a host, from the serialized OpStats of its time slices in time order.
 
-    A single slice comes back as it was. Raises :class:`ValueError` for no slices, or for bytes that are
-    not an OpStats.
+    ``gaps_ps`` is the time between the slices, in picoseconds, summed over the device planes
+    (``"device"``) and over the host planes (``"host"``); it goes back into the merged total and idle
+    times. A single slice comes back as it was. Raises :class:`ValueError` for no slices, for bytes that
+    are not an OpStats, or for gaps that are not a non-negative time of a known kind.
     """
     if not slices:
         raise ValueError("no OpStats to merge: at least one time slice is needed")
+    gaps = _checked_gaps(gaps_ps or {}, len(slices))
     from xprof.protobuf import op_stats_pb2
 
     parsed = [_parse(op_stats_pb2.OpStats, data, index) for index, data in enumerate(slices)]
@@ -78,6 +95,12 @@ def merge_time_slices(slices: Sequence[bytes]) -> bytes:
         present = [getattr(part, name) for part in parsed if part.HasField(name)]
         if present:
             _merge_flat_op_metrics_dbs(present, getattr(merged, name))
+    _add_gap(merged.host_op_metrics_db, merged.host_op_metrics_db.metrics_db, "name", _DUTY_CYCLES, gaps["host"])
+    _add_gap(merged.device_op_metrics_db, merged.device_op_metrics_db.metrics_db, "name", _DUTY_CYCLES,
+             gaps["device"])
+    if merged.HasField("flat_device_op_metrics_db"):
+        flat = merged.flat_device_op_metrics_db
+        _add_gap(flat, flat.op_instances, "hlo_name", _DUTY_CYCLES[:1], gaps["device"])
     _concatenate_steps([part.step_db for part in parsed], merged.step_db)
     _merge_run_environments([part.run_environment for part in parsed], merged.run_environment)
     _fill_unset([part.perf_env for part in parsed], merged.perf_env)
@@ -94,6 +117,21 @@ def merge_time_slices(slices: Sequence[bytes]) -> bytes:
     if serving:
         _merge_serving_latency(serving, merged.disaggregated_serving_latency)
     return merged.SerializeToString()
+
+
+def _checked_gaps(gaps_ps: Mapping[str, int], count: int) -> dict[str, int]:
+    unknown = sorted(set(gaps_ps) - set(GAP_KINDS))
+    if unknown:
+        raise ValueError(f"unknown kind of gap between time slices: {', '.join(unknown)} "
+                         f"(known: {', '.join(GAP_KINDS)})")
+    gaps = {kind: gaps_ps.get(kind, 0) for kind in GAP_KINDS}
+    for kind, gap in gaps.items():
+        if not isinstance(gap, int) or isinstance(gap, bool) or gap < 0:
+            raise ValueError(f"the {kind} gap between time slices must be a whole number of picoseconds, "
+                             f"0 or more, not {gap!r}")
+    if count == 1 and any(gaps.values()):
+        raise ValueError("a single time slice has no time between slices to add back")
+    return gaps
 
 
 def _parse(message_class: Any, data: bytes, index: int) -> Any:
@@ -199,6 +237,24 @@ def _merge_flat_op_metrics_dbs(dbs: Sequence[Any], merged: Any) -> None:
             _fill_metadata(op, target, _FLAT_OP_METADATA)
             _fill_submessages(op, target, ("source_info",))
             _merge_op(op, target, _FLAT_OP_SUMS)
+
+
+def _add_gap(db: Any, ops: Any, name_field: str, duty_cycles: Sequence[tuple[str, str]], gap_ps: int) -> None:
+    """Add the time between the slices to a database's total time and to the idle time XProf derives from a
+    span: its IDLE op (the total time less the op time) and, where the database has them (a TPU's), each duty
+    cycle's idle time (the span of the chip's ops less the time they are active: none are between slices).
+    A database no slice timed (no ops) stays untimed, as XProf leaves it."""
+    if not gap_ps or not db.total_time_ps:
+        return
+    db.total_time_ps += gap_ps
+    idle = next((op for op in ops if op.category == _IDLE), None)
+    if idle is None:
+        idle = ops.add(**{name_field: _IDLE}, category=_IDLE)
+    idle.time_ps += gap_ps
+    idle.self_time_ps += gap_ps
+    for busy_field, idle_field in duty_cycles:
+        if getattr(db, busy_field) or getattr(db, idle_field):
+            setattr(db, idle_field, getattr(db, idle_field) + gap_ps)
 
 
 # --- steps -----------------------------------------------------------------------------------
