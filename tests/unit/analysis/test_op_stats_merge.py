@@ -148,6 +148,121 @@ def test_flat_ops_combine_by_name_keep_each_fusion_child_and_drop_nested_idle():
     assert db.total_time_ps == 200
 
 
+# --- time between the slices ----------------------------------------------------------------
+
+
+def timed(db_name: str, total_time_ps: int, op_time_ps: int, **duty_cycle: int) -> op_stats_pb2.OpStats:
+    """OpStats whose database ``db_name`` holds one op and XProf's IDLE op for the rest of its total time."""
+    op_stats = op_stats_pb2.OpStats()
+    db = getattr(op_stats, db_name)
+    db.total_time_ps, db.total_op_time_ps = total_time_ps, op_time_ps
+    for name, value in duty_cycle.items():
+        setattr(db, name, value)
+    if db_name.startswith("flat"):
+        db.op_instances.add(hlo_name="fusion", occurrences=1, self_time_ps=op_time_ps, time_ps=op_time_ps)
+        db.op_instances.add(hlo_name="IDLE", category="IDLE", self_time_ps=total_time_ps - op_time_ps,
+                            time_ps=total_time_ps - op_time_ps)
+    else:
+        db.metrics_db.add(name="fusion", occurrences=1, self_time_ps=op_time_ps, time_ps=op_time_ps)
+        db.metrics_db.add(name="IDLE", category="IDLE", self_time_ps=total_time_ps - op_time_ps,
+                          time_ps=total_time_ps - op_time_ps)
+    return op_stats
+
+
+def merged_with_gaps(gaps_ps: dict, *slices: op_stats_pb2.OpStats) -> op_stats_pb2.OpStats:
+    result = op_stats_pb2.OpStats()
+    result.ParseFromString(merge_time_slices([part.SerializeToString() for part in slices], gaps_ps=gaps_ps))
+    return result
+
+
+def idle_op(ops) -> tuple[int, int]:
+    (idle,) = [op for op in ops if op.category == "IDLE"]
+    return idle.time_ps, idle.self_time_ps
+
+
+def test_the_time_between_slices_goes_into_the_device_total_and_its_idle_op():
+    result = merged_with_gaps({"device": 25, "host": 7}, timed("device_op_metrics_db", 100, 60),
+                              timed("device_op_metrics_db", 50, 30))
+
+    db = result.device_op_metrics_db
+    assert (db.total_time_ps, db.total_op_time_ps) == (175, 90)
+    assert idle_op(db.metrics_db) == (85, 85)  # XProf's IDLE op: the total time less the op time
+
+
+def test_the_time_between_slices_on_the_host_goes_into_the_host_database_only():
+    result = merged_with_gaps({"device": 25, "host": 7}, timed("host_op_metrics_db", 100, 60),
+                              timed("host_op_metrics_db", 50, 30))
+
+    db = result.host_op_metrics_db
+    assert (db.total_time_ps, idle_op(db.metrics_db)) == (157, (67, 67))
+    assert result.device_op_metrics_db.total_time_ps == 0
+
+
+def test_the_flat_device_database_takes_the_device_gap_on_its_top_level_idle_op():
+    slices = [timed("flat_device_op_metrics_db", 100, 60), timed("flat_device_op_metrics_db", 50, 30)]
+
+    db = merged_with_gaps({"device": 25}, *slices).flat_device_op_metrics_db
+
+    assert db.total_time_ps == 175
+    assert idle_op(db.op_instances) == (85, 85)
+
+
+def test_a_tpu_duty_cycle_counts_the_time_between_slices_as_idle():
+    duty_cycle = dict(busy_time_ps=60, idle_time_ps=40, busy_time_high_confidence_ps=50,
+                      idle_time_high_confidence_ps=50)
+    result = merged_with_gaps({"device": 25}, timed("device_op_metrics_db", 100, 60, **duty_cycle),
+                              timed("device_op_metrics_db", 100, 60, **duty_cycle))
+
+    db = result.device_op_metrics_db
+    assert (db.busy_time_ps, db.idle_time_ps) == (120, 105)
+    assert (db.busy_time_high_confidence_ps, db.idle_time_high_confidence_ps) == (100, 125)
+
+
+def test_a_database_without_a_duty_cycle_does_not_get_one():
+    db = merged_with_gaps({"device": 25}, timed("device_op_metrics_db", 100, 60),
+                          timed("device_op_metrics_db", 50, 30)).device_op_metrics_db
+
+    assert (db.busy_time_ps, db.idle_time_ps, db.idle_time_high_confidence_ps) == (0, 0, 0)
+
+
+def test_an_idle_op_is_added_where_the_slices_had_none():
+    slices = [with_ops("device_op_metrics_db", dict(name="fusion", occurrences=1, self_time_ps=10))
+              for _ in range(2)]
+    for part in slices:
+        part.device_op_metrics_db.total_time_ps = part.device_op_metrics_db.total_op_time_ps = 10
+
+    db = merged_with_gaps({"device": 5}, *slices).device_op_metrics_db
+
+    assert db.total_time_ps == 25
+    assert [(op.name, op.time_ps) for op in db.metrics_db if op.category == "IDLE"] == [("IDLE", 5)]
+
+
+def test_databases_that_no_slice_timed_and_complete_steps_take_no_gap():
+    slices = [timed("hlo_metrics_db_complete_steps_only", 100, 60) for _ in range(2)]
+
+    result = merged_with_gaps({"device": 25, "host": 7}, *slices)
+
+    assert result.hlo_metrics_db_complete_steps_only.total_time_ps == 200  # built from steps, not spans
+    assert (result.device_op_metrics_db.total_time_ps, len(result.device_op_metrics_db.metrics_db)) == (0, 0)
+    assert (result.host_op_metrics_db.total_time_ps, len(result.host_op_metrics_db.metrics_db)) == (0, 0)
+
+
+@pytest.mark.parametrize("gaps_ps,message", [
+    ({"devices": 1}, "unknown kind of gap between time slices: devices"),
+    ({"device": -1}, "the device gap between time slices must be a whole number of picoseconds"),
+    ({"host": 1.5}, "the host gap between time slices must be a whole number of picoseconds"),
+])
+def test_gaps_are_a_known_kind_and_a_time(gaps_ps, message):
+    with pytest.raises(ValueError, match=message):
+        merge_time_slices([b"", b""], gaps_ps=gaps_ps)
+
+
+def test_a_single_slice_has_no_time_between_slices():
+    with pytest.raises(ValueError, match="single time slice has no time between slices"):
+        merge_time_slices([b""], gaps_ps={"device": 1})
+    assert merge_time_slices([b""], gaps_ps={"device": 0, "host": 0}) == b""
+
+
 # --- steps -----------------------------------------------------------------------------------
 
 
