@@ -2,21 +2,24 @@
 
 Each merge rule on OpStats built by hand, then the whole thing on real
 profiles: XProf's op_stats of a fixture, against the merge of XProf's op_stats
-of its 2 and 3 time slices.
+of its 2 and 3 time slices (cut by :func:`mldiag.analysis.slices.slice_by_time`,
+whose gaps between the slices the merge adds back), and the overview page XProf
+reads from each.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
 
 import pytest
 from analysis_support import xplane
-from time_slices import cut_by_time
 from xprof.protobuf import op_stats_pb2, tf_function_pb2
 
 from mldiag.analysis.op_stats_merge import KERNEL_REPORTS_KEPT, merge_time_slices
+from mldiag.analysis.slices import slice_by_time
 
 
 def merged(*slices: op_stats_pb2.OpStats) -> op_stats_pb2.OpStats:
@@ -463,6 +466,17 @@ def test_counters_are_averaged_and_serving_step_times_weighted_by_steps():
 PROFILES_WITH_SLICES = ("plain_loop", "ondemand_mlp", "host_between_steps", "gpu_v100x8_tf_bert_multiworker",
                         "tpu_v6e4_inference", "mi300x_jax08_attention")
 STEP_MEAN_TOLERANCE = 0.05
+# The device total is each device plane's span, summed: with the gaps it comes back to within 2e-6 (a TPU's
+# slices overlap by the few modules that run across a cut), exactly on the GPUs.
+DEVICE_TOTAL_TOLERANCE = 1e-5
+# The host total is each host thread's span of TensorFlow ops, summed, while the gaps are the host plane's:
+# the merged total stays under the whole's, by up to 65% (MI300X, 3 slices: 35.2% of it left).
+HOST_TOTAL_KEPT = 0.34
+# Idle time and duty cycle, in percentage points, as XProf's overview page shows them (on a TPU) and as it
+# computes the idle share (1 - op time / total time): the device idle time is exact to the page's display,
+# the TPU duty cycle within 0.8 (86.5% whole, 85.8% from 3 slices) and the host idle time within 4.3 (MI300X,
+# 3 slices: 97.7% whole, 93.4%).
+FIGURE_POINTS = {"device_idle_time_percent": 0.1, "device_duty_cycle_percent": 1.0, "host_idle_time_percent": 4.5}
 
 
 def xprof_op_stats(profile: Path, folder: Path) -> bytes:
@@ -497,14 +511,33 @@ def step_durations(op_stats) -> dict[int, int]:
             for step in op_stats.step_db.step_sequence for info in step.step_info_per_core.values()}
 
 
+def idle_percent(db) -> float:
+    """XProf's ``IdleTimeRatio`` of a database, as a percentage."""
+    return 100.0 * (1 - db.total_op_time_ps / db.total_time_ps) if db.total_time_ps else 0.0
+
+
+def overview_figures(folder: Path) -> dict[str, float]:
+    """The idle and duty-cycle percentages of XProf's overview page (a TPU's only), from the op_stats in
+    ``folder``."""
+    from xprof.convert import raw_to_tool_data
+
+    (profile,) = folder.glob("*.xplane.pb")
+    data, _ = raw_to_tool_data.xspace_to_tool_data([os.fspath(profile)], "overview_page", {"use_saved_result": True})
+    properties = json.loads(data)[0]["p"]
+    return {name: float(properties[name].rstrip("%")) for name in FIGURE_POINTS if name in properties}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("count", [2, 3])
 @pytest.mark.parametrize("name", PROFILES_WITH_SLICES)
 def test_the_merged_slices_of_a_profile_match_the_whole(name, count, tmp_path):
     profile = xplane(name)
     whole = parsed(xprof_op_stats(profile, tmp_path / "whole"))
-    slices = cut_by_time(profile, count, tmp_path / "slices")
-    result = parsed(merge_time_slices([xprof_op_stats(part, part.parent / "op_stats") for part in slices]))
+    slices = slice_by_time(profile, count, tmp_path)
+    gaps_ps = {"device": 1000 * slices.gaps_ns("/device:"), "host": 1000 * slices.gaps_ns("/host:")}
+    parts = [xprof_op_stats(part, tmp_path / f"slice-{index}") for index, part in enumerate(slices.paths)]
+    merged_bytes = merge_time_slices(parts, gaps_ps=gaps_ps)
+    result = parsed(merged_bytes)
 
     # Every op event is in exactly one slice, so op time and counts add up exactly.
     assert op_time(result.host_op_metrics_db) == op_time(whole.host_op_metrics_db)
@@ -515,6 +548,23 @@ def test_the_merged_slices_of_a_profile_match_the_whole(name, count, tmp_path):
         report.total_duration_ns for report in whole.kernel_stats_db.reports)
     for field in ("device_type", "hardware_type", "host_count", "device_core_count"):
         assert getattr(result.run_environment, field) == getattr(whole.run_environment, field)
+
+    # The time between the slices is back in the totals.
+    assert result.device_op_metrics_db.total_time_ps == pytest.approx(whole.device_op_metrics_db.total_time_ps,
+                                                                      rel=DEVICE_TOTAL_TOLERANCE)
+    whole_host_total = whole.host_op_metrics_db.total_time_ps
+    assert HOST_TOTAL_KEPT * whole_host_total <= result.host_op_metrics_db.total_time_ps <= whole_host_total
+    (tmp_path / "merged").mkdir()
+    shutil.copyfile(profile, tmp_path / "merged" / profile.name)
+    (tmp_path / "merged" / "ALL_HOSTS.op_stats_v2.pb").write_bytes(merged_bytes)
+    figures, whole_figures = overview_figures(tmp_path / "merged"), overview_figures(tmp_path / "whole")
+    assert figures.keys() == whole_figures.keys()
+    for figure, value in figures.items():
+        assert value == pytest.approx(whole_figures[figure], abs=FIGURE_POINTS[figure]), figure
+    assert idle_percent(result.device_op_metrics_db) == pytest.approx(
+        idle_percent(whole.device_op_metrics_db), abs=FIGURE_POINTS["device_idle_time_percent"])
+    assert idle_percent(result.host_op_metrics_db) == pytest.approx(
+        idle_percent(whole.host_op_metrics_db), abs=FIGURE_POINTS["host_idle_time_percent"])
 
     numbers = [step.step_num for step in result.step_db.step_sequence]
     assert numbers == sorted(set(numbers))
