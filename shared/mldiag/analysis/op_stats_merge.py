@@ -33,9 +33,9 @@ databases, their IDLE op (XProf's total time less op time), and on a TPU the
 idle time of the device's duty cycles (no op runs between two slices). The
 databases of complete steps are built from steps, not spans, and take none of
 it. XProf's device total adds up each device plane's span, so the gaps summed
-over the device planes are exactly what it misses; its host total adds up the
-span of each host thread's TensorFlow ops, so gaps measured over the host plane
-as a whole give back only part of the host's.
+over the device planes give back what the slices miss; its host total adds up
+the span of each host thread's TensorFlow ops, so gaps measured over the host
+plane as a whole give back only part of the host's.
 
 What the slices cannot give back: XProf drops the first and last step of a host
 with more than five steps, so each cut can lose the two steps beside it.
