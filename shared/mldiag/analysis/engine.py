@@ -5,8 +5,9 @@
 2. Within the memory budget (the analysis's memory ceiling less what its own
    process holds: :mod:`mldiag.analysis.budget`), in this order when memory
    is short and all at once when it is not: have XProf build its op_stats (the
-   heavy conversion most tools read; skipped when it cannot fit under the
-   ceiling), dump the HLO modules (small: the profile's metadata
+   heavy conversion most tools read; from time slices of the file where the
+   whole file's conversion cannot fit under the ceiling, skipped where even
+   slices cannot), dump the HLO modules (small: the profile's metadata
    plane), and read each host's raw events in a process of its own (which
    proves the file is a profile and saves every event for the follow-ups).
    The raw-event read queues last so that it overlaps the tools' own work on
@@ -50,6 +51,8 @@ from mldiag.analysis.stopping import PRIVATE_FOLDER_PREFIX
 from mldiag.analysis.xprof_tools import (
     CAN_BE_ABSENT,
     MANAGED_TOOLS,
+    SMART_SUGGESTION_EVENTS,
+    SMART_SUGGESTION_REREADS,
     SessionState,
     ToolContext,
     preload_tools,
@@ -105,15 +108,19 @@ def read_events_apart(xplane: Path) -> HostEvidence:
     return TypeAdapter(HostEvidence).validate_json(done.stdout)
 
 
-def _absent_inputs(hosts: list[HostEvidence]) -> dict[str, str]:
-    """Converters whose input the raw events show is not in the profile."""
+def _absent_inputs(hosts: list[HostEvidence], timelines: Sequence[Path]) -> dict[str, str]:
+    """Converters whose input the raw events (and the timelines they saved) show is not in the profile."""
     from mldiag.analysis.host_evidence import DeviceKind
+    from mldiag.analysis.timeline import Timeline
 
     absent = {}
     if not any(host.memory_allocator_events for host in hosts):
         absent["memory_profile"] = "the trace has no memory allocator events"
     if not any(host.device_kind is DeviceKind.TPU for host in hosts):
         absent["utilization_viewer"] = "hardware utilization counters are recorded on TPUs only"
+    names = (name for path in timelines for name in Timeline.saved_names(path))
+    if "memory_profile" in absent and not any(marker in name for name in names for marker in SMART_SUGGESTION_EVENTS):
+        absent[SMART_SUGGESTION_REREADS] = "no allocator events, nor events of the steps' shares it measures"
     return absent
 
 
@@ -198,7 +205,7 @@ class RunningAnalysis:
         except BaseException:
             state.absent.settle(dict.fromkeys(CAN_BE_ABSENT, "the raw events could not be read"))
             raise
-        state.absent.settle(_absent_inputs(hosts))
+        state.absent.settle(_absent_inputs(hosts, context.timelines))
         results: dict[str, ToolResult] = {}
         for future in as_completed(running):
             result = future.result()
@@ -232,7 +239,7 @@ class RunningAnalysis:
         """Investigate ``analysis``, made elsewhere (the merge of a session this file is one host of), with the
         follow-up tools on this file, once its HLO modules are dumped and its raw events read."""
         self.dumping.result()
-        self.state.absent.settle(_absent_inputs([future.result() for future in self.reading]))
+        self.state.absent.settle(_absent_inputs([future.result() for future in self.reading], self.context.timelines))
         return investigate(analysis, self.context)
 
 
@@ -286,7 +293,8 @@ def start_analysis(
             context = ToolContext(
                 folder=folder, client=client, hlo=_HloModules(client, folder), budget=budget,
                 profile_bytes=profile_bytes, timelines=tuple(timeline_of(f) for f in sorted(session.files, key=str)),
-                absent=state.absent, largest_file_bytes=state.largest_file_bytes,
+                absent=state.absent, largest_file_bytes=state.largest_file_bytes, host_files=len(session.files),
+                state=state,
             )
             yield RunningAnalysis(started=started, say=say, origin=files[0].parent, session=session, pool=pool,
                                   state=state, context=context, dumping=dumping, reading=reading)

@@ -41,6 +41,7 @@ class ToolResult(Evidence):
     seconds: float
     data: Any = None
     reason: str = ""  # why there is no data, or what failed
+    note: str = ""  # how the result was made, where that is not XProf's own way
     host: str = ""  # in a session analysed host by host, the host whose result this is
 
 

@@ -86,6 +86,23 @@ def slice_by_time(path: Path, count: int, folder: Path) -> TimeSlices:
     return TimeSlices(targets, extents)
 
 
+def without_events(path: Path, target: Path) -> None:
+    """Write to ``target`` the file at ``path`` without any of its lines: the XSpace's own fields, and every
+    plane's name, metadata and stats (the HLO modules of the metadata plane included)."""
+    with open(path, "rb") as file:
+        if not file.seek(0, 2):
+            raise MalformedXSpace(f"{path.name} is empty")
+        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as source, open(target, "wb") as output:
+            for number, tag_at, start, end in fields(source, 0, len(source)):
+                if number != XSPACE_PLANES:
+                    output.write(source[tag_at:end])
+                    continue
+                described = [source[field_at:field_end] for field, field_at, _, field_end in fields(source, start, end)
+                             if field != PLANE_LINES]
+                output.write(field_head(XSPACE_PLANES, sum(map(len, described))))
+                output.writelines(described)
+
+
 def _no_extents(count: int) -> np.ndarray:
     extents = np.empty((count, 2), dtype=np.int64)
     extents[:, 0], extents[:, 1] = np.iinfo(np.int64).max, np.iinfo(np.int64).min

@@ -65,6 +65,12 @@ class Timeline:
                     np.int64),
             )
 
+    @staticmethod
+    def saved_names(path: Path) -> list[str]:
+        """The names of the events saved at ``path``, without loading the events."""
+        with np.load(path, allow_pickle=False) as saved:
+            return json.loads(saved["labels"].tobytes().decode("utf-8"))["names"]
+
     @classmethod
     def load(cls, path: Path) -> Timeline:
         with np.load(path, allow_pickle=False) as saved:

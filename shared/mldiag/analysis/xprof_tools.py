@@ -17,6 +17,10 @@ and in addition:
   converter again and again (the overview alone is read by four tools);
 * lets only the first op_stats conversion build XProf's op_stats cache, which
   every later op_stats tool then reads for almost nothing;
+* builds op_stats in time slices when the host file's whole conversion would not fit under the memory
+  ceiling, or the file is past protobuf's 2 GiB limit: the file is cut (:mod:`mldiag.analysis.slices`),
+  XProf builds each slice's op_stats apart, and their merge (:mod:`mldiag.analysis.op_stats_merge`) is
+  written where XProf caches the host's, so that every op_stats tool reads it (:class:`SlicedHost`);
 * reserves memory from the analysis's :class:`~mldiag.analysis.budget.MemoryBudget`: a multiple
   of the profile's size for a conversion of the profile, of the module's size for a view of one
   HLO module (so that those run while op_stats is built); a tool whose conversion cannot fit under
@@ -39,10 +43,12 @@ import inspect
 import json
 import os
 import re
+import shutil
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -83,6 +89,11 @@ CONVERTER_COST = {"op_stats": 41, "memory_profile": 19, "utilization_viewer": 26
 # XProf parses each host file as one protobuf message, which protobuf refuses past 2 GiB.
 PROTOBUF_LIMIT = (1 << 31) - 1
 LIGHT_COST = 1  # op_stats already built
+# Cutting a file into time slices holds its largest line's columns, in multiples of the file's size.
+SLICING_COST = 4
+MIN_SLICE_BYTES = 1 << 20  # below this a slice's conversion costs mostly XProf's own overhead
+MAX_SLICES = 512
+OP_STATS_CACHE = "ALL_HOSTS.op_stats_v2.pb"  # where XProf caches a session's op_stats, beside its files
 # Converters that show one HLO module, read from its dumped proto, and what one reserves, in multiples of that
 # proto's size: the converter's own peak is 3x to 7x (xprof 2.24, modules of 8 KB to 6.7 MB), and the tool then
 # parses the text it returns. Never less than HLO_VIEW_FLOOR bytes.
@@ -119,7 +130,7 @@ class AbsentInputs:
 
     def reason(self, converter: str) -> str:
         """Why ``converter`` has no input in this profile, or "" when it may have some."""
-        if converter not in CAN_BE_ABSENT:
+        if converter not in CAN_BE_ABSENT | {SMART_SUGGESTION_REREADS}:
             return ""
         self._known.wait()
         return self._reasons.get(converter, "")
@@ -127,6 +138,51 @@ class AbsentInputs:
 
 # Converters whose input the raw events show (allocator events; TPU hardware counters).
 CAN_BE_ABSENT = frozenset({"memory_profile", "utilization_viewer"})
+# Smart suggestions reads op_stats (built once for every tool) and then the profile again, for two things only:
+# its memory profile (allocator events) and the share of each step spent in events whose names hold one of
+# SMART_SUGGESTION_EVENTS. Where the raw events show neither, that read finds nothing: the converter is given
+# the op_stats beside copies of the files without their events, and answers as it would from the whole files.
+SMART_SUGGESTION_EVENTS = ("barrier-cores", "debug_print")  # XProf's kEventTimeFractionAnalyzerEvents
+SMART_SUGGESTION_REREADS = "smart_suggestion's reads of the profile"
+
+
+def conversion_threads() -> int:
+    """How many host files XProf converts at once when it reads several (its ``MaxParallelism``: the cores
+    this process may run on)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def op_stats_slices(host_files: int, largest_file_bytes: int, budget: MemoryBudget) -> int:
+    """Into how many time slices the session's host file is cut for XProf's op_stats: 1 when the whole
+    conversion fits under the budget, 0 when it cannot be done (several host files, or slices that would
+    still not fit).
+
+    A slice's conversion needs op_stats' cost of the slice; once they are merged, the converters that read
+    the profile again (the overview's inference statistics, smart suggestions) convert up to
+    :func:`conversion_threads` slices at once, so that many slices must fit together.
+    """
+    whole = CONVERTER_COST["op_stats"] * largest_file_bytes
+    if host_files == 1 and largest_file_bytes <= PROTOBUF_LIMIT and budget.fits(whole):
+        return 1
+    if host_files != 1:
+        return 1 if largest_file_bytes <= PROTOBUF_LIMIT and budget.fits(whole) else 0
+    count = max(-(-conversion_threads() * whole // budget.limit), -(-largest_file_bytes // PROTOBUF_LIMIT), 2)
+    if count > MAX_SLICES or largest_file_bytes // count < MIN_SLICE_BYTES:
+        return 0
+    return int(count)
+
+
+@dataclass
+class SlicedHost:
+    """A host file cut into time slices, with the op_stats merged from theirs beside them (XProf's cache)."""
+
+    paths: list[str]
+    slice_bytes: int  # the largest slice's
+    why: str
+
+    @property
+    def note(self) -> str:
+        return f"from XProf's op_stats of {len(self.paths)} time slices of the profile, merged ({self.why})"
 
 
 @dataclass
@@ -146,6 +202,8 @@ class SessionState:
     op_stats_built: bool = False
     hlo_dumped: bool = False
     hlo_module_bytes: dict[str, int] = field(default_factory=dict)  # each dumped module's proto size, by name
+    sliced: SlicedHost | None = None  # once op_stats is built from time slices
+    slicing_failed: Exception | None = None
 
     def lock_for(self, key: str) -> threading.Lock:
         with self.lock:
@@ -197,7 +255,7 @@ def _client_class() -> type:
             key = json.dumps([converter, paths, params], sort_keys=True, default=str)
             with state.lock_for(key):
                 if key not in state.results:
-                    with self._conversion(state, converter, _module_of(converter, params)):
+                    with self._conversion(state, converter, _module_of(converter, params), paths) as paths:
                         data, content_type = raw_to_tool_data.xspace_to_tool_data(
                             paths, converter, {**params, "use_saved_result": True}
                         )
@@ -205,23 +263,46 @@ def _client_class() -> type:
             return state.results[key]
 
         @contextlib.contextmanager
-        def _conversion(self, state: SessionState, converter: str, module: str) -> Iterator[None]:
+        def _conversion(self, state: SessionState, converter: str, module: str,
+                        paths: list[str]) -> Iterator[list[str]]:
+            """Reserve what the conversion needs, or raise :class:`Skipped`; yields the files XProf is to read."""
             what = f"XProf's {converter} converter"
-            if converter not in HLO_VIEWS and state.largest_file_bytes > PROTOBUF_LIMIT:
-                raise Skipped(_over_protobuf_limit(state.largest_file_bytes))
             if converter in OP_STATS_CONVERTERS:
                 with state.op_stats_lock:
-                    if not state.op_stats_built:  # the first one builds the cache every later one reads
-                        cost = max(CONVERTER_COST.get(converter, LIGHT_COST), CONVERTER_COST["op_stats"])
-                        with state.budget.reserve(cost * state.profile_bytes, what, queued=state.op_stats_queued.set):
-                            yield
+                    if not state.op_stats_built:
+                        slices = op_stats_slices(len(state.files), state.largest_file_bytes, state.budget)
+                        if slices == 1:  # the first conversion builds the cache every later one reads
+                            cost = max(CONVERTER_COST.get(converter, LIGHT_COST), CONVERTER_COST["op_stats"])
+                            with state.budget.reserve(cost * state.profile_bytes, what,
+                                                      queued=state.op_stats_queued.set):
+                                yield paths
+                            state.op_stats_built = True
+                            return
+                        if state.slicing_failed is not None:  # one failure is every op_stats tool's
+                            raise state.slicing_failed
+                        try:
+                            state.sliced = _build_sliced_op_stats(state, slices)
+                        except Exception as error:
+                            state.slicing_failed = error
+                            raise
                         state.op_stats_built = True
-                        return
+                if converter == "smart_suggestion" and state.absent.reason(SMART_SUGGESTION_REREADS):
+                    with state.budget.reserve(LIGHT_COST * state.profile_bytes, what):
+                        yield _without_events(state)
+                    return
+                if state.sliced is not None:  # reading the profile again, XProf reads the slices, a few at a time
+                    per_slice = CONVERTER_COST.get(converter, LIGHT_COST) * state.sliced.slice_bytes
+                    at_once = min(conversion_threads(), len(state.sliced.paths))
+                    with state.budget.reserve(per_slice * at_once, what):
+                        yield state.sliced.paths
+                    return
+            if converter not in HLO_VIEWS and state.largest_file_bytes > PROTOBUF_LIMIT:
+                raise Skipped(_over_protobuf_limit(state.largest_file_bytes))
             needed = _reservation(state, converter, module)
             # A view of one HLO module (a few MB) is what the detectors and follow-ups read: never refused.
             reserved = state.budget.reserve_all_needed(needed) if module else state.budget.reserve(needed, what)
             with reserved:
-                yield
+                yield paths
 
         def build_op_stats(self, session_id: str) -> None:
             """Build XProf's op_stats cache of the session, which every op_stats tool then reads."""
@@ -274,6 +355,66 @@ def _reservation(state: SessionState, converter: str, module: str) -> int:
     if converter in HLO_VIEWS and module in state.hlo_module_bytes:
         return max(HLO_VIEW_COST * state.hlo_module_bytes[module], HLO_VIEW_FLOOR)
     return CONVERTER_COST.get(converter, LIGHT_COST) * state.profile_bytes
+
+
+def _build_sliced_op_stats(state: SessionState, count: int) -> SlicedHost:
+    """Cut the session's one host file into ``count`` time slices, have XProf build each slice's op_stats (as many
+    at once as the budget and the cores allow), and write their merge where XProf looks for the host's."""
+    from mldiag.analysis.op_stats_merge import merge_time_slices
+    from mldiag.analysis.slices import slice_by_time
+
+    source = Path(state.files[0])
+    folder = source.parent.with_name(f"{source.parent.name}.op-stats-slices")
+    folder.mkdir()
+    try:
+        with state.budget.reserve(SLICING_COST * state.largest_file_bytes, "cutting the profile into time slices",
+                                  queued=state.op_stats_queued.set):
+            sliced = slice_by_time(source, count, folder)
+        with ThreadPoolExecutor(max_workers=min(conversion_threads(), count),
+                                thread_name_prefix="mldiag-op-stats-slice") as pool:
+            per_slice = list(pool.map(lambda path: _slice_op_stats(state, path), sliced.paths))
+    finally:
+        state.op_stats_queued.set()
+    gaps = {"device": 1000 * sliced.gaps_ns("/device:"), "host": 1000 * sliced.gaps_ns("/host:")}
+    (folder / OP_STATS_CACHE).write_bytes(merge_time_slices(per_slice, gaps_ps=gaps))
+    why = ("the file is past protobuf's 2 GiB limit" if state.largest_file_bytes > PROTOBUF_LIMIT
+           else "the whole file's conversion would not fit under the memory ceiling")
+    return SlicedHost([str(path) for path in sliced.paths], max(path.stat().st_size for path in sliced.paths), why)
+
+
+def _without_events(state: SessionState) -> list[str]:
+    """Copies of the session's files without their events (:func:`mldiag.analysis.slices.without_events`),
+    beside its op_stats (XProf's cache)."""
+    from mldiag.analysis.slices import without_events
+
+    with state.lock_for("without_events"):
+        first = Path(state.files[0])
+        folder = first.parent.with_name(f"{first.parent.name}.without-events")
+        if not folder.is_dir():
+            staging = folder.with_name(f".{folder.name}")
+            staging.mkdir()
+            for xplane in map(Path, state.files):
+                without_events(xplane, staging / xplane.name)
+            built = Path(state.sliced.paths[0]).parent if state.sliced else first.parent
+            shutil.copyfile(built / OP_STATS_CACHE, staging / OP_STATS_CACHE)
+            staging.rename(folder)
+        return [str(folder / Path(xplane).name) for xplane in state.files]
+
+
+def _slice_op_stats(state: SessionState, path: Path) -> bytes:
+    """XProf's op_stats of one slice, serialized: built in a folder of its own, where XProf caches it."""
+    from xprof.convert import raw_to_tool_data
+
+    alone = path.parent / f".{path.name}.alone"
+    alone.mkdir()
+    try:
+        os.link(path, alone / path.name)
+        with state.budget.reserve(CONVERTER_COST["op_stats"] * path.stat().st_size,
+                                  f"XProf's op_stats converter on {path.name}"):
+            raw_to_tool_data.xspace_to_tool_data([str(alone / path.name)], "op_profile", {"use_saved_result": True})
+        return (alone / OP_STATS_CACHE).read_bytes()
+    finally:
+        shutil.rmtree(alone, ignore_errors=True)
 
 
 def _module_of(converter: str, params: dict[str, Any]) -> str:
@@ -343,6 +484,8 @@ class ToolContext:
     timelines: tuple[Path, ...]  # every event of each file, as the raw-event read saved it, in XProf's file order
     absent: AbsentInputs = field(default_factory=lambda: AbsentInputs({}))
     largest_file_bytes: int = 0
+    host_files: int = 1
+    state: SessionState | None = None  # the conversions' own record, where the tools' client keeps it
 
     @property
     def session_id(self) -> str:
@@ -488,12 +631,17 @@ def _skip_reason(name: str, context: ToolContext) -> str:
     if name not in NEEDS:
         return ""
     converter, without = NEEDS[name]
+    if converter in OP_STATS_CONVERTERS or converter == "op_stats":
+        if op_stats_slices(context.host_files, context.largest_file_bytes, context.budget):
+            return ""
+    elif context.largest_file_bytes <= PROTOBUF_LIMIT:
+        needed = CONVERTER_COST[converter] * context.profile_bytes
+        if context.budget.fits(needed):
+            return ""
     if context.largest_file_bytes > PROTOBUF_LIMIT:
         return f"skipped: {_over_protobuf_limit(context.largest_file_bytes)}; {without}"
     needed = CONVERTER_COST[converter] * context.profile_bytes
-    if not context.budget.fits(needed):
-        return f"skipped: {beyond_ceiling(needed, context.budget.ceiling)}; {without}"
-    return ""
+    return f"skipped: {beyond_ceiling(needed, context.budget.ceiling)}; {without}"
 
 
 # Answers that parse but carry nothing (XProf fills them with zeros, -1 or empty lists), and what that means.
@@ -529,6 +677,12 @@ def _no_data_reason(name: str, data: Any) -> str:
     return ""
 
 
+def _note(name: str, context: ToolContext) -> str:
+    """How the tool's result was made, where XProf's own way was not followed."""
+    sliced = context.state.sliced if context.state else None
+    return sliced.note if sliced and NEEDS.get(name, ("",))[0] in ("op_stats", "smart_suggestion") else ""
+
+
 def run_tool(name: str, context: ToolContext) -> ToolResult:
     """Run one managed tool; a tool that fails or finds nothing never raises."""
     from mldiag.analysis.evidence import ToolResult, ToolStatus
@@ -547,14 +701,15 @@ def run_tool(name: str, context: ToolContext) -> ToolResult:
                           reason=f"skipped: {reason}")
     except FileNotFoundError as reason:  # XProf's way of saying "nothing of that kind in this profile"
         return ToolResult(name=name, status=ToolStatus.NO_DATA, seconds=time.perf_counter() - started,
-                          reason=context.private_paths_hidden(str(reason)))
+                          reason=context.private_paths_hidden(str(reason)), note=_note(name, context))
     except Exception as error:  # noqa: BLE001 - one tool's failure is recorded, never fatal
         return ToolResult(name=name, status=ToolStatus.ERROR, seconds=time.perf_counter() - started,
                           reason=context.private_paths_hidden(f"{type(error).__name__}: {error}"))
     seconds = time.perf_counter() - started
+    note = _note(name, context)
     if isinstance(data, dict) and str(data.get("status", "")).upper() == "ERROR":
         return ToolResult(name=name, status=ToolStatus.ERROR, seconds=seconds, data=data,
                           reason=str(data.get("error") or data.get("message") or "error"))
     reason = _no_data_reason(name, data)
     status = ToolStatus.NO_DATA if reason else ToolStatus.OK
-    return ToolResult(name=name, status=status, seconds=seconds, data=data, reason=reason)
+    return ToolResult(name=name, status=status, seconds=seconds, data=data, reason=reason, note=note)

@@ -12,10 +12,10 @@ import pytest
 from analysis_support import xplane
 
 from mldiag.analysis import MANAGED_TOOLS, analyze_profile, xprof_tools
-from mldiag.analysis.engine import start_analysis
 from mldiag.analysis.budget import PROCESS_GROWTH, MemoryBudget, OverBudget, default_ceiling
-from mldiag.domain.sizes import parse_size
+from mldiag.analysis.engine import start_analysis
 from mldiag.analysis.evidence import ToolStatus
+from mldiag.domain.sizes import parse_size
 
 pytestmark = pytest.mark.slow  # real analyses, servers or Terraform runs
 

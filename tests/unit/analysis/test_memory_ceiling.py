@@ -3,6 +3,8 @@ report lacks, and the evidence and findings are still there."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from analysis_support import xplane
 
@@ -29,7 +31,8 @@ def over_the_ceiling(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def past_the_protobuf_limit():
-    """input_bound as if its file were past protobuf's 2 GiB limit."""
+    """input_bound as if its file were past protobuf's 2 GiB limit, by so much that slices of at least
+    MIN_SLICE_BYTES cannot bring it under."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(xprof_tools, "PROTOBUF_LIMIT", 1000)
         return analyze_profile([xplane("input_bound")])
@@ -61,7 +64,7 @@ def test_the_report_and_analysis_json_show_a_skipped_tools_reason(over_the_ceili
     assert "skipped: needs ~" in (out / "summary.html").read_text()
 
 
-def test_a_file_past_the_protobuf_limit_is_never_given_to_xprofs_converters(past_the_protobuf_limit):
+def test_a_file_past_the_protobuf_limit_that_slices_cannot_bring_under_it_is_never_converted(past_the_protobuf_limit):
     tools = {tool.name: tool for tool in past_the_protobuf_limit.tools}
     for name in set(xprof_tools.NEEDS) - ABSENT:
         assert tools[name].status is ToolStatus.SKIPPED, name
@@ -69,3 +72,108 @@ def test_a_file_past_the_protobuf_limit_is_never_given_to_xprofs_converters(past
     # The HLO modules come from a copy of the metadata plane alone, which XProf can read.
     assert {tools[name].status for name in HLO_TOOLS} == {ToolStatus.OK}
     assert past_the_protobuf_limit.metrics.steps > 0 and past_the_protobuf_limit.findings
+
+
+
+@pytest.fixture(scope="module")
+def sliced():
+    """ondemand_mlp (a CPU training loop, 119 steps as XProf counts them) under a ceiling its whole op_stats
+    conversion does not fit but slices of it do (the conversion is said to need 512 MiB, the budget is 256 MiB),
+    and every conversion XProf was asked for."""
+    from xprof.convert import raw_to_tool_data
+
+    from mldiag.analysis.budget import PROCESS_GROWTH, resident_memory
+
+    profile = xplane("ondemand_mlp")
+    convert, conversions = raw_to_tool_data.xspace_to_tool_data, []
+
+    def recorded(paths, tool, options):
+        conversions.append((tool, [Path(path) for path in paths]))
+        return convert(paths, tool, options)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(xprof_tools.CONVERTER_COST, "op_stats", (512 << 20) // profile.stat().st_size)
+        patch.setattr(xprof_tools, "MIN_SLICE_BYTES", 1 << 10)
+        patch.setattr(raw_to_tool_data, "xspace_to_tool_data", recorded)
+        analysis = analyze_profile([profile], memory_ceiling_bytes=resident_memory() + PROCESS_GROWTH + (256 << 20))
+    return analysis, conversions
+
+
+def _slices_of(conversions) -> int:
+    (count,) = {len(paths) for tool, paths in conversions if tool == "overview_page"}
+    return count
+
+
+def test_op_stats_too_large_for_the_ceiling_is_built_from_time_slices_and_every_tool_runs(sliced):
+    analysis, conversions = sliced
+    tools = {tool.name: tool for tool in analysis.tools}
+    count = _slices_of(conversions)
+    assert count >= 2 * xprof_tools.conversion_threads()  # so that that many slices fit at once
+    for name in OP_STATS_TOOLS | {"get_smart_suggestions"}:
+        assert tools[name].status in (ToolStatus.OK, ToolStatus.NO_DATA), (name, tools[name].reason)
+        assert tools[name].note.startswith(f"from XProf's op_stats of {count} time slices"), tools[name].note
+    # Each slice converted on its own, then never the whole file.
+    alone = [paths for tool, paths in conversions if tool == "op_profile" and len(paths) == 1]
+    assert len(alone) == count and all(".slice-" in paths[0].name for paths in alone)
+    assert not any(path.name == xplane("ondemand_mlp").name for tool, paths in conversions
+                   if tool in xprof_tools.OP_STATS_CONVERTERS for path in paths if ".op-stats-slices" in str(path))
+
+
+def test_the_tools_built_from_slices_say_what_the_whole_file_says_but_for_the_steps_beside_each_cut(
+        sliced, analysis_of):
+    analysis, conversions = sliced
+    cuts = _slices_of(conversions) - 1
+    whole = {tool.name: tool.data for tool in analysis_of("ondemand_mlp").tools}
+    merged = {tool.name: tool.data for tool in analysis.tools}
+    steps, merged_steps = whole["get_step_trace"]["summary"], merged["get_step_trace"]["summary"]
+    assert steps["total_steps"] - 2 * cuts <= merged_steps["total_steps"] <= steps["total_steps"]
+    assert merged_steps["step_time_ms_average"] == pytest.approx(steps["step_time_ms_average"], rel=0.05)
+    assert merged["get_kpi_metrics"] == whole["get_kpi_metrics"]
+    assert merged["get_hlo_op_profile"] == whole["get_hlo_op_profile"]
+    assert analysis.metrics.steps == analysis_of("ondemand_mlp").metrics.steps  # the evidence reads every event
+
+
+def test_smart_suggestions_reads_no_event_again_where_the_raw_events_show_it_would_find_none(sliced):
+    _, conversions = sliced
+    (paths,) = [paths for tool, paths in conversions if tool == "smart_suggestion"]
+    assert [path.parent.name for path in paths] == ["ondemand_mlp.without-events"]
+
+
+@pytest.mark.parametrize("name", ["input_bound", "ondemand_mlp", "unfused_small_ops", "collectives"])
+def test_without_events_xprofs_memory_profile_of_a_profile_without_allocator_events_is_the_same(tmp_path, name,
+                                                                                                analysis_of):
+    from xprof.convert import raw_to_tool_data
+
+    from mldiag.analysis.slices import without_events
+
+    assert analysis_of(name).hosts[0].memory_allocator_events == 0
+    profile = xplane(name)
+    without_events(profile, tmp_path / profile.name)
+    assert (tmp_path / profile.name).stat().st_size < profile.stat().st_size
+    whole, _ = raw_to_tool_data.xspace_to_tool_data([str(profile)], "memory_profile", {})
+    light, _ = raw_to_tool_data.xspace_to_tool_data([str(tmp_path / profile.name)], "memory_profile", {})
+    assert light == whole and b'"numHosts":1' in whole
+
+
+def test_a_profile_with_allocator_events_has_its_memory_profile_read_from_the_whole_file(tmp_path):
+    from xprof.convert import raw_to_tool_data
+
+    from mldiag.analysis.slices import without_events
+
+    profile = xplane("mi300x_gemm")
+    without_events(profile, tmp_path / profile.name)
+    whole, _ = raw_to_tool_data.xspace_to_tool_data([str(profile)], "memory_profile", {})
+    light, _ = raw_to_tool_data.xspace_to_tool_data([str(tmp_path / profile.name)], "memory_profile", {})
+    assert b"GPU_0_bfc" in whole and light != whole  # why the copies are given only where there are none
+
+
+def test_a_file_past_the_protobuf_limit_is_converted_in_slices_under_it():
+    profile = xplane("ondemand_mlp")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(xprof_tools, "PROTOBUF_LIMIT", profile.stat().st_size // 3)
+        patch.setattr(xprof_tools, "MIN_SLICE_BYTES", 1 << 10)
+        analysis = analyze_profile([profile])
+    tools = {tool.name: tool for tool in analysis.tools}
+    for name in OP_STATS_TOOLS:
+        assert tools[name].status in (ToolStatus.OK, ToolStatus.NO_DATA), (name, tools[name].reason)
+        assert tools[name].note.endswith("(the file is past protobuf's 2 GiB limit)"), tools[name].note
