@@ -14,9 +14,9 @@ nested in it. The cuts fall where each slice holds about the same bytes of
 events, so that each conversion needs about the same memory.
 
 The file is never parsed as one message nor copied into memory: it is
-memory-mapped and read line by line (:func:`mldiag.analysis.xspace.line_events`),
-three times (where to cut, how long each slice's lines are, the writing), and
-each slice is written as it goes.
+memory-mapped and read line by line (:func:`mldiag.analysis.xspace.line_events`)
+twice: once for where to cut and how long each slice's lines are (three numbers
+per top-level event are kept), once to write the slices as it goes.
 """
 
 from __future__ import annotations
@@ -74,12 +74,15 @@ def slice_by_time(path: Path, count: int, folder: Path) -> TimeSlices:
         if not file.seek(0, 2):
             raise MalformedXSpace(f"{path.name} is empty")
         with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as source:
-            cuts = _cuts(source, count)
+            planes = [(plane_name(source, plane.start, plane.end), [_summary(source, line) for line in
+                                                                    _line_spans(source, plane)])
+                      for plane in _planes(source)]
+            cuts = _cuts([line for _, lines in planes for line in lines], count)
             sizes, extents = [], {}
-            for plane in _planes(source):
-                plane_extents = extents.setdefault(plane_name(source, plane.start, plane.end), _no_extents(count))
-                sizes.append([_line_bytes(source, line, cuts, count, plane_extents)
-                              for line in _line_spans(source, plane)])
+            for name, lines in planes:
+                plane_extents = extents.setdefault(name, _no_extents(count))
+                sizes.append([line.bytes_per_slice(cuts, count, plane_extents) for line in lines])
+            del planes
             stem = path.name.removesuffix(".xplane.pb")
             targets = [folder / f"{stem}.slice-{index}.xplane.pb" for index in range(count)]
             _write(source, cuts, sizes, targets)
@@ -142,25 +145,46 @@ def _starts_ns(events: LineEvents) -> np.ndarray:
     return events.timestamp_ns + events.offsets_ps // 1000
 
 
-def _cuts(source: mmap.mmap, count: int) -> np.ndarray:
+@dataclass
+class _LineSummary:
+    """What cutting needs of a line, read once: its top-level events' starts, and the bytes and the last end of
+    each one with the events nested in it."""
+
+    header_bytes: int  # its other fields
+    starts_ns: np.ndarray
+    bytes: np.ndarray
+    ends_ns: np.ndarray
+
+    def bytes_per_slice(self, cuts: np.ndarray, count: int, extents: np.ndarray) -> np.ndarray:
+        """The bytes of each slice's copy of the line; widens ``extents`` (per slice: first start, last end)."""
+        slices = np.searchsorted(cuts, self.starts_ns, side="right")
+        np.minimum.at(extents[:, 0], slices, self.starts_ns)
+        np.maximum.at(extents[:, 1], slices, self.ends_ns)
+        return self.header_bytes + np.bincount(slices, weights=self.bytes, minlength=count).astype(np.int64)
+
+
+def _summary(source: mmap.mmap, line: _Span) -> _LineSummary:
+    events = _read_line(source, line)
+    header = sum(end - start for start, end in _not_events(events, line))
+    if not len(events.at):
+        empty = np.zeros(0, dtype=np.int64)
+        return _LineSummary(header, empty, empty, empty)
+    top = _top_level(events)
+    firsts = np.flatnonzero(top == np.arange(len(top)))
+    starts = _starts_ns(events)
+    ends = np.maximum.reduceat(starts + events.durations_ps // 1000, firsts)
+    return _LineSummary(header, starts[firsts], np.add.reduceat(events.sizes, firsts), ends)
+
+
+def _cuts(lines: list[_LineSummary], count: int) -> np.ndarray:
     """The ``count - 1`` start times (ns) at which the slices after the first begin: each slice then holds about
     the same bytes of events, counting each top-level event with the events nested in it."""
-    starts, weights = [], []
-    for plane in _planes(source):
-        for line in _line_spans(source, plane):
-            events = _read_line(source, line)
-            top = _top_level(events)
-            if not len(top):
-                continue
-            firsts = np.flatnonzero(top == np.arange(len(top)))
-            starts.append(_starts_ns(events)[firsts])
-            weights.append(np.add.reduceat(events.sizes, firsts))
-    if count == 1 or not starts:
+    if count == 1 or not any(len(line.starts_ns) for line in lines):
         return np.zeros(0, dtype=np.int64)
-    times = np.concatenate(starts)
+    times = np.concatenate([line.starts_ns for line in lines])
     order = np.argsort(times, kind="stable")
     times = times[order]
-    before = np.cumsum(np.concatenate(weights)[order])
+    before = np.cumsum(np.concatenate([line.bytes for line in lines])[order])
     shares = before[-1] * np.arange(1, count) / count
     return times[np.minimum(np.searchsorted(before, shares, side="right"), len(times) - 1)]
 
@@ -179,18 +203,6 @@ def _not_events(events: LineEvents, line: _Span) -> list[tuple[int, int]]:
     bounds += [(int(ends[gap]), int(events.at[gap + 1])) for gap in np.flatnonzero(events.at[1:] != ends[:-1])]
     bounds.append((int(ends[-1]), line.end))
     return [(start, end) for start, end in bounds if end > start]
-
-
-def _line_bytes(source: mmap.mmap, line: _Span, cuts: np.ndarray, count: int, extents: np.ndarray) -> np.ndarray:
-    """The bytes of each slice's copy of the line: its other fields, and its events that go to that slice.
-    Widens ``extents`` (per slice: first start, last end, in ns) to the line's events."""
-    events = _read_line(source, line)
-    header = sum(end - start for start, end in _not_events(events, line))
-    slices = _slice_of(events, cuts)
-    starts = _starts_ns(events)
-    np.minimum.at(extents[:, 0], slices, starts)
-    np.maximum.at(extents[:, 1], slices, starts + events.durations_ps // 1000)
-    return header + np.bincount(slices, weights=events.sizes, minlength=count).astype(np.int64)
 
 
 def _runs(events: LineEvents, slices: np.ndarray) -> list[tuple[int, int, int]]:

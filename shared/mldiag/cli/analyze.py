@@ -150,6 +150,7 @@ def _print_text(report: dict[str, Any]) -> None:
         stdout.print(followups)
     tools = Table("TOOL", "STATUS", "SECONDS", "NOTE", box=None)
     for tool in report["tools"]:
-        tools.add_row(Text(tool["name"]), Text(tool["status"]), Text(f"{tool['seconds']:.2f}"), Text(tool["reason"]))
+        tools.add_row(Text(tool["name"]), Text(tool["status"]), Text(f"{tool['seconds']:.2f}"),
+                      Text(tool["reason"] or tool.get("note", "")))
     stdout.print()
     stdout.print(tools)
