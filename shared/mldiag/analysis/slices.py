@@ -15,8 +15,9 @@ events, so that each conversion needs about the same memory.
 
 The file is never parsed as one message nor copied into memory: it is
 memory-mapped and read line by line (:func:`mldiag.analysis.xspace.line_events`)
-twice: once for where to cut and how long each slice's lines are (three numbers
-per top-level event are kept), once to write the slices as it goes.
+once, keeping four numbers per top-level event (its start, where it is, its
+bytes and its last end, nested events included); the slices are then written
+from those, a run of the file's bytes at a time.
 """
 
 from __future__ import annotations
@@ -74,18 +75,17 @@ def slice_by_time(path: Path, count: int, folder: Path) -> TimeSlices:
         if not file.seek(0, 2):
             raise MalformedXSpace(f"{path.name} is empty")
         with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as source:
-            planes = [(plane_name(source, plane.start, plane.end), [_summary(source, line) for line in
-                                                                    _line_spans(source, plane)])
+            planes = [(plane, [_summary(source, line) for line in _line_spans(source, plane)])
                       for plane in _planes(source)]
             cuts = _cuts([line for _, lines in planes for line in lines], count)
-            sizes, extents = [], {}
-            for name, lines in planes:
-                plane_extents = extents.setdefault(name, _no_extents(count))
-                sizes.append([line.bytes_per_slice(cuts, count, plane_extents) for line in lines])
-            del planes
+            extents: dict[str, np.ndarray] = {}
+            for plane, lines in planes:
+                plane_extents = extents.setdefault(plane_name(source, plane.start, plane.end), _no_extents(count))
+                for line in lines:
+                    line.widen(plane_extents, cuts)
             stem = path.name.removesuffix(".xplane.pb")
             targets = [folder / f"{stem}.slice-{index}.xplane.pb" for index in range(count)]
-            _write(source, cuts, sizes, targets)
+            _write(source, cuts, planes, targets)
     return TimeSlices(targets, extents)
 
 
@@ -147,33 +147,54 @@ def _starts_ns(events: LineEvents) -> np.ndarray:
 
 @dataclass
 class _LineSummary:
-    """What cutting needs of a line, read once: its top-level events' starts, and the bytes and the last end of
-    each one with the events nested in it."""
+    """What cutting needs of a line, read once: its other fields, and of each of its top-level events the start,
+    where it is in the file, and the bytes and the last end of it with the events nested in it."""
 
-    header_bytes: int  # its other fields
+    span: _Span
+    headers: list[tuple[int, int]]  # where its other fields are
     starts_ns: np.ndarray
+    at: np.ndarray
     bytes: np.ndarray
     ends_ns: np.ndarray
+    adjacent: bool  # its events follow one another in the file (as every serializer writes them)
 
-    def bytes_per_slice(self, cuts: np.ndarray, count: int, extents: np.ndarray) -> np.ndarray:
-        """The bytes of each slice's copy of the line; widens ``extents`` (per slice: first start, last end)."""
-        slices = np.searchsorted(cuts, self.starts_ns, side="right")
+    def slices(self, cuts: np.ndarray) -> np.ndarray:
+        """The slice of each top-level event."""
+        return np.searchsorted(cuts, self.starts_ns, side="right")
+
+    def widen(self, extents: np.ndarray, cuts: np.ndarray) -> None:
+        """Widen ``extents`` (per slice: first start, last end) to the line's events."""
+        slices = self.slices(cuts)
         np.minimum.at(extents[:, 0], slices, self.starts_ns)
         np.maximum.at(extents[:, 1], slices, self.ends_ns)
-        return self.header_bytes + np.bincount(slices, weights=self.bytes, minlength=count).astype(np.int64)
+
+    def bytes_per_slice(self, cuts: np.ndarray, count: int) -> np.ndarray:
+        """The bytes of each slice's copy of the line."""
+        own = sum(end - start for start, end in self.headers)
+        return own + np.bincount(self.slices(cuts), weights=self.bytes, minlength=count).astype(np.int64)
+
+    def runs(self, source: mmap.mmap, cuts: np.ndarray) -> list[tuple[int, int, int]]:
+        """``(slice, start, end)`` of each run of the line's events that lie next to each other in the file and
+        go to the same slice, in file order."""
+        if not self.adjacent:
+            events = _read_line(source, self.span)
+            return _runs(events.at, events.sizes, _slice_of(events, cuts))
+        return _runs(self.at, self.bytes, self.slices(cuts))
 
 
 def _summary(source: mmap.mmap, line: _Span) -> _LineSummary:
     events = _read_line(source, line)
-    header = sum(end - start for start, end in _not_events(events, line))
+    headers = _not_events(events, line)
     if not len(events.at):
         empty = np.zeros(0, dtype=np.int64)
-        return _LineSummary(header, empty, empty, empty)
+        return _LineSummary(line, headers, empty, empty, empty, empty, True)
     top = _top_level(events)
     firsts = np.flatnonzero(top == np.arange(len(top)))
     starts = _starts_ns(events)
     ends = np.maximum.reduceat(starts + events.durations_ps // 1000, firsts)
-    return _LineSummary(header, starts[firsts], np.add.reduceat(events.sizes, firsts), ends)
+    adjacent = bool((events.at[1:] == events.at[:-1] + events.sizes[:-1]).all())
+    return _LineSummary(line, headers, starts[firsts], events.at[firsts], np.add.reduceat(events.sizes, firsts),
+                        ends, adjacent)
 
 
 def _cuts(lines: list[_LineSummary], count: int) -> np.ndarray:
@@ -205,34 +226,36 @@ def _not_events(events: LineEvents, line: _Span) -> list[tuple[int, int]]:
     return [(start, end) for start, end in bounds if end > start]
 
 
-def _runs(events: LineEvents, slices: np.ndarray) -> list[tuple[int, int, int]]:
-    """``(slice, start, end)`` of each run of the line's events that lie next to each other in the file and go
-    to the same slice, in file order."""
+def _runs(at: np.ndarray, sizes: np.ndarray, slices: np.ndarray) -> list[tuple[int, int, int]]:
+    """``(slice, start, end)`` of each run of the pieces at ``at`` (of ``sizes`` bytes) that lie next to each
+    other in the file and go to the same slice, in file order."""
     if not len(slices):
         return []
-    ends = events.at + events.sizes
-    breaks = np.flatnonzero((slices[1:] != slices[:-1]) | (events.at[1:] != ends[:-1])) + 1
+    ends = at + sizes
+    breaks = np.flatnonzero((slices[1:] != slices[:-1]) | (at[1:] != ends[:-1])) + 1
     firsts, lasts = np.concatenate(([0], breaks)), np.concatenate((breaks, [len(slices)])) - 1
-    return [(int(slices[first]), int(events.at[first]), int(ends[last])) for first, last in zip(firsts, lasts)]
+    return [(int(slices[first]), int(at[first]), int(ends[last])) for first, last in zip(firsts, lasts)]
 
 
-def _write(source: mmap.mmap, cuts: np.ndarray, sizes: list[list[np.ndarray]], targets: list[Path]) -> None:
+def _write(source: mmap.mmap, cuts: np.ndarray, planes: list[tuple[_Span, list[_LineSummary]]],
+           targets: list[Path]) -> None:
     with contextlib.ExitStack() as stack:
         outputs = [stack.enter_context(open(target, "wb")) for target in targets]
         view = stack.enter_context(memoryview(source))
-        planes = iter(sizes)
+        lines_of = iter(lines for _, lines in planes)
         for number, tag_at, start, end in fields(source, 0, len(source)):
             if number == XSPACE_PLANES:
-                _write_plane(source, view, _Span(tag_at, start, end), next(planes), cuts, outputs)
+                _write_plane(source, view, _Span(tag_at, start, end), next(lines_of), cuts, outputs)
             else:  # the XSpace's own fields: host names, errors, warnings
                 for output in outputs:
                     output.write(view[tag_at:end])
 
 
-def _write_plane(source: mmap.mmap, view: memoryview, plane: _Span, line_sizes: list[np.ndarray],
+def _write_plane(source: mmap.mmap, view: memoryview, plane: _Span, lines: list[_LineSummary],
                  cuts: np.ndarray, outputs: list[BinaryIO]) -> None:
     described = [(tag_at, end) for number, tag_at, _, end in fields(source, plane.start, plane.end)
                  if number != PLANE_LINES]
+    line_sizes = [line.bytes_per_slice(cuts, len(outputs)) for line in lines]
     plane_sizes = sum(end - tag_at for tag_at, end in described) + sum(
         (np.array([len(field_head(PLANE_LINES, int(size))) for size in sizes]) + sizes for sizes in line_sizes),
         np.zeros(len(outputs), dtype=np.int64))
@@ -240,11 +263,11 @@ def _write_plane(source: mmap.mmap, view: memoryview, plane: _Span, line_sizes: 
         output.write(field_head(XSPACE_PLANES, int(size)))
         for tag_at, end in described:  # the plane's name, metadata and stats
             output.write(view[tag_at:end])
-    for line, sizes in zip(_line_spans(source, plane), line_sizes):
-        events = _read_line(source, line)
+    for line, sizes in zip(lines, line_sizes):
         for output, size in zip(outputs, sizes):
             output.write(field_head(PLANE_LINES, int(size)))
-            for start, end in _not_events(events, line):
+            for start, end in line.headers:
                 output.write(view[start:end])
-        for index, start, end in _runs(events, _slice_of(events, cuts)):
+        for index, start, end in line.runs(source, cuts):
             outputs[index].write(view[start:end])
+        release_pages(source, line.span.start, line.span.end)

@@ -141,3 +141,17 @@ def test_the_gaps_between_slices_are_measured_per_plane(tmp_path):
     assert sliced.extents_ns["/device:GPU:0"].tolist() == [[1_000, 2_000], [10_000, 11_000]]
     assert sliced.gaps_ns("/device:") == 8_000  # from the end of the first slice's last event to the next one
     assert sliced.gaps_ns("/host:") == 0
+
+
+def test_a_line_whose_events_are_not_next_to_each_other_is_cut_as_well(tmp_path):
+    # A serializer may write another field of the line (its display name, 11) between two events.
+    line = (delimited(2, b"a") + b"\x18" + encode_varint(5) + delimited(4, _event(1, 0, 1))
+            + delimited(11, b"shown") + delimited(4, _event(2, 10_000, 1)) + delimited(4, _event(3, 20_000, 1)))
+    profile = tmp_path / "host-a.xplane.pb"
+    profile.write_bytes(_space(line))
+
+    first, second = slice_by_time(profile, 2, tmp_path).paths
+
+    assert [event[2] for event in _events(first) + _events(second)] == [1, 2, 3]
+    assert len(_events(first)) in (1, 2) and all(delimited(11, b"shown") in path.read_bytes()
+                                                 for path in (first, second))
