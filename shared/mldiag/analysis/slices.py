@@ -207,7 +207,10 @@ def _cuts(lines: list[_LineSummary], count: int) -> np.ndarray:
     times = times[order]
     before = np.cumsum(np.concatenate([line.bytes for line in lines])[order])
     shares = before[-1] * np.arange(1, count) / count
-    return times[np.minimum(np.searchsorted(before, shares, side="right"), len(times) - 1)]
+    reaching = np.searchsorted(before, shares)  # the top-level event that takes the bytes past each share
+    short_of = np.where(reaching > 0, before[reaching - 1], 0)  # the bytes before it
+    ahead = (reaching > 0) & (shares - short_of < before[reaching] - shares)  # cutting before it is closer
+    return times[np.minimum(np.where(ahead, reaching, reaching + 1), len(times) - 1)]
 
 
 def _slice_of(events: LineEvents, cuts: np.ndarray) -> np.ndarray:
