@@ -108,6 +108,19 @@ def read_events_apart(xplane: Path) -> HostEvidence:
     return TypeAdapter(HostEvidence).validate_json(done.stdout)
 
 
+def _shared_bytes(files: Sequence[Path]) -> int:
+    """What every time slice of a one-file session would carry (0 for a file the raw-event read will refuse)."""
+    from mldiag.analysis.slices import shared_bytes
+    from mldiag.analysis.wire import MalformedXSpace
+
+    if len(files) != 1:
+        return 0
+    try:
+        return shared_bytes(files[0])
+    except MalformedXSpace:
+        return 0
+
+
 def _absent_inputs(hosts: list[HostEvidence], timelines: Sequence[Path]) -> dict[str, str]:
     """Converters whose input the raw events (and the timelines they saved) show is not in the profile."""
     from mldiag.analysis.host_evidence import DeviceKind
@@ -275,7 +288,8 @@ def start_analysis(
         folder = session.files[0].parent
         client = shared_converters()
         state = SessionState(files=[str(f) for f in session.files], budget=budget, profile_bytes=profile_bytes,
-                             largest_file_bytes=max(f.stat().st_size for f in session.files))
+                             largest_file_bytes=max(f.stat().st_size for f in session.files),
+                             shared_bytes=_shared_bytes(session.files))
 
         def read(xplane: Path) -> HostEvidence:
             with budget.reserve_all_needed(RAW_EVENTS_COST * xplane.stat().st_size):

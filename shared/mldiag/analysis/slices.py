@@ -89,6 +89,20 @@ def slice_by_time(path: Path, count: int, folder: Path) -> TimeSlices:
     return TimeSlices(targets, extents)
 
 
+def shared_bytes(path: Path) -> int:
+    """The bytes every slice of the file at ``path`` carries whatever its share of the events: the XSpace's own
+    fields and each plane's name, metadata and stats (the lines' own few fields aside)."""
+    with open(path, "rb") as file:
+        if not file.seek(0, 2):
+            raise MalformedXSpace(f"{path.name} is empty")
+        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as source:
+            return sum(
+                end - tag_at if number != XSPACE_PLANES else sum(
+                    field_end - field_at for field, field_at, _, field_end in fields(source, start, end)
+                    if field != PLANE_LINES)
+                for number, tag_at, start, end in fields(source, 0, len(source)))
+
+
 def without_events(path: Path, target: Path) -> None:
     """Write to ``target`` the file at ``path`` without any of its lines: the XSpace's own fields, and every
     plane's name, metadata and stats (the HLO modules of the metadata plane included)."""

@@ -152,22 +152,26 @@ def conversion_threads() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def op_stats_slices(host_files: int, largest_file_bytes: int, budget: MemoryBudget) -> int:
+def op_stats_slices(host_files: int, largest_file_bytes: int, budget: MemoryBudget, shared_bytes: int = 0) -> int:
     """Into how many time slices the session's host file is cut for XProf's op_stats: 1 when the whole
     conversion fits under the budget, 0 when it cannot be done (several host files, or slices that would
     still not fit).
 
-    A slice's conversion needs op_stats' cost of the slice; once they are merged, the converters that read
-    the profile again (the overview's inference statistics, smart suggestions) convert up to
-    :func:`conversion_threads` slices at once, so that many slices must fit together.
+    A slice's conversion needs op_stats' cost of the slice: its share of the events and ``shared_bytes``,
+    what every slice carries (the planes' metadata: :func:`mldiag.analysis.slices.shared_bytes`). Once they
+    are merged, the converters that read the profile again (the overview's inference statistics) convert up
+    to :func:`conversion_threads` slices at once, so that many slices must fit together.
     """
-    whole = CONVERTER_COST["op_stats"] * largest_file_bytes
-    if host_files == 1 and largest_file_bytes <= PROTOBUF_LIMIT and budget.fits(whole):
+    cost = CONVERTER_COST["op_stats"]
+    if largest_file_bytes <= PROTOBUF_LIMIT and budget.fits(cost * largest_file_bytes):
         return 1
-    if host_files != 1:
-        return 1 if largest_file_bytes <= PROTOBUF_LIMIT and budget.fits(whole) else 0
-    count = max(-(-conversion_threads() * whole // budget.limit), -(-largest_file_bytes // PROTOBUF_LIMIT), 2)
-    if count > MAX_SLICES or largest_file_bytes // count < MIN_SLICE_BYTES:
+    at_once = conversion_threads() * cost
+    room = budget.limit - at_once * shared_bytes  # what is left for the events of the slices converted at once
+    if host_files != 1 or room <= 0 or PROTOBUF_LIMIT <= shared_bytes:
+        return 0
+    events = largest_file_bytes - shared_bytes
+    count = max(-(-at_once * events // room), -(-events // (PROTOBUF_LIMIT - shared_bytes)), 2)
+    if count > MAX_SLICES or events // count < MIN_SLICE_BYTES:
         return 0
     return int(count)
 
@@ -202,6 +206,7 @@ class SessionState:
     op_stats_built: bool = False
     hlo_dumped: bool = False
     hlo_module_bytes: dict[str, int] = field(default_factory=dict)  # each dumped module's proto size, by name
+    shared_bytes: int = 0  # what every time slice of the (one) host file would carry
     sliced: SlicedHost | None = None  # once op_stats is built from time slices
     slicing_failed: Exception | None = None
 
@@ -270,7 +275,8 @@ def _client_class() -> type:
             if converter in OP_STATS_CONVERTERS:
                 with state.op_stats_lock:
                     if not state.op_stats_built:
-                        slices = op_stats_slices(len(state.files), state.largest_file_bytes, state.budget)
+                        slices = op_stats_slices(len(state.files), state.largest_file_bytes, state.budget,
+                                                 state.shared_bytes)
                         if slices == 1:  # the first conversion builds the cache every later one reads
                             cost = max(CONVERTER_COST.get(converter, LIGHT_COST), CONVERTER_COST["op_stats"])
                             with state.budget.reserve(cost * state.profile_bytes, what,
@@ -632,7 +638,8 @@ def _skip_reason(name: str, context: ToolContext) -> str:
         return ""
     converter, without = NEEDS[name]
     if converter in OP_STATS_CONVERTERS or converter == "op_stats":
-        if op_stats_slices(context.host_files, context.largest_file_bytes, context.budget):
+        if op_stats_slices(context.host_files, context.largest_file_bytes, context.budget,
+                           context.state.shared_bytes if context.state else 0):
             return ""
     elif context.largest_file_bytes <= PROTOBUF_LIMIT:
         needed = CONVERTER_COST[converter] * context.profile_bytes

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 from analysis_support import xplane
 
-from mldiag.analysis import ToolStatus, analyze_profile
-from mldiag.analysis import xprof_tools
+from mldiag.analysis import ToolStatus, analyze_profile, xprof_tools
 from mldiag.analysis.report import write_reports
 
 OP_STATS_TOOLS = {name for name, (converter, _) in xprof_tools.NEEDS.items() if converter == "op_stats"}
@@ -78,8 +77,8 @@ def test_a_file_past_the_protobuf_limit_that_slices_cannot_bring_under_it_is_nev
 @pytest.fixture(scope="module")
 def sliced():
     """ondemand_mlp (a CPU training loop, 119 steps as XProf counts them) under a ceiling its whole op_stats
-    conversion does not fit but slices of it do (the conversion is said to need 512 MiB, the budget is 256 MiB),
-    and every conversion XProf was asked for."""
+    conversion does not fit but slices of it do (the conversion is said to need 512 MiB, the budget is 460 MiB;
+    30% of the file is metadata every slice carries), and every conversion XProf was asked for."""
     from xprof.convert import raw_to_tool_data
 
     from mldiag.analysis.budget import PROCESS_GROWTH, resident_memory
@@ -95,7 +94,7 @@ def sliced():
         patch.setitem(xprof_tools.CONVERTER_COST, "op_stats", (512 << 20) // profile.stat().st_size)
         patch.setattr(xprof_tools, "MIN_SLICE_BYTES", 1 << 10)
         patch.setattr(raw_to_tool_data, "xspace_to_tool_data", recorded)
-        analysis = analyze_profile([profile], memory_ceiling_bytes=resident_memory() + PROCESS_GROWTH + (256 << 20))
+        analysis = analyze_profile([profile], memory_ceiling_bytes=resident_memory() + PROCESS_GROWTH + (460 << 20))
     return analysis, conversions
 
 
@@ -108,7 +107,7 @@ def test_op_stats_too_large_for_the_ceiling_is_built_from_time_slices_and_every_
     analysis, conversions = sliced
     tools = {tool.name: tool for tool in analysis.tools}
     count = _slices_of(conversions)
-    assert count >= 2 * xprof_tools.conversion_threads()  # so that that many slices fit at once
+    assert count >= 2
     for name in OP_STATS_TOOLS | {"get_smart_suggestions"}:
         assert tools[name].status in (ToolStatus.OK, ToolStatus.NO_DATA), (name, tools[name].reason)
         assert tools[name].note.startswith(f"from XProf's op_stats of {count} time slices"), tools[name].note
@@ -177,3 +176,23 @@ def test_a_file_past_the_protobuf_limit_is_converted_in_slices_under_it():
     for name in OP_STATS_TOOLS:
         assert tools[name].status in (ToolStatus.OK, ToolStatus.NO_DATA), (name, tools[name].reason)
         assert tools[name].note.endswith("(the file is past protobuf's 2 GiB limit)"), tools[name].note
+
+
+def test_how_many_slices_the_budget_and_the_protobuf_limit_ask_for(monkeypatch):
+    from mldiag.analysis.budget import MemoryBudget
+
+    monkeypatch.setattr(xprof_tools, "conversion_threads", lambda: 2)
+    monkeypatch.setitem(xprof_tools.CONVERTER_COST, "op_stats", 10)
+    mib = 1 << 20
+    slices = xprof_tools.op_stats_slices
+    assert slices(1, 100 * mib, MemoryBudget(1000 * mib)) == 1  # the whole conversion fits
+    assert slices(3, 100 * mib, MemoryBudget(1000 * mib)) == 1
+    # 2 slices at once at 10x: 20x the events of a slice, in what the metadata of 2 slices leaves.
+    assert slices(1, 100 * mib, MemoryBudget(500 * mib)) == 4
+    assert slices(1, 100 * mib, MemoryBudget(500 * mib), shared_bytes=10 * mib) == 6  # 20x 90 MiB in 300 MiB
+    assert slices(1, 100 * mib, MemoryBudget(500 * mib), shared_bytes=25 * mib) == 0  # the metadata alone fills it
+    assert slices(2, 100 * mib, MemoryBudget(500 * mib)) == 0  # several hosts are never cut
+    monkeypatch.setattr(xprof_tools, "PROTOBUF_LIMIT", 30 * mib)
+    assert slices(1, 100 * mib, MemoryBudget(10_000 * mib), shared_bytes=5 * mib) == 4  # 95 MiB in 25 MiB slices
+    monkeypatch.setattr(xprof_tools, "MIN_SLICE_BYTES", 30 * mib)
+    assert slices(1, 100 * mib, MemoryBudget(10_000 * mib), shared_bytes=5 * mib) == 0  # slices too small to pay
