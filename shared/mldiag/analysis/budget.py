@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import itertools
 import os
 import threading
@@ -104,10 +103,8 @@ def resident_memory() -> int:
 
 def release_freed_memory() -> None:
     """Hand memory that was freed back to the system (glibc keeps it in its arenas otherwise)."""
-    libc = ctypes.util.find_library("c")
-    if libc:
-        with contextlib.suppress(OSError, AttributeError):  # not glibc
-            ctypes.CDLL(libc).malloc_trim(0)
+    with contextlib.suppress(AttributeError):  # not glibc
+        ctypes.CDLL(None).malloc_trim(0)  # the process's own symbols: no search for the library, no subprocess
 
 
 def available_memory() -> int | None:
