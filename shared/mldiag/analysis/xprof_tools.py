@@ -284,6 +284,11 @@ def _client_class() -> type:
                                 yield paths
                             state.op_stats_built = True
                             return
+                        if not slices:
+                            raise Skipped(_over_protobuf_limit(state.largest_file_bytes)
+                                          if state.largest_file_bytes > PROTOBUF_LIMIT else beyond_ceiling(
+                                              CONVERTER_COST["op_stats"] * state.profile_bytes,
+                                              state.budget.ceiling))
                         if state.slicing_failed is not None:  # one failure is every op_stats tool's
                             raise state.slicing_failed
                         try:

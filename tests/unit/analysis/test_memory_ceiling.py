@@ -196,3 +196,13 @@ def test_how_many_slices_the_budget_and_the_protobuf_limit_ask_for(monkeypatch):
     assert slices(1, 100 * mib, MemoryBudget(10_000 * mib), shared_bytes=5 * mib) == 4  # 95 MiB in 25 MiB slices
     monkeypatch.setattr(xprof_tools, "MIN_SLICE_BYTES", 30 * mib)
     assert slices(1, 100 * mib, MemoryBudget(10_000 * mib), shared_bytes=5 * mib) == 0  # slices too small to pay
+
+
+def test_a_conversion_of_op_stats_that_neither_fits_nor_can_be_cut_is_skipped_whoever_asks():
+    from mldiag.analysis.engine import start_analysis
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(xprof_tools.CONVERTER_COST, "op_stats", 10_000)  # its metadata alone would fill the budget
+        with start_analysis([xplane("input_bound")], memory_ceiling_bytes=1 << 30) as running:
+            with pytest.raises(xprof_tools.Skipped, match="needs ~2.5 GiB, ceiling 1.0 GiB"):  # a follow-up's ask
+                running.context.client.fetch(tool_name="kernel_stats", session_id=running.context.session_id)
