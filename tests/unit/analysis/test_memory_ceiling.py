@@ -206,3 +206,11 @@ def test_a_conversion_of_op_stats_that_neither_fits_nor_can_be_cut_is_skipped_wh
         with start_analysis([xplane("input_bound")], memory_ceiling_bytes=1 << 30) as running:
             with pytest.raises(xprof_tools.Skipped, match="needs ~2.5 GiB, ceiling 1.0 GiB"):  # a follow-up's ask
                 running.context.client.fetch(tool_name="kernel_stats", session_id=running.context.session_id)
+
+
+def test_the_report_says_which_tools_were_built_from_time_slices(sliced, tmp_path):
+    analysis, conversions = sliced
+    write_reports(analysis, tmp_path)
+    note = f"from XProf&#39;s op_stats of {_slices_of(conversions)} time slices of the profile, merged"
+    assert note in (tmp_path / "summary.html").read_text()
+    assert '"note": "from XProf\'s op_stats of' in (tmp_path / "analysis.json").read_text()
