@@ -307,7 +307,6 @@ def start_analysis(
             context = ToolContext(
                 folder=folder, client=client, hlo=_HloModules(client, folder), budget=budget,
                 profile_bytes=profile_bytes, timelines=tuple(timeline_of(f) for f in sorted(session.files, key=str)),
-                absent=state.absent, largest_file_bytes=state.largest_file_bytes, host_files=len(session.files),
                 state=state,
             )
             yield RunningAnalysis(started=started, say=say, origin=files[0].parent, session=session, pool=pool,

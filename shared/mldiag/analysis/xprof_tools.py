@@ -113,8 +113,8 @@ def _quiet_native_logs() -> None:
 class AbsentInputs:
     """The converters whose input the profile lacks, known once the raw events are read.
 
-    Only converters that can be told absent from the raw events (:data:`CAN_BE_ABSENT`)
-    ask, and they wait for the answer; every other converter runs without waiting.
+    Only what can be told absent from the raw events (:data:`KNOWN_FROM_RAW_EVENTS`)
+    is asked for, and the asker waits for the answer; every other converter runs without waiting.
     """
 
     def __init__(self, reasons: dict[str, str] | None = None) -> None:
@@ -130,7 +130,7 @@ class AbsentInputs:
 
     def reason(self, converter: str) -> str:
         """Why ``converter`` has no input in this profile, or "" when it may have some."""
-        if converter not in CAN_BE_ABSENT | {SMART_SUGGESTION_REREADS}:
+        if converter not in KNOWN_FROM_RAW_EVENTS:
             return ""
         self._known.wait()
         return self._reasons.get(converter, "")
@@ -144,6 +144,7 @@ CAN_BE_ABSENT = frozenset({"memory_profile", "utilization_viewer"})
 # the op_stats beside copies of the files without their events, and answers as it would from the whole files.
 SMART_SUGGESTION_EVENTS = ("barrier-cores", "debug_print")  # XProf's kEventTimeFractionAnalyzerEvents
 SMART_SUGGESTION_REREADS = "smart_suggestion's reads of the profile"
+KNOWN_FROM_RAW_EVENTS = CAN_BE_ABSENT | {SMART_SUGGESTION_REREADS}
 
 
 def conversion_threads() -> int:
@@ -210,6 +211,10 @@ class SessionState:
     sliced: SlicedHost | None = None  # once op_stats is built from time slices
     slicing_failed: Exception | None = None
 
+    def op_stats_slices(self, budget: MemoryBudget | None = None) -> int:
+        """:func:`op_stats_slices` of this session, under ``budget`` (its own by default)."""
+        return op_stats_slices(len(self.files), self.largest_file_bytes, budget or self.budget, self.shared_bytes)
+
     def lock_for(self, key: str) -> threading.Lock:
         with self.lock:
             return self.key_locks.setdefault(key, threading.Lock())
@@ -275,8 +280,7 @@ def _client_class() -> type:
             if converter in OP_STATS_CONVERTERS:
                 with state.op_stats_lock:
                     if not state.op_stats_built:
-                        slices = op_stats_slices(len(state.files), state.largest_file_bytes, state.budget,
-                                                 state.shared_bytes)
+                        slices = state.op_stats_slices()
                         if slices == 1:  # the first conversion builds the cache every later one reads
                             cost = max(CONVERTER_COST.get(converter, LIGHT_COST), CONVERTER_COST["op_stats"])
                             with state.budget.reserve(cost * state.profile_bytes, what,
@@ -493,10 +497,7 @@ class ToolContext:
     budget: MemoryBudget
     profile_bytes: int
     timelines: tuple[Path, ...]  # every event of each file, as the raw-event read saved it, in XProf's file order
-    absent: AbsentInputs = field(default_factory=lambda: AbsentInputs({}))
-    largest_file_bytes: int = 0
-    host_files: int = 1
-    state: SessionState | None = None  # the conversions' own record, where the tools' client keeps it
+    state: SessionState  # the conversions' own record, where the tools' client keeps it
 
     @property
     def session_id(self) -> str:
@@ -642,16 +643,14 @@ def _skip_reason(name: str, context: ToolContext) -> str:
     if name not in NEEDS:
         return ""
     converter, without = NEEDS[name]
+    largest = context.state.largest_file_bytes
     if converter in OP_STATS_CONVERTERS or converter == "op_stats":
-        if op_stats_slices(context.host_files, context.largest_file_bytes, context.budget,
-                           context.state.shared_bytes if context.state else 0):
+        if context.state.op_stats_slices(context.budget):
             return ""
-    elif context.largest_file_bytes <= PROTOBUF_LIMIT:
-        needed = CONVERTER_COST[converter] * context.profile_bytes
-        if context.budget.fits(needed):
-            return ""
-    if context.largest_file_bytes > PROTOBUF_LIMIT:
-        return f"skipped: {_over_protobuf_limit(context.largest_file_bytes)}; {without}"
+    elif largest <= PROTOBUF_LIMIT and context.budget.fits(CONVERTER_COST[converter] * context.profile_bytes):
+        return ""
+    if largest > PROTOBUF_LIMIT:
+        return f"skipped: {_over_protobuf_limit(largest)}; {without}"
     needed = CONVERTER_COST[converter] * context.profile_bytes
     return f"skipped: {beyond_ceiling(needed, context.budget.ceiling)}; {without}"
 
@@ -691,7 +690,7 @@ def _no_data_reason(name: str, data: Any) -> str:
 
 def _note(name: str, context: ToolContext) -> str:
     """How the tool's result was made, where XProf's own way was not followed."""
-    sliced = context.state.sliced if context.state else None
+    sliced = context.state.sliced
     return sliced.note if sliced and NEEDS.get(name, ("",))[0] in ("op_stats", "smart_suggestion") else ""
 
 
@@ -700,7 +699,7 @@ def run_tool(name: str, context: ToolContext) -> ToolResult:
     from mldiag.analysis.evidence import ToolResult, ToolStatus
 
     started = time.perf_counter()
-    absent = context.absent.reason(_ONLY_CONVERTER.get(name, ""))
+    absent = context.state.absent.reason(_ONLY_CONVERTER.get(name, ""))
     if absent:
         return ToolResult(name=name, status=ToolStatus.NO_DATA, seconds=0.0, reason=absent)
     skipped = _skip_reason(name, context)
