@@ -121,6 +121,40 @@ class OpFamily:
     examples: list[str] = field(default_factory=list)
 
 
+class TimeCause(StrEnum):
+    """What a slice of the loop's wall time went to: each instant of the loop belongs to exactly one cause."""
+
+    DEVICE_COMPUTE = "device_compute"  # a device ran compute ops (``name``: the op family)
+    COLLECTIVES = "collectives"  # a device ran collectives and nothing else
+    TRANSFERS = "transfers"  # copies between host and device memory, on the device or the host
+    COMPILATION = "compilation"  # the devices idle while the host compiled
+    DISPATCH = "dispatch"  # the devices idle while the host launched programs
+    HOST_WORK = "host_work"  # the devices idle while a host function ran (``name``, on ``thread``)
+    WAITING = "waiting"  # the devices idle while the stepping thread waited, with nothing traced to explain it
+    UNTRACED = "untraced"  # the devices idle and no event on the stepping thread
+
+
+@_evidence
+class TimePart:
+    """One named part of the loop's wall time."""
+
+    cause: TimeCause
+    name: str = ""  # function, scope, op family or program, from the profile (untrusted text)
+    thread: str = ""  # the host thread the time was spent on, for host-side causes
+    ms: float  # over the whole loop
+    share: float  # of the loop's wall time
+    useful: bool = False  # the device doing the model's work: what nothing should be cut from
+
+
+@_evidence
+class Attribution:
+    """The loop's wall time split into named parts that sum to it: where every millisecond went."""
+
+    loop_ms: float  # from the first step's start to the last step's end, the gaps between steps included
+    steps: int
+    parts: list[TimePart] = field(default_factory=list)  # largest first
+
+
 @_evidence
 class HostEvidence:
     """Signals from the raw events of one ``<host>.xplane.pb``."""
@@ -162,6 +196,7 @@ class HostEvidence:
     programs: list[ProgramCalls] = field(default_factory=list)  # by device time
     op_families: dict[str, OpFamily] = field(default_factory=dict)
     series: StepSeries = field(default_factory=StepSeries)
+    attribution: Attribution | None = None
 
     def to_json(self) -> str:
         """The evidence as the reader prints it: JSON, refusing NaN and infinities (the engine would too)."""
