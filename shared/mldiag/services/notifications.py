@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import json
+import re
 from datetime import timedelta
 from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
@@ -119,19 +121,63 @@ def describe_route(services: NotificationPorts, run_name: str) -> dict[str, Any]
 
 
 def check_url(url: str, allow_private: bool) -> str:
-    """``url`` if a notification may be sent there; :class:`InvalidArgument` naming why not."""
+    """``url`` if a notification may be sent there; :class:`InvalidArgument` naming why not.
+
+    The host checked is the one the HTTP client dials: the URL is read by urllib3's parser, which requests
+    connects with, and a URL that another parser would read differently (a backslash, user information, a
+    host in a spelling that is not canonical) is refused outright rather than interpreted.
+    """
+    from urllib3.exceptions import LocationParseError
+    from urllib3.util import parse_url
+
     from mldiag.services.capture.targets import resolve_outbound_address
 
-    parts = urlsplit(url)
-    if parts.scheme not in ("https", "http") or not parts.hostname:
-        raise InvalidArgument(f"{url!r} is not an http(s) URL", field="url")
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    if any(character in url for character in "\\\t\r\n ") or not url.isprintable():
+        raise InvalidArgument("a notification URL may not hold backslashes, spaces or control characters", field="url")
+    try:
+        dialled = parse_url(url)
+    except LocationParseError:
+        raise InvalidArgument("the notification URL does not parse", field="url") from None
+    if dialled.scheme not in ("https", "http") or not dialled.host:
+        raise InvalidArgument(f"{_without_path(url)!r} is not an http(s) URL", field="url")
+    if dialled.auth is not None:
+        raise InvalidArgument("a notification URL may not hold user information (user@host)", field="url")
+    host = dialled.host.lower()
+    if host.strip("[]") != (urlsplit(url).hostname or ""):
+        raise InvalidArgument(f"{host!r}: the notification URL reads as two different hosts", field="url")
+    if not _canonical_host(host):
+        raise InvalidArgument(f"{host!r} is not a host name or an address in its usual spelling", field="url")
+    port = dialled.port or (443 if dialled.scheme == "https" else 80)
     try:
         resolve_outbound_address(f"{host}:{port}", allow_private=allow_private)
     except OSError as error:
-        raise InvalidArgument(f"{parts.hostname!r} does not resolve: {error}", field="url") from None
+        raise InvalidArgument(f"{host!r} does not resolve: {error}", field="url") from None
     return url
+
+
+_HOST_NAME = re.compile(r"(?=.{1,253}$)([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.)*[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.?")
+
+
+def _canonical_host(host: str) -> bool:
+    """A DNS name with a letter in its last label, a dotted-quad IPv4 address, or a bracketed IPv6 address,
+    each as the resolver itself would write it (no ``127.1``, ``0x7f.1`` or ``2130706433``)."""
+    if host.startswith("["):
+        try:
+            return host == f"[{ipaddress.IPv6Address(host[1:-1])}]" and host.endswith("]")
+        except ValueError:
+            return False
+    try:
+        return str(ipaddress.IPv4Address(host)) == host
+    except ValueError:
+        pass
+    last_label = host.rstrip(".").rsplit(".", 1)[-1]
+    return bool(_HOST_NAME.fullmatch(host)) and not last_label.isdigit() and not last_label.startswith("0x")
+
+
+def _without_path(url: str) -> str:
+    """What an error may quote of a URL: its scheme and host, never the path that holds a webhook's secret."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname}" if parts.hostname else parts.scheme + ":"
 
 
 # --- the events -----------------------------------------------------------------------------------
@@ -205,9 +251,14 @@ def signature(secret: str, body: bytes) -> str:
 
 def _post(services: NotificationPorts, url: str, body: bytes, headers: dict[str, str]) -> None:
     check_url(url, services.settings.notify_allow_private)
-    response = requests.post(url, data=body, headers=headers, timeout=REQUEST_TIMEOUT_S, allow_redirects=False)
+    host = urlsplit(url).hostname
+    try:
+        response = requests.post(url, data=body, headers=headers, timeout=REQUEST_TIMEOUT_S, allow_redirects=False)
+    except requests.RequestException as error:
+        # The exception's text holds the whole URL, and a Slack URL's path is its secret.
+        raise RuntimeError(f"{host} could not be reached ({type(error).__name__})") from None
     if not 200 <= response.status_code < 300:
-        raise RuntimeError(f"{urlsplit(url).hostname} answered {response.status_code}: {response.text[:200]}")
+        raise RuntimeError(f"{host} answered {response.status_code}: {response.text[:200]}")
 
 
 def _webhook(services: NotificationPorts, route: NotificationRoute, event: dict[str, Any]) -> None:

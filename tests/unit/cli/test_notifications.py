@@ -8,6 +8,7 @@ import base64
 import hashlib
 import hmac
 import json
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -264,6 +265,37 @@ def test_notifications_never_go_to_a_refused_address():
     with pytest.raises(InvalidArgument, match="not an http"):
         notifications.check_url("file:///etc/passwd", allow_private=True)
     assert notifications.check_url("http://127.0.0.1:8080/hook", allow_private=True)
+
+
+@pytest.mark.parametrize("url", [
+    "http://127.0.0.1:8080\\@8.8.8.8/x",  # urlsplit reads 8.8.8.8, the HTTP client dials 127.0.0.1
+    "http://169.254.169.254\\@8.8.8.8/",
+    "http://8.8.8.8\\x@127.0.0.1/",
+    "http://user@8.8.8.8/",
+    "http://8.8.8.8:80@127.0.0.1/",
+    "http://127.1/", "http://0x7f.0.0.1/", "http://2130706433/", "http://0177.0.0.1/",
+    "http://[::ffff:127.0.0.1]/", "http://8.8.8.8/\tx", "http://8.8.8.8 /x",
+])
+def test_a_url_the_http_client_would_read_differently_is_refused_even_where_private_is_allowed(url):
+    with pytest.raises(InvalidArgument):
+        notifications.check_url(url, allow_private=True)
+
+
+def test_the_host_checked_is_the_host_the_http_client_dials():
+    with pytest.raises(InvalidArgument, match="loopback or private"):
+        notifications.check_url("http://localhost:8080/hook", allow_private=False)
+    assert notifications.check_url("http://8.8.8.8:8080/hook?x=1#y", allow_private=False)
+    assert notifications.check_url("http://[::1]:8080/hook", allow_private=True)
+
+
+def test_a_delivery_that_fails_never_quotes_the_url_s_secret_path(start_server):
+    server = start_server(notify_allow_private=True)
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{unused.getsockname()[1]}/services/T000/B000/secret-token"
+    with pytest.raises(RuntimeError) as failure:
+        notifications._post(server.services, dead, b"{}", {})
+    assert "secret-token" not in str(failure.value) and "127.0.0.1" in str(failure.value)
 
 
 def test_a_deployment_webhook_without_its_signing_secret_is_refused_at_start():
