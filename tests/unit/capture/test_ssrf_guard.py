@@ -49,7 +49,8 @@ def test_metadata_link_local_and_unspecified_addresses_are_never_contacted(addre
 METADATA_SPELLINGS = [
     "[::ffff:169.254.169.254]:80", "[::ffff:a9fe:a9fe]:80", "2852039166:80", "0xa9fea9fe:80",
     "0251.0376.0251.0376:80", "169.254.43518:80", "0xa9.0xfe.0xa9.0xfe:80", "[64:ff9b::a9fe:a9fe]:80",
-    "[fd20:ce::254]:80",
+    "[fd20:ce::254]:80", "[::169.254.169.254]:80", "[::a9fe:a9fe]:80", "[2002:a9fe:a9fe::1]:80",
+    "[2001:0:4136:e378:8000:63bf:5601:5601]:80",  # Teredo, whose client is 169.254.169.254 with its bits flipped
 ]
 
 

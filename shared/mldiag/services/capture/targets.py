@@ -7,7 +7,8 @@ can make the system connect to an address of their choosing (SSRF). Stored
 addresses are held to ``host:port`` with a real port, and never a link-local,
 unspecified, multicast or cloud-metadata address, in whatever spelling the
 system's resolver accepts for one (``2852039166``, ``0xa9fea9fe``,
-``0251.0376.0251.0376``, ``169.254.43518``, ``0``, ``[::ffff:a9fe:a9fe]``...):
+``0251.0376.0251.0376``, ``169.254.43518``, ``0``, ``[::ffff:a9fe:a9fe]``, ``[::a9fe:a9fe]``,
+``[2002:a9fe:a9fe::]``...):
 a numeric host is read the way the resolver reads it, then checked.
 
 A host name is checked when a capture connects: it is resolved once, every
@@ -37,8 +38,9 @@ _METADATA_HOSTS = frozenset({"metadata", "metadata.google.internal", "metadata.g
 # Alibaba Cloud's, which is not link-local.
 _METADATA_IPS = frozenset(map(ipaddress.ip_address,
                               ("169.254.169.254", "fd20:ce::254", "fd00:ec2::254", "100.100.100.200")))
-# IPv6 addresses that reach an IPv4 one: IPv4-mapped, and NAT64's well-known prefix.
+# IPv6 addresses that reach an IPv4 one: NAT64's well-known prefix, and the deprecated IPv4-compatible ones.
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
 
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -123,12 +125,20 @@ def _refusal(ip: IPAddress) -> str:
 
 
 def _carried_ipv4(ip: IPAddress) -> list[ipaddress.IPv4Address]:
-    """The IPv4 address an IPv6 one reaches (IPv4-mapped, NAT64), if any."""
+    """The IPv4 addresses an IPv6 one reaches or names: IPv4-mapped, IPv4-compatible (``::a9fe:a9fe``),
+    NAT64, 6to4 (``2002:a9fe:a9fe::``) and both of Teredo's."""
     if isinstance(ip, ipaddress.IPv4Address):
         return []
+    carried = []
     if ip.ipv4_mapped:
-        return [ip.ipv4_mapped]
-    return [ipaddress.IPv4Address(int(ip) & 0xFFFF_FFFF)] if ip in _NAT64 else []
+        carried.append(ip.ipv4_mapped)
+    if ip in _NAT64 or (ip in _IPV4_COMPATIBLE and int(ip) > 1):
+        carried.append(ipaddress.IPv4Address(int(ip) & 0xFFFF_FFFF))
+    if ip.sixtofour:
+        carried.append(ip.sixtofour)
+    if ip.teredo:
+        carried.extend(ip.teredo)
+    return carried
 
 
 def select_targets(services: Stored, run_name: RunName, requested: Sequence[str]) -> list[ProfilerTarget]:
