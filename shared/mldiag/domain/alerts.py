@@ -99,7 +99,7 @@ def _epoch(value: Any) -> datetime | None:
         return None
     try:
         return datetime.fromtimestamp(float(value), timezone.utc)
-    except (TypeError, ValueError, OverflowError):
+    except (TypeError, ValueError, OverflowError, OSError):
         raise PermanentFailure(f"incident time {value!r} is not epoch seconds") from None
 
 

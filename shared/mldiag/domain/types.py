@@ -47,7 +47,10 @@ def _parse_timestamp(value: Any) -> Any:
     if value is None or value == "":
         return None
     if isinstance(value, (int, float)):
-        return datetime.fromtimestamp(value, timezone.utc)
+        try:
+            return datetime.fromtimestamp(value, timezone.utc)
+        except (OverflowError, OSError, ValueError):
+            raise ValueError(f"{value} is not a time in seconds since 1970 within years 1-9999") from None
     if isinstance(value, str):
         value = datetime.fromisoformat(value.replace("Z", "+00:00"))
     if isinstance(value, datetime):

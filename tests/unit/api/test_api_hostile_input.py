@@ -148,6 +148,17 @@ def test_a_metric_point_that_is_not_a_finite_number_is_refused(api, step_time):
     assert "\n" not in response.json["error"]["message"]
 
 
+@pytest.mark.parametrize("time", ["1e20", "-1e20", "253402300800", '"1e20"'])
+def test_a_time_out_of_any_calendar_is_invalid_argument(api, time):
+    api.create_run("r1")
+    response = api.request("POST", f"{RUNS}/r1:reportMetrics", content_type="application/json",
+                           data=f'{{"points": [{{"step": 1, "stepTimeSeconds": 0.1, "time": {time}}}]}}')
+    _refused(response, 400, "")
+    assert "\n" not in response.json["error"]["message"]
+    created = api.request("POST", f"{RUNS}?machine_learning_run_id=r2", json={"createTime": 1e20})
+    _refused(created, 400, "createTime")
+
+
 @pytest.mark.parametrize("params", [{"stepTimeSlowdown": "inf"}, {"dutyCycleDrop": "nan"},
                                     {"madMultiplier": "Infinity"}])
 def test_detector_params_that_are_not_finite_are_refused(api, params):

@@ -170,6 +170,9 @@ def test_http_gzip_bodies_and_partial_success(embedded, run):
     (b"\xff\xff\xff", "application/x-protobuf", {}, 400, "not an OTLP ExportMetricsServiceRequest"),
     (b'{"resourceMetrics": 7}', "application/json", {}, 400, "not OTLP/JSON metrics"),
     (b"not gzip", "application/x-protobuf", {"Content-Encoding": "gzip"}, 400, "not valid gzip"),
+    (bytes.fromhex("1f8b0800") + b"garbage", "application/x-protobuf", {"Content-Encoding": "gzip"}, 400,
+     "not valid gzip"),
+    (gzip.compress(b"\0" * 64)[:-12], "application/x-protobuf", {"Content-Encoding": "gzip"}, 400, "ends before"),
     (b"{}", "application/json", {"Content-Encoding": "br"}, 400, "'br' is not supported"),
     (b"x", "text/plain", {}, 415, "not text/plain"),
     (gzip.compress(b"\0" * (5 * 1024 * 1024)), "application/x-protobuf", {"Content-Encoding": "gzip"}, 400,
@@ -223,6 +226,35 @@ def test_grpc_export_feeds_the_analyzer_and_checks_the_token(embedded, run, grpc
     grpc_export(guarded, sdk_export([0.2], start=1), metadata=(("authorization", "Bearer s3cret"),))
     assert DETECTORS.read(embedded, RUN).state.seen == 2
 
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
+def test_a_value_that_is_not_finite_is_invalid_argument_over_http_and_grpc(embedded, run, grpc_export, value):
+    body = json_format.MessageToDict(sdk_export([0.2]))
+    body["resourceMetrics"][0]["scopeMetrics"][0]["metrics"][0]["gauge"]["dataPoints"][0]["asDouble"] = value
+    response = post(create_app(embedded).test_client(), json.dumps(body).encode(), "application/json")
+    assert response.status_code == 400 and "finite number" in response.get_json()["error"]["message"]
+    request = sdk_export([0.2])
+    request.resource_metrics[0].scope_metrics[0].metrics[0].gauge.data_points[0].as_double = float(value)
+    with pytest.raises(grpc.RpcError) as refused:
+        grpc_export(embedded, request)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert DETECTORS.read(embedded, RUN).state.seen == 0
+
+
+def test_an_export_is_linear_in_its_points(embedded, run):
+    """A request of many points costs about twice as much as one of half as many (it was quadratic)."""
+    import time
+
+    def seconds(points: int) -> float:
+        request = sdk_export([0.2] * points, duty_cycle_percent=90.0, host_name="no-such-run")
+        started = time.perf_counter()
+        export(embedded, request)
+        return time.perf_counter() - started
+
+    seconds(500)
+    small, large = min(seconds(4000) for _ in range(2)), min(seconds(16000) for _ in range(2))
+    assert large < 8 * small, (small, large)  # quadratic would be 16x
 
 
 def test_a_step_time_summary_is_rejected_with_its_reason(embedded, run):

@@ -32,7 +32,9 @@ first use so that nothing else pays for them.
 
 from __future__ import annotations
 
+import bisect
 import json
+import math
 import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
@@ -108,6 +110,8 @@ def _decompress(body: bytes, encoding: str) -> bytes:
             data = inflater.decompress(body, MAX_EXPORT_BYTES + 1)
         except zlib.error as error:
             raise InvalidArgument(f"the body is not valid gzip ({error})", field="body") from None
+        if not inflater.eof and len(data) <= MAX_EXPORT_BYTES:
+            raise InvalidArgument("the body is not valid gzip (the stream ends before its end)", field="body")
     else:
         raise InvalidArgument(f"Content-Encoding {encoding!r} is not supported (gzip is)", field="Content-Encoding")
     if len(data) > MAX_EXPORT_BYTES:
@@ -222,6 +226,9 @@ def _readings(request: Any, location: LocationName, result: ExportResult) -> dic
                     attributes = _attributes(point.attributes)
                     run = (attributes.get(RUN_ATTRIBUTE) or resource.get(RUN_ATTRIBUTE)
                            or attributes.get(SDK_POINT_RUN) or resource.get(SDK_RESOURCE_RUN))
+                    if value is not None and not math.isfinite(value):
+                        raise InvalidArgument(f"{metric.name}: a point's value must be a finite number, not {value}",
+                                              field="value")
                     if value is None or run is None:
                         result.reject(1, f"{metric.name}: a point without a value or a run "
                                          f"({RUN_ATTRIBUTE}, {SDK_POINT_RUN} or {SDK_RESOURCE_RUN})")
@@ -235,15 +242,25 @@ def _readings(request: Any, location: LocationName, result: ExportResult) -> dic
     return series
 
 
-def _nearest(readings: list[_Reading], time_ns: int) -> _Reading | None:
-    return min(readings, key=lambda r: abs(r.time_ns - time_ns), default=None)
+class _Nearest:
+    """The reading closest in time to a given time (the earlier of two as close), found by bisection."""
+
+    def __init__(self, readings: list[_Reading]):
+        self.readings = sorted(readings, key=lambda r: r.time_ns)
+        self.times = [r.time_ns for r in self.readings]
+
+    def __call__(self, time_ns: int) -> _Reading | None:
+        after = bisect.bisect_left(self.times, time_ns)
+        candidates = self.readings[max(0, after - 1): after + 1]
+        return min(candidates, key=lambda r: abs(r.time_ns - time_ns), default=None)
 
 
 def _metric_points(series: _RunSeries, result: ExportResult) -> list[MetricPoint]:
     points: list[MetricPoint] = []
+    nearest_duty, nearest_step = _Nearest(series.duty_cycles), _Nearest(series.steps)
     for reading in sorted(series.step_times, key=lambda r: r.time_ns):
-        duty = _nearest(series.duty_cycles, reading.time_ns)
-        step = _nearest(series.steps, reading.time_ns)
+        duty = nearest_duty(reading.time_ns)
+        step = nearest_step(reading.time_ns)
         if reading.value <= 0 or (duty is not None and not 0 <= duty.value <= 1):
             result.reject(1, f"{reading.run}: step time must be positive and duty cycle within 0-100 %")
             continue
