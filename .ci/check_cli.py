@@ -86,8 +86,8 @@ class Up:
     def __init__(self, data: Path) -> None:
         self.log = data.parent / "up.log"
         with self.log.open("wb") as log:
-            self.process = subprocess.Popen([MLDIAG, "up", "--port", "0", "--data", str(data)], env=ENV,
-                                            stdout=subprocess.PIPE, stderr=log, text=True)
+            self.process = subprocess.Popen([MLDIAG, "up", "--port", "0", "--otlp-port", "0", "--data", str(data)],
+                                            env=ENV, stdout=subprocess.PIPE, stderr=log, text=True)
         self.lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 

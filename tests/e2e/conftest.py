@@ -29,7 +29,7 @@ def control_plane(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     env.pop("MLDIAG_BACKEND", None)
     log = state / "up.log"
     with log.open("wb") as errors:
-        process = subprocess.Popen([MLDIAG, "up", "--data", str(state / "data"), "--port", "0",
+        process = subprocess.Popen([MLDIAG, "up", "--data", str(state / "data"), "--port", "0", "--otlp-port", "0",
                                     *getattr(request.module, "MLDIAG_UP_ARGS", ())],
                                    env=env, stdout=subprocess.PIPE, stderr=errors, text=True)
     try:

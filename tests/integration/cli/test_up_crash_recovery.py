@@ -35,7 +35,7 @@ def _start(data: Path, log: Path) -> tuple[subprocess.Popen, Path]:
            "MLDIAG_ANALYSIS_TIMEOUT_SECONDS": "120"}
     env.pop("MLDIAG_BACKEND", None)
     with log.open("ab") as errors:
-        process = subprocess.Popen([MLDIAG, "up", "--data", str(data), "--port", "0"], env=env,
+        process = subprocess.Popen([MLDIAG, "up", "--data", str(data), "--port", "0", "--otlp-port", "0"], env=env,
                                    stdout=subprocess.PIPE, stderr=errors, text=True)
     banner, deadline = "", time.monotonic() + 60
     while "Ctrl-C" not in banner:
