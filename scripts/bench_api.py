@@ -73,7 +73,7 @@ def mix(runs: str, client: int, index: int) -> Call:
         Call("GET", f"{runs}/seed"),
         Call("GET", f"{runs}/seed/profilerSessions"),
         Call("POST", f"{runs}?machine_learning_run_id={run_id}",
-             {"displayName": run_id, "artifacts": {"gcsPath": "gs://bench/profiles"}}),
+             {"displayName": run_id, "artifacts": {"gcsPath": "gs://mldiag-profiles/bench"}}),
         Call("PATCH", "/v1/machineLearningRuns?update_mask=display_name,creator,workload.workload_id"
                       "&allow_missing=true",
              {"logicalId": run_id, "displayName": run_id, "creator": "CREATOR_MANUAL",

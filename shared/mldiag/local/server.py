@@ -1,7 +1,8 @@
 """``mldiag up``: the whole control plane on one machine, on the embedded default.
 
-One process hosts what the cloud spreads over services: the HTTP API (cheroot,
-a threaded production WSGI server), every event function bound to its topic on
+One process hosts what the cloud spreads over services: the HTTP API (waitress,
+which reads each request whole before a worker thread answers it:
+:mod:`mldiag.local.http_server`), every event function bound to its topic on
 the in-process bus exactly as Terraform subscribes it (``mldiag.entrypoints.handlers``),
 a watcher that turns files landing in the local buckets into Cloud Storage
 finalize notifications (delivered to the bucket-triggered functions the way
@@ -38,7 +39,6 @@ from datetime import timedelta
 from types import FrameType
 
 import structlog
-from cheroot import wsgi
 from cloudevents.http import CloudEvent
 
 from mldiag import bootstrap, logs
@@ -51,6 +51,7 @@ from mldiag.entrypoints.console.viewer_links import VIEWER_URL
 from mldiag.entrypoints.http.app import create_app
 from mldiag.entrypoints.http.origin import HostNames
 from mldiag.local.bucket_watcher import BucketWatcher
+from mldiag.local.http_server import HttpServer
 from mldiag.local.xprof_viewer import XprofViewer
 from mldiag.ports import HostedBus
 from mldiag.services.analysis_jobs import clean_up_after_a_stop, stop_workers
@@ -58,9 +59,6 @@ from mldiag.services.dependencies import Services
 
 log = structlog.get_logger(__name__)
 
-SERVER_THREADS = 16
-# Connections the kernel holds while every thread is busy (cheroot's default, 5, resets a burst of clients).
-LISTEN_BACKLOG = 1024
 # Functions that share this machine's memory with everything else: an analysis reserves up to 80 % of the
 # memory it finds free, so analyses run one after another here (each has an instance of its own in the cloud).
 MAX_IN_FLIGHT = {"analyze_session": 1}
@@ -94,19 +92,6 @@ class StartFailed(Exception):
     says why and what to do instead."""
 
 
-class _Server(wsgi.Server):
-    """cheroot's WSGI server, keeping the system's reason when it cannot bind (cheroot's own error drops it)."""
-
-    bind_error: OSError | None = None
-
-    def bind(self, family: int, type: int, proto: int = 0) -> socket.socket:  # noqa: A002 - cheroot's names
-        try:
-            return super().bind(family, type, proto)
-        except OSError as error:
-            self.bind_error = error
-            raise
-
-
 def _why_not_bound(host: str, port: int, error: OSError) -> str:
     choose = "choose another with --port, or --port 0 for a free one"
     local = "use --host 127.0.0.1 (this machine) or 0.0.0.0 (every interface)"
@@ -121,13 +106,11 @@ def _why_not_bound(host: str, port: int, error: OSError) -> str:
     return f"cannot listen on {host} port {port}: {error.strerror or error}"
 
 
-def _bound_server(host: str, port: int) -> wsgi.Server:
-    server = _Server((host, port), wsgi_app=None, numthreads=SERVER_THREADS, request_queue_size=LISTEN_BACKLOG)
+def _bound_server(host: str, port: int) -> HttpServer:
     try:
-        server.prepare()  # binds now, so that --port 0 has a real port to report
+        return HttpServer(host, port)  # binds now, so that --port 0 has a real port to report
     except OSError as error:
-        raise StartFailed(_why_not_bound(host, port, server.bind_error or error)) from None
-    return server
+        raise StartFailed(_why_not_bound(host, port, error)) from None
 
 
 def session_page_link(url: str) -> Callable[[str], str]:
@@ -233,7 +216,6 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
                 raise StartFailed(str(error)) from None
             otlp_note = str(error)
             log.warning("OTLP/gRPC is off", reason=otlp_note)
-    server.wsgi_app = app
     watcher = BucketWatcher(services.blobs, bus)
     ticker = _Ticker(bus, settings.maintenance_interval_seconds)
 
@@ -250,8 +232,7 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
                     app.config.get(VIEWER_URL, ""), f"{url}/sdk/{capability}" if capability else url,
                     otlp_endpoint, otlp_note))
     try:
-        server.serve()
-    except KeyboardInterrupt:
+        server.serve(app)  # returns on Ctrl-C or SIGTERM
         log.info("stopping", notice=True)
     finally:
         server.stop()

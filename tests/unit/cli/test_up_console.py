@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import socket
 import sys
 import threading
 import time
@@ -13,7 +14,6 @@ from collections.abc import Iterator
 
 import pytest
 import structlog
-from cheroot.server import HTTPServer
 from structlog.testing import capture_logs
 from typer.testing import CliRunner
 
@@ -25,6 +25,7 @@ from mldiag.cli.main import app
 from mldiag.config import ANALYSIS_REQUESTS
 from mldiag.domain.errors import PermanentFailure
 from mldiag.domain.messages import Message, pubsub_cloud_event
+from mldiag.local import http_server
 from mldiag.local.server import session_page_link
 
 RUN = "projects/p/locations/l/machineLearningRuns/run-1"
@@ -56,10 +57,11 @@ def test_a_taken_port_is_one_line_with_the_way_out_and_nothing_is_left_running(t
 
 
 def test_a_port_it_may_not_listen_on_is_one_line(tmp_path, monkeypatch, restore_logging):
-    def refused(server, family, type, proto=0):  # what binding port 80 without privileges raises
-        raise PermissionError(errno.EACCES, "Permission denied")
+    class Unprivileged(socket.socket):
+        def bind(self, address):  # what binding port 80 without privileges raises
+            raise PermissionError(errno.EACCES, "Permission denied")
 
-    monkeypatch.setattr(HTTPServer, "bind", refused)
+    monkeypatch.setattr(http_server.socket, "socket", Unprivileged)
     code, lines = _up("--port", "80", "--data", str(tmp_path / "data"))
     assert (code, lines) == (1, ["mldiag up: no permission to listen on port 80 of 127.0.0.1 (ports below 1024 "
                                  "need privileges); choose another with --port, or --port 0 for a free one"])
