@@ -146,6 +146,54 @@ def test_hostile_names_are_shown_as_text_and_nothing_runs(driver, reports):
     assert _console_errors(driver) == []
 
 
+TIME_PARTS = (  # the input_bound loop's shape: cause, name, thread, share of the loop, useful
+    ("host_work", "data_loading", "python3", 0.8215, False), ("device_compute", "dot", "", 0.1182, True),
+    ("dispatch", "PjitFunction(train_step)", "python3", 0.0311, False),
+    ("device_compute", "convert", "", 0.0137, False), ("compilation", HOSTILE[0], HOSTILE[1], 0.0094, False),
+    ("untraced", "", "", 0.0061, False),
+)
+
+
+@pytest.fixture(scope="module")
+def attributed(reports) -> Path:
+    """The unfused_small_ops report again, its host carrying an attribution of the loop's time."""
+    from mldiag.analysis.evidence import Analysis
+    from mldiag.analysis.host_evidence import Attribution, TimeCause, TimePart
+    from mldiag.analysis.report import write_reports
+
+    analysis = Analysis.model_validate_json((reports["unfused_small_ops"] / "analysis.json").read_text())
+    analysis.hosts[0].attribution = Attribution(loop_ms=483.8, steps=10, parts=[
+        TimePart(cause=TimeCause(cause), name=name, thread=thread, ms=share * 483.8, share=share, useful=useful)
+        for cause, name, thread, share, useful in TIME_PARTS])
+    _, page = write_reports(analysis, reports["unfused_small_ops"].parent / "attributed")
+    return page
+
+
+def test_the_loops_time_is_a_stacked_bar_of_its_parts_with_a_legend(driver, attributed):
+    from selenium.common.exceptions import NoAlertPresentException
+
+    _open(driver, attributed)
+
+    (bar,) = _visible(driver, "#time-attribution .time-bar")
+    segments = bar.find_elements("css selector", ".part")
+    assert [s.get_attribute("class").split()[1] for s in segments] == [cause for cause, *_ in TIME_PARTS]
+    inner = driver.execute_script("return arguments[0].clientWidth", bar)
+    for segment, (*_, share, _) in zip(segments, TIME_PARTS):
+        assert abs(segment.size["width"] - max(share * inner, 1)) <= 1.5
+    assert bar.get_attribute("aria-label").startswith("Where the loop's time went: host work data_loading: 82.2%")
+    styles = [driver.execute_script("return getComputedStyle(arguments[0]).backgroundImage", s) for s in segments]
+    assert styles[1] == "none" and all("gradient" in style for i, style in enumerate(styles) if i != 1)
+    rows = _visible(driver, "#time-attribution tbody tr")
+    assert [row.text.split()[0] for row in rows][:3] == ["host", "device", "dispatch"]
+    assert HOSTILE[0] in rows[4].text and HOSTILE[1] in rows[4].text
+    with pytest.raises(NoAlertPresentException):
+        driver.switch_to.alert  # noqa: B018 - an alert(1) that ran would be waiting here
+
+    _screenshots(driver, "attribution")
+    assert _requests(driver) == [attributed.as_uri()]
+    assert _console_errors(driver) == []
+
+
 def test_the_report_is_one_file(reports):
     for folder in reports.values():
         assert sorted(p.name for p in folder.iterdir()) == ["analysis.json", "summary.html"]

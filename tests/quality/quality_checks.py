@@ -359,10 +359,61 @@ def quoted_numbers_exist(analysis: dict[str, Any]) -> str | None:
     return f"not in analysis.json: {'; '.join(missing[:4])}" if missing else None
 
 
+# A ratio a title states: "24995375x", "1,200×", "3.5 x"; not a shape ("4x4") or a quoted name.
+RATIO = re.compile(r"(?<![\w.])(\d+(?:,\d{3})*(?:\.\d+)?)\s?[x×](?![\w])")
+MAX_TITLE_RATIO = 1000
+
+
+def no_huge_ratio_in_titles(analysis: dict[str, Any]) -> str | None:
+    """No finding's title states a ratio above 1000x: one that large divides by a near-zero denominator."""
+    for finding in analysis.get("findings", []):
+        for match in RATIO.finditer(QUOTED_NAME.sub(" ", finding["title"])):
+            if float(match.group(1).replace(",", "")) > MAX_TITLE_RATIO:
+                return f'"{finding["title"]}" states {match.group(0)}'
+    return None
+
+
+# The causes during which a device computes (collectives included, as in the busy fraction); every other
+# part of an attribution is time the devices spend on no compute: transfers, or idle while the host works.
+COMPUTING_CAUSES = ("device_compute", "collectives")
+FRACTION_TOLERANCE = 0.02
+
+
+def _computing_share(attribution: dict[str, Any]) -> float:
+    return sum(part["share"] for part in attribution["parts"] if part["cause"] in COMPUTING_CAUSES)
+
+
+def _other_share(attribution: dict[str, Any]) -> float:
+    return sum(part["share"] for part in attribution["parts"] if part["cause"] not in COMPUTING_CAUSES)
+
+
+def time_weighted_fractions(analysis: dict[str, Any]) -> str | None:
+    """The busy and idle fractions of ``metrics`` and ``health`` are the attribution's shares of the loop's time.
+
+    They are means over the hosts that state a busy fraction, so they are compared with the mean of those
+    hosts' attributions, within 0.02; an analysis where such a host has no attribution has nothing to compare.
+    """
+    counted = [host for host in analysis.get("hosts", []) if host.get("busy_fraction") is not None]
+    attributions = [host.get("attribution") for host in counted]
+    if not attributions or None in attributions:
+        return None
+    computing = sum(map(_computing_share, attributions)) / len(attributions)
+    other = sum(map(_other_share, attributions)) / len(attributions)
+    stated = {"metrics.busy_fraction": (analysis["metrics"].get("busy_fraction"), computing),
+              "health.compute_fraction": (analysis["health"].get("compute_fraction"), computing),
+              "health.idle_fraction": (analysis["health"].get("idle_fraction"), other)}
+    wrong = [f"{path} is {'none' if value is None else f'{value:.3f}'}, the attribution's share {share:.3f}"
+             for path, (value, share) in stated.items()
+             if value is None or abs(value - share) > FRACTION_TOLERANCE]
+    return "; ".join(wrong) if wrong else None
+
+
 INVARIANTS: dict[str, Callable[[dict[str, Any]], str | None]] = {
     "fractions_in_unit_range": fractions_in_unit_range,
     "busy_plus_idle_is_one": busy_plus_idle_is_one,
     "titles_within_a_step": titles_within_a_step,
     "optimal_matches_status": optimal_matches_status,
     "quoted_numbers_exist": quoted_numbers_exist,
+    "no_huge_ratio_in_titles": no_huge_ratio_in_titles,
+    "time_weighted_fractions": time_weighted_fractions,
 }

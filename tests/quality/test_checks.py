@@ -21,7 +21,13 @@ SOUND = {
     "health": {"compute_fraction": 0.135, "idle_fraction": 0.865, "communication_fraction": 0.0, "optimal": False},
     "hosts": [{"busy_fraction": 0.135, "idle_ms_per_step": 41.8, "step_ms": {"mean": 48.35},
                "top_ops": [{"name": "dot.1", "share_of_busy": 0.2}],
-               "host_activities": [{"name": "data_loading", "ms_per_step": 41.58, "share_of_step": 0.86}]}],
+               "host_activities": [{"name": "data_loading", "ms_per_step": 41.58, "share_of_step": 0.86}],
+               "attribution": {"loop_ms": 483.5, "steps": 10, "parts": [
+                   {"cause": "host_work", "name": "data_loading", "thread": "python3", "ms": 415.8, "share": 0.86,
+                    "useful": False},
+                   {"cause": "device_compute", "name": "dot", "thread": "", "ms": 65.3, "share": 0.135,
+                    "useful": True},
+                   {"cause": "untraced", "name": "", "thread": "", "ms": 2.4, "share": 0.005, "useful": False}]}}],
     "findings": [
         {"priority": "P0", "category": "input_bound", "title": "Host-bound input: compute idle 87% of each step",
          "what": "The device waits for the host.",
@@ -59,9 +65,45 @@ def test_every_invariant_holds_on_a_sound_analysis(name):
     ("optimal_matches_status", lambda a: a["health"].update(optimal=True)),
     ("quoted_numbers_exist", lambda a: a["findings"][0]["evidence"].append("custom calls 12.50 % of device time")),
     ("quoted_numbers_exist", lambda a: a["findings"][0]["evidence"].append("a copy (16 KiB moved each run)")),
+    ("no_huge_ratio_in_titles",
+     lambda a: a["findings"][1].update(title="Temporaries are 24995375x the program's inputs and outputs")),
+    ("no_huge_ratio_in_titles", lambda a: a["findings"][1].update(title="Copies take 1,250× the math")),
+    ("time_weighted_fractions", lambda a: _parts(a)[1].update(share=0.3)),  # busy 0.135 of the mean step only
+    ("time_weighted_fractions", lambda a: _parts(a)[2].update(share=0.1)),  # idle stated 0.865, attributed 0.96
+    ("time_weighted_fractions", lambda a: (a["metrics"].update(busy_fraction=None),
+                                           a["health"].update(compute_fraction=None, idle_fraction=None))),
+    ("time_weighted_fractions", lambda a: a["hosts"].append(  # a second host, idle half the time, ignored
+        {**copy.deepcopy(a["hosts"][0]), "attribution": {"loop_ms": 483.5, "steps": 10, "parts": [
+            {"cause": "collectives", "name": "all-reduce", "thread": "", "ms": 241.0, "share": 0.5, "useful": True},
+            {"cause": "waiting", "name": "", "thread": "python3", "ms": 241.0, "share": 0.5, "useful": False}]}})),
 ])
 def test_every_invariant_catches_its_violation(name, change):
     assert INVARIANTS[name](broken(change)) is not None
+
+
+def _parts(analysis: dict) -> list[dict]:
+    return analysis["hosts"][0]["attribution"]["parts"]
+
+
+@pytest.mark.parametrize("title", ["Op-by-op execution: 21x the fused step", "Copies take 1000x the math",
+                                   'Program "jit_f_4096x" is slow', "A f32[1024x1024] temporary",
+                                   "Step 2 is 3.5 x the median"])
+def test_ratios_up_to_a_thousand_shapes_and_names_are_no_huge_ratio(title):
+    assert INVARIANTS["no_huge_ratio_in_titles"](broken(lambda a: a["findings"][1].update(title=title))) is None
+
+
+def test_fractions_are_compared_with_the_mean_attribution_of_the_hosts_that_state_one():
+    def two_hosts(analysis):
+        second = copy.deepcopy(analysis["hosts"][0])
+        _parts({"hosts": [second]})[1].update(share=0.335)  # busy 0.335 over the loop: the two average 0.235
+        _parts({"hosts": [second]})[0].update(share=0.66)
+        analysis["hosts"].append(second)
+        analysis["metrics"]["busy_fraction"] = analysis["health"]["compute_fraction"] = 0.235
+        analysis["health"]["idle_fraction"] = 0.765
+
+    assert INVARIANTS["time_weighted_fractions"](broken(two_hosts)) is None
+    without = broken(lambda a: (a["hosts"][0].pop("attribution"), a["health"].update(compute_fraction=0.9)))
+    assert INVARIANTS["time_weighted_fractions"](without) is None  # nothing to compare with
 
 
 def test_quoted_numbers_are_measurements_not_names_counts_or_ratios():

@@ -21,7 +21,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from mldiag.analysis.analyst import size
 from mldiag.analysis.evidence import Analysis, Followup, ToolResult, ToolStatus
-from mldiag.analysis.host_evidence import HostEvidence
+from mldiag.analysis.host_evidence import HostEvidence, TimeCause
 from mldiag.domain.resources import HealthStatus
 
 ANALYSIS_FILE = "analysis.json"
@@ -34,6 +34,18 @@ LABEL_CHARS = 44
 LABEL_SHARE, VALUE_SHARE = 0.45, 0.2  # of the top-ops chart's width, for op names and values
 MAX_CHART_HOSTS = 4
 ROOFLINE_FIELDS = 14
+MAX_TIME_PARTS = 12  # the largest parts of an attribution drawn one by one; the rest as one segment
+MIN_UNATTRIBUTED = 0.005  # of the loop: a shortfall of the parts this large is drawn, smaller ones are rounding
+CAUSE_WORDS = {
+    TimeCause.DEVICE_COMPUTE: "device compute",
+    TimeCause.COLLECTIVES: "collectives",
+    TimeCause.TRANSFERS: "host-device transfers",
+    TimeCause.COMPILATION: "compilation",
+    TimeCause.DISPATCH: "dispatch",
+    TimeCause.HOST_WORK: "host work",
+    TimeCause.WAITING: "waiting",
+    TimeCause.UNTRACED: "untraced",
+}
 
 
 @dataclass(frozen=True)
@@ -77,6 +89,59 @@ class OpsChart:
     @property
     def height(self) -> int:
         return len(self.bars) * BAR_HEIGHT + 8
+
+
+@dataclass(frozen=True)
+class TimeSegment:
+    """One part of the loop's time as a segment of the bar and a row of its legend."""
+
+    kind: str  # the cause's value, or "other" / "unattributed": the segment's CSS class
+    words: str
+    name: str
+    thread: str
+    ms: float
+    share: float
+    width: float  # percent of the bar
+    useful: bool = False
+
+
+@dataclass(frozen=True)
+class AttributionChart:
+    host: str
+    loop_ms: float
+    steps: int
+    segments: list[TimeSegment]
+
+    @property
+    def useful_share(self) -> float:
+        return sum(segment.share for segment in self.segments if segment.useful)
+
+    @property
+    def description(self) -> str:
+        """The bar in words, for a reader that cannot see it."""
+        return "; ".join(f"{segment.words}{f' {segment.name}' if segment.name else ''}: {segment.share:.1%}"
+                         for segment in self.segments)
+
+
+def _attribution_chart(host: HostEvidence) -> AttributionChart | None:
+    """Where the loop's time went on ``host``: its largest parts, the rest together, and any shortfall."""
+    attribution = host.attribution
+    if attribution is None or not attribution.parts or attribution.loop_ms <= 0:
+        return None
+    total = sum(part.share for part in attribution.parts)
+    scale = 100 / max(total, 1.0)  # parts that overlap past the whole still fit the bar
+    segments = [TimeSegment(kind=part.cause.value, words=CAUSE_WORDS[part.cause], name=part.name, thread=part.thread,
+                            ms=part.ms, share=part.share, width=part.share * scale, useful=part.useful)
+                for part in attribution.parts[:MAX_TIME_PARTS]]
+    rest = attribution.parts[MAX_TIME_PARTS:]
+    if rest:
+        share = sum(part.share for part in rest)
+        segments.append(TimeSegment(kind="other", words=f"{len(rest)} smaller parts", name="", thread="",
+                                    ms=sum(part.ms for part in rest), share=share, width=share * scale))
+    if 1 - total >= MIN_UNATTRIBUTED:
+        segments.append(TimeSegment(kind="unattributed", words="not attributed", name="", thread="",
+                                    ms=(1 - total) * attribution.loop_ms, share=1 - total, width=(1 - total) * 100))
+    return AttributionChart(host.host, attribution.loop_ms, attribution.steps, segments)
 
 
 def _step_chart(host: HostEvidence) -> StepChart | None:
@@ -174,6 +239,7 @@ def render_summary(analysis: Analysis, *, dashboard_uri: str = "", analysis_href
         a=analysis,
         attention=analysis.status is HealthStatus.NEEDS_ATTENTION,
         top_finding=analysis.findings[0] if analysis.findings else None,
+        attribution_charts=[chart for chart in map(_attribution_chart, hosts) if chart is not None],
         step_charts=[chart for chart in map(_step_chart, hosts) if chart is not None],
         ops_charts=[chart for chart in map(_ops_chart, hosts) if chart is not None],
         sections=_sections(analysis),

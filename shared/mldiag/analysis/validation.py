@@ -1,8 +1,8 @@
 """What a reasoning model may claim: only what the collected data shows.
 
 A finding from Gemini is kept only if its evidence holds up against everything
-the analysis collected (the 15 tools, the raw-event signals, the HLO detectors,
-the follow-ups):
+the analysis collected (the 15 tools, the raw-event signals, the attribution of
+the loop's time, the HLO detectors, the follow-ups):
 
 * every name it quotes (``"..."`` or `````...`````), and every HLO-style name
   it writes bare (``fusion.12``, ``copy-start.3``), occurs in the profile's
@@ -74,7 +74,7 @@ def _numbers(value: Any) -> Iterator[float]:
 
 
 def profile_names(analysis: Analysis) -> set[str]:
-    """Every string the profile itself supplied: op, module, event, host and file names."""
+    """Every string the profile itself supplied: op, module, event, thread, host and file names."""
     names: set[str] = set()
     for host in analysis.hosts:
         names.update((host.host, host.file, host.step_marker, *host.compute_lanes))
@@ -83,6 +83,8 @@ def profile_names(analysis: Analysis) -> set[str]:
         names.update(a.name for a in (*host.host_activities, *host.between_steps, *host.dispatched, *host.programs))
         for family in host.op_families.values():
             names.update(family.examples)
+        if host.attribution is not None:
+            names.update(name for part in host.attribution.parts for name in (part.name, part.thread))
     for issues in analysis.hlo_issues.values():
         for issue in issues:
             names.update((issue.module, issue.instruction, issue.runs_as, *issue.shapes))
