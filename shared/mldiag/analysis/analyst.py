@@ -985,7 +985,7 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
     programs = {program.module: program for program in hlo_programs or []}
     movements = _movements(hosts, programs)
     kernels = _kernels(hosts, hlo_kernels or [])
-    hardware = precision.findings(hosts, hlo_kernels or [], lambda host: chip)
+    slow_precision, hardware = precision.findings(hosts, hlo_kernels or [], lambda host: chip)
     findings = _findings(hosts, by_name, hlo_issues, metrics, health, programs, movements, kernels, hardware)
     status = decide_status(health, findings)
     return Analysis(
@@ -1001,6 +1001,7 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
         data_movement=[movement for movement, _, _ in movements],
         kernels=kernels,
         roofline=rooflines,
+        slow_precision=slow_precision,
         profile=profile,
         versions=versions,
         seconds=seconds,

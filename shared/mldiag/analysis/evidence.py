@@ -123,6 +123,17 @@ class ProgramRoofline(Evidence):
     statement: str = ""  # the verdict in words
 
 
+class SlowPrecision(Evidence):
+    """``analysis.json.slow_precision``: device time in a slow dtype or precision, on the host where it weighs most,
+    as its finding quotes it."""
+
+    kind: str  # "float64" (math in f64) or "highest" (f32 matmuls at precision HIGHEST on a bf16/TF32 chip)
+    host: str
+    ms_per_step: float  # per device (per capture without steps)
+    share_of_device: float  # of the host's device op time
+    kernels: list[str] = Field(default_factory=list)  # as the device trace names them, longest first
+
+
 class Metrics(Evidence):
     step_time_ms: float | None = None
     steps: int = 0
@@ -245,6 +256,7 @@ class Analysis(Evidence):
     data_movement: list[DataMovement] = Field(default_factory=list)
     kernels: list[KernelShare] = Field(default_factory=list)
     roofline: list[ProgramRoofline] = Field(default_factory=list)
+    slow_precision: list[SlowPrecision] = Field(default_factory=list)
     followups: list[Followup] = Field(default_factory=list)
     investigation: Investigation | None = None
     comparison: Comparison | None = None

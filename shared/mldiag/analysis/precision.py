@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 from mldiag.analysis import frameworks
 from mldiag.analysis.frameworks import Framework
+from mldiag.analysis.evidence import SlowPrecision
 from mldiag.analysis.hardware import Chip
 from mldiag.analysis.hlo import KernelWork, describe
 from mldiag.analysis.host_evidence import DeviceKind, HostEvidence, OpTime, StepSource
@@ -67,15 +68,15 @@ def _per(host: HostEvidence) -> str:
     return "capture" if host.step_source is StepSource.PROFILE_WINDOW else "step"
 
 
-def _evidence(host: HostEvidence, matched: list[tuple[OpTime, KernelWork]], label: str) -> list[str]:
-    share = sum(op.share_of_busy for op, _ in matched)
-    ms = sum(op.self_ms_per_step for op, _ in matched)
+def _evidence(host: HostEvidence, slow: SlowPrecision, matched: list[tuple[OpTime, KernelWork]],
+              label: str) -> list[str]:
     per = _per(host)
-    lines = [f"{label}: {ms:.2f} ms per {per} ({share:.1%} of device op time, per device) in {len(matched)} "
-             f"kernel{'s' if len(matched) != 1 else ''}, measured from the trace and matched to their HLO"]
+    lines = [f"{label}: {slow.ms_per_step:.2f} ms per {per} ({slow.share_of_device:.1%} of device op time, per "
+             f"device) in {len(matched)} kernel{'s' if len(matched) != 1 else ''}, measured from the trace and "
+             "matched to their HLO"]
     lines += [f"{op.share_of_busy:.1%} of device op time ({op.self_ms_per_step:.2f} ms per {per}) in "
               f"{describe([work])}, kernel {quoted(op.name)} of program {quoted(work.module)}"
-              for op, work in sorted(matched, key=lambda m: -m[0].self_ms_per_step)[:MAX_KERNELS_QUOTED]]
+              for op, work in matched[:MAX_KERNELS_QUOTED]]
     return lines
 
 
@@ -97,21 +98,24 @@ _HIGHEST_FIX = ("Use the default matmul precision: drop precision=jax.lax.Precis
                 "around that code only ('high' is three bf16 passes on TPU instead of six).")
 
 
-def _finding(host: HostEvidence, matched: list[tuple[OpTime, KernelWork]], *, title: str, what: str, label: str,
-             why: str, fix: str) -> tuple[float, Finding] | None:
-    """The finding with the share of device op time it names, or None below the lowest priority's share."""
-    share = sum(op.share_of_busy for op, _ in matched)
-    priority = next((p for threshold, p in PRIORITIES if share >= threshold), None)
+def _finding(host: HostEvidence, kind: str, matched: list[tuple[OpTime, KernelWork]], *, title: str, what: str,
+             label: str, why: str, fix: str) -> tuple[SlowPrecision, Finding] | None:
+    """The finding with the device time it names, or None below the lowest priority's share."""
+    matched = sorted(matched, key=lambda m: -m[0].self_ms_per_step)
+    slow = SlowPrecision(kind=kind, host=host.host, ms_per_step=sum(op.self_ms_per_step for op, _ in matched),
+                         share_of_device=min(1.0, sum(op.share_of_busy for op, _ in matched)),
+                         kernels=[op.name for op, _ in matched])
+    priority = next((p for threshold, p in PRIORITIES if slow.share_of_device >= threshold), None)
     if priority is None:
         return None
-    ms = sum(op.self_ms_per_step for op, _ in matched)
-    return share, Finding(
+    return slow, Finding(
         priority=priority,
         category=FindingCategory.COMPUTE,
-        title=title.format(share=share),
+        title=title.format(share=slow.share_of_device),
         what=what,
-        evidence=_evidence(host, matched, label),
-        impact=f"{ms:.1f} ms of device time per {_per(host)} ({share:.0%}) runs in the slow mode; {why}",
+        evidence=_evidence(host, slow, matched, label),
+        impact=f"{slow.ms_per_step:.1f} ms of device time per {_per(host)} ({slow.share_of_device:.0%}) runs in the "
+               f"slow mode; {why}",
         fix=fix,
     )
 
@@ -119,7 +123,7 @@ def _finding(host: HostEvidence, matched: list[tuple[OpTime, KernelWork]], *, ti
 def _float64(host: HostEvidence, timed: list[tuple[OpTime, KernelWork]], framework: Framework):
     on_cpu = host.device_kind is DeviceKind.CPU
     return _finding(
-        host, [(op, w) for op, w in timed if _is_float64(w)],
+        host, "float64", [(op, w) for op, w in timed if _is_float64(w)],
         title="Float64 math takes {share:.0%} of device time",
         what="Kernels compute in float64 (double precision). "
              + ("A CPU's vector units hold half as many float64 values as float32, so this math runs at about half "
@@ -136,7 +140,7 @@ def _highest(host: HostEvidence, timed: list[tuple[OpTime, KernelWork]], chip: C
     if not _fast_path_is_narrower(host, chip):
         return None
     return _finding(
-        host, [(op, w) for op, w in timed if _is_highest_f32_matmul(w)],
+        host, "highest", [(op, w) for op, w in timed if _is_highest_f32_matmul(w)],
         title="Float32 matmuls at HIGHEST precision take {share:.0%} of device time",
         what="Float32 matmuls ask for precision=HIGHEST, which turns off the chip's fast matmul path: "
              + ("on a TPU an f32 matmul at default precision is one bf16 pass through the MXU, at HIGHEST six."
@@ -149,14 +153,15 @@ def _highest(host: HostEvidence, timed: list[tuple[OpTime, KernelWork]], chip: C
 
 
 def findings(hosts: list[HostEvidence], works: list[KernelWork], chip_of: Callable[[HostEvidence], Chip | None],
-             ) -> list[Finding]:
-    """A float64 finding and a HIGHEST-precision finding, each for the host where it takes the most device time."""
+             ) -> tuple[list[SlowPrecision], list[Finding]]:
+    """Float64 math and HIGHEST-precision f32 matmuls, each on the host where it takes the most device time: the
+    device time they take and their findings."""
     framework = frameworks.detect(hosts)
-    worst: dict[str, tuple[float, Finding]] = {}
+    worst: dict[str, tuple[SlowPrecision, Finding]] = {}
     for host in hosts:
         timed = _timed_work(host, works)
-        for check, found in (("float64", _float64(host, timed, framework)),
-                             ("highest", _highest(host, timed, chip_of(host)))):
-            if found is not None and found[0] > worst.get(check, (-1.0,))[0]:
-                worst[check] = found
-    return [finding for _, finding in worst.values()]
+        for found in (_float64(host, timed, framework), _highest(host, timed, chip_of(host))):
+            if found is not None and (found[0].kind not in worst
+                                      or found[0].share_of_device > worst[found[0].kind][0].share_of_device):
+                worst[found[0].kind] = found
+    return [slow for slow, _ in worst.values()], [finding for _, finding in worst.values()]
