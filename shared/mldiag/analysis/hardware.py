@@ -145,10 +145,11 @@ _HLO_DTYPES = {"bf16": "bf16", "f16": "f16", "f32": "f32", "f64": "f64", "s8": "
 def peak_dtype(chip: Chip, hlo_dtype: str, precision: str = "") -> str | None:
     """The key of ``chip``'s peak that a matmul on ``hlo_dtype`` operands at ``precision`` runs against.
 
-    None where the chip publishes no peak for it (an f64 matmul on a TPU, which emulates f64; an f32 matmul at
-    HIGHEST precision on a chip that gives f32 no peak of its own).
+    An f32 matmul at HIGHEST precision runs against the chip's f32 peak, or, where it publishes none (a TPU), against
+    the fast path's, which its several passes cannot reach. None where the chip publishes no peak for the dtype (an
+    f64 matmul on a TPU, which emulates f64).
     """
     dtype = _HLO_DTYPES.get(hlo_dtype)
-    if dtype == "f32" and precision != "highest" and chip.fast_f32:
+    if dtype == "f32" and chip.fast_f32 and (precision != "highest" or "f32" not in chip.peak_flops):
         dtype = chip.fast_f32
     return dtype if dtype in chip.peak_flops else None

@@ -107,8 +107,13 @@ def _peak_dtype(chip: Chip, works: list[KernelWork]) -> str | None:
     return peak_dtype(chip, dtype, precision)
 
 
-def _verdict(program: ProgramRoofline) -> tuple[str, str]:
-    """The roofline verdict and the sentence that states it."""
+LATENCY = "latency, small kernels or waits hold it back, not the hardware"
+SLOW_PRECISION = "its f32 matmuls at HIGHEST precision take several passes of the chip's fast matmul path each"
+
+
+def _verdict(program: ProgramRoofline, held_back: str = LATENCY) -> tuple[str, str]:
+    """The roofline verdict and the sentence that states it; ``held_back`` says why a program far from both limits
+    is there."""
     flops = program.flops_fraction
     bandwidth = program.bandwidth_fraction
     intensity, ridge = program.arithmetic_intensity, program.ridge_point
@@ -130,7 +135,7 @@ def _verdict(program: ProgramRoofline) -> tuple[str, str]:
                                 f"{where}; healthy for its arithmetic intensity, only less memory traffic makes it "
                                 "faster")
     return "neither", (f"far from both limits: {_percent(flops)} of {peak} and {_percent(bandwidth)} of the HBM "
-                       f"bandwidth at {where}; latency, small kernels or waits hold it back, not the hardware")
+                       f"bandwidth at {where}; {held_back}")
 
 
 def _percent(fraction: float) -> str:
@@ -162,7 +167,9 @@ def _program(name: str, source: str, costs: _Costs, total_ms: float, works: list
         if program.achieved_bytes_per_s is not None:
             # XProf's bytes count every memory space (on-chip ones too), so they can exceed the HBM peak.
             program.bandwidth_fraction = _fraction(program.achieved_bytes_per_s / chip.hbm_bytes_per_s)
-    program.verdict, program.statement = _verdict(program)
+    highest = any(w.precision == "highest" and w.matmul_dtype == "f32" for w in works)
+    slow = highest and program.matmul_dtype == "f32" and program.peak_dtype not in ("", "f32")
+    program.verdict, program.statement = _verdict(program, SLOW_PRECISION if slow else LATENCY)
     return program
 
 
