@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from mldiag.analysis import hardware, hlo
+from mldiag.analysis import hardware, hlo, prompts
 from mldiag.analysis.analyst import assess
 from mldiag.analysis.evidence import ProfileInput, ToolResult, ToolStatus
 from mldiag.analysis.hardware import GIB, chip_for, peak_dtype
 from mldiag.analysis.host_evidence import DeviceKind, Distribution, HostActivity, HostEvidence, OpTime, StepSource
 from mldiag.analysis.report import render_summary
+from mldiag.analysis.validation import EvidenceIndex, why_unsupported
 from mldiag.domain import FindingCategory, HealthStatus, Priority
 
 # --- the peaks table ------------------------------------------------------------------------------
@@ -384,3 +385,16 @@ def test_highest_precision_f32_matmuls_on_a_tpu_are_held_to_its_bf16_peak_and_th
     assert (program.matmul_dtype, program.peak_dtype, program.verdict) == ("f32", "bf16", "neither")
     assert program.flops_fraction == pytest.approx(0.159, abs=0.001)
     assert "HIGHEST precision" in program.statement and "latency" not in program.statement
+
+
+def test_the_precision_findings_are_supported_by_the_evidence_the_reasoner_gets():
+    expression = "%convolution_tanh_fusion = f32[4096,4096]{1,0:T(8,128)} fusion(f32[4096,4096]{1,0:T(8,128)} %x.1, ...)"
+    host = _host(kind=DeviceKind.TPU, device_type="TPU v5 lite", program="jit__lambda(113)",
+                 top_ops=[_op("convolution_tanh_fusion", 0.55, expression=expression), _op("fusion.2", 0.45)])
+    analysis = _analysis(host, tools=[_op_profile("jit__lambda(113)", ms=100.0, flops=1e12, bytes_accessed=1e9)],
+                         modules=[("jit__lambda(113)", TPU_HIGHEST), ("jit_step(20)", CPU_FLOAT64)])
+    (finding,) = [f for f in analysis.findings if "HIGHEST" in f.title]
+    assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
+    digest = prompts.evidence_digest(analysis, [])
+    assert digest["slow_precision"][0]["kernels"] == ["convolution_tanh_fusion"]
+    assert digest["roofline"][0]["program"] == "jit__lambda(113)"
