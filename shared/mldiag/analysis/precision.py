@@ -27,7 +27,7 @@ from mldiag.analysis.evidence import SlowPrecision
 from mldiag.analysis.hardware import Chip
 from mldiag.analysis.hlo import KernelWork, describe
 from mldiag.analysis.host_evidence import DeviceKind, HostEvidence, OpTime, StepSource
-from mldiag.analysis.trace_names import hlo_instruction, program_base
+from mldiag.analysis.roofline import timed_kernels
 from mldiag.analysis.wording import quoted
 from mldiag.domain.resources import Finding, FindingCategory, Priority
 
@@ -37,18 +37,8 @@ MAX_KERNELS_QUOTED = 3
 
 
 def _timed_work(host: HostEvidence, works: list[KernelWork]) -> list[tuple[OpTime, KernelWork]]:
-    """Each timed op of the host with what its instruction computes, where the launched programs tell."""
-    by_instruction: dict[str, list[KernelWork]] = {}
-    for work in works:
-        by_instruction.setdefault(work.instruction, []).append(work)
-    launched = {program_base(name) for name in (*(p.name for p in host.programs), *(a.name for a in host.dispatched))}
-    found = []
-    for op in host.top_ops:
-        holding = by_instruction.get(hlo_instruction(op), [])
-        ran = [w for w in holding if program_base(w.module) in launched] or holding
-        if ran:
-            found.append((op, ran[0]))
-    return found
+    """Each timed op of the host with what its instruction computes, where the HLO tells."""
+    return [(op, ran[0]) for op, ran in timed_kernels(host, works) if ran]
 
 
 def _is_float64(work: KernelWork) -> bool:

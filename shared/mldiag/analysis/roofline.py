@@ -29,7 +29,7 @@ from typing import Any
 from mldiag.analysis.evidence import Metrics, ProgramRoofline
 from mldiag.analysis.hardware import Chip, chip_for, peak_dtype
 from mldiag.analysis.hlo import KernelWork
-from mldiag.analysis.host_evidence import DeviceKind, HostEvidence, StepSource
+from mldiag.analysis.host_evidence import DeviceKind, HostEvidence, OpTime, StepSource
 from mldiag.analysis.trace_names import hlo_instruction, program_base
 
 NEAR_ROOFLINE = 0.5  # achieved share of a peak at which a program is bound by that limit
@@ -45,7 +45,8 @@ class _Costs:
     bytes: float | None = 0.0
 
 
-def chip_of(hosts: list[HostEvidence], memory_capacity_bytes: int | None, device_information: dict[str, Any]) -> Chip | None:
+def chip_of(hosts: list[HostEvidence], memory_capacity_bytes: int | None,
+            device_information: dict[str, Any]) -> Chip | None:
     """The chip the profile ran on, from the device type the raw events or XProf's device information name."""
     if not hosts or any(host.device_kind is DeviceKind.CPU for host in hosts):
         return None
@@ -68,18 +69,26 @@ def _op_profile_costs(op_profile: dict[str, Any]) -> dict[str, _Costs]:
     return costs
 
 
-def _hlo_costs(hosts: list[HostEvidence], works: list[KernelWork]) -> dict[str, _Costs]:
-    """Device time and matmul FLOPs per program, from the ops the trace timed and their instructions' HLO."""
+def timed_kernels(host: HostEvidence, works: list[KernelWork]) -> list[tuple[OpTime, list[KernelWork]]]:
+    """Each op the trace timed on the host, with what the HLO instruction it runs computes: in the programs the host
+    launched that hold an instruction of that name, or in every program that does when the launches do not tell."""
     by_instruction: dict[str, list[KernelWork]] = {}
     for work in works:
         by_instruction.setdefault(work.instruction, []).append(work)
+    launched = {program_base(name) for name in (*(p.name for p in host.programs), *(a.name for a in host.dispatched))}
+    found = []
+    for op in host.top_ops:
+        holding = by_instruction.get(hlo_instruction(op), [])
+        found.append((op, [w for w in holding if program_base(w.module) in launched] or holding))
+    return found
+
+
+def _hlo_costs(hosts: list[HostEvidence], works: list[KernelWork]) -> dict[str, _Costs]:
+    """Device time and matmul FLOPs per program, from the ops the trace timed and their instructions' HLO."""
     costs: dict[str, _Costs] = {}
     for host in hosts:
-        launched = {program_base(name) for name in (*(p.name for p in host.programs),
-                                                    *(a.name for a in host.dispatched))}
         runs = max(host.steps, 1) * max(host.devices, 1)
-        for op in host.top_ops:
-            ran = [w for w in by_instruction.get(hlo_instruction(op), []) if program_base(w.module) in launched]
+        for op, ran in timed_kernels(host, works):
             if len({w.module for w in ran}) != 1:  # no program, or several that one name cannot tell apart
                 continue
             program = costs.setdefault(ran[0].module, _Costs(bytes=None))

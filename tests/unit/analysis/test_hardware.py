@@ -150,6 +150,10 @@ ENTRY %main.1 (x.1: f32[4096,4096], w.1: f32[4096,4096]) -> f32[4096,4096] {
 """
 
 
+# The device trace's HLO text of that fusion's runs (the analyst reads the instruction's name from it).
+TPU_FUSION_TEXT = "%convolution_tanh_fusion = f32[4096,4096]{1,0:T(8,128)} fusion(f32[4096,4096]{1,0:T(8,128)} %x.1)"
+
+
 def _work(name: str, text: str, instruction: str) -> hlo.KernelWork:
     return next(w for w in hlo.kernel_work([hlo.parse_module(name, text)]) if w.instruction == instruction)
 
@@ -311,7 +315,7 @@ def test_float64_below_a_measurable_share_is_no_finding():
 
 
 def test_highest_precision_f32_matmuls_on_a_tpu_are_a_finding_with_their_share():
-    expression = "%convolution_tanh_fusion = f32[4096,4096]{1,0:T(8,128)} fusion(f32[4096,4096]{1,0:T(8,128)} %x.1, ...)"
+    expression = TPU_FUSION_TEXT
     host = _host(kind=DeviceKind.TPU, device_type="TPU v5 lite", program="jit__lambda(113)",
                  top_ops=[_op("convolution_tanh_fusion", 0.8, expression=expression), _op("copy.1", 0.2)])
     analysis = _analysis(host, modules=[("jit__lambda(113)", TPU_HIGHEST)])
@@ -388,7 +392,7 @@ def test_highest_precision_f32_matmuls_on_a_tpu_are_held_to_its_bf16_peak_and_th
 
 
 def test_the_precision_findings_are_supported_by_the_evidence_the_reasoner_gets():
-    expression = "%convolution_tanh_fusion = f32[4096,4096]{1,0:T(8,128)} fusion(f32[4096,4096]{1,0:T(8,128)} %x.1, ...)"
+    expression = TPU_FUSION_TEXT
     host = _host(kind=DeviceKind.TPU, device_type="TPU v5 lite", program="jit__lambda(113)",
                  top_ops=[_op("convolution_tanh_fusion", 0.55, expression=expression), _op("fusion.2", 0.45)])
     analysis = _analysis(host, tools=[_op_profile("jit__lambda(113)", ms=100.0, flops=1e12, bytes_accessed=1e9)],
