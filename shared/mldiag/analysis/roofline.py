@@ -22,6 +22,7 @@ the step time, as a share of the peak at the dtype of the programs' matmuls.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +44,10 @@ class _Costs:
     ms: float = 0.0
     flops: float = 0.0
     bytes: float | None = 0.0
+    copy_ms: float = 0.0  # in asynchronous copies (copy-start / copy-done): waits on transfers, not work
+
+
+_COPY = re.compile(r"^copy-(start|done)")
 
 
 def chip_of(hosts: list[HostEvidence], memory_capacity_bytes: int | None,
@@ -57,13 +62,15 @@ def chip_of(hosts: list[HostEvidence], memory_capacity_bytes: int | None,
 def _op_profile_costs(op_profile: dict[str, Any]) -> dict[str, _Costs]:
     """Device time, FLOPs and bytes per program, from the op profile's operations grouped by program."""
     costs: dict[str, _Costs] = {}
-    for ops in (op_profile.get("grouped_operations") or {}).values():
+    for category, ops in (op_profile.get("grouped_operations") or {}).items():
         for op in ops if isinstance(ops, list) else []:
             path = str(op.get("name", "")).split("/")
             if len(path) < 3 or path[0] != "by_program":
                 continue
             program = costs.setdefault(path[1], _Costs())
-            program.ms += float(op.get("total_self_time_ms") or 0.0)
+            ms = float(op.get("total_self_time_ms") or 0.0)
+            program.ms += ms
+            program.copy_ms += ms if _COPY.match(category) else 0.0
             program.flops += float(op.get("flops") or 0.0)
             program.bytes += float(op.get("bytes_accessed") or 0.0)
     return costs
@@ -93,6 +100,7 @@ def _hlo_costs(hosts: list[HostEvidence], works: list[KernelWork]) -> dict[str, 
                 continue
             program = costs.setdefault(ran[0].module, _Costs(bytes=None))
             program.ms += op.self_ms_per_step * runs
+            program.copy_ms += op.self_ms_per_step * runs if _COPY.match(op.name) else 0.0
             program.flops += ran[0].flops * op.count_per_step * runs
     return costs
 
@@ -118,6 +126,7 @@ def _peak_dtype(chip: Chip, works: list[KernelWork]) -> str | None:
 
 LATENCY = "latency, small kernels or waits hold it back, not the hardware"
 SLOW_PRECISION = "its f32 matmuls at HIGHEST precision take several passes of the chip's fast matmul path each"
+COPIES = "most of its device time is asynchronous copies (copy-start / copy-done), waits on transfers, not work"
 
 
 def _verdict(program: ProgramRoofline, held_back: str = LATENCY) -> tuple[str, str]:
@@ -178,7 +187,8 @@ def _program(name: str, source: str, costs: _Costs, total_ms: float, works: list
             program.bandwidth_fraction = _fraction(program.achieved_bytes_per_s / chip.hbm_bytes_per_s)
     highest = any(w.precision == "highest" and w.matmul_dtype == "f32" for w in works)
     slow = highest and program.matmul_dtype == "f32" and program.peak_dtype not in ("", "f32")
-    program.verdict, program.statement = _verdict(program, SLOW_PRECISION if slow else LATENCY)
+    held_back = COPIES if costs.copy_ms >= 0.5 * costs.ms else SLOW_PRECISION if slow else LATENCY
+    program.verdict, program.statement = _verdict(program, held_back)
     return program
 
 

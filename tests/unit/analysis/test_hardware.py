@@ -402,3 +402,14 @@ def test_the_precision_findings_are_supported_by_the_evidence_the_reasoner_gets(
     digest = prompts.evidence_digest(analysis, [])
     assert digest["slow_precision"][0]["kernels"] == ["convolution_tanh_fusion"]
     assert digest["roofline"][0]["program"] == "jit__lambda(113)"
+
+
+def test_a_program_whose_device_time_is_mostly_async_copies_is_said_to_wait_on_transfers():
+    host = _host(kind=DeviceKind.TPU, device_type="TPU v6 Lite", program="jit_f(12)")
+    profile = _op_profile("jit_f(12)", ms=10.0, flops=1e9, bytes_accessed=1e9)
+    profile.data["grouped_operations"]["copy-done"] = [
+        {"name": "by_program/jit_f(12)/copy-done/copy-done.4", "total_self_time_ms": 90.0, "flops": 0.0,
+         "bytes_accessed": 2e9}]
+    (program,) = _analysis(host, tools=[profile]).roofline
+    assert program.verdict == "neither" and program.device_ms == pytest.approx(100.0)
+    assert "asynchronous copies" in program.statement and "latency" not in program.statement
