@@ -48,7 +48,8 @@ from measure_device_trace import covered_ns  # scripts/ is on sys.path when a sc
 
 HOST = "fixture-host"
 STEP_NAME = "train"
-QUALITY = ("plain_loop", "host_between_steps", "collectives", "huge_temporaries", "demo_healthy", "demo_degraded")
+QUALITY = ("plain_loop", "host_between_steps", "collectives", "huge_temporaries", "demo_healthy", "demo_degraded",
+           "float64_matmul")
 COMMITTED = ("compute_bound", "input_bound", "unfused_small_ops", "recompiling", "hostile", *QUALITY)
 MAX_COMMITTED_BYTES = 1_500_000
 REPO = Path(__file__).resolve().parent.parent
@@ -87,6 +88,9 @@ DESCRIPTIONS = {
                     "automatic capture: xprof() options, no step markers",
     "demo_degraded": "mldiag demo's training step and its degraded host wait (PAUSE_S x SLOWDOWN), traced "
                      "like its automatic capture: xprof() options, no step markers",
+    "float64_matmul": "jit step with jax_enable_x64: a chain of four float64 matmuls (384x512 by 512x512, tanh "
+                      "between) beside the same chain in float32; ablations: the whole step in float32, and the "
+                      "float64 chain alone",
 }
 
 
@@ -109,6 +113,8 @@ class Loop:
     python_tracer: bool = False
     program: object | None = None
     local_only: Callable[[], None] | None = None  # the step without its collectives, to time them by difference
+    # Other versions of the step timed in the same process (another dtype, one part alone): name -> (run, what it is)
+    ablations: dict[str, tuple[Callable[[], None], str]] | None = None
 
 
 def _mlp(sizes: list[int]):
@@ -332,6 +338,45 @@ def huge_temporaries():
     return Loop(device=step, program=compiled)
 
 
+MATMUL_CHAIN = 4
+
+
+def float64_matmul():
+    """A step whose float64 matmul chain runs beside a float32 one; ablations: all float32, and float64 alone."""
+    import jax
+    import jax.numpy as jnp
+
+    jax.config.update("jax_enable_x64", True)
+
+    def chain(x, w):
+        for _ in range(MATMUL_CHAIN):
+            x = jnp.tanh(x @ w)
+        return x
+
+    def step(x_wide, w_wide, x, w):
+        return chain(x_wide, w_wide).astype(jnp.float32).sum() + chain(x, w).sum()
+
+    key_x, key_w = jax.random.split(jax.random.key(0))
+    x = jax.random.normal(key_x, (384, 512), jnp.float32) * 0.05
+    w = jax.random.normal(key_w, (512, 512), jnp.float32) * 0.05
+    wide = (x.astype(jnp.float64), w.astype(jnp.float64))
+    program, alone = jax.jit(step), jax.jit(chain)
+
+    def device(i: int) -> None:
+        program(*wide, x, w).block_until_ready()
+
+    def float32_twin() -> None:
+        program(x, w, x, w).block_until_ready()
+
+    def float64_alone() -> None:
+        alone(*wide).block_until_ready()
+
+    return Loop(device=device, ablations={
+        "float32": (float32_twin, "the same step with its float64 inputs given as float32"),
+        "float64_part": (float64_alone, "the float64 matmul chain alone, jitted on its own"),
+    })
+
+
 def _demo_loop(slowdown: float) -> Loop:
     """``mldiag demo``'s training step and its host-side wait, ``PAUSE_S`` times ``slowdown``.
 
@@ -390,6 +435,7 @@ WORKLOADS = {
     "huge_temporaries": (huge_temporaries, 10),
     "demo_healthy": (demo_healthy, 8),
     "demo_degraded": (demo_degraded, 8),
+    "float64_matmul": (float64_matmul, 12),
 }
 LARGE = ("large", "large_op_by_op")
 
@@ -483,7 +529,13 @@ def trace(name: str, out: Path, steps: int, expectations: Path | None = None) ->
             if loop.local_only:
                 local = Loop(device=lambda i: loop.local_only(), annotate=loop.annotate)
                 local_ms = statistics.median(_run(local, steps, Path(scratch) / "local", options)["step"])
-        truth = measured_truth(name, loop, times, statistics.median(without_host["step"]), local_ms, compiles.count)
+            ablations = {
+                ablation: statistics.median(_run(Loop(device=lambda i, run=run: run(), annotate=loop.annotate), steps,
+                                                 Path(scratch) / ablation, options)["step"])
+                for ablation, (run, _) in (loop.ablations or {}).items()
+            }
+        truth = measured_truth(name, loop, times, statistics.median(without_host["step"]), local_ms, compiles.count,
+                               ablations)
         write_truth(expectations / f"{name}.yaml", name, xplane, truth)
     return xplane
 
@@ -493,7 +545,7 @@ def _number(value: float, how: str, **tolerance: float) -> dict:
 
 
 def measured_truth(name: str, loop: Loop, times: dict[str, list[float]], device_ms: float,
-                   local_ms: float | None, compiles: int) -> dict:
+                   local_ms: float | None, compiles: int, ablations: dict[str, float] | None = None) -> dict:
     """The truth block: each number with its tolerance and how this script measured it."""
     import jax
 
@@ -526,6 +578,12 @@ def measured_truth(name: str, loop: Loop, times: dict[str, list[float]], device_
         # Both ablations ran back to back, so their ratio is steadier on a busy machine than either time.
         truth["communication_fraction"] = _number(max(0.0, 1 - local_ms / device_ms), "1 - local_ms / device_ms",
                                                   abs=0.15)
+    for ablation, ms in (ablations or {}).items():
+        what = loop.ablations[ablation][1]
+        truth[f"{ablation}_ms"] = _number(ms, f"ablation: median step of {what}, traced with the same options, "
+                                              f"{clock}", rel=0.25)
+        # The step and its ablation ran back to back, so their ratio is steadier on a busy machine than either time.
+        truth[f"{ablation}_over_step"] = _number(ms / device_ms, f"{ablation}_ms / device_ms", rel=0.2)
     if loop.program is not None:
         stats = loop.program.memory_analysis()
         live = stats.argument_size_in_bytes + stats.output_size_in_bytes

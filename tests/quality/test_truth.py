@@ -39,6 +39,12 @@ def _largest_share(plane) -> float:
     return plane.by_name.most_common(1)[0][1] / plane.op_ns
 
 
+def _flop_rate(plane, flops_per_run: float) -> float:
+    """The largest kernel's FLOP/s over its op time, given its FLOPs per run (from its program's HLO shapes)."""
+    name, ns = plane.by_name.most_common(1)[0]
+    return plane.count_by_name[name] * flops_per_run / (ns / 1e9)
+
+
 def _gpu(planes, name: str):
     (plane,) = [p for p in planes if p.name == name]
     return plane
@@ -69,6 +75,7 @@ CASES = {
     ("mi300x_jax08_attention", "idle_fraction"): lambda planes, runs: 1 - planes[0].busy,
     ("mi300x_gemm", "gemm_share"): lambda planes, runs: planes[0].groups["gemm"],
     ("mi300x_gemm", "top_kernel_share"): lambda planes, runs: _largest_share(planes[0]),
+    ("mi300x_gemm", "largest_gemm_flop_rate"): lambda planes, runs: _flop_rate(planes[0], 2 * 8192 * 8192 * 4096),
     ("tpu_v6e4_inference", "runs"): lambda planes, runs: max(map(len, runs.values())),
     ("tpu_v6e4_inference", "period_ms"): lambda planes, runs: MEASURER.mean_period_ms(max(runs.values(), key=len)),
     ("tpu_v6e4_inference", "copy_share"): lambda planes, runs: statistics.mean(plane.groups["copies"] for plane in planes),

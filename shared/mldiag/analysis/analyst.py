@@ -32,13 +32,12 @@ quoted, so they stay data wherever the report goes.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from functools import partial
 from typing import Any
 
-from mldiag.analysis import frameworks
+from mldiag.analysis import frameworks, precision, roofline
 from mldiag.analysis.evidence import (
     Analysis, DataMovement, Health, HloIssue, HloProgram, KernelShare, Metrics, ProfileInput, ToolResult, ToolStatus,
 )
@@ -46,6 +45,9 @@ from mldiag.analysis.frameworks import Framework
 from mldiag.analysis.hlo import KernelWork, Shape, describe
 from mldiag.analysis.host_evidence import DeviceKind, HostActivity, HostEvidence, OpTime, StepSource
 from mldiag.analysis.trace_names import COMMUNICATION, COMPILE, DISPATCH_PREFIX, WAITING
+from mldiag.analysis.trace_names import hlo_instruction as _instruction
+from mldiag.analysis.trace_names import program_base as _module_base
+from mldiag.analysis.wording import quoted
 from mldiag.domain.resources import Finding, FindingCategory, HealthStatus, Priority
 
 GIB = 1 << 30
@@ -67,6 +69,7 @@ CUSTOM_CALL_SHARE = 30.0  # percent of device time in custom calls worth a kerne
 # A program whose temporaries at its peak are this many times its inputs and outputs, and at least this big.
 TEMPORARIES_RATIO = 4.0
 TEMPORARIES_FLOOR = 16 * MIB
+MAX_TITLE_RATIO = 1000  # a larger ratio is said in words, with the sizes: its denominator is near nothing
 # Share of device op time in ops that only move or re-type data at which they are a P0 / P1 / P2 problem.
 DATA_MOVEMENT_PRIORITIES = ((0.50, Priority.P0), (0.25, Priority.P1), (0.10, Priority.P2))
 DOMINANT_KERNEL = 0.30  # share of a host's device op time at which a kernel is named where device time is explained
@@ -76,11 +79,6 @@ OUTLIER_STEP = 3.0  # a step this many times the median is an outlier
 NOTABLE_SHARE = 0.01  # host activities below this share of a step are not worth quoting
 URGENT_REASON = "a finding needs attention"
 _ORDER = {Priority.P0: 0, Priority.P1: 1, Priority.P2: 2}
-
-
-def quoted(name: str) -> str:
-    """A profile string as evidence: JSON-quoted, so it reads as data wherever it lands."""
-    return json.dumps(name, ensure_ascii=False)
 
 
 def size(nbytes: float) -> str:
@@ -138,16 +136,6 @@ def _metrics(hosts: list[HostEvidence], tools: dict[str, ToolResult]) -> Metrics
         efficiency = _percent(program.get("roofline_efficiency_percent"))
         metrics.roofline_efficiency = None if efficiency is None else _fraction(efficiency)
     return metrics
-
-
-_MODULE_ID = re.compile(r"(\.\d+)?\(\d+\)$")  # "jit_step(26)", "jit_f.1(1219...)": the id XLA appends
-
-
-def _module_base(name: str) -> str:
-    """A program's name without XLA's id; a jit dispatch ``PjitFunction(step)`` names program ``jit_step``."""
-    if name.startswith(DISPATCH_PREFIX):
-        return f"jit_{name[len(DISPATCH_PREFIX):-1]}"
-    return _MODULE_ID.sub("", name)
 
 
 def _step_module(hosts: list[HostEvidence], tools: dict[str, ToolResult]) -> tuple[dict[str, Any], str] | None:
@@ -437,10 +425,14 @@ def _temporaries(hosts: list[HostEvidence], metrics: Metrics, tools: dict[str, T
         return None
     module, which = found
     peak = module["total_hbm_mib"] * MIB
-    live = program.inputs_bytes + program.outputs_bytes
+    live = program.inputs_bytes + program.outputs_bytes + program.constants_bytes
     temporaries = peak - live
     if temporaries < TEMPORARIES_FLOOR or temporaries < TEMPORARIES_RATIO * max(live, 1):
         return None
+    ratio = temporaries / max(live, 1)
+    title = (f"Temporaries are {ratio:.0f}x the program's inputs, outputs and constants" if ratio <= MAX_TITLE_RATIO
+             else f"Temporaries far larger than the program's inputs, outputs and constants ({size(temporaries)} "
+                  f"against {size(live)})")
     share = metrics.peak_memory_bytes / metrics.memory_capacity_bytes if (
         metrics.peak_memory_bytes and metrics.memory_capacity_bytes) else None
     buffers_shown = [b for b in (_data(tools, "get_peak_allocations").get("modules") or [])
@@ -450,13 +442,14 @@ def _temporaries(hosts: list[HostEvidence], metrics: Metrics, tools: dict[str, T
     return Finding(
         priority=Priority.P1 if share is not None and share >= 0.5 else Priority.P2,
         category=FindingCategory.MEMORY,
-        title=f"Temporaries are {temporaries / max(live, 1):.0f}x the program's inputs and outputs",
+        title=title,
         what="At its peak the program holds intermediate buffers (activations kept for the backward pass, "
              "materialised broadcasts or attention scores) many times the size of what it reads and returns; "
              "they, not the model's state, set its memory.",
         evidence=[
             f"{which} {quoted(module['module_name'])}: peak {size(peak)} (memory_viewer buffer assignment), "
-            f"inputs {size(program.inputs_bytes)}, outputs {size(program.outputs_bytes)} (its HLO)",
+            f"inputs {size(program.inputs_bytes)}, outputs {size(program.outputs_bytes)}, constants "
+            f"{size(program.constants_bytes)} (its HLO)",
             *([f"largest intermediate {quoted(program.largest_temporary)}: {size(program.largest_temporary_bytes)}"]
               if program.largest_temporary else []),
             *(f"buffer {line}" for line in largest),
@@ -522,16 +515,6 @@ def _kernel(tools: dict[str, ToolResult]) -> Finding | None:
 
 
 # --- where device time goes ---------------------------------------------------------------------
-
-_HLO_TEXT_NAME = re.compile(r"^%?([^\s=]+)\s*=")  # "%fusion.3 = f32[...] fusion(...)": a TPU op's HLO text
-
-
-def _instruction(op: OpTime) -> str:
-    """The HLO instruction an op runs: the GPU trace's hlo_op, the name in a TPU op's HLO text, else its name."""
-    if match := _HLO_TEXT_NAME.match(op.expression):
-        return match.group(1)
-    return op.expression or op.name.removesuffix(".kd")
-
 
 def _kernels(hosts: list[HostEvidence], works: list[KernelWork]) -> list[KernelShare]:
     """Each host's kernels that hold its device time, where one holds at least ``DOMINANT_KERNEL`` of it, with
@@ -896,7 +879,7 @@ def _low_utilisation(hosts: list[HostEvidence], health: Health) -> Finding:
 def _findings(hosts: list[HostEvidence], tools: dict[str, ToolResult], hlo_issues: dict[str, list[HloIssue]],
               metrics: Metrics, health: Health, programs: dict[str, HloProgram],
               movements: list[tuple[DataMovement, HostEvidence, list[OpTime]]],
-              kernels: list[KernelShare]) -> list[Finding]:
+              kernels: list[KernelShare], hardware: list[Finding]) -> list[Finding]:
     per_host = [
         finding
         for host in hosts
@@ -915,7 +898,7 @@ def _findings(hosts: list[HostEvidence], tools: dict[str, ToolResult], hlo_issue
     session_wide = [_memory(metrics), _temporaries(hosts, metrics, tools, programs),
                     _compute(hosts, metrics, tools, kernels), _kernel(tools)]
     findings = (per_host + [f for f in session_wide if f is not None] + _data_movement(movements, hlo_issues)
-                + _compiler(hosts, hlo_issues))
+                + _compiler(hosts, hlo_issues) + hardware)
     if not health.optimal and all(f.priority is Priority.P2 for f in findings):
         findings.append(_low_utilisation(hosts, health))
     return sorted(findings, key=lambda f: _ORDER[f.priority])
@@ -995,11 +978,15 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
     by_name = {tool.name: tool for tool in tools}
     _name_amd_architecture(hosts, by_name)
     metrics = _metrics(hosts, by_name)
+    chip = roofline.chip_of(hosts, metrics.memory_capacity_bytes, _data(by_name, "get_device_information"))
+    rooflines = roofline.program_rooflines(hosts, _data(by_name, "get_hlo_op_profile"), hlo_kernels or [], chip)
+    roofline.fill_metrics(metrics, hosts, rooflines, chip)
     health = _health(hosts, metrics)
     programs = {program.module: program for program in hlo_programs or []}
     movements = _movements(hosts, programs)
     kernels = _kernels(hosts, hlo_kernels or [])
-    findings = _findings(hosts, by_name, hlo_issues, metrics, health, programs, movements, kernels)
+    slow_precision, hardware = precision.findings(hosts, hlo_kernels or [], lambda host: chip)
+    findings = _findings(hosts, by_name, hlo_issues, metrics, health, programs, movements, kernels, hardware)
     status = decide_status(health, findings)
     return Analysis(
         status=status,
@@ -1013,6 +1000,8 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
         hlo_programs=hlo_programs or [],
         data_movement=[movement for movement, _, _ in movements],
         kernels=kernels,
+        roofline=rooflines,
+        slow_precision=slow_precision,
         profile=profile,
         versions=versions,
         seconds=seconds,

@@ -61,6 +61,7 @@ class HloProgram(Evidence):
     module: str
     inputs_bytes: int
     outputs_bytes: int
+    constants_bytes: int = 0  # arrays built into the program (weights a jitted function closed over)
     largest_temporary: str = ""  # the entry-level instruction whose result it is
     largest_temporary_bytes: int = 0
     parameters: dict[str, str] = Field(default_factory=dict)  # each entry parameter's shape, in order
@@ -98,6 +99,41 @@ class KernelShare(Evidence):
     programs: list[str] = Field(default_factory=list)  # the launched programs whose HLO holds the instruction
 
 
+class ProgramRoofline(Evidence):
+    """``analysis.json.roofline``: a program's achieved FLOP/s and bytes/s over its measured device time, against
+    the chip's peaks (:mod:`mldiag.analysis.hardware`), and the verdict that puts it on the roofline."""
+
+    program: str
+    source: str  # where the FLOPs and bytes come from: "op_profile" (XProf's per-op costs) or "hlo" (its matmuls)
+    device_ms: float  # device time of its ops over the capture, summed over devices
+    share_of_device: float  # of the device time of every program listed
+    flops: float  # in that time
+    bytes_accessed: float | None = None  # None where the source does not tell
+    achieved_flops_per_s: float
+    achieved_bytes_per_s: float | None = None
+    arithmetic_intensity: float | None = None  # FLOPs per byte
+    matmul_dtype: str = ""  # the operands' dtype of its matmuls (FLOP-weighted); "" without matmuls
+    peak_dtype: str = ""  # the chip's peak it is held to: its matmuls' (bf16 for f32 at default precision on TPU)
+    peak_flops_per_s: float | None = None  # None: no known chip, or no published peak for its dtype
+    peak_bytes_per_s: float | None = None
+    ridge_point: float | None = None  # FLOPs per byte where the chip turns compute-bound at that peak
+    flops_fraction: float | None = None  # achieved / peak FLOP/s
+    bandwidth_fraction: float | None = None  # achieved / peak HBM bytes/s
+    verdict: str = ""  # "compute-bound", "memory-bound", "neither"; "" without a chip's peaks
+    statement: str = ""  # the verdict in words
+
+
+class SlowPrecision(Evidence):
+    """``analysis.json.slow_precision``: device time in a slow dtype or precision, on the host where it weighs most,
+    as its finding quotes it."""
+
+    kind: str  # "float64" (math in f64) or "highest" (f32 matmuls at precision HIGHEST on a bf16/TF32 chip)
+    host: str
+    ms_per_step: float  # per device (per capture without steps)
+    share_of_device: float  # of the host's device op time
+    kernels: list[str] = Field(default_factory=list)  # as the device trace names them, longest first
+
+
 class Metrics(Evidence):
     step_time_ms: float | None = None
     steps: int = 0
@@ -106,6 +142,15 @@ class Metrics(Evidence):
     peak_memory_source: str = ""
     memory_capacity_bytes: int | None = None
     roofline_efficiency: float | None = None
+    # The chip's published limits (hardware.py) and how close the programs came to them.
+    hardware: str = ""  # the chip the peaks are for; "" where the device type names none
+    hardware_source: str = ""  # the datasheet its peaks come from
+    peak_dtype: str = ""  # the dtype of the peak below: the programs' matmuls'
+    peak_tflops: float | None = None
+    peak_hbm_bytes_per_s: float | None = None
+    achieved_tflops: float | None = None  # FLOPs over device op time, every program with costs together
+    hbm_bandwidth_fraction: float | None = None  # bytes accessed over device op time, of the peak HBM bandwidth
+    mfu: float | None = None  # the step's FLOPs per step time, of the peak: model FLOPs utilisation
 
 
 class Health(Evidence):
@@ -210,6 +255,8 @@ class Analysis(Evidence):
     hlo_programs: list[HloProgram] = Field(default_factory=list)
     data_movement: list[DataMovement] = Field(default_factory=list)
     kernels: list[KernelShare] = Field(default_factory=list)
+    roofline: list[ProgramRoofline] = Field(default_factory=list)
+    slow_precision: list[SlowPrecision] = Field(default_factory=list)
     followups: list[Followup] = Field(default_factory=list)
     investigation: Investigation | None = None
     comparison: Comparison | None = None

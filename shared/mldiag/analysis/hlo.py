@@ -46,6 +46,10 @@ _CALLS = re.compile(r"calls=%?([^\s,}]+)")
 _TO_APPLY = re.compile(r"to_apply=%?([^\s,}]+)")
 _FUSION_KIND = re.compile(r"\bkind=k(\w+)")
 _TARGET = re.compile(r'custom_call_target="([^"]*)"')
+# HLO's own attribute, and a library GEMM's backend config ("operand_precision":["HIGHEST","HIGHEST"]).
+_PRECISION = re.compile(r"operand_precision=\{([^}]*)\}|\"operand_precision\":\[([^\]]*)\]")
+_CONTRACTING = re.compile(r"lhs_contracting_dims=\{([\d,]*)\}")
+_KERNEL_LABELS = re.compile(r"dim_labels=[^_\s]*_([^-\s]*)->")
 _DTYPE = re.compile(r"^\(*(?P<dtype>[a-z]+\d*)\[")
 _ARRAY_SHAPE = re.compile(r"^(?P<dtype>[a-z]+\d*)\[(?P<dims>[\d,]*)\](?:\{(?P<layout>[\d,]*)[^}]*\})?")
 _DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4,
@@ -92,6 +96,8 @@ class Instruction:
     dtype: str = ""  # of the result, or of a tuple result's first element
     kind: str = ""  # a fusion's kind: "Loop", "Input", "Output", "Custom"
     target: str = ""  # a custom call's target
+    precision: str = ""  # a dot's or convolution's operand precision, where it is not the default ("highest")
+    flops: float = 0.0  # a dot's or convolution's floating-point operations per run (a multiply-add is two)
 
 
 @dataclass
@@ -178,6 +184,9 @@ def parse_module(name: str, text: str) -> HloModule:
             kind=kind.group(1) if kind else "",
             target=target.group(1) if target else "",
         )
+        if instruction.opcode in ("dot", "convolution") or _MATMUL_TARGET.search(instruction.target):
+            instruction.precision = _precision(attributes)
+            instruction.flops = _matmul_flops(module, instruction, attributes)
         module.instructions[instruction.name] = instruction
         module.computations[computation].append(instruction.name)
         if match["root"]:
@@ -186,6 +195,37 @@ def parse_module(name: str, text: str) -> HloModule:
             module.runs_as[instruction.calls] = instruction.name
         module.applied.update(_TO_APPLY.findall(attributes))
     return module
+
+
+_PRECISION_ORDER = ("highest", "high")
+
+
+def _precision(attributes: str) -> str:
+    """The highest operand precision a dot or convolution asks for, or "" for the default."""
+    match = _PRECISION.search(attributes)
+    asked = {p.strip(' "').lower() for p in (match.group(1) or match.group(2)).split(",")} if match else set()
+    return next((p for p in _PRECISION_ORDER if p in asked), "")
+
+
+def _matmul_flops(module: HloModule, instruction: Instruction, attributes: str) -> float:
+    """2 x the multiply-adds of a dot (result size x contracted size) or a convolution (result size x the kernel's
+    size per output feature); 0 where the shapes are not known."""
+    lhs, rhs = (module.operand(instruction, i) for i in (0, 1))
+    if instruction.shape is None or lhs is None or rhs is None or lhs.shape is None or rhs.shape is None:
+        return 0.0
+    results = math.prod(instruction.shape.dims)
+    if instruction.opcode == "dot":
+        contracting = _CONTRACTING.search(attributes)
+        dims = [int(d) for d in contracting.group(1).split(",") if d] if contracting else []
+        if any(d >= len(lhs.shape.dims) for d in dims):
+            return 0.0
+        return 2.0 * results * math.prod(lhs.shape.dims[d] for d in dims)
+    labels = _KERNEL_LABELS.search(attributes)
+    if labels is None or "o" not in labels.group(1) or len(labels.group(1)) != len(rhs.shape.dims):
+        return 0.0
+    # The kernel holds (input features / groups) x window per output feature, whatever the group count.
+    output_features = rhs.shape.dims[labels.group(1).index("o")]
+    return 2.0 * results * math.prod(rhs.shape.dims) / max(output_features, 1)
 
 
 def load_modules(names: Iterable[str], text_of: Callable[[str], str]) -> list[HloModule]:
@@ -322,8 +362,8 @@ _NOT_A_BUFFER = frozenset({"parameter", "constant", "tuple", "get-tuple-element"
 
 
 def program_buffers(modules: list[HloModule]) -> list[HloProgram]:
-    """Each module's parameters, results (the ROOT, or a ROOT tuple's elements), largest intermediate and
-    computing fusions."""
+    """Each module's parameters, results (the ROOT, or a ROOT tuple's elements), constants, largest intermediate
+    and computing fusions."""
     found = []
     for module in modules:
         entry = [module.instructions[name] for name in module.computations.get(module.entry, [])]
@@ -340,6 +380,7 @@ def program_buffers(modules: list[HloModule]) -> list[HloProgram]:
             module=module.name,
             inputs_bytes=sum(i.shape.bytes for i in inputs if i.shape),
             outputs_bytes=sum(i.shape.bytes for i in outputs if i.shape),
+            constants_bytes=sum(i.shape.bytes for i in entry if i.opcode == "constant" and i.shape),
             largest_temporary=largest.name if largest else "",
             largest_temporary_bytes=largest.shape.bytes if largest else 0,
             parameters={i.name: str(i.shape) if i.shape else "?" for i in inputs},
@@ -373,6 +414,10 @@ class KernelWork:
     converts: str = ""  # "between": its inputs are converted to ``dtype`` and its result back; "after": the result only
     root: str = ""  # a fusion's root opcode, which XLA names the fusion after; "" for an instruction of its own
     custom_call: str = ""  # a custom call's target
+    dtypes: tuple[str, ...] = ()  # every dtype its math computes in
+    matmul_dtype: str = ""  # the operands' dtype of its dots and convolutions (the widest); "" without any
+    precision: str = ""  # the highest operand precision its dots and convolutions ask for; "" for the default
+    flops: float = 0.0  # its dots' and convolutions' floating-point operations per run
 
 
 def _fused(module: HloModule, computation: str) -> list[Instruction]:
@@ -385,6 +430,21 @@ def _fused(module: HloModule, computation: str) -> list[Instruction]:
         else:
             found.append(instruction)
     return found
+
+
+_WIDTH = ("f64", "f32", "bf16", "f16")
+_MATMUL_TARGET = re.compile(r"gemm|matmul|conv", re.IGNORECASE)  # library matmuls and convolutions (cuBLAS, cuDNN)
+
+
+def _matmul_fields(module: HloModule, ops: list[Instruction]) -> dict:
+    """What a kernel's dots and convolutions take and cost: their operands' widest dtype, precision and FLOPs."""
+    matmuls = [i for i in ops if i.opcode in ("dot", "convolution") or _MATMUL_TARGET.search(i.target)]
+    operands = {o.dtype for i in matmuls for o in (module.operand(i, 0), module.operand(i, 1)) if o is not None}
+    return {
+        "matmul_dtype": next((d for d in _WIDTH if d in operands), min(operands, default="")),
+        "precision": next((p for p in _PRECISION_ORDER if any(i.precision == p for i in matmuls)), ""),
+        "flops": sum((i.flops for i in matmuls), 0.0),
+    }
 
 
 def _fusion_work(module: HloModule, fusion: Instruction) -> KernelWork:
@@ -404,6 +464,7 @@ def _fusion_work(module: HloModule, fusion: Instruction) -> KernelWork:
         dtype=dtype, io_dtype=fusion.dtype, computes=bool(math_ops),
         converts="between" if out and into else "after" if out else "",
         root=root.opcode if root is not None else "",
+        dtypes=tuple(sorted(dtypes)), **_matmul_fields(module, body),
     )
 
 
@@ -423,6 +484,8 @@ def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
                     ops=(instruction.target or instruction.opcode,), dtype=instruction.dtype,
                     io_dtype=instruction.dtype, computes=instruction.opcode not in _MOVES_OR_RETYPES,
                     custom_call=instruction.target,
+                    dtypes=(instruction.dtype,) if instruction.dtype and instruction.opcode not in _MOVES_OR_RETYPES
+                    else (), **_matmul_fields(module, [instruction]),
                 ))
     return found
 

@@ -220,6 +220,14 @@ def _sections(analysis: Analysis) -> dict[str, Any]:
     }
 
 
+def _rate(value: float, unit: str) -> str:
+    """A rate with an SI prefix: ``840.8 TFLOP/s``, ``1.64 TB/s``."""
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
 def _environment() -> Environment:
     environment = Environment(loader=PackageLoader("mldiag.analysis", "templates"), autoescape=True,
                               undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
@@ -228,6 +236,8 @@ def _environment() -> Environment:
         percent=lambda value: "–" if value is None else f"{value:.1%}",
         bytes=lambda value: "–" if value is None else size(value),
         json=lambda value: json.dumps(value, ensure_ascii=False, sort_keys=True),
+        flop_rate=lambda value, scale=1.0: "–" if value is None else _rate(value * scale, "FLOP/s"),
+        byte_rate=lambda value: "–" if value is None else _rate(value, "B/s"),
     )
     return environment
 

@@ -8,6 +8,10 @@ allocator bookkeeping, waiting on the device, collectives, or data-moving ops.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mldiag.analysis.host_evidence import OpTime
 
 DISPATCH_PREFIX = "PjitFunction("  # JAX's C++ jit dispatch, one per program launch from Python
 COMPILE = re.compile(r"^(backend_compile|lower_sharding_computation|jax_compile|pjit_compile)")
@@ -34,3 +38,20 @@ NOT_BUSY = ("ThreadpoolListener", "end: ")
 NOT_AN_OP = (*NOT_BUSY, "ThunkExecutor", "H2D Dispatch", "Wait for ", "Wait: ")
 # Runtime scopes on XLA CPU threads (a device's kernels are named by the compiler and never look like these).
 CPU_RUNTIME_SCOPE = re.compile(r"^(\[\d+\] )?[A-Za-z]\w*::\w")
+
+_MODULE_ID = re.compile(r"(\.\d+)?\(\d+\)$")  # "jit_step(26)", "jit_f.1(1219...)": the id XLA appends
+_HLO_TEXT_NAME = re.compile(r"^%?([^\s=]+)\s*=")  # "%fusion.3 = f32[...] fusion(...)": a TPU op's HLO text
+
+
+def program_base(name: str) -> str:
+    """A program's name without XLA's id; a jit dispatch ``PjitFunction(step)`` names program ``jit_step``."""
+    if name.startswith(DISPATCH_PREFIX):
+        return f"jit_{name[len(DISPATCH_PREFIX):-1]}"
+    return _MODULE_ID.sub("", name)
+
+
+def hlo_instruction(op: OpTime) -> str:
+    """The HLO instruction an op runs: the GPU trace's hlo_op, the name in a TPU op's HLO text, else its name."""
+    if match := _HLO_TEXT_NAME.match(op.expression):
+        return match.group(1)
+    return op.expression or op.name.removesuffix(".kd")

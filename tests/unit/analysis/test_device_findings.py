@@ -516,9 +516,10 @@ def test_temporaries_that_dwarf_the_programs_inputs_and_outputs_are_a_memory_fin
     programs = hlo.program_buffers([hlo.parse_module("jit__mlp_step(26)", STEP_WITH_TEMPORARIES)])
     analysis = _analysis(_stepping_host(), tools=[_allocations(("jit__mlp_step(26)", 258.25))], programs=programs)
     (finding,) = _of(analysis, FindingCategory.MEMORY)
-    assert finding.priority is Priority.P2 and finding.title == "Temporaries are 114x the program's inputs and outputs"
+    assert finding.priority is Priority.P2
+    assert finding.title == "Temporaries are 114x the program's inputs, outputs and constants"
     assert finding.evidence[0] == ('the program launched most "jit__mlp_step(26)": peak 258.25 MiB (memory_viewer '
-                                   'buffer assignment), inputs 1.25 MiB, outputs 1.00 MiB (its HLO)')
+                                   'buffer assignment), inputs 1.25 MiB, outputs 1.00 MiB, constants 0 B (its HLO)')
     index = EvidenceIndex(analysis)
     assert why_unsupported(finding, index) == ""
     assert 'largest intermediate "scores": 256.00 MiB' in finding.evidence
