@@ -41,14 +41,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from measure_device_trace import covered_ns  # scripts/ is on sys.path when a script runs
 
 HOST = "fixture-host"
 STEP_NAME = "train"
-QUALITY = ("plain_loop", "host_between_steps", "collectives", "huge_temporaries", "demo_healthy", "demo_degraded")
+QUALITY = ("plain_loop", "host_between_steps", "collectives", "huge_temporaries", "demo_healthy", "demo_degraded",
+           "warmup_compile", "periodic_save", "train_eval", "grad_accumulation")
 COMMITTED = ("compute_bound", "input_bound", "unfused_small_ops", "recompiling", "hostile", *QUALITY)
 MAX_COMMITTED_BYTES = 1_500_000
 REPO = Path(__file__).resolve().parent.parent
@@ -87,6 +88,13 @@ DESCRIPTIONS = {
                     "automatic capture: xprof() options, no step markers",
     "demo_degraded": "mldiag demo's training step and its degraded host wait (PAUSE_S x SLOWDOWN), traced "
                      "like its automatic capture: xprof() options, no step markers",
+    "warmup_compile": "the README Quickstart's loop: a small jit step (64x256 batch, 256x16 weights) whose first call "
+                      "compiles inside the trace, xprof() options, no step markers",
+    "periodic_save": "annotated jit MLP steps (1024-2048-2048-1024, batch 16); every 5th step also pickles the "
+                     "parameters and two optimizer moments (96 MiB) to disk with fsync, synchronously, inside the step; Python tracer on",
+    "train_eval": "no step markers: a jit MLP train program and a jit eval program on held-out data, each iteration",
+    "grad_accumulation": "no step markers: 4 micro-batch gradient programs (accumulating into a running sum), then "
+                         "one Adam apply program, each iteration",
 }
 
 
@@ -109,6 +117,10 @@ class Loop:
     python_tracer: bool = False
     program: object | None = None
     local_only: Callable[[], None] | None = None  # the step without its collectives, to time them by difference
+    warmup_in_trace: bool = False  # the first call of each jitted function compiles inside the trace, not before
+    timed: dict[str, dict[int, float]] = field(default_factory=dict)  # named work the workload times itself (a
+    # periodic save): iteration -> milliseconds
+    programs: dict[str, object] = field(default_factory=dict)  # compiled executables of an iteration of several
 
 
 def _mlp(sizes: list[int]):
@@ -375,6 +387,135 @@ def demo_degraded():
     return _demo_loop(SLOWDOWN)
 
 
+def warmup_compile():
+    """The README Quickstart's shape: a small jit step whose first call compiles inside the trace, no markers."""
+    import jax
+    import jax.numpy as jnp
+
+    @jax.jit
+    def train_step(weights, batch):
+        grads = jax.grad(lambda w: jnp.mean((batch @ w - 1.0) ** 2))(weights)
+        return weights - 0.01 * grads
+
+    state = {"weights": jnp.zeros((256, 16))}
+    batch = jax.random.normal(jax.random.key(0), (64, 256))
+
+    def device(i: int) -> None:
+        state["weights"] = train_step(state["weights"], batch).block_until_ready()
+
+    return Loop(device=device, annotate=False, python_tracer=True, warmup_in_trace=True)
+
+
+SAVE_EVERY = 5
+
+
+def periodic_save():
+    """Annotated jit MLP steps; every fifth step also pickles the parameters to disk, synchronously."""
+    import pickle
+    import tempfile
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    params, train_step = _mlp([1024, 2048, 2048, 1024])
+    train_step = jax.jit(train_step)
+    x = jax.random.normal(jax.random.PRNGKey(1), (16, 1024))
+    y = jnp.zeros((16, 1024))
+    state = {"params": params, "optimizer": (jax.tree.map(jnp.zeros_like, params),) * 2}  # Adam's two moments
+    folder = Path(tempfile.mkdtemp(prefix="periodic_save"))
+    loop = Loop(device=lambda i: None, python_tracer=True, timed={"save": {}})
+
+    def save_checkpoint(step: int) -> None:
+        with open(folder / "params.pkl", "wb") as file:
+            pickle.dump(jax.tree.map(np.asarray, {"params": state["params"], "optimizer": state["optimizer"]}), file)
+            file.flush()
+            os.fsync(file.fileno())
+
+    def device(i: int) -> None:
+        state["params"], value = train_step(state["params"], x, y)
+        value.block_until_ready()
+        if i % SAVE_EVERY == SAVE_EVERY - 1:
+            started = time.perf_counter()
+            save_checkpoint(i)
+            loop.timed["save"][i] = (time.perf_counter() - started) * 1e3
+
+    loop.device = device
+    return loop
+
+
+def train_eval():
+    """No step markers: a train program and an eval program each iteration."""
+    import jax
+    import jax.numpy as jnp
+
+    params, train_step = _mlp([512, 1024, 1024, 512])
+    train_step = jax.jit(train_step)
+
+    @jax.jit
+    def eval_step(params, x, y):
+        for w, b in params[:-1]:
+            x = jax.nn.relu(x @ w + b)
+        w, b = params[-1]
+        return jnp.mean((x @ w + b - y) ** 2)
+
+    x = jax.random.normal(jax.random.PRNGKey(1), (256, 512))
+    held_out = jax.random.normal(jax.random.PRNGKey(2), (512, 512))
+    y, y_held_out = jnp.zeros((256, 512)), jnp.zeros((512, 512))
+    state = {"params": params}
+
+    def device(i: int) -> None:
+        state["params"], _ = train_step(state["params"], x, y)
+        eval_step(state["params"], held_out, y_held_out).block_until_ready()
+
+    return Loop(device=device, annotate=False)
+
+
+MICRO_BATCHES = 4
+
+
+def grad_accumulation():
+    """No step markers: four micro-batch gradient programs, then one Adam apply program, each iteration."""
+    import jax
+    import jax.numpy as jnp
+
+    params, _ = _mlp([512, 1024, 1024, 512])
+
+    def loss(params, x, y):
+        for w, b in params[:-1]:
+            x = jax.nn.relu(x @ w + b)
+        w, b = params[-1]
+        return jnp.mean((x @ w + b - y) ** 2)
+
+    @jax.jit
+    def accumulate(params, total, x, y):
+        return jax.tree.map(jnp.add, total, jax.grad(loss)(params, x, y))
+
+    @jax.jit
+    def apply(params, total, m, v):
+        grads = jax.tree.map(lambda g: g / MICRO_BATCHES, total)
+        m = jax.tree.map(lambda a, g: 0.9 * a + 0.1 * g, m, grads)
+        v = jax.tree.map(lambda a, g: 0.999 * a + 0.001 * g * g, v, grads)
+        params = jax.tree.map(lambda p, a, b: p - 1e-3 * a / (jnp.sqrt(b) + 1e-8), params, m, v)
+        return params, m, v
+
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    x = jax.random.normal(jax.random.PRNGKey(1), (32, 512))
+    y = jnp.zeros((32, 512))
+    state = {"params": params, "m": zeros, "v": zeros}
+
+    def device(i: int) -> None:
+        total = zeros
+        for _ in range(MICRO_BATCHES):
+            total = accumulate(state["params"], total, x, y)
+        state["params"], state["m"], state["v"] = apply(state["params"], total, state["m"], state["v"])
+        jax.block_until_ready(state["params"])
+
+    programs = {"accumulate": accumulate.lower(params, zeros, x, y).compile(),
+                "apply": apply.lower(params, zeros, zeros, zeros).compile()}
+    return Loop(device=device, annotate=False, programs=programs)
+
+
 WORKLOADS = {
     "compute_bound": (compute_bound, 8),
     "input_bound": (input_bound, 10),
@@ -390,6 +531,10 @@ WORKLOADS = {
     "huge_temporaries": (huge_temporaries, 10),
     "demo_healthy": (demo_healthy, 8),
     "demo_degraded": (demo_degraded, 8),
+    "warmup_compile": (warmup_compile, 20),
+    "periodic_save": (periodic_save, 20),
+    "train_eval": (train_eval, 12),
+    "grad_accumulation": (grad_accumulation, 8),
 }
 LARGE = ("large", "large_op_by_op")
 
@@ -462,11 +607,15 @@ def trace(name: str, out: Path, steps: int, expectations: Path | None = None) ->
 
     compiles = CompileCounter()
     loop = WORKLOADS[name][0]()
-    loop.device(-1)  # compile outside the trace, so steps are steady state (except where they recompile)
+    if not loop.warmup_in_trace:
+        loop.device(-1)  # compile outside the trace, so steps are steady state (except where they recompile)
     logdir = out / name
     shutil.rmtree(logdir, ignore_errors=True)
     options = _options(name, loop)
+    for calls in loop.timed.values():
+        calls.clear()  # only the traced run's calls are the truth
     times = _run(loop, steps, logdir, options, compiles=compiles)
+    timed = {work: dict(calls) for work, calls in loop.timed.items()}
     session = logdir / "plugins" / "profile" / name
     for extra in session.glob("*.trace.json.gz"):
         extra.unlink()
@@ -483,7 +632,8 @@ def trace(name: str, out: Path, steps: int, expectations: Path | None = None) ->
             if loop.local_only:
                 local = Loop(device=lambda i: loop.local_only(), annotate=loop.annotate)
                 local_ms = statistics.median(_run(local, steps, Path(scratch) / "local", options)["step"])
-        truth = measured_truth(name, loop, times, statistics.median(without_host["step"]), local_ms, compiles.count)
+        truth = measured_truth(name, loop, times, statistics.median(without_host["step"]), local_ms, compiles.count,
+                               timed)
         write_truth(expectations / f"{name}.yaml", name, xplane, truth)
     return xplane
 
@@ -493,7 +643,7 @@ def _number(value: float, how: str, **tolerance: float) -> dict:
 
 
 def measured_truth(name: str, loop: Loop, times: dict[str, list[float]], device_ms: float,
-                   local_ms: float | None, compiles: int) -> dict:
+                   local_ms: float | None, compiles: int, timed: dict[str, dict[int, float]] | None = None) -> dict:
     """The truth block: each number with its tolerance and how this script measured it."""
     import jax
 
@@ -526,6 +676,33 @@ def measured_truth(name: str, loop: Loop, times: dict[str, list[float]], device_
         # Both ablations ran back to back, so their ratio is steadier on a busy machine than either time.
         truth["communication_fraction"] = _number(max(0.0, 1 - local_ms / device_ms), "1 - local_ms / device_ms",
                                                   abs=0.15)
+    if loop.warmup_in_trace:
+        steady = times["iteration"][1:]
+        truth["warmup_ms"] = _number(times["iteration"][0], f"the first iteration, whose calls compile, {clock}",
+                                     rel=0.15)
+        truth["steady_step_ms"] = _number(statistics.mean(steady), f"mean over the iterations after the first, {clock}",
+                                          rel=0.1)
+        truth["steady_median_ms"] = _number(statistics.median(steady), "median over the iterations after the "
+                                                                      f"first, {clock}", rel=0.1)
+    for work, calls in (timed or {}).items():
+        truth[f"{work}_ms"] = _number(statistics.mean(calls.values()), f"mean over its {len(calls)} calls, {clock} "
+                                                                       "around the call inside the traced loop", rel=0.15)
+        truth[f"{work}_fraction"] = _number(sum(calls.values()) / sum(times["iteration"]),
+                                            "its calls' total over the iterations' total", abs=0.06)
+    if timed:
+        busy = {iteration for calls in timed.values() for iteration in calls}
+        without = [ms for i, ms in enumerate(times["iteration"]) if i not in busy]
+        truth["untimed_iteration_ms"] = _number(statistics.median(without), "median over the iterations without the "
+                                                                            f"timed work, {clock}", rel=0.25)
+    if loop.programs:
+        sizes = {}
+        for program, compiled in loop.programs.items():
+            stats = compiled.memory_analysis()
+            sizes[program] = stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes
+            truth[f"{program}_bytes"] = _number(sizes[program], "compiled.memory_analysis(): argument + output + temp "
+                                                                "bytes", rel=0.01)
+        truth["largest_program_bytes"] = _number(max(sizes.values()), "the largest of the iteration's programs by "
+                                                                      "compiled.memory_analysis()", rel=0.1)
     if loop.program is not None:
         stats = loop.program.memory_analysis()
         live = stats.argument_size_in_bytes + stats.output_size_in_bytes
