@@ -22,7 +22,8 @@ MIN_GROUPED = 5  # iterations needed to tell slow from normal
 MIN_SLOW_EXTRA_NS = 1_000_000  # and a slow one is this much longer than the median: shorter stalls are host noise
 PERIOD_MATCH = 0.9  # share of launches that repeat the one a period earlier, for a sequence to be the iteration
 MAX_PERIOD = 64
-MIN_REPEATS = 2
+MIN_REPEATS = 2  # calls of a program for it to be in the sequence (one-off programs aside)
+MIN_PERIODS = 3  # periods the sequence holds for it to be the loop's iteration
 
 
 def leading_warmup(holds_first_compile: np.ndarray) -> int:
@@ -60,12 +61,12 @@ def repeating_period(sequence: np.ndarray) -> int | None:
 
     A period ``p`` holds when at least ``PERIOD_MATCH`` of the launches are the
     program launched ``p`` launches earlier, the sequence holds it at least
-    ``MIN_REPEATS`` times, one period holds more than one program, and each of
+    ``MIN_PERIODS`` times, one period holds more than one program, and each of
     them is launched as often in the whole sequence as the period says (a
     program run a few times and then never again makes no period with the one
     run every time after it).
     """
-    for period in range(2, min(MAX_PERIOD, len(sequence) // MIN_REPEATS) + 1):
+    for period in range(2, min(MAX_PERIOD, len(sequence) // MIN_PERIODS) + 1):
         cycle = sequence[:period]
         names, per_cycle = np.unique(cycle, return_counts=True)
         if len(names) < 2:
