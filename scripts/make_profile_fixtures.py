@@ -91,7 +91,8 @@ DESCRIPTIONS = {
     "warmup_compile": "the README Quickstart's loop: a small jit step (64x256 batch, 256x16 weights) whose first call "
                       "compiles inside the trace, xprof() options, no step markers",
     "periodic_save": "annotated jit MLP steps (1024-2048-2048-1024, batch 16); every 5th step also pickles the "
-                     "parameters and two optimizer moments (96 MiB) to disk with fsync, synchronously, inside the step; Python tracer on",
+                     "parameters and two optimizer moments (96 MiB) to disk with fsync, synchronously, inside the "
+                     "step; Python tracer on",
     "train_eval": "no step markers: a jit MLP train program and a jit eval program on held-out data, each iteration",
     "grad_accumulation": "no step markers: 4 micro-batch gradient programs (accumulating into a running sum), then "
                          "one Adam apply program, each iteration",
@@ -685,8 +686,9 @@ def measured_truth(name: str, loop: Loop, times: dict[str, list[float]], device_
         truth["steady_median_ms"] = _number(statistics.median(steady), "median over the iterations after the "
                                                                       f"first, {clock}", rel=0.1)
     for work, calls in (timed or {}).items():
-        truth[f"{work}_ms"] = _number(statistics.mean(calls.values()), f"mean over its {len(calls)} calls, {clock} "
-                                                                       "around the call inside the traced loop", rel=0.15)
+        truth[f"{work}_ms"] = _number(statistics.mean(calls.values()),
+                                      f"mean over its {len(calls)} calls, {clock} around the call inside the traced "
+                                      "loop", rel=0.15)
         truth[f"{work}_fraction"] = _number(sum(calls.values()) / sum(times["iteration"]),
                                             "its calls' total over the iterations' total", abs=0.06)
     if timed:

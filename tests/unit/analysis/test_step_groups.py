@@ -85,7 +85,8 @@ def test_a_first_call_compiling_in_the_first_step_is_warm_up_not_recompilation(t
     assert analysis.metrics.step_time_ms == pytest.approx(10)  # the steady state, not the 39 ms mean
     assert analysis.health.compile_fraction == 0
     (warmup,) = [f for f in analysis.findings if f.title.startswith("Warm-up")]
-    assert warmup.priority is Priority.P2 and warmup.title == "Warm-up: the first 1 step took 310.0 ms, 1 first compilations"
+    assert warmup.priority is Priority.P2
+    assert warmup.title == "Warm-up: the first 1 step took 310.0 ms, 1 first compilations"
     assert "after a warm-up of 1 step that took 310.0 ms" in analysis.summary
     assert not [f for f in analysis.findings if f.title.startswith("Slow steps")]
 
@@ -151,7 +152,8 @@ def test_slow_steps_costing_most_of_the_loop_are_a_p0_with_the_async_checkpoint_
 
 
 def test_slow_steps_of_other_host_work_get_a_fix_to_move_it_off_the_training_thread(tmp_path):
-    analysis = _analysis(_saving_loop(save_name="$util.py:3 tidy", every=10, inner="$util.py:5 sort").evidence(tmp_path))
+    loop = _saving_loop(save_name="$util.py:3 tidy", every=10, inner="$util.py:5 sort")
+    analysis = _analysis(loop.evidence(tmp_path))
     (slow,) = [f for f in analysis.findings if f.title.startswith("Slow steps")]
     assert slow.priority is Priority.P0 and "AsyncCheckpointer" not in slow.fix
     assert "off the training thread" in slow.fix
