@@ -9,8 +9,13 @@ report, offline and without a reasoning model. The rules in short:
   time; elsewhere, the host's own named work (a data loader) and the time
   between steps;
 * **dispatch_overhead**: many jit dispatches per step (op-by-op execution);
-* **recompilation**: compilation inside steps, with the functions whose
-  parameter shapes differ between their compiled programs;
+* **recompilation**: compilation inside steps of a function that compiled
+  before, or after the warm-up, with the functions whose parameter shapes
+  differ between their compiled programs; a program's first compilation in the
+  loop's first steps is **warm-up**, a P2 with its cost, and the headline step
+  time is the steady state after it;
+* **slow steps**: a group of steps well above the median, the function that
+  runs longer in them named, ranked by its share of the loop like idle time;
 * **communication**, **memory**, **compute**, **kernel**, **compiler**: from the
   device ops, the memory profile, the roofline model, custom-call share and the
   HLO detectors; memory also when a program's temporaries dwarf its inputs and

@@ -6,9 +6,15 @@ from a busy one, so the basic facts are read from the events themselves, on
 every kind of profile:
 
 * **steps**: the host's step markers (``StepTraceAnnotation``), else each
-  device's own ``Steps`` line, else one step per call of the program the loop
-  calls again and again (start to start), else no steps: one window from the
-  first program launch, with each program's calls and device work;
+  device's own ``Steps`` line, else one step per iteration of the sequence of
+  whole programs the loop repeats (train then eval, micro-batches then their
+  apply), else one step per call of the program the loop calls again and again
+  (start to start), else no steps: one window from the first program launch,
+  with each program's calls and device work;
+* **warm-up and slow steps**: the leading steps that compile programs for their
+  first call, the compilations that are recompiles, and the group of steps well
+  above the median with what the stepping thread runs longer in them
+  (:mod:`mldiag.analysis.step_groups`);
 * **busy**: per step, the union of the compute lanes' events (XLA CPU threads,
   TPU ``XLA Ops`` lines, GPU streams), each device in its own steps, averaged
   over devices; and over the whole loop, the gaps between steps included;
