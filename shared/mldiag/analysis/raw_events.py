@@ -858,31 +858,35 @@ class _Compiles:
 
 
 def _compiles(trace: _Trace, windows: np.ndarray, is_dispatch: np.ndarray) -> _Compiles:
-    """Each compilation event by the call that compiled: the outermost jit dispatch around it, else itself.
+    """Each compilation event by the function it compiles: the outermost jit dispatch around it, else itself.
 
-    A program is its call's name (``PjitFunction(train_step)``); the first call of a name that compiles is
-    that program's first compilation, every later compiling call of the name a recompile (new shapes).
+    A compilation is a first one when its function (``PjitFunction(train_step)``) did not compile in an earlier
+    step (or before the steps); in the same step a function may compile for several call sites (``jnp.zeros``
+    and ``jnp.ones`` are both ``broadcast_in_dim``), all first calls. The warm-up is the leading steps that
+    hold a first compilation; every compilation in a step after it, and one of a function that compiled in an
+    earlier step, is a recompile.
     """
     is_compile = trace.mask(COMPILE.match)
     is_backend = trace.mask(lambda name: name.startswith("backend_compile"))
-    calls, programs, starts, ends, backend = [], [], [], [], []
+    functions, starts, ends, backend = [], [], [], []
     for line in trace.host_lines:
         for index in np.flatnonzero(is_compile[line.ids]):
-            call, up = int(index), int(line.parents[index])
+            function, up = int(line.ids[index]), int(line.parents[index])
             while up >= 0:
                 if is_dispatch[line.ids[up]]:
-                    call = up
+                    function = int(line.ids[up])
                 up = int(line.parents[up])
-            calls.append(int(line.starts[call]))
-            programs.append(int(line.ids[call]))
+            functions.append(function)
             starts.append(int(line.starts[index]))
             ends.append(int(line.ends[index]))
             backend.append(bool(is_backend[line.ids[index]]))
-    first_call: dict[int, int] = {}
-    for call, program in sorted(zip(calls, programs)):
-        first_call.setdefault(program, call)
-    first = np.array([first_call[program] == call for call, program in zip(calls, programs)], dtype=bool)
-    step = _step_of(windows, np.array(starts, dtype=np.int64)) if starts else np.zeros(0, dtype=np.int64)
+    at = np.array(starts, dtype=np.int64)
+    since = np.searchsorted(windows[:, 0], at, side="right") - 1  # the step it is in or after, -1 before the first
+    first_step: dict[int, int] = {}
+    for function, step_since in zip(functions, since.tolist()):
+        first_step[function] = min(first_step.get(function, step_since), step_since)
+    first = np.array([first_step[function] == s for function, s in zip(functions, since.tolist())], dtype=bool)
+    step = _step_of(windows, at)
     holds_first = np.zeros(len(windows), dtype=bool)
     holds_first[step[first & (step >= 0)]] = True
     warmup = leading_warmup(holds_first)

@@ -100,6 +100,24 @@ def test_a_function_compiled_again_with_new_shapes_is_a_recompilation(tmp_path):
     assert finding.evidence[0].startswith("2 XLA recompilations inside 10 profiled steps (besides a warm-up of 1 step")
 
 
+def test_one_function_compiling_for_two_call_sites_in_the_first_step_is_warm_up(tmp_path):
+    # jnp.ones and jnp.zeros of new shapes in step 0 both compile broadcast_in_dim, then the step compiles.
+    events, lane = [], []
+    for i in range(8):
+        start = i * 100 * MS
+        events.append(("train", start, start + 100 * MS))
+        if i == 0:
+            events += [*_compiling_call("broadcast_in_dim", start + MS, 20),
+                       *_compiling_call("broadcast_in_dim", start + 30 * MS, 20),
+                       *_compiling_call("step", start + 60 * MS, 30)]
+        else:
+            events += _jit_calls("step", [start + MS], MS)
+        lane.append(("fusion", start + 2 * MS, start + 99 * MS))
+    host = _Build().host(events, markers=("train",)).lane("/host:CPU", lane).evidence(tmp_path)
+    assert host.warmup.steps == 1 and host.warmup.compiles == 3 and host.recompiles_in_steps == 0
+    assert not [f for f in _analysis(host).findings if f.category is FindingCategory.RECOMPILATION]
+
+
 def test_a_first_compilation_after_the_warm_up_counts_as_recompiling(tmp_path):
     # The loop's own program warms up in step 0; an evaluation function compiles for its first call in step 6.
     host = _program_runs({0: ("step", 300), 6: ("evaluate", 200)}).evidence(tmp_path)
