@@ -160,6 +160,21 @@ def test_slow_steps_name_what_runs_only_in_them_with_its_share_of_the_loop(tmp_p
     assert slow.slow_busy_ms == pytest.approx(8) and slow.normal_busy_ms == pytest.approx(8)
 
 
+def test_a_save_between_steps_makes_the_gap_after_its_step_slow(tmp_path):
+    events, lane, start = [], [], 0
+    for step in range(10):
+        events += [("train", start, start + 10 * MS), *_jit_calls("step", [start + MS // 2], MS // 2)]
+        lane.append(("fusion", start + MS, start + 9 * MS))
+        start += 10 * MS
+        if step % 5 == 2:
+            events.append(("$ckpt.py:4 write_checkpoint", start, start + 100 * MS))
+            start += 100 * MS
+    slow = _Build().host(events, markers=("train",)).lane("/host:CPU", lane).evidence(tmp_path).slow_steps
+    assert slow.indices == [2, 7] and slow.slow_gap_ms == pytest.approx(100) and slow.normal_gap_ms == 0
+    assert slow.differences[0].name == "$ckpt.py:4 write_checkpoint"
+    assert slow.differences[0].slow_ms == pytest.approx(100)
+
+
 def test_slow_steps_costing_most_of_the_loop_are_a_p0_with_the_async_checkpoint_fix(tmp_path):
     analysis = _analysis(_saving_loop().evidence(tmp_path))
     assert analysis.status is HealthStatus.NEEDS_ATTENTION
