@@ -463,10 +463,10 @@ def _iteration(launches: _Launches) -> tuple[int, int, list[int]] | None:
     iteration's launches in order), None when the launches repeat neither.
 
     A sequence of whole programs (:func:`whole_programs`) is the iteration when the single program's rule does
-    not hold, or when the step program
-    runs at most ``MAX_MICRO_BATCHES`` times per period of the sequence (micro-batches before an apply);
-    beyond that the others are occasional work between steps (an eval every hundred steps), and one call
-    of the step program is one step. One-off programs (initialisation) are left out of the sequence.
+    not hold, or when the step program runs at most ``MAX_MICRO_BATCHES`` times per period of the sequence
+    (micro-batches before an apply); beyond that the others are occasional work between steps (an eval every
+    hundred steps), and one call of the step program is one step. One-off programs (initialisation) are left
+    out of the sequence.
     """
     if not len(launches):
         return None
@@ -931,28 +931,13 @@ def _slow_steps(trace: _Trace, steps: _Steps, stepping: list[_Line], is_marker: 
     if slow is None:
         return None
     gaps = np.maximum(iterations[:, 1] - steps.windows[warmup:warmup + len(iterations), 1], 0).astype(np.float64)
-    slow_ns, normal_ns = np.zeros(len(trace.names)), np.zeros(len(trace.names))
-    depth = np.zeros(len(trace.names), dtype=np.int64)
-    for line in stepping:
-        at = _step_of(iterations, line.starts)
-        keep = (at >= 0) & ~is_marker[line.ids]
-        length = (line.ends - line.starts).astype(np.float64)
-        in_slow = keep & slow[np.maximum(at, 0)]
-        np.add.at(slow_ns, line.ids[in_slow], length[in_slow])
-        np.add.at(normal_ns, line.ids[keep & ~in_slow], length[keep & ~in_slow])
-        np.maximum.at(depth, line.ids[in_slow], _depths(line)[in_slow])
-    slow_count, normal_count = int(slow.sum()), int((~slow).sum())
-    loop_ns = float(durations.sum())
-    extra = slow_ns / slow_count - normal_ns / normal_count
-    named = [int(i) for i in np.argsort(-extra) if extra[i] >= NAMED_DIFFERENCE * extra.max() and extra[i] > 0]
-    cause = max((i for i in named if extra[i] >= CAUSE_DIFFERENCE * extra.max()), key=lambda i: depth[i], default=None)
-    ordered = ([cause] if cause is not None else []) + [i for i in named if i != cause]
     busy = [union.covered(iterations).astype(np.float64) for union in busy_unions]
     device = np.mean(busy, axis=0) if busy else None
+    loop_ns = float(durations.sum())
     normal_ms = float(np.median(durations[~slow])) / 1e6
     cost_ns = float((durations[slow] - normal_ms * 1e6).clip(min=0).sum())
     return SlowSteps(
-        steps=slow_count,
+        steps=int(slow.sum()),
         compared=len(iterations),
         indices=(np.flatnonzero(slow) + warmup).tolist()[:MAX_SERIES],
         slow_ms=float(durations[slow].mean()) / 1e6,
@@ -965,11 +950,35 @@ def _slow_steps(trace: _Trace, steps: _Steps, stepping: list[_Line], is_marker: 
         share_of_loop=float(durations[slow].sum()) / loop_ns,
         cost_ms=cost_ns / 1e6,
         cost_fraction=min(1.0, cost_ns / loop_ns),
-        differences=[StepDifference(name=trace.names[i], slow_ms=slow_ns[i] / slow_count / 1e6,
-                                    normal_ms=normal_ns[i] / normal_count / 1e6,
-                                    share_of_loop=min(1.0, float(extra[i]) * slow_count / loop_ns))
-                     for i in ordered[:MAX_DIFFERENCES]],
+        differences=_differences(trace, stepping, is_marker, iterations, slow, loop_ns),
     )
+
+
+def _differences(trace: _Trace, stepping: list[_Line], is_marker: np.ndarray, iterations: np.ndarray,
+                 slow: np.ndarray, loop_ns: float) -> list[StepDifference]:
+    """The event names the stepping thread spends more time in per slow iteration than per normal one: the
+    cause first (the innermost of those with nearly the largest difference: the function, not its callers),
+    then the rest by their difference."""
+    slow_ns, normal_ns = np.zeros(len(trace.names)), np.zeros(len(trace.names))
+    depth = np.zeros(len(trace.names), dtype=np.int64)
+    for line in stepping:
+        at = _step_of(iterations, line.starts)
+        keep = (at >= 0) & ~is_marker[line.ids]
+        length = (line.ends - line.starts).astype(np.float64)
+        in_slow = keep & slow[np.maximum(at, 0)]
+        np.add.at(slow_ns, line.ids[in_slow], length[in_slow])
+        np.add.at(normal_ns, line.ids[keep & ~in_slow], length[keep & ~in_slow])
+        np.maximum.at(depth, line.ids[in_slow], _depths(line)[in_slow])
+    slow_count, normal_count = int(slow.sum()), int((~slow).sum())
+    extra = slow_ns / slow_count - normal_ns / normal_count
+    largest = float(extra.max(initial=0.0))
+    named = [int(i) for i in np.argsort(-extra) if extra[i] > 0 and extra[i] >= NAMED_DIFFERENCE * largest]
+    cause = max((i for i in named if extra[i] >= CAUSE_DIFFERENCE * largest), key=lambda i: depth[i], default=None)
+    ordered = ([cause] if cause is not None else []) + [i for i in named if i != cause]
+    return [StepDifference(name=trace.names[i], slow_ms=float(slow_ns[i]) / slow_count / 1e6,
+                           normal_ms=float(normal_ns[i]) / normal_count / 1e6,
+                           share_of_loop=min(1.0, float(extra[i]) * slow_count / loop_ns))
+            for i in ordered[:MAX_DIFFERENCES]]
 
 
 def _depths(line: _Line) -> np.ndarray:
