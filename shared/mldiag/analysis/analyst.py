@@ -934,6 +934,28 @@ def _slow_steps(host: HostEvidence) -> Finding | None:
     )
 
 
+def _iteration(host: HostEvidence) -> Finding | None:
+    """Without step markers, a step that is a repeated sequence of several programs: each program's part."""
+    if not host.iteration_programs:
+        return None
+    per_iteration = {name: host.iteration_programs.count(name) for name in dict.fromkeys(host.iteration_programs)}
+    calls = {p.name: p for p in host.programs}
+    return Finding(
+        priority=Priority.P2,
+        category=FindingCategory.OTHER,
+        title=f"Each step is a sequence of {len(host.iteration_programs)} launches of {len(per_iteration)} programs",
+        what="The trace has no step markers; the loop repeats the same sequence of programs (a train and an eval "
+             "program, or micro-batches and their apply), so one step here is one pass of that sequence.",
+        evidence=[f"{quoted(name)}: {count} per step"
+                  + (f", {calls[name].device_ms_per_call:.3f} ms of device work per call "
+                     f"({calls[name].share_of_device:.1%} of device time)" if name in calls else "")
+                  for name, count in per_iteration.items()],
+        impact="the step time, busy fraction and peak memory in this report are per pass of the sequence.",
+        fix="Nothing to fix; wrap each iteration in jax.profiler.StepTraceAnnotation('train', step_num=i) to say "
+            "where a step begins.",
+    )
+
+
 def _calls(host: HostEvidence) -> str:
     """"N programs, each called K times" (or "called K to M times")."""
     counts = sorted({p.calls for p in host.programs})
@@ -1008,7 +1030,7 @@ def _findings(hosts: list[HostEvidence], tools: dict[str, ToolResult], hlo_issue
         finding
         for host in hosts
         for rule in (_slow_steps, _input_bound, partial(_dispatch_overhead, kernels=kernels),
-                     partial(_recompilation, programs=programs), _communication, _warmup,
+                     partial(_recompilation, programs=programs), _communication, _warmup, _iteration,
                      partial(_no_steps, kernels=kernels))
         if (finding := rule(host)) is not None
     ]

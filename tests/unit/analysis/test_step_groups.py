@@ -221,6 +221,9 @@ def test_a_train_and_an_eval_program_each_iteration_make_one_step(tmp_path):
     analysis = _analysis(host)
     assert analysis.metrics.steps == 8 and analysis.metrics.step_time_ms == pytest.approx(30)
     assert not [f for f in analysis.findings if f.title.startswith("No training steps")]
+    (iteration,) = [f for f in analysis.findings if f.title.startswith("Each step is")]
+    assert iteration.title == "Each step is a sequence of 2 launches of 2 programs"
+    assert iteration.evidence[0].startswith('"PjitFunction(train_step)": 1 per step, 18.000 ms of device work per call')
 
 
 def test_micro_batches_then_an_apply_make_one_iteration(tmp_path):
