@@ -66,16 +66,15 @@ def repeating_period(sequence: np.ndarray) -> int | None:
     program run a few times and then never again makes no period with the one
     run every time after it).
     """
+    names, counts = np.unique(sequence, return_counts=True)
+    launched = dict(zip(names.tolist(), counts.tolist()))
     for period in range(2, min(MAX_PERIOD, len(sequence) // MIN_PERIODS) + 1):
         cycle = sequence[:period]
-        names, per_cycle = np.unique(cycle, return_counts=True)
-        if len(names) < 2:
+        in_cycle, per_cycle = np.unique(cycle, return_counts=True)
+        if len(in_cycle) < 2 or np.mean(sequence[period:] == sequence[:-period]) < PERIOD_MATCH:
             continue
         repeats = len(sequence) // period
-        in_sequence = np.array([np.count_nonzero(sequence == name) for name in names])
-        if (in_sequence < per_cycle * (repeats - 1)).any():
-            continue
-        if np.mean(sequence[period:] == sequence[:-period]) >= PERIOD_MATCH:
+        if all(launched[name] >= count * (repeats - 1) for name, count in zip(in_cycle.tolist(), per_cycle.tolist())):
             return period
     return None
 
