@@ -14,8 +14,11 @@ the raw events with the simplest possible code, independently of
 ``mldiag.analysis``, so the tests compare the analysis against an oracle and not
 against itself. The loop also times itself: wall-clock per iteration, per step
 and of its host work, ablations (the loop without its host work, the step
-without its collectives), XLA compilations, and the step program's
-``memory_analysis()``; these go, each with its tolerance and how it was
+without its collectives), XLA compilations, the step program's
+``memory_analysis()`` (each program's, for an iteration of several), the
+work a workload times itself (a periodic save), and, for a loop whose first
+calls compile inside the trace, the warm-up iteration apart from the steady
+ones; these go, each with its tolerance and how it was
 measured, into the ``truth`` block of the quality harness's expectation file,
 ``tests/quality/expectations/<name>.yaml`` (``--expectations`` elsewhere).
 

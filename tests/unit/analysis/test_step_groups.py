@@ -192,6 +192,25 @@ def test_slow_steps_of_other_host_work_get_a_fix_to_move_it_off_the_training_thr
     assert "off the training thread" in slow.fix
 
 
+def test_slow_steps_that_run_more_device_work_say_so(tmp_path):
+    # Every fifth step also launches a program that keeps the device busy 100 ms; the host only dispatches it.
+    events, lane, start = [], [], 0
+    for step in range(15):
+        extra = step % 5 == 4
+        length = 110 if extra else 10
+        events += [("train", start, start + length * MS), *_jit_calls("step", [start + MS // 2], MS // 2)]
+        lane.append(("fusion", start + MS, start + 9 * MS))
+        if extra:
+            events += _jit_calls("refresh_stats", [start + 9 * MS], MS // 2)
+            lane.append(("fusion.2", start + 10 * MS, start + 109 * MS))
+        start += length * MS
+    host = _Build().host(events, markers=("train",)).lane("/host:CPU", lane).evidence(tmp_path)
+    assert host.slow_steps.slow_busy_ms == pytest.approx(107) and host.slow_steps.normal_busy_ms == pytest.approx(8)
+    (slow,) = [f for f in _analysis(host).findings if f.title.startswith("Slow steps")]
+    assert "more device work" in slow.what and "run it less often" in slow.fix
+    assert any("the devices are busy 107.00 ms per slow step against 8.00 ms" in line for line in slow.evidence)
+
+
 def test_a_cheap_slow_group_is_informational(tmp_path):
     analysis = _analysis(_saving_loop(save_ms=30, every=20, steps=40).evidence(tmp_path))
     (slow,) = [f for f in analysis.findings if f.title.startswith("Slow steps")]
