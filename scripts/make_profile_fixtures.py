@@ -14,8 +14,11 @@ the raw events with the simplest possible code, independently of
 ``mldiag.analysis``, so the tests compare the analysis against an oracle and not
 against itself. The loop also times itself: wall-clock per iteration, per step
 and of its host work, ablations (the loop without its host work, the step
-without its collectives), XLA compilations, and the step program's
-``memory_analysis()``; these go, each with its tolerance and how it was
+without its collectives), XLA compilations, the step program's
+``memory_analysis()`` (each program's, for an iteration of several), the
+work a workload times itself (a periodic save), and, for a loop whose first
+calls compile inside the trace, the warm-up iteration apart from the steady
+ones; these go, each with its tolerance and how it was
 measured, into the ``truth`` block of the quality harness's expectation file,
 ``tests/quality/expectations/<name>.yaml`` (``--expectations`` elsewhere).
 
@@ -41,7 +44,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from measure_device_trace import covered_ns  # scripts/ is on sys.path when a script runs
@@ -49,7 +52,7 @@ from measure_device_trace import covered_ns  # scripts/ is on sys.path when a sc
 HOST = "fixture-host"
 STEP_NAME = "train"
 QUALITY = ("plain_loop", "host_between_steps", "collectives", "huge_temporaries", "demo_healthy", "demo_degraded",
-           "float64_matmul")
+           "float64_matmul", "warmup_compile", "periodic_save", "train_eval", "grad_accumulation")
 COMMITTED = ("compute_bound", "input_bound", "unfused_small_ops", "recompiling", "hostile", *QUALITY)
 MAX_COMMITTED_BYTES = 1_500_000
 REPO = Path(__file__).resolve().parent.parent
@@ -91,6 +94,14 @@ DESCRIPTIONS = {
     "float64_matmul": "jit step with jax_enable_x64: a chain of four float64 matmuls (384x512 by 512x512, tanh "
                       "between) beside the same chain in float32; ablations: the whole step in float32, and the "
                       "float64 chain alone",
+    "warmup_compile": "the README Quickstart's loop: a small jit step (64x256 batch, 256x16 weights) whose first call "
+                      "compiles inside the trace, xprof() options, no step markers",
+    "periodic_save": "annotated jit MLP steps (1024-2048-2048-1024, batch 16); every 5th step also pickles the "
+                     "parameters and two optimizer moments (96 MiB) to disk with fsync, synchronously, inside the "
+                     "step; Python tracer on",
+    "train_eval": "no step markers: a jit MLP train program and a jit eval program on held-out data, each iteration",
+    "grad_accumulation": "no step markers: 4 micro-batch gradient programs (accumulating into a running sum), then "
+                         "one Adam apply program, each iteration",
 }
 
 
@@ -115,6 +126,10 @@ class Loop:
     local_only: Callable[[], None] | None = None  # the step without its collectives, to time them by difference
     # Other versions of the step timed in the same process (another dtype, one part alone): name -> (run, what it is)
     ablations: dict[str, tuple[Callable[[], None], str]] | None = None
+    warmup_in_trace: bool = False  # the first call of each jitted function compiles inside the trace, not before
+    timed: dict[str, dict[int, float]] = field(default_factory=dict)  # named work the workload times itself (a
+    # periodic save): iteration -> milliseconds
+    programs: dict[str, object] = field(default_factory=dict)  # compiled executables of an iteration of several
 
 
 def _mlp(sizes: list[int]):
@@ -420,6 +435,135 @@ def demo_degraded():
     return _demo_loop(SLOWDOWN)
 
 
+def warmup_compile():
+    """The README Quickstart's shape: a small jit step whose first call compiles inside the trace, no markers."""
+    import jax
+    import jax.numpy as jnp
+
+    @jax.jit
+    def train_step(weights, batch):
+        grads = jax.grad(lambda w: jnp.mean((batch @ w - 1.0) ** 2))(weights)
+        return weights - 0.01 * grads
+
+    state = {"weights": jnp.zeros((256, 16))}
+    batch = jax.random.normal(jax.random.key(0), (64, 256))
+
+    def device(i: int) -> None:
+        state["weights"] = train_step(state["weights"], batch).block_until_ready()
+
+    return Loop(device=device, annotate=False, python_tracer=True, warmup_in_trace=True)
+
+
+SAVE_EVERY = 5
+
+
+def periodic_save():
+    """Annotated jit MLP steps; every fifth step also pickles the parameters to disk, synchronously."""
+    import pickle
+    import tempfile
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    params, train_step = _mlp([1024, 2048, 2048, 1024])
+    train_step = jax.jit(train_step)
+    x = jax.random.normal(jax.random.PRNGKey(1), (16, 1024))
+    y = jnp.zeros((16, 1024))
+    state = {"params": params, "optimizer": (jax.tree.map(jnp.zeros_like, params),) * 2}  # Adam's two moments
+    folder = Path(tempfile.mkdtemp(prefix="periodic_save"))
+    loop = Loop(device=lambda i: None, python_tracer=True, timed={"save": {}})
+
+    def save_checkpoint(step: int) -> None:
+        with open(folder / "params.pkl", "wb") as file:
+            pickle.dump(jax.tree.map(np.asarray, {"params": state["params"], "optimizer": state["optimizer"]}), file)
+            file.flush()
+            os.fsync(file.fileno())
+
+    def device(i: int) -> None:
+        state["params"], value = train_step(state["params"], x, y)
+        value.block_until_ready()
+        if i % SAVE_EVERY == SAVE_EVERY - 1:
+            started = time.perf_counter()
+            save_checkpoint(i)
+            loop.timed["save"][i] = (time.perf_counter() - started) * 1e3
+
+    loop.device = device
+    return loop
+
+
+def train_eval():
+    """No step markers: a train program and an eval program each iteration."""
+    import jax
+    import jax.numpy as jnp
+
+    params, train_step = _mlp([512, 1024, 1024, 512])
+    train_step = jax.jit(train_step)
+
+    @jax.jit
+    def eval_step(params, x, y):
+        for w, b in params[:-1]:
+            x = jax.nn.relu(x @ w + b)
+        w, b = params[-1]
+        return jnp.mean((x @ w + b - y) ** 2)
+
+    x = jax.random.normal(jax.random.PRNGKey(1), (256, 512))
+    held_out = jax.random.normal(jax.random.PRNGKey(2), (512, 512))
+    y, y_held_out = jnp.zeros((256, 512)), jnp.zeros((512, 512))
+    state = {"params": params}
+
+    def device(i: int) -> None:
+        state["params"], _ = train_step(state["params"], x, y)
+        eval_step(state["params"], held_out, y_held_out).block_until_ready()
+
+    return Loop(device=device, annotate=False)
+
+
+MICRO_BATCHES = 4
+
+
+def grad_accumulation():
+    """No step markers: four micro-batch gradient programs, then one Adam apply program, each iteration."""
+    import jax
+    import jax.numpy as jnp
+
+    params, _ = _mlp([512, 1024, 1024, 512])
+
+    def loss(params, x, y):
+        for w, b in params[:-1]:
+            x = jax.nn.relu(x @ w + b)
+        w, b = params[-1]
+        return jnp.mean((x @ w + b - y) ** 2)
+
+    @jax.jit
+    def accumulate(params, total, x, y):
+        return jax.tree.map(jnp.add, total, jax.grad(loss)(params, x, y))
+
+    @jax.jit
+    def apply(params, total, m, v):
+        grads = jax.tree.map(lambda g: g / MICRO_BATCHES, total)
+        m = jax.tree.map(lambda a, g: 0.9 * a + 0.1 * g, m, grads)
+        v = jax.tree.map(lambda a, g: 0.999 * a + 0.001 * g * g, v, grads)
+        params = jax.tree.map(lambda p, a, b: p - 1e-3 * a / (jnp.sqrt(b) + 1e-8), params, m, v)
+        return params, m, v
+
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    x = jax.random.normal(jax.random.PRNGKey(1), (32, 512))
+    y = jnp.zeros((32, 512))
+    state = {"params": params, "m": zeros, "v": zeros}
+
+    def device(i: int) -> None:
+        total = zeros
+        for _ in range(MICRO_BATCHES):
+            total = accumulate(state["params"], total, x, y)
+        state["params"], state["m"], state["v"] = apply(state["params"], total, state["m"], state["v"])
+        jax.block_until_ready(state["params"])
+
+    programs = {"accumulate": accumulate.lower(params, zeros, x, y).compile(),
+                "apply": apply.lower(params, zeros, zeros, zeros).compile()}
+    return Loop(device=device, annotate=False, programs=programs)
+
+
 WORKLOADS = {
     "compute_bound": (compute_bound, 8),
     "input_bound": (input_bound, 10),
@@ -436,6 +580,10 @@ WORKLOADS = {
     "demo_healthy": (demo_healthy, 8),
     "demo_degraded": (demo_degraded, 8),
     "float64_matmul": (float64_matmul, 12),
+    "warmup_compile": (warmup_compile, 20),
+    "periodic_save": (periodic_save, 20),
+    "train_eval": (train_eval, 12),
+    "grad_accumulation": (grad_accumulation, 8),
 }
 LARGE = ("large", "large_op_by_op")
 
@@ -508,11 +656,15 @@ def trace(name: str, out: Path, steps: int, expectations: Path | None = None) ->
 
     compiles = CompileCounter()
     loop = WORKLOADS[name][0]()
-    loop.device(-1)  # compile outside the trace, so steps are steady state (except where they recompile)
+    if not loop.warmup_in_trace:
+        loop.device(-1)  # compile outside the trace, so steps are steady state (except where they recompile)
     logdir = out / name
     shutil.rmtree(logdir, ignore_errors=True)
     options = _options(name, loop)
+    for calls in loop.timed.values():
+        calls.clear()  # only the traced run's calls are the truth
     times = _run(loop, steps, logdir, options, compiles=compiles)
+    timed = {work: dict(calls) for work, calls in loop.timed.items()}
     session = logdir / "plugins" / "profile" / name
     for extra in session.glob("*.trace.json.gz"):
         extra.unlink()
@@ -535,7 +687,7 @@ def trace(name: str, out: Path, steps: int, expectations: Path | None = None) ->
                 for ablation, (run, _) in (loop.ablations or {}).items()
             }
         truth = measured_truth(name, loop, times, statistics.median(without_host["step"]), local_ms, compiles.count,
-                               ablations)
+                               ablations, timed)
         write_truth(expectations / f"{name}.yaml", name, xplane, truth)
     return xplane
 
@@ -545,7 +697,8 @@ def _number(value: float, how: str, **tolerance: float) -> dict:
 
 
 def measured_truth(name: str, loop: Loop, times: dict[str, list[float]], device_ms: float,
-                   local_ms: float | None, compiles: int, ablations: dict[str, float] | None = None) -> dict:
+                   local_ms: float | None, compiles: int, ablations: dict[str, float] | None = None,
+                   timed: dict[str, dict[int, float]] | None = None) -> dict:
     """The truth block: each number with its tolerance and how this script measured it."""
     import jax
 
@@ -584,6 +737,34 @@ def measured_truth(name: str, loop: Loop, times: dict[str, list[float]], device_
                                               f"{clock}", rel=0.25)
         # The step and its ablation ran back to back, so their ratio is steadier on a busy machine than either time.
         truth[f"{ablation}_over_step"] = _number(ms / device_ms, f"{ablation}_ms / device_ms", rel=0.2)
+    if loop.warmup_in_trace:
+        steady = times["iteration"][1:]
+        truth["warmup_ms"] = _number(times["iteration"][0], f"the first iteration, whose calls compile, {clock}",
+                                     rel=0.15)
+        truth["steady_step_ms"] = _number(statistics.mean(steady), f"mean over the iterations after the first, {clock}",
+                                          rel=0.1)
+        truth["steady_median_ms"] = _number(statistics.median(steady), "median over the iterations after the "
+                                                                      f"first, {clock}", rel=0.1)
+    for work, calls in (timed or {}).items():
+        truth[f"{work}_ms"] = _number(statistics.mean(calls.values()),
+                                      f"mean over its {len(calls)} calls, {clock} around the call inside the traced "
+                                      "loop", rel=0.15)
+        truth[f"{work}_fraction"] = _number(sum(calls.values()) / sum(times["iteration"]),
+                                            "its calls' total over the iterations' total", abs=0.06)
+    if timed:
+        busy = {iteration for calls in timed.values() for iteration in calls}
+        without = [ms for i, ms in enumerate(times["iteration"]) if i not in busy]
+        truth["untimed_iteration_ms"] = _number(statistics.median(without), "median over the iterations without the "
+                                                                            f"timed work, {clock}", rel=0.25)
+    if loop.programs:
+        sizes = {}
+        for program, compiled in loop.programs.items():
+            stats = compiled.memory_analysis()
+            sizes[program] = stats.argument_size_in_bytes + stats.output_size_in_bytes + stats.temp_size_in_bytes
+            truth[f"{program}_bytes"] = _number(sizes[program], "compiled.memory_analysis(): argument + output + temp "
+                                                                "bytes", rel=0.01)
+        truth["largest_program_bytes"] = _number(max(sizes.values()), "the largest of the iteration's programs by "
+                                                                      "compiled.memory_analysis()", rel=0.1)
     if loop.program is not None:
         stats = loop.program.memory_analysis()
         live = stats.argument_size_in_bytes + stats.output_size_in_bytes

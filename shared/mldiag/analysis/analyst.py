@@ -9,8 +9,13 @@ report, offline and without a reasoning model. The rules in short:
   time; elsewhere, the host's own named work (a data loader) and the time
   between steps;
 * **dispatch_overhead**: many jit dispatches per step (op-by-op execution);
-* **recompilation**: compilation inside steps, with the functions whose
-  parameter shapes differ between their compiled programs;
+* **recompilation**: compilation inside steps of a function that compiled
+  before, or after the warm-up, with the functions whose parameter shapes
+  differ between their compiled programs; a program's first compilation in the
+  loop's first steps is **warm-up**, a P2 with its cost, and the headline step
+  time is the steady state after it;
+* **slow steps**: a group of steps well above the median, the function that
+  runs longer in them named, ranked by its share of the loop like idle time;
 * **communication**, **memory**, **compute**, **kernel**, **compiler**: from the
   device ops, the memory profile, the roofline model, custom-call share and the
   HLO detectors; memory also when a program's temporaries dwarf its inputs and
@@ -43,7 +48,7 @@ from mldiag.analysis.evidence import (
 )
 from mldiag.analysis.frameworks import Framework
 from mldiag.analysis.hlo import KernelWork, Shape, describe
-from mldiag.analysis.host_evidence import DeviceKind, HostActivity, HostEvidence, OpTime, StepSource
+from mldiag.analysis.host_evidence import DeviceKind, HostActivity, HostEvidence, OpTime, SlowSteps, StepSource
 from mldiag.analysis.trace_names import COMMUNICATION, COMPILE, DISPATCH_PREFIX, WAITING
 from mldiag.analysis.trace_names import hlo_instruction as _instruction
 from mldiag.analysis.trace_names import program_base as _module_base
@@ -115,7 +120,7 @@ def _metrics(hosts: list[HostEvidence], tools: dict[str, ToolResult]) -> Metrics
     # A device waiting for a copy between host and device memory (a TPU copy-done) is busy, but not computing.
     busy = [_loop_busy(h) * (1 - _transfer_share(h)) for h in hosts if h.busy_fraction is not None]
     metrics = Metrics(
-        step_time_ms=sum(h.step_ms.mean for h in timed) / len(timed) if timed else None,
+        step_time_ms=sum(_steady_step_ms(h) for h in timed) / len(timed) if timed else None,
         steps=max((h.steps for h in timed), default=0),
         busy_fraction=_fraction(sum(busy) / len(busy)) if busy else None,
     )
@@ -138,6 +143,12 @@ def _metrics(hosts: list[HostEvidence], tools: dict[str, ToolResult]) -> Metrics
     return metrics
 
 
+def _steady_step_ms(host: HostEvidence) -> float:
+    """The mean step after the warm-up (the steps that hold programs' first compilations), else of every step."""
+    steady = host.warmup.steady_step_ms if host.warmup else None
+    return steady.mean if steady else host.step_ms.mean
+
+
 def _step_module(hosts: list[HostEvidence], tools: dict[str, ToolResult]) -> tuple[dict[str, Any], str] | None:
     """The compiled program whose buffers are the loop's: the one launched most, not a one-off like ``jit__normal``.
 
@@ -147,15 +158,23 @@ def _step_module(hosts: list[HostEvidence], tools: dict[str, ToolResult]) -> tup
     if not modules:
         return None
     calls: dict[str, int] = {}
+    every_step: set[str] = set()  # programs launched at least once per step (the last step may be cut short)
     for host in hosts:
         launched = ([(p.name, p.calls) for p in host.programs]
                     or [(a.name, round(a.count_per_step * host.steps)) for a in host.dispatched])
         for name, count in launched:
             calls[_module_base(name)] = calls.get(_module_base(name), 0) + count
+            if count > 1 and count >= host.steps - 1:
+                every_step.add(_module_base(name))
     repeated = [m for m in modules if calls.get(_module_base(str(m.get("module_name", ""))), 0) > 1]
     if not repeated:
         return modules[0], "the largest program"
     most = max(repeated, key=lambda m: (calls[_module_base(m["module_name"])], m["total_hbm_mib"]))
+    # An iteration of several programs (micro-batches, then their apply) peaks with its largest.
+    largest = max((m for m in repeated if _module_base(m["module_name"]) in every_step),
+                  key=lambda m: m["total_hbm_mib"], default=most)
+    if largest["total_hbm_mib"] > most["total_hbm_mib"]:
+        return largest, "the largest program the loop runs every step"
     return most, "the program launched most"
 
 
@@ -181,7 +200,7 @@ def _health(hosts: list[HostEvidence], metrics: Metrics) -> Health:
         memory_fraction=(_fraction(metrics.peak_memory_bytes / metrics.memory_capacity_bytes)
                          if metrics.peak_memory_bytes and metrics.memory_capacity_bytes else None),
         dispatches_per_step=max((h.dispatches_per_step for h in hosts), default=0.0),
-        compile_fraction=max((_share_of_step(h, h.compile_ms_per_step) for h in hosts), default=0.0),
+        compile_fraction=max((_share_of_step(h, h.recompile_ms_per_step) for h in hosts), default=0.0),
     )
     reasons = []
     if health.compute_fraction is None or health.compute_fraction < HIGH_COMPUTE:
@@ -326,13 +345,17 @@ def _recompiled(programs: dict[str, HloProgram]) -> list[str]:
 
 
 def _recompilation(host: HostEvidence, programs: dict[str, HloProgram]) -> Finding | None:
-    if not host.step_ms or (host.compiles_in_steps == 0 and host.compile_ms_per_step == 0):
+    """Compilations of a program that compiled before in the capture, or any after the warm-up; a program's
+    first compilation in the loop's first steps is warm-up (:func:`_warmup`)."""
+    if not host.step_ms or (host.recompiles_in_steps == 0 and host.recompile_ms_per_step == 0):
         return None
     step = host.step_ms.mean
-    share = host.compile_ms_per_step / step
+    share = host.recompile_ms_per_step / step
     priority = _rank(share, COMPILE_PRIORITIES)
-    if priority is None or (priority is Priority.P2 and host.compiles_in_steps < 2):
+    if priority is None or (priority is Priority.P2 and host.recompiles_in_steps < 2):
         return None
+    warmup = (f" (besides a warm-up of {host.warmup.steps} step{'s' if host.warmup.steps != 1 else ''} whose "
+              f"{host.warmup.compiles} first compilations took {host.warmup.compile_ms:.1f} ms)") if host.warmup else ""
     tensorflow = frameworks.detect([host]) in (Framework.TENSORFLOW, Framework.TENSORFLOW_EAGER)
     return Finding(
         priority=priority,
@@ -341,11 +364,11 @@ def _recompilation(host: HostEvidence, programs: dict[str, HloProgram]) -> Findi
         what="XLA compiles new programs while the loop runs, usually because input shapes, dtypes or static "
              "arguments change from step to step, so each change costs a full compilation.",
         evidence=[
-            f"{host.compiles_in_steps} XLA compilations inside {host.steps} profiled steps",
-            f"compilation {host.compile_ms_per_step:.1f} ms per step of a {step:.1f} ms step ({share:.1%})",
+            f"{host.recompiles_in_steps} XLA recompilations inside {host.steps} profiled steps{warmup}",
+            f"recompilation {host.recompile_ms_per_step:.1f} ms per step of a {step:.1f} ms step ({share:.1%})",
             *_recompiled(programs)[:3],
         ],
-        impact=f"{host.compile_ms_per_step:.1f} ms per step ({share:.0%}) would disappear with stable shapes.",
+        impact=f"{host.recompile_ms_per_step:.1f} ms per step ({share:.0%}) would disappear with stable shapes.",
         fix=("Keep shapes stable: give tf.function an input_signature with None for the varying dimension, or pad "
              "batches to a few fixed sizes." if tensorflow else
              "Keep shapes and static arguments stable: pad or bucket the changing dimension to a few sizes, pass "
@@ -791,22 +814,128 @@ def _compiler(hosts: list[HostEvidence], hlo_issues: dict[str, list[HloIssue]]) 
     return findings
 
 
-def _outlier_steps(host: HostEvidence) -> Finding | None:
-    if (host.step_source is StepSource.PROFILE_WINDOW or not host.step_ms or host.steps < 5
-            or host.step_ms.max < OUTLIER_STEP * host.step_ms.median):
+def _warmup(host: HostEvidence) -> Finding | None:
+    """The loop's first steps compiling each program for its first call: a one-off cost, said with its time."""
+    warmup = host.warmup
+    if warmup is None or warmup.steady_step_ms is None:
         return None
-    slow = [ms for ms in host.series.step_ms if ms >= OUTLIER_STEP * host.step_ms.median]
+    plural = "s" if warmup.steps != 1 else ""
     return Finding(
         priority=Priority.P2,
         category=FindingCategory.OTHER,
-        title=f"Outlier steps: the slowest is {host.step_ms.max / host.step_ms.median:.0f}x the median",
-        what="A few steps take far longer than the rest (garbage collection, checkpointing, evaluation, a "
-             "straggling input batch or a one-off compilation).",
-        evidence=[f"median {host.step_ms.median:.2f} ms, max {host.step_ms.max:.2f} ms, "
-                  f"{len(slow)} of the first {len(host.series.step_ms)} steps above {OUTLIER_STEP:.0f}x the median"],
-        impact=f"{sum(slow) - len(slow) * host.step_ms.median:.1f} ms lost over the profiled steps.",
-        fix="Look up what runs in the slow steps in the trace viewer and move it off the step, or make it "
-            "asynchronous.",
+        title=f"Warm-up: the first {warmup.steps} step{plural} took {warmup.ms:.1f} ms, "
+              f"{warmup.compiles} first compilations",
+        what="The first call of each jitted function compiles its program; the profile holds those first "
+             "compilations. This is a one-off start-up cost, not recompilation: the steady-state figures in this "
+             "report leave these steps out.",
+        evidence=[f"warm-up: {warmup.steps} step{plural}, {warmup.ms:.1f} ms, of which {warmup.compile_ms:.1f} ms "
+                  f"compiling ({warmup.compiles} XLA compilations, each program's first)",
+                  f"steady state after it: {host.steps - warmup.steps} steps, median {warmup.steady_step_ms.median:.2f}"
+                  f" ms, mean {warmup.steady_step_ms.mean:.2f} ms"],
+        impact=f"{warmup.ms:.1f} ms once per run (per process), not per step.",
+        fix="Nothing to fix in the loop. To shorten start-up, enable JAX's persistent compilation cache "
+            "(jax.config.update('jax_compilation_cache_dir', ...)) or compile ahead of time "
+            "(jax.jit(f).lower(...).compile()); to profile the steady state, start the trace after the first step.",
+    )
+
+
+SLOW_NOTABLE = 0.05  # a slow-step group costing less than this share of the loop, and not an outlier, is not said
+# Slow-step differences, by what the function that runs longer in them looks like: (pattern, what, fix).
+_SLOW_CAUSES = (
+    (re.compile(r"save|checkpoint|ckpt|orbax|pickle|serializ|np\.save|torch\.save", re.IGNORECASE),
+     "a synchronous save",
+     "Checkpoint asynchronously (e.g. Orbax's AsyncCheckpointer / CheckpointManager with async options, which "
+     "copy the arrays to the host and write them in the background) or save less often."),
+    (re.compile(r"\bgc\b|garbage|collect", re.IGNORECASE),
+     "garbage collection",
+     "Keep Python's garbage collector out of the loop: gc.freeze() after setup, or gc.disable() with a "
+     "gc.collect() every N steps outside the timed part."),
+    (re.compile(r"eval|valid|predict", re.IGNORECASE),
+     "an evaluation",
+     "Evaluate less often, on fewer batches, or in a separate job on its own devices."),
+    (re.compile(r"log|print|summar|metric|device_get|item\b", re.IGNORECASE),
+     "logging that waits for the device",
+     "Fetch metrics every N steps without blocking (keep them on the device and read them a step later), and "
+     "write logs from a background thread."),
+)
+
+
+def _slow_cause(slow: SlowSteps) -> tuple[str, str]:
+    """What the slow steps' differences look like, and the fix for it."""
+    for pattern, what, fix in _SLOW_CAUSES:
+        if any(pattern.search(difference.name) for difference in slow.differences[:3]):
+            return what, fix
+    device_extra = (slow.slow_busy_ms or 0.0) - (slow.normal_busy_ms or 0.0)
+    if device_extra >= 0.5 * (slow.slow_ms - slow.normal_ms):
+        return "more device work", ("The slow steps run more device work than the others (an extra program every "
+                                    "few steps): run it less often, make it cheaper, or overlap it with the steps.")
+    if slow.differences:
+        return "host work", ("Move the work named in the evidence off the training thread (a background thread "
+                             "or process) or run it less often, so that it no longer stalls the steps.")
+    return "untraced host work", ("Trace the loop with the Python tracer (python_tracer_level=1) or wrap the "
+                                  "periodic work in jax.profiler.TraceAnnotation to name what runs in the slow "
+                                  "steps; then move it off the training thread or run it less often.")
+
+
+def _slow_steps(host: HostEvidence) -> Finding | None:
+    """A group of steps well above the median: what runs longer in them, and its share of the loop."""
+    slow = host.slow_steps
+    if slow is None or host.step_source is StepSource.PROFILE_WINDOW:
+        return None
+    priority = _rank(slow.cost_fraction, IDLE_PRIORITIES)
+    if priority is None and slow.cost_fraction < SLOW_NOTABLE and slow.slow_ms < OUTLIER_STEP * slow.normal_ms:
+        return None
+    what, fix = _slow_cause(slow)
+    evidence = [
+        f"{slow.steps} of {slow.compared} steps are slow (steps {', '.join(map(str, slow.indices[:8]))}): "
+        f"{slow.slow_ms:.2f} ms per slow step and the gap after it, against a median of {slow.normal_ms:.2f} ms; "
+        f"they take {slow.share_of_loop:.1%} of the loop's {slow.loop_ms:.1f} ms",
+        *(f"runs longer in the slow steps: {quoted(d.name)} {d.slow_ms:.2f} ms per slow step against "
+          f"{d.normal_ms:.2f} ms per normal step ({d.share_of_loop:.1%} of the loop)" for d in slow.differences[:3]),
+    ]
+    if slow.slow_busy_ms is not None and slow.normal_busy_ms is not None:
+        evidence.append(f"the devices are busy {slow.slow_busy_ms:.2f} ms per slow step against "
+                        f"{slow.normal_busy_ms:.2f} ms per normal step")
+    if slow.slow_gap_ms - slow.normal_gap_ms >= NOTABLE_SHARE * slow.normal_ms:
+        evidence.append(f"the host time after a slow step is {slow.slow_gap_ms:.2f} ms against "
+                        f"{slow.normal_gap_ms:.2f} ms after a normal one")
+    explained = sum(d.share_of_loop for d in slow.differences[:1])
+    if explained < 0.5 * slow.cost_fraction:
+        evidence.append("no traced event on the stepping thread accounts for most of the slow steps' extra time")
+    rest = slow.loop_ms - slow.cost_ms
+    faster = f" ({slow.loop_ms / rest:.1f}x faster)" if rest >= 0.01 * slow.loop_ms else ""
+    return Finding(
+        priority=priority or Priority.P2,
+        category=FindingCategory.OTHER,
+        title=f"Slow steps: {slow.steps} of {slow.compared} steps cost {slow.cost_fraction:.0%} of the loop's time",
+        what=f"A few steps take far longer than the rest, and the difference looks like {what}: the stepping "
+             "thread spends that time on the work named below, and the loop stalls while it runs.",
+        evidence=evidence,
+        impact=f"{slow.cost_ms:.1f} ms of the loop's {slow.loop_ms:.1f} ms beyond what as many normal steps take; "
+               f"without it the loop would take {rest:.1f} ms{faster}.",
+        fix=fix,
+    )
+
+
+def _iteration(host: HostEvidence) -> Finding | None:
+    """Without step markers, a step that is a repeated sequence of several programs: each program's part."""
+    if not host.iteration_programs:
+        return None
+    per_iteration = {name: host.iteration_programs.count(name) for name in dict.fromkeys(host.iteration_programs)}
+    calls = {p.name: p for p in host.programs}
+    return Finding(
+        priority=Priority.P2,
+        category=FindingCategory.OTHER,
+        title=f"Each step is a sequence of {len(host.iteration_programs)} launches of {len(per_iteration)} programs",
+        what="The trace has no step markers; the loop repeats the same sequence of programs (a train and an eval "
+             "program, or micro-batches and their apply), so one step here is one pass of that sequence.",
+        evidence=[f"{quoted(name)}: {count} per step"
+                  + (f", {calls[name].device_ms_per_call:.3f} ms of device work per call "
+                     f"({calls[name].share_of_device:.1%} of device time)" if name in calls else "")
+                  for name, count in per_iteration.items()],
+        impact="the step time, busy fraction and peak memory in this report are per pass of the sequence.",
+        fix="Nothing to fix; wrap each iteration in jax.profiler.StepTraceAnnotation('train', step_num=i) to say "
+            "where a step begins.",
     )
 
 
@@ -883,8 +1012,8 @@ def _findings(hosts: list[HostEvidence], tools: dict[str, ToolResult], hlo_issue
     per_host = [
         finding
         for host in hosts
-        for rule in (_input_bound, partial(_dispatch_overhead, kernels=kernels),
-                     partial(_recompilation, programs=programs), _communication, _outlier_steps,
+        for rule in (_slow_steps, _input_bound, partial(_dispatch_overhead, kernels=kernels),
+                     partial(_recompilation, programs=programs), _communication, _warmup, _iteration,
                      partial(_no_steps, kernels=kernels))
         if (finding := rule(host)) is not None
     ]
@@ -925,6 +1054,11 @@ def _summary(hosts: list[HostEvidence], metrics: Metrics, health: Health, findin
     if metrics.step_time_ms is not None:
         plural = "s" if metrics.steps != 1 else ""
         first = f"{metrics.steps} profiled step{plural} of {metrics.step_time_ms:.1f} ms on {where}"
+        warmed = [h for h in hosts if h.warmup and h.warmup.steady_step_ms]
+        if warmed:
+            warmup = warmed[0].warmup
+            first += (f" (the steady state, after a warm-up of {warmup.steps} step{'s' if warmup.steps != 1 else ''} "
+                      f"that took {warmup.ms:.1f} ms compiling each program for its first call)")
     elif launched:
         first = f"No training steps on {where}: {_calls(launched[0])}"
     else:

@@ -121,6 +121,51 @@ class OpFamily:
     examples: list[str] = field(default_factory=list)
 
 
+@_evidence
+class Warmup:
+    """The loop's first steps that hold first compilations: each program compiling for its first call."""
+
+    steps: int  # the leading steps that hold a program's first compilation
+    ms: float  # their wall time, the gaps after them included
+    compile_ms: float  # of which compiling
+    compiles: int  # XLA backend compilations in them
+    steady_step_ms: Distribution | None = None  # the steps after the warm-up
+
+
+@_evidence
+class StepDifference:
+    """What the stepping thread spends more time on in slow steps than in normal ones (an event name)."""
+
+    name: str
+    slow_ms: float  # mean per slow iteration (its step and the gap after it)
+    normal_ms: float  # mean per normal iteration
+    share_of_loop: float  # the extra time over every slow iteration, of the loop's wall time
+
+
+@_evidence
+class SlowSteps:
+    """The steps well above the median (after the warm-up), compared with the rest.
+
+    Iterations (a step and the gap after it) are grouped by duration: a slow one is above
+    ``SLOW_STEP`` times the median and the group is clearly apart from the normal ones.
+    """
+
+    steps: int  # slow iterations
+    compared: int  # iterations grouped (the warm-up and a last one without its gap aside)
+    indices: list[int] = field(default_factory=list)  # which steps, counting from the first of the capture
+    slow_ms: float  # mean slow iteration
+    normal_ms: float  # median normal iteration
+    slow_gap_ms: float = 0.0  # mean gap after a slow step
+    normal_gap_ms: float = 0.0
+    slow_busy_ms: float | None = None  # device busy time per slow iteration, mean over devices
+    normal_busy_ms: float | None = None
+    loop_ms: float  # the compared iterations' wall time
+    share_of_loop: float  # the slow iterations' time, of the loop's
+    cost_ms: float  # their time beyond that of as many normal iterations
+    cost_fraction: float  # cost_ms of the loop's wall time
+    differences: list[StepDifference] = field(default_factory=list)  # the cause first, then by extra time
+
+
 class TimeCause(StrEnum):
     """What a slice of the loop's wall time went to: each instant of the loop belongs to exactly one cause."""
 
@@ -197,6 +242,12 @@ class HostEvidence:
     op_families: dict[str, OpFamily] = field(default_factory=dict)
     series: StepSeries = field(default_factory=StepSeries)
     attribution: Attribution | None = None
+    warmup: Warmup | None = None
+    recompiles_in_steps: int = 0  # compilations of a program that compiled before, or after the warm-up
+    recompile_ms_per_step: float = 0.0  # compilation time of those, per step
+    slow_steps: SlowSteps | None = None
+    iteration_programs: list[str] = field(default_factory=list)  # without step markers, one iteration's program
+    # launches in order, when the loop repeats a sequence of several programs
 
     def to_json(self) -> str:
         """The evidence as the reader prints it: JSON, refusing NaN and infinities (the engine would too)."""

@@ -6,9 +6,15 @@ from a busy one, so the basic facts are read from the events themselves, on
 every kind of profile:
 
 * **steps**: the host's step markers (``StepTraceAnnotation``), else each
-  device's own ``Steps`` line, else one step per call of the program the loop
-  calls again and again (start to start), else no steps: one window from the
-  first program launch, with each program's calls and device work;
+  device's own ``Steps`` line, else one step per iteration of the sequence of
+  whole programs the loop repeats (train then eval, micro-batches then their
+  apply), else one step per call of the program the loop calls again and again
+  (start to start), else no steps: one window from the first program launch,
+  with each program's calls and device work;
+* **warm-up and slow steps**: the leading steps that compile programs for their
+  first call, the compilations that are recompiles, and the group of steps well
+  above the median with what the stepping thread runs longer in them
+  (:mod:`mldiag.analysis.step_groups`);
 * **busy**: per step, the union of the compute lanes' events (XLA CPU threads,
   TPU ``XLA Ops`` lines, GPU streams), each device in its own steps, averaged
   over devices; and over the whole loop, the gaps between steps included;
@@ -42,9 +48,13 @@ from typing import Any, NoReturn
 import numpy as np
 
 from mldiag.analysis.host_evidence import (
-    DeviceKind, Distribution, HostActivity, HostEvidence, OpFamily, OpTime, ProgramCalls, StepSeries, StepSource,
+    DeviceKind, Distribution, HostActivity, HostEvidence, OpFamily, OpTime, ProgramCalls, SlowSteps, StepDifference,
+    StepSeries, StepSource, Warmup,
 )
 from mldiag.analysis.profiles import UNREADABLE_EXIT, UnreadableProfile, host_of
+from mldiag.analysis.step_groups import (
+    MIN_REPEATS, iteration_start, leading_warmup, repeating_period, slow_split, whole_programs,
+)
 from mldiag.analysis.timeline import Timeline, TimelineLine
 from mldiag.analysis.trace_names import (
     ALLOCATOR_EVENTS, COMMUNICATION, COMPILE, CPU_DEVICE_EXECUTION, CPU_RUNTIME_SCOPE, DISPATCH_PREFIX, FAMILIES,
@@ -57,6 +67,10 @@ TOP_OPS = 15
 TOP_ACTIVITIES = 10
 TOP_PROGRAMS = 10
 STEP_PROGRAM_REPEATS = 4  # a step program is called at least this many times as often as any other
+NAMED_DIFFERENCE = 0.5  # slow-step differences named: those of at least this share of the largest
+CAUSE_DIFFERENCE = 0.9  # the cause: the innermost event of at least this share of the largest difference
+MAX_DIFFERENCES = 5
+MAX_MICRO_BATCHES = 8  # calls of the step program per repeated sequence that still make one iteration
 FirstSeen = Callable[[int, dict[str, Any]], None]  # told each new name's id and the stats of its first event
 _HLO_NAME = re.compile(r"^%?([^\s=]+)\s+=")
 
@@ -371,6 +385,7 @@ class _Steps:
     marker: str
     windows: np.ndarray  # [start, end) rows in start order, for what the host does
     device_windows: dict[str, np.ndarray]  # device -> its windows (the host's, unless the device has its own steps)
+    iteration: list[str] = field(default_factory=list)  # program runs: one iteration's launches, in order
 
 
 def _outermost(line: _Line, flagged: np.ndarray) -> np.ndarray:
@@ -420,12 +435,18 @@ def _steps(trace: _Trace, launches: dict[str, _Launches]) -> _Steps:
     if own:
         return _Steps(StepSource.DEVICE_STEPS, "", next(iter(own.values())), own)
     reference = launches.get("") or next(iter(launches.values()), None)
-    program = _step_program(reference) if reference is not None else None
-    if program is not None:
-        by_device = {device: _period_windows(launches.get("") or launches[device], program, trace.lanes[device])
-                     for device in devices if "" in launches or device in launches}
-        host = _period_windows(reference, program, [line for lines in trace.lanes.values() for line in lines])
-        return _Steps(StepSource.PROGRAM_RUNS, trace.names[program], host, by_device)
+    iteration = _iteration(reference) if reference is not None else None
+    if iteration is not None:
+        first, before, cycle = iteration
+        by_device = {}
+        for device in devices:
+            if "" in launches or device in launches:
+                runs = launches.get("") or launches[device]
+                by_device[device] = _period_windows(runs, _iteration_starts(runs, first, before), trace.lanes[device])
+        host = _period_windows(reference, _iteration_starts(reference, first, before),
+                               [line for lines in trace.lanes.values() for line in lines])
+        return _Steps(StepSource.PROGRAM_RUNS, trace.names[first], host, by_device,
+                      [trace.names[index] for index in cycle] if len(cycle) > 1 else [])
     active = [line for lines in trace.lanes.values() for line in lines if len(line)] or [
         line for line in trace.host_lines if len(line)]
     begin = min(int(line.starts.min()) for line in active)
@@ -434,6 +455,46 @@ def _steps(trace: _Trace, launches: dict[str, _Launches]) -> _Steps:
     end = max(int(line.ends.max()) for line in active)
     window = np.array([[begin, max(begin + 1, end)]], dtype=np.int64)
     return _Steps(StepSource.PROFILE_WINDOW, "", window, dict.fromkeys(devices, window))
+
+
+def _iteration(launches: _Launches) -> tuple[int, int, list[int]] | None:
+    """The launches that start an iteration: the program called again and again, or the first program of the
+    sequence of several that the loop repeats; as (that program, the program launched just before it, one
+    iteration's launches in order), None when the launches repeat neither.
+
+    A sequence of whole programs (:func:`whole_programs`) is the iteration when the single program's rule does
+    not hold, or when the step program runs at most ``MAX_MICRO_BATCHES`` times per period of the sequence
+    (micro-batches before an apply); beyond that the others are occasional work between steps (an eval every
+    hundred steps), and one call of the step program is one step. One-off programs (initialisation) are left
+    out of the sequence.
+    """
+    if not len(launches):
+        return None
+    program = _step_program(launches)
+    names, calls = np.unique(launches.ids, return_counts=True)
+    sequence = launches.ids[np.isin(launches.ids, names[calls >= MIN_REPEATS])]
+    period = repeating_period(sequence)
+    if period is not None:
+        cycle = sequence[:period]
+        if program is None or np.count_nonzero(cycle == program) <= MAX_MICRO_BATCHES:
+            ordered = np.roll(cycle, -iteration_start(cycle))
+            if whole_programs(ordered):
+                return int(ordered[0]), int(ordered[-1]), ordered.tolist()
+    return None if program is None else (program, program, [program])
+
+
+def _iteration_starts(launches: _Launches, first: int, before: int) -> np.ndarray:
+    """Which launches start an iteration: each of ``first`` right after ``before`` (one-off programs aside), or
+    every launch of ``first`` when it is the only program of the iteration."""
+    if first == before:
+        return launches.ids == first
+    names, calls = np.unique(launches.ids, return_counts=True)
+    repeated = np.flatnonzero(np.isin(launches.ids, names[calls >= MIN_REPEATS]))
+    ids = launches.ids[repeated]
+    previous = np.concatenate(([before], ids[:-1]))
+    chosen = np.zeros(len(launches), dtype=bool)
+    chosen[repeated[(ids == first) & (previous == before)]] = True
+    return chosen
 
 
 def _step_program(launches: _Launches) -> int | None:
@@ -450,13 +511,13 @@ def _step_program(launches: _Launches) -> int | None:
     return int(names[order[0]])
 
 
-def _period_windows(launches: _Launches, program: int, lanes: list[_Line]) -> np.ndarray:
-    """One window per run of ``program``, from its start to the next run's; the last ends with its device work.
+def _period_windows(launches: _Launches, runs: np.ndarray, lanes: list[_Line]) -> np.ndarray:
+    """One window per launch that ``runs`` selects, from its start to the next one's; the last ends with its
+    device work.
 
     Runs launched after the devices' last recorded work are left out: a device trace that stops before the
     host's last launches (a tracer whose buffer filled) says nothing of them, not that the devices idled.
     """
-    runs = launches.ids == program
     starts, ends = launches.starts[runs], launches.ends[runs]
     last_work = max((int(line.starts.max()) for line in lanes if len(line)), default=None)
     if last_work is not None and starts[-1] > last_work:
@@ -552,6 +613,10 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
     ops = _ops(trace, measured, steps.device_windows, count)
     host = _host_side(trace, steps, is_dispatch, count, busy_unions)
     programs, distinct_programs, launch_count, launch_idle = _programs(trace, launches, measured, busy_unions)
+    compiles = _compiles(trace, windows, is_dispatch)
+    is_marker = _marker_mask(trace, steps)
+    slow_steps = _slow_steps(trace, steps, _stepping_lines(trace, is_marker, is_dispatch), is_marker, busy_unions,
+                             compiles.warmup_steps)
     families = {}
     for family, pattern in FAMILIES.items():
         members = [label for label in ops.labelled if pattern.search(label)]
@@ -606,6 +671,11 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
         launch_idle_fraction=launch_idle,
         programs=programs,
         op_families=families,
+        warmup=_warmup(compiles, steps, step_ns),
+        recompiles_in_steps=compiles.recompiles,
+        recompile_ms_per_step=float(compiles.recompile_ns.sum()) / count / 1e6,
+        slow_steps=slow_steps,
+        iteration_programs=steps.iteration,
         series=StepSeries(
             step_ms=np.round(step_ns[:MAX_SERIES] / 1e6, 4).tolist(),
             busy_fraction=np.round(busy[:MAX_SERIES], 4).tolist() if has_lanes else [],
@@ -670,6 +740,17 @@ class _HostSide:
     waiting_idle_ns: float  # loop time the stepping thread waits on the devices while they idle (mean over devices)
 
 
+def _marker_mask(trace: _Trace, steps: _Steps) -> np.ndarray:
+    return trace.mask(lambda name: steps.source is StepSource.STEP_MARKERS and name == steps.marker)
+
+
+def _stepping_lines(trace: _Trace, is_marker: np.ndarray, is_dispatch: np.ndarray) -> list[_Line]:
+    """The step's own thread: the one with the markers, else the one that dispatches; compiler, runtime and
+    input pools work alongside it."""
+    return ([line for line in trace.host_lines if is_marker[line.ids].any()]
+            or [line for line in trace.host_lines if is_dispatch[line.ids].any()])
+
+
 def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int,
                busy_unions: list[_Union]) -> _HostSide:
     """What the host does in and between steps: dispatches, compilation, named work and untraced time."""
@@ -679,13 +760,8 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
     is_compile = trace.mask(COMPILE.match)
     is_backend_compile = trace.mask(lambda name: name.startswith("backend_compile"))
     is_allocator = trace.mask(ALLOCATOR_EVENTS.__contains__)
-    is_marker = trace.mask(lambda name: steps.source is StepSource.STEP_MARKERS and name == steps.marker)
-    # What the host does for the step is what the step's own thread does (the one with the markers, else the
-    # one that dispatches); compiler, runtime and input pools work alongside it.
-    stepping = (
-        [line for line in trace.host_lines if is_marker[line.ids].any()]
-        or [line for line in trace.host_lines if is_dispatch[line.ids].any()]
-    )
+    is_marker = _marker_mask(trace, steps)
+    stepping = _stepping_lines(trace, is_marker, is_dispatch)
     dispatches = np.zeros(count, dtype=np.int64)
     compile_starts, compile_ends = [], []
     compiles_in_steps = allocator_events = 0
@@ -764,6 +840,155 @@ def _programs(trace: _Trace, launches: dict[str, _Launches], measured: dict[str,
     span = float((windows[:, 1] - windows[:, 0]).sum())
     idle = float(np.clip(1 - busy.sum() / span, 0.0, 1.0)) if busy_unions and span > 0 else None
     return programs, len(names), len(reference), idle
+
+
+# --- warm-up and slow steps --------------------------------------------------------------------
+
+
+@dataclass
+class _Compiles:
+    """The compilations inside steps, told apart: a program's first compilation in the warm-up, or a recompile."""
+
+    warmup_steps: int  # leading steps that each hold a first compilation (0 when every step does: no steady state)
+    warmup_ns: float  # compilation time in them
+    warmup_compiles: int  # backend compilations in them
+    recompile_ns: np.ndarray  # per step: compilation time of recompiles (a program that compiled before, or
+    # any compilation after the warm-up)
+    recompiles: int  # backend compilations that are recompiles
+
+
+def _compiles(trace: _Trace, windows: np.ndarray, is_dispatch: np.ndarray) -> _Compiles:
+    """Each compilation event by the function it compiles: the outermost jit dispatch around it, else itself.
+
+    A compilation is a first one when its function (``PjitFunction(train_step)``) did not compile in an earlier
+    step (or before the steps); in the same step a function may compile for several call sites (``jnp.zeros``
+    and ``jnp.ones`` are both ``broadcast_in_dim``), all first calls. The warm-up is the leading steps that
+    hold a first compilation; every compilation in a step after it, and one of a function that compiled in an
+    earlier step, is a recompile.
+    """
+    is_compile = trace.mask(COMPILE.match)
+    is_backend = trace.mask(lambda name: name.startswith("backend_compile"))
+    functions, starts, ends, backend = [], [], [], []
+    for line in trace.host_lines:
+        for index in np.flatnonzero(is_compile[line.ids]):
+            function, up = int(line.ids[index]), int(line.parents[index])
+            while up >= 0:
+                if is_dispatch[line.ids[up]]:
+                    function = int(line.ids[up])
+                up = int(line.parents[up])
+            functions.append(function)
+            starts.append(int(line.starts[index]))
+            ends.append(int(line.ends[index]))
+            backend.append(bool(is_backend[line.ids[index]]))
+    at = np.array(starts, dtype=np.int64)
+    since = np.searchsorted(windows[:, 0], at, side="right") - 1  # the step it is in or after, -1 before the first
+    first_step: dict[int, int] = {}
+    for function, step_since in zip(functions, since.tolist()):
+        first_step[function] = min(first_step.get(function, step_since), step_since)
+    first = np.array([first_step[function] == s for function, s in zip(functions, since.tolist())], dtype=bool)
+    step = _step_of(windows, at)
+    holds_first = np.zeros(len(windows), dtype=bool)
+    holds_first[step[first & (step >= 0)]] = True
+    warmup = leading_warmup(holds_first)
+    if warmup == len(windows):
+        warmup = 0
+    starts_at, ends_at, backend_at = (np.array(values, dtype=kind) for values, kind in (
+        (starts, np.int64), (ends, np.int64), (backend, bool)))
+    in_warmup = first & (step >= 0) & (step < warmup)
+    recompile = (~first | (step >= warmup)) & (step >= 0)
+    return _Compiles(
+        warmup_steps=warmup,
+        warmup_ns=float(_Union(starts_at[in_warmup], ends_at[in_warmup]).covered(windows[:warmup]).sum()),
+        warmup_compiles=int((in_warmup & backend_at).sum()),
+        recompile_ns=_Union(starts_at[recompile], ends_at[recompile]).covered(windows),
+        recompiles=int((recompile & backend_at).sum()),
+    )
+
+
+def _warmup(compiles: _Compiles, steps: _Steps, step_ns: np.ndarray) -> Warmup | None:
+    """The warm-up's cost (its steps from the first's start to the first steady step's) and the steady steps."""
+    warmup = compiles.warmup_steps
+    if not warmup:
+        return None
+    return Warmup(
+        steps=warmup,
+        ms=float(steps.windows[warmup, 0] - steps.windows[0, 0]) / 1e6,
+        compile_ms=compiles.warmup_ns / 1e6,
+        compiles=compiles.warmup_compiles,
+        steady_step_ms=Distribution.of((_complete(steps.source, step_ns)[warmup:] / 1e6).tolist()),
+    )
+
+
+def _slow_steps(trace: _Trace, steps: _Steps, stepping: list[_Line], is_marker: np.ndarray,
+                busy_unions: list[_Union], warmup: int) -> SlowSteps | None:
+    """The iterations after the warm-up grouped by duration (:func:`slow_split`), and what the stepping thread
+    does for longer in the slow ones: per event name, its time in a slow iteration against a normal one."""
+    # The last step has no gap the capture shows: it counts with its own window, when that is a whole step.
+    iterations = _complete(steps.source, np.vstack((_iterations(steps.windows), steps.windows[-1:])))[warmup:] \
+        if len(steps.windows) > 1 else steps.windows[:0]
+    durations = (iterations[:, 1] - iterations[:, 0]).astype(np.float64)
+    slow = slow_split(durations)
+    if slow is None:
+        return None
+    gaps = np.maximum(iterations[:, 1] - steps.windows[warmup:warmup + len(iterations), 1], 0).astype(np.float64)
+    busy = [union.covered(iterations).astype(np.float64) for union in busy_unions]
+    device = np.mean(busy, axis=0) if busy else None
+    loop_ns = float(durations.sum())
+    normal_ms = float(np.median(durations[~slow])) / 1e6
+    cost_ns = float((durations[slow] - normal_ms * 1e6).clip(min=0).sum())
+    return SlowSteps(
+        steps=int(slow.sum()),
+        compared=len(iterations),
+        indices=(np.flatnonzero(slow) + warmup).tolist()[:MAX_SERIES],
+        slow_ms=float(durations[slow].mean()) / 1e6,
+        normal_ms=normal_ms,
+        slow_gap_ms=float(gaps[slow].mean()) / 1e6,
+        normal_gap_ms=float(gaps[~slow].mean()) / 1e6,
+        slow_busy_ms=float(device[slow].mean()) / 1e6 if device is not None else None,
+        normal_busy_ms=float(device[~slow].mean()) / 1e6 if device is not None else None,
+        loop_ms=loop_ns / 1e6,
+        share_of_loop=float(durations[slow].sum()) / loop_ns,
+        cost_ms=cost_ns / 1e6,
+        cost_fraction=min(1.0, cost_ns / loop_ns),
+        differences=_differences(trace, stepping, is_marker, iterations, slow, loop_ns),
+    )
+
+
+def _differences(trace: _Trace, stepping: list[_Line], is_marker: np.ndarray, iterations: np.ndarray,
+                 slow: np.ndarray, loop_ns: float) -> list[StepDifference]:
+    """The event names the stepping thread spends more time in per slow iteration than per normal one: the
+    cause first (the innermost of those with nearly the largest difference: the function, not its callers),
+    then the rest by their difference."""
+    slow_ns, normal_ns = np.zeros(len(trace.names)), np.zeros(len(trace.names))
+    depth = np.zeros(len(trace.names), dtype=np.int64)
+    for line in stepping:
+        at = _step_of(iterations, line.starts)
+        keep = (at >= 0) & ~is_marker[line.ids]
+        length = (line.ends - line.starts).astype(np.float64)
+        in_slow = keep & slow[np.maximum(at, 0)]
+        np.add.at(slow_ns, line.ids[in_slow], length[in_slow])
+        np.add.at(normal_ns, line.ids[keep & ~in_slow], length[keep & ~in_slow])
+        np.maximum.at(depth, line.ids[in_slow], _depths(line)[in_slow])
+    slow_count, normal_count = int(slow.sum()), int((~slow).sum())
+    extra = slow_ns / slow_count - normal_ns / normal_count
+    largest = float(extra.max(initial=0.0))
+    named = [int(i) for i in np.argsort(-extra) if extra[i] > 0 and extra[i] >= NAMED_DIFFERENCE * largest]
+    cause = max((i for i in named if extra[i] >= CAUSE_DIFFERENCE * largest), key=lambda i: depth[i], default=None)
+    ordered = ([cause] if cause is not None else []) + [i for i in named if i != cause]
+    return [StepDifference(name=trace.names[i], slow_ms=float(slow_ns[i]) / slow_count / 1e6,
+                           normal_ms=float(normal_ns[i]) / normal_count / 1e6,
+                           share_of_loop=min(1.0, float(extra[i]) * slow_count / loop_ns))
+            for i in ordered[:MAX_DIFFERENCES]]
+
+
+def _depths(line: _Line) -> np.ndarray:
+    """How many events enclose each event (one pass per nesting level)."""
+    depth = np.zeros(len(line), dtype=np.int64)
+    up = line.parents.copy()
+    while (inside := up >= 0).any():
+        depth += inside
+        up = np.where(inside, line.parents[np.maximum(up, 0)], -1)
+    return depth
 
 
 def _activities(trace: _Trace, total_ns: np.ndarray, count: np.ndarray, steps: int, mean_step_ns: float,

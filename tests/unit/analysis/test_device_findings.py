@@ -559,6 +559,7 @@ def test_a_recompilation_names_the_function_and_the_shape_that_changes():
     programs = hlo.program_buffers([_step_module(3, 32), _step_module(7, 40), _step_module(9, 48)])
     host = _host(kind=DeviceKind.CPU, source=StepSource.STEP_MARKERS, steps=3, step_ms=300.0)
     host.compiles_in_steps, host.compile_ms_per_step = 3, 250.0
+    host.recompiles_in_steps, host.recompile_ms_per_step = 2, 170.0  # the first step compiled it first
     analysis = _analysis(host, programs=programs)
     (finding,) = _of(analysis, FindingCategory.RECOMPILATION)
     assert ('"jit_train_step" compiled 3 times with different parameter shapes: '

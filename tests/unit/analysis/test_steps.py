@@ -139,19 +139,22 @@ def test_one_off_programs_do_not_hide_the_program_called_every_step(tmp_path):
     assert host.step_source is StepSource.PROGRAM_RUNS and host.steps == 8 and host.distinct_programs == 2
 
 
-def test_programs_called_alike_make_no_steps_but_per_program_figures(tmp_path):
-    starts = [i * MS for i in range(10)]
-    events = [event for i, s in enumerate(starts) for event in _jit_calls("add" if i % 2 else "matmul", [s], 200_000)]
+def test_programs_called_op_by_op_make_no_steps_but_per_program_figures(tmp_path):
+    # matmul, add, matmul, sin, ...: a repeated sequence, but one that runs matmul twice apart: code run op by op.
+    starts = [i * MS for i in range(12)]
+    names = ("matmul", "add", "matmul", "sin")
+    events = [event for i, s in enumerate(starts) for event in _jit_calls(names[i % 4], [s], 200_000)]
     lane = [("kernel", s + 300_000, s + 400_000) for s in starts]  # the device idles 90 % between launches
     host = _Build(DeviceKind.GPU).host(events).lane("/device:GPU:0", lane).evidence(tmp_path)
-    assert host.step_source is StepSource.PROFILE_WINDOW and host.steps == 1
-    assert {(p.name, p.calls) for p in host.programs} == {("PjitFunction(add)", 5), ("PjitFunction(matmul)", 5)}
-    assert host.launches == 10 and host.distinct_programs == 2
+    assert host.step_source is StepSource.PROFILE_WINDOW and host.steps == 1 and not host.iteration_programs
+    assert {(p.name, p.calls) for p in host.programs} == {
+        ("PjitFunction(add)", 3), ("PjitFunction(matmul)", 6), ("PjitFunction(sin)", 3)}
+    assert host.launches == 12 and host.distinct_programs == 3
     assert host.launch_idle_fraction == pytest.approx(0.9, abs=0.01)
     analysis = _analysis(host)
     assert analysis.metrics.steps == 0 and analysis.metrics.step_time_ms is None
     (no_steps,) = [f for f in analysis.findings if f.title.startswith("No training steps")]
-    assert no_steps.title == "No training steps: 2 programs, each called 5 times"
+    assert no_steps.title == "No training steps: 3 programs, called 3 to 6 times"
     assert not [f for f in analysis.findings if f.title.startswith("Outlier")]
     assert analysis.summary.startswith("No training steps on 1 host")
 
@@ -199,7 +202,8 @@ def test_a_scope_around_the_dispatches_is_not_host_work(tmp_path):
     starts = [i * 10 * MS for i in range(5)]
     events = [event for s in starts for event in (
         ("$bench.py:20 run_ops", s, s + 9 * MS),
-        *(event for k, name in enumerate(("add", "mul", "sin")) for event in _jit_calls(name, [s + (k + 1) * MS], MS)))]
+        *(event for k, name in enumerate(("add", "mul", "add", "sin"))
+          for event in _jit_calls(name, [s + (k + 1) * MS], MS)))]
     lane = [("kernel", s + 2 * MS, s + 3 * MS) for s in starts]
     host = _Build(DeviceKind.GPU).host(events).lane("/device:GPU:0", lane).evidence(tmp_path)
     assert host.host_activities[0].name == "$bench.py:20 run_ops" and host.host_activities[0].encloses_dispatches
