@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 
 DISPATCH_PREFIX = "PjitFunction("  # JAX's C++ jit dispatch, one per program launch from Python
+# Launching a compiled program from the host: JAX's jit dispatch and the PjRt clients' executes.
+DISPATCH = re.compile(r"^PjitFunction\(|LoadedExecutable::Execute|EnqueueExecution")
 COMPILE = re.compile(r"^(backend_compile|lower_sharding_computation|jax_compile|pjit_compile)")
 ALLOCATOR_EVENTS = frozenset({"MemoryAllocation", "MemoryDeallocation"})
 WAITING = re.compile(r"block_until_ready|Await|Wait for|BufferSequencingEvent|ThenExecuteCallback|Synchronize",
@@ -23,6 +25,18 @@ COMMUNICATION = re.compile(
 )
 # The XLA CPU client's run of a program on one of its devices ("[3] CommonPjRtLoadedExecutable::Execute (jit_f)").
 CPU_DEVICE_EXECUTION = re.compile(r"^\[(\d+)\] \S*LoadedExecutable::Execute\b")
+# Copies between host and device memory, as the host calls them or a device or its runtime records them: CUDA's
+# MemcpyHtoD, ROCm's CopyHostToDevice and hipMemcpyHtoDAsync, the XLA CPU client's "H2D Dispatch", JAX's device_put.
+HOST_TRANSFER = re.compile(
+    r"memcpy\s*(h\s*to\s*d|d\s*to\s*h|h2d|d2h)|copy\s*(host\s*to\s*device|device\s*to\s*host)|\b(H2D|D2H)\b|"
+    r"DevicePut|device_put|TransferToDevice|TransferFromDevice|TransferLiteral|ToLiteral|BufferFromPyval",
+    re.IGNORECASE,
+)
+HOST_MEMORY_SPACE = "S(5)"  # XLA's memory space of host memory, in a shape's layout
+ASYNC_COPY = re.compile(r"^copy-(start|done)\b")  # XLA's asynchronous copy, to or from host memory where S(5)
+# A Python tracer event of a builtin or C function ("$time sleep", "$<unknown> astype"), not of a Python function
+# ("$train.py:12 load_batch"): its time is its caller's.
+PYTHON_BUILTIN = re.compile(r"^\$(?!\S+\.py:\d+ )")
 # Ops that move or re-type data rather than compute.
 FAMILIES = {
     "converts": re.compile(r"convert", re.IGNORECASE),

@@ -1,0 +1,490 @@
+"""Where the loop's wall time went: every instant of the loop given to exactly one named cause.
+
+The loop runs from the first step's start to the last step's end, the gaps
+between steps included (without steps, from the first launch to the end of the
+last one's work). Each instant of it is decided so:
+
+* **a device is busy**: the ops running on it then. Each of its lanes (XLA CPU
+  thread, GPU stream, TPU ops line) runs its innermost event; compute ops win
+  over collectives, collectives over host<->device transfers, and those over
+  the runtime's own events (an executor waiting for its ops), and the instant is
+  split equally among the lanes running the winning kind: compute by op family
+  (``device_compute``), ``collectives``, ``transfers``.
+* **every device is idle**: the innermost event on the stepping thread (the one
+  with the step markers, else the one that dispatches). Time inside a
+  compilation is ``compilation``, inside a host<->device transfer call
+  ``transfers``, inside a jit dispatch ``dispatch``; inside a wait (a queue
+  ``get``, ``block_until_ready``) it is what the other host threads did
+  meanwhile (their innermost events, split equally), else ``waiting``; inside
+  any other event it is ``host_work`` of the innermost function or scope (a
+  Python builtin's time stays with the Python function that called it); with no
+  event but the step marker it is ``untraced``.
+
+With several devices each device's timeline is attributed on its own and the
+parts are averaged over the devices, so that they still sum to the loop: a
+device idle while another computes counts half busy, half host. Everything is a
+sweep over sorted interval boundaries in numpy: no loop over events.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from mldiag.analysis.host_evidence import Attribution, TimeCause, TimePart
+from mldiag.analysis.trace_names import (
+    ASYNC_COPY, COMMUNICATION, COMPILE, DISPATCH, HOST_MEMORY_SPACE, HOST_TRANSFER, NOT_AN_OP,
+    PYTHON_BUILTIN, WAITING,
+)
+
+TOP_PARTS = 12
+OTHER = "(other)"  # the name of a cause's parts beyond the top ones, summed
+
+# Op families by name, first match wins: TPU's dots are convolutions, XLA CPU's YNNPACK fusions are built around a
+# dot, ROCm's Tensile GEMMs are "Cijk_...". Data movement before elementwise so that "copy_bitcast_fusion" moves data.
+OP_FAMILIES = (
+    ("matmul/convolution", re.compile(
+        r"\bdot|dot[_.-]|gemm|matmul|conv(?!ert)|cublas|cudnn|cutlass|xmma|Cijk_|Im\dd?2Col|einsum|ynn_fusion|output fusion",
+        re.IGNORECASE)),
+    ("attention", re.compile(r"attention|fmha|flash|sdpa|mha_", re.IGNORECASE)),
+    ("reduce", re.compile(r"reduc|argmax|argmin|softmax|\bsum\b|input fusion|scan", re.IGNORECASE)),
+    ("copy/convert", re.compile(
+        r"copy|convert|transpose|reshape|concatenate|\bslice|_slice|dynamic[-_]update|gather|scatter|\bpad\b|"
+        r"data formatting|bitcast", re.IGNORECASE)),
+    ("elementwise", re.compile(
+        r"elementwise|add|subtract|multiply|divide|maximum|minimum|tanh|exp|log|compare|select|negate|abs|sqrt|"
+        r"power|sine|cosine|logistic|clamp|broadcast|iota|and|or_|not|EigenMetaKernel|loop fusion", re.IGNORECASE)),
+    ("fusion", re.compile(r"fusion", re.IGNORECASE)),
+)
+OTHER_OPS = "other ops"
+# A device inside a program with no op recorded: the XLA CPU executor waiting for its thunks, thread hand-offs.
+RUNTIME = "program, no op recorded"
+_TO_DEVICE = re.compile(r"h\s*to\s*d|h2d|host\s*to\s*device|to\s*device|device\s*put|deviceput", re.IGNORECASE)
+_TO_HOST = re.compile(r"d\s*to\s*h|d2h|device\s*to\s*host|from\s*device|to\s*literal|to\s*host", re.IGNORECASE)
+
+# Device tiers: at an instant, the lowest tier running on a device takes it.
+_COMPUTE, _COLLECTIVE, _TRANSFER, _RUNTIME = range(4)
+# Host classes of an event name, in the order an enclosing event of the class decides the instant.
+_WORK, _BUILTIN, _COMPILE, _HOST_TRANSFER, _DISPATCH, _WAIT = range(6)
+
+
+class LineLike(Protocol):
+    """A trace line as the raw-event reader holds it: events in (start, -end) order and how they nest."""
+
+    name: str
+    starts: np.ndarray
+    ends: np.ndarray
+    ids: np.ndarray
+    parents: np.ndarray
+
+
+class CoverLike(Protocol):
+    def covered(self, windows: np.ndarray) -> np.ndarray: ...
+
+
+@dataclass
+class Device:
+    """One device's compute lanes, and the union of their busy events (what "busy" means everywhere else).
+
+    ``helpers``: lanes the device shares with others (the XLA CPU client's thread pool, which lends a hand to
+    every CPU device of the process): their ops name what runs while the device is busy, never make it busy.
+    """
+
+    lanes: list[LineLike]
+    busy: CoverLike
+    helpers: list[LineLike] = field(default_factory=list)
+
+
+@dataclass
+class _Labels:
+    """Distinct (cause, name, thread) labels, numbered as they come."""
+
+    keys: list[tuple[TimeCause, str, str]]
+    index: dict[tuple[TimeCause, str, str], int]
+
+    def __init__(self) -> None:
+        self.keys, self.index = [], {}
+
+    def of(self, cause: TimeCause, name: str = "", thread: str = "") -> int:
+        key = (cause, name, thread)
+        if key not in self.index:
+            self.index[key] = len(self.keys)
+            self.keys.append(key)
+        return self.index[key]
+
+
+# --- names -------------------------------------------------------------------------------------
+
+
+def op_family(text: str) -> str:
+    """The op family an op's name (with its HLO op or category, where the trace has them) belongs to."""
+    return next((family for family, pattern in OP_FAMILIES if pattern.search(text)), OTHER_OPS)
+
+
+def _transfer_direction(text: str) -> str:
+    if _TO_HOST.search(text):
+        return "device to host"
+    return "host to device" if _TO_DEVICE.search(text) else ""
+
+
+def _device_labels(names: Sequence[str], present: np.ndarray, hints: dict[int, str], labels: _Labels,
+                   runtime: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per name id (of those ``present`` on the lanes): the label and tier of a device event of that name.
+    ``hints``: the HLO op or category the trace gives a name; ``runtime``: names of the runtime's scopes."""
+    label = np.zeros(len(names), dtype=np.int64)
+    tier = np.full(len(names), _RUNTIME, dtype=np.int64)
+    for index in present.tolist():
+        name = names[index]
+        # A TPU op's name is its HLO text: "%fusion.3 = f32[...] fusion(...)"; only the op's own name counts.
+        subject = name.lstrip("%").split(" ", 1)[0] if name.startswith("%") else name
+        text = f"{subject} {hints.get(index, '')}"
+        if ASYNC_COPY.match(subject):
+            result = name.split(" copy-", 1)[0]
+            is_transfer = HOST_MEMORY_SPACE in name
+            direction = "device to host" if HOST_MEMORY_SPACE in result else "host to device"
+        else:
+            is_transfer = bool(HOST_TRANSFER.search(subject)) and not COMMUNICATION.search(subject)
+            direction = _transfer_direction(subject)
+        if is_transfer:
+            label[index], tier[index] = labels.of(TimeCause.TRANSFERS, direction), _TRANSFER
+        elif kind := COMMUNICATION.search(text):
+            label[index] = labels.of(TimeCause.COLLECTIVES, kind.group(0).lower().replace("_", "-"))
+            tier[index] = _COLLECTIVE
+        elif name.startswith(NOT_AN_OP) or runtime[index]:
+            label[index], tier[index] = labels.of(TimeCause.DEVICE_COMPUTE, RUNTIME), _RUNTIME
+        else:
+            label[index], tier[index] = labels.of(TimeCause.DEVICE_COMPUTE, op_family(text)), _COMPUTE
+    return label, tier
+
+
+def host_classes(names: Sequence[str], markers: set[int]) -> np.ndarray:
+    """Per name id, what a host event of that name is (markers are marked apart, by the caller)."""
+    classes = np.full(len(names), _WORK, dtype=np.int64)
+    for index, name in enumerate(names):
+        if index in markers:
+            continue
+        if COMPILE.match(name):
+            classes[index] = _COMPILE
+        elif HOST_TRANSFER.search(name):
+            classes[index] = _HOST_TRANSFER
+        elif DISPATCH.search(name):
+            classes[index] = _DISPATCH
+        elif WAITING.search(name):
+            classes[index] = _WAIT
+        elif PYTHON_BUILTIN.match(name):
+            classes[index] = _BUILTIN
+    return classes
+
+
+# --- nesting -----------------------------------------------------------------------------------
+
+
+def nearest(parents: np.ndarray, flagged: np.ndarray) -> np.ndarray:
+    """For each event, the nearest of itself and its ancestors that is ``flagged`` (-1: none).
+
+    Pointer doubling: after k passes each unresolved event looks 2**k levels up.
+    """
+    found = np.where(flagged, np.arange(len(parents)), -1)
+    up = parents.copy()
+    todo = np.flatnonzero((found < 0) & (up >= 0))
+    while len(todo):
+        above = up[todo]
+        found[todo] = found[above]
+        up[todo] = up[above]
+        todo = todo[(found[todo] < 0) & (up[todo] >= 0)]
+    return found
+
+
+def subtree_ends(line: LineLike) -> np.ndarray:
+    """For each event, one past the last index of the events it encloses: events are in (start, -end) order, so
+    its descendants follow it up to the first event that starts once it has ended."""
+    index = np.arange(len(line.starts))
+    return np.maximum(np.searchsorted(line.starts, line.ends, side="left"), index + 1)
+
+
+def outermost(subtree_end: np.ndarray, flagged: np.ndarray) -> np.ndarray:
+    """For each event, the outermost of itself and its ancestors that is ``flagged`` (-1: none): a jit dispatch
+    nests the runtime's execute calls, named as dispatches too, and the outer one names the program."""
+    count = len(flagged)
+    chosen = np.flatnonzero(flagged)
+    enclosing = np.cumsum(np.bincount(chosen + 1, minlength=count + 1)
+                          - np.bincount(subtree_end[chosen], minlength=count + 1))[:count]
+    top = np.flatnonzero(flagged & (enclosing == 0))
+    if not len(top):
+        return np.full(count, -1)
+    index = np.arange(count)
+    candidate = top[np.maximum(np.searchsorted(top, index, side="right") - 1, 0)]
+    return np.where((candidate <= index) & (index < subtree_end[candidate]), candidate, -1)
+
+
+def self_pieces(line: LineLike, subtree_end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The intervals where each event is the innermost one open: ``(starts, ends, event)``.
+
+    Events are in (start, -end) order, so an event's first child, if any, comes
+    right after it, and its next sibling is the first event to start once it has
+    ended. An event owns the time from its start to its first child, and from
+    each child's end to the next sibling's start (or its own end). Siblings that
+    overlap without nesting give pieces that overlap a little; the sweep splits
+    such an overlap.
+    """
+    starts, ends, parents = line.starts, line.ends, line.parents
+    count = len(starts)
+    if count == 0:
+        return starts, ends, np.zeros(0, dtype=np.int64)
+    index = np.arange(count)
+    head_end = ends.copy()
+    has_child = parents[1:] == index[:-1]
+    head_end[:-1][has_child] = starts[1:][has_child]
+    nested = np.flatnonzero(parents >= 0)
+    after = subtree_end[nested]
+    sibling = after < count
+    sibling[sibling] = parents[after[sibling]] == parents[nested[sibling]]
+    owner = parents[nested]
+    tail_end = np.where(sibling, starts[np.minimum(after, count - 1)], ends[owner])
+    piece_starts = np.concatenate((starts, ends[nested]))
+    piece_ends = np.concatenate((head_end, tail_end))
+    piece_events = np.concatenate((index, owner))
+    keep = piece_ends > piece_starts
+    return piece_starts[keep], piece_ends[keep], piece_events[keep]
+
+
+# --- the sweep ---------------------------------------------------------------------------------
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values, sorted (a sort beats ``np.unique``'s hashing on millions of timestamps)."""
+    ordered = np.sort(values)
+    keep = np.ones(len(ordered), dtype=bool)
+    keep[1:] = ordered[1:] != ordered[:-1]
+    return ordered[keep]
+
+
+@dataclass
+class _Sweep:
+    """Pieces cut at every boundary of the loop: the elementary intervals and how many pieces of each tier cover
+    each one."""
+
+    bounds: np.ndarray
+    counts: np.ndarray  # [tier, interval]
+    first: np.ndarray  # per piece: its first interval
+    last: np.ndarray  # per piece: one past its last interval
+
+    @classmethod
+    def of(cls, starts: np.ndarray, ends: np.ndarray, tiers: np.ndarray, n_tiers: int, loop: tuple[int, int]) -> _Sweep:
+        starts, ends = np.clip(starts, *loop), np.clip(ends, *loop)
+        bounds = _distinct(np.concatenate((starts, ends, np.array(loop, dtype=np.int64))))
+        first, last = np.searchsorted(bounds, starts), np.searchsorted(bounds, ends)
+        intervals = len(bounds) - 1
+        counts = np.zeros((n_tiers, intervals), dtype=np.int64)
+        for tier in range(n_tiers):
+            chosen = tiers == tier
+            delta = (np.bincount(first[chosen], minlength=intervals + 1)
+                     - np.bincount(last[chosen], minlength=intervals + 1))
+            counts[tier] = np.cumsum(delta)[:intervals]
+        return cls(bounds, counts, first, last)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.bounds).astype(np.float64)
+
+    def per_piece(self, tier_weights: np.ndarray, tiers: np.ndarray, count: int | None = None) -> np.ndarray:
+        """The time of each of the first ``count`` pieces (all by default): the sum over its intervals of its
+        tier's weight there (``tier_weights[tier]``)."""
+        prefix = np.zeros((len(tier_weights), len(self.bounds)))
+        np.cumsum(tier_weights, axis=1, out=prefix[:, 1:])
+        first, last = self.first[:count], self.last[:count]
+        return prefix[tiers, last] - prefix[tiers, first]
+
+
+def _shares(counts: np.ndarray, lengths: np.ndarray, order: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Per tier and interval, the time each covering piece gets: the first tier of ``order`` that covers an
+    interval takes it, split equally among its pieces; and the time no tier covers."""
+    weights = np.zeros(counts.shape)
+    free = lengths.copy()
+    for tier in order:
+        takes = (counts[tier] > 0) & (free > 0)
+        weights[tier, takes] = free[takes] / counts[tier, takes]
+        free[takes] = 0.0
+    return weights, free
+
+
+# --- the attribution ---------------------------------------------------------------------------
+
+
+def _lane_pieces(lane: LineLike, device_label: np.ndarray, busy_name: np.ndarray) -> tuple[np.ndarray, ...]:
+    """A lane's innermost busy events, as (starts, ends, labels) in time order."""
+    piece_starts, piece_ends, events = self_pieces(lane, subtree_ends(lane))
+    owner = nearest(lane.parents, busy_name[lane.ids])[events]
+    kept = owner >= 0
+    return _merged(piece_starts[kept], piece_ends[kept], device_label[lane.ids[owner[kept]]])
+
+
+def _device_time(device: Device, device_label: np.ndarray, label_tier: np.ndarray,
+                 busy_name: np.ndarray, loop: tuple[int, int], n_labels: int) -> np.ndarray:
+    """Per label, the time one device's busy instants of the loop give it."""
+    pieces = [_lane_pieces(lane, device_label, busy_name) for lane in [*device.lanes, *device.helpers]]
+    if not pieces:
+        return np.zeros(n_labels)
+    starts, ends, labels = (np.concatenate(column) for column in zip(*pieces))
+    own = np.repeat([index < len(device.lanes) for index in range(len(pieces))], [len(p[0]) for p in pieces])
+    # The device's own lanes, again as tier 4, say when it is busy.
+    sweep = _Sweep.of(np.concatenate((starts, starts[own])), np.concatenate((ends, ends[own])),
+                      np.concatenate((label_tier[labels], np.full(int(own.sum()), 4))), 5, loop)
+    busy = np.where(sweep.counts[4] > 0, sweep.lengths, 0.0)
+    weights, _ = _shares(sweep.counts, busy, (_COMPUTE, _COLLECTIVE, _TRANSFER, _RUNTIME))
+    time = sweep.per_piece(weights, label_tier[labels], len(labels))
+    return np.bincount(labels, weights=time, minlength=n_labels)
+
+
+@dataclass
+class _HostPieces:
+    starts: np.ndarray
+    ends: np.ndarray
+    labels: np.ndarray
+    waits: np.ndarray  # the piece is the stepping thread's wait
+
+
+def _host_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, markers: np.ndarray,
+                 labels: _Labels, loop: tuple[int, int]) -> _HostPieces:
+    """A host line's innermost events by cause: compile, transfer, dispatch, wait or the function that owns the
+    time, an enclosing event of a class deciding in that order; markers own nothing."""
+    event_class = classes[line.ids]
+    is_marker = markers[line.ids]
+    deciding = np.full(len(line.ids), -1)
+    cause = np.full(len(line.ids), _WORK)
+    subtree_end = subtree_ends(line)
+    for chosen in (_WAIT, _DISPATCH, _HOST_TRANSFER, _COMPILE):  # the last assigned wins
+        found = outermost(subtree_end, event_class == chosen)
+        cause[found >= 0] = chosen
+        deciding = np.where(found >= 0, found, deciding)
+    work = np.flatnonzero(cause == _WORK)
+    owner = nearest(line.parents, (event_class != _BUILTIN) & ~is_marker)[work]
+    deciding[work] = np.where(owner >= 0, owner, work)
+    # One label per distinct (cause, deciding name) among the events that own time in the loop.
+    piece_starts, piece_ends, events = self_pieces(line, subtree_end)
+    in_loop = (piece_ends > loop[0]) & (piece_starts < loop[1]) & ~is_marker[events]
+    piece_starts, piece_ends, events = piece_starts[in_loop], piece_ends[in_loop], events[in_loop]
+    stride = len(names) + 1
+    keys = cause[events] * stride + line.ids[np.maximum(deciding[events], 0)]
+    distinct = _distinct(keys)
+    as_cause = {_COMPILE: TimeCause.COMPILATION, _HOST_TRANSFER: TimeCause.TRANSFERS, _DISPATCH: TimeCause.DISPATCH,
+                _WAIT: TimeCause.WAITING, _WORK: TimeCause.HOST_WORK}
+    key_label = np.array([labels.of(as_cause[key // stride], "" if key // stride == _WAIT else names[key % stride],
+                                    line.name) for key in distinct.tolist()], dtype=np.int64)
+    label = key_label[np.searchsorted(distinct, keys)]
+    starts, ends, label = _merged(piece_starts, piece_ends, label)
+    return _HostPieces(starts, ends, label, np.isin(label, key_label[distinct // stride == _WAIT]))
+
+
+def _merged(starts: np.ndarray, ends: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One line's pieces in time order, each run of touching pieces with the same label made one (a dispatch's
+    dozen runtime calls are one piece of dispatch), so that the sweep has fewer boundaries."""
+    order = np.argsort(starts, kind="stable")
+    starts, ends, labels = starts[order], ends[order], labels[order]
+    opens = np.ones(len(starts), dtype=bool)
+    opens[1:] = (labels[1:] != labels[:-1]) | (starts[1:] != ends[:-1])
+    run = np.cumsum(opens) - 1
+    run_ends = np.zeros(int(opens.sum()), dtype=ends.dtype)
+    np.maximum.at(run_ends, run, ends)
+    return starts[opens], run_ends, labels[opens]
+
+
+@dataclass
+class Window:
+    """A loop window and the devices whose loop it is (devices with steps of their own have loops of their own)."""
+
+    loop: tuple[int, int]
+    devices: list[Device]
+
+
+@dataclass
+class _Host:
+    """The host's pieces, labelled: the stepping thread's and, for its waits, the other threads'."""
+
+    stepping: _HostPieces
+    others: list[_HostPieces]
+    waiting: int  # labels
+    untraced: int
+
+
+def attribute(*, names: Sequence[str], windows: list[Window], steps: int, busy_name: np.ndarray,
+              runtime_name: np.ndarray, hints: dict[int, str], stepping: LineLike | None,
+              other_threads: list[LineLike], markers: set[int]) -> Attribution:
+    """The loop's wall time by cause (see the module's docstring); ``busy_name`` and ``runtime_name`` are masks
+    over name ids: what counts as a device being busy, and which busy events are the runtime's rather than ops.
+
+    Each device is attributed over its own window and the parts averaged over the devices (a window without
+    devices counts as one), so that they sum to the mean window.
+    """
+    labels = _Labels()
+    devices = [device for window in windows for device in window.devices]
+    present = _distinct(np.concatenate([lane.ids for device in devices for lane in device.lanes]
+                                       or [np.zeros(0, np.int64)]))
+    device_label, device_tier = _device_labels(names, present, hints, labels, runtime_name)
+    label_tier = np.zeros(len(labels.keys), dtype=np.int64)
+    label_tier[device_label[present]] = device_tier[present]
+    classes = host_classes(names, markers)
+    is_marker = np.zeros(len(names), dtype=bool)
+    is_marker[list(markers)] = True
+    span = (min(w.loop[0] for w in windows), max(w.loop[1] for w in windows))
+    empty = _HostPieces(*(np.zeros(0, np.int64),) * 3, np.zeros(0, bool))
+    others = [_host_pieces(line, names, classes, is_marker, labels, span) for line in other_threads]
+    thread = stepping.name if stepping else ""
+    host = _Host(
+        stepping=_host_pieces(stepping, names, classes, is_marker, labels, span) if stepping else empty,
+        others=[_HostPieces(p.starts[~p.waits], p.ends[~p.waits], p.labels[~p.waits], p.waits[~p.waits])
+                for p in others],  # a thread waiting too explains nothing
+        waiting=labels.of(TimeCause.WAITING, "", thread), untraced=labels.of(TimeCause.UNTRACED, "", thread))
+    totals = np.zeros(len(labels.keys))
+    loop_ns = 0.0
+    weight_of = 1.0 / sum(max(1, len(w.devices)) for w in windows)
+    for window in windows:
+        weight = max(1, len(window.devices)) * weight_of
+        loop_ns += weight * (window.loop[1] - window.loop[0])
+        totals += weight * _host_time(host, window, len(labels.keys))
+        for device in window.devices:
+            totals += weight_of * _device_time(device, device_label, label_tier, busy_name, window.loop,
+                                               len(labels.keys))
+    return Attribution(loop_ms=loop_ns / 1e6, steps=steps, parts=_parts(labels.keys, totals, loop_ns))
+
+
+def _host_time(host: _Host, window: Window, n_labels: int) -> np.ndarray:
+    """Per label, the time the host's causes take of the window's instants when its devices idle (their mean)."""
+    stepping, others = host.stepping, host.others
+    # Host tiers: 0 the stepping thread's own work, 1 other threads (only while the stepping thread waits),
+    # 2 the stepping thread's waits that no other thread explains.
+    tiers = np.concatenate([np.where(stepping.waits, 2, 0)] + [np.ones(len(p.starts), np.int64) for p in others])
+    sweep = _Sweep.of(np.concatenate([stepping.starts] + [p.starts for p in others]),
+                      np.concatenate([stepping.ends] + [p.ends for p in others]), tiers, 3, window.loop)
+    idle = sweep.lengths
+    if window.devices:
+        intervals = np.column_stack((sweep.bounds[:-1], sweep.bounds[1:]))
+        idle = idle - np.mean([device.busy.covered(intervals) for device in window.devices], axis=0)
+    counts = sweep.counts.copy()
+    counts[1, counts[2] == 0] = 0  # other threads explain only the stepping thread's waits
+    weights, unexplained = _shares(counts, idle, (0, 1, 2))
+    labels = np.concatenate([stepping.labels] + [p.labels for p in others])
+    totals = np.bincount(np.where(tiers == 2, host.waiting, labels), weights=sweep.per_piece(weights, tiers),
+                         minlength=n_labels)
+    totals[host.untraced] += float(unexplained.sum())
+    return totals
+
+
+def _parts(keys: list[tuple[TimeCause, str, str]], totals: np.ndarray, loop_ns: float) -> list[TimePart]:
+    """Parts merged by (cause, name, thread), largest first: the top ones, and the rest of each cause as one."""
+    order = [int(i) for i in np.argsort(-totals[: len(keys)], kind="stable") if totals[i] > 0]
+    top, rest = order[:TOP_PARTS], order[TOP_PARTS:]
+    rest_by_cause: dict[TimeCause, float] = {}
+    for index in rest:
+        rest_by_cause[keys[index][0]] = rest_by_cause.get(keys[index][0], 0.0) + float(totals[index])
+    merged = [(keys[i][0], keys[i][1], keys[i][2], float(totals[i])) for i in top]
+    merged += [(cause, OTHER, "", ns) for cause, ns in rest_by_cause.items()]
+    merged.sort(key=lambda part: -part[3])
+    scale = max(loop_ns, 1)
+    return [TimePart(cause=cause, name=name, thread=thread, ms=ns / 1e6, share=min(1.0, ns / scale),
+                     useful=cause is TimeCause.DEVICE_COMPUTE)
+            for cause, name, thread, ns in merged]
