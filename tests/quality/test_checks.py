@@ -21,7 +21,11 @@ SOUND = {
     "health": {"compute_fraction": 0.135, "idle_fraction": 0.865, "communication_fraction": 0.0, "optimal": False},
     "hosts": [{"busy_fraction": 0.135, "idle_ms_per_step": 41.8, "step_ms": {"mean": 48.35},
                "top_ops": [{"name": "dot.1", "share_of_busy": 0.2}],
-               "host_activities": [{"name": "data_loading", "ms_per_step": 41.58, "share_of_step": 0.86}]}],
+               "host_activities": [{"name": "data_loading", "ms_per_step": 41.58, "share_of_step": 0.86}],
+               "attribution": {"loop_ms": 483.5, "steps": 10, "parts": [
+                   {"cause": "host_work", "name": "data_loading", "thread": "python", "ms": 418.2, "share": 0.865},
+                   {"cause": "device_compute", "name": "matmul/convolution", "thread": "", "ms": 65.3,
+                    "share": 0.135, "useful": True}]}}],
     "findings": [
         {"priority": "P0", "category": "input_bound", "title": "Host-bound input: compute idle 87% of each step",
          "what": "The device waits for the host.",
@@ -57,6 +61,7 @@ def test_every_invariant_holds_on_a_sound_analysis(name):
     ("busy_plus_idle_is_one", lambda a: a["hosts"][0].update(idle_ms_per_step=10.0)),
     ("titles_within_a_step", lambda a: a["findings"][0].update(title="Communication takes 307% of each step")),
     ("optimal_matches_status", lambda a: a["health"].update(optimal=True)),
+    ("attribution_sums_to_loop", lambda a: a["hosts"][0]["attribution"]["parts"].pop()),
     ("quoted_numbers_exist", lambda a: a["findings"][0]["evidence"].append("custom calls 12.50 % of device time")),
     ("quoted_numbers_exist", lambda a: a["findings"][0]["evidence"].append("a copy (16 KiB moved each run)")),
 ])

@@ -206,21 +206,6 @@ def subtree_ends(line: LineLike) -> np.ndarray:
     return np.maximum(np.searchsorted(line.starts, line.ends, side="left"), index + 1)
 
 
-def outermost(subtree_end: np.ndarray, flagged: np.ndarray) -> np.ndarray:
-    """For each event, the outermost of itself and its ancestors that is ``flagged`` (-1: none): a jit dispatch
-    nests the runtime's execute calls, named as dispatches too, and the outer one names the program."""
-    count = len(flagged)
-    chosen = np.flatnonzero(flagged)
-    enclosing = np.cumsum(np.bincount(chosen + 1, minlength=count + 1)
-                          - np.bincount(subtree_end[chosen], minlength=count + 1))[:count]
-    top = np.flatnonzero(flagged & (enclosing == 0))
-    if not len(top):
-        return np.full(count, -1)
-    index = np.arange(count)
-    candidate = top[np.maximum(np.searchsorted(top, index, side="right") - 1, 0)]
-    return np.where((candidate <= index) & (index < subtree_end[candidate]), candidate, -1)
-
-
 def self_pieces(line: LineLike, subtree_end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The intervals where each event is the innermost one open: ``(starts, ends, event)``.
 
@@ -279,12 +264,10 @@ class _Sweep:
         bounds = _distinct(np.concatenate((starts, ends, np.array(loop, dtype=np.int64))))
         first, last = np.searchsorted(bounds, starts), np.searchsorted(bounds, ends)
         intervals = len(bounds) - 1
-        counts = np.zeros((n_tiers, intervals), dtype=np.int64)
-        for tier in range(n_tiers):
-            chosen = tiers == tier
-            delta = (np.bincount(first[chosen], minlength=intervals + 1)
-                     - np.bincount(last[chosen], minlength=intervals + 1))
-            counts[tier] = np.cumsum(delta)[:intervals]
+        size = n_tiers * (intervals + 1)
+        delta = (np.bincount(tiers * (intervals + 1) + first, minlength=size)
+                 - np.bincount(tiers * (intervals + 1) + last, minlength=size)).reshape(n_tiers, intervals + 1)
+        counts = np.cumsum(delta, axis=1)[:, :intervals]
         return cls(bounds, counts, first, last)
 
     @property
@@ -330,11 +313,14 @@ def _device_time(device: Device, device_label: np.ndarray, label_tier: np.ndarra
     if not pieces:
         return np.zeros(n_labels)
     starts, ends, labels = (np.concatenate(column) for column in zip(*pieces))
-    own = np.repeat([index < len(device.lanes) for index in range(len(pieces))], [len(p[0]) for p in pieces])
-    # The device's own lanes, again as tier 4, say when it is busy.
-    sweep = _Sweep.of(np.concatenate((starts, starts[own])), np.concatenate((ends, ends[own])),
-                      np.concatenate((label_tier[labels], np.full(int(own.sum()), 4))), 5, loop)
-    busy = np.where(sweep.counts[4] > 0, sweep.lengths, 0.0)
+    if not device.helpers:
+        sweep = _Sweep.of(starts, ends, label_tier[labels], 4, loop)
+        busy = sweep.lengths
+    else:  # the device's own lanes, again as tier 4, say when it is busy
+        own = np.repeat([index < len(device.lanes) for index in range(len(pieces))], [len(p[0]) for p in pieces])
+        sweep = _Sweep.of(np.concatenate((starts, starts[own])), np.concatenate((ends, ends[own])),
+                          np.concatenate((label_tier[labels], np.full(int(own.sum()), 4))), 5, loop)
+        busy = np.where(sweep.counts[4] > 0, sweep.lengths, 0.0)
     weights, _ = _shares(sweep.counts, busy, (_COMPUTE, _COLLECTIVE, _TRANSFER, _RUNTIME))
     time = sweep.per_piece(weights, label_tier[labels], len(labels))
     return np.bincount(labels, weights=time, minlength=n_labels)
@@ -345,39 +331,85 @@ class _HostPieces:
     starts: np.ndarray
     ends: np.ndarray
     labels: np.ndarray
-    waits: np.ndarray  # the piece is the stepping thread's wait
+    tiers: np.ndarray  # _HOST_TIER of the piece's cause
+
+
+# Host tiers, first wins: the stepping thread's compile, transfer, dispatch and other work; then, while it waits,
+# what other threads do; then its waits themselves.
+_HOST_TIER = {_COMPILE: 0, _HOST_TRANSFER: 1, _DISPATCH: 2, _WORK: 3, _WAIT: 5}
+_OTHER_THREADS = 4
+_AS_CAUSE = {_COMPILE: TimeCause.COMPILATION, _HOST_TRANSFER: TimeCause.TRANSFERS, _DISPATCH: TimeCause.DISPATCH,
+             _WAIT: TimeCause.WAITING, _WORK: TimeCause.HOST_WORK}
+
+
+@dataclass
+class _Events:
+    """Some of a line's events, closed under "the event that encloses it", renumbered."""
+
+    name: str
+    starts: np.ndarray
+    ends: np.ndarray
+    ids: np.ndarray
+    parents: np.ndarray
+
+    @classmethod
+    def of(cls, line: LineLike, kept: np.ndarray) -> _Events:
+        renumbered = np.full(len(line.starts), -1)
+        renumbered[kept] = np.arange(len(kept))
+        parents = line.parents[kept]
+        parents = np.where(parents >= 0, renumbered[np.maximum(parents, 0)], -1)
+        return cls(line.name, line.starts[kept], line.ends[kept], line.ids[kept], parents)
+
+
+def enclosed(subtree_end: np.ndarray, flagged: np.ndarray) -> np.ndarray:
+    """For each event, how many ``flagged`` events enclose it (itself not counted)."""
+    count = len(flagged)
+    chosen = np.flatnonzero(flagged)
+    return np.cumsum(np.bincount(chosen + 1, minlength=count + 1)
+                     - np.bincount(subtree_end[chosen], minlength=count + 1))[:count]
 
 
 def _host_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, markers: np.ndarray,
-                 labels: _Labels, loop: tuple[int, int]) -> _HostPieces:
-    """A host line's innermost events by cause: compile, transfer, dispatch, wait or the function that owns the
-    time, an enclosing event of a class deciding in that order; markers own nothing."""
+                 labels: _Labels, loop: tuple[int, int], *, nested_calls: bool) -> _HostPieces:
+    """A host line's time by cause, as labelled pieces with their host tier.
+
+    An event of a class (compile, transfer, dispatch, wait) owns the time of all it encloses, named by itself, the
+    outermost such: a jit dispatch nests the runtime's execute calls. With ``nested_calls``, the outermost compile
+    and transfer calls inside them are pieces too, which their higher tiers let win (a first call compiles inside
+    its dispatch). Outside them each event owns its self time, a Python builtin's going to its caller; markers
+    own nothing.
+    """
     event_class = classes[line.ids]
-    is_marker = markers[line.ids]
-    deciding = np.full(len(line.ids), -1)
-    cause = np.full(len(line.ids), _WORK)
     subtree_end = subtree_ends(line)
-    for chosen in (_WAIT, _DISPATCH, _HOST_TRANSFER, _COMPILE):  # the last assigned wins
-        found = outermost(subtree_end, event_class == chosen)
-        cause[found >= 0] = chosen
-        deciding = np.where(found >= 0, found, deciding)
-    work = np.flatnonzero(cause == _WORK)
-    owner = nearest(line.parents, (event_class != _BUILTIN) & ~is_marker)[work]
-    deciding[work] = np.where(owner >= 0, owner, work)
-    # One label per distinct (cause, deciding name) among the events that own time in the loop.
-    piece_starts, piece_ends, events = self_pieces(line, subtree_end)
+    decided = event_class >= _COMPILE
+    inside = enclosed(subtree_end, decided) > 0
+    # The events outside every classed one, which are leaves among them, hold every piece but nested calls.
+    outside = _Events.of(line, np.flatnonzero(~inside))
+    outside_class = event_class[~inside]
+    is_marker = markers[outside.ids]
+    piece_starts, piece_ends, events = self_pieces(outside, subtree_ends(outside))
     in_loop = (piece_ends > loop[0]) & (piece_starts < loop[1]) & ~is_marker[events]
     piece_starts, piece_ends, events = piece_starts[in_loop], piece_ends[in_loop], events[in_loop]
+    work = outside_class <= _BUILTIN
+    owner = nearest(outside.parents, ~is_marker & (outside_class != _BUILTIN))
+    deciding = np.where(work & (owner >= 0), owner, np.arange(len(owner)))
     stride = len(names) + 1
-    keys = cause[events] * stride + line.ids[np.maximum(deciding[events], 0)]
+    keys = np.where(work, _WORK, outside_class)[events] * stride + outside.ids[deciding[events]]
+    piece_starts, piece_ends, keys = _merged(piece_starts, piece_ends, keys)
+    if nested_calls:
+        for chosen in (_COMPILE, _HOST_TRANSFER):
+            flagged = event_class == chosen
+            calls = np.flatnonzero(flagged & inside & (enclosed(subtree_end, flagged) == 0)
+                                   & (line.ends > loop[0]) & (line.starts < loop[1]))
+            piece_starts = np.concatenate((piece_starts, line.starts[calls]))
+            piece_ends = np.concatenate((piece_ends, line.ends[calls]))
+            keys = np.concatenate((keys, chosen * stride + line.ids[calls]))
     distinct = _distinct(keys)
-    as_cause = {_COMPILE: TimeCause.COMPILATION, _HOST_TRANSFER: TimeCause.TRANSFERS, _DISPATCH: TimeCause.DISPATCH,
-                _WAIT: TimeCause.WAITING, _WORK: TimeCause.HOST_WORK}
-    key_label = np.array([labels.of(as_cause[key // stride], "" if key // stride == _WAIT else names[key % stride],
+    key_label = np.array([labels.of(_AS_CAUSE[key // stride], "" if key // stride == _WAIT else names[key % stride],
                                     line.name) for key in distinct.tolist()], dtype=np.int64)
-    label = key_label[np.searchsorted(distinct, keys)]
-    starts, ends, label = _merged(piece_starts, piece_ends, label)
-    return _HostPieces(starts, ends, label, np.isin(label, key_label[distinct // stride == _WAIT]))
+    key_tier = np.array([_HOST_TIER[key // stride] for key in distinct.tolist()], dtype=np.int64)
+    found = np.searchsorted(distinct, keys)
+    return _HostPieces(piece_starts, piece_ends, key_label[found], key_tier[found])
 
 
 def _merged(starts: np.ndarray, ends: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -407,8 +439,7 @@ class _Host:
 
     stepping: _HostPieces
     others: list[_HostPieces]
-    waiting: int  # labels
-    untraced: int
+    untraced: int  # the label of the loop time no host piece explains
 
 
 def attribute(*, names: Sequence[str], windows: list[Window], steps: int, busy_name: np.ndarray,
@@ -431,14 +462,16 @@ def attribute(*, names: Sequence[str], windows: list[Window], steps: int, busy_n
     is_marker = np.zeros(len(names), dtype=bool)
     is_marker[list(markers)] = True
     span = (min(w.loop[0] for w in windows), max(w.loop[1] for w in windows))
-    empty = _HostPieces(*(np.zeros(0, np.int64),) * 3, np.zeros(0, bool))
-    others = [_host_pieces(line, names, classes, is_marker, labels, span) for line in other_threads]
+    empty = _HostPieces(*(np.zeros(0, np.int64),) * 4)
+    others = [_host_pieces(line, names, classes, is_marker, labels, span, nested_calls=False)
+              for line in other_threads]
     thread = stepping.name if stepping else ""
     host = _Host(
-        stepping=_host_pieces(stepping, names, classes, is_marker, labels, span) if stepping else empty,
-        others=[_HostPieces(p.starts[~p.waits], p.ends[~p.waits], p.labels[~p.waits], p.waits[~p.waits])
-                for p in others],  # a thread waiting too explains nothing
-        waiting=labels.of(TimeCause.WAITING, "", thread), untraced=labels.of(TimeCause.UNTRACED, "", thread))
+        stepping=_host_pieces(stepping, names, classes, is_marker, labels, span, nested_calls=True)
+        if stepping else empty,
+        others=[_HostPieces(p.starts[busy], p.ends[busy], p.labels[busy], np.full(int(busy.sum()), _OTHER_THREADS))
+                for p in others for busy in [p.tiers != _HOST_TIER[_WAIT]]],  # a thread waiting explains nothing
+        untraced=labels.of(TimeCause.UNTRACED, "", thread))
     totals = np.zeros(len(labels.keys))
     loop_ns = 0.0
     weight_of = 1.0 / sum(max(1, len(w.devices)) for w in windows)
@@ -454,21 +487,18 @@ def attribute(*, names: Sequence[str], windows: list[Window], steps: int, busy_n
 
 def _host_time(host: _Host, window: Window, n_labels: int) -> np.ndarray:
     """Per label, the time the host's causes take of the window's instants when its devices idle (their mean)."""
-    stepping, others = host.stepping, host.others
-    # Host tiers: 0 the stepping thread's own work, 1 other threads (only while the stepping thread waits),
-    # 2 the stepping thread's waits that no other thread explains.
-    tiers = np.concatenate([np.where(stepping.waits, 2, 0)] + [np.ones(len(p.starts), np.int64) for p in others])
-    sweep = _Sweep.of(np.concatenate([stepping.starts] + [p.starts for p in others]),
-                      np.concatenate([stepping.ends] + [p.ends for p in others]), tiers, 3, window.loop)
+    pieces = [host.stepping, *host.others]
+    tiers = np.concatenate([p.tiers for p in pieces])
+    sweep = _Sweep.of(np.concatenate([p.starts for p in pieces]), np.concatenate([p.ends for p in pieces]), tiers,
+                      len(_HOST_TIER) + 1, window.loop)
     idle = sweep.lengths
     if window.devices:
         intervals = np.column_stack((sweep.bounds[:-1], sweep.bounds[1:]))
         idle = idle - np.mean([device.busy.covered(intervals) for device in window.devices], axis=0)
     counts = sweep.counts.copy()
-    counts[1, counts[2] == 0] = 0  # other threads explain only the stepping thread's waits
-    weights, unexplained = _shares(counts, idle, (0, 1, 2))
-    labels = np.concatenate([stepping.labels] + [p.labels for p in others])
-    totals = np.bincount(np.where(tiers == 2, host.waiting, labels), weights=sweep.per_piece(weights, tiers),
+    counts[_OTHER_THREADS, counts[_HOST_TIER[_WAIT]] == 0] = 0  # other threads explain only the stepping one's waits
+    weights, unexplained = _shares(counts, idle, range(len(counts)))
+    totals = np.bincount(np.concatenate([p.labels for p in pieces]), weights=sweep.per_piece(weights, tiers),
                          minlength=n_labels)
     totals[host.untraced] += float(unexplained.sum())
     return totals

@@ -174,7 +174,8 @@ class HostEvidence:
     busy_fraction: float | None = None  # busy time / step time over the steps step_ms counts (time-weighted, not a
     # mean of per-step ratios: series.busy_fraction has those), each device in its own steps
     idle_ms_per_step: float | None = None
-    loop_busy_fraction: float | None = None  # busy time / time of the steps and the gaps after them
+    loop_busy_fraction: float | None = None  # busy time / the loop's time, from the first step's start to the last
+    # step's end, the gaps between steps included
     busy_by_device: dict[str, float] = field(default_factory=dict)  # each device's loop busy fraction, own steps
     gap_ms_per_step: float | None = None  # host time between steps, outside any step
     untraced_host_ms_per_step: float = 0.0  # loop time with no event (but the step's marker) on the stepping

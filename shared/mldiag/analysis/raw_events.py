@@ -477,14 +477,6 @@ def _step_of(windows: np.ndarray, times: np.ndarray) -> np.ndarray:
     return np.where(inside, index, -1)
 
 
-def _iterations(windows: np.ndarray) -> np.ndarray:
-    """Each step with the gap after it, from its start to the next step's; the last step, whose gap the
-    capture cannot show, only when it is the only one."""
-    if len(windows) < 2:
-        return windows
-    return np.column_stack((windows[:-1, 0], np.maximum(windows[1:, 0], windows[:-1, 0])))
-
-
 def _time_weighted(part_ns: np.ndarray, whole_ns: np.ndarray) -> float:
     """The share of the whole's time the part takes, over every step (not the mean of each step's share)."""
     known = ~np.isnan(part_ns) & ~np.isnan(whole_ns)
@@ -553,9 +545,11 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
     busy = np.clip(busy_ns / np.maximum(step_ns, 1), 0.0, 1.0)
     communication_ns = _by_step([_per_device_covered(lines, is_collective, w, _devices_on_plane(trace))
                                  for lines, w in zip(measured.values(), device_windows)], count)
-    # Fractions are of time, not means of per-step ratios: a long idle step weighs what it lasts.
-    loop_busy = [float(union.covered(iterations).sum() / max(1, (iterations[:, 1] - iterations[:, 0]).sum()))
-                 for union, iterations in zip(busy_unions, map(_iterations, device_windows))]
+    # Fractions are of time, not means of per-step ratios: a long idle step weighs what it lasts. Over the loop,
+    # from the first step's start to the last one's end, as the attribution of its time.
+    loops = [np.array([[w[0, 0], w[-1, 1]]]) for w in device_windows]
+    loop_busy = [float(union.covered(loop)[0] / max(1, loop[0, 1] - loop[0, 0]))
+                 for union, loop in zip(busy_unions, loops)]
     gaps = np.maximum(windows[1:, 0] - windows[:-1, 1], 0)
     mean_step_ns = float(step_ns.mean())
     mean_iteration_ns = mean_step_ns + (float(gaps.mean()) if len(gaps) else 0.0)

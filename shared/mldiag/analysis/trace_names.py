@@ -25,10 +25,11 @@ COMMUNICATION = re.compile(
 )
 # The XLA CPU client's run of a program on one of its devices ("[3] CommonPjRtLoadedExecutable::Execute (jit_f)").
 CPU_DEVICE_EXECUTION = re.compile(r"^\[(\d+)\] \S*LoadedExecutable::Execute\b")
-# Copies between host and device memory, as the host calls them or a device or its runtime records them: CUDA's
-# MemcpyHtoD, ROCm's CopyHostToDevice and hipMemcpyHtoDAsync, the XLA CPU client's "H2D Dispatch", JAX's device_put.
+# Copies between host and device memory, as the host calls them or a device records them: CUDA's MemcpyHtoD,
+# ROCm's CopyHostToDevice and hipMemcpyHtoDAsync, JAX's device_put. (The XLA CPU client's "H2D Dispatch" is not
+# one: a CPU device's memory is the host's.)
 HOST_TRANSFER = re.compile(
-    r"memcpy\s*(h\s*to\s*d|d\s*to\s*h|h2d|d2h)|copy\s*(host\s*to\s*device|device\s*to\s*host)|\b(H2D|D2H)\b|"
+    r"memcpy\s*(h\s*to\s*d|d\s*to\s*h|h2d|d2h)|copy\s*(host\s*to\s*device|device\s*to\s*host)|"
     r"DevicePut|device_put|TransferToDevice|TransferFromDevice|TransferLiteral|ToLiteral|BufferFromPyval",
     re.IGNORECASE,
 )
