@@ -10,20 +10,22 @@ last one's work). Each instant of it is decided so:
   the runtime's own events (an executor waiting for its ops), and the instant is
   split equally among the lanes running the winning kind: compute by op family
   (``device_compute``), ``collectives``, ``transfers``.
-* **every device is idle**: the innermost event on the stepping thread (the one
-  with the step markers, else the one that dispatches). Time inside a
-  compilation is ``compilation``, inside a host<->device transfer call
-  ``transfers``, inside a jit dispatch ``dispatch``; inside a wait (a queue
-  ``get``, ``block_until_ready``) it is what the other host threads did
-  meanwhile (their innermost events, split equally), else ``waiting``; inside
-  any other event it is ``host_work`` of the innermost function or scope (a
-  Python builtin's time stays with the Python function that called it); with no
-  event but the step marker it is ``untraced``.
+* **every device is idle**: what the stepping thread (the one with the step
+  markers, else the one that dispatches) does then. Time inside a compilation
+  is ``compilation``, else inside a host<->device transfer call ``transfers``,
+  else inside a jit dispatch ``dispatch`` (each named by its outermost call);
+  inside a wait (a queue ``get``, ``block_until_ready``) it is what the other
+  host threads did meanwhile (their innermost events, split equally), else
+  ``waiting``; inside any other event it is ``host_work`` of the innermost
+  function or scope (a Python builtin's time stays with the Python function
+  that called it); with no event but the step marker it is ``untraced``.
 
 With several devices each device's timeline is attributed on its own and the
 parts are averaged over the devices, so that they still sum to the loop: a
-device idle while another computes counts half busy, half host. Everything is a
-sweep over sorted interval boundaries in numpy: no loop over events.
+device idle while another computes counts half busy, half host. (The XLA CPU
+client runs all its devices on one plane: each device is the thread its program
+runs on, the client's pool lending a hand to all.) Everything is a sweep over
+sorted interval boundaries in numpy: no loop over events.
 """
 
 from __future__ import annotations
@@ -48,8 +50,8 @@ OTHER = "(other)"  # the name of a cause's parts beyond the top ones, summed
 # dot, ROCm's Tensile GEMMs are "Cijk_...". Data movement before elementwise so that "copy_bitcast_fusion" moves data.
 OP_FAMILIES = (
     ("matmul/convolution", re.compile(
-        r"\bdot|dot[_.-]|gemm|matmul|conv(?!ert)|cublas|cudnn|cutlass|xmma|Cijk_|Im\dd?2Col|einsum|ynn_fusion|output fusion",
-        re.IGNORECASE)),
+        r"\bdot|dot[_.-]|gemm|matmul|conv(?!ert)|cublas|cudnn|cutlass|xmma|Cijk_|Im\dd?2Col|einsum|ynn_fusion|"
+        r"output fusion", re.IGNORECASE)),
     ("attention", re.compile(r"attention|fmha|flash|sdpa|mha_", re.IGNORECASE)),
     ("reduce", re.compile(r"reduc|argmax|argmin|softmax|\bsum\b|input fusion|scan", re.IGNORECASE)),
     ("copy/convert", re.compile(
@@ -57,7 +59,7 @@ OP_FAMILIES = (
         r"data formatting|bitcast", re.IGNORECASE)),
     ("elementwise", re.compile(
         r"elementwise|add|subtract|multiply|divide|maximum|minimum|tanh|exp|log|compare|select|negate|abs|sqrt|"
-        r"power|sine|cosine|logistic|clamp|broadcast|iota|and|or_|not|EigenMetaKernel|loop fusion", re.IGNORECASE)),
+        r"power|sine|cosine|logistic|clamp|broadcast|iota|EigenMetaKernel|loop fusion", re.IGNORECASE)),
     ("fusion", re.compile(r"fusion", re.IGNORECASE)),
 )
 OTHER_OPS = "other ops"
@@ -68,7 +70,7 @@ _TO_HOST = re.compile(r"d\s*to\s*h|d2h|device\s*to\s*host|from\s*device|to\s*lit
 
 # Device tiers: at an instant, the lowest tier running on a device takes it.
 _COMPUTE, _COLLECTIVE, _TRANSFER, _RUNTIME = range(4)
-# Host classes of an event name, in the order an enclosing event of the class decides the instant.
+# What a host event is, by its name: the classes from _COMPILE on own all the time of the events they enclose.
 _WORK, _BUILTIN, _COMPILE, _HOST_TRANSFER, _DISPATCH, _WAIT = range(6)
 
 
@@ -99,15 +101,12 @@ class Device:
     helpers: list[LineLike] = field(default_factory=list)
 
 
-@dataclass
 class _Labels:
     """Distinct (cause, name, thread) labels, numbered as they come."""
 
-    keys: list[tuple[TimeCause, str, str]]
-    index: dict[tuple[TimeCause, str, str], int]
-
     def __init__(self) -> None:
-        self.keys, self.index = [], {}
+        self.keys: list[tuple[TimeCause, str, str]] = []
+        self.index: dict[tuple[TimeCause, str, str], int] = {}
 
     def of(self, cause: TimeCause, name: str = "", thread: str = "") -> int:
         key = (cause, name, thread)
@@ -161,7 +160,7 @@ def _device_labels(names: Sequence[str], present: np.ndarray, hints: dict[int, s
     return label, tier
 
 
-def host_classes(names: Sequence[str], markers: set[int]) -> np.ndarray:
+def _host_classes(names: Sequence[str], markers: set[int]) -> np.ndarray:
     """Per name id, what a host event of that name is (markers are marked apart, by the caller)."""
     classes = np.full(len(names), _WORK, dtype=np.int64)
     for index, name in enumerate(names):
@@ -259,7 +258,8 @@ class _Sweep:
     last: np.ndarray  # per piece: one past its last interval
 
     @classmethod
-    def of(cls, starts: np.ndarray, ends: np.ndarray, tiers: np.ndarray, n_tiers: int, loop: tuple[int, int]) -> _Sweep:
+    def of(cls, starts: np.ndarray, ends: np.ndarray, tiers: np.ndarray, n_tiers: int,
+           loop: tuple[int, int]) -> _Sweep:
         starts, ends = np.clip(starts, *loop), np.clip(ends, *loop)
         bounds = _distinct(np.concatenate((starts, ends, np.array(loop, dtype=np.int64))))
         first, last = np.searchsorted(bounds, starts), np.searchsorted(bounds, ends)
@@ -458,7 +458,7 @@ def attribute(*, names: Sequence[str], windows: list[Window], steps: int, busy_n
     device_label, device_tier = _device_labels(names, present, hints, labels, runtime_name)
     label_tier = np.zeros(len(labels.keys), dtype=np.int64)
     label_tier[device_label[present]] = device_tier[present]
-    classes = host_classes(names, markers)
+    classes = _host_classes(names, markers)
     is_marker = np.zeros(len(names), dtype=bool)
     is_marker[list(markers)] = True
     span = (min(w.loop[0] for w in windows), max(w.loop[1] for w in windows))

@@ -43,7 +43,8 @@ import numpy as np
 
 from mldiag.analysis.attribution import Device, Window, attribute
 from mldiag.analysis.host_evidence import (
-    Attribution, DeviceKind, Distribution, HostActivity, HostEvidence, OpFamily, OpTime, ProgramCalls, StepSeries, StepSource,
+    Attribution, DeviceKind, Distribution, HostActivity, HostEvidence, OpFamily, OpTime, ProgramCalls, StepSeries,
+    StepSource,
 )
 from mldiag.analysis.profiles import UNREADABLE_EXIT, UnreadableProfile, host_of
 from mldiag.analysis.timeline import Timeline, TimelineLine
