@@ -250,10 +250,11 @@ def _distinct(values: np.ndarray) -> np.ndarray:
 @dataclass
 class _Sweep:
     """Pieces cut at every boundary of the loop: the elementary intervals and how many pieces of each tier cover
-    each one."""
+    each one (tiers no piece has stay all zero, and cost nothing)."""
 
     bounds: np.ndarray
     counts: np.ndarray  # [tier, interval]
+    present: list[int]  # the tiers some piece has
     first: np.ndarray  # per piece: its first interval
     last: np.ndarray  # per piece: one past its last interval
 
@@ -264,11 +265,15 @@ class _Sweep:
         bounds = _distinct(np.concatenate((starts, ends, np.array(loop, dtype=np.int64))))
         first, last = np.searchsorted(bounds, starts), np.searchsorted(bounds, ends)
         intervals = len(bounds) - 1
-        size = n_tiers * (intervals + 1)
-        delta = (np.bincount(tiers * (intervals + 1) + first, minlength=size)
-                 - np.bincount(tiers * (intervals + 1) + last, minlength=size)).reshape(n_tiers, intervals + 1)
-        counts = np.cumsum(delta, axis=1)[:, :intervals]
-        return cls(bounds, counts, first, last)
+        present = [int(t) for t in np.flatnonzero(np.bincount(tiers, minlength=n_tiers))]
+        row = np.zeros(n_tiers, dtype=np.int64)
+        row[present] = np.arange(len(present))
+        size = len(present) * (intervals + 1)
+        delta = (np.bincount(row[tiers] * (intervals + 1) + first, minlength=size)
+                 - np.bincount(row[tiers] * (intervals + 1) + last, minlength=size)).reshape(-1, intervals + 1)
+        counts = np.zeros((n_tiers, intervals), dtype=np.int64)
+        counts[present] = np.cumsum(delta, axis=1)[:, :intervals]
+        return cls(bounds, counts, present, first, last)
 
     @property
     def lengths(self) -> np.ndarray:
@@ -277,22 +282,25 @@ class _Sweep:
     def per_piece(self, tier_weights: np.ndarray, tiers: np.ndarray, count: int | None = None) -> np.ndarray:
         """The time of each of the first ``count`` pieces (all by default): the sum over its intervals of its
         tier's weight there (``tier_weights[tier]``)."""
-        prefix = np.zeros((len(tier_weights), len(self.bounds)))
-        np.cumsum(tier_weights, axis=1, out=prefix[:, 1:])
         first, last = self.first[:count], self.last[:count]
-        return prefix[tiers, last] - prefix[tiers, first]
+        time = np.zeros(len(first))
+        for tier in self.present:
+            chosen = np.flatnonzero(tiers == tier)
+            if len(chosen):
+                prefix = np.concatenate(([0.0], np.cumsum(tier_weights[tier])))
+                time[chosen] = prefix[last[chosen]] - prefix[first[chosen]]
+        return time
 
-
-def _shares(counts: np.ndarray, lengths: np.ndarray, order: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-    """Per tier and interval, the time each covering piece gets: the first tier of ``order`` that covers an
-    interval takes it, split equally among its pieces; and the time no tier covers."""
-    weights = np.zeros(counts.shape)
-    free = lengths.copy()
-    for tier in order:
-        takes = (counts[tier] > 0) & (free > 0)
-        weights[tier, takes] = free[takes] / counts[tier, takes]
-        free[takes] = 0.0
-    return weights, free
+    def shares(self, lengths: np.ndarray, order: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Per tier and interval, the time each covering piece gets: the first tier of ``order`` that covers an
+        interval takes it, split equally among its pieces; and the time no tier covers."""
+        weights = np.zeros(self.counts.shape)
+        free = lengths.copy()
+        for tier in (tier for tier in order if tier in self.present):
+            takes = (self.counts[tier] > 0) & (free > 0)
+            weights[tier, takes] = free[takes] / self.counts[tier, takes]
+            free[takes] = 0.0
+        return weights, free
 
 
 # --- the attribution ---------------------------------------------------------------------------
@@ -321,7 +329,7 @@ def _device_time(device: Device, device_label: np.ndarray, label_tier: np.ndarra
         sweep = _Sweep.of(np.concatenate((starts, starts[own])), np.concatenate((ends, ends[own])),
                           np.concatenate((label_tier[labels], np.full(int(own.sum()), 4))), 5, loop)
         busy = np.where(sweep.counts[4] > 0, sweep.lengths, 0.0)
-    weights, _ = _shares(sweep.counts, busy, (_COMPUTE, _COLLECTIVE, _TRANSFER, _RUNTIME))
+    weights, _ = sweep.shares(busy, (_COMPUTE, _COLLECTIVE, _TRANSFER, _RUNTIME))
     time = sweep.per_piece(weights, label_tier[labels], len(labels))
     return np.bincount(labels, weights=time, minlength=n_labels)
 
@@ -495,9 +503,8 @@ def _host_time(host: _Host, window: Window, n_labels: int) -> np.ndarray:
     if window.devices:
         intervals = np.column_stack((sweep.bounds[:-1], sweep.bounds[1:]))
         idle = idle - np.mean([device.busy.covered(intervals) for device in window.devices], axis=0)
-    counts = sweep.counts.copy()
-    counts[_OTHER_THREADS, counts[_HOST_TIER[_WAIT]] == 0] = 0  # other threads explain only the stepping one's waits
-    weights, unexplained = _shares(counts, idle, range(len(counts)))
+    sweep.counts[_OTHER_THREADS, sweep.counts[_HOST_TIER[_WAIT]] == 0] = 0  # they explain only the stepping waits
+    weights, unexplained = sweep.shares(idle, range(len(sweep.counts)))
     totals = np.bincount(np.concatenate([p.labels for p in pieces]), weights=sweep.per_piece(weights, tiers),
                          minlength=n_labels)
     totals[host.untraced] += float(unexplained.sum())
