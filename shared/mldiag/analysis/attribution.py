@@ -40,11 +40,12 @@ import numpy as np
 from mldiag.analysis.host_evidence import Attribution, TimeCause, TimePart
 from mldiag.analysis.trace_names import (
     ASYNC_COPY, COMMUNICATION, COMPILE, DISPATCH, HOST_MEMORY_SPACE, HOST_TRANSFER, NOT_AN_OP,
-    PYTHON_BUILTIN, WAITING,
+    PYTHON_BUILTIN, THREAD_WAIT, WAITING,
 )
 
 TOP_PARTS = 12
 OTHER = "(other)"  # the name of a cause's parts beyond the top ones, summed
+UNNAMED_THREAD = "(unnamed thread)"  # a host line without a name (a Python thread the tracer did not name)
 
 # Op families by name, first match wins: TPU's dots are convolutions, XLA CPU's YNNPACK fusions are built around a
 # dot, ROCm's Tensile GEMMs are "Cijk_...". Data movement before elementwise so that "copy_bitcast_fusion" moves data.
@@ -172,7 +173,7 @@ def _host_classes(names: Sequence[str], markers: set[int]) -> np.ndarray:
             classes[index] = _HOST_TRANSFER
         elif DISPATCH.search(name):
             classes[index] = _DISPATCH
-        elif WAITING.search(name):
+        elif WAITING.search(name) or THREAD_WAIT.search(name):
             classes[index] = _WAIT
         elif PYTHON_BUILTIN.match(name):
             classes[index] = _BUILTIN
@@ -413,8 +414,9 @@ def _host_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, mark
             piece_ends = np.concatenate((piece_ends, line.ends[calls]))
             keys = np.concatenate((keys, chosen * stride + line.ids[calls]))
     distinct = _distinct(keys)
+    thread = line.name or UNNAMED_THREAD
     key_label = np.array([labels.of(_AS_CAUSE[key // stride], "" if key // stride == _WAIT else names[key % stride],
-                                    line.name) for key in distinct.tolist()], dtype=np.int64)
+                                    thread) for key in distinct.tolist()], dtype=np.int64)
     key_tier = np.array([_HOST_TIER[key // stride] for key in distinct.tolist()], dtype=np.int64)
     found = np.searchsorted(distinct, keys)
     return _HostPieces(piece_starts, piece_ends, key_label[found], key_tier[found])

@@ -16,6 +16,8 @@ COMPILE = re.compile(r"^(backend_compile|lower_sharding_computation|jax_compile|
 ALLOCATOR_EVENTS = frozenset({"MemoryAllocation", "MemoryDeallocation"})
 WAITING = re.compile(r"block_until_ready|Await|Wait for|BufferSequencingEvent|ThenExecuteCallback|Synchronize",
                      re.IGNORECASE)
+# Python waiting for another thread (the Python tracer's frames): a queue's get, a condition's or a thread's wait.
+THREAD_WAIT = re.compile(r"\bqueue\.py:\d+ get\b|\bthreading\.py:\d+ (wait|join)\b")
 # Collectives in XLA's spelling (all-gather), JAX's (all_gather, psum_invariant), NCCL/RCCL kernels, and the
 # waits for the other devices to arrive.
 COMMUNICATION = re.compile(

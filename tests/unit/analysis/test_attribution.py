@@ -8,7 +8,7 @@ import yaml
 from analysis_support import PROFILES, xplane
 from test_steps import MS, _analysis, _Build, _jit_calls
 
-from mldiag.analysis.attribution import OTHER, TOP_PARTS, Device, Window, attribute, op_family
+from mldiag.analysis.attribution import OTHER, TOP_PARTS, UNNAMED_THREAD, Device, Window, attribute, op_family
 from mldiag.analysis.host_evidence import Attribution, HostEvidence, TimeCause
 from mldiag.analysis.raw_events import _Line, _Union, read_host_evidence
 
@@ -166,11 +166,12 @@ def test_device_time_comes_first_and_the_host_takes_only_idle_instants():
 
 def test_a_wait_is_what_another_thread_did_meanwhile_else_waiting():
     names: list[str] = []
-    host = _line("python", [("queue.get Wait for batch", 0, 10 * MS)], names)
-    loader = _line("loader", [("$data.py:5 read_file", 2 * MS, 6 * MS), ("Wait for work", 6 * MS, 10 * MS)], names)
+    host = _line("python", [("$train.py:3 loop", 0, 10 * MS), ("$queue.py:154 get", 0, 10 * MS),
+                            ("$threading.py:295 wait", MS, 10 * MS)], names)
+    loader = _line("", [("$data.py:5 read_file", 2 * MS, 6 * MS), ("Wait for work", 6 * MS, 10 * MS)], names)
     helper = _line("pool", [("decode", 4 * MS, 8 * MS)], names)
     parts = _attribute(names, (0, 10 * MS), [], stepping=host, others=[loader, helper])
-    assert parts == {(TimeCause.HOST_WORK, "$data.py:5 read_file", "loader"): 3.0,  # alone 2-4, half of 4-6
+    assert parts == {(TimeCause.HOST_WORK, "$data.py:5 read_file", UNNAMED_THREAD): 3.0,  # alone 2-4, half of 4-6
                      (TimeCause.HOST_WORK, "decode", "pool"): 3.0,  # half of 4-6, alone 6-8 (the loader waits)
                      (TimeCause.WAITING, "", "python"): 4.0}
 
