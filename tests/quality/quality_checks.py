@@ -408,6 +408,19 @@ def time_weighted_fractions(analysis: dict[str, Any]) -> str | None:
     return "; ".join(wrong) if wrong else None
 
 
+def attribution_sums_to_loop(analysis: dict[str, Any]) -> str | None:
+    """On every host with an attribution of the loop's wall time, its parts sum to the loop (within 2 %)."""
+    problems = []
+    for index, host in enumerate(analysis.get("hosts", [])):
+        attribution = host.get("attribution")
+        if not attribution:
+            continue
+        total, loop = sum(part["ms"] for part in attribution["parts"]), attribution["loop_ms"]
+        if abs(total - loop) > 0.02 * loop:
+            problems.append(f"hosts.{index}: parts sum to {total:.4g} ms of a {loop:.4g} ms loop")
+    return "; ".join(problems) if problems else None
+
+
 INVARIANTS: dict[str, Callable[[dict[str, Any]], str | None]] = {
     "fractions_in_unit_range": fractions_in_unit_range,
     "busy_plus_idle_is_one": busy_plus_idle_is_one,
@@ -416,4 +429,5 @@ INVARIANTS: dict[str, Callable[[dict[str, Any]], str | None]] = {
     "quoted_numbers_exist": quoted_numbers_exist,
     "no_huge_ratio_in_titles": no_huge_ratio_in_titles,
     "time_weighted_fractions": time_weighted_fractions,
+    "attribution_sums_to_loop": attribution_sums_to_loop,
 }

@@ -48,8 +48,12 @@ from mldiag.analysis.evidence import (
 )
 from mldiag.analysis.frameworks import Framework
 from mldiag.analysis.hlo import KernelWork, Shape, describe
-from mldiag.analysis.host_evidence import DeviceKind, HostActivity, HostEvidence, OpTime, SlowSteps, StepSource
-from mldiag.analysis.trace_names import COMMUNICATION, COMPILE, DISPATCH_PREFIX, WAITING
+from mldiag.analysis.host_evidence import (
+    DeviceKind, HostActivity, HostEvidence, OpTime, SlowSteps, StepSource, TimeCause,
+)
+from mldiag.analysis.trace_names import (
+    ASYNC_COPY, COMMUNICATION, COMPILE, DISPATCH_PREFIX, HOST_MEMORY_SPACE, WAITING,
+)
 from mldiag.analysis.trace_names import hlo_instruction as _instruction
 from mldiag.analysis.trace_names import program_base as _module_base
 from mldiag.analysis.wording import quoted
@@ -117,8 +121,7 @@ def _data(tools: dict[str, ToolResult], name: str) -> dict[str, Any]:
 
 def _metrics(hosts: list[HostEvidence], tools: dict[str, ToolResult]) -> Metrics:
     timed = [h for h in hosts if h.step_ms is not None and h.step_source is not StepSource.PROFILE_WINDOW]
-    # A device waiting for a copy between host and device memory (a TPU copy-done) is busy, but not computing.
-    busy = [_loop_busy(h) * (1 - _transfer_share(h)) for h in hosts if h.busy_fraction is not None]
+    busy = [_computing(h) for h in hosts if h.busy_fraction is not None]
     metrics = Metrics(
         step_time_ms=sum(_steady_step_ms(h) for h in timed) / len(timed) if timed else None,
         steps=max((h.steps for h in timed), default=0),
@@ -192,15 +195,35 @@ def _share_of_step(host: HostEvidence, ms: float) -> float:
     return _fraction(ms / host.step_ms.mean) if host.step_ms and host.step_ms.mean > 0 else 0.0
 
 
+def _attributed(host: HostEvidence, *causes: TimeCause) -> float | None:
+    """The share of the loop's wall time the attribution gives these causes; None without an attribution."""
+    if host.attribution is None or host.attribution.loop_ms <= 0:
+        return None
+    return _fraction(sum(part.share for part in host.attribution.parts if part.cause in causes))
+
+
+def _computing(host: HostEvidence) -> float:
+    """The share of the loop the devices compute (collectives included; a device waiting for a copy between host
+    and device memory, such as a TPU copy-done, is busy but not computing)."""
+    attributed = _attributed(host, TimeCause.DEVICE_COMPUTE, TimeCause.COLLECTIVES)
+    return _loop_busy(host) * (1 - _transfer_share(host)) if attributed is None else attributed
+
+
 def _health(hosts: list[HostEvidence], metrics: Metrics) -> Health:
+    def share(host: HostEvidence, cause: TimeCause, ms_per_step: float) -> float:
+        attributed = _attributed(host, cause)
+        return _share_of_step(host, ms_per_step) if attributed is None else attributed
+
     health = Health(
         compute_fraction=metrics.busy_fraction,
         idle_fraction=None if metrics.busy_fraction is None else 1 - metrics.busy_fraction,
-        communication_fraction=max((_share_of_step(h, h.communication_ms_per_step) for h in hosts), default=0.0),
+        communication_fraction=max((share(h, TimeCause.COLLECTIVES, h.communication_ms_per_step) for h in hosts),
+                                   default=0.0),
         memory_fraction=(_fraction(metrics.peak_memory_bytes / metrics.memory_capacity_bytes)
                          if metrics.peak_memory_bytes and metrics.memory_capacity_bytes else None),
         dispatches_per_step=max((h.dispatches_per_step for h in hosts), default=0.0),
-        compile_fraction=max((_share_of_step(h, h.recompile_ms_per_step) for h in hosts), default=0.0),
+        compile_fraction=max((share(h, TimeCause.COMPILATION, h.recompile_ms_per_step) for h in hosts),
+                             default=0.0),
     )
     reasons = []
     if health.compute_fraction is None or health.compute_fraction < HIGH_COMPUTE:
@@ -586,8 +609,6 @@ def _device_time(host: HostEvidence, kernels: list[KernelShare]) -> list[str]:
 
 # --- device-side data movement ------------------------------------------------------------------
 
-HOST_MEMORY_SPACE = "S(5)"  # XLA's memory space of host memory, in a shape's layout
-_ASYNC_COPY = re.compile(r"^copy-(start|done)\b")
 # GPU copies between host and device memory (CUDA's MemcpyHtoD, ROCm's CopyHostToDevice).
 _MEMCPY = re.compile(r"memcpy\s*(h\s*to\s*d|d\s*to\s*h|h2d|d2h)|copy\s*(host\s*to\s*device|device\s*to\s*host)",
                      re.IGNORECASE)
@@ -605,7 +626,7 @@ def _movement(op: OpTime, computing: frozenset[str] = frozenset()) -> str | None
     ``computing``: the fusions the HLO shows computing, which are none whatever their names (a fusion is named
     after its root: a sine computed in f32 for bf16 data is a "loop_convert_fusion").
     """
-    if (_ASYNC_COPY.match(op.name) and HOST_MEMORY_SPACE in op.expression) or _MEMCPY.search(op.name):
+    if (ASYNC_COPY.match(op.name) and HOST_MEMORY_SPACE in op.expression) or _MEMCPY.search(op.name):
         return "host_transfer"
     if {op.name, op.name.removesuffix(".kd"), op.expression} & computing:
         return None

@@ -216,10 +216,11 @@ class HostEvidence:
     step_marker: str = ""
     steps: int
     step_ms: Distribution | None = None  # of program runs, the periods: every run but the last
-    busy_fraction: float | None = None  # mean over the steps step_ms counts of busy / step time, each device in
-    # its own steps
+    busy_fraction: float | None = None  # busy time / step time over the steps step_ms counts (time-weighted, not a
+    # mean of per-step ratios: series.busy_fraction has those), each device in its own steps
     idle_ms_per_step: float | None = None
-    loop_busy_fraction: float | None = None  # mean over steps of busy / (the step and the gap after it)
+    loop_busy_fraction: float | None = None  # busy time / the loop's time, from the first step's start to the last
+    # step's end, the gaps between steps included
     busy_by_device: dict[str, float] = field(default_factory=dict)  # each device's loop busy fraction, own steps
     gap_ms_per_step: float | None = None  # host time between steps, outside any step
     untraced_host_ms_per_step: float = 0.0  # loop time with no event (but the step's marker) on the stepping

@@ -47,9 +47,10 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from mldiag.analysis.attribution import Device, Window, attribute
 from mldiag.analysis.host_evidence import (
-    DeviceKind, Distribution, HostActivity, HostEvidence, OpFamily, OpTime, ProgramCalls, SlowSteps, StepDifference,
-    StepSeries, StepSource, Warmup,
+    Attribution, DeviceKind, Distribution, HostActivity, HostEvidence, OpFamily, OpTime, ProgramCalls, SlowSteps,
+    StepDifference, StepSeries, StepSource, Warmup,
 )
 from mldiag.analysis.profiles import UNREADABLE_EXIT, UnreadableProfile, host_of
 from mldiag.analysis.step_groups import (
@@ -140,6 +141,7 @@ class _Trace:
     markers: set[int] = field(default_factory=set)  # name ids of step markers
     cpu_devices: set[int] = field(default_factory=set)  # devices the XLA CPU client executed programs on
     hlo_op_of: dict[int, str] = field(default_factory=dict)  # GPU kernel -> the HLO op it runs
+    hlo_category_of: dict[int, str] = field(default_factory=dict)  # TPU op -> its HLO category ("convolution", ...)
     profile: Any = None  # the parsed file, held so that the reader process can exit without freeing it
 
     @property
@@ -245,6 +247,8 @@ def _read(path: Path, timeline: Path | None = None) -> _Trace:
     def note_hlo_op(index: int, stats: dict[str, Any]) -> None:
         if stats.get("hlo_op"):
             trace.hlo_op_of[index] = str(stats["hlo_op"])
+        if stats.get("hlo_category"):
+            trace.hlo_category_of[index] = str(stats["hlo_category"])
 
     for plane in planes:
         if not plane.name.startswith(("/device:TPU:", "/device:GPU:")):
@@ -534,12 +538,10 @@ def _step_of(windows: np.ndarray, times: np.ndarray) -> np.ndarray:
     return np.where(inside, index, -1)
 
 
-def _iterations(windows: np.ndarray) -> np.ndarray:
-    """Each step with the gap after it, from its start to the next step's; the last step, whose gap the
-    capture cannot show, only when it is the only one."""
-    if len(windows) < 2:
-        return windows
-    return np.column_stack((windows[:-1, 0], np.maximum(windows[1:, 0], windows[:-1, 0])))
+def _time_weighted(part_ns: np.ndarray, whole_ns: np.ndarray) -> float:
+    """The share of the whole's time the part takes, over every step (not the mean of each step's share)."""
+    known = ~np.isnan(part_ns) & ~np.isnan(whole_ns)
+    return float(np.clip(part_ns[known].sum() / max(1.0, float(whole_ns[known].sum())), 0.0, 1.0))
 
 
 def _complete(source: StepSource, per_step: np.ndarray) -> np.ndarray:
@@ -604,8 +606,11 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
     busy = np.clip(busy_ns / np.maximum(step_ns, 1), 0.0, 1.0)
     communication_ns = _by_step([_per_device_covered(lines, is_collective, w, _devices_on_plane(trace))
                                  for lines, w in zip(measured.values(), device_windows)], count)
-    loop_busy = [float(np.mean(union.covered(iterations) / np.maximum(iterations[:, 1] - iterations[:, 0], 1)))
-                 for union, iterations in zip(busy_unions, map(_iterations, device_windows))]
+    # Fractions are of time, not means of per-step ratios: a long idle step weighs what it lasts. Over the loop,
+    # from the first step's start to the last one's end, as the attribution of its time.
+    loops = [np.array([[w[0, 0], w[-1, 1]]]) for w in device_windows]
+    loop_busy = [float(union.covered(loop)[0] / max(1, loop[0, 1] - loop[0, 0]))
+                 for union, loop in zip(busy_unions, loops)]
     gaps = np.maximum(windows[1:, 0] - windows[:-1, 1], 0)
     mean_step_ns = float(step_ns.mean())
     mean_iteration_ns = mean_step_ns + (float(gaps.mean()) if len(gaps) else 0.0)
@@ -617,6 +622,7 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
     is_marker = _marker_mask(trace, steps)
     slow_steps = _slow_steps(trace, steps, _stepping_lines(trace, is_marker, is_dispatch), is_marker, busy_unions,
                              compiles.warmup_steps)
+    attribution = _attribution(trace, steps, is_dispatch, busy_name, measured, busy_unions, compiles.warmup_steps)
     families = {}
     for family, pattern in FAMILIES.items():
         members = [label for label in ops.labelled if pattern.search(label)]
@@ -643,7 +649,8 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
         step_marker=steps.marker,
         steps=count,
         step_ms=Distribution.of((_complete(steps.source, step_ns) / 1e6).tolist()),
-        busy_fraction=float(_complete(steps.source, busy).mean()) if has_lanes else None,
+        busy_fraction=_time_weighted(_complete(steps.source, busy * step_ns), _complete(steps.source, step_ns))
+        if has_lanes else None,
         idle_ms_per_step=float(_complete(steps.source, (1 - busy) * step_ns).mean() / 1e6) if has_lanes else None,
         loop_busy_fraction=float(np.clip(np.mean(loop_busy), 0.0, 1.0)) if has_lanes else None,
         busy_by_device={device: float(np.clip(fraction, 0.0, 1.0)) for device, fraction in zip(measured, loop_busy)},
@@ -684,6 +691,7 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
             gap_before_ms=[0.0, *np.round(gaps[: MAX_SERIES - 1] / 1e6, 4).tolist()],
             truncated=count > MAX_SERIES,
         ),
+        attribution=attribution,
     )
 
 
@@ -742,13 +750,6 @@ class _HostSide:
 
 def _marker_mask(trace: _Trace, steps: _Steps) -> np.ndarray:
     return trace.mask(lambda name: steps.source is StepSource.STEP_MARKERS and name == steps.marker)
-
-
-def _stepping_lines(trace: _Trace, is_marker: np.ndarray, is_dispatch: np.ndarray) -> list[_Line]:
-    """The step's own thread: the one with the markers, else the one that dispatches; compiler, runtime and
-    input pools work alongside it."""
-    return ([line for line in trace.host_lines if is_marker[line.ids].any()]
-            or [line for line in trace.host_lines if is_dispatch[line.ids].any()])
 
 
 def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int,
@@ -812,6 +813,54 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
         dispatching=_per_name(trace, trace.host_lines, ones, driving) > 0,
         untraced_ns=float(loop[0, 1] - loop[0, 0] - traced.covered(loop)[0]) if stepping else 0.0,
         waiting_idle_ns=waited_ns - float(np.mean(busy_while_waiting)),
+    )
+
+
+def _stepping_lines(trace: _Trace, is_marker: np.ndarray, is_dispatch: np.ndarray) -> list[_Line]:
+    """The step's own threads: those with the step markers, else those that dispatch, most such events first."""
+    for flagged in (is_marker, is_dispatch):
+        counts = [int(np.count_nonzero(flagged[line.ids])) for line in trace.host_lines]
+        if any(counts):
+            return [trace.host_lines[i] for i in np.argsort(counts, kind="stable")[::-1] if counts[i]]
+    return []
+
+
+def _devices_of(lanes: list[_Line], busy: _Union, busy_name: np.ndarray, loop: tuple[int, int],
+                devices: int) -> list[Device]:
+    """The devices whose programs run on one plane's lanes: the plane itself, or the XLA CPU client's devices,
+    each on the thread where its program runs (the lane busiest over the loop) with the client's pool lending a
+    hand to all (as :func:`_per_device_covered` counts them)."""
+    if devices == 1:
+        return [Device(lanes, busy)]
+    window = np.array([loop])
+    unions = [_union_of([lane], busy_name) for lane in lanes]
+    order = np.argsort([-union.covered(window)[0] for union in unions], kind="stable")
+    own, pool = order[:devices], order[devices:]
+    return [Device([lanes[i]], unions[i], helpers=[lanes[j] for j in pool]) for i in own]
+
+
+def _attribution(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, busy_name: np.ndarray,
+                 measured: dict[str, list[_Line]], busy_unions: list[_Union], warmup_steps: int) -> Attribution:
+    """The steady loop's wall time by cause (:mod:`~mldiag.analysis.attribution`), on the stepping thread's
+    timeline: from the first step after the warm-up (whose cost the evidence states apart) to the last step's end."""
+    is_marker = _marker_mask(trace, steps)
+    stepping = _stepping_lines(trace, is_marker, is_dispatch)
+    first = warmup_steps if warmup_steps < len(steps.windows) else 0
+    runtime = trace.mask(CPU_RUNTIME_SCOPE.match) if trace.device_kind is DeviceKind.CPU else np.zeros(
+        len(trace.names), dtype=bool)
+    windows: dict[tuple[int, int], Window] = {}
+    for (device, lanes), busy in zip(measured.items(), busy_unions):
+        own = steps.device_windows[device]
+        loop = (int(own[min(first, len(own) - 1), 0]), int(own[-1, 1]))
+        windows.setdefault(loop, Window(loop, [])).devices.extend(
+            _devices_of(lanes, busy, busy_name, loop, _devices_on_plane(trace)))
+    host_loop = (int(steps.windows[first, 0]), int(steps.windows[-1, 1]))
+    return attribute(
+        names=trace.names, windows=list(windows.values()) or [Window(host_loop, [])], steps=len(steps.windows) - first,
+        busy_name=busy_name, runtime_name=runtime, hints={**trace.hlo_op_of, **trace.hlo_category_of},
+        stepping=stepping[0] if stepping else None,
+        other_threads=[line for line in trace.host_lines if not (stepping and line is stepping[0])],
+        markers={int(i) for i in np.flatnonzero(is_marker)},
     )
 
 

@@ -14,10 +14,14 @@ if TYPE_CHECKING:
     from mldiag.analysis.host_evidence import OpTime
 
 DISPATCH_PREFIX = "PjitFunction("  # JAX's C++ jit dispatch, one per program launch from Python
+# Launching a compiled program from the host: JAX's jit dispatch and the PjRt clients' executes.
+DISPATCH = re.compile(r"^PjitFunction\(|LoadedExecutable::Execute|EnqueueExecution")
 COMPILE = re.compile(r"^(backend_compile|lower_sharding_computation|jax_compile|pjit_compile)")
 ALLOCATOR_EVENTS = frozenset({"MemoryAllocation", "MemoryDeallocation"})
 WAITING = re.compile(r"block_until_ready|Await|Wait for|BufferSequencingEvent|ThenExecuteCallback|Synchronize",
                      re.IGNORECASE)
+# Python waiting for another thread (the Python tracer's frames): a queue's get, a condition's or a thread's wait.
+THREAD_WAIT = re.compile(r"\bqueue\.py:\d+ get\b|\bthreading\.py:\d+ (wait|join)\b")
 # Collectives in XLA's spelling (all-gather), JAX's (all_gather, psum_invariant), NCCL/RCCL kernels, and the
 # waits for the other devices to arrive.
 COMMUNICATION = re.compile(
@@ -27,6 +31,19 @@ COMMUNICATION = re.compile(
 )
 # The XLA CPU client's run of a program on one of its devices ("[3] CommonPjRtLoadedExecutable::Execute (jit_f)").
 CPU_DEVICE_EXECUTION = re.compile(r"^\[(\d+)\] \S*LoadedExecutable::Execute\b")
+# Copies between host and device memory, as the host calls them or a device records them: CUDA's MemcpyHtoD,
+# ROCm's CopyHostToDevice and hipMemcpyHtoDAsync, JAX's device_put. (The XLA CPU client's "H2D Dispatch" is not
+# one: a CPU device's memory is the host's.)
+HOST_TRANSFER = re.compile(
+    r"memcpy\s*(h\s*to\s*d|d\s*to\s*h|h2d|d2h)|copy\s*(host\s*to\s*device|device\s*to\s*host)|"
+    r"DevicePut|device_put|TransferToDevice|TransferFromDevice|TransferLiteral|ToLiteral|BufferFromPyval",
+    re.IGNORECASE,
+)
+HOST_MEMORY_SPACE = "S(5)"  # XLA's memory space of host memory, in a shape's layout
+ASYNC_COPY = re.compile(r"^copy-(start|done)\b")  # XLA's asynchronous copy, to or from host memory where S(5)
+# A Python tracer event of a builtin or C function ("$time sleep", "$<unknown> astype"), not of a Python function
+# ("$train.py:12 load_batch"): its time is its caller's.
+PYTHON_BUILTIN = re.compile(r"^\$(?!\S+\.py:\d+ )")
 # Ops that move or re-type data rather than compute.
 FAMILIES = {
     "converts": re.compile(r"convert", re.IGNORECASE),

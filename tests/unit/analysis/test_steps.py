@@ -179,7 +179,8 @@ def test_host_work_between_annotated_steps_makes_the_loop_host_bound(tmp_path):
     host = _Build().host(events, markers=("train",)).lane("/host:CPU", lane).evidence(tmp_path)
     assert host.busy_fraction == pytest.approx(0.95, abs=0.01)  # inside the steps the device is busy
     assert host.gap_ms_per_step == pytest.approx(60)
-    assert host.loop_busy_fraction == pytest.approx(0.38)  # 38 ms of each 100 ms from a step to the next
+    # 38 ms of each 100 ms from a step to the next, over the loop from the first step's start to the last one's end
+    assert host.loop_busy_fraction == pytest.approx(6 * 38 / 540)
     assert [(a.name, round(a.ms_per_step)) for a in host.between_steps] == [("$time sleep", 58)]
     analysis = _analysis(host)
     assert analysis.status is HealthStatus.NEEDS_ATTENTION and not analysis.health.optimal
