@@ -56,7 +56,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
-from make_profile_fixtures import HOST, STEP_NAME, CompileCounter  # noqa: E402
+from make_profile_fixtures import HOST, STEP_NAME, CompileCounter, _number  # noqa: E402
+from measure_device_trace import measure  # noqa: E402
 
 MAX_XPLANE_BYTES = 2_000_000  # the LM's is over it: its program's HLO alone, in the metadata, is about 1.6 MB
 PACK_BYTES = 12_000_000  # each archive under --pack stays below what one file back from the chip's machine may be
@@ -83,9 +84,11 @@ class CompileClock(CompileCounter):
 
 
 class Clock:
-    """Wall-clock milliseconds of each iteration, of named parts of it, and of calls on other threads."""
+    """Wall-clock milliseconds of each iteration, of named parts of it, and of calls on other threads; after the
+    trace, the device's op time per iteration measured from it (None without a device plane)."""
 
     def __init__(self) -> None:
+        self.device_op_ms: float | None = None
         self.iterations: list[float] = []
         self.parts: dict[str, list[float]] = defaultdict(list)  # per iteration, 0 where the part did not run
         self.calls: dict[str, list[float]] = defaultdict(list)  # per call, from any thread
@@ -114,10 +117,6 @@ class Clock:
         for name in set(self.parts) | set(self._current):
             self.parts[name] += [0.0] * (len(self.iterations) - 1 - len(self.parts[name]))
             self.parts[name].append(self._current.get(name, 0.0))
-
-
-def _number(value: float, how: str, **tolerance: float) -> dict:
-    return {"value": round(value, 4) if isinstance(value, float) else value, **tolerance, "how": how}
 
 
 # --- the shapes -------------------------------------------------------------------------------
@@ -345,6 +344,10 @@ def decode_memory_bound(big: bool) -> Workload:
         if peaks := _peaks():
             truth["hbm_bandwidth_share"] = _number(weight_bytes / (ms / 1e3) / peaks["hbm_bytes_per_s"],
                                                    "achieved_bytes_per_s / 819e9 (TPU v5e HBM)", abs=0.05)
+            if clock.device_op_ms:
+                truth["device_hbm_bandwidth_share"] = _number(
+                    weight_bytes / (clock.device_op_ms / 1e3) / peaks["hbm_bytes_per_s"],
+                    "weight_bytes / device_op_ms / 819e9: the bandwidth while the chip runs ops", abs=0.05)
         return truth
 
     return Workload(iteration, ablations={"batch_x8": wide}, extra=extra)
@@ -776,7 +779,7 @@ def _time(iteration: Callable[[int, Clock], None], steps: int) -> Clock:
     return clock
 
 
-def loop_truth(shape: Shape, clock: Clock, ablations: dict[str, Clock], compiles: CompileClock) -> dict:
+def loop_truth(clock: Clock, ablations: dict[str, Clock], compiles: CompileClock) -> dict:
     """The truth every shape has: iterations, the named parts, the ablations and the compilations."""
     loop_ms = sum(clock.iterations)
     mean = statistics.mean(clock.iterations)
@@ -808,6 +811,20 @@ def loop_truth(shape: Shape, clock: Clock, ablations: dict[str, Clock], compiles
     return truth
 
 
+def device_truth(xplane: Path, clock: Clock) -> dict:
+    """The device's op time per iteration and busy fraction, by hand from the trace (JAX's own reader); sets
+    ``clock.device_op_ms``. Empty without a device plane (a CPU's trace has none)."""
+    planes, _ = measure(str(xplane), {})
+    if not planes:
+        return {}
+    (plane,) = planes
+    clock.device_op_ms = plane.op_ns / 1e6 / len(clock.iterations)
+    how = "by hand from the trace: scripts/measure_device_trace.py, the TPU's XLA Ops events"
+    return {"device_op_ms": _number(clock.device_op_ms, f"{how}, summed, per iteration", rel=0.1),
+            "device_busy_fraction": _number(plane.busy, f"{how}, their union over the first op's start to the "
+                                                        "last op's end", abs=0.05)}
+
+
 def trace(name: str, out: Path) -> tuple[Path, dict]:
     """Trace shape ``name`` into ``out``, run its ablations, and return the xplane and its truth record."""
     import jax
@@ -832,7 +849,7 @@ def trace(name: str, out: Path) -> tuple[Path, dict]:
     (written,) = session.glob("*.xplane.pb")
     xplane = written.rename(session / f"{HOST}.xplane.pb")
     ablations = {ablation: _time(iteration, shape.steps) for ablation, iteration in work.ablations.items()}
-    truth = loop_truth(shape, clock, ablations, compiles)
+    truth = loop_truth(clock, ablations, compiles) | device_truth(xplane, clock)
     if work.extra:
         truth.update(work.extra(clock, ablations))
     if work.stop:
