@@ -1,0 +1,955 @@
+#!/usr/bin/env python3
+"""Make TPU fixtures: training and inference shapes traced with ``jax.profiler.trace``, each timing itself.
+
+Every shape is a small loop of tens of iterations with a known cause of lost
+time (or none). It runs in its own process (a trace's metadata carries the HLO of
+every executable alive in the process), is traced with the host tracer at level 2
+(the Python tracer only where the cause is a Python function or thread), and
+times itself by the wall clock: each iteration, and each named part of it
+(``time.perf_counter`` around it, ``block_until_ready`` inside). Ablations run
+after the trace, untraced: the same loop without its cause (data resident, no
+save, a jitted twin, another dtype or precision, a sync every 10 steps).
+Compilations inside the trace are counted and timed by a ``jax.monitoring``
+listener; FLOPs, bytes and memory come from the compiled programs'
+``cost_analysis()`` and ``memory_analysis()``.
+
+The profile goes where JAX, XProf and the bucket put it, under a fixed host name::
+
+    <out>/<shape>/plugins/profile/<shape>/fixture-host.xplane.pb
+
+and the truth of every shape into one JSON file (``--truth``), shape -> ``meta``
+(device kind, JAX version, profile size) and ``truth`` (each number with its
+tolerance and how it was measured). ``--expectations DIR`` writes those truths
+into the quality harness's expectation files ``<prefix><shape>.yaml``, keeping
+what people wrote above the truth block.
+
+On a TPU the sizes are the chip's (one TPU v5e, 15.7 GiB of HBM); anywhere else
+(``--platform cpu``) the same loops run small, for the CPU twins::
+
+    python scripts/make_tpu_fixtures.py --out /tmp/tpu/profiles --truth /tmp/tpu/truth.json --pack $OUT
+    python scripts/make_tpu_fixtures.py --platform cpu --only decode_memory_bound --out DIR --truth DIR/truth.json
+    python scripts/make_tpu_fixtures.py --write-expectations truth.json --profiles tests/fixtures/profiles/tpu_v5e \\
+        --prefix tpu_v5e_
+
+The chip's machine has no TCP sockets: the profiler runs in process (``jax.profiler.trace``), never as a server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import queue
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts"))
+from make_profile_fixtures import HOST, STEP_NAME, CompileCounter, _number  # noqa: E402
+from measure_device_trace import measure  # noqa: E402
+
+MAX_XPLANE_BYTES = 2_000_000  # the LM's is over it: its program's HLO alone, in the metadata, is about 1.6 MB
+PACK_BYTES = 12_000_000  # each archive under --pack stays below what one file back from the chip's machine may be
+CLOCK = "time.perf_counter in make_tpu_fixtures.py, block_until_ready inside"
+# Public datasheet peaks (cloud.google.com/tpu/docs/v5e): 197 TFLOP/s bf16, 819 GB/s HBM per chip.
+PEAKS = {"TPU v5 lite": {"bf16_flops_per_s": 197e12, "hbm_bytes_per_s": 819e9}}
+TRUTH_MARKER = "# The truth below is written by scripts/make_tpu_fixtures.py: regenerate it, do not edit it.\n"
+
+
+# --- timing -----------------------------------------------------------------------------------
+
+
+class CompileClock(CompileCounter):
+    """Counts and times XLA backend compilations while ``counting`` is set."""
+
+    def __init__(self) -> None:
+        self.ms = 0.0
+        super().__init__()
+
+    def _record(self, event: str, duration: float, **kwargs) -> None:
+        if self.counting and event == self.EVENT:
+            self.count += 1
+            self.ms += duration * 1e3
+
+
+class Clock:
+    """Wall-clock milliseconds of each iteration, of named parts of it, and of calls on other threads; after the
+    trace, the device's op time per iteration measured from it (None without a device plane)."""
+
+    def __init__(self) -> None:
+        self.device_op_ms: float | None = None
+        self.iterations: list[float] = []
+        self.parts: dict[str, list[float]] = defaultdict(list)  # per iteration, 0 where the part did not run
+        self.calls: dict[str, list[float]] = defaultdict(list)  # per call, from any thread
+        self._current: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def part(self, name: str):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._current[name] = self._current.get(name, 0.0) + (time.perf_counter() - started) * 1e3
+
+    def call(self, name: str, ms: float) -> None:
+        self.calls[name].append(ms)
+
+    def run(self, index: int, iteration: Callable[[int, Clock], None], annotate: bool) -> None:
+        import jax.profiler
+
+        self._current = {}
+        marker = jax.profiler.StepTraceAnnotation(STEP_NAME, step_num=index) if annotate else contextlib.nullcontext()
+        started = time.perf_counter()
+        with marker:
+            iteration(index, self)
+        self.iterations.append((time.perf_counter() - started) * 1e3)
+        for name in set(self.parts) | set(self._current):
+            self.parts[name] += [0.0] * (len(self.iterations) - 1 - len(self.parts[name]))
+            self.parts[name].append(self._current.get(name, 0.0))
+
+
+# --- the shapes -------------------------------------------------------------------------------
+
+
+@dataclass
+class Workload:
+    """One shape's loop: ``iteration(i, clock)`` blocks until its result is ready.
+
+    ``ablations`` are other versions of the iteration, timed untraced after the trace;
+    ``extra(clock, ablations)`` adds the shape's own truth (FLOPs, bytes, memory).
+    """
+
+    iteration: Callable[[int, Clock], None]
+    ablations: dict[str, Callable[[int, Clock], None]] = field(default_factory=dict)
+    extra: Callable[[Clock, dict[str, Clock]], dict] | None = None
+    stop: Callable[[], None] | None = None
+
+
+@dataclass
+class Shape:
+    build: Callable[[bool], Workload]  # big: the chip's sizes, else the CPU twin's
+    steps: int
+    description: str
+    annotate: bool = True  # StepTraceAnnotation around each iteration; without, as under xprof()
+    python_tracer: bool = False
+    warm: bool = True  # one iteration before the trace, so the traced ones start compiled
+    cause: str = ""  # what the loop loses its time to, in words, for the expectation file
+
+
+def _normal(key, shape, dtype):
+    import jax
+    import numpy as np
+
+    return (jax.random.normal(key, shape, dtype="float32") / np.sqrt(shape[0])).astype(dtype)
+
+
+def _mlp_params(widths: list[int], dtype: str, seed: int = 0) -> list:
+    import jax
+
+    keys = jax.random.split(jax.random.key(seed), len(widths) - 1)
+    return [_normal(k, (a, b), dtype) for k, a, b in zip(keys, widths[:-1], widths[1:])]
+
+
+def mlp_loss(params, x, y):
+    import jax
+    import jax.numpy as jnp
+
+    x = x.astype(params[0].dtype)  # the host's f32 batches are cast on the device
+    for w in params[:-1]:
+        x = jax.nn.relu(x @ w)
+    return jnp.mean(((x @ params[-1]).astype("float32") - y) ** 2)
+
+
+def sgd(loss):
+    """A jit SGD train step ``(params, *batch) -> (params, loss)`` that donates the old parameters."""
+    import jax
+
+    def step(params, *batch):
+        value, grads = jax.value_and_grad(loss)(params, *batch)
+        return jax.tree.map(lambda p, g: (p - 1e-3 * g).astype(p.dtype), params, grads), value
+
+    return jax.jit(step, donate_argnums=0)
+
+
+def _program_stats(jitted, *args) -> dict:
+    """The compiled program's FLOPs, bytes accessed and memory, from XLA's own analyses."""
+    compiled = jitted.lower(*args).compile()
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    memory = compiled.memory_analysis()
+    peak = getattr(memory, "peak_memory_in_bytes", 0) or (
+        memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes
+        - memory.alias_size_in_bytes)
+    return {"flops": cost.get("flops", 0.0), "bytes": cost.get("bytes accessed", 0.0), "peak_bytes": peak,
+            "temp_bytes": memory.temp_size_in_bytes, "argument_bytes": memory.argument_size_in_bytes,
+            "output_bytes": memory.output_size_in_bytes}
+
+
+def _peaks() -> dict | None:
+    import jax
+
+    return PEAKS.get(jax.devices()[0].device_kind)
+
+
+def _steady_ms(clock: Clock) -> float:
+    return statistics.median(clock.iterations)
+
+
+def _compute_truth(flops: float, ms: float, what: str) -> dict:
+    """Achieved FLOP/s at ``ms`` per run, and its share of the chip's bf16 peak where the chip is known."""
+    truth = {"flops_per_step": _number(flops, f"compiled {what}'s cost_analysis()['flops']", rel=0.01),
+             "achieved_flops_per_s": _number(flops / (ms / 1e3), "flops_per_step / median iteration time", rel=0.1)}
+    if peaks := _peaks():
+        truth["mfu"] = _number(flops / (ms / 1e3) / peaks["bf16_flops_per_s"],
+                               "flops_per_step / median iteration time / 197e12 (TPU v5e bf16 peak)", abs=0.03)
+    return truth
+
+
+def lm_train_bf16(big: bool) -> Workload:
+    """A decoder-only transformer LM's training step in bf16, tokens resident on the device."""
+    import jax
+    import jax.numpy as jnp
+
+    d, layers, heads, seq, batch, vocab = (1024, 4, 8, 512, 8, 16384) if big else (128, 2, 4, 64, 4, 512)
+    keys = iter(jax.random.split(jax.random.key(0), 4 * layers + 2))
+    params = {"embed": _normal(next(keys), (vocab, d), "bfloat16") * 16,
+              "layers": [{"qkv": _normal(next(keys), (d, 3 * d), "bfloat16"),
+                          "out": _normal(next(keys), (d, d), "bfloat16"),
+                          "up": _normal(next(keys), (d, 4 * d), "bfloat16"),
+                          "down": _normal(next(keys), (4 * d, d), "bfloat16")} for _ in range(layers)]}
+    tokens = jax.random.randint(next(keys), (batch, seq + 1), 0, vocab)
+
+    def norm(x):
+        x32 = x.astype("float32")
+        return (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, -1, keepdims=True) + 1e-6)).astype("bfloat16")
+
+    def loss(params, tokens):
+        inputs, targets = tokens[:, :-1], tokens[:, 1:]
+        x = params["embed"][inputs]
+        mask = jnp.tril(jnp.ones((seq, seq), bool))
+        for layer in params["layers"]:
+            q, k, v = jnp.split((norm(x) @ layer["qkv"]).reshape(batch, seq, 3 * heads, d // heads), 3, axis=2)
+            scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype("float32") / (d // heads) ** 0.5
+            weights = jax.nn.softmax(jnp.where(mask, scores, -1e9), -1).astype("bfloat16")
+            x = x + jnp.einsum("bhqk,bkhd->bqhd", weights, v).reshape(batch, seq, d) @ layer["out"]
+            x = x + jax.nn.gelu(norm(x) @ layer["up"]) @ layer["down"]
+        logits = (norm(x) @ params["embed"].T).astype("float32")
+        picked = jnp.take_along_axis(logits, targets[..., None], -1)[..., 0]
+        return jnp.mean(jax.nn.logsumexp(logits, -1) - picked)
+
+    train_step = sgd(loss)
+    stats = _program_stats(train_step, params, tokens)
+    state = {"params": params}
+
+    def iteration(i: int, clock: Clock) -> None:
+        state["params"], value = train_step(state["params"], tokens)
+        value.block_until_ready()
+
+    def extra(clock: Clock, ablations: dict[str, Clock]) -> dict:
+        return {**_compute_truth(stats["flops"], _steady_ms(clock), "train step"),
+                "tokens_per_step": _number(batch * seq, "batch x sequence length", abs=0)}
+
+    return Workload(iteration, extra=extra)
+
+
+def f32_highest_matmul(big: bool) -> Workload:
+    """A chain of f32 matmuls at precision HIGHEST; ablations: the same chain in bf16, and at default precision."""
+    import jax
+    import jax.numpy as jnp
+
+    n, links = (4096, 4) if big else (256, 4)
+
+    def chain(precision):
+        def run(x, ws):
+            for w in ws:
+                x = jnp.tanh(jnp.matmul(x, w, precision=precision))
+            return x
+
+        return jax.jit(run)
+
+    def inputs(dtype):
+        keys = jax.random.split(jax.random.key(1), links + 1)
+        return _normal(keys[0], (n, n), dtype), [_normal(k, (n, n), dtype) for k in keys[1:]]
+
+    highest, default = chain(jax.lax.Precision.HIGHEST), chain(None)
+    x32, ws32 = inputs("float32")
+    x16, ws16 = inputs("bfloat16")
+    stats = _program_stats(highest, x32, ws32)
+
+    def run(program, x, ws):
+        return lambda i, clock: program(x, ws).block_until_ready()
+
+    def extra(clock: Clock, ablations: dict[str, Clock]) -> dict:
+        ms = _steady_ms(clock)
+        return {**_compute_truth(stats["flops"], ms, "f32 HIGHEST chain"),
+                "slowdown_vs_bf16": _number(ms / _steady_ms(ablations["bf16"]),
+                                            "median iteration / the bf16 chain's median iteration", rel=0.15),
+                "slowdown_vs_default_precision": _number(
+                    ms / _steady_ms(ablations["default_precision"]),
+                    "median iteration / the f32 chain's at default precision", rel=0.15)}
+
+    return Workload(run(highest, x32, ws32), ablations={"bf16": run(default, x16, ws16),
+                                                         "default_precision": run(default, x32, ws32)}, extra=extra)
+
+
+def decode_memory_bound(big: bool) -> Workload:
+    """Token-by-token decode: a small batch through large bf16 weights each step, the next step waiting on it."""
+    import jax
+    import jax.numpy as jnp
+
+    d, hidden, layers, batch = (4096, 8192, 16, 8) if big else (256, 512, 4, 8)
+    keys = jax.random.split(jax.random.key(2), 2 * layers + 1)
+    weights = [(_normal(keys[2 * l], (d, hidden), "bfloat16"), _normal(keys[2 * l + 1], (hidden, d), "bfloat16"))
+               for l in range(layers)]
+    weight_bytes = sum(a.nbytes + b.nbytes for a, b in weights)
+
+    @jax.jit
+    def decode_step(weights, x):
+        for up, down in weights:
+            x = x + jax.nn.gelu(x @ up) @ down
+        return x / jnp.linalg.norm(x.astype("float32"), axis=-1, keepdims=True).astype(x.dtype)
+
+    stats = _program_stats(decode_step, weights, jnp.ones((batch, d), "bfloat16"))
+    state = {"x": jnp.ones((batch, d), "bfloat16"), "wide": jnp.ones((batch * 8, d), "bfloat16")}
+
+    def iteration(i: int, clock: Clock) -> None:
+        state["x"] = decode_step(weights, state["x"]).block_until_ready()
+
+    def wide(i: int, clock: Clock) -> None:
+        state["wide"] = decode_step(weights, state["wide"]).block_until_ready()
+
+    def extra(clock: Clock, ablations: dict[str, Clock]) -> dict:
+        ms = _steady_ms(clock)
+        truth = {"weight_bytes": _number(weight_bytes, "the weights' nbytes, read once per decode step", rel=0.01),
+                 "bytes_per_step": _number(stats["bytes"], "compiled decode step's cost_analysis()['bytes accessed'] "
+                                                           "(each fusion's operands, so above what HBM serves)",
+                                           rel=0.05),
+                 "achieved_bytes_per_s": _number(weight_bytes / (ms / 1e3),
+                                                 "weight_bytes / median iteration time", rel=0.1),
+                 "batch_x8_slowdown": _number(_steady_ms(ablations["batch_x8"]) / ms,
+                                              "median iteration with 8x the batch / median iteration: near 1 when "
+                                              "the weights' reads, not the math, set the time", rel=0.15),
+                 **_compute_truth(stats["flops"], ms, "decode step")}
+        if peaks := _peaks():
+            truth["hbm_bandwidth_share"] = _number(weight_bytes / (ms / 1e3) / peaks["hbm_bytes_per_s"],
+                                                   "achieved_bytes_per_s / 819e9 (TPU v5e HBM)", abs=0.05)
+            if clock.device_op_ms:
+                truth["device_hbm_bandwidth_share"] = _number(
+                    weight_bytes / (clock.device_op_ms / 1e3) / peaks["hbm_bytes_per_s"],
+                    "weight_bytes / device_op_ms / 819e9: the bandwidth while the chip runs ops", abs=0.05)
+        return truth
+
+    return Workload(iteration, ablations={"batch_x8": wide}, extra=extra)
+
+
+def _mlp_step(big: bool, dtype: str = "bfloat16", widths=None, batch=None):
+    """Parameters, a donated jit SGD step and a resident batch of an MLP of the platform's size."""
+    import jax
+    import jax.numpy as jnp
+
+    widths = widths or ([1024, 4096, 4096, 1024] if big else [256, 512, 512, 256])
+    batch = batch or (4096 if big else 256)
+    params = _mlp_params(widths, dtype)
+    x = jax.random.normal(jax.random.key(3), (batch, widths[0])).astype(dtype)
+    y = jnp.zeros((batch, widths[-1]), "float32")
+    return params, sgd(mlp_loss), x, y
+
+
+def numpy_batch_in_step(big: bool) -> Workload:
+    """Inside each step a Python function makes the batch with numpy before the jit step; ablation: data resident."""
+    import jax
+    import numpy as np
+
+    # On a CPU the step shares the host's cores: a narrow model over a wide batch keeps the numpy the larger part.
+    params, train_step, x_resident, y = _mlp_step(big) if big else _mlp_step(big, "float32", [1024, 32, 32, 32], 4096)
+    rows, width = x_resident.shape
+    rng = np.random.default_rng(0)
+    state = {"params": params}
+
+    def make_batch() -> np.ndarray:
+        noise = rng.standard_normal((rows, width), dtype=np.float32)
+        return np.clip(np.tanh(noise) * 0.5, -0.45, 0.45)
+
+    def iteration(i: int, clock: Clock) -> None:
+        with clock.part("make_batch"):
+            batch = make_batch()
+        state["params"], value = train_step(state["params"], jax.device_put(batch), y)
+        value.block_until_ready()
+
+    def resident(i: int, clock: Clock) -> None:
+        state["params"], value = train_step(state["params"], x_resident, y)
+        value.block_until_ready()
+
+    return Workload(iteration, ablations={"data_resident": resident})
+
+
+def sync_checkpoint(big: bool) -> Workload:
+    """Every 10th step saves the parameters synchronously (device_get + np.savez); ablation: no save."""
+    import jax
+    import numpy as np
+
+    params, train_step, x, y = _mlp_step(big, "float32", [4096] * 5 if big else [2048] * 5, 2048 if big else 8)
+    folder = Path(tempfile.mkdtemp(prefix="checkpoint-"))
+    state = {"params": params}
+
+    def save_checkpoint(params, step: int) -> None:
+        arrays = jax.device_get(params)
+        np.savez(folder / f"step-{step}.npz", *arrays)
+
+    def train(i: int) -> None:
+        state["params"], value = train_step(state["params"], x, y)
+        value.block_until_ready()
+
+    def iteration(i: int, clock: Clock) -> None:
+        train(i)
+        if i % 10 == 9:
+            with clock.part("save_checkpoint"):
+                save_checkpoint(state["params"], i)
+
+    return Workload(iteration, ablations={"no_save": lambda i, clock: train(i)},
+                    stop=lambda: shutil.rmtree(folder, ignore_errors=True))
+
+
+def sync_every_step(big: bool) -> Workload:
+    """Host batch-making overlapped with the device, except that ``float(loss)`` syncs every step for logging;
+    ablation: the same loop syncing every 10th step."""
+    import jax
+    import numpy as np
+
+    params, train_step, x, y = _mlp_step(big, widths=[256, 8192, 8192, 256] if big else [64, 1024, 1024, 64],
+                                         batch=4096 if big else 512)
+    source = np.random.default_rng(0).standard_normal(x.shape, dtype=np.float32)
+    state = {"params": params, "log": [], "rounds": 1}
+
+    def make_batch(i: int) -> np.ndarray:
+        batch = source * (1 + 1e-3 * i)
+        for _ in range(state["rounds"]):
+            batch *= 0.999
+            batch += 1e-3 * source
+        return batch
+
+    def median_ms(run: Callable[[], object], times: int = 5) -> float:
+        run()
+        samples = []
+        for _ in range(times):
+            started = time.perf_counter()
+            run()
+            samples.append((time.perf_counter() - started) * 1e3)
+        return statistics.median(samples)
+
+    # As many rounds of host work as make it last about as long as the device's step, so that the two could overlap.
+    def device_step() -> None:
+        state["params"], value = train_step(state["params"], x, y)
+        value.block_until_ready()
+
+    device_ms = median_ms(device_step)
+    host_ms = median_ms(lambda: make_batch(0))
+    state["rounds"] = max(1, min(50, round(device_ms / max(host_ms, 1e-3))))
+
+    def log_loss(value, i: int) -> None:
+        state["log"].append((i, float(value)))
+
+    def loop(every: int):
+        def iteration(i: int, clock: Clock) -> None:
+            with clock.part("make_batch"):
+                batch = make_batch(i)
+            state["params"], value = train_step(state["params"], jax.device_put(batch), y)
+            if i % every == every - 1:
+                with clock.part("log_loss"):
+                    log_loss(value, i)
+
+        return iteration
+
+    return Workload(loop(1), ablations={"sync_every_10": loop(10)})
+
+
+def loader_thread(big: bool) -> Workload:
+    """A loader thread reads each batch from a file (plus a storage latency) into a queue the step takes it from;
+    ablation: an instant loader (the same thread, the batch already read)."""
+    import jax
+    import numpy as np
+
+    params, train_step, x, y = _mlp_step(big)
+    folder = Path(tempfile.mkdtemp(prefix="shards-"))
+    shard = folder / "shard.bin"
+    np.random.default_rng(0).standard_normal(x.shape, dtype=np.float32).tofile(shard)
+    state = {"params": params}
+    clocks: dict[str, Clock] = {}
+
+    def read_batch() -> np.ndarray:
+        time.sleep(0.030)  # the storage's latency per read
+        return np.fromfile(shard, dtype=np.float32).reshape(x.shape)
+
+    def put(batches: queue.Queue, batch: np.ndarray, stopping: threading.Event) -> None:
+        while not stopping.is_set():
+            with contextlib.suppress(queue.Full):
+                batches.put(batch, timeout=0.1)
+                return
+
+    def start(slow: bool) -> tuple[queue.Queue, threading.Event]:
+        batches: queue.Queue = queue.Queue(maxsize=2)
+        stopping = threading.Event()
+        ready = np.fromfile(shard, dtype=np.float32).reshape(x.shape)
+
+        def load() -> None:
+            while not stopping.is_set():
+                started = time.perf_counter()
+                batch = read_batch() if slow else ready
+                if slow and "clock" in clocks:
+                    clocks["clock"].call("read_batch", (time.perf_counter() - started) * 1e3)
+                put(batches, batch, stopping)
+
+        threading.Thread(target=load, name="loader", daemon=True).start()
+        return batches, stopping
+
+    loaders: dict[bool, tuple[queue.Queue, threading.Event]] = {}
+
+    def loop(slow: bool):
+        def iteration(i: int, clock: Clock) -> None:
+            clocks["clock"] = clock
+            if slow not in loaders:
+                for _, stopping in loaders.values():
+                    stopping.set()  # one loader thread at a time
+                loaders[slow] = start(slow)
+            with clock.part("wait_for_batch"):
+                batch = loaders[slow][0].get()
+            state["params"], value = train_step(state["params"], jax.device_put(batch), y)
+            value.block_until_ready()
+
+        return iteration
+
+    def stop() -> None:
+        for _, stopping in loaders.values():
+            stopping.set()
+        shutil.rmtree(folder, ignore_errors=True)
+
+    return Workload(loop(True), ablations={"instant_loader": loop(False)}, stop=stop)
+
+
+def host_roundtrip(big: bool) -> Workload:
+    """Each step copies a 256 MiB array device -> host -> device before a small step; ablation: it stays resident."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    elements = (256 if big else 32) * 2**20 // 4
+    state = {"x": jnp.ones((elements // 1024, 1024), "float32")}
+
+    @jax.jit
+    def step(x):
+        return x * 0.999 + 0.001
+
+    def iteration(i: int, clock: Clock) -> None:
+        with clock.part("to_host"):
+            on_host = np.asarray(jax.device_get(state["x"]))
+        with clock.part("to_device"):
+            state["x"] = jax.device_put(on_host).block_until_ready()
+        state["x"] = step(state["x"]).block_until_ready()
+
+    def resident(i: int, clock: Clock) -> None:
+        state["x"] = step(state["x"]).block_until_ready()
+
+    def extra(clock: Clock, ablations: dict[str, Clock]) -> dict:
+        loop_ms = sum(clock.iterations)
+        copies_ms = sum(clock.parts["to_host"]) + sum(clock.parts["to_device"])
+        return {"bytes_each_way": _number(elements * 4, "the array's nbytes, copied each way every step", abs=0),
+                "transfers_share": _number(copies_ms / loop_ms, "(to_host + to_device totals) / loop_ms", abs=0.05)}
+
+    return Workload(iteration, ablations={"resident": resident}, extra=extra)
+
+
+def _first_and_steady(clock: Clock, ablations: dict[str, Clock]) -> dict:
+    first, rest = clock.iterations[0], clock.iterations[1:]
+    return {"first_iteration_ms": _number(first, f"the first iteration, compilation included, {CLOCK}", rel=0.15),
+            "steady_iteration_ms": _number(statistics.median(rest), f"median of the iterations after the first, "
+                                                                    f"{CLOCK}", rel=0.15),
+            "warmup_cost_ms": _number(first - statistics.median(rest), "first_iteration_ms - steady_iteration_ms",
+                                      rel=0.15)}
+
+
+def warmup_compile(big: bool) -> Workload:
+    """A jit MLP train step whose first call compiles inside the trace; steady steps after it."""
+    params, train_step, x, y = _mlp_step(big)
+    state = {"params": params}
+
+    def iteration(i: int, clock: Clock) -> None:
+        state["params"], value = train_step(state["params"], x, y)
+        value.block_until_ready()
+
+    return Workload(iteration, extra=_first_and_steady)
+
+
+def recompile_every_step(big: bool) -> Workload:
+    """The batch grows by 8 rows every step, so the jit step compiles every step; ablation: one padded shape."""
+    import jax
+    import numpy as np
+
+    params, train_step, x, y = _mlp_step(big)
+    width, out = x.shape[1], y.shape[1]
+    base = 1024 if big else 64
+    batches = {rows: (jax.device_put(np.ones((rows, width), np.float32)),
+                      jax.device_put(np.zeros((rows, out), np.float32))) for rows in [base + 8 * i for i in range(40)]}
+    state = {"params": params}
+
+    def iteration(i: int, clock: Clock) -> None:
+        state["params"], value = train_step(state["params"], *batches[base + 8 * (i + 1)])
+        value.block_until_ready()
+
+    def padded(i: int, clock: Clock) -> None:
+        state["params"], value = train_step(state["params"], *batches[base + 8 * 39])
+        value.block_until_ready()
+
+    return Workload(iteration, ablations={"one_padded_shape": padded})
+
+
+def train_eval_alternating(big: bool) -> Workload:
+    """Each iteration runs a train step then an eval step on a held-out batch: two programs, no step markers."""
+    import jax
+    import jax.numpy as jnp
+
+    params, train_step, x, y = _mlp_step(big)
+    evaluate = jax.jit(lambda params, x, y: mlp_loss(params, x, y))
+    x_eval = jnp.tile(x, (2, 1)) * 0.5
+    y_eval = jnp.zeros((x_eval.shape[0], y.shape[1]), "float32")
+    state = {"params": params}
+
+    def iteration(i: int, clock: Clock) -> None:
+        with clock.part("train_step"):
+            state["params"], value = train_step(state["params"], x, y)
+            value.block_until_ready()
+        with clock.part("eval_step"):
+            evaluate(state["params"], x_eval, y_eval).block_until_ready()
+
+    return Workload(iteration)
+
+
+def grad_accumulation(big: bool) -> Workload:
+    """Four micro-batch gradient programs accumulate into a buffer, then an Adam apply program: no step markers."""
+    import jax
+    import jax.numpy as jnp
+
+    widths = [4096] * 5 if big else [256] * 5
+    params = _mlp_params(widths, "float32")
+    micro_batch = 256 if big else 32
+    keys = jax.random.split(jax.random.key(4), 4)
+    micro_batches = [(jax.random.normal(k, (micro_batch, widths[0])), jnp.zeros((micro_batch, widths[-1])))
+                     for k in keys]
+
+    @jax.jit
+    def accumulate(params, grads, x, y):
+        return jax.tree.map(jnp.add, grads, jax.grad(mlp_loss)(params, x, y))
+
+    @jax.jit
+    def apply(params, grads, m, v):
+        m = jax.tree.map(lambda m, g: 0.9 * m + 0.1 * g / 4, m, grads)
+        v = jax.tree.map(lambda v, g: 0.999 * v + 0.001 * (g / 4) ** 2, v, grads)
+        params = jax.tree.map(lambda p, m, v: p - 1e-4 * m / (jnp.sqrt(v) + 1e-8), params, m, v)
+        return params, m, v
+
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    state = {"params": params, "m": zeros, "v": jax.tree.map(jnp.zeros_like, params)}
+    micro_stats = _program_stats(accumulate, params, zeros, *micro_batches[0])
+    apply_stats = _program_stats(apply, params, zeros, zeros, zeros)
+
+    def iteration(i: int, clock: Clock) -> None:
+        grads = zeros
+        with clock.part("micro_batches"):
+            for x, y in micro_batches:
+                grads = accumulate(state["params"], grads, x, y)
+            jax.block_until_ready(grads)
+        with clock.part("apply"):
+            state["params"], state["m"], state["v"] = jax.block_until_ready(
+                apply(state["params"], grads, state["m"], state["v"]))
+
+    def extra(clock: Clock, ablations: dict[str, Clock]) -> dict:
+        how = "compiled {}'s memory_analysis(): peak_memory_in_bytes, or arguments + outputs + temporaries - aliased"
+        return {"micro_batches_per_step": _number(len(micro_batches), "micro-batch programs per iteration", abs=0),
+                "micro_batch_peak_bytes": _number(micro_stats["peak_bytes"], how.format("accumulate"), rel=0.01),
+                "apply_peak_bytes": _number(apply_stats["peak_bytes"], how.format("apply"), rel=0.01),
+                "largest_program_peak_bytes": _number(max(micro_stats["peak_bytes"], apply_stats["peak_bytes"]),
+                                                      "the larger of the two programs' peaks", rel=0.05)}
+
+    return Workload(iteration, extra=extra)
+
+
+def op_by_op_eager(big: bool) -> Workload:
+    """Forty small eager ops a step, each its own dispatched program; ablation: the jitted twin of the same ops."""
+    import jax
+    import jax.numpy as jnp
+
+    n = 512 if big else 64
+    state = {"x": jnp.ones((n, n), "float32") * 0.1}
+    rounds, calls_per_round = 5, 9
+
+    def ops(x):
+        for _ in range(rounds):
+            y = x.astype("bfloat16") * 2
+            y = jnp.tanh(y.astype("float32"))
+            x = (x + y).T * 0.5
+            x = x - jnp.mean(x)
+        return x
+
+    jitted = jax.jit(ops)
+
+    def eager(i: int, clock: Clock) -> None:
+        state["x"] = ops(state["x"]).block_until_ready()
+
+    def twin(i: int, clock: Clock) -> None:
+        state["x"] = jitted(state["x"]).block_until_ready()
+
+    def extra(clock: Clock, ablations: dict[str, Clock]) -> dict:
+        return {"jnp_calls_per_step": _number(rounds * calls_per_round, "eager jnp calls per iteration, each at "
+                                              "least one dispatched program", abs=0),
+                "jit_twin_speedup": _number(_steady_ms(clock) / _steady_ms(ablations["jit_twin"]),
+                                            "median iteration / the jitted twin's median iteration", rel=0.25)}
+
+    return Workload(eager, ablations={"jit_twin": twin}, extra=extra)
+
+
+SHAPES: dict[str, Shape] = {
+    "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
+                           "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
+                           cause="none: healthy compute-bound training"),
+    "f32_highest_matmul": Shape(f32_highest_matmul, 20, "chain of four 4096x4096 f32 matmuls at "
+                                "precision=HIGHEST (tanh between), data resident",
+                                cause="f32 matmuls at HIGHEST precision instead of the chip's bf16 fast path"),
+    "decode_memory_bound": Shape(decode_memory_bound, 40, "token-by-token decode: batch 8 through 16 layers of "
+                                 "bf16 4096x8192 weights (2 GiB), each step waiting on the last, no step markers",
+                                 annotate=False, cause="none: healthy, memory-bound (HBM reads of the weights)"),
+    "numpy_batch_in_step": Shape(numpy_batch_in_step, 15, "numpy batch-making (make_batch) inside each annotated "
+                                 "step before a bf16 MLP train step; Python tracer on", python_tracer=True,
+                                 cause="make_batch (numpy on the training thread)"),
+    "sync_checkpoint": Shape(sync_checkpoint, 30, "f32 MLP train steps (4x 4096x4096) with a synchronous "
+                             "checkpoint (device_get + np.savez) every 10th step, no step markers; Python tracer on",
+                             annotate=False, python_tracer=True, cause="save_checkpoint (synchronous save)"),
+    "sync_every_step": Shape(sync_every_step, 30, "numpy batch-making as long as the device's bf16 MLP step, which could "
+                             "overlap it, but float(loss) syncs every step for logging (log_loss); Python tracer on",
+                             python_tracer=True, cause="log_loss: a device sync every step"),
+    "loader_thread": Shape(loader_thread, 20, "a 'loader' thread reads each batch (30 ms latency + np.fromfile) "
+                           "into a queue; the annotated step waits on queue.get; Python tracer on",
+                           python_tracer=True, cause="the loader thread's read_batch"),
+    "host_roundtrip": Shape(host_roundtrip, 15, "a 256 MiB f32 array copied device -> host -> device every "
+                            "annotated step before a small elementwise step", cause="host<->device transfers"),
+    "warmup_compile": Shape(warmup_compile, 20, "bf16 MLP train step whose first call compiles inside the trace, "
+                            "then steady steps; no step markers", annotate=False, warm=False,
+                            cause="warm-up: one compilation in the first call, then healthy"),
+    "recompile_every_step": Shape(recompile_every_step, 12, "bf16 MLP train step whose batch grows by 8 rows "
+                                  "every annotated step, so every step compiles", cause="recompilation every step"),
+    "train_eval_alternating": Shape(train_eval_alternating, 20, "each iteration a bf16 MLP train step then an "
+                                    "eval step on a batch twice as large: two programs, no step markers",
+                                    annotate=False, cause="none: two programs per iteration"),
+    "grad_accumulation": Shape(grad_accumulation, 10, "four f32 micro-batch gradient programs accumulate into a "
+                               "buffer, then an Adam apply program (4x 4096x4096 params); no step markers",
+                               annotate=False, cause="none: five programs per iteration, apply the largest"),
+    "op_by_op_eager": Shape(op_by_op_eager, 20, "45 small eager jnp calls on a 512x512 array per annotated step, "
+                            "each its own program", cause="op-by-op dispatch (no jit)"),
+}
+
+
+# --- tracing one shape and its truth ----------------------------------------------------------
+
+
+def _options(name: str, shape: Shape):
+    import jax.profiler
+
+    options = jax.profiler.ProfileOptions()
+    options.session_id = name
+    options.host_tracer_level = 2
+    options.python_tracer_level = 1 if shape.python_tracer else 0
+    return options
+
+
+def _time(iteration: Callable[[int, Clock], None], steps: int) -> Clock:
+    """``steps`` untraced iterations after one to warm up."""
+    iteration(-1, Clock())
+    clock = Clock()
+    for i in range(steps):
+        clock.run(i, iteration, annotate=False)
+    return clock
+
+
+def loop_truth(clock: Clock, ablations: dict[str, Clock], compiles: CompileClock) -> dict:
+    """The truth every shape has: iterations, the named parts, the ablations and the compilations."""
+    loop_ms = sum(clock.iterations)
+    mean = statistics.mean(clock.iterations)
+    truth = {
+        "steps": _number(len(clock.iterations), "iterations the traced loop ran", abs=0),
+        "iteration_ms": _number(mean, f"mean iteration, {CLOCK}", rel=0.1),
+        "iteration_median_ms": _number(statistics.median(clock.iterations), f"median iteration, {CLOCK}", rel=0.1),
+        "loop_ms": _number(loop_ms, f"sum of the iterations, {CLOCK}", rel=0.1),
+        "compiles_in_trace": _number(compiles.count, "XLA backend compilations while tracing (jax.monitoring "
+                                                     "/jax/core/compile/backend_compile_duration)", abs=0),
+        "compile_ms_in_trace": _number(compiles.ms, "sum of those compilations' durations", rel=0.25, abs=5.0),
+    }
+    for name, values in clock.parts.items():
+        ran = [v for v in values if v > 0]
+        truth[f"{name}_ms"] = _number(statistics.mean(ran), f"mean of {name} where it ran, {CLOCK}", rel=0.15)
+        truth[f"{name}_calls"] = _number(len(ran), f"iterations that ran {name}", abs=0)
+        truth[f"{name}_share"] = _number(sum(values) / loop_ms, f"{name}'s total / loop_ms", abs=0.05)
+    for name, values in clock.calls.items():
+        truth[f"{name}_ms"] = _number(statistics.mean(values), f"mean of {name} on its own thread, {CLOCK}",
+                                      rel=0.15)
+        truth[f"{name}_calls"] = _number(len(values), f"{name} calls during the traced loop", abs=0)
+    for name, ablation in ablations.items():
+        ablated = statistics.mean(ablation.iterations)
+        truth[f"{name}_iteration_ms"] = _number(
+            ablated, f"ablation '{name}': mean iteration of the same loop, untraced, after the trace, {CLOCK}",
+            rel=0.2)
+        truth[f"{name}_saved_share"] = _number(max(0.0, 1 - ablated / mean),
+                                               f"1 - {name}_iteration_ms / iteration_ms", abs=0.1)
+    return truth
+
+
+def device_truth(xplane: Path, clock: Clock) -> dict:
+    """The device's op time per iteration and busy fraction, by hand from the trace (JAX's own reader); sets
+    ``clock.device_op_ms``. Empty without a device plane (a CPU's trace has none)."""
+    planes, _ = measure(str(xplane), {})
+    if not planes:
+        return {}
+    (plane,) = planes
+    clock.device_op_ms = plane.op_ns / 1e6 / len(clock.iterations)
+    how = "by hand from the trace: scripts/measure_device_trace.py, the TPU's XLA Ops events"
+    return {"device_op_ms": _number(clock.device_op_ms, f"{how}, summed, per iteration", rel=0.1),
+            "device_busy_fraction": _number(plane.busy, f"{how}, their union over the first op's start to the "
+                                                        "last op's end", abs=0.05)}
+
+
+def trace(name: str, out: Path) -> tuple[Path, dict]:
+    """Trace shape ``name`` into ``out``, run its ablations, and return the xplane and its truth record."""
+    import jax
+    import jax.profiler
+
+    shape = SHAPES[name]
+    compiles = CompileClock()
+    work = shape.build(jax.default_backend() == "tpu")
+    if shape.warm:
+        work.iteration(-1, Clock())
+    logdir = out / name
+    shutil.rmtree(logdir, ignore_errors=True)
+    clock = Clock()
+    with jax.profiler.trace(str(logdir), profiler_options=_options(name, shape)):
+        compiles.counting = True
+        for i in range(shape.steps):
+            clock.run(i, work.iteration, shape.annotate)
+        compiles.counting = False
+    session = logdir / "plugins" / "profile" / name
+    for extra in session.glob("*.trace.json.gz"):
+        extra.unlink()
+    (written,) = session.glob("*.xplane.pb")
+    xplane = written.rename(session / f"{HOST}.xplane.pb")
+    ablations = {ablation: _time(iteration, shape.steps) for ablation, iteration in work.ablations.items()}
+    truth = loop_truth(clock, ablations, compiles) | device_truth(xplane, clock)
+    if work.extra:
+        truth.update(work.extra(clock, ablations))
+    if work.stop:
+        work.stop()
+    meta = {"description": shape.description, "cause": shape.cause, "annotated": shape.annotate,
+            "python_tracer": shape.python_tracer, "device_kind": jax.devices()[0].device_kind,
+            "platform": jax.default_backend(), "jax": jax.__version__, "xplane_bytes": xplane.stat().st_size,
+            "iterations_ms": [round(ms, 3) for ms in clock.iterations]}
+    return xplane, {"meta": meta, "truth": truth}
+
+
+# --- driver -----------------------------------------------------------------------------------
+
+
+def _pack(folder: Path, profiles: Path, truth: Path, groups: list[list[str]]) -> None:
+    """Archive the shapes done so far into ``folder``: a new archive whenever the last one grows past PACK_BYTES."""
+    def write(index: int, names: list[str]) -> Path:
+        path = folder / f"fixtures-{index}.tar.gz"
+        with tarfile.open(path, "w:gz") as archive:
+            archive.add(truth, arcname="truth.json")
+            for name in names:
+                archive.add(profiles / name, arcname=f"profiles/{name}")
+        return path
+
+    if write(len(groups), groups[-1]).stat().st_size > PACK_BYTES and len(groups[-1]) > 1:
+        write(len(groups), groups[-1][:-1])
+        groups.append(groups[-1][-1:])
+        groups[-2].pop()
+        write(len(groups), groups[-1])
+
+
+def write_expectations(truth_file: Path, profiles: Path, folder: Path, prefix: str) -> None:
+    """Put each shape's truth into ``<folder>/<prefix><shape>.yaml``, keeping what is written above it."""
+    import yaml
+
+    for name, record in json.loads(truth_file.read_text()).items():
+        path = folder / f"{prefix}{name}.yaml"
+        xplane = (profiles / name / "plugins" / "profile" / name / f"{HOST}.xplane.pb").resolve()
+        meta = record["meta"]
+        if path.exists():
+            text = path.read_text()
+            for end in (TRUTH_MARKER, "\ntruth:"):
+                if end in text:
+                    text = text[: text.index(end)].rstrip("\n") + "\n"
+            head = text
+        else:
+            head = yaml.safe_dump({"fixture": f"{prefix}{name}",
+                                   "source": str(xplane.relative_to(REPO) if xplane.is_relative_to(REPO) else xplane),
+                                   "description": f"{meta['description']} ({meta['device_kind']}, JAX {meta['jax']})"},
+                                  sort_keys=False, width=110)
+        path.write_text(head + TRUTH_MARKER + yaml.safe_dump({"truth": record["truth"]}, sort_keys=False, width=110))
+        print(f"{path}: {len(record['truth'])} truths")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, help="where the profiles go, one folder per shape")
+    parser.add_argument("--truth", type=Path, help="the JSON file the truths go into (merged with what it holds)")
+    parser.add_argument("--only", default=",".join(SHAPES))
+    parser.add_argument("--platform", choices=("auto", "cpu"), default="auto")
+    parser.add_argument("--pack", type=Path, help="also archive the profiles and truths done so far here")
+    parser.add_argument("--write-expectations", type=Path, metavar="TRUTH_JSON",
+                        help="write the truths of TRUTH_JSON into the expectation files, and nothing else")
+    parser.add_argument("--profiles", type=Path, help="with --write-expectations: where the profiles are")
+    parser.add_argument("--expectations", type=Path, default=REPO / "tests" / "quality" / "expectations")
+    parser.add_argument("--prefix", default="tpu_v5e_", help="with --write-expectations: the fixture names' prefix")
+    parser.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.write_expectations:
+        write_expectations(args.write_expectations, args.profiles, args.expectations, args.prefix)
+        return
+    if not (args.out and args.truth):
+        parser.error("--out and --truth are needed")
+    names = [n for n in args.only.split(",") if n]
+    if unknown := set(names) - set(SHAPES):
+        parser.error(f"unknown shapes: {', '.join(sorted(unknown))}")
+    if args.in_process:
+        (name,) = names
+        xplane, record = trace(name, args.out)
+        truths = json.loads(args.truth.read_text()) if args.truth.exists() else {}
+        args.truth.write_text(json.dumps({**truths, name: record}, indent=1) + "\n")
+        size = record["meta"]["xplane_bytes"]
+        flag = "  OVER THE SIZE AIM" if size > MAX_XPLANE_BYTES else ""
+        print(f"{name}: {xplane} ({size:,} bytes){flag}\n" + json.dumps(
+            {key: number["value"] for key, number in record["truth"].items()}), flush=True)
+        return
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    if args.platform == "cpu":
+        env["JAX_PLATFORMS"] = "cpu"
+    args.out.mkdir(parents=True, exist_ok=True)
+    groups: list[list[str]] = [[]]
+    for name in names:
+        started = time.perf_counter()
+        done = subprocess.run([sys.executable, __file__, "--out", str(args.out), "--truth", str(args.truth),
+                               "--only", name, "--in-process"], env=env)
+        print(f"{name}: exit {done.returncode} after {time.perf_counter() - started:.0f} s", flush=True)
+        if done.returncode == 0 and args.pack:
+            groups[-1].append(name)
+            _pack(args.pack, args.out, args.truth, groups)
+
+
+if __name__ == "__main__":
+    main()
