@@ -544,6 +544,14 @@ def _time_weighted(part_ns: np.ndarray, whole_ns: np.ndarray) -> float:
     return float(np.clip(part_ns[known].sum() / max(1.0, float(whole_ns[known].sum())), 0.0, 1.0))
 
 
+def _iterations(windows: np.ndarray) -> np.ndarray:
+    """Each step with the gap after it, from its start to the next step's; the last step, whose gap the
+    capture cannot show, only when it is the only one."""
+    if len(windows) < 2:
+        return windows
+    return np.column_stack((windows[:-1, 0], np.maximum(windows[1:, 0], windows[:-1, 0])))
+
+
 def _complete(source: StepSource, per_step: np.ndarray) -> np.ndarray:
     """Per-step values of the steps whose length is a whole step: a program's last run ends with its device work,
     not at a next run."""
