@@ -34,3 +34,18 @@ NOT_BUSY = ("ThreadpoolListener", "end: ")
 NOT_AN_OP = (*NOT_BUSY, "ThunkExecutor", "H2D Dispatch", "Wait for ", "Wait: ")
 # Runtime scopes on XLA CPU threads (a device's kernels are named by the compiler and never look like these).
 CPU_RUNTIME_SCOPE = re.compile(r"^(\[\d+\] )?[A-Za-z]\w*::\w")
+# The stepping thread waiting on another host thread (a queue's get, a lock, an event), as the Python tracer
+# names the frames.
+THREAD_WAITING = re.compile(r"\bqueue\.py:\d+ get$|\bthreading\.py:\d+ (wait|join)$|\$_thread \w*lock|"
+                            r"\$<unknown> acquire$|\bconcurrent/futures/_base\.py:\d+ result$")
+# Copies between host and device memory as the host records them: JAX's device_put (DevicePut), jnp.asarray of a
+# numpy array (the jitted ``stage``), reads back (np.asarray of a jax.Array, copy_to_host_async), the runtimes'
+# copies (PJRT, TensorFlow's and the CUDA/HIP memcpys).
+TRANSFER = re.compile(r"^(DevicePut|PjitFunction\(stage\)|np\.asarray\(jax\.Array\)|\S*copy_to_host_async|"
+                      r"batched_copy_array_to_devices|\S*TransferToDevice|\S*TransferFromDevice|\S*TransferToHost|"
+                      r"\S*CopyToDevice|\S*CopyRawToHost|\S*ToLiteral|Memcpy[HD]2[HD]|"
+                      r"(cu|hip)Memcpy(HtoD|DtoH))")
+# Reading a device value back on the host, which waits for the computation that makes it.
+DEVICE_READ = re.compile(r"np\.asarray\(jax\.Array\)|block_until_ready|\bdevice_get$|copy_to_host_async|"
+                         r"array\.py:\d+ (__float__|__int__|__bool__|item|tolist|__array__|__format__)$|"
+                         r"\bMemcpyD2H|(cu|hip)MemcpyDtoH|TransferFromDevice|TransferToHost|_numpy$|\bitem$")

@@ -1,0 +1,171 @@
+"""Why the devices wait for the host: the host-side causes of idle time, each with what it costs.
+
+The host keeps the devices waiting for different reasons, and each has its own
+fix: the training thread makes the batches itself, saves checkpoints
+synchronously, reads device values back every step to log them, waits on a
+loader thread that is slower than the step, or copies data between host and
+device memory. A cause is told from the names the trace gives the work (the
+function that owns the time, its thread, the copies it makes) and costs the
+time the devices idle because of it, per iteration of the loop.
+
+With the loop's attribution (:class:`~mldiag.analysis.host_evidence.Attribution`)
+the costs are its parts; without it, the raw events' own measures: each host
+function's own idle time, the stepping thread's waits on other threads, and its
+copies between host and device.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from mldiag.analysis.host_evidence import HostActivity, HostEvidence, TimeCause
+
+
+class HostCause(StrEnum):
+    BATCH_MAKING = "batch_making"  # the training thread makes or loads its batches
+    CHECKPOINT = "checkpoint"  # the training thread saves the state
+    DEVICE_SYNC = "device_sync"  # the training thread reads device values back (to log them) every step
+    PRODUCER_THREAD = "producer_thread"  # the training thread waits on a slower thread that produces its input
+    TRANSFERS = "transfers"  # copies between host and device memory
+    HOST_WORK = "host_work"  # host work none of the above names
+
+
+# Title words (fixed, no names from the profile) and what each cause is.
+WORDS = {
+    HostCause.BATCH_MAKING: ("the training thread makes its input",
+                             "The thread that runs the steps also loads and prepares the batches (reading, "
+                             "decoding, augmenting, converting with numpy), so the devices wait while it does."),
+    HostCause.CHECKPOINT: ("the training thread saves a checkpoint",
+                           "The thread that runs the steps saves checkpoints itself and the steps stop until the "
+                           "state is copied off the device and written."),
+    HostCause.DEVICE_SYNC: ("the host syncs with the device and logs every step",
+                            "Every step the host reads a value back from the device (float(loss), .item(), "
+                            "np.asarray, block_until_ready), which waits for the step to finish, and then formats "
+                            "and writes it while the devices wait for the next step's launch."),
+    HostCause.PRODUCER_THREAD: ("the training thread waits on a slower loader thread",
+                                "The thread that runs the steps waits for its input from another host thread that "
+                                "cannot keep up: the devices idle while that thread reads and prepares the batch."),
+    HostCause.TRANSFERS: ("data is copied between host and device memory",
+                          "Data goes from the device to the host and back (or is copied to the device again every "
+                          "step) and the devices wait for the copies."),
+    HostCause.HOST_WORK: ("waiting for the host",
+                          "Much of each iteration goes to host-side work (loading, decoding or transferring the "
+                          "next batch, or other Python work) while the devices wait."),
+}
+
+PART_SHARE = 0.05  # work that holds less of its cause's time is not named with it
+_CHECKPOINT = re.compile(r"checkpoint|ckpt|\bsave|_save|save_|orbax|serializ|pickle|torch\.save", re.IGNORECASE)
+_SYNC = re.compile(r"\blog|_log|log_|logging|logger|print|metric|summar|wandb|tensorboard|scalar|progress|"
+                   r"tqdm|\bwrite", re.IGNORECASE)
+_INPUT = re.compile(r"batch|data|load|input|augment|decode|read|preprocess|sampl|shuffle|collate|next|iter|fetch|"
+                    r"tokeni|prefetch|feed|^Iterator::|tf_data", re.IGNORECASE)
+_FUNCTION = re.compile(r"^\$\S+:\d+ (.+)$")
+
+
+def function_name(name: str) -> str:
+    """A Python-tracer frame's function (``$train.py:12 make_batch`` -> ``make_batch``); other names as they are."""
+    match = _FUNCTION.match(name)
+    return match.group(1) if match else name
+
+
+def kind_of(name: str, reads_device: bool) -> HostCause:
+    """The cause a function or scope of the training thread stands for, from its name and what it calls."""
+    function = function_name(name)
+    if _CHECKPOINT.search(function):
+        return HostCause.CHECKPOINT
+    if reads_device or _SYNC.search(function):
+        return HostCause.DEVICE_SYNC
+    if _INPUT.search(function):
+        return HostCause.BATCH_MAKING
+    return HostCause.HOST_WORK
+
+
+@dataclass
+class Cause:
+    """One cause and what it costs, with the functions that stand for it (most first)."""
+
+    kind: HostCause
+    ms: float  # per iteration of the loop
+    parts: list[HostActivity] = field(default_factory=list)  # name, thread and own time (``ms_per_step``)
+    thread: str = ""  # the producer's thread, for a producer thread
+    steps_per_part: int = 1  # the parts' times cover this many steps: 1 per step, the loop's steps over the loop
+
+
+def _owned(activity: HostActivity) -> tuple[str, float]:
+    """The function that owns an activity's own time, and that time; the activity itself without an owner."""
+    if activity.owner and activity.owner_ms_per_step is not None:
+        return activity.owner, activity.owner_ms_per_step
+    own = activity.self_ms_per_step if activity.self_ms_per_step is not None else activity.ms_per_step
+    return activity.name, own
+
+
+def _part(name: str, ms: float, thread: str = "") -> HostActivity:
+    return HostActivity(name=name, count_per_step=0.0, ms_per_step=ms, share_of_step=0.0, self_ms_per_step=ms,
+                        thread=thread)
+
+
+def _merged(found: list[tuple[HostCause, HostActivity, str]], cost: dict[HostCause, float],
+            steps_per_part: int = 1) -> list[Cause]:
+    causes: dict[HostCause, Cause] = {}
+    for kind, part, thread in found:
+        cause = causes.setdefault(kind, Cause(kind, 0.0, thread=thread, steps_per_part=steps_per_part))
+        cause.parts.append(part)
+        cause.ms += part.ms_per_step / steps_per_part
+    for kind, ms in cost.items():
+        causes.setdefault(kind, Cause(kind, 0.0)).ms = ms
+    for cause in causes.values():
+        cause.parts.sort(key=lambda part: -part.ms_per_step)
+    return sorted((c for c in causes.values() if c.ms > 0), key=lambda c: -c.ms)
+
+
+def _reads_device(host: HostEvidence, name: str) -> bool:
+    return any(a.reads_device for a in (*host.host_activities, *host.between_steps) if name in (a.name, a.owner))
+
+
+def _from_attribution(host: HostEvidence) -> list[Cause]:
+    attribution = host.attribution
+    steps = max(1, attribution.steps)
+    stepping = next((a.thread for a in (*host.host_activities, *host.between_steps) if a.thread), "")
+    found = []
+    for part in attribution.parts:
+        ms = part.ms
+        if part.cause is TimeCause.TRANSFERS:
+            found.append((HostCause.TRANSFERS, _part(part.name, ms, part.thread), ""))
+        elif part.cause is TimeCause.HOST_WORK:
+            if stepping and part.thread and part.thread != stepping:
+                found.append((HostCause.PRODUCER_THREAD, _part(part.name, ms, part.thread), part.thread))
+            else:
+                kind = kind_of(part.name, _reads_device(host, part.name))
+                found.append((kind, _part(part.name, ms, part.thread), ""))
+    return _merged(found, {}, steps)
+
+
+def _from_evidence(host: HostEvidence, notable_ms: float) -> list[Cause]:
+    found, cost = [], {}
+    for activity in (*host.host_activities, *host.between_steps):
+        if activity.self_ms_per_step is None:
+            continue
+        name, own = _owned(activity)
+        if own >= notable_ms:
+            kind = kind_of(name, activity.reads_device)
+            found.append((kind, _part(name, own, activity.thread), ""))
+    if host.thread_wait_ms_per_step >= notable_ms:
+        doing = [a for a in host.while_waiting if a.ms_per_step >= PART_SHARE * host.thread_wait_ms_per_step]
+        thread = doing[0].thread if doing else ""
+        found += [(HostCause.PRODUCER_THREAD, _part(a.name, a.ms_per_step, a.thread), thread) for a in doing[:4]]
+        cost[HostCause.PRODUCER_THREAD] = host.thread_wait_ms_per_step
+    copies = [t for t in host.transfers if (t.self_ms_per_step or 0.0) >= PART_SHARE * notable_ms]
+    if sum(t.self_ms_per_step or 0.0 for t in copies) >= notable_ms:
+        found += [(HostCause.TRANSFERS, _part(t.name, t.self_ms_per_step or 0.0, t.thread), "") for t in copies]
+    return _merged(found, cost)
+
+
+def causes(host: HostEvidence, notable_ms: float) -> list[Cause]:
+    """The host-side causes of the devices' idle time, costliest first, each at least ``notable_ms`` per iteration.
+
+    From the loop's attribution where the evidence carries one, else from the raw events' own measures.
+    """
+    found = _from_attribution(host) if host.attribution is not None else _from_evidence(host, notable_ms)
+    return [cause for cause in found if cause.ms >= notable_ms]
