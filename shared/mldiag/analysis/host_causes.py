@@ -73,7 +73,7 @@ def function_name(name: str) -> str:
 def kind_of(name: str, reads_device: bool) -> HostCause:
     """The cause a function or scope of the training thread stands for, from its name and what it calls."""
     function = function_name(name)
-    if _CHECKPOINT.search(function):
+    if _CHECKPOINT.search(name):  # the function, or the module it is in (orbax's, a checkpoint helper's)
         return HostCause.CHECKPOINT
     if reads_device or _SYNC.search(function):
         return HostCause.DEVICE_SYNC

@@ -1,0 +1,62 @@
+"""Own time and owners of host events, on one line's arrays written by hand, and on a real profile."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mldiag.analysis import host_time
+from mldiag.analysis.raw_events import read_host_evidence
+
+from analysis_support import xplane
+
+# step [0, 100) > make_batch [0, 60) > sleep [0, 50) (a C call) ; dispatch [60, 70) > copy [61, 69) ; log [70, 100)
+NAMES = ["$t.py:1 step", "$t.py:2 make_batch", "$time sleep", "PjitFunction(f)", "copy", "$t.py:3 log"]
+PARENTS = np.array([-1, 0, 1, 0, 3, 0])
+STARTS = np.array([0, 0, 0, 60, 61, 70])
+ENDS = np.array([100, 60, 50, 70, 69, 100])
+CALLS = np.array([False, False, False, True, False, False])
+INSIDE = np.array([False, False, False, True, True, False])
+NAMED = np.array([host_time.is_named_work(name) for name in NAMES]) & ~INSIDE
+
+
+def test_own_time_leaves_out_the_device_calls_and_keeps_the_callees_work():
+    own = host_time.own_idle(PARENTS, (ENDS - STARTS).astype(float), CALLS, INSIDE)
+    assert own.tolist() == [90.0, 60.0, 50.0, 0.0, 0.0, 30.0]
+
+
+def test_own_time_only_counts_while_the_devices_idle():
+    idle = np.array([40.0, 30.0, 25.0, 0.0, 0.0, 10.0])  # the devices busy for part of each event
+    assert host_time.own_idle(PARENTS, idle, CALLS, INSIDE)[0] == 40.0
+
+
+def test_the_owner_is_the_innermost_named_function_holding_most_of_the_time():
+    own = host_time.own_idle(PARENTS, (ENDS - STARTS).astype(float), CALLS, INSIDE)
+    owner = host_time.owners(PARENTS, own, NAMED)
+    assert NAMES[owner[0]] == "$t.py:2 make_batch"  # 60 of 90; its C call (sleep) says how, not what
+    assert owner[5] == 5  # no callee: itself
+
+
+def test_no_callee_owns_time_split_evenly():
+    own = np.array([100.0, 40.0, 40.0])
+    assert host_time.owners(np.array([-1, 0, 0]), own, np.ones(3, dtype=bool))[0] == 0
+
+
+def test_a_c_call_s_time_goes_to_the_frame_that_called_it():
+    self_time = host_time.self_of(PARENTS, (ENDS - STARTS).astype(float))
+    owned = host_time.to_innermost_named(PARENTS, np.where(INSIDE, 0.0, self_time), NAMED)
+    assert owned[1] == 60.0 and owned[2] == 0.0
+
+
+def test_intersection_of_interval_sets():
+    starts, ends = host_time.intersection(np.array([0, 50]), np.array([20, 90]), np.array([10, 40, 85]),
+                                          np.array([30, 60, 100]))
+    assert list(zip(starts.tolist(), ends.tolist())) == [(10, 20), (50, 60), (85, 90)]
+
+
+def test_the_function_that_runs_the_step_is_host_work_only_for_its_own_time():
+    """input_bound: the loader's scope is its own time; the jit dispatch beside it has none."""
+    host = read_host_evidence(xplane("input_bound"))
+    loader = next(a for a in host.host_activities if a.name == "data_loading")
+    dispatch = next(a for a in host.host_activities if a.name.startswith("PjitFunction("))
+    assert loader.self_ms_per_step > 0.9 * loader.ms_per_step and dispatch.self_ms_per_step == 0.0
+    assert loader.thread == "python"
