@@ -265,6 +265,9 @@ def _input_bound(host: HostEvidence) -> list[Finding]:
     ]
     if loop == "iteration":
         context.append(f"host time between steps: {gap:.2f} ms per gap")
+    context += [f"the step runs inside {quoted(a.name)} ({a.ms_per_step:.2f} ms per step), around its jit "
+                "dispatches: not counted as host work" for a in host.host_activities
+                if a.encloses_dispatches and not _is_host_work(a) and a.share_of_step >= NOTABLE_SHARE][:1]
     findings = []
     for rank, cause in enumerate(named):
         share = _fraction(cause.ms / iteration)
@@ -324,8 +327,8 @@ def _host_cause_finding(host: HostEvidence, cause: host_causes.Cause, priority: 
         title=title,
         what=f"{lanes[0].upper()}{lanes[1:]} wait for the host. {what}",
         evidence=evidence,
-        impact=f"{cause.ms:.1f} ms of each {iteration:.1f} ms {loop} ({share:.0%} of the loop) is idle for this "
-               f"cause; without it the {loop} could approach {max(remaining, 0.0):.1f} ms{faster}.",
+        impact=f"{cause.ms:.1f} ms of each {iteration:.1f} ms {loop} is idle for this cause ({share:.0%} of the "
+               f"loop); without it the {loop} could approach {max(remaining, 0.0):.1f} ms{faster}.",
         fix=_host_cause_fix(host, cause),
     )
 
@@ -342,7 +345,16 @@ def _host_cause_fix(host: HostEvidence, cause: host_causes.Cause) -> str:
         return frameworks.producer_fix(framework, [host_causes.function_name(p.name) for p in cause.parts])
     if cause.kind is HostCause.TRANSFERS:
         return frameworks.transfer_fix(framework)
-    return frameworks.host_work_fix(framework, frameworks.has_input_pipeline([host]))
+    # Threads seen working while the training thread waits are a pipeline already, and untraced waiting may be
+    # one the trace cannot show: advise adding a thread only where the host's own named work is the wait.
+    untraced = host.untraced_host_ms_per_step >= OWN_SHARE * cause.ms
+    fix = frameworks.host_work_fix(framework, frameworks.has_input_pipeline([host]) or bool(host.while_waiting)
+                                   or untraced)
+    if untraced:
+        fix = ("Name the host work first: most of it is untraced, so capture again with the Python tracer on "
+               "(ProfileOptions python_tracer_level=1), which records each Python function and the other threads "
+               f"(a loader's reads and decoding). {fix}")
+    return fix
 
 
 def _dispatch_overhead(host: HostEvidence, kernels: list[KernelShare]) -> Finding | None:

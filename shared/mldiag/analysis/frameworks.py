@@ -104,8 +104,8 @@ def host_work_fix(framework: Framework, input_pipeline: bool) -> str:
     if framework is Framework.PYTORCH_XLA:
         return ("Load batches ahead of the step with torch_xla's MpDeviceLoader (parallel_loader), and keep "
                 "tensor-to-Python reads (.item(), printing) and checkpointing out of the step.")
-    pipeline = ("a prefetching input pipeline (grain or tf.data with prefetch) or a background thread"
-                if input_pipeline else "a background thread that prepares the next batch")
+    pipeline = ("an input pipeline that keeps ahead of the step (grain or tf.data with prefetch, and enough "
+                "workers)" if input_pipeline else "a background thread that prepares the next batch")
     return (f"Take the host work off the training thread and run it ahead of the device: {pipeline}, "
             "jax.device_put the next batch while the current step runs, and move logging, checkpointing, sleeps "
             "and device-to-host reads (.item(), np.asarray, block_until_ready) out of the loop.")

@@ -41,10 +41,10 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from mldiag.analysis import host_time
 from mldiag.analysis.host_evidence import (
     DeviceKind, Distribution, HostActivity, HostEvidence, OpFamily, OpTime, ProgramCalls, StepSeries, StepSource,
 )
-from mldiag.analysis import host_time
 from mldiag.analysis.profiles import UNREADABLE_EXIT, UnreadableProfile, host_of
 from mldiag.analysis.timeline import Timeline, TimelineLine
 from mldiag.analysis.trace_names import (
@@ -729,7 +729,7 @@ def _idle_cover(unions: list[_Union], spans: np.ndarray) -> np.ndarray:
     return np.maximum((spans[:, 1] - spans[:, 0]) - busy, 0.0)
 
 
-def _stepping_own(trace: _Trace, line: _Line, calls: _Calls, busy_unions: list[_Union],
+def _stepping_own(line: _Line, calls: _Calls, busy_unions: list[_Union],
                   is_read: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each event's own idle time, the event that owns it, and whether it reads device values back."""
     idle = _idle_cover(busy_unions, np.column_stack((line.starts, line.ends)))
@@ -812,9 +812,10 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
         between_keep.append(within_gap & ~_has_ancestor(line, within_gap) & is_stepping)
         outer_dispatch.append(outermost)
         transfer_keep.append(_outermost(line, is_transfer) & (step >= 0) & is_stepping)
-        transfer_idle.append(_idle_cover(busy_unions, np.column_stack((line.starts, line.ends))))
+        transfer_idle.append(_idle_cover(busy_unions, np.column_stack((line.starts, line.ends))) if is_stepping
+                             else np.zeros(len(line)))
         if is_stepping:
-            own, owner, reads = _stepping_own(trace, line, _Calls.of(line, is_call, is_named), busy_unions, is_read)
+            own, owner, reads = _stepping_own(line, _Calls.of(line, is_call, is_named), busy_unions, is_read)
             for kind, keep in (("activity", activity_keep[-1]), ("between", between_keep[-1])):
                 owned[kind].append([line.ids[keep], own[keep], line.ids[owner[keep]], own[owner[keep]], reads[keep]])
         durations.append((line.ends - line.starts).astype(np.float64))

@@ -18,7 +18,8 @@ STEPS = 10
 
 
 def _host(*, step_ms: float = 100.0, busy: float = 0.2, activities=(), between=(), while_waiting=(), transfers=(),
-          thread_wait_ms: float = 0.0, attribution: Attribution | None = None) -> HostEvidence:
+          thread_wait_ms: float = 0.0, untraced_ms: float = 0.0, attribution: Attribution | None = None
+          ) -> HostEvidence:
     return HostEvidence(
         host="h", file="h.xplane.pb", bytes=1, events=1, device_kind=DeviceKind.CPU, device_type="CPU", devices=1,
         compute_lanes=["lane"], step_source=StepSource.STEP_MARKERS, step_marker="train", steps=STEPS,
@@ -26,7 +27,8 @@ def _host(*, step_ms: float = 100.0, busy: float = 0.2, activities=(), between=(
         dispatches_per_step=1.0, dispatched=[HostActivity(name="PjitFunction(train_step)", count_per_step=1.0,
                                                           ms_per_step=1.0, share_of_step=0.01)],
         host_activities=list(activities), between_steps=list(between), while_waiting=list(while_waiting),
-        transfers=list(transfers), thread_wait_ms_per_step=thread_wait_ms, attribution=attribution,
+        transfers=list(transfers), thread_wait_ms_per_step=thread_wait_ms, untraced_host_ms_per_step=untraced_ms,
+        attribution=attribution,
     )
 
 
@@ -105,6 +107,19 @@ def test_the_costliest_cause_is_the_p0_and_each_cause_gets_its_own_finding():
     assert (first.priority, second.priority) == (Priority.P0, Priority.P2)
     assert "makes its input" in first.title and "logs every step" in second.title
     assert "Host-bound: compute idle 20% of each step" in second.title
+
+
+def test_untraced_waiting_asks_for_the_python_tracer_and_never_to_add_a_thread():
+    (finding,) = _findings(_host(busy=0.3, untraced_ms=60.0))
+    assert finding.title == "Host-bound: compute idle 70% of each step waiting for the host"
+    assert "python_tracer_level=1" in finding.fix and "background thread" not in finding.fix
+
+
+def test_named_host_work_of_no_known_kind_keeps_the_general_fix():
+    work = _activity("$train.py:20 recompute_schedule", 60.0, 60.0, encloses=False)
+    (finding,) = _findings(_host(activities=[work]))
+    assert finding.title == "Host-bound: compute idle 60% of each step waiting for the host"
+    assert '"$train.py:20 recompute_schedule"' in _said(finding) and "background thread" in finding.fix
 
 
 def _attributed(parts: list[TimePart]) -> Attribution:
