@@ -13,8 +13,11 @@ every kind of profile:
   TPU ``XLA Ops`` lines, GPU streams), each device in its own steps, averaged
   over devices; and over the whole loop, the gaps between steps included;
 * **host**: gaps between steps and the work that fills them, what the host does
-  inside steps, jit dispatches (``PjitFunction``, the outermost per call),
-  compilation, and the loop time nothing on the host records;
+  inside steps (each function's own time while the devices idle and the function
+  inside that owns it, :mod:`~mldiag.analysis.host_time`), jit dispatches
+  (``PjitFunction``, the outermost per call), compilation, copies between host and
+  device, what other threads do while the stepping thread waits, and the loop
+  time nothing on the host records;
 * **ops**: self time of each XLA op per device, the time of collectives, and the
   converts, copies and reshapes.
 

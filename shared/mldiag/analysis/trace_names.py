@@ -42,7 +42,7 @@ THREAD_WAITING = re.compile(r"\bqueue\.py:\d+ get$|\bthreading\.py:\d+ (wait|joi
 # numpy array (the jitted ``stage``), reads back (np.asarray of a jax.Array, copy_to_host_async), the runtimes'
 # copies (PJRT, TensorFlow's and the CUDA/HIP memcpys).
 TRANSFER = re.compile(r"^(DevicePut|PjitFunction\(stage\)|np\.asarray\(jax\.Array\)|\S*copy_to_host_async|"
-                      r"batched_copy_array_to_devices|\S*TransferToDevice|\S*TransferFromDevice|\S*TransferToHost|"
+                      r"batched_copy_array_to_devices|\S*Transfer\w*(To|From)(Device|Host)|\S*BufferFromHost|"
                       r"\S*CopyToDevice|\S*CopyRawToHost|\S*ToLiteral|Memcpy[HD]2[HD]|"
                       r"(cu|hip)Memcpy(HtoD|DtoH))")
 # Reading a device value back on the host, which waits for the computation that makes it.
