@@ -299,8 +299,12 @@ def _cause_evidence(host: HostEvidence, cause: host_causes.Cause, host_work: lis
         return waits + [f"meanwhile the host thread {quoted(part.thread)} runs {quoted(part.name)}: "
                         f"{part.ms_per_step:.2f} ms {per}" for part in cause.parts[:4]]
     if cause.kind is HostCause.TRANSFERS:
-        return [f"copy between host and device {quoted(part.name)} on the training thread: {part.ms_per_step:.2f} ms "
-                f"{per} while the devices idle (the trace carries no byte counts for it)" for part in cause.parts[:3]]
+        lines = [f"copy between host and device {quoted(part.name)} on the training thread: {part.ms_per_step:.2f} ms "
+                 f"{per} while the devices idle" for part in cause.parts[:3]]
+        if cause.steps_per_part == 1 and host.transfer_ms_per_step > sum(p.ms_per_step for p in cause.parts):
+            lines.append(f"copies between host and device on any host thread, the runtime's own work on them "
+                         f"included: {host.transfer_ms_per_step:.2f} ms per step while the devices idle")
+        return lines + ["the trace carries no byte counts for these copies"]
     lines = []
     for part in cause.parts[:3]:
         lines.append(f"{quoted(part.name)} on the training thread: {part.ms_per_step:.2f} ms {per} of its own "

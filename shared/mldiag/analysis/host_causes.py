@@ -157,8 +157,10 @@ def _from_evidence(host: HostEvidence, notable_ms: float) -> list[Cause]:
         found += [(HostCause.PRODUCER_THREAD, _part(a.name, a.ms_per_step, a.thread), thread) for a in doing[:4]]
         cost[HostCause.PRODUCER_THREAD] = host.thread_wait_ms_per_step
     copies = [t for t in host.transfers if (t.self_ms_per_step or 0.0) >= PART_SHARE * notable_ms]
-    if sum(t.self_ms_per_step or 0.0 for t in copies) >= notable_ms:
+    copying_ms = max(sum(t.self_ms_per_step or 0.0 for t in copies), host.transfer_ms_per_step)
+    if copying_ms >= notable_ms:
         found += [(HostCause.TRANSFERS, _part(t.name, t.self_ms_per_step or 0.0, t.thread), "") for t in copies]
+        cost[HostCause.TRANSFERS] = copying_ms
     return _merged(found, cost)
 
 

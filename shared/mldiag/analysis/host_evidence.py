@@ -205,6 +205,8 @@ class HostEvidence:
     # Copies between host and device memory the stepping thread makes in steps (device_put, jnp.asarray of a
     # numpy array, np.asarray of a device array), outermost; ``self_ms_per_step``: while the devices idle.
     transfers: list[HostActivity] = field(default_factory=list)
+    transfer_ms_per_step: float = 0.0  # loop time any host thread copies between host and device while the devices
+    # idle: the copies above and the runtime's own work on them (a TPU's relayout of the buffers)
     launches: int = 0  # program launches in the capture: outermost jit dispatches, or a device's module runs
     distinct_programs: int = 0  # how many different programs those launches ran
     launch_idle_fraction: float | None = None  # devices idle from the first launch to the end of the last one's work

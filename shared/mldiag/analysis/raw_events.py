@@ -52,7 +52,7 @@ from mldiag.analysis.profiles import UNREADABLE_EXIT, UnreadableProfile, host_of
 from mldiag.analysis.timeline import Timeline, TimelineLine
 from mldiag.analysis.trace_names import (
     ALLOCATOR_EVENTS, COMMUNICATION, COMPILE, CPU_DEVICE_EXECUTION, CPU_RUNTIME_SCOPE, DEVICE_READ, DISPATCH_PREFIX,
-    FAMILIES, NOT_AN_OP, NOT_BUSY, THREAD_WAITING, TRANSFER, WAITING,
+    FAMILIES, NOT_AN_OP, NOT_BUSY, THREAD_WAITING, TRANSFER, TRANSFER_WORK, WAITING,
 )
 from mldiag.analysis.xspace import Line, MalformedXSpace, Plane, read_planes
 
@@ -611,6 +611,7 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
                        for thread, name, ns in host.while_waiting],
         transfers=_activities(trace, host.transfer_ns, host.transfer_count, count, mean_step_ns,
                               np.zeros(len(trace.names), dtype=bool), _Own(host.transfer_idle_ns), host.thread),
+        transfer_ms_per_step=host.moving_idle_ns / count / 1e6,
         launches=launch_count,
         distinct_programs=distinct_programs,
         launch_idle_fraction=launch_idle,
@@ -686,6 +687,7 @@ class _HostSide:
     transfer_count: np.ndarray
     transfer_idle_ns: np.ndarray  # the devices idle meanwhile
     thread: str  # the stepping thread's line
+    moving_idle_ns: float  # loop time any host thread copies between host and device while the devices idle
 
 
 @dataclass
@@ -782,6 +784,10 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
     is_call = is_dispatch | is_compile | is_transfer | is_thread_wait | trace.mask(WAITING.search)
     is_named = trace.mask(host_time.is_named_work)
     is_read = trace.mask(DEVICE_READ.search)
+    # A host function waiting for a copy that other threads carry out is not doing work of its own.
+    moving = _union_of(trace.host_lines, is_transfer | trace.mask(TRANSFER_WORK.match))
+    busy_or_moving = [_Union(np.concatenate((union.starts, moving.starts)), np.concatenate((union.ends, moving.ends)))
+                      for union in busy_unions] or [moving]
     # What the host does for the step is what the step's own thread does (the one with the markers, else the
     # one that dispatches); compiler, runtime and input pools work alongside it.
     stepping = (
@@ -818,7 +824,7 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
         transfer_idle.append(_idle_cover(busy_unions, np.column_stack((line.starts, line.ends))) if is_stepping
                              else np.zeros(len(line)))
         if is_stepping:
-            own, owner, reads = _stepping_own(line, _Calls.of(line, is_call, is_named), busy_unions, is_read)
+            own, owner, reads = _stepping_own(line, _Calls.of(line, is_call, is_named), busy_or_moving, is_read)
             for kind, keep in (("activity", activity_keep[-1]), ("between", between_keep[-1])):
                 owned[kind].append([line.ids[keep], own[keep], line.ids[owner[keep]], own[owner[keep]], reads[keep]])
         durations.append((line.ends - line.starts).astype(np.float64))
@@ -861,6 +867,8 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
         transfer_count=_per_name(trace, trace.host_lines, ones, transfer_keep),
         transfer_idle_ns=_per_name(trace, trace.host_lines, transfer_idle, transfer_keep),
         thread=stepping[0].name if stepping else "",
+        moving_idle_ns=float(_idle_cover(busy_unions, np.column_stack(
+            host_time.intersection(moving.starts, moving.ends, loop[:, 0], loop[:, 1]))).sum()),
     )
 
 

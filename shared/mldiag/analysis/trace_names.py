@@ -49,3 +49,6 @@ TRANSFER = re.compile(r"^(DevicePut|PjitFunction\(stage\)|np\.asarray\(jax\.Arra
 DEVICE_READ = re.compile(r"np\.asarray\(jax\.Array\)|block_until_ready|\bdevice_get$|copy_to_host_async|"
                          r"array\.py:\d+ (__float__|__int__|__bool__|item|tolist|__array__|__format__)$|"
                          r"\bMemcpyD2H|(cu|hip)MemcpyDtoH|TransferFromDevice|TransferToHost|_numpy$|\bitem$")
+# The host runtime's work on a copy between host and device memory, on its own threads: PJRT's relayout of a
+# buffer to or from the device's tiled layout (a TPU's Transpose plans), and the TPU runtime's transfers.
+TRANSFER_WORK = re.compile(r"^(Transpose::Execute|ParallelTranspose$|tpu::System::Transfer(To|From)Device)")
