@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from mldiag.analysis import host_time
+from mldiag.analysis.host_evidence import DeviceKind
 from mldiag.analysis.raw_events import read_host_evidence
 
 from analysis_support import xplane
@@ -60,3 +62,37 @@ def test_the_function_that_runs_the_step_is_host_work_only_for_its_own_time():
     dispatch = next(a for a in host.host_activities if a.name.startswith("PjitFunction("))
     assert loader.self_ms_per_step > 0.9 * loader.ms_per_step and dispatch.self_ms_per_step == 0.0
     assert loader.thread == "python"
+
+
+def test_another_thread_s_functions_are_named_while_the_training_thread_waits_on_it(tmp_path):
+    from test_steps import MS, _Build, _jit_calls
+
+    starts = [i * 10 * MS for i in range(1, 6)]
+    stepping = [event for s in starts for event in (
+        ("train", s, s + 10 * MS), ("$queue.py:154 get", s, s + 8 * MS), *_jit_calls("step", [s + 8 * MS], MS))]
+    loader = [event for s in starts for event in (
+        ("$loader.py:10 read_record", s - 4 * MS, s + 6 * MS), ("$time sleep", s - 4 * MS, s + 6 * MS),
+        ("$loader.py:20 decode", s + 6 * MS, s + 8 * MS))]
+    lane = [("kernel", s + 9 * MS, s + 10 * MS) for s in starts]
+    host = _Build().host(stepping, markers=("train",)).host(loader).lane("/host:CPU", lane).evidence(tmp_path)
+    assert host.thread_wait_ms_per_step == pytest.approx(8.0, rel=0.01)
+    doing = {a.name: a.ms_per_step for a in host.while_waiting}
+    assert doing == {"$loader.py:10 read_record": pytest.approx(6.0, rel=0.01),
+                     "$loader.py:20 decode": pytest.approx(2.0, rel=0.01)}
+
+
+def test_waiting_for_a_copy_that_the_runtime_s_threads_make_is_transfer_time_not_own_time(tmp_path):
+    from test_steps import MS, _Build, _jit_calls
+
+    starts = [i * 10 * MS for i in range(5)]
+    stepping = [event for s in starts for event in (
+        ("train", s, s + 10 * MS), ("$t.py:5 step", s, s + 10 * MS), *_jit_calls("stage", [s + MS], MS))]
+    runtime = [("Transpose::Execute", s + 2 * MS, s + 9 * MS) for s in starts]
+    lane = [("kernel", s + 9 * MS, s + 10 * MS) for s in starts]
+    host = _Build(DeviceKind.TPU).host(stepping, markers=("train",)).host(runtime).lane(
+        "/device:TPU:0", lane, "XLA Ops").evidence(tmp_path)
+    step = next(a for a in host.host_activities if a.name == "$t.py:5 step")
+    assert step.self_ms_per_step == pytest.approx(1.0, rel=0.01)
+    assert host.transfer_ms_per_step == pytest.approx(8.0, rel=0.01)
+    (copy,) = host.transfers
+    assert copy.name == "PjitFunction(stage)" and copy.self_ms_per_step == pytest.approx(1.0, rel=0.01)
