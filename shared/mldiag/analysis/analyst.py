@@ -310,8 +310,9 @@ def _cause_evidence(host: HostEvidence, cause: host_causes.Cause, host_work: lis
         lines.append(f"{quoted(part.name)} on the training thread: {part.ms_per_step:.2f} ms {per} of its own "
                      "(outside jit dispatches, compilation, copies and waits, while the devices idle)")
         lines += [f"it runs inside {quoted(a.name)} ({a.ms_per_step:.2f} ms per step with the step's jit dispatches)"
-                  for a in host.host_activities if a.owner == part.name and a.encloses_dispatches][:1]
-    if cause.kind is HostCause.DEVICE_SYNC and any(a.reads_device for a in host.host_activities):
+                  for a in host.host_activities if a.encloses_dispatches and a.name != part.name
+                  and any(owner.name == part.name for owner in a.owners)][:1]
+    if cause.kind is HostCause.DEVICE_SYNC and any(o.reads_device for a in host.host_activities for o in a.owners):
         lines.append("it reads device values back every step (float(), .item(), np.asarray or block_until_ready), "
                      "which waits for the step to finish")
     return lines

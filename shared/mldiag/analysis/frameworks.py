@@ -43,7 +43,7 @@ def names(hosts: Iterable[HostEvidence]) -> list[str]:
         found.append(host.step_marker)
         found += [a.name for a in (*host.host_activities, *host.between_steps, *host.dispatched, *host.while_waiting,
                                    *host.transfers)]
-        found += [a.owner for a in (*host.host_activities, *host.between_steps)]
+        found += [owner.name for a in (*host.host_activities, *host.between_steps) for owner in a.owners]
         found += [p.name for p in host.programs] + [op.name for op in host.top_ops]
     return [name for name in found if name]
 

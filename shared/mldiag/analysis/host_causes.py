@@ -93,12 +93,13 @@ class Cause:
     steps_per_part: int = 1  # the parts' times cover this many steps: 1 per step, the loop's steps over the loop
 
 
-def _owned(activity: HostActivity) -> tuple[str, float]:
-    """The function that owns an activity's own time, and that time; the activity itself without an owner."""
-    if activity.owner and activity.owner_ms_per_step is not None:
-        return activity.owner, activity.owner_ms_per_step
+def _owned(activity: HostActivity) -> list[tuple[str, float, bool]]:
+    """Who holds an activity's own time: (function, ms per step, reads the device); the activity itself where the
+    evidence names no one inside it."""
+    if activity.owners:
+        return [(owner.name, owner.ms_per_step, owner.reads_device) for owner in activity.owners]
     own = activity.self_ms_per_step if activity.self_ms_per_step is not None else activity.ms_per_step
-    return activity.name, own
+    return [(activity.name, own, activity.reads_device)]
 
 
 def _part(name: str, ms: float, thread: str = "") -> HostActivity:
@@ -121,7 +122,8 @@ def _merged(found: list[tuple[HostCause, HostActivity, str]], cost: dict[HostCau
 
 
 def _reads_device(host: HostEvidence, name: str) -> bool:
-    return any(a.reads_device for a in (*host.host_activities, *host.between_steps) if name in (a.name, a.owner))
+    return any(reads for a in (*host.host_activities, *host.between_steps) for held, _, reads in _owned(a)
+               if held == name)
 
 
 def _from_attribution(host: HostEvidence) -> list[Cause]:
@@ -147,10 +149,8 @@ def _from_evidence(host: HostEvidence, notable_ms: float) -> list[Cause]:
     for activity in (*host.host_activities, *host.between_steps):
         if activity.self_ms_per_step is None:
             continue
-        name, own = _owned(activity)
-        if own >= notable_ms:
-            kind = kind_of(name, activity.reads_device)
-            found.append((kind, _part(name, own, activity.thread), ""))
+        found += [(kind_of(name, reads), _part(name, own, activity.thread), "")
+                  for name, own, reads in _owned(activity) if own >= PART_SHARE * notable_ms]
     if host.thread_wait_ms_per_step >= notable_ms:
         doing = [a for a in host.while_waiting if a.ms_per_step >= PART_SHARE * host.thread_wait_ms_per_step]
         thread = doing[0].thread if doing else ""

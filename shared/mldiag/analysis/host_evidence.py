@@ -90,6 +90,15 @@ class OpTime:
 
 
 @_evidence
+class OwnTime:
+    """A function's part of a host activity's own time: what no function inside it that matters takes."""
+
+    name: str
+    ms_per_step: float
+    reads_device: bool = False  # a device value is read back in that time (float(loss), np.asarray, ...)
+
+
+@_evidence
 class HostActivity:
     """What the host does inside or between steps, outermost events first (data loading, dispatch, ...)."""
 
@@ -102,8 +111,9 @@ class HostActivity:
     # and device, and waits on the device or another thread (what it costs the loop).
     self_ms_per_step: float | None = None
     thread: str = ""  # the host line it ran on
-    owner: str = ""  # the innermost function or scope inside it that holds most of its own time, when not itself
-    owner_ms_per_step: float | None = None  # the owner's own time
+    # Who holds its own time: the functions or scopes inside it that hold a good share of it, and itself for the
+    # rest, most first.
+    owners: list[OwnTime] = field(default_factory=list)
     reads_device: bool = False  # it reads device values back (float(loss), .item(), np.asarray, block_until_ready)
 
 

@@ -10,10 +10,10 @@ ones); the rest of its callees' time stays with it.
 
 Names come from nested Python-tracer frames (``$file.py:line fn``), the C
 calls they make (``$module fn``, leaves that say *how* but rarely *what*) and
-TraceMe scopes. The function that owns a top-level event's time is the
-innermost frame or scope that still holds most of it, so that a step function
-that makes its batch and then dispatches is reported by the batch-making
-function inside it.
+TraceMe scopes. A top-level event's own time is owned by the innermost frames
+or scopes inside it that hold a good share of it, each with the part no owner
+inside it takes, so that a step function that makes its batch and then logs is
+reported as its batch-making and its logging, not as the step function.
 
 Every operation here is on one line's arrays (events in start order, each with
 its enclosing event's index), so that it costs a few array passes per line.
@@ -22,10 +22,11 @@ its enclosing event's index), so that it costs a few array passes per line.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
-OWNER_SHARE = 0.5  # a callee that holds this share of a top-level event's own time owns it
+OWNER_SHARE = 0.2  # a function inside a top-level event that holds this share of its own time owns it
 _PYTHON_FRAME = re.compile(r"^\$\S+:\d+ ")
 
 
@@ -68,28 +69,56 @@ def own_idle(parents: np.ndarray, idle: np.ndarray, outermost_calls: np.ndarray,
     return np.where(calls, 0.0, np.maximum(idle - inside, 0.0))
 
 
-def owners(parents: np.ndarray, own: np.ndarray, named: np.ndarray) -> np.ndarray:
-    """For each event, the innermost ``named`` event under it that holds at least ``OWNER_SHARE`` of its own
-    time, following at each level the callee that holds the most; the event itself when none does."""
-    count = len(parents)
-    best_child = np.full(count, -1, dtype=np.int64)
-    children = np.flatnonzero(parents >= 0)
-    if len(children):
-        order = children[np.lexsort((-own[children], parents[children]))]
-        firsts = np.ones(len(order), dtype=bool)
-        firsts[1:] = parents[order[1:]] != parents[order[:-1]]
-        best_child[parents[order[firsts]]] = order[firsts]
-    owner = np.arange(count, dtype=np.int64)
-    need = OWNER_SHARE * own
-    moving = np.flatnonzero(best_child >= 0)
-    while len(moving):
-        child = best_child[owner[moving]]
-        steps_down = child >= 0
-        steps_down[steps_down] = named[child[steps_down]] & (own[child[steps_down]] >= need[moving[steps_down]]) \
-            & (own[child[steps_down]] > 0)
-        moving, child = moving[steps_down], child[steps_down]
-        owner[moving] = child
-    return owner
+def nearest_flagged(parents: np.ndarray, flagged: np.ndarray) -> np.ndarray:
+    """For each event, the nearest event enclosing it that is ``flagged`` (itself not counted), -1 when none
+    (one pass per nesting level)."""
+    found = np.full(len(parents), -1, dtype=np.int64)
+    pending = np.flatnonzero(parents >= 0)
+    above = parents[pending]
+    while len(pending):
+        hit = flagged[above]
+        found[pending[hit]] = above[hit]
+        pending, above = pending[~hit], parents[above[~hit]]
+        climbing = above >= 0
+        pending, above = pending[climbing], above[climbing]
+    return found
+
+
+@dataclass
+class Owners:
+    """Who owns the own time of each top-level event: the event itself and the named events inside it whose
+    name holds at least ``OWNER_SHARE`` of the own time of the top-level events of its top's name."""
+
+    top: np.ndarray  # per event: its top-level event, -1 outside every one
+    holder: np.ndarray  # per event: whether it owns time (a top-level event, or a function that holds enough)
+    exclusive: np.ndarray  # per holder: its own time less that of the holders inside it
+    reads: np.ndarray  # per holder: whether a device read happens in the time it owns
+
+
+def owners(parents: np.ndarray, ids: np.ndarray, names: int, own: np.ndarray, named: np.ndarray, tops: np.ndarray,
+           reads: np.ndarray) -> Owners:
+    """Split each top-level event's own time among the functions that hold it: a step function that makes its
+    batch and then logs is owned by both, each with its share; a function too small to matter stays with the
+    one that called it. ``reads`` flags the events that read device values back."""
+    index = np.arange(len(parents), dtype=np.int64)
+    top = np.where(tops, index, nearest_flagged(parents, tops))
+    inside = (top >= 0) & ~tops & named & (own > 0)
+    keys = ids[top[inside]] * names + ids[inside]
+    distinct, inverse = np.unique(keys, return_inverse=True)
+    inclusive = np.bincount(inverse, weights=own[inside], minlength=len(distinct))
+    total = np.bincount(ids[tops], weights=own[tops], minlength=names)
+    holds = inclusive[inverse] >= OWNER_SHARE * total[distinct[inverse] // names]
+    holder = tops.copy()
+    holder[np.flatnonzero(inside)[holds]] = True
+    above = nearest_flagged(parents, holder)
+    inner = holder & ~tops
+    taken = np.zeros(len(parents), dtype=np.float64)
+    np.add.at(taken, above[inner], own[inner])
+    exclusive = np.where(holder, np.maximum(own - taken, 0.0), 0.0)
+    read_by = np.where(holder, index, above)[reads & (top >= 0)]
+    read = np.zeros(len(parents), dtype=bool)
+    read[read_by[read_by >= 0]] = True
+    return Owners(top, holder, exclusive, read)
 
 
 def to_innermost_named(parents: np.ndarray, self_time: np.ndarray, named: np.ndarray) -> np.ndarray:

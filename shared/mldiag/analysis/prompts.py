@@ -38,7 +38,7 @@ A host's step_source says where its steps come from; "profile_window" means the 
 (its programs are listed with their calls instead), so say so and find no slow steps there. loop_busy_fraction \
 covers the steps and the host's gaps between them, which between_steps names. A host activity's \
 self_ms_per_step is what it costs: its time while the devices idle, outside its jit dispatches, compilations, \
-copies and waits; owner is the function inside it that holds most of that time. while_waiting names what other \
+copies and waits; owners are the functions inside it that hold that time. while_waiting names what other \
 host threads ran while the training thread waited on them (thread_wait_ms_per_step) or on the devices, and \
 transfers the copies between host and device memory.
 

@@ -46,7 +46,8 @@ import numpy as np
 
 from mldiag.analysis import host_time
 from mldiag.analysis.host_evidence import (
-    DeviceKind, Distribution, HostActivity, HostEvidence, OpFamily, OpTime, ProgramCalls, StepSeries, StepSource,
+    DeviceKind, Distribution, HostActivity, HostEvidence, OpFamily, OpTime, OwnTime, ProgramCalls, StepSeries,
+    StepSource,
 )
 from mldiag.analysis.profiles import UNREADABLE_EXIT, UnreadableProfile, host_of
 from mldiag.analysis.timeline import Timeline, TimelineLine
@@ -60,6 +61,8 @@ MAX_SERIES = 1000
 TOP_OPS = 15
 TOP_ACTIVITIES = 10
 TOP_PROGRAMS = 10
+MAX_OWNERS = 5  # functions named as holding a host activity's own time
+OWNER_FLOOR = 0.05  # share of the activity's own time below which a holder is not named
 STEP_PROGRAM_REPEATS = 4  # a step program is called at least this many times as often as any other
 FirstSeen = Callable[[int, dict[str, Any]], None]  # told each new name's id and the stats of its first event
 _HLO_NAME = re.compile(r"^%?([^\s=]+)\s+=")
@@ -692,23 +695,27 @@ class _HostSide:
 
 @dataclass
 class _Own:
-    """Per name of a top-level activity: its own idle time, the function inside that owns most of it, and
-    whether it reads device values back."""
+    """Per name of a top-level activity: its own idle time, the functions that hold it, and whether it reads
+    device values back."""
 
     ns: np.ndarray
-    owner: dict[int, tuple[int, float]] = field(default_factory=dict)  # name id -> (owner's name id, its own ns)
+    parts: dict[int, list[tuple[int, float, bool]]] = field(default_factory=dict)  # name id -> (holder's name id,
+    # its own ns, it reads the device), most first
     reads: np.ndarray | None = None
 
     @classmethod
-    def of(cls, names: int, tops: np.ndarray, own: np.ndarray, owner_ids: np.ndarray, owner_own: np.ndarray,
-           reads: np.ndarray) -> _Own:
-        pairs, inverse = np.unique(tops * names + owner_ids, return_inverse=True)
-        by_pair = np.bincount(inverse, weights=owner_own, minlength=len(pairs))
-        owner: dict[int, tuple[int, float]] = {}
-        for pair in np.lexsort((-by_pair, pairs // names)):
-            top = int(pairs[pair] // names)
-            owner.setdefault(top, (int(pairs[pair] % names), float(by_pair[pair])))
-        return cls(np.bincount(tops, weights=own, minlength=names), owner,
+    def of(cls, names: int, tops: np.ndarray, own: np.ndarray, reads: np.ndarray, holders: list[np.ndarray]) -> _Own:
+        """From the top-level events (name ids, own ns, reads) and the holders' rows (top's name id, name id, ns,
+        reads)."""
+        top_ids, holder_ids, holder_ns, holder_reads = holders
+        pairs, inverse = np.unique(top_ids * names + holder_ids, return_inverse=True)
+        ns = np.bincount(inverse, weights=holder_ns, minlength=len(pairs))
+        read = np.bincount(inverse, weights=holder_reads, minlength=len(pairs)) > 0
+        parts: dict[int, list[tuple[int, float, bool]]] = {}
+        for pair in np.argsort(-ns, kind="stable"):
+            parts.setdefault(int(pairs[pair] // names), []).append(
+                (int(pairs[pair] % names), float(ns[pair]), bool(read[pair])))
+        return cls(np.bincount(tops, weights=own, minlength=names), parts,
                    np.bincount(tops, weights=reads, minlength=names) > 0)
 
 
@@ -734,14 +741,21 @@ def _idle_cover(unions: list[_Union], spans: np.ndarray) -> np.ndarray:
     return np.maximum((spans[:, 1] - spans[:, 0]) - busy, 0.0)
 
 
-def _stepping_own(line: _Line, calls: _Calls, busy_unions: list[_Union],
-                  is_read: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each event's own idle time, the event that owns it, and whether it reads device values back."""
+def _stepping_own(trace: _Trace, line: _Line, calls: _Calls, busy_unions: list[_Union], is_read: np.ndarray,
+                  keeps: list[np.ndarray]) -> list[list[np.ndarray]]:
+    """For each selection of top-level events: their name ids, own idle time and whether they read device values
+    back, and the rows of the functions that hold that time (top's name id, name id, own ns, reads)."""
     idle = _idle_cover(busy_unions, np.column_stack((line.starts, line.ends)))
     own = host_time.own_idle(line.parents, idle, calls.outermost, calls.inside)
-    owner = host_time.owners(line.parents, own, calls.named)
     reads = is_read[line.ids]
-    return own, owner, reads | _has_descendant(line, reads)
+    inclusive_reads = reads | _has_descendant(line, reads)
+    found = []
+    for keep in keeps:
+        held = host_time.owners(line.parents, line.ids, len(trace.names), own, calls.named, keep, reads)
+        rows = np.flatnonzero(held.holder)
+        found.append([line.ids[keep], own[keep], inclusive_reads[keep], line.ids[held.top[rows]], line.ids[rows],
+                      held.exclusive[rows], held.reads[rows]])
+    return found
 
 
 def _other_threads(trace: _Trace, stepping: list[_Line], waits: _Union, busy_unions: list[_Union],
@@ -824,9 +838,10 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
         transfer_idle.append(_idle_cover(busy_unions, np.column_stack((line.starts, line.ends))) if is_stepping
                              else np.zeros(len(line)))
         if is_stepping:
-            own, owner, reads = _stepping_own(line, _Calls.of(line, is_call, is_named), busy_or_moving, is_read)
-            for kind, keep in (("activity", activity_keep[-1]), ("between", between_keep[-1])):
-                owned[kind].append([line.ids[keep], own[keep], line.ids[owner[keep]], own[owner[keep]], reads[keep]])
+            activity, between = _stepping_own(trace, line, _Calls.of(line, is_call, is_named), busy_or_moving,
+                                              is_read, [activity_keep[-1], between_keep[-1]])
+            owned["activity"].append(activity)
+            owned["between"].append(between)
         durations.append((line.ends - line.starts).astype(np.float64))
     ones = [np.ones(len(d)) for d in durations]
     compile_ns = _Union(np.concatenate(compile_starts or [np.zeros(0, np.int64)]),
@@ -873,11 +888,11 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
 
 
 def _own_of(names: int, parts: list[list[np.ndarray]]) -> _Own:
-    """The kept events' own time by name, from each stepping line's (top, own, owner, owner's own, reads)."""
+    """The top-level events' own time by name and who holds it, from each stepping line's columns."""
     if not parts:
         return _Own(np.zeros(names))
-    tops, own, owner_ids, owner_own, reads = (np.concatenate(column) for column in zip(*parts))
-    return _Own.of(names, tops, own, owner_ids, owner_own, reads)
+    tops, own, reads, *holders = (np.concatenate(column) for column in zip(*parts))
+    return _Own.of(names, tops, own, reads, holders)
 
 
 def _programs(trace: _Trace, launches: dict[str, _Launches], measured: dict[str, list[_Line]],
@@ -919,9 +934,9 @@ def _activities(trace: _Trace, total_ns: np.ndarray, count: np.ndarray, steps: i
         if own is not None:
             activity.self_ms_per_step = float(own.ns[i]) / steps / 1e6
             activity.reads_device = bool(own.reads[i]) if own.reads is not None else False
-            owner, owner_ns = own.owner.get(int(i), (int(i), 0.0))
-            if owner != i:
-                activity.owner, activity.owner_ms_per_step = trace.names[owner], owner_ns / steps / 1e6
+            held = own.parts.get(int(i), [])
+            activity.owners = [OwnTime(name=trace.names[holder], ms_per_step=ns / steps / 1e6, reads_device=reads)
+                               for holder, ns, reads in held[:MAX_OWNERS] if ns >= OWNER_FLOOR * own.ns[i] > 0]
         found.append(activity)
     return found
 

@@ -82,7 +82,7 @@ def profile_names(analysis: Analysis) -> set[str]:
             names.update((op.name, op.expression))
         names.update(a.name for a in (*host.host_activities, *host.between_steps, *host.dispatched, *host.programs))
         for activity in (*host.host_activities, *host.between_steps, *host.while_waiting, *host.transfers):
-            names.update((activity.name, activity.owner, activity.thread))
+            names.update((activity.name, activity.thread, *(owner.name for owner in activity.owners)))
         for family in host.op_families.values():
             names.update(family.examples)
     for issues in analysis.hlo_issues.values():

@@ -10,7 +10,7 @@ from mldiag.analysis.analyst import assess
 from mldiag.analysis.evidence import ProfileInput
 from mldiag.analysis.host_causes import HostCause
 from mldiag.analysis.host_evidence import (
-    Attribution, DeviceKind, Distribution, HostActivity, HostEvidence, StepSource, TimeCause, TimePart,
+    Attribution, DeviceKind, Distribution, HostActivity, HostEvidence, OwnTime, StepSource, TimeCause, TimePart,
 )
 from mldiag.domain import FindingCategory, Priority
 
@@ -32,11 +32,11 @@ def _host(*, step_ms: float = 100.0, busy: float = 0.2, activities=(), between=(
     )
 
 
-def _activity(name: str, ms: float, own: float | None, *, owner: str = "", owner_ms: float | None = None,
-              reads: bool = False, encloses: bool = True, thread: str = "python") -> HostActivity:
+def _activity(name: str, ms: float, own: float | None, *owners: OwnTime, reads: bool = False, encloses: bool = True,
+              thread: str = "python") -> HostActivity:
     return HostActivity(name=name, count_per_step=1.0, ms_per_step=ms, share_of_step=ms / 100.0,
-                        encloses_dispatches=encloses, self_ms_per_step=own, owner=owner, owner_ms_per_step=owner_ms,
-                        reads_device=reads, thread=thread)
+                        encloses_dispatches=encloses, self_ms_per_step=own, owners=list(owners), reads_device=reads,
+                        thread=thread)
 
 
 def _findings(host: HostEvidence):
@@ -50,8 +50,8 @@ def _said(finding) -> str:
 
 
 def test_a_step_function_whose_own_time_is_most_of_it_is_host_work_named_by_the_function_inside():
-    step = _activity("$train.py:40 train_step_with_batch", 80.0, 70.0, owner="$train.py:30 make_batch",
-                     owner_ms=65.0)
+    step = _activity("$train.py:40 train_step_with_batch", 80.0, 70.0, OwnTime(name="$train.py:30 make_batch",
+                                                                               ms_per_step=65.0))
     (finding,) = _findings(_host(activities=[step]))
     assert finding.priority is Priority.P0 and finding.category is FindingCategory.INPUT_BOUND
     assert finding.title == "Host-bound: compute idle 65% of each step while the training thread makes its input"
@@ -66,7 +66,8 @@ def test_a_function_around_the_dispatches_with_little_time_of_its_own_is_not_hos
 
 
 def test_a_per_step_device_read_with_logging_gets_a_sync_every_n_steps_fix():
-    step = _activity("$train.py:50 step", 60.0, 50.0, owner="$train.py:20 log_metrics", owner_ms=48.0, reads=True)
+    step = _activity("$train.py:50 step", 60.0, 50.0,
+                     OwnTime(name="$train.py:20 log_metrics", ms_per_step=48.0, reads_device=True), reads=True)
     (finding,) = _findings(_host(activities=[step]))
     assert "syncs with the device and logs every step" in finding.title
     assert "every N steps" in finding.fix and "prefetch" not in finding.fix
@@ -100,6 +101,17 @@ def test_copies_between_host_and_device_are_data_movement_with_a_keep_it_on_the_
     assert "copied between host and device memory" in finding.title and "donate" in finding.fix
 
 
+def test_a_step_function_that_makes_its_batch_and_logs_gets_a_finding_for_each():
+    step = _activity("$train.py:50 step", 90.0, 80.0, OwnTime(name="$train.py:30 make_batch", ms_per_step=45.0),
+                     OwnTime(name="$train.py:20 log_metrics", ms_per_step=30.0, reads_device=True),
+                     OwnTime(name="$train.py:50 step", ms_per_step=5.0, reads_device=True), reads=True)
+    first, second = _findings(_host(activities=[step], busy=0.1))
+    assert "makes its input" in first.title and first.priority is Priority.P0
+    # The step's own remainder reads the device too: it is part of the sync (30 + 5 ms).
+    assert "logs every step" in second.title and second.priority is Priority.P1
+    assert "compute idle 35% of each step" in second.title
+
+
 def test_the_costliest_cause_is_the_p0_and_each_cause_gets_its_own_finding():
     batch = _activity("$train.py:30 make_batch", 50.0, 50.0, encloses=False)
     log = _activity("$train.py:20 log_metrics", 20.0, 20.0, reads=True, encloses=False)
@@ -128,7 +140,7 @@ def _attributed(parts: list[TimePart]) -> Attribution:
 
 def test_with_the_attribution_its_parts_are_the_costs():
     # The raw events' own measures disagree (make_batch 10 ms); the attribution's parts win.
-    batch = _activity("$train.py:40 step", 80.0, 10.0, owner="$train.py:30 make_batch", owner_ms=10.0)
+    batch = _activity("$train.py:40 step", 80.0, 10.0, OwnTime(name="$train.py:30 make_batch", ms_per_step=10.0))
     attribution = _attributed([
         TimePart(cause=TimeCause.DEVICE_COMPUTE, name="dot", ms=200.0, share=0.2, useful=True),
         TimePart(cause=TimeCause.HOST_WORK, name="$loader.py:10 read_record", thread="thread 3", ms=500.0,
@@ -147,7 +159,8 @@ def test_with_the_attribution_its_parts_are_the_costs():
 
 
 def test_with_the_attribution_a_function_that_reads_the_device_back_is_a_sync():
-    log = _activity("$train.py:50 step", 60.0, 50.0, owner="$train.py:20 emit", owner_ms=48.0, reads=True)
+    log = _activity("$train.py:50 step", 60.0, 50.0, OwnTime(name="$train.py:20 emit", ms_per_step=48.0,
+                                                              reads_device=True), reads=True)
     attribution = _attributed([TimePart(cause=TimeCause.HOST_WORK, name="$train.py:20 emit", thread="python",
                                         ms=600.0, share=0.6)])
     (finding,) = _findings(_host(activities=[log], attribution=attribution))

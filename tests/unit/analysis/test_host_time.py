@@ -31,16 +31,29 @@ def test_own_time_only_counts_while_the_devices_idle():
     assert host_time.own_idle(PARENTS, idle, CALLS, INSIDE)[0] == 40.0
 
 
-def test_the_owner_is_the_innermost_named_function_holding_most_of_the_time():
+def test_the_owners_are_the_named_functions_that_hold_the_time_each_with_what_no_owner_inside_takes():
     own = host_time.own_idle(PARENTS, (ENDS - STARTS).astype(float), CALLS, INSIDE)
-    owner = host_time.owners(PARENTS, own, NAMED)
-    assert NAMES[owner[0]] == "$t.py:2 make_batch"  # 60 of 90; its C call (sleep) says how, not what
-    assert owner[5] == 5  # no callee: itself
+    ids = np.arange(len(NAMES))
+    tops = PARENTS < 0
+    reads = np.array([False, False, False, False, False, True])  # the logging reads a device value back
+    held = host_time.owners(PARENTS, ids, len(NAMES), own, NAMED, tops, reads)
+    holders = {NAMES[i]: (held.exclusive[i], bool(held.reads[i])) for i in np.flatnonzero(held.holder)}
+    # make_batch 60 of 90 (its C call, sleep, says how, not what), log 30; nothing is left to the step itself.
+    assert holders == {"$t.py:1 step": (0.0, False), "$t.py:2 make_batch": (60.0, False), "$t.py:3 log": (30.0, True)}
+    assert held.top.tolist() == [0, 0, 0, 0, 0, 0]
 
 
-def test_no_callee_owns_time_split_evenly():
-    own = np.array([100.0, 40.0, 40.0])
-    assert host_time.owners(np.array([-1, 0, 0]), own, np.ones(3, dtype=bool))[0] == 0
+def test_a_callee_with_a_small_share_stays_with_its_caller():
+    own = np.array([100.0, 15.0, 85.0])
+    held = host_time.owners(np.array([-1, 0, -1]), np.array([0, 1, 0]), 2, own, np.ones(3, dtype=bool),
+                            np.array([True, False, True]), np.zeros(3, dtype=bool))
+    # The callee holds 15 of the 185 ms its caller's name has over both calls: under the owners' share.
+    assert held.holder.tolist() == [True, False, True] and held.exclusive.tolist() == [100.0, 0.0, 85.0]
+
+
+def test_the_nearest_flagged_event_around_each_event():
+    flagged = np.array([True, False, False, True, False, False])
+    assert host_time.nearest_flagged(PARENTS, flagged).tolist() == [-1, 0, 0, 0, 3, 0]
 
 
 def test_a_c_call_s_time_goes_to_the_frame_that_called_it():

@@ -218,8 +218,10 @@ def test_a_function_around_the_dispatches_whose_time_is_mostly_its_own_is_host_w
     host = _Build(DeviceKind.GPU).host(events, markers=("train",)).lane("/device:GPU:0", lane).evidence(tmp_path)
     run_ops = host.host_activities[0]
     assert run_ops.self_ms_per_step == pytest.approx(8.0, rel=0.01)
-    assert (run_ops.owner, run_ops.owner_ms_per_step) == ("$bench.py:9 make_inputs", pytest.approx(7.0, rel=0.01))
-    (finding,) = [f for f in _analysis(host).findings if f.category is FindingCategory.INPUT_BOUND]
+    assert [(owner.name, owner.ms_per_step) for owner in run_ops.owners] == [
+        ("$bench.py:9 make_inputs", pytest.approx(7.0, rel=0.01)), ("$bench.py:20 run_ops", pytest.approx(1.0, rel=0.01))]
+    finding = next(f for f in _analysis(host).findings if f.category is FindingCategory.INPUT_BOUND)
+    assert finding.priority is Priority.P0 and "makes its input" in finding.title
     assert any('"$bench.py:9 make_inputs"' in line for line in finding.evidence)
 
 
