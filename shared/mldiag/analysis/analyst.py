@@ -270,7 +270,7 @@ def _input_bound(host: HostEvidence) -> list[Finding]:
                 if a.encloses_dispatches and not _is_host_work(a) and a.share_of_step >= NOTABLE_SHARE][:1]
     findings = []
     for rank, cause in enumerate(named):
-        share = _fraction(cause.ms / iteration)
+        share = _fraction(cause.share if cause.share is not None else cause.ms / iteration)
         # The costliest cause carries the whole wait for the host that the loop shows, named or not.
         priority = _rank(max(share, _fraction(explained_ms / iteration)) if rank == 0 else share, IDLE_PRIORITIES)
         if priority is None:
@@ -312,7 +312,10 @@ def _cause_evidence(host: HostEvidence, cause: host_causes.Cause, host_work: lis
         lines += [f"it runs inside {quoted(a.name)} ({a.ms_per_step:.2f} ms per step with the step's jit dispatches)"
                   for a in host.host_activities if a.encloses_dispatches and a.name != part.name
                   and any(owner.name == part.name for owner in a.owners)][:1]
-    if cause.kind is HostCause.DEVICE_SYNC and any(o.reads_device for a in host.host_activities for o in a.owners):
+    named = {part.name for part in cause.parts}
+    if cause.kind is HostCause.DEVICE_SYNC and any(o.reads_device and o.name in named
+                                                   for a in (*host.host_activities, *host.between_steps)
+                                                   for o in a.owners):
         lines.append("it reads device values back every step (float(), .item(), np.asarray or block_until_ready), "
                      "which waits for the step to finish")
     return lines

@@ -89,8 +89,8 @@ class Cause:
     kind: HostCause
     ms: float  # per iteration of the loop
     parts: list[HostActivity] = field(default_factory=list)  # name, thread and own time (``ms_per_step``)
-    thread: str = ""  # the producer's thread, for a producer thread
     steps_per_part: int = 1  # the parts' times cover this many steps: 1 per step, the loop's steps over the loop
+    share: float | None = None  # of the loop's wall time, where the attribution measures it
 
 
 def _owned(activity: HostActivity) -> list[tuple[str, float, bool]]:
@@ -102,22 +102,25 @@ def _owned(activity: HostActivity) -> list[tuple[str, float, bool]]:
     return [(activity.name, own, activity.reads_device)]
 
 
-def _part(name: str, ms: float, thread: str = "") -> HostActivity:
-    return HostActivity(name=name, count_per_step=0.0, ms_per_step=ms, share_of_step=0.0, self_ms_per_step=ms,
+def _part(name: str, ms: float, thread: str = "", share: float = 0.0) -> HostActivity:
+    return HostActivity(name=name, count_per_step=0.0, ms_per_step=ms, share_of_step=share, self_ms_per_step=ms,
                         thread=thread)
 
 
-def _merged(found: list[tuple[HostCause, HostActivity, str]], cost: dict[HostCause, float],
+def _merged(found: list[tuple[HostCause, HostActivity]], cost: dict[HostCause, float],
             steps_per_part: int = 1) -> list[Cause]:
+    """One cause per kind: its parts, and its cost (the parts' sum unless ``cost`` measures it as a whole)."""
     causes: dict[HostCause, Cause] = {}
-    for kind, part, thread in found:
-        cause = causes.setdefault(kind, Cause(kind, 0.0, thread=thread, steps_per_part=steps_per_part))
+    for kind, part in found:
+        cause = causes.setdefault(kind, Cause(kind, 0.0, steps_per_part=steps_per_part))
         cause.parts.append(part)
         cause.ms += part.ms_per_step / steps_per_part
     for kind, ms in cost.items():
         causes.setdefault(kind, Cause(kind, 0.0)).ms = ms
     for cause in causes.values():
         cause.parts.sort(key=lambda part: -part.ms_per_step)
+        if steps_per_part > 1:
+            cause.share = sum(part.share_of_step for part in cause.parts)
     return sorted((c for c in causes.values() if c.ms > 0), key=lambda c: -c.ms)
 
 
@@ -127,39 +130,41 @@ def _reads_device(host: HostEvidence, name: str) -> bool:
 
 
 def _from_attribution(host: HostEvidence) -> list[Cause]:
+    """The causes as the loop's attribution costs them: its host work (another thread's: a producer) and copies."""
     attribution = host.attribution
     steps = max(1, attribution.steps)
     stepping = next((a.thread for a in (*host.host_activities, *host.between_steps) if a.thread), "")
     found = []
     for part in attribution.parts:
-        ms = part.ms
         if part.cause is TimeCause.TRANSFERS:
-            found.append((HostCause.TRANSFERS, _part(part.name, ms, part.thread), ""))
-        elif part.cause is TimeCause.HOST_WORK:
-            if stepping and part.thread and part.thread != stepping:
-                found.append((HostCause.PRODUCER_THREAD, _part(part.name, ms, part.thread), part.thread))
-            else:
-                kind = kind_of(part.name, _reads_device(host, part.name))
-                found.append((kind, _part(part.name, ms, part.thread), ""))
+            kind = HostCause.TRANSFERS
+        elif part.cause is not TimeCause.HOST_WORK:
+            continue
+        elif stepping and part.thread and part.thread != stepping:
+            kind = HostCause.PRODUCER_THREAD
+        else:
+            kind = kind_of(part.name, _reads_device(host, part.name))
+        found.append((kind, _part(part.name, part.ms, part.thread, part.share)))
     return _merged(found, {}, steps)
 
 
 def _from_evidence(host: HostEvidence, notable_ms: float) -> list[Cause]:
+    """The causes as the raw events measure them: the training thread's functions by their own time, its waits on
+    other threads, and the copies between host and device."""
     found, cost = [], {}
     for activity in (*host.host_activities, *host.between_steps):
         if activity.self_ms_per_step is None:
             continue
-        found += [(kind_of(name, reads), _part(name, own, activity.thread), "")
+        found += [(kind_of(name, reads), _part(name, own, activity.thread))
                   for name, own, reads in _owned(activity) if own >= PART_SHARE * notable_ms]
     if host.thread_wait_ms_per_step >= notable_ms:
         doing = [a for a in host.while_waiting if a.ms_per_step >= PART_SHARE * host.thread_wait_ms_per_step]
-        thread = doing[0].thread if doing else ""
-        found += [(HostCause.PRODUCER_THREAD, _part(a.name, a.ms_per_step, a.thread), thread) for a in doing[:4]]
+        found += [(HostCause.PRODUCER_THREAD, _part(a.name, a.ms_per_step, a.thread)) for a in doing[:4]]
         cost[HostCause.PRODUCER_THREAD] = host.thread_wait_ms_per_step
     copies = [t for t in host.transfers if (t.self_ms_per_step or 0.0) >= PART_SHARE * notable_ms]
     copying_ms = max(sum(t.self_ms_per_step or 0.0 for t in copies), host.transfer_ms_per_step)
     if copying_ms >= notable_ms:
-        found += [(HostCause.TRANSFERS, _part(t.name, t.self_ms_per_step or 0.0, t.thread), "") for t in copies]
+        found += [(HostCause.TRANSFERS, _part(t.name, t.self_ms_per_step or 0.0, t.thread)) for t in copies]
         cost[HostCause.TRANSFERS] = copying_ms
     return _merged(found, cost)
 
