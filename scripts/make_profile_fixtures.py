@@ -14,8 +14,10 @@ the raw events with the simplest possible code, independently of
 ``mldiag.analysis``, so the tests compare the analysis against an oracle and not
 against itself. The loop also times itself: wall-clock per iteration, per step
 and of its host work, ablations (the loop without its host work, the step
-without its collectives), XLA compilations, and the step program's
-``memory_analysis()``; these go, each with its tolerance and how it was
+without its collectives, the step without the cause of its slowness: syncing
+every 10 steps, data resident, an instant loader), the workload's own clocks
+(a loader thread's time per batch, the training loop's wait for it), XLA
+compilations, and the step program's ``memory_analysis()``; these go, each with its tolerance and how it was
 measured, into the ``truth`` block of the quality harness's expectation file,
 ``tests/quality/expectations/<name>.yaml`` (``--expectations`` elsewhere).
 

@@ -795,7 +795,8 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
     is_marker = trace.mask(lambda name: steps.source is StepSource.STEP_MARKERS and name == steps.marker)
     is_transfer = trace.mask(TRANSFER.search)
     is_thread_wait = trace.mask(THREAD_WAITING.search)
-    is_call = is_dispatch | is_compile | is_transfer | is_thread_wait | trace.mask(WAITING.search)
+    is_waiting = trace.mask(WAITING.search)
+    is_call = is_dispatch | is_compile | is_transfer | is_thread_wait | is_waiting
     is_named = trace.mask(host_time.is_named_work)
     is_read = trace.mask(DEVICE_READ.search)
     # A host function waiting for a copy that other threads carry out is not doing work of its own.
@@ -849,7 +850,7 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
     loop = np.array([[windows[0, 0], windows[-1, 1]]])
     # A step marker spans its whole step, so it records nothing about what the host does inside it.
     traced = _union_of(stepping + [line for lines in trace.lanes.values() for line in lines], ~is_marker)
-    waiting = _union_of(stepping, trace.mask(WAITING.search))
+    waiting = _union_of(stepping, is_waiting)
     waits = np.column_stack((np.maximum(waiting.starts, loop[0, 0]), np.minimum(waiting.ends, loop[0, 1])))
     waits = waits[waits[:, 1] > waits[:, 0]]
     waited_ns = float((waits[:, 1] - waits[:, 0]).sum())
@@ -858,7 +859,7 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
     thread_waits = np.column_stack((np.maximum(thread_waiting.starts, loop[0, 0]),
                                     np.minimum(thread_waiting.ends, loop[0, 1])))
     thread_waits = thread_waits[thread_waits[:, 1] > thread_waits[:, 0]]
-    any_wait = _union_of(stepping, is_thread_wait | trace.mask(WAITING.search))
+    any_wait = _union_of(stepping, is_thread_wait | is_waiting)
     in_loop = _Union(*host_time.intersection(any_wait.starts, any_wait.ends, loop[:, 0], loop[:, 1]))
     return _HostSide(
         dispatches=dispatches,
