@@ -292,12 +292,17 @@ def _cause_evidence(host: HostEvidence, cause: host_causes.Cause, host_work: lis
         return ([f"host work between steps: {quoted(a.name)} {_host_ms(a):.2f} ms per gap" for a in between[:3]]
                 + [f"host work inside steps: {quoted(a.name)} {_host_ms(a):.2f} ms per step of its own"
                    for a in host_work[:3]])
+    stepping = {a.thread for a in (*host.host_activities, *host.between_steps)}
+    elsewhere = [part for part in cause.parts if part.thread and part.thread not in stepping]
+    lines = []
+    if elsewhere:
+        lines += ([f"the training thread waits on other host threads (a queue's get, a lock) "
+                   f"{host.thread_wait_ms_per_step:.2f} ms per step while the devices idle"]
+                  if cause.steps_per_part == 1 else [])
+        lines += [f"meanwhile the host thread {quoted(part.thread)} runs {quoted(part.name)}: "
+                  f"{part.ms_per_step:.2f} ms {per}" for part in elsewhere[:4]]
     if cause.kind is HostCause.PRODUCER_THREAD:
-        waits = ([f"the training thread waits on other host threads (a queue's get, a lock) "
-                  f"{host.thread_wait_ms_per_step:.2f} ms per step while the devices idle"]
-                 if cause.steps_per_part == 1 else [])
-        return waits + [f"meanwhile the host thread {quoted(part.thread)} runs {quoted(part.name)}: "
-                        f"{part.ms_per_step:.2f} ms {per}" for part in cause.parts[:4]]
+        return lines
     if cause.kind is HostCause.TRANSFERS:
         lines = [f"copy between host and device {quoted(part.name)} on the training thread: {part.ms_per_step:.2f} ms "
                  f"{per} while the devices idle" for part in cause.parts[:3]]
@@ -305,8 +310,7 @@ def _cause_evidence(host: HostEvidence, cause: host_causes.Cause, host_work: lis
             lines.append(f"copies between host and device on any host thread, the runtime's own work on them "
                          f"included: {host.transfer_ms_per_step:.2f} ms per step while the devices idle")
         return lines + ["the trace carries no byte counts for these copies"]
-    lines = []
-    for part in cause.parts[:3]:
+    for part in [part for part in cause.parts if part not in elsewhere][:3]:
         lines.append(f"{quoted(part.name)} on the training thread: {part.ms_per_step:.2f} ms {per} of its own "
                      "(outside jit dispatches, compilation, copies and waits, while the devices idle)")
         lines += [f"it runs inside {quoted(a.name)} ({a.ms_per_step:.2f} ms per step with the step's jit dispatches)"

@@ -82,6 +82,11 @@ def kind_of(name: str, reads_device: bool) -> HostCause:
     return HostCause.HOST_WORK
 
 
+def other_thread_kind(name: str) -> HostCause:
+    """What the training thread waits for when another thread runs ``name``: a save, or the next batch."""
+    return HostCause.CHECKPOINT if _CHECKPOINT.search(name) else HostCause.PRODUCER_THREAD
+
+
 @dataclass
 class Cause:
     """One cause and what it costs, with the functions that stand for it (most first)."""
@@ -107,16 +112,17 @@ def _part(name: str, ms: float, thread: str = "", share: float = 0.0) -> HostAct
                         thread=thread)
 
 
-def _merged(found: list[tuple[HostCause, HostActivity]], cost: dict[HostCause, float],
+def _merged(found: list[tuple[HostCause, HostActivity, bool]], cost: dict[HostCause, float],
             steps_per_part: int = 1) -> list[Cause]:
-    """One cause per kind: its parts, and its cost (the parts' sum unless ``cost`` measures it as a whole)."""
+    """One cause per kind: its parts, and its cost: the parts that are costs themselves, plus ``cost`` (a wait on
+    other threads, copies measured as a whole) for those that only say what happened meanwhile."""
     causes: dict[HostCause, Cause] = {}
-    for kind, part in found:
+    for kind, part, costs in found:
         cause = causes.setdefault(kind, Cause(kind, 0.0, steps_per_part=steps_per_part))
         cause.parts.append(part)
-        cause.ms += part.ms_per_step / steps_per_part
+        cause.ms += part.ms_per_step / steps_per_part if costs else 0.0
     for kind, ms in cost.items():
-        causes.setdefault(kind, Cause(kind, 0.0)).ms = ms
+        causes.setdefault(kind, Cause(kind, 0.0)).ms += ms
     for cause in causes.values():
         cause.parts.sort(key=lambda part: -part.ms_per_step)
         if steps_per_part > 1:
@@ -141,10 +147,10 @@ def _from_attribution(host: HostEvidence) -> list[Cause]:
         elif part.cause is not TimeCause.HOST_WORK:
             continue
         elif stepping and part.thread and part.thread != stepping:
-            kind = HostCause.PRODUCER_THREAD
+            kind = other_thread_kind(part.name)
         else:
             kind = kind_of(part.name, _reads_device(host, part.name))
-        found.append((kind, _part(part.name, part.ms, part.thread, part.share)))
+        found.append((kind, _part(part.name, part.ms, part.thread, part.share), True))
     return _merged(found, {}, steps)
 
 
@@ -155,16 +161,20 @@ def _from_evidence(host: HostEvidence, notable_ms: float) -> list[Cause]:
     for activity in (*host.host_activities, *host.between_steps):
         if activity.self_ms_per_step is None:
             continue
-        found += [(kind_of(name, reads), _part(name, own, activity.thread))
+        found += [(kind_of(name, reads), _part(name, own, activity.thread), True)
                   for name, own, reads in _owned(activity) if own >= PART_SHARE * notable_ms]
     if host.thread_wait_ms_per_step >= notable_ms:
-        doing = [a for a in host.while_waiting if a.ms_per_step >= PART_SHARE * host.thread_wait_ms_per_step]
-        found += [(HostCause.PRODUCER_THREAD, _part(a.name, a.ms_per_step, a.thread)) for a in doing[:4]]
-        cost[HostCause.PRODUCER_THREAD] = host.thread_wait_ms_per_step
+        doing = [a for a in host.while_waiting if a.ms_per_step >= PART_SHARE * host.thread_wait_ms_per_step][:4]
+        found += [(other_thread_kind(a.name), _part(a.name, a.ms_per_step, a.thread), False) for a in doing]
+        # The wait is the cost, shared among what the other threads did meanwhile.
+        seen = sum(a.ms_per_step for a in doing)
+        for a in doing:
+            kind = other_thread_kind(a.name)
+            cost[kind] = cost.get(kind, 0.0) + host.thread_wait_ms_per_step * a.ms_per_step / seen
     copies = [t for t in host.transfers if (t.self_ms_per_step or 0.0) >= PART_SHARE * notable_ms]
     copying_ms = max(sum(t.self_ms_per_step or 0.0 for t in copies), host.transfer_ms_per_step)
     if copying_ms >= notable_ms:
-        found += [(HostCause.TRANSFERS, _part(t.name, t.self_ms_per_step or 0.0, t.thread)) for t in copies]
+        found += [(HostCause.TRANSFERS, _part(t.name, t.self_ms_per_step or 0.0, t.thread), False) for t in copies]
         cost[HostCause.TRANSFERS] = copying_ms
     return _merged(found, cost)
 

@@ -93,6 +93,16 @@ def test_a_slow_loader_thread_is_named_with_what_it_does_and_never_told_to_add_a
     assert "reading" in finding.fix and "background thread" not in said.lower()
 
 
+def test_waiting_on_a_thread_that_saves_is_a_checkpoint_not_a_slow_loader():
+    saving = [HostActivity(name="$checkpoint_manager.py:90 write_shards", count_per_step=0.0, ms_per_step=30.0,
+                           share_of_step=0.3, self_ms_per_step=30.0, thread="thread 2")]
+    step = _activity("$train.py:50 step", 90.0, 1.0)
+    (finding,) = _findings(_host(activities=[step], while_waiting=saving, thread_wait_ms=40.0))
+    assert "saves a checkpoint" in finding.title and "compute idle 40% of each step" in finding.title
+    assert '"$checkpoint_manager.py:90 write_shards": 30.00 ms per step' in _said(finding)
+    assert "orbax" in finding.fix
+
+
 def test_copies_between_host_and_device_are_data_movement_with_a_keep_it_on_the_device_fix():
     copy = HostActivity(name="PjitFunction(stage)", count_per_step=1.0, ms_per_step=45.0, share_of_step=0.45,
                         self_ms_per_step=45.0, thread="python")
