@@ -254,8 +254,11 @@ def _input_bound(host: HostEvidence) -> list[Finding]:
         explained_ms = min(idle_ms, sum(_host_ms(a) for a in host_work) + gap)
     loop = "iteration" if gap >= NOTABLE_SHARE * step else "step"
     named = host_causes.causes(host, NOTABLE_SHARE * iteration)
-    if not named:
-        named = [host_causes.Cause(HostCause.HOST_WORK, explained_ms)]
+    # Idle time the host shows but no named cause holds (untraced, or work of no known kind) leads when it is the
+    # largest part.
+    unnamed_ms = explained_ms - sum(cause.ms for cause in named)
+    if not named or unnamed_ms > max(named[0].ms, NOTABLE_SHARE * iteration):
+        named.insert(0, host_causes.Cause(HostCause.HOST_WORK, explained_ms if not named else unnamed_ms))
     lanes = _LANES[host.device_kind.value]
     context = [
         f"busy fraction {_loop_busy(host):.3f} of {lanes} over the loop (steps and the "

@@ -137,6 +137,14 @@ def test_untraced_waiting_asks_for_the_python_tracer_and_never_to_add_a_thread()
     assert "python_tracer_level=1" in finding.fix and "background thread" not in finding.fix
 
 
+def test_idle_time_no_named_cause_holds_leads_when_it_is_the_largest():
+    batch = _activity("$train.py:30 make_batch", 10.0, 10.0, encloses=False)
+    first, second = _findings(_host(activities=[batch], busy=0.3, untraced_ms=60.0))
+    assert first.title == "Host-bound: compute idle 60% of each step waiting for the host"
+    assert first.priority is Priority.P0 and "python_tracer_level=1" in first.fix
+    assert "makes its input" in second.title and second.priority is Priority.P2
+
+
 def test_named_host_work_of_no_known_kind_keeps_the_general_fix():
     work = _activity("$train.py:20 recompute_schedule", 60.0, 60.0, encloses=False)
     (finding,) = _findings(_host(activities=[work]))
