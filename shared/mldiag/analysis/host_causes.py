@@ -40,7 +40,7 @@ WORDS = {
     HostCause.CHECKPOINT: ("the training thread saves a checkpoint",
                            "The thread that runs the steps saves checkpoints itself and the steps stop until the "
                            "state is copied off the device and written."),
-    HostCause.DEVICE_SYNC: ("the host syncs with the device and logs every step",
+    HostCause.DEVICE_SYNC: ("the host syncs with the device every step",
                             "Every step the host reads a value back from the device (float(loss), .item(), "
                             "np.asarray, block_until_ready), which waits for the step to finish, and then formats "
                             "and writes it while the devices wait for the next step's launch."),

@@ -69,7 +69,7 @@ def test_a_per_step_device_read_with_logging_gets_a_sync_every_n_steps_fix():
     step = _activity("$train.py:50 step", 60.0, 50.0,
                      OwnTime(name="$train.py:20 log_metrics", ms_per_step=48.0, reads_device=True), reads=True)
     (finding,) = _findings(_host(activities=[step]))
-    assert "syncs with the device and logs every step" in finding.title
+    assert "syncs with the device every step" in finding.title
     assert "every N steps" in finding.fix and "prefetch" not in finding.fix
 
 
@@ -118,7 +118,7 @@ def test_a_step_function_that_makes_its_batch_and_logs_gets_a_finding_for_each()
     first, second = _findings(_host(activities=[step], busy=0.1))
     assert "makes its input" in first.title and first.priority is Priority.P0
     # The step's own remainder reads the device too: it is part of the sync (30 + 5 ms).
-    assert "logs every step" in second.title and second.priority is Priority.P1
+    assert "syncs with the device every step" in second.title and second.priority is Priority.P1
     assert "compute idle 35% of each step" in second.title
 
 
@@ -127,7 +127,7 @@ def test_the_costliest_cause_is_the_p0_and_each_cause_gets_its_own_finding():
     log = _activity("$train.py:20 log_metrics", 20.0, 20.0, reads=True, encloses=False)
     first, second = _findings(_host(activities=[batch, log], busy=0.25))
     assert (first.priority, second.priority) == (Priority.P0, Priority.P2)
-    assert "makes its input" in first.title and "logs every step" in second.title
+    assert "makes its input" in first.title and "syncs with the device every step" in second.title
     assert "Host-bound: compute idle 20% of each step" in second.title
 
 
