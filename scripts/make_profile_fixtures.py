@@ -51,7 +51,7 @@ from measure_device_trace import covered_ns  # scripts/ is on sys.path when a sc
 HOST = "fixture-host"
 STEP_NAME = "train"
 QUALITY = ("plain_loop", "host_between_steps", "collectives", "huge_temporaries", "demo_healthy", "demo_degraded",
-           "sync_logging", "batch_in_step", "loader_thread", "host_roundtrip")
+           "sync_logging", "batch_in_step", "loader_thread", "loader_thread_untraced", "host_roundtrip")
 COMMITTED = ("compute_bound", "input_bound", "unfused_small_ops", "recompiling", "hostile", *QUALITY)
 MAX_COMMITTED_BYTES = 1_500_000
 REPO = Path(__file__).resolve().parent.parent
@@ -97,6 +97,8 @@ DESCRIPTIONS = {
     "loader_thread": "a background threading.Thread reads (sleep) and decodes (numpy) batches into a "
                      "queue.Queue; the annotated step gets a batch from the queue and runs the jitted MLP step; "
                      "Python tracer on",
+    "loader_thread_untraced": "the loader_thread loop traced without the Python tracer: the loader thread and the "
+                              "training thread's wait for it leave no events",
     "host_roundtrip": "annotated jit step on a 128 MiB device array that each step copies to the host "
                       "(np.asarray) and back (jnp.asarray)",
 }
@@ -515,6 +517,12 @@ def loader_thread():
                            "wait_ms": "the training loop's time in queue.get per step, its own perf_counter"})
 
 
+def loader_thread_untraced():
+    loop = loader_thread()
+    loop.python_tracer = False
+    return loop
+
+
 def host_roundtrip():
     """A jit step whose 128 MiB state goes to the host and back every step."""
     import jax
@@ -555,6 +563,7 @@ WORKLOADS = {
     "sync_logging": (sync_logging, 20),
     "batch_in_step": (batch_in_step, 12),
     "loader_thread": (loader_thread, 12),
+    "loader_thread_untraced": (loader_thread_untraced, 12),
     "host_roundtrip": (host_roundtrip, 10),
 }
 LARGE = ("large", "large_op_by_op")
