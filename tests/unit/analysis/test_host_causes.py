@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from mldiag.analysis import host_causes
+from mldiag.analysis import frameworks, host_causes
 from mldiag.analysis.analyst import assess
 from mldiag.analysis.evidence import ProfileInput
+from mldiag.analysis.frameworks import Framework
 from mldiag.analysis.host_causes import HostCause
 from mldiag.analysis.host_evidence import (
     Attribution, DeviceKind, Distribution, HostActivity, HostEvidence, OwnTime, StepSource, TimeCause, TimePart,
@@ -198,3 +199,25 @@ def test_with_the_attribution_a_function_that_reads_the_device_back_is_a_sync():
 ])
 def test_the_cause_is_told_from_the_function_and_what_it_calls(name, reads, kind):
     assert host_causes.kind_of(name, reads) is kind
+
+
+@pytest.mark.parametrize(("framework", "words"), [
+    (Framework.JAX, "grain"), (Framework.TENSORFLOW, "tf.data"), (Framework.PYTORCH_XLA, "num_workers"),
+])
+def test_batch_making_fixes_are_in_the_framework_s_words(framework, words):
+    assert words in frameworks.batch_making_fix(framework)
+
+
+def test_a_loader_s_fix_follows_what_it_spends_its_time_on_and_never_adds_a_thread():
+    reading = frameworks.producer_fix(Framework.JAX, ["read_record", "decode"])
+    computing = frameworks.producer_fix(Framework.PYTORCH_XLA, ["decode_jpeg", "augment"])
+    assert "reading" in reading and "storage" in reading
+    assert "computing" in computing and "num_workers" in computing
+    assert not any("background thread" in fix for fix in (reading, computing))
+
+
+@pytest.mark.parametrize("framework", list(Framework))
+def test_every_framework_has_a_fix_for_each_cause(framework):
+    for fix in (frameworks.checkpoint_fix(framework), frameworks.device_sync_fix(framework),
+                frameworks.transfer_fix(framework), frameworks.batch_making_fix(framework)):
+        assert fix.endswith(".") and "background thread that prepares" not in fix
