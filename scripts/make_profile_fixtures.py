@@ -14,11 +14,13 @@ the raw events with the simplest possible code, independently of
 ``mldiag.analysis``, so the tests compare the analysis against an oracle and not
 against itself. The loop also times itself: wall-clock per iteration, per step
 and of its host work, ablations (the loop without its host work, the step
-without its collectives), XLA compilations, the step program's
-``memory_analysis()`` (each program's, for an iteration of several), the
-work a workload times itself (a periodic save), and, for a loop whose first
-calls compile inside the trace, the warm-up iteration apart from the steady
-ones; these go, each with its tolerance and how it was
+without its collectives; the step without the cause of its slowness: syncing
+every 10 steps, data resident, an instant loader), XLA compilations, the step
+program's ``memory_analysis()`` (each program's, for an iteration of several),
+the work a workload times itself (a periodic save, a loader thread's time per
+batch, the training loop's wait for it), and, for a loop whose first calls
+compile inside the trace, the warm-up iteration apart from the steady ones;
+these go, each with its tolerance and how it was
 measured, into the ``truth`` block of the quality harness's expectation file,
 ``tests/quality/expectations/<name>.yaml`` (``--expectations`` elsewhere).
 
@@ -52,7 +54,8 @@ from measure_device_trace import covered_ns  # scripts/ is on sys.path when a sc
 HOST = "fixture-host"
 STEP_NAME = "train"
 QUALITY = ("plain_loop", "host_between_steps", "collectives", "huge_temporaries", "demo_healthy", "demo_degraded",
-           "float64_matmul", "warmup_compile", "periodic_save", "train_eval", "grad_accumulation")
+           "float64_matmul", "warmup_compile", "periodic_save", "train_eval", "grad_accumulation",
+           "sync_logging", "batch_in_step", "loader_thread", "loader_thread_untraced", "host_roundtrip")
 COMMITTED = ("compute_bound", "input_bound", "unfused_small_ops", "recompiling", "hostile", *QUALITY)
 MAX_COMMITTED_BYTES = 1_500_000
 REPO = Path(__file__).resolve().parent.parent
@@ -102,6 +105,17 @@ DESCRIPTIONS = {
     "train_eval": "no step markers: a jit MLP train program and a jit eval program on held-out data, each iteration",
     "grad_accumulation": "no step markers: 4 micro-batch gradient programs (accumulating into a running sum), then "
                          "one Adam apply program, each iteration",
+    "sync_logging": "annotated jit MLP step followed, inside the step, by float(loss), string formatting of a "
+                    "metrics line and a logging call every step; Python tracer on",
+    "batch_in_step": "annotated step function that makes its batch with numpy (random draws, augmentation) and "
+                     "then calls the jitted MLP step; Python tracer on",
+    "loader_thread": "a background threading.Thread reads (sleep) and decodes (numpy) batches into a "
+                     "queue.Queue; the annotated step gets a batch from the queue and runs the jitted MLP step; "
+                     "Python tracer on",
+    "loader_thread_untraced": "the loader_thread loop traced without the Python tracer: the loader thread and the "
+                              "training thread's wait for it leave no events",
+    "host_roundtrip": "annotated jit step on a 128 MiB device array that each step copies to the host "
+                      "(np.asarray) and back (jnp.asarray)",
 }
 
 
@@ -130,6 +144,14 @@ class Loop:
     timed: dict[str, dict[int, float]] = field(default_factory=dict)  # named work the workload times itself (a
     # periodic save): iteration -> milliseconds
     programs: dict[str, object] = field(default_factory=dict)  # compiled executables of an iteration of several
+    # The step without the cause of its slowness (syncing every 10 steps, data resident, an instant loader), timed
+    # under the same profiler options; ``without_cause_how`` says what was taken away.
+    without_cause: Callable[[int], None] | None = None
+    without_cause_how: str = ""
+    # The workload's own clocks: per event, in milliseconds (a loader thread's time per batch), with how each is
+    # measured; only the traced run's events count.
+    timers: dict[str, list[float]] = field(default_factory=dict)
+    timer_how: dict[str, str] = field(default_factory=dict)
 
 
 def _mlp(sizes: list[int]):
@@ -462,6 +484,134 @@ def periodic_save():
     import pickle
     import tempfile
 
+def _resident_mlp(batch: int = 128):
+    """The small MLP's jitted train step, its parameters, and one batch already on the device."""
+    import jax
+    import jax.numpy as jnp
+
+    params, train_step = _mlp([256, 512, 512, 10])
+    x = jax.random.normal(jax.random.PRNGKey(1), (batch, 256))
+    return jax.jit(train_step), {"params": params}, x, jnp.zeros((batch, 10))
+
+
+def sync_logging():
+    """A jit step, then inside the annotated step float(loss), a formatted metrics line and a logging call."""
+    import io
+    import logging
+
+    train_step, state, x, y = _resident_mlp()
+    logger = logging.getLogger("fixture.metrics")
+    logger.propagate = False
+    logger.addHandler(logging.StreamHandler(io.StringIO()))
+    logger.setLevel(logging.INFO)
+    scales = [1.0 + k / 60_000 for k in range(60_000)]
+
+    def log_metrics(i: int, loss) -> None:
+        value = float(loss)  # a device-to-host read: waits for the step
+        fields = [value * scale for scale in scales]
+        logger.info("step %d %s", i, " ".join(map("{:.6f}".format, fields)))
+
+    def step(i: int) -> None:
+        state["params"], loss = train_step(state["params"], x, y)
+        log_metrics(i, loss)
+
+    def every_tenth(i: int) -> None:
+        state["params"], loss = train_step(state["params"], x, y)
+        if i % 10 == 9:
+            log_metrics(i, loss)
+        else:
+            loss.block_until_ready()
+
+    return Loop(device=step, python_tracer=True, without_cause=every_tenth,
+                without_cause_how="the same loop logging (and syncing) every 10th step")
+
+
+def batch_in_step():
+    """One step function that makes its batch with numpy and then calls the jitted step."""
+    import numpy as np
+
+    train_step, state, resident_x, resident_y = _resident_mlp()
+    rng = np.random.default_rng(0)
+
+    def augment(images):
+        flipped = images[:, ::-1] if rng.random() < 0.5 else images
+        return np.tanh(flipped * rng.uniform(0.8, 1.2, size=(images.shape[0], 1))).astype(np.float32)
+
+    def make_batch():
+        images = rng.standard_normal((128, 256, 64)).mean(axis=2)
+        labels = np.zeros((128, 10), np.float32)
+        return augment(images), labels
+
+    def train_on_next_batch(i: int) -> None:
+        x, y = make_batch()
+        state["params"], loss = train_step(state["params"], x, y)
+        loss.block_until_ready()
+
+    def resident(i: int) -> None:
+        state["params"], loss = train_step(state["params"], resident_x, resident_y)
+        loss.block_until_ready()
+
+    return Loop(device=train_on_next_batch, python_tracer=True, without_cause=resident,
+                without_cause_how="the same step on a batch already on the device")
+
+
+def loader_thread():
+    """A background thread reads and decodes batches into a queue that the training loop gets from."""
+    import queue
+    import threading
+
+    import numpy as np
+
+    train_step, state, resident_x, resident_y = _resident_mlp()
+    batches: queue.Queue = queue.Queue(maxsize=2)
+    loader_ms: list[float] = []
+    waited_ms: list[float] = []
+
+    def read_record(i: int) -> bytes:
+        time.sleep(0.020)  # stands in for a slow read from storage
+        return np.random.default_rng(i).bytes(128 * 256 * 4 * 8)
+
+    def decode(raw: bytes):
+        pixels = np.frombuffer(raw, dtype=np.uint8).reshape(128, 256, 32).astype(np.float32)
+        return np.tanh(pixels.mean(axis=2) / 128.0 - 1.0), np.zeros((128, 10), np.float32)
+
+    def produce() -> None:
+        i = 0
+        while True:
+            started = time.perf_counter()
+            batch = decode(read_record(i))
+            loader_ms.append((time.perf_counter() - started) * 1e3)
+            batches.put(batch)
+            i += 1
+
+    threading.Thread(target=produce, name="loader", daemon=True).start()
+
+    def step(i: int) -> None:
+        started = time.perf_counter()
+        x, y = batches.get()
+        waited_ms.append((time.perf_counter() - started) * 1e3)
+        state["params"], loss = train_step(state["params"], x, y)
+        loss.block_until_ready()
+
+    def instant_loader(i: int) -> None:
+        state["params"], loss = train_step(state["params"], resident_x, resident_y)
+        loss.block_until_ready()
+
+    return Loop(device=step, python_tracer=True, without_cause=instant_loader,
+                without_cause_how="the same step with an instant loader (a batch already on the device)",
+                timers={"loader_ms": loader_ms, "wait_ms": waited_ms},
+                timer_how={"loader_ms": "the loader thread's read + decode time per batch, its own perf_counter",
+                           "wait_ms": "the training loop's time in queue.get per step, its own perf_counter"})
+
+
+def loader_thread_untraced():
+    loop = loader_thread()
+    loop.python_tracer = False
+    return loop
+
+
+def host_roundtrip():
+    """A jit step whose 128 MiB state goes to the host and back every step."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -562,6 +712,20 @@ def grad_accumulation():
     programs = {"accumulate": accumulate.lower(params, zeros, x, y).compile(),
                 "apply": apply.lower(params, zeros, zeros, zeros).compile()}
     return Loop(device=device, annotate=False, programs=programs)
+    update = jax.jit(lambda big: big * 0.999 + 1e-3)
+    state = {"big": jnp.ones((32, 1024, 1024), jnp.float32)}
+
+    def roundtrip(i: int) -> None:
+        on_host = np.asarray(state["big"])
+        state["big"] = update(jnp.asarray(on_host))
+        state["big"].block_until_ready()
+
+    def resident(i: int) -> None:
+        state["big"] = update(state["big"])
+        state["big"].block_until_ready()
+
+    return Loop(device=roundtrip, without_cause=resident, without_cause_how="the same step with the array kept "
+                "on the device")
 
 
 WORKLOADS = {
@@ -584,6 +748,11 @@ WORKLOADS = {
     "periodic_save": (periodic_save, 20),
     "train_eval": (train_eval, 12),
     "grad_accumulation": (grad_accumulation, 8),
+    "sync_logging": (sync_logging, 20),
+    "batch_in_step": (batch_in_step, 12),
+    "loader_thread": (loader_thread, 12),
+    "loader_thread_untraced": (loader_thread_untraced, 12),
+    "host_roundtrip": (host_roundtrip, 10),
 }
 LARGE = ("large", "large_op_by_op")
 
@@ -663,8 +832,11 @@ def trace(name: str, out: Path, steps: int, expectations: Path | None = None) ->
     options = _options(name, loop)
     for calls in loop.timed.values():
         calls.clear()  # only the traced run's calls are the truth
+    for timer in loop.timers.values():
+        timer.clear()
     times = _run(loop, steps, logdir, options, compiles=compiles)
     timed = {work: dict(calls) for work, calls in loop.timed.items()}
+    own_clocks = {timer: list(values) for timer, values in loop.timers.items()}
     session = logdir / "plugins" / "profile" / name
     for extra in session.glob("*.trace.json.gz"):
         extra.unlink()
@@ -686,8 +858,12 @@ def trace(name: str, out: Path, steps: int, expectations: Path | None = None) ->
                                                  Path(scratch) / ablation, options)["step"])
                 for ablation, (run, _) in (loop.ablations or {}).items()
             }
+            without_cause_ms = None
+            if loop.without_cause:
+                twin = Loop(device=loop.without_cause, annotate=loop.annotate)
+                without_cause_ms = statistics.mean(_run(twin, steps, Path(scratch) / "twin", options)["step"])
         truth = measured_truth(name, loop, times, statistics.median(without_host["step"]), local_ms, compiles.count,
-                               ablations, timed)
+                               ablations, timed, without_cause_ms=without_cause_ms, own_clocks=own_clocks)
         write_truth(expectations / f"{name}.yaml", name, xplane, truth)
     return xplane
 
@@ -698,7 +874,8 @@ def _number(value: float, how: str, **tolerance: float) -> dict:
 
 def measured_truth(name: str, loop: Loop, times: dict[str, list[float]], device_ms: float,
                    local_ms: float | None, compiles: int, ablations: dict[str, float] | None = None,
-                   timed: dict[str, dict[int, float]] | None = None) -> dict:
+                   timed: dict[str, dict[int, float]] | None = None, *, without_cause_ms: float | None = None,
+                   own_clocks: dict[str, list[float]] | None = None) -> dict:
     """The truth block: each number with its tolerance and how this script measured it."""
     import jax
 
@@ -765,6 +942,16 @@ def measured_truth(name: str, loop: Loop, times: dict[str, list[float]], device_
                                                                 "bytes", rel=0.01)
         truth["largest_program_bytes"] = _number(max(sizes.values()), "the largest of the iteration's programs by "
                                                                       "compiled.memory_analysis()", rel=0.1)
+    if without_cause_ms is not None:
+        cause_ms = max(0.0, statistics.mean(times["step"]) - without_cause_ms)
+        truth["without_cause_ms"] = _number(without_cause_ms, f"ablation: mean step of {loop.without_cause_how}, "
+                                                              f"traced with the same options, {clock}", rel=0.25)
+        truth["cause_ms"] = _number(cause_ms, "step_ms - without_cause_ms: what the cause costs per step", rel=0.25)
+        truth["cause_fraction"] = _number(cause_ms / iteration_ms, "cause_ms / iteration_ms", abs=0.1)
+    for timer, values in (own_clocks or {}).items():
+        if values:
+            truth[timer] = _number(statistics.mean(values), f"mean of {len(values)} events: {loop.timer_how[timer]}",
+                                   rel=0.15)
     if loop.program is not None:
         stats = loop.program.memory_analysis()
         live = stats.argument_size_in_bytes + stats.output_size_in_bytes

@@ -42,11 +42,12 @@ from collections.abc import Iterable
 from functools import partial
 from typing import Any
 
-from mldiag.analysis import frameworks, precision, roofline
+from mldiag.analysis import frameworks, host_causes, precision, roofline
 from mldiag.analysis.evidence import (
     Analysis, DataMovement, Health, HloIssue, HloProgram, KernelShare, Metrics, ProfileInput, ToolResult, ToolStatus,
 )
 from mldiag.analysis.frameworks import Framework
+from mldiag.analysis.host_causes import HostCause
 from mldiag.analysis.hlo import KernelWork, Shape, describe
 from mldiag.analysis.host_evidence import (
     DeviceKind, HostActivity, HostEvidence, OpTime, SlowSteps, StepSource, TimeCause,
@@ -86,6 +87,7 @@ NAMED_BESIDE = 0.10  # the kernels after a dominant one named with it, down to t
 MAX_KERNELS_NAMED = 3
 OUTLIER_STEP = 3.0  # a step this many times the median is an outlier
 NOTABLE_SHARE = 0.01  # host activities below this share of a step are not worth quoting
+OWN_SHARE = 0.5  # a function around the step's dispatches whose own time is this share of it is host work
 URGENT_REASON = "a finding needs attention"
 _ORDER = {Priority.P0: 0, Priority.P1: 1, Priority.P2: 2}
 
@@ -243,19 +245,28 @@ def _health(hosts: list[HostEvidence], metrics: Metrics) -> Health:
 
 
 def _is_host_work(activity: HostActivity) -> bool:
-    """Host activity that is the host's own work: not dispatching, compiling, waiting on the device, or the
-    function that runs the step around its dispatches."""
+    """Host activity that is the host's own work: not dispatching, compiling or waiting on the device; a function
+    around the step's dispatches is host work when most of its time is its own, not its dispatches'."""
     name = activity.name
-    return not (activity.encloses_dispatches or name.startswith(DISPATCH_PREFIX) or COMPILE.match(name)
-                or WAITING.search(name))
+    if name.startswith(DISPATCH_PREFIX) or COMPILE.match(name) or WAITING.search(name):
+        return False
+    if activity.self_ms_per_step is not None:
+        return activity.self_ms_per_step >= OWN_SHARE * activity.ms_per_step
+    return not activity.encloses_dispatches
+
+
+def _host_ms(activity: HostActivity) -> float:
+    """What a host activity costs per step: its own time where the evidence has it."""
+    return activity.self_ms_per_step if activity.self_ms_per_step is not None else activity.ms_per_step
 
 
 _LANES = {"cpu": "the XLA CPU threads", "gpu": "the GPU streams", "tpu": "the TPU XLA ops"}
 
 
-def _input_bound(host: HostEvidence) -> Finding | None:
+def _input_bound(host: HostEvidence) -> list[Finding]:
+    """The devices waiting on the host: a finding per named cause, the costliest first with the loop's context."""
     if host.busy_fraction is None or not host.step_ms:
-        return None
+        return []
     step = host.step_ms.mean
     gap = host.gap_ms_per_step or 0.0
     iteration = step + gap
@@ -270,45 +281,125 @@ def _input_bound(host: HostEvidence) -> Finding | None:
     if quiet and host.step_source in (StepSource.STEP_MARKERS, StepSource.PROGRAM_RUNS):
         explained_ms = idle_ms - host.waiting_idle_ms_per_step - host.dispatch_ms_per_step
     else:
-        explained_ms = min(idle_ms, sum(a.ms_per_step for a in host_work) + gap)
-    explained = _fraction(explained_ms / iteration)
-    priority = _rank(explained, IDLE_PRIORITIES)
-    if priority is None:
-        return None
+        explained_ms = min(idle_ms, sum(_host_ms(a) for a in host_work) + gap)
     loop = "iteration" if gap >= NOTABLE_SHARE * step else "step"
+    named = host_causes.causes(host, NOTABLE_SHARE * iteration)
+    # Idle time the host shows but no named cause holds (untraced, or work of no known kind) leads when it is the
+    # largest part.
+    unnamed_ms = explained_ms - sum(cause.ms for cause in named)
+    if not named or unnamed_ms > max(named[0].ms, NOTABLE_SHARE * iteration):
+        named.insert(0, host_causes.Cause(HostCause.HOST_WORK, explained_ms if not named else unnamed_ms))
     lanes = _LANES[host.device_kind.value]
-    evidence = [
+    context = [
         f"busy fraction {_loop_busy(host):.3f} of {lanes} over the loop (steps and the "
         f"gaps between them): compute is idle {idle:.1%} of each {loop} (mean of {host.steps} steps, "
         f"{host.step_source.value})",
         f"step time {step:.2f} ms (median {host.step_ms.median:.2f}, p90 {host.step_ms.p90:.2f})",
     ]
     if loop == "iteration":
-        evidence.append(f"host time between steps: {gap:.2f} ms per gap")
-    evidence += [f"host work between steps: {quoted(a.name)} {a.ms_per_step:.2f} ms per gap "
-                 f"({a.share_of_step:.1%} of an iteration)" for a in between[:3]]
-    evidence += [f"host work inside steps: {quoted(a.name)} {a.ms_per_step:.2f} ms per step ({a.share_of_step:.1%})"
-                 for a in host_work[:3]]
-    evidence += [f"the step runs inside {quoted(a.name)} ({a.ms_per_step:.2f} ms per step), around its jit "
-                 "dispatches: not counted as host work" for a in host.host_activities
-                 if a.encloses_dispatches and a.share_of_step >= NOTABLE_SHARE][:1]
-    if host.untraced_host_ms_per_step >= NOTABLE_SHARE * iteration:
-        evidence.append(f"untraced host time while the devices idle: {host.untraced_host_ms_per_step:.2f} ms per "
-                        "step (Python code, sleeps or I/O that the trace does not record; capture with the Python "
-                        "tracer to name it)")
+        context.append(f"host time between steps: {gap:.2f} ms per gap")
+    context += [f"the step runs inside {quoted(a.name)} ({a.ms_per_step:.2f} ms per step), around its jit "
+                "dispatches: not counted as host work" for a in host.host_activities
+                if a.encloses_dispatches and not _is_host_work(a) and a.share_of_step >= NOTABLE_SHARE][:1]
+    findings = []
+    for rank, cause in enumerate(named):
+        share = _fraction(cause.share if cause.share is not None else cause.ms / iteration)
+        # The costliest cause carries the whole wait for the host that the loop shows, named or not.
+        priority = _rank(max(share, _fraction(explained_ms / iteration)) if rank == 0 else share, IDLE_PRIORITIES)
+        if priority is None:
+            continue
+        evidence = (context if rank == 0 else []) + _cause_evidence(host, cause, host_work, between)
+        if rank == 0 and host.untraced_host_ms_per_step >= NOTABLE_SHARE * iteration:
+            evidence.append(f"untraced host time while the devices idle: {host.untraced_host_ms_per_step:.2f} ms per "
+                            "step (Python code, sleeps or I/O that the trace does not record; capture with the "
+                            "Python tracer to name it)")
+        findings.append(_host_cause_finding(host, cause, priority, evidence, share, iteration, loop, lanes))
+    return findings
+
+
+def _cause_evidence(host: HostEvidence, cause: host_causes.Cause, host_work: list[HostActivity],
+                    between: list[HostActivity]) -> list[str]:
+    """The named work behind a cause, quoted, with the times the evidence holds."""
+    per = "per step" if cause.steps_per_part == 1 else f"over the {cause.steps_per_part} steps of the loop"
+    if cause.kind is HostCause.HOST_WORK and not cause.parts:
+        return ([f"host work between steps: {quoted(a.name)} {_host_ms(a):.2f} ms per gap" for a in between[:3]]
+                + [f"host work inside steps: {quoted(a.name)} {_host_ms(a):.2f} ms per step of its own"
+                   for a in host_work[:3]])
+    stepping = {a.thread for a in (*host.host_activities, *host.between_steps)}
+    elsewhere = [part for part in cause.parts if part.thread and part.thread not in stepping]
+    lines = []
+    if elsewhere:
+        lines += ([f"the training thread waits on other host threads (a queue's get, a lock) "
+                   f"{host.thread_wait_ms_per_step:.2f} ms per step while the devices idle"]
+                  if cause.steps_per_part == 1 else [])
+        lines += [f"meanwhile the host thread {quoted(part.thread)} runs {quoted(part.name)}: "
+                  f"{part.ms_per_step:.2f} ms {per}" for part in elsewhere[:4]]
+    if cause.kind is HostCause.PRODUCER_THREAD:
+        return lines
+    if cause.kind is HostCause.TRANSFERS:
+        lines = [f"copy between host and device {quoted(part.name)} on the training thread: {part.ms_per_step:.2f} ms "
+                 f"{per} while the devices idle" for part in cause.parts[:3]]
+        if cause.steps_per_part == 1 and host.transfer_ms_per_step > sum(p.ms_per_step for p in cause.parts):
+            lines.append(f"copies between host and device on any host thread, the runtime's own work on them "
+                         f"included: {host.transfer_ms_per_step:.2f} ms per step while the devices idle")
+        return lines + ["the trace carries no byte counts for these copies"]
+    for part in [part for part in cause.parts if part not in elsewhere][:3]:
+        lines.append(f"{quoted(part.name)} on the training thread: {part.ms_per_step:.2f} ms {per} of its own "
+                     "(outside jit dispatches, compilation, copies and waits, while the devices idle)")
+        lines += [f"it runs inside {quoted(a.name)} ({a.ms_per_step:.2f} ms per step with the step's jit dispatches)"
+                  for a in host.host_activities if a.encloses_dispatches and a.name != part.name
+                  and any(owner.name == part.name for owner in a.owners)][:1]
+    named = {part.name for part in cause.parts}
+    if cause.kind is HostCause.DEVICE_SYNC and any(o.reads_device and o.name in named
+                                                   for a in (*host.host_activities, *host.between_steps)
+                                                   for o in a.owners):
+        lines.append("it reads device values back every step (float(), .item(), np.asarray or block_until_ready), "
+                     "which waits for the step to finish")
+    return lines
+
+
+def _host_cause_finding(host: HostEvidence, cause: host_causes.Cause, priority: Priority, evidence: list[str],
+                        share: float, iteration: float, loop: str, lanes: str) -> Finding:
+    words, what = host_causes.WORDS[cause.kind]
+    title = (f"Host-bound: compute idle {share:.0%} of each {loop} waiting for the host"
+             if cause.kind is HostCause.HOST_WORK else f"Host-bound: compute idle {share:.0%} of each {loop} while "
+                                                       f"{words}")
+    remaining = iteration - cause.ms
+    faster = (f" ({iteration / remaining:.1f}x faster)" if remaining >= NOTABLE_SHARE * iteration else "")
     return Finding(
         priority=priority,
-        category=FindingCategory.INPUT_BOUND,
-        title=f"Host-bound: compute idle {explained:.0%} of each {loop} waiting for the host",
-        what=f"{lanes[0].upper()}{lanes[1:]} wait for the host: much of each {loop} goes to "
-             "host-side work such as loading, decoding or transferring the next batch, or other Python work "
-             "between steps, and only a small part to computing.",
+        category=FindingCategory.DATA_MOVEMENT if cause.kind is HostCause.TRANSFERS else FindingCategory.INPUT_BOUND,
+        title=title,
+        what=f"{lanes[0].upper()}{lanes[1:]} wait for the host. {what}",
         evidence=evidence,
-        impact=f"{explained_ms:.1f} ms of each {iteration:.1f} ms {loop} is idle waiting for the host; with that "
-               f"work overlapped the {loop} could approach {iteration - explained_ms:.1f} ms "
-               f"({iteration / max(iteration - explained_ms, 1e-9):.1f}x faster).",
-        fix=frameworks.host_work_fix(frameworks.detect([host]), frameworks.has_input_pipeline([host])),
+        impact=f"{cause.ms:.1f} ms of each {iteration:.1f} ms {loop} is idle for this cause ({share:.0%} of the "
+               f"loop); without it the {loop} could approach {max(remaining, 0.0):.1f} ms{faster}.",
+        fix=_host_cause_fix(host, cause),
     )
+
+
+def _host_cause_fix(host: HostEvidence, cause: host_causes.Cause) -> str:
+    framework = frameworks.detect([host])
+    if cause.kind is HostCause.BATCH_MAKING:
+        return frameworks.batch_making_fix(framework)
+    if cause.kind is HostCause.CHECKPOINT:
+        return frameworks.checkpoint_fix(framework)
+    if cause.kind is HostCause.DEVICE_SYNC:
+        return frameworks.device_sync_fix(framework)
+    if cause.kind is HostCause.PRODUCER_THREAD:
+        return frameworks.producer_fix(framework, [host_causes.function_name(p.name) for p in cause.parts])
+    if cause.kind is HostCause.TRANSFERS:
+        return frameworks.transfer_fix(framework)
+    # Threads seen working while the training thread waits are a pipeline already, and untraced waiting may be
+    # one the trace cannot show: advise adding a thread only where the host's own named work is the wait.
+    untraced = host.untraced_host_ms_per_step >= OWN_SHARE * cause.ms
+    fix = frameworks.host_work_fix(framework, frameworks.has_input_pipeline([host]) or bool(host.while_waiting)
+                                   or untraced)
+    if untraced:
+        fix = ("Name the host work first: most of it is untraced, so capture again with the Python tracer on "
+               "(ProfileOptions python_tracer_level=1), which records each Python function and the other threads "
+               f"(a loader's reads and decoding). {fix}")
+    return fix
 
 
 def _dispatch_overhead(host: HostEvidence, kernels: list[KernelShare]) -> Finding | None:
@@ -1030,10 +1121,10 @@ def _findings(hosts: list[HostEvidence], tools: dict[str, ToolResult], hlo_issue
               metrics: Metrics, health: Health, programs: dict[str, HloProgram],
               movements: list[tuple[DataMovement, HostEvidence, list[OpTime]]],
               kernels: list[KernelShare], hardware: list[Finding]) -> list[Finding]:
-    per_host = [
+    per_host = [finding for host in hosts for finding in (_slow_steps(host), *_input_bound(host)) if finding] + [
         finding
         for host in hosts
-        for rule in (_slow_steps, _input_bound, partial(_dispatch_overhead, kernels=kernels),
+        for rule in (partial(_dispatch_overhead, kernels=kernels),
                      partial(_recompilation, programs=programs), _communication, _warmup, _iteration,
                      partial(_no_steps, kernels=kernels))
         if (finding := rule(host)) is not None

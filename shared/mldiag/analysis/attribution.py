@@ -39,8 +39,8 @@ import numpy as np
 
 from mldiag.analysis.host_evidence import Attribution, TimeCause, TimePart
 from mldiag.analysis.trace_names import (
-    ASYNC_COPY, COMMUNICATION, COMPILE, DISPATCH, HOST_MEMORY_SPACE, HOST_TRANSFER, NOT_AN_OP,
-    PYTHON_BUILTIN, THREAD_WAIT, WAITING,
+    ASYNC_COPY, COMMUNICATION, COMPILE, DISPATCH, HOST_MEMORY_SPACE, NOT_AN_OP,
+    PYTHON_BUILTIN, THREAD_WAITING, TRANSFER, WAITING,
 )
 
 TOP_PARTS = 12
@@ -147,7 +147,7 @@ def _device_labels(names: Sequence[str], present: np.ndarray, hints: dict[int, s
             is_transfer = HOST_MEMORY_SPACE in name
             direction = "device to host" if HOST_MEMORY_SPACE in result else "host to device"
         else:
-            is_transfer = bool(HOST_TRANSFER.search(subject)) and not COMMUNICATION.search(subject)
+            is_transfer = bool(TRANSFER.search(subject)) and not COMMUNICATION.search(subject)
             direction = _transfer_direction(subject)
         if is_transfer:
             label[index], tier[index] = labels.of(TimeCause.TRANSFERS, direction), _TRANSFER
@@ -169,11 +169,11 @@ def _host_classes(names: Sequence[str], markers: set[int]) -> np.ndarray:
             continue
         if COMPILE.match(name):
             classes[index] = _COMPILE
-        elif HOST_TRANSFER.search(name):
+        elif TRANSFER.search(name):
             classes[index] = _HOST_TRANSFER
         elif DISPATCH.search(name):
             classes[index] = _DISPATCH
-        elif WAITING.search(name) or THREAD_WAIT.search(name):
+        elif WAITING.search(name) or THREAD_WAITING.search(name):
             classes[index] = _WAIT
         elif PYTHON_BUILTIN.match(name):
             classes[index] = _BUILTIN

@@ -41,7 +41,9 @@ def names(hosts: Iterable[HostEvidence]) -> list[str]:
     found = []
     for host in hosts:
         found.append(host.step_marker)
-        found += [a.name for a in (*host.host_activities, *host.between_steps, *host.dispatched)]
+        found += [a.name for a in (*host.host_activities, *host.between_steps, *host.dispatched, *host.while_waiting,
+                                   *host.transfers)]
+        found += [owner.name for a in (*host.host_activities, *host.between_steps) for owner in a.owners]
         found += [p.name for p in host.programs] + [op.name for op in host.top_ops]
     return [name for name in found if name]
 
@@ -102,8 +104,88 @@ def host_work_fix(framework: Framework, input_pipeline: bool) -> str:
     if framework is Framework.PYTORCH_XLA:
         return ("Load batches ahead of the step with torch_xla's MpDeviceLoader (parallel_loader), and keep "
                 "tensor-to-Python reads (.item(), printing) and checkpointing out of the step.")
-    pipeline = ("a prefetching input pipeline (grain or tf.data with prefetch) or a background thread"
-                if input_pipeline else "a background thread that prepares the next batch")
+    pipeline = ("an input pipeline that keeps ahead of the step (grain or tf.data with prefetch, and enough "
+                "workers)" if input_pipeline else "a background thread that prepares the next batch")
     return (f"Take the host work off the training thread and run it ahead of the device: {pipeline}, "
             "jax.device_put the next batch while the current step runs, and move logging, checkpointing, sleeps "
             "and device-to-host reads (.item(), np.asarray, block_until_ready) out of the loop.")
+
+
+def _tensorflow(framework: Framework) -> bool:
+    return framework in (Framework.TENSORFLOW, Framework.TENSORFLOW_EAGER)
+
+
+def batch_making_fix(framework: Framework) -> str:
+    """How to take the making of batches off the thread that runs the steps."""
+    if _tensorflow(framework):
+        return ("Build the batches in a tf.data pipeline instead of in the step: map the decoding and augmentation "
+                "with num_parallel_calls=tf.data.AUTOTUNE and end it with .prefetch(tf.data.AUTOTUNE), so the next "
+                "batch is ready when the step starts.")
+    if framework is Framework.PYTORCH_XLA:
+        return ("Make the batches in a torch.utils.data.DataLoader with num_workers > 0 (worker processes) and "
+                "wrap it in torch_xla's MpDeviceLoader, so batches are made and copied to the device ahead of the "
+                "step instead of inside it.")
+    return ("Move the batch-making off the training thread into an input pipeline that runs ahead of the step: "
+            "grain (a DataLoader with worker_count > 0) or tf.data with .prefetch, and copy the next batch to the "
+            "device while the current step runs (jax.device_put ahead of time, or flax's prefetch_to_device).")
+
+
+def checkpoint_fix(framework: Framework) -> str:
+    """How to save checkpoints without stopping the steps."""
+    if _tensorflow(framework):
+        return ("Save asynchronously: tf.train.Checkpoint.write with "
+                "tf.train.CheckpointOptions(experimental_enable_async_checkpoint=True), and save less often.")
+    if framework is Framework.PYTORCH_XLA:
+        return ("Save asynchronously with torch_xla's distributed checkpointing (CheckpointManager.save_async) "
+                "rather than xm.save in the loop, and save less often.")
+    return ("Checkpoint asynchronously: orbax's CheckpointManager with enable_async_checkpointing (or "
+            "AsyncCheckpointer) copies the state off the device and writes it in the background while the steps "
+            "go on; save less often.")
+
+
+def device_sync_fix(framework: Framework) -> str:
+    """How to stop reading device values back (and logging them) on every step."""
+    if _tensorflow(framework):
+        return ("Read metrics back every N steps, not every step: keep them in tf.keras.metrics or tf.Variables "
+                "on the device, call .numpy() / write summaries every N steps, and log from a background writer.")
+    if framework is Framework.PYTORCH_XLA:
+        return ("Stop reading tensors back every step: no .item() or printing in the step; log every N steps, "
+                "or through xm.add_step_closure so the read happens after the step's graph is launched.")
+    return ("Sync with the device every N steps, not every step: keep the metrics as device arrays, read them "
+            "back (float(), .item(), jax.device_get) every N steps or for the previous step only, and format and "
+            "write the log line on a background thread (or with jax.debug.callback / an async logger), so the "
+            "host never stops the next step's dispatch to wait for and print this one.")
+
+
+_READS = re.compile(r"read|open|load|fetch|download|recv|sleep|\bio\b|file|gcs|storage|get_object|request",
+                    re.IGNORECASE)
+
+
+def producer_fix(framework: Framework, doing: Iterable[str]) -> str:
+    """How to speed up the thread that produces the batches, from what it spends its time on."""
+    reads = any(_READS.search(name) for name in doing)
+    workers = {
+        Framework.TENSORFLOW: "num_parallel_calls=tf.data.AUTOTUNE in map and interleave",
+        Framework.TENSORFLOW_EAGER: "num_parallel_calls=tf.data.AUTOTUNE in map and interleave",
+        Framework.PYTORCH_XLA: "more DataLoader worker processes (num_workers)",
+    }.get(framework, "more worker processes (grain's worker_count, or tf.data's num_parallel_calls)")
+    if reads:
+        return (f"The loader producing the batches is slower than the step. Most of its time goes to reading: "
+                f"read in parallel ({workers}, several files at once), read from faster or local storage, cache "
+                "what is read every epoch, and prefetch more batches ahead.")
+    return (f"The loader producing the batches is slower than the step. Most of its time goes to computing "
+            f"(decoding, augmenting): spread it over {workers}, since one Python thread runs on one core; "
+            "vectorise or cache the decoding, and prefetch more batches ahead.")
+
+
+def transfer_fix(framework: Framework) -> str:
+    """How to stop copying data between host and device memory every step."""
+    if framework is Framework.PYTORCH_XLA:
+        return ("Keep the tensors on the XLA device between steps: no .cpu() / .numpy() round trips in the loop; "
+                "move the data once and update it in place on the device.")
+    if _tensorflow(framework):
+        return ("Keep the data on the device between steps: no .numpy() round trips in the loop; keep state in "
+                "tf.Variables updated inside the tf.function.")
+    return ("Keep the data on the device: do not turn device arrays into numpy arrays (np.asarray, "
+            "jax.device_get) and back (jnp.asarray, jax.device_put) between steps; update them inside the jitted "
+            "step, and donate the buffers it replaces (donate_argnums) so no copy is made.")

@@ -90,6 +90,15 @@ class OpTime:
 
 
 @_evidence
+class OwnTime:
+    """A function's part of a host activity's own time: what no function inside it that matters takes."""
+
+    name: str
+    ms_per_step: float
+    reads_device: bool = False  # a device value is read back in that time (float(loss), np.asarray, ...)
+
+
+@_evidence
 class HostActivity:
     """What the host does inside or between steps, outermost events first (data loading, dispatch, ...)."""
 
@@ -98,6 +107,14 @@ class HostActivity:
     ms_per_step: float
     share_of_step: float  # of the mean step; for work between steps, of the mean step plus the gap after it
     encloses_dispatches: bool = False  # a scope around jit dispatches: the code that runs the step, not beside it
+    # Its own time: the devices idle while it runs, less its jit dispatches, compilations, copies between host
+    # and device, and waits on the device or another thread (what it costs the loop).
+    self_ms_per_step: float | None = None
+    thread: str = ""  # the host line it ran on
+    # Who holds its own time: the functions or scopes inside it that hold a good share of it, and itself for the
+    # rest, most first.
+    owners: list[OwnTime] = field(default_factory=list)
+    reads_device: bool = False  # it reads device values back (float(loss), .item(), np.asarray, block_until_ready)
 
 
 @_evidence
@@ -236,6 +253,16 @@ class HostEvidence:
     host_activities: list[HostActivity] = field(default_factory=list)
     between_steps: list[HostActivity] = field(default_factory=list)  # the stepping thread's work in the gaps
     dispatched: list[HostActivity] = field(default_factory=list)  # jit programs launched from the host, per step
+    # The stepping thread waiting on other host threads (a queue's get, a lock) while every device idles.
+    thread_wait_ms_per_step: float = 0.0
+    # Other threads' innermost functions while the stepping thread waits (on them or on the devices) and the
+    # devices idle: ``ms_per_step`` and ``self_ms_per_step`` are that overlap, ``thread`` the line.
+    while_waiting: list[HostActivity] = field(default_factory=list)
+    # Copies between host and device memory the stepping thread makes in steps (device_put, jnp.asarray of a
+    # numpy array, np.asarray of a device array), outermost; ``self_ms_per_step``: while the devices idle.
+    transfers: list[HostActivity] = field(default_factory=list)
+    transfer_ms_per_step: float = 0.0  # loop time any host thread copies between host and device while the devices
+    # idle: the copies above and the runtime's own work on them (a TPU's relayout of the buffers)
     launches: int = 0  # program launches in the capture: outermost jit dispatches, or a device's module runs
     distinct_programs: int = 0  # how many different programs those launches ran
     launch_idle_fraction: float | None = None  # devices idle from the first launch to the end of the last one's work

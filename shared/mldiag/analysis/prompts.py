@@ -36,7 +36,11 @@ rule-based analyst. The evidence sits between a line "<<<PROFILE-DATA nonce>>>" 
 "<<<END PROFILE-DATA nonce>>>", as JSON; follow-up results sit in "TOOL-OUTPUT" blocks marked the same way. \
 A host's step_source says where its steps come from; "profile_window" means the capture has no training steps \
 (its programs are listed with their calls instead), so say so and find no slow steps there. loop_busy_fraction \
-covers the steps and the host's gaps between them, which between_steps names. Where time_attribution is given, \
+covers the steps and the host's gaps between them, which between_steps names. A host activity's \
+self_ms_per_step is what it costs: its time while the devices idle, outside its jit dispatches, compilations, \
+copies and waits; owners are the functions inside it that hold that time. while_waiting names what other \
+host threads ran while the training thread waited on them (thread_wait_ms_per_step) or on the devices, and \
+transfers the copies between host and device memory. Where time_attribution is given, \
 it splits a host's loop (loop_ms, from the first step's start to the last step's end) into parts that sum to it, \
 largest first: each part's cause, its name (op family, function, scope or program) and thread, its ms over the \
 whole loop and its share of the loop; useful marks the devices doing the model's work. The largest part that is \

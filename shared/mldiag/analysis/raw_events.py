@@ -19,8 +19,11 @@ every kind of profile:
   TPU ``XLA Ops`` lines, GPU streams), each device in its own steps, averaged
   over devices; and over the whole loop, the gaps between steps included;
 * **host**: gaps between steps and the work that fills them, what the host does
-  inside steps, jit dispatches (``PjitFunction``, the outermost per call),
-  compilation, and the loop time nothing on the host records;
+  inside steps (each function's own time while the devices idle and the function
+  inside that owns it, :mod:`~mldiag.analysis.host_time`), jit dispatches
+  (``PjitFunction``, the outermost per call), compilation, copies between host and
+  device, what other threads do while the stepping thread waits, and the loop
+  time nothing on the host records;
 * **ops**: self time of each XLA op per device, the time of collectives, and the
   converts, copies and reshapes.
 
@@ -47,10 +50,11 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from mldiag.analysis import host_time
 from mldiag.analysis.attribution import Device, Window, attribute
 from mldiag.analysis.host_evidence import (
-    Attribution, DeviceKind, Distribution, HostActivity, HostEvidence, OpFamily, OpTime, ProgramCalls, SlowSteps,
-    StepDifference, StepSeries, StepSource, Warmup,
+    Attribution, DeviceKind, Distribution, HostActivity, HostEvidence, OpFamily, OpTime, OwnTime, ProgramCalls,
+    SlowSteps, StepDifference, StepSeries, StepSource, Warmup,
 )
 from mldiag.analysis.profiles import UNREADABLE_EXIT, UnreadableProfile, host_of
 from mldiag.analysis.step_groups import (
@@ -58,8 +62,8 @@ from mldiag.analysis.step_groups import (
 )
 from mldiag.analysis.timeline import Timeline, TimelineLine
 from mldiag.analysis.trace_names import (
-    ALLOCATOR_EVENTS, COMMUNICATION, COMPILE, CPU_DEVICE_EXECUTION, CPU_RUNTIME_SCOPE, DISPATCH_PREFIX, FAMILIES,
-    NOT_AN_OP, NOT_BUSY, WAITING,
+    ALLOCATOR_EVENTS, COMMUNICATION, COMPILE, CPU_DEVICE_EXECUTION, CPU_RUNTIME_SCOPE, DEVICE_READ, DISPATCH_PREFIX,
+    FAMILIES, NOT_AN_OP, NOT_BUSY, THREAD_WAITING, TRANSFER, TRANSFER_WORK, WAITING,
 )
 from mldiag.analysis.xspace import Line, MalformedXSpace, Plane, read_planes
 
@@ -67,6 +71,8 @@ MAX_SERIES = 1000
 TOP_OPS = 15
 TOP_ACTIVITIES = 10
 TOP_PROGRAMS = 10
+MAX_OWNERS = 5  # functions named as holding a host activity's own time
+OWNER_FLOOR = 0.05  # share of the activity's own time below which a holder is not named
 STEP_PROGRAM_REPEATS = 4  # a step program is called at least this many times as often as any other
 NAMED_DIFFERENCE = 0.5  # slow-step differences named: those of at least this share of the largest
 CAUSE_DIFFERENCE = 0.9  # the cause: the innermost event of at least this share of the largest difference
@@ -677,10 +683,17 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
             for label, (ns, n) in sorted(ops.labelled.items(), key=lambda item: -item[1][0])[:TOP_OPS]
         ],
         host_activities=_activities(trace, host.activity_ns, host.activity_count, count, mean_step_ns,
-                                    host.dispatching),
+                                    host.dispatching, host.activity_own, host.thread),
         between_steps=_activities(trace, host.between_ns, host.between_count, max(1, len(gaps)), mean_iteration_ns,
-                                  host.dispatching),
+                                  host.dispatching, host.between_own, host.thread),
         dispatched=_activities(trace, host.dispatched_ns, host.dispatched, count, mean_step_ns, host.dispatching),
+        thread_wait_ms_per_step=host.thread_wait_idle_ns / count / 1e6,
+        while_waiting=[HostActivity(name=name, thread=thread, count_per_step=0.0, ms_per_step=ns / count / 1e6,
+                                    self_ms_per_step=ns / count / 1e6, share_of_step=ns / count / mean_iteration_ns)
+                       for thread, name, ns in host.while_waiting],
+        transfers=_activities(trace, host.transfer_ns, host.transfer_count, count, mean_step_ns,
+                              np.zeros(len(trace.names), dtype=bool), _Own(host.transfer_idle_ns), host.thread),
+        transfer_ms_per_step=host.moving_idle_ns / count / 1e6,
         launches=launch_count,
         distinct_programs=distinct_programs,
         launch_idle_fraction=launch_idle,
@@ -754,6 +767,105 @@ class _HostSide:
     dispatching: np.ndarray  # per name: its events enclose jit dispatches (the function that runs the step)
     untraced_ns: float  # loop time with no event but the step marker on the stepping thread and no device busy
     waiting_idle_ns: float  # loop time the stepping thread waits on the devices while they idle (mean over devices)
+    activity_own: _Own  # the own idle time of the activities inside steps, and who owns it
+    between_own: _Own
+    thread_wait_idle_ns: float  # loop time the stepping thread waits on other threads while the devices idle
+    while_waiting: list[tuple[str, str, float]]  # (thread, function, ns) on other threads during those waits
+    transfer_ns: np.ndarray  # per name: outermost host-device copies of the stepping thread within steps
+    transfer_count: np.ndarray
+    transfer_idle_ns: np.ndarray  # the devices idle meanwhile
+    thread: str  # the stepping thread's line
+    moving_idle_ns: float  # loop time any host thread copies between host and device while the devices idle
+
+
+@dataclass
+class _Own:
+    """Per name of a top-level activity: its own idle time, the functions that hold it, and whether it reads
+    device values back."""
+
+    ns: np.ndarray
+    parts: dict[int, list[tuple[int, float, bool]]] = field(default_factory=dict)  # name id -> (holder's name id,
+    # its own ns, it reads the device), most first
+    reads: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, names: int, tops: np.ndarray, own: np.ndarray, reads: np.ndarray, holders: list[np.ndarray]) -> _Own:
+        """From the top-level events (name ids, own ns, reads) and the holders' rows (top's name id, name id, ns,
+        reads)."""
+        top_ids, holder_ids, holder_ns, holder_reads = holders
+        pairs, inverse = np.unique(top_ids * names + holder_ids, return_inverse=True)
+        ns = np.bincount(inverse, weights=holder_ns, minlength=len(pairs))
+        read = np.bincount(inverse, weights=holder_reads, minlength=len(pairs)) > 0
+        parts: dict[int, list[tuple[int, float, bool]]] = {}
+        for pair in np.argsort(-ns, kind="stable"):
+            parts.setdefault(int(pairs[pair] // names), []).append(
+                (int(pairs[pair] % names), float(ns[pair]), bool(read[pair])))
+        return cls(np.bincount(tops, weights=own, minlength=names), parts,
+                   np.bincount(tops, weights=reads, minlength=names) > 0)
+
+
+@dataclass
+class _Calls:
+    """Per event of a host line: the device calls and waits (dispatch, compile, copies, waits) and what they
+    enclose, the outermost of them, and the events that name work (frames and scopes, outside those calls)."""
+
+    inside: np.ndarray
+    outermost: np.ndarray
+    named: np.ndarray
+
+    @classmethod
+    def of(cls, line: _Line, is_call: np.ndarray, is_named: np.ndarray) -> _Calls:
+        calls = is_call[line.ids]
+        enclosed = _has_ancestor(line, calls)
+        return cls(calls | enclosed, calls & ~enclosed, is_named[line.ids] & ~(calls | enclosed))
+
+
+def _idle_cover(unions: list[_Union], spans: np.ndarray) -> np.ndarray:
+    """For each ``[start, end)`` row, the nanoseconds the devices idle (mean over devices; all of it without any)."""
+    busy = np.mean([union.covered(spans) for union in unions], axis=0) if unions else 0.0
+    return np.maximum((spans[:, 1] - spans[:, 0]) - busy, 0.0)
+
+
+def _stepping_own(trace: _Trace, line: _Line, calls: _Calls, busy_unions: list[_Union], is_read: np.ndarray,
+                  keeps: list[np.ndarray]) -> list[list[np.ndarray]]:
+    """For each selection of top-level events: their name ids, own idle time and whether they read device values
+    back, and the rows of the functions that hold that time (top's name id, name id, own ns, reads)."""
+    idle = _idle_cover(busy_unions, np.column_stack((line.starts, line.ends)))
+    own = host_time.own_idle(line.parents, idle, calls.outermost, calls.inside)
+    reads = is_read[line.ids]
+    inclusive_reads = reads | _has_descendant(line, reads)
+    found = []
+    for keep in keeps:
+        held = host_time.owners(line.parents, line.ids, len(trace.names), own, calls.named, keep, reads)
+        rows = np.flatnonzero(held.holder)
+        found.append([line.ids[keep], own[keep], inclusive_reads[keep], line.ids[held.top[rows]], line.ids[rows],
+                      held.exclusive[rows], held.reads[rows]])
+    return found
+
+
+def _other_threads(trace: _Trace, stepping: list[_Line], waits: _Union, busy_unions: list[_Union],
+                   is_call: np.ndarray, is_named: np.ndarray) -> list[tuple[str, str, float]]:
+    """What the other host threads' innermost functions do while the stepping thread waits and the devices
+    idle: (thread, function, ns), most first."""
+    if not len(waits.starts):
+        return []
+    waiting_busy = [_Union(*host_time.intersection(waits.starts, waits.ends, union.starts, union.ends))
+                    for union in busy_unions]
+    found = []
+    for index, line in enumerate(trace.host_lines):
+        if any(line is chosen for chosen in stepping) or not len(line):
+            continue
+        spans = np.column_stack((line.starts, line.ends))
+        overlap = waits.covered(spans).astype(np.float64)
+        if waiting_busy:
+            overlap -= np.mean([union.covered(spans) for union in waiting_busy], axis=0)
+        calls = _Calls.of(line, is_call, is_named)
+        own = np.where(calls.inside, 0.0, host_time.self_of(line.parents, np.maximum(overlap, 0.0)))
+        owned = host_time.to_innermost_named(line.parents, own, calls.named)
+        by_name = np.bincount(line.ids, weights=owned, minlength=len(trace.names))
+        thread = line.name or f"thread {index}"
+        found += [(thread, trace.names[i], float(by_name[i])) for i in np.flatnonzero(by_name > 0)]
+    return sorted(found, key=lambda item: -item[2])[:TOP_ACTIVITIES]
 
 
 def _marker_mask(trace: _Trace, steps: _Steps) -> np.ndarray:
@@ -770,11 +882,23 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
     is_backend_compile = trace.mask(lambda name: name.startswith("backend_compile"))
     is_allocator = trace.mask(ALLOCATOR_EVENTS.__contains__)
     is_marker = _marker_mask(trace, steps)
+    is_transfer = trace.mask(TRANSFER.search)
+    is_thread_wait = trace.mask(THREAD_WAITING.search)
+    is_waiting = trace.mask(WAITING.search)
+    is_call = is_dispatch | is_compile | is_transfer | is_thread_wait | is_waiting
+    is_named = trace.mask(host_time.is_named_work)
+    is_read = trace.mask(DEVICE_READ.search)
+    # A host function waiting for a copy that other threads carry out is not doing work of its own.
+    moving = _union_of(trace.host_lines, is_transfer | trace.mask(TRANSFER_WORK.match))
+    busy_or_moving = [_Union(np.concatenate((union.starts, moving.starts)), np.concatenate((union.ends, moving.ends)))
+                      for union in busy_unions] or [moving]
     stepping = _stepping_lines(trace, is_marker, is_dispatch)
     dispatches = np.zeros(count, dtype=np.int64)
     compile_starts, compile_ends = [], []
     compiles_in_steps = allocator_events = 0
     activity_keep, between_keep, outer_dispatch, durations, driving = [], [], [], [], []
+    owned: dict[str, list[list[np.ndarray]]] = {"activity": [], "between": []}
+    transfer_keep, transfer_idle = [], []
     for line in trace.host_lines:
         step = _step_of(windows, line.starts)
         calls = _outermost(line, is_dispatch)
@@ -795,6 +919,14 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
             if len(gap_windows) else gap >= 0
         between_keep.append(within_gap & ~_has_ancestor(line, within_gap) & is_stepping)
         outer_dispatch.append(outermost)
+        transfer_keep.append(_outermost(line, is_transfer) & (step >= 0) & is_stepping)
+        transfer_idle.append(_idle_cover(busy_unions, np.column_stack((line.starts, line.ends))) if is_stepping
+                             else np.zeros(len(line)))
+        if is_stepping:
+            activity, between = _stepping_own(trace, line, _Calls.of(line, is_call, is_named), busy_or_moving,
+                                              is_read, [activity_keep[-1], between_keep[-1]])
+            owned["activity"].append(activity)
+            owned["between"].append(between)
         durations.append((line.ends - line.starts).astype(np.float64))
     ones = [np.ones(len(d)) for d in durations]
     compile_ns = _Union(np.concatenate(compile_starts or [np.zeros(0, np.int64)]),
@@ -802,11 +934,17 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
     loop = np.array([[windows[0, 0], windows[-1, 1]]])
     # A step marker spans its whole step, so it records nothing about what the host does inside it.
     traced = _union_of(stepping + [line for lines in trace.lanes.values() for line in lines], ~is_marker)
-    waiting = _union_of(stepping, trace.mask(WAITING.search))
+    waiting = _union_of(stepping, is_waiting)
     waits = np.column_stack((np.maximum(waiting.starts, loop[0, 0]), np.minimum(waiting.ends, loop[0, 1])))
     waits = waits[waits[:, 1] > waits[:, 0]]
     waited_ns = float((waits[:, 1] - waits[:, 0]).sum())
     busy_while_waiting = [float(union.covered(waits).sum()) for union in busy_unions] or [waited_ns]
+    thread_waiting = _union_of(stepping, is_thread_wait)
+    thread_waits = np.column_stack((np.maximum(thread_waiting.starts, loop[0, 0]),
+                                    np.minimum(thread_waiting.ends, loop[0, 1])))
+    thread_waits = thread_waits[thread_waits[:, 1] > thread_waits[:, 0]]
+    any_wait = _union_of(stepping, is_thread_wait | is_waiting)
+    in_loop = _Union(*host_time.intersection(any_wait.starts, any_wait.ends, loop[:, 0], loop[:, 1]))
     return _HostSide(
         dispatches=dispatches,
         dispatched=_per_name(trace, trace.host_lines, ones, outer_dispatch),
@@ -821,6 +959,16 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
         dispatching=_per_name(trace, trace.host_lines, ones, driving) > 0,
         untraced_ns=float(loop[0, 1] - loop[0, 0] - traced.covered(loop)[0]) if stepping else 0.0,
         waiting_idle_ns=waited_ns - float(np.mean(busy_while_waiting)),
+        activity_own=_own_of(len(trace.names), owned["activity"]),
+        between_own=_own_of(len(trace.names), owned["between"]),
+        thread_wait_idle_ns=float(_idle_cover(busy_unions, thread_waits).sum()),
+        while_waiting=_other_threads(trace, stepping, in_loop, busy_unions, is_call, is_named),
+        transfer_ns=_per_name(trace, trace.host_lines, durations, transfer_keep),
+        transfer_count=_per_name(trace, trace.host_lines, ones, transfer_keep),
+        transfer_idle_ns=_per_name(trace, trace.host_lines, transfer_idle, transfer_keep),
+        thread=stepping[0].name if stepping else "",
+        moving_idle_ns=float(_idle_cover(busy_unions, np.column_stack(
+            host_time.intersection(moving.starts, moving.ends, loop[:, 0], loop[:, 1]))).sum()),
     )
 
 
@@ -870,6 +1018,14 @@ def _attribution(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, busy_nam
         other_threads=[line for line in trace.host_lines if not (stepping and line is stepping[0])],
         markers={int(i) for i in np.flatnonzero(is_marker)},
     )
+
+
+def _own_of(names: int, parts: list[list[np.ndarray]]) -> _Own:
+    """The top-level events' own time by name and who holds it, from each stepping line's columns."""
+    if not parts:
+        return _Own(np.zeros(names))
+    tops, own, reads, *holders = (np.concatenate(column) for column in zip(*parts))
+    return _Own.of(names, tops, own, reads, holders)
 
 
 def _programs(trace: _Trace, launches: dict[str, _Launches], measured: dict[str, list[_Line]],
@@ -1049,12 +1205,22 @@ def _depths(line: _Line) -> np.ndarray:
 
 
 def _activities(trace: _Trace, total_ns: np.ndarray, count: np.ndarray, steps: int, mean_step_ns: float,
-                dispatching: np.ndarray) -> list[HostActivity]:
-    return [
-        HostActivity(name=trace.names[i], count_per_step=count[i] / steps, ms_per_step=total_ns[i] / steps / 1e6,
-                     share_of_step=total_ns[i] / steps / mean_step_ns, encloses_dispatches=bool(dispatching[i]))
-        for i in np.argsort(-total_ns)[:TOP_ACTIVITIES] if total_ns[i] > 0
-    ]
+                dispatching: np.ndarray, own: _Own | None = None, thread: str = "") -> list[HostActivity]:
+    found = []
+    for i in np.argsort(-total_ns)[:TOP_ACTIVITIES]:
+        if total_ns[i] <= 0:
+            continue
+        activity = HostActivity(name=trace.names[i], count_per_step=count[i] / steps,
+                                ms_per_step=total_ns[i] / steps / 1e6, share_of_step=total_ns[i] / steps / mean_step_ns,
+                                encloses_dispatches=bool(dispatching[i]), thread=thread)
+        if own is not None:
+            activity.self_ms_per_step = float(own.ns[i]) / steps / 1e6
+            activity.reads_device = bool(own.reads[i]) if own.reads is not None else False
+            held = own.parts.get(int(i), [])
+            activity.owners = [OwnTime(name=trace.names[holder], ms_per_step=ns / steps / 1e6, reads_device=reads)
+                               for holder, ns, reads in held[:MAX_OWNERS] if ns >= OWNER_FLOOR * own.ns[i] > 0]
+        found.append(activity)
+    return found
 
 
 def _has_descendant(line: _Line, flagged: np.ndarray) -> np.ndarray:

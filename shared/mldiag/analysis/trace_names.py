@@ -20,8 +20,6 @@ COMPILE = re.compile(r"^(backend_compile|lower_sharding_computation|jax_compile|
 ALLOCATOR_EVENTS = frozenset({"MemoryAllocation", "MemoryDeallocation"})
 WAITING = re.compile(r"block_until_ready|Await|Wait for|BufferSequencingEvent|ThenExecuteCallback|Synchronize",
                      re.IGNORECASE)
-# Python waiting for another thread (the Python tracer's frames): a queue's get, a condition's or a thread's wait.
-THREAD_WAIT = re.compile(r"\bqueue\.py:\d+ get\b|\bthreading\.py:\d+ (wait|join)\b")
 # Collectives in XLA's spelling (all-gather), JAX's (all_gather, psum_invariant), NCCL/RCCL kernels, and the
 # waits for the other devices to arrive.
 COMMUNICATION = re.compile(
@@ -31,15 +29,6 @@ COMMUNICATION = re.compile(
 )
 # The XLA CPU client's run of a program on one of its devices ("[3] CommonPjRtLoadedExecutable::Execute (jit_f)").
 CPU_DEVICE_EXECUTION = re.compile(r"^\[(\d+)\] \S*LoadedExecutable::Execute\b")
-# Copies between host and device memory, as the host calls them or a device records them: CUDA's MemcpyHtoD,
-# ROCm's CopyHostToDevice and hipMemcpyHtoDAsync, JAX's device_put. (The XLA CPU client's "H2D Dispatch" is not
-# one: a CPU device's memory is the host's.)
-HOST_TRANSFER = re.compile(
-    r"memcpy\s*(h\s*to\s*d|d\s*to\s*h|h2d|d2h)|copy\s*(host\s*to\s*device|device\s*to\s*host)|"
-    r"DevicePut|device_put|TransferToDevice|TransferFromDevice|TransferLiteral|ToLiteral|BufferFromPyval",
-    re.IGNORECASE,
-)
-HOST_MEMORY_SPACE = "S(5)"  # XLA's memory space of host memory, in a shape's layout
 ASYNC_COPY = re.compile(r"^copy-(start|done)\b")  # XLA's asynchronous copy, to or from host memory where S(5)
 # A Python tracer event of a builtin or C function ("$time sleep", "$<unknown> astype"), not of a Python function
 # ("$train.py:12 load_batch"): its time is its caller's.
@@ -55,6 +44,27 @@ NOT_BUSY = ("ThreadpoolListener", "end: ")
 NOT_AN_OP = (*NOT_BUSY, "ThunkExecutor", "H2D Dispatch", "Wait for ", "Wait: ")
 # Runtime scopes on XLA CPU threads (a device's kernels are named by the compiler and never look like these).
 CPU_RUNTIME_SCOPE = re.compile(r"^(\[\d+\] )?[A-Za-z]\w*::\w")
+# The stepping thread waiting on another host thread (a queue's get, a lock, an event), as the Python tracer
+# names the frames.
+THREAD_WAITING = re.compile(r"\bqueue\.py:\d+ get$|\bthreading\.py:\d+ (wait|join)$|\$_thread \w*lock|"
+                            r"\$<unknown> acquire$|\bconcurrent/futures/_base\.py:\d+ result$")
+# Copies between host and device memory as the host or a device records them: JAX's device_put (DevicePut),
+# jnp.asarray of a numpy array (the jitted ``stage``), reads back (np.asarray of a jax.Array, copy_to_host_async),
+# the runtimes' copies (PJRT, TensorFlow's, CUDA's MemcpyHtoD, ROCm's CopyHostToDevice and hipMemcpyHtoDAsync).
+# The XLA CPU client's "H2D Dispatch" is not one: a CPU device's memory is the host's.
+TRANSFER = re.compile(r"^(DevicePut|PjitFunction\(stage\)|np\.asarray\(jax\.Array\)|\S*copy_to_host_async|"
+                      r"batched_copy_array_to_devices|\S*Transfer\w*(To|From)(Device|Host)|\S*BufferFromHost|"
+                      r"\S*CopyToDevice|\S*CopyRawToHost|\S*ToLiteral|Memcpy[HD]2[HD]|"
+                      r"(cu|hip)Memcpy(HtoD|DtoH))|"
+                      r"(?i:memcpy\s*(h\s*to\s*d|d\s*to\s*h|h2d|d2h)|copy\s*(host\s*to\s*device|device\s*to\s*host)|"
+                      r"device_put|TransferLiteral|BufferFromPyval)")
+# Reading a device value back on the host, which waits for the computation that makes it.
+DEVICE_READ = re.compile(r"np\.asarray\(jax\.Array\)|block_until_ready|\bdevice_get$|copy_to_host_async|"
+                         r"array\.py:\d+ (__float__|__int__|__bool__|item|tolist|__array__|__format__)$|"
+                         r"\bMemcpyD2H|(cu|hip)MemcpyDtoH|TransferFromDevice|TransferToHost|_numpy$|\bitem$")
+# The host runtime's work on a copy between host and device memory, on its own threads: PJRT's relayout of a
+# buffer to or from the device's tiled layout (a TPU's Transpose plans), and the TPU runtime's transfers.
+TRANSFER_WORK = re.compile(r"^(Transpose::Execute|ParallelTranspose$|tpu::System::Transfer(To|From)Device)")
 
 _MODULE_ID = re.compile(r"(\.\d+)?\(\d+\)$")  # "jit_step(26)", "jit_f.1(1219...)": the id XLA appends
 _HLO_TEXT_NAME = re.compile(r"^%?([^\s=]+)\s*=")  # "%fusion.3 = f32[...] fusion(...)": a TPU op's HLO text

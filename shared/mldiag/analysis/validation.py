@@ -81,6 +81,8 @@ def profile_names(analysis: Analysis) -> set[str]:
         for op in host.top_ops:
             names.update((op.name, op.expression))
         names.update(a.name for a in (*host.host_activities, *host.between_steps, *host.dispatched, *host.programs))
+        for activity in (*host.host_activities, *host.between_steps, *host.while_waiting, *host.transfers):
+            names.update((activity.name, activity.thread, *(owner.name for owner in activity.owners)))
         for family in host.op_families.values():
             names.update(family.examples)
         if host.attribution is not None:

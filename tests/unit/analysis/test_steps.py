@@ -202,13 +202,31 @@ def test_untraced_host_time_between_calls_is_host_bound_and_said_to_be_untraced(
 def test_a_scope_around_the_dispatches_is_not_host_work(tmp_path):
     starts = [i * 10 * MS for i in range(5)]
     events = [event for s in starts for event in (
-        ("$bench.py:20 run_ops", s, s + 9 * MS),
-        *(event for k, name in enumerate(("add", "mul", "add", "sin"))
-          for event in _jit_calls(name, [s + (k + 1) * MS], MS)))]
+        ("$bench.py:20 run_ops", s, s + 4 * MS),
+        *(event for k, name in enumerate(("add", "mul", "sin")) for event in _jit_calls(name, [s + (k + 1) * MS], MS)))]
     lane = [("kernel", s + 2 * MS, s + 3 * MS) for s in starts]
     host = _Build(DeviceKind.GPU).host(events).lane("/device:GPU:0", lane).evidence(tmp_path)
-    assert host.host_activities[0].name == "$bench.py:20 run_ops" and host.host_activities[0].encloses_dispatches
+    run_ops = host.host_activities[0]
+    assert run_ops.name == "$bench.py:20 run_ops" and run_ops.encloses_dispatches
+    # Of its 4 ms, 3 go to its dispatches, and the devices are busy for one of the other two.
+    assert run_ops.self_ms_per_step == pytest.approx(run_ops.ms_per_step / 4, rel=0.01)
     assert not [f for f in _analysis(host).findings if f.category is FindingCategory.INPUT_BOUND]
+
+
+def test_a_function_around_the_dispatches_whose_time_is_mostly_its_own_is_host_work(tmp_path):
+    starts = [i * 10 * MS for i in range(5)]
+    events = [event for s in starts for event in (
+        ("train", s, s + 10 * MS), ("$bench.py:20 run_ops", s, s + 9 * MS), ("$bench.py:9 make_inputs", s, s + 7 * MS),
+        *_jit_calls("add", [s + 8 * MS], MS))]
+    lane = [("kernel", s + 8 * MS, s + 9 * MS) for s in starts]
+    host = _Build(DeviceKind.GPU).host(events, markers=("train",)).lane("/device:GPU:0", lane).evidence(tmp_path)
+    run_ops = host.host_activities[0]
+    assert run_ops.self_ms_per_step == pytest.approx(8.0, rel=0.01)
+    assert [(owner.name, owner.ms_per_step) for owner in run_ops.owners] == [
+        ("$bench.py:9 make_inputs", pytest.approx(7.0, rel=0.01)), ("$bench.py:20 run_ops", pytest.approx(1.0, rel=0.01))]
+    finding = next(f for f in _analysis(host).findings if f.category is FindingCategory.INPUT_BOUND)
+    assert finding.priority is Priority.P0 and "makes its input" in finding.title
+    assert any('"$bench.py:9 make_inputs"' in line for line in finding.evidence)
 
 
 def test_communication_is_per_device_not_summed_over_devices_and_streams(tmp_path):

@@ -1,0 +1,188 @@
+"""Why the devices wait for the host: the host-side causes of idle time, each with what it costs.
+
+The host keeps the devices waiting for different reasons, and each has its own
+fix: the training thread makes the batches itself, saves checkpoints
+synchronously, reads device values back every step to log them, waits on a
+loader thread that is slower than the step, or copies data between host and
+device memory. A cause is told from the names the trace gives the work (the
+function that owns the time, its thread, the copies it makes) and costs the
+time the devices idle because of it, per iteration of the loop.
+
+With the loop's attribution (:class:`~mldiag.analysis.host_evidence.Attribution`)
+the costs are its parts; without it, the raw events' own measures: each host
+function's own idle time, the stepping thread's waits on other threads, and its
+copies between host and device.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from mldiag.analysis.host_evidence import HostActivity, HostEvidence, TimeCause
+
+
+class HostCause(StrEnum):
+    BATCH_MAKING = "batch_making"  # the training thread makes or loads its batches
+    CHECKPOINT = "checkpoint"  # the training thread saves the state
+    DEVICE_SYNC = "device_sync"  # the training thread reads device values back (to log them) every step
+    PRODUCER_THREAD = "producer_thread"  # the training thread waits on a slower thread that produces its input
+    TRANSFERS = "transfers"  # copies between host and device memory
+    HOST_WORK = "host_work"  # host work none of the above names
+
+
+# Title words (fixed, no names from the profile) and what each cause is.
+WORDS = {
+    HostCause.BATCH_MAKING: ("the training thread makes its input",
+                             "The thread that runs the steps also loads and prepares the batches (reading, "
+                             "decoding, augmenting, converting with numpy), so the devices wait while it does."),
+    HostCause.CHECKPOINT: ("the training thread saves a checkpoint",
+                           "The thread that runs the steps saves checkpoints itself and the steps stop until the "
+                           "state is copied off the device and written."),
+    HostCause.DEVICE_SYNC: ("the host syncs with the device every step",
+                            "Every step the host reads a value back from the device (float(loss), .item(), "
+                            "np.asarray, block_until_ready), which waits for the step to finish, and then formats "
+                            "and writes it while the devices wait for the next step's launch."),
+    HostCause.PRODUCER_THREAD: ("the training thread waits on a slower loader thread",
+                                "The thread that runs the steps waits for its input from another host thread that "
+                                "cannot keep up: the devices idle while that thread reads and prepares the batch."),
+    HostCause.TRANSFERS: ("data is copied between host and device memory",
+                          "Data goes from the device to the host and back (or is copied to the device again every "
+                          "step) and the devices wait for the copies."),
+    HostCause.HOST_WORK: ("waiting for the host",
+                          "Much of each iteration goes to host-side work (loading, decoding or transferring the "
+                          "next batch, or other Python work) while the devices wait."),
+}
+
+PART_SHARE = 0.05  # work that holds less of its cause's time is not named with it
+_CHECKPOINT = re.compile(r"checkpoint|ckpt|\bsave|_save|save_|orbax|serializ|pickle|torch\.save", re.IGNORECASE)
+_SYNC = re.compile(r"\blog|_log|log_|logging|logger|print|metric|summar|wandb|tensorboard|scalar|progress|"
+                   r"tqdm|\bwrite", re.IGNORECASE)
+_INPUT = re.compile(r"batch|data|load|input|augment|decode|read|preprocess|sampl|shuffle|collate|next|iter|fetch|"
+                    r"tokeni|prefetch|feed|^Iterator::|tf_data", re.IGNORECASE)
+_FUNCTION = re.compile(r"^\$\S+:\d+ (.+)$")
+
+
+def function_name(name: str) -> str:
+    """A Python-tracer frame's function (``$train.py:12 make_batch`` -> ``make_batch``); other names as they are."""
+    match = _FUNCTION.match(name)
+    return match.group(1) if match else name
+
+
+def kind_of(name: str, reads_device: bool) -> HostCause:
+    """The cause a function or scope of the training thread stands for, from its name and what it calls."""
+    function = function_name(name)
+    if _CHECKPOINT.search(name):  # the function, or the module it is in (orbax's, a checkpoint helper's)
+        return HostCause.CHECKPOINT
+    if reads_device or _SYNC.search(function):
+        return HostCause.DEVICE_SYNC
+    if _INPUT.search(function):
+        return HostCause.BATCH_MAKING
+    return HostCause.HOST_WORK
+
+
+def other_thread_kind(name: str) -> HostCause:
+    """What the training thread waits for when another thread runs ``name``: a save, or the next batch."""
+    return HostCause.CHECKPOINT if _CHECKPOINT.search(name) else HostCause.PRODUCER_THREAD
+
+
+@dataclass
+class Cause:
+    """One cause and what it costs, with the functions that stand for it (most first)."""
+
+    kind: HostCause
+    ms: float  # per iteration of the loop
+    parts: list[HostActivity] = field(default_factory=list)  # name, thread and own time (``ms_per_step``)
+    steps_per_part: int = 1  # the parts' times cover this many steps: 1 per step, the loop's steps over the loop
+    share: float | None = None  # of the loop's wall time, where the attribution measures it
+
+
+def _owned(activity: HostActivity) -> list[tuple[str, float, bool]]:
+    """Who holds an activity's own time: (function, ms per step, reads the device); the activity itself where the
+    evidence names no one inside it."""
+    if activity.owners:
+        return [(owner.name, owner.ms_per_step, owner.reads_device) for owner in activity.owners]
+    own = activity.self_ms_per_step if activity.self_ms_per_step is not None else activity.ms_per_step
+    return [(activity.name, own, activity.reads_device)]
+
+
+def _part(name: str, ms: float, thread: str = "", share: float = 0.0) -> HostActivity:
+    return HostActivity(name=name, count_per_step=0.0, ms_per_step=ms, share_of_step=share, self_ms_per_step=ms,
+                        thread=thread)
+
+
+def _merged(found: list[tuple[HostCause, HostActivity, bool]], cost: dict[HostCause, float],
+            steps_per_part: int = 1) -> list[Cause]:
+    """One cause per kind: its parts, and its cost: the parts that are costs themselves, plus ``cost`` (a wait on
+    other threads, copies measured as a whole) for those that only say what happened meanwhile."""
+    causes: dict[HostCause, Cause] = {}
+    for kind, part, costs in found:
+        cause = causes.setdefault(kind, Cause(kind, 0.0, steps_per_part=steps_per_part))
+        cause.parts.append(part)
+        cause.ms += part.ms_per_step / steps_per_part if costs else 0.0
+    for kind, ms in cost.items():
+        causes.setdefault(kind, Cause(kind, 0.0)).ms += ms
+    for cause in causes.values():
+        cause.parts.sort(key=lambda part: -part.ms_per_step)
+        if steps_per_part > 1:
+            cause.share = sum(part.share_of_step for part in cause.parts)
+    return sorted((c for c in causes.values() if c.ms > 0), key=lambda c: -c.ms)
+
+
+def _reads_device(host: HostEvidence, name: str) -> bool:
+    return any(reads for a in (*host.host_activities, *host.between_steps) for held, _, reads in _owned(a)
+               if held == name)
+
+
+def _from_attribution(host: HostEvidence) -> list[Cause]:
+    """The causes as the loop's attribution costs them: its host work (another thread's: a producer) and copies."""
+    attribution = host.attribution
+    steps = max(1, attribution.steps)
+    stepping = next((a.thread for a in (*host.host_activities, *host.between_steps) if a.thread), "")
+    found = []
+    for part in attribution.parts:
+        if part.cause is TimeCause.TRANSFERS:
+            kind = HostCause.TRANSFERS
+        elif part.cause is not TimeCause.HOST_WORK:
+            continue
+        elif stepping and part.thread and part.thread != stepping:
+            kind = other_thread_kind(part.name)
+        else:
+            kind = kind_of(part.name, _reads_device(host, part.name))
+        found.append((kind, _part(part.name, part.ms, part.thread, part.share), True))
+    return _merged(found, {}, steps)
+
+
+def _from_evidence(host: HostEvidence, notable_ms: float) -> list[Cause]:
+    """The causes as the raw events measure them: the training thread's functions by their own time, its waits on
+    other threads, and the copies between host and device."""
+    found, cost = [], {}
+    for activity in (*host.host_activities, *host.between_steps):
+        if activity.self_ms_per_step is None:
+            continue
+        found += [(kind_of(name, reads), _part(name, own, activity.thread), True)
+                  for name, own, reads in _owned(activity) if own >= PART_SHARE * notable_ms]
+    if host.thread_wait_ms_per_step >= notable_ms:
+        doing = [a for a in host.while_waiting if a.ms_per_step >= PART_SHARE * host.thread_wait_ms_per_step][:4]
+        found += [(other_thread_kind(a.name), _part(a.name, a.ms_per_step, a.thread), False) for a in doing]
+        # The wait is the cost, shared among what the other threads did meanwhile.
+        seen = sum(a.ms_per_step for a in doing)
+        for a in doing:
+            kind = other_thread_kind(a.name)
+            cost[kind] = cost.get(kind, 0.0) + host.thread_wait_ms_per_step * a.ms_per_step / seen
+    copies = [t for t in host.transfers if (t.self_ms_per_step or 0.0) >= PART_SHARE * notable_ms]
+    copying_ms = max(sum(t.self_ms_per_step or 0.0 for t in copies), host.transfer_ms_per_step)
+    if copying_ms >= notable_ms:
+        found += [(HostCause.TRANSFERS, _part(t.name, t.self_ms_per_step or 0.0, t.thread), False) for t in copies]
+        cost[HostCause.TRANSFERS] = copying_ms
+    return _merged(found, cost)
+
+
+def causes(host: HostEvidence, notable_ms: float) -> list[Cause]:
+    """The host-side causes of the devices' idle time, costliest first, each at least ``notable_ms`` per iteration.
+
+    From the loop's attribution where the evidence carries one, else from the raw events' own measures.
+    """
+    found = _from_attribution(host) if host.attribution is not None else _from_evidence(host, notable_ms)
+    return [cause for cause in found if cause.ms >= notable_ms]
