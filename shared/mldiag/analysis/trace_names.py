@@ -29,6 +29,7 @@ COMMUNICATION = re.compile(
 )
 # The XLA CPU client's run of a program on one of its devices ("[3] CommonPjRtLoadedExecutable::Execute (jit_f)").
 CPU_DEVICE_EXECUTION = re.compile(r"^\[(\d+)\] \S*LoadedExecutable::Execute\b")
+HOST_MEMORY_SPACE = "S(5)"  # XLA's memory space of host memory, in a shape's layout
 ASYNC_COPY = re.compile(r"^copy-(start|done)\b")  # XLA's asynchronous copy, to or from host memory where S(5)
 # A Python tracer event of a builtin or C function ("$time sleep", "$<unknown> astype"), not of a Python function
 # ("$train.py:12 load_batch"): its time is its caller's.
