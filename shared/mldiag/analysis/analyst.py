@@ -57,6 +57,7 @@ from mldiag.analysis.trace_names import (
 )
 from mldiag.analysis.trace_names import hlo_instruction as _instruction
 from mldiag.analysis.trace_names import program_base as _module_base
+from mldiag.analysis.trace_names import transfer_direction
 from mldiag.analysis.wording import quoted
 from mldiag.domain.resources import Finding, FindingCategory, HealthStatus, Priority
 
@@ -337,8 +338,8 @@ def _cause_evidence(host: HostEvidence, cause: host_causes.Cause, host_work: lis
     if cause.kind is HostCause.PRODUCER_THREAD:
         return lines
     if cause.kind is HostCause.TRANSFERS:
-        lines = [f"copy between host and device {quoted(part.name)} on the training thread: {part.ms_per_step:.2f} ms "
-                 f"{per} while the devices idle" for part in cause.parts[:3]]
+        lines = [f"{(transfer_direction(part.name) or 'host-device').replace(' ', '-')} copy {quoted(part.name)} on the "
+                 f"training thread: {part.ms_per_step:.2f} ms {per} while the devices idle" for part in cause.parts[:3]]
         if cause.steps_per_part == 1 and host.transfer_ms_per_step > sum(p.ms_per_step for p in cause.parts):
             lines.append(f"copies between host and device on any host thread, the runtime's own work on them "
                          f"included: {host.transfer_ms_per_step:.2f} ms per step while the devices idle")

@@ -40,7 +40,7 @@ import numpy as np
 from mldiag.analysis.host_evidence import Attribution, TimeCause, TimePart
 from mldiag.analysis.trace_names import (
     ASYNC_COPY, COMMUNICATION, COMPILE, DISPATCH, HOST_MEMORY_SPACE, NOT_AN_OP,
-    PYTHON_BUILTIN, THREAD_WAITING, TRANSFER, WAITING,
+    PYTHON_BUILTIN, THREAD_WAITING, TRANSFER, WAITING, transfer_direction,
 )
 
 TOP_PARTS = 12
@@ -66,9 +66,6 @@ OP_FAMILIES = (
 OTHER_OPS = "other ops"
 # A device inside a program with no op recorded: the XLA CPU executor waiting for its thunks, thread hand-offs.
 RUNTIME = "program, no op recorded"
-_TO_DEVICE = re.compile(r"h\s*to\s*d|h2d|host\s*to\s*device|to\s*device|device\s*put|deviceput", re.IGNORECASE)
-_TO_HOST = re.compile(r"d\s*to\s*h|d2h|device\s*to\s*host|from\s*device|to\s*literal|to\s*host", re.IGNORECASE)
-
 # Device tiers: at an instant, the lowest tier running on a device takes it.
 _COMPUTE, _COLLECTIVE, _TRANSFER, _RUNTIME = range(4)
 # What a host event is, by its name: the classes from _COMPILE on own all the time of the events they enclose.
@@ -125,12 +122,6 @@ def op_family(text: str) -> str:
     return next((family for family, pattern in OP_FAMILIES if pattern.search(text)), OTHER_OPS)
 
 
-def _transfer_direction(text: str) -> str:
-    if _TO_HOST.search(text):
-        return "device to host"
-    return "host to device" if _TO_DEVICE.search(text) else ""
-
-
 def _device_labels(names: Sequence[str], present: np.ndarray, hints: dict[int, str], labels: _Labels,
                    runtime: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per name id (of those ``present`` on the lanes): the label and tier of a device event of that name.
@@ -148,7 +139,7 @@ def _device_labels(names: Sequence[str], present: np.ndarray, hints: dict[int, s
             direction = "device to host" if HOST_MEMORY_SPACE in result else "host to device"
         else:
             is_transfer = bool(TRANSFER.search(subject)) and not COMMUNICATION.search(subject)
-            direction = _transfer_direction(subject)
+            direction = transfer_direction(subject)
         if is_transfer:
             label[index], tier[index] = labels.of(TimeCause.TRANSFERS, direction), _TRANSFER
         elif kind := COMMUNICATION.search(text):

@@ -142,6 +142,8 @@ def _from_attribution(host: HostEvidence) -> list[Cause]:
     stepping = next((a.thread for a in (*host.host_activities, *host.between_steps) if a.thread), "")
     found = []
     for part in attribution.parts:
+        if part.cause is TimeCause.TRANSFERS and not part.thread:
+            continue  # a device busy with its own copies: the data-movement rule's, with the ops and their bytes
         if part.cause is TimeCause.TRANSFERS:
             kind = HostCause.TRANSFERS
         elif part.cause is not TimeCause.HOST_WORK:

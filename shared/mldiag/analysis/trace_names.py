@@ -63,6 +63,19 @@ TRANSFER = re.compile(r"^(DevicePut|PjitFunction\(stage\)|np\.asarray\(jax\.Arra
 DEVICE_READ = re.compile(r"np\.asarray\(jax\.Array\)|block_until_ready|\bdevice_get$|copy_to_host_async|"
                          r"array\.py:\d+ (__float__|__int__|__bool__|item|tolist|__array__|__format__)$|"
                          r"\bMemcpyD2H|(cu|hip)MemcpyDtoH|TransferFromDevice|TransferToHost|_numpy$|\bitem$")
+_TO_HOST = re.compile(r"d\s*to\s*h|d2h|device\s*to\s*host|from[\s_]*device|to[\s_]*literal|to[\s_]*host|"
+                      r"np\.asarray\(jax\.Array\)|device_get", re.IGNORECASE)
+_TO_DEVICE = re.compile(r"h\s*to\s*d|h2d|host\s*to\s*device|to[\s_]*device|from[\s_]*host|device[\s_]*put|deviceput|"
+                        r"PjitFunction\(stage\)", re.IGNORECASE)
+
+
+def transfer_direction(name: str) -> str:
+    """"device to host", "host to device", or "" where a copy's name does not say."""
+    if _TO_HOST.search(name):
+        return "device to host"
+    return "host to device" if _TO_DEVICE.search(name) else ""
+
+
 # The host runtime's work on a copy between host and device memory, on its own threads: PJRT's relayout of a
 # buffer to or from the device's tiled layout (a TPU's Transpose plans), and the TPU runtime's transfers.
 TRANSFER_WORK = re.compile(r"^(Transpose::Execute|ParallelTranspose$|tpu::System::Transfer(To|From)Device)")

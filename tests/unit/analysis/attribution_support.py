@@ -30,8 +30,8 @@ def input_bound_attribution() -> Attribution:
     return attribution()
 
 
-def with_attribution(analysis: Analysis, made: Attribution) -> Analysis:
-    """A copy of ``analysis`` whose first host carries ``made``."""
+def with_attribution(analysis: Analysis, made: Attribution | None) -> Analysis:
+    """A copy of ``analysis`` whose first host carries ``made`` (``None``: a host whose loop was not attributed)."""
     copied = analysis.model_copy(deep=True)
     copied.hosts[0].attribution = made
     return copied

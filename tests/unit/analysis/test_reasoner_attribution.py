@@ -54,7 +54,7 @@ def test_the_digest_gives_each_hosts_parts_of_the_loop_once():
 
 
 def test_a_profile_without_an_attribution_gives_none():
-    assert prompts.evidence_digest(investigated("input_bound"), [])["time_attribution"] == []
+    assert prompts.evidence_digest(with_attribution(investigated("input_bound"), None), [])["time_attribution"] == []
 
 
 def test_part_names_reach_the_model_only_inside_the_fence():

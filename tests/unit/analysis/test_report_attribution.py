@@ -49,7 +49,7 @@ def test_each_part_is_a_segment_as_wide_as_its_share_and_a_row_of_the_legend():
 
 
 def test_a_profile_without_an_attribution_has_no_bar():
-    page = render_summary(investigated("input_bound"))
+    page = render_summary(with_attribution(investigated("input_bound"), None))
     assert 'id="time-attribution"' not in page and 'class="time-bar"' not in page
 
 

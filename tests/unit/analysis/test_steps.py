@@ -210,7 +210,9 @@ def test_a_scope_around_the_dispatches_is_not_host_work(tmp_path):
     assert run_ops.name == "$bench.py:20 run_ops" and run_ops.encloses_dispatches
     # Of its 4 ms, 3 go to its dispatches, and the devices are busy for one of the other two.
     assert run_ops.self_ms_per_step == pytest.approx(run_ops.ms_per_step / 4, rel=0.01)
-    assert not [f for f in _analysis(host).findings if f.category is FindingCategory.INPUT_BOUND]
+    # The devices idle most of the loop with nothing traced: that may be a finding, but never one on the scope.
+    quoted = [line for f in _analysis(host).findings for line in f.evidence if "run_ops" in line]
+    assert quoted and all("not counted as host work" in line for line in quoted)
 
 
 def test_a_function_around_the_dispatches_whose_time_is_mostly_its_own_is_host_work(tmp_path):
