@@ -480,7 +480,7 @@ def _recompilation(host: HostEvidence, programs: dict[str, HloProgram]) -> Findi
              "arguments change from step to step, so each change costs a full compilation.",
         evidence=[
             f"{host.recompiles_in_steps} XLA recompilations inside {host.steps} profiled steps{warmup}",
-            f"recompilation {host.recompile_ms_per_step:.1f} ms per step of a {step:.1f} ms step ({share:.1%})",
+            f"recompilation {host.recompile_ms_per_step:.1f} ms per step of a {step:.1f} ms step",
             *_recompiled(programs)[:3],
         ],
         impact=f"{host.recompile_ms_per_step:.1f} ms per step ({share:.0%}) would disappear with stable shapes.",
