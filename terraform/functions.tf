@@ -23,6 +23,7 @@ locals {
     "flask>=3.0",
     "werkzeug>=3.0",
     "cheroot>=10.0",
+    "waitress>=3.0",
     "watchdog>=4.0",
     "google-auth>=2.30",
     "cachecontrol>=0.14",
