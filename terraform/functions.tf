@@ -28,6 +28,7 @@ locals {
     "google-auth>=2.30",
     "cachecontrol>=0.14",
     "requests>=2.31",
+    "urllib3>=2.0",
     "grpcio>=1.51",
     "google-api-core>=2.15",
     "google-cloud-firestore>=2.16",
