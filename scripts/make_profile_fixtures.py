@@ -967,17 +967,23 @@ def measured_truth(name: str, loop: Loop, times: dict[str, list[float]], device_
 TRUTH_MARKER = "# The truth below is written by scripts/make_profile_fixtures.py: regenerate it, do not edit it.\n"
 
 
+def text_above_truth(path: Path, marker: str = TRUTH_MARKER) -> str | None:
+    """What people wrote above an expectation file's truth block (its last); None where there is no file yet."""
+    if not path.exists():
+        return None
+    text = path.read_text()
+    for end in (marker, "\ntruth:"):
+        if end in text:
+            text = text[: text.index(end)].rstrip("\n") + "\n"
+    return text
+
+
 def write_truth(path: Path, name: str, xplane: Path, truth: dict) -> None:
     """Replace the truth block, the file's last, keeping what people wrote above it."""
     import yaml
 
-    if path.exists():
-        text = path.read_text()
-        for end in (TRUTH_MARKER, "\ntruth:"):
-            if end in text:
-                text = text[: text.index(end)].rstrip("\n") + "\n"
-        head = text
-    else:
+    head = text_above_truth(path)
+    if head is None:
         source = xplane.relative_to(REPO) if xplane.is_relative_to(REPO) else xplane
         head = yaml.safe_dump({"fixture": name, "source": str(source), "description": DESCRIPTIONS[name]},
                               sort_keys=False, width=110)

@@ -56,7 +56,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
-from make_profile_fixtures import HOST, STEP_NAME, CompileCounter, _number  # noqa: E402
+from make_profile_fixtures import HOST, STEP_NAME, CompileCounter, _number, text_above_truth  # noqa: E402
 from measure_device_trace import measure  # noqa: E402
 
 MAX_XPLANE_BYTES = 2_000_000  # the LM's is over it: its program's HLO alone, in the metadata, is about 1.6 MB
@@ -889,13 +889,8 @@ def write_expectations(truth_file: Path, profiles: Path, folder: Path, prefix: s
         path = folder / f"{prefix}{name}.yaml"
         xplane = (profiles / name / "plugins" / "profile" / name / f"{HOST}.xplane.pb").resolve()
         meta = record["meta"]
-        if path.exists():
-            text = path.read_text()
-            for end in (TRUTH_MARKER, "\ntruth:"):
-                if end in text:
-                    text = text[: text.index(end)].rstrip("\n") + "\n"
-            head = text
-        else:
+        head = text_above_truth(path, TRUTH_MARKER)
+        if head is None:
             head = yaml.safe_dump({"fixture": f"{prefix}{name}",
                                    "source": str(xplane.relative_to(REPO) if xplane.is_relative_to(REPO) else xplane),
                                    "description": f"{meta['description']} ({meta['device_kind']}, JAX {meta['jax']})"},
