@@ -29,6 +29,7 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 PRINTED_URL = "http://127.0.0.1:8080"
 PRINTED_DATA_DIR = "/home/me/.mldiag"
+PRINTED_OTLP_ENDPOINT = "http://127.0.0.1:4317"
 PROFILER_PORT = "9999"
 SESSION = "first-steps"
 COMMAND_TIMEOUT_S = 300
@@ -53,9 +54,11 @@ def the_command(prefix: str) -> str:
 
 
 def as_printed(text: str, control_plane: ControlPlane) -> str:
-    """``text`` with the URL and the data folder that this ``mldiag up`` printed."""
+    """``text`` with the URL, the data folder and the OTLP endpoint that this ``mldiag up`` printed."""
     data_dir = re.search(r"\(data in (\S+)\)", control_plane.banner)[1]
-    return text.replace(PRINTED_URL, control_plane.url).replace(PRINTED_DATA_DIR, data_dir)
+    otlp = re.search(r"OTEL_EXPORTER_OTLP_ENDPOINT=(\S+)", control_plane.banner)[1]
+    return (text.replace(PRINTED_URL, control_plane.url).replace(PRINTED_DATA_DIR, data_dir)
+            .replace(PRINTED_OTLP_ENDPOINT, otlp))
 
 
 def shell(command: str, cwd: Path, control_plane: ControlPlane) -> subprocess.CompletedProcess:
@@ -87,7 +90,7 @@ def test_the_quickstart_installs_every_package_its_job_imports():
 def test_mldiag_up_prints_what_the_quickstart_shows(control_plane: ControlPlane):
     (console,) = quickstart_blocks("console")
     command, *shown = console.splitlines()
-    assert command == "$ mldiag up"  # the fixture adds only --data and --port 0
+    assert command == "$ mldiag up"  # the fixture adds only --data, --port 0 and --otlp-port 0
     banner = shown[:next(i for i, line in enumerate(shown) if "Stop with Ctrl-C." in line) + 1]
     assert as_printed("\n".join(banner), control_plane) == control_plane.banner.rstrip("\n")
 

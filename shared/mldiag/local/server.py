@@ -232,7 +232,10 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
                     app.config.get(VIEWER_URL, ""), f"{url}/sdk/{capability}" if capability else url,
                     otlp_endpoint, otlp_note))
     try:
-        server.serve(app)  # returns on Ctrl-C or SIGTERM
+        try:
+            server.serve(app)  # returns on Ctrl-C or SIGTERM that reach its loop
+        except KeyboardInterrupt:  # one that came between two turns of the loop
+            pass
         log.info("stopping", notice=True)
     finally:
         server.stop()
