@@ -234,8 +234,8 @@ def _traced(cache: Path, workload: str, min_mb: float) -> Path:
 def _scaled(source: Path, target: Path, at_least: int) -> None:
     """Write ``target``: ``source`` with its host plane's lines repeated until the file has ``at_least`` bytes,
     each copy of a line a new thread (its own id) and later than the last copy by the source's whole span."""
-    from mldiag.analysis.wire import encode_varint, field_head, fields, varint
-    from mldiag.analysis.xspace import read_planes
+    from mldiag.analysis.profile.wire import encode_varint, field_head, fields, varint
+    from mldiag.analysis.profile.xspace import read_planes
 
     planes = read_planes(source)
     host = next(plane for plane in planes if plane.name == "/host:CPU")

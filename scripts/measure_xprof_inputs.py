@@ -39,9 +39,9 @@ import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from mldiag.analysis.raw_events import _parents  # noqa: E402 - after XProf's log level is set
-from mldiag.analysis.wire import delimited, fields  # noqa: E402
-from mldiag.analysis.xspace import read_planes  # noqa: E402
+from mldiag.analysis.loop.raw_events import _parents  # noqa: E402 - after XProf's log level is set
+from mldiag.analysis.profile.wire import delimited, fields  # noqa: E402
+from mldiag.analysis.profile.xspace import read_planes  # noqa: E402
 
 CONVERTERS = ("overview_page", "pod_viewer", "input_pipeline_analyzer", "roofline_model", "op_profile",
               "smart_suggestion", "memory_profile", "utilization_viewer")

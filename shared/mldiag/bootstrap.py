@@ -16,7 +16,7 @@ from mldiag.ports import BlobStore, HostedBus, ProfilerClient
 from mldiag.services.dependencies import Services
 
 if TYPE_CHECKING:
-    from mldiag.analysis.investigation import Investigator
+    from mldiag.analysis.reasoning.investigation import Investigator
 
 
 def build(settings: Settings | None = None) -> Services:
@@ -92,8 +92,8 @@ def services() -> Services:
 
 def build_investigator(settings: Settings, reasoner: str | None = None) -> Investigator:
     """The investigation the settings ask for (``reasoner`` overrides ``settings.reasoner``)."""
-    from mldiag.analysis.investigation import Investigator
-    from mldiag.analysis.offline import OfflineReasoner
+    from mldiag.analysis.reasoning.investigation import Investigator
+    from mldiag.analysis.reasoning.offline import OfflineReasoner
 
     offline = OfflineReasoner()
     if (reasoner or settings.reasoner) == "vertex":

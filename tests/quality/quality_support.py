@@ -59,10 +59,10 @@ def gemini_analysis(source: str, recording: str) -> dict[str, Any]:
     from fake_gemini import FakeGemini, script
     from google.oauth2.credentials import Credentials
 
-    from mldiag.analysis import analyze_profile
-    from mldiag.analysis.investigation import Investigator
-    from mldiag.analysis.offline import OfflineReasoner
     from mldiag.adapters.reasoning.vertex import VertexReasoner
+    from mldiag.analysis import analyze_profile
+    from mldiag.analysis.reasoning.investigation import Investigator
+    from mldiag.analysis.reasoning.offline import OfflineReasoner
 
     with FakeGemini(script(recording)) as fake:
         reasoner = VertexReasoner(project="quality-harness", location="us-central1", model="gemini-2.5-flash",

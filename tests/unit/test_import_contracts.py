@@ -61,7 +61,9 @@ def _layer_modules(layer: str) -> list[str]:
 
 
 def _lower_layer_imports_a_higher_one(contract: dict[str, Any]) -> tuple[str, str]:
-    return _layer_modules(contract["layers"][-1])[0], _layer_modules(contract["layers"][0])[0]
+    container = contract["containers"][0] + "." if "containers" in contract else ""
+    return (container + _layer_modules(contract["layers"][-1])[0],
+            container + _layer_modules(contract["layers"][0])[0])
 
 
 def _source_imports_a_forbidden_module(contract: dict[str, Any]) -> tuple[str, str]:

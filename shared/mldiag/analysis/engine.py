@@ -3,7 +3,7 @@
 1. Copy the session's ``<host>.xplane.pb`` files into a private scratch folder
    (XProf writes cache files next to what it converts).
 2. Within the memory budget (the analysis's memory ceiling less what its own
-   process holds: :mod:`mldiag.analysis.budget`), in this order when memory
+   process holds: :mod:`mldiag.analysis.xprof.budget`), in this order when memory
    is short and all at once when it is not: have XProf build its op_stats (the
    heavy conversion most tools read; from time slices of the file where the
    whole file's conversion cannot fit under the ceiling, skipped where even
@@ -45,10 +45,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mldiag import __version__
-from mldiag.analysis.budget import MemoryBudget
-from mldiag.analysis.profiles import UNREADABLE_EXIT, Session, UnreadableProfile, copy_session, host_of
+from mldiag.analysis.profile.profiles import UNREADABLE_EXIT, Session, UnreadableProfile, copy_session, host_of
 from mldiag.analysis.stopping import PRIVATE_FOLDER_PREFIX
-from mldiag.analysis.xprof_tools import (
+from mldiag.analysis.xprof.budget import MemoryBudget
+from mldiag.analysis.xprof.xprof_tools import (
     CAN_BE_ABSENT,
     MANAGED_TOOLS,
     SMART_SUGGESTION_EVENTS,
@@ -95,7 +95,7 @@ def read_events_apart(xplane: Path) -> HostEvidence:
     Reading is Python-bound (so processes run hosts in parallel where threads
     would not) and leaves fragmented memory behind; a child takes both away.
     """
-    done = subprocess.run([sys.executable, "-m", "mldiag.analysis.raw_events", str(xplane), str(timeline_of(xplane))],
+    done = subprocess.run([sys.executable, "-m", "mldiag.analysis.loop.raw_events", str(xplane), str(timeline_of(xplane))],
                           capture_output=True, text=True)
     if done.returncode == UNREADABLE_EXIT:
         raise UnreadableProfile(done.stderr.strip())
@@ -110,8 +110,8 @@ def read_events_apart(xplane: Path) -> HostEvidence:
 
 def _shared_bytes(files: Sequence[Path]) -> int:
     """What every time slice of a one-file session would carry (0 for a file the raw-event read will refuse)."""
-    from mldiag.analysis.slices import shared_bytes
-    from mldiag.analysis.wire import MalformedXSpace
+    from mldiag.analysis.profile.slices import shared_bytes
+    from mldiag.analysis.profile.wire import MalformedXSpace
 
     if len(files) != 1:
         return 0
@@ -124,7 +124,7 @@ def _shared_bytes(files: Sequence[Path]) -> int:
 def _absent_inputs(hosts: list[HostEvidence], timelines: Sequence[Path]) -> dict[str, str]:
     """Converters whose input the raw events (and the timelines they saved) show is not in the profile."""
     from mldiag.analysis.host_evidence import DeviceKind
-    from mldiag.analysis.timeline import Timeline
+    from mldiag.analysis.profile.timeline import Timeline
 
     absent = {}
     if not any(host.memory_allocator_events for host in hosts):
@@ -146,7 +146,7 @@ class _HloModules:
         self._modules: list | None = None
 
     def __call__(self) -> list:
-        from mldiag.analysis import hlo
+        from mldiag.analysis.xprof import hlo
 
         with self._lock:
             if self._modules is None:
@@ -164,7 +164,7 @@ class _HloModules:
 
 def _hlo_programs(context: ToolContext) -> list:
     """Each HLO program's parameters, results and largest intermediate; none when the modules cannot be read."""
-    from mldiag.analysis import hlo
+    from mldiag.analysis.xprof import hlo
 
     try:
         return hlo.program_buffers(context.hlo())
@@ -174,7 +174,7 @@ def _hlo_programs(context: ToolContext) -> list:
 
 def _hlo_kernels(context: ToolContext) -> list:
     """What each kernel of the HLO programs computes; none when the modules cannot be read."""
-    from mldiag.analysis import hlo
+    from mldiag.analysis.xprof import hlo
 
     try:
         return hlo.kernel_work(context.hlo())
@@ -199,11 +199,11 @@ class RunningAnalysis:
     def finish(self, *, source: str = "", investigate: Investigate | None = None) -> Analysis:
         """Run the 15 tools, assess the evidence and, given ``investigate``, follow up on the findings.
 
-        Raises :class:`~mldiag.analysis.profiles.UnreadableProfile` for a file
+        Raises :class:`~mldiag.analysis.profile.profiles.UnreadableProfile` for a file
         that is empty, truncated or not a profile.
         """
-        from mldiag.analysis import analyst
         from mldiag.analysis.evidence import HloIssue, ProfileInput
+        from mldiag.analysis.rules import analyst
 
         state, context, say, session = self.state, self.context, self.say, self.session
         try:
@@ -269,7 +269,7 @@ def start_analysis(
     ``scratch_dir`` is where the private copy lives while the analysis runs
     (a temporary folder when omitted); nothing is written anywhere else.
     ``memory_ceiling_bytes`` bounds the analysis's memory (by default
-    :func:`~mldiag.analysis.budget.default_ceiling`): an XProf tool whose
+    :func:`~mldiag.analysis.xprof.budget.default_ceiling`): an XProf tool whose
     conversion would not fit under it is skipped, with what it needs.
     Leaving the block waits for every step that started, then removes the copy.
     """
@@ -326,7 +326,7 @@ def analyze_profile(
 
     ``scratch_dir`` is where the private copy lives while the analysis runs
     (a temporary folder when omitted); nothing is written anywhere else.
-    Raises :class:`~mldiag.analysis.profiles.UnreadableProfile` for a file that
+    Raises :class:`~mldiag.analysis.profile.profiles.UnreadableProfile` for a file that
     is empty, truncated or not a profile. ``investigate`` follows up on the
     analyst's findings with more XProf tools before the private copy is removed.
     """
@@ -343,7 +343,7 @@ def analyze_host(
 ) -> HostAnalysis:
     """Analyse one host file of a multi-host session on its own; its evidence is kept for the session's merge
     (:func:`mldiag.analysis.fanout.merge_hosts`). Raises
-    :class:`~mldiag.analysis.profiles.UnreadableProfile` as :func:`analyze_profile` does."""
+    :class:`~mldiag.analysis.profile.profiles.UnreadableProfile` as :func:`analyze_profile` does."""
     from mldiag.analysis.fanout import HostAnalysis
 
     with start_analysis([path], scratch_dir, progress=progress, memory_ceiling_bytes=memory_ceiling_bytes) as running:

@@ -101,7 +101,7 @@ class KernelShare(Evidence):
 
 class ProgramRoofline(Evidence):
     """``analysis.json.roofline``: a program's achieved FLOP/s and bytes/s over its measured device time, against
-    the chip's peaks (:mod:`mldiag.analysis.hardware`), and the verdict that puts it on the roofline."""
+    the chip's peaks (:mod:`mldiag.analysis.rules.hardware`), and the verdict that puts it on the roofline."""
 
     program: str
     source: str  # where the FLOPs and bytes come from: "op_profile" (XProf's per-op costs) or "hlo" (its matmuls)

@@ -21,10 +21,10 @@ from collections.abc import Iterable, Mapping
 
 from pydantic import Field
 
-from mldiag.analysis import analyst
 from mldiag.analysis.evidence import Analysis, Evidence, HloIssue, HloProgram, ProfileInput, ToolResult, ToolStatus
-from mldiag.analysis.hlo import KernelWork
 from mldiag.analysis.host_evidence import HostEvidence
+from mldiag.analysis.rules import analyst
+from mldiag.analysis.xprof.hlo import KernelWork
 from mldiag.domain.resources import HealthStatus
 
 HOST_EVIDENCE_FOLDER = "hosts"  # beside the session's report: <report folder>/hosts/<host>.json

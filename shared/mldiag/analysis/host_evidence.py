@@ -1,6 +1,6 @@
 """The evidence the raw-event read collects from one host's profile, as typed data.
 
-The reader process builds these (:mod:`mldiag.analysis.raw_events`) and prints
+The reader process builds these (:mod:`mldiag.analysis.loop.raw_events`) and prints
 them as JSON; the engine validates them back with pydantic (which reads these
 dataclasses as it reads its own models, unknown fields refused). They are
 plain dataclasses so that the reader's process does not load pydantic at all.

@@ -19,9 +19,9 @@ from urllib.parse import urlsplit
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from mldiag.analysis.analyst import size
 from mldiag.analysis.evidence import Analysis, Followup, ToolResult, ToolStatus
 from mldiag.analysis.host_evidence import HostEvidence, TimeCause
+from mldiag.analysis.rules.analyst import size
 from mldiag.domain.resources import HealthStatus
 
 ANALYSIS_FILE = "analysis.json"

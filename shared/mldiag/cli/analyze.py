@@ -112,7 +112,7 @@ def analyse_or_exit(path: str, scratch: Path, reasoner: ReasonerChoice | None, c
                     memory_ceiling_bytes: int | None = None) -> Analysis:
     """The analysis of the profile at ``path``, made in ``scratch`` with its progress on stderr;
     exit 3 with ``command``'s one-line reason if there is no readable profile."""
-    from mldiag.analysis.profiles import UNREADABLE_EXIT
+    from mldiag.analysis.profile.profiles import UNREADABLE_EXIT
     from mldiag.local.analyze import analyse
 
     try:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:
     from mldiag.analysis import Analysis
-    from mldiag.analysis.investigation import Investigator
+    from mldiag.analysis.reasoning.investigation import Investigator
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,7 +68,7 @@ def _analyse(args: argparse.Namespace, scratch: Path) -> int:
     from mldiag import bootstrap
     from mldiag.analysis import Analysis, analyze_profile
     from mldiag.analysis.comparison import compare
-    from mldiag.analysis.profiles import UNREADABLE_EXIT, UnreadableProfile
+    from mldiag.analysis.profile.profiles import UNREADABLE_EXIT, UnreadableProfile
     from mldiag.analysis.report import write_reports
     from mldiag.config import Settings
 
@@ -110,7 +110,7 @@ def _host_evidence(args: argparse.Namespace, scratch: Path) -> int:
 def _merged(args: argparse.Namespace, scratch: Path, investigate: Investigator) -> Analysis:
     import time
 
-    from mldiag.analysis import Analysis, start_analysis
+    from mldiag.analysis import start_analysis
     from mldiag.analysis.evidence import Investigation
     from mldiag.analysis.fanout import HostAnalysis, merge_hosts
     from mldiag.domain.resources import HealthStatus

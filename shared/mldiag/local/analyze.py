@@ -52,7 +52,7 @@ def analyse(path: str, scratch: Path, *, reasoner: str | None = None, memory_cei
     """Find (or download) the profile at ``path`` and analyse it in ``scratch``.
 
     ``reasoner`` overrides the settings' (``offline`` or ``vertex``), ``memory_ceiling_bytes`` the default
-    ceiling (:func:`mldiag.analysis.budget.default_ceiling`); ``progress`` gets each step as it
+    ceiling (:func:`mldiag.analysis.xprof.budget.default_ceiling`); ``progress`` gets each step as it
     starts, ``note`` what the reader should know about the profile chosen. Raises
     :class:`~mldiag.domain.errors.InvalidArgument` or :class:`~mldiag.domain.errors.NotFound` when
     ``path`` holds no readable profile.

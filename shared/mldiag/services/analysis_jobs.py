@@ -60,7 +60,7 @@ import structlog
 from cloudevents.http import CloudEvent
 
 from mldiag.analysis.evidence import Analysis
-from mldiag.analysis.profiles import UnreadableProfile
+from mldiag.analysis.profile.profiles import UnreadableProfile
 from mldiag.analysis.report import ANALYSIS_FILE, SUMMARY_FILE
 from mldiag.config import HOST_ANALYSIS_REQUESTS, Settings
 from mldiag.domain.errors import InvalidArgument, NotFound, PermanentFailure
@@ -301,7 +301,7 @@ def _baseline(services: AnalysisJobPorts, session: ProfilerSession, scratch: Pat
 
 def run_worker(settings: Settings, files: list[Path], scratch: Path, out: Path, source: str,
                dashboard_uri: str, extra: list[str]) -> None:
-    from mldiag.analysis.profiles import UNREADABLE_EXIT
+    from mldiag.analysis.profile.profiles import UNREADABLE_EXIT
 
     command = [sys.executable, "-m", "mldiag.entrypoints.analysis_worker", "--out", str(out), "--scratch", str(scratch),
                "--source", source, "--dashboard-uri", dashboard_uri, *extra, *map(str, files)]

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
 
-from mldiag.analysis.profiles import Session, UnreadableProfile, choose_session
-from mldiag.analysis.wire import MalformedXSpace, check_xspace, check_xspace_head
+from mldiag.analysis.profile.profiles import Session, UnreadableProfile, choose_session
+from mldiag.analysis.profile.wire import MalformedXSpace, check_xspace, check_xspace_head
 from mldiag.domain.errors import NotFound
 from mldiag.domain.layout import XPLANE_SUFFIX
 from mldiag.ports import BlobStore, LocalBuckets

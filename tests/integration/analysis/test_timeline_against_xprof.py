@@ -8,10 +8,10 @@ import json
 import pytest
 from analysis_support import saved, xplane  # noqa: F401 (saved is a fixture)
 
-from mldiag.analysis.followups import EVENT_FAMILIES, events_regex
-from mldiag.analysis.raw_events import read_host_evidence
-from mldiag.analysis.timeline import Timeline, aggregate_events
-from mldiag.analysis.trace_names import COMMUNICATION
+from mldiag.analysis.loop.raw_events import read_host_evidence
+from mldiag.analysis.profile.timeline import Timeline, aggregate_events
+from mldiag.analysis.profile.trace_names import COMMUNICATION
+from mldiag.analysis.reasoning.followups import EVENT_FAMILIES, events_regex
 
 QUERIES = [*EVENT_FAMILIES.values(), "(?i)convert", ".*"]
 

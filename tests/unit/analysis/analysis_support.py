@@ -42,8 +42,8 @@ def strings_in(value: Any) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory: pytest.TempPathFactory):
     """``saved(name)``: the timeline the raw-event read saves for a fixture profile (import it to use it)."""
-    from mldiag.analysis.raw_events import read_host_evidence
-    from mldiag.analysis.timeline import Timeline
+    from mldiag.analysis.loop.raw_events import read_host_evidence
+    from mldiag.analysis.profile.timeline import Timeline
 
     folder = tmp_path_factory.mktemp("timelines")
 

@@ -16,8 +16,8 @@ from typing import Any
 from analysis_support import xplane
 
 from mldiag.analysis import Analysis, analyze_profile
+from mldiag.analysis.xprof.xprof_tools import ToolContext
 from mldiag.bootstrap import build_investigator
-from mldiag.analysis.xprof_tools import ToolContext
 from mldiag.config import Settings
 
 

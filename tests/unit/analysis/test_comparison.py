@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import pytest
 import json
 from datetime import timedelta
 
+import pytest
+
 from mldiag.analysis.comparison import compare
-from mldiag.services.baselines import find_baseline
 from mldiag.analysis.host_evidence import HostActivity
 from mldiag.domain import AnalysisState, AnalysisStatus, HealthStatus, ProfilerSession
+from mldiag.services.baselines import find_baseline
 
 pytestmark = pytest.mark.slow  # real analyses, servers or Terraform runs
 

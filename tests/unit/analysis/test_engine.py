@@ -11,10 +11,11 @@ import time
 import pytest
 from analysis_support import xplane
 
-from mldiag.analysis import MANAGED_TOOLS, analyze_profile, xprof_tools
-from mldiag.analysis.budget import PROCESS_GROWTH, MemoryBudget, OverBudget, default_ceiling
+from mldiag.analysis import MANAGED_TOOLS, analyze_profile
 from mldiag.analysis.engine import start_analysis
 from mldiag.analysis.evidence import ToolStatus
+from mldiag.analysis.xprof import xprof_tools
+from mldiag.analysis.xprof.budget import PROCESS_GROWTH, MemoryBudget, OverBudget, default_ceiling
 from mldiag.domain.sizes import parse_size
 
 pytestmark = pytest.mark.slow  # real analyses, servers or Terraform runs
@@ -145,23 +146,23 @@ def test_an_optional_step_larger_than_the_budget_is_refused_with_what_it_needs()
 
 
 def test_the_ceiling_comes_from_the_setting_else_from_what_is_available(monkeypatch):
-    monkeypatch.setattr("mldiag.analysis.budget.available_memory", lambda: 10 << 30)
-    monkeypatch.setattr("mldiag.analysis.budget._cgroup_limit", lambda: None)
+    monkeypatch.setattr("mldiag.analysis.xprof.budget.available_memory", lambda: 10 << 30)
+    monkeypatch.setattr("mldiag.analysis.xprof.budget._cgroup_limit", lambda: None)
     assert default_ceiling({}) == 8 << 30
-    monkeypatch.setattr("mldiag.analysis.budget._cgroup_limit", lambda: 4 << 30)  # a function of 4 GiB
+    monkeypatch.setattr("mldiag.analysis.xprof.budget._cgroup_limit", lambda: 4 << 30)  # a function of 4 GiB
     assert default_ceiling({}) == int(3.2 * (1 << 30))
     assert default_ceiling({"MLDIAG_ANALYSIS_MEMORY_CEILING": "1.5GiB"}) == 3 << 29
 
 
 def test_the_budget_is_the_ceiling_less_what_the_analysing_process_holds_and_will_grow_by(monkeypatch):
-    monkeypatch.setattr("mldiag.analysis.budget.resident_memory", lambda: 300 << 20)
+    monkeypatch.setattr("mldiag.analysis.xprof.budget.resident_memory", lambda: 300 << 20)
     budget = MemoryBudget.under_ceiling(2 << 30)
     assert (budget.ceiling, budget.limit) == (2 << 30, (2 << 30) - (300 << 20) - PROCESS_GROWTH)
 
 
 def test_the_budget_is_measured_again_from_what_the_process_holds_whenever_no_step_holds_any(monkeypatch):
     held = {"now": 100 << 20}
-    monkeypatch.setattr("mldiag.analysis.budget.resident_memory", lambda: held["now"])
+    monkeypatch.setattr("mldiag.analysis.xprof.budget.resident_memory", lambda: held["now"])
     budget = MemoryBudget.under_ceiling(1 << 30)
     held["now"] = 700 << 20  # conversions left memory in use behind
     with budget.reserve(100 << 20, "a conversion"):
@@ -207,9 +208,9 @@ def test_a_failure_between_start_and_finish_ends_the_analysis_and_leaves_nothing
 
 @pytest.mark.parametrize("module, not_loaded", [
     # What starting the conversions needs loads nothing of the rest, which then loads beside them.
-    ("mldiag.analysis.engine", ("pydantic", "mldiag.analysis.analyst", "mldiag.domain.resources")),
+    ("mldiag.analysis.engine", ("pydantic", "mldiag.analysis.rules.analyst", "mldiag.domain.resources")),
     # The raw-event reader's process loads no pydantic: its evidence is plain dataclasses.
-    ("mldiag.analysis.raw_events", ("pydantic", "mldiag.domain.resources", "mldiag.analysis.evidence")),
+    ("mldiag.analysis.loop.raw_events", ("pydantic", "mldiag.domain.resources", "mldiag.analysis.evidence")),
 ])
 def test_a_module_on_the_way_to_the_conversions_loads_only_what_they_need(module, not_loaded):
     shown = subprocess.run(

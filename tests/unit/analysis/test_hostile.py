@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
 import json
 
+import pytest
 from analysis_support import facts, strings_in, xplane
 from typer.testing import CliRunner
 

@@ -11,12 +11,12 @@ import pytest
 from analysis_support import xplane
 from structlog.testing import capture_logs
 
-from mldiag.entrypoints import handlers
 from mldiag.config import ANALYSIS_REQUESTS, dead_letter_topic
 from mldiag.domain import AnalysisState, HealthStatus
-from mldiag.domain.names import parse_child
-from mldiag.services.event_archive import Ignored, Outcome
 from mldiag.domain.messages import Message, pubsub_cloud_event, storage_finalized_event
+from mldiag.domain.names import parse_child
+from mldiag.entrypoints import handlers
+from mldiag.services.event_archive import Ignored, Outcome
 from mldiag.services.registration import Registrar, parse_finalized
 from mldiag.services.resources.reanalysis import reanalyze
 

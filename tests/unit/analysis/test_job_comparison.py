@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import pytest
 import json
 
+import pytest
 from analysis_support import xplane
 
-from mldiag.entrypoints import handlers
 from mldiag.config import ANALYSIS_REQUESTS
 from mldiag.domain import AnalysisState, Kind, MachineLearningRun, ProfilerSession
 from mldiag.domain.messages import pubsub_cloud_event, storage_finalized_event
+from mldiag.entrypoints import handlers
 from mldiag.services.registration import Registrar
 
 RUN = "projects/p/locations/l/machineLearningRuns/run1"

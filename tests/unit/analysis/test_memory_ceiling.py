@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from analysis_support import xplane
 
-from mldiag.analysis import ToolStatus, analyze_profile, xprof_tools
+from mldiag.analysis import ToolStatus, analyze_profile
 from mldiag.analysis.report import write_reports
+from mldiag.analysis.xprof import xprof_tools
 
 OP_STATS_TOOLS = {name for name, (converter, _) in xprof_tools.NEEDS.items() if converter == "op_stats"}
 HLO_TOOLS = {"list_hlo_modules", "get_peak_allocations"}
@@ -81,7 +82,7 @@ def sliced():
     30% of the file is metadata every slice carries), and every conversion XProf was asked for."""
     from xprof.convert import raw_to_tool_data
 
-    from mldiag.analysis.budget import PROCESS_GROWTH, resident_memory
+    from mldiag.analysis.xprof.budget import PROCESS_GROWTH, resident_memory
 
     profile = xplane("ondemand_mlp")
     convert, conversions = raw_to_tool_data.xspace_to_tool_data, []
@@ -143,7 +144,7 @@ def test_without_events_xprofs_memory_profile_of_a_profile_without_allocator_eve
                                                                                                 analysis_of):
     from xprof.convert import raw_to_tool_data
 
-    from mldiag.analysis.slices import without_events
+    from mldiag.analysis.profile.slices import without_events
 
     assert analysis_of(name).hosts[0].memory_allocator_events == 0
     profile = xplane(name)
@@ -157,7 +158,7 @@ def test_without_events_xprofs_memory_profile_of_a_profile_without_allocator_eve
 def test_a_profile_with_allocator_events_has_its_memory_profile_read_from_the_whole_file(tmp_path):
     from xprof.convert import raw_to_tool_data
 
-    from mldiag.analysis.slices import without_events
+    from mldiag.analysis.profile.slices import without_events
 
     profile = xplane("mi300x_gemm")
     without_events(profile, tmp_path / profile.name)
@@ -179,7 +180,7 @@ def test_a_file_past_the_protobuf_limit_is_converted_in_slices_under_it():
 
 
 def test_how_many_slices_the_budget_and_the_protobuf_limit_ask_for(monkeypatch):
-    from mldiag.analysis.budget import MemoryBudget
+    from mldiag.analysis.xprof.budget import MemoryBudget
 
     monkeypatch.setattr(xprof_tools, "conversion_threads", lambda: 2)
     monkeypatch.setitem(xprof_tools.CONVERTER_COST, "op_stats", 10)

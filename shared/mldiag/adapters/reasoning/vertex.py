@@ -2,9 +2,9 @@
 
 Two phases, each a plain ``generateContent`` call:
 
-1. **Investigation**: the evidence (fenced, :mod:`mldiag.analysis.prompts`) and
+1. **Investigation**: the evidence (fenced, :mod:`mldiag.analysis.reasoning.prompts`) and
    the follow-up tools as function declarations. Each function call the model
-   makes goes through :class:`~mldiag.analysis.followups.FollowupTools`, which
+   makes goes through :class:`~mldiag.analysis.reasoning.followups.FollowupTools`, which
    refuses unknown tools, arguments that name nothing in the profile, and
    anything past the fourth follow-up; the model gets the result or the
    refusal back. This ends when the model calls no tool, after
@@ -15,7 +15,7 @@ Two phases, each a plain ``generateContent`` call:
 
 Each request has a timeout and google-genai's retries with exponential backoff
 on 408, 429 and 5xx; the whole investigation has a deadline and a token
-budget. Any failure raises :class:`~mldiag.analysis.investigation.ReasonerFailed`
+budget. Any failure raises :class:`~mldiag.analysis.reasoning.investigation.ReasonerFailed`
 with a one-line reason, and the investigation falls back to the offline
 reasoner. ``google-genai`` is imported only here, when a Vertex reasoner runs.
 """
@@ -27,10 +27,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from mldiag.analysis import prompts
 from mldiag.analysis.evidence import Analysis
-from mldiag.analysis.followups import TOOL_SPECS, FollowupTools, Refused, ToolSpec
-from mldiag.analysis.investigation import Conclusion, ReasonerFailed
+from mldiag.analysis.reasoning import prompts
+from mldiag.analysis.reasoning.followups import TOOL_SPECS, FollowupTools, Refused, ToolSpec
+from mldiag.analysis.reasoning.investigation import Conclusion, ReasonerFailed
 from mldiag.config import Settings
 from mldiag.domain.resources import Finding, FindingCategory
 

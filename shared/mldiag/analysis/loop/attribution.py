@@ -1,0 +1,529 @@
+"""Where the loop's wall time went: every instant of the loop given to exactly one named cause.
+
+The loop runs from the first step's start to the last step's end, the gaps
+between steps included (without steps, from the first launch to the end of the
+last one's work). Each instant of it is decided so:
+
+* **a device is busy**: the ops running on it then. Each of its lanes (XLA CPU
+  thread, GPU stream, TPU ops line) runs its innermost event; compute ops win
+  over collectives, collectives over host<->device transfers, and those over
+  the runtime's own events (an executor waiting for its ops), and the instant is
+  split equally among the lanes running the winning kind: compute by op family
+  (``device_compute``), ``collectives``, ``transfers``.
+* **every device is idle**: what the stepping thread (the one with the step
+  markers, else the one that dispatches) does then. Time inside a compilation
+  is ``compilation``, else inside a host<->device transfer call ``transfers``,
+  else inside a jit dispatch ``dispatch`` (each named by its outermost call);
+  inside a wait (a queue ``get``, ``block_until_ready``) it is what the other
+  host threads did meanwhile (their innermost events, split equally), else
+  ``waiting``; inside any other event it is ``host_work`` of the innermost
+  function or scope (a Python builtin's time stays with the Python function
+  that called it); with no event but the step marker it is ``untraced``.
+
+With several devices each device's timeline is attributed on its own and the
+parts are averaged over the devices, so that they still sum to the loop: a
+device idle while another computes counts half busy, half host. (The XLA CPU
+client runs all its devices on one plane: each device is the thread its program
+runs on, the client's pool lending a hand to all.) Everything is a sweep over
+sorted interval boundaries in numpy: no loop over events.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from mldiag.analysis.host_evidence import Attribution, TimeCause, TimePart
+from mldiag.analysis.profile.trace_names import (
+    ASYNC_COPY,
+    COMMUNICATION,
+    COMPILE,
+    DISPATCH,
+    HOST_MEMORY_SPACE,
+    NOT_AN_OP,
+    PYTHON_BUILTIN,
+    THREAD_WAITING,
+    TRANSFER,
+    WAITING,
+    transfer_direction,
+)
+
+TOP_PARTS = 12
+OTHER = "(other)"  # the name of a cause's parts beyond the top ones, summed
+UNNAMED_THREAD = "(unnamed thread)"  # a host line without a name (a Python thread the tracer did not name)
+
+# Op families by name, first match wins: TPU's dots are convolutions, XLA CPU's YNNPACK fusions are built around a
+# dot, ROCm's Tensile GEMMs are "Cijk_...". Data movement before elementwise so that "copy_bitcast_fusion" moves data.
+OP_FAMILIES = (
+    ("matmul/convolution", re.compile(
+        r"\bdot|dot[_.-]|gemm|matmul|conv(?!ert)|cublas|cudnn|cutlass|xmma|Cijk_|Im\dd?2Col|einsum|ynn_fusion|"
+        r"output fusion", re.IGNORECASE)),
+    ("attention", re.compile(r"attention|fmha|flash|sdpa|mha_", re.IGNORECASE)),
+    ("reduce", re.compile(r"reduc|argmax|argmin|softmax|\bsum\b|input fusion|scan", re.IGNORECASE)),
+    ("copy/convert", re.compile(
+        r"copy|convert|transpose|reshape|concatenate|\bslice|_slice|dynamic[-_]update|gather|scatter|\bpad\b|"
+        r"data formatting|bitcast", re.IGNORECASE)),
+    ("elementwise", re.compile(
+        r"elementwise|add|subtract|multiply|divide|maximum|minimum|tanh|exp|log|compare|select|negate|abs|sqrt|"
+        r"power|sine|cosine|logistic|clamp|broadcast|iota|EigenMetaKernel|loop fusion", re.IGNORECASE)),
+    ("fusion", re.compile(r"fusion", re.IGNORECASE)),
+)
+OTHER_OPS = "other ops"
+# A device inside a program with no op recorded: the XLA CPU executor waiting for its thunks, thread hand-offs.
+RUNTIME = "program, no op recorded"
+# Device tiers: at an instant, the lowest tier running on a device takes it.
+_COMPUTE, _COLLECTIVE, _TRANSFER, _RUNTIME = range(4)
+# What a host event is, by its name: the classes from _COMPILE on own all the time of the events they enclose.
+_WORK, _BUILTIN, _COMPILE, _HOST_TRANSFER, _DISPATCH, _WAIT = range(6)
+
+
+class LineLike(Protocol):
+    """A trace line as the raw-event reader holds it: events in (start, -end) order and how they nest."""
+
+    name: str
+    starts: np.ndarray
+    ends: np.ndarray
+    ids: np.ndarray
+    parents: np.ndarray
+
+
+class CoverLike(Protocol):
+    def covered(self, windows: np.ndarray) -> np.ndarray: ...
+
+
+@dataclass
+class Device:
+    """One device's compute lanes, and the union of their busy events (what "busy" means everywhere else).
+
+    ``helpers``: lanes the device shares with others (the XLA CPU client's thread pool, which lends a hand to
+    every CPU device of the process): their ops name what runs while the device is busy, never make it busy.
+    """
+
+    lanes: list[LineLike]
+    busy: CoverLike
+    helpers: list[LineLike] = field(default_factory=list)
+
+
+class _Labels:
+    """Distinct (cause, name, thread) labels, numbered as they come."""
+
+    def __init__(self) -> None:
+        self.keys: list[tuple[TimeCause, str, str]] = []
+        self.index: dict[tuple[TimeCause, str, str], int] = {}
+
+    def of(self, cause: TimeCause, name: str = "", thread: str = "") -> int:
+        key = (cause, name, thread)
+        if key not in self.index:
+            self.index[key] = len(self.keys)
+            self.keys.append(key)
+        return self.index[key]
+
+
+# --- names -------------------------------------------------------------------------------------
+
+
+def op_family(text: str) -> str:
+    """The op family an op's name (with its HLO op or category, where the trace has them) belongs to."""
+    return next((family for family, pattern in OP_FAMILIES if pattern.search(text)), OTHER_OPS)
+
+
+def _device_labels(names: Sequence[str], present: np.ndarray, hints: dict[int, str], labels: _Labels,
+                   runtime: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per name id (of those ``present`` on the lanes): the label and tier of a device event of that name.
+    ``hints``: the HLO op or category the trace gives a name; ``runtime``: names of the runtime's scopes."""
+    label = np.zeros(len(names), dtype=np.int64)
+    tier = np.full(len(names), _RUNTIME, dtype=np.int64)
+    for index in present.tolist():
+        name = names[index]
+        # A TPU op's name is its HLO text: "%fusion.3 = f32[...] fusion(...)"; only the op's own name counts.
+        subject = name.lstrip("%").split(" ", 1)[0] if name.startswith("%") else name
+        text = f"{subject} {hints.get(index, '')}"
+        if ASYNC_COPY.match(subject):
+            result = name.split(" copy-", 1)[0]
+            is_transfer = HOST_MEMORY_SPACE in name
+            direction = "device to host" if HOST_MEMORY_SPACE in result else "host to device"
+        else:
+            is_transfer = bool(TRANSFER.search(subject)) and not COMMUNICATION.search(subject)
+            direction = transfer_direction(subject)
+        if is_transfer:
+            label[index], tier[index] = labels.of(TimeCause.TRANSFERS, direction), _TRANSFER
+        elif kind := COMMUNICATION.search(text):
+            label[index] = labels.of(TimeCause.COLLECTIVES, kind.group(0).lower().replace("_", "-"))
+            tier[index] = _COLLECTIVE
+        elif name.startswith(NOT_AN_OP) or runtime[index]:
+            label[index], tier[index] = labels.of(TimeCause.DEVICE_COMPUTE, RUNTIME), _RUNTIME
+        else:
+            label[index], tier[index] = labels.of(TimeCause.DEVICE_COMPUTE, op_family(text)), _COMPUTE
+    return label, tier
+
+
+def _host_classes(names: Sequence[str], markers: set[int]) -> np.ndarray:
+    """Per name id, what a host event of that name is (markers are marked apart, by the caller)."""
+    classes = np.full(len(names), _WORK, dtype=np.int64)
+    for index, name in enumerate(names):
+        if index in markers:
+            continue
+        if COMPILE.match(name):
+            classes[index] = _COMPILE
+        elif TRANSFER.search(name):
+            classes[index] = _HOST_TRANSFER
+        elif DISPATCH.search(name):
+            classes[index] = _DISPATCH
+        elif WAITING.search(name) or THREAD_WAITING.search(name):
+            classes[index] = _WAIT
+        elif PYTHON_BUILTIN.match(name):
+            classes[index] = _BUILTIN
+    return classes
+
+
+# --- nesting -----------------------------------------------------------------------------------
+
+
+def nearest(parents: np.ndarray, flagged: np.ndarray) -> np.ndarray:
+    """For each event, the nearest of itself and its ancestors that is ``flagged`` (-1: none).
+
+    Pointer doubling: after k passes each unresolved event looks 2**k levels up.
+    """
+    found = np.where(flagged, np.arange(len(parents)), -1)
+    up = parents.copy()
+    todo = np.flatnonzero((found < 0) & (up >= 0))
+    while len(todo):
+        above = up[todo]
+        found[todo] = found[above]
+        up[todo] = up[above]
+        todo = todo[(found[todo] < 0) & (up[todo] >= 0)]
+    return found
+
+
+def subtree_ends(line: LineLike) -> np.ndarray:
+    """For each event, one past the last index of the events it encloses: events are in (start, -end) order, so
+    its descendants follow it up to the first event that starts once it has ended."""
+    index = np.arange(len(line.starts))
+    return np.maximum(np.searchsorted(line.starts, line.ends, side="left"), index + 1)
+
+
+def self_pieces(line: LineLike, subtree_end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The intervals where each event is the innermost one open: ``(starts, ends, event)``.
+
+    Events are in (start, -end) order, so an event's first child, if any, comes
+    right after it, and its next sibling is the first event to start once it has
+    ended. An event owns the time from its start to its first child, and from
+    each child's end to the next sibling's start (or its own end). Siblings that
+    overlap without nesting give pieces that overlap a little; the sweep splits
+    such an overlap.
+    """
+    starts, ends, parents = line.starts, line.ends, line.parents
+    count = len(starts)
+    if count == 0:
+        return starts, ends, np.zeros(0, dtype=np.int64)
+    index = np.arange(count)
+    head_end = ends.copy()
+    has_child = parents[1:] == index[:-1]
+    head_end[:-1][has_child] = starts[1:][has_child]
+    nested = np.flatnonzero(parents >= 0)
+    after = subtree_end[nested]
+    sibling = after < count
+    sibling[sibling] = parents[after[sibling]] == parents[nested[sibling]]
+    owner = parents[nested]
+    tail_end = np.where(sibling, starts[np.minimum(after, count - 1)], ends[owner])
+    piece_starts = np.concatenate((starts, ends[nested]))
+    piece_ends = np.concatenate((head_end, tail_end))
+    piece_events = np.concatenate((index, owner))
+    keep = piece_ends > piece_starts
+    return piece_starts[keep], piece_ends[keep], piece_events[keep]
+
+
+# --- the sweep ---------------------------------------------------------------------------------
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values, sorted (a sort beats ``np.unique``'s hashing on millions of timestamps)."""
+    ordered = np.sort(values)
+    keep = np.ones(len(ordered), dtype=bool)
+    keep[1:] = ordered[1:] != ordered[:-1]
+    return ordered[keep]
+
+
+@dataclass
+class _Sweep:
+    """Pieces cut at every boundary of the loop: the elementary intervals and how many pieces of each tier cover
+    each one (tiers no piece has stay all zero, and cost nothing)."""
+
+    bounds: np.ndarray
+    counts: np.ndarray  # [tier, interval]
+    present: list[int]  # the tiers some piece has
+    first: np.ndarray  # per piece: its first interval
+    last: np.ndarray  # per piece: one past its last interval
+
+    @classmethod
+    def of(cls, starts: np.ndarray, ends: np.ndarray, tiers: np.ndarray, n_tiers: int,
+           loop: tuple[int, int]) -> _Sweep:
+        starts, ends = np.clip(starts, *loop), np.clip(ends, *loop)
+        bounds = _distinct(np.concatenate((starts, ends, np.array(loop, dtype=np.int64))))
+        first, last = np.searchsorted(bounds, starts), np.searchsorted(bounds, ends)
+        intervals = len(bounds) - 1
+        present = [int(t) for t in np.flatnonzero(np.bincount(tiers, minlength=n_tiers))]
+        row = np.zeros(n_tiers, dtype=np.int64)
+        row[present] = np.arange(len(present))
+        size = len(present) * (intervals + 1)
+        delta = (np.bincount(row[tiers] * (intervals + 1) + first, minlength=size)
+                 - np.bincount(row[tiers] * (intervals + 1) + last, minlength=size)).reshape(-1, intervals + 1)
+        counts = np.zeros((n_tiers, intervals), dtype=np.int64)
+        counts[present] = np.cumsum(delta, axis=1)[:, :intervals]
+        return cls(bounds, counts, present, first, last)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.bounds).astype(np.float64)
+
+    def per_piece(self, tier_weights: np.ndarray, tiers: np.ndarray, count: int | None = None) -> np.ndarray:
+        """The time of each of the first ``count`` pieces (all by default): the sum over its intervals of its
+        tier's weight there (``tier_weights[tier]``)."""
+        first, last = self.first[:count], self.last[:count]
+        time = np.zeros(len(first))
+        for tier in self.present:
+            chosen = np.flatnonzero(tiers == tier)
+            if len(chosen):
+                prefix = np.concatenate(([0.0], np.cumsum(tier_weights[tier])))
+                time[chosen] = prefix[last[chosen]] - prefix[first[chosen]]
+        return time
+
+    def shares(self, lengths: np.ndarray, order: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Per tier and interval, the time each covering piece gets: the first tier of ``order`` that covers an
+        interval takes it, split equally among its pieces; and the time no tier covers."""
+        weights = np.zeros(self.counts.shape)
+        free = lengths.copy()
+        for tier in (tier for tier in order if tier in self.present):
+            takes = (self.counts[tier] > 0) & (free > 0)
+            weights[tier, takes] = free[takes] / self.counts[tier, takes]
+            free[takes] = 0.0
+        return weights, free
+
+
+# --- the attribution ---------------------------------------------------------------------------
+
+
+def _lane_pieces(lane: LineLike, device_label: np.ndarray, busy_name: np.ndarray) -> tuple[np.ndarray, ...]:
+    """A lane's innermost busy events, as (starts, ends, labels) in time order."""
+    piece_starts, piece_ends, events = self_pieces(lane, subtree_ends(lane))
+    owner = nearest(lane.parents, busy_name[lane.ids])[events]
+    kept = owner >= 0
+    return _merged(piece_starts[kept], piece_ends[kept], device_label[lane.ids[owner[kept]]])
+
+
+def _device_time(device: Device, device_label: np.ndarray, label_tier: np.ndarray,
+                 busy_name: np.ndarray, loop: tuple[int, int], n_labels: int) -> np.ndarray:
+    """Per label, the time one device's busy instants of the loop give it."""
+    pieces = [_lane_pieces(lane, device_label, busy_name) for lane in [*device.lanes, *device.helpers]]
+    if not pieces:
+        return np.zeros(n_labels)
+    starts, ends, labels = (np.concatenate(column) for column in zip(*pieces))
+    if not device.helpers:
+        sweep = _Sweep.of(starts, ends, label_tier[labels], 4, loop)
+        busy = sweep.lengths
+    else:  # the device's own lanes, again as tier 4, say when it is busy
+        own = np.repeat([index < len(device.lanes) for index in range(len(pieces))], [len(p[0]) for p in pieces])
+        sweep = _Sweep.of(np.concatenate((starts, starts[own])), np.concatenate((ends, ends[own])),
+                          np.concatenate((label_tier[labels], np.full(int(own.sum()), 4))), 5, loop)
+        busy = np.where(sweep.counts[4] > 0, sweep.lengths, 0.0)
+    weights, _ = sweep.shares(busy, (_COMPUTE, _COLLECTIVE, _TRANSFER, _RUNTIME))
+    time = sweep.per_piece(weights, label_tier[labels], len(labels))
+    return np.bincount(labels, weights=time, minlength=n_labels)
+
+
+@dataclass
+class _HostPieces:
+    starts: np.ndarray
+    ends: np.ndarray
+    labels: np.ndarray
+    tiers: np.ndarray  # _HOST_TIER of the piece's cause
+
+
+# Host tiers, first wins: the stepping thread's compile, transfer, dispatch and other work; then, while it waits,
+# what other threads do; then its waits themselves.
+_HOST_TIER = {_COMPILE: 0, _HOST_TRANSFER: 1, _DISPATCH: 2, _WORK: 3, _WAIT: 5}
+_OTHER_THREADS = 4
+_AS_CAUSE = {_COMPILE: TimeCause.COMPILATION, _HOST_TRANSFER: TimeCause.TRANSFERS, _DISPATCH: TimeCause.DISPATCH,
+             _WAIT: TimeCause.WAITING, _WORK: TimeCause.HOST_WORK}
+
+
+@dataclass
+class _Events:
+    """Some of a line's events, closed under "the event that encloses it", renumbered."""
+
+    name: str
+    starts: np.ndarray
+    ends: np.ndarray
+    ids: np.ndarray
+    parents: np.ndarray
+
+    @classmethod
+    def of(cls, line: LineLike, kept: np.ndarray) -> _Events:
+        renumbered = np.full(len(line.starts), -1)
+        renumbered[kept] = np.arange(len(kept))
+        parents = line.parents[kept]
+        parents = np.where(parents >= 0, renumbered[np.maximum(parents, 0)], -1)
+        return cls(line.name, line.starts[kept], line.ends[kept], line.ids[kept], parents)
+
+
+def enclosed(subtree_end: np.ndarray, flagged: np.ndarray) -> np.ndarray:
+    """For each event, how many ``flagged`` events enclose it (itself not counted)."""
+    count = len(flagged)
+    chosen = np.flatnonzero(flagged)
+    return np.cumsum(np.bincount(chosen + 1, minlength=count + 1)
+                     - np.bincount(subtree_end[chosen], minlength=count + 1))[:count]
+
+
+def _host_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, markers: np.ndarray,
+                 labels: _Labels, loop: tuple[int, int], *, nested_calls: bool) -> _HostPieces:
+    """A host line's time by cause, as labelled pieces with their host tier.
+
+    An event of a class (compile, transfer, dispatch, wait) owns the time of all it encloses, named by itself, the
+    outermost such: a jit dispatch nests the runtime's execute calls. With ``nested_calls``, the outermost compile
+    and transfer calls inside them are pieces too, which their higher tiers let win (a first call compiles inside
+    its dispatch). Outside them each event owns its self time, a Python builtin's going to its caller; markers
+    own nothing.
+    """
+    event_class = classes[line.ids]
+    subtree_end = subtree_ends(line)
+    decided = event_class >= _COMPILE
+    inside = enclosed(subtree_end, decided) > 0
+    # The events outside every classed one, which are leaves among them, hold every piece but nested calls.
+    outside = _Events.of(line, np.flatnonzero(~inside))
+    outside_class = event_class[~inside]
+    is_marker = markers[outside.ids]
+    piece_starts, piece_ends, events = self_pieces(outside, subtree_ends(outside))
+    in_loop = (piece_ends > loop[0]) & (piece_starts < loop[1]) & ~is_marker[events]
+    piece_starts, piece_ends, events = piece_starts[in_loop], piece_ends[in_loop], events[in_loop]
+    work = outside_class <= _BUILTIN
+    owner = nearest(outside.parents, ~is_marker & (outside_class != _BUILTIN))
+    deciding = np.where(work & (owner >= 0), owner, np.arange(len(owner)))
+    stride = len(names) + 1
+    keys = np.where(work, _WORK, outside_class)[events] * stride + outside.ids[deciding[events]]
+    piece_starts, piece_ends, keys = _merged(piece_starts, piece_ends, keys)
+    if nested_calls:
+        for chosen in (_COMPILE, _HOST_TRANSFER):
+            flagged = event_class == chosen
+            calls = np.flatnonzero(flagged & inside & (enclosed(subtree_end, flagged) == 0)
+                                   & (line.ends > loop[0]) & (line.starts < loop[1]))
+            piece_starts = np.concatenate((piece_starts, line.starts[calls]))
+            piece_ends = np.concatenate((piece_ends, line.ends[calls]))
+            keys = np.concatenate((keys, chosen * stride + line.ids[calls]))
+    distinct = _distinct(keys)
+    thread = line.name or UNNAMED_THREAD
+    key_label = np.array([labels.of(_AS_CAUSE[key // stride], "" if key // stride == _WAIT else names[key % stride],
+                                    thread) for key in distinct.tolist()], dtype=np.int64)
+    key_tier = np.array([_HOST_TIER[key // stride] for key in distinct.tolist()], dtype=np.int64)
+    found = np.searchsorted(distinct, keys)
+    return _HostPieces(piece_starts, piece_ends, key_label[found], key_tier[found])
+
+
+def _merged(starts: np.ndarray, ends: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One line's pieces in time order, each run of touching pieces with the same label made one (a dispatch's
+    dozen runtime calls are one piece of dispatch), so that the sweep has fewer boundaries."""
+    order = np.argsort(starts, kind="stable")
+    starts, ends, labels = starts[order], ends[order], labels[order]
+    opens = np.ones(len(starts), dtype=bool)
+    opens[1:] = (labels[1:] != labels[:-1]) | (starts[1:] != ends[:-1])
+    run = np.cumsum(opens) - 1
+    run_ends = np.zeros(int(opens.sum()), dtype=ends.dtype)
+    np.maximum.at(run_ends, run, ends)
+    return starts[opens], run_ends, labels[opens]
+
+
+@dataclass
+class Window:
+    """A loop window and the devices whose loop it is (devices with steps of their own have loops of their own)."""
+
+    loop: tuple[int, int]
+    devices: list[Device]
+
+
+@dataclass
+class _Host:
+    """The host's pieces, labelled: the stepping thread's and, for its waits, the other threads'."""
+
+    stepping: _HostPieces
+    others: list[_HostPieces]
+    untraced: int  # the label of the loop time no host piece explains
+
+
+def attribute(*, names: Sequence[str], windows: list[Window], steps: int, busy_name: np.ndarray,
+              runtime_name: np.ndarray, hints: dict[int, str], stepping: LineLike | None,
+              other_threads: list[LineLike], markers: set[int]) -> Attribution:
+    """The loop's wall time by cause (see the module's docstring); ``busy_name`` and ``runtime_name`` are masks
+    over name ids: what counts as a device being busy, and which busy events are the runtime's rather than ops.
+
+    Each device is attributed over its own window and the parts averaged over the devices (a window without
+    devices counts as one), so that they sum to the mean window.
+    """
+    labels = _Labels()
+    devices = [device for window in windows for device in window.devices]
+    present = _distinct(np.concatenate([lane.ids for device in devices for lane in device.lanes]
+                                       or [np.zeros(0, np.int64)]))
+    device_label, device_tier = _device_labels(names, present, hints, labels, runtime_name)
+    label_tier = np.zeros(len(labels.keys), dtype=np.int64)
+    label_tier[device_label[present]] = device_tier[present]
+    classes = _host_classes(names, markers)
+    is_marker = np.zeros(len(names), dtype=bool)
+    is_marker[list(markers)] = True
+    span = (min(w.loop[0] for w in windows), max(w.loop[1] for w in windows))
+    empty = _HostPieces(*(np.zeros(0, np.int64),) * 4)
+    others = [_host_pieces(line, names, classes, is_marker, labels, span, nested_calls=False)
+              for line in other_threads]
+    thread = stepping.name if stepping else ""
+    host = _Host(
+        stepping=_host_pieces(stepping, names, classes, is_marker, labels, span, nested_calls=True)
+        if stepping else empty,
+        others=[_HostPieces(p.starts[busy], p.ends[busy], p.labels[busy], np.full(int(busy.sum()), _OTHER_THREADS))
+                for p in others for busy in [p.tiers != _HOST_TIER[_WAIT]]],  # a thread waiting explains nothing
+        untraced=labels.of(TimeCause.UNTRACED, "", thread))
+    totals = np.zeros(len(labels.keys))
+    loop_ns = 0.0
+    weight_of = 1.0 / sum(max(1, len(w.devices)) for w in windows)
+    for window in windows:
+        weight = max(1, len(window.devices)) * weight_of
+        loop_ns += weight * (window.loop[1] - window.loop[0])
+        totals += weight * _host_time(host, window, len(labels.keys))
+        for device in window.devices:
+            totals += weight_of * _device_time(device, device_label, label_tier, busy_name, window.loop,
+                                               len(labels.keys))
+    return Attribution(loop_ms=loop_ns / 1e6, steps=steps, parts=_parts(labels.keys, totals, loop_ns))
+
+
+def _host_time(host: _Host, window: Window, n_labels: int) -> np.ndarray:
+    """Per label, the time the host's causes take of the window's instants when its devices idle (their mean)."""
+    pieces = [host.stepping, *host.others]
+    tiers = np.concatenate([p.tiers for p in pieces])
+    sweep = _Sweep.of(np.concatenate([p.starts for p in pieces]), np.concatenate([p.ends for p in pieces]), tiers,
+                      len(_HOST_TIER) + 1, window.loop)
+    idle = sweep.lengths
+    if window.devices:
+        intervals = np.column_stack((sweep.bounds[:-1], sweep.bounds[1:]))
+        idle = idle - np.mean([device.busy.covered(intervals) for device in window.devices], axis=0)
+    sweep.counts[_OTHER_THREADS, sweep.counts[_HOST_TIER[_WAIT]] == 0] = 0  # they explain only the stepping waits
+    weights, unexplained = sweep.shares(idle, range(len(sweep.counts)))
+    totals = np.bincount(np.concatenate([p.labels for p in pieces]), weights=sweep.per_piece(weights, tiers),
+                         minlength=n_labels)
+    totals[host.untraced] += float(unexplained.sum())
+    return totals
+
+
+def _parts(keys: list[tuple[TimeCause, str, str]], totals: np.ndarray, loop_ns: float) -> list[TimePart]:
+    """Parts merged by (cause, name, thread), largest first: the top ones, and the rest of each cause as one."""
+    order = [int(i) for i in np.argsort(-totals[: len(keys)], kind="stable") if totals[i] > 0]
+    top, rest = order[:TOP_PARTS], order[TOP_PARTS:]
+    rest_by_cause: dict[TimeCause, float] = {}
+    for index in rest:
+        rest_by_cause[keys[index][0]] = rest_by_cause.get(keys[index][0], 0.0) + float(totals[index])
+    merged = [(keys[i][0], keys[i][1], keys[i][2], float(totals[i])) for i in top]
+    merged += [(cause, OTHER, "", ns) for cause, ns in rest_by_cause.items()]
+    merged.sort(key=lambda part: -part[3])
+    scale = max(loop_ns, 1)
+    return [TimePart(cause=cause, name=name, thread=thread, ms=ns / 1e6, share=min(1.0, ns / scale),
+                     useful=cause is TimeCause.DEVICE_COMPUTE)
+            for cause, name, thread, ns in merged]

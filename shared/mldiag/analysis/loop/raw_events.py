@@ -1,0 +1,1301 @@
+"""Signals from the raw trace events of one ``<host>.xplane.pb``.
+
+XProf's device tools are empty on CPU profiles (XLA ops there are host events on
+``tf_XLA*`` threads) and its bottleneck text cannot tell an input-starved loop
+from a busy one, so the basic facts are read from the events themselves, on
+every kind of profile:
+
+* **steps**: the host's step markers (``StepTraceAnnotation``), else each
+  device's own ``Steps`` line, else one step per iteration of the sequence of
+  whole programs the loop repeats (train then eval, micro-batches then their
+  apply), else one step per call of the program the loop calls again and again
+  (start to start), else no steps: one window from the first program launch,
+  with each program's calls and device work;
+* **warm-up and slow steps**: the leading steps that compile programs for their
+  first call, the compilations that are recompiles, and the group of steps well
+  above the median with what the stepping thread runs longer in them
+  (:mod:`mldiag.analysis.loop.step_groups`);
+* **busy**: per step, the union of the compute lanes' events (XLA CPU threads,
+  TPU ``XLA Ops`` lines, GPU streams), each device in its own steps, averaged
+  over devices; and over the whole loop, the gaps between steps included;
+* **host**: gaps between steps and the work that fills them, what the host does
+  inside steps (each function's own time while the devices idle and the function
+  inside that owns it, :mod:`~mldiag.analysis.loop.host_time`), jit dispatches
+  (``PjitFunction``, the outermost per call), compilation, copies between host and
+  device, what other threads do while the stepping thread waits, and the loop
+  time nothing on the host records;
+* **ops**: self time of each XLA op per device, the time of collectives, and the
+  converts, copies and reshapes.
+
+A large profile has millions of events, so each line is read once into numpy
+arrays (start, end, name id; :func:`~mldiag.analysis.profile.xspace.read_planes` decodes
+them without an object per event) and every signal is an array operation;
+anything that depends on an event's name is decided once per distinct name.
+
+``python -m mldiag.analysis.loop.raw_events FILE [TIMELINE]`` prints the evidence as
+JSON (exit 3 with the reason for a file that is not a profile) and saves every
+event of the file in TIMELINE for the follow-up aggregation: the engine reads
+each host in a process of its own, whose memory is gone the moment it is done.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+import numpy as np
+
+from mldiag.analysis.host_evidence import (
+    Attribution,
+    DeviceKind,
+    Distribution,
+    HostActivity,
+    HostEvidence,
+    OpFamily,
+    OpTime,
+    OwnTime,
+    ProgramCalls,
+    SlowSteps,
+    StepDifference,
+    StepSeries,
+    StepSource,
+    Warmup,
+)
+from mldiag.analysis.loop import host_time
+from mldiag.analysis.loop.attribution import Device, Window, attribute
+from mldiag.analysis.loop.step_groups import (
+    MIN_REPEATS,
+    iteration_start,
+    leading_warmup,
+    repeating_period,
+    slow_split,
+    whole_programs,
+)
+from mldiag.analysis.profile.profiles import UNREADABLE_EXIT, UnreadableProfile, host_of
+from mldiag.analysis.profile.timeline import Timeline, TimelineLine
+from mldiag.analysis.profile.trace_names import (
+    ALLOCATOR_EVENTS,
+    COMMUNICATION,
+    COMPILE,
+    CPU_DEVICE_EXECUTION,
+    CPU_RUNTIME_SCOPE,
+    DEVICE_READ,
+    DISPATCH_PREFIX,
+    FAMILIES,
+    NOT_AN_OP,
+    NOT_BUSY,
+    THREAD_WAITING,
+    TRANSFER,
+    TRANSFER_WORK,
+    WAITING,
+)
+from mldiag.analysis.profile.xspace import Line, MalformedXSpace, Plane, read_planes
+
+MAX_SERIES = 1000
+TOP_OPS = 15
+TOP_ACTIVITIES = 10
+TOP_PROGRAMS = 10
+MAX_OWNERS = 5  # functions named as holding a host activity's own time
+OWNER_FLOOR = 0.05  # share of the activity's own time below which a holder is not named
+STEP_PROGRAM_REPEATS = 4  # a step program is called at least this many times as often as any other
+NAMED_DIFFERENCE = 0.5  # slow-step differences named: those of at least this share of the largest
+CAUSE_DIFFERENCE = 0.9  # the cause: the innermost event of at least this share of the largest difference
+MAX_DIFFERENCES = 5
+MAX_MICRO_BATCHES = 8  # calls of the step program per repeated sequence that still make one iteration
+FirstSeen = Callable[[int, dict[str, Any]], None]  # told each new name's id and the stats of its first event
+_HLO_NAME = re.compile(r"^%?([^\s=]+)\s+=")
+
+
+@dataclass
+class _Line:
+    """One trace line: events in start order, and how they nest."""
+
+    name: str
+    starts: np.ndarray
+    ends: np.ndarray
+    ids: np.ndarray  # index into _Trace.names
+    parents: np.ndarray = field(init=False)  # index of the enclosing event, -1 at the top
+
+    def __post_init__(self) -> None:
+        order = np.lexsort((-self.ends, self.starts))
+        self.starts, self.ends, self.ids = self.starts[order], self.ends[order], self.ids[order]
+        self.parents = _parents(self.starts, self.ends)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def self_ns(self) -> np.ndarray:
+        """Each event's duration minus that of its direct children."""
+        own = self.ends - self.starts
+        nested = self.parents >= 0
+        np.subtract.at(own, self.parents[nested], (self.ends - self.starts)[nested])
+        return own
+
+
+def _parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The enclosing event of each event of one thread, events in (start, -end) order.
+
+    An event's parent is the nearest earlier-starting event that is still open
+    when it ends. Events that overlap without nesting (a Python-tracer event that
+    ends a microsecond after the next scope begins) are siblings: neither is the
+    other's parent. Each event points at the event before it and jumps, while
+    that one ends too early, to where that one points (everything skipped ends
+    earlier still), so a pass costs one array operation and the passes needed
+    grow with the nesting depth and the logarithm of the count.
+    """
+    count = len(starts)
+    parents = np.arange(count, dtype=np.int64) - 1
+    # An instant event needs a parent open past its time; one that closes at that moment is not.
+    needed = ends + (ends == starts)
+    pending = np.arange(count, dtype=np.int64)
+    while len(pending):
+        candidate = parents[pending]
+        too_early = candidate >= 0
+        too_early[too_early] = ends[candidate[too_early]] < needed[pending[too_early]]
+        pending = pending[too_early]
+        parents[pending] = parents[candidate[too_early]]
+    return parents
+
+
+@dataclass
+class _Trace:
+    """A profile's lines by role, and its distinct event names."""
+
+    names: list[str] = field(default_factory=list)
+    device_kind: DeviceKind = DeviceKind.CPU
+    device_type: str = "CPU"
+    lanes: dict[str, list[_Line]] = field(default_factory=dict)  # device -> its compute lines
+    host_lines: list[_Line] = field(default_factory=list)
+    device_steps: dict[str, _Line] = field(default_factory=dict)  # device -> its own "Steps" line
+    program_runs: dict[str, _Line] = field(default_factory=dict)  # device -> its "XLA Modules" line (TPU)
+    markers: set[int] = field(default_factory=set)  # name ids of step markers
+    cpu_devices: set[int] = field(default_factory=set)  # devices the XLA CPU client executed programs on
+    hlo_op_of: dict[int, str] = field(default_factory=dict)  # GPU kernel -> the HLO op it runs
+    hlo_category_of: dict[int, str] = field(default_factory=dict)  # TPU op -> its HLO category ("convolution", ...)
+    profile: Any = None  # the parsed file, held so that the reader process can exit without freeing it
+
+    @property
+    def events(self) -> int:
+        return sum(len(line) for lines in self.lanes.values() for line in lines) + sum(
+            len(line) for line in self.host_lines
+        )
+
+    def mask(self, predicate: Any) -> np.ndarray:
+        """A boolean per name id: does ``predicate(name)`` hold."""
+        return np.fromiter((bool(predicate(name)) for name in self.names), dtype=bool, count=len(self.names))
+
+
+class _Reader:
+    """Reads lines into arrays, numbering names and noticing each name's first event.
+
+    Every event of every line it reads, instant ones included, is also kept for
+    the :class:`~mldiag.analysis.profile.timeline.Timeline`; names that only such events
+    carry are numbered apart (negative ids), so that the evidence's numbering
+    stays that of the events it reads.
+    """
+
+    def __init__(self, trace: _Trace):
+        self.trace = trace
+        self.ids: dict[str, int] = {}
+        self.timeline_ids: dict[str, int] = {}  # names of events only the timeline keeps -> -1, -2, ...
+        self.kept: dict[int, np.ndarray] = {}  # id(line) -> every event's name id
+
+    def line(self, line: Line, first_seen: FirstSeen | None = None, *, timed_only: bool = False) -> _Line:
+        """The line's events as arrays; ``timed_only`` drops instant events (markers that take no time)."""
+        every_id = self._events(line, first_seen, timed_only=timed_only)
+        evidence = every_id >= 0
+        begin = line.starts_ns[evidence]
+        return _Line(line.name, begin, begin + line.durations_ns[evidence], every_id[evidence])
+
+    def _events(self, line: Line, first_seen: FirstSeen | None = None, *, timed_only: bool = False,
+                timeline_only: bool = False) -> np.ndarray:
+        """Each event's name id (negative for events only the timeline keeps)."""
+        if timeline_only:
+            apart = np.ones(len(line), dtype=bool)
+        else:
+            apart = line.durations_ns == 0 if timed_only else np.zeros(len(line), dtype=bool)
+        every_id = np.empty(len(line), dtype=np.int64)
+        for chosen, numbered in ((~apart, self._numbered), (apart, self._numbered_apart)):
+            positions = np.flatnonzero(chosen)
+            metadata_ids, first, inverse = np.unique(line.metadata_ids[positions], return_index=True,
+                                                     return_inverse=True)
+            ids = np.empty(len(metadata_ids), dtype=np.int64)
+            for distinct in np.argsort(first):  # names are numbered in the order their first events come
+                name = line.plane.event_names.get(int(metadata_ids[distinct]), "")
+                ids[distinct] = numbered(name, line, int(positions[first[distinct]]), first_seen)
+            every_id[positions] = ids[inverse]
+        self.kept[id(line)] = every_id
+        return every_id
+
+    def _numbered(self, name: str, line: Line, position: int, first_seen: FirstSeen | None) -> int:
+        index = self.ids.get(name)
+        if index is None:
+            index = self.ids[name] = len(self.trace.names)
+            self.trace.names.append(name)
+            if first_seen is not None:
+                first_seen(index, line.stats(position))
+        return index
+
+    def _numbered_apart(self, name: str, *_: Any) -> int:
+        index = self.timeline_ids.get(name)
+        if index is None:
+            index = self.timeline_ids[name] = -1 - len(self.timeline_ids)
+        return index
+
+    def timeline(self, planes: list[Plane]) -> Timeline:
+        """Every event of ``planes``, lines the evidence skipped included."""
+        for plane in planes:
+            for line in plane.lines:
+                if id(line) not in self.kept:
+                    self._events(line, timeline_only=True)
+        names = list(self.trace.names)
+        index_of = dict(self.ids)
+        for name in self.timeline_ids:
+            if name not in index_of:
+                index_of[name] = len(names)
+                names.append(name)
+        apart = np.array([index_of[name] for name in self.timeline_ids] or [0], dtype=np.int64)
+        lines = []
+        for plane in planes:
+            for line in plane.lines:
+                ids = self.kept[id(line)]
+                ids = np.where(ids >= 0, ids, apart[np.maximum(-1 - ids, 0)])
+                # As XProf computes it: its reader's nanoseconds (picoseconds / 1000.0) times 1000, truncated.
+                as_xprof_computes = (line.durations_ps / 1000.0 * 1000).astype(np.int64)
+                lines.append(TimelineLine(plane.name, line.name, ids, as_xprof_computes))
+        return Timeline(names, lines)
+
+
+def _read(path: Path, timeline: Path | None = None) -> _Trace:
+    try:
+        planes = read_planes(path)
+    except MalformedXSpace as error:
+        raise UnreadableProfile(f"{path.name}: not a readable XSpace protobuf ({error})") from error
+    trace = _Trace(profile=planes)
+    reader = _Reader(trace)
+
+    def note_hlo_op(index: int, stats: dict[str, Any]) -> None:
+        if stats.get("hlo_op"):
+            trace.hlo_op_of[index] = str(stats["hlo_op"])
+        if stats.get("hlo_category"):
+            trace.hlo_category_of[index] = str(stats["hlo_category"])
+
+    for plane in planes:
+        if not plane.name.startswith(("/device:TPU:", "/device:GPU:")):
+            continue
+        lines = {line.name: line for line in plane.lines}
+        op_lines = [lines["XLA Ops"]] if "XLA Ops" in lines else [
+            line for name, line in lines.items() if name.startswith("Stream #")
+        ]
+        # Compute lanes carry time only; their instant markers (half the events on XLA CPU threads) add none.
+        lanes = [lane for lane in (reader.line(line, note_hlo_op, timed_only=True) for line in op_lines) if len(lane)]
+        if all("Memcpy" in lane.name for lane in lanes):  # no lanes, or a device that only receives copies
+            continue
+        for lane in lanes:
+            lane.name = f"{plane.name}/{lane.name}"
+        trace.lanes[plane.name] = lanes
+        for by_device, line_name in ((trace.device_steps, "Steps"), (trace.program_runs, "XLA Modules")):
+            if line_name in lines and len(found := reader.line(lines[line_name])):
+                by_device[plane.name] = found
+        if trace.device_kind is DeviceKind.CPU:
+            is_gpu = plane.name.startswith("/device:GPU:")
+            trace.device_kind = DeviceKind.GPU if is_gpu else DeviceKind.TPU
+            trace.device_type = _device_type(trace.device_kind, plane.stats)
+
+    def note_marker(index: int, stats: dict[str, Any]) -> None:
+        if "step_num" in stats:
+            trace.markers.add(index)
+        if (device := CPU_DEVICE_EXECUTION.match(trace.names[index])) is not None:
+            trace.cpu_devices.add(int(device.group(1)))
+
+    xla_runs_on_host = not trace.lanes
+    host_lines = next((plane.lines for plane in planes if plane.name == "/host:CPU"), [])
+    for line in host_lines:
+        is_lane = xla_runs_on_host and line.name.startswith("tf_XLA")
+        events = reader.line(line, note_marker, timed_only=is_lane)
+        if is_lane:
+            events.name = f"/host:CPU/{line.name}"
+            trace.lanes.setdefault("/host:CPU", []).append(events)
+        else:
+            trace.host_lines.append(events)
+    if trace.events == 0:
+        raise UnreadableProfile(f"{path.name}: the profile has no trace events")
+    if timeline is not None:
+        reader.timeline(planes).save(timeline)
+    return trace
+
+
+def _device_type(kind: DeviceKind, stats: dict[str, Any]) -> str:
+    if kind is DeviceKind.TPU:
+        return str(stats.get("device_type_string") or "TPU")
+    vendor = str(stats.get("device_vendor") or "NVIDIA")
+    major, minor = stats.get("compute_cap_major"), stats.get("compute_cap_minor")
+    return f"{vendor} GPU" + (f" (compute capability {major}.{minor})" if major is not None else "")
+
+
+# --- intervals ---------------------------------------------------------------------------------
+
+
+class _Union:
+    """Intervals merged into disjoint ones, to ask how much of each window they cover."""
+
+    def __init__(self, starts: np.ndarray, ends: np.ndarray):
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], np.maximum.accumulate(ends[order]) if len(ends) else ends[order]
+        opens_block = np.ones(len(starts), dtype=bool)
+        opens_block[1:] = starts[1:] > ends[:-1]
+        block_of = np.cumsum(opens_block) - 1
+        self.starts = starts[opens_block]
+        self.ends = np.zeros(len(self.starts), dtype=np.int64)
+        np.maximum.at(self.ends, block_of, ends)
+        self.covered_before = np.concatenate(([0], np.cumsum(self.ends - self.starts)))
+
+    def covered(self, windows: np.ndarray) -> np.ndarray:
+        """For each ``[start, end)`` row of ``windows``, the nanoseconds the intervals cover."""
+        if len(self.starts) == 0:
+            return np.zeros(len(windows), dtype=np.int64)
+        start, end = windows[:, 0], windows[:, 1]
+        first = np.searchsorted(self.ends, start, side="right")
+        last = np.searchsorted(self.starts, end, side="left")
+        total = self.covered_before[last] - self.covered_before[first]
+        some = first < last
+        clip_first = np.where(some, np.maximum(0, start - self.starts[np.minimum(first, len(self.starts) - 1)]), 0)
+        clip_last = np.where(some, np.maximum(0, self.ends[np.maximum(last - 1, 0)] - end), 0)
+        return np.where(some, total - clip_first - clip_last, 0)
+
+
+def _union_of(lines: list[_Line], keep: np.ndarray) -> _Union:
+    starts = np.concatenate([line.starts[keep[line.ids]] for line in lines] or [np.zeros(0, np.int64)])
+    ends = np.concatenate([line.ends[keep[line.ids]] for line in lines] or [np.zeros(0, np.int64)])
+    return _Union(starts, ends)
+
+
+def _devices_on_plane(trace: _Trace) -> int:
+    """How many devices share one plane's lines: the XLA CPU client runs every CPU device's program on the
+    host plane's threads; an accelerator has a plane of its own."""
+    return max(1, len(trace.cpu_devices)) if trace.device_kind is DeviceKind.CPU else 1
+
+
+def _per_device_covered(lines: list[_Line], keep: np.ndarray, windows: np.ndarray, devices: int) -> np.ndarray:
+    """For each window, the nanoseconds the kept events cover on one of the ``devices`` whose programs run on
+    ``lines``. Each device's program runs on a thread of its own (the XLA CPU client's), where the kept events
+    cover the most; the other threads are a shared pool that lends a hand. So: the cover of the ``devices``
+    most covered lines, shared among the devices, at most the lines' union."""
+    union = _union_of(lines, keep).covered(windows)
+    if devices == 1:
+        return union
+    each = np.array([_union_of([line], keep).covered(windows) for line in lines])
+    own = each[np.argsort(-each.sum(axis=1), kind="stable")[:devices]]
+    return np.minimum(union, own.sum(axis=0) / devices)
+
+
+# --- steps -------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Launches:
+    """Program launches in start order: the host's outermost jit dispatches, or a device's module runs."""
+
+    ids: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+
+    @classmethod
+    def of(cls, ids: list[np.ndarray], starts: list[np.ndarray], ends: list[np.ndarray]) -> _Launches:
+        starts_at = np.concatenate(starts or [np.zeros(0, np.int64)])
+        order = np.argsort(starts_at, kind="stable")
+        return cls(np.concatenate(ids or [np.zeros(0, np.int64)])[order], starts_at[order],
+                   np.concatenate(ends or [np.zeros(0, np.int64)])[order])
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+
+@dataclass
+class _Steps:
+    """Where the steps are: the host's windows, and each measured device's own."""
+
+    source: StepSource
+    marker: str
+    windows: np.ndarray  # [start, end) rows in start order, for what the host does
+    device_windows: dict[str, np.ndarray]  # device -> its windows (the host's, unless the device has its own steps)
+    iteration: list[str] = field(default_factory=list)  # program runs: one iteration's launches, in order
+
+
+def _outermost(line: _Line, flagged: np.ndarray) -> np.ndarray:
+    """Which events are ``flagged`` by name with no flagged event around them (JAX nests a duplicate dispatch)."""
+    chosen = flagged[line.ids]
+    return chosen & ~_has_ancestor(line, chosen)
+
+
+def _launches(trace: _Trace, is_dispatch: np.ndarray) -> dict[str, _Launches]:
+    """Each device's program launches: its module runs where the device records them (TPU), else the host's
+    jit dispatches, which launch on every device at once (key ``""``)."""
+    if trace.program_runs:
+        return {device: _Launches.of([runs.ids], [runs.starts], [runs.ends])
+                for device, runs in trace.program_runs.items() if device in trace.lanes}
+    chosen = [(line, _outermost(line, is_dispatch)) for line in trace.host_lines]
+    return {"": _Launches.of([line.ids[keep] for line, keep in chosen], [line.starts[keep] for line, keep in chosen],
+                             [line.ends[keep] for line, keep in chosen])}
+
+
+def _last_lane_end(lines: list[_Line], since: int) -> int:
+    """When the device work that starts at or after ``since`` ends (``since`` itself when there is none)."""
+    ends = [int(line.ends[line.starts >= since].max()) for line in lines if (line.starts >= since).any()]
+    return max(ends, default=since)
+
+
+def _steps(trace: _Trace, launches: dict[str, _Launches]) -> _Steps:
+    """The step windows, most trustworthy source first.
+
+    With step markers the step is the marker; with a device ``Steps`` line each
+    device has its own; without either, the program the host calls again and
+    again makes one step per call (its period, start to start); several programs
+    called alike (op by op, or a benchmark of several) make no steps at all, and
+    one window covers the capture from the first launch.
+    """
+    devices = list(trace.lanes)
+    if trace.markers:
+        counts = np.bincount(np.concatenate([line.ids for line in trace.host_lines]), minlength=len(trace.names))
+        marker = max(trace.markers, key=lambda index: counts[index])
+        is_marker = np.zeros(len(trace.names), dtype=bool)
+        is_marker[marker] = True
+        chosen = [(line, _outermost(line, is_marker)) for line in trace.host_lines]
+        windows = np.concatenate([np.column_stack((line.starts[keep], line.ends[keep])) for line, keep in chosen])
+        windows = windows[np.argsort(windows[:, 0], kind="stable")]
+        return _Steps(StepSource.STEP_MARKERS, trace.names[marker], windows, dict.fromkeys(devices, windows))
+    own = {device: np.column_stack((steps.starts, steps.ends))
+           for device, steps in trace.device_steps.items() if device in trace.lanes}
+    if own:
+        return _Steps(StepSource.DEVICE_STEPS, "", next(iter(own.values())), own)
+    reference = launches.get("") or next(iter(launches.values()), None)
+    iteration = _iteration(reference) if reference is not None else None
+    if iteration is not None:
+        first, before, cycle = iteration
+        by_device = {}
+        for device in devices:
+            if "" in launches or device in launches:
+                runs = launches.get("") or launches[device]
+                by_device[device] = _period_windows(runs, _iteration_starts(runs, first, before), trace.lanes[device])
+        host = _period_windows(reference, _iteration_starts(reference, first, before),
+                               [line for lines in trace.lanes.values() for line in lines])
+        return _Steps(StepSource.PROGRAM_RUNS, trace.names[first], host, by_device,
+                      [trace.names[index] for index in cycle] if len(cycle) > 1 else [])
+    active = [line for lines in trace.lanes.values() for line in lines if len(line)] or [
+        line for line in trace.host_lines if len(line)]
+    begin = min(int(line.starts.min()) for line in active)
+    if reference is not None and len(reference):
+        begin = int(reference.starts[0])
+    end = max(int(line.ends.max()) for line in active)
+    window = np.array([[begin, max(begin + 1, end)]], dtype=np.int64)
+    return _Steps(StepSource.PROFILE_WINDOW, "", window, dict.fromkeys(devices, window))
+
+
+def _iteration(launches: _Launches) -> tuple[int, int, list[int]] | None:
+    """The launches that start an iteration: the program called again and again, or the first program of the
+    sequence of several that the loop repeats; as (that program, the program launched just before it, one
+    iteration's launches in order), None when the launches repeat neither.
+
+    A sequence of whole programs (:func:`whole_programs`) is the iteration when the single program's rule does
+    not hold, or when the step program runs at most ``MAX_MICRO_BATCHES`` times per period of the sequence
+    (micro-batches before an apply); beyond that the others are occasional work between steps (an eval every
+    hundred steps), and one call of the step program is one step. One-off programs (initialisation) are left
+    out of the sequence.
+    """
+    if not len(launches):
+        return None
+    program = _step_program(launches)
+    names, calls = np.unique(launches.ids, return_counts=True)
+    sequence = launches.ids[np.isin(launches.ids, names[calls >= MIN_REPEATS])]
+    period = repeating_period(sequence)
+    if period is not None:
+        cycle = sequence[:period]
+        if program is None or np.count_nonzero(cycle == program) <= MAX_MICRO_BATCHES:
+            ordered = np.roll(cycle, -iteration_start(cycle))
+            if whole_programs(ordered):
+                return int(ordered[0]), int(ordered[-1]), ordered.tolist()
+    return None if program is None else (program, program, [program])
+
+
+def _iteration_starts(launches: _Launches, first: int, before: int) -> np.ndarray:
+    """Which launches start an iteration: each of ``first`` right after ``before`` (one-off programs aside), or
+    every launch of ``first`` when it is the only program of the iteration."""
+    if first == before:
+        return launches.ids == first
+    names, calls = np.unique(launches.ids, return_counts=True)
+    repeated = np.flatnonzero(np.isin(launches.ids, names[calls >= MIN_REPEATS]))
+    ids = launches.ids[repeated]
+    previous = np.concatenate(([before], ids[:-1]))
+    chosen = np.zeros(len(launches), dtype=bool)
+    chosen[repeated[(ids == first) & (previous == before)]] = True
+    return chosen
+
+
+def _step_program(launches: _Launches) -> int | None:
+    """The program called again and again, each other program at most a quarter as often (one-off calls, such
+    as initialisation, aside); None when there is no such program."""
+    if not len(launches):
+        return None
+    names, calls = np.unique(launches.ids, return_counts=True)
+    order = np.argsort(-calls, kind="stable")
+    most = int(calls[order[0]])
+    others = calls[order[1:]]
+    if most < 2 or (others > max(1, most // STEP_PROGRAM_REPEATS)).any():
+        return None
+    return int(names[order[0]])
+
+
+def _period_windows(launches: _Launches, runs: np.ndarray, lanes: list[_Line]) -> np.ndarray:
+    """One window per launch that ``runs`` selects, from its start to the next one's; the last ends with its
+    device work.
+
+    Runs launched after the devices' last recorded work are left out: a device trace that stops before the
+    host's last launches (a tracer whose buffer filled) says nothing of them, not that the devices idled.
+    """
+    starts, ends = launches.starts[runs], launches.ends[runs]
+    last_work = max((int(line.starts.max()) for line in lanes if len(line)), default=None)
+    if last_work is not None and starts[-1] > last_work:
+        recorded = max(1, int(np.count_nonzero(starts <= last_work)))
+        return np.column_stack((starts[:recorded], starts[1:recorded + 1]))
+    last_end = max(int(ends[-1]), _last_lane_end(lanes, int(starts[-1])))
+    return np.column_stack((starts, np.append(starts[1:], last_end)))
+
+
+def _step_of(windows: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """The index of the step each time falls in, -1 outside every step."""
+    index = np.searchsorted(windows[:, 0], times, side="right") - 1
+    inside = (index >= 0) & (times < windows[np.maximum(index, 0), 1])
+    return np.where(inside, index, -1)
+
+
+def _time_weighted(part_ns: np.ndarray, whole_ns: np.ndarray) -> float:
+    """The share of the whole's time the part takes, over every step (not the mean of each step's share)."""
+    known = ~np.isnan(part_ns) & ~np.isnan(whole_ns)
+    return float(np.clip(part_ns[known].sum() / max(1.0, float(whole_ns[known].sum())), 0.0, 1.0))
+
+
+def _iterations(windows: np.ndarray) -> np.ndarray:
+    """Each step with the gap after it, from its start to the next step's; the last step, whose gap the
+    capture cannot show, only when it is the only one."""
+    if len(windows) < 2:
+        return windows
+    return np.column_stack((windows[:-1, 0], np.maximum(windows[1:, 0], windows[:-1, 0])))
+
+
+def _complete(source: StepSource, per_step: np.ndarray) -> np.ndarray:
+    """Per-step values of the steps whose length is a whole step: a program's last run ends with its device work,
+    not at a next run."""
+    return per_step[:-1] if source is StepSource.PROGRAM_RUNS and len(per_step) > 1 else per_step
+
+
+def _by_step(per_device: list[np.ndarray], steps: int) -> np.ndarray:
+    """Per-step values averaged over the devices that have that step."""
+    if not per_device:
+        return np.full(steps, np.nan)
+    padded = np.full((len(per_device), steps), np.nan)
+    for row, values in zip(padded, per_device):
+        row[: min(steps, len(values))] = values[:steps]
+    with np.errstate(invalid="ignore"):
+        return np.nanmean(padded, axis=0)
+
+
+# --- the evidence ------------------------------------------------------------------------------
+
+
+def _op_label(trace: _Trace, index: int) -> tuple[str, str]:
+    """A short op name and, when the trace carries it, the HLO it came from."""
+    name = trace.names[index]
+    if trace.device_kind is DeviceKind.TPU:
+        match = _HLO_NAME.match(name)
+        return (match.group(1) if match else name[:120]), name[:300]
+    return name, trace.hlo_op_of.get(index, "")
+
+
+def _per_name(trace: _Trace, lines: list[_Line], values: list[np.ndarray], keep: np.ndarray) -> np.ndarray:
+    """Sum ``values`` (one array per line) by event name, over the events ``keep`` selects."""
+    total = np.zeros(len(trace.names), dtype=np.float64)
+    for line, line_values, line_keep in zip(lines, values, keep):
+        np.add.at(total, line.ids[line_keep], line_values[line_keep])
+    return total
+
+
+def read_host_evidence(path: Path, timeline: Path | None = None) -> HostEvidence:
+    """Read one profile file and compute its signals; :class:`UnreadableProfile` if it is not one.
+
+    With ``timeline``, every event of the file is also saved there (:class:`~mldiag.analysis.profile.timeline.Timeline`).
+    """
+    return _evidence(path, _read(path, timeline))
+
+
+def _evidence(path: Path, trace: _Trace) -> HostEvidence:
+    is_dispatch = trace.mask(lambda name: name.startswith(DISPATCH_PREFIX))
+    launches = _launches(trace, is_dispatch)
+    steps = _steps(trace, launches)
+    windows = steps.windows
+    count = len(windows)
+    busy_name = ~trace.mask(lambda name: name.startswith(NOT_BUSY))
+    measured = {device: trace.lanes[device] for device in steps.device_windows}
+    device_windows = list(steps.device_windows.values())
+    busy_unions = [_union_of(lines, busy_name) for lines in measured.values()]
+    is_collective = busy_name & trace.mask(COMMUNICATION.search)
+    step_ns = _by_step([w[:, 1] - w[:, 0] for w in device_windows], count) if device_windows else (
+        (windows[:, 1] - windows[:, 0]).astype(np.float64))
+    busy_ns = _by_step([union.covered(w) for union, w in zip(busy_unions, device_windows)], count)
+    busy = np.clip(busy_ns / np.maximum(step_ns, 1), 0.0, 1.0)
+    communication_ns = _by_step([_per_device_covered(lines, is_collective, w, _devices_on_plane(trace))
+                                 for lines, w in zip(measured.values(), device_windows)], count)
+    # Fractions are of time, not means of per-step ratios: a long idle step weighs what it lasts. Over the loop,
+    # from the first step's start to the last one's end, as the attribution of its time.
+    loops = [np.array([[w[0, 0], w[-1, 1]]]) for w in device_windows]
+    loop_busy = [float(union.covered(loop)[0] / max(1, loop[0, 1] - loop[0, 0]))
+                 for union, loop in zip(busy_unions, loops)]
+    gaps = np.maximum(windows[1:, 0] - windows[:-1, 1], 0)
+    mean_step_ns = float(step_ns.mean())
+    mean_iteration_ns = mean_step_ns + (float(gaps.mean()) if len(gaps) else 0.0)
+
+    ops = _ops(trace, measured, steps.device_windows, count)
+    host = _host_side(trace, steps, is_dispatch, count, busy_unions)
+    programs, distinct_programs, launch_count, launch_idle = _programs(trace, launches, measured, busy_unions)
+    compiles = _compiles(trace, windows, is_dispatch)
+    is_marker = _marker_mask(trace, steps)
+    slow_steps = _slow_steps(trace, steps, _stepping_lines(trace, is_marker, is_dispatch), is_marker, busy_unions,
+                             compiles.warmup_steps)
+    attribution = _attribution(trace, steps, is_dispatch, busy_name, measured, busy_unions, compiles.warmup_steps)
+    families = {}
+    for family, pattern in FAMILIES.items():
+        members = [label for label in ops.labelled if pattern.search(label)]
+        dispatch_count = sum(host.dispatched[i] for i in np.flatnonzero(host.dispatched)
+                             if pattern.search(trace.names[i][len(DISPATCH_PREFIX):]))
+        if members or dispatch_count:
+            families[family] = OpFamily(
+                ops_per_step=sum(ops.labelled[m][1] for m in members) / ops.per_device_step,
+                ms_per_step=sum(ops.labelled[m][0] for m in members) / ops.per_device_step / 1e6,
+                dispatches_per_step=float(dispatch_count) / count,
+                examples=sorted(members, key=lambda m: -ops.labelled[m][0])[:5],
+            )
+    has_lanes = bool(measured)
+    return HostEvidence(
+        host=host_of(path),
+        file=path.name,
+        bytes=path.stat().st_size,
+        events=trace.events,
+        device_kind=trace.device_kind,
+        device_type=trace.device_type,
+        devices=ops.devices,
+        compute_lanes=[line.name for lines in measured.values() for line in lines],
+        step_source=steps.source,
+        step_marker=steps.marker,
+        steps=count,
+        step_ms=Distribution.of((_complete(steps.source, step_ns) / 1e6).tolist()),
+        busy_fraction=_time_weighted(_complete(steps.source, busy * step_ns), _complete(steps.source, step_ns))
+        if has_lanes else None,
+        idle_ms_per_step=float(_complete(steps.source, (1 - busy) * step_ns).mean() / 1e6) if has_lanes else None,
+        loop_busy_fraction=float(np.clip(np.mean(loop_busy), 0.0, 1.0)) if has_lanes else None,
+        busy_by_device={device: float(np.clip(fraction, 0.0, 1.0)) for device, fraction in zip(measured, loop_busy)},
+        gap_ms_per_step=float(gaps.mean() / 1e6) if len(gaps) else None,
+        untraced_host_ms_per_step=host.untraced_ns / count / 1e6,
+        waiting_idle_ms_per_step=host.waiting_idle_ns / count / 1e6,
+        dispatches_per_step=float(host.dispatches.sum()) / count,
+        dispatch_ms_per_step=float(host.dispatched_ns.sum()) / count / 1e6,
+        compile_ms_per_step=float(host.compile_ns.sum()) / count / 1e6,
+        compiles_in_steps=host.compiles_in_steps,
+        communication_ms_per_step=float(np.nan_to_num(communication_ns).mean()) / 1e6 if has_lanes else 0.0,
+        memory_allocator_events=host.allocator_events,
+        top_ops=[
+            OpTime(name=label, count_per_step=n / ops.per_device_step, self_ms_per_step=ns / ops.per_device_step / 1e6,
+                   share_of_busy=ns / ops.busy_ns, expression=ops.expressions.get(label, ""))
+            for label, (ns, n) in sorted(ops.labelled.items(), key=lambda item: -item[1][0])[:TOP_OPS]
+        ],
+        host_activities=_activities(trace, host.activity_ns, host.activity_count, count, mean_step_ns,
+                                    host.dispatching, host.activity_own, host.thread),
+        between_steps=_activities(trace, host.between_ns, host.between_count, max(1, len(gaps)), mean_iteration_ns,
+                                  host.dispatching, host.between_own, host.thread),
+        dispatched=_activities(trace, host.dispatched_ns, host.dispatched, count, mean_step_ns, host.dispatching),
+        thread_wait_ms_per_step=host.thread_wait_idle_ns / count / 1e6,
+        while_waiting=[HostActivity(name=name, thread=thread, count_per_step=0.0, ms_per_step=ns / count / 1e6,
+                                    self_ms_per_step=ns / count / 1e6, share_of_step=ns / count / mean_iteration_ns)
+                       for thread, name, ns in host.while_waiting],
+        transfers=_activities(trace, host.transfer_ns, host.transfer_count, count, mean_step_ns,
+                              np.zeros(len(trace.names), dtype=bool), _Own(host.transfer_idle_ns), host.thread),
+        transfer_ms_per_step=host.moving_idle_ns / count / 1e6,
+        launches=launch_count,
+        distinct_programs=distinct_programs,
+        launch_idle_fraction=launch_idle,
+        programs=programs,
+        op_families=families,
+        warmup=_warmup(compiles, steps, step_ns),
+        recompiles_in_steps=compiles.recompiles,
+        recompile_ms_per_step=float(compiles.recompile_ns.sum()) / count / 1e6,
+        slow_steps=slow_steps,
+        iteration_programs=steps.iteration,
+        series=StepSeries(
+            step_ms=np.round(step_ns[:MAX_SERIES] / 1e6, 4).tolist(),
+            busy_fraction=np.round(busy[:MAX_SERIES], 4).tolist() if has_lanes else [],
+            dispatches=host.dispatches[:MAX_SERIES].tolist(),
+            compile_ms=np.round(host.compile_ns[:MAX_SERIES] / 1e6, 4).tolist(),
+            gap_before_ms=[0.0, *np.round(gaps[: MAX_SERIES - 1] / 1e6, 4).tolist()],
+            truncated=count > MAX_SERIES,
+        ),
+        attribution=attribution,
+    )
+
+
+@dataclass
+class _Ops:
+    labelled: dict[str, list[float]]  # op label -> [self ns, count] over every device and step
+    expressions: dict[str, str]
+    busy_ns: float  # all ops' self time
+    devices: int
+    per_device_step: int  # the divisor that makes a total per step on one device
+
+
+def _ops(trace: _Trace, measured: dict[str, list[_Line]], device_windows: dict[str, np.ndarray],
+         steps: int) -> _Ops:
+    """Each op's self time within the steps, the same op on several devices or lanes counted as one."""
+    runtime = trace.mask(CPU_RUNTIME_SCOPE.match) if trace.device_kind is DeviceKind.CPU else np.zeros(
+        len(trace.names), dtype=bool)
+    is_op = ~trace.mask(lambda name: name.startswith(NOT_AN_OP)) & ~runtime
+    lanes, keep = [], []
+    for device, lines in measured.items():
+        begin, end = device_windows[device][0, 0], device_windows[device][-1, 1]
+        for line in lines:
+            lanes.append(line)
+            keep.append(is_op[line.ids] & (line.starts >= begin) & (line.starts < end))
+    op_ns = _per_name(trace, lanes, [line.self_ns() for line in lanes], keep)
+    op_count = _per_name(trace, lanes, [np.ones(len(line)) for line in lanes], keep)
+    labelled: dict[str, list[float]] = {}
+    expressions: dict[str, str] = {}
+    for index in np.flatnonzero(op_count):
+        label, expression = _op_label(trace, int(index))
+        totals = labelled.setdefault(label, [0.0, 0.0])
+        totals[0] += op_ns[index]
+        totals[1] += op_count[index]
+        if expression:
+            expressions.setdefault(label, expression)
+    devices = _devices_on_plane(trace) if trace.device_kind is DeviceKind.CPU else max(1, len(measured))
+    return _Ops(labelled, expressions, sum(ns for ns, _ in labelled.values()) or 1.0, devices, steps * devices)
+
+
+@dataclass
+class _HostSide:
+    dispatches: np.ndarray  # per step
+    dispatched: np.ndarray  # per name: outermost dispatches within steps
+    dispatched_ns: np.ndarray
+    compile_ns: np.ndarray  # per step
+    compiles_in_steps: int
+    allocator_events: int
+    activity_ns: np.ndarray  # per name: what the stepping thread does inside steps
+    activity_count: np.ndarray
+    between_ns: np.ndarray  # per name: what it does between steps
+    between_count: np.ndarray
+    dispatching: np.ndarray  # per name: its events enclose jit dispatches (the function that runs the step)
+    untraced_ns: float  # loop time with no event but the step marker on the stepping thread and no device busy
+    waiting_idle_ns: float  # loop time the stepping thread waits on the devices while they idle (mean over devices)
+    activity_own: _Own  # the own idle time of the activities inside steps, and who owns it
+    between_own: _Own
+    thread_wait_idle_ns: float  # loop time the stepping thread waits on other threads while the devices idle
+    while_waiting: list[tuple[str, str, float]]  # (thread, function, ns) on other threads during those waits
+    transfer_ns: np.ndarray  # per name: outermost host-device copies of the stepping thread within steps
+    transfer_count: np.ndarray
+    transfer_idle_ns: np.ndarray  # the devices idle meanwhile
+    thread: str  # the stepping thread's line
+    moving_idle_ns: float  # loop time any host thread copies between host and device while the devices idle
+
+
+@dataclass
+class _Own:
+    """Per name of a top-level activity: its own idle time, the functions that hold it, and whether it reads
+    device values back."""
+
+    ns: np.ndarray
+    parts: dict[int, list[tuple[int, float, bool]]] = field(default_factory=dict)  # name id -> (holder's name id,
+    # its own ns, it reads the device), most first
+    reads: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, names: int, tops: np.ndarray, own: np.ndarray, reads: np.ndarray, holders: list[np.ndarray]) -> _Own:
+        """From the top-level events (name ids, own ns, reads) and the holders' rows (top's name id, name id, ns,
+        reads)."""
+        top_ids, holder_ids, holder_ns, holder_reads = holders
+        pairs, inverse = np.unique(top_ids * names + holder_ids, return_inverse=True)
+        ns = np.bincount(inverse, weights=holder_ns, minlength=len(pairs))
+        read = np.bincount(inverse, weights=holder_reads, minlength=len(pairs)) > 0
+        parts: dict[int, list[tuple[int, float, bool]]] = {}
+        for pair in np.argsort(-ns, kind="stable"):
+            parts.setdefault(int(pairs[pair] // names), []).append(
+                (int(pairs[pair] % names), float(ns[pair]), bool(read[pair])))
+        return cls(np.bincount(tops, weights=own, minlength=names), parts,
+                   np.bincount(tops, weights=reads, minlength=names) > 0)
+
+
+@dataclass
+class _Calls:
+    """Per event of a host line: the device calls and waits (dispatch, compile, copies, waits) and what they
+    enclose, the outermost of them, and the events that name work (frames and scopes, outside those calls)."""
+
+    inside: np.ndarray
+    outermost: np.ndarray
+    named: np.ndarray
+
+    @classmethod
+    def of(cls, line: _Line, is_call: np.ndarray, is_named: np.ndarray) -> _Calls:
+        calls = is_call[line.ids]
+        enclosed = _has_ancestor(line, calls)
+        return cls(calls | enclosed, calls & ~enclosed, is_named[line.ids] & ~(calls | enclosed))
+
+
+def _idle_cover(unions: list[_Union], spans: np.ndarray) -> np.ndarray:
+    """For each ``[start, end)`` row, the nanoseconds the devices idle (mean over devices; all of it without any)."""
+    busy = np.mean([union.covered(spans) for union in unions], axis=0) if unions else 0.0
+    return np.maximum((spans[:, 1] - spans[:, 0]) - busy, 0.0)
+
+
+def _stepping_own(trace: _Trace, line: _Line, calls: _Calls, busy_unions: list[_Union], is_read: np.ndarray,
+                  keeps: list[np.ndarray]) -> list[list[np.ndarray]]:
+    """For each selection of top-level events: their name ids, own idle time and whether they read device values
+    back, and the rows of the functions that hold that time (top's name id, name id, own ns, reads)."""
+    idle = _idle_cover(busy_unions, np.column_stack((line.starts, line.ends)))
+    own = host_time.own_idle(line.parents, idle, calls.outermost, calls.inside)
+    reads = is_read[line.ids]
+    inclusive_reads = reads | _has_descendant(line, reads)
+    found = []
+    for keep in keeps:
+        held = host_time.owners(line.parents, line.ids, len(trace.names), own, calls.named, keep, reads)
+        rows = np.flatnonzero(held.holder)
+        found.append([line.ids[keep], own[keep], inclusive_reads[keep], line.ids[held.top[rows]], line.ids[rows],
+                      held.exclusive[rows], held.reads[rows]])
+    return found
+
+
+def _other_threads(trace: _Trace, stepping: list[_Line], waits: _Union, busy_unions: list[_Union],
+                   is_call: np.ndarray, is_named: np.ndarray) -> list[tuple[str, str, float]]:
+    """What the other host threads' innermost functions do while the stepping thread waits and the devices
+    idle: (thread, function, ns), most first."""
+    if not len(waits.starts):
+        return []
+    waiting_busy = [_Union(*host_time.intersection(waits.starts, waits.ends, union.starts, union.ends))
+                    for union in busy_unions]
+    found = []
+    for index, line in enumerate(trace.host_lines):
+        if any(line is chosen for chosen in stepping) or not len(line):
+            continue
+        spans = np.column_stack((line.starts, line.ends))
+        overlap = waits.covered(spans).astype(np.float64)
+        if waiting_busy:
+            overlap -= np.mean([union.covered(spans) for union in waiting_busy], axis=0)
+        calls = _Calls.of(line, is_call, is_named)
+        own = np.where(calls.inside, 0.0, host_time.self_of(line.parents, np.maximum(overlap, 0.0)))
+        owned = host_time.to_innermost_named(line.parents, own, calls.named)
+        by_name = np.bincount(line.ids, weights=owned, minlength=len(trace.names))
+        thread = line.name or f"thread {index}"
+        found += [(thread, trace.names[i], float(by_name[i])) for i in np.flatnonzero(by_name > 0)]
+    return sorted(found, key=lambda item: -item[2])[:TOP_ACTIVITIES]
+
+
+def _marker_mask(trace: _Trace, steps: _Steps) -> np.ndarray:
+    return trace.mask(lambda name: steps.source is StepSource.STEP_MARKERS and name == steps.marker)
+
+
+def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int,
+               busy_unions: list[_Union]) -> _HostSide:
+    """What the host does in and between steps: dispatches, compilation, named work and untraced time."""
+    windows = steps.windows
+    gap_windows = np.column_stack((windows[:-1, 1], windows[1:, 0]))
+    gap_windows = gap_windows[gap_windows[:, 1] > gap_windows[:, 0]]
+    is_compile = trace.mask(COMPILE.match)
+    is_backend_compile = trace.mask(lambda name: name.startswith("backend_compile"))
+    is_allocator = trace.mask(ALLOCATOR_EVENTS.__contains__)
+    is_marker = _marker_mask(trace, steps)
+    is_transfer = trace.mask(TRANSFER.search)
+    is_thread_wait = trace.mask(THREAD_WAITING.search)
+    is_waiting = trace.mask(WAITING.search)
+    is_call = is_dispatch | is_compile | is_transfer | is_thread_wait | is_waiting
+    is_named = trace.mask(host_time.is_named_work)
+    is_read = trace.mask(DEVICE_READ.search)
+    # A host function waiting for a copy that other threads carry out is not doing work of its own.
+    moving = _union_of(trace.host_lines, is_transfer | trace.mask(TRANSFER_WORK.match))
+    busy_or_moving = [_Union(np.concatenate((union.starts, moving.starts)), np.concatenate((union.ends, moving.ends)))
+                      for union in busy_unions] or [moving]
+    stepping = _stepping_lines(trace, is_marker, is_dispatch)
+    dispatches = np.zeros(count, dtype=np.int64)
+    compile_starts, compile_ends = [], []
+    compiles_in_steps = allocator_events = 0
+    activity_keep, between_keep, outer_dispatch, durations, driving = [], [], [], [], []
+    owned: dict[str, list[list[np.ndarray]]] = {"activity": [], "between": []}
+    transfer_keep, transfer_idle = [], []
+    for line in trace.host_lines:
+        step = _step_of(windows, line.starts)
+        calls = _outermost(line, is_dispatch)
+        outermost = calls & (step >= 0)
+        dispatches += np.bincount(step[outermost], minlength=count)
+        compiling = is_compile[line.ids] & (step >= 0)
+        compile_starts.append(line.starts[compiling])
+        compile_ends.append(line.ends[compiling])
+        compiles_in_steps += int(is_backend_compile[line.ids[compiling]].sum())
+        allocator_events += int(is_allocator[line.ids].sum())
+        is_stepping = any(line is chosen for chosen in stepping)
+        parent_ids = np.where(line.parents >= 0, line.ids[np.maximum(line.parents, 0)], -1)
+        top_level = (line.parents < 0) | ((parent_ids >= 0) & is_marker[np.maximum(parent_ids, 0)])
+        activity_keep.append(top_level & ~is_marker[line.ids] & (step >= 0) & is_stepping)
+        driving.append(_has_descendant(line, calls))
+        gap = _step_of(gap_windows, line.starts) if len(gap_windows) else np.full(len(line), -1)
+        within_gap = (gap >= 0) & (gap == _step_of(gap_windows, np.maximum(line.ends - 1, line.starts))) \
+            if len(gap_windows) else gap >= 0
+        between_keep.append(within_gap & ~_has_ancestor(line, within_gap) & is_stepping)
+        outer_dispatch.append(outermost)
+        transfer_keep.append(_outermost(line, is_transfer) & (step >= 0) & is_stepping)
+        transfer_idle.append(_idle_cover(busy_unions, np.column_stack((line.starts, line.ends))) if is_stepping
+                             else np.zeros(len(line)))
+        if is_stepping:
+            activity, between = _stepping_own(trace, line, _Calls.of(line, is_call, is_named), busy_or_moving,
+                                              is_read, [activity_keep[-1], between_keep[-1]])
+            owned["activity"].append(activity)
+            owned["between"].append(between)
+        durations.append((line.ends - line.starts).astype(np.float64))
+    ones = [np.ones(len(d)) for d in durations]
+    compile_ns = _Union(np.concatenate(compile_starts or [np.zeros(0, np.int64)]),
+                        np.concatenate(compile_ends or [np.zeros(0, np.int64)])).covered(windows)
+    loop = np.array([[windows[0, 0], windows[-1, 1]]])
+    # A step marker spans its whole step, so it records nothing about what the host does inside it.
+    traced = _union_of(stepping + [line for lines in trace.lanes.values() for line in lines], ~is_marker)
+    waiting = _union_of(stepping, is_waiting)
+    waits = np.column_stack((np.maximum(waiting.starts, loop[0, 0]), np.minimum(waiting.ends, loop[0, 1])))
+    waits = waits[waits[:, 1] > waits[:, 0]]
+    waited_ns = float((waits[:, 1] - waits[:, 0]).sum())
+    busy_while_waiting = [float(union.covered(waits).sum()) for union in busy_unions] or [waited_ns]
+    thread_waiting = _union_of(stepping, is_thread_wait)
+    thread_waits = np.column_stack((np.maximum(thread_waiting.starts, loop[0, 0]),
+                                    np.minimum(thread_waiting.ends, loop[0, 1])))
+    thread_waits = thread_waits[thread_waits[:, 1] > thread_waits[:, 0]]
+    any_wait = _union_of(stepping, is_thread_wait | is_waiting)
+    in_loop = _Union(*host_time.intersection(any_wait.starts, any_wait.ends, loop[:, 0], loop[:, 1]))
+    return _HostSide(
+        dispatches=dispatches,
+        dispatched=_per_name(trace, trace.host_lines, ones, outer_dispatch),
+        dispatched_ns=_per_name(trace, trace.host_lines, durations, outer_dispatch),
+        compile_ns=compile_ns,
+        compiles_in_steps=compiles_in_steps,
+        allocator_events=allocator_events,
+        activity_ns=_per_name(trace, trace.host_lines, durations, activity_keep),
+        activity_count=_per_name(trace, trace.host_lines, ones, activity_keep),
+        between_ns=_per_name(trace, trace.host_lines, durations, between_keep),
+        between_count=_per_name(trace, trace.host_lines, ones, between_keep),
+        dispatching=_per_name(trace, trace.host_lines, ones, driving) > 0,
+        untraced_ns=float(loop[0, 1] - loop[0, 0] - traced.covered(loop)[0]) if stepping else 0.0,
+        waiting_idle_ns=waited_ns - float(np.mean(busy_while_waiting)),
+        activity_own=_own_of(len(trace.names), owned["activity"]),
+        between_own=_own_of(len(trace.names), owned["between"]),
+        thread_wait_idle_ns=float(_idle_cover(busy_unions, thread_waits).sum()),
+        while_waiting=_other_threads(trace, stepping, in_loop, busy_unions, is_call, is_named),
+        transfer_ns=_per_name(trace, trace.host_lines, durations, transfer_keep),
+        transfer_count=_per_name(trace, trace.host_lines, ones, transfer_keep),
+        transfer_idle_ns=_per_name(trace, trace.host_lines, transfer_idle, transfer_keep),
+        thread=stepping[0].name if stepping else "",
+        moving_idle_ns=float(_idle_cover(busy_unions, np.column_stack(
+            host_time.intersection(moving.starts, moving.ends, loop[:, 0], loop[:, 1]))).sum()),
+    )
+
+
+def _stepping_lines(trace: _Trace, is_marker: np.ndarray, is_dispatch: np.ndarray) -> list[_Line]:
+    """The step's own threads: those with the step markers, else those that dispatch, most such events first."""
+    for flagged in (is_marker, is_dispatch):
+        counts = [int(np.count_nonzero(flagged[line.ids])) for line in trace.host_lines]
+        if any(counts):
+            return [trace.host_lines[i] for i in np.argsort(counts, kind="stable")[::-1] if counts[i]]
+    return []
+
+
+def _devices_of(lanes: list[_Line], busy: _Union, busy_name: np.ndarray, loop: tuple[int, int],
+                devices: int) -> list[Device]:
+    """The devices whose programs run on one plane's lanes: the plane itself, or the XLA CPU client's devices,
+    each on the thread where its program runs (the lane busiest over the loop) with the client's pool lending a
+    hand to all (as :func:`_per_device_covered` counts them)."""
+    if devices == 1:
+        return [Device(lanes, busy)]
+    window = np.array([loop])
+    unions = [_union_of([lane], busy_name) for lane in lanes]
+    order = np.argsort([-union.covered(window)[0] for union in unions], kind="stable")
+    own, pool = order[:devices], order[devices:]
+    return [Device([lanes[i]], unions[i], helpers=[lanes[j] for j in pool]) for i in own]
+
+
+def _attribution(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, busy_name: np.ndarray,
+                 measured: dict[str, list[_Line]], busy_unions: list[_Union], warmup_steps: int) -> Attribution:
+    """The steady loop's wall time by cause (:mod:`~mldiag.analysis.loop.attribution`), on the stepping thread's
+    timeline: from the first step after the warm-up (whose cost the evidence states apart) to the last step's end."""
+    is_marker = _marker_mask(trace, steps)
+    stepping = _stepping_lines(trace, is_marker, is_dispatch)
+    first = warmup_steps if warmup_steps < len(steps.windows) else 0
+    runtime = trace.mask(CPU_RUNTIME_SCOPE.match) if trace.device_kind is DeviceKind.CPU else np.zeros(
+        len(trace.names), dtype=bool)
+    windows: dict[tuple[int, int], Window] = {}
+    for (device, lanes), busy in zip(measured.items(), busy_unions):
+        own = steps.device_windows[device]
+        loop = (int(own[min(first, len(own) - 1), 0]), int(own[-1, 1]))
+        windows.setdefault(loop, Window(loop, [])).devices.extend(
+            _devices_of(lanes, busy, busy_name, loop, _devices_on_plane(trace)))
+    host_loop = (int(steps.windows[first, 0]), int(steps.windows[-1, 1]))
+    return attribute(
+        names=trace.names, windows=list(windows.values()) or [Window(host_loop, [])], steps=len(steps.windows) - first,
+        busy_name=busy_name, runtime_name=runtime, hints={**trace.hlo_op_of, **trace.hlo_category_of},
+        stepping=stepping[0] if stepping else None,
+        other_threads=[line for line in trace.host_lines if not (stepping and line is stepping[0])],
+        markers={int(i) for i in np.flatnonzero(is_marker)},
+    )
+
+
+def _own_of(names: int, parts: list[list[np.ndarray]]) -> _Own:
+    """The top-level events' own time by name and who holds it, from each stepping line's columns."""
+    if not parts:
+        return _Own(np.zeros(names))
+    tops, own, reads, *holders = (np.concatenate(column) for column in zip(*parts))
+    return _Own.of(names, tops, own, reads, holders)
+
+
+def _programs(trace: _Trace, launches: dict[str, _Launches], measured: dict[str, list[_Line]],
+              busy_unions: list[_Union]) -> tuple[list[ProgramCalls], int, int, float | None]:
+    """Per program: its launches, their mean time, and the device work from each launch to the next;
+    with the count of launches and the devices' idle share between the first launch and the last work."""
+    reference = launches.get("") or next(iter(launches.values()), None)
+    if reference is None or not len(reference):
+        return [], 0, 0, None
+    lanes = [line for lines in measured.values() for line in lines]
+    last_end = max(int(reference.ends.max()), _last_lane_end(lanes, int(reference.starts[-1])))
+    windows = np.column_stack((reference.starts, np.append(reference.starts[1:], last_end)))
+    windows[:, 1] = np.maximum(windows[:, 1], windows[:, 0])
+    busy = np.mean([union.covered(windows) for union in busy_unions], axis=0) if busy_unions else np.zeros(
+        len(windows))
+    names, inverse, calls = np.unique(reference.ids, return_inverse=True, return_counts=True)
+    launch_ns = np.bincount(inverse, weights=reference.ends - reference.starts)
+    device_ns = np.bincount(inverse, weights=busy)
+    total_device = float(device_ns.sum()) or 1.0
+    programs = [
+        ProgramCalls(name=trace.names[int(names[i])], calls=int(calls[i]), ms_per_call=launch_ns[i] / calls[i] / 1e6,
+                     device_ms_per_call=device_ns[i] / calls[i] / 1e6, share_of_device=device_ns[i] / total_device)
+        for i in np.lexsort((-calls, -device_ns))[:TOP_PROGRAMS]
+    ]
+    span = float((windows[:, 1] - windows[:, 0]).sum())
+    idle = float(np.clip(1 - busy.sum() / span, 0.0, 1.0)) if busy_unions and span > 0 else None
+    return programs, len(names), len(reference), idle
+
+
+# --- warm-up and slow steps --------------------------------------------------------------------
+
+
+@dataclass
+class _Compiles:
+    """The compilations inside steps, told apart: a program's first compilation in the warm-up, or a recompile."""
+
+    warmup_steps: int  # leading steps that each hold a first compilation (0 when every step does: no steady state)
+    warmup_ns: float  # compilation time in them
+    warmup_compiles: int  # backend compilations in them
+    recompile_ns: np.ndarray  # per step: compilation time of recompiles (a program that compiled before, or
+    # any compilation after the warm-up)
+    recompiles: int  # backend compilations that are recompiles
+
+
+def _compiles(trace: _Trace, windows: np.ndarray, is_dispatch: np.ndarray) -> _Compiles:
+    """Each compilation event by the function it compiles: the outermost jit dispatch around it, else itself.
+
+    A compilation is a first one when its function (``PjitFunction(train_step)``) did not compile in an earlier
+    step (or before the steps); in the same step a function may compile for several call sites (``jnp.zeros``
+    and ``jnp.ones`` are both ``broadcast_in_dim``), all first calls. The warm-up is the leading steps that
+    hold a first compilation; every compilation in a step after it, and one of a function that compiled in an
+    earlier step, is a recompile.
+    """
+    is_compile = trace.mask(COMPILE.match)
+    is_backend = trace.mask(lambda name: name.startswith("backend_compile"))
+    functions, starts, ends, backend = [], [], [], []
+    for line in trace.host_lines:
+        for index in np.flatnonzero(is_compile[line.ids]):
+            function, up = int(line.ids[index]), int(line.parents[index])
+            while up >= 0:
+                if is_dispatch[line.ids[up]]:
+                    function = int(line.ids[up])
+                up = int(line.parents[up])
+            functions.append(function)
+            starts.append(int(line.starts[index]))
+            ends.append(int(line.ends[index]))
+            backend.append(bool(is_backend[line.ids[index]]))
+    at = np.array(starts, dtype=np.int64)
+    since = np.searchsorted(windows[:, 0], at, side="right") - 1  # the step it is in or after, -1 before the first
+    first_step: dict[int, int] = {}
+    for function, step_since in zip(functions, since.tolist()):
+        first_step[function] = min(first_step.get(function, step_since), step_since)
+    first = np.array([first_step[function] == s for function, s in zip(functions, since.tolist())], dtype=bool)
+    step = _step_of(windows, at)
+    holds_first = np.zeros(len(windows), dtype=bool)
+    holds_first[step[first & (step >= 0)]] = True
+    warmup = leading_warmup(holds_first)
+    if warmup == len(windows):
+        warmup = 0
+    starts_at, ends_at, backend_at = (np.array(values, dtype=kind) for values, kind in (
+        (starts, np.int64), (ends, np.int64), (backend, bool)))
+    in_warmup = first & (step >= 0) & (step < warmup)
+    recompile = (~first | (step >= warmup)) & (step >= 0)
+    return _Compiles(
+        warmup_steps=warmup,
+        warmup_ns=float(_Union(starts_at[in_warmup], ends_at[in_warmup]).covered(windows[:warmup]).sum()),
+        warmup_compiles=int((in_warmup & backend_at).sum()),
+        recompile_ns=_Union(starts_at[recompile], ends_at[recompile]).covered(windows),
+        recompiles=int((recompile & backend_at).sum()),
+    )
+
+
+def _warmup(compiles: _Compiles, steps: _Steps, step_ns: np.ndarray) -> Warmup | None:
+    """The warm-up's cost (its steps from the first's start to the first steady step's) and the steady steps."""
+    warmup = compiles.warmup_steps
+    if not warmup:
+        return None
+    return Warmup(
+        steps=warmup,
+        ms=float(steps.windows[warmup, 0] - steps.windows[0, 0]) / 1e6,
+        compile_ms=compiles.warmup_ns / 1e6,
+        compiles=compiles.warmup_compiles,
+        steady_step_ms=Distribution.of((_complete(steps.source, step_ns)[warmup:] / 1e6).tolist()),
+    )
+
+
+def _slow_steps(trace: _Trace, steps: _Steps, stepping: list[_Line], is_marker: np.ndarray,
+                busy_unions: list[_Union], warmup: int) -> SlowSteps | None:
+    """The iterations after the warm-up grouped by duration (:func:`slow_split`), and what the stepping thread
+    does for longer in the slow ones: per event name, its time in a slow iteration against a normal one."""
+    # The last step has no gap the capture shows: it counts with its own window, when that is a whole step.
+    iterations = _complete(steps.source, np.vstack((_iterations(steps.windows), steps.windows[-1:])))[warmup:] \
+        if len(steps.windows) > 1 else steps.windows[:0]
+    durations = (iterations[:, 1] - iterations[:, 0]).astype(np.float64)
+    slow = slow_split(durations)
+    if slow is None:
+        return None
+    gaps = np.maximum(iterations[:, 1] - steps.windows[warmup:warmup + len(iterations), 1], 0).astype(np.float64)
+    busy = [union.covered(iterations).astype(np.float64) for union in busy_unions]
+    device = np.mean(busy, axis=0) if busy else None
+    loop_ns = float(durations.sum())
+    normal_ms = float(np.median(durations[~slow])) / 1e6
+    cost_ns = float((durations[slow] - normal_ms * 1e6).clip(min=0).sum())
+    return SlowSteps(
+        steps=int(slow.sum()),
+        compared=len(iterations),
+        indices=(np.flatnonzero(slow) + warmup).tolist()[:MAX_SERIES],
+        slow_ms=float(durations[slow].mean()) / 1e6,
+        normal_ms=normal_ms,
+        slow_gap_ms=float(gaps[slow].mean()) / 1e6,
+        normal_gap_ms=float(gaps[~slow].mean()) / 1e6,
+        slow_busy_ms=float(device[slow].mean()) / 1e6 if device is not None else None,
+        normal_busy_ms=float(device[~slow].mean()) / 1e6 if device is not None else None,
+        loop_ms=loop_ns / 1e6,
+        share_of_loop=float(durations[slow].sum()) / loop_ns,
+        cost_ms=cost_ns / 1e6,
+        cost_fraction=min(1.0, cost_ns / loop_ns),
+        differences=_differences(trace, stepping, is_marker, iterations, slow, loop_ns),
+    )
+
+
+def _differences(trace: _Trace, stepping: list[_Line], is_marker: np.ndarray, iterations: np.ndarray,
+                 slow: np.ndarray, loop_ns: float) -> list[StepDifference]:
+    """The event names the stepping thread spends more time in per slow iteration than per normal one: the
+    cause first (the innermost of those with nearly the largest difference: the function, not its callers),
+    then the rest by their difference."""
+    slow_ns, normal_ns = np.zeros(len(trace.names)), np.zeros(len(trace.names))
+    depth = np.zeros(len(trace.names), dtype=np.int64)
+    for line in stepping:
+        at = _step_of(iterations, line.starts)
+        keep = (at >= 0) & ~is_marker[line.ids]
+        length = (line.ends - line.starts).astype(np.float64)
+        in_slow = keep & slow[np.maximum(at, 0)]
+        np.add.at(slow_ns, line.ids[in_slow], length[in_slow])
+        np.add.at(normal_ns, line.ids[keep & ~in_slow], length[keep & ~in_slow])
+        np.maximum.at(depth, line.ids[in_slow], _depths(line)[in_slow])
+    slow_count, normal_count = int(slow.sum()), int((~slow).sum())
+    extra = slow_ns / slow_count - normal_ns / normal_count
+    largest = float(extra.max(initial=0.0))
+    named = [int(i) for i in np.argsort(-extra) if extra[i] > 0 and extra[i] >= NAMED_DIFFERENCE * largest]
+    cause = max((i for i in named if extra[i] >= CAUSE_DIFFERENCE * largest), key=lambda i: depth[i], default=None)
+    ordered = ([cause] if cause is not None else []) + [i for i in named if i != cause]
+    return [StepDifference(name=trace.names[i], slow_ms=float(slow_ns[i]) / slow_count / 1e6,
+                           normal_ms=float(normal_ns[i]) / normal_count / 1e6,
+                           share_of_loop=min(1.0, float(extra[i]) * slow_count / loop_ns))
+            for i in ordered[:MAX_DIFFERENCES]]
+
+
+def _depths(line: _Line) -> np.ndarray:
+    """How many events enclose each event (one pass per nesting level)."""
+    depth = np.zeros(len(line), dtype=np.int64)
+    up = line.parents.copy()
+    while (inside := up >= 0).any():
+        depth += inside
+        up = np.where(inside, line.parents[np.maximum(up, 0)], -1)
+    return depth
+
+
+def _activities(trace: _Trace, total_ns: np.ndarray, count: np.ndarray, steps: int, mean_step_ns: float,
+                dispatching: np.ndarray, own: _Own | None = None, thread: str = "") -> list[HostActivity]:
+    found = []
+    for i in np.argsort(-total_ns)[:TOP_ACTIVITIES]:
+        if total_ns[i] <= 0:
+            continue
+        activity = HostActivity(name=trace.names[i], count_per_step=count[i] / steps,
+                                ms_per_step=total_ns[i] / steps / 1e6, share_of_step=total_ns[i] / steps / mean_step_ns,
+                                encloses_dispatches=bool(dispatching[i]), thread=thread)
+        if own is not None:
+            activity.self_ms_per_step = float(own.ns[i]) / steps / 1e6
+            activity.reads_device = bool(own.reads[i]) if own.reads is not None else False
+            held = own.parts.get(int(i), [])
+            activity.owners = [OwnTime(name=trace.names[holder], ms_per_step=ns / steps / 1e6, reads_device=reads)
+                               for holder, ns, reads in held[:MAX_OWNERS] if ns >= OWNER_FLOOR * own.ns[i] > 0]
+        found.append(activity)
+    return found
+
+
+def _has_descendant(line: _Line, flagged: np.ndarray) -> np.ndarray:
+    """For each event, whether any event it encloses is ``flagged`` (one pass per nesting level)."""
+    result = np.zeros(len(line), dtype=bool)
+    reached = line.parents[flagged & (line.parents >= 0)]
+    while len(reached):
+        reached = reached[~result[reached]]
+        result[reached] = True
+        reached = line.parents[reached]
+        reached = reached[reached >= 0]
+    return result
+
+
+def _has_ancestor(line: _Line, flagged: np.ndarray) -> np.ndarray:
+    """For each event, whether any event enclosing it is ``flagged``.
+
+    Each pass doubles how far up it has looked (and where it looks from), so a
+    chain of n nested events takes log2(n) passes rather than n.
+    """
+    up = line.parents.copy()  # after k passes: the ancestor 2**k levels up, or -1
+    result = (up >= 0) & flagged[np.maximum(up, 0)]  # after k passes: any flagged within 2**k levels
+    while (looking := up >= 0).any():
+        above = np.maximum(up, 0)
+        result = result | (looking & result[above])
+        up = np.where(looking, up[above], -1)
+    return result
+
+
+def main(argv: list[str]) -> NoReturn:
+    """The reader process: the evidence as JSON on stdout, or exit 3 with the reason.
+
+    It exits without freeing what it read (the parsed profile alone takes 10 ms
+    per MB of file to free); the system takes the memory back at once.
+    """
+    path, *timeline = argv
+    try:
+        trace = _read(Path(path), Path(timeline[0]) if timeline else None)
+        sys.stdout.write(_evidence(Path(path), trace).to_json())
+    except UnreadableProfile as error:
+        print(error, file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(UNREADABLE_EXIT)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

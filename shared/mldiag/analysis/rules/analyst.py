@@ -1,0 +1,1275 @@
+"""The deterministic analyst: key metrics, a health snapshot and prioritised findings.
+
+It reads only the evidence (raw-event signals, the 15 tools, the HLO
+detectors) and applies fixed rules, so the same profile always gives the same
+report, offline and without a reasoning model. The rules in short:
+
+* **input_bound**: the compute lanes sit idle waiting for the host: in a
+  step-marked loop that dispatches little and does not compile, all of its idle
+  time; elsewhere, the host's own named work (a data loader) and the time
+  between steps;
+* **dispatch_overhead**: many jit dispatches per step (op-by-op execution);
+* **recompilation**: compilation inside steps of a function that compiled
+  before, or after the warm-up, with the functions whose parameter shapes
+  differ between their compiled programs; a program's first compilation in the
+  loop's first steps is **warm-up**, a P2 with its cost, and the headline step
+  time is the steady state after it;
+* **slow steps**: a group of steps well above the median, the function that
+  runs longer in them named, ranked by its share of the loop like idle time;
+* **communication**, **memory**, **compute**, **kernel**, **compiler**: from the
+  device ops, the memory profile, the roofline model, custom-call share and the
+  HLO detectors; memory also when a program's temporaries dwarf its inputs and
+  outputs (its HLO against its memory_viewer peak);
+* **data_movement**: device time in dtype converts, layout transposes and
+  copies between host and device memory; in op-by-op execution, where the
+  devices mostly wait for launches, ranked by their share of the step;
+* **where device time goes**: a kernel holding at least 30% of a host's device
+  op time is named, with the next ones of 10% or more and what their HLO
+  computes, in the findings that explain device time (op-by-op launches, the
+  programs of a capture without steps, the roofline);
+* **OPTIMAL** when compute is high, idle, communication, compilation and OOM
+  risk are low, and no finding is P0 or P1.
+
+Titles and the summary hold numbers and fixed words only; names that come from
+the profile (op, module, annotation names) appear only inside ``evidence``,
+quoted, so they stay data wherever the report goes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from functools import partial
+from typing import Any
+
+from mldiag.analysis.evidence import (
+    Analysis,
+    DataMovement,
+    Health,
+    HloIssue,
+    HloProgram,
+    KernelShare,
+    Metrics,
+    ProfileInput,
+    ToolResult,
+    ToolStatus,
+)
+from mldiag.analysis.host_evidence import (
+    DeviceKind,
+    HostActivity,
+    HostEvidence,
+    OpTime,
+    SlowSteps,
+    StepSource,
+    TimeCause,
+)
+from mldiag.analysis.profile.trace_names import (
+    ASYNC_COPY,
+    COMMUNICATION,
+    COMPILE,
+    DISPATCH_PREFIX,
+    HOST_MEMORY_SPACE,
+    WAITING,
+    transfer_direction,
+)
+from mldiag.analysis.profile.trace_names import hlo_instruction as _instruction
+from mldiag.analysis.profile.trace_names import program_base as _module_base
+from mldiag.analysis.rules import frameworks, host_causes, precision, roofline
+from mldiag.analysis.rules.frameworks import Framework
+from mldiag.analysis.rules.host_causes import HostCause
+from mldiag.analysis.rules.wording import quoted
+from mldiag.analysis.xprof.hlo import KernelWork, Shape, describe
+from mldiag.domain.resources import Finding, FindingCategory, HealthStatus, Priority
+
+GIB = 1 << 30
+MIB = 1 << 20
+# Health: OPTIMAL needs all of these.
+HIGH_COMPUTE = 0.80
+LOW_COMMUNICATION = 0.10
+LOW_COMPILE = 0.05
+SAFE_MEMORY = 0.90
+# Idle share of a step at which host-side work becomes a P0 / P1 / P2 problem.
+IDLE_PRIORITIES = ((0.50, Priority.P0), (0.25, Priority.P1), (0.10, Priority.P2))
+OP_BY_OP_DISPATCHES = 50  # jit dispatches per step that mean the step is not one program
+OFTEN_DISPATCHED = 10  # op-by-op dispatches per step of one kind of data-moving op
+COMPILE_PRIORITIES = ((0.25, Priority.P0), (0.05, Priority.P1), (0.0, Priority.P2))
+COMMUNICATION_PRIORITIES = ((0.30, Priority.P0), (0.15, Priority.P1), (0.05, Priority.P2))
+MEMORY_PRIORITIES = ((0.95, Priority.P0), (0.85, Priority.P1))
+ROOFLINE_PRIORITIES = ((0.10, Priority.P1), (0.30, Priority.P2))
+CUSTOM_CALL_SHARE = 30.0  # percent of device time in custom calls worth a kernel finding
+# A program whose temporaries at its peak are this many times its inputs and outputs, and at least this big.
+TEMPORARIES_RATIO = 4.0
+TEMPORARIES_FLOOR = 16 * MIB
+MAX_TITLE_RATIO = 1000  # a larger ratio is said in words, with the sizes: its denominator is near nothing
+# Share of device op time in ops that only move or re-type data at which they are a P0 / P1 / P2 problem.
+DATA_MOVEMENT_PRIORITIES = ((0.50, Priority.P0), (0.25, Priority.P1), (0.10, Priority.P2))
+DOMINANT_KERNEL = 0.30  # share of a host's device op time at which a kernel is named where device time is explained
+NAMED_BESIDE = 0.10  # the kernels after a dominant one named with it, down to this share
+MAX_KERNELS_NAMED = 3
+OUTLIER_STEP = 3.0  # a step this many times the median is an outlier
+NOTABLE_SHARE = 0.01  # host activities below this share of a step are not worth quoting
+OWN_SHARE = 0.5  # a function around the step's dispatches whose own time is this share of it is host work
+URGENT_REASON = "a finding needs attention"
+_ORDER = {Priority.P0: 0, Priority.P1: 1, Priority.P2: 2}
+
+
+def size(nbytes: float) -> str:
+    for unit, scale in (("GiB", GIB), ("MiB", MIB), ("KiB", 1024)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.2f} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+def _rank(value: float, thresholds: Iterable[tuple[float, Priority]], *, below: bool = False) -> Priority | None:
+    for threshold, priority in thresholds:
+        if (value < threshold) if below else (value >= threshold):
+            return priority
+    return None
+
+
+def _percent(text: Any) -> float | None:
+    """``"4.35%"`` as 0.0435; None for anything else."""
+    match = re.fullmatch(r"\s*(-?[\d.]+)\s*%\s*", str(text))
+    return float(match.group(1)) / 100 if match else None
+
+
+def _data(tools: dict[str, ToolResult], name: str) -> dict[str, Any]:
+    result = tools.get(name)
+    ok = result is not None and result.status is ToolStatus.OK and isinstance(result.data, dict)
+    return result.data if ok else {}
+
+
+# --- metrics -----------------------------------------------------------------------------------
+
+
+def _metrics(hosts: list[HostEvidence], tools: dict[str, ToolResult]) -> Metrics:
+    timed = [h for h in hosts if h.step_ms is not None and h.step_source is not StepSource.PROFILE_WINDOW]
+    busy = [_computing(h) for h in hosts if h.busy_fraction is not None]
+    metrics = Metrics(
+        step_time_ms=sum(_steady_step_ms(h) for h in timed) / len(timed) if timed else None,
+        steps=max((h.steps for h in timed), default=0),
+        busy_fraction=_fraction(sum(busy) / len(busy)) if busy else None,
+    )
+    memory = _data(tools, "get_memory_profile")
+    if memory.get("peak_memory_usage_gib", -1) > 0:
+        metrics.peak_memory_bytes = int(memory["peak_memory_usage_gib"] * GIB)
+        metrics.peak_memory_source = "memory_profile: peak memory in use on the device"
+        if memory.get("memory_capacity_gib", -1) > 0:
+            metrics.memory_capacity_bytes = int(memory["memory_capacity_gib"] * GIB)
+    elif (found := _step_module(hosts, tools)) is not None:
+        module, which = found
+        metrics.peak_memory_bytes = int(module["total_hbm_mib"] * MIB)
+        metrics.peak_memory_source = (
+            f"memory_viewer: compile-time buffer assignment of {which}, {quoted(module['module_name'])}"
+        )
+    program = _data(tools, "get_roofline_model").get("program") or {}
+    if program.get("bound_by") not in (None, "", "Unknown"):
+        efficiency = _percent(program.get("roofline_efficiency_percent"))
+        metrics.roofline_efficiency = None if efficiency is None else _fraction(efficiency)
+    return metrics
+
+
+def _steady_step_ms(host: HostEvidence) -> float:
+    """The mean step after the warm-up (the steps that hold programs' first compilations), else of every step."""
+    steady = host.warmup.steady_step_ms if host.warmup else None
+    return steady.mean if steady else host.step_ms.mean
+
+
+def _step_module(hosts: list[HostEvidence], tools: dict[str, ToolResult]) -> tuple[dict[str, Any], str] | None:
+    """The compiled program whose buffers are the loop's: the one launched most, not a one-off like ``jit__normal``.
+
+    Without launches to tell (or with every program launched once), the largest program stands in.
+    """
+    modules = (_data(tools, "get_peak_allocations").get("summary") or {}).get("top_modules") or []
+    if not modules:
+        return None
+    calls: dict[str, int] = {}
+    every_step: set[str] = set()  # programs launched at least once per step (the last step may be cut short)
+    for host in hosts:
+        launched = ([(p.name, p.calls) for p in host.programs]
+                    or [(a.name, round(a.count_per_step * host.steps)) for a in host.dispatched])
+        for name, count in launched:
+            calls[_module_base(name)] = calls.get(_module_base(name), 0) + count
+            if count > 1 and count >= host.steps - 1:
+                every_step.add(_module_base(name))
+    repeated = [m for m in modules if calls.get(_module_base(str(m.get("module_name", ""))), 0) > 1]
+    if not repeated:
+        return modules[0], "the largest program"
+    most = max(repeated, key=lambda m: (calls[_module_base(m["module_name"])], m["total_hbm_mib"]))
+    # An iteration of several programs (micro-batches, then their apply) peaks with its largest.
+    largest = max((m for m in repeated if _module_base(m["module_name"]) in every_step),
+                  key=lambda m: m["total_hbm_mib"], default=most)
+    if largest["total_hbm_mib"] > most["total_hbm_mib"]:
+        return largest, "the largest program the loop runs every step"
+    return most, "the program launched most"
+
+
+def _fraction(value: float) -> float:
+    return min(1.0, max(0.0, value))
+
+
+def _loop_busy(host: HostEvidence) -> float:
+    """Busy over the whole loop: the steps and the host's gaps between them."""
+    busy = host.loop_busy_fraction if host.loop_busy_fraction is not None else host.busy_fraction
+    return _fraction(busy or 0.0)
+
+
+def _share_of_step(host: HostEvidence, ms: float) -> float:
+    return _fraction(ms / host.step_ms.mean) if host.step_ms and host.step_ms.mean > 0 else 0.0
+
+
+def _attributed(host: HostEvidence, *causes: TimeCause) -> float | None:
+    """The share of the loop's wall time the attribution gives these causes; None without an attribution."""
+    if host.attribution is None or host.attribution.loop_ms <= 0:
+        return None
+    return _fraction(sum(part.share for part in host.attribution.parts if part.cause in causes))
+
+
+def _computing(host: HostEvidence) -> float:
+    """The share of the loop the devices compute (collectives included; a device waiting for a copy between host
+    and device memory, such as a TPU copy-done, is busy but not computing)."""
+    attributed = _attributed(host, TimeCause.DEVICE_COMPUTE, TimeCause.COLLECTIVES)
+    return _loop_busy(host) * (1 - _transfer_share(host)) if attributed is None else attributed
+
+
+def _health(hosts: list[HostEvidence], metrics: Metrics) -> Health:
+    def share(host: HostEvidence, cause: TimeCause, ms_per_step: float) -> float:
+        attributed = _attributed(host, cause)
+        return _share_of_step(host, ms_per_step) if attributed is None else attributed
+
+    health = Health(
+        compute_fraction=metrics.busy_fraction,
+        idle_fraction=None if metrics.busy_fraction is None else 1 - metrics.busy_fraction,
+        communication_fraction=max((share(h, TimeCause.COLLECTIVES, h.communication_ms_per_step) for h in hosts),
+                                   default=0.0),
+        memory_fraction=(_fraction(metrics.peak_memory_bytes / metrics.memory_capacity_bytes)
+                         if metrics.peak_memory_bytes and metrics.memory_capacity_bytes else None),
+        dispatches_per_step=max((h.dispatches_per_step for h in hosts), default=0.0),
+        compile_fraction=max((share(h, TimeCause.COMPILATION, h.recompile_ms_per_step) for h in hosts),
+                             default=0.0),
+    )
+    reasons = []
+    if health.compute_fraction is None or health.compute_fraction < HIGH_COMPUTE:
+        reasons.append(f"compute is busy less than {HIGH_COMPUTE:.0%} of the step")
+    if (health.communication_fraction or 0) > LOW_COMMUNICATION:
+        reasons.append(f"communication takes more than {LOW_COMMUNICATION:.0%} of the step")
+    if health.compile_fraction > LOW_COMPILE:
+        reasons.append(f"compilation takes more than {LOW_COMPILE:.0%} of the step")
+    if health.memory_fraction is not None and health.memory_fraction > SAFE_MEMORY:
+        reasons.append(f"peak memory is above {SAFE_MEMORY:.0%} of capacity")
+    health.optimal = not reasons
+    health.reasons = reasons
+    return health
+
+
+# --- findings ----------------------------------------------------------------------------------
+
+
+def _is_host_work(activity: HostActivity) -> bool:
+    """Host activity that is the host's own work: not dispatching, compiling or waiting on the device; a function
+    around the step's dispatches is host work when most of its time is its own, not its dispatches'."""
+    name = activity.name
+    if name.startswith(DISPATCH_PREFIX) or COMPILE.match(name) or WAITING.search(name):
+        return False
+    if activity.self_ms_per_step is not None:
+        return activity.self_ms_per_step >= OWN_SHARE * activity.ms_per_step
+    return not activity.encloses_dispatches
+
+
+def _host_ms(activity: HostActivity) -> float:
+    """What a host activity costs per step: its own time where the evidence has it."""
+    return activity.self_ms_per_step if activity.self_ms_per_step is not None else activity.ms_per_step
+
+
+_LANES = {"cpu": "the XLA CPU threads", "gpu": "the GPU streams", "tpu": "the TPU XLA ops"}
+
+
+def _input_bound(host: HostEvidence) -> list[Finding]:
+    """The devices waiting on the host: a finding per named cause, the costliest first with the loop's context."""
+    if host.busy_fraction is None or not host.step_ms:
+        return []
+    step = host.step_ms.mean
+    gap = host.gap_ms_per_step or 0.0
+    iteration = step + gap
+    idle = 1 - _loop_busy(host)
+    idle_ms = idle * iteration
+    host_work = [a for a in host.host_activities if _is_host_work(a) and a.share_of_step >= NOTABLE_SHARE]
+    between = [a for a in host.between_steps if _is_host_work(a) and a.share_of_step >= NOTABLE_SHARE]
+    # A loop of one program per step whose devices idle while the host neither dispatches, compiles nor waits
+    # on them is waiting on the host's own work, named or not. Without steps, or in op-by-op and compiling
+    # loops (findings of their own), only the host's named work and the gaps between steps count.
+    quiet = host.dispatches_per_step < OP_BY_OP_DISPATCHES and host.compile_ms_per_step < LOW_COMPILE * step
+    if quiet and host.step_source in (StepSource.STEP_MARKERS, StepSource.PROGRAM_RUNS):
+        explained_ms = idle_ms - host.waiting_idle_ms_per_step - host.dispatch_ms_per_step
+    else:
+        explained_ms = min(idle_ms, sum(_host_ms(a) for a in host_work) + gap)
+    loop = "iteration" if gap >= NOTABLE_SHARE * step else "step"
+    named = host_causes.causes(host, NOTABLE_SHARE * iteration)
+    # Idle time the host shows but no named cause holds (untraced, or work of no known kind) leads when it is the
+    # largest part.
+    unnamed_ms = explained_ms - sum(cause.ms for cause in named)
+    if not named or unnamed_ms > max(named[0].ms, NOTABLE_SHARE * iteration):
+        named.insert(0, host_causes.Cause(HostCause.HOST_WORK, explained_ms if not named else unnamed_ms))
+    lanes = _LANES[host.device_kind.value]
+    context = [
+        f"busy fraction {_loop_busy(host):.3f} of {lanes} over the loop (steps and the "
+        f"gaps between them): compute is idle {idle:.1%} of each {loop} (mean of {host.steps} steps, "
+        f"{host.step_source.value})",
+        f"step time {step:.2f} ms (median {host.step_ms.median:.2f}, p90 {host.step_ms.p90:.2f})",
+    ]
+    if loop == "iteration":
+        context.append(f"host time between steps: {gap:.2f} ms per gap")
+    context += [f"the step runs inside {quoted(a.name)} ({a.ms_per_step:.2f} ms per step), around its jit "
+                "dispatches: not counted as host work" for a in host.host_activities
+                if a.encloses_dispatches and not _is_host_work(a) and a.share_of_step >= NOTABLE_SHARE][:1]
+    findings = []
+    for rank, cause in enumerate(named):
+        share = _fraction(cause.share if cause.share is not None else cause.ms / iteration)
+        # The costliest cause carries the whole wait for the host that the loop shows, named or not.
+        priority = _rank(max(share, _fraction(explained_ms / iteration)) if rank == 0 else share, IDLE_PRIORITIES)
+        if priority is None:
+            continue
+        evidence = (context if rank == 0 else []) + _cause_evidence(host, cause, host_work, between)
+        if rank == 0 and host.untraced_host_ms_per_step >= NOTABLE_SHARE * iteration:
+            evidence.append(f"untraced host time while the devices idle: {host.untraced_host_ms_per_step:.2f} ms per "
+                            "step (Python code, sleeps or I/O that the trace does not record; capture with the "
+                            "Python tracer to name it)")
+        findings.append(_host_cause_finding(host, cause, priority, evidence, share, iteration, loop, lanes))
+    return findings
+
+
+def _cause_evidence(host: HostEvidence, cause: host_causes.Cause, host_work: list[HostActivity],
+                    between: list[HostActivity]) -> list[str]:
+    """The named work behind a cause, quoted, with the times the evidence holds."""
+    per = "per step" if cause.steps_per_part == 1 else f"over the {cause.steps_per_part} steps of the loop"
+    if cause.kind is HostCause.HOST_WORK and not cause.parts:
+        return ([f"host work between steps: {quoted(a.name)} {_host_ms(a):.2f} ms per gap" for a in between[:3]]
+                + [f"host work inside steps: {quoted(a.name)} {_host_ms(a):.2f} ms per step of its own"
+                   for a in host_work[:3]])
+    stepping = {a.thread for a in (*host.host_activities, *host.between_steps)}
+    elsewhere = [part for part in cause.parts if part.thread and part.thread not in stepping]
+    lines = []
+    if elsewhere:
+        lines += ([f"the training thread waits on other host threads (a queue's get, a lock) "
+                   f"{host.thread_wait_ms_per_step:.2f} ms per step while the devices idle"]
+                  if cause.steps_per_part == 1 else [])
+        lines += [f"meanwhile the host thread {quoted(part.thread)} runs {quoted(part.name)}: "
+                  f"{part.ms_per_step:.2f} ms {per}" for part in elsewhere[:4]]
+    if cause.kind is HostCause.PRODUCER_THREAD:
+        return lines
+    if cause.kind is HostCause.TRANSFERS:
+        lines = [f"{(transfer_direction(part.name) or 'host-device').replace(' ', '-')} copy {quoted(part.name)} on the "
+                 f"training thread: {part.ms_per_step:.2f} ms {per} while the devices idle" for part in cause.parts[:3]]
+        if cause.steps_per_part == 1 and host.transfer_ms_per_step > sum(p.ms_per_step for p in cause.parts):
+            lines.append(f"copies between host and device on any host thread, the runtime's own work on them "
+                         f"included: {host.transfer_ms_per_step:.2f} ms per step while the devices idle")
+        return lines + ["the trace carries no byte counts for these copies"]
+    for part in [part for part in cause.parts if part not in elsewhere][:3]:
+        lines.append(f"{quoted(part.name)} on the training thread: {part.ms_per_step:.2f} ms {per} of its own "
+                     "(outside jit dispatches, compilation, copies and waits, while the devices idle)")
+        lines += [f"it runs inside {quoted(a.name)} ({a.ms_per_step:.2f} ms per step with the step's jit dispatches)"
+                  for a in host.host_activities if a.encloses_dispatches and a.name != part.name
+                  and any(owner.name == part.name for owner in a.owners)][:1]
+    named = {part.name for part in cause.parts}
+    if cause.kind is HostCause.DEVICE_SYNC and any(o.reads_device and o.name in named
+                                                   for a in (*host.host_activities, *host.between_steps)
+                                                   for o in a.owners):
+        lines.append("it reads device values back every step (float(), .item(), np.asarray or block_until_ready), "
+                     "which waits for the step to finish")
+    return lines
+
+
+def _host_cause_finding(host: HostEvidence, cause: host_causes.Cause, priority: Priority, evidence: list[str],
+                        share: float, iteration: float, loop: str, lanes: str) -> Finding:
+    words, what = host_causes.WORDS[cause.kind]
+    title = (f"Host-bound: compute idle {share:.0%} of each {loop} waiting for the host"
+             if cause.kind is HostCause.HOST_WORK else f"Host-bound: compute idle {share:.0%} of each {loop} while "
+                                                       f"{words}")
+    remaining = iteration - cause.ms
+    faster = (f" ({iteration / remaining:.1f}x faster)" if remaining >= NOTABLE_SHARE * iteration else "")
+    return Finding(
+        priority=priority,
+        category=FindingCategory.DATA_MOVEMENT if cause.kind is HostCause.TRANSFERS else FindingCategory.INPUT_BOUND,
+        title=title,
+        what=f"{lanes[0].upper()}{lanes[1:]} wait for the host. {what}",
+        evidence=evidence,
+        impact=f"{cause.ms:.1f} ms of each {iteration:.1f} ms {loop} is idle for this cause ({share:.0%} of the "
+               f"loop); without it the {loop} could approach {max(remaining, 0.0):.1f} ms{faster}.",
+        fix=_host_cause_fix(host, cause),
+    )
+
+
+def _host_cause_fix(host: HostEvidence, cause: host_causes.Cause) -> str:
+    framework = frameworks.detect([host])
+    if cause.kind is HostCause.BATCH_MAKING:
+        return frameworks.batch_making_fix(framework)
+    if cause.kind is HostCause.CHECKPOINT:
+        return frameworks.checkpoint_fix(framework)
+    if cause.kind is HostCause.DEVICE_SYNC:
+        return frameworks.device_sync_fix(framework)
+    if cause.kind is HostCause.PRODUCER_THREAD:
+        return frameworks.producer_fix(framework, [host_causes.function_name(p.name) for p in cause.parts])
+    if cause.kind is HostCause.TRANSFERS:
+        return frameworks.transfer_fix(framework)
+    # Threads seen working while the training thread waits are a pipeline already, and untraced waiting may be
+    # one the trace cannot show: advise adding a thread only where the host's own named work is the wait.
+    untraced = host.untraced_host_ms_per_step >= OWN_SHARE * cause.ms
+    fix = frameworks.host_work_fix(framework, frameworks.has_input_pipeline([host]) or bool(host.while_waiting)
+                                   or untraced)
+    if untraced:
+        fix = ("Name the host work first: most of it is untraced, so capture again with the Python tracer on "
+               "(ProfileOptions python_tracer_level=1), which records each Python function and the other threads "
+               f"(a loader's reads and decoding). {fix}")
+    return fix
+
+
+def _dispatch_overhead(host: HostEvidence, kernels: list[KernelShare]) -> Finding | None:
+    if host.dispatches_per_step < OP_BY_OP_DISPATCHES or not host.step_ms:
+        return None
+    span = host.step_ms.mean
+    idle = 1 - (host.busy_fraction or 0.0)
+    priority = Priority.P0 if idle >= IDLE_PRIORITIES[0][0] else Priority.P1
+    framework = frameworks.detect([host])
+    device = _LANES[host.device_kind.value]
+    if host.step_source is StepSource.PROFILE_WINDOW:
+        per = "capture"
+        count = f"{host.launches} jit dispatches in the capture, no steps"
+        title = f"Op-by-op execution: {host.launches} small launches with the devices idle {idle:.0%} between them"
+    else:
+        per = "step"
+        count = f"{host.dispatches_per_step:.0f} jit dispatches (PjitFunction) per step over {host.steps} steps"
+        title = f"Op-by-op execution: {host.dispatches_per_step:.0f} jit dispatches per step"
+    return Finding(
+        priority=priority,
+        category=FindingCategory.DISPATCH_OVERHEAD,
+        title=title,
+        what="The work is not one compiled program: every small operation is dispatched from Python as its own "
+             f"XLA executable, so the host's per-op overhead, not compute, sets the pace and {device} idle "
+             "between launches.",
+        evidence=[
+            count,
+            f"compute busy {host.busy_fraction or 0.0:.1%} of the {span:.2f} ms {per}",
+            *(f"{quoted(a.name)}: {a.count_per_step:.0f} per {per}, {a.ms_per_step:.2f} ms per {per}"
+              for a in host.dispatched[:4]),
+            *_device_time(host, kernels),
+        ],
+        impact=f"{host.dispatch_ms_per_step:.1f} ms per {per} is spent dispatching and {idle * span:.1f} ms of the "
+               f"{span:.1f} ms {per} leaves compute idle; one fused program usually removes most of it.",
+        fix=frameworks.one_program_fix(framework, on_gpu=host.device_kind is DeviceKind.GPU),
+    )
+
+
+def _recompiled(programs: dict[str, HloProgram]) -> list[str]:
+    """Functions compiled more than once, with the parameters whose shapes differ between the compilations."""
+    variants: dict[str, list[HloProgram]] = {}
+    for program in programs.values():
+        variants.setdefault(_module_base(program.module), []).append(program)
+    lines = []
+    for function, compiled in sorted(variants.items(), key=lambda item: -len(item[1])):
+        signatures = {tuple(p.parameters.items()) for p in compiled}
+        if len(signatures) < 2:
+            continue
+        changing = [
+            f"{quoted(name)} {' / '.join(dict.fromkeys(p.parameters.get(name, '-') for p in compiled))}"
+            for name in dict.fromkeys(name for p in compiled for name in p.parameters)
+            if len({p.parameters.get(name) for p in compiled}) > 1
+        ]
+        lines.append(f"{quoted(function)} compiled {len(signatures)} times with different parameter shapes: "
+                     + "; ".join(changing[:3]))
+    return lines
+
+
+def _recompilation(host: HostEvidence, programs: dict[str, HloProgram]) -> Finding | None:
+    """Compilations of a program that compiled before in the capture, or any after the warm-up; a program's
+    first compilation in the loop's first steps is warm-up (:func:`_warmup`)."""
+    if not host.step_ms or (host.recompiles_in_steps == 0 and host.recompile_ms_per_step == 0):
+        return None
+    step = host.step_ms.mean
+    share = host.recompile_ms_per_step / step
+    priority = _rank(share, COMPILE_PRIORITIES)
+    if priority is None or (priority is Priority.P2 and host.recompiles_in_steps < 2):
+        return None
+    warmup = (f" (besides a warm-up of {host.warmup.steps} step{'s' if host.warmup.steps != 1 else ''} whose "
+              f"{host.warmup.compiles} first compilations took {host.warmup.compile_ms:.1f} ms)") if host.warmup else ""
+    tensorflow = frameworks.detect([host]) in (Framework.TENSORFLOW, Framework.TENSORFLOW_EAGER)
+    return Finding(
+        priority=priority,
+        category=FindingCategory.RECOMPILATION,
+        title=f"Recompilation inside steps: {share:.0%} of step time compiling",
+        what="XLA compiles new programs while the loop runs, usually because input shapes, dtypes or static "
+             "arguments change from step to step, so each change costs a full compilation.",
+        evidence=[
+            f"{host.recompiles_in_steps} XLA recompilations inside {host.steps} profiled steps{warmup}",
+            f"recompilation {host.recompile_ms_per_step:.1f} ms per step of a {step:.1f} ms step",
+            *_recompiled(programs)[:3],
+        ],
+        impact=f"{host.recompile_ms_per_step:.1f} ms per step ({share:.0%}) would disappear with stable shapes.",
+        fix=("Keep shapes stable: give tf.function an input_signature with None for the varying dimension, or pad "
+             "batches to a few fixed sizes." if tensorflow else
+             "Keep shapes and static arguments stable: pad or bucket the changing dimension to a few sizes, pass "
+             "changing Python scalars as arrays rather than static arguments, and enable JAX's persistent "
+             "compilation cache (jax.config.update('jax_compilation_cache_dir', ...))."),
+    )
+
+
+def _communication(host: HostEvidence) -> Finding | None:
+    if not host.step_ms or not host.communication_ms_per_step:
+        return None
+    share = _share_of_step(host, host.communication_ms_per_step)
+    priority = _rank(share, COMMUNICATION_PRIORITIES)
+    if priority is None:
+        return None
+    collectives = [op for op in host.top_ops if COMMUNICATION.search(op.name)]
+    return Finding(
+        priority=priority,
+        category=FindingCategory.COMMUNICATION,
+        title=f"Communication takes {share:.0%} of each step",
+        what="Collectives (all-reduce, all-gather, ...) and the waits for the other devices to reach them run on "
+             "the devices' critical path instead of overlapping with compute.",
+        evidence=[f"collectives {host.communication_ms_per_step:.2f} ms per step of {host.step_ms.mean:.2f} ms "
+                  f"on each device (mean of {host.devices} devices)",
+                  *(f"{quoted(op.name)}: {op.self_ms_per_step:.2f} ms per step" for op in collectives[:3])],
+        impact=f"up to {host.communication_ms_per_step:.1f} ms per step if fully overlapped.",
+        fix="Overlap communication with compute (XLA's latency-hiding scheduler, async collectives), use "
+            "larger per-device batches, or pick a sharding that moves less data (reduce-scatter / FSDP).",
+    )
+
+
+def _memory(metrics: Metrics) -> Finding | None:
+    if not metrics.peak_memory_bytes or not metrics.memory_capacity_bytes:
+        return None
+    share = metrics.peak_memory_bytes / metrics.memory_capacity_bytes
+    priority = _rank(share, MEMORY_PRIORITIES)
+    if priority is None:
+        return None
+    return Finding(
+        priority=priority,
+        category=FindingCategory.MEMORY,
+        title=f"Out-of-memory risk: peak memory at {share:.0%} of capacity",
+        what="The program's peak memory is close to the device's capacity; a larger batch, a longer sequence or "
+             "fragmentation can make it fail.",
+        evidence=[f"peak {size(metrics.peak_memory_bytes)} of {size(metrics.memory_capacity_bytes)} "
+                  f"({metrics.peak_memory_source})"],
+        impact=f"{size(metrics.memory_capacity_bytes - metrics.peak_memory_bytes)} of headroom left.",
+        fix="Rematerialise activations (jax.checkpoint), shard parameters and optimizer state (FSDP), donate "
+            "input buffers, or lower the per-device batch with gradient accumulation.",
+    )
+
+
+def _custom_call_share(tools: dict[str, ToolResult]) -> float | None:
+    """Percent of device time in custom calls, as XProf reports it (get_kpi_metrics, else the roofline)."""
+    for tool in ("get_kpi_metrics", "get_roofline_model"):
+        share = _data(tools, tool).get("custom_call_share_pct")
+        if isinstance(share, (int, float)):
+            return float(share)
+    return None
+
+
+def _roofline_caveat(tools: dict[str, ToolResult]) -> list[str]:
+    """XProf's own caveat, where it applies: the roofline gives custom calls no FLOPs."""
+    share = _custom_call_share(tools)
+    if not share:
+        return []
+    return [f"custom calls take {share:.2f}% of device time (custom_call_share_pct {share:.2f}); XLA's cost model "
+            "gives them 0 FLOPs, so the roofline efficiency does not count their work (XProf's caveat)"]
+
+
+def _temporaries(hosts: list[HostEvidence], metrics: Metrics, tools: dict[str, ToolResult],
+                 programs: dict[str, HloProgram]) -> Finding | None:
+    """The step's program holds far more in intermediate buffers than its inputs and outputs need."""
+    found = _step_module(hosts, tools)
+    program = programs.get(str(found[0].get("module_name"))) if found else None
+    if found is None or program is None:
+        return None
+    module, which = found
+    peak = module["total_hbm_mib"] * MIB
+    live = program.inputs_bytes + program.outputs_bytes + program.constants_bytes
+    temporaries = peak - live
+    if temporaries < TEMPORARIES_FLOOR or temporaries < TEMPORARIES_RATIO * max(live, 1):
+        return None
+    ratio = temporaries / max(live, 1)
+    title = (f"Temporaries are {ratio:.0f}x the program's inputs, outputs and constants" if ratio <= MAX_TITLE_RATIO
+             else f"Temporaries far larger than the program's inputs, outputs and constants ({size(temporaries)} "
+                  f"against {size(live)})")
+    share = metrics.peak_memory_bytes / metrics.memory_capacity_bytes if (
+        metrics.peak_memory_bytes and metrics.memory_capacity_bytes) else None
+    buffers_shown = [b for b in (_data(tools, "get_peak_allocations").get("modules") or [])
+                     if b.get("module_name") == module["module_name"]]
+    largest = [f"{quoted(str(b['instruction']))}: {size(b['size_mib'] * MIB)}"
+               for m in buffers_shown for b in (m.get("top_buffers") or [])[:4]]
+    return Finding(
+        priority=Priority.P1 if share is not None and share >= 0.5 else Priority.P2,
+        category=FindingCategory.MEMORY,
+        title=title,
+        what="At its peak the program holds intermediate buffers (activations kept for the backward pass, "
+             "materialised broadcasts or attention scores) many times the size of what it reads and returns; "
+             "they, not the model's state, set its memory.",
+        evidence=[
+            f"{which} {quoted(module['module_name'])}: peak {size(peak)} (memory_viewer buffer assignment), "
+            f"inputs {size(program.inputs_bytes)}, outputs {size(program.outputs_bytes)}, constants "
+            f"{size(program.constants_bytes)} (its HLO)",
+            *([f"largest intermediate {quoted(program.largest_temporary)}: {size(program.largest_temporary_bytes)}"]
+              if program.largest_temporary else []),
+            *(f"buffer {line}" for line in largest),
+            *([f"peak memory {share:.1%} of the device's capacity"] if share is not None
+              else ["device memory capacity unknown"]),
+        ],
+        impact=f"{size(temporaries)} of the program's peak is temporaries; rematerialising or splitting them "
+               "frees most of it for a larger batch or model.",
+        fix="Recompute instead of storing: wrap layers in jax.checkpoint (jax.remat) with a policy that saves only "
+            "the expensive results; lower the per-device batch (with gradient accumulation); donate inputs that "
+            "the program replaces (donate_argnums) so outputs reuse their buffers; and shard large intermediates "
+            "across devices.",
+    )
+
+
+def _compute(hosts: list[HostEvidence], metrics: Metrics, tools: dict[str, ToolResult],
+             kernels: list[KernelShare]) -> Finding | None:
+    if metrics.roofline_efficiency is None or (metrics.busy_fraction or 0) < 0.5:
+        return None
+    priority = _rank(metrics.roofline_efficiency, ROOFLINE_PRIORITIES, below=True)
+    if priority is None:
+        return None
+    program = _data(tools, "get_roofline_model").get("program") or {}
+    named = next((lines for host in hosts if (lines := _device_time(host, kernels))), [])
+    top = [] if named else [op for host in hosts for op in host.top_ops][:3]
+    caveat = _roofline_caveat(tools)
+    return Finding(
+        priority=priority,
+        category=FindingCategory.COMPUTE,
+        title=f"Devices busy but at {metrics.roofline_efficiency:.1%} of the roofline"
+              + (" (custom calls not counted)" if caveat else ""),
+        what=f"The devices are kept busy, but the work XLA's cost model sees is {program.get('bound_by', 'memory')}"
+             "-bound and far from the hardware's limits."
+             + (" Custom calls are not in that figure: their efficiency has to be read kernel by kernel." if caveat
+                else ""),
+        evidence=[f"roofline efficiency {metrics.roofline_efficiency:.2%}, bound by "
+                  f"{quoted(str(program.get('bound_by')))} (get_roofline_model)",
+                  *caveat,
+                  *named,
+                  *(f"{quoted(op.name)}: {op.self_ms_per_step:.2f} ms per step, {op.share_of_busy:.0%} of busy time"
+                    for op in top)],
+        impact="the top ops above hold most of the step; each is a candidate for fusion, a better layout or "
+               "a larger arithmetic intensity.",
+        fix="Look at the top ops: fuse memory-bound elementwise chains under one jit, and use larger matmul tiles "
+            "or batch sizes for a higher arithmetic intensity.",
+    )
+
+
+def _kernel(tools: dict[str, ToolResult]) -> Finding | None:
+    share = _custom_call_share(tools)
+    if share is None or share < CUSTOM_CALL_SHARE:
+        return None
+    return Finding(
+        priority=Priority.P2,
+        category=FindingCategory.KERNEL,
+        title=f"Custom kernels take {share:.0f}% of device time",
+        what="Custom calls (library GEMMs, Pallas/Triton or vendor kernels) are opaque to XLA's cost model, so "
+             "roofline numbers undercount their work; their efficiency has to be checked kernel by kernel.",
+        evidence=[f"custom_call_share_pct {share:.2f} (get_kpi_metrics)"],
+        impact=f"{share:.0f}% of device time is outside XLA's view.",
+        fix="Inspect the kernels with get_kernel_stats and check their occupancy and tile sizes.",
+    )
+
+
+# --- where device time goes ---------------------------------------------------------------------
+
+def _kernels(hosts: list[HostEvidence], works: list[KernelWork]) -> list[KernelShare]:
+    """Each host's kernels that hold its device time, where one holds at least ``DOMINANT_KERNEL`` of it, with
+    what their HLO computes.
+
+    One kernel name can run in several programs (``loop_convert_fusion`` in every element-wise program): it is
+    described from the programs the host launched that hold an instruction of that name, or from every program
+    that does when the launches do not tell.
+    """
+    by_instruction: dict[str, list[KernelWork]] = {}
+    for work in works:
+        by_instruction.setdefault(work.instruction, []).append(work)
+    found = []
+    for host in hosts:
+        ops = host.top_ops[:MAX_KERNELS_NAMED]
+        if not ops or ops[0].share_of_busy < DOMINANT_KERNEL:
+            continue
+        launched = {_module_base(name) for name in (*(p.name for p in host.programs),
+                                                     *(a.name for a in host.dispatched))}
+        for op in [ops[0], *(op for op in ops[1:] if op.share_of_busy >= NAMED_BESIDE)]:
+            instruction = _instruction(op)
+            holding = by_instruction.get(instruction, [])
+            ran = [w for w in holding if _module_base(w.module) in launched] or holding
+            found.append(KernelShare(
+                host=host.host, name=op.name, hlo_op=instruction if op.expression or ran else "",
+                share_of_device=_fraction(op.share_of_busy), ms_per_step=op.self_ms_per_step,
+                runs_per_step=op.count_per_step, what=describe(ran),
+                custom_calls=list(dict.fromkeys(w.custom_call for w in ran if w.custom_call)),
+                programs=sorted({w.module for w in ran}),
+            ))
+    return found
+
+
+def _device_time(host: HostEvidence, kernels: list[KernelShare]) -> list[str]:
+    """Evidence lines: the host's kernels that hold its device time, each with its share and what it computes.
+
+    The kernel's name comes last, after a custom call's quoted target: a library kernel's name can be longer than
+    a quoted name is read (validation), and a quote left open must not swallow the target.
+    """
+    per = _per(host)
+    return [f"device time: {k.share_of_device:.1%} of device op time ({k.ms_per_step:.2f} ms per {per}, "
+            f"{k.runs_per_step:.4g} run{'' if k.runs_per_step == 1 else 's'}) in "
+            + (f"{k.what}, kernel " if k.what else "kernel ") + quoted(k.name)
+            for k in kernels if k.host == host.host]
+
+
+# --- device-side data movement ------------------------------------------------------------------
+
+# GPU copies between host and device memory (CUDA's MemcpyHtoD, ROCm's CopyHostToDevice).
+_MEMCPY = re.compile(r"memcpy\s*(h\s*to\s*d|d\s*to\s*h|h2d|d2h)|copy\s*(host\s*to\s*device|device\s*to\s*host)",
+                     re.IGNORECASE)
+_CONVERT = re.compile(r"convert", re.IGNORECASE)
+# Transposes, copies that only give a tensor a new layout (XLA's "copy", "copy_fusion", "copy.3"), and
+# cuDNN's conversions between channels-first and channels-last.
+_LAYOUT = re.compile(r"transpose|^(\w+_)?copy(_fusion)?([._]\d+)*(\.kd)?$|nchwToNhwc|nhwcToNchw", re.IGNORECASE)
+_HLO_SHAPE = re.compile(r"=\s*(\S+)")
+_CONVOLUTION = re.compile(r"conv|Im\dd?2Col|implicit_gemm|cudnn", re.IGNORECASE)
+
+
+def _movement(op: OpTime, computing: frozenset[str] = frozenset()) -> str | None:
+    """Which kind of data movement an op is: a host transfer, a dtype convert, a layout change, or none.
+
+    ``computing``: the fusions the HLO shows computing, which are none whatever their names (a fusion is named
+    after its root: a sine computed in f32 for bf16 data is a "loop_convert_fusion").
+    """
+    if (ASYNC_COPY.match(op.name) and HOST_MEMORY_SPACE in op.expression) or _MEMCPY.search(op.name):
+        return "host_transfer"
+    if {op.name, op.name.removesuffix(".kd"), op.expression} & computing:
+        return None
+    if _CONVERT.search(op.name):
+        return "convert"
+    if _LAYOUT.search(op.name):
+        return "layout"
+    return None
+
+
+def _transfer_share(host: HostEvidence) -> float:
+    """The share of device op time spent on copies between host memory and the device's."""
+    return sum(op.share_of_busy for op in host.top_ops if _movement(op) == "host_transfer")
+
+
+def _per(host: HostEvidence) -> str:
+    return "capture" if host.step_source is StepSource.PROFILE_WINDOW else "step"
+
+
+def _transferred(ops: list[OpTime]) -> tuple[float, float]:
+    """Bytes the finished copies moved each step, (host to device, device to host), read from their HLO shapes."""
+    to_host = to_device = 0.0
+    for op in ops:
+        shape = Shape.parse(match.group(1)) if op.name.startswith("copy-done") and (
+            match := _HLO_SHAPE.search(op.expression)) else None
+        if shape is None:
+            continue
+        moved = shape.bytes * op.count_per_step
+        if HOST_MEMORY_SPACE in match.group(1):
+            to_host += moved
+        else:
+            to_device += moved
+    return to_device, to_host
+
+
+_MOVEMENT_TEXT = {
+    "host_transfer": ("Host-device memory transfers",
+                      "The devices spend their time on copies between host memory and device memory (HBM): "
+                      "parameters or activations offloaded to the host and brought back, or inputs copied in on "
+                      "every call. A copy-done op is the device waiting for such a copy; it computes nothing."),
+    "convert": ("Dtype converts",
+                "Kernels whose work is converting tensors between dtypes (f32 and bf16, for example) hold the "
+                "devices: the data is re-typed rather than computed on, often in a round trip that undoes itself."),
+    "layout": ("Layout transposes",
+               "Kernels that transpose tensors or copy them into another layout hold the devices: the data is "
+               "rearranged in memory, not computed on. XLA inserts them where a producer's layout differs from "
+               "the one its consumer (a convolution, a matmul) wants."),
+}
+
+
+def _movement_fix(kind: str, framework: Framework, device: DeviceKind, convolutions: bool) -> str:
+    tensorflow = framework in (Framework.TENSORFLOW, Framework.TENSORFLOW_EAGER)
+    if kind == "host_transfer":
+        if tensorflow:
+            return ("Keep the data on the device: prefetch input to the device (tf.data prefetch with "
+                    "tf.distribute's experimental_distribute_dataset) and keep variables on the accelerator.")
+        return ("Keep the data on the device: jax.device_put inputs and parameters once and reuse the device "
+                "arrays across calls instead of moving them every call. Where the program offloads to host memory "
+                "on purpose (memory kinds such as 'pinned_host', jax.checkpoint offload policies), offload only "
+                "what does not fit in HBM and overlap the copies with compute; otherwise keep the arrays in "
+                "device memory.")
+    if kind == "convert":
+        if tensorflow:
+            return ("Set one mixed-precision policy (tf.keras.mixed_precision.set_global_policy('mixed_bfloat16' "
+                    "or 'mixed_float16')) so variables are cast once, and compile the step with "
+                    "tf.function(jit_compile=True) so the remaining casts fuse into their consumers.")
+        return ("Keep parameters and activations in the compute dtype: cast once (parameters to bf16 when they are "
+                "loaded, or one mixed-precision policy) rather than on every call, avoid f32-bf16 round trips "
+                "(x.astype(f32) ... .astype(bf16)), pass preferred_element_type to dots instead of converting their "
+                "results, and keep the casts inside one jax.jit so they fuse into their consumers.")
+    layouts = []
+    if convolutions and device is DeviceKind.GPU:
+        layouts.append("keep convolution activations channels-last on GPU (NHWC / NDHWC: dimension_numbers such as "
+                       "('NDHWC', 'DHWIO', 'NDHWC') in lax.conv_general_dilated, or data_format='channels_last' in "
+                       "TensorFlow), the layout the GPU convolution kernels want, so XLA does not transpose around "
+                       "every convolution")
+    if tensorflow:
+        layouts.append("compile with tf.function(jit_compile=True) so XLA can assign layouts across ops")
+    else:
+        layouts.append("write contractions as jnp.einsum / lax.dot_general over the dimensions as they lie rather "
+                       "than transposing first, transpose weights once outside the step, and keep swapaxes / "
+                       "transpose calls inside one jax.jit so XLA can fold them into a consumer's layout")
+    if device is DeviceKind.TPU:
+        layouts.append("on TPU keep the minor-most dimension a multiple of 128")
+    return "Choose layouts that need no transpose: " + "; ".join(layouts) + "."
+
+
+def _movements(hosts: list[HostEvidence], programs: dict[str, HloProgram],
+               ) -> list[tuple[DataMovement, HostEvidence, list[OpTime]]]:
+    """Device time in ops that move or re-type data instead of computing (host transfers, converts, transposes):
+    each kind on the host where it takes the largest share of device time, with those ops, longest first."""
+    computing = frozenset(name for program in programs.values() for name in program.computing_fusions)
+    worst: dict[str, tuple[float, HostEvidence, list[OpTime]]] = {}
+    for host in hosts:
+        by_kind: dict[str, list[OpTime]] = {}
+        for op in host.top_ops:
+            if (kind := _movement(op, computing)) is not None:
+                by_kind.setdefault(kind, []).append(op)
+        for kind, ops in by_kind.items():
+            share = sum(op.share_of_busy for op in ops)
+            if share > worst.get(kind, (0.0,))[0]:
+                worst[kind] = (share, host, ops)
+    movements = []
+    for kind, (share, host, ops) in worst.items():
+        ms = sum(op.self_ms_per_step for op in ops)
+        to_device, to_host = _transferred(ops) if kind == "host_transfer" else (0.0, 0.0)
+        iteration = host.step_ms.mean + (host.gap_ms_per_step or 0.0) if host.step_ms else 0.0
+        movement = DataMovement(kind=kind, host=host.host, ms_per_step=ms, device_ms_per_step=ms / share,
+                                share_of_device=_fraction(share),
+                                share_of_loop=_fraction(ms / iteration) if iteration > 0 else _fraction(share),
+                                to_device_bytes_per_step=to_device, to_host_bytes_per_step=to_host)
+        movements.append((movement, host, sorted(ops, key=lambda op: -op.self_ms_per_step)))
+    return movements
+
+
+def _movement_priority(movement: DataMovement, host: HostEvidence) -> Priority | None:
+    priority = _rank(movement.share_of_device, DATA_MOVEMENT_PRIORITIES)
+    if priority is None:
+        return None
+    if host.dispatches_per_step >= OP_BY_OP_DISPATCHES:
+        # Launched op by op, the devices mostly wait for the next launch (the dispatch finding's cause); these ops
+        # cost the loop only their own time, and a fused program folds most of them into their consumers.
+        return _rank(movement.share_of_loop, DATA_MOVEMENT_PRIORITIES) or Priority.P2
+    if priority is Priority.P0 and _loop_busy(host) < 0.5:  # devices mostly idle: their own time matters less
+        return Priority.P1
+    return priority
+
+
+def _data_movement(movements: list[tuple[DataMovement, HostEvidence, list[OpTime]]],
+                   hlo_issues: dict[str, list[HloIssue]]) -> list[Finding]:
+    framework = frameworks.detect([host for _, host, _ in movements])
+    related = {"convert": ("detect_unnecessary_convert_reduce",),
+               "layout": ("detect_layout_mismatch_copies", "detect_unfused_reshapes")}
+    findings = []
+    for movement, host, ops in movements:
+        priority = _movement_priority(movement, host)
+        if priority is None:
+            continue
+        kind, share = movement.kind, movement.share_of_device
+        ms, device_ms = movement.ms_per_step, movement.device_ms_per_step
+        label, what = _MOVEMENT_TEXT[kind]
+        per = _per(host)
+        evidence = [f"{label.lower()}: {ms:.2f} ms per {per} of {device_ms:.2f} ms of device op time "
+                    f"({share:.1%}, per device, {host.devices} device{'s' if host.devices != 1 else ''}; "
+                    f"{movement.share_of_loop:.1%} of the {per})"]
+        evidence += [f"{quoted(op.name)}: {op.self_ms_per_step:.2f} ms per {per} ({op.share_of_busy:.1%} of device "
+                     f"time), {op.count_per_step:g} run{'' if op.count_per_step == 1 else 's'} per {per}"
+                     + (f", HLO {quoted(op.expression)}" if op.expression and op.expression != op.name else "")
+                     for op in ops[:3]]
+        if movement.to_device_bytes_per_step or movement.to_host_bytes_per_step:
+            evidence.append(f"moved per {per}: {size(movement.to_device_bytes_per_step)} host to device, "
+                            f"{size(movement.to_host_bytes_per_step)} device to host (from the copies' HLO shapes)")
+        evidence += [f"{quoted(i.module)} {quoted(i.instruction)} (runs as {quoted(i.runs_as)}): {i.detail}"
+                     for detector in related.get(kind, ()) for i in (hlo_issues.get(detector) or [])[:2]]
+        convolutions = any(_CONVOLUTION.search(op.name) for op in host.top_ops)
+        findings.append(Finding(
+            priority=priority,
+            category=FindingCategory.DATA_MOVEMENT,
+            title=f"{label} take {share:.0%} of device time",
+            what=what,
+            evidence=evidence,
+            impact=f"{ms:.1f} ms of each {device_ms:.1f} ms of device work per {per} computes nothing; without it the "
+                   f"devices would finish {device_ms / max(device_ms - ms, 1e-9):.1f}x sooner.",
+            fix=_movement_fix(kind, framework, host.device_kind, convolutions),
+        ))
+    return findings
+
+
+_COMPILER_CHECKS = {
+    "detect_unnecessary_convert_reduce": ("converts", "Dtype conversions", "dtype round trips and standalone converts",
+                                          "Keep one dtype through a computation (cast once at the boundary) and "
+                                          "let converts fuse into their consumers under jit."),
+    "detect_layout_mismatch_copies": ("copies", "Layout-changing copies", "copies that only change the layout",
+                                      "Give producer and consumer the same layout: transpose once outside the hot "
+                                      "loop or let XLA choose (avoid forcing layouts with explicit transposes)."),
+    "detect_unfused_reshapes": ("reshapes", "Unfused reshapes and transposes",
+                                "reshapes and transposes that run on their own",
+                                "Run reshapes and transposes inside the jitted step so they fuse (or become "
+                                "free bitcasts) instead of materialising copies."),
+}
+
+
+def _compiler(hosts: list[HostEvidence], hlo_issues: dict[str, list[HloIssue]]) -> list[Finding]:
+    findings = []
+    for detector, (family, label, what, fix) in _COMPILER_CHECKS.items():
+        issues = hlo_issues.get(detector) or []
+        if not issues:
+            continue
+        ops = [host.op_families.get(family) for host in hosts]
+        dispatches = max((f.dispatches_per_step for f in ops if f), default=0.0)
+        ms = max((f.ms_per_step for f in ops if f), default=0.0)
+        findings.append(Finding(
+            # Repeated op by op every step, the pattern costs a dispatch each time; inside a program, a kernel.
+            priority=Priority.P1 if dispatches >= OFTEN_DISPATCHED else Priority.P2,
+            category=FindingCategory.COMPILER,
+            title=f"{label}: {len(issues)} found in the compiled programs",
+            what=f"The HLO contains {what}; they move or re-type data without computing anything.",
+            evidence=[f"{quoted(i.module)} {quoted(i.instruction)} (runs as {quoted(i.runs_as)}): {i.detail}"
+                      for i in issues[:4]]
+            + [f"{family}: {ms:.3f} ms of compute per step"
+               + (f", {dispatches:.0f} op-by-op dispatches per step" if dispatches >= 1 else "")],
+            impact=f"{ms:.2f} ms of compute per step"
+                   + (f" plus the overhead of {dispatches:.0f} dispatches per step." if dispatches >= 1 else "."),
+            fix=fix,
+        ))
+    return findings
+
+
+def _warmup(host: HostEvidence) -> Finding | None:
+    """The loop's first steps compiling each program for its first call: a one-off cost, said with its time."""
+    warmup = host.warmup
+    if warmup is None or warmup.steady_step_ms is None:
+        return None
+    plural = "s" if warmup.steps != 1 else ""
+    return Finding(
+        priority=Priority.P2,
+        category=FindingCategory.OTHER,
+        title=f"Warm-up: the first {warmup.steps} step{plural} took {warmup.ms:.1f} ms, "
+              f"{warmup.compiles} first compilations",
+        what="The first call of each jitted function compiles its program; the profile holds those first "
+             "compilations. This is a one-off start-up cost, not recompilation: the steady-state figures in this "
+             "report leave these steps out.",
+        evidence=[f"warm-up: {warmup.steps} step{plural}, {warmup.ms:.1f} ms, of which {warmup.compile_ms:.1f} ms "
+                  f"compiling ({warmup.compiles} XLA compilations, each program's first)",
+                  f"steady state after it: {host.steps - warmup.steps} steps, median {warmup.steady_step_ms.median:.2f}"
+                  f" ms, mean {warmup.steady_step_ms.mean:.2f} ms"],
+        impact=f"{warmup.ms:.1f} ms once per run (per process), not per step.",
+        fix="Nothing to fix in the loop. To shorten start-up, enable JAX's persistent compilation cache "
+            "(jax.config.update('jax_compilation_cache_dir', ...)) or compile ahead of time "
+            "(jax.jit(f).lower(...).compile()); to profile the steady state, start the trace after the first step.",
+    )
+
+
+SLOW_NOTABLE = 0.05  # a slow-step group costing less than this share of the loop, and not an outlier, is not said
+# Slow-step differences, by what the function that runs longer in them looks like: (pattern, what, fix).
+_SLOW_CAUSES = (
+    (re.compile(r"save|checkpoint|ckpt|orbax|pickle|serializ|np\.save|torch\.save", re.IGNORECASE),
+     "a synchronous save",
+     "Checkpoint asynchronously (e.g. Orbax's AsyncCheckpointer / CheckpointManager with async options, which "
+     "copy the arrays to the host and write them in the background) or save less often."),
+    (re.compile(r"\bgc\b|garbage|collect", re.IGNORECASE),
+     "garbage collection",
+     "Keep Python's garbage collector out of the loop: gc.freeze() after setup, or gc.disable() with a "
+     "gc.collect() every N steps outside the timed part."),
+    (re.compile(r"eval|valid|predict", re.IGNORECASE),
+     "an evaluation",
+     "Evaluate less often, on fewer batches, or in a separate job on its own devices."),
+    (re.compile(r"log|print|summar|metric|device_get|item\b", re.IGNORECASE),
+     "logging that waits for the device",
+     "Fetch metrics every N steps without blocking (keep them on the device and read them a step later), and "
+     "write logs from a background thread."),
+)
+
+
+def _slow_cause(slow: SlowSteps) -> tuple[str, str]:
+    """What the slow steps' differences look like, and the fix for it."""
+    for pattern, what, fix in _SLOW_CAUSES:
+        if any(pattern.search(difference.name) for difference in slow.differences[:3]):
+            return what, fix
+    device_extra = (slow.slow_busy_ms or 0.0) - (slow.normal_busy_ms or 0.0)
+    if device_extra >= 0.5 * (slow.slow_ms - slow.normal_ms):
+        return "more device work", ("The slow steps run more device work than the others (an extra program every "
+                                    "few steps): run it less often, make it cheaper, or overlap it with the steps.")
+    if slow.differences:
+        return "host work", ("Move the work named in the evidence off the training thread (a background thread "
+                             "or process) or run it less often, so that it no longer stalls the steps.")
+    return "untraced host work", ("Trace the loop with the Python tracer (python_tracer_level=1) or wrap the "
+                                  "periodic work in jax.profiler.TraceAnnotation to name what runs in the slow "
+                                  "steps; then move it off the training thread or run it less often.")
+
+
+def _slow_steps(host: HostEvidence) -> Finding | None:
+    """A group of steps well above the median: what runs longer in them, and its share of the loop."""
+    slow = host.slow_steps
+    if slow is None or host.step_source is StepSource.PROFILE_WINDOW:
+        return None
+    priority = _rank(slow.cost_fraction, IDLE_PRIORITIES)
+    if priority is None and slow.cost_fraction < SLOW_NOTABLE and slow.slow_ms < OUTLIER_STEP * slow.normal_ms:
+        return None
+    what, fix = _slow_cause(slow)
+    evidence = [
+        f"{slow.steps} of {slow.compared} steps are slow (steps {', '.join(map(str, slow.indices[:8]))}): "
+        f"{slow.slow_ms:.2f} ms per slow step and the gap after it, against a median of {slow.normal_ms:.2f} ms; "
+        f"they take {slow.share_of_loop:.1%} of the loop's {slow.loop_ms:.1f} ms",
+        *(f"runs longer in the slow steps: {quoted(d.name)} {d.slow_ms:.2f} ms per slow step against "
+          f"{d.normal_ms:.2f} ms per normal step ({d.share_of_loop:.1%} of the loop)" for d in slow.differences[:3]),
+    ]
+    if slow.slow_busy_ms is not None and slow.normal_busy_ms is not None:
+        evidence.append(f"the devices are busy {slow.slow_busy_ms:.2f} ms per slow step against "
+                        f"{slow.normal_busy_ms:.2f} ms per normal step")
+    if slow.slow_gap_ms - slow.normal_gap_ms >= NOTABLE_SHARE * slow.normal_ms:
+        evidence.append(f"the host time after a slow step is {slow.slow_gap_ms:.2f} ms against "
+                        f"{slow.normal_gap_ms:.2f} ms after a normal one")
+    explained = sum(d.share_of_loop for d in slow.differences[:1])
+    if explained < 0.5 * slow.cost_fraction:
+        evidence.append("no traced event on the stepping thread accounts for most of the slow steps' extra time")
+    rest = slow.loop_ms - slow.cost_ms
+    faster = f" ({slow.loop_ms / rest:.1f}x faster)" if rest >= 0.01 * slow.loop_ms else ""
+    return Finding(
+        priority=priority or Priority.P2,
+        category=FindingCategory.OTHER,
+        title=f"Slow steps: {slow.steps} of {slow.compared} steps cost {slow.cost_fraction:.0%} of the loop's time",
+        what=f"A few steps take far longer than the rest, and the difference looks like {what}: the stepping "
+             "thread spends that time on the work named below, and the loop stalls while it runs.",
+        evidence=evidence,
+        impact=f"{slow.cost_ms:.1f} ms of the loop's {slow.loop_ms:.1f} ms beyond what as many normal steps take; "
+               f"without it the loop would take {rest:.1f} ms{faster}.",
+        fix=fix,
+    )
+
+
+def _iteration(host: HostEvidence) -> Finding | None:
+    """Without step markers, a step that is a repeated sequence of several programs: each program's part."""
+    if not host.iteration_programs:
+        return None
+    per_iteration = {name: host.iteration_programs.count(name) for name in dict.fromkeys(host.iteration_programs)}
+    calls = {p.name: p for p in host.programs}
+    return Finding(
+        priority=Priority.P2,
+        category=FindingCategory.OTHER,
+        title=f"Each step is a sequence of {len(host.iteration_programs)} launches of {len(per_iteration)} programs",
+        what="The trace has no step markers; the loop repeats the same sequence of programs (a train and an eval "
+             "program, or micro-batches and their apply), so one step here is one pass of that sequence.",
+        evidence=[f"{quoted(name)}: {count} per step"
+                  + (f", {calls[name].device_ms_per_call:.3f} ms of device work per call "
+                     f"({calls[name].share_of_device:.1%} of device time)" if name in calls else "")
+                  for name, count in per_iteration.items()],
+        impact="the step time, busy fraction and peak memory in this report are per pass of the sequence.",
+        fix="Nothing to fix; wrap each iteration in jax.profiler.StepTraceAnnotation('train', step_num=i) to say "
+            "where a step begins.",
+    )
+
+
+def _calls(host: HostEvidence) -> str:
+    """"N programs, each called K times" (or "called K to M times")."""
+    counts = sorted({p.calls for p in host.programs})
+    called = f"each called {counts[0]} times" if len(counts) == 1 else f"called {counts[0]} to {counts[-1]} times"
+    return f"{host.distinct_programs} program{'s' if host.distinct_programs != 1 else ''}, {called}"
+
+
+def _no_steps(host: HostEvidence, kernels: list[KernelShare]) -> Finding | None:
+    if host.step_source is not StepSource.PROFILE_WINDOW:
+        return None
+    if not host.programs:
+        return Finding(
+            priority=Priority.P2,
+            category=FindingCategory.OTHER,
+            title="No training steps found: times cover the whole capture",
+            what="The trace has no step markers and no program launches, so nothing can be normalised per step.",
+            evidence=[f"host {quoted(host.host)}: step source {host.step_source.value}"],
+            impact="per-step numbers in this report are for the whole capture window.",
+            fix="Wrap each step in jax.profiler.StepTraceAnnotation('train', step_num=i).",
+        )
+    idle = host.launch_idle_fraction
+    return Finding(
+        priority=Priority.P2,
+        category=FindingCategory.OTHER,
+        title=f"No training steps: {_calls(host)}",
+        what="The trace has no step markers and no single program that the host calls again and again, so the "
+             "capture is not a training loop of steps; the figures are per program and for the capture as a whole.",
+        evidence=[
+            f"{host.launches} program launches from the host"
+            + (f"; the devices idle {idle:.1%} from the first launch to the end of the last one's work"
+               if idle is not None else ""),
+            *(f"{quoted(p.name)}: {p.calls} calls, {p.ms_per_call:.3f} ms per call on the host, "
+              f"{p.device_ms_per_call:.3f} ms of device work per call ({p.share_of_device:.1%} of device time)"
+              for p in host.programs[:5]),
+            *_device_time(host, kernels),
+        ],
+        impact="per-step numbers in this report cover the capture from the first launch.",
+        fix="If this is a training loop, wrap each step in jax.profiler.StepTraceAnnotation('train', step_num=i) "
+            "so that steps can be compared; if it is a benchmark, the per-program figures are the result.",
+    )
+
+
+def _low_utilisation(hosts: list[HostEvidence], health: Health) -> Finding:
+    """When compute is idle and no rule above names the cause, say so, with what the host does."""
+    busy = health.compute_fraction or 0.0
+    activities = [a for host in hosts for a in host.host_activities if a.share_of_step >= NOTABLE_SHARE]
+    between = [a for host in hosts for a in host.between_steps if a.share_of_step >= NOTABLE_SHARE]
+    return Finding(
+        priority=Priority.P1 if busy < 0.5 else Priority.P2,
+        category=FindingCategory.OTHER,
+        title=f"Low utilisation: compute busy {busy:.0%} of the time, no single cause found",
+        what="Compute is idle for much of each step, but neither input, dispatch, compilation nor communication "
+             "explains it; the host timeline below is where the time goes.",
+        evidence=[f"busy fraction {busy:.3f}, {health.dispatches_per_step:.1f} jit dispatches per step",
+                  *(f"host activity {quoted(a.name)}: {a.ms_per_step:.2f} ms per step ({a.share_of_step:.1%})"
+                    for a in activities[:4]),
+                  *(f"host work between steps {quoted(a.name)}: {a.ms_per_step:.2f} ms per gap"
+                    for a in between[:2]),
+                  *(f"the host waits on the devices while they idle: {h.waiting_idle_ms_per_step:.2f} ms per step"
+                    for h in hosts if h.step_ms and h.waiting_idle_ms_per_step >= NOTABLE_SHARE * h.step_ms.mean)],
+        impact=f"{1 - busy:.0%} of each step is idle.",
+        fix="Open the trace viewer on the steps and look at what the host thread does between device runs; "
+            "synchronisations (block_until_ready, host callbacks, device-to-host copies) are the usual suspects.",
+    )
+
+
+def _findings(hosts: list[HostEvidence], tools: dict[str, ToolResult], hlo_issues: dict[str, list[HloIssue]],
+              metrics: Metrics, health: Health, programs: dict[str, HloProgram],
+              movements: list[tuple[DataMovement, HostEvidence, list[OpTime]]],
+              kernels: list[KernelShare], hardware: list[Finding]) -> list[Finding]:
+    per_host = [finding for host in hosts for finding in (_slow_steps(host), *_input_bound(host)) if finding] + [
+        finding
+        for host in hosts
+        for rule in (partial(_dispatch_overhead, kernels=kernels),
+                     partial(_recompilation, programs=programs), _communication, _warmup, _iteration,
+                     partial(_no_steps, kernels=kernels))
+        if (finding := rule(host)) is not None
+    ]
+    if len(hosts) > 1:  # one finding per category: the worst host's
+        best: dict[FindingCategory, Finding] = {}
+        for finding in per_host:
+            current = best.get(finding.category)
+            if current is None or _ORDER[finding.priority] < _ORDER[current.priority]:
+                best[finding.category] = finding
+        per_host = list(best.values())
+    session_wide = [_memory(metrics), _temporaries(hosts, metrics, tools, programs),
+                    _compute(hosts, metrics, tools, kernels), _kernel(tools)]
+    findings = (per_host + [f for f in session_wide if f is not None] + _data_movement(movements, hlo_issues)
+                + _compiler(hosts, hlo_issues) + hardware)
+    if not health.optimal and all(f.priority is Priority.P2 for f in findings):
+        findings.append(_low_utilisation(hosts, health))
+    return sorted(findings, key=lambda f: _ORDER[f.priority])
+
+
+def decide_status(health: Health, findings: list[Finding]) -> HealthStatus:
+    """OPTIMAL only when the snapshot is healthy and no finding is P0 or P1; ``health`` is told the same."""
+    urgent = [f for f in findings if f.priority is not Priority.P2]
+    health.reasons = [reason for reason in health.reasons if not reason.startswith(URGENT_REASON)]
+    if urgent:
+        health.reasons.append(f"{URGENT_REASON}: {urgent[0].priority.value} {urgent[0].category.value}")
+    health.optimal = not health.reasons
+    return HealthStatus.OPTIMAL if health.optimal else HealthStatus.NEEDS_ATTENTION
+
+
+# --- the report --------------------------------------------------------------------------------
+
+
+def _summary(hosts: list[HostEvidence], metrics: Metrics, health: Health, findings: list[Finding],
+             tools: list[ToolResult], status: HealthStatus) -> str:
+    device = hosts[0].device_type if hosts else "unknown hardware"
+    where = f"{len(hosts)} host{'s' if len(hosts) != 1 else ''} ({device})"
+    launched = [h for h in hosts if h.programs]
+    if metrics.step_time_ms is not None:
+        plural = "s" if metrics.steps != 1 else ""
+        first = f"{metrics.steps} profiled step{plural} of {metrics.step_time_ms:.1f} ms on {where}"
+        warmed = [h for h in hosts if h.warmup and h.warmup.steady_step_ms]
+        if warmed:
+            warmup = warmed[0].warmup
+            first += (f" (the steady state, after a warm-up of {warmup.steps} step{'s' if warmup.steps != 1 else ''} "
+                      f"that took {warmup.ms:.1f} ms compiling each program for its first call)")
+    elif launched:
+        first = f"No training steps on {where}: {_calls(launched[0])}"
+    else:
+        first = f"A capture without training steps on {where}"
+    busy = f"; compute is busy {metrics.busy_fraction:.0%} of the time" if metrics.busy_fraction is not None else ""
+    sentences = [first + busy + "."]
+    urgent = [f for f in findings if f.priority is not Priority.P2]
+    if status is HealthStatus.OPTIMAL:
+        low = ("idle time, communication, compilation and memory pressure are low" if health.memory_fraction
+               is not None else "idle time, communication and compilation are low (the device's memory capacity is "
+               "unknown, so its peak memory is not weighed against it)")
+        sentences.append(f"Compute utilisation is high and {low}, so the profile needs no action.")
+    elif urgent:
+        sentences.append(f"The main problem ({urgent[0].priority.value}): {urgent[0].title}.")
+    else:
+        sentences.append(f"It is not optimal because {', and '.join(health.reasons)}.")
+    others = [f for f in findings if not urgent or f is not urgent[0]]
+    if others:
+        sentences.append(f"{len(others)} further finding{'s' if len(others) != 1 else ''}: "
+                         + "; ".join(f"{f.priority.value} {f.title}" for f in others[:3]) + ".")
+    if metrics.peak_memory_bytes:
+        sentences.append(f"Peak memory is {size(metrics.peak_memory_bytes)} "
+                         f"({metrics.peak_memory_source.split(':')[0]}).")
+    with_data = sum(t.status is ToolStatus.OK for t in tools)
+    sentences.append(f"{with_data} of {len(tools)} XProf tools returned data"
+                     + ("; on CPU profiles XProf's device-side tools are empty, so the signals come from the raw "
+                        "trace events." if hosts and all(h.device_kind.value == "cpu" for h in hosts) else "."))
+    return " ".join(sentences[:5])
+
+
+_AMD_ARCHITECTURE = re.compile(r"\bgfx\d+\w*")
+
+
+def _name_amd_architecture(hosts: list[HostEvidence], tools: dict[str, ToolResult]) -> None:
+    """AMD GPUs by their architecture (gfx942), as XProf's device information names them, not by a CUDA-style
+    "compute capability 9.4" that AMD does not use."""
+    architecture = _AMD_ARCHITECTURE.search(str(_data(tools, "get_device_information").get("device_type", "")))
+    for host in hosts:
+        if host.device_kind is DeviceKind.GPU and host.device_type.startswith("AMD"):
+            host.device_type = f"AMD GPU ({architecture.group(0)})" if architecture else "AMD GPU"
+
+
+def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: dict[str, list[HloIssue]],
+           profile: ProfileInput, versions: dict[str, str], seconds: float,
+           hlo_programs: list[HloProgram] | None = None, hlo_kernels: list[KernelWork] | None = None) -> Analysis:
+    """Turn the evidence into metrics, health, findings, status and summary.
+
+    ``hlo_programs``: each HLO program's parameters, results and largest intermediate (:func:`hlo.program_buffers`).
+    ``hlo_kernels``: what each kernel of the HLO programs computes (:func:`hlo.kernel_work`).
+    """
+    by_name = {tool.name: tool for tool in tools}
+    _name_amd_architecture(hosts, by_name)
+    metrics = _metrics(hosts, by_name)
+    chip = roofline.chip_of(hosts, metrics.memory_capacity_bytes, _data(by_name, "get_device_information"))
+    rooflines = roofline.program_rooflines(hosts, _data(by_name, "get_hlo_op_profile"), hlo_kernels or [], chip)
+    roofline.fill_metrics(metrics, hosts, rooflines, chip)
+    health = _health(hosts, metrics)
+    programs = {program.module: program for program in hlo_programs or []}
+    movements = _movements(hosts, programs)
+    kernels = _kernels(hosts, hlo_kernels or [])
+    slow_precision, hardware = precision.findings(hosts, hlo_kernels or [], lambda host: chip)
+    findings = _findings(hosts, by_name, hlo_issues, metrics, health, programs, movements, kernels, hardware)
+    status = decide_status(health, findings)
+    return Analysis(
+        status=status,
+        summary=_summary(hosts, metrics, health, findings, tools, status),
+        metrics=metrics,
+        health=health,
+        findings=findings,
+        tools=tools,
+        hosts=hosts,
+        hlo_issues=hlo_issues,
+        hlo_programs=hlo_programs or [],
+        data_movement=[movement for movement, _, _ in movements],
+        kernels=kernels,
+        roofline=rooflines,
+        slow_precision=slow_precision,
+        profile=profile,
+        versions=versions,
+        seconds=seconds,
+    )

@@ -1,0 +1,157 @@
+"""Dtype and precision checks: device time spent in float64, or in float32 matmuls at HIGHEST precision.
+
+Each op the trace timed is matched to the HLO instruction it runs (in the
+programs the host launched) and to what that instruction computes
+(:func:`mldiag.analysis.xprof.hlo.kernel_work`), so the share of device time each
+check names is measured, not estimated from the HLO:
+
+* **float64**: kernels whose math computes in f64. A CPU's SIMD lanes hold
+  half as many f64 values as f32 (its f64 matmuls run at about half the
+  speed); GPUs give f64 a fraction of their f32 and tensor-core peaks; TPUs
+  have no f64 unit and emulate it.
+* **HIGHEST precision**: f32 dots and convolutions that ask for
+  ``precision=HIGHEST`` on a chip whose matmul fast path is narrower: on a TPU
+  an f32 matmul at default precision is one bf16 pass and at HIGHEST six; on
+  NVIDIA Ampere and later, default f32 matmuls run as TF32 on the tensor cores
+  and HIGHEST keeps them in full f32. On a CPU HIGHEST changes nothing and is
+  not flagged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from mldiag.analysis.evidence import SlowPrecision
+from mldiag.analysis.host_evidence import DeviceKind, HostEvidence, OpTime, StepSource
+from mldiag.analysis.rules import frameworks
+from mldiag.analysis.rules.frameworks import Framework
+from mldiag.analysis.rules.hardware import Chip
+from mldiag.analysis.rules.roofline import timed_kernels
+from mldiag.analysis.rules.wording import quoted
+from mldiag.analysis.xprof.hlo import KernelWork, describe
+from mldiag.domain.resources import Finding, FindingCategory, Priority
+
+# Share of a host's device op time at which a slow dtype or precision is a P1 / P2 problem.
+PRIORITIES = ((0.25, Priority.P1), (0.05, Priority.P2))
+MAX_KERNELS_QUOTED = 3
+
+
+def _timed_work(host: HostEvidence, works: list[KernelWork]) -> list[tuple[OpTime, KernelWork]]:
+    """Each timed op of the host with what its instruction computes, where the HLO tells."""
+    return [(op, ran[0]) for op, ran in timed_kernels(host, works) if ran]
+
+
+def _is_float64(work: KernelWork) -> bool:
+    return work.matmul_dtype == "f64" or "f64" in work.dtypes
+
+
+def _is_highest_f32_matmul(work: KernelWork) -> bool:
+    return work.matmul_dtype == "f32" and work.precision == "highest"
+
+
+def _fast_path_is_narrower(host: HostEvidence, chip: Chip | None) -> bool:
+    """Whether f32 matmuls at default precision run faster than at HIGHEST on this host's devices."""
+    return host.device_kind is DeviceKind.TPU or (chip is not None and bool(chip.fast_f32))
+
+
+def _per(host: HostEvidence) -> str:
+    return "capture" if host.step_source is StepSource.PROFILE_WINDOW else "step"
+
+
+def _evidence(host: HostEvidence, slow: SlowPrecision, matched: list[tuple[OpTime, KernelWork]],
+              label: str) -> list[str]:
+    per = _per(host)
+    lines = [f"{label}: {slow.ms_per_step:.2f} ms per {per} ({slow.share_of_device:.1%} of device op time, per "
+             f"device) in {len(matched)} kernel{'s' if len(matched) != 1 else ''}, measured from the trace and "
+             "matched to their HLO"]
+    lines += [f"{op.share_of_busy:.1%} of device op time ({op.self_ms_per_step:.2f} ms per {per}) in "
+              f"{describe([work])}, kernel {quoted(op.name)} of program {quoted(work.module)}"
+              for op, work in matched[:MAX_KERNELS_QUOTED]]
+    return lines
+
+
+def _float64_fix(framework: Framework) -> str:
+    if framework in (Framework.TENSORFLOW, Framework.TENSORFLOW_EAGER):
+        return ("Compute in float32 (or a mixed_bfloat16 / mixed_float16 policy on an accelerator): create variables "
+                "and inputs as tf.float32 and cast numpy float64 arrays with tf.cast(x, tf.float32) at the input "
+                "boundary; keep float64 only for the few values that need it.")
+    return ("Enable float64 only where it is needed: remove jax.config.update('jax_enable_x64', True) (or "
+            "JAX_ENABLE_X64=1), or scope it with jax.experimental.enable_x64() around the code that needs it; give "
+            "arrays an explicit dtype (jnp.float32, or jnp.bfloat16 on an accelerator) and cast numpy inputs, which "
+            "default to float64, with .astype(jnp.float32) before they reach the jitted step.")
+
+
+_HIGHEST_FIX = ("Use the default matmul precision: drop precision=jax.lax.Precision.HIGHEST (and "
+                "jax.default_matmul_precision('highest') / jax_default_matmul_precision='float32'), or give the "
+                "matmuls bf16 inputs with preferred_element_type=jnp.float32 to keep an f32 accumulator; where a "
+                "computation needs more accuracy, scope it with the jax.default_matmul_precision context manager "
+                "around that code only ('high' is three bf16 passes on TPU instead of six).")
+
+
+def _finding(host: HostEvidence, kind: str, matched: list[tuple[OpTime, KernelWork]], *, title: str, what: str,
+             label: str, why: str, fix: str) -> tuple[SlowPrecision, Finding] | None:
+    """The finding with the device time it names, or None below the lowest priority's share."""
+    matched = sorted(matched, key=lambda m: -m[0].self_ms_per_step)
+    slow = SlowPrecision(kind=kind, host=host.host, ms_per_step=sum(op.self_ms_per_step for op, _ in matched),
+                         share_of_device=min(1.0, sum(op.share_of_busy for op, _ in matched)),
+                         kernels=[op.name for op, _ in matched])
+    priority = next((p for threshold, p in PRIORITIES if slow.share_of_device >= threshold), None)
+    if priority is None:
+        return None
+    return slow, Finding(
+        priority=priority,
+        category=FindingCategory.COMPUTE,
+        title=title.format(share=slow.share_of_device),
+        what=what,
+        evidence=_evidence(host, slow, matched, label),
+        impact=f"{slow.ms_per_step:.1f} ms of device time per {_per(host)} ({slow.share_of_device:.0%}) runs in the "
+               f"slow mode; {why}",
+        fix=fix,
+    )
+
+
+def _float64(host: HostEvidence, timed: list[tuple[OpTime, KernelWork]], framework: Framework):
+    on_cpu = host.device_kind is DeviceKind.CPU
+    return _finding(
+        host, "float64", [(op, w) for op, w in timed if _is_float64(w)],
+        title="Float64 math takes {share:.0%} of device time",
+        what="Kernels compute in float64 (double precision). "
+             + ("A CPU's vector units hold half as many float64 values as float32, so this math runs at about half "
+                "the speed it would in float32." if on_cpu else
+                "Accelerators give float64 a small fraction of their float32 and bf16 peaks (TPUs have no float64 "
+                "unit and emulate it), so this math runs many times slower than it would in float32 or bf16."),
+        label="float64 kernels",
+        why=("in float32 the same math typically takes about half the time on CPU." if on_cpu else
+             "in float32 or bf16 the same math takes a fraction of the time."),
+        fix=_float64_fix(framework))
+
+
+def _highest(host: HostEvidence, timed: list[tuple[OpTime, KernelWork]], chip: Chip | None):
+    if not _fast_path_is_narrower(host, chip):
+        return None
+    return _finding(
+        host, "highest", [(op, w) for op, w in timed if _is_highest_f32_matmul(w)],
+        title="Float32 matmuls at HIGHEST precision take {share:.0%} of device time",
+        what="Float32 matmuls ask for precision=HIGHEST, which turns off the chip's fast matmul path: "
+             + ("on a TPU an f32 matmul at default precision is one bf16 pass through the MXU, at HIGHEST six."
+                if host.device_kind is DeviceKind.TPU else
+                "on NVIDIA Ampere and later, f32 matmuls at default precision run as TF32 on the tensor cores; at "
+                "HIGHEST they run in full f32, several times slower."),
+        label="f32 matmul kernels at HIGHEST precision",
+        why="at default precision (or on bf16 inputs) they run several times faster.",
+        fix=_HIGHEST_FIX)
+
+
+def findings(hosts: list[HostEvidence], works: list[KernelWork], chip_of: Callable[[HostEvidence], Chip | None],
+             ) -> tuple[list[SlowPrecision], list[Finding]]:
+    """Float64 math and HIGHEST-precision f32 matmuls, each on the host where it takes the most device time: the
+    device time they take and their findings."""
+    framework = frameworks.detect(hosts)
+    worst: dict[str, tuple[SlowPrecision, Finding]] = {}
+    for host in hosts:
+        timed = _timed_work(host, works)
+        for found in (_float64(host, timed, framework), _highest(host, timed, chip_of(host))):
+            if found is not None and (found[0].kind not in worst
+                                      or found[0].share_of_device > worst[found[0].kind][0].share_of_device):
+                worst[found[0].kind] = found
+    return [slow for slow, _ in worst.values()], [finding for _, finding in worst.values()]

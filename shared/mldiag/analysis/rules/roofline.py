@@ -1,0 +1,240 @@
+"""How close each program comes to the chip's limits: achieved FLOP/s and bytes/s, a roofline verdict, and MFU.
+
+A program's FLOPs and bytes come from XProf's op profile (XLA's cost model per
+op, with the ops' measured self time, grouped by program) or, where the op
+profile has none (CPU profiles, a skipped conversion), from the FLOPs of the
+dots and convolutions in its HLO (:func:`mldiag.analysis.xprof.hlo.kernel_work`)
+and the device time the trace measured for them. Divided by that measured
+time they give the achieved rates, which are held against the chip's peaks
+(:mod:`mldiag.analysis.rules.hardware`):
+
+* **compute-bound**: the program's arithmetic intensity is at or above the
+  chip's ridge point and it runs at ``NEAR_ROOFLINE`` of the peak FLOP/s or more;
+* **memory-bound**: below the ridge point, at ``NEAR_ROOFLINE`` of the HBM
+  bandwidth or more (a decode loop streaming its weights: healthy, not a fault);
+* **neither**: far from both limits, held back by something other than the
+  hardware (latency, small kernels, waits on copies).
+
+Without a known chip (a CPU, a device type no row names) the achieved rates
+are reported and no verdict is given. MFU is the step's FLOPs per device over
+the step time, as a share of the peak at the dtype of the programs' matmuls.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from mldiag.analysis.evidence import Metrics, ProgramRoofline
+from mldiag.analysis.host_evidence import DeviceKind, HostEvidence, OpTime, StepSource
+from mldiag.analysis.profile.trace_names import hlo_instruction, program_base
+from mldiag.analysis.rules.hardware import Chip, chip_for, peak_dtype
+from mldiag.analysis.xprof.hlo import KernelWork
+
+NEAR_ROOFLINE = 0.5  # achieved share of a peak at which a program is bound by that limit
+MIN_PROGRAM_SHARE = 0.01  # programs below this share of the listed device time are not listed
+MAX_PROGRAMS = 8
+_HEADLINE_DTYPES = ("bf16", "f16")  # the peak a program without matmuls is held to
+
+
+@dataclass
+class _Costs:
+    ms: float = 0.0
+    flops: float = 0.0
+    bytes: float | None = 0.0
+    copy_ms: float = 0.0  # in asynchronous copies (copy-start / copy-done): waits on transfers, not work
+
+
+_COPY = re.compile(r"^copy-(start|done)")
+
+
+def chip_of(hosts: list[HostEvidence], memory_capacity_bytes: int | None,
+            device_information: dict[str, Any]) -> Chip | None:
+    """The chip the profile ran on, from the device type the raw events or XProf's device information name."""
+    if not hosts or any(host.device_kind is DeviceKind.CPU for host in hosts):
+        return None
+    names = [hosts[0].device_type, str(device_information.get("device_type") or "")]
+    return next((chip for name in names if name and (chip := chip_for(name, memory_capacity_bytes))), None)
+
+
+def _op_profile_costs(op_profile: dict[str, Any]) -> dict[str, _Costs]:
+    """Device time, FLOPs and bytes per program, from the op profile's operations grouped by program."""
+    costs: dict[str, _Costs] = {}
+    for category, ops in (op_profile.get("grouped_operations") or {}).items():
+        for op in ops if isinstance(ops, list) else []:
+            path = str(op.get("name", "")).split("/")
+            if len(path) < 3 or path[0] != "by_program":
+                continue
+            program = costs.setdefault(path[1], _Costs())
+            ms = float(op.get("total_self_time_ms") or 0.0)
+            program.ms += ms
+            program.copy_ms += ms if _COPY.match(category) else 0.0
+            program.flops += float(op.get("flops") or 0.0)
+            program.bytes += float(op.get("bytes_accessed") or 0.0)
+    return costs
+
+
+def timed_kernels(host: HostEvidence, works: list[KernelWork]) -> list[tuple[OpTime, list[KernelWork]]]:
+    """Each op the trace timed on the host, with what the HLO instruction it runs computes: in the programs the host
+    launched that hold an instruction of that name, or in every program that does when the launches do not tell."""
+    by_instruction: dict[str, list[KernelWork]] = {}
+    for work in works:
+        by_instruction.setdefault(work.instruction, []).append(work)
+    launched = {program_base(name) for name in (*(p.name for p in host.programs), *(a.name for a in host.dispatched))}
+    found = []
+    for op in host.top_ops:
+        holding = by_instruction.get(hlo_instruction(op), [])
+        found.append((op, [w for w in holding if program_base(w.module) in launched] or holding))
+    return found
+
+
+def _hlo_costs(hosts: list[HostEvidence], works: list[KernelWork]) -> dict[str, _Costs]:
+    """Device time and matmul FLOPs per program, from the ops the trace timed and their instructions' HLO."""
+    costs: dict[str, _Costs] = {}
+    for host in hosts:
+        runs = max(host.steps, 1) * max(host.devices, 1)
+        for op, ran in timed_kernels(host, works):
+            if len({w.module for w in ran}) != 1:  # no program, or several that one name cannot tell apart
+                continue
+            program = costs.setdefault(ran[0].module, _Costs(bytes=None))
+            program.ms += op.self_ms_per_step * runs
+            program.copy_ms += op.self_ms_per_step * runs if _COPY.match(op.name) else 0.0
+            program.flops += ran[0].flops * op.count_per_step * runs
+    return costs
+
+
+def _matmul_dtype(works: Iterable[KernelWork]) -> str:
+    """The operands' dtype of a program's matmuls, weighted by their FLOPs."""
+    weights: dict[str, float] = {}
+    for work in works:
+        if work.matmul_dtype:
+            weights[work.matmul_dtype] = weights.get(work.matmul_dtype, 0.0) + work.flops
+    return max(weights, key=weights.__getitem__, default="")
+
+
+def _peak_dtype(chip: Chip, works: list[KernelWork]) -> str | None:
+    """The chip's peak a program's matmuls run against (its headline peak without matmuls); None where the chip
+    publishes none for them."""
+    dtype = _matmul_dtype(works)
+    if not dtype:
+        return next(d for d in (*_HEADLINE_DTYPES, *chip.peak_flops) if d in chip.peak_flops)
+    precision = "highest" if any(w.precision == "highest" for w in works if w.matmul_dtype == dtype) else ""
+    return peak_dtype(chip, dtype, precision)
+
+
+LATENCY = "latency, small kernels or waits hold it back, not the hardware"
+SLOW_PRECISION = "its f32 matmuls at HIGHEST precision take several passes of the chip's fast matmul path each"
+COPIES = "most of its device time is asynchronous copies (copy-start / copy-done), waits on transfers, not work"
+
+
+def _verdict(program: ProgramRoofline, held_back: str = LATENCY) -> tuple[str, str]:
+    """The roofline verdict and the sentence that states it; ``held_back`` says why a program far from both limits
+    is there."""
+    flops = program.flops_fraction
+    bandwidth = program.bandwidth_fraction
+    intensity, ridge = program.arithmetic_intensity, program.ridge_point
+    peak = f"the {program.peak_dtype} peak FLOP/s"
+    if program.peak_bytes_per_s is None:
+        return "", "no verdict: no published peaks for this device (a CPU, or a device type the table does not name)"
+    if flops is None:
+        return "", (f"no verdict: the chip publishes no peak for {program.matmul_dtype} matmuls (not a fast path "
+                    "it has, or emulated)")
+    if intensity is None or ridge is None or bandwidth is None:
+        if flops >= NEAR_ROOFLINE:
+            return "compute-bound", f"compute-bound near the roof: {_percent(flops)} of {peak}"
+        return "", f"{_percent(flops)} of {peak}; the bytes it moves are not known, so no verdict on memory"
+    where = f"{intensity:.3g} FLOPs per byte against a ridge point of {ridge:.3g}"
+    if intensity >= ridge and flops >= NEAR_ROOFLINE:
+        return "compute-bound", f"compute-bound near the roof: {_percent(flops)} of {peak} at {where}"
+    if intensity < ridge and bandwidth >= NEAR_ROOFLINE:
+        return "memory-bound", (f"memory-bound near the memory roof: {_percent(bandwidth)} of the HBM bandwidth at "
+                                f"{where}; healthy for its arithmetic intensity, only less memory traffic makes it "
+                                "faster")
+    return "neither", (f"far from both limits: {_percent(flops)} of {peak} and {_percent(bandwidth)} of the HBM "
+                       f"bandwidth at {where}; {held_back}")
+
+
+def _percent(fraction: float) -> str:
+    """A share with one decimal, or two significant digits below 0.1 % (a program at 0.0012 % of its peak)."""
+    return f"{fraction:.1%}" if fraction >= 0.001 or fraction == 0 else f"{fraction * 100:.2g}%"
+
+
+def _fraction(value: float) -> float:
+    return min(1.0, max(0.0, value))
+
+
+def _program(name: str, source: str, costs: _Costs, total_ms: float, works: list[KernelWork],
+             chip: Chip | None) -> ProgramRoofline:
+    seconds = costs.ms / 1e3
+    program = ProgramRoofline(
+        program=name, source=source, device_ms=costs.ms, share_of_device=_fraction(costs.ms / total_ms),
+        flops=costs.flops, bytes_accessed=costs.bytes, achieved_flops_per_s=costs.flops / seconds,
+        achieved_bytes_per_s=None if costs.bytes is None else costs.bytes / seconds,
+        arithmetic_intensity=costs.flops / costs.bytes if costs.bytes else None,
+        matmul_dtype=_matmul_dtype(works),
+    )
+    if chip is not None:
+        program.peak_dtype = _peak_dtype(chip, works) or ""
+        program.peak_bytes_per_s = chip.hbm_bytes_per_s
+        if program.peak_dtype:
+            peak = program.peak_flops_per_s = chip.peak_flops[program.peak_dtype]
+            program.ridge_point = peak / chip.hbm_bytes_per_s
+            program.flops_fraction = _fraction(program.achieved_flops_per_s / peak)
+        if program.achieved_bytes_per_s is not None:
+            # XProf's bytes count every memory space (on-chip ones too), so they can exceed the HBM peak.
+            program.bandwidth_fraction = _fraction(program.achieved_bytes_per_s / chip.hbm_bytes_per_s)
+    highest = any(w.precision == "highest" and w.matmul_dtype == "f32" for w in works)
+    slow = highest and program.matmul_dtype == "f32" and program.peak_dtype not in ("", "f32")
+    held_back = COPIES if costs.copy_ms >= 0.5 * costs.ms else SLOW_PRECISION if slow else LATENCY
+    program.verdict, program.statement = _verdict(program, held_back)
+    return program
+
+
+def program_rooflines(hosts: list[HostEvidence], op_profile: dict[str, Any], works: list[KernelWork],
+                      chip: Chip | None) -> list[ProgramRoofline]:
+    """The programs that hold the device time, each with its achieved rates and verdict, largest first."""
+    costs, source = _op_profile_costs(op_profile), "op_profile"
+    if not any(c.flops for c in costs.values()):
+        costs, source = _hlo_costs(hosts, works), "hlo"
+    timed = {name: c for name, c in costs.items() if c.ms > 0}
+    total_ms = sum(c.ms for c in timed.values())
+    by_module: dict[str, list[KernelWork]] = {}
+    for work in works:
+        by_module.setdefault(work.module, []).append(work)
+    listed = sorted(timed.items(), key=lambda item: -item[1].ms)[:MAX_PROGRAMS]
+    return [_program(name, source, c, total_ms, by_module.get(name, []), chip)
+            for name, c in listed if c.ms >= MIN_PROGRAM_SHARE * total_ms]
+
+
+def _step_flops_per_device(hosts: list[HostEvidence], programs: list[ProgramRoofline], steps: int) -> float:
+    devices = sum(max(host.devices, 1) for host in hosts) or 1
+    return sum(p.flops for p in programs) / devices / max(steps, 1)
+
+
+def fill_metrics(metrics: Metrics, hosts: list[HostEvidence], programs: list[ProgramRoofline],
+                 chip: Chip | None) -> None:
+    """The chip, its peaks, the achieved rates of every listed program together, and MFU for a loop of steps."""
+    seconds = sum(p.device_ms for p in programs) / 1e3
+    if seconds > 0:
+        metrics.achieved_tflops = sum(p.flops for p in programs) / seconds / 1e12
+    if chip is None:
+        return
+    metrics.hardware, metrics.hardware_source = chip.name, chip.source
+    metrics.peak_hbm_bytes_per_s = chip.hbm_bytes_per_s
+    held = [p for p in programs if p.peak_flops_per_s]
+    main = max(held, key=lambda p: p.flops, default=None)
+    if main is not None:
+        metrics.peak_dtype = main.peak_dtype
+        metrics.peak_tflops = main.peak_flops_per_s / 1e12
+    moved = [p for p in programs if p.bytes_accessed is not None]
+    if moved and seconds > 0:
+        moved_seconds = sum(p.device_ms for p in moved) / 1e3
+        metrics.hbm_bandwidth_fraction = _fraction(sum(p.bytes_accessed for p in moved) / moved_seconds
+                                                   / chip.hbm_bytes_per_s)
+    stepped = metrics.step_time_ms and metrics.steps and all(
+        host.step_source is not StepSource.PROFILE_WINDOW for host in hosts)
+    if main is not None and stepped:
+        per_second = _step_flops_per_device(hosts, programs, metrics.steps) / (metrics.step_time_ms / 1e3)
+        metrics.mfu = _fraction(per_second / main.peak_flops_per_s)

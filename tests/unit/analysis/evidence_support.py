@@ -1,0 +1,75 @@
+"""Evidence made by hand for unit tests: traces built event by event (read exactly as a profile file's events
+are), and the analyst run on hand-written host evidence and tool results."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mldiag.analysis.evidence import ProfileInput, ToolResult, ToolStatus
+from mldiag.analysis.host_evidence import DeviceKind, HostEvidence
+from mldiag.analysis.loop.raw_events import _evidence, _Line, _Trace
+from mldiag.analysis.rules.analyst import assess
+
+MS = 1_000_000
+Events = list[tuple[str, int, int]]
+
+
+class TraceBuild:
+    """A trace from named events: ``host`` lines, each device's compute ``lanes``, markers, steps lines."""
+
+    def __init__(self, kind: DeviceKind = DeviceKind.CPU):
+        self.trace = _Trace(device_kind=kind, device_type=kind.value.upper())
+        self.ids: dict[str, int] = {}
+
+    def _line(self, name: str, events: Events) -> _Line:
+        ids = [self.ids.setdefault(event, len(self.ids)) for event, _, _ in events]
+        self.trace.names = list(self.ids)
+        return _Line(name, np.array([s for _, s, _ in events], dtype=np.int64),
+                     np.array([e for _, _, e in events], dtype=np.int64), np.array(ids, dtype=np.int64))
+
+    def host(self, events: Events, *, markers: tuple[str, ...] = ()) -> TraceBuild:
+        self.trace.host_lines.append(self._line("python", events))
+        self.trace.markers |= {self.ids[m] for m in markers}
+        return self
+
+    def lane(self, device: str, events: Events, name: str = "Stream #1") -> TraceBuild:
+        self.trace.lanes.setdefault(device, []).append(self._line(f"{device}/{name}", events))
+        return self
+
+    def device_steps(self, device: str, events: Events) -> TraceBuild:
+        self.trace.device_steps[device] = self._line("Steps", events)
+        return self
+
+    def evidence(self, tmp_path) -> HostEvidence:
+        path = tmp_path / "host.xplane.pb"
+        path.write_bytes(b"x")
+        self.trace.names = list(self.ids)
+        return _evidence(path, self.trace)
+
+
+def analysis_of(host: HostEvidence):
+    return assess(hosts=[host], tools=[], hlo_issues={}, versions={}, seconds=0.0,
+                  profile=ProfileInput(source="s", session="s", files=[host.file], bytes=1))
+
+
+def jit_calls(name: str, starts: list[int], length: int) -> Events:
+    """JAX's dispatch: an outer PjitFunction event with its duplicate nested inside, per call."""
+    return [event for start in starts for event in (
+        (f"PjitFunction({name})", start, start + length), (f"PjitFunction({name})", start + 1, start + length - 1))]
+
+
+def tool(name: str, data) -> ToolResult:
+    return ToolResult(name=name, status=ToolStatus.OK, seconds=0.0, data=data)
+
+
+def assessed(*hosts: HostEvidence, tools=(), hlo_issues=None, programs=None, kernels=None):
+    return assess(hosts=list(hosts), tools=list(tools), hlo_issues=hlo_issues or {}, versions={}, seconds=0.0,
+                  profile=ProfileInput(source="s", session="s", files=["h.xplane.pb"], bytes=1),
+                  hlo_programs=programs, hlo_kernels=kernels)
+
+
+def allocations(*modules: tuple[str, float]) -> ToolResult:
+    return tool("get_peak_allocations", {
+        "summary": {"top_modules": [{"module_name": n, "total_hbm_mib": mib} for n, mib in modules]},
+        "modules": [{"module_name": n, "total_hbm_mib": mib, "top_buffers": [{"instruction": "dot.1", "size_mib": mib}]}
+                    for n, mib in modules]})

@@ -1,0 +1,216 @@
+"""The attribution of the loop's wall time: on every committed profile, and on traces built event by event."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import yaml
+from analysis_support import PROFILES, xplane
+from evidence_support import MS, TraceBuild, analysis_of, jit_calls
+
+from mldiag.analysis.host_evidence import Attribution, HostEvidence, TimeCause
+from mldiag.analysis.loop.attribution import OTHER, TOP_PARTS, UNNAMED_THREAD, Device, Window, attribute, op_family
+from mldiag.analysis.loop.raw_events import _Line, _Union, read_host_evidence
+
+EXPECTATIONS = PROFILES.parents[1] / "quality" / "expectations"
+COMMITTED = sorted(str(path.relative_to(PROFILES)) for path in PROFILES.rglob("*.xplane.pb"))
+
+
+@pytest.fixture(scope="module")
+def evidence():
+    read: dict[str, HostEvidence] = {}
+
+    def of(name: str) -> HostEvidence:
+        if name not in read:
+            read[name] = read_host_evidence(xplane(name))
+        return read[name]
+
+    return of
+
+
+def _share(attribution: Attribution, cause: TimeCause, name: str | None = None) -> float:
+    return sum(p.share for p in attribution.parts if p.cause is cause and (name is None or name in p.name))
+
+
+def _truth(fixture: str, key: str) -> dict:
+    return yaml.safe_load((EXPECTATIONS / f"{fixture}.yaml").read_text())["truth"][key]
+
+
+@pytest.mark.parametrize("path", COMMITTED)
+def test_the_parts_sum_to_the_loop_on_every_committed_profile(path):
+    attribution = read_host_evidence(PROFILES / path).attribution
+    assert attribution is not None and attribution.loop_ms > 0
+    assert sum(p.ms for p in attribution.parts) == pytest.approx(attribution.loop_ms, rel=0.02)
+    assert all(0.0 <= p.share <= 1.0 and p.ms > 0 for p in attribution.parts)
+    assert [p.ms for p in attribution.parts] == sorted((p.ms for p in attribution.parts), reverse=True)
+    assert len(attribution.parts) <= TOP_PARTS + len(TimeCause)
+    assert all(p.useful == (p.cause is TimeCause.DEVICE_COMPUTE) for p in attribution.parts)
+    assert len({(p.cause, p.name, p.thread) for p in attribution.parts}) == len(attribution.parts)
+
+
+def test_a_loader_between_steps_is_host_work_of_its_function(evidence):
+    loader = _share(evidence("host_between_steps").attribution, TimeCause.HOST_WORK, "load_batch")
+    truth = _truth("host_between_steps", "host_fraction")
+    assert loader == pytest.approx(truth["value"], abs=truth["abs"])
+
+
+def test_a_compute_bound_loop_is_device_compute(evidence):
+    attribution = evidence("compute_bound").attribution
+    assert _share(attribution, TimeCause.DEVICE_COMPUTE) > 0.95
+    assert attribution.parts[0].cause is TimeCause.DEVICE_COMPUTE and attribution.parts[0].name == "matmul/convolution"
+
+
+def test_compiling_in_every_step_is_compilation(evidence):
+    attribution = evidence("recompiling").attribution
+    assert _share(attribution, TimeCause.COMPILATION) > 0.5
+    assert attribution.parts[0].cause is TimeCause.COMPILATION
+
+
+def test_collectives_take_what_removing_them_saves(evidence):
+    collectives = _share(evidence("collectives").attribution, TimeCause.COLLECTIVES)
+    truth = _truth("collectives", "communication_fraction")
+    assert collectives == pytest.approx(truth["value"], abs=truth["abs"])
+
+
+def test_host_offloading_copies_on_a_tpu_are_transfers(evidence):
+    attribution = evidence("tpu_v6e4_inference").attribution
+    assert _share(attribution, TimeCause.TRANSFERS) > 0.9
+    assert {p.name for p in attribution.parts if p.cause is TimeCause.TRANSFERS} >= {"host to device",
+                                                                                      "device to host"}
+
+
+def test_health_follows_the_attribution(evidence):
+    for name in ("host_between_steps", "recompiling", "collectives"):
+        host = evidence(name)
+        health = analysis_of(host).health
+        busy = _share(host.attribution, TimeCause.DEVICE_COMPUTE) + _share(host.attribution, TimeCause.COLLECTIVES)
+        assert health.compute_fraction == pytest.approx(busy, abs=1e-9)
+        assert health.compile_fraction == pytest.approx(_share(host.attribution, TimeCause.COMPILATION), abs=1e-9)
+        assert health.communication_fraction == pytest.approx(_share(host.attribution, TimeCause.COLLECTIVES),
+                                                              abs=1e-9)
+
+
+@pytest.mark.parametrize(("name", "family"), [
+    ("dot.1", "matmul/convolution"), ("ynn_fusion.7", "matmul/convolution"),
+    ("Cijk_Ailk_Bljk_BBS_BH_MT256x128x64_MI16x16x16x1", "matmul/convolution"),
+    ("convolution.3 convolution fusion", "matmul/convolution"), ("FmhaBwdKernel ck_tile", "attention"),
+    ("input_reduce_fusion.kd", "reduce"), ("wrapped_reduce-window", "reduce"),
+    ("loop_convert_fusion.kd", "copy/convert"), ("copy_bitcast_fusion", "copy/convert"),
+    ("input_transpose_fusion", "copy/convert"), ("multiply_subtract_fusion.3", "elementwise"),
+    ("fusion.12 loop fusion", "elementwise"), ("custom-call.1", "other ops"),
+])
+def test_op_families_read_cpu_gpu_and_tpu_names(name, family):
+    assert op_family(name) == family
+
+
+# --- the sweep, on traces built event by event ------------------------------------------------------
+
+
+def _line(name: str, events: list[tuple[str, int, int]], names: list[str]) -> _Line:
+    ids = [names.index(event) if event in names else names.append(event) or len(names) - 1 for event, _, _ in events]
+    return _Line(name, np.array([s for _, s, _ in events], dtype=np.int64),
+                 np.array([e for _, _, e in events], dtype=np.int64), np.array(ids, dtype=np.int64))
+
+
+def _device(lanes: list[_Line]) -> Device:
+    return Device(lanes, _Union(np.concatenate([lane.starts for lane in lanes]),
+                                np.concatenate([lane.ends for lane in lanes])))
+
+
+def _attribute(names: list[str], loop: tuple[int, int], lanes: list[list[_Line]], stepping: _Line | None = None,
+               others: list[_Line] = (), markers: set[int] = frozenset()) -> dict[tuple[TimeCause, str, str], float]:
+    attribution = attribute(names=names, windows=[Window(loop, [_device(d) for d in lanes])], steps=1,
+                            busy_name=np.ones(len(names), dtype=bool), runtime_name=np.zeros(len(names), dtype=bool),
+                            hints={}, stepping=stepping, other_threads=list(others), markers=set(markers))
+    assert sum(p.ms for p in attribution.parts) == pytest.approx(attribution.loop_ms, rel=1e-9)
+    return {(p.cause, p.name, p.thread): round(p.ms, 6) for p in attribution.parts}
+
+
+def test_lanes_running_at_once_split_the_instant_and_compute_beats_collectives():
+    names: list[str] = []
+    matmuls = _line("stream 1", [("dot.1", 0, 4 * MS)], names)
+    elementwise = _line("stream 2", [("add.2", 2 * MS, 6 * MS), ("all-reduce.1", 6 * MS, 9 * MS)], names)
+    collective = _line("stream 3", [("all-gather.3", 0, 8 * MS)], names)
+    parts = _attribute(names, (0, 10 * MS), [[matmuls, elementwise, collective]])
+    assert parts == {(TimeCause.DEVICE_COMPUTE, "matmul/convolution", ""): 3.0,  # alone 0-2, half of 2-4
+                     (TimeCause.DEVICE_COMPUTE, "elementwise", ""): 3.0,  # half of 2-4, alone 4-6
+                     (TimeCause.COLLECTIVES, "all-reduce", ""): 2.0, (TimeCause.COLLECTIVES, "all-gather", ""): 1.0,
+                     (TimeCause.UNTRACED, "", ""): 1.0}
+
+
+def test_nested_events_give_their_time_to_the_innermost_owner_and_dispatch_and_compile_to_the_outer_call():
+    names: list[str] = []
+    host = _line("python", [
+        ("$train.py:10 step", 0, 10 * MS),
+        ("PjitFunction(step)", 1 * MS, 4 * MS), ("ExecuteHelper", 2 * MS, 3 * MS),  # dispatch throughout
+        ("backend_compile", 4 * MS, 6 * MS), ("JitCompiler::Compile", 4 * MS, 5 * MS),  # compilation throughout
+        ("$time sleep", 6 * MS, 8 * MS),  # a builtin: its caller's time
+        ("DevicePut", 8 * MS, 9 * MS),
+    ], names)
+    parts = _attribute(names, (0, 10 * MS), [], stepping=host)
+    assert parts == {(TimeCause.HOST_WORK, "$train.py:10 step", "python"): 4.0,
+                     (TimeCause.DISPATCH, "PjitFunction(step)", "python"): 3.0,
+                     (TimeCause.COMPILATION, "backend_compile", "python"): 2.0,
+                     (TimeCause.TRANSFERS, "DevicePut", "python"): 1.0}
+
+
+def test_device_time_comes_first_and_the_host_takes_only_idle_instants():
+    names: list[str] = []
+    lane = _line("stream", [("dot", 2 * MS, 6 * MS)], names)
+    host = _line("python", [("train", 0, 10 * MS), ("load", 0, 4 * MS)], names)
+    parts = _attribute(names, (0, 10 * MS), [[lane]], stepping=host, markers={names.index("train")})
+    assert parts == {(TimeCause.DEVICE_COMPUTE, "matmul/convolution", ""): 4.0,
+                     (TimeCause.HOST_WORK, "load", "python"): 2.0, (TimeCause.UNTRACED, "", "python"): 4.0}
+
+
+def test_a_wait_is_what_another_thread_did_meanwhile_else_waiting():
+    names: list[str] = []
+    host = _line("python", [("$train.py:3 loop", 0, 10 * MS), ("$queue.py:154 get", 0, 10 * MS),
+                            ("$threading.py:295 wait", MS, 10 * MS)], names)
+    loader = _line("", [("$data.py:5 read_file", 2 * MS, 6 * MS), ("Wait for work", 6 * MS, 10 * MS)], names)
+    helper = _line("pool", [("decode", 4 * MS, 8 * MS)], names)
+    parts = _attribute(names, (0, 10 * MS), [], stepping=host, others=[loader, helper])
+    assert parts == {(TimeCause.HOST_WORK, "$data.py:5 read_file", UNNAMED_THREAD): 3.0,  # alone 2-4, half of 4-6
+                     (TimeCause.HOST_WORK, "decode", "pool"): 3.0,  # half of 4-6, alone 6-8 (the loader waits)
+                     (TimeCause.WAITING, "", "python"): 4.0}
+
+
+def test_several_devices_are_averaged_each_on_its_own_timeline():
+    names: list[str] = []
+    first = _line("GPU:0", [("dot", 0, 8 * MS)], names)
+    second = _line("GPU:1", [("dot", 0, 2 * MS)], names)
+    host = _line("python", [("$train.py:1 loop", 0, 10 * MS)], names)
+    parts = _attribute(names, (0, 10 * MS), [[first], [second]], stepping=host)
+    assert parts == {(TimeCause.DEVICE_COMPUTE, "matmul/convolution", ""): 5.0,
+                     (TimeCause.HOST_WORK, "$train.py:1 loop", "python"): 5.0}
+
+
+def test_the_parts_beyond_the_top_ones_are_summed_per_cause():
+    names: list[str] = []
+    host = _line("python", [(f"$f.py:{i} f{i}", i * MS, (i + 1) * MS) for i in range(TOP_PARTS + 5)], names)
+    parts = _attribute(names, (0, (TOP_PARTS + 5) * MS), [], stepping=host)
+    assert len(parts) == TOP_PARTS + 1 and parts[(TimeCause.HOST_WORK, OTHER, "")] == 5.0
+
+
+def test_busy_fractions_weigh_each_step_by_its_time(tmp_path):
+    # Four 10 ms steps fully busy and one 60 ms step busy 6 ms: the mean of ratios would say 0.82, the time 0.46.
+    starts = [0, 10, 20, 30, 40]
+    lengths = [10, 10, 10, 10, 60]
+    build = TraceBuild().host([("train", s * MS, (s + n) * MS) for s, n in zip(starts, lengths)], markers=("train",))
+    build.lane("/host:CPU", [("fusion", s * MS, (s + min(n, 6 if n > 10 else n)) * MS)
+                             for s, n in zip(starts, lengths)], "tf_XLACpu")
+    host = build.evidence(tmp_path)
+    assert host.busy_fraction == pytest.approx(46 / 100)
+    assert host.series.busy_fraction == pytest.approx([1, 1, 1, 1, 0.1])
+    assert host.busy_fraction + host.idle_ms_per_step / host.step_ms.mean == pytest.approx(1)
+    assert _share(host.attribution, TimeCause.DEVICE_COMPUTE) == pytest.approx(0.46)
+    assert analysis_of(host).health.compute_fraction == pytest.approx(0.46)
+
+
+def test_a_dispatch_loop_without_markers_attributes_the_launches(tmp_path):
+    starts = [i * 10 * MS for i in range(5)]
+    build = TraceBuild().host(jit_calls("step", starts, 2 * MS))
+    build.lane("/host:CPU", [("dot.1", s + 2 * MS, s + 7 * MS) for s in starts], "tf_XLACpu")
+    attribution = build.evidence(tmp_path).attribution
+    assert _share(attribution, TimeCause.DEVICE_COMPUTE) == pytest.approx(25 / 47)
+    assert _share(attribution, TimeCause.DISPATCH, "PjitFunction(step)") == pytest.approx(10 / 47)

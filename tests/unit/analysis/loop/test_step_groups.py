@@ -1,0 +1,295 @@
+"""The warm-up, slow-step groups and iterations of several programs: on traces built event by event, on built
+evidence, and on the fixtures made for them (scripts/make_profile_fixtures.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from analysis_support import xplane
+from evidence_support import MS, TraceBuild, allocations, analysis_of, assessed, jit_calls
+
+from mldiag.analysis.host_evidence import DeviceKind, Distribution, HostActivity, HostEvidence, StepSource
+from mldiag.analysis.loop.raw_events import read_host_evidence
+from mldiag.analysis.loop.step_groups import iteration_start, repeating_period, slow_split, whole_programs
+from mldiag.domain import FindingCategory, HealthStatus, Priority
+
+
+def _compiling_call(name: str, start: int, compile_ms: int, run_ms: int = 1) -> list[tuple[str, int, int]]:
+    """A jit call whose dispatch compiles its program first (lowering, then the backend compile)."""
+    end = start + (compile_ms + run_ms) * MS
+    lowered = start + compile_ms * MS // 4
+    return [(f"PjitFunction({name})", start, end), ("lower_sharding_computation", start + 1, lowered),
+            ("backend_compile_and_load", lowered, start + compile_ms * MS)]
+
+
+# --- the rules, alone --------------------------------------------------------------------------------------
+
+
+def test_slow_iterations_are_a_group_clearly_above_the_median():
+    normal = [10.0, 11.0, 9.5, 10.5, 10.2, 9.8, 10.1, 10.4]
+    assert slow_split(np.array(normal) * MS) is None  # noise is no group
+    durations = np.array([*normal[:4], 60.0, *normal[4:], 58.0]) * MS
+    assert np.flatnonzero(slow_split(durations)).tolist() == [4, 9]
+    assert slow_split(np.array([10.0, 10.0, 10.0, 60.0]) * MS) is None  # too few to tell
+    # Sub-millisecond jitter on sub-millisecond steps is not a slow group, whatever its ratio.
+    assert slow_split(np.array([0.1, 0.12, 0.1, 0.4, 0.11, 0.1]) * MS) is None
+
+
+def test_the_repeated_sequence_of_programs_is_found_and_starts_with_the_micro_batches():
+    train_eval = np.array([1, 2] * 6)
+    assert repeating_period(train_eval) == 2 and iteration_start(train_eval[:2]) == 0
+    # A capture that starts inside an iteration: grad, grad, apply, grad, grad, grad, grad, apply, ...
+    accumulation = np.array([5, 5, 9] + [5, 5, 5, 5, 9] * 4)
+    period = repeating_period(accumulation)
+    assert period == 5 and accumulation[iteration_start(accumulation[:period])] == 5
+    cycle = np.roll(accumulation[:period], -iteration_start(accumulation[:period]))
+    assert cycle.tolist() == [5, 5, 5, 5, 9] and whole_programs(cycle)
+    assert repeating_period(np.array([7] * 12)) is None
+    assert not whole_programs(np.array([1, 2, 1, 3]))  # op by op: one program in two places
+    # Three launches of one program, then a hundred of another: no sequence (each period must recur three times).
+    assert repeating_period(np.array([3, 3, 3] + [4] * 100)) is None
+
+
+# --- warm-up and recompilation --------------------------------------------------------------------------
+
+
+def _program_runs(first_compiles: dict[int, tuple[str, int]], steps: int = 10, step_ms: int = 10,
+                  name: str = "step") -> TraceBuild:
+    """Runs of one program every ``step_ms``; the run of each step in ``first_compiles`` compiles (a function's
+    call, with its compile time) before it runs."""
+    events, lane, start = [], [], 0
+    for step in range(steps):
+        if step in first_compiles:
+            function, compile_ms = first_compiles[step]
+            events += _compiling_call(name, start, compile_ms) if function == name else [
+                *_compiling_call(function, start, compile_ms), *jit_calls(name, [start + compile_ms * MS + 1], MS)]
+            start += compile_ms * MS
+        else:
+            events += jit_calls(name, [start], MS)
+        lane.append(("fusion", start + MS, start + (step_ms - 1) * MS))
+        start += step_ms * MS
+    return TraceBuild().host(events).lane("/host:CPU", lane)
+
+
+def test_a_first_call_compiling_in_the_first_step_is_warm_up_not_recompilation(tmp_path):
+    host = _program_runs({0: ("step", 300)}).evidence(tmp_path)
+    assert host.step_source is StepSource.PROGRAM_RUNS and host.steps == 10
+    assert host.warmup.steps == 1 and host.warmup.compiles == 1
+    assert host.warmup.ms == pytest.approx(310) and host.warmup.compile_ms == pytest.approx(300, abs=0.01)
+    assert host.warmup.steady_step_ms.median == pytest.approx(10)
+    assert host.recompiles_in_steps == 0 and host.recompile_ms_per_step == 0
+    analysis = analysis_of(host)
+    assert not [f for f in analysis.findings if f.category is FindingCategory.RECOMPILATION]
+    assert analysis.metrics.step_time_ms == pytest.approx(10)  # the steady state, not the 39 ms mean
+    assert analysis.health.compile_fraction == 0
+    (warmup,) = [f for f in analysis.findings if f.title.startswith("Warm-up")]
+    assert warmup.priority is Priority.P2
+    assert warmup.title == "Warm-up: the first 1 step took 310.0 ms, 1 first compilations"
+    assert "after a warm-up of 1 step that took 310.0 ms" in analysis.summary
+    assert not [f for f in analysis.findings if f.title.startswith("Slow steps")]
+
+
+def test_a_function_compiled_again_with_new_shapes_is_a_recompilation(tmp_path):
+    host = _program_runs({0: ("step", 300), 4: ("step", 300), 7: ("step", 300)}).evidence(tmp_path)
+    assert host.warmup.steps == 1
+    assert host.recompiles_in_steps == 2 and host.recompile_ms_per_step == pytest.approx(60, abs=0.01)
+    (finding,) = [f for f in analysis_of(host).findings if f.category is FindingCategory.RECOMPILATION]
+    assert finding.priority is Priority.P0
+    assert finding.evidence[0].startswith("2 XLA recompilations inside 10 profiled steps (besides a warm-up of 1 step")
+
+
+def test_one_function_compiling_for_two_call_sites_in_the_first_step_is_warm_up(tmp_path):
+    # jnp.ones and jnp.zeros of new shapes in step 0 both compile broadcast_in_dim, then the step compiles.
+    events, lane = [], []
+    for i in range(8):
+        start = i * 100 * MS
+        events.append(("train", start, start + 100 * MS))
+        if i == 0:
+            events += [*_compiling_call("broadcast_in_dim", start + MS, 20),
+                       *_compiling_call("broadcast_in_dim", start + 30 * MS, 20),
+                       *_compiling_call("step", start + 60 * MS, 30)]
+        else:
+            events += jit_calls("step", [start + MS], MS)
+        lane.append(("fusion", start + 2 * MS, start + 99 * MS))
+    host = TraceBuild().host(events, markers=("train",)).lane("/host:CPU", lane).evidence(tmp_path)
+    assert host.warmup.steps == 1 and host.warmup.compiles == 3 and host.recompiles_in_steps == 0
+    assert not [f for f in analysis_of(host).findings if f.category is FindingCategory.RECOMPILATION]
+
+
+def test_a_first_compilation_after_the_warm_up_counts_as_recompiling(tmp_path):
+    # The loop's own program warms up in step 0; an evaluation function compiles for its first call in step 6.
+    host = _program_runs({0: ("step", 300), 6: ("evaluate", 200)}).evidence(tmp_path)
+    assert host.warmup.steps == 1 and host.recompiles_in_steps == 1
+    assert host.recompile_ms_per_step == pytest.approx(20, abs=0.01)
+
+
+# --- slow steps ---------------------------------------------------------------------------------------------
+
+
+def _saving_loop(save_name: str = "$ckpt.py:10 save_checkpoint", save_ms: int = 160, every: int = 5,
+                 steps: int = 20, inner: str = "$pickle dump") -> TraceBuild:
+    """Annotated steps of 10 ms (device busy 8), every ``every``-th also running a save of ``save_ms``, half of
+    it in an ``inner`` call."""
+    events, lane, start = [], [], 0
+    for step in range(steps):
+        length = 10 + (save_ms if step % every == every - 1 else 0)
+        events += [("train", start, start + length * MS), *jit_calls("step", [start + MS // 2], MS // 2)]
+        if length > 10:
+            events += [(save_name, start + 10 * MS, start + length * MS),
+                       (inner, start + 11 * MS, start + (11 + save_ms // 2) * MS)]
+        lane.append(("fusion", start + MS, start + 9 * MS))
+        start += length * MS
+    return TraceBuild().host(events, markers=("train",)).lane("/host:CPU", lane)
+
+
+def test_slow_steps_name_what_runs_only_in_them_with_its_share_of_the_loop(tmp_path):
+    host = _saving_loop().evidence(tmp_path)
+    slow = host.slow_steps
+    assert (slow.steps, slow.compared, slow.indices) == (4, 20, [4, 9, 14, 19])
+    assert slow.slow_ms == pytest.approx(170) and slow.normal_ms == pytest.approx(10)
+    assert slow.loop_ms == pytest.approx(20 * 10 + 4 * 160)
+    assert slow.share_of_loop == pytest.approx(4 * 170 / 840)
+    assert slow.cost_ms == pytest.approx(640) and slow.cost_fraction == pytest.approx(640 / 840)
+    cause = slow.differences[0]
+    assert cause.name == "$ckpt.py:10 save_checkpoint"  # not the pickle call inside it: half the time is its own
+    assert slow.differences[1].name == "$pickle dump" and slow.differences[1].slow_ms == pytest.approx(80)
+    assert cause.slow_ms == pytest.approx(160) and cause.normal_ms == 0
+    assert cause.share_of_loop == pytest.approx(640 / 840)
+    assert slow.slow_busy_ms == pytest.approx(8) and slow.normal_busy_ms == pytest.approx(8)
+
+
+def test_a_save_between_steps_makes_the_gap_after_its_step_slow(tmp_path):
+    events, lane, start = [], [], 0
+    for step in range(10):
+        events += [("train", start, start + 10 * MS), *jit_calls("step", [start + MS // 2], MS // 2)]
+        lane.append(("fusion", start + MS, start + 9 * MS))
+        start += 10 * MS
+        if step % 5 == 2:
+            events.append(("$ckpt.py:4 write_checkpoint", start, start + 100 * MS))
+            start += 100 * MS
+    slow = TraceBuild().host(events, markers=("train",)).lane("/host:CPU", lane).evidence(tmp_path).slow_steps
+    assert slow.indices == [2, 7] and slow.slow_gap_ms == pytest.approx(100) and slow.normal_gap_ms == 0
+    assert slow.differences[0].name == "$ckpt.py:4 write_checkpoint"
+    assert slow.differences[0].slow_ms == pytest.approx(100)
+
+
+def test_slow_steps_costing_most_of_the_loop_are_a_p0_with_the_async_checkpoint_fix(tmp_path):
+    analysis = analysis_of(_saving_loop().evidence(tmp_path))
+    assert analysis.status is HealthStatus.NEEDS_ATTENTION
+    top = analysis.findings[0]
+    assert top.priority is Priority.P0 and top.title == "Slow steps: 4 of 20 steps cost 76% of the loop's time"
+    assert any('"$ckpt.py:10 save_checkpoint" 160.00 ms per slow step against 0.00 ms' in line for line in top.evidence)
+    assert "AsyncCheckpointer" in top.fix and "save less often" in top.fix
+
+
+def test_slow_steps_of_other_host_work_get_a_fix_to_move_it_off_the_training_thread(tmp_path):
+    loop = _saving_loop(save_name="$util.py:3 tidy", every=10, inner="$util.py:5 sort")
+    analysis = analysis_of(loop.evidence(tmp_path))
+    (slow,) = [f for f in analysis.findings if f.title.startswith("Slow steps")]
+    assert slow.priority is Priority.P0 and "AsyncCheckpointer" not in slow.fix
+    assert "off the training thread" in slow.fix
+
+
+def test_slow_steps_that_run_more_device_work_say_so(tmp_path):
+    # Every fifth step also launches a program that keeps the device busy 100 ms; the host only dispatches it.
+    events, lane, start = [], [], 0
+    for step in range(15):
+        extra = step % 5 == 4
+        length = 110 if extra else 10
+        events += [("train", start, start + length * MS), *jit_calls("step", [start + MS // 2], MS // 2)]
+        lane.append(("fusion", start + MS, start + 9 * MS))
+        if extra:
+            events += jit_calls("refresh_stats", [start + 9 * MS], MS // 2)
+            lane.append(("fusion.2", start + 10 * MS, start + 109 * MS))
+        start += length * MS
+    host = TraceBuild().host(events, markers=("train",)).lane("/host:CPU", lane).evidence(tmp_path)
+    assert host.slow_steps.slow_busy_ms == pytest.approx(107) and host.slow_steps.normal_busy_ms == pytest.approx(8)
+    (slow,) = [f for f in analysis_of(host).findings if f.title.startswith("Slow steps")]
+    assert "more device work" in slow.what and "run it less often" in slow.fix
+    assert any("the devices are busy 107.00 ms per slow step against 8.00 ms" in line for line in slow.evidence)
+
+
+def test_a_cheap_slow_group_is_informational(tmp_path):
+    analysis = analysis_of(_saving_loop(save_ms=30, every=20, steps=40).evidence(tmp_path))
+    (slow,) = [f for f in analysis.findings if f.title.startswith("Slow steps")]
+    assert slow.priority is Priority.P2  # 30 ms of 430: 7 %
+
+
+def test_slow_steps_from_built_evidence_are_ranked_by_their_cost(tmp_path):
+    host = _saving_loop(save_ms=60, every=5).evidence(tmp_path)  # 4 x 60 ms of 440 ms: 55 %
+    assert [f.priority for f in analysis_of(host).findings if f.title.startswith("Slow steps")] == [Priority.P0]
+    host.slow_steps.cost_fraction = 0.3
+    assert [f.priority for f in analysis_of(host).findings if f.title.startswith("Slow steps")] == [Priority.P1]
+
+
+# --- iterations of several programs -------------------------------------------------------------------------
+
+
+def test_a_train_and_an_eval_program_each_iteration_make_one_step(tmp_path):
+    events, lane = [], []
+    for i in range(8):
+        start = i * 30 * MS
+        events += jit_calls("train_step", [start], MS) + jit_calls("eval_step", [start + 20 * MS], MS)
+        lane += [("fusion", start + MS, start + 19 * MS), ("fusion", start + 21 * MS, start + 28 * MS)]
+    host = TraceBuild().host(events).lane("/host:CPU", lane).evidence(tmp_path)
+    assert host.step_source is StepSource.PROGRAM_RUNS and host.steps == 8
+    assert host.iteration_programs == ["PjitFunction(train_step)", "PjitFunction(eval_step)"]
+    assert host.step_ms.mean == pytest.approx(30)
+    analysis = analysis_of(host)
+    assert analysis.metrics.steps == 8 and analysis.metrics.step_time_ms == pytest.approx(30)
+    assert not [f for f in analysis.findings if f.title.startswith("No training steps")]
+    (iteration,) = [f for f in analysis.findings if f.title.startswith("Each step is")]
+    assert iteration.title == "Each step is a sequence of 2 launches of 2 programs"
+    assert iteration.evidence[0].startswith('"PjitFunction(train_step)": 1 per step, 18.000 ms of device work per call')
+
+
+def test_micro_batches_then_an_apply_make_one_iteration(tmp_path):
+    events, lane = [], []
+    for i in range(6):
+        start = i * 50 * MS
+        events += jit_calls("grad", [start + k * 10 * MS for k in range(4)], MS)
+        events += jit_calls("apply", [start + 40 * MS], MS)
+        lane += [("fusion", start + k * 10 * MS + MS, start + k * 10 * MS + 9 * MS) for k in range(5)]
+    host = TraceBuild().host(events).lane("/host:CPU", lane).evidence(tmp_path)
+    assert host.steps == 6 and host.step_marker == "PjitFunction(grad)"
+    assert host.iteration_programs == ["PjitFunction(grad)"] * 4 + ["PjitFunction(apply)"]
+    assert host.step_ms.mean == pytest.approx(50)
+
+
+def _accumulating_host() -> HostEvidence:
+    return HostEvidence(
+        host="h", file="h.xplane.pb", bytes=1, events=1, device_kind=DeviceKind.CPU, device_type="CPU", devices=1,
+        compute_lanes=[], step_source=StepSource.PROGRAM_RUNS, steps=8, step_ms=Distribution.of([50.0] * 8),
+        busy_fraction=0.9, loop_busy_fraction=0.9,
+        dispatched=[HostActivity(name="PjitFunction(grad)", count_per_step=4, ms_per_step=1, share_of_step=0.02),
+                    HostActivity(name="PjitFunction(apply)", count_per_step=1, ms_per_step=1, share_of_step=0.02)])
+
+
+def test_peak_memory_is_the_largest_program_the_iteration_runs():
+    tools = [allocations(("jit_grad(3)", 24.0), ("jit_apply(4)", 56.0), ("jit__normal(1)", 90.0))]
+    metrics = assessed(_accumulating_host(), tools=tools).metrics
+    assert metrics.peak_memory_bytes == 56 * (1 << 20)
+    assert '"jit_apply(4)"' in metrics.peak_memory_source and "every step" in metrics.peak_memory_source
+
+
+# --- the fixtures made for them --------------------------------------------------------------------------------
+
+
+def test_the_quickstart_loop_warms_up_in_its_first_step():
+    host = read_host_evidence(xplane("warmup_compile"))
+    assert host.warmup.steps == 1 and host.warmup.compiles == 1 and host.recompiles_in_steps == 0
+    assert host.warmup.ms > 100 * host.warmup.steady_step_ms.median
+
+
+def test_the_periodic_save_fixture_groups_exactly_the_saving_steps():
+    slow = read_host_evidence(xplane("periodic_save")).slow_steps
+    assert slow.indices == [4, 9, 14, 19]
+    assert "save_checkpoint" in slow.differences[0].name
+
+
+def test_the_iteration_fixtures_run_their_programs_in_sequence():
+    assert read_host_evidence(xplane("train_eval")).iteration_programs == [
+        "PjitFunction(train_step)", "PjitFunction(eval_step)"]
+    accumulation = read_host_evidence(xplane("grad_accumulation"))
+    assert accumulation.iteration_programs == ["PjitFunction(accumulate)"] * 4 + ["PjitFunction(apply)"]
+    assert accumulation.steps == 8

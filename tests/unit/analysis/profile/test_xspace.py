@@ -1,0 +1,187 @@
+"""Reading an XSpace from the wire format: the metadata plane XProf dumps the HLO modules from, and
+every line's events as columns, checked against the reader behind ``jax.profiler.ProfileData``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from analysis_support import xplane
+
+from mldiag.analysis.evidence import ToolStatus
+from mldiag.analysis.profile.wire import delimited, encode_varint
+from mldiag.analysis.profile.xspace import METADATA_PLANE, MalformedXSpace, plane_bytes, read_planes
+
+
+def _planes(serialized: bytes) -> list[str]:
+    from jaxlib import _profile_data
+
+    return [plane.name for plane in _profile_data.ProfileData.from_serialized_xspace(serialized).planes]
+
+
+@pytest.mark.parametrize("name", ["input_bound", "tpu_v6e4_inference", "mi300x_gemm"])
+def test_the_metadata_plane_alone_is_a_valid_xspace(name):
+    profile = xplane(name)
+    metadata = plane_bytes(profile, METADATA_PLANE)
+    assert _planes(metadata) == [METADATA_PLANE]
+    assert 0 < len(metadata) < profile.stat().st_size
+
+
+def test_a_plane_the_file_does_not_have_is_empty():
+    assert plane_bytes(xplane("input_bound"), "/device:TPU:0") == b""
+
+
+@pytest.mark.parametrize("content, reason", [
+    (b"", "empty"),
+    (b"\x0a\xff\xff\xff\xff\x0f", "runs past its message"),  # a plane longer than the file
+    (b"\x0a\x80", "varint runs past"),  # a length cut off mid-varint
+    (b"\x0f", "wire type 7"),
+])
+def test_bytes_not_in_the_wire_format_are_malformed(tmp_path, content, reason):
+    path = tmp_path / "host.xplane.pb"
+    path.write_bytes(content)
+    with pytest.raises(MalformedXSpace, match=reason):
+        plane_bytes(path, METADATA_PLANE)
+
+
+def test_a_truncated_profile_is_malformed(tmp_path):
+    profile = xplane("input_bound").read_bytes()
+    path = tmp_path / "host.xplane.pb"
+    path.write_bytes(profile[: len(profile) // 2])
+    with pytest.raises(MalformedXSpace):
+        plane_bytes(path, "no such plane")  # every plane is walked, the cut one included
+
+
+def test_the_hlo_tools_read_the_modules_dumped_from_the_metadata_plane(analysis_of):
+    tools = {tool.name: tool for tool in analysis_of("input_bound").tools}
+    modules = tools["list_hlo_modules"]
+    assert modules.status is ToolStatus.OK and "jit_train_step(26)" in modules.data["modules"]
+    peaks = tools["get_peak_allocations"]
+    assert peaks.status is ToolStatus.OK and peaks.data["summary"]["total_modules"] == modules.data["count"]
+
+
+def _tag(number: int, wire_type: int) -> bytes:
+    return bytes([number << 3 | wire_type])
+
+
+def _space(*events: bytes, names: dict[int, bytes] | None = None) -> bytes:
+    """An XSpace of one plane ("p") with one line ("l", at 1000 ns) holding ``events`` as serialized."""
+    metadata = b"".join(
+        delimited(4, _tag(1, 0) + encode_varint(key) + delimited(2, delimited(2, name)))
+        for key, name in (names or {}).items()
+    )
+    line = delimited(2, b"l") + _tag(3, 0) + encode_varint(1000) + b"".join(delimited(4, event) for event in events)
+    return delimited(1, delimited(2, b"p") + delimited(3, line) + metadata)
+
+
+@pytest.mark.parametrize("name", ["input_bound", "unfused_small_ops", "tpu_v6e4_inference", "mi300x_gemm"])
+def test_every_event_reads_as_jax_reads_it(name):
+    from jaxlib import _profile_data
+
+    profile = xplane(name)
+    expected = [(plane.name, line.name, [(event.name, event.start_ns, event.duration_ns) for event in line.events])
+                for plane in _profile_data.ProfileData.from_file(str(profile)).planes for line in plane.lines]
+    read = [(plane.name, line.name, list(zip(map(plane.event_names.get, line.metadata_ids.tolist()),
+                                             line.starts_ns.tolist(), line.durations_ns.tolist())))
+            for plane in read_planes(profile) for line in plane.lines]
+    assert read == expected
+    assert sum(len(events) for *_, events in read) > 1000
+
+
+def test_an_events_stats_are_its_own_over_its_metadatas():
+    from jaxlib import _profile_data
+
+    profile = xplane("input_bound")
+    jax_lines = [line for plane in _profile_data.ProfileData.from_file(str(profile)).planes for line in plane.lines]
+    lines = [line for plane in read_planes(profile) for line in plane.lines]
+    markers = 0
+    for jax_line, line in zip(jax_lines, lines, strict=True):
+        for index, event in enumerate(jax_line.events):
+            own = dict(event.stats)
+            assert own.items() <= line.stats(index).items()
+            markers += "step_num" in own
+    assert markers >= 10  # the step markers carry their step numbers
+
+
+def test_absent_fields_read_as_zero(tmp_path):
+    path = tmp_path / "host.xplane.pb"
+    instant_at_line_start = _tag(1, 0) + encode_varint(7)
+    timed = _tag(1, 0) + encode_varint(8) + _tag(2, 0) + encode_varint(2_500_000) + _tag(3, 0) + encode_varint(10**15 + 999)
+    with_stats_only = delimited(4, _tag(1, 0) + encode_varint(1))
+    path.write_bytes(_space(instant_at_line_start, timed, with_stats_only, b"", names={7: b"marker", 8: b"op"}))
+    (plane,) = read_planes(path)
+    (line,) = plane.lines
+    assert line.metadata_ids.tolist() == [7, 8, 0, 0]
+    assert line.starts_ns.tolist() == [1000, 3500, 1000, 1000]
+    assert line.durations_ns.tolist() == [0, 10**12, 0, 0]  # whole nanoseconds: 999 ps are dropped
+    assert [plane.event_names.get(i, "") for i in line.metadata_ids.tolist()] == ["marker", "op", "", ""]
+
+
+def test_varints_of_every_length_read_whole(tmp_path):
+    # One to ten bytes; the 9- and 10-byte ones (negative int64s among them) are past the 8 read at once.
+    values = [0, *(2 ** (7 * n) + offset for n in range(1, 10) for offset in (-1, 0, 5)), 2**64 - 1]
+    path = tmp_path / "host.xplane.pb"
+    path.write_bytes(_space(*(_tag(1, 0) + encode_varint(9) + _tag(2, 0) + encode_varint(value) + _tag(3, 0) + encode_varint(value)
+                              for value in values)))
+    (plane,) = read_planes(path)
+    (line,) = plane.lines
+    assert sorted({len(encode_varint(value)) for value in values}) == list(range(1, 11))
+    as_int64 = [value - 2**64 if value >= 2**63 else value for value in values]
+    assert line.durations_ps.tolist() == as_int64
+    assert line.starts_ns.tolist() == [1000 + value // 1000 for value in as_int64]
+    assert line.metadata_ids.tolist() == [9] * len(values)
+
+
+def test_a_name_that_is_not_utf8_reads_with_replacement_characters(tmp_path):
+    path = tmp_path / "host.xplane.pb"
+    path.write_bytes(_space(_tag(1, 0) + encode_varint(7), names={7: b"fusion\xff<script>"}))
+    (plane,) = read_planes(path)
+    assert plane.event_names == {7: "fusion\ufffd<script>"}
+
+
+@pytest.mark.parametrize("event, reason", [
+    (_tag(1, 0) + b"\xff" * 11, "longer than 10 bytes"),
+    (_tag(1, 0) + b"\x80\x80", "runs past the event"),
+])
+def test_an_event_not_in_the_wire_format_is_malformed(tmp_path, event, reason):
+    path = tmp_path / "host.xplane.pb"
+    path.write_bytes(_space(_tag(1, 0) + encode_varint(1), event))
+    with pytest.raises(MalformedXSpace, match=reason):
+        read_planes(path)
+
+
+@pytest.mark.parametrize("cut", [0, 1, 2])
+def test_a_cut_or_empty_file_is_malformed(tmp_path, cut):
+    profile = xplane("input_bound").read_bytes()
+    path = tmp_path / "host.xplane.pb"
+    path.write_bytes(profile[: len(profile) * cut // 3])
+    with pytest.raises(MalformedXSpace):
+        read_planes(path)
+
+
+def _event_with_stat(metadata_id: int, value: int) -> bytes:
+    stat = _tag(1, 0) + encode_varint(1) + _tag(4, 0) + encode_varint(value)  # XStat: metadata_id 1, int64_value
+    return _tag(1, 0) + encode_varint(metadata_id) + delimited(4, stat)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_each_events_stats_are_read_from_where_it_is_in_the_file(tmp_path, interleaved):
+    stat_names = delimited(5, _tag(1, 0) + encode_varint(1) + delimited(2, delimited(2, b"step_num")))
+    events = [delimited(4, _event_with_stat(7, step)) for step in range(3)]
+    display_name = delimited(11, b"shown")  # a serializer that writes it between events is still read right
+    body = events[0] + display_name + b"".join(events[1:]) if interleaved else b"".join(events) + display_name
+    line = delimited(2, b"l") + _tag(3, 0) + encode_varint(1000) + body
+    path = tmp_path / "host.xplane.pb"
+    path.write_bytes(delimited(1, delimited(2, b"p") + delimited(3, line) + stat_names))
+    (plane,) = read_planes(path)
+    (line,) = plane.lines
+    assert [line.stats(index) for index in range(3)] == [{"step_num": 0}, {"step_num": 1}, {"step_num": 2}]
+
+
+def test_no_copy_of_the_whole_file_is_kept(monkeypatch):
+    profile = xplane("unfused_small_ops")
+    monkeypatch.setattr(Path, "read_bytes", lambda self: pytest.fail(f"{self} read whole"))
+    planes = read_planes(profile)
+    largest = max(len(line) for plane in planes for line in plane.lines)
+    assert largest < sum(len(line) for plane in planes for line in plane.lines)
+    assert planes[1].lines[0].stats(0) is not None

@@ -1,0 +1,559 @@
+"""Findings about device-side work, on evidence written by hand: data movement, op-by-op launches, memory,
+and fixes in the words of the framework and hardware the profile came from."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from evidence_support import allocations, assessed, tool
+
+from mldiag.analysis.host_evidence import (
+    DeviceKind,
+    Distribution,
+    HostActivity,
+    HostEvidence,
+    OpTime,
+    ProgramCalls,
+    StepSource,
+)
+from mldiag.analysis.reasoning import prompts
+from mldiag.analysis.reasoning.validation import EvidenceIndex, why_unsupported
+from mldiag.analysis.rules import frameworks
+from mldiag.analysis.rules.frameworks import Framework
+from mldiag.analysis.xprof import hlo
+from mldiag.analysis.xprof.xprof_tools import _device_memory_profile
+from mldiag.domain import FindingCategory, HealthStatus, Priority
+
+GIB, MIB = 1 << 30, 1 << 20
+HOST_COPY = ("%copy-done.2 = f32[5,1024,1024,256]{3,2,1,0:T(8,128)} copy-done((f32[5,1024,1024,256]{3,2,1,0:T(8,128)}, "
+             "f32[5,1024,1024,256]{3,2,1,0:T(8,128)S(5)}, u32[]{:S(2)}) %copy-start.2)")
+OFFLOAD = ("%copy-done.1 = f32[5,1024,1024,256]{3,2,1,0:T(8,128)S(5)} copy-done((f32[5,1024,1024,256]"
+           "{3,2,1,0:T(8,128)S(5)}, f32[5,1024,1024,256]{3,2,1,0:T(8,128)}, u32[]{:S(2)}) %copy-start.1)")
+
+
+def _ops(*ops: tuple[str, float], expression: dict[str, str] | None = None, step_ms: float = 10.0) -> list[OpTime]:
+    """Ops by their share of device op time; the device works ``step_ms`` per step."""
+    return [OpTime(name=name, count_per_step=1.0, self_ms_per_step=share * step_ms, share_of_busy=share,
+                   expression=(expression or {}).get(name, "")) for name, share in ops]
+
+
+def _host(*, kind=DeviceKind.GPU, busy=0.9, top_ops=(), source=StepSource.PROGRAM_RUNS, steps=10, step_ms=10.0,
+          dispatches=1.0, dispatched=(), programs=(), activities=(), launches=0, device_type="") -> HostEvidence:
+    return HostEvidence(
+        host="h", file="h.xplane.pb", bytes=1, events=1, device_kind=kind,
+        device_type=device_type or kind.value.upper(), devices=1, compute_lanes=["lane"], step_source=source,
+        steps=steps, step_ms=Distribution.of([step_ms] * steps), busy_fraction=busy, loop_busy_fraction=busy,
+        dispatches_per_step=dispatches, top_ops=list(top_ops), dispatched=list(dispatched), programs=list(programs),
+        host_activities=list(activities), launches=launches,
+    )
+
+
+def _of(analysis, category):
+    return [f for f in analysis.findings if f.category is category]
+
+
+# --- data movement ------------------------------------------------------------------------------
+
+
+def test_a_convert_holding_most_of_the_device_is_named_with_its_share_and_a_dtype_fix():
+    host = _host(busy=0.9, top_ops=_ops(("loop_convert_fusion.kd", 0.86), ("input_reduce_fusion.kd", 0.14)),
+                 dispatched=[HostActivity(name="PjitFunction(add)", count_per_step=1, ms_per_step=1,
+                                          share_of_step=0.1, encloses_dispatches=True)])
+    (finding,) = _of(assessed(host), FindingCategory.DATA_MOVEMENT)
+    assert finding.priority is Priority.P0
+    assert finding.title == "Dtype converts take 86% of device time"
+    assert any(e.startswith('"loop_convert_fusion.kd": 8.60 ms per step (86.0% of device time)')
+               for e in finding.evidence)
+    assert "astype" in finding.fix and "jax.jit" in finding.fix and "tf.data" not in finding.fix
+
+
+def test_data_movement_on_mostly_idle_devices_is_at_most_p1():
+    host = _host(busy=0.38, top_ops=_ops(("loop_convert_fusion.kd", 0.86)))
+    (finding,) = _of(assessed(host), FindingCategory.DATA_MOVEMENT)
+    assert finding.priority is Priority.P1
+
+
+def test_data_movement_launched_op_by_op_is_ranked_by_its_share_of_the_step():
+    # 200 launches a step, devices busy 3%: the converts' 62% of device time is 1.9% of the step.
+    op_by_op = _host(busy=0.03, dispatches=200.0, top_ops=_ops(("wrapped_convert", 0.62), ("fusion", 0.38),
+                                                                step_ms=0.3))
+    analysis = assessed(op_by_op)
+    (finding,) = _of(analysis, FindingCategory.DATA_MOVEMENT)
+    assert finding.priority is Priority.P2
+    assert {f.category for f in analysis.findings if f.priority is not Priority.P2} == {
+        FindingCategory.DISPATCH_OVERHEAD}
+    # Where the converts hold a third of the step itself, they are a problem of their own beside the launches.
+    busy_op_by_op = _host(busy=0.4, dispatches=200.0, top_ops=_ops(("loop_convert_fusion.kd", 0.85),
+                                                                    ("fusion", 0.15), step_ms=4.0))
+    (finding,) = _of(assessed(busy_op_by_op), FindingCategory.DATA_MOVEMENT)
+    assert finding.priority is Priority.P1
+
+
+def test_the_figures_a_data_movement_finding_quotes_are_stored_in_the_analysis():
+    host = _host(kind=DeviceKind.TPU, busy=1.0, top_ops=_ops(("copy-done.2", 0.5), ("copy-done.1", 0.25),
+                                                              ("fusion", 0.25), expression={"copy-done.2": HOST_COPY,
+                                                                                            "copy-done.1": OFFLOAD}))
+    analysis = assessed(host)
+    (movement,) = analysis.data_movement
+    assert (movement.kind, movement.host) == ("host_transfer", "h")
+    assert movement.ms_per_step == pytest.approx(7.5) and movement.device_ms_per_step == pytest.approx(10.0)
+    assert movement.share_of_device == pytest.approx(0.75) and movement.share_of_loop == pytest.approx(0.75)
+    assert movement.to_device_bytes_per_step == movement.to_host_bytes_per_step == 5 * GIB
+    (finding,) = _of(analysis, FindingCategory.DATA_MOVEMENT)
+    assert finding.evidence[0] == ("host-device memory transfers: 7.50 ms per step of 10.00 ms of device op time "
+                                   "(75.0%, per device, 1 device; 75.0% of the step)")
+
+
+BF16_SINE = """HloModule jit_sin, is_scheduled=true
+
+%fused_convert (param_0.5: bf16[8,4096,2048]) -> bf16[8,4096,2048] {
+  %param_0.5 = bf16[8,4096,2048]{2,1,0} parameter(0)
+  %convert.5 = f32[8,4096,2048]{2,1,0} convert(%param_0.5)
+  %sin.1.3 = f32[8,4096,2048]{2,1,0} sine(%convert.5)
+  ROOT %convert.1.1 = bf16[8,4096,2048]{2,1,0} convert(%sin.1.3)
+}
+
+%fused_transpose (param_0.1: bf16[64,32]) -> bf16[32,64] {
+  %param_0.1 = bf16[64,32]{1,0} parameter(0)
+  ROOT %transpose.1 = bf16[32,64]{1,0} transpose(%param_0.1), dimensions={1,0}
+}
+
+ENTRY %main.1 (x.1: bf16[8,4096,2048], y.1: bf16[64,32]) -> (bf16[8,4096,2048], bf16[32,64]) {
+  %x.1 = bf16[8,4096,2048]{2,1,0} parameter(0)
+  %y.1 = bf16[64,32]{1,0} parameter(1)
+  %loop_convert_fusion = bf16[8,4096,2048]{2,1,0} fusion(%x.1), kind=kLoop, calls=%fused_convert
+  %loop_transpose_fusion = bf16[32,64]{1,0} fusion(%y.1), kind=kLoop, calls=%fused_transpose
+  ROOT %tuple = (bf16[8,4096,2048]{2,1,0}, bf16[32,64]{1,0}) tuple(%loop_convert_fusion, %loop_transpose_fusion)
+}
+"""
+
+
+def test_a_fusion_named_after_its_root_convert_that_computes_is_not_data_movement():
+    programs = hlo.program_buffers([hlo.parse_module("jit_sin(13)", BF16_SINE)])
+    assert programs[0].computing_fusions == ["loop_convert_fusion"]
+    host = _host(top_ops=_ops(("loop_convert_fusion.kd", 0.6), ("loop_transpose_fusion.kd", 0.4),
+                              expression={"loop_convert_fusion.kd": "loop_convert_fusion",
+                                          "loop_transpose_fusion.kd": "loop_transpose_fusion"}))
+    assert [f.title for f in _of(assessed(host), FindingCategory.DATA_MOVEMENT)] == [
+        "Dtype converts take 60% of device time", "Layout transposes take 40% of device time"]
+    analysis = assessed(host, programs=programs)
+    assert [f.title for f in _of(analysis, FindingCategory.DATA_MOVEMENT)] == [
+        "Layout transposes take 40% of device time"]
+    assert [movement.kind for movement in analysis.data_movement] == ["layout"]
+
+
+def test_a_layout_transpose_before_a_gpu_convolution_gets_a_channels_last_fix():
+    host = _host(top_ops=_ops(("input_transpose_fusion.kd", 0.51), ("Cijk_Ailk_Bljk_BBS_BH_MT256x128x64", 0.42),
+                              ("Im3d2Col.kd", 0.03), ("loop_transpose_fusion.kd", 0.02)))
+    (finding,) = _of(assessed(host), FindingCategory.DATA_MOVEMENT)
+    assert finding.title == "Layout transposes take 53% of device time"
+    assert finding.evidence[1].startswith('"input_transpose_fusion.kd"')
+    assert "NDHWC" in finding.fix and "on TPU" not in finding.fix
+
+
+def test_small_data_movement_is_not_a_finding_and_device_buffer_copies_are_not_layouts():
+    host = _host(top_ops=_ops(("fusion.3", 0.9), ("loop_convert_fusion", 0.05), ("__amd_rocclr_copyBuffer.kd", 0.05)))
+    assert not _of(assessed(host), FindingCategory.DATA_MOVEMENT)
+
+
+def test_tpu_waits_on_host_memory_copies_are_data_movement_not_compute_busy():
+    host = _host(kind=DeviceKind.TPU, busy=1.0, top_ops=_ops(("copy-done.2", 0.5), ("copy-done.1", 0.47),
+                                                              ("broadcast_add_fusion", 0.03),
+                                                              expression={"copy-done.2": HOST_COPY,
+                                                                          "copy-done.1": OFFLOAD}))
+    roofline = tool("get_roofline_model", {"program": {"bound_by": "HBM", "roofline_efficiency_percent": "4.35%"}})
+    analysis = assessed(host, tools=[roofline])
+    assert analysis.metrics.busy_fraction == pytest.approx(0.03)
+    assert analysis.health.idle_fraction == pytest.approx(0.97)
+    assert analysis.status is HealthStatus.NEEDS_ATTENTION and analysis.health.optimal is False
+    assert not _of(analysis, FindingCategory.COMPUTE)
+    (finding,) = _of(analysis, FindingCategory.DATA_MOVEMENT)
+    assert finding.priority is Priority.P0 and finding.title == "Host-device memory transfers take 97% of device time"
+    assert "moved per step: 5.00 GiB host to device, 5.00 GiB device to host (from the copies' HLO shapes)" \
+        in finding.evidence
+    assert "jax.device_put" in finding.fix and "pinned_host" in finding.fix
+
+
+def test_copies_within_device_memory_are_not_host_transfers():
+    hbm_copy = HOST_COPY.replace("S(5)", "")
+    host = _host(kind=DeviceKind.TPU, top_ops=_ops(("copy-done.2", 0.9), expression={"copy-done.2": hbm_copy}))
+    assert not _of(assessed(host), FindingCategory.DATA_MOVEMENT)
+
+
+@pytest.mark.parametrize(("name", "kind"), [
+    ("MemcpyDtoH", "Host-device memory transfers"), ("CopyHostToDevice", "Host-device memory transfers"),
+    ("convert.12", "Dtype converts"), ("transpose_copy_fusion", "Layout transposes"), ("copy.3", "Layout transposes"),
+    ("void cudnn::ops::nchwToNhwcKernel<float>", "Layout transposes"),
+])
+def test_data_movement_is_told_by_the_op_name(name, kind):
+    (finding,) = _of(assessed(_host(top_ops=_ops((name, 0.3), ("fusion", 0.7)))), FindingCategory.DATA_MOVEMENT)
+    assert finding.title == f"{kind} take 30% of device time"
+
+
+def test_tensorflow_host_to_device_memcpy_gets_a_tensorflow_fix():
+    host = _host(top_ops=_ops(("MemcpyHtoD", 0.6), ("void tensorflow::functor::FillPhiloxRandomKernelLaunch", 0.4)))
+    (finding,) = _of(assessed(host), FindingCategory.DATA_MOVEMENT)
+    assert finding.title == "Host-device memory transfers take 60% of device time"
+    assert "tf.data" in finding.fix and "jax" not in finding.fix
+
+
+# --- op-by-op launches ----------------------------------------------------------------------------
+
+
+def _op_by_op(kind=DeviceKind.GPU, name="PjitFunction(add)") -> HostEvidence:
+    return _host(kind=kind, busy=0.12, source=StepSource.PROFILE_WINDOW, steps=1, step_ms=32.7, dispatches=81,
+                 launches=81, dispatched=[HostActivity(name=name, count_per_step=12, ms_per_step=2.45,
+                                                       share_of_step=0.07, encloses_dispatches=True)],
+                 programs=[ProgramCalls(name=name, calls=12, ms_per_call=0.2, device_ms_per_call=0.06,
+                                        share_of_device=0.2)])
+
+
+def test_op_by_op_launches_without_steps_are_counted_in_the_capture_not_per_step():
+    (finding,) = _of(assessed(_op_by_op()), FindingCategory.DISPATCH_OVERHEAD)
+    assert finding.priority is Priority.P0
+    assert finding.title == "Op-by-op execution: 81 small launches with the devices idle 88% between them"
+    assert "per step" not in " ".join([finding.title, *finding.evidence, finding.impact])
+    assert finding.fix.startswith("Wrap the whole step in jax.jit") and "command buffers" in finding.fix
+    assert "(on CPU" not in finding.what and "GPU streams" in finding.what
+
+
+def test_op_by_op_on_cpu_gets_no_gpu_advice():
+    (finding,) = _of(assessed(_op_by_op(kind=DeviceKind.CPU)), FindingCategory.DISPATCH_OVERHEAD)
+    assert "CUDA" not in finding.fix and "XLA CPU threads" in finding.what
+
+
+@pytest.mark.parametrize(("names", "framework"), [
+    (["PjitFunction(step)"], Framework.JAX),
+    (["jit_f(1219)"], Framework.JAX),
+    (["__inference_train_function_123", "Iterator::Prefetch"], Framework.TENSORFLOW),
+    (["void tensorflow::functor::FillPhiloxRandomKernelLaunch<float>"], Framework.TENSORFLOW),
+    (["EagerExecute: MatMul"], Framework.TENSORFLOW_EAGER),
+    (["torch_xla::SyncTensorsGraph", "PjitFunction(step)"], Framework.PYTORCH_XLA),
+    (["fusion.3"], Framework.UNKNOWN),
+])
+def test_the_framework_is_told_from_the_names_in_the_trace(names, framework):
+    host = _host(activities=[HostActivity(name=n, count_per_step=1, ms_per_step=1, share_of_step=0.1) for n in names])
+    assert frameworks.detect([host]) is framework
+
+
+def test_eager_tensorflow_is_told_to_use_tf_function():
+    assert frameworks.one_program_fix(Framework.TENSORFLOW_EAGER, on_gpu=False).startswith("Run the step as a graph")
+
+
+def test_host_work_fixes_name_an_input_pipeline_only_where_the_trace_has_one():
+    assert "tf.data" not in frameworks.host_work_fix(Framework.JAX, input_pipeline=False)
+    assert "grain" not in frameworks.host_work_fix(Framework.JAX, input_pipeline=False)
+    assert "grain" in frameworks.host_work_fix(Framework.JAX, input_pipeline=True)
+    graph = frameworks.host_work_fix(Framework.TENSORFLOW, input_pipeline=False)
+    assert "tf.data" not in graph and "jit_compile=True" in graph
+    assert ".prefetch(tf.data.AUTOTUNE)" in frameworks.host_work_fix(Framework.TENSORFLOW, input_pipeline=True)
+
+
+def test_compiler_findings_do_not_count_zero_dispatches():
+    issue = {"module": "jit_swapaxes(30)", "instruction": "transpose.1.1", "runs_as": "wrapped_transpose",
+             "detail": "the whole program only transposes its input"}
+    from mldiag.analysis.evidence import HloIssue
+
+    analysis = assessed(_host(), hlo_issues={"detect_unfused_reshapes": [HloIssue(**issue)]})
+    (finding,) = _of(analysis, FindingCategory.COMPILER)
+    assert "0 dispatches" not in finding.impact and "0 op-by-op" not in " ".join(finding.evidence)
+
+
+# --- where device time goes ----------------------------------------------------------------------
+
+BF16_ADD = """HloModule jit_add, is_scheduled=true
+
+%fused_convert (param_0.4: bf16[1024], param_1.5: bf16[1024]) -> bf16[1024] {
+  %param_1.5 = bf16[1024]{0} parameter(1)
+  %convert.4 = f32[1024]{0} convert(%param_1.5)
+  %param_0.4 = bf16[1024]{0} parameter(0)
+  %convert.1.3 = f32[1024]{0} convert(%param_0.4)
+  %add.1.3 = f32[1024]{0} add(%convert.4, %convert.1.3)
+  ROOT %convert.2.1 = bf16[1024]{0} convert(%add.1.3)
+}
+
+ENTRY %main.1 (x.1: bf16[1024], y.1: bf16[1024]) -> bf16[1024] {
+  %y.1 = bf16[1024]{0} parameter(1)
+  %x.1 = bf16[1024]{0} parameter(0)
+  ROOT %loop_convert_fusion = bf16[1024]{0} fusion(%y.1, %x.1), kind=kLoop, calls=%fused_convert
+}
+"""
+RANDOM_BITS = """HloModule jit__normal
+
+%fused_convert (param_0.1: u32[1024]) -> f32[1024] {
+  %param_0.1 = u32[1024]{0} parameter(0)
+  %constant_9 = u32[] constant(9)
+  %broadcast.3 = u32[1024]{0} broadcast(%constant_9), dimensions={}
+  %shift-right-logical.1 = u32[1024]{0} shift-right-logical(%param_0.1, %broadcast.3)
+  ROOT %convert.7 = f32[1024]{0} convert(%shift-right-logical.1)
+}
+
+ENTRY %main.2 (key.1: u32[1024]) -> f32[1024] {
+  %key.1 = u32[1024]{0} parameter(0)
+  ROOT %loop_convert_fusion = f32[1024]{0} fusion(%key.1), kind=kLoop, calls=%fused_convert
+}
+"""
+ELEMENTWISE = "element-wise f32 math between bf16 converts (sine, add; root convert)"
+
+
+def _elementwise_kernels() -> list[hlo.KernelWork]:
+    return hlo.kernel_work([hlo.parse_module("jit_sin(13)", BF16_SINE), hlo.parse_module("jit_add(11)", BF16_ADD),
+                            hlo.parse_module("jit__normal(9)", RANDOM_BITS)])
+
+
+def _launching(*programs: str, top_ops: list[OpTime]) -> HostEvidence:
+    """Element-wise programs dispatched one by one, no steps: the host ``programs`` each launched 5 times."""
+    calls = [ProgramCalls(name=f"PjitFunction({p})", calls=5, ms_per_call=0.1, device_ms_per_call=0.08,
+                          share_of_device=1 / len(programs)) for p in programs]
+    return _host(busy=0.38, source=StepSource.PROFILE_WINDOW, steps=1, step_ms=10.0, dispatches=55, launches=55,
+                 programs=calls, top_ops=top_ops)
+
+
+def _device_lines(finding) -> list[str]:
+    return [line for line in finding.evidence if line.startswith("device time:")]
+
+
+def test_a_kernel_holding_most_of_the_device_is_named_with_its_share_and_what_its_hlo_computes():
+    ops = _ops(("loop_convert_fusion.kd", 0.852), ("input_reduce_fusion.kd", 0.084), ("fusion_5.kd", 0.048),
+               expression={"loop_convert_fusion.kd": "loop_convert_fusion"}, step_ms=3.881)
+    analysis = assessed(_launching("sin", "add", top_ops=ops), kernels=_elementwise_kernels())
+    (kernel,) = analysis.kernels
+    assert (kernel.name, kernel.hlo_op, kernel.share_of_device) == ("loop_convert_fusion.kd", "loop_convert_fusion",
+                                                                     0.852)
+    # jit__normal holds a loop_convert_fusion too, but the capture never launched it.
+    assert kernel.programs == ["jit_add(11)", "jit_sin(13)"] and kernel.what == ELEMENTWISE
+    line = ('device time: 85.2% of device op time (3.31 ms per capture, 1 run) in '
+            f'{ELEMENTWISE}, kernel "loop_convert_fusion.kd"')
+    for category in (FindingCategory.DISPATCH_OVERHEAD, FindingCategory.OTHER):
+        (finding,) = _of(analysis, category)
+        assert _device_lines(finding) == [line]
+        assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
+    digest = prompts.evidence_digest(analysis, [])
+    assert digest["kernels"][0]["share_of_device"] == 0.852 and digest["kernels"][0]["what"] == ELEMENTWISE
+
+
+def test_without_launches_that_tell_every_program_holding_the_kernel_describes_it():
+    ops = _ops(("loop_convert_fusion.kd", 0.9), expression={"loop_convert_fusion.kd": "loop_convert_fusion"})
+    (kernel,) = assessed(_launching("unrelated", top_ops=ops), kernels=_elementwise_kernels()).kernels
+    assert kernel.programs == ["jit__normal(9)", "jit_add(11)", "jit_sin(13)"]
+    assert kernel.what.startswith("element-wise f32 math between bf16 converts (sine, add, shift-right-logical;")
+
+
+@pytest.mark.parametrize(("shares", "named"), [
+    ((0.29, 0.29, 0.29, 0.13), []),
+    ((0.30, 0.29, 0.29, 0.12), ["a", "b", "c"]),
+    ((0.70, 0.12, 0.09, 0.09), ["a", "b"]),
+])
+def test_kernels_are_named_only_where_one_holds_at_least_30_percent_with_the_next_ones_of_10(shares, named):
+    host = _launching("f", top_ops=_ops(*zip("abcd", shares)))
+    assert [k.name for k in assessed(host).kernels] == named
+
+
+def test_a_kernel_the_profile_has_no_hlo_for_is_named_by_its_name():
+    analysis = assessed(_launching("f", top_ops=_ops(("void gemv_kernel<float>", 0.6), ("fusion", 0.4))))
+    (finding,) = _of(analysis, FindingCategory.DISPATCH_OVERHEAD)
+    assert _device_lines(finding)[0] == ('device time: 60.0% of device op time (6.00 ms per capture, 1 run) in kernel '
+                                         '"void gemv_kernel<float>"')
+    assert analysis.kernels[0].what == "" and analysis.kernels[1].hlo_op == ""
+
+
+GEMM = """HloModule jit_dot
+
+ENTRY %main.1 (a.1: bf16[1024,1024], b.1: bf16[1024,1024]) -> bf16[1024,1024] {
+  %b.1 = bf16[1024,1024]{1,0} parameter(1)
+  %a.1 = bf16[1024,1024]{1,0} parameter(0)
+  %custom-call.1 = (bf16[1024,1024]{1,0}, s8[4194304]{0}) custom-call(%a.1, %b.1), custom_call_target="__cublas$gemm"
+  ROOT %get-tuple-element.1 = bf16[1024,1024]{1,0} get-tuple-element(%custom-call.1), index=0
+}
+"""
+
+
+def test_the_roofline_finding_names_a_library_kernel_by_the_custom_call_it_runs():
+    gemm = "Cijk_Ailk_Bljk_BBS_BH_MT256x224x64_" + "X" * 500 + ".kd"
+    host = _host(busy=0.9, top_ops=_ops((gemm, 0.53), ("wrapped_broadcast.kd", 0.3), ("fusion.1", 0.17),
+                                        expression={gemm: "custom-call.1"}))
+    roofline = tool("get_roofline_model", {"program": {"bound_by": "HBM", "roofline_efficiency_percent": "1.26%"}})
+    analysis = assessed(host, tools=[roofline], kernels=hlo.kernel_work([hlo.parse_module("jit_dot(21)", GEMM)]))
+    (compute,) = _of(analysis, FindingCategory.COMPUTE)
+    lines = _device_lines(compute)
+    assert lines[0] == (f'device time: 53.0% of device op time (5.30 ms per step, 1 run) in custom call '
+                        f'"__cublas$gemm" returning bf16, kernel "{gemm}"')
+    assert len(lines) == 3 and not [e for e in compute.evidence if "of busy time" in e]
+    assert analysis.kernels[0].custom_calls == ["__cublas$gemm"]
+    assert why_unsupported(compute, EvidenceIndex(analysis)) == ""
+
+
+def test_a_tpu_op_is_matched_to_its_hlo_by_the_name_in_its_hlo_text():
+    text = "%loop_convert_fusion = bf16[1024]{0} fusion(bf16[1024]{0} %x.1), kind=kLoop, calls=%fused_convert"
+    host = _launching("add", top_ops=_ops(("loop_convert_fusion", 0.8), expression={"loop_convert_fusion": text}))
+    host.device_kind = DeviceKind.TPU
+    (kernel,) = assessed(host, kernels=_elementwise_kernels()).kernels
+    assert kernel.hlo_op == "loop_convert_fusion" and kernel.programs == ["jit_add(11)"]
+    assert kernel.what == "element-wise f32 math between bf16 converts (add; root convert)"
+
+
+# --- hardware and roofline ----------------------------------------------------------------------
+
+
+def test_amd_gpus_are_named_by_their_architecture():
+    host = _host(device_type="AMD GPU (compute capability 9.4)")
+    analysis = assessed(host, tools=[tool("get_device_information", {"device_type": "AMD GPU - gfx942"})])
+    assert analysis.hosts[0].device_type == "AMD GPU (gfx942)"
+    assert "compute capability" not in analysis.summary and "(gfx942)" in analysis.summary
+
+
+def test_roofline_figures_carry_the_custom_call_caveat_with_the_same_share():
+    tools = [tool("get_roofline_model", {"program": {"bound_by": "HBM", "roofline_efficiency_percent": "22.52%"}}),
+             tool("get_kpi_metrics", {"custom_call_share_pct": 56.54})]
+    analysis = assessed(_host(busy=0.92), tools=tools)
+    (compute,) = _of(analysis, FindingCategory.COMPUTE)
+    assert compute.title.endswith("(custom calls not counted)")
+    caveat = [e for e in compute.evidence if "custom calls take" in e]
+    assert caveat == ["custom calls take 56.54% of device time (custom_call_share_pct 56.54); XLA's cost model "
+                      "gives them 0 FLOPs, so the roofline efficiency does not count their work (XProf's caveat)"]
+    (kernel,) = _of(analysis, FindingCategory.KERNEL)
+    assert "56.54" in kernel.evidence[0]
+
+
+# --- memory -------------------------------------------------------------------------------------
+
+
+class _MemoryClient:
+    """XProf's client as the memory tool sees it: each host's memory_profile answer."""
+
+    def __init__(self, by_host: dict[str, dict[str, tuple[int, int]]]):
+        self.by_host = {host: {"memoryProfilePerAllocator": {
+            name: {"profileSummary": {"memoryCapacity": str(capacity), "peakStats": {"peakBytesInUse": str(peak)}}}
+            for name, (capacity, peak) in allocators.items()}} for host, allocators in by_host.items()}
+        self.asked: list[str | None] = []
+
+    def select_paths(self, session_id):
+        return [f"{host}.xplane.pb" for host in self.by_host]
+
+    def get_hosts(self, session_id, with_metadata=False):
+        return [{"hostname": host} for host in self.by_host]
+
+    def fetch(self, *, tool_name, session_id, host=None):
+        self.asked.append(host)
+        return "application/json", json.dumps(self.by_host[host or next(iter(self.by_host))]).encode()
+
+
+def _memory_profile(allocators, **other_hosts):
+    client = _MemoryClient({"h": allocators, **other_hosts})
+    return _device_memory_profile(type("Context", (), {"client": client, "session_id": "s"})()), client
+
+
+def test_device_memory_comes_from_device_allocators_never_the_host_one():
+    profile, client = _memory_profile({"GPU_4_bfc": (15_477_102_400, 6_208_853_760),
+                                       "gpu_host_bfc": (64 * GIB, 605_952), "GPU_6_bfc": (15_477_102_400, 6_210_111_488)})
+    assert profile["memory_capacity_gib"] == 14.41 and profile["peak_memory_usage_gib"] == 5.78
+    assert profile["allocator"] == "GPU_6_bfc" and profile["host_allocators_ignored"] == ["gpu_host_bfc"]
+    assert client.asked == [None]
+
+
+def test_each_host_of_a_multi_host_session_is_read_for_its_device_memory():
+    profile, client = _memory_profile({"0": (32 * GIB, 20 * GIB)}, worker1={"0": (32 * GIB, 21 * GIB)})
+    assert client.asked == ["h", "worker1"]
+    assert profile["allocator"] == "worker1:0" and profile["peak_memory_usage_gib"] == 21.0
+
+
+def test_a_profile_with_only_host_allocators_has_no_device_memory():
+    profile, _ = _memory_profile({"xla_gpu_host_bfc": (64 * GIB, 256)})
+    assert profile["memory_capacity_gib"] == -1.0 and profile["peak_memory_usage_gib"] == -1.0
+
+
+def _stepping_host(kind=DeviceKind.CPU) -> HostEvidence:
+    return _host(kind=kind, source=StepSource.STEP_MARKERS, dispatched=[HostActivity(
+        name="PjitFunction(_mlp_step)", count_per_step=1, ms_per_step=1, share_of_step=0.1, encloses_dispatches=True)])
+
+
+def test_peak_memory_is_the_step_programs_not_a_one_off_init():
+    analysis = assessed(_stepping_host(), tools=[allocations(("jit__normal(16)", 4.0), ("jit__mlp_step(26)", 3.5))])
+    assert analysis.metrics.peak_memory_bytes == int(3.5 * MIB)
+    assert '"jit__mlp_step(26)"' in analysis.metrics.peak_memory_source
+    assert analysis.metrics.memory_capacity_bytes is None and analysis.health.memory_fraction is None
+
+
+def test_an_optimal_profile_without_a_capacity_does_not_call_memory_pressure_low():
+    analysis = assessed(_stepping_host(), tools=[allocations(("jit__mlp_step(26)", 3.5))])
+    assert analysis.status is HealthStatus.OPTIMAL
+    assert ("Compute utilisation is high and idle time, communication and compilation are low (the device's "
+            "memory capacity is unknown, so its peak memory is not weighed against it)") in analysis.summary
+    assert "memory pressure" not in analysis.summary
+
+
+STEP_WITH_TEMPORARIES = """HloModule jit__mlp_step
+
+ENTRY %main (x: f32[1024,256], w: f32[256,256]) -> f32[1024,256] {
+  %x = f32[1024,256]{1,0} parameter(0)
+  %w = f32[256,256]{1,0} parameter(1)
+  %scores = f32[1024,1024,64]{2,1,0} broadcast(%x), dimensions={0,2}
+  %act = f32[1024,256]{1,0} fusion(%scores, %w), kind=kLoop, calls=%fused
+  ROOT %out = (f32[1024,256]{1,0}) tuple(%act)
+}
+"""
+
+
+def test_program_buffers_are_its_parameters_results_and_largest_intermediate():
+    (program,) = hlo.program_buffers([hlo.parse_module("jit__mlp_step(26)", STEP_WITH_TEMPORARIES)])
+    assert (program.inputs_bytes, program.outputs_bytes) == (1024 * 256 * 4 + 256 * 256 * 4, 1024 * 256 * 4)
+    assert (program.largest_temporary, program.largest_temporary_bytes) == ("scores", 256 * MIB)
+    assert program.parameters == {"x": "f32[1024,256]{1,0}", "w": "f32[256,256]{1,0}"}
+
+
+def test_temporaries_that_dwarf_the_programs_inputs_and_outputs_are_a_memory_finding():
+    programs = hlo.program_buffers([hlo.parse_module("jit__mlp_step(26)", STEP_WITH_TEMPORARIES)])
+    analysis = assessed(_stepping_host(), tools=[allocations(("jit__mlp_step(26)", 258.25))], programs=programs)
+    (finding,) = _of(analysis, FindingCategory.MEMORY)
+    assert finding.priority is Priority.P2
+    assert finding.title == "Temporaries are 114x the program's inputs, outputs and constants"
+    assert finding.evidence[0] == ('the program launched most "jit__mlp_step(26)": peak 258.25 MiB (memory_viewer '
+                                   'buffer assignment), inputs 1.25 MiB, outputs 1.00 MiB, constants 0 B (its HLO)')
+    index = EvidenceIndex(analysis)
+    assert why_unsupported(finding, index) == ""
+    assert 'largest intermediate "scores": 256.00 MiB' in finding.evidence
+    assert all(word in finding.fix for word in ("jax.checkpoint", "batch", "donate_argnums", "shard"))
+
+
+def test_a_program_whose_memory_is_its_inputs_and_outputs_has_no_temporaries_finding():
+    programs = hlo.program_buffers([hlo.parse_module("jit__mlp_step(26)", STEP_WITH_TEMPORARIES)])
+    analysis = assessed(_stepping_host(), tools=[allocations(("jit__mlp_step(26)", 3.0))], programs=programs)
+    assert not _of(analysis, FindingCategory.MEMORY)
+
+
+# --- the reasoner -------------------------------------------------------------------------------
+
+
+def test_the_reasoner_is_told_the_framework_and_devices_inside_the_fence():
+    analysis = assessed(_op_by_op())
+    digest = prompts.evidence_digest(analysis, [])
+    assert digest["profiled_with"] == {"framework": "jax", "input_pipeline": False, "devices": ["GPU"]}
+    message = prompts.evidence_message(analysis, [], "n0nce")
+    assert message.index("<<<PROFILE-DATA n0nce>>>") < message.index('"profiled_with"') < message.index(
+        "<<<END PROFILE-DATA n0nce>>>")
+
+
+def _step_module(module_id: int, batch: int) -> hlo.HloModule:
+    return hlo.parse_module(f"jit_train_step({module_id})", f"""HloModule jit_train_step
+
+ENTRY %main (x.1: f32[{batch},128], w.1: f32[128,10]) -> f32[{batch},10] {{
+  %x.1 = f32[{batch},128]{{1,0}} parameter(0)
+  %w.1 = f32[128,10]{{1,0}} parameter(1)
+  ROOT %dot.1 = f32[{batch},10]{{1,0}} dot(%x.1, %w.1), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+}}
+""")
+
+
+def test_a_recompilation_names_the_function_and_the_shape_that_changes():
+    programs = hlo.program_buffers([_step_module(3, 32), _step_module(7, 40), _step_module(9, 48)])
+    host = _host(kind=DeviceKind.CPU, source=StepSource.STEP_MARKERS, steps=3, step_ms=300.0)
+    host.compiles_in_steps, host.compile_ms_per_step = 3, 250.0
+    host.recompiles_in_steps, host.recompile_ms_per_step = 2, 170.0  # the first step compiled it first
+    analysis = assessed(host, programs=programs)
+    (finding,) = _of(analysis, FindingCategory.RECOMPILATION)
+    assert ('"jit_train_step" compiled 3 times with different parameter shapes: '
+            '"x.1" f32[32,128]{1,0} / f32[40,128]{1,0} / f32[48,128]{1,0}') in finding.evidence
+    assert "w.1" not in " ".join(finding.evidence)
+    assert "persistent compilation cache" in finding.fix
+    assert why_unsupported(finding, EvidenceIndex(analysis)) == ""

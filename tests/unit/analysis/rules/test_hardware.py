@@ -1,0 +1,417 @@
+"""The hardware model: the peaks table and its lookup, achieved rates and the roofline verdict per program, MFU,
+and the dtype and precision checks, on evidence written by hand and HLO text as XLA prints it."""
+
+from __future__ import annotations
+
+import pytest
+
+from mldiag.analysis.evidence import ProfileInput, ToolResult, ToolStatus
+from mldiag.analysis.host_evidence import DeviceKind, Distribution, HostActivity, HostEvidence, OpTime, StepSource
+from mldiag.analysis.reasoning import prompts
+from mldiag.analysis.reasoning.validation import EvidenceIndex, why_unsupported
+from mldiag.analysis.report import render_summary
+from mldiag.analysis.rules import hardware
+from mldiag.analysis.rules.analyst import assess
+from mldiag.analysis.rules.hardware import GIB, chip_for, peak_dtype
+from mldiag.analysis.xprof import hlo
+from mldiag.domain import FindingCategory, HealthStatus, Priority
+
+# --- the peaks table ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("device_type", "capacity", "chip"), [
+    ("TPU v4", None, "TPU v4"),
+    ("TPU v5 lite", None, "TPU v5e"),
+    ("TPU v5e", None, "TPU v5e"),
+    ("TPU v5", None, "TPU v5p"),
+    ("TPU v5p", None, "TPU v5p"),
+    ("TPU v6 Lite", None, "TPU v6e (Trillium)"),
+    ("Tesla V100-SXM2-16GB", None, "NVIDIA V100 SXM2"),
+    ("NVIDIA A100-SXM4-40GB", None, "NVIDIA A100 40GB"),
+    ("NVIDIA A100-SXM4-80GB", None, "NVIDIA A100 80GB SXM"),
+    ("NVIDIA A100 80GB PCIe", None, "NVIDIA A100 80GB PCIe"),
+    ("NVIDIA H100 80GB HBM3", None, "NVIDIA H100 SXM"),
+    ("NVIDIA H200", None, "NVIDIA H200 SXM"),
+    ("NVIDIA B200", None, "NVIDIA B200"),
+    ("AMD Instinct MI250X", None, "AMD Instinct MI250X"),
+    ("AMD Instinct MI300X", None, "AMD Instinct MI300X"),
+    ("AMD Instinct MI355X", None, "AMD Instinct MI355X"),
+    # The MI300X fixture's device type and the capacity its allocator reports (144 GiB of 192).
+    ("AMD GPU (gfx942)", 154608085237, "AMD Instinct MI300X"),
+])
+def test_a_device_type_names_its_chip(device_type, capacity, chip):
+    assert chip_for(device_type, capacity).name == chip
+
+
+@pytest.mark.parametrize(("device_type", "capacity"), [
+    ("TPU v4 lite", None),  # v4i: not in the table
+    ("NVIDIA H100 PCIe", None),  # another part, other peaks
+    ("NVIDIA GPU (compute capability 7.0)", 16 * GIB),  # V100, Titan V and Quadro GV100 alike
+    ("GPU", None),
+    ("AMD GPU (gfx942)", None),  # MI300X, MI300A or MI325X: the capacity would tell
+    ("AMD GPU (gfx942)", 128 * GIB),  # MI300A's unified memory
+    ("AMD GPU (gfx950)", 299939041116),  # MI350X and MI355X have the same memory and different clocks
+    ("Intel Xeon", None),
+])
+def test_a_device_type_that_names_no_single_chip_gives_none(device_type, capacity):
+    assert chip_for(device_type, capacity) is None
+
+
+def test_every_chip_cites_its_source_and_has_a_bandwidth_and_a_peak():
+    for chip in hardware.CHIPS:
+        assert chip.source.startswith("https://"), chip.name
+        assert chip.hbm_bytes_per_s > 1e11 and chip.memory_bytes >= 16 * GIB and chip.peak_flops, chip.name
+
+
+def test_tpu_v5e_figures_are_googles():
+    chip = chip_for("TPU v5 lite")
+    assert chip.peak_flops == {"bf16": 197e12, "int8": 394e12}
+    assert (chip.hbm_bytes_per_s, chip.memory_bytes) == (819e9, 16 * GIB)
+    assert chip.ridge_point == pytest.approx(240.5, abs=0.1)
+
+
+@pytest.mark.parametrize(("device_type", "dtype", "precision", "peak"), [
+    ("TPU v5 lite", "f32", "", "bf16"),  # one bf16 pass through the MXU
+    ("TPU v5 lite", "f32", "highest", "bf16"),  # six bf16 passes, held to the one peak the chip has
+    ("TPU v5 lite", "f64", "", None),  # emulated
+    ("TPU v5 lite", "s8", "", "int8"),
+    ("NVIDIA A100-SXM4-80GB", "f32", "", "tf32"),
+    ("NVIDIA A100-SXM4-80GB", "f32", "highest", "f32"),
+    ("NVIDIA A100-SXM4-80GB", "f64", "", "f64"),
+    ("Tesla V100-SXM2-16GB", "f32", "", "f32"),  # no TF32 before Ampere
+    ("Tesla V100-SXM2-16GB", "bf16", "", None),
+])
+def test_a_matmuls_dtype_and_precision_pick_the_peak_it_runs_against(device_type, dtype, precision, peak):
+    assert peak_dtype(chip_for(device_type), dtype, precision) == peak
+
+
+# --- HLO: matmul FLOPs, dtype and precision -------------------------------------------------------
+
+# jax.jit(lambda x, w: jnp.dot(x, w, precision="highest")) on CPU, as XLA prints the compiled module.
+CPU_HIGHEST = """HloModule jit_g, is_scheduled=true, entry_computation_layout={(f32[8,16]{1,0}, f32[16,16]{1,0})->f32[8,16]{1,0}}
+
+%fused_computation (param_0: f32[8,16], param_1: f32[16,16]) -> f32[8,16] {
+  %param_0 = f32[8,16]{1,0} parameter(0)
+  %param_1 = f32[16,16]{1,0} parameter(1)
+  ROOT %dot_general.0 = f32[8,16]{1,0} dot(%param_0, %param_1), lhs_contracting_dims={1}, rhs_contracting_dims={0}, operand_precision={highest,highest}, metadata={op_name="jit(g)/dot_general" stack_frame_id=2}
+}
+
+ENTRY %main.1 (x.1: f32[8,16], w.1: f32[16,16]) -> f32[8,16] {
+  %x.1 = f32[8,16]{1,0} parameter(0), metadata={op_name="x"}
+  %w.1 = f32[16,16]{1,0} parameter(1), metadata={op_name="w"}
+  ROOT %ynn_fusion = f32[8,16]{1,0} fusion(%x.1, %w.1), kind=kCustom, calls=%fused_computation, metadata={op_name="jit(g)/dot_general" stack_frame_id=2}, backend_config={"fusion_config":{"kind":"__ynn_fusion"},"outer_dimension_partitions":[]}
+}
+"""
+
+# The float64_matmul fixture's step, cut to one matmul: x64 on, a f64 dot fused with its tanh.
+CPU_FLOAT64 = """HloModule jit_step, is_scheduled=true
+
+%fused_computation (param_0: f64[384,512], param_1: f64[512,512]) -> f64[384,512] {
+  %param_0 = f64[384,512]{1,0} parameter(0)
+  %param_1 = f64[512,512]{1,0} parameter(1)
+  ROOT %dot_general.0 = f64[384,512]{1,0} dot(%param_0, %param_1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+ENTRY %main.2 (x.1: f64[384,512], w.1: f64[512,512]) -> f64[384,512] {
+  %x.1 = f64[384,512]{1,0} parameter(0)
+  %w.1 = f64[512,512]{1,0} parameter(1)
+  ROOT %ynn_fusion.1 = f64[384,512]{1,0} fusion(%x.1, %w.1), kind=kCustom, calls=%fused_computation
+}
+"""
+
+# jax.jit(lambda x, w: jnp.tanh(jnp.dot(x, w, precision="highest"))) on a TPU v5e, as XLA prints the compiled
+# module (its backend configs cut): the matmul is a convolution with batch-feature labels, in an output fusion.
+TPU_HIGHEST = """HloModule jit__lambda, is_scheduled=true
+
+%bitcast_fusion (bitcast_input: f32[4096,4096]) -> f32[4096,4096] {
+  %bitcast_input = f32[4096,4096]{1,0:T(8,128)} parameter(0)
+  ROOT %bitcast = f32[4096,4096]{1,0:T(8,128)} bitcast(%bitcast_input)
+}
+
+%bitcast_fusion.4 (bitcast_input.4: f32[4096,4096]) -> f32[4096,4096] {
+  %bitcast_input.4 = f32[4096,4096]{1,0:T(8,128)S(1)} parameter(0)
+  ROOT %bitcast.4 = f32[4096,4096]{1,0:T(8,128)} bitcast(%bitcast_input.4)
+}
+
+%fused_computation (param_0.1: f32[4096,4096], param_1: f32[4096,4096]) -> f32[4096,4096] {
+  %param_0.1 = f32[4096,4096]{1,0:T(8,128)} parameter(0)
+  %fusion = f32[4096,4096]{1,0:T(8,128)} fusion(%param_0.1), kind=kLoop, calls=%bitcast_fusion
+  %param_1 = f32[4096,4096]{1,0:T(8,128)S(1)} parameter(1)
+  %fusion.4 = f32[4096,4096]{1,0:T(8,128)} fusion(%param_1), kind=kLoop, calls=%bitcast_fusion.4
+  %convolution.4 = f32[4096,4096]{1,0:T(8,128)} convolution(%fusion, %fusion.4), dim_labels=bf_io->bf, operand_precision={highest,highest}, metadata={op_name="jit(<lambda>)/dot_general" stack_frame_id=3}
+  ROOT %tanh.0 = f32[4096,4096]{1,0:T(8,128)} tanh(%convolution.4), metadata={op_name="jit(<lambda>)/tanh" stack_frame_id=4}
+}
+
+ENTRY %main.1 (x.1: f32[4096,4096], w.1: f32[4096,4096]) -> f32[4096,4096] {
+  %w.1 = f32[4096,4096]{1,0:T(8,128)} parameter(1), metadata={op_name="w"}
+  %copy-start = (f32[4096,4096]{1,0:T(8,128)S(1)}, f32[4096,4096]{1,0:T(8,128)}, u32[]{:S(2)}) copy-start(%w.1), cross_program_prefetch_index=0
+  %x.1 = f32[4096,4096]{1,0:T(8,128)} parameter(0), metadata={op_name="x"}
+  %copy-done = f32[4096,4096]{1,0:T(8,128)S(1)} copy-done(%copy-start)
+  ROOT %convolution_tanh_fusion = f32[4096,4096]{1,0:T(8,128)} fusion(%x.1, %copy-done), kind=kOutput, calls=%fused_computation, metadata={op_name="jit(<lambda>)/dot_general" stack_frame_id=3}, backend_config={"convolution_algorithm_config":{"emitter":"EmitAllBatchInSublanes"}}
+}
+"""
+
+
+# The device trace's HLO text of that fusion's runs (the analyst reads the instruction's name from it).
+TPU_FUSION_TEXT = "%convolution_tanh_fusion = f32[4096,4096]{1,0:T(8,128)} fusion(f32[4096,4096]{1,0:T(8,128)} %x.1)"
+
+
+def _work(name: str, text: str, instruction: str) -> hlo.KernelWork:
+    return next(w for w in hlo.kernel_work([hlo.parse_module(name, text)]) if w.instruction == instruction)
+
+
+def test_a_dots_flops_dtype_and_highest_precision_are_read_from_its_hlo():
+    work = _work("jit_g(3)", CPU_HIGHEST, "ynn_fusion")
+    assert (work.matmul_dtype, work.precision, work.flops) == ("f32", "highest", 2 * 8 * 16 * 16)
+
+
+def test_a_tpu_convolution_matmul_counts_its_kernel_per_output_feature():
+    work = _work("jit__lambda(113)", TPU_HIGHEST, "convolution_tanh_fusion")
+    assert (work.matmul_dtype, work.precision, work.flops) == ("f32", "highest", 2 * 4096**3)
+
+
+def test_a_float64_dot_is_float64_math_at_default_precision():
+    work = _work("jit_step(20)", CPU_FLOAT64, "ynn_fusion.1")
+    assert (work.matmul_dtype, work.precision, work.dtypes) == ("f64", "", ("f64",))
+    assert work.flops == 2 * 384 * 512 * 512
+
+
+def test_a_library_gemms_precision_is_read_from_its_backend_config():
+    text = """HloModule jit_mm
+
+ENTRY %main (a: f32[64,64], b: f32[64,64]) -> f32[64,64] {
+  %a = f32[64,64]{1,0} parameter(0)
+  %b = f32[64,64]{1,0} parameter(1)
+  ROOT %custom-call.1 = f32[64,64]{1,0} custom-call(%a, %b), custom_call_target="__cublas$gemm", backend_config={"gemm_backend_config":{"precision_config":{"operand_precision":["HIGHEST","HIGHEST"]}}}
+}
+"""
+    work = _work("jit_mm(1)", text, "custom-call.1")
+    assert (work.matmul_dtype, work.precision) == ("f32", "highest")
+
+
+# --- evidence by hand ---------------------------------------------------------------------------
+
+def _host(*, kind: DeviceKind, device_type: str, top_ops=(), program="PjitFunction(step)", steps=10,
+          step_ms=10.0, busy=0.95, devices=1) -> HostEvidence:
+    return HostEvidence(
+        host="h", file="h.xplane.pb", bytes=1, events=1, device_kind=kind, device_type=device_type,
+        devices=devices, compute_lanes=["lane"], step_source=StepSource.STEP_MARKERS, steps=steps,
+        step_ms=Distribution.of([step_ms] * steps), busy_fraction=busy, loop_busy_fraction=busy,
+        top_ops=list(top_ops), dispatched=[HostActivity(name=program, count_per_step=1, ms_per_step=1,
+                                                        share_of_step=0.1, encloses_dispatches=True)],
+    )
+
+
+def _op(name: str, share: float, step_ms: float = 10.0, expression: str = "") -> OpTime:
+    return OpTime(name=name, count_per_step=1.0, self_ms_per_step=share * step_ms, share_of_busy=share,
+                  expression=expression)
+
+
+def _op_profile(program: str, *, ms: float, flops: float, bytes_accessed: float) -> ToolResult:
+    """XProf's get_hlo_op_profile answer holding one op of ``program``."""
+    return ToolResult(name="get_hlo_op_profile", status=ToolStatus.OK, seconds=0.0, data={"grouped_operations": {
+        "IDLE": [{"name": "by_program/IDLE", "total_self_time_ms": 1.0, "flops": 0.0, "bytes_accessed": 0.0}],
+        "loop fusion": [{"name": f"by_program/{program}/loop fusion/fusion.1", "total_self_time_ms": ms,
+                         "flops": flops, "bytes_accessed": bytes_accessed, "occurrences": 10}],
+    }})
+
+
+def _analysis(*hosts: HostEvidence, tools=(), modules=()):
+    works = hlo.kernel_work([hlo.parse_module(name, text) for name, text in modules])
+    return assess(hosts=list(hosts), tools=list(tools), hlo_issues={}, versions={}, seconds=0.0,
+                  profile=ProfileInput(source="s", session="s", files=["h.xplane.pb"], bytes=1), hlo_kernels=works)
+
+
+# --- roofline verdict and MFU -------------------------------------------------------------------
+
+V5E = chip_for("TPU v5 lite")
+
+
+def test_a_decode_loop_at_86_percent_of_hbm_bandwidth_is_memory_bound_near_the_roof_and_healthy():
+    seconds = 0.1  # ten 10 ms steps
+    host = _host(kind=DeviceKind.TPU, device_type="TPU v5 lite", top_ops=[_op("fusion.1", 1.0)],
+                 program="jit_decode(5)")
+    streamed = 0.86 * V5E.hbm_bytes_per_s * seconds
+    analysis = _analysis(host, tools=[_op_profile("jit_decode(5)", ms=seconds * 1e3, flops=2 * streamed / 2,
+                                                  bytes_accessed=streamed)])
+    (program,) = analysis.roofline
+    assert program.verdict == "memory-bound" and program.bandwidth_fraction == pytest.approx(0.86)
+    assert program.arithmetic_intensity == pytest.approx(1.0) and program.ridge_point == pytest.approx(240.5, abs=0.1)
+    assert "near the memory roof: 86.0% of the HBM bandwidth" in program.statement
+    assert analysis.metrics.hardware == "TPU v5e" and analysis.metrics.hbm_bandwidth_fraction == pytest.approx(0.86)
+    assert analysis.status is HealthStatus.OPTIMAL and not analysis.findings
+
+
+def test_a_program_at_high_intensity_near_peak_is_compute_bound_and_its_mfu_is_its_step_flops_over_the_peak():
+    host = _host(kind=DeviceKind.TPU, device_type="TPU v5 lite", program="jit_train(2)", steps=10, step_ms=10.0)
+    flops = 0.6 * V5E.peak_flops["bf16"] * 0.1  # ten steps of 10 ms at 60 % of the peak
+    analysis = _analysis(host, tools=[_op_profile("jit_train(2)", ms=100.0, flops=flops, bytes_accessed=flops / 1000)])
+    (program,) = analysis.roofline
+    assert program.verdict == "compute-bound" and program.flops_fraction == pytest.approx(0.6)
+    assert (program.peak_dtype, program.achieved_flops_per_s) == ("bf16", pytest.approx(0.6 * 197e12))
+    assert analysis.metrics.mfu == pytest.approx(0.6) and analysis.metrics.achieved_tflops == pytest.approx(118.2)
+
+
+def test_mfu_divides_the_flops_among_the_devices():
+    host = _host(kind=DeviceKind.TPU, device_type="TPU v5 lite", program="jit_train(2)", devices=4)
+    flops = 4 * 0.3 * V5E.peak_flops["bf16"] * 0.1  # four chips, each at 30 % for ten 10 ms steps
+    analysis = _analysis(host, tools=[_op_profile("jit_train(2)", ms=400.0, flops=flops, bytes_accessed=flops / 1000)])
+    assert analysis.metrics.mfu == pytest.approx(0.3)
+
+
+def test_a_program_far_from_both_limits_is_neither():
+    host = _host(kind=DeviceKind.TPU, device_type="TPU v5 lite", program="jit_f(1)")
+    analysis = _analysis(host, tools=[_op_profile("jit_f(1)", ms=100.0, flops=1e9, bytes_accessed=1e9)])
+    (program,) = analysis.roofline
+    assert program.verdict == "neither" and program.statement.startswith("far from both limits")
+
+
+def test_an_unknown_chip_gets_the_achieved_rates_and_no_verdict():
+    host = _host(kind=DeviceKind.GPU, device_type="NVIDIA GPU (compute capability 7.0)", program="jit_f(1)")
+    analysis = _analysis(host, tools=[_op_profile("jit_f(1)", ms=100.0, flops=1e12, bytes_accessed=1e9)])
+    (program,) = analysis.roofline
+    assert program.achieved_flops_per_s == pytest.approx(1e13) and program.verdict == ""
+    assert program.statement.startswith("no verdict") and analysis.metrics.mfu is None
+    assert analysis.metrics.hardware == "" and analysis.metrics.achieved_tflops == pytest.approx(10.0)
+
+
+def test_on_cpu_the_achieved_rate_comes_from_the_hlos_matmuls_and_the_timed_ops():
+    host = _host(kind=DeviceKind.CPU, device_type="CPU", top_ops=[_op("ynn_fusion.1", 1.0, step_ms=40.0)],
+                 program="PjitFunction(step)")
+    analysis = _analysis(host, modules=[("jit_step(20)", CPU_FLOAT64)])
+    (program,) = analysis.roofline
+    assert (program.program, program.source) == ("jit_step(20)", "hlo")
+    assert program.achieved_flops_per_s == pytest.approx(2 * 384 * 512 * 512 / 0.040)
+    assert program.verdict == "" and "no published peaks" in program.statement
+    html = render_summary(analysis)
+    assert "CPU: no published peaks" in html and "Hardware limits" in html
+
+
+def test_the_hardware_section_escapes_program_names():
+    host = _host(kind=DeviceKind.TPU, device_type="TPU v5 lite", program="<script>x</script>")
+    analysis = _analysis(host, tools=[_op_profile("<script>x</script>", ms=100.0, flops=1e12, bytes_accessed=1e9)])
+    html = render_summary(analysis)
+    assert "<script>x" not in html and "&lt;script&gt;x&lt;/script&gt;" in html
+
+
+# --- dtype and precision ------------------------------------------------------------------------
+
+
+def test_float64_math_taking_most_of_device_time_is_a_p1_with_its_measured_share_and_the_x64_fix():
+    host = _host(kind=DeviceKind.CPU, device_type="CPU", program="PjitFunction(step)",
+                 top_ops=[_op("ynn_fusion.1", 0.72), _op("ynn_fusion", 0.28)])
+    analysis = _analysis(host, modules=[("jit_step(20)", CPU_FLOAT64)])
+    (finding,) = [f for f in analysis.findings if "Float64" in f.title]
+    assert (finding.priority, finding.category) == (Priority.P1, FindingCategory.COMPUTE)
+    assert finding.title == "Float64 math takes 72% of device time"
+    assert "jax_enable_x64" in finding.fix and "float32" in finding.fix
+    (slow,) = analysis.slow_precision
+    assert (slow.kind, slow.share_of_device, slow.kernels) == ("float64", pytest.approx(0.72), ["ynn_fusion.1"])
+    assert analysis.status is HealthStatus.NEEDS_ATTENTION
+
+
+def test_float64_below_a_measurable_share_is_no_finding():
+    host = _host(kind=DeviceKind.CPU, device_type="CPU", top_ops=[_op("ynn_fusion.1", 0.03), _op("other", 0.97)])
+    analysis = _analysis(host, modules=[("jit_step(20)", CPU_FLOAT64)])
+    assert not analysis.slow_precision and not any("Float64" in f.title for f in analysis.findings)
+
+
+def test_highest_precision_f32_matmuls_on_a_tpu_are_a_finding_with_their_share():
+    expression = TPU_FUSION_TEXT
+    host = _host(kind=DeviceKind.TPU, device_type="TPU v5 lite", program="jit__lambda(113)",
+                 top_ops=[_op("convolution_tanh_fusion", 0.8, expression=expression), _op("copy.1", 0.2)])
+    analysis = _analysis(host, modules=[("jit__lambda(113)", TPU_HIGHEST)])
+    (finding,) = [f for f in analysis.findings if "HIGHEST" in f.title]
+    assert finding.title == "Float32 matmuls at HIGHEST precision take 80% of device time"
+    assert finding.priority is Priority.P1 and "six" in finding.what
+    assert "jax.default_matmul_precision" in finding.fix and "preferred_element_type" in finding.fix
+    assert analysis.slow_precision[0].kind == "highest"
+
+
+@pytest.mark.parametrize(("kind", "device_type", "flagged"), [
+    (DeviceKind.CPU, "CPU", False),  # HIGHEST changes nothing on a CPU
+    (DeviceKind.GPU, "Tesla V100-SXM2-16GB", False),  # no TF32 before Ampere
+    (DeviceKind.GPU, "NVIDIA A100-SXM4-80GB", True),  # TF32 by default, full f32 at HIGHEST
+])
+def test_highest_precision_is_flagged_only_where_default_precision_is_faster(kind, device_type, flagged):
+    host = _host(kind=kind, device_type=device_type, program="PjitFunction(g)", top_ops=[_op("ynn_fusion", 0.9)])
+    analysis = _analysis(host, modules=[("jit_g(3)", CPU_HIGHEST)])
+    assert any("HIGHEST" in f.title for f in analysis.findings) is flagged
+
+
+# --- ratios in titles ---------------------------------------------------------------------------
+
+DECODE_WITH_CONSTANT_WEIGHTS = """HloModule jit_decode
+
+ENTRY %main (token: f32[1,256]) -> f32[1,256] {
+  %token = f32[1,256]{1,0} parameter(0)
+  %weights = f32[4096,4096]{1,0} constant({...})
+  %hidden = f32[1,4096]{1,0} dot(%token, %weights), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  ROOT %out = f32[1,256]{1,0} slice(%hidden), slice={[0:1], [0:256]}
+}
+"""
+
+
+def _allocations(module: str, mib: float) -> ToolResult:
+    return ToolResult(name="get_peak_allocations", status=ToolStatus.OK, seconds=0.0, data={
+        "summary": {"top_modules": [{"module_name": module, "total_hbm_mib": mib}]}})
+
+
+def _temporaries(text: str, peak_mib: float):
+    programs = hlo.program_buffers([hlo.parse_module("jit_decode(4)", text)])
+    host = _host(kind=DeviceKind.CPU, device_type="CPU", program="PjitFunction(decode)")
+    return assess(hosts=[host], tools=[_allocations("jit_decode(4)", peak_mib)], hlo_issues={}, versions={},
+                  seconds=0.0, profile=ProfileInput(source="s", session="s", files=["h"], bytes=1),
+                  hlo_programs=programs)
+
+
+def test_weights_closed_over_as_constants_count_beside_the_inputs_and_outputs():
+    (program,) = hlo.program_buffers([hlo.parse_module("jit_decode(4)", DECODE_WITH_CONSTANT_WEIGHTS)])
+    assert program.constants_bytes == 4096 * 4096 * 4
+    analysis = _temporaries(DECODE_WITH_CONSTANT_WEIGHTS, 64.1)  # the weights and a little more
+    assert not [f for f in analysis.findings if f.category is FindingCategory.MEMORY]
+
+
+def test_a_ratio_above_1000x_is_said_in_words_with_the_sizes():
+    text = DECODE_WITH_CONSTANT_WEIGHTS.replace("f32[4096,4096]{1,0} constant({...})",
+                                                "f32[4096,4096]{1,0} broadcast(%token), dimensions={}")
+    analysis = _temporaries(text, 1024.0)
+    (finding,) = [f for f in analysis.findings if f.category is FindingCategory.MEMORY]
+    assert finding.title.startswith("Temporaries far larger than the program's inputs, outputs and constants (")
+    assert "x the" not in finding.title
+
+
+def test_highest_precision_f32_matmuls_on_a_tpu_are_held_to_its_bf16_peak_and_the_verdict_says_why():
+    # The measured run on a TPU v5e: four such matmuls of 4096 in 17.1 ms per step, 15.9 % of the bf16 peak.
+    host = _host(kind=DeviceKind.TPU, device_type="TPU v5 lite", program="jit__lambda(113)")
+    flops = 4 * 2 * 4096**3 * 10
+    analysis = _analysis(host, tools=[_op_profile("jit__lambda(113)", ms=175.15, flops=flops, bytes_accessed=9.4e9)],
+                         modules=[("jit__lambda(113)", TPU_HIGHEST)])
+    (program,) = analysis.roofline
+    assert (program.matmul_dtype, program.peak_dtype, program.verdict) == ("f32", "bf16", "neither")
+    assert program.flops_fraction == pytest.approx(0.159, abs=0.001)
+    assert "HIGHEST precision" in program.statement and "latency" not in program.statement
+
+
+def test_the_precision_findings_are_supported_by_the_evidence_the_reasoner_gets():
+    expression = TPU_FUSION_TEXT
+    host = _host(kind=DeviceKind.TPU, device_type="TPU v5 lite", program="jit__lambda(113)",
+                 top_ops=[_op("convolution_tanh_fusion", 0.55, expression=expression), _op("fusion.2", 0.45)])
+    analysis = _analysis(host, tools=[_op_profile("jit__lambda(113)", ms=100.0, flops=1e12, bytes_accessed=1e9)],
+                         modules=[("jit__lambda(113)", TPU_HIGHEST), ("jit_step(20)", CPU_FLOAT64)])
+    (finding,) = [f for f in analysis.findings if "HIGHEST" in f.title]
+    assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
+    digest = prompts.evidence_digest(analysis, [])
+    assert digest["slow_precision"][0]["kernels"] == ["convolution_tanh_fusion"]
+    assert digest["roofline"][0]["program"] == "jit__lambda(113)"
+
+
+def test_a_program_whose_device_time_is_mostly_async_copies_is_said_to_wait_on_transfers():
+    host = _host(kind=DeviceKind.TPU, device_type="TPU v6 Lite", program="jit_f(12)")
+    profile = _op_profile("jit_f(12)", ms=10.0, flops=1e9, bytes_accessed=1e9)
+    profile.data["grouped_operations"]["copy-done"] = [
+        {"name": "by_program/jit_f(12)/copy-done/copy-done.4", "total_self_time_ms": 90.0, "flops": 0.0,
+         "bytes_accessed": 2e9}]
+    (program,) = _analysis(host, tools=[profile]).roofline
+    assert program.verdict == "neither" and program.device_ms == pytest.approx(100.0)
+    assert "asynchronous copies" in program.statement and "latency" not in program.statement

@@ -1,0 +1,208 @@
+"""The HLO text parser and the three detectors XProf no longer ships, on hand-written modules."""
+
+from __future__ import annotations
+
+from mldiag.analysis.xprof import hlo
+
+LAYOUT_COPY = """HloModule jit_transpose, entry_computation_layout={(f32[32,128]{1,0})->f32[128,32]{1,0}}
+
+%fused_computation (param_0.1: f32[32,128]) -> f32[128,32] {
+  %param_0.1 = f32[32,128]{1,0} parameter(0)
+  %transpose.0 = f32[128,32]{0,1} transpose(%param_0.1), dimensions={1,0}
+  ROOT %copy.1 = f32[128,32]{1,0} copy(%transpose.0)
+}
+
+ENTRY %main.1 (args_0_.1: f32[32,128]) -> f32[128,32] {
+  %args_0_.1 = f32[32,128]{1,0} parameter(0)
+  ROOT %transpose_copy_fusion = f32[128,32]{1,0} fusion(%args_0_.1), kind=kLoop, calls=%fused_computation
+}
+"""
+
+ROUND_TRIP_AND_REDUCE = """HloModule jit_step
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %sum = f32[] add(%a, %b)
+}
+
+ENTRY %main (x: f32[256,1024]) -> (f32[256,1024], f32[256]) {
+  %x = f32[256,1024]{1,0} parameter(0)
+  %narrow = bf16[256,1024]{1,0} convert(%x)
+  %wide = f32[256,1024]{1,0} convert(%narrow)
+  %zero = f32[] constant(0)
+  %total = f32[256]{0} reduce(%wide, %zero), dimensions={1}, to_apply=%add
+  %reshaped = f32[1024,256]{1,0} reshape(%wide)
+  ROOT %out = (f32[256,1024]{1,0}, f32[256]{0}) tuple(%wide, %total)
+}
+"""
+
+FUSED_AND_CLEAN = """HloModule jit_clean
+
+%fused (p: bf16[256,1024]) -> f32[256,1024] {
+  %p = bf16[256,1024]{1,0} parameter(0)
+  %c = f32[256,1024]{1,0} convert(%p)
+  ROOT %t = f32[256,1024]{1,0} tanh(%c)
+}
+
+ENTRY %main (x: bf16[256,1024]) -> f32[256,1024] {
+  %x = bf16[256,1024]{1,0} parameter(0)
+  ROOT %f = f32[256,1024]{1,0} fusion(%x), kind=kLoop, calls=%fused
+}
+"""
+
+
+def _module(name, text):
+    return hlo.parse_module(name, text)
+
+
+def test_parser_reads_shapes_layouts_operands_and_fusions():
+    module = _module("jit_transpose(18)", LAYOUT_COPY)
+    assert module.entry == "main.1"
+    copy = module.instructions["copy.1"]
+    assert copy.opcode == "copy" and copy.operands == ["transpose.0"]
+    assert copy.shape == hlo.Shape("f32", (128, 32), (1, 0)) and copy.shape.bytes == 128 * 32 * 4
+    assert module.executor(copy) == "transpose_copy_fusion"
+    assert [i.name for i in module.work()] == ["transpose.0", "copy.1"]
+
+
+def test_tuple_shapes_and_attributes_do_not_confuse_the_parser():
+    module = _module("jit_step", ROUND_TRIP_AND_REDUCE)
+    out = module.instructions["out"]
+    assert out.opcode == "tuple" and out.operands == ["wide", "total"] and out.shape is None
+    assert module.instructions["total"].operands == ["wide", "zero"]
+
+
+def test_a_copy_that_only_changes_the_layout_is_found():
+    (issue,) = hlo.detect_layout_mismatch_copies([_module("jit_transpose(18)", LAYOUT_COPY)])
+    assert issue.instruction == "copy.1" and issue.runs_as == "transpose_copy_fusion"
+    assert issue.shapes == ["f32[128,32]{0,1}", "f32[128,32]{1,0}"]
+
+
+def test_a_program_that_only_transposes_is_an_unfused_reshape():
+    (issue,) = hlo.detect_unfused_reshapes([_module("jit_transpose(18)", LAYOUT_COPY)])
+    assert issue.module == "jit_transpose(18)" and "whole program" in issue.detail
+
+
+def test_a_top_level_reshape_inside_a_bigger_program_is_its_own_kernel():
+    (issue,) = hlo.detect_unfused_reshapes([_module("jit_step", ROUND_TRIP_AND_REDUCE)])
+    assert issue.instruction == "reshaped" and "own kernel" in issue.detail
+
+
+def test_a_dtype_round_trip_and_a_convert_materialised_for_a_reduce_are_found():
+    issues = hlo.detect_unnecessary_convert_reduce([_module("jit_step", ROUND_TRIP_AND_REDUCE)])
+    assert [i.instruction for i in issues] == ["wide"]
+    assert "f32 -> bf16 -> f32 round trip" in issues[0].detail
+
+
+def test_converts_fused_into_compute_are_not_flagged():
+    module = _module("jit_clean", FUSED_AND_CLEAN)
+    assert hlo.detect_unnecessary_convert_reduce([module]) == []
+    assert hlo.detect_unfused_reshapes([module]) == []
+    assert hlo.detect_layout_mismatch_copies([module]) == []
+
+
+def test_standalone_convert_programs_in_both_directions_are_an_op_by_op_round_trip():
+    def program(name, source, target):
+        return _module(name, f"""HloModule {name}
+
+ENTRY %main (x: {source}[64,64]) -> {target}[64,64] {{
+  %x = {source}[64,64]{{1,0}} parameter(0)
+  ROOT %c = {target}[64,64]{{1,0}} convert(%x)
+}}
+""")
+
+    issues = hlo.detect_unnecessary_convert_reduce([program("down(4)", "f32", "bf16"), program("up(10)", "bf16", "f32")])
+    assert {i.module for i in issues} == {"down(4)", "up(10)"}
+    assert all("op-by-op round trip" in i.detail for i in issues)
+
+
+def test_a_full_size_convert_whose_only_user_is_a_reduce_is_found():
+    module = _module("jit_sum", """HloModule jit_sum
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %sum = f32[] add(%a, %b)
+}
+
+ENTRY %main (x: bf16[512,512]) -> f32[512] {
+  %x = bf16[512,512]{1,0} parameter(0)
+  %wide = f32[512,512]{1,0} convert(%x)
+  %zero = f32[] constant(0)
+  ROOT %total = f32[512]{0} reduce(%wide, %zero), dimensions={1}, to_apply=%add
+}
+""")
+    (issue,) = hlo.detect_unnecessary_convert_reduce([module])
+    assert issue.instruction == "wide" and "only to be reduced" in issue.detail
+    assert issue.shapes == ["bf16[512,512]{1,0}", "f32[512,512]{1,0}"]
+
+
+KERNELS = """HloModule jit_kernels
+
+%region_0 (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %sum = f32[] add(%a, %b)
+}
+
+%fused_reduce (param_0.6: bf16[8,2048]) -> f32[8] {
+  %param_0.6 = bf16[8,2048]{1,0} parameter(0)
+  %convert.2 = f32[8,2048]{1,0} convert(%param_0.6)
+  %zero = f32[] constant(0)
+  ROOT %reduce.7 = f32[8]{0} reduce(%convert.2, %zero), dimensions={1}, to_apply=%region_0
+}
+
+%fused_scale (param_0.5: f32[8]) -> bf16[8] {
+  %param_0.5 = f32[8]{0} parameter(0)
+  %half = f32[] constant(0.5)
+  %broadcast.2 = f32[8]{0} broadcast(%half), dimensions={}
+  %multiply.1 = f32[8]{0} multiply(%param_0.5, %broadcast.2)
+  ROOT %convert.0 = bf16[8]{0} convert(%multiply.1)
+}
+
+%lhs (p.1: bf16[64,64]) -> bf16[64,64] {
+  ROOT %p.1 = bf16[64,64]{1,0} parameter(0)
+}
+
+%gemm_computation (p.2: bf16[64,64], p.3: bf16[64,64]) -> bf16[64,64] {
+  %p.2 = bf16[64,64]{1,0} parameter(0)
+  %block_fusion = bf16[64,64]{1,0} fusion(%p.2), kind=kCustom, calls=%lhs
+  %p.3 = bf16[64,64]{1,0} parameter(1)
+  ROOT %dot.0 = bf16[64,64]{1,0} dot(%block_fusion, %p.3), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+%fused_transpose (param_0.1: bf16[64,32]) -> bf16[32,64] {
+  %param_0.1 = bf16[64,32]{1,0} parameter(0)
+  ROOT %transpose.1 = bf16[32,64]{1,0} transpose(%param_0.1), dimensions={1,0}
+}
+
+ENTRY %main (x: bf16[8,2048], w: bf16[64,64], y: bf16[64,32]) -> (bf16[8], bf16[64,64], bf16[32,64], bf16[64,64]) {
+  %x = bf16[8,2048]{1,0} parameter(0)
+  %w = bf16[64,64]{1,0} parameter(1)
+  %y = bf16[64,32]{1,0} parameter(2)
+  %input_reduce_fusion = f32[8]{0} fusion(%x), kind=kInput, calls=%fused_reduce
+  %loop_convert_fusion = bf16[8]{0} fusion(%input_reduce_fusion), kind=kLoop, calls=%fused_scale
+  %gemm_fusion_dot = bf16[64,64]{1,0} fusion(%w, %w), kind=kCustom, calls=%gemm_computation
+  %loop_transpose_fusion = bf16[32,64]{1,0} fusion(%y), kind=kLoop, calls=%fused_transpose
+  %custom-call.1 = (bf16[64,64]{1,0}, s8[1024]{0}) custom-call(%w, %w), custom_call_target="__cublas$gemm"
+  %gte = bf16[64,64]{1,0} get-tuple-element(%custom-call.1), index=0
+  %transpose.9 = bf16[64,64]{0,1} transpose(%gte), dimensions={1,0}
+  ROOT %out = (bf16[8]{0}, bf16[64,64]{1,0}, bf16[32,64]{1,0}, bf16[64,64]{0,1}) tuple(%loop_convert_fusion, %gemm_fusion_dot, %loop_transpose_fusion, %transpose.9)
+}
+"""
+
+
+def test_each_kernel_is_described_by_what_its_hlo_computes():
+    works = {w.instruction: w for w in hlo.kernel_work([_module("jit_kernels(3)", KERNELS)])}
+    described = {name: hlo.describe([work]) for name, work in works.items()}
+    assert described["input_reduce_fusion"] == "f32 reduction (reduce; root reduce)"
+    assert described["loop_convert_fusion"] == "element-wise f32 math converted to bf16 (multiply; root convert)"
+    assert described["gemm_fusion_dot"] == "bf16 matmul (dot; root dot)"  # the nested fusion's parameter is no work
+    assert described["loop_transpose_fusion"] == "no math, only data movement (transpose; root transpose)"
+    assert described["custom-call.1"] == 'custom call "__cublas$gemm" returning bf16'
+    assert described["transpose.9"] == "bf16 transpose"  # an op that runs as a kernel of its own
+    assert not {"x", "gte", "out", "sum", "dot.0"} & set(works)  # parameters, tuples and fused ops run no kernel
+    assert works["custom-call.1"].custom_call == "__cublas$gemm" and works["loop_convert_fusion"].module == (
+        "jit_kernels(3)")
+    assert hlo.describe([]) == ""
