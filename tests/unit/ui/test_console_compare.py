@@ -46,6 +46,15 @@ def test_the_run_page_charts_step_time_and_health_oldest_first(compared):
     assert 'name="baseline"' in page and "s-pending</option>" not in page
 
 
+def test_the_charts_axes_say_when_and_in_what_unit(compared):
+    page = compared.get("/ui/runs/r1").get_data(as_text=True)
+    chart = page[page.index("<svg"):page.index("</svg>")]
+    ticks = re.findall(r'<text class="tick"[^>]*>([^<]+)</text>', chart)
+    assert len([tick for tick in ticks if re.fullmatch(r"01-01 00:0\d", tick)]) == 2  # the sessions' creation
+    assert "0 ms" in ticks and any(tick.endswith(" ms") and tick != "0 ms" for tick in ticks)
+    assert "step time" in chart and "session created (UTC)" in chart
+
+
 def test_one_analysed_session_gets_no_chart(console):
     run = add_run(console.services, "r1")
     add_session(console.services, run, "s1", analysis=AnalysisStatus(state="DONE", step_time_ms=10.0))

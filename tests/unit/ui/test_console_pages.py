@@ -24,6 +24,8 @@ def test_the_runs_page_lists_runs_with_phase_labels_and_targets(console, service
     assert 'href="/ui/runs/train-1">Llama pretraining</a>' in page
     assert "team=infra" in page and "worker-0" in page
     assert '<span class="state state-completed">Completed</span>' in page
+    completed_row = page[page.index('href="/ui/runs/train-2"'):].split("</tr>")[0]
+    assert "Active" not in completed_row  # no resource state beside the phase while the run is not being deleted
 
 
 def test_the_control_planes_root_leads_to_the_console(console):
@@ -141,7 +143,8 @@ def test_unknown_runs_and_sessions_get_a_page_saying_so(console, services):
     for path in ("/ui/runs/nope", "/ui/runs/r1/sessions/nope"):
         response = console.get(path)
         assert response.status_code == 404
-        assert response.mimetype == "text/html" and "nope not found" in response.get_data(as_text=True)
+        page = response.get_data(as_text=True)
+        assert response.mimetype == "text/html" and page.count("nope not found") == 1
 
 
 def test_pages_forbid_framing_inline_scripts_and_caching(console, services):

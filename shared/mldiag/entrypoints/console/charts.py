@@ -2,7 +2,8 @@
 
 The console renders it server-side (``console/_step_chart.html``, no script):
 one point per analysed session, oldest first, at its step time, coloured by the
-health its analysis found. Only numbers and enum words come out of here;
+health its analysis found; the x axis names when the first, middle and last
+sessions were created, the y axis is in milliseconds per step. Only numbers and enum words come out of here;
 session ids reach the page through Jinja's autoescape.
 """
 
@@ -16,7 +17,7 @@ from mldiag.domain.resources import AnalysisState, ProfilerSession
 from mldiag.entrypoints.console.formatting import state_class
 
 WIDTH, HEIGHT = 640, 160
-MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM = 56, 12, 12, 24
+MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM = 64, 24, 12, 36
 EARLIEST = datetime.min.replace(tzinfo=timezone.utc)
 
 
@@ -27,6 +28,7 @@ class ChartPoint:
     y: float
     step_time_ms: float
     health: str  # a CSS-safe word: optimal, needs-attention, ...
+    created: str  # when the session was created, "12-05 19:37" (UTC)
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,12 @@ class StepTimeChart:
     left: int = MARGIN_LEFT
     top: int = MARGIN_TOP
     bottom: int = HEIGHT - MARGIN_BOTTOM
+
+    @property
+    def x_labels(self) -> list[ChartPoint]:
+        """The points whose creation time labels the x axis: the first, the middle one and the last."""
+        chosen = sorted({0, (len(self.points) - 1) // 2, len(self.points) - 1})
+        return [self.points[index] for index in chosen if self.points[index].created]
 
     @property
     def line(self) -> str:
@@ -64,5 +72,6 @@ def step_time_chart(sessions: Sequence[ProfilerSession]) -> StepTimeChart | None
             y=MARGIN_TOP + plot_height * (1 - step_ms / top_ms),
             step_time_ms=step_ms,
             health=state_class(session.analysis.health) or "unknown",
+            created=session.create_time.astimezone(timezone.utc).strftime("%m-%d %H:%M") if session.create_time else "",
         ))
     return StepTimeChart(points=points, top_ms=top_ms)

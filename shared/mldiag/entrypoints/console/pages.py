@@ -134,7 +134,8 @@ def page_context() -> dict[str, Any]:
 
 @blueprint.errorhandler(MldiagError)
 def show_error(error: MldiagError) -> tuple[str, int]:
-    return render_template("console/error.html", error=error, code=error.http_code,
+    # Named ``problem``, not ``error``: the base layout would show an ``error`` again in its alert box.
+    return render_template("console/error.html", problem=error, code=error.http_code,
                            sign_in=isinstance(error, Unauthenticated)), error.http_code
 
 

@@ -46,4 +46,4 @@ def _bucket_folder(blobs: object) -> str:
 
 @blueprint.errorhandler(MldiagError)
 def show_error(error: MldiagError) -> tuple[str, int]:
-    return render_template("console/error.html", error=error, code=error.http_code), error.http_code
+    return render_template("console/error.html", problem=error, code=error.http_code), error.http_code
