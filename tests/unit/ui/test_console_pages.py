@@ -28,6 +28,16 @@ def test_the_runs_page_lists_runs_with_phase_labels_and_targets(console, service
     assert "Active" not in completed_row  # no resource state beside the phase while the run is not being deleted
 
 
+def test_a_runs_pages_name_it_by_its_display_name(console, services):
+    run_id = "0f6c2a9e-5b1d-4c3e-9a8f-2d7e1b4c6a00"
+    run = add_run(services, run_id, display_name="llama-pretraining")
+    add_session(services, run, "s1")
+    for path in (f"/ui/runs/{run_id}", f"/ui/runs/{run_id}/sessions/s1"):
+        crumbs = console.text(path).split('<nav class="crumbs"')[1].split("</nav>")[0]
+        shown = re.sub(r'"[^"]*"', "", crumbs)  # what the reader sees, not the links
+        assert "llama-pretraining" in shown and run_id not in shown, path
+
+
 def test_the_control_planes_root_leads_to_the_console(console):
     response = console.get("/")
     assert response.status_code == 302 and response.headers["Location"] == "/ui/"
