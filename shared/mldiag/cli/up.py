@@ -67,12 +67,13 @@ def up(
 ) -> None:
     """Run the control plane, the event functions, a bucket watcher and maintenance, until Ctrl-C."""
     from mldiag.local.otlp_grpc import DEFAULT_PORT
-    from mldiag.local.server import StartFailed, serve
+    from mldiag.local.server import LOCAL_SETTLE_SECONDS, StartFailed, serve
     from mldiag.local.xprof_viewer import ViewerFailed
 
     settings = Settings.from_env()
     explicit_format = "log_format" in settings.model_fields_set  # set by MLDIAG_LOG_FORMAT
     settings = settings.model_copy(update={
+        **({} if "settle_seconds" in settings.model_fields_set else {"settle_seconds": LOCAL_SETTLE_SECONDS}),
         "log_format": log_format.value if log_format else (settings.log_format if explicit_format else "console"),
         **({"data_dir": data.expanduser().resolve()} if data is not None else {}),
     })

@@ -78,7 +78,7 @@ class _Changes(FileSystemEventHandler):
 class BucketWatcher:
     """Watches a :class:`LocalBuckets` blob store and publishes finalize notifications to ``bus``."""
 
-    def __init__(self, blobs: BlobStore, bus: MessageBus, *, settle_seconds: float = 1.0,
+    def __init__(self, blobs: BlobStore, bus: MessageBus, *, settle_seconds: float = 0.5,
                  poll_seconds: float = 0.25):
         if not isinstance(blobs, LocalBuckets):
             raise TypeError("only a blob store whose buckets are local folders can be watched")

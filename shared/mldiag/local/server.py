@@ -33,6 +33,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -56,6 +57,7 @@ from mldiag.local.xprof_viewer import XprofViewer
 from mldiag.ports import HostedBus
 from mldiag.services.analysis_jobs import clean_up_after_a_stop, stop_workers
 from mldiag.services.dependencies import Services
+from mldiag.services.registration import Registrar
 
 log = structlog.get_logger(__name__)
 
@@ -64,6 +66,11 @@ log = structlog.get_logger(__name__)
 MAX_IN_FLIGHT = {"analyze_session": 1}
 BUS_WORKERS = 4  # deliveries at once besides the host analyses of fanned-out sessions
 HOST_ANALYSIS_MEMORY = 4 * 1024**3  # what one host analysis is given room for (100 MB - 1 GB files convert in it)
+# One machine's profile files land together, so a found session settles sooner than in the cloud (30 s),
+# where the hosts of a job write from many machines; a host that comes later starts a new analysis anyway.
+LOCAL_SETTLE_SECONDS = 2.0
+SETTLE_POLL_SECONDS = 0.5  # how often the ticker looks for a session whose settle window has passed
+MIN_TICK_GAP_SECONDS = 2.0  # between two ticks, so that a tick that cannot settle a session is not repeated at once
 
 
 def host_analysis_slots() -> int:
@@ -153,13 +160,27 @@ def recover_from_a_stop(services: Services) -> None:
 
 
 class _Ticker(threading.Thread):
-    def __init__(self, bus: HostedBus, interval: float):
+    """Cloud Scheduler's stand-in: a maintenance tick every ``interval``, and one as soon as a session's settle
+    window has passed, so that its analysis is requested then and not up to an interval later."""
+
+    def __init__(self, bus: HostedBus, registrar: Registrar, interval: float):
         super().__init__(name="mldiag-maintenance", daemon=True)
-        self.bus, self.interval, self.stopping = bus, interval, threading.Event()
+        self.bus, self.registrar, self.interval, self.stopping = bus, registrar, interval, threading.Event()
 
     def run(self) -> None:
-        while not self.stopping.wait(self.interval):
-            self.bus.publish(MAINTENANCE_TICKS, encode_json({"source": "mldiag up"}))
+        last_tick = time.monotonic()
+        while not self.stopping.wait(SETTLE_POLL_SECONDS):
+            since = time.monotonic() - last_tick
+            if since >= self.interval or (since >= MIN_TICK_GAP_SECONDS and self._settle_is_due()):
+                self.bus.publish(MAINTENANCE_TICKS, encode_json({"source": "mldiag up"}))
+                last_tick = time.monotonic()
+
+    def _settle_is_due(self) -> bool:
+        try:
+            return self.registrar.settle_is_due()
+        except Exception:  # the store busy or gone while stopping: the interval's tick comes anyway
+            log.debug("could not check for sessions due to settle", exc_info=True)
+            return False
 
 
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -217,7 +238,7 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
             otlp_note = str(error)
             log.warning("OTLP/gRPC is off", reason=otlp_note)
     watcher = BucketWatcher(services.blobs, bus)
-    ticker = _Ticker(bus, settings.maintenance_interval_seconds)
+    ticker = _Ticker(bus, Registrar(services), settings.maintenance_interval_seconds)
 
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     recover_from_a_stop(services)

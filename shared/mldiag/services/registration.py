@@ -305,15 +305,21 @@ class Registrar:
         )
         return key
 
-    def settle_due(self) -> int:
-        """Request analysis for every session whose settle window has passed; returns how many."""
-        due = self.services.store.query(
+    def _due(self, limit: int) -> list[dict[str, Any]]:
+        return self.services.store.query(
             ProfilerSession.collection,
             where=[Where("settleAfter", "<=", format_timestamp(self.services.now()))],
-            limit=500,
+            limit=limit,
         )
+
+    def settle_is_due(self) -> bool:
+        """Whether some session's settle window has passed, so that :meth:`settle_due` has work."""
+        return bool(self._due(limit=1))
+
+    def settle_due(self) -> int:
+        """Request analysis for every session whose settle window has passed; returns how many."""
         requested = 0
-        for document in due:
+        for document in self._due(limit=500):
             name = document["name"]
 
             def work(transaction: Transaction, name: str = name) -> str:

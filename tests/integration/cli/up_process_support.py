@@ -19,10 +19,13 @@ class UpProcess:
     reader: threading.Thread | None = None
 
     @classmethod
-    def start(cls, data: Path, *code: str, env: dict[str, str] | None = None) -> UpProcess:
-        """``mldiag up --port 0 --data DATA``, after running ``code`` in its interpreter (to patch a default)."""
-        environment = {**os.environ, "MLDIAG_SETTLE_SECONDS": "3600", **(env or {})}
-        environment.pop("MLDIAG_LOG_FORMAT", None)
+    def start(cls, data: Path, *code: str, env: dict[str, str | None] | None = None) -> UpProcess:
+        """``mldiag up --port 0 --data DATA``, after running ``code`` in its interpreter (to patch a default).
+
+        ``env`` adds settings; a setting given as None is left unset, so that ``mldiag up``'s default holds.
+        """
+        merged = {**os.environ, "MLDIAG_SETTLE_SECONDS": "3600", "MLDIAG_LOG_FORMAT": None, **(env or {})}
+        environment = {key: value for key, value in merged.items() if value is not None}
         program = "; ".join([*code, "from mldiag.cli.main import run", "run()"])
         up = cls(subprocess.Popen([sys.executable, "-c", program, "up", "--port", "0", "--data", str(data)],
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment))
