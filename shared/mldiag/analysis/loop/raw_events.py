@@ -454,8 +454,10 @@ def _steps(trace: _Trace, launches: dict[str, _Launches]) -> _Steps:
     """The step windows, most trustworthy source first.
 
     With step markers the step is the marker; with a device ``Steps`` line each
-    device has its own; without either, the program the host calls again and
-    again makes one step per call (its period, start to start); several programs
+    device has its own, unless that line only numbers the runs of a sequence of
+    several programs that the loop repeats; without either, the program the host
+    calls again and again makes one step per call (its period, start to start),
+    and a repeated sequence of several programs one step per sequence; several programs
     called alike (op by op, or a benchmark of several) make no steps at all, and
     one window covers the capture from the first launch.
     """
@@ -469,12 +471,12 @@ def _steps(trace: _Trace, launches: dict[str, _Launches]) -> _Steps:
         windows = np.concatenate([np.column_stack((line.starts[keep], line.ends[keep])) for line, keep in chosen])
         windows = windows[np.argsort(windows[:, 0], kind="stable")]
         return _Steps(StepSource.STEP_MARKERS, trace.names[marker], windows, dict.fromkeys(devices, windows))
-    own = {device: np.column_stack((steps.starts, steps.ends))
-           for device, steps in trace.device_steps.items() if device in trace.lanes}
-    if own:
-        return _Steps(StepSource.DEVICE_STEPS, "", next(iter(own.values())), own)
     reference = launches.get("") or next(iter(launches.values()), None)
     iteration = _iteration(reference) if reference is not None else None
+    own = {device: np.column_stack((steps.starts, steps.ends))
+           for device, steps in trace.device_steps.items() if device in trace.lanes}
+    if own and not (iteration is not None and len(iteration[2]) > 1 and _step_per_run(trace)):
+        return _Steps(StepSource.DEVICE_STEPS, "", next(iter(own.values())), own)
     if iteration is not None:
         first, before, cycle = iteration
         by_device = {}
@@ -494,6 +496,14 @@ def _steps(trace: _Trace, launches: dict[str, _Launches]) -> _Steps:
     end = max(int(line.ends.max()) for line in active)
     window = np.array([[begin, max(begin + 1, end)]], dtype=np.int64)
     return _Steps(StepSource.PROFILE_WINDOW, "", window, dict.fromkeys(devices, window))
+
+
+def _step_per_run(trace: _Trace) -> bool:
+    """Whether each device's ``Steps`` line numbers every program run as a step of its own, as a TPU does for
+    a loop without step markers: such steps say no more than the runs (an iteration of several programs is
+    several of them)."""
+    return all(device in trace.program_runs and len(steps) == len(trace.program_runs[device])
+               for device, steps in trace.device_steps.items())
 
 
 def _iteration(launches: _Launches) -> tuple[int, int, list[int]] | None:
