@@ -284,6 +284,22 @@ def test_a_tpu_steps_line_of_one_program_keeps_its_steps(tmp_path):
     assert host.step_source is StepSource.DEVICE_STEPS and host.steps == 6
 
 
+def test_a_tpu_first_call_compiling_before_its_first_run_is_warm_up(tmp_path):
+    # Python's dispatch of the first call compiles (on the compiler's thread) for 300 ms, then the devices run
+    # the program every 10 ms; the device's step windows start with the runs, after the compile.
+    build = _tpu_runs_numbered_as_steps(["jit_step(1)"], iterations=8, period_ms=10)
+    for line in (build.trace.program_runs["/device:TPU:0"], build.trace.device_steps["/device:TPU:0"],
+                 *build.trace.lanes["/device:TPU:0"]):
+        line.starts += 300 * MS
+        line.ends += 300 * MS
+    build.host(jit_calls("step", [0], 300 * MS - 10_000)).host([("backend_compile_and_load", MS, 299 * MS)])
+    host = build.evidence(tmp_path)
+    assert host.warmup is not None and host.warmup.steps == 1 and host.warmup.compiles == 1
+    assert host.warmup.compile_ms == pytest.approx(298, rel=0.01)
+    assert host.warmup.ms == pytest.approx(310, rel=0.01)
+    assert host.recompiles_in_steps == 0
+
+
 def _accumulating_host() -> HostEvidence:
     return HostEvidence(
         host="h", file="h.xplane.pb", bytes=1, events=1, device_kind=DeviceKind.CPU, device_type="CPU", devices=1,
