@@ -1268,7 +1268,8 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
     _name_amd_architecture(hosts, by_name)
     metrics = _metrics(hosts, by_name)
     chip = roofline.chip_of(hosts, metrics.memory_capacity_bytes, _data(by_name, "get_device_information"))
-    rooflines = roofline.program_rooflines(hosts, _data(by_name, "get_hlo_op_profile"), hlo_kernels or [], chip)
+    rooflines = roofline.program_rooflines(hosts, _data(by_name, "get_hlo_op_profile"), hlo_kernels or [], chip,
+                                           hlo_programs or [], _data(by_name, "get_roofline_model"))
     roofline.fill_metrics(metrics, hosts, rooflines, chip)
     health = _health(hosts, metrics)
     programs = {program.module: program for program in hlo_programs or []}
