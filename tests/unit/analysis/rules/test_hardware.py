@@ -451,7 +451,8 @@ def test_a_program_is_costed_with_what_its_categories_total_not_only_the_few_ope
     # Five listed ops of 60 ms in a category of 100 ms; the rest of the category is the step program's too.
     flops = 0.6 * V5E.peak_flops["bf16"] * 0.1
     host = _host(kind=DeviceKind.TPU, device_type="TPU v5 lite", program="jit_train(2)")
-    profile = _profile({"convolution fusion": [_listed("jit_train(2)", "convolution fusion", 12.0, flops / 5, 1e6)] * 5},
+    listed = [_listed("jit_train(2)", "convolution fusion", 12.0, flops / 5, 1e6)] * 5
+    profile = _profile({"convolution fusion": listed},
                        [{"category": "convolution fusion", "total_self_time_ms": 100.0, "total_flops": flops / 0.6,
                          "bytes_accessed": 1e7}])
     (program,) = _analysis(host, tools=[profile]).roofline
