@@ -40,6 +40,10 @@ class TraceBuild:
         self.trace.device_steps[device] = self._line("Steps", events)
         return self
 
+    def program_runs(self, device: str, events: Events) -> TraceBuild:
+        self.trace.program_runs[device] = self._line("XLA Modules", events)
+        return self
+
     def evidence(self, tmp_path) -> HostEvidence:
         path = tmp_path / "host.xplane.pb"
         path.write_bytes(b"x")

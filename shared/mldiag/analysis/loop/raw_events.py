@@ -454,8 +454,10 @@ def _steps(trace: _Trace, launches: dict[str, _Launches]) -> _Steps:
     """The step windows, most trustworthy source first.
 
     With step markers the step is the marker; with a device ``Steps`` line each
-    device has its own; without either, the program the host calls again and
-    again makes one step per call (its period, start to start); several programs
+    device has its own, unless that line only numbers the runs of a sequence of
+    several programs that the loop repeats; without either, the program the host
+    calls again and again makes one step per call (its period, start to start),
+    and a repeated sequence of several programs one step per sequence; several programs
     called alike (op by op, or a benchmark of several) make no steps at all, and
     one window covers the capture from the first launch.
     """
@@ -469,12 +471,12 @@ def _steps(trace: _Trace, launches: dict[str, _Launches]) -> _Steps:
         windows = np.concatenate([np.column_stack((line.starts[keep], line.ends[keep])) for line, keep in chosen])
         windows = windows[np.argsort(windows[:, 0], kind="stable")]
         return _Steps(StepSource.STEP_MARKERS, trace.names[marker], windows, dict.fromkeys(devices, windows))
-    own = {device: np.column_stack((steps.starts, steps.ends))
-           for device, steps in trace.device_steps.items() if device in trace.lanes}
-    if own:
-        return _Steps(StepSource.DEVICE_STEPS, "", next(iter(own.values())), own)
     reference = launches.get("") or next(iter(launches.values()), None)
     iteration = _iteration(reference) if reference is not None else None
+    own = {device: np.column_stack((steps.starts, steps.ends))
+           for device, steps in trace.device_steps.items() if device in trace.lanes}
+    if own and not (iteration is not None and len(iteration[2]) > 1 and _step_per_run(trace)):
+        return _Steps(StepSource.DEVICE_STEPS, "", next(iter(own.values())), own)
     if iteration is not None:
         first, before, cycle = iteration
         by_device = {}
@@ -494,6 +496,14 @@ def _steps(trace: _Trace, launches: dict[str, _Launches]) -> _Steps:
     end = max(int(line.ends.max()) for line in active)
     window = np.array([[begin, max(begin + 1, end)]], dtype=np.int64)
     return _Steps(StepSource.PROFILE_WINDOW, "", window, dict.fromkeys(devices, window))
+
+
+def _step_per_run(trace: _Trace) -> bool:
+    """Whether each device's ``Steps`` line numbers every program run as a step of its own, as a TPU does for
+    a loop without step markers: such steps say no more than the runs (an iteration of several programs is
+    several of them)."""
+    return all(device in trace.program_runs and len(steps) == len(trace.program_runs[device])
+               for device, steps in trace.device_steps.items())
 
 
 def _iteration(launches: _Launches) -> tuple[int, int, list[int]] | None:
@@ -661,7 +671,8 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
     ops = _ops(trace, measured, steps.device_windows, count)
     host = _host_side(trace, steps, is_dispatch, count, busy_unions)
     programs, distinct_programs, launch_count, launch_idle = _programs(trace, launches, measured, busy_unions)
-    compiles = _compiles(trace, windows, is_dispatch)
+    launched = _launched(trace, steps, is_dispatch)
+    compiles = _compiles(trace, launched, is_dispatch)
     is_marker = _marker_mask(trace, steps)
     slow_steps = _slow_steps(trace, steps, _stepping_lines(trace, is_marker, is_dispatch), is_marker, busy_unions,
                              compiles.warmup_steps)
@@ -728,7 +739,7 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
         launch_idle_fraction=launch_idle,
         programs=programs,
         op_families=families,
-        warmup=_warmup(compiles, steps, step_ns),
+        warmup=_warmup(compiles, steps, launched, step_ns),
         recompiles_in_steps=compiles.recompiles,
         recompile_ms_per_step=float(compiles.recompile_ns.sum()) / count / 1e6,
         slow_steps=slow_steps,
@@ -1147,14 +1158,32 @@ def _compiles(trace: _Trace, windows: np.ndarray, is_dispatch: np.ndarray) -> _C
     )
 
 
-def _warmup(compiles: _Compiles, steps: _Steps, step_ns: np.ndarray) -> Warmup | None:
-    """The warm-up's cost (its steps from the first's start to the first steady step's) and the steady steps."""
+def _launched(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray) -> np.ndarray:
+    """The step windows from the moment the host began launching each: a window the devices' runs give starts
+    when the first run starts, after the host's dispatch that launched it (and compiled its program on a first
+    call), so the first window starts with the last outermost dispatch begun before it."""
+    windows = steps.windows
+    from_devices = steps.source is StepSource.DEVICE_STEPS or (
+        steps.source is StepSource.PROGRAM_RUNS and bool(trace.program_runs))
+    if not from_devices or not len(windows):
+        return windows
+    begun = [line.starts[_outermost(line, is_dispatch) & (line.starts < windows[0, 0])] for line in trace.host_lines]
+    starts = np.concatenate(begun or [np.zeros(0, np.int64)])
+    if not len(starts):
+        return windows
+    launched = windows.copy()
+    launched[0, 0] = int(starts.max())
+    return launched
+
+
+def _warmup(compiles: _Compiles, steps: _Steps, windows: np.ndarray, step_ns: np.ndarray) -> Warmup | None:
+    """The warm-up's cost (its steps from the first's launch to the first steady step's) and the steady steps."""
     warmup = compiles.warmup_steps
     if not warmup:
         return None
     return Warmup(
         steps=warmup,
-        ms=float(steps.windows[warmup, 0] - steps.windows[0, 0]) / 1e6,
+        ms=float(windows[warmup, 0] - windows[0, 0]) / 1e6,
         compile_ms=compiles.warmup_ns / 1e6,
         compiles=compiles.warmup_compiles,
         steady_step_ms=Distribution.of((_complete(steps.source, step_ns)[warmup:] / 1e6).tolist()),

@@ -423,8 +423,16 @@ def _host_cause_fix(host: HostEvidence, cause: host_causes.Cause) -> str:
     return fix
 
 
+def _dispatch_share(host: HostEvidence) -> float:
+    """The share of the step the host spends dispatching programs, as measured."""
+    return host.dispatch_ms_per_step / host.step_ms.mean if host.step_ms and host.step_ms.mean > 0 else 0.0
+
+
 def _dispatch_overhead(host: HostEvidence, kernels: list[KernelShare]) -> Finding | None:
-    if host.dispatches_per_step < OP_BY_OP_DISPATCHES or not host.step_ms:
+    """Op-by-op execution: many dispatches per step, or several whose measured dispatch time holds much of it."""
+    if not host.step_ms or host.dispatches_per_step < OFTEN_DISPATCHED:
+        return None
+    if host.dispatches_per_step < OP_BY_OP_DISPATCHES and _dispatch_share(host) < IDLE_PRIORITIES[1][0]:
         return None
     span = host.step_ms.mean
     idle = 1 - (host.busy_fraction or 0.0)
@@ -921,6 +929,19 @@ _COMPILER_CHECKS = {
 }
 
 
+def _compiler_cost_share(hosts: list[HostEvidence], family: str) -> float:
+    """The share of the step a family of data-moving ops costs, worst host: its device time, and where it is
+    dispatched op by op, those dispatches at the host's measured time per dispatch."""
+    shares = [0.0]
+    for host in hosts:
+        ops = host.op_families.get(family)
+        if ops is None or not host.step_ms or host.step_ms.mean <= 0:
+            continue
+        per_dispatch = host.dispatch_ms_per_step / host.dispatches_per_step if host.dispatches_per_step else 0.0
+        shares.append((ops.ms_per_step + ops.dispatches_per_step * per_dispatch) / host.step_ms.mean)
+    return max(shares)
+
+
 def _compiler(hosts: list[HostEvidence], hlo_issues: dict[str, list[HloIssue]]) -> list[Finding]:
     findings = []
     for detector, (family, label, what, fix) in _COMPILER_CHECKS.items():
@@ -931,8 +952,9 @@ def _compiler(hosts: list[HostEvidence], hlo_issues: dict[str, list[HloIssue]]) 
         dispatches = max((f.dispatches_per_step for f in ops if f), default=0.0)
         ms = max((f.ms_per_step for f in ops if f), default=0.0)
         findings.append(Finding(
-            # Repeated op by op every step, the pattern costs a dispatch each time; inside a program, a kernel.
-            priority=Priority.P1 if dispatches >= OFTEN_DISPATCHED else Priority.P2,
+            # Repeated op by op every step, the pattern costs a dispatch each time; inside a program, a kernel:
+            # ranked by that measured cost, so that a pattern costing little never outranks a costly cause.
+            priority=Priority.P1 if _compiler_cost_share(hosts, family) >= IDLE_PRIORITIES[1][0] else Priority.P2,
             category=FindingCategory.COMPILER,
             title=f"{label}: {len(issues)} found in the compiled programs",
             what=f"The HLO contains {what}; they move or re-type data without computing anything.",
@@ -1246,7 +1268,8 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
     _name_amd_architecture(hosts, by_name)
     metrics = _metrics(hosts, by_name)
     chip = roofline.chip_of(hosts, metrics.memory_capacity_bytes, _data(by_name, "get_device_information"))
-    rooflines = roofline.program_rooflines(hosts, _data(by_name, "get_hlo_op_profile"), hlo_kernels or [], chip)
+    rooflines = roofline.program_rooflines(hosts, _data(by_name, "get_hlo_op_profile"), hlo_kernels or [], chip,
+                                           hlo_programs or [], _data(by_name, "get_roofline_model"))
     roofline.fill_metrics(metrics, hosts, rooflines, chip)
     health = _health(hosts, metrics)
     programs = {program.module: program for program in hlo_programs or []}

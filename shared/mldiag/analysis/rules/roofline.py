@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from mldiag.analysis.evidence import Metrics, ProgramRoofline
+from mldiag.analysis.evidence import HloProgram, Metrics, ProgramRoofline
 from mldiag.analysis.host_evidence import DeviceKind, HostEvidence, OpTime, StepSource
 from mldiag.analysis.profile.trace_names import hlo_instruction, program_base
 from mldiag.analysis.rules.hardware import Chip, chip_for, peak_dtype
@@ -45,6 +45,7 @@ class _Costs:
     flops: float = 0.0
     bytes: float | None = 0.0
     copy_ms: float = 0.0  # in asynchronous copies (copy-start / copy-done): waits on transfers, not work
+    runs: int | None = None  # runs of the program in the capture (over devices), where the source tells
 
 
 _COPY = re.compile(r"^copy-(start|done)")
@@ -60,20 +61,70 @@ def chip_of(hosts: list[HostEvidence], memory_capacity_bytes: int | None,
 
 
 def _op_profile_costs(op_profile: dict[str, Any]) -> dict[str, _Costs]:
-    """Device time, FLOPs and bytes per program, from the op profile's operations grouped by program."""
+    """Device time, FLOPs and bytes per program, from the op profile's operations grouped by program.
+
+    The op profile lists a few operations per category, with each category's totals: what the listed ones leave
+    of a total goes to the programs in proportion to their listed time in that category (all of it to the one
+    program of a capture of one).
+    """
     costs: dict[str, _Costs] = {}
+    totals = {str(c.get("category")): c for c in op_profile.get("category_summary") or [] if isinstance(c, dict)}
     for category, ops in (op_profile.get("grouped_operations") or {}).items():
+        listed: dict[str, list[float]] = {}  # program -> [ms, flops, bytes] of its listed operations
         for op in ops if isinstance(ops, list) else []:
             path = str(op.get("name", "")).split("/")
             if len(path) < 3 or path[0] != "by_program":
                 continue
             program = costs.setdefault(path[1], _Costs())
-            ms = float(op.get("total_self_time_ms") or 0.0)
-            program.ms += ms
-            program.copy_ms += ms if _COPY.match(category) else 0.0
-            program.flops += float(op.get("flops") or 0.0)
-            program.bytes += float(op.get("bytes_accessed") or 0.0)
+            occurrences = int(op.get("occurrences") or 0)
+            if occurrences > 0:
+                program.runs = occurrences if program.runs is None else min(program.runs, occurrences)
+            sums = listed.setdefault(path[1], [0.0, 0.0, 0.0])
+            for k, key in enumerate(("total_self_time_ms", "flops", "bytes_accessed")):
+                sums[k] += float(op.get(key) or 0.0)
+        total = totals.get(category, {})
+        listed_ms = sum(sums[0] for sums in listed.values())
+        rest = [max(0.0, float(total.get(key) or 0.0) - sum(sums[k] for sums in listed.values()))
+                for k, key in enumerate(("total_self_time_ms", "total_flops", "bytes_accessed"))]
+        for name, (ms, flops, moved) in listed.items():
+            share = ms / listed_ms if listed_ms > 0 else 1.0 / len(listed)
+            program = costs[name]
+            program.ms += ms + share * rest[0]
+            program.copy_ms += ms + share * rest[0] if _COPY.match(category) else 0.0
+            program.flops += flops + share * rest[1]
+            program.bytes += moved + share * rest[2]
     return costs
+
+
+def _hbm_share(roofline_model: dict[str, Any]) -> float | None:
+    """The share of the op profile's bytes (every memory space: HBM, VMEM, CMEM) that XProf's roofline model
+    measures in HBM; None where it does not say."""
+    program = roofline_model.get("program") or {}
+    try:
+        hbm, every_space = float(program["hbm_bw_gibs"]), float(program["measured_memory_bw_gibs"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return min(1.0, hbm / every_space) if every_space > 0 and hbm >= 0 else None
+
+
+def _in_hbm(costs: dict[str, _Costs], hbm_share: float | None, buffers: dict[str, HloProgram],
+            works: dict[str, list[KernelWork]]) -> None:
+    """Each program's bytes as HBM traffic, and its FLOPs at least its matmuls'.
+
+    XProf's bytes count every memory space; the roofline model's HBM share makes them HBM bytes. A program reads
+    its inputs and constants and writes its outputs at least once a run, so that is the least HBM traffic its runs
+    make; and XLA's cost model gives custom calls it cannot see into no FLOPs, so the dots and convolutions of its
+    HLO are the least work its runs do.
+    """
+    for name, program in costs.items():
+        if program.bytes is not None and hbm_share is not None:
+            program.bytes *= hbm_share
+        if not program.runs:
+            continue
+        if program.bytes is not None and (buffer := buffers.get(name)) is not None:
+            once = buffer.inputs_bytes + buffer.outputs_bytes + buffer.constants_bytes
+            program.bytes = max(program.bytes, float(once * program.runs))
+        program.flops = max(program.flops, sum(w.flops for w in works.get(name, [])) * program.runs)
 
 
 def timed_kernels(host: HostEvidence, works: list[KernelWork]) -> list[tuple[OpTime, list[KernelWork]]]:
@@ -193,16 +244,23 @@ def _program(name: str, source: str, costs: _Costs, total_ms: float, works: list
 
 
 def program_rooflines(hosts: list[HostEvidence], op_profile: dict[str, Any], works: list[KernelWork],
-                      chip: Chip | None) -> list[ProgramRoofline]:
-    """The programs that hold the device time, each with its achieved rates and verdict, largest first."""
-    costs, source = _op_profile_costs(op_profile), "op_profile"
-    if not any(c.flops for c in costs.values()):
-        costs, source = _hlo_costs(hosts, works), "hlo"
-    timed = {name: c for name, c in costs.items() if c.ms > 0}
-    total_ms = sum(c.ms for c in timed.values())
+                      chip: Chip | None, buffers: Iterable[HloProgram] = (),
+                      roofline_model: dict[str, Any] | None = None) -> list[ProgramRoofline]:
+    """The programs that hold the device time, each with its achieved rates and verdict, largest first.
+
+    ``buffers``: each HLO program's inputs, outputs and constants; ``roofline_model``: XProf's
+    (get_roofline_model), whose HBM figure turns the op profile's bytes into HBM bytes.
+    """
     by_module: dict[str, list[KernelWork]] = {}
     for work in works:
         by_module.setdefault(work.module, []).append(work)
+    costs, source = _op_profile_costs(op_profile), "op_profile"
+    if any(c.flops for c in costs.values()):
+        _in_hbm(costs, _hbm_share(roofline_model or {}), {b.module: b for b in buffers}, by_module)
+    else:
+        costs, source = _hlo_costs(hosts, works), "hlo"
+    timed = {name: c for name, c in costs.items() if c.ms > 0}
+    total_ms = sum(c.ms for c in timed.values())
     listed = sorted(timed.items(), key=lambda item: -item[1].ms)[:MAX_PROGRAMS]
     return [_program(name, source, c, total_ms, by_module.get(name, []), chip)
             for name, c in listed if c.ms >= MIN_PROGRAM_SHARE * total_ms]

@@ -50,6 +50,8 @@ _TARGET = re.compile(r'custom_call_target="([^"]*)"')
 _PRECISION = re.compile(r"operand_precision=\{([^}]*)\}|\"operand_precision\":\[([^\]]*)\]")
 _CONTRACTING = re.compile(r"lhs_contracting_dims=\{([\d,]*)\}")
 _KERNEL_LABELS = re.compile(r"dim_labels=[^_\s]*_([^-\s]*)->")
+_WINDOW_SIZE = re.compile(r"window=\{[^}]*\bsize=([\dx]+)")
+_LHS_DILATE = re.compile(r"window=\{[^}]*\blhs_dilate=([\dx]+)")
 _DTYPE = re.compile(r"^\(*(?P<dtype>[a-z]+\d*)\[")
 _ARRAY_SHAPE = re.compile(r"^(?P<dtype>[a-z]+\d*)\[(?P<dims>[\d,]*)\](?:\{(?P<layout>[\d,]*)[^}]*\})?")
 _DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4,
@@ -224,8 +226,16 @@ def _matmul_flops(module: HloModule, instruction: Instruction, attributes: str) 
     if labels is None or "o" not in labels.group(1) or len(labels.group(1)) != len(rhs.shape.dims):
         return 0.0
     # The kernel holds (input features / groups) x window per output feature, whatever the group count.
-    output_features = rhs.shape.dims[labels.group(1).index("o")]
-    return 2.0 * results * math.prod(rhs.shape.dims) / max(output_features, 1)
+    kernel = labels.group(1)
+    output_features = rhs.shape.dims[kernel.index("o")]
+    per_output = math.prod(rhs.shape.dims) / max(output_features, 1)
+    # A dilated input (lhs_dilate, as XLA writes a batched matmul on TPU) puts zeros between its elements: a window
+    # of size w meets ceil(w / d) of them, the only taps that multiply anything.
+    sizes, dilations = _WINDOW_SIZE.search(attributes), _LHS_DILATE.search(attributes)
+    if sizes and dilations:
+        for size, dilation in zip(sizes.group(1).split("x"), dilations.group(1).split("x")):
+            per_output *= math.ceil(int(size) / max(int(dilation), 1)) / max(int(size), 1)
+    return 2.0 * results * per_output
 
 
 def load_modules(names: Iterable[str], text_of: Callable[[str], str]) -> list[HloModule]:

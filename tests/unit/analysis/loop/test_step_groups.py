@@ -256,6 +256,50 @@ def test_micro_batches_then_an_apply_make_one_iteration(tmp_path):
     assert host.step_ms.mean == pytest.approx(50)
 
 
+def _tpu_runs_numbered_as_steps(programs: list[str], iterations: int, period_ms: int) -> TraceBuild:
+    """A TPU without step markers: its Steps line numbers each program run, as its XLA Modules line holds them."""
+    build = TraceBuild(DeviceKind.TPU)
+    runs, steps, lane = [], [], []
+    each = period_ms * MS // len(programs)
+    for i in range(iterations):
+        for k, program in enumerate(programs):
+            start = i * period_ms * MS + k * each
+            runs.append((program, start, start + each - MS))
+            steps.append((str(len(steps)), start - MS // 2, start + each - MS))
+            lane.append(("fusion", start, start + each - MS))
+    return build.program_runs("/device:TPU:0", runs).device_steps("/device:TPU:0", steps).lane(
+        "/device:TPU:0", lane, "XLA Ops")
+
+
+def test_a_tpu_steps_line_that_numbers_each_program_run_does_not_split_the_iteration(tmp_path):
+    build = _tpu_runs_numbered_as_steps(["jit_grad(1)"] * 4 + ["jit_apply(2)"], iterations=6, period_ms=50)
+    host = build.evidence(tmp_path)
+    assert host.step_source is StepSource.PROGRAM_RUNS and host.steps == 6
+    assert host.iteration_programs == ["jit_grad(1)"] * 4 + ["jit_apply(2)"]
+    assert host.step_ms.mean == pytest.approx(50)
+
+
+def test_a_tpu_steps_line_of_one_program_keeps_its_steps(tmp_path):
+    host = _tpu_runs_numbered_as_steps(["jit_step(1)"], iterations=6, period_ms=10).evidence(tmp_path)
+    assert host.step_source is StepSource.DEVICE_STEPS and host.steps == 6
+
+
+def test_a_tpu_first_call_compiling_before_its_first_run_is_warm_up(tmp_path):
+    # Python's dispatch of the first call compiles (on the compiler's thread) for 300 ms, then the devices run
+    # the program every 10 ms; the device's step windows start with the runs, after the compile.
+    build = _tpu_runs_numbered_as_steps(["jit_step(1)"], iterations=8, period_ms=10)
+    for line in (build.trace.program_runs["/device:TPU:0"], build.trace.device_steps["/device:TPU:0"],
+                 *build.trace.lanes["/device:TPU:0"]):
+        line.starts += 300 * MS
+        line.ends += 300 * MS
+    build.host(jit_calls("step", [0], 300 * MS - 10_000)).host([("backend_compile_and_load", MS, 299 * MS)])
+    host = build.evidence(tmp_path)
+    assert host.warmup is not None and host.warmup.steps == 1 and host.warmup.compiles == 1
+    assert host.warmup.compile_ms == pytest.approx(298, rel=0.01)
+    assert host.warmup.ms == pytest.approx(310, rel=0.01)
+    assert host.recompiles_in_steps == 0
+
+
 def _accumulating_host() -> HostEvidence:
     return HostEvidence(
         host="h", file="h.xplane.pb", bytes=1, events=1, device_kind=DeviceKind.CPU, device_type="CPU", devices=1,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from mldiag.analysis.evidence import ProfileInput, ToolResult, ToolStatus
+from mldiag.analysis.evidence import HloProgram, ProfileInput, ToolResult, ToolStatus
 from mldiag.analysis.host_evidence import DeviceKind, Distribution, HostActivity, HostEvidence, OpTime, StepSource
 from mldiag.analysis.reasoning import prompts
 from mldiag.analysis.reasoning.validation import EvidenceIndex, why_unsupported
@@ -415,3 +415,88 @@ def test_a_program_whose_device_time_is_mostly_async_copies_is_said_to_wait_on_t
     (program,) = _analysis(host, tools=[profile]).roofline
     assert program.verdict == "neither" and program.device_ms == pytest.approx(100.0)
     assert "asynchronous copies" in program.statement and "latency" not in program.statement
+
+
+# --- what the op profile leaves out ---------------------------------------------------------------
+
+# A batched matmul as XLA writes it on TPU: the batch dimensions as windows over a dilated input, so that each
+# window meets one element: of the kernel's 8 x 8 window per input feature, 63 taps fall on the zeros the
+# dilation puts between the elements.
+TPU_BATCHED_MATMUL = """HloModule jit_attention
+
+ENTRY %main (q: bf16[8,512,8,128], k: bf16[8,512,8,128]) -> bf16[8,8,512,512] {
+  %q = bf16[8,512,8,128]{3,2,1,0} parameter(0)
+  %k = bf16[8,512,8,128]{3,2,1,0} parameter(1)
+  ROOT %convolution-base-dilated.1 = bf16[8,8,512,512]{2,3,1,0} convolution(%q, %k), window={size=8x8 stride=7x7 lhs_dilate=8x8}, dim_labels=0b1f_0o1i->01bf
+}
+"""
+
+
+def test_a_batched_matmul_over_a_dilated_input_counts_only_the_taps_that_meet_an_element():
+    work = _work("jit_attention(1)", TPU_BATCHED_MATMUL, "convolution-base-dilated.1")
+    assert work.flops == 2 * (8 * 8 * 512 * 512) * 128
+
+
+def _listed(program: str, category: str, ms: float, flops: float, bytes_accessed: float, runs: int = 10) -> dict:
+    return {"name": f"by_program/{program}/{category}/op", "total_self_time_ms": ms, "flops": flops,
+            "bytes_accessed": bytes_accessed, "occurrences": runs}
+
+
+def _profile(grouped: dict, summary: list[dict]) -> ToolResult:
+    return ToolResult(name="get_hlo_op_profile", status=ToolStatus.OK, seconds=0.0,
+                      data={"grouped_operations": grouped, "category_summary": summary})
+
+
+def test_a_program_is_costed_with_what_its_categories_total_not_only_the_few_operations_listed():
+    # Five listed ops of 60 ms in a category of 100 ms; the rest of the category is the step program's too.
+    flops = 0.6 * V5E.peak_flops["bf16"] * 0.1
+    host = _host(kind=DeviceKind.TPU, device_type="TPU v5 lite", program="jit_train(2)")
+    listed = [_listed("jit_train(2)", "convolution fusion", 12.0, flops / 5, 1e6)] * 5
+    profile = _profile({"convolution fusion": listed},
+                       [{"category": "convolution fusion", "total_self_time_ms": 100.0, "total_flops": flops / 0.6,
+                         "bytes_accessed": 1e7}])
+    (program,) = _analysis(host, tools=[profile]).roofline
+    assert program.device_ms == pytest.approx(100.0) and program.flops == pytest.approx(flops / 0.6)
+
+
+def _roofline_model(hbm_gibs: float, every_space_gibs: float) -> ToolResult:
+    return ToolResult(name="get_roofline_model", status=ToolStatus.OK, seconds=0.0, data={"program": {
+        "hbm_bw_gibs": hbm_gibs, "measured_memory_bw_gibs": every_space_gibs}})
+
+
+def _costed(*, bytes_accessed: float, flops: float, tools=(), buffers=(), modules=()):
+    host = _host(kind=DeviceKind.TPU, device_type="TPU v5 lite", program="jit_train(2)")
+    profile = _profile({"convolution fusion": [_listed("jit_train(2)", "convolution fusion", 100.0, flops,
+                                                       bytes_accessed)]}, [])
+    works = hlo.kernel_work([hlo.parse_module(name, text) for name, text in modules])
+    return assess(hosts=[host], tools=[profile, *tools], hlo_issues={}, versions={}, seconds=0.0,
+                  profile=ProfileInput(source="s", session="s", files=["h.xplane.pb"], bytes=1), hlo_kernels=works,
+                  hlo_programs=list(buffers))
+
+
+def test_bytes_of_every_memory_space_count_as_hbm_traffic_only_for_the_share_xprof_measures_in_hbm():
+    # 0.9 of the HBM peak in bytes of every memory space, a quarter of them in HBM: compute-bound, not memory.
+    flops = 0.7 * V5E.peak_flops["bf16"] * 0.1
+    analysis = _costed(bytes_accessed=0.9 * V5E.hbm_bytes_per_s * 0.1, flops=flops,
+                       tools=[_roofline_model(250.0, 1000.0)])
+    (program,) = analysis.roofline
+    assert program.bandwidth_fraction == pytest.approx(0.225) and program.verdict == "compute-bound"
+    assert analysis.metrics.hbm_bandwidth_fraction == pytest.approx(0.225)
+
+
+def test_a_program_moves_at_least_its_inputs_and_outputs_each_run():
+    # Ten runs in 100 ms, each reading 7 GB of weights: 0.85 of the HBM peak, whatever XProf counted in HBM.
+    weights = int(0.85 * V5E.hbm_bytes_per_s * 0.01) - 1000
+    buffers = [HloProgram(module="jit_train(2)", inputs_bytes=weights, outputs_bytes=1000)]
+    analysis = _costed(bytes_accessed=1e9, flops=1e12, tools=[_roofline_model(100.0, 1000.0)], buffers=buffers)
+    (program,) = analysis.roofline
+    assert program.bandwidth_fraction == pytest.approx(0.85) and program.verdict == "memory-bound"
+
+
+def test_a_program_does_at_least_the_work_of_its_matmuls_where_the_cost_model_counts_less():
+    # The op profile gives the program's custom calls no FLOPs; its HLO holds a 4096^3 matmul per run.
+    text = TPU_HIGHEST.replace("jit__lambda", "jit_train").replace("precision={highest,highest}", "")
+    analysis = _costed(bytes_accessed=1e9, flops=1e9, modules=[("jit_train(2)", text)])
+    (program,) = analysis.roofline
+    assert program.flops == pytest.approx(10 * 2 * 4096**3)
+    assert analysis.metrics.mfu == pytest.approx(2 * 4096**3 / 0.01 / V5E.peak_flops["bf16"])
