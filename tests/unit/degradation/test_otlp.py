@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import io
 import json
 import random
 
@@ -15,6 +16,7 @@ from opentelemetry.proto.common.v1 import common_pb2 as common
 from opentelemetry.proto.metrics.v1 import metrics_pb2 as otlp_metrics
 
 from mldiag.entrypoints.http.app import create_app
+from mldiag.entrypoints.http.rest import MAX_BODY_BYTES
 from mldiag.config import MONITORING_ALERTS
 from mldiag.domain.degradation import DetectorParams
 from mldiag.domain import MachineLearningRun
@@ -182,6 +184,26 @@ def test_http_bad_bodies_get_one_line(embedded, run, body, content_type, headers
     response = post(create_app(embedded).test_client(), body, content_type, **headers)
     message = response.get_json()["error"]["message"]
     assert response.status_code == status and says in message and "\n" not in message
+
+
+def _chunked_export(points: int) -> bytes:
+    return sdk_export([0.2] * points, host_name="no-such-run").SerializeToString()
+
+
+@pytest.mark.parametrize(("points", "status"), [(17000, 413), (100, 200)])
+def test_http_a_chunked_body_over_the_limit_is_refused_never_cut_and_parsed(embedded, run, points, status):
+    """As a server that ends chunked bodies itself hands them on (the functions framework's, in the cloud)."""
+    body = _chunked_export(points)
+    assert (len(body) > MAX_BODY_BYTES) == (status == 413)
+    response = create_app(embedded).test_client().post(
+        "/v1/metrics", input_stream=io.BytesIO(body), environ_overrides={"wsgi.input_terminated": True},
+        headers={"Content-Type": "application/x-protobuf", "Transfer-Encoding": "chunked"})
+    assert response.status_code == status, response.data[:200]
+    if status == 413:
+        assert "over the 1048576-byte limit" in response.get_json()["error"]["message"]
+    else:
+        assert service.ExportMetricsServiceResponse.FromString(response.data).partial_success.rejected_data_points \
+            == points
 
 
 def test_http_needs_the_api_token_when_one_is_configured(embedded, run):
