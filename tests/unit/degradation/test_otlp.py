@@ -6,6 +6,7 @@ import dataclasses
 import gzip
 import io
 import json
+import logging
 import random
 
 import grpc
@@ -248,6 +249,30 @@ def test_grpc_export_feeds_the_analyzer_and_checks_the_token(embedded, run, grpc
     grpc_export(guarded, sdk_export([0.2], start=1), metadata=(("authorization", "Bearer s3cret"),))
     assert DETECTORS.read(embedded, RUN).state.seen == 2
 
+
+
+def _grpc_raw_export(server: OtlpGrpcServer, body: bytes, metadata=()) -> bytes:
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        return channel.unary_unary(f"/{SERVICE}/Export")(body, metadata=metadata, timeout=10)
+
+
+@pytest.mark.parametrize(("metadata", "code"), [
+    ((), grpc.StatusCode.UNAUTHENTICATED),
+    ((("authorization", "Bearer wrong"),), grpc.StatusCode.PERMISSION_DENIED),
+    ((("authorization", "Bearer s3cret"),), grpc.StatusCode.INVALID_ARGUMENT),
+])
+def test_grpc_checks_the_credential_before_it_parses_and_logs_no_traceback(embedded, run, caplog, metadata, code):
+    server = OtlpGrpcServer(with_token(embedded), "127.0.0.1", 0)
+    server.start()
+    try:
+        with pytest.raises(grpc.RpcError) as refused:
+            _grpc_raw_export(server, b"\xff\xff\xff", metadata)
+    finally:
+        server.stop(0)
+    assert refused.value.code() == code
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        assert "not an OTLP ExportMetricsServiceRequest" in refused.value.details()
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
 
 
 @pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])

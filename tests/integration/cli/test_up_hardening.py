@@ -1,0 +1,35 @@
+"""``mldiag up`` attacked as a process of its own: what a client without the credential can make it do."""
+
+from __future__ import annotations
+
+import json
+
+import grpc
+from up_process_support import UpProcess
+
+from mldiag.local.otlp_grpc import SERVICE
+
+TOKEN = "hardening-token"
+
+
+def test_unauthenticated_garbage_over_otlp_grpc_is_refused_before_it_is_parsed(tmp_path):
+    up = UpProcess.start(tmp_path / "data", "import mldiag.local.otlp_grpc as grpc_server",
+                         "grpc_server.DEFAULT_PORT = 0", env={"MLDIAG_API_TOKEN": TOKEN})
+    codes = []
+    try:
+        endpoint = up.wait_for("OTEL_EXPORTER_OTLP_ENDPOINT=").split("=", 1)[1]
+        up.wait_for("Stop with Ctrl-C")
+        with grpc.insecure_channel(endpoint.removeprefix("http://")) as channel:
+            export = channel.unary_unary(f"/{SERVICE}/Export")
+            for metadata in ((), (("authorization", f"Bearer {TOKEN}"),)):
+                try:
+                    export(b"\xff\xff\xff", metadata=metadata, timeout=30)
+                except grpc.RpcError as refused:
+                    codes.append(refused.code())
+    finally:
+        up.stop()
+    assert codes == [grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.INVALID_ARGUMENT]
+    assert not [line for line in up.lines if " error: " in line or "Traceback" in line], up.lines
+    logged = [json.loads(line) for line in (tmp_path / "data" / "logs" / "mldiag.log").read_text().splitlines()]
+    assert not [record for record in logged if record["severity"] == "ERROR" or "exception" in record]
+    assert up.process.returncode == 0
