@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import grpc
 from up_process_support import UpProcess
@@ -33,3 +34,22 @@ def test_unauthenticated_garbage_over_otlp_grpc_is_refused_before_it_is_parsed(t
     logged = [json.loads(line) for line in (tmp_path / "data" / "logs" / "mldiag.log").read_text().splitlines()]
     assert not [record for record in logged if record["severity"] == "ERROR" or "exception" in record]
     assert up.process.returncode == 0
+
+
+def _started_on_every_interface(data: Path, env: dict[str, str], options: tuple[str, ...] = ()) -> list[str]:
+    """What ``mldiag up --host 0.0.0.0`` printed before it was stopped."""
+    up = UpProcess.start(data, env=env, options=("--host", "0.0.0.0", "--no-otlp", *options))
+    try:
+        up.wait_for("Stop with Ctrl-C")
+    finally:
+        up.stop()
+    assert up.process.returncode == 0
+    return up.lines
+
+
+def test_every_interface_runs_open_only_when_asked_and_then_says_so(tmp_path):
+    insecure = _started_on_every_interface(tmp_path / "open", {}, ("--insecure",))
+    warned = [line for line in insecure if "warning: listening on 0.0.0.0 port" in line]
+    assert len(warned) == 1 and "with no MLDIAG_API_TOKEN lets anyone who reaches it change runs" in warned[0]
+    with_token = _started_on_every_interface(tmp_path / "token", {"MLDIAG_API_TOKEN": TOKEN})
+    assert not [line for line in with_token if "warning:" in line], with_token
