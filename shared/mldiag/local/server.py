@@ -54,6 +54,7 @@ from mldiag.entrypoints.http.app import create_app
 from mldiag.entrypoints.http.auth import Guard
 from mldiag.entrypoints.http.origin import HostNames
 from mldiag.local.bucket_watcher import BucketWatcher
+from mldiag.local.data_dir import make_private, private_files
 from mldiag.local.http_server import HttpServer
 from mldiag.local.xprof_viewer import XprofViewer
 from mldiag.ports import HostedBus
@@ -198,13 +199,15 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+@private_files()
 def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner], None],
           viewer_port: int | None = None, otlp_port: int | None = None, otlp_optional: bool = False,
           insecure: bool = False) -> None:
     """Run until Ctrl-C or SIGTERM; ``announce`` is called once the port is bound (and the viewer is up).
 
     An address beyond loopback without a credential to check (the open mode) is refused unless ``insecure``,
-    and then warned about.
+    and then warned about. The data directory and what is written in it are its owner's only
+    (:mod:`mldiag.local.data_dir`).
 
     ``viewer_port`` (0: any free port) also runs the XProf viewer; if it cannot start, nothing runs.
     ``otlp_port`` (0: any free port) also takes OTLP metrics over gRPC, on ``host``; with
@@ -224,6 +227,7 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
     settings = settings.model_copy(update={"backend": "embedded", "api_url": url})
     log_file = settings.data_dir / "logs" / "mldiag.log"
     try:
+        tightened = make_private(settings.data_dir)
         logs.configure(settings.log_format, log_file=log_file, session_link=session_page_link(url))
         services, bus = bootstrap.build_hosted(settings)
     except OSError as error:
@@ -231,6 +235,9 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
         logs.close()
         raise StartFailed(f"cannot use the data directory {settings.data_dir}: {error.strerror or error}; "
                           "choose another with --data") from None
+    if tightened:
+        log.warning("the data directory was open to other users; now only its owner may read it",
+                    tightened=", ".join(tightened))
     if open_to_the_network:
         log.warning(f"{_open_to_the_network(host, bound_port)} (--insecure)")
     bucket_folder = settings.data_dir / "buckets" / settings.bucket

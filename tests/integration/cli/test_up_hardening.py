@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import grpc
@@ -53,3 +55,36 @@ def test_every_interface_runs_open_only_when_asked_and_then_says_so(tmp_path):
     assert len(warned) == 1 and "with no MLDIAG_API_TOKEN lets anyone who reaches it change runs" in warned[0]
     with_token = _started_on_every_interface(tmp_path / "token", {"MLDIAG_API_TOKEN": TOKEN})
     assert not [line for line in with_token if "warning:" in line], with_token
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def _served_once(data: Path) -> list[str]:
+    up = UpProcess.start(data, options=("--no-otlp",))
+    try:
+        up.wait_for("Stop with Ctrl-C")
+    finally:
+        up.stop()
+    assert up.process.returncode == 0
+    return up.lines
+
+
+def test_the_data_directory_and_its_files_are_the_owners_only(tmp_path):
+    data = tmp_path / "data"
+    previous = os.umask(0o022)
+    try:
+        assert not [line for line in _served_once(data) if "warning:" in line]
+        made = {path: _mode(path) for path in
+                (data, data / "mldiag.sqlite3", data / "logs", data / "logs" / "mldiag.log")}
+        assert made == {data: 0o700, data / "mldiag.sqlite3": 0o600, data / "logs": 0o700,
+                        data / "logs" / "mldiag.log": 0o600}
+        for path in made:  # a data directory from before, as the umask left it
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        warned = [line for line in _served_once(data) if "warning:" in line]
+    finally:
+        os.umask(previous)
+    assert len(warned) == 1 and "the data directory was open to other users" in warned[0], warned
+    assert f"{data} (was 0755)" in warned[0] and f"{data / 'mldiag.sqlite3'} (was 0644)" in warned[0]
+    assert {path: _mode(path) for path in made} == made
