@@ -98,6 +98,8 @@ class Settings(BaseModel):
     # mldiag up's stand-in for Cloud Scheduler (which ticks every minute): results should come sooner locally.
     maintenance_interval_seconds: float = Field(default=15.0, gt=0)
     max_profile_bytes: int = Field(default=20 * 1024**3, gt=0)
+    # Alerts beyond this many monitored events of one run are counted and dropped, not stored.
+    max_monitored_events_per_run: int = Field(default=1000, ge=1)
     event_retention_days: float = Field(default=30.0, gt=0)
     # The analysis: who reasons over the evidence, and for how long one may run.
     reasoner: Literal["offline", "vertex"] = "offline"
@@ -155,6 +157,7 @@ class Settings(BaseModel):
             "settle_seconds": env.get("MLDIAG_SETTLE_SECONDS"),
             "maintenance_interval_seconds": env.get("MLDIAG_MAINTENANCE_INTERVAL_SECONDS"),
             "max_profile_bytes": env.get("MLDIAG_MAX_PROFILE_BYTES"),
+            "max_monitored_events_per_run": env.get("MLDIAG_MAX_MONITORED_EVENTS_PER_RUN"),
             "event_retention_days": env.get("MLDIAG_EVENT_RETENTION_DAYS"),
             # google-genai's own variables (Terraform sets them) select Vertex AI too.
             "reasoner": env.get("MLDIAG_REASONER")
