@@ -290,7 +290,7 @@ def test_a_value_that_is_not_finite_is_invalid_argument_over_http_and_grpc(embed
 
 
 def test_an_export_is_linear_in_its_points(embedded, run):
-    """A request of many points costs about twice as much as one of half as many (it was quadratic)."""
+    """A request of 16x the points costs about 16x as much, nowhere near the 256x of a quadratic ingest."""
     import time
 
     def seconds(points: int) -> float:
@@ -300,8 +300,9 @@ def test_an_export_is_linear_in_its_points(embedded, run):
         return time.perf_counter() - started
 
     seconds(500)
-    small, large = min(seconds(4000) for _ in range(2)), min(seconds(16000) for _ in range(2))
-    assert large < 8 * small, (small, large)  # quadratic would be 16x
+    # Far apart, so that a busy machine's noise on either side cannot pass a quadratic cost or fail a linear one.
+    small, large = min(seconds(1000) for _ in range(3)), min(seconds(16000) for _ in range(2))
+    assert large < 64 * small, (small, large)
 
 
 def test_a_step_time_summary_is_rejected_with_its_reason(embedded, run):
