@@ -206,15 +206,15 @@ def subtree_ends(line: LineLike) -> np.ndarray:
     return np.maximum(np.searchsorted(line.starts, line.ends, side="left"), index + 1)
 
 
-def self_pieces(line: LineLike, subtree_end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def self_pieces(line: LineLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The intervals where each event is the innermost one open: ``(starts, ends, event)``.
 
     Events are in (start, -end) order, so an event's first child, if any, comes
-    right after it, and its next sibling is the first event to start once it has
-    ended. An event owns the time from its start to its first child, and from
-    each child's end to the next sibling's start (or its own end). Siblings that
-    overlap without nesting give pieces that overlap a little; the sweep splits
-    such an overlap.
+    right after it. An event owns the time from its start to its first child,
+    and from each child's end to the next child's start (or its own end). A
+    child that overlaps the next one without nesting (a Python-tracer frame that
+    ends a microsecond after a TraceMe scope begins) owns no time after its end:
+    the next child holds it.
     """
     starts, ends, parents = line.starts, line.ends, line.parents
     count = len(starts)
@@ -225,11 +225,14 @@ def self_pieces(line: LineLike, subtree_end: np.ndarray) -> tuple[np.ndarray, np
     has_child = parents[1:] == index[:-1]
     head_end[:-1][has_child] = starts[1:][has_child]
     nested = np.flatnonzero(parents >= 0)
-    after = subtree_end[nested]
-    sibling = after < count
-    sibling[sibling] = parents[after[sibling]] == parents[nested[sibling]]
     owner = parents[nested]
-    tail_end = np.where(sibling, starts[np.minimum(after, count - 1)], ends[owner])
+    # The next child of the same parent: children sorted by (parent, index), the following one where it shares it.
+    by_parent = nested[np.lexsort((nested, owner))]
+    following = np.full(count, -1, dtype=np.int64)
+    same = parents[by_parent[1:]] == parents[by_parent[:-1]]
+    following[by_parent[:-1][same]] = by_parent[1:][same]
+    sibling = following[nested]
+    tail_end = np.where(sibling >= 0, starts[np.maximum(sibling, 0)], ends[owner])
     piece_starts = np.concatenate((starts, ends[nested]))
     piece_ends = np.concatenate((head_end, tail_end))
     piece_events = np.concatenate((index, owner))
@@ -309,7 +312,7 @@ class _Sweep:
 
 def _lane_pieces(lane: LineLike, device_label: np.ndarray, busy_name: np.ndarray) -> tuple[np.ndarray, ...]:
     """A lane's innermost busy events, as (starts, ends, labels) in time order."""
-    piece_starts, piece_ends, events = self_pieces(lane, subtree_ends(lane))
+    piece_starts, piece_ends, events = self_pieces(lane)
     owner = nearest(lane.parents, busy_name[lane.ids])[events]
     kept = owner >= 0
     return _merged(piece_starts[kept], piece_ends[kept], device_label[lane.ids[owner[kept]]])
@@ -396,7 +399,7 @@ def _host_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, mark
     outside = _Events.of(line, np.flatnonzero(~inside))
     outside_class = event_class[~inside]
     is_marker = markers[outside.ids]
-    piece_starts, piece_ends, events = self_pieces(outside, subtree_ends(outside))
+    piece_starts, piece_ends, events = self_pieces(outside)
     in_loop = (piece_ends > loop[0]) & (piece_starts < loop[1]) & ~is_marker[events]
     piece_starts, piece_ends, events = piece_starts[in_loop], piece_ends[in_loop], events[in_loop]
     work = outside_class <= _BUILTIN

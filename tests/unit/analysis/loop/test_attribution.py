@@ -154,6 +154,21 @@ def test_nested_events_give_their_time_to_the_innermost_owner_and_dispatch_and_c
                      (TimeCause.TRANSFERS, "DevicePut", "python"): 1.0}
 
 
+def test_a_frame_that_overlaps_the_step_marker_leaves_the_step_to_the_functions_inside_it():
+    # The Python tracer's frame that builds the marker ends a moment after the marker's TraceMe begins: the two
+    # overlap without nesting, and the function that encloses both keeps only its own time, not the step.
+    names: list[str] = []
+    host = _line("python", [
+        ("$train.py:105 run", 0, 10 * MS), ("$profiler.py:385 __init__", MS // 2, 3 * MS // 2),
+        ("train", MS, 10 * MS), ("$train.py:377 make_batch", 2 * MS, 9 * MS),
+    ], names)
+    parts = _attribute(names, (0, 10 * MS), [], stepping=host, markers={names.index("train")})
+    assert parts == {(TimeCause.HOST_WORK, "$train.py:377 make_batch", "python"): 7.0,
+                     (TimeCause.HOST_WORK, "$profiler.py:385 __init__", "python"): 1.0,
+                     (TimeCause.HOST_WORK, "$train.py:105 run", "python"): 0.5,
+                     (TimeCause.UNTRACED, "", "python"): 1.5}
+
+
 def test_device_time_comes_first_and_the_host_takes_only_idle_instants():
     names: list[str] = []
     lane = _line("stream", [("dot", 2 * MS, 6 * MS)], names)
