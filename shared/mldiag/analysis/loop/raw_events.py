@@ -67,7 +67,7 @@ from mldiag.analysis.host_evidence import (
     Warmup,
 )
 from mldiag.analysis.loop import host_time
-from mldiag.analysis.loop.attribution import Device, Window, attribute
+from mldiag.analysis.loop.attribution import LOADER_THREAD, UNNAMED_THREAD, Device, Window, attribute
 from mldiag.analysis.loop.step_groups import (
     MIN_REPEATS,
     iteration_start,
@@ -89,6 +89,7 @@ from mldiag.analysis.profile.trace_names import (
     FAMILIES,
     NOT_AN_OP,
     NOT_BUSY,
+    QUEUE_PUT,
     THREAD_WAITING,
     TRANSFER,
     TRANSFER_WORK,
@@ -328,6 +329,21 @@ def _read(path: Path, timeline: Path | None = None) -> _Trace:
     if timeline is not None:
         reader.timeline(planes).save(timeline)
     return trace
+
+
+def _name_unnamed_threads(trace: _Trace) -> None:
+    """Name the host lines the trace leaves unnamed (Python threads: the tracer records no thread name) by the role
+    their events show: a thread that puts into a queue is a loader, feeding another thread its input. Two unnamed
+    lines of one role are numbered apart."""
+    puts = trace.mask(QUEUE_PUT.search)
+    unnamed = [line for line in trace.host_lines if not line.name]
+    roles = [LOADER_THREAD if puts[line.ids].any() else UNNAMED_THREAD for line in unnamed]
+    for line, role in zip(unnamed, roles):
+        line.name = role
+    for role in set(roles):
+        alike = [line for line in unnamed if line.name == role]
+        for number, line in enumerate(alike[1:] if len(alike) > 1 else [], start=2):
+            line.name = f"{role} {number}"
 
 
 def _device_type(kind: DeviceKind, stats: dict[str, Any]) -> str:
@@ -633,6 +649,7 @@ def read_host_evidence(path: Path, timeline: Path | None = None) -> HostEvidence
 
 
 def _evidence(path: Path, trace: _Trace) -> HostEvidence:
+    _name_unnamed_threads(trace)
     is_dispatch = trace.mask(lambda name: name.startswith(DISPATCH_PREFIX))
     launches = _launches(trace, is_dispatch)
     steps = _steps(trace, launches)
@@ -892,7 +909,7 @@ def _other_threads(trace: _Trace, stepping: list[_Line], waits: _Union, busy_uni
         own = np.where(calls.inside, 0.0, host_time.self_of(line.parents, np.maximum(overlap, 0.0)))
         owned = host_time.to_innermost_named(line.parents, own, calls.named)
         by_name = np.bincount(line.ids, weights=owned, minlength=len(trace.names))
-        thread = line.name or f"thread {index}"
+        thread = line.name or UNNAMED_THREAD
         found += [(thread, trace.names[i], float(by_name[i])) for i in np.flatnonzero(by_name > 0)]
     return sorted(found, key=lambda item: -item[2])[:TOP_ACTIVITIES]
 

@@ -9,7 +9,16 @@ from analysis_support import PROFILES, xplane
 from evidence_support import MS, TraceBuild, analysis_of, jit_calls
 
 from mldiag.analysis.host_evidence import Attribution, HostEvidence, TimeCause
-from mldiag.analysis.loop.attribution import OTHER, TOP_PARTS, UNNAMED_THREAD, Device, Window, attribute, op_family
+from mldiag.analysis.loop.attribution import (
+    LOADER_THREAD,
+    OTHER,
+    TOP_PARTS,
+    UNNAMED_THREAD,
+    Device,
+    Window,
+    attribute,
+    op_family,
+)
 from mldiag.analysis.loop.raw_events import _Line, _Union, read_host_evidence
 
 EXPECTATIONS = PROFILES.parents[1] / "quality" / "expectations"
@@ -229,3 +238,23 @@ def test_a_dispatch_loop_without_markers_attributes_the_launches(tmp_path):
     attribution = build.evidence(tmp_path).attribution
     assert _share(attribution, TimeCause.DEVICE_COMPUTE) == pytest.approx(25 / 47)
     assert _share(attribution, TimeCause.DISPATCH, "PjitFunction(step)") == pytest.approx(10 / 47)
+
+
+def test_an_unnamed_thread_that_fills_a_queue_is_named_a_loader(tmp_path):
+    # The training thread waits on queue.get while an unnamed thread reads the batch and puts it in the queue;
+    # another unnamed thread only logs. Neither line has a name: the Python tracer records none.
+    starts = [i * 10 * MS for i in range(4)]
+    steps = [("train", s, s + 10 * MS) for s in starts]
+    waits = [event for s in starts for event in (("$queue.py:154 get", s, s + 8 * MS),
+                                                 ("$threading.py:295 wait", s + MS // 10, s + 8 * MS))]
+    build = TraceBuild().host(steps + waits + jit_calls("step", [s + 8 * MS for s in starts], MS), markers=("train",))
+    build.lane("/host:CPU", [("dot.1", s + 9 * MS, s + 10 * MS) for s in starts], "tf_XLACpu")
+    build.host([event for s in starts for event in (("$data.py:7 read_batch", s, s + 8 * MS),
+                                                    ("$queue.py:122 put", s + 8 * MS, s + 8 * MS + 1000))], thread="")
+    build.host([("$log.py:3 flush", s + 9 * MS, s + 10 * MS) for s in starts], thread="")
+    host = build.evidence(tmp_path)
+    top = host.attribution.parts[0]
+    assert (top.cause, top.name, top.thread) == (TimeCause.HOST_WORK, "$data.py:7 read_batch", LOADER_THREAD)
+    assert top.share == pytest.approx(0.8, abs=0.01)
+    assert {a.thread for a in host.while_waiting} == {LOADER_THREAD}
+    assert UNNAMED_THREAD in {line.name for line in build.trace.host_lines}
