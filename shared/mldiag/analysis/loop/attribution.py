@@ -390,21 +390,28 @@ def _host_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, mark
     outermost such: a jit dispatch nests the runtime's execute calls. With ``nested_calls``, the outermost compile
     and transfer calls inside them are pieces too, which their higher tiers let win (a first call compiles inside
     its dispatch). Outside them each event owns its self time, a Python builtin's going to its caller; markers
-    own nothing.
+    own nothing. The code that runs the step (the events around its jit dispatches) calls the loop's work: each
+    such call that launches nothing itself (``make_batch``, ``save_checkpoint``) owns the time of every function
+    it calls in turn (numpy's, the zip writer's), as the work a person wrote and can move.
     """
     event_class = classes[line.ids]
     subtree_end = subtree_ends(line)
     decided = event_class >= _COMPILE
     inside = enclosed(subtree_end, decided) > 0
     # The events outside every classed one, which are leaves among them, hold every piece but nested calls.
-    outside = _Events.of(line, np.flatnonzero(~inside))
+    kept = np.flatnonzero(~inside)
+    outside = _Events.of(line, kept)
     outside_class = event_class[~inside]
     is_marker = markers[outside.ids]
     piece_starts, piece_ends, events = self_pieces(outside)
     in_loop = (piece_ends > loop[0]) & (piece_starts < loop[1]) & ~is_marker[events]
     piece_starts, piece_ends, events = piece_starts[in_loop], piece_ends[in_loop], events[in_loop]
     work = outside_class <= _BUILTIN
-    owner = nearest(outside.parents, ~is_marker & (outside_class != _BUILTIN))
+    named = ~is_marker & (outside_class != _BUILTIN)
+    dispatches = np.concatenate(([0], np.cumsum(event_class == _DISPATCH)))
+    drives = (dispatches[subtree_end] - dispatches[np.arange(len(subtree_end)) + 1] > 0)[kept]
+    calls_from_step = named & ~drives & (outside.parents >= 0) & drives[np.maximum(outside.parents, 0)]
+    owner = np.where((body := nearest(outside.parents, calls_from_step)) >= 0, body, nearest(outside.parents, named))
     deciding = np.where(work & (owner >= 0), owner, np.arange(len(owner)))
     stride = len(names) + 1
     keys = np.where(work, _WORK, outside_class)[events] * stride + outside.ids[deciding[events]]

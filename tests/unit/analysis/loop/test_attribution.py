@@ -178,6 +178,23 @@ def test_a_frame_that_overlaps_the_step_marker_leaves_the_step_to_the_functions_
                      (TimeCause.UNTRACED, "", "python"): 1.5}
 
 
+def test_a_function_the_step_calls_owns_the_library_calls_it_makes():
+    # The iteration launches the step and calls save_checkpoint, which spends its time in the zip writer: the time
+    # is save_checkpoint's, the function a person wrote; a function beside the launches keeps only its own time.
+    names: list[str] = []
+    host = _line("python", [
+        ("$train.py:40 iteration", 0, 10 * MS),
+        ("PjitFunction(step)", 0, MS),
+        ("$train.py:20 save_checkpoint", MS, 9 * MS),
+        ("$npyio.py:500 savez", MS, 9 * MS), ("$zipfile.py:1153 write", 2 * MS, 8 * MS),
+        ("$time sleep", 3 * MS, 4 * MS),
+    ], names)
+    parts = _attribute(names, (0, 10 * MS), [], stepping=host)
+    assert parts == {(TimeCause.HOST_WORK, "$train.py:20 save_checkpoint", "python"): 8.0,
+                     (TimeCause.DISPATCH, "PjitFunction(step)", "python"): 1.0,
+                     (TimeCause.HOST_WORK, "$train.py:40 iteration", "python"): 1.0}
+
+
 def test_device_time_comes_first_and_the_host_takes_only_idle_instants():
     names: list[str] = []
     lane = _line("stream", [("dot", 2 * MS, 6 * MS)], names)
