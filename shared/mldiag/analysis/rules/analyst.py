@@ -90,6 +90,12 @@ LOW_COMPILE = 0.05
 SAFE_MEMORY = 0.90
 # Idle share of a step at which host-side work becomes a P0 / P1 / P2 problem.
 IDLE_PRIORITIES = ((0.50, Priority.P0), (0.25, Priority.P1), (0.10, Priority.P2))
+# Share of the loop at which the costliest host cause, named by the function that holds it with a fix of its own
+# (a synchronous save, a sync every step, a slow loader, batch-making on the training thread), is the P0 of a loop that runs one program per step (op-by-op and compiling
+# loops have findings of their own): the change it asks for is small and its gain is known.
+NAMED_CAUSE_P0 = 0.10
+NAMED_CAUSES = frozenset({HostCause.CHECKPOINT, HostCause.DEVICE_SYNC, HostCause.PRODUCER_THREAD,
+                          HostCause.BATCH_MAKING})
 OP_BY_OP_DISPATCHES = 50  # jit dispatches per step that mean the step is not one program
 OFTEN_DISPATCHED = 10  # op-by-op dispatches per step of one kind of data-moving op
 COMPILE_PRIORITIES = ((0.25, Priority.P0), (0.05, Priority.P1), (0.0, Priority.P2))
@@ -327,6 +333,8 @@ def _input_bound(host: HostEvidence) -> list[Finding]:
         share = _fraction(cause.share if cause.share is not None else cause.ms / iteration)
         # The costliest cause carries the whole wait for the host that the loop shows, named or not.
         priority = _rank(max(share, _fraction(explained_ms / iteration)) if rank == 0 else share, IDLE_PRIORITIES)
+        if rank == 0 and quiet and cause.kind in NAMED_CAUSES and share >= NAMED_CAUSE_P0:
+            priority = Priority.P0
         if priority is None:
             continue
         evidence = (context if rank == 0 else []) + _cause_evidence(host, cause, host_work, between)

@@ -195,6 +195,22 @@ def test_with_the_attribution_a_function_that_reads_the_device_back_is_a_sync():
     assert "syncs with the device" in finding.title and finding.priority is Priority.P0
 
 
+def test_a_busy_loop_that_stops_for_a_synchronous_save_is_not_optimal():
+    # Devices busy 85 % of the loop, above the healthy threshold; the save that takes the rest is still the P0.
+    step = _activity("$train.py:40 iteration", 60.0, 9.0, OwnTime(name="$train.py:20 save_checkpoint", ms_per_step=9.0))
+    attribution = _attributed([
+        TimePart(cause=TimeCause.DEVICE_COMPUTE, name="matmul/convolution", ms=850.0, share=0.85, useful=True),
+        TimePart(cause=TimeCause.HOST_WORK, name="$train.py:20 save_checkpoint", thread="python", ms=150.0,
+                 share=0.15),
+    ])
+    host = _host(activities=[step], attribution=attribution, busy=0.85, step_ms=100.0)
+    (finding,) = _findings(host)
+    assert finding.priority is Priority.P0 and "saves a checkpoint" in finding.title
+    analysis = assess(hosts=[host], tools=[], hlo_issues={}, versions={}, seconds=0.0,
+                      profile=ProfileInput(source="s", session="s", files=["h.xplane.pb"], bytes=1))
+    assert analysis.status.value == "NEEDS_ATTENTION"
+
+
 @pytest.mark.parametrize(("name", "reads", "kind"), [
     ("$train.py:30 make_batch", False, HostCause.BATCH_MAKING),
     ("data_loading", False, HostCause.BATCH_MAKING),
