@@ -372,7 +372,11 @@ def _cause_evidence(host: HostEvidence, cause: host_causes.Cause, host_work: lis
             lines.append(f"copies between host and device on any host thread, the runtime's own work on them "
                          f"included: {host.transfer_ms_per_step:.2f} ms per step while the devices idle")
         return lines + ["the trace carries no byte counts for these copies"]
-    for part in [part for part in cause.parts if part not in elsewhere][:3]:
+    syncs = [part for part in cause.parts if part.reads_device and part.count_per_step > 0]
+    lines += [f"{quoted(part.name)} reads device values back {part.count_per_step:.1f} times per step, waiting "
+              f"{part.ms_per_step:.2f} ms per step for the devices' work: the training thread's other work cannot "
+              "overlap it" for part in syncs[:1]]
+    for part in [part for part in cause.parts if part not in elsewhere and part not in syncs][:3]:
         lines.append(f"{quoted(part.name)} on the training thread: {part.ms_per_step:.2f} ms {per} of its own "
                      "(outside jit dispatches, compilation, copies and waits, while the devices idle)")
         lines += [f"it runs inside {quoted(a.name)} ({a.ms_per_step:.2f} ms per step with the step's jit dispatches)"

@@ -275,3 +275,18 @@ def test_an_unnamed_thread_that_fills_a_queue_is_named_a_loader(tmp_path):
     assert top.share == pytest.approx(0.8, abs=0.01)
     assert {a.thread for a in host.while_waiting} == {LOADER_THREAD}
     assert UNNAMED_THREAD in {line.name for line in build.trace.host_lines}
+
+
+def test_the_calls_the_step_makes_that_read_device_values_back_are_the_device_reads(tmp_path):
+    # Each step makes its batch, launches the step and logs the loss with float(), which reads it back.
+    starts = [i * 10 * MS for i in range(4)]
+    events = [event for s in starts for event in (
+        ("train", s, s + 10 * MS), ("$train.py:40 iteration", s, s + 10 * MS),
+        ("$train.py:30 make_batch", s, s + 4 * MS),
+        ("PjitFunction(step)", s + 4 * MS, s + 5 * MS),
+        ("$train.py:20 log_loss", s + 5 * MS, s + 9 * MS), ("$array.py:298 __float__", s + 5 * MS, s + 9 * MS),
+        ("np.asarray(jax.Array)", s + 5 * MS, s + 9 * MS))]
+    build = TraceBuild().host(events, markers=("train",))
+    build.lane("/host:CPU", [("dot.1", s + 5 * MS, s + 9 * MS) for s in starts], "tf_XLACpu")
+    reads = build.evidence(tmp_path).device_reads
+    assert [(r.name, r.count_per_step, r.ms_per_step) for r in reads] == [("$train.py:20 log_loss", 1.0, 4.0)]
