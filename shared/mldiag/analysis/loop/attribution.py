@@ -18,7 +18,10 @@ last one's work). Each instant of it is decided so:
   host threads did meanwhile (their innermost events, split equally), else
   ``waiting``; inside any other event it is ``host_work`` of the innermost
   function or scope (a Python builtin's time stays with the Python function
-  that called it); with no event but the step marker it is ``untraced``.
+  that called it); with no event but the step marker it is a host<->device
+  transfer that another thread runs then (the runtime's copy and relayout
+  threads, which a blocking copy waits on without an event of its own), else
+  ``untraced``.
 
 With several devices each device's timeline is attributed on its own and the
 parts are averaged over the devices, so that they still sum to the loop: a
@@ -48,6 +51,7 @@ from mldiag.analysis.profile.trace_names import (
     PYTHON_BUILTIN,
     THREAD_WAITING,
     TRANSFER,
+    TRANSFER_WORK,
     WAITING,
     transfer_direction,
 )
@@ -170,7 +174,7 @@ def _host_classes(names: Sequence[str], markers: set[int]) -> np.ndarray:
             continue
         if COMPILE.match(name):
             classes[index] = _COMPILE
-        elif TRANSFER.search(name):
+        elif TRANSFER.search(name) or TRANSFER_WORK.match(name):
             classes[index] = _HOST_TRANSFER
         elif DISPATCH.search(name):
             classes[index] = _DISPATCH
@@ -351,6 +355,7 @@ class _HostPieces:
 # what other threads do; then its waits themselves.
 _HOST_TIER = {_COMPILE: 0, _HOST_TRANSFER: 1, _DISPATCH: 2, _WORK: 3, _WAIT: 5}
 _OTHER_THREADS = 4
+_OTHER_TRANSFERS = 6  # other threads' transfers, for the stepping thread's instants that nothing else explains
 _AS_CAUSE = {_COMPILE: TimeCause.COMPILATION, _HOST_TRANSFER: TimeCause.TRANSFERS, _DISPATCH: TimeCause.DISPATCH,
              _WAIT: TimeCause.WAITING, _WORK: TimeCause.HOST_WORK}
 
@@ -490,8 +495,10 @@ def attribute(*, names: Sequence[str], windows: list[Window], steps: int, busy_n
     host = _Host(
         stepping=_host_pieces(stepping, names, classes, is_marker, labels, span, nested_calls=True)
         if stepping else empty,
-        others=[_HostPieces(p.starts[busy], p.ends[busy], p.labels[busy], np.full(int(busy.sum()), _OTHER_THREADS))
-                for p in others for busy in [p.tiers != _HOST_TIER[_WAIT]]],  # a thread waiting explains nothing
+        others=[_HostPieces(p.starts[chosen], p.ends[chosen], p.labels[chosen], np.full(int(chosen.sum()), tier))
+                for p in others
+                for chosen, tier in ((p.tiers != _HOST_TIER[_WAIT], _OTHER_THREADS),  # a thread waiting explains nothing
+                                     (p.tiers == _HOST_TIER[_HOST_TRANSFER], _OTHER_TRANSFERS))],
         untraced=labels.of(TimeCause.UNTRACED, "", thread))
     totals = np.zeros(len(labels.keys))
     loop_ns = 0.0
@@ -511,7 +518,7 @@ def _host_time(host: _Host, window: Window, n_labels: int) -> np.ndarray:
     pieces = [host.stepping, *host.others]
     tiers = np.concatenate([p.tiers for p in pieces])
     sweep = _Sweep.of(np.concatenate([p.starts for p in pieces]), np.concatenate([p.ends for p in pieces]), tiers,
-                      len(_HOST_TIER) + 1, window.loop)
+                      _OTHER_TRANSFERS + 1, window.loop)
     idle = sweep.lengths
     if window.devices:
         intervals = np.column_stack((sweep.bounds[:-1], sweep.bounds[1:]))

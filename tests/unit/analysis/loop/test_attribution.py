@@ -216,6 +216,18 @@ def test_a_wait_is_what_another_thread_did_meanwhile_else_waiting():
                      (TimeCause.WAITING, "", "python"): 4.0}
 
 
+def test_an_untraced_instant_is_the_transfer_another_thread_runs_then():
+    """A blocking copy waits on the runtime's copy and relayout threads without an event of its own."""
+    names: list[str] = []
+    host = _line("python", [("train", 0, 10 * MS), ("np.asarray(jax.Array)", 0, 4 * MS)], names)
+    runtime = _line("pjrt-tpu-tasks", [("Transpose::Execute", 2 * MS, 7 * MS)], names)
+    pool = _line("pool", [("ScheduleWork", 7 * MS, 9 * MS)], names)  # not a transfer: explains nothing
+    parts = _attribute(names, (0, 10 * MS), [], stepping=host, others=[runtime, pool], markers={0})
+    assert parts == {(TimeCause.TRANSFERS, "np.asarray(jax.Array)", "python"): 4.0,  # its own call wins
+                     (TimeCause.TRANSFERS, "Transpose::Execute", "pjrt-tpu-tasks"): 3.0,  # 4-7, the thread untraced
+                     (TimeCause.UNTRACED, "", "python"): 3.0}
+
+
 def test_several_devices_are_averaged_each_on_its_own_timeline():
     names: list[str] = []
     first = _line("GPU:0", [("dot", 0, 8 * MS)], names)
