@@ -17,13 +17,11 @@ locals {
   profiles_path   = "gs://${local.bucket_name}/${var.profiles_prefix}"
   labels          = merge({ app = "mldiag" }, var.labels)
 
-  pubsub_agent     = "service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
-  monitoring_agent = "service-${data.google_project.this.number}@gcp-sa-monitoring-notification.iam.gserviceaccount.com"
-  scheduler_agent  = "service-${data.google_project.this.number}@gcp-sa-cloudscheduler.iam.gserviceaccount.com"
+  project_number = data.google_project.this.number
 
   # Cloud Run's deterministic URL of the control plane, known before it exists, so the
   # function can be told the audience its callers' ID tokens must carry.
-  control_plane_url = "https://${var.prefix}-control-plane-${data.google_project.this.number}.${var.region}.run.app"
+  control_plane_url = "https://${var.prefix}-control-plane-${local.project_number}.${var.region}.run.app"
 
   # mldiag.config: DEAD_LETTER_SUFFIX; the last stop for dead letters the recorder refused.
   dead_letter_suffix      = "-dead-letter"
@@ -134,7 +132,7 @@ module "build" {
   source              = "./modules/build"
   project_id          = var.project_id
   region              = var.region
-  project_number      = data.google_project.this.number
+  project_number      = local.project_number
   prefix              = var.prefix
   sources_bucket_name = "${var.project_id}-${var.prefix}-sources"
   labels              = local.labels
@@ -151,7 +149,8 @@ resource "time_sleep" "iam_propagation" {
     build_account = module.build.service_account_id
     event_source  = module.profiles.event_source
   }
-  depends_on = [google_project_service.enabled]
+  # Eventarc's own agent must hold its role before a storage trigger is created.
+  depends_on = [google_project_service.enabled, google_project_iam_member.service_agents]
 }
 
 module "function" {
@@ -179,7 +178,7 @@ module "function" {
     region = lower(local.bucket_location)
   } : null
   pubsub_push          = each.value.trigger == "pubsub"
-  pubsub_service_agent = local.pubsub_agent
+  pubsub_service_agent = local.service_agents.pubsub
   project_roles        = each.value.project_roles
   sign_as_self         = each.value.sign_as_self
   secret_environment   = each.key == "deliver_notifications" ? local.notification_secrets : {}
@@ -207,13 +206,13 @@ module "queue" {
   }
   dead_letter_suffix   = local.dead_letter_suffix
   unrecorded_topic_id  = google_pubsub_topic.unrecorded_dead_letters.id
-  pubsub_service_agent = local.pubsub_agent
+  pubsub_service_agent = local.service_agents.pubsub
   publishers = merge(
     {
       for name, function in local.functions : name => module.function[name].service_account_member
       if contains(function.publishes_to, each.key)
     },
-    each.key == local.maintenance_ticks ? { scheduler = "serviceAccount:${local.scheduler_agent}" } : {},
+    each.key == local.maintenance_ticks ? { scheduler = "serviceAccount:${local.service_agents.scheduler}" } : {},
   )
   delivery   = merge(var.delivery, { max_delivery_attempts = local.delivery_attempts[each.key] })
   labels     = local.labels
@@ -266,7 +265,7 @@ resource "google_pubsub_topic_iam_member" "unrecorded_dead_letters" {
   project = var.project_id
   topic   = google_pubsub_topic.unrecorded_dead_letters.name
   role    = "roles/pubsub.publisher"
-  member  = "serviceAccount:${local.pubsub_agent}"
+  member  = "serviceAccount:${local.service_agents.pubsub}"
 }
 
 module "xprof_viewer" {

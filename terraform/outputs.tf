@@ -68,3 +68,8 @@ output "analysis_events" {
     dead_letter_topic = "projects/${var.project_id}/topics/${module.queue["analysis-events"].dead_letter_topic}"
   }
 }
+
+output "service_agents" {
+  description = "Emails of the service agents this deployment provisions and grants to (pubsub, scheduler, monitoring, eventarc), known once each exists: name them in grants of your own."
+  value       = local.service_agents
+}

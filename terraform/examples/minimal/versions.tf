@@ -5,6 +5,11 @@ terraform {
       source  = "hashicorp/google"
       version = ">= 6.0, < 8.0"
     }
+    # google_project_service_identity (the just-in-time service agents) is in beta only.
+    google-beta = {
+      source  = "hashicorp/google-beta"
+      version = ">= 6.0, < 8.0"
+    }
     archive = {
       source  = "hashicorp/archive"
       version = ">= 2.4"

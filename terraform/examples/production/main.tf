@@ -11,6 +11,11 @@ provider "google" {
   region  = var.region
 }
 
+provider "google-beta" {
+  project = var.project_id
+  region  = var.region
+}
+
 module "mldiag" {
   source     = "../.."
   project_id = var.project_id
@@ -55,10 +60,6 @@ module "mldiag" {
 # deliveries mldiag makes: every analysis-events CloudEvent pushed to your endpoint with an
 # OIDC token, retried with backoff, and dead-lettered to where `mldiag events dead-letters`
 # shows it.
-data "google_project" "this" {
-  project_id = var.project_id
-}
-
 resource "google_pubsub_subscription" "analysis_events" {
   count                = var.analysis_events_endpoint == "" ? 0 : 1
   project              = var.project_id
@@ -91,5 +92,5 @@ resource "google_pubsub_subscription_iam_member" "analysis_events_dead_lettering
   project      = var.project_id
   subscription = google_pubsub_subscription.analysis_events[0].name
   role         = "roles/pubsub.subscriber"
-  member       = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
+  member       = "serviceAccount:${module.mldiag.service_agents.pubsub}"
 }
