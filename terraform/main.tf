@@ -6,8 +6,12 @@
 # Grants go on the narrowest resource the API offers; the few project-level ones are
 # listed in README.md with the reason each has no narrower home.
 
+# Read once Cloud Resource Manager is enabled: on a fresh project a read at plan time
+# fails. On the first plan the number is therefore unknown until apply; afterwards, with
+# the APIs unchanged, it is read at plan time as usual.
 data "google_project" "this" {
   project_id = var.project_id
+  depends_on = [google_project_service.enabled]
 }
 
 locals {
