@@ -143,18 +143,19 @@ module "build" {
   depends_on          = [google_project_service.enabled]
 }
 
-# A new grant or a newly enabled API takes a minute or more to be seen everywhere: on a fresh
-# project, a build started at once cannot read its sources and an Eventarc trigger created
-# at once is refused because the storage agent cannot yet publish. The functions (their
-# builds and triggers) wait for the APIs, the build account's grants and the storage agent's.
+# The agents exist and hold their roles (service_agents.tf) before anything below starts, but
+# a new grant takes a while to be seen everywhere, and no API says when it has: on a fresh
+# project a build started at once cannot read its sources, and an Eventarc trigger created at
+# once is refused because the storage or Eventarc agent cannot yet act. The functions (their
+# builds and triggers) wait after exactly these grants, and again whenever one is replaced.
 resource "time_sleep" "iam_propagation" {
-  create_duration = "60s"
+  create_duration = "${var.iam_propagation_seconds}s"
   triggers = {
     build_account = module.build.service_account_id
     event_source  = module.profiles.event_source
+    agent_roles   = join(" ", [for grant in google_project_iam_member.service_agents : grant.id])
   }
-  # Eventarc's own agent must hold its role before a storage trigger is created.
-  depends_on = [google_project_service.enabled, google_project_iam_member.service_agents]
+  depends_on = [google_project_service.enabled]
 }
 
 module "function" {
@@ -187,6 +188,7 @@ module "function" {
   sign_as_self         = each.value.sign_as_self
   secret_environment   = each.key == "deliver_notifications" ? local.notification_secrets : {}
   vpc_connector        = each.value.reaches_workloads ? var.workload_vpc_connector : null
+  propagation_seconds  = var.iam_propagation_seconds
   labels               = local.labels
   depends_on           = [time_sleep.iam_propagation]
 }

@@ -176,6 +176,16 @@ variable "event_retention_days" {
   }
 }
 
+variable "iam_propagation_seconds" {
+  description = "How long the first builds and the storage trigger wait after the grants they need, which nothing can observe taking effect. Raise it if a first apply is refused with a permission error that a second apply does not see."
+  type        = number
+  default     = 60
+  validation {
+    condition     = var.iam_propagation_seconds >= 30 && var.iam_propagation_seconds <= 600
+    error_message = "iam_propagation_seconds must be between 30 and 600."
+  }
+}
+
 variable "maintenance_schedule" {
   description = "Cron schedule (UTC) of the maintenance ticks; settling sessions waits for the next tick."
   type        = string

@@ -97,6 +97,7 @@ def test_the_firestore_indexes_evaluate(workdir: Path):
     ("kms_key_name=my-key", "kms_key_name must look like"),
     ("maintenance_schedule=* *", "five-field cron expression"),
     ("sdk_secret=too-short", "sdk_secret must be empty or 32 or more"),
+    ("iam_propagation_seconds=5", "iam_propagation_seconds must be between 30 and 600"),
 ])
 @pytest.mark.slow
 def test_planted_invalid_variable_is_refused(workdir: Path, variable: str, message: str):
