@@ -1,7 +1,8 @@
 # A production deployment: profiles encrypted with your key and access-logged, the API
-# reachable only from the workloads' VPC (so the official SDK, which sends no
-# credentials, can call it), captures through a VPC connector, the XProf viewer for an
-# engineering group, larger analysis instances, and point-in-time recovery.
+# reachable only from inside the project's VPC networks and only with an ID token (the
+# official SDK, which sends none, goes through the node agent on its node; README.md), captures
+# through a VPC connector, the XProf viewer for an engineering group, larger analysis
+# instances, and point-in-time recovery.
 #
 #   terraform init
 #   terraform apply -var-file=production.tfvars
@@ -37,10 +38,12 @@ module "mldiag" {
   event_retention_days = 90
 
   control_plane = {
-    ingress               = "ALLOW_INTERNAL_ONLY"
-    allow_unauthenticated = true
+    ingress = "ALLOW_INTERNAL_ONLY"
+    # allUsers as invoker, which domain-restricted sharing refuses: only for the capability URL.
+    allow_unauthenticated = var.sdk_secret != ""
     invoker_members       = var.operators
   }
+  sdk_secret             = var.sdk_secret
   workload_members       = var.workload_members
   workload_vpc_connector = { name = var.vpc_connector }
 
