@@ -223,11 +223,12 @@ variable "function_resources" {
 }
 
 variable "control_plane" {
-  description = "Who reaches the API: ingress (ALLOW_ALL, ALLOW_INTERNAL_ONLY, ALLOW_INTERNAL_AND_GCLB), members granted roles/run.invoker, and whether to admit unauthenticated callers (the official SDK sends no credentials), allowed only with ALLOW_INTERNAL_ONLY."
+  description = "Who reaches the API: ingress (ALLOW_ALL, ALLOW_INTERNAL_ONLY, ALLOW_INTERNAL_AND_GCLB), members granted roles/run.invoker, whether to admit unauthenticated callers (the official SDK sends no credentials; allowed only with ALLOW_INTERNAL_ONLY or a secret), and the ID token audiences accepted besides the API's URL while Cloud Run checks the invoker role (by default the gcloud CLI's OAuth client: a person's own `gcloud auth print-identity-token`; ignored with allow_unauthenticated)."
   type = object({
     ingress               = optional(string, "ALLOW_ALL")
     invoker_members       = optional(list(string), [])
     allow_unauthenticated = optional(bool, false)
+    other_audiences       = optional(list(string), ["32555940559.apps.googleusercontent.com"])
   })
   default = {}
   validation {

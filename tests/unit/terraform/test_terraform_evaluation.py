@@ -55,6 +55,18 @@ def test_the_function_table_evaluates(workdir: Path):
     assert functions["control_plane"]["extra_environment"]["MLDIAG_AUTH_AUDIENCE"].startswith("https://")
 
 
+GCLOUD_CLIENT = "32555940559.apps.googleusercontent.com"
+
+
+@pytest.mark.slow
+def test_a_persons_gcloud_token_is_accepted_only_behind_the_invoker_check(workdir: Path):
+    """Cloud Run admits a person's `gcloud auth print-identity-token` behind IAM; with allUsers nothing checks it first."""
+    environment = "local.functions.control_plane.extra_environment"
+    assert value(workdir, environment)["MLDIAG_AUTH_OTHER_AUDIENCES"] == GCLOUD_CLIENT
+    opened = value(workdir, environment, "-var", 'control_plane={ingress="ALLOW_INTERNAL_ONLY", allow_unauthenticated=true}')
+    assert opened["MLDIAG_AUTH_OTHER_AUDIENCES"] == ""
+
+
 @pytest.mark.slow
 def test_notification_secrets_come_from_secret_manager(workdir: Path):
     assert value(workdir, "local.notification_secrets") == {}
