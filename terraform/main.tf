@@ -27,6 +27,15 @@ locals {
   # function can be told the audience its callers' ID tokens must carry.
   control_plane_url = "https://${var.prefix}-control-plane-${local.project_number}.${var.region}.run.app"
 
+  # What the node agent (mldiag agent) needs to reach this deployment: output agent_configmap.
+  agent_settings = {
+    MLDIAG_API_URL       = local.control_plane_url
+    MLDIAG_AUTH_AUDIENCE = local.control_plane_url
+    MLDIAG_BACKEND       = "gcp"
+    MLDIAG_PROJECT       = var.project_id
+    MLDIAG_LOCATION      = var.region
+  }
+
   # mldiag.config: DEAD_LETTER_SUFFIX; the last stop for dead letters the recorder refused.
   dead_letter_suffix      = "-dead-letter"
   unrecorded_dead_letters = "unrecorded-dead-letters"

@@ -61,6 +61,16 @@ output "workload_environment" {
   }
 }
 
+output "agent_configmap" {
+  description = "The node agent's deployment settings as the Kubernetes ConfigMap `mldiag/mldiag-agent` that scripts/deploy/mldiag-agent-daemonset.yaml reads: `terraform output -raw agent_configmap | kubectl apply -f -`."
+  value = yamlencode({
+    apiVersion = "v1"
+    kind       = "ConfigMap"
+    metadata   = { name = "mldiag-agent", namespace = "mldiag" }
+    data       = local.agent_settings
+  })
+}
+
 output "analysis_events" {
   description = "The notifications out (CloudEvents: analyses finished, monitored events opened and closed): the topic and its dead-letter topic, `projects/P/topics/T`, for subscriptions of your own."
   value = {

@@ -28,3 +28,8 @@ output "sdk_base_url" {
   value       = module.mldiag.sdk_base_url
   sensitive   = true
 }
+
+output "agent_configmap" {
+  description = "The GKE node agent's ConfigMap: terraform output -raw agent_configmap | kubectl apply -f - (scripts/deploy/README.md)."
+  value       = module.mldiag.agent_configmap
+}
