@@ -92,6 +92,7 @@ locals {
         GOOGLE_GENAI_USE_VERTEXAI = "true"
         GOOGLE_CLOUD_PROJECT      = var.project_id
         GOOGLE_CLOUD_LOCATION     = var.vertex_location
+        MLDIAG_VERTEX_MODEL       = var.vertex_model
       }
     }
     analyze_host = {

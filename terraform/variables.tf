@@ -306,6 +306,16 @@ variable "workload_vpc_connector" {
   }
 }
 
+variable "vertex_model" {
+  description = "Gemini model the analysis reasons with (MLDIAG_VERTEX_MODEL). Vertex AI retires each stable model on a published date, after which calls 404 and every analysis falls back to the offline reasoner: pick one the \"Model versions and lifecycle\" page lists as current in vertex_location, and move on before its retirement date."
+  type        = string
+  default     = "gemini-2.5-flash"
+  validation {
+    condition     = can(regex("^[a-z0-9][a-z0-9.@-]*$", var.vertex_model))
+    error_message = "vertex_model is a Vertex AI model id such as gemini-2.5-flash."
+  }
+}
+
 variable "vertex_location" {
   description = "Vertex AI location of the Gemini model the analysis uses (`global` or a region)."
   type        = string

@@ -59,6 +59,16 @@ GCLOUD_CLIENT = "32555940559.apps.googleusercontent.com"
 
 
 @pytest.mark.slow
+def test_the_analysis_reasons_with_the_model_terraform_names(workdir: Path):
+    from mldiag.config import Settings
+
+    environment = value(workdir, "local.functions.analyze_session.extra_environment")
+    assert environment["MLDIAG_VERTEX_MODEL"] == Settings().vertex_model
+    chosen = value(workdir, "local.functions.analyze_session.extra_environment", "-var", "vertex_model=gemini-x-pro")
+    assert Settings.from_env(chosen).vertex_model == "gemini-x-pro"
+
+
+@pytest.mark.slow
 def test_a_persons_gcloud_token_is_accepted_only_behind_the_invoker_check(workdir: Path):
     """Cloud Run admits a person's `gcloud auth print-identity-token` behind IAM; with allUsers nothing checks it first."""
     environment = "local.functions.control_plane.extra_environment"
@@ -110,6 +120,7 @@ def test_the_firestore_indexes_evaluate(workdir: Path):
     ("maintenance_schedule=* *", "five-field cron expression"),
     ("sdk_secret=too-short", "sdk_secret must be empty or 32 or more"),
     ("iam_propagation_seconds=5", "iam_propagation_seconds must be between 30 and 600"),
+    ("vertex_model=Gemini Flash", "vertex_model is a Vertex AI model id"),
 ])
 @pytest.mark.slow
 def test_planted_invalid_variable_is_refused(workdir: Path, variable: str, message: str):
