@@ -64,7 +64,7 @@ locals {
     MLDIAG_LOCATION              = var.region
     MLDIAG_BUCKET                = local.bucket_name
     MLDIAG_FIRESTORE_DATABASE    = module.firestore.name
-    MLDIAG_XPROF_VIEWER_URL      = try(module.xprof_viewer[0].url, "")
+    MLDIAG_XPROF_VIEWER_URL      = local.xprof_viewer_links
     MLDIAG_LOG_FORMAT            = "json"
     MLDIAG_MAX_DELIVERY_ATTEMPTS = tostring(var.delivery.max_delivery_attempts)
     MLDIAG_EVENT_RETENTION_DAYS  = tostring(var.event_retention_days)

@@ -29,8 +29,13 @@ output "firestore_database" {
 }
 
 output "xprof_viewer_url" {
-  description = "XProf viewer URL (null when no viewer is deployed)."
+  description = "XProf viewer's Cloud Run URL (null when no viewer is deployed); browsers reach it as the dashboard links do, through xprof_viewer_proxy_command or xprof_viewer.browser_url."
   value       = try(module.xprof_viewer[0].url, null)
+}
+
+output "xprof_viewer_proxy_command" {
+  description = "Run this where the browser is (you need roles/run.invoker on the viewer) and the dashboard links open: it serves the IAM-only viewer on the localhost port they name. Null without a viewer."
+  value       = try("gcloud run services proxy ${module.xprof_viewer[0].name} --project ${var.project_id} --region ${var.region} --port ${local.xprof_viewer_proxy_port}", null)
 }
 
 output "topics" {

@@ -329,10 +329,11 @@ variable "vertex_location" {
 # --- viewer ----------------------------------------------------------------------------------
 
 variable "xprof_viewer" {
-  description = "The XProf viewer service: its image (built from modules/xprof-viewer/image), who may open it, ingress and size. Null deploys no viewer (dashboard links are then left empty)."
+  description = "The XProf viewer service: its image (built from modules/xprof-viewer/image), who may open it, ingress and size, and the URL browsers reach it at when a front signs people in (an IAP-protected load balancer; empty: the dashboard links go to `gcloud run services proxy` on localhost, see output xprof_viewer_proxy_command). Null deploys no viewer (dashboard links are then left empty)."
   type = object({
     image           = string
     invoker_members = optional(list(string), [])
+    browser_url     = optional(string, "")
     ingress         = optional(string, "INGRESS_TRAFFIC_ALL")
     cpu             = optional(string, "2")
     memory          = optional(string, "4Gi")
@@ -342,5 +343,9 @@ variable "xprof_viewer" {
   validation {
     condition     = var.xprof_viewer == null || contains(["INGRESS_TRAFFIC_ALL", "INGRESS_TRAFFIC_INTERNAL_ONLY", "INGRESS_TRAFFIC_INTERNAL_LOAD_BALANCER"], try(var.xprof_viewer.ingress, ""))
     error_message = "xprof_viewer.ingress must be INGRESS_TRAFFIC_ALL, INGRESS_TRAFFIC_INTERNAL_ONLY or INGRESS_TRAFFIC_INTERNAL_LOAD_BALANCER."
+  }
+  validation {
+    condition     = var.xprof_viewer == null || can(regex("^(https?://[^/?#]+)?$", try(var.xprof_viewer.browser_url, "")))
+    error_message = "xprof_viewer.browser_url is empty or a URL's scheme and host (https://viewer.example.com), with no path."
   }
 }

@@ -9,7 +9,7 @@ output "profiles_gcs_path" {
 }
 
 output "xprof_viewer_url" {
-  description = "The XProf viewer."
+  description = "The XProf viewer's Cloud Run URL; browsers open it through xprof_viewer_proxy_command."
   value       = module.mldiag.xprof_viewer_url
 }
 
@@ -32,4 +32,9 @@ output "sdk_base_url" {
 output "agent_configmap" {
   description = "The GKE node agent's ConfigMap: terraform output -raw agent_configmap | kubectl apply -f - (scripts/deploy/README.md)."
   value       = module.mldiag.agent_configmap
+}
+
+output "xprof_viewer_proxy_command" {
+  description = "Run it where the browser is: the dashboard links open through it (the viewer admits only ID tokens)."
+  value       = module.mldiag.xprof_viewer_proxy_command
 }

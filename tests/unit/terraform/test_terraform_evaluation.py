@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from terraform_support import REPO, missing_tool
 
-EVALUATED = ("variables.tf", "functions.tf", "firestore.tf")
+EVALUATED = ("variables.tf", "functions.tf", "firestore.tf", "viewer_links.tf")
 STUB = 'locals {\n  control_plane_url = "https://mldiag-control-plane-1.us-central1.run.app"\n}\n'
 REQUIRED = ("-var", "project_id=my-project", "-var", "region=us-central1")
 
@@ -121,6 +121,7 @@ def test_the_firestore_indexes_evaluate(workdir: Path):
     ("sdk_secret=too-short", "sdk_secret must be empty or 32 or more"),
     ("iam_propagation_seconds=5", "iam_propagation_seconds must be between 30 and 600"),
     ("vertex_model=Gemini Flash", "vertex_model is a Vertex AI model id"),
+    ('xprof_viewer={image="x", browser_url="https://x.example.com/viewer"}', "xprof_viewer.browser_url is empty or"),
 ])
 @pytest.mark.slow
 def test_planted_invalid_variable_is_refused(workdir: Path, variable: str, message: str):
@@ -157,6 +158,23 @@ def test_work_subscriptions_outlast_a_burst_of_their_consumer(workdir: Path):
     assert attempts["analysis-requests"] == 15
     assert value(workdir, "local.delivery_attempts", "-var", "delivery={max_delivery_attempts=40}") == {
         topic: 40 for topic in attempts}
+
+
+@pytest.mark.slow
+def test_dashboard_links_lead_where_a_browser_gets_through(workdir: Path):
+    """An IAM-only viewer answers a browser 403: links go to the local proxy, or to a signing-in front."""
+    assert value(workdir, "local.xprof_viewer_links") == ""
+    viewer = 'xprof_viewer={image="xprof:1"'
+    assert value(workdir, "local.xprof_viewer_links", "-var", viewer + "}") == "http://localhost:8081"
+    fronted = value(workdir, "local.xprof_viewer_links", "-var", viewer + ', browser_url="https://xprof.example.com"}')
+    assert fronted == "https://xprof.example.com"
+
+
+def test_the_functions_hand_out_the_links_a_browser_can_follow():
+    main = (REPO / "terraform/main.tf").read_text(encoding="utf-8")
+    assert "MLDIAG_XPROF_VIEWER_URL      = local.xprof_viewer_links" in main
+    outputs = (REPO / "terraform/outputs.tf").read_text(encoding="utf-8")
+    assert "--port ${local.xprof_viewer_proxy_port}" in outputs
 
 
 def test_the_queues_take_the_burst_sized_attempts():
