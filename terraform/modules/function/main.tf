@@ -82,9 +82,11 @@ resource "google_cloudfunctions2_function" "this" {
     ingress_settings                 = var.ingress_settings
     all_traffic_on_latest_revision   = true
     service_account_email            = google_service_account.function.email
-    environment_variables            = var.environment
-    vpc_connector                    = try(var.vpc_connector.name, null)
-    vpc_connector_egress_settings    = try(var.vpc_connector.egress_settings, null)
+    # functions-framework serves with 4 threads per vCPU unless told: as many as the
+    # concurrency Cloud Run sends each instance, so no request waits inside it.
+    environment_variables         = merge(var.environment, { THREADS = tostring(var.resources.concurrency) })
+    vpc_connector                 = try(var.vpc_connector.name, null)
+    vpc_connector_egress_settings = try(var.vpc_connector.egress_settings, null)
 
     dynamic "secret_environment_variables" {
       for_each = var.secret_environment
