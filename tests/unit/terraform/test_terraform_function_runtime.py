@@ -35,3 +35,23 @@ def test_planted_default_threads_are_reported(planted: Planted):
     planted.replace("modules/function/main.tf", "merge(var.environment, { THREADS = tostring(var.resources.concurrency) })",
                     "var.environment")
     assert thread_problems(planted.terraform) == ["functions-framework's THREADS is not the function's declared concurrency"]
+
+
+def archive_retention_problems(terraform: Path) -> list[str]:
+    """The archive a function was deployed from stays: an aged-out one is uploaded again and redeploys it."""
+    build = load_module(terraform / "modules/build")
+    (sources,) = [plain(b.body) for b in build if b.kind == "module" and b.labels[0] == "sources"]
+    rules = sources.get("lifecycle_rules", [])
+    deleting = [rule for rule in rules if isinstance(rule, dict) and rule.get("action", {}).get("type") == "Delete"]
+    return ["the sources bucket deletes archives by age, the deployed one included"] if deleting else []
+
+
+def test_the_deployed_archive_is_never_aged_out():
+    assert archive_retention_problems(REPO / "terraform") == []
+
+
+def test_planted_age_based_deletion_of_archives_is_reported(planted: Planted):
+    planted.replace("modules/build/main.tf", "  lifecycle_rules = []\n",
+                    '  lifecycle_rules = [{ action = { type = "Delete" }, condition = { age = 30 } }]\n')
+    assert archive_retention_problems(planted.terraform) == [
+        "the sources bucket deletes archives by age, the deployed one included"]
