@@ -68,6 +68,7 @@ locals {
     MLDIAG_LOG_FORMAT            = "json"
     MLDIAG_MAX_DELIVERY_ATTEMPTS = tostring(var.delivery.max_delivery_attempts)
     MLDIAG_EVENT_RETENTION_DAYS  = tostring(var.event_retention_days)
+    MLDIAG_TOPIC_PREFIX          = local.name_prefix
   }
   # The control plane's only: kept out of local.functions, where a sensitive value would taint its for_each.
   sdk_environment = { MLDIAG_SDK_SECRET = var.sdk_secret, MLDIAG_ALERT_TOKEN = var.alert_token }
@@ -131,7 +132,7 @@ module "profiles" {
 module "firestore" {
   source                 = "./modules/firestore"
   project_id             = var.project_id
-  name                   = var.firestore.name
+  name                   = local.firestore_database
   location_id            = coalesce(var.firestore.location_id, var.region)
   deletion_protection    = var.firestore.deletion_protection
   point_in_time_recovery = var.firestore.point_in_time_recovery
@@ -203,10 +204,11 @@ module "function" {
 }
 
 module "queue" {
-  source     = "./modules/queue"
-  for_each   = local.queue_consumers
-  project_id = var.project_id
-  topic      = each.key
+  source      = "./modules/queue"
+  for_each    = local.queue_consumers
+  project_id  = var.project_id
+  topic       = each.key
+  name_prefix = local.name_prefix
   consumer = {
     name                 = each.value
     url                  = module.function[each.value].url
@@ -257,7 +259,7 @@ resource "google_cloud_scheduler_job" "maintenance" {
 resource "google_pubsub_topic" "unrecorded_dead_letters" {
   # checkov:skip=CKV_GCP_83:Queue messages are work items (ids and object paths), not profile data; Google-managed encryption applies. CMEK covers the profiles bucket.
   project                    = var.project_id
-  name                       = local.unrecorded_dead_letters
+  name                       = "${local.name_prefix}${local.unrecorded_dead_letters}"
   message_retention_duration = "2678400s"
   labels                     = local.labels
   depends_on                 = [google_project_service.enabled]
@@ -265,7 +267,7 @@ resource "google_pubsub_topic" "unrecorded_dead_letters" {
 
 resource "google_pubsub_subscription" "unrecorded_dead_letters" {
   project                    = var.project_id
-  name                       = "${local.unrecorded_dead_letters}-hold"
+  name                       = "${local.name_prefix}${local.unrecorded_dead_letters}-hold"
   topic                      = google_pubsub_topic.unrecorded_dead_letters.id
   message_retention_duration = "2678400s"
   ack_deadline_seconds       = 600

@@ -17,7 +17,7 @@ variable "region" {
 }
 
 variable "prefix" {
-  description = "Prefix of function, service account and bucket names, so several deployments can share a project's naming space."
+  description = "Prefix of function, service account, bucket and scheduler job names, of the Firestore database's default id, and (`<prefix>-`, unless it is the default) of the Pub/Sub topics and subscriptions, so several deployments can share a project."
   type        = string
   default     = "mldiag"
   validation {
@@ -141,9 +141,9 @@ variable "force_destroy" {
 # --- state and queues ------------------------------------------------------------------------
 
 variable "firestore" {
-  description = "The Firestore database: id (`MLDIAG_FIRESTORE_DATABASE`), location (null for the region; nam5/eur3 for multi-region), deletion protection and point-in-time recovery."
+  description = "The Firestore database: id (`MLDIAG_FIRESTORE_DATABASE`; null for `prefix`), location (null for the region; nam5/eur3 for multi-region), deletion protection and point-in-time recovery."
   type = object({
-    name                   = optional(string, "mldiag")
+    name                   = optional(string)
     location_id            = optional(string)
     deletion_protection    = optional(bool, true)
     point_in_time_recovery = optional(bool, false)

@@ -84,6 +84,8 @@ class Settings(BaseModel):
     # What Alertmanager, Grafana and Cloud Monitoring send to the alert webhooks (bearer token or basic auth
     # password). Kept out of repr, which tracebacks and test reports print.
     alert_token: str = Field(default="", repr=False)
+    # Put before every Pub/Sub topic name the code publishes to, where deployments share a project.
+    topic_prefix: str = Field(default="", pattern=r"^([a-z][a-z0-9-]*-)?$")
     # Buckets a run's storage path may point into, besides ``bucket``.
     owned_buckets: list[str] = Field(default_factory=list)
     # Cloud mode: the audience clients mint their Google ID tokens for (the function's URL), and the
@@ -148,6 +150,7 @@ class Settings(BaseModel):
             "api_token": env.get("MLDIAG_API_TOKEN"),
             "sdk_secret": env.get("MLDIAG_SDK_SECRET"),
             "alert_token": env.get("MLDIAG_ALERT_TOKEN"),
+            "topic_prefix": env.get("MLDIAG_TOPIC_PREFIX"),
             "owned_buckets": [b.strip() for b in env.get("MLDIAG_OWNED_BUCKETS", "").split(",") if b.strip()],
             "auth_audience": env.get("MLDIAG_AUTH_AUDIENCE"),
             "auth_other_audiences": [a.strip() for a in env.get("MLDIAG_AUTH_OTHER_AUDIENCES", "").split(",")

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from terraform_support import REPO, missing_tool
 
-EVALUATED = ("variables.tf", "functions.tf", "firestore.tf", "viewer_links.tf")
+EVALUATED = ("variables.tf", "functions.tf", "firestore.tf", "viewer_links.tf", "naming.tf")
 STUB = 'locals {\n  control_plane_url = "https://mldiag-control-plane-1.us-central1.run.app"\n}\n'
 REQUIRED = ("-var", "project_id=my-project", "-var", "region=us-central1")
 
@@ -175,6 +175,16 @@ def test_the_functions_hand_out_the_links_a_browser_can_follow():
     assert "MLDIAG_XPROF_VIEWER_URL      = local.xprof_viewer_links" in main
     outputs = (REPO / "terraform/outputs.tf").read_text(encoding="utf-8")
     assert "--port ${local.xprof_viewer_proxy_port}" in outputs
+
+
+@pytest.mark.slow
+def test_a_second_deployments_names_carry_its_prefix(workdir: Path):
+    from mldiag.config import Settings
+
+    assert value(workdir, "[local.name_prefix, local.firestore_database]") == ["", "mldiag"]
+    prefix, database = value(workdir, "[local.name_prefix, local.firestore_database]", "-var", "prefix=team-a")
+    assert (prefix, database) == ("team-a-", "team-a")
+    assert Settings.from_env({"MLDIAG_TOPIC_PREFIX": prefix}).topic_prefix == "team-a-"
 
 
 def test_the_queues_take_the_burst_sized_attempts():
