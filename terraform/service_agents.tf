@@ -33,6 +33,7 @@ resource "google_project_service_identity" "agents" {
 
 # A service agent role is granted on the project: it is what the service acts with there.
 resource "google_project_iam_member" "service_agents" {
+  # checkov:skip=CKV_GCP_49:Each is the role Google itself grants that agent when it creates it unasked (Pub/Sub and Eventarc mint push tokens, Scheduler acts for its jobs); agents created on request get none, so it is granted here.
   for_each = local.just_in_time_agents
   project  = var.project_id
   role     = each.value.role
