@@ -54,8 +54,10 @@ locals {
       reaches_workloads  = false
       extra_requirements = []
       extra_environment = {
-        # ID tokens must be minted for this URL (Cloud Run's deterministic one, see main.tf).
-        MLDIAG_AUTH_AUDIENCE = local.control_plane_url
+        # ID tokens are minted for this URL (Cloud Run's deterministic one, see main.tf), or carry
+        # an audience Cloud Run also admits when it checks the invoker role in front of the code.
+        MLDIAG_AUTH_AUDIENCE        = local.control_plane_url
+        MLDIAG_AUTH_OTHER_AUDIENCES = join(",", var.control_plane.allow_unauthenticated ? [] : var.control_plane.other_audiences)
       }
     }
     register_session = {
@@ -90,6 +92,7 @@ locals {
         GOOGLE_GENAI_USE_VERTEXAI = "true"
         GOOGLE_CLOUD_PROJECT      = var.project_id
         GOOGLE_CLOUD_LOCATION     = var.vertex_location
+        MLDIAG_VERTEX_MODEL       = var.vertex_model
       }
     }
     analyze_host = {

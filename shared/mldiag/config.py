@@ -84,10 +84,15 @@ class Settings(BaseModel):
     # What Alertmanager, Grafana and Cloud Monitoring send to the alert webhooks (bearer token or basic auth
     # password). Kept out of repr, which tracebacks and test reports print.
     alert_token: str = Field(default="", repr=False)
+    # Put before every Pub/Sub topic name the code publishes to, where deployments share a project.
+    topic_prefix: str = Field(default="", pattern=r"^([a-z][a-z0-9-]*-)?$")
     # Buckets a run's storage path may point into, besides ``bucket``.
     owned_buckets: list[str] = Field(default_factory=list)
-    # Cloud mode: the audience every Google ID token must carry (the function's URL).
+    # Cloud mode: the audience clients mint their Google ID tokens for (the function's URL), and the
+    # others a token may carry instead: those Cloud Run also admits in front of it, such as the
+    # gcloud CLI's OAuth client, whose tokens are a person's `gcloud auth print-identity-token`.
     auth_audience: str = ""
+    auth_other_audiences: list[str] = Field(default_factory=list)
     # Embedded share links: the HMAC key (generated under the data dir when empty).
     share_key: str = ""
     cluster_id: str = "default"
@@ -147,8 +152,11 @@ class Settings(BaseModel):
             "api_token": env.get("MLDIAG_API_TOKEN"),
             "sdk_secret": env.get("MLDIAG_SDK_SECRET"),
             "alert_token": env.get("MLDIAG_ALERT_TOKEN"),
+            "topic_prefix": env.get("MLDIAG_TOPIC_PREFIX"),
             "owned_buckets": [b.strip() for b in env.get("MLDIAG_OWNED_BUCKETS", "").split(",") if b.strip()],
             "auth_audience": env.get("MLDIAG_AUTH_AUDIENCE"),
+            "auth_other_audiences": [a.strip() for a in env.get("MLDIAG_AUTH_OTHER_AUDIENCES", "").split(",")
+                                     if a.strip()],
             "share_key": env.get("MLDIAG_SHARE_KEY"),
             "cluster_id": env.get("MLDIAG_CLUSTER_ID"),
             "xprof_viewer_url": env.get("MLDIAG_XPROF_VIEWER_URL"),
@@ -191,6 +199,13 @@ class Settings(BaseModel):
         """Where analyses keep their private copies: under the data dir on the embedded backend (so that a
         restart finds what a crash left there), the system's temporary folder in the cloud."""
         return self.data_dir / "scratch" if self.backend == "embedded" else None
+
+    @property
+    def accepted_audiences(self) -> tuple[str, ...]:
+        """Every audience a Google ID token may carry in cloud mode (none outside it)."""
+        if not self.auth_audience:
+            return ()
+        return tuple(dict.fromkeys([self.auth_audience, *self.auth_other_audiences]))
 
     @property
     def bucket_uri(self) -> str:
