@@ -182,10 +182,13 @@ module "function" {
   pubsub_service_agent = local.pubsub_agent
   project_roles        = each.value.project_roles
   sign_as_self         = each.value.sign_as_self
-  secret_environment   = each.key == "deliver_notifications" ? local.notification_secrets : {}
-  vpc_connector        = each.value.reaches_workloads ? var.workload_vpc_connector : null
-  labels               = local.labels
-  depends_on           = [time_sleep.iam_propagation]
+  secret_environment = merge(
+    each.key == "deliver_notifications" ? local.notification_secrets : {},
+    contains(local.notification_key_readers, each.key) ? local.notification_key : {},
+  )
+  vpc_connector = each.value.reaches_workloads ? var.workload_vpc_connector : null
+  labels        = local.labels
+  depends_on    = [time_sleep.iam_propagation]
 }
 
 module "queue" {
