@@ -195,6 +195,13 @@ locals {
   notification_key = var.notifications.encryption_key_secret_id == "" ? {} : {
     MLDIAG_NOTIFY_ENCRYPTION_KEY = var.notifications.encryption_key_secret_id
   }
+  # The environment variables each function reads from Secret Manager.
+  secret_environments = {
+    for name in keys(local.functions) : name => merge(
+      name == "deliver_notifications" ? local.notification_secrets : {},
+      contains(local.notification_key_readers, name) ? local.notification_key : {},
+    )
+  }
 
   # The sizes each function deploys with: its defaults above, overridden field by field.
   function_resources = {

@@ -182,13 +182,10 @@ module "function" {
   pubsub_service_agent = local.pubsub_agent
   project_roles        = each.value.project_roles
   sign_as_self         = each.value.sign_as_self
-  secret_environment = merge(
-    each.key == "deliver_notifications" ? local.notification_secrets : {},
-    contains(local.notification_key_readers, each.key) ? local.notification_key : {},
-  )
-  vpc_connector = each.value.reaches_workloads ? var.workload_vpc_connector : null
-  labels        = local.labels
-  depends_on    = [time_sleep.iam_propagation]
+  secret_environment   = local.secret_environments[each.key]
+  vpc_connector        = each.value.reaches_workloads ? var.workload_vpc_connector : null
+  labels               = local.labels
+  depends_on           = [time_sleep.iam_propagation]
 }
 
 module "queue" {
