@@ -38,6 +38,7 @@ locals {
     "protobuf>=4.25",
     "opentelemetry-proto>=1.24",
     "numpy>=1.26",
+    "cryptography>=42",
   ]
 
   functions = {
@@ -191,6 +192,18 @@ locals {
       MLDIAG_NOTIFY_SLACK_URL             = var.notifications.slack_url_secret_id
       MLDIAG_NOTIFY_PAGERDUTY_ROUTING_KEY = var.notifications.pagerduty_routing_key_secret_id
     } : name => secret if secret != ""
+  }
+  # The key runs' own notification secrets are stored encrypted under: set by the API, read by the delivery.
+  notification_key_readers = ["control_plane", "deliver_notifications"]
+  notification_key = var.notifications.encryption_key_secret_id == "" ? {} : {
+    MLDIAG_NOTIFY_ENCRYPTION_KEY = var.notifications.encryption_key_secret_id
+  }
+  # The environment variables each function reads from Secret Manager.
+  secret_environments = {
+    for name in keys(local.functions) : name => merge(
+      name == "deliver_notifications" ? local.notification_secrets : {},
+      contains(local.notification_key_readers, name) ? local.notification_key : {},
+    )
   }
 
   # The sizes each function deploys with: its defaults above, overridden field by field.

@@ -196,7 +196,7 @@ module "function" {
   pubsub_service_agent = local.service_agents.pubsub
   project_roles        = each.value.project_roles
   sign_as_self         = each.value.sign_as_self
-  secret_environment   = each.key == "deliver_notifications" ? local.notification_secrets : {}
+  secret_environment   = local.secret_environments[each.key]
   vpc_connector        = each.value.reaches_workloads ? var.workload_vpc_connector : null
   propagation_seconds  = var.iam_propagation_seconds
   labels               = local.labels

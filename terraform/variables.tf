@@ -242,13 +242,14 @@ variable "control_plane" {
 }
 
 variable "notifications" {
-  description = "The deployment's default destinations for notifications (a run may set its own: `mldiag machine-learning-run set-notifications`): a webhook URL and its mode (`binary` or `structured` CloudEvents), and the Secret Manager secret ids (in this project) holding the webhook's signing secret, the Slack incoming-webhook URL and the PagerDuty routing key. Empty: none."
+  description = "The deployment's default destinations for notifications (a run may set its own: `mldiag machine-learning-run set-notifications`): a webhook URL and its mode (`binary` or `structured` CloudEvents), and the Secret Manager secret ids (in this project) holding the webhook's signing secret, the Slack incoming-webhook URL and the PagerDuty routing key, and the secret id of the key runs' own notification secrets are stored encrypted under (any random string of 32 bytes or more; without it a run cannot be given a secret). Empty: none."
   type = object({
     webhook_url                     = optional(string, "")
     webhook_mode                    = optional(string, "binary")
     webhook_secret_id               = optional(string, "")
     slack_url_secret_id             = optional(string, "")
     pagerduty_routing_key_secret_id = optional(string, "")
+    encryption_key_secret_id        = optional(string, "")
   })
   default = {}
   validation {

@@ -125,6 +125,8 @@ class Settings(BaseModel):
     pagerduty_events_url: str = "https://events.pagerduty.com"
     # Lets notifications reach loopback and private addresses (a receiver on the same machine or network).
     notify_allow_private: bool = False
+    # The key notification secrets are stored encrypted under (generated under the data dir when empty and embedded).
+    notify_encryption_key: str = Field(default="", repr=False)
 
     @field_validator("analysis_memory_ceiling_bytes", mode="before")
     @classmethod
@@ -183,6 +185,7 @@ class Settings(BaseModel):
             "notify_pagerduty_routing_key": env.get("MLDIAG_NOTIFY_PAGERDUTY_ROUTING_KEY"),
             "pagerduty_events_url": env.get("MLDIAG_PAGERDUTY_EVENTS_URL"),
             "notify_allow_private": env.get("MLDIAG_NOTIFY_ALLOW_PRIVATE"),
+            "notify_encryption_key": env.get("MLDIAG_NOTIFY_ENCRYPTION_KEY"),
         }
         try:
             return cls.model_validate({k: v for k, v in values.items() if v})

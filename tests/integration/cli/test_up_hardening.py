@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import stat
+import time
+import urllib.request
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import grpc
 from up_process_support import UpProcess
 
+from mldiag.local.http_server import CONNECTION_LIMIT
 from mldiag.local.otlp_grpc import SERVICE
 
 TOKEN = "hardening-token"
@@ -88,3 +93,34 @@ def test_the_data_directory_and_its_files_are_the_owners_only(tmp_path):
     assert len(warned) == 1 and "the data directory was open to other users" in warned[0], warned
     assert f"{data} (was 0755)" in warned[0] and f"{data / 'mldiag.sqlite3'} (was 0644)" in warned[0]
     assert {path: _mode(path) for path in made} == made
+
+
+def _answered_within(url: str, seconds: float) -> float:
+    """How long ``GET url`` took to be answered 200 (it fails past ``seconds``)."""
+    started = time.monotonic()
+    with urllib.request.urlopen(url, timeout=seconds) as answer:
+        assert answer.status == 200
+    return time.monotonic() - started
+
+
+def test_a_thousand_idle_connections_do_not_keep_a_new_client_waiting(tmp_path):
+    up = UpProcess.start(tmp_path / "data", options=("--no-otlp",))
+    held: list[socket.socket] = []
+    try:
+        url = up.wait_for("mldiag control plane at ").split(" at ", 1)[1].split()[0]
+        up.wait_for("Stop with Ctrl-C")
+        address = urlsplit(url)
+        runs = f"{url.rstrip('/')}/v1alpha/projects/local-project/locations/local/machineLearningRuns"
+        for index in range(CONNECTION_LIMIT):  # no credential, no byte sent; half of them done with a request
+            held.append(socket.create_connection((address.hostname, address.port), timeout=30))
+            if index % 2:
+                held[-1].sendall(b"GET /v1alpha/projects/local-project/locations/local/machineLearningRuns "
+                                 b"HTTP/1.1\r\nHost: x\r\n\r\n")
+                held[-1].recv(65536)
+        time.sleep(2)
+        seconds = [_answered_within(runs, 8.0) for _ in range(3)]
+    finally:
+        for connection in held:
+            connection.close()
+        up.stop()
+    assert max(seconds) < 8.0, seconds
