@@ -888,10 +888,11 @@ def _idle_cover(unions: list[_Union], spans: np.ndarray) -> np.ndarray:
 
 
 def _stepping_own(trace: _Trace, line: _Line, calls: _Calls, busy_unions: list[_Union], is_read: np.ndarray,
-                  keeps: list[np.ndarray]) -> list[list[np.ndarray]]:
-    """For each selection of top-level events: their name ids, own idle time and whether they read device values
-    back, and the rows of the functions that hold that time (top's name id, name id, own ns, reads)."""
-    idle = _idle_cover(busy_unions, np.column_stack((line.starts, line.ends)))
+                  keeps: list[np.ndarray], loop: tuple[int, int]) -> list[list[np.ndarray]]:
+    """For each selection of top-level events: their name ids, own idle time within the loop and whether they read
+    device values back, and the rows of the functions that hold that time (top's name id, name id, own ns, reads)."""
+    starts = np.clip(line.starts, *loop)
+    idle = _idle_cover(busy_unions, np.column_stack((starts, np.clip(line.ends, starts, loop[1]))))
     own = host_time.own_idle(line.parents, idle, calls.outermost, calls.inside)
     reads = is_read[line.ids]
     inclusive_reads = reads | _has_descendant(line, reads)
@@ -986,10 +987,13 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
                              else np.zeros(len(line)))
         if is_stepping:
             activity, between = _stepping_own(trace, line, _Calls.of(line, is_call, is_named), busy_or_moving,
-                                              is_read, [activity_keep[-1], between_keep[-1]])
+                                              is_read, [activity_keep[-1], between_keep[-1]],
+                                              (int(windows[0, 0]), int(windows[-1, 1])))
             owned["activity"].append(activity)
             owned["between"].append(between)
-        durations.append((line.ends - line.starts).astype(np.float64))
+        # What an event spends in the loop: a call begun in the last step may go on after the loop's end.
+        starts = np.clip(line.starts, windows[0, 0], windows[-1, 1])
+        durations.append((np.clip(line.ends, starts, windows[-1, 1]) - starts).astype(np.float64))
     ones = [np.ones(len(d)) for d in durations]
     compile_ns = _Union(np.concatenate(compile_starts or [np.zeros(0, np.int64)]),
                         np.concatenate(compile_ends or [np.zeros(0, np.int64)])).covered(windows)

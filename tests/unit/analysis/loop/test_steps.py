@@ -156,7 +156,8 @@ def test_a_scope_around_the_dispatches_is_not_host_work(tmp_path):
     events = [event for s in starts for event in (
         ("$bench.py:20 run_ops", s, s + 4 * MS),
         *(event for k, name in enumerate(("add", "mul", "sin")) for event in jit_calls(name, [s + (k + 1) * MS], MS)))]
-    lane = [("kernel", s + 2 * MS, s + 3 * MS) for s in starts]
+    # The loop runs from the first launch to the devices' last work: a last kernel keeps the last scope inside it.
+    lane = [("kernel", s + 2 * MS, s + 3 * MS) for s in starts] + [("kernel", 50 * MS, 51 * MS)]
     host = TraceBuild(DeviceKind.GPU).host(events).lane("/device:GPU:0", lane).evidence(tmp_path)
     run_ops = host.host_activities[0]
     assert run_ops.name == "$bench.py:20 run_ops" and run_ops.encloses_dispatches
@@ -257,3 +258,13 @@ def test_untraced_host_time_inside_annotated_steps_is_measured_too(tmp_path):
         lane.append(("fusion", start + 6 * MS, start + 10 * MS))
     host = TraceBuild().host(events, markers=("train",)).lane("/host:CPU", lane).evidence(tmp_path)
     assert host.untraced_host_ms_per_step == pytest.approx(5.0)
+
+
+def test_host_work_that_goes_on_after_the_loop_counts_only_its_time_in_the_loop(tmp_path):
+    starts = [0, 10 * MS, 20 * MS]
+    events = [*jit_calls("step", starts, MS), ("$train.py:9 save", 21 * MS, 60 * MS)]
+    lane = [("kernel", s + MS, s + 3 * MS) for s in starts]
+    host = TraceBuild(DeviceKind.GPU).host(events).lane("/device:GPU:0", lane).evidence(tmp_path)
+    save = next(activity for activity in host.host_activities if activity.name == "$train.py:9 save")
+    assert save.ms_per_step == pytest.approx(2 / 3, rel=0.01)  # 21-23 ms: the loop ends with the last step's work
+    assert all(0 <= activity.share_of_step <= 1 for activity in host.host_activities)
