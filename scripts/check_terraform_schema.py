@@ -5,9 +5,9 @@ schema of the Google provider ships, in a form we can read, inside the npm
 package ``@cdktf/provider-google`` (16.12.1 is generated from google 6.50.0): its
 ``.jsii`` assembly describes every resource and data source as a ``…Config``
 interface (arguments and nested blocks, optional or required) and a class whose
-getters are the attributes you can read. The ``archive`` and ``time`` providers
-are not in that package; the one type used of each is described here (``BUILTIN``),
-from the providers' documentation.
+getters are the attributes you can read. The ``archive``, ``time`` and
+``google-beta`` providers are not in that package; the one type used of each is
+described here (``BUILTIN``), from the providers' documentation.
 
 For every module directory under the given root it reports:
 - resource and data source types the providers do not have;
@@ -112,11 +112,18 @@ def _time_sleep() -> Schema:
     return Schema(arguments=arguments_, readable={_loose(name): None for name in [*arguments_, "id"]})
 
 
-# hashicorp/archive 2.x and hashicorp/time 0.x, from their documentation (the package above
-# carries only google).
+def _project_service_identity() -> Schema:
+    return Schema(arguments={"project", "service"}, blocks={"timeouts": Schema(arguments={"create"})},
+                  required={"service"},
+                  readable={_loose(name): None for name in ["project", "service", "id", "email", "member"]})
+
+
+# hashicorp/archive 2.x, hashicorp/time 0.x and the one google-beta 6.x type, from their
+# documentation (the package above carries only google).
 BUILTIN: dict[tuple[str, str], Schema] = {
     ("data", "archive_file"): _archive_file(),
     ("resource", "time_sleep"): _time_sleep(),
+    ("resource", "google_project_service_identity"): _project_service_identity(),
 }
 
 

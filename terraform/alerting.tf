@@ -13,12 +13,11 @@ resource "google_monitoring_notification_channel" "alerts" {
   user_labels = local.labels
 }
 
-# The notification service agent publishes the incidents. It exists once the project has a
-# Pub/Sub channel, hence the ordering; the grant is on this topic only.
+# The notification service agent (service_agents.tf) publishes the incidents; the grant is on
+# this topic only.
 resource "google_pubsub_topic_iam_member" "monitoring_alerts_publisher" {
-  project    = var.project_id
-  topic      = module.queue["monitoring-alerts"].topic
-  role       = "roles/pubsub.publisher"
-  member     = "serviceAccount:${local.monitoring_agent}"
-  depends_on = [google_monitoring_notification_channel.alerts]
+  project = var.project_id
+  topic   = module.queue["monitoring-alerts"].topic
+  role    = "roles/pubsub.publisher"
+  member  = "serviceAccount:${local.service_agents.monitoring}"
 }

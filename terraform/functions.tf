@@ -38,6 +38,7 @@ locals {
     "protobuf>=4.25",
     "opentelemetry-proto>=1.24",
     "numpy>=1.26",
+    "cryptography>=42",
   ]
 
   functions = {
@@ -54,8 +55,10 @@ locals {
       reaches_workloads  = false
       extra_requirements = []
       extra_environment = {
-        # ID tokens must be minted for this URL (Cloud Run's deterministic one, see main.tf).
-        MLDIAG_AUTH_AUDIENCE = local.control_plane_url
+        # ID tokens are minted for this URL (Cloud Run's deterministic one, see main.tf), or carry
+        # an audience Cloud Run also admits when it checks the invoker role in front of the code.
+        MLDIAG_AUTH_AUDIENCE        = local.control_plane_url
+        MLDIAG_AUTH_OTHER_AUDIENCES = join(",", var.control_plane.allow_unauthenticated ? [] : var.control_plane.other_audiences)
       }
     }
     register_session = {
@@ -90,6 +93,7 @@ locals {
         GOOGLE_GENAI_USE_VERTEXAI = "true"
         GOOGLE_CLOUD_PROJECT      = var.project_id
         GOOGLE_CLOUD_LOCATION     = var.vertex_location
+        MLDIAG_VERTEX_MODEL       = var.vertex_model
       }
     }
     analyze_host = {
@@ -188,6 +192,18 @@ locals {
       MLDIAG_NOTIFY_SLACK_URL             = var.notifications.slack_url_secret_id
       MLDIAG_NOTIFY_PAGERDUTY_ROUTING_KEY = var.notifications.pagerduty_routing_key_secret_id
     } : name => secret if secret != ""
+  }
+  # The key runs' own notification secrets are stored encrypted under: set by the API, read by the delivery.
+  notification_key_readers = ["control_plane", "deliver_notifications"]
+  notification_key = var.notifications.encryption_key_secret_id == "" ? {} : {
+    MLDIAG_NOTIFY_ENCRYPTION_KEY = var.notifications.encryption_key_secret_id
+  }
+  # The environment variables each function reads from Secret Manager.
+  secret_environments = {
+    for name in keys(local.functions) : name => merge(
+      name == "deliver_notifications" ? local.notification_secrets : {},
+      contains(local.notification_key_readers, name) ? local.notification_key : {},
+    )
   }
 
   # The sizes each function deploys with: its defaults above, overridden field by field.

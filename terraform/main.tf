@@ -6,8 +6,12 @@
 # Grants go on the narrowest resource the API offers; the few project-level ones are
 # listed in README.md with the reason each has no narrower home.
 
+# Read once Cloud Resource Manager is enabled: on a fresh project a read at plan time
+# fails. On the first plan the number is therefore unknown until apply; afterwards, with
+# the APIs unchanged, it is read at plan time as usual.
 data "google_project" "this" {
   project_id = var.project_id
+  depends_on = [google_project_service.enabled]
 }
 
 locals {
@@ -17,13 +21,20 @@ locals {
   profiles_path   = "gs://${local.bucket_name}/${var.profiles_prefix}"
   labels          = merge({ app = "mldiag" }, var.labels)
 
-  pubsub_agent     = "service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
-  monitoring_agent = "service-${data.google_project.this.number}@gcp-sa-monitoring-notification.iam.gserviceaccount.com"
-  scheduler_agent  = "service-${data.google_project.this.number}@gcp-sa-cloudscheduler.iam.gserviceaccount.com"
+  project_number = data.google_project.this.number
 
   # Cloud Run's deterministic URL of the control plane, known before it exists, so the
   # function can be told the audience its callers' ID tokens must carry.
-  control_plane_url = "https://${var.prefix}-control-plane-${data.google_project.this.number}.${var.region}.run.app"
+  control_plane_url = "https://${var.prefix}-control-plane-${local.project_number}.${var.region}.run.app"
+
+  # What the node agent (mldiag agent) needs to reach this deployment: output agent_configmap.
+  agent_settings = {
+    MLDIAG_API_URL       = local.control_plane_url
+    MLDIAG_AUTH_AUDIENCE = local.control_plane_url
+    MLDIAG_BACKEND       = "gcp"
+    MLDIAG_PROJECT       = var.project_id
+    MLDIAG_LOCATION      = var.region
+  }
 
   # mldiag.config: DEAD_LETTER_SUFFIX; the last stop for dead letters the recorder refused.
   dead_letter_suffix      = "-dead-letter"
@@ -53,10 +64,11 @@ locals {
     MLDIAG_LOCATION              = var.region
     MLDIAG_BUCKET                = local.bucket_name
     MLDIAG_FIRESTORE_DATABASE    = module.firestore.name
-    MLDIAG_XPROF_VIEWER_URL      = try(module.xprof_viewer[0].url, "")
+    MLDIAG_XPROF_VIEWER_URL      = local.xprof_viewer_links
     MLDIAG_LOG_FORMAT            = "json"
     MLDIAG_MAX_DELIVERY_ATTEMPTS = tostring(var.delivery.max_delivery_attempts)
     MLDIAG_EVENT_RETENTION_DAYS  = tostring(var.event_retention_days)
+    MLDIAG_TOPIC_PREFIX          = local.name_prefix
   }
   # The control plane's only: kept out of local.functions, where a sensitive value would taint its for_each.
   sdk_environment = { MLDIAG_SDK_SECRET = var.sdk_secret, MLDIAG_ALERT_TOKEN = var.alert_token }
@@ -120,7 +132,7 @@ module "profiles" {
 module "firestore" {
   source                 = "./modules/firestore"
   project_id             = var.project_id
-  name                   = var.firestore.name
+  name                   = local.firestore_database
   location_id            = coalesce(var.firestore.location_id, var.region)
   deletion_protection    = var.firestore.deletion_protection
   point_in_time_recovery = var.firestore.point_in_time_recovery
@@ -134,22 +146,24 @@ module "build" {
   source              = "./modules/build"
   project_id          = var.project_id
   region              = var.region
-  project_number      = data.google_project.this.number
+  project_number      = local.project_number
   prefix              = var.prefix
   sources_bucket_name = "${var.project_id}-${var.prefix}-sources"
   labels              = local.labels
   depends_on          = [google_project_service.enabled]
 }
 
-# A new grant or a newly enabled API takes a minute or more to be seen everywhere: on a fresh
-# project, a build started at once cannot read its sources and an Eventarc trigger created
-# at once is refused because the storage agent cannot yet publish. The functions (their
-# builds and triggers) wait for the APIs, the build account's grants and the storage agent's.
+# The agents exist and hold their roles (service_agents.tf) before anything below starts, but
+# a new grant takes a while to be seen everywhere, and no API says when it has: on a fresh
+# project a build started at once cannot read its sources, and an Eventarc trigger created at
+# once is refused because the storage or Eventarc agent cannot yet act. The functions (their
+# builds and triggers) wait after exactly these grants, and again whenever one is replaced.
 resource "time_sleep" "iam_propagation" {
-  create_duration = "60s"
+  create_duration = "${var.iam_propagation_seconds}s"
   triggers = {
     build_account = module.build.service_account_id
     event_source  = module.profiles.event_source
+    agent_roles   = join(" ", [for grant in google_project_iam_member.service_agents : grant.id])
   }
   depends_on = [google_project_service.enabled]
 }
@@ -179,20 +193,22 @@ module "function" {
     region = lower(local.bucket_location)
   } : null
   pubsub_push          = each.value.trigger == "pubsub"
-  pubsub_service_agent = local.pubsub_agent
+  pubsub_service_agent = local.service_agents.pubsub
   project_roles        = each.value.project_roles
   sign_as_self         = each.value.sign_as_self
-  secret_environment   = each.key == "deliver_notifications" ? local.notification_secrets : {}
+  secret_environment   = local.secret_environments[each.key]
   vpc_connector        = each.value.reaches_workloads ? var.workload_vpc_connector : null
+  propagation_seconds  = var.iam_propagation_seconds
   labels               = local.labels
   depends_on           = [time_sleep.iam_propagation]
 }
 
 module "queue" {
-  source     = "./modules/queue"
-  for_each   = local.queue_consumers
-  project_id = var.project_id
-  topic      = each.key
+  source      = "./modules/queue"
+  for_each    = local.queue_consumers
+  project_id  = var.project_id
+  topic       = each.key
+  name_prefix = local.name_prefix
   consumer = {
     name                 = each.value
     url                  = module.function[each.value].url
@@ -207,13 +223,13 @@ module "queue" {
   }
   dead_letter_suffix   = local.dead_letter_suffix
   unrecorded_topic_id  = google_pubsub_topic.unrecorded_dead_letters.id
-  pubsub_service_agent = local.pubsub_agent
+  pubsub_service_agent = local.service_agents.pubsub
   publishers = merge(
     {
       for name, function in local.functions : name => module.function[name].service_account_member
       if contains(function.publishes_to, each.key)
     },
-    each.key == local.maintenance_ticks ? { scheduler = "serviceAccount:${local.scheduler_agent}" } : {},
+    each.key == local.maintenance_ticks ? { scheduler = "serviceAccount:${local.service_agents.scheduler}" } : {},
   )
   delivery   = merge(var.delivery, { max_delivery_attempts = local.delivery_attempts[each.key] })
   labels     = local.labels
@@ -243,7 +259,7 @@ resource "google_cloud_scheduler_job" "maintenance" {
 resource "google_pubsub_topic" "unrecorded_dead_letters" {
   # checkov:skip=CKV_GCP_83:Queue messages are work items (ids and object paths), not profile data; Google-managed encryption applies. CMEK covers the profiles bucket.
   project                    = var.project_id
-  name                       = local.unrecorded_dead_letters
+  name                       = "${local.name_prefix}${local.unrecorded_dead_letters}"
   message_retention_duration = "2678400s"
   labels                     = local.labels
   depends_on                 = [google_project_service.enabled]
@@ -251,7 +267,7 @@ resource "google_pubsub_topic" "unrecorded_dead_letters" {
 
 resource "google_pubsub_subscription" "unrecorded_dead_letters" {
   project                    = var.project_id
-  name                       = "${local.unrecorded_dead_letters}-hold"
+  name                       = "${local.name_prefix}${local.unrecorded_dead_letters}-hold"
   topic                      = google_pubsub_topic.unrecorded_dead_letters.id
   message_retention_duration = "2678400s"
   ack_deadline_seconds       = 600
@@ -266,7 +282,7 @@ resource "google_pubsub_topic_iam_member" "unrecorded_dead_letters" {
   project = var.project_id
   topic   = google_pubsub_topic.unrecorded_dead_letters.name
   role    = "roles/pubsub.publisher"
-  member  = "serviceAccount:${local.pubsub_agent}"
+  member  = "serviceAccount:${local.service_agents.pubsub}"
 }
 
 module "xprof_viewer" {

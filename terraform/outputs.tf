@@ -29,8 +29,13 @@ output "firestore_database" {
 }
 
 output "xprof_viewer_url" {
-  description = "XProf viewer URL (null when no viewer is deployed)."
+  description = "XProf viewer's Cloud Run URL (null when no viewer is deployed); browsers reach it as the dashboard links do, through xprof_viewer_proxy_command or xprof_viewer.browser_url."
   value       = try(module.xprof_viewer[0].url, null)
+}
+
+output "xprof_viewer_proxy_command" {
+  description = "Run this where the browser is (you need roles/run.invoker on the viewer) and the dashboard links open: it serves the IAM-only viewer on the localhost port they name. Null without a viewer."
+  value       = try("gcloud run services proxy ${module.xprof_viewer[0].name} --project ${var.project_id} --region ${var.region} --port ${local.xprof_viewer_proxy_port}", null)
 }
 
 output "topics" {
@@ -61,10 +66,25 @@ output "workload_environment" {
   }
 }
 
+output "agent_configmap" {
+  description = "The node agent's deployment settings as the Kubernetes ConfigMap `mldiag/mldiag-agent` that scripts/deploy/mldiag-agent-daemonset.yaml reads: `terraform output -raw agent_configmap | kubectl apply -f -`."
+  value = yamlencode({
+    apiVersion = "v1"
+    kind       = "ConfigMap"
+    metadata   = { name = "mldiag-agent", namespace = "mldiag" }
+    data       = local.agent_settings
+  })
+}
+
 output "analysis_events" {
   description = "The notifications out (CloudEvents: analyses finished, monitored events opened and closed): the topic and its dead-letter topic, `projects/P/topics/T`, for subscriptions of your own."
   value = {
     topic             = module.queue["analysis-events"].topic_id
     dead_letter_topic = "projects/${var.project_id}/topics/${module.queue["analysis-events"].dead_letter_topic}"
   }
+}
+
+output "service_agents" {
+  description = "Emails of the service agents this deployment provisions and grants to (pubsub, scheduler, monitoring, eventarc), known once each exists: name them in grants of your own."
+  value       = local.service_agents
 }

@@ -17,7 +17,7 @@ variable "region" {
 }
 
 variable "prefix" {
-  description = "Prefix of function, service account and bucket names, so several deployments can share a project's naming space."
+  description = "Prefix of function, service account, bucket and scheduler job names, of the Firestore database's default id, and (`<prefix>-`, unless it is the default) of the Pub/Sub topics and subscriptions, so several deployments can share a project."
   type        = string
   default     = "mldiag"
   validation {
@@ -141,9 +141,9 @@ variable "force_destroy" {
 # --- state and queues ------------------------------------------------------------------------
 
 variable "firestore" {
-  description = "The Firestore database: id (`MLDIAG_FIRESTORE_DATABASE`), location (null for the region; nam5/eur3 for multi-region), deletion protection and point-in-time recovery."
+  description = "The Firestore database: id (`MLDIAG_FIRESTORE_DATABASE`; null for `prefix`), location (null for the region; nam5/eur3 for multi-region), deletion protection and point-in-time recovery."
   type = object({
-    name                   = optional(string, "mldiag")
+    name                   = optional(string)
     location_id            = optional(string)
     deletion_protection    = optional(bool, true)
     point_in_time_recovery = optional(bool, false)
@@ -173,6 +173,16 @@ variable "event_retention_days" {
   validation {
     condition     = var.event_retention_days > 0
     error_message = "event_retention_days must be positive."
+  }
+}
+
+variable "iam_propagation_seconds" {
+  description = "How long the first builds and the storage trigger wait after the grants they need, which nothing can observe taking effect. Raise it if a first apply is refused with a permission error that a second apply does not see."
+  type        = number
+  default     = 60
+  validation {
+    condition     = var.iam_propagation_seconds >= 30 && var.iam_propagation_seconds <= 600
+    error_message = "iam_propagation_seconds must be between 30 and 600."
   }
 }
 
@@ -213,11 +223,12 @@ variable "function_resources" {
 }
 
 variable "control_plane" {
-  description = "Who reaches the API: ingress (ALLOW_ALL, ALLOW_INTERNAL_ONLY, ALLOW_INTERNAL_AND_GCLB), members granted roles/run.invoker, and whether to admit unauthenticated callers (the official SDK sends no credentials), allowed only with ALLOW_INTERNAL_ONLY."
+  description = "Who reaches the API: ingress (ALLOW_ALL, ALLOW_INTERNAL_ONLY, ALLOW_INTERNAL_AND_GCLB), members granted roles/run.invoker, whether to admit unauthenticated callers (the official SDK sends no credentials; allowed only with ALLOW_INTERNAL_ONLY or a secret), and the ID token audiences accepted besides the API's URL while Cloud Run checks the invoker role (by default the gcloud CLI's OAuth client: a person's own `gcloud auth print-identity-token`; ignored with allow_unauthenticated)."
   type = object({
     ingress               = optional(string, "ALLOW_ALL")
     invoker_members       = optional(list(string), [])
     allow_unauthenticated = optional(bool, false)
+    other_audiences       = optional(list(string), ["32555940559.apps.googleusercontent.com"])
   })
   default = {}
   validation {
@@ -231,13 +242,14 @@ variable "control_plane" {
 }
 
 variable "notifications" {
-  description = "The deployment's default destinations for notifications (a run may set its own: `mldiag machine-learning-run set-notifications`): a webhook URL and its mode (`binary` or `structured` CloudEvents), and the Secret Manager secret ids (in this project) holding the webhook's signing secret, the Slack incoming-webhook URL and the PagerDuty routing key. Empty: none."
+  description = "The deployment's default destinations for notifications (a run may set its own: `mldiag machine-learning-run set-notifications`): a webhook URL and its mode (`binary` or `structured` CloudEvents), and the Secret Manager secret ids (in this project) holding the webhook's signing secret, the Slack incoming-webhook URL and the PagerDuty routing key, and the secret id of the key runs' own notification secrets are stored encrypted under (any random string of 32 bytes or more; without it a run cannot be given a secret). Empty: none."
   type = object({
     webhook_url                     = optional(string, "")
     webhook_mode                    = optional(string, "binary")
     webhook_secret_id               = optional(string, "")
     slack_url_secret_id             = optional(string, "")
     pagerduty_routing_key_secret_id = optional(string, "")
+    encryption_key_secret_id        = optional(string, "")
   })
   default = {}
   validation {
@@ -295,6 +307,16 @@ variable "workload_vpc_connector" {
   }
 }
 
+variable "vertex_model" {
+  description = "Gemini model the analysis reasons with (MLDIAG_VERTEX_MODEL). Vertex AI retires each stable model on a published date, after which calls 404 and every analysis falls back to the offline reasoner: pick one the \"Model versions and lifecycle\" page lists as current in vertex_location, and move on before its retirement date."
+  type        = string
+  default     = "gemini-2.5-flash"
+  validation {
+    condition     = can(regex("^[a-z0-9][a-z0-9.@-]*$", var.vertex_model))
+    error_message = "vertex_model is a Vertex AI model id such as gemini-2.5-flash."
+  }
+}
+
 variable "vertex_location" {
   description = "Vertex AI location of the Gemini model the analysis uses (`global` or a region)."
   type        = string
@@ -308,10 +330,11 @@ variable "vertex_location" {
 # --- viewer ----------------------------------------------------------------------------------
 
 variable "xprof_viewer" {
-  description = "The XProf viewer service: its image (built from modules/xprof-viewer/image), who may open it, ingress and size. Null deploys no viewer (dashboard links are then left empty)."
+  description = "The XProf viewer service: its image (built from modules/xprof-viewer/image), who may open it, ingress and size, and the URL browsers reach it at when a front signs people in (an IAP-protected load balancer; empty: the dashboard links go to `gcloud run services proxy` on localhost, see output xprof_viewer_proxy_command). Null deploys no viewer (dashboard links are then left empty)."
   type = object({
     image           = string
     invoker_members = optional(list(string), [])
+    browser_url     = optional(string, "")
     ingress         = optional(string, "INGRESS_TRAFFIC_ALL")
     cpu             = optional(string, "2")
     memory          = optional(string, "4Gi")
@@ -321,5 +344,9 @@ variable "xprof_viewer" {
   validation {
     condition     = var.xprof_viewer == null || contains(["INGRESS_TRAFFIC_ALL", "INGRESS_TRAFFIC_INTERNAL_ONLY", "INGRESS_TRAFFIC_INTERNAL_LOAD_BALANCER"], try(var.xprof_viewer.ingress, ""))
     error_message = "xprof_viewer.ingress must be INGRESS_TRAFFIC_ALL, INGRESS_TRAFFIC_INTERNAL_ONLY or INGRESS_TRAFFIC_INTERNAL_LOAD_BALANCER."
+  }
+  validation {
+    condition     = var.xprof_viewer == null || can(regex("^(https?://[^/?#]+)?$", try(var.xprof_viewer.browser_url, "")))
+    error_message = "xprof_viewer.browser_url is empty or a URL's scheme and host (https://viewer.example.com), with no path."
   }
 }

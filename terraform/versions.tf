@@ -4,7 +4,12 @@ terraform {
   required_providers {
     google = {
       source  = "hashicorp/google"
-      version = ">= 6.0, < 8.0"
+      version = ">= 6.0, < 7.0"
+    }
+    # google_project_service_identity (the just-in-time service agents) is in beta only.
+    google-beta = {
+      source  = "hashicorp/google-beta"
+      version = ">= 6.0, < 7.0"
     }
     archive = {
       source  = "hashicorp/archive"

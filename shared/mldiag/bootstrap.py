@@ -76,7 +76,7 @@ def _build_gcp(settings: Settings) -> Services:
         store=FirestoreStore(settings.project, settings.firestore_database),
         blobs=build_blobs(settings),
         profiler=dial_profiler,
-        bus=PubSubBus(settings.project),
+        bus=PubSubBus(settings.project, settings.topic_prefix),
     )
 
 

@@ -84,10 +84,15 @@ class Settings(BaseModel):
     # What Alertmanager, Grafana and Cloud Monitoring send to the alert webhooks (bearer token or basic auth
     # password). Kept out of repr, which tracebacks and test reports print.
     alert_token: str = Field(default="", repr=False)
+    # Put before every Pub/Sub topic name the code publishes to, where deployments share a project.
+    topic_prefix: str = Field(default="", pattern=r"^([a-z][a-z0-9-]*-)?$")
     # Buckets a run's storage path may point into, besides ``bucket``.
     owned_buckets: list[str] = Field(default_factory=list)
-    # Cloud mode: the audience every Google ID token must carry (the function's URL).
+    # Cloud mode: the audience clients mint their Google ID tokens for (the function's URL), and the
+    # others a token may carry instead: those Cloud Run also admits in front of it, such as the
+    # gcloud CLI's OAuth client, whose tokens are a person's `gcloud auth print-identity-token`.
     auth_audience: str = ""
+    auth_other_audiences: list[str] = Field(default_factory=list)
     # Embedded share links: the HMAC key (generated under the data dir when empty).
     share_key: str = ""
     cluster_id: str = "default"
@@ -98,6 +103,8 @@ class Settings(BaseModel):
     # mldiag up's stand-in for Cloud Scheduler (which ticks every minute): results should come sooner locally.
     maintenance_interval_seconds: float = Field(default=15.0, gt=0)
     max_profile_bytes: int = Field(default=20 * 1024**3, gt=0)
+    # Alerts beyond this many monitored events of one run are counted and dropped, not stored.
+    max_monitored_events_per_run: int = Field(default=1000, ge=1)
     event_retention_days: float = Field(default=30.0, gt=0)
     # The analysis: who reasons over the evidence, and for how long one may run.
     reasoner: Literal["offline", "vertex"] = "offline"
@@ -118,6 +125,8 @@ class Settings(BaseModel):
     pagerduty_events_url: str = "https://events.pagerduty.com"
     # Lets notifications reach loopback and private addresses (a receiver on the same machine or network).
     notify_allow_private: bool = False
+    # The key notification secrets are stored encrypted under (generated under the data dir when empty and embedded).
+    notify_encryption_key: str = Field(default="", repr=False)
 
     @field_validator("analysis_memory_ceiling_bytes", mode="before")
     @classmethod
@@ -145,8 +154,11 @@ class Settings(BaseModel):
             "api_token": env.get("MLDIAG_API_TOKEN"),
             "sdk_secret": env.get("MLDIAG_SDK_SECRET"),
             "alert_token": env.get("MLDIAG_ALERT_TOKEN"),
+            "topic_prefix": env.get("MLDIAG_TOPIC_PREFIX"),
             "owned_buckets": [b.strip() for b in env.get("MLDIAG_OWNED_BUCKETS", "").split(",") if b.strip()],
             "auth_audience": env.get("MLDIAG_AUTH_AUDIENCE"),
+            "auth_other_audiences": [a.strip() for a in env.get("MLDIAG_AUTH_OTHER_AUDIENCES", "").split(",")
+                                     if a.strip()],
             "share_key": env.get("MLDIAG_SHARE_KEY"),
             "cluster_id": env.get("MLDIAG_CLUSTER_ID"),
             "xprof_viewer_url": env.get("MLDIAG_XPROF_VIEWER_URL"),
@@ -155,6 +167,7 @@ class Settings(BaseModel):
             "settle_seconds": env.get("MLDIAG_SETTLE_SECONDS"),
             "maintenance_interval_seconds": env.get("MLDIAG_MAINTENANCE_INTERVAL_SECONDS"),
             "max_profile_bytes": env.get("MLDIAG_MAX_PROFILE_BYTES"),
+            "max_monitored_events_per_run": env.get("MLDIAG_MAX_MONITORED_EVENTS_PER_RUN"),
             "event_retention_days": env.get("MLDIAG_EVENT_RETENTION_DAYS"),
             # google-genai's own variables (Terraform sets them) select Vertex AI too.
             "reasoner": env.get("MLDIAG_REASONER")
@@ -172,6 +185,7 @@ class Settings(BaseModel):
             "notify_pagerduty_routing_key": env.get("MLDIAG_NOTIFY_PAGERDUTY_ROUTING_KEY"),
             "pagerduty_events_url": env.get("MLDIAG_PAGERDUTY_EVENTS_URL"),
             "notify_allow_private": env.get("MLDIAG_NOTIFY_ALLOW_PRIVATE"),
+            "notify_encryption_key": env.get("MLDIAG_NOTIFY_ENCRYPTION_KEY"),
         }
         try:
             return cls.model_validate({k: v for k, v in values.items() if v})
@@ -188,6 +202,13 @@ class Settings(BaseModel):
         """Where analyses keep their private copies: under the data dir on the embedded backend (so that a
         restart finds what a crash left there), the system's temporary folder in the cloud."""
         return self.data_dir / "scratch" if self.backend == "embedded" else None
+
+    @property
+    def accepted_audiences(self) -> tuple[str, ...]:
+        """Every audience a Google ID token may carry in cloud mode (none outside it)."""
+        if not self.auth_audience:
+            return ()
+        return tuple(dict.fromkeys([self.auth_audience, *self.auth_other_audiences]))
 
     @property
     def bucket_uri(self) -> str:

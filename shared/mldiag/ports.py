@@ -122,8 +122,9 @@ class BlobStore(Protocol):
     def list(self, prefix: str) -> Iterator[BlobInfo]:
         """Every object whose URI starts with ``prefix`` (a ``gs://bucket/...`` URI)."""
 
-    def list_updated_since(self, prefix: str, since: datetime | None) -> Iterator[BlobInfo]:
-        """The objects under ``prefix`` written after ``since`` (all of them when ``None``)."""
+    def list_after(self, prefix: str, start_after: str = "") -> Iterator[BlobInfo]:
+        """The objects under ``prefix`` whose name (the path after the bucket) sorts after ``start_after``,
+        in name order: a listing that can stop anywhere and resume from the last name it gave."""
 
     def delete(self, uri: str) -> bool: ...
 

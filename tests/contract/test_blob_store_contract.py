@@ -124,16 +124,19 @@ def test_uris_must_be_gs_uris_naming_an_object(blobs, bucket):
             blobs.write_bytes(uri, b"x")
 
 
-def test_listing_what_was_written_since_a_time(blobs, bucket):
-    old = blobs.write_bytes(f"{bucket}/runs/r1/plugins/profile/s1/a.xplane.pb", b"a")
-    time.sleep(0.05)  # object times have millisecond resolution on Cloud Storage
-    new = blobs.write_bytes(f"{bucket}/runs/r1/plugins/profile/s2/b.xplane.pb", b"b")
-    blobs.write_bytes(f"{bucket}/elsewhere/c.json", b"{}")
+def test_listing_in_name_order_from_after_a_name(blobs, bucket):
+    names = ["runs/r1/plugins/profile/s1/a.xplane.pb", "runs/r1/plugins/profile/s1-b/c.pb",
+             "runs/r1/plugins/profile/s1/b.xplane.pb", "runs/r1/plugins/profile/s2/d.xplane.pb"]
+    written = {name: blobs.write_bytes(f"{bucket}/{name}", b"x") for name in names}
+    blobs.write_bytes(f"{bucket}/elsewhere/e.json", b"{}")
+    ordered = sorted(names)  # Cloud Storage's order: the names' UTF-8 bytes
 
-    assert {info.uri for info in blobs.list_updated_since(f"{bucket}/runs/", None)} == {old.uri, new.uri}
-    [listed] = blobs.list_updated_since(f"{bucket}/runs/", old.updated)
-    assert (listed.uri, listed.generation, listed.size) == (new.uri, new.generation, 1)
-    assert list(blobs.list_updated_since(f"{bucket}/runs/", new.updated)) == []
+    assert [info.uri for info in blobs.list_after(f"{bucket}/runs/")] == [f"{bucket}/{n}" for n in ordered]
+    rest = list(blobs.list_after(f"{bucket}/runs/", ordered[1]))
+    assert [info.uri for info in rest] == [f"{bucket}/{n}" for n in ordered[2:]]
+    assert (rest[0].generation, rest[0].size) == (written[ordered[2]].generation, 1)
+    assert rest[0].updated == written[ordered[2]].updated
+    assert list(blobs.list_after(f"{bucket}/runs/", ordered[-1])) == []
 
 
 def test_reading_the_first_bytes_of_an_object(blobs, bucket):

@@ -16,7 +16,8 @@ An expectation file (``expectations/<fixture>.yaml``) names the profile, its
 * ``value: <path>`` with ``truth: <key>`` (within the truth's ``rel``/``abs`` tolerance) or with
   ``at_least``/``at_most`` (a number, or a truth key); ``<path>`` is dotted, list items by index
   (``hosts.0.devices``);
-* ``text: <path>`` with ``mentions: [..]``: the string (or list of strings) at the path contains one of these.
+* ``text: <path>`` with ``mentions: [..]``: the string (or list of strings) at the path contains one of these
+  (a path step ``parts[useful=false]`` keeps the list items whose field reads so: see ``at_path``).
 
 ``baseline: <fixture>`` adds "What changed" against that fixture's analysis
 (``comparison``), as the analysis worker does for an automatic capture.
@@ -29,6 +30,7 @@ for an invariant, by name.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Callable, Iterator
@@ -46,8 +48,16 @@ OWN_SECTIONS = ("metrics", "health", "hosts", "findings", "comparison")
 
 
 def at_path(document: Any, path: str) -> Any:
+    """The value at a dotted path; ``key[field=value]`` keeps the items of the list under ``key`` whose
+    ``field`` reads ``value`` (``parts[useful=false].0``: the largest part that is not the model's work)."""
     value = document
     for part in path.split("."):
+        if part.endswith("]") and "[" in part:
+            key, condition = part[:-1].split("[", 1)
+            field, wanted = condition.split("=", 1)
+            items = value.get(key) if isinstance(value, dict) else None
+            value = [item for item in items or [] if isinstance(item, dict) and _reads(item.get(field)) == wanted]
+            continue
         if isinstance(value, list):
             value = value[int(part)] if part.isdigit() and int(part) < len(value) else None
         elif isinstance(value, dict):
@@ -55,6 +65,11 @@ def at_path(document: Any, path: str) -> Any:
         else:
             return None
     return value
+
+
+def _reads(value: Any) -> str:
+    """A JSON value as a path condition spells it: ``true``, ``false``, or the text."""
+    return json.dumps(value) if isinstance(value, bool) or value is None else str(value)
 
 
 def findings_by_priority(analysis: dict[str, Any]) -> list[dict[str, Any]]:

@@ -150,6 +150,10 @@ def test_a_quoted_number_is_found_in_its_unit_up_to_the_rounding_shown(line, hol
     ({"text": "hosts.0.top_ops.0.name", "mentions": ["convert"]}, False),
     ({"text": "comparison.headline", "mentions": ["data_loading"]}, True),
     ({"text": "comparison.headline", "mentions": ["load_batch"]}, False),
+    ({"text": "hosts.0.attribution.parts[useful=true].0.name", "mentions": ["dot"]}, True),
+    ({"text": "hosts.0.attribution.parts[useful=true].0.name", "mentions": ["data_loading"]}, False),
+    ({"value": "hosts.0.attribution.parts[cause=untraced].0.share", "at_most": 0.01}, True),
+    ({"text": "hosts.0.attribution.parts[cause=compilation].0.name", "mentions": [""]}, False),  # none
 ])
 def test_each_expectation_check(spec, holds):
     assert (run_check(SOUND, {"id": "x", **spec}, TRUTH) is None) is holds

@@ -1,7 +1,8 @@
 """One analysis of one profiling session, start to finish.
 
 1. Copy the session's ``<host>.xplane.pb`` files into a private scratch folder
-   (XProf writes cache files next to what it converts).
+   (XProf writes cache files next to what it converts), and refuse them where
+   their planes, lines and metadata alone cost more than the memory ceiling.
 2. Within the memory budget (the analysis's memory ceiling less what its own
    process holds: :mod:`mldiag.analysis.xprof.budget`), in this order when memory
    is short and all at once when it is not: have XProf build its op_stats (the
@@ -46,8 +47,9 @@ from typing import TYPE_CHECKING
 
 from mldiag import __version__
 from mldiag.analysis.profile.profiles import UNREADABLE_EXIT, Session, UnreadableProfile, copy_session, host_of
+from mldiag.analysis.profile.wire import Structure, structure_of
 from mldiag.analysis.stopping import PRIVATE_FOLDER_PREFIX
-from mldiag.analysis.xprof.budget import MemoryBudget
+from mldiag.analysis.xprof.budget import MemoryBudget, gib
 from mldiag.analysis.xprof.xprof_tools import (
     CAN_BE_ABSENT,
     MANAGED_TOOLS,
@@ -106,6 +108,18 @@ def read_events_apart(xplane: Path) -> HostEvidence:
     from mldiag.analysis.host_evidence import HostEvidence
 
     return TypeAdapter(HostEvidence).validate_json(done.stdout)
+
+
+def _require_structure_within(files: Sequence[Path], ceiling_bytes: int) -> None:
+    """Raise :class:`UnreadableProfile` where the structure of ``files`` (their planes, lines and metadata,
+    whatever their events) would cost more than ``ceiling_bytes`` to read: XProf converts in this process,
+    so such a file must not reach it."""
+    counted = Structure()
+    for path in files:
+        counted += structure_of(path, beyond=ceiling_bytes - counted.cost)
+        if counted.cost > ceiling_bytes:
+            raise UnreadableProfile(f"{path.name} holds at least {counted}: reading them needs more than "
+                                    f"the memory ceiling ({gib(ceiling_bytes)})")
 
 
 def _shared_bytes(files: Sequence[Path]) -> int:
@@ -285,6 +299,7 @@ def start_analysis(
         session = copy_session(Session(files[0].parent.name, tuple(files)), scratch)
         profile_bytes = session.bytes
         budget = MemoryBudget.under_ceiling(memory_ceiling_bytes)
+        _require_structure_within(session.files, budget.ceiling)
         folder = session.files[0].parent
         client = shared_converters()
         state = SessionState(files=[str(f) for f in session.files], budget=budget, profile_bytes=profile_bytes,

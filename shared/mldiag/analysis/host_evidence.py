@@ -261,6 +261,9 @@ class HostEvidence:
     # Copies between host and device memory the stepping thread makes in steps (device_put, jnp.asarray of a
     # numpy array, np.asarray of a device array), outermost; ``self_ms_per_step``: while the devices idle.
     transfers: list[HostActivity] = field(default_factory=list)
+    # The functions the step's code calls (outside its jit dispatches) that read device values back (float(loss),
+    # np.asarray): each such call waits for the device's work; ``count_per_step``: calls per step.
+    device_reads: list[HostActivity] = field(default_factory=list)
     transfer_ms_per_step: float = 0.0  # loop time any host thread copies between host and device while the devices
     # idle: the copies above and the runtime's own work on them (a TPU's relayout of the buffers)
     launches: int = 0  # program launches in the capture: outermost jit dispatches, or a device's module runs

@@ -91,10 +91,10 @@ def analyze(
     from mldiag.analysis.report import write_reports
     from mldiag.local.analyze import scratch_folder
 
+    ceiling = parse_size(memory_ceiling) if memory_ceiling else None
     with scratch_folder("mldiag analyze", timeout_s=parse_duration(timeout).total_seconds(), limit=timeout,
-                        before_stop=lambda: stderr.show_cursor(True)) as scratch:
-        analysis = analyse_or_exit(path, scratch, reasoner, "mldiag analyze",
-                                   parse_size(memory_ceiling) if memory_ceiling else None)
+                        memory_ceiling_bytes=ceiling, before_stop=lambda: stderr.show_cursor(True)) as scratch:
+        analysis = analyse_or_exit(path, scratch, reasoner, "mldiag analyze", ceiling)
 
     report = analysis.to_json_dict()
     written = write_reports(analysis, out)

@@ -9,13 +9,18 @@ analyst. The verdict comes from
 :mod:`mldiag.analysis.regression`: step time judged on the two step-time
 distributions, with the p-value and confidence interval printed.
 
+A side without steps cannot be judged: the command refuses it rather than pass
+it. Sides that ran on different kinds of device are compared, with a warning
+naming both.
+
 Exit status: 0 when the candidate passes, 1 when it regresses (or the control
 plane refuses the call), 2 on a usage error, 3 when a local folder holds no
-readable profile.
+readable profile or a side has no steps.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from enum import StrEnum
 from pathlib import Path
@@ -39,10 +44,12 @@ from mldiag.cli.options import (
     api_command,
 )
 from mldiag.client.api import ApiClient
+from mldiag.domain.devices import compared_hardware
 
 stdout = Console(highlight=False, soft_wrap=True)
 COLLECTION = "profilerSessions"
 REGRESSED_EXIT = 1
+NOTHING_TO_COMPARE_EXIT = 3
 
 
 class VerdictFormat(StrEnum):
@@ -98,6 +105,7 @@ def compare(
             "maxStepTimeRegression": thresholds.max_step_time_regression,
             "maxMemoryRegression": thresholds.max_memory_regression,
         })
+    _check_sides(verdict)
     if fmt is VerdictFormat.json:
         print(json.dumps(verdict, indent=2, ensure_ascii=False))
     else:
@@ -114,6 +122,20 @@ def _option(value: str, name: str) -> float:
         raise
 
 
+def _check_sides(verdict: dict[str, Any]) -> None:
+    """Refuse a side without steps (exit 3); warn when the sides ran on different kinds of device."""
+    step = verdict["step_time"]
+    for side in ("baseline", "candidate"):
+        if not step[f"{side}_steps"]:
+            typer.echo(f"mldiag compare: the {side} {verdict[side]} has no steps to compare; profile it over "
+                       "some training steps", err=True)
+            raise typer.Exit(NOTHING_TO_COMPARE_EXIT)
+    hardware = verdict.get("hardware")  # absent from an older control plane's answer
+    if hardware and not hardware["same"]:
+        typer.echo(f"mldiag compare: warning: the baseline ran on {hardware['baseline']}, the candidate on "
+                   f"{hardware['candidate']}; their step times are not comparable", err=True)
+
+
 def _compare_folders(baseline: str, candidate: str, thresholds: Thresholds) -> dict[str, Any]:
     from mldiag.analysis.regression import judge
     from mldiag.cli.analyze import ReasonerChoice, analyse_or_exit
@@ -123,7 +145,8 @@ def _compare_folders(baseline: str, candidate: str, thresholds: Thresholds) -> d
         before = analyse_or_exit(baseline, scratch / "baseline", ReasonerChoice.offline, "mldiag compare")
         after = analyse_or_exit(candidate, scratch / "candidate", ReasonerChoice.offline, "mldiag compare")
     verdict = judge(before, after, baseline, candidate, thresholds)
-    return {**verdict.model_dump(mode="json"), "regressed": verdict.regressed}
+    return {**verdict.model_dump(mode="json"), "regressed": verdict.regressed,
+            "hardware": dataclasses.asdict(compared_hardware(before.hosts, after.hosts))}
 
 
 def _number(value: float | None, unit: str = "") -> str:

@@ -49,7 +49,12 @@ def _announce(banner: Banner) -> None:
 def up(
     data: Annotated[Path | None, typer.Option("--data", help="Data directory (default: MLDIAG_DATA_DIR or ~/.mldiag).")] = None,
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port; 0 picks a free one.")] = 8080,
-    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    host: Annotated[str, typer.Option(
+        "--host", help="Address to listen on (the API and OTLP/gRPC). Any but loopback needs MLDIAG_API_TOKEN, "
+                       "or --insecure.")] = "127.0.0.1",
+    insecure: Annotated[bool, typer.Option(
+        "--insecure", help="Listen beyond loopback without MLDIAG_API_TOKEN: anyone who reaches the port may "
+                           "change runs, read the operator routes and post alerts.")] = False,
     viewer: Annotated[bool, typer.Option("--viewer", help="Also run the XProf viewer over the local bucket.")] = False,
     viewer_port: Annotated[int, typer.Option("--viewer-port", min=0, max=65535,
                                              help="The viewer's port on 127.0.0.1; 0 picks a free one.")] = 8791,
@@ -83,7 +88,7 @@ def up(
     try:
         serve(settings, host, port, _announce, viewer_port if viewer else None,
               otlp_port=(DEFAULT_PORT if otlp_port is None else otlp_port) if otlp else None,
-              otlp_optional=otlp_port is None)
+              otlp_optional=otlp_port is None, insecure=insecure)
     except (StartFailed, ViewerFailed) as error:
         typer.echo(f"mldiag up: {error}", err=True)
         raise typer.Exit(1) from None

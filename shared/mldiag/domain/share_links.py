@@ -27,14 +27,15 @@ from mldiag.domain.types import utcnow
 KEY_FILE = "share.key"
 
 
-def load_key(data_dir: Path, configured: str = "") -> bytes:
-    """The configured key, else the one kept under ``data_dir`` (created on first use)."""
+def load_key(data_dir: Path, configured: str = "", file: str = KEY_FILE) -> bytes:
+    """The configured key, else the one kept in ``data_dir/file``, readable by its owner only (created on first
+    use)."""
     if configured:
         return configured.encode()
-    path = Path(data_dir) / KEY_FILE
+    path = Path(data_dir) / file
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        staged = path.with_name(f".{KEY_FILE}.{os.getpid()}")
+        staged = path.with_name(f".{file}.{os.getpid()}")
         descriptor = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(descriptor, "w") as handle:
             handle.write(secrets.token_hex(32))

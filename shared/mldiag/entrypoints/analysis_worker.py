@@ -5,8 +5,8 @@ really stops the work and running out of memory ends this process rather than
 the function. It analyses the files it is given, investigates with the
 reasoner the environment configures, and writes ``analysis.json`` and
 ``summary.html`` into ``--out``. Exit 3 (with the reason on stderr) means the
-profile cannot be read. SIGTERM or SIGINT stop it at once (exit 143 or 130),
-its private copies removed.
+profile cannot be read, exit 4 that its processes went over the memory ceiling.
+SIGTERM or SIGINT stop it at once (exit 143 or 130), its private copies removed.
 
 A multi-host session fanned out over function instances uses two more modes:
 ``--host-evidence`` analyses one host file and writes its evidence
@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from mldiag.analysis.stopping import PRIVATE_FOLDER_PREFIX, stop_now, stopping
+    from mldiag.analysis.xprof.budget import enforced_ceiling
 
     own_scratch = args.scratch is None
     scratch = Path(tempfile.mkdtemp(prefix="mldiag-worker-")) if own_scratch else args.scratch
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         stop_now([scratch] if own_scratch else scratch.glob(f"{PRIVATE_FOLDER_PREFIX}*"), why, code)
 
     try:
-        with stopping(stop):  # before the imports, which take seconds
+        with stopping(stop, memory_ceiling_bytes=enforced_ceiling()):  # before the imports, which take seconds
             return _analyse(args, scratch)
     finally:
         if own_scratch:

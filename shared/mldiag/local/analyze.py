@@ -3,7 +3,8 @@
 A path is a logdir, a session folder, one ``<host>.xplane.pb``, or a ``gs://``
 URI of any of these, downloaded through the blob store the settings name. The
 analysis runs in a scratch folder removed on every way out; SIGTERM, Ctrl-C or
-the time limit stop it at once (:mod:`mldiag.analysis.stopping`). XProf's tools
+the time limit stop it at once, and so does its process tree passing the memory
+ceiling (:mod:`mldiag.analysis.stopping`). XProf's tools
 log each failure's traceback through Python's root logger; those records are
 not printed, since the report's tool table names each failure.
 """
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from mldiag.analysis.stopping import stop_now, stopping
+from mldiag.analysis.xprof.budget import enforced_ceiling
 from mldiag.config import Settings
 
 if TYPE_CHECKING:
@@ -31,9 +33,11 @@ def _ignore(message: str) -> None:
 
 @contextlib.contextmanager
 def scratch_folder(command: str, *, timeout_s: float | None = None, limit: str = "",
+                   memory_ceiling_bytes: int | None = None,
                    before_stop: Callable[[], None] = lambda: None) -> Iterator[Path]:
-    """A scratch folder for analyses, removed on every way out; while inside, SIGTERM, SIGINT and the time limit
-    (``limit`` says it as given) run ``before_stop``, then stop at once with ``command: why`` on stderr."""
+    """A scratch folder for analyses, removed on every way out; while inside, SIGTERM, SIGINT, the time limit
+    (``limit`` says it as given) and the memory ceiling (:func:`~mldiag.analysis.xprof.budget.enforced_ceiling`
+    of ``memory_ceiling_bytes``) run ``before_stop``, then stop at once with ``command: why`` on stderr."""
     scratch = Path(tempfile.mkdtemp(prefix="mldiag-analyze-"))
 
     def stop(why: str, code: int) -> NoReturn:
@@ -41,7 +45,8 @@ def scratch_folder(command: str, *, timeout_s: float | None = None, limit: str =
         stop_now([scratch], f"{command}: {why}", code)
 
     try:
-        with stopping(stop, timeout_s=timeout_s, limit=limit):
+        with stopping(stop, timeout_s=timeout_s, limit=limit,
+                      memory_ceiling_bytes=enforced_ceiling(memory_ceiling_bytes)):
             yield scratch
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

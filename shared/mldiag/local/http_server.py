@@ -6,6 +6,12 @@ seconds, or a body a byte at a time) holds a socket, never one of the threads th
 else. A request still arriving :data:`REQUEST_READ_SECONDS` after its first byte is dropped, idle
 connections are closed after :data:`IDLE_SECONDS`, and at most :data:`CONNECTION_LIMIT` connections are
 open at once.
+
+An open connection costs a socket whether or not its client means to use it, so idle ones must not keep
+everyone else out: a connection that has not begun a request within :data:`FIRST_REQUEST_SECONDS` is
+closed, and at the limit the connections idle the longest (none of them reading a request, being
+answered or owed an answer, for at least :data:`IDLE_AT_LIMIT_SECONDS`) are closed to make room, so that a
+new client waits seconds, not until idle ones time out.
 """
 
 from __future__ import annotations
@@ -24,14 +30,21 @@ CONNECTION_LIMIT = 1000
 LISTEN_BACKLOG = 1024
 REQUEST_READ_SECONDS = 30.0  # a 1 MiB body at 35 KB/s
 IDLE_SECONDS = 120
+FIRST_REQUEST_SECONDS = 10.0
+IDLE_AT_LIMIT_SECONDS = 1.0
+ROOM_AT_LIMIT = CONNECTION_LIMIT // 10  # connections closed at once when the limit is reached
 # waitress buffers a body before the application sees it; the API refuses anything over 1 MiB itself (413).
 MAX_BUFFERED_BODY = 8 * 1024 * 1024
 
 
 class _DeadlineChannel(HTTPChannel):
-    """A connection that remembers when the request it is reading began."""
+    """A connection that remembers when the request it is reading began (0 until its first request)."""
 
     reading_since = 0.0
+
+    def idle(self) -> bool:
+        """Neither reading a request nor answering one, nor with an answer left to send."""
+        return self.request is None and not self.requests and not self.total_outbufs_len
 
     def received(self, data: bytes) -> bool:
         if self.request is None and data:
@@ -43,11 +56,21 @@ class _Server(TcpWSGIServer):
     channel_class = _DeadlineChannel
 
     def maintenance(self, now: float) -> None:
-        """waitress's idle clean-up, and the connections whose request has taken too long to arrive."""
+        """waitress's idle clean-up; the connections whose request has taken too long to arrive, or that began
+        none in time; and at the connection limit, the connections idle the longest."""
         super().maintenance(now)
         late = time.monotonic() - REQUEST_READ_SECONDS
-        for channel in list(self.active_channels.values()):
+        channels = list(self.active_channels.values())
+        for channel in channels:
             if channel.request is not None and channel.reading_since < late:
+                channel.will_close = True
+            elif not channel.reading_since and channel.idle() and channel.last_activity < now - FIRST_REQUEST_SECONDS:
+                channel.will_close = True
+        if len(self._map) >= self.adj.connection_limit:
+            idle = sorted((channel for channel in channels
+                           if channel.idle() and channel.last_activity < now - IDLE_AT_LIMIT_SECONDS),
+                          key=lambda channel: channel.last_activity)
+            for channel in idle[:ROOM_AT_LIMIT]:
                 channel.will_close = True
 
 

@@ -3,8 +3,8 @@
 The official SDK's exporter speaks gRPC to ``OTEL_EXPORTER_OTLP_ENDPOINT``
 (port 4317 by convention). Each call is checked as an HTTP ``POST`` would be
 (:class:`mldiag.entrypoints.http.auth.Guard`, the token from the ``authorization`` metadata)
-and handled by :func:`mldiag.services.monitoring.otlp.export`; messages are bounded as OTLP/HTTP
-bodies are.
+before its message is parsed, and handled by :func:`mldiag.services.monitoring.otlp.export`;
+messages are bounded as OTLP/HTTP bodies are, and one that is not an export is ``INVALID_ARGUMENT``.
 """
 
 from __future__ import annotations
@@ -67,10 +67,9 @@ class OtlpGrpcServer:
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="mldiag-otlp"),
                                   options=[("grpc.max_receive_message_length", otlp.MAX_EXPORT_BYTES),
                                            ("grpc.so_reuseport", 0)])  # a second mldiag up must not share it
-        request_type = otlp.proto().ExportMetricsServiceRequest
+        # The message reaches _export as bytes: parsed only once the caller's credential has passed.
         handler = grpc.unary_unary_rpc_method_handler(
-            self._export, request_deserializer=request_type.FromString,
-            response_serializer=lambda response: response.SerializeToString())
+            self._export, response_serializer=lambda response: response.SerializeToString())
         self.server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(SERVICE, {"Export": handler})])
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         reason = _why_not_bindable(host, port)
@@ -82,11 +81,11 @@ class OtlpGrpcServer:
             raise OtlpPortUnavailable(f"cannot listen for OTLP/gRPC on {address} ({reason or 'refused'}); choose "
                                       "another with --otlp-port, 0 for a free one, or --no-otlp")
 
-    def _export(self, request: Any, context: Any) -> Any:
+    def _export(self, message: bytes, context: Any) -> Any:
         metadata = dict(context.invocation_metadata())
         try:
             self.guard.check("POST", metadata.get("authorization", ""))
-            result = otlp.export(self.services, request)
+            result = otlp.export(self.services, otlp.parse_request(message, otlp.PROTOBUF))
         except MldiagError as error:
             context.abort(_status_of(error), str(error))
         except Exception:

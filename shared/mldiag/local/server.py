@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import ipaddress
 import os
 import signal
 import socket
@@ -50,8 +51,10 @@ from mldiag.domain.names import SESSIONS, parse_child
 from mldiag.entrypoints import handlers
 from mldiag.entrypoints.console.viewer_links import VIEWER_URL
 from mldiag.entrypoints.http.app import create_app
+from mldiag.entrypoints.http.auth import Guard
 from mldiag.entrypoints.http.origin import HostNames
 from mldiag.local.bucket_watcher import BucketWatcher
+from mldiag.local.data_dir import make_private, private_files
 from mldiag.local.http_server import HttpServer
 from mldiag.local.xprof_viewer import XprofViewer
 from mldiag.ports import HostedBus
@@ -111,6 +114,15 @@ def _why_not_bound(host: str, port: int, error: OSError) -> str:
     if error.errno == errno.EADDRNOTAVAIL:
         return f"{host} is not an address of this machine; {local}"
     return f"cannot listen on {host} port {port}: {error.strerror or error}"
+
+
+def _listens_beyond_this_machine(server: HttpServer) -> bool:
+    return not ipaddress.ip_address(server.bind_addr[0].split("%")[0]).is_loopback
+
+
+def _open_to_the_network(host: str, port: int) -> str:
+    return (f"listening on {host} port {port} with no MLDIAG_API_TOKEN lets anyone who reaches it change runs, "
+            "read the operator routes and post alerts")
 
 
 def _bound_server(host: str, port: int) -> HttpServer:
@@ -187,9 +199,15 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+@private_files()
 def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner], None],
-          viewer_port: int | None = None, otlp_port: int | None = None, otlp_optional: bool = False) -> None:
+          viewer_port: int | None = None, otlp_port: int | None = None, otlp_optional: bool = False,
+          insecure: bool = False) -> None:
     """Run until Ctrl-C or SIGTERM; ``announce`` is called once the port is bound (and the viewer is up).
+
+    An address beyond loopback without a credential to check (the open mode) is refused unless ``insecure``,
+    and then warned about. The data directory and what is written in it are its owner's only
+    (:mod:`mldiag.local.data_dir`).
 
     ``viewer_port`` (0: any free port) also runs the XProf viewer; if it cannot start, nothing runs.
     ``otlp_port`` (0: any free port) also takes OTLP metrics over gRPC, on ``host``; with
@@ -199,11 +217,17 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
     """
     server = _bound_server(host, port)
     bound_port = server.bind_addr[1]
+    open_to_the_network = _listens_beyond_this_machine(server) and Guard(settings).mode == "open"
+    if open_to_the_network and not insecure:
+        server.stop()
+        raise StartFailed(f"{_open_to_the_network(host, bound_port)}; set MLDIAG_API_TOKEN (and MLDIAG_ALERT_TOKEN "
+                          "for the alert webhooks), listen on 127.0.0.1, or pass --insecure to run open anyway")
     reachable_host = '127.0.0.1' if host in ('0.0.0.0', '::', '') else host
     url = f"http://{reachable_host}:{bound_port}"
     settings = settings.model_copy(update={"backend": "embedded", "api_url": url})
     log_file = settings.data_dir / "logs" / "mldiag.log"
     try:
+        tightened = make_private(settings.data_dir)
         logs.configure(settings.log_format, log_file=log_file, session_link=session_page_link(url))
         services, bus = bootstrap.build_hosted(settings)
     except OSError as error:
@@ -211,6 +235,11 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
         logs.close()
         raise StartFailed(f"cannot use the data directory {settings.data_dir}: {error.strerror or error}; "
                           "choose another with --data") from None
+    if tightened:
+        log.warning("the data directory was open to other users; now only its owner may read it",
+                    tightened=", ".join(tightened))
+    if open_to_the_network:
+        log.warning(f"{_open_to_the_network(host, bound_port)} (--insecure)")
     bucket_folder = settings.data_dir / "buckets" / settings.bucket
     wire_functions(services, bus)
     app = create_app(services, HostNames.serving(host, bound_port))

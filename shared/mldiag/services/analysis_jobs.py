@@ -302,6 +302,7 @@ def _baseline(services: AnalysisJobPorts, session: ProfilerSession, scratch: Pat
 def run_worker(settings: Settings, files: list[Path], scratch: Path, out: Path, source: str,
                dashboard_uri: str, extra: list[str]) -> None:
     from mldiag.analysis.profile.profiles import UNREADABLE_EXIT
+    from mldiag.analysis.stopping import OVER_CEILING_EXIT
 
     command = [sys.executable, "-m", "mldiag.entrypoints.analysis_worker", "--out", str(out), "--scratch", str(scratch),
                "--source", source, "--dashboard-uri", dashboard_uri, *extra, *map(str, files)]
@@ -319,6 +320,8 @@ def run_worker(settings: Settings, files: list[Path], scratch: Path, out: Path, 
     last = (errors.strip().splitlines() or [""])[-1][:MAX_REASON_CHARS]
     if worker.returncode == UNREADABLE_EXIT:
         raise AnalysisFailed(f"unreadable profile: {last}", permanent=True)
+    if worker.returncode == OVER_CEILING_EXIT:
+        raise AnalysisFailed(last, permanent=True)
     if worker.returncode == -signal.SIGKILL:
         raise AnalysisFailed("the analysis was killed (SIGKILL): the profile needs more memory than this function "
                              "has", permanent=True)

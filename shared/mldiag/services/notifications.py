@@ -20,6 +20,10 @@ event are remembered and not sent it again. Every outbound URL is resolved and
 checked first: never a metadata, link-local or multicast address, and no
 loopback or private one unless the operator allows it
 (``MLDIAG_NOTIFY_ALLOW_PRIVATE``).
+
+A run's secrets (its webhook's signing secret, its Slack URL, its PagerDuty
+routing key) are stored sealed (:mod:`mldiag.services.sealed_secrets`) and never
+shown; a route stored before sealing is sealed when it is next read.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from mldiag.ports import Transaction
 from mldiag.services import outbox
 from mldiag.services.dependencies import Blobs, Configured, Stored
 from mldiag.services.repository import document_key
-from mldiag.services.run_state import RunState
+from mldiag.services.sealed_secrets import Sealer, SecretUnreadable, sealer
 
 
 class NotificationPorts(Stored, Blobs, Configured, Protocol):
@@ -90,7 +94,32 @@ class NotificationRoute(CamelModel):
                 "pagerduty": bool(self.pagerduty_routing_key)}
 
 
-ROUTE_STATES = RunState(ROUTES, NotificationRoute)
+SECRET_FIELDS = ("webhookSecret", "slackUrl", "pagerdutyRoutingKey")  # as stored
+
+
+def load_route(transaction: Transaction, seal: Sealer, run_name: str) -> NotificationRoute:
+    """The run's own route, its secrets opened; one stored in plain text is sealed in the same transaction."""
+    document = transaction.get(ROUTES, document_key(run_name))
+    if document is None:
+        return NotificationRoute(run=run_name)
+    route = NotificationRoute.model_validate(
+        {name: seal.open(value) if name in SECRET_FIELDS else value for name, value in document.items()})
+    if seal.can_seal and any(not seal.is_sealed(document.get(name, "")) for name in SECRET_FIELDS):
+        save_route(transaction, seal, route)
+    return route
+
+
+def save_route(transaction: Transaction, seal: Sealer, route: NotificationRoute) -> None:
+    document = route.to_json_dict()
+    transaction.set(ROUTES, document_key(route.run),
+                    {name: seal.seal(value) if name in SECRET_FIELDS else value for name, value in document.items()})
+
+
+def read_route(services: NotificationPorts, run_name: str) -> NotificationRoute:
+    """The route of an existing run (:class:`~mldiag.domain.NotFound` otherwise), its secrets opened."""
+    services.runs.get(run_name)
+    seal = sealer(services.settings)
+    return services.store.transaction(lambda tx: load_route(tx, seal, run_name))
 
 
 def deployment_route(settings: Settings) -> NotificationRoute:
@@ -108,16 +137,14 @@ def set_route(services: NotificationPorts, run_name: str, route: NotificationRou
     if route.webhook_url and not route.webhook_secret:
         raise InvalidArgument("a webhook needs a secret to sign its requests with", field="webhookSecret")
 
-    def replace(state: NotificationRoute) -> None:
-        for name in NotificationRoute.model_fields:
-            if name != "run":
-                setattr(state, name, getattr(route, name))
-
-    return ROUTE_STATES.update(services, run_name, replace).described()
+    services.runs.get(run_name)
+    seal, saved = sealer(services.settings), route.model_copy(update={"run": run_name})
+    services.store.transaction(lambda tx: save_route(tx, seal, saved))
+    return saved.described()
 
 
 def describe_route(services: NotificationPorts, run_name: str) -> dict[str, Any]:
-    return ROUTE_STATES.read(services, run_name).described()
+    return read_route(services, run_name).described()
 
 
 def check_url(url: str, allow_private: bool) -> str:
@@ -355,7 +382,11 @@ def deliver(services: NotificationPorts, message_event: CloudEvent) -> str:
     if not isinstance(event, dict) or not isinstance(event.get("data"), dict) or "run" not in event["data"]:
         raise PermanentFailure("an analysis event is a structured CloudEvent whose data names its run")
     run = event["data"]["run"]
-    own = services.store.transaction(lambda tx: ROUTE_STATES.load(tx, run))
+    seal = sealer(services.settings)
+    try:
+        own = services.store.transaction(lambda tx: load_route(tx, seal, run))
+    except SecretUnreadable as error:
+        raise PermanentFailure(f"the notifications of {run}: {error}") from None
     route = own.over(deployment_route(services.settings))
     sent, failed, served = [], [], []
     for name, (configured, send) in _DESTINATIONS.items():

@@ -8,6 +8,11 @@ provider "google" {
   region  = var.region
 }
 
+provider "google-beta" {
+  project = var.project_id
+  region  = var.region
+}
+
 module "mldiag" {
   source     = "../.."
   project_id = var.project_id

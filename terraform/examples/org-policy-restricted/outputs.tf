@@ -7,3 +7,8 @@ output "profiles_gcs_path" {
   description = "The SDK's gcs_path: where workloads write profiles."
   value       = module.mldiag.profiles_gcs_path
 }
+
+output "agent_configmap" {
+  description = "The GKE node agent's ConfigMap: terraform output -raw agent_configmap | kubectl apply -f - (scripts/deploy/README.md)."
+  value       = module.mldiag.agent_configmap
+}

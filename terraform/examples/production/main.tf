@@ -1,12 +1,18 @@
 # A production deployment: profiles encrypted with your key and access-logged, the API
-# reachable only from the workloads' VPC (so the official SDK, which sends no
-# credentials, can call it), captures through a VPC connector, the XProf viewer for an
-# engineering group, larger analysis instances, and point-in-time recovery.
+# reachable only from inside the project's VPC networks and only with an ID token (the
+# official SDK, which sends none, goes through the node agent on its node; README.md), captures
+# through a VPC connector, the XProf viewer for an engineering group, larger analysis
+# instances, and point-in-time recovery.
 #
 #   terraform init
 #   terraform apply -var-file=production.tfvars
 
 provider "google" {
+  project = var.project_id
+  region  = var.region
+}
+
+provider "google-beta" {
   project = var.project_id
   region  = var.region
 }
@@ -32,10 +38,12 @@ module "mldiag" {
   event_retention_days = 90
 
   control_plane = {
-    ingress               = "ALLOW_INTERNAL_ONLY"
-    allow_unauthenticated = true
+    ingress = "ALLOW_INTERNAL_ONLY"
+    # allUsers as invoker, which domain-restricted sharing refuses: only for the capability URL.
+    allow_unauthenticated = var.sdk_secret != ""
     invoker_members       = var.operators
   }
+  sdk_secret             = var.sdk_secret
   workload_members       = var.workload_members
   workload_vpc_connector = { name = var.vpc_connector }
 
@@ -55,10 +63,6 @@ module "mldiag" {
 # deliveries mldiag makes: every analysis-events CloudEvent pushed to your endpoint with an
 # OIDC token, retried with backoff, and dead-lettered to where `mldiag events dead-letters`
 # shows it.
-data "google_project" "this" {
-  project_id = var.project_id
-}
-
 resource "google_pubsub_subscription" "analysis_events" {
   count                = var.analysis_events_endpoint == "" ? 0 : 1
   project              = var.project_id
@@ -91,5 +95,5 @@ resource "google_pubsub_subscription_iam_member" "analysis_events_dead_lettering
   project      = var.project_id
   subscription = google_pubsub_subscription.analysis_events[0].name
   role         = "roles/pubsub.subscriber"
-  member       = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
+  member       = "serviceAccount:${module.mldiag.service_agents.pubsub}"
 }

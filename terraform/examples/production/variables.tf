@@ -55,3 +55,10 @@ variable "analysis_events_push_account" {
   type        = string
   default     = ""
 }
+
+variable "sdk_secret" {
+  description = "Empty (the default): workloads' SDK calls go through the node agent with an ID token. Set (e.g. `openssl rand -hex 32`): they may also call `sdk_base_url` without credentials, which grants allUsers the invoker role, refused under domain-restricted sharing (README.md)."
+  type        = string
+  default     = ""
+  sensitive   = true
+}

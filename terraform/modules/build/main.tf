@@ -23,10 +23,10 @@ module "sources" {
   location      = var.region
   force_destroy = true # it only ever holds archives Terraform itself uploads
   labels        = var.labels
-  lifecycle_rules = [{
-    action    = { type = "Delete" }
-    condition = { age = var.source_retention_days }
-  }]
+  # No age-based deletion: a function's archive is named by its content, so Terraform
+  # deletes the previous one when it uploads the next, and the one deployed must stay
+  # (its absence would make every plan upload it again and redeploy the function).
+  lifecycle_rules = []
   iam = {
     build_reader = { role = "roles/storage.objectViewer", member = google_service_account.build.member }
   }

@@ -24,7 +24,7 @@ variable "sources_bucket_name" {
 }
 
 variable "source_retention_days" {
-  description = "Days source archives and untagged images are kept (a deployed function never needs its archive again)."
+  description = "Days images are kept beyond the images_kept most recent per function. Source archives are not aged out: each is deleted when the next replaces it."
   type        = number
   default     = 30
   validation {

@@ -19,6 +19,10 @@ resource "google_firestore_database" "this" {
   }
 }
 
+# Index metadata writes on a database that has just been created contend with each other
+# (409 "cross-transaction contention" or "underlying data changed"). The TTL fields, one
+# write, go first and bootstrap that metadata; the indexes follow (the provider retries a
+# 409 among them; `terraform apply -parallelism=1` creates them one at a time if one persists).
 resource "google_firestore_index" "this" {
   for_each    = var.composite_indexes
   project     = var.project_id
@@ -33,6 +37,8 @@ resource "google_firestore_index" "this" {
       order      = fields.value.order
     }
   }
+
+  depends_on = [google_firestore_field.ttl]
 }
 
 # TTL fields are also exempted from single-field indexing, as Firestore advises: an index

@@ -82,9 +82,11 @@ resource "google_cloudfunctions2_function" "this" {
     ingress_settings                 = var.ingress_settings
     all_traffic_on_latest_revision   = true
     service_account_email            = google_service_account.function.email
-    environment_variables            = var.environment
-    vpc_connector                    = try(var.vpc_connector.name, null)
-    vpc_connector_egress_settings    = try(var.vpc_connector.egress_settings, null)
+    # functions-framework serves with 4 threads per vCPU unless told: as many as the
+    # concurrency Cloud Run sends each instance, so no request waits inside it.
+    environment_variables         = merge(var.environment, { THREADS = tostring(var.resources.concurrency) })
+    vpc_connector                 = try(var.vpc_connector.name, null)
+    vpc_connector_egress_settings = try(var.vpc_connector.egress_settings, null)
 
     dynamic "secret_environment_variables" {
       for_each = var.secret_environment
@@ -111,7 +113,8 @@ resource "google_cloudfunctions2_function" "this" {
     }
   }
 
-  depends_on = [time_sleep.trigger_grants]
+  # A revision that mounts a secret it cannot read fails to start.
+  depends_on = [time_sleep.trigger_grants, google_secret_manager_secret_iam_member.function]
 }
 
 resource "google_project_iam_member" "function" {
@@ -163,11 +166,15 @@ resource "google_service_account_iam_member" "trigger_token" {
   member             = "serviceAccount:${var.pubsub_service_agent}"
 }
 
-# Eventarc refuses a trigger whose account it cannot yet see holding eventReceiver.
+# Eventarc refuses a trigger whose account it cannot yet see holding eventReceiver; no API
+# says when the grant has propagated, so the trigger waits after these two grants.
 resource "time_sleep" "trigger_grants" {
   count           = var.storage_trigger == null ? 0 : 1
-  create_duration = "60s"
-  depends_on      = [google_project_iam_member.trigger_receiver, google_service_account_iam_member.trigger_token]
+  create_duration = "${var.propagation_seconds}s"
+  triggers = {
+    receiver = google_project_iam_member.trigger_receiver[0].id
+    token    = google_service_account_iam_member.trigger_token[0].id
+  }
 }
 
 # Pub/Sub push subscriptions authenticate with an OIDC token of this account.

@@ -172,6 +172,16 @@ variable "sign_as_self" {
   default     = false
 }
 
+variable "propagation_seconds" {
+  description = "How long the storage trigger waits after its account's grants, which nothing can observe taking effect."
+  type        = number
+  default     = 60
+  validation {
+    condition     = var.propagation_seconds >= 0
+    error_message = "propagation_seconds must not be negative."
+  }
+}
+
 variable "labels" {
   description = "Labels on the function."
   type        = map(string)

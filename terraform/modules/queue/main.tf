@@ -9,7 +9,8 @@
 # dead-letter recorder; what even the recorder cannot take ends in the unrecorded topic.
 #
 # The push URL carries `/projects/P/topics/T` so functions-framework, which turns the
-# push body into a CloudEvent, gives it the source `//pubsub.googleapis.com/projects/P/topics/T`.
+# push body into a CloudEvent, gives it the source `//pubsub.googleapis.com/projects/P/topics/T`;
+# T is the name the code knows, without `name_prefix`, which only the resources carry.
 
 locals {
   dead_letter_topic = "${var.topic}${var.dead_letter_suffix}"
@@ -33,7 +34,7 @@ locals {
 resource "google_pubsub_topic" "work" {
   # checkov:skip=CKV_GCP_83:Queue messages are work items (ids and object paths), not profile data; Google-managed encryption applies. CMEK covers the profiles bucket.
   project                    = var.project_id
-  name                       = var.topic
+  name                       = "${var.name_prefix}${var.topic}"
   message_retention_duration = var.delivery.message_retention
   labels                     = var.labels
 }
@@ -41,7 +42,7 @@ resource "google_pubsub_topic" "work" {
 resource "google_pubsub_topic" "dead_letter" {
   # checkov:skip=CKV_GCP_83:Queue messages are work items (ids and object paths), not profile data; Google-managed encryption applies. CMEK covers the profiles bucket.
   project                    = var.project_id
-  name                       = local.dead_letter_topic
+  name                       = "${var.name_prefix}${local.dead_letter_topic}"
   message_retention_duration = var.delivery.message_retention
   labels                     = var.labels
 }
@@ -49,7 +50,7 @@ resource "google_pubsub_topic" "dead_letter" {
 resource "google_pubsub_subscription" "push" {
   for_each                   = local.deliveries
   project                    = var.project_id
-  name                       = "${each.value.consumer.name}-${each.value.topic_name}"
+  name                       = "${var.name_prefix}${each.value.consumer.name}-${each.value.topic_name}"
   topic                      = each.value.topic
   ack_deadline_seconds       = each.value.consumer.ack_deadline_seconds
   message_retention_duration = var.delivery.message_retention

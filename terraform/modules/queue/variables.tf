@@ -12,6 +12,16 @@ variable "topic" {
   }
 }
 
+variable "name_prefix" {
+  description = "Put before the names of the topics and subscriptions (not before the topic in push URLs, which the code reads), where deployments share a project; the publishers add it too (MLDIAG_TOPIC_PREFIX)."
+  type        = string
+  default     = ""
+  validation {
+    condition     = can(regex("^([a-z][a-z0-9-]*-)?$", var.name_prefix))
+    error_message = "name_prefix is empty or lowercase letters, digits and '-', ending in '-'."
+  }
+}
+
 variable "dead_letter_suffix" {
   description = "Suffix of the dead-letter topic name (`mldiag.config.DEAD_LETTER_SUFFIX`)."
   type        = string

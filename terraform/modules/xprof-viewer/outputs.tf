@@ -1,3 +1,8 @@
+output "name" {
+  description = "The viewer's Cloud Run service name."
+  value       = google_cloud_run_v2_service.viewer.name
+}
+
 output "url" {
   description = "HTTPS URL of the viewer."
   value       = google_cloud_run_v2_service.viewer.uri

@@ -19,15 +19,17 @@ class UpProcess:
     reader: threading.Thread | None = None
 
     @classmethod
-    def start(cls, data: Path, *code: str, env: dict[str, str | None] | None = None) -> UpProcess:
-        """``mldiag up --port 0 --data DATA``, after running ``code`` in its interpreter (to patch a default).
+    def start(cls, data: Path, *code: str, env: dict[str, str | None] | None = None,
+              options: tuple[str, ...] = ()) -> UpProcess:
+        """``mldiag up --port 0 --data DATA [options]``, after running ``code`` in its interpreter (to patch a
+        default).
 
         ``env`` adds settings; a setting given as None is left unset, so that ``mldiag up``'s default holds.
         """
         merged = {**os.environ, "MLDIAG_SETTLE_SECONDS": "3600", "MLDIAG_LOG_FORMAT": None, **(env or {})}
         environment = {key: value for key, value in merged.items() if value is not None}
         program = "; ".join([*code, "from mldiag.cli.main import run", "run()"])
-        up = cls(subprocess.Popen([sys.executable, "-c", program, "up", "--port", "0", "--data", str(data)],
+        up = cls(subprocess.Popen([sys.executable, "-c", program, "up", "--port", "0", "--data", str(data), *options],
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment))
         up.reader = threading.Thread(target=lambda: up.lines.extend(line.rstrip("\n") for line in up.process.stdout),
                                      daemon=True)

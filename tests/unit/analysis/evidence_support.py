@@ -27,8 +27,8 @@ class TraceBuild:
         return _Line(name, np.array([s for _, s, _ in events], dtype=np.int64),
                      np.array([e for _, _, e in events], dtype=np.int64), np.array(ids, dtype=np.int64))
 
-    def host(self, events: Events, *, markers: tuple[str, ...] = ()) -> TraceBuild:
-        self.trace.host_lines.append(self._line("python", events))
+    def host(self, events: Events, *, markers: tuple[str, ...] = (), thread: str = "python") -> TraceBuild:
+        self.trace.host_lines.append(self._line(thread, events))
         self.trace.markers |= {self.ids[m] for m in markers}
         return self
 

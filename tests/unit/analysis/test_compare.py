@@ -95,3 +95,11 @@ def test_an_unreadable_folder_exits_3(tmp_path):
     result = _compare(str(tmp_path / "empty"), HEALTHY)
     assert result.exit_code == 3 and result.stderr.startswith("mldiag compare: ") and "Traceback" not in result.output
 
+
+
+@pytest.mark.slow
+def test_folders_from_different_hardware_are_compared_with_a_warning():
+    result = _compare(str(PROFILES / "cpu" / "warmup_compile"), str(PROFILES / "tpu_v5e" / "warmup_compile"))
+    assert result.stderr.splitlines() == ["mldiag compare: warning: the baseline ran on CPU, the candidate on "
+                                          "TPU v5 Lite; their step times are not comparable"]
+    assert "METRIC" in result.stdout

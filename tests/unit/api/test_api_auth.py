@@ -79,6 +79,36 @@ def test_cloud_mode_refuses_tokens_that_do_not_verify(cloud_api, google_signer, 
     assert cloud_api.request("GET", f"{RUNS}/r1", headers=_bearer(_id_token(signer))).status_code == 404
 
 
+GCLOUD_CLIENT = "32555940559.apps.googleusercontent.com"
+
+
+def test_cloud_mode_accepts_a_persons_gcloud_token_where_that_audience_is_listed(
+        make_api, google_signer, monkeypatch):
+    """`gcloud auth print-identity-token` as a user mints for gcloud's own OAuth client, not the URL."""
+    signer, certificate = google_signer
+    monkeypatch.setattr(id_token, "_fetch_certs", lambda request, url: {"test-key": certificate})
+    api = make_api(auth_audience=AUDIENCE, auth_other_audiences=[GCLOUD_CLIENT])
+    for audience in (GCLOUD_CLIENT, AUDIENCE):
+        headers = _bearer(_id_token(signer, audience=audience))
+        assert api.request("GET", RUNS, headers=headers).status_code == 200, audience
+    refused = _bearer(_id_token(signer, audience="https://someone-else.run.app"))
+    assert api.request("GET", RUNS, headers=refused).status_code == 403
+
+
+def test_a_persons_gcloud_token_is_refused_unless_its_audience_is_listed(cloud_api, google_signer):
+    signer, _ = google_signer
+    assert cloud_api.request("GET", RUNS, headers=_bearer(_id_token(signer, audience=GCLOUD_CLIENT))).status_code == 403
+
+
+def test_other_audiences_come_from_the_environment_and_need_the_cloud_mode():
+    from mldiag.config import Settings
+
+    settings = Settings.from_env({"MLDIAG_AUTH_AUDIENCE": AUDIENCE,
+                                  "MLDIAG_AUTH_OTHER_AUDIENCES": f" {GCLOUD_CLIENT}, ,{AUDIENCE}"})
+    assert settings.accepted_audiences == (AUDIENCE, GCLOUD_CLIENT)
+    assert Settings.from_env({"MLDIAG_AUTH_OTHER_AUDIENCES": GCLOUD_CLIENT}).accepted_audiences == ()
+
+
 def test_cloud_mode_guards_reads_too(cloud_api):
     assert cloud_api.request("GET", RUNS).status_code == 401
 

@@ -224,3 +224,16 @@ def test_in_the_cloud_each_agent_account_changes_only_its_runs(cloud_api, google
 def test_in_the_cloud_the_capability_url_needs_no_id_token(cloud_api):
     assert cloud_api.request("PATCH", f"/sdk/{SECRET}{REGISTER}", json=_registration()).status_code == 200
     assert cloud_api.request("PATCH", f"/sdk/{DERIVED}{REGISTER}", json=_registration()).status_code == 403
+
+
+@pytest.mark.parametrize("path", ["gs://profiles/team/../other-team", "gs://profiles/..", "gs://profiles/x\x00y",
+                                  "gs://profiles/a\\..\\b", "/tmp/buckets/profiles/../../etc"])
+def test_a_storage_path_that_could_leave_its_folder_is_refused_at_registration(victim, path):
+    response = victim.request("PATCH", f"{VICTIM}?update_mask=base_blob_path", json={"baseBlobPath": path},
+                              headers=_bearer(TOKEN))
+    assert response.status_code == 400, response.json
+    assert response.json["error"]["message"].startswith(f"artifacts.gcsPath: the storage path {path!r} holds")
+    assert _stored(victim)["artifacts"]["gcsPath"] == "gs://profiles/team"
+    v1alpha = victim.request("POST", f"{RUNS}?machine_learning_run_id=r2", json={"artifacts": {"gcsPath": path}},
+                             headers=_bearer(TOKEN))
+    assert v1alpha.status_code == 400 and victim.request("GET", f"{RUNS}/r2").status_code == 404

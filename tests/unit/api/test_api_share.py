@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import pytest
+import structlog.testing
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
@@ -55,6 +56,15 @@ def test_a_share_link_opens_the_report_until_it_expires(api, analysed):
     assert opened.headers["Cache-Control"] == "private, no-store"
     assert opened.headers["Referrer-Policy"] == "no-referrer"
     assert opened.headers["Content-Security-Policy"] == REPORT_POLICY  # the console's report view's sandbox
+
+
+def test_the_log_holds_a_share_tokens_first_characters_only(api, analysed):
+    token = _path(_share(api).json["url"]).removeprefix("/share/")
+    with structlog.testing.capture_logs() as logged:
+        assert api.request("GET", f"/share/{token}").status_code == 200
+        assert api.request("GET", f"/share/{token}x").status_code == 403
+    assert token[:-4] not in repr(logged)
+    assert [line["path"] for line in logged if line["event"] == "request"] == [f"/share/{token[:12]}..."] * 2
 
 
 def test_a_share_link_needs_no_credentials_but_issuing_one_does(make_api, analysed):

@@ -36,6 +36,7 @@ def test_scripts_are_valid_bash(script):
 def test_the_daemonset_runs_the_agent_on_the_nodes_network_with_a_shared_scratch_folder():
     documents = {d["kind"]: d for d in yaml.safe_load_all((DEPLOY / "mldiag-agent-daemonset.yaml").read_text())}
     assert set(documents) == {"ConfigMap", "ServiceAccount", "DaemonSet"}
+    assert documents["ConfigMap"]["metadata"]["name"] == "mldiag-agent-run"
     pod = documents["DaemonSet"]["spec"]["template"]["spec"]
     assert pod["hostNetwork"] is True and pod["serviceAccountName"] == documents["ServiceAccount"]["metadata"]["name"]
     (container,) = pod["containers"]

@@ -242,7 +242,7 @@ def test_set_notifications_routes_a_run_and_never_returns_its_secrets(start_serv
     assert shown == {"run": RUN, "webhookUrl": webhook.url, "webhookMode": "binary", "webhookSigned": True,
                      "slack": True, "pagerduty": True}
     assert SECRET not in result.stdout and ROUTING_KEY not in result.stdout and "/slack" not in result.stdout
-    route = notifications.ROUTE_STATES.read(server.services, RUN).over(
+    route = notifications.read_route(server.services, RUN).over(
         notifications.deployment_route(server.services.settings))
     assert route.webhook_secret == SECRET and route.pagerduty_routing_key == ROUTING_KEY
     fetched = requests.get(f"{server.url}/v1alpha/{RUN}:getNotifications", timeout=10)
@@ -333,3 +333,50 @@ def test_a_notification_is_staged_under_a_key_firestore_takes(deployment, receiv
     key = server.services.store.transaction(
         lambda transaction: notifications.stage_analysis_completed(transaction, server.services, session, None))
     assert "/" not in key and server.services.store.get("outbox", key) is not None
+
+
+def _stored_route(server) -> dict:
+    return server.services.store.get(notifications.ROUTES, notifications.document_key(RUN))
+
+
+def test_a_run_s_secrets_are_stored_encrypted_under_a_key_only_the_owner_reads(start_server, receiver):
+    server = start_server(notify_allow_private=True)
+    _create_run(server.services)
+    slack = receiver().url + "/services/T0/B0/slack-secret-path"
+    notifications.set_route(server.services, RUN, notifications.NotificationRoute(
+        webhook_url=receiver().url, webhook_secret=SECRET, slack_url=slack, pagerduty_routing_key=ROUTING_KEY))
+
+    stored = json.dumps(_stored_route(server))
+    assert SECRET not in stored and "slack-secret-path" not in stored and ROUTING_KEY not in stored
+    key = server.services.settings.data_dir / "notifications.key"
+    assert key.stat().st_mode & 0o777 == 0o600
+    route = notifications.read_route(server.services, RUN)
+    assert (route.webhook_secret, route.slack_url, route.pagerduty_routing_key) == (SECRET, slack, ROUTING_KEY)
+    assert notifications.describe_route(server.services, RUN)["slack"] is True
+
+
+def test_a_route_stored_in_plain_text_is_read_and_sealed_on_read(start_server):
+    server = start_server()
+    _create_run(server.services)
+    server.services.store.set(notifications.ROUTES, notifications.document_key(RUN),
+                              {"run": RUN, "webhookSecret": SECRET, "pagerdutyRoutingKey": ROUTING_KEY})
+
+    assert notifications.read_route(server.services, RUN).webhook_secret == SECRET
+    stored = json.dumps(_stored_route(server))
+    assert SECRET not in stored and ROUTING_KEY not in stored
+    assert notifications.read_route(server.services, RUN).pagerduty_routing_key == ROUTING_KEY
+
+
+def test_without_a_key_in_the_cloud_a_secret_is_refused_rather_than_stored_in_plain_text():
+    from mldiag.domain.errors import FailedPrecondition
+    from mldiag.services.sealed_secrets import SecretUnreadable, Sealer, sealer
+
+    cloud = sealer(Settings(backend="gcp"))
+    with pytest.raises(FailedPrecondition, match="MLDIAG_NOTIFY_ENCRYPTION_KEY"):
+        cloud.seal(SECRET)
+    sealed = sealer(Settings(backend="gcp", notify_encryption_key="k" * 32)).seal(SECRET)
+    assert sealed != SECRET and SECRET not in sealed
+    with pytest.raises(SecretUnreadable):
+        Sealer(b"another key of thirty-two bytes!").open(sealed)
+    with pytest.raises(SecretUnreadable):
+        cloud.open(sealed)

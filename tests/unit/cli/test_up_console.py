@@ -56,6 +56,17 @@ def test_a_taken_port_is_one_line_with_the_way_out_and_nothing_is_left_running(t
     assert not (tmp_path / "data").exists()  # no database opened, no folders made
 
 
+def test_listening_beyond_loopback_without_a_token_is_refused_in_one_line(tmp_path, monkeypatch, restore_logging):
+    monkeypatch.setattr(http_server.HttpServer, "serve", lambda server, app: None)  # never serve, if not refused
+    code, lines = _up("--host", "0.0.0.0", "--port", "0", "--no-otlp", "--data", str(tmp_path / "data"))
+    assert code == 1
+    assert len(lines) == 1 and lines[0].startswith("mldiag up: listening on 0.0.0.0 port ")
+    assert lines[0].endswith("with no MLDIAG_API_TOKEN lets anyone who reaches it change runs, read the operator "
+                             "routes and post alerts; set MLDIAG_API_TOKEN (and MLDIAG_ALERT_TOKEN for the alert "
+                             "webhooks), listen on 127.0.0.1, or pass --insecure to run open anyway")
+    assert not (tmp_path / "data").exists()
+
+
 def test_a_port_it_may_not_listen_on_is_one_line(tmp_path, monkeypatch, restore_logging):
     class Unprivileged(socket.socket):
         def bind(self, address):  # what binding port 80 without privileges raises

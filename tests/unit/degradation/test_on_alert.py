@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import threading
 from datetime import timedelta
@@ -12,7 +13,7 @@ from cloudevents.http import CloudEvent
 from structlog.testing import capture_logs
 
 from mldiag.entrypoints import handlers
-from mldiag.services.monitoring.auto_capture import AutoCapturePolicy, set_policy
+from mldiag.services.monitoring.auto_capture import AutoCapturePolicy, describe_state, handle_alert, set_policy
 from mldiag.config import CAPTURE_REQUESTS
 from mldiag.domain import Kind, MachineLearningRun, MonitoredEvent, ProfilerSession, ProfilerTarget
 from mldiag.services.event_archive import Outcome
@@ -142,6 +143,25 @@ def test_hourly_cap_and_disabled_policy(runs, clock):
     handlers.on_alert(runs, push(opened(OTHER)))
     assert events(runs)[f"{OTHER}/monitoredEvents/degradation-1"].suppressions[0].reason == \
         "auto-capture is disabled for this run"
+
+
+def test_alerts_beyond_the_runs_event_cap_are_dropped_counted_and_said(runs):
+    services = dataclasses.replace(runs, settings=runs.settings.model_copy(
+        update={"max_monitored_events_per_run": 3}))
+    with capture_logs() as logged:
+        accounts = [handle_alert(services, push(opened(event_id=f"e{i}"))) for i in range(12)]
+        handle_alert(services, push(opened(run=OTHER)))
+        handle_alert(services, push(closed(event_id="e0")))  # events it has still change
+    names = sorted(events(services))
+    assert names == [*(f"{RUN}/monitoredEvents/e{i}" for i in range(3)), f"{OTHER}/monitoredEvents/degradation-1"]
+    assert events(services)[f"{RUN}/monitoredEvents/e0"].end_time is not None
+    reason = "event cap: the run has 3 monitored events (max 3, MLDIAG_MAX_MONITORED_EVENTS_PER_RUN)"
+    assert accounts[3:] == [f"alert for {RUN}/monitoredEvents/e{i}: dropped ({reason})" for i in range(3, 12)]
+    state = describe_state(services, RUN)["monitoredEvents"]
+    assert state["count"] == 3 and state["max"] == 3 and state["dropped"] == 9
+    assert state["lastDropped"]["reason"] == reason and state["lastDropped"]["alert"].startswith("on_alert:")
+    assert [line["dropped"] for line in logged if line["event"] == "alerts of r1 dropped"] == [1]
+    assert describe_state(services, OTHER)["monitoredEvents"] == {"count": 1, "max": 3, "dropped": 0}
 
 
 def test_concurrent_alerts_cannot_both_capture(runs):

@@ -55,12 +55,36 @@ def test_maintenance_reconciles_every_interval_and_lists_only_what_is_new(embedd
     _write(embedded, f"{RUN_FOLDER}/host0.xplane.pb")
     assert run_maintenance(embedded).startswith("registered 1 file(s) no event announced")
     listed = []
-    listing = embedded.blobs.list_updated_since
-    monkeypatch.setattr(embedded.blobs, "list_updated_since",
-                        lambda prefix, since: listed.append(since) or listing(prefix, since))
+    listing = embedded.blobs.list_after
+    monkeypatch.setattr(embedded.blobs, "list_after",
+                        lambda prefix, start_after="": listed.append(start_after) or listing(prefix, start_after))
     run_maintenance(embedded)
     assert listed == [], "not again within the interval"
     later.advance(INTERVAL.total_seconds())
     run_maintenance(embedded)
-    [since] = listed
-    assert since is not None and since < later(), "only what was written since the last one, with some overlap"
+    assert listed == [""], "after the interval, a new pass from the first name"
+
+
+def test_a_bucket_too_big_for_one_run_is_reconciled_over_several(embedded, later, monkeypatch):
+    """Each run lists at most a page of names and resumes after the last one, within the same window."""
+    for n in range(5):
+        _write(embedded, f"{RUN_FOLDER}/host{n}.xplane.pb")
+    _write(embedded, "team/exp/run1/notes.txt")
+    everything = [info.uri for info in embedded.blobs.list_after(embedded.settings.bucket_uri)]
+    starts = []
+    listing = embedded.blobs.list_after
+    monkeypatch.setattr(embedded.blobs, "list_after",
+                        lambda prefix, start_after="": starts.append(start_after) or listing(prefix, start_after))
+
+    registered = [reconcile(embedded, page=2) for _ in range(len(everything) // 2 + 1)]
+    assert sum(registered) == 5 and len(only_session(embedded).host_files) == 5
+    assert max(registered) <= 2, "no run registers more than it lists"
+    bucket = f"{embedded.settings.bucket_uri}/"
+    assert starts == [""] + [uri.removeprefix(bucket) for uri in everything[1::2]][:len(starts) - 1]
+    assert reconcile(embedded, page=2) == 0 and len(starts) == len(everything) // 2 + 1, "done: the next waits"
+
+    later.advance(INTERVAL.total_seconds())
+    written = _write(embedded, f"{RUN_FOLDER}/host5.xplane.pb")
+    later.advance(60)
+    assert reconcile(embedded, page=len(everything) + 1) == 1
+    assert only_session(embedded).host_files["host5"].generation == written.generation

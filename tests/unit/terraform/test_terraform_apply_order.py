@@ -4,8 +4,13 @@
   Cloud Functions (gen2) copies each source archive into and Cloud Build reads it from,
   and the functions are built only once it may;
 - the functions (their builds and triggers) wait, through a ``time_sleep``, for the APIs,
-  the build account's grants and the storage agent's publisher grant to propagate, and a
-  storage trigger for its own account's eventReceiver grant.
+  the build account's grants, the storage agent's publisher grant and the service agents'
+  roles to propagate, and a storage trigger for its own account's eventReceiver grant; each
+  wait names in its ``triggers`` the grants it waits after (a replaced grant waits again),
+  and lasts ``var.iam_propagation_seconds`` (60 s by default);
+- a function that mounts Secret Manager secrets is deployed after its secretAccessor grants;
+- the Firestore indexes are created after the TTL fields, the first metadata write on a new
+  database, rather than all at once with it.
 
 No provider can run here, so these read the configuration as written (python-hcl2); only a
 real apply shows how long propagation takes (see terraform/README.md).
@@ -55,6 +60,15 @@ def build_problems(terraform: Path) -> list[str]:
     return problems
 
 
+def _default_seconds(module: Path, duration: str) -> int:
+    """Seconds of a ``create_duration`` in ``module``, also when written ``"${var.X}s"`` (X's default)."""
+    name = re.fullmatch(r"\$\{var\.(\w+)\}s", duration)
+    if name is None:
+        return _seconds(duration)
+    declared = {b.labels[0]: plain(b.body) for b in load_module(module) if b.kind == "variable"}
+    return int(declared.get(name.group(1), {}).get("default", 0))
+
+
 def propagation_problems(terraform: Path) -> list[str]:
     root = load_module(terraform)
     problems = []
@@ -69,14 +83,17 @@ def propagation_problems(terraform: Path) -> list[str]:
                        "module.profiles.event_source"):
             if needed not in waited:
                 problems.append(f"time_sleep.{sleeps[0]} does not wait for {needed}")
-        if _seconds(sleep.get("create_duration", "")) < MINIMUM_WAIT_S:
+        if "google_project_iam_member.service_agents" not in str(sleep.get("triggers", {})):
+            problems.append(f"time_sleep.{sleeps[0]} is not tied to the service agents' role grants")
+        if _default_seconds(terraform, sleep.get("create_duration", "")) < MINIMUM_WAIT_S:
             problems.append(f"time_sleep.{sleeps[0]} waits less than {MINIMUM_WAIT_S} s")
     function = load_module(terraform / "modules/function")
     deployed = _named(function, "google_cloudfunctions2_function", "this")
     trigger_sleep = _named(function, "time_sleep", "trigger_grants")
+    seconds = _default_seconds(terraform / "modules/function", trigger_sleep.get("create_duration", ""))
     if ("${time_sleep.trigger_grants}" not in deployed.get("depends_on", [])
-            or "${google_project_iam_member.trigger_receiver}" not in trigger_sleep.get("depends_on", [])
-            or _seconds(trigger_sleep.get("create_duration", "")) < MINIMUM_WAIT_S):
+            or "google_project_iam_member.trigger_receiver" not in str(trigger_sleep.get("triggers", {}))
+            or seconds < MINIMUM_WAIT_S):
         problems.append("the function's storage trigger must wait for its account's eventReceiver grant to propagate")
     return problems
 
@@ -103,6 +120,24 @@ def test_planted_function_without_propagation_wait_is_reported(planted: Planted)
         "module.function must depend on a time_sleep (grants and APIs propagate)"]
 
 
+def test_planted_wait_untied_from_the_service_agents_is_reported(planted: Planted):
+    planted.replace("main.tf", "    agent_roles   = join(\" \", [for grant in google_project_iam_member.service_agents : grant.id])\n", "")
+    assert propagation_problems(planted.terraform) == [
+        "time_sleep.iam_propagation is not tied to the service agents' role grants"]
+
+
+def test_planted_trigger_wait_untied_from_its_grants_is_reported(planted: Planted):
+    planted.replace("modules/function/main.tf", "    receiver = google_project_iam_member.trigger_receiver[0].id\n", "")
+    assert propagation_problems(planted.terraform) == [
+        "the function's storage trigger must wait for its account's eventReceiver grant to propagate"]
+
+
+def test_planted_short_default_wait_is_reported(planted: Planted):
+    planted.replace("variables.tf", "  default     = 60\n  validation {\n    condition     = var.iam_propagation_seconds",
+                    "  default     = 10\n  validation {\n    condition     = var.iam_propagation_seconds")
+    assert propagation_problems(planted.terraform) == [f"time_sleep.iam_propagation waits less than {MINIMUM_WAIT_S} s"]
+
+
 def test_planted_wait_that_misses_the_storage_agent_is_reported(planted: Planted):
     planted.replace("main.tf", "    event_source  = module.profiles.event_source\n", "")
     assert propagation_problems(planted.terraform) == [
@@ -110,8 +145,8 @@ def test_planted_wait_that_misses_the_storage_agent_is_reported(planted: Planted
 
 
 def test_planted_trigger_without_its_own_wait_is_reported(planted: Planted):
-    planted.replace("modules/function/main.tf", "depends_on = [time_sleep.trigger_grants]",
-                    "depends_on = [google_project_iam_member.trigger_receiver]")
+    planted.replace("modules/function/main.tf", "depends_on = [time_sleep.trigger_grants, ",
+                    "depends_on = [google_project_iam_member.trigger_receiver, ")
     assert propagation_problems(planted.terraform) == [
         "the function's storage trigger must wait for its account's eventReceiver grant to propagate"]
 
@@ -135,3 +170,31 @@ def test_planted_trigger_account_without_token_grant_is_reported(planted: Plante
                     "  service_account_id = google_service_account.function.name\n")
     assert token_problems(planted.terraform) == [
         "the Pub/Sub service agent cannot mint tokens for google_service_account.trigger"]
+
+
+def readiness_problems(terraform: Path) -> list[str]:
+    """What waits on a real dependency rather than on time: secrets before the function, TTL before indexes."""
+    problems = []
+    function = _named(load_module(terraform / "modules/function"), "google_cloudfunctions2_function", "this")
+    if "${google_secret_manager_secret_iam_member.function}" not in function.get("depends_on", []):
+        problems.append("the function is deployed before it may read the secrets it mounts")
+    index = _named(load_module(terraform / "modules/firestore"), "google_firestore_index", "this")
+    if "${google_firestore_field.ttl}" not in index.get("depends_on", []):
+        problems.append("the Firestore indexes are created together with the new database's first metadata write")
+    return problems
+
+
+def test_functions_and_indexes_wait_for_what_they_need():
+    assert readiness_problems(REPO / "terraform") == []
+
+
+def test_planted_function_before_its_secret_grant_is_reported(planted: Planted):
+    planted.replace("modules/function/main.tf", ", google_secret_manager_secret_iam_member.function]", "]")
+    assert readiness_problems(planted.terraform) == [
+        "the function is deployed before it may read the secrets it mounts"]
+
+
+def test_planted_indexes_beside_the_first_metadata_write_are_reported(planted: Planted):
+    planted.replace("modules/firestore/main.tf", "  depends_on = [google_firestore_field.ttl]\n", "")
+    assert readiness_problems(planted.terraform) == [
+        "the Firestore indexes are created together with the new database's first metadata write"]

@@ -3,6 +3,8 @@ README whose inputs and outputs tables match its code; examples/minimal asks for
 
 from __future__ import annotations
 
+import re
+import subprocess
 from pathlib import Path
 
 from terraform_config import load_module, module_dirs
@@ -79,3 +81,64 @@ def test_planted_public_invoker_in_the_org_policy_example_is_reported(planted: P
     planted.replace(f"{RESTRICTED}/main.tf", "allow_unauthenticated = false", "allow_unauthenticated = true")
     assert public_grants(planted.terraform / RESTRICTED) == [
         "control_plane.allow_unauthenticated would grant allUsers the invoker role"]
+
+
+DOMAIN_RESTRICTION = "iam.allowedPolicyMemberDomains"
+EXAMPLES = ("minimal", "org-policy-restricted", "production")
+
+
+def unauthenticated_problems(example: Path) -> list[str]:
+    """An example admits callers without an ID token only for the capability URL, and says what refuses it."""
+    call = next(b for b in load_module(example) if b.kind == "module" and b.labels[0] == "mldiag")
+    allowed = str(call.body.get("control_plane", {}).get("allow_unauthenticated", "false")).lower()
+    if allowed == "false":
+        return []
+    problems = []
+    if allowed != '${var.sdk_secret != ""}' or call.body.get("sdk_secret") != "${var.sdk_secret}":
+        problems.append("control_plane.allow_unauthenticated is set without the sdk_secret whose routes it opens")
+    if DOMAIN_RESTRICTION not in (example / "README.md").read_text(encoding="utf-8"):
+        problems.append(f"README.md does not say that {DOMAIN_RESTRICTION} refuses the allUsers invoker")
+    return problems
+
+
+def test_examples_admit_unauthenticated_callers_only_for_the_capability_url():
+    assert {name: unauthenticated_problems(REPO / "terraform/examples" / name) for name in EXAMPLES} == {
+        name: [] for name in EXAMPLES}
+
+
+def test_planted_unconditional_public_invoker_is_reported(planted: Planted):
+    planted.replace("examples/production/main.tf", 'allow_unauthenticated = var.sdk_secret != ""',
+                    "allow_unauthenticated = true")
+    assert unauthenticated_problems(planted.terraform / "examples/production") == [
+        "control_plane.allow_unauthenticated is set without the sdk_secret whose routes it opens"]
+
+
+def test_planted_public_invoker_without_the_org_policy_note_is_reported(planted: Planted):
+    planted.replace("examples/production/README.md", f"(`constraints/{DOMAIN_RESTRICTION}`,", "(")
+    assert unauthenticated_problems(planted.terraform / "examples/production") == [
+        f"README.md does not say that {DOMAIN_RESTRICTION} refuses the allUsers invoker"]
+
+
+APPLY_CHECK = "scripts/terraform_apply_check.sh"
+
+
+def apply_check_problems(root: Path) -> list[str]:
+    """The apply check is valid bash and reads only outputs every example declares."""
+    script = root / APPLY_CHECK
+    checked = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True, check=False)
+    problems = [f"{APPLY_CHECK} is not valid bash: {checked.stderr.strip()}"] if checked.returncode else []
+    read = set(re.findall(r"output -raw (\w+)", script.read_text(encoding="utf-8")))
+    for example in EXAMPLES:
+        declared = {b.labels[0] for b in load_module(root / "terraform/examples" / example) if b.kind == "output"}
+        problems += [f"examples/{example} has no output {name}" for name in sorted(read - declared)]
+    return problems
+
+
+def test_the_apply_check_reads_what_the_examples_output():
+    assert apply_check_problems(REPO) == []
+
+
+def test_planted_output_the_examples_lack_is_reported(planted: Planted):
+    script = (REPO / APPLY_CHECK).read_text(encoding="utf-8")
+    planted.write(APPLY_CHECK, script.replace("output -raw agent_configmap", "output -raw agent_config"))
+    assert apply_check_problems(planted.root) == [f"examples/{name} has no output agent_config" for name in EXAMPLES]

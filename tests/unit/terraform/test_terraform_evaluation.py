@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from terraform_support import REPO, missing_tool
 
-EVALUATED = ("variables.tf", "functions.tf", "firestore.tf")
+EVALUATED = ("variables.tf", "functions.tf", "firestore.tf", "viewer_links.tf", "naming.tf")
 STUB = 'locals {\n  control_plane_url = "https://mldiag-control-plane-1.us-central1.run.app"\n}\n'
 REQUIRED = ("-var", "project_id=my-project", "-var", "region=us-central1")
 
@@ -53,6 +53,28 @@ def test_the_function_table_evaluates(workdir: Path):
                               "deliver_notifications"}
     assert functions["analyze_session"]["extra_environment"]["GOOGLE_CLOUD_PROJECT"] == "my-project"
     assert functions["control_plane"]["extra_environment"]["MLDIAG_AUTH_AUDIENCE"].startswith("https://")
+
+
+GCLOUD_CLIENT = "32555940559.apps.googleusercontent.com"
+
+
+@pytest.mark.slow
+def test_the_analysis_reasons_with_the_model_terraform_names(workdir: Path):
+    from mldiag.config import Settings
+
+    environment = value(workdir, "local.functions.analyze_session.extra_environment")
+    assert environment["MLDIAG_VERTEX_MODEL"] == Settings().vertex_model
+    chosen = value(workdir, "local.functions.analyze_session.extra_environment", "-var", "vertex_model=gemini-x-pro")
+    assert Settings.from_env(chosen).vertex_model == "gemini-x-pro"
+
+
+@pytest.mark.slow
+def test_a_persons_gcloud_token_is_accepted_only_behind_the_invoker_check(workdir: Path):
+    """Cloud Run admits a person's `gcloud auth print-identity-token` behind IAM; with allUsers nothing checks it first."""
+    environment = "local.functions.control_plane.extra_environment"
+    assert value(workdir, environment)["MLDIAG_AUTH_OTHER_AUDIENCES"] == GCLOUD_CLIENT
+    opened = value(workdir, environment, "-var", 'control_plane={ingress="ALLOW_INTERNAL_ONLY", allow_unauthenticated=true}')
+    assert opened["MLDIAG_AUTH_OTHER_AUDIENCES"] == ""
 
 
 @pytest.mark.slow
@@ -97,6 +119,9 @@ def test_the_firestore_indexes_evaluate(workdir: Path):
     ("kms_key_name=my-key", "kms_key_name must look like"),
     ("maintenance_schedule=* *", "five-field cron expression"),
     ("sdk_secret=too-short", "sdk_secret must be empty or 32 or more"),
+    ("iam_propagation_seconds=5", "iam_propagation_seconds must be between 30 and 600"),
+    ("vertex_model=Gemini Flash", "vertex_model is a Vertex AI model id"),
+    ('xprof_viewer={image="x", browser_url="https://x.example.com/viewer"}', "xprof_viewer.browser_url is empty or"),
 ])
 @pytest.mark.slow
 def test_planted_invalid_variable_is_refused(workdir: Path, variable: str, message: str):
@@ -133,6 +158,33 @@ def test_work_subscriptions_outlast_a_burst_of_their_consumer(workdir: Path):
     assert attempts["analysis-requests"] == 15
     assert value(workdir, "local.delivery_attempts", "-var", "delivery={max_delivery_attempts=40}") == {
         topic: 40 for topic in attempts}
+
+
+@pytest.mark.slow
+def test_dashboard_links_lead_where_a_browser_gets_through(workdir: Path):
+    """An IAM-only viewer answers a browser 403: links go to the local proxy, or to a signing-in front."""
+    assert value(workdir, "local.xprof_viewer_links") == ""
+    viewer = 'xprof_viewer={image="xprof:1"'
+    assert value(workdir, "local.xprof_viewer_links", "-var", viewer + "}") == "http://localhost:8081"
+    fronted = value(workdir, "local.xprof_viewer_links", "-var", viewer + ', browser_url="https://xprof.example.com"}')
+    assert fronted == "https://xprof.example.com"
+
+
+def test_the_functions_hand_out_the_links_a_browser_can_follow():
+    main = (REPO / "terraform/main.tf").read_text(encoding="utf-8")
+    assert "MLDIAG_XPROF_VIEWER_URL      = local.xprof_viewer_links" in main
+    outputs = (REPO / "terraform/outputs.tf").read_text(encoding="utf-8")
+    assert "--port ${local.xprof_viewer_proxy_port}" in outputs
+
+
+@pytest.mark.slow
+def test_a_second_deployments_names_carry_its_prefix(workdir: Path):
+    from mldiag.config import Settings
+
+    assert value(workdir, "[local.name_prefix, local.firestore_database]") == ["", "mldiag"]
+    prefix, database = value(workdir, "[local.name_prefix, local.firestore_database]", "-var", "prefix=team-a")
+    assert (prefix, database) == ("team-a-", "team-a")
+    assert Settings.from_env({"MLDIAG_TOPIC_PREFIX": prefix}).topic_prefix == "team-a-"
 
 
 def test_the_queues_take_the_burst_sized_attempts():

@@ -29,8 +29,8 @@ def test_the_tree_is_formatted(terraform: str):
 
 
 def test_planted_misformatted_file_fails(terraform: str, planted: Planted):
-    planted.replace("modules/queue/main.tf", "  project                    = var.project_id\n  name                       = var.topic\n",
-                    "  project = var.project_id\n  name                       = var.topic\n")
+    planted.replace("modules/queue/main.tf", '  project                    = var.project_id\n  name                       = "${var.name_prefix}${var.topic}"\n',
+                    '  project = var.project_id\n  name                       = "${var.name_prefix}${var.topic}"\n')
     result = fmt_check(terraform, planted.terraform)
     assert result.returncode == 3
     assert result.stdout.split() == ["modules/queue/main.tf"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import mimetypes
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 from google.api_core import exceptions as google_errors
@@ -126,12 +126,13 @@ class GcsBlobs:
         except google_errors.NotFound:
             return  # no such bucket: nothing under the prefix
 
-    def list_updated_since(self, prefix: str, since: datetime | None) -> Iterator[BlobInfo]:
-        # Cloud Storage lists by name only: the listing is filtered here, fetching just the fields compared.
+    def list_after(self, prefix: str, start_after: str = "") -> Iterator[BlobInfo]:
+        # Cloud Storage lists in name order from startOffset, which is inclusive; only the fields callers compare.
         parsed = parse_blob_uri(prefix, allow_empty_path=True)
         try:
-            for blob in self._client.list_blobs(parsed.bucket, prefix=parsed.path or None, fields=_LISTED_FIELDS):
-                if since is None or blob.updated > since:
+            for blob in self._client.list_blobs(parsed.bucket, prefix=parsed.path or None, fields=_LISTED_FIELDS,
+                                                start_offset=start_after or None):
+                if blob.name > start_after:
                     yield _info(f"gs://{parsed.bucket}/{blob.name}", blob)
         except google_errors.NotFound:
             return

@@ -134,8 +134,11 @@ class LocalBlobs:
                 if uri.startswith(prefix):
                     yield self._info(uri, path)
 
-    def list_updated_since(self, prefix: str, since: datetime | None) -> Iterator[BlobInfo]:
-        return (info for info in self.list(prefix) if since is None or info.updated > since)
+    def list_after(self, prefix: str, start_after: str = "") -> Iterator[BlobInfo]:
+        bucket = parse_blob_uri(prefix, allow_empty_path=True).bucket
+        named = sorted(((info.uri.removeprefix(f"gs://{bucket}/"), info) for info in self.list(prefix)),
+                       key=lambda pair: pair[0])
+        return (info for name, info in named if name > start_after)
 
     def delete(self, uri: str) -> bool:
         path = self.path_for(uri)

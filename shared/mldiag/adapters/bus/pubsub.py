@@ -1,7 +1,9 @@
 """``PubSubBus``: the message bus on Cloud Pub/Sub (or its emulator via ``PUBSUB_EMULATOR_HOST``).
 
 Delivery to handlers is Pub/Sub's job (push subscriptions made by Terraform, or
-by the devstack locally); this side only publishes. The publisher client starts
+by the devstack locally); this side only publishes. The code names topics as
+:mod:`mldiag.config` does; a deployment that shares its project with another
+puts its own prefix before each (``MLDIAG_TOPIC_PREFIX``), added here only. The publisher client starts
 background threads, so it is created on the first publish, not at import or
 wiring time: a function that never publishes never pays for it.
 """
@@ -22,8 +24,9 @@ PUBLISH_TIMEOUT_S = 60.0
 class PubSubBus:
     """A :class:`mldiag.ports.MessageBus` publishing to topics of one project."""
 
-    def __init__(self, project: str):
+    def __init__(self, project: str, topic_prefix: str = ""):
         self.project = project
+        self.topic_prefix = topic_prefix
         self._publisher: pubsub_v1.PublisherClient | None = None
         self._lock = threading.Lock()
 
@@ -42,7 +45,7 @@ class PubSubBus:
         ordering_key: str = "",
     ) -> str:
         publisher = self._client()
-        topic_path = publisher.topic_path(self.project, topic)
+        topic_path = publisher.topic_path(self.project, self.topic_prefix + topic)
         future = publisher.publish(topic_path, bytes(data), ordering_key=ordering_key, **dict(attributes or {}))
         try:
             return future.result(timeout=PUBLISH_TIMEOUT_S)

@@ -18,7 +18,10 @@ last one's work). Each instant of it is decided so:
   host threads did meanwhile (their innermost events, split equally), else
   ``waiting``; inside any other event it is ``host_work`` of the innermost
   function or scope (a Python builtin's time stays with the Python function
-  that called it); with no event but the step marker it is ``untraced``.
+  that called it); with no event but the step marker it is a host<->device
+  transfer that another thread runs then (the runtime's copy and relayout
+  threads, which a blocking copy waits on without an event of its own), else
+  ``untraced``.
 
 With several devices each device's timeline is attributed on its own and the
 parts are averaged over the devices, so that they still sum to the loop: a
@@ -48,6 +51,7 @@ from mldiag.analysis.profile.trace_names import (
     PYTHON_BUILTIN,
     THREAD_WAITING,
     TRANSFER,
+    TRANSFER_WORK,
     WAITING,
     transfer_direction,
 )
@@ -55,6 +59,7 @@ from mldiag.analysis.profile.trace_names import (
 TOP_PARTS = 12
 OTHER = "(other)"  # the name of a cause's parts beyond the top ones, summed
 UNNAMED_THREAD = "(unnamed thread)"  # a host line without a name (a Python thread the tracer did not name)
+LOADER_THREAD = "(unnamed loader thread)"  # such a line that puts into a queue: it feeds another thread its input
 
 # Op families by name, first match wins: TPU's dots are convolutions, XLA CPU's YNNPACK fusions are built around a
 # dot, ROCm's Tensile GEMMs are "Cijk_...". Data movement before elementwise so that "copy_bitcast_fusion" moves data.
@@ -169,7 +174,7 @@ def _host_classes(names: Sequence[str], markers: set[int]) -> np.ndarray:
             continue
         if COMPILE.match(name):
             classes[index] = _COMPILE
-        elif TRANSFER.search(name):
+        elif TRANSFER.search(name) or TRANSFER_WORK.match(name):
             classes[index] = _HOST_TRANSFER
         elif DISPATCH.search(name):
             classes[index] = _DISPATCH
@@ -206,15 +211,15 @@ def subtree_ends(line: LineLike) -> np.ndarray:
     return np.maximum(np.searchsorted(line.starts, line.ends, side="left"), index + 1)
 
 
-def self_pieces(line: LineLike, subtree_end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def self_pieces(line: LineLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The intervals where each event is the innermost one open: ``(starts, ends, event)``.
 
     Events are in (start, -end) order, so an event's first child, if any, comes
-    right after it, and its next sibling is the first event to start once it has
-    ended. An event owns the time from its start to its first child, and from
-    each child's end to the next sibling's start (or its own end). Siblings that
-    overlap without nesting give pieces that overlap a little; the sweep splits
-    such an overlap.
+    right after it. An event owns the time from its start to its first child,
+    and from each child's end to the next child's start (or its own end). A
+    child that overlaps the next one without nesting (a Python-tracer frame that
+    ends a microsecond after a TraceMe scope begins) owns no time after its end:
+    the next child holds it.
     """
     starts, ends, parents = line.starts, line.ends, line.parents
     count = len(starts)
@@ -225,11 +230,14 @@ def self_pieces(line: LineLike, subtree_end: np.ndarray) -> tuple[np.ndarray, np
     has_child = parents[1:] == index[:-1]
     head_end[:-1][has_child] = starts[1:][has_child]
     nested = np.flatnonzero(parents >= 0)
-    after = subtree_end[nested]
-    sibling = after < count
-    sibling[sibling] = parents[after[sibling]] == parents[nested[sibling]]
     owner = parents[nested]
-    tail_end = np.where(sibling, starts[np.minimum(after, count - 1)], ends[owner])
+    # The next child of the same parent: children sorted by (parent, index), the following one where it shares it.
+    by_parent = nested[np.lexsort((nested, owner))]
+    following = np.full(count, -1, dtype=np.int64)
+    same = parents[by_parent[1:]] == parents[by_parent[:-1]]
+    following[by_parent[:-1][same]] = by_parent[1:][same]
+    sibling = following[nested]
+    tail_end = np.where(sibling >= 0, starts[np.maximum(sibling, 0)], ends[owner])
     piece_starts = np.concatenate((starts, ends[nested]))
     piece_ends = np.concatenate((head_end, tail_end))
     piece_events = np.concatenate((index, owner))
@@ -309,7 +317,7 @@ class _Sweep:
 
 def _lane_pieces(lane: LineLike, device_label: np.ndarray, busy_name: np.ndarray) -> tuple[np.ndarray, ...]:
     """A lane's innermost busy events, as (starts, ends, labels) in time order."""
-    piece_starts, piece_ends, events = self_pieces(lane, subtree_ends(lane))
+    piece_starts, piece_ends, events = self_pieces(lane)
     owner = nearest(lane.parents, busy_name[lane.ids])[events]
     kept = owner >= 0
     return _merged(piece_starts[kept], piece_ends[kept], device_label[lane.ids[owner[kept]]])
@@ -347,6 +355,7 @@ class _HostPieces:
 # what other threads do; then its waits themselves.
 _HOST_TIER = {_COMPILE: 0, _HOST_TRANSFER: 1, _DISPATCH: 2, _WORK: 3, _WAIT: 5}
 _OTHER_THREADS = 4
+_OTHER_TRANSFERS = 6  # other threads' transfers, for the stepping thread's instants that nothing else explains
 _AS_CAUSE = {_COMPILE: TimeCause.COMPILATION, _HOST_TRANSFER: TimeCause.TRANSFERS, _DISPATCH: TimeCause.DISPATCH,
              _WAIT: TimeCause.WAITING, _WORK: TimeCause.HOST_WORK}
 
@@ -386,21 +395,28 @@ def _host_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, mark
     outermost such: a jit dispatch nests the runtime's execute calls. With ``nested_calls``, the outermost compile
     and transfer calls inside them are pieces too, which their higher tiers let win (a first call compiles inside
     its dispatch). Outside them each event owns its self time, a Python builtin's going to its caller; markers
-    own nothing.
+    own nothing. The code that runs the step (the events around its jit dispatches) calls the loop's work: each
+    such call that launches nothing itself (``make_batch``, ``save_checkpoint``) owns the time of every function
+    it calls in turn (numpy's, the zip writer's), as the work a person wrote and can move.
     """
     event_class = classes[line.ids]
     subtree_end = subtree_ends(line)
     decided = event_class >= _COMPILE
     inside = enclosed(subtree_end, decided) > 0
     # The events outside every classed one, which are leaves among them, hold every piece but nested calls.
-    outside = _Events.of(line, np.flatnonzero(~inside))
+    kept = np.flatnonzero(~inside)
+    outside = _Events.of(line, kept)
     outside_class = event_class[~inside]
     is_marker = markers[outside.ids]
-    piece_starts, piece_ends, events = self_pieces(outside, subtree_ends(outside))
+    piece_starts, piece_ends, events = self_pieces(outside)
     in_loop = (piece_ends > loop[0]) & (piece_starts < loop[1]) & ~is_marker[events]
     piece_starts, piece_ends, events = piece_starts[in_loop], piece_ends[in_loop], events[in_loop]
     work = outside_class <= _BUILTIN
-    owner = nearest(outside.parents, ~is_marker & (outside_class != _BUILTIN))
+    named = ~is_marker & (outside_class != _BUILTIN)
+    dispatches = np.concatenate(([0], np.cumsum(event_class == _DISPATCH)))
+    drives = (dispatches[subtree_end] - dispatches[np.arange(len(subtree_end)) + 1] > 0)[kept]
+    calls_from_step = named & ~drives & (outside.parents >= 0) & drives[np.maximum(outside.parents, 0)]
+    owner = np.where((body := nearest(outside.parents, calls_from_step)) >= 0, body, nearest(outside.parents, named))
     deciding = np.where(work & (owner >= 0), owner, np.arange(len(owner)))
     stride = len(names) + 1
     keys = np.where(work, _WORK, outside_class)[events] * stride + outside.ids[deciding[events]]
@@ -479,8 +495,10 @@ def attribute(*, names: Sequence[str], windows: list[Window], steps: int, busy_n
     host = _Host(
         stepping=_host_pieces(stepping, names, classes, is_marker, labels, span, nested_calls=True)
         if stepping else empty,
-        others=[_HostPieces(p.starts[busy], p.ends[busy], p.labels[busy], np.full(int(busy.sum()), _OTHER_THREADS))
-                for p in others for busy in [p.tiers != _HOST_TIER[_WAIT]]],  # a thread waiting explains nothing
+        others=[_HostPieces(p.starts[chosen], p.ends[chosen], p.labels[chosen], np.full(int(chosen.sum()), tier))
+                for p in others
+                for chosen, tier in ((p.tiers != _HOST_TIER[_WAIT], _OTHER_THREADS),  # a thread waiting explains nothing
+                                     (p.tiers == _HOST_TIER[_HOST_TRANSFER], _OTHER_TRANSFERS))],
         untraced=labels.of(TimeCause.UNTRACED, "", thread))
     totals = np.zeros(len(labels.keys))
     loop_ns = 0.0
@@ -500,7 +518,7 @@ def _host_time(host: _Host, window: Window, n_labels: int) -> np.ndarray:
     pieces = [host.stepping, *host.others]
     tiers = np.concatenate([p.tiers for p in pieces])
     sweep = _Sweep.of(np.concatenate([p.starts for p in pieces]), np.concatenate([p.ends for p in pieces]), tiers,
-                      len(_HOST_TIER) + 1, window.loop)
+                      _OTHER_TRANSFERS + 1, window.loop)
     idle = sweep.lengths
     if window.devices:
         intervals = np.column_stack((sweep.bounds[:-1], sweep.bounds[1:]))

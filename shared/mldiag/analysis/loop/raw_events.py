@@ -67,7 +67,7 @@ from mldiag.analysis.host_evidence import (
     Warmup,
 )
 from mldiag.analysis.loop import host_time
-from mldiag.analysis.loop.attribution import Device, Window, attribute
+from mldiag.analysis.loop.attribution import LOADER_THREAD, UNNAMED_THREAD, Device, Window, attribute
 from mldiag.analysis.loop.step_groups import (
     MIN_REPEATS,
     iteration_start,
@@ -89,6 +89,7 @@ from mldiag.analysis.profile.trace_names import (
     FAMILIES,
     NOT_AN_OP,
     NOT_BUSY,
+    QUEUE_PUT,
     THREAD_WAITING,
     TRANSFER,
     TRANSFER_WORK,
@@ -328,6 +329,21 @@ def _read(path: Path, timeline: Path | None = None) -> _Trace:
     if timeline is not None:
         reader.timeline(planes).save(timeline)
     return trace
+
+
+def _name_unnamed_threads(trace: _Trace) -> None:
+    """Name the host lines the trace leaves unnamed (Python threads: the tracer records no thread name) by the role
+    their events show: a thread that puts into a queue is a loader, feeding another thread its input. Two unnamed
+    lines of one role are numbered apart."""
+    puts = trace.mask(QUEUE_PUT.search)
+    unnamed = [line for line in trace.host_lines if not line.name]
+    roles = [LOADER_THREAD if puts[line.ids].any() else UNNAMED_THREAD for line in unnamed]
+    for line, role in zip(unnamed, roles):
+        line.name = role
+    for role in set(roles):
+        alike = [line for line in unnamed if line.name == role]
+        for number, line in enumerate(alike[1:] if len(alike) > 1 else [], start=2):
+            line.name = f"{role} {number}"
 
 
 def _device_type(kind: DeviceKind, stats: dict[str, Any]) -> str:
@@ -643,6 +659,7 @@ def read_host_evidence(path: Path, timeline: Path | None = None) -> HostEvidence
 
 
 def _evidence(path: Path, trace: _Trace) -> HostEvidence:
+    _name_unnamed_threads(trace)
     is_dispatch = trace.mask(lambda name: name.startswith(DISPATCH_PREFIX))
     launches = _launches(trace, is_dispatch)
     steps = _steps(trace, launches)
@@ -731,6 +748,8 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
         while_waiting=[HostActivity(name=name, thread=thread, count_per_step=0.0, ms_per_step=ns / count / 1e6,
                                     self_ms_per_step=ns / count / 1e6, share_of_step=ns / count / mean_iteration_ns)
                        for thread, name, ns in host.while_waiting],
+        device_reads=_activities(trace, host.read_ns, host.read_count, count, mean_step_ns,
+                                 np.zeros(len(trace.names), dtype=bool), thread=host.thread),
         transfers=_activities(trace, host.transfer_ns, host.transfer_count, count, mean_step_ns,
                               np.zeros(len(trace.names), dtype=bool), _Own(host.transfer_idle_ns), host.thread),
         transfer_ms_per_step=host.moving_idle_ns / count / 1e6,
@@ -814,6 +833,8 @@ class _HostSide:
     transfer_ns: np.ndarray  # per name: outermost host-device copies of the stepping thread within steps
     transfer_count: np.ndarray
     transfer_idle_ns: np.ndarray  # the devices idle meanwhile
+    read_ns: np.ndarray  # per name: calls from the step's code that read device values back, within steps
+    read_count: np.ndarray
     thread: str  # the stepping thread's line
     moving_idle_ns: float  # loop time any host thread copies between host and device while the devices idle
 
@@ -903,7 +924,7 @@ def _other_threads(trace: _Trace, stepping: list[_Line], waits: _Union, busy_uni
         own = np.where(calls.inside, 0.0, host_time.self_of(line.parents, np.maximum(overlap, 0.0)))
         owned = host_time.to_innermost_named(line.parents, own, calls.named)
         by_name = np.bincount(line.ids, weights=owned, minlength=len(trace.names))
-        thread = line.name or f"thread {index}"
+        thread = line.name or UNNAMED_THREAD
         found += [(thread, trace.names[i], float(by_name[i])) for i in np.flatnonzero(by_name > 0)]
     return sorted(found, key=lambda item: -item[2])[:TOP_ACTIVITIES]
 
@@ -938,7 +959,7 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
     compiles_in_steps = allocator_events = 0
     activity_keep, between_keep, outer_dispatch, durations, driving = [], [], [], [], []
     owned: dict[str, list[list[np.ndarray]]] = {"activity": [], "between": []}
-    transfer_keep, transfer_idle = [], []
+    transfer_keep, transfer_idle, read_keep = [], [], []
     for line in trace.host_lines:
         step = _step_of(windows, line.starts)
         calls = _outermost(line, is_dispatch)
@@ -954,6 +975,7 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
         top_level = (line.parents < 0) | ((parent_ids >= 0) & is_marker[np.maximum(parent_ids, 0)])
         activity_keep.append(top_level & ~is_marker[line.ids] & (step >= 0) & is_stepping)
         driving.append(_has_descendant(line, calls))
+        read_keep.append(_calls_that_read(line, driving[-1], is_named, is_read) & (step >= 0) & is_stepping)
         gap = _step_of(gap_windows, line.starts) if len(gap_windows) else np.full(len(line), -1)
         within_gap = (gap >= 0) & (gap == _step_of(gap_windows, np.maximum(line.ends - 1, line.starts))) \
             if len(gap_windows) else gap >= 0
@@ -1006,10 +1028,21 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
         transfer_ns=_per_name(trace, trace.host_lines, durations, transfer_keep),
         transfer_count=_per_name(trace, trace.host_lines, ones, transfer_keep),
         transfer_idle_ns=_per_name(trace, trace.host_lines, transfer_idle, transfer_keep),
+        read_ns=_per_name(trace, trace.host_lines, durations, read_keep),
+        read_count=_per_name(trace, trace.host_lines, ones, read_keep),
         thread=stepping[0].name if stepping else "",
         moving_idle_ns=float(_idle_cover(busy_unions, np.column_stack(
             host_time.intersection(moving.starts, moving.ends, loop[:, 0], loop[:, 1]))).sum()),
     )
+
+
+def _calls_that_read(line: _Line, drives: np.ndarray, is_named: np.ndarray, is_read: np.ndarray) -> np.ndarray:
+    """The calls the step's code makes (named events that launch nothing, inside one that does) that read device
+    values back, themselves or in what they call."""
+    parents = np.maximum(line.parents, 0)
+    calls = is_named[line.ids] & ~drives & (line.parents >= 0) & drives[parents]
+    reads = is_read[line.ids]
+    return calls & (reads | _has_descendant(line, reads))
 
 
 def _stepping_lines(trace: _Trace, is_marker: np.ndarray, is_dispatch: np.ndarray) -> list[_Line]:

@@ -49,6 +49,8 @@ CPU_RUNTIME_SCOPE = re.compile(r"^(\[\d+\] )?[A-Za-z]\w*::\w")
 # names the frames.
 THREAD_WAITING = re.compile(r"\bqueue\.py:\d+ get$|\bthreading\.py:\d+ (wait|join)$|\$_thread \w*lock|"
                             r"\$<unknown> acquire$|\bconcurrent/futures/_base\.py:\d+ result$")
+# A thread handing work to another through a queue (Python's queue and multiprocessing's, as the tracer names them).
+QUEUE_PUT = re.compile(r"\bqueues?\.py:\d+ put(_nowait)?$")
 # Copies between host and device memory as the host or a device records them: JAX's device_put (DevicePut),
 # jnp.asarray of a numpy array (the jitted ``stage``), reads back (np.asarray of a jax.Array, copy_to_host_async),
 # the runtimes' copies (PJRT, TensorFlow's, CUDA's MemcpyHtoD, ROCm's CopyHostToDevice and hipMemcpyHtoDAsync).

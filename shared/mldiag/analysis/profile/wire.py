@@ -4,7 +4,10 @@ profiles made field by field).
 :mod:`mldiag.analysis.profile.xspace` finds planes with it, and :func:`check_xspace`
 refuses a file that is not an ``XSpace``, or was cut short, before XProf or
 anything else parses it; :func:`check_xspace_head` refuses one by its first
-bytes, before it is downloaded. Nothing here imports numpy or XProf, so the check
+bytes, before it is downloaded; :func:`structure_of` counts what a file holds
+besides its events (planes, lines, metadata entries, stats), so that a file
+whose structure alone costs more than the memory ceiling is refused before
+XProf or the raw-event reader builds it. Nothing here imports numpy or XProf, so the check
 costs an analysis nothing before its conversions start.
 """
 
@@ -12,10 +15,19 @@ from __future__ import annotations
 
 import mmap
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 VARINT, FIXED64, LENGTH_DELIMITED, FIXED32 = 0, 1, 2, 5
 _XSPACE_FIELDS = frozenset({1, 2, 3, 4})  # planes, errors, warnings, hostnames: each length-delimited
+_XSPACE_PLANES = 1
+_PLANE_LINES = 3
+_PLANE_DESCRIPTIONS = frozenset({4, 5, 6})  # XPlane.event_metadata, stat_metadata, stats
+# What reading each part costs, XProf's conversions and the raw-event reader together, whatever its events:
+# measured on files of 100 k and 300 k empty ones (4.5 KB a plane, 1.9 KB a line, 0.7 KB a metadata entry).
+PLANE_COST = 5 << 10
+LINE_COST = 2 << 10
+DESCRIPTION_COST = 1 << 10
 
 
 class MalformedXSpace(ValueError):
@@ -109,3 +121,47 @@ def check_xspace(path: Path) -> None:
         with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
             for number, tag_at, _, _ in fields(data, 0, len(data)):
                 _check_field(number, varint(data, tag_at)[0] & 7, tag_at)
+
+
+@dataclass(frozen=True)
+class Structure:
+    """What a file holds besides its events: planes, lines, and metadata entries and stats (descriptions)."""
+
+    planes: int = 0
+    lines: int = 0
+    descriptions: int = 0
+
+    @property
+    def cost(self) -> int:
+        """Bytes that reading this much structure takes, whatever the events."""
+        return self.planes * PLANE_COST + self.lines * LINE_COST + self.descriptions * DESCRIPTION_COST
+
+    def __add__(self, other: Structure) -> Structure:
+        return Structure(self.planes + other.planes, self.lines + other.lines, self.descriptions + other.descriptions)
+
+    def __str__(self) -> str:
+        return f"{self.planes:,} planes, {self.lines:,} lines and {self.descriptions:,} metadata entries and stats"
+
+
+def structure_of(path: Path, *, beyond: int | None = None) -> Structure:
+    """The planes, lines and descriptions of the file at ``path``, counted from their tags (no message is parsed).
+
+    Counting stops once the structure costs more than ``beyond`` bytes: a file of millions of empty planes
+    is read only as far as it takes to refuse it. Raises :class:`MalformedXSpace` for a file that does not
+    frame as protobuf.
+    """
+    planes = lines = descriptions = 0
+    with open(path, "rb") as file:
+        if not file.seek(0, 2):
+            raise MalformedXSpace("the file is empty")
+        with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            for number, _, start, end in fields(data, 0, len(data)):
+                if number != _XSPACE_PLANES:
+                    continue
+                planes += 1
+                for part, *_ in fields(data, start, end):
+                    lines += part == _PLANE_LINES
+                    descriptions += part in _PLANE_DESCRIPTIONS
+                if beyond is not None and Structure(planes, lines, descriptions).cost > beyond:
+                    break
+    return Structure(planes, lines, descriptions)

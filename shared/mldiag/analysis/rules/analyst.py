@@ -90,6 +90,12 @@ LOW_COMPILE = 0.05
 SAFE_MEMORY = 0.90
 # Idle share of a step at which host-side work becomes a P0 / P1 / P2 problem.
 IDLE_PRIORITIES = ((0.50, Priority.P0), (0.25, Priority.P1), (0.10, Priority.P2))
+# Share of the loop at which the costliest host cause, named by the function that holds it with a fix of its own
+# (a synchronous save, a sync every step, a slow loader, batch-making on the training thread), is the P0 of a loop that runs one program per step (op-by-op and compiling
+# loops have findings of their own): the change it asks for is small and its gain is known.
+NAMED_CAUSE_P0 = 0.10
+NAMED_CAUSES = frozenset({HostCause.CHECKPOINT, HostCause.DEVICE_SYNC, HostCause.PRODUCER_THREAD,
+                          HostCause.BATCH_MAKING})
 OP_BY_OP_DISPATCHES = 50  # jit dispatches per step that mean the step is not one program
 OFTEN_DISPATCHED = 10  # op-by-op dispatches per step of one kind of data-moving op
 COMPILE_PRIORITIES = ((0.25, Priority.P0), (0.05, Priority.P1), (0.0, Priority.P2))
@@ -327,6 +333,8 @@ def _input_bound(host: HostEvidence) -> list[Finding]:
         share = _fraction(cause.share if cause.share is not None else cause.ms / iteration)
         # The costliest cause carries the whole wait for the host that the loop shows, named or not.
         priority = _rank(max(share, _fraction(explained_ms / iteration)) if rank == 0 else share, IDLE_PRIORITIES)
+        if rank == 0 and quiet and cause.kind in NAMED_CAUSES and share >= NAMED_CAUSE_P0:
+            priority = Priority.P0
         if priority is None:
             continue
         evidence = (context if rank == 0 else []) + _cause_evidence(host, cause, host_work, between)
@@ -364,7 +372,11 @@ def _cause_evidence(host: HostEvidence, cause: host_causes.Cause, host_work: lis
             lines.append(f"copies between host and device on any host thread, the runtime's own work on them "
                          f"included: {host.transfer_ms_per_step:.2f} ms per step while the devices idle")
         return lines + ["the trace carries no byte counts for these copies"]
-    for part in [part for part in cause.parts if part not in elsewhere][:3]:
+    syncs = [part for part in cause.parts if part.reads_device and part.count_per_step > 0]
+    lines += [f"{quoted(part.name)} reads device values back {part.count_per_step:.1f} times per step, waiting "
+              f"{part.ms_per_step:.2f} ms per step for the devices' work: the training thread's other work cannot "
+              "overlap it" for part in syncs[:1]]
+    for part in [part for part in cause.parts if part not in elsewhere and part not in syncs][:3]:
         lines.append(f"{quoted(part.name)} on the training thread: {part.ms_per_step:.2f} ms {per} of its own "
                      "(outside jit dispatches, compilation, copies and waits, while the devices idle)")
         lines += [f"it runs inside {quoted(a.name)} ({a.ms_per_step:.2f} ms per step with the step's jit dispatches)"

@@ -56,6 +56,11 @@ WORDS = {
 }
 
 PART_SHARE = 0.05  # work that holds less of its cause's time is not named with it
+# A read of device values back in (nearly) every step serialises the host's work with the device's: it is the
+# cause when the device computes at least this share of the training thread's costliest work per step, so that
+# syncing every N steps would let the two overlap and save most of that work's cost.
+OVERLAP_SHARE = 0.75
+EVERY_STEP = 0.9  # calls per step of a function that reads device values back, to sync every step
 _CHECKPOINT = re.compile(r"checkpoint|ckpt|\bsave|_save|save_|orbax|serializ|pickle|torch\.save", re.IGNORECASE)
 _SYNC = re.compile(r"\blog|_log|log_|logging|logger|print|metric|summar|wandb|tensorboard|scalar|progress|"
                    r"tqdm|\bwrite", re.IGNORECASE)
@@ -93,7 +98,8 @@ class Cause:
 
     kind: HostCause
     ms: float  # per iteration of the loop
-    parts: list[HostActivity] = field(default_factory=list)  # name, thread and own time (``ms_per_step``)
+    parts: list[HostActivity] = field(default_factory=list)  # name, thread and own time (``ms_per_step``); a call
+    # that syncs with the device every step (``reads_device``, its calls per step) in its time per step
     steps_per_part: int = 1  # the parts' times cover this many steps: 1 per step, the loop's steps over the loop
     share: float | None = None  # of the loop's wall time, where the attribution measures it
 
@@ -181,10 +187,40 @@ def _from_evidence(host: HostEvidence, notable_ms: float) -> list[Cause]:
     return _merged(found, cost)
 
 
+def _sync_every_step(host: HostEvidence, found: list[Cause]) -> Cause | None:
+    """A function that reads device values back every step, where that is what keeps the costliest host work of
+    the training thread from overlapping the device's: it costs what the overlap would hide, the lesser of the
+    two per step."""
+    attribution = host.attribution
+    reads = [r for r in host.device_reads if r.count_per_step >= EVERY_STEP and not _CHECKPOINT.search(r.name)]
+    if attribution is None or not reads or not found:
+        return None
+    work = found[0]
+    stepping = {a.thread for a in (*host.host_activities, *host.between_steps)}
+    if work.kind not in (HostCause.BATCH_MAKING, HostCause.HOST_WORK) or any(
+            part.thread not in stepping for part in work.parts):
+        return None
+    steps = max(1, attribution.steps)
+    computing_ms = sum(part.ms for part in attribution.parts if part.useful or part.cause is TimeCause.COLLECTIVES)
+    overlap_ms = min(work.ms, computing_ms / steps)
+    if overlap_ms < OVERLAP_SHARE * work.ms:
+        return None
+    sync = reads[0]
+    part = HostActivity(name=sync.name, count_per_step=sync.count_per_step, ms_per_step=sync.ms_per_step,
+                        share_of_step=sync.share_of_step, thread=sync.thread, reads_device=True)
+    return Cause(HostCause.DEVICE_SYNC, overlap_ms, [part, *work.parts], steps_per_part=work.steps_per_part,
+                 share=overlap_ms * steps / attribution.loop_ms if attribution.loop_ms > 0 else None)
+
+
 def causes(host: HostEvidence, notable_ms: float) -> list[Cause]:
-    """The host-side causes of the devices' idle time, costliest first, each at least ``notable_ms`` per iteration.
+    """The host-side causes of the devices' idle time, costliest first, each at least ``notable_ms`` per iteration;
+    a sync every step that keeps the costliest from overlapping the devices comes before it.
 
     From the loop's attribution where the evidence carries one, else from the raw events' own measures.
     """
     found = _from_attribution(host) if host.attribution is not None else _from_evidence(host, notable_ms)
-    return [cause for cause in found if cause.ms >= notable_ms]
+    found = [cause for cause in found if cause.ms >= notable_ms]
+    sync = _sync_every_step(host, found)
+    if sync is not None and sync.ms >= notable_ms:
+        found.insert(0, sync)
+    return found

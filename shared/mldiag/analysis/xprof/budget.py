@@ -1,7 +1,8 @@
 """The analysis's memory ceiling, and the budget its parallel parts reserve from before they run.
 
 The ceiling bounds the resident memory of the whole analysis (its process and
-the reader processes it starts). By default it is a share of what the machine,
+the reader processes it starts): :func:`enforced_ceiling` is what the watchdog
+of :mod:`mldiag.analysis.stopping` holds the process tree to. By default it is a share of what the machine,
 or the container or function it runs in (its cgroup limit), has available;
 ``MLDIAG_ANALYSIS_MEMORY_CEILING`` or ``mldiag analyze --memory-ceiling`` set it.
 The budget is the ceiling less what the analysing process itself holds: what it
@@ -47,6 +48,8 @@ SMALL_SHARE = 16  # a reservation of at most 1/16 of the budget does not wait in
 # What the analysing process grows by once the analysis starts: XProf's library, numpy, the analysis's own modules
 # (measured 110 to 130 MB resident, on CPU and device profiles).
 PROCESS_GROWTH = 128 * MIB
+# What an analysis holds whatever its ceiling: that growth, and the raw-event reader's interpreter and numpy.
+LEAST_ANALYSIS = 512 * MIB
 _CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
 
 
@@ -90,6 +93,14 @@ def default_ceiling(environ: dict[str, str] | None = None) -> int | None:
         return parse_size(configured)
     known = [size for size in (_cgroup_limit(), available_memory()) if size]
     return int(min(known) * AVAILABLE_SHARE) if known else None
+
+
+def enforced_ceiling(ceiling_bytes: int | None = None) -> int | None:
+    """The memory the analysis's whole process tree may hold: ``ceiling_bytes`` (by default
+    :func:`default_ceiling`), but never less than this process holds now and the least an analysis adds
+    to it; None where no ceiling can be known."""
+    ceiling = ceiling_bytes or default_ceiling()
+    return None if ceiling is None else max(ceiling, resident_memory() + LEAST_ANALYSIS)
 
 
 def resident_memory() -> int:

@@ -221,10 +221,10 @@ def compare(run: str) -> str:
     baseline, candidate = request.args.get("baseline", ""), request.args.get("candidate", "")
     if not is_id(baseline) or not is_id(candidate):
         raise InvalidArgument("choose two sessions of the run to compare")
-    verdict = comparison.compare_sessions(services(), str(run_name.child(SESSIONS, baseline)),
-                                          str(run_name.child(SESSIONS, candidate)))
+    compared = comparison.compare_sessions(services(), str(run_name.child(SESSIONS, baseline)),
+                                           str(run_name.child(SESSIONS, candidate)))
     return render_template("console/compare.html", run=loaded, baseline=baseline, candidate=candidate,
-                           verdict=verdict)
+                           verdict=compared.verdict)
 
 
 def _render_session(run: str, session: str, *, error: MldiagError | None = None,

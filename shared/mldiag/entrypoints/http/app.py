@@ -51,7 +51,7 @@ def _admit_capability(capability: str) -> None:
 
 
 def _logged_path() -> str:
-    return (REDACTED if ENVIRON_KEY in request.environ else "") + request.path
+    return (REDACTED if ENVIRON_KEY in request.environ else "") + share.logged_path(request.path)
 
 
 class IdConverter(BaseConverter):

@@ -5,7 +5,11 @@ Three modes, chosen by the settings:
 * **cloud** (``MLDIAG_AUTH_AUDIENCE`` set): every call carries a Google ID token
   (the function also sits behind IAM's invoker role); its signature, issuer and
   audience are verified with ``google-auth``, against Google's certificates,
-  cached for as long as Google says they stay valid.
+  cached for as long as Google says they stay valid. The audience is the one
+  clients mint for, or one of ``MLDIAG_AUTH_OTHER_AUDIENCES``: Terraform lists
+  there the gcloud CLI's OAuth client when Cloud Run checks the invoker role in
+  front, so a person's own ``gcloud auth print-identity-token`` passes here as it
+  passes Cloud Run.
 * **token** (``MLDIAG_API_TOKEN`` set): every mutating call carries
   ``Authorization: Bearer <token>``, compared in constant time; reads of
   resources are open, reads of the operator routes (event archive, dead
@@ -47,6 +51,7 @@ READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 class Guard:
     def __init__(self, settings: Settings):
         self.audience = settings.auth_audience
+        self.accepted_audiences = list(settings.accepted_audiences)
         self.token = settings.api_token
         self.alert_token = settings.alert_token
 
@@ -90,7 +95,7 @@ class Guard:
         from google.oauth2 import id_token
 
         try:
-            return id_token.verify_oauth2_token(token, _transport(), audience=self.audience)
+            return id_token.verify_oauth2_token(token, _transport(), audience=self.accepted_audiences)
         except exceptions.TransportError:
             raise  # Google's certificates could not be fetched: our failure, not the caller's
         except (ValueError, exceptions.GoogleAuthError) as error:

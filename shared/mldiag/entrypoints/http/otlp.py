@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, request
 
-from mldiag.entrypoints.http.rest import services
+from mldiag.entrypoints.http.rest import body_bytes, services
 from mldiag.services.monitoring import otlp
 
 blueprint = Blueprint("otlp", __name__, url_prefix="/v1")
@@ -20,7 +20,7 @@ BODY_TYPES = frozenset({otlp.PROTOBUF, otlp.JSON})
 @blueprint.post("/metrics")
 def export_metrics() -> Response:
     content_type = request.mimetype
-    parsed = otlp.parse_request(request.get_data(cache=False), content_type,
+    parsed = otlp.parse_request(body_bytes(), content_type,
                                 request.headers.get("Content-Encoding", ""))
     result = otlp.export(services(), parsed)
     return Response(otlp.response_body(result, content_type), 200, content_type=content_type)

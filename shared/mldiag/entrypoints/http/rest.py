@@ -33,11 +33,21 @@ def services() -> Services:
     return current_app.extensions[SERVICES]
 
 
-def json_body() -> dict[str, Any]:
-    """The request's JSON object (``{}`` when empty); a clear 400 for anything else."""
+def body_bytes() -> bytes:
+    """The request's body, whole: 413 when it is over :data:`MAX_BODY_BYTES`, a chunked one too.
+
+    A server that ends chunked bodies itself (``wsgi.input_terminated``) hands werkzeug a stream it reads
+    up to the limit and no further; one byte more left in it means the body was cut, never to be parsed.
+    """
     data = request.get_data(cache=True)  # over MAX_CONTENT_LENGTH: werkzeug answers 413
     if len(data) >= MAX_BODY_BYTES and request.content_length is None and request.environ["wsgi.input"].read(1):
-        raise RequestEntityTooLarge()  # a chunked body werkzeug stopped reading at the limit
+        raise RequestEntityTooLarge()
+    return data
+
+
+def json_body() -> dict[str, Any]:
+    """The request's JSON object (``{}`` when empty); a clear 400 for anything else."""
+    data = body_bytes()
     if not data.strip():
         return {}
     try:

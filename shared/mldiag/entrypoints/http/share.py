@@ -1,7 +1,7 @@
 """``/share/<token>``: the embedded default's signed, expiring links to one stored object.
 
 The token is the credential (no other check runs on this route); it is
-verified before anything is read. Responses are private and uncacheable, ask
+verified before anything is read, and the log shows its first characters only. Responses are private and uncacheable, ask
 the browser not to leak the URL as a referrer, and carry the sandboxing policy
 of the console's report view: a report holds strings from the profile and must
 not run as the control plane's origin.
@@ -21,6 +21,15 @@ from mldiag.entrypoints.http.rest import services
 
 blueprint = Blueprint("share", __name__, url_prefix="/share")
 MAX_SHARED_BYTES = 64 * 1024 * 1024
+LOGGED_TOKEN_CHARACTERS = 12  # enough to tell links apart in the log, far from the signature's 43
+
+
+def logged_path(path: str) -> str:
+    """``path`` as the log may show it: a share link's token, a credential, cut to its first characters."""
+    prefix = f"{blueprint.url_prefix}/"
+    if not path.startswith(prefix):
+        return path
+    return f"{prefix}{path[len(prefix):][:LOGGED_TOKEN_CHARACTERS]}..."
 
 
 @functools.cache

@@ -171,9 +171,9 @@ def compare_session(project: str, location: str, run: str, session: str) -> Resp
     thresholds = Thresholds(
         max_step_time_regression=_fraction("max_step_time_regression", defaults.max_step_time_regression),
         max_memory_regression=_fraction("max_memory_regression", defaults.max_memory_regression))
-    verdict = comparison.compare_sessions(services(), str(baseline_name), str(run_name.child(SESSIONS, session)),
-                                          thresholds)
-    return ok({**verdict.model_dump(mode="json"), "regressed": verdict.regressed})
+    compared = comparison.compare_sessions(services(), str(baseline_name), str(run_name.child(SESSIONS, session)),
+                                           thresholds)
+    return ok(compared.to_json_dict())
 
 
 # --- reads of a run's children, and operations ---------------------------------

@@ -8,11 +8,16 @@ does not is recorded on the event with its reason. The capture itself is a
 snapshot when continuous profiling is on for the run, otherwise an on-demand
 capture of the affected targets (all of them when the alert is not localised);
 its session is ``autoCaptured`` and linked to the event both ways.
-A closed alert ends the event and captures nothing.
+A closed alert ends the event and captures nothing. A run has at most
+``MLDIAG_MAX_MONITORED_EVENTS_PER_RUN`` monitored events: an alert that would
+open one more is dropped, counted with its reason in the run's auto-capture
+state (``:getAutoCapture``) and its account, and logged at the first drop and
+every tenfold after.
 """
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -58,6 +63,9 @@ class AutoCaptureState(CamelModel):
     # A decided capture not yet confirmed; a retried alert finishes it under the same session id.
     pending_event: str = ""
     pending_session: str = ""
+    events_opened: int = 0  # the run's monitored events, against the cap
+    events_dropped: int = 0  # alerts refused an event by the cap
+    last_dropped: Suppression | None = None
 
 
 STATES = RunState(COLLECTION, AutoCaptureState)
@@ -106,6 +114,7 @@ class Decision(CamelModel):
     event: str
     capture_session: str = ""
     reason: str = ""
+    dropped: int = 0  # the run's alerts dropped by the event cap, this one included; 0 when it was kept
     opened: bool = False  # this alert opened the event
     closed: bool = False  # this alert ended the event
     notification: str = ""  # the outbox key of the opened or closed notification
@@ -122,6 +131,17 @@ def decide(services: AutoCapturePorts, alert: Alert, alert_key: str) -> Decision
             raise PermanentFailure(f"the alert names run {alert.run}, which does not exist")
         previous = services.monitored_events.find_in(transaction, event_name)
         state = STATES.load(transaction, alert.run)
+        if previous is None:
+            cap = services.settings.max_monitored_events_per_run
+            if state.events_opened >= cap:
+                reason = (f"event cap: the run has {state.events_opened} monitored events (max {cap}, "
+                          "MLDIAG_MAX_MONITORED_EVENTS_PER_RUN)")
+                if state.last_dropped is None or state.last_dropped.alert != alert_key:  # not a redelivery
+                    state.events_dropped += 1
+                    state.last_dropped = Suppression(time=now, reason=reason, alert=alert_key)
+                STATES.save(transaction, alert.run, state)
+                return Decision(event=event_name, reason=reason, dropped=state.events_dropped)
+            state.events_opened += 1
         event = previous.model_copy(deep=True) if previous else MonitoredEvent(name=event_name)
         state.captures = [t for t in state.captures if t and now - t < timedelta(hours=1)]
         if state.pending_event == event_name and state.pending_session:
@@ -210,6 +230,11 @@ def handle_alert(services: AutoCapturePorts, event: CloudEvent) -> str:
     alert_key = f"on_alert:{message.message_id}"
     with structlog.contextvars.bound_contextvars(run=alert.run, monitored_event=alert.event_id):
         decision = decide(services, alert, alert_key)
+        if decision.dropped:
+            if math.log10(decision.dropped).is_integer():
+                log.warning(f"alerts of {short_name(alert.run)} dropped", reason=decision.reason,
+                            dropped=decision.dropped)
+            return f"alert for {decision.event}: dropped ({decision.reason})"
         if decision.opened:
             outcome = (f"capturing {short_name(decision.capture_session)}" if decision.capture_session
                        else f"no capture: {decision.reason}" if decision.reason else "")
@@ -226,5 +251,9 @@ def handle_alert(services: AutoCapturePorts, event: CloudEvent) -> str:
 def describe_state(services: AutoCapturePorts, run_name: str) -> dict:
     """The run's auto-capture policy and recent captures, for the CLI and the console."""
     state = STATES.read(services, run_name)
+    events = {"count": state.events_opened, "max": services.settings.max_monitored_events_per_run,
+              "dropped": state.events_dropped}
+    if state.last_dropped is not None:
+        events["lastDropped"] = state.last_dropped.to_json_dict()
     return {"policy": state.policy.to_json_dict(),
-            "capturesLastHour": [format_timestamp(t) for t in state.captures]}
+            "capturesLastHour": [format_timestamp(t) for t in state.captures], "monitoredEvents": events}

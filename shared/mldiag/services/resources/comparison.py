@@ -2,17 +2,20 @@
 
 Each session's latest finished analysis is read back from its ``analysis.json``
 (only from under the session's own ``mldiag/`` folder, as the console serves
-reports) and judged with :func:`mldiag.analysis.regression.judge`.
+reports) and judged with :func:`mldiag.analysis.regression.judge`; what each side ran on comes with the verdict.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
 from mldiag.analysis.evidence import Analysis
 from mldiag.analysis.regression import Thresholds, Verdict, judge
+from mldiag.domain.devices import ComparedHardware, compared_hardware
 from mldiag.domain.errors import FailedPrecondition
 from mldiag.domain.resources import AnalysisState
 from mldiag.services.dependencies import Blobs, Stored
@@ -40,8 +43,20 @@ def stored_analysis(services: ComparisonPorts, name: str) -> Analysis:
                                  "analyse it again") from None
 
 
+@dataclass(frozen=True)
+class SessionComparison:
+    verdict: Verdict
+    hardware: ComparedHardware
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The verdict as ``mldiag compare`` reads it: with ``regressed`` and what each side ran on."""
+        return {**self.verdict.model_dump(mode="json"), "regressed": self.verdict.regressed,
+                "hardware": dataclasses.asdict(self.hardware)}
+
+
 def compare_sessions(services: ComparisonPorts, baseline: str, candidate: str,
-                     thresholds: Thresholds | None = None) -> Verdict:
+                     thresholds: Thresholds | None = None) -> SessionComparison:
     """The candidate session judged against the baseline session (full resource names)."""
-    return judge(stored_analysis(services, baseline), stored_analysis(services, candidate), baseline, candidate,
-                 thresholds)
+    before, after = stored_analysis(services, baseline), stored_analysis(services, candidate)
+    return SessionComparison(judge(before, after, baseline, candidate, thresholds),
+                             compared_hardware(before.hosts, after.hosts))

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from mldiag.domain.errors import NotFound, PermissionDenied
+from mldiag.domain.errors import InvalidArgument, NotFound, PermissionDenied
 from mldiag.domain.names import LocationName, RunName
 from mldiag.domain.resources import MachineLearningRun, RunPhase
 from mldiag.ports import LocalBuckets
@@ -44,6 +44,8 @@ def normalize(run: MachineLearningRun, services: RunPorts, previous: MachineLear
     if run.ended and run.end_time is None:
         run.end_time = services.now()
     gcs_path = run.artifacts.gcs_path
+    if gcs_path != (previous.artifacts.gcs_path if previous else ""):
+        refuse_escaping_path(gcs_path)
     if gcs_path and not gcs_path.startswith("gs://") and isinstance(services.blobs, LocalBuckets):
         try:
             run.artifacts.gcs_path = services.blobs.uri_for(Path(gcs_path)).rstrip("/")
@@ -51,6 +53,14 @@ def normalize(run: MachineLearningRun, services: RunPorts, previous: MachineLear
             pass  # a folder outside the buckets: refused below
     if run.artifacts.gcs_path and run.artifacts.gcs_path != (previous.artifacts.gcs_path if previous else ""):
         check_storage_path(run.artifacts.gcs_path, services.settings.storage_buckets)
+
+
+def refuse_escaping_path(gcs_path: str) -> None:
+    """Refuse a storage path with a ``..`` segment (``/`` or ``\\`` apart) or a NUL: captures and analyses
+    would write where the path leads, not where it seems to point."""
+    if "\x00" in gcs_path or ".." in gcs_path.replace("\\", "/").split("/"):
+        raise InvalidArgument(f"the storage path {gcs_path!r} holds '..' or NUL; give the folder itself",
+                              field="artifacts.gcsPath")
 
 
 def check_storage_path(gcs_path: str, buckets: Sequence[str]) -> None:

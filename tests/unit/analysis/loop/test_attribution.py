@@ -9,7 +9,16 @@ from analysis_support import PROFILES, xplane
 from evidence_support import MS, TraceBuild, analysis_of, jit_calls
 
 from mldiag.analysis.host_evidence import Attribution, HostEvidence, TimeCause
-from mldiag.analysis.loop.attribution import OTHER, TOP_PARTS, UNNAMED_THREAD, Device, Window, attribute, op_family
+from mldiag.analysis.loop.attribution import (
+    LOADER_THREAD,
+    OTHER,
+    TOP_PARTS,
+    UNNAMED_THREAD,
+    Device,
+    Window,
+    attribute,
+    op_family,
+)
 from mldiag.analysis.loop.raw_events import _Line, _Union, read_host_evidence
 
 EXPECTATIONS = PROFILES.parents[1] / "quality" / "expectations"
@@ -154,6 +163,38 @@ def test_nested_events_give_their_time_to_the_innermost_owner_and_dispatch_and_c
                      (TimeCause.TRANSFERS, "DevicePut", "python"): 1.0}
 
 
+def test_a_frame_that_overlaps_the_step_marker_leaves_the_step_to_the_functions_inside_it():
+    # The Python tracer's frame that builds the marker ends a moment after the marker's TraceMe begins: the two
+    # overlap without nesting, and the function that encloses both keeps only its own time, not the step.
+    names: list[str] = []
+    host = _line("python", [
+        ("$train.py:105 run", 0, 10 * MS), ("$profiler.py:385 __init__", MS // 2, 3 * MS // 2),
+        ("train", MS, 10 * MS), ("$train.py:377 make_batch", 2 * MS, 9 * MS),
+    ], names)
+    parts = _attribute(names, (0, 10 * MS), [], stepping=host, markers={names.index("train")})
+    assert parts == {(TimeCause.HOST_WORK, "$train.py:377 make_batch", "python"): 7.0,
+                     (TimeCause.HOST_WORK, "$profiler.py:385 __init__", "python"): 1.0,
+                     (TimeCause.HOST_WORK, "$train.py:105 run", "python"): 0.5,
+                     (TimeCause.UNTRACED, "", "python"): 1.5}
+
+
+def test_a_function_the_step_calls_owns_the_library_calls_it_makes():
+    # The iteration launches the step and calls save_checkpoint, which spends its time in the zip writer: the time
+    # is save_checkpoint's, the function a person wrote; a function beside the launches keeps only its own time.
+    names: list[str] = []
+    host = _line("python", [
+        ("$train.py:40 iteration", 0, 10 * MS),
+        ("PjitFunction(step)", 0, MS),
+        ("$train.py:20 save_checkpoint", MS, 9 * MS),
+        ("$npyio.py:500 savez", MS, 9 * MS), ("$zipfile.py:1153 write", 2 * MS, 8 * MS),
+        ("$time sleep", 3 * MS, 4 * MS),
+    ], names)
+    parts = _attribute(names, (0, 10 * MS), [], stepping=host)
+    assert parts == {(TimeCause.HOST_WORK, "$train.py:20 save_checkpoint", "python"): 8.0,
+                     (TimeCause.DISPATCH, "PjitFunction(step)", "python"): 1.0,
+                     (TimeCause.HOST_WORK, "$train.py:40 iteration", "python"): 1.0}
+
+
 def test_device_time_comes_first_and_the_host_takes_only_idle_instants():
     names: list[str] = []
     lane = _line("stream", [("dot", 2 * MS, 6 * MS)], names)
@@ -173,6 +214,18 @@ def test_a_wait_is_what_another_thread_did_meanwhile_else_waiting():
     assert parts == {(TimeCause.HOST_WORK, "$data.py:5 read_file", UNNAMED_THREAD): 3.0,  # alone 2-4, half of 4-6
                      (TimeCause.HOST_WORK, "decode", "pool"): 3.0,  # half of 4-6, alone 6-8 (the loader waits)
                      (TimeCause.WAITING, "", "python"): 4.0}
+
+
+def test_an_untraced_instant_is_the_transfer_another_thread_runs_then():
+    """A blocking copy waits on the runtime's copy and relayout threads without an event of its own."""
+    names: list[str] = []
+    host = _line("python", [("train", 0, 10 * MS), ("np.asarray(jax.Array)", 0, 4 * MS)], names)
+    runtime = _line("pjrt-tpu-tasks", [("Transpose::Execute", 2 * MS, 7 * MS)], names)
+    pool = _line("pool", [("ScheduleWork", 7 * MS, 9 * MS)], names)  # not a transfer: explains nothing
+    parts = _attribute(names, (0, 10 * MS), [], stepping=host, others=[runtime, pool], markers={0})
+    assert parts == {(TimeCause.TRANSFERS, "np.asarray(jax.Array)", "python"): 4.0,  # its own call wins
+                     (TimeCause.TRANSFERS, "Transpose::Execute", "pjrt-tpu-tasks"): 3.0,  # 4-7, the thread untraced
+                     (TimeCause.UNTRACED, "", "python"): 3.0}
 
 
 def test_several_devices_are_averaged_each_on_its_own_timeline():
@@ -214,3 +267,38 @@ def test_a_dispatch_loop_without_markers_attributes_the_launches(tmp_path):
     attribution = build.evidence(tmp_path).attribution
     assert _share(attribution, TimeCause.DEVICE_COMPUTE) == pytest.approx(25 / 47)
     assert _share(attribution, TimeCause.DISPATCH, "PjitFunction(step)") == pytest.approx(10 / 47)
+
+
+def test_an_unnamed_thread_that_fills_a_queue_is_named_a_loader(tmp_path):
+    # The training thread waits on queue.get while an unnamed thread reads the batch and puts it in the queue;
+    # another unnamed thread only logs. Neither line has a name: the Python tracer records none.
+    starts = [i * 10 * MS for i in range(4)]
+    steps = [("train", s, s + 10 * MS) for s in starts]
+    waits = [event for s in starts for event in (("$queue.py:154 get", s, s + 8 * MS),
+                                                 ("$threading.py:295 wait", s + MS // 10, s + 8 * MS))]
+    build = TraceBuild().host(steps + waits + jit_calls("step", [s + 8 * MS for s in starts], MS), markers=("train",))
+    build.lane("/host:CPU", [("dot.1", s + 9 * MS, s + 10 * MS) for s in starts], "tf_XLACpu")
+    build.host([event for s in starts for event in (("$data.py:7 read_batch", s, s + 8 * MS),
+                                                    ("$queue.py:122 put", s + 8 * MS, s + 8 * MS + 1000))], thread="")
+    build.host([("$log.py:3 flush", s + 9 * MS, s + 10 * MS) for s in starts], thread="")
+    host = build.evidence(tmp_path)
+    top = host.attribution.parts[0]
+    assert (top.cause, top.name, top.thread) == (TimeCause.HOST_WORK, "$data.py:7 read_batch", LOADER_THREAD)
+    assert top.share == pytest.approx(0.8, abs=0.01)
+    assert {a.thread for a in host.while_waiting} == {LOADER_THREAD}
+    assert UNNAMED_THREAD in {line.name for line in build.trace.host_lines}
+
+
+def test_the_calls_the_step_makes_that_read_device_values_back_are_the_device_reads(tmp_path):
+    # Each step makes its batch, launches the step and logs the loss with float(), which reads it back.
+    starts = [i * 10 * MS for i in range(4)]
+    events = [event for s in starts for event in (
+        ("train", s, s + 10 * MS), ("$train.py:40 iteration", s, s + 10 * MS),
+        ("$train.py:30 make_batch", s, s + 4 * MS),
+        ("PjitFunction(step)", s + 4 * MS, s + 5 * MS),
+        ("$train.py:20 log_loss", s + 5 * MS, s + 9 * MS), ("$array.py:298 __float__", s + 5 * MS, s + 9 * MS),
+        ("np.asarray(jax.Array)", s + 5 * MS, s + 9 * MS))]
+    build = TraceBuild().host(events, markers=("train",))
+    build.lane("/host:CPU", [("dot.1", s + 5 * MS, s + 9 * MS) for s in starts], "tf_XLACpu")
+    reads = build.evidence(tmp_path).device_reads
+    assert [(r.name, r.count_per_step, r.ms_per_step) for r in reads] == [("$train.py:20 log_loss", 1.0, 4.0)]

@@ -27,8 +27,8 @@ STEPS = 10
 
 
 def _host(*, step_ms: float = 100.0, busy: float = 0.2, activities=(), between=(), while_waiting=(), transfers=(),
-          thread_wait_ms: float = 0.0, untraced_ms: float = 0.0, attribution: Attribution | None = None
-          ) -> HostEvidence:
+          thread_wait_ms: float = 0.0, untraced_ms: float = 0.0, attribution: Attribution | None = None,
+          device_reads=()) -> HostEvidence:
     return HostEvidence(
         host="h", file="h.xplane.pb", bytes=1, events=1, device_kind=DeviceKind.CPU, device_type="CPU", devices=1,
         compute_lanes=["lane"], step_source=StepSource.STEP_MARKERS, step_marker="train", steps=STEPS,
@@ -37,7 +37,7 @@ def _host(*, step_ms: float = 100.0, busy: float = 0.2, activities=(), between=(
                                                           ms_per_step=1.0, share_of_step=0.01)],
         host_activities=list(activities), between_steps=list(between), while_waiting=list(while_waiting),
         transfers=list(transfers), thread_wait_ms_per_step=thread_wait_ms, untraced_host_ms_per_step=untraced_ms,
-        attribution=attribution,
+        attribution=attribution, device_reads=list(device_reads),
     )
 
 
@@ -193,6 +193,49 @@ def test_with_the_attribution_a_function_that_reads_the_device_back_is_a_sync():
                                         ms=600.0, share=0.6)])
     (finding,) = _findings(_host(activities=[log], attribution=attribution))
     assert "syncs with the device" in finding.title and finding.priority is Priority.P0
+
+
+def test_a_busy_loop_that_stops_for_a_synchronous_save_is_not_optimal():
+    # Devices busy 85 % of the loop, above the healthy threshold; the save that takes the rest is still the P0.
+    step = _activity("$train.py:40 iteration", 60.0, 9.0, OwnTime(name="$train.py:20 save_checkpoint", ms_per_step=9.0))
+    attribution = _attributed([
+        TimePart(cause=TimeCause.DEVICE_COMPUTE, name="matmul/convolution", ms=850.0, share=0.85, useful=True),
+        TimePart(cause=TimeCause.HOST_WORK, name="$train.py:20 save_checkpoint", thread="python", ms=150.0,
+                 share=0.15),
+    ])
+    host = _host(activities=[step], attribution=attribution, busy=0.85, step_ms=100.0)
+    (finding,) = _findings(host)
+    assert finding.priority is Priority.P0 and "saves a checkpoint" in finding.title
+    analysis = assess(hosts=[host], tools=[], hlo_issues={}, versions={}, seconds=0.0,
+                      profile=ProfileInput(source="s", session="s", files=["h.xplane.pb"], bytes=1))
+    assert analysis.status.value == "NEEDS_ATTENTION"
+
+
+def _log_loss_every(calls_per_step: float) -> HostActivity:
+    return HostActivity(name="$train.py:60 log_loss", count_per_step=calls_per_step, ms_per_step=45.0,
+                        share_of_step=0.45, thread="python")
+
+
+@pytest.mark.parametrize(("device_ms", "calls_per_step", "synced"), [
+    (450.0, 1.0, True),  # the devices compute as long as make_batch: syncing every N steps would hide it
+    (100.0, 1.0, False),  # make_batch far longer than the devices' work: moving it is worth more
+    (450.0, 0.1, False),  # a read every tenth step does not keep the two apart
+])
+def test_a_sync_every_step_that_keeps_host_work_from_overlapping_the_devices_is_the_cause(device_ms, calls_per_step,
+                                                                                          synced):
+    step = _activity("$train.py:40 iteration", 95.0, 40.0, OwnTime(name="$train.py:30 make_batch", ms_per_step=40.0))
+    attribution = _attributed([
+        TimePart(cause=TimeCause.DEVICE_COMPUTE, name="matmul/convolution", ms=device_ms, share=device_ms / 1000,
+                 useful=True),
+        TimePart(cause=TimeCause.HOST_WORK, name="$train.py:30 make_batch", thread="python", ms=400.0, share=0.4),
+    ])
+    first, *_ = _findings(_host(activities=[step], attribution=attribution, device_reads=[
+        _log_loss_every(calls_per_step)]))
+    assert ("syncs with the device every step" in first.title) is synced
+    assert ('"$train.py:60 log_loss"' in _said(first)) is synced
+    if synced:
+        assert first.priority is Priority.P0 and "every N steps" in first.fix
+        assert '"$train.py:30 make_batch"' in _said(first)
 
 
 @pytest.mark.parametrize(("name", "reads", "kind"), [
