@@ -413,16 +413,10 @@ def _host_cause_finding(host: HostEvidence, cause: host_causes.Cause, priority: 
 
 def _host_cause_fix(host: HostEvidence, cause: host_causes.Cause) -> str:
     framework = frameworks.detect([host])
-    if cause.kind is HostCause.BATCH_MAKING:
-        return frameworks.batch_making_fix(framework)
-    if cause.kind is HostCause.CHECKPOINT:
-        return frameworks.checkpoint_fix(framework)
-    if cause.kind is HostCause.DEVICE_SYNC:
-        return frameworks.device_sync_fix(framework)
     if cause.kind is HostCause.PRODUCER_THREAD:
         return frameworks.producer_fix(framework, [host_causes.function_name(p.name) for p in cause.parts])
-    if cause.kind is HostCause.TRANSFERS:
-        return frameworks.transfer_fix(framework)
+    if fix := frameworks.cause_fix(cause.kind, framework):
+        return fix
     # Threads seen working while the training thread waits are a pipeline already, and untraced waiting may be
     # one the trace cannot show: advise adding a thread only where the host's own named work is the wait.
     untraced = host.untraced_host_ms_per_step >= OWN_SHARE * cause.ms

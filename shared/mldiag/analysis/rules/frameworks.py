@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from enum import StrEnum
 
 from mldiag.analysis.host_evidence import HostEvidence
+from mldiag.analysis.rules.host_causes import HostCause
 
 
 class Framework(StrEnum):
@@ -111,50 +113,66 @@ def host_work_fix(framework: Framework, input_pipeline: bool) -> str:
             "and device-to-host reads (.item(), np.asarray, block_until_ready) out of the loop.")
 
 
-def _tensorflow(framework: Framework) -> bool:
-    return framework in (Framework.TENSORFLOW, Framework.TENSORFLOW_EAGER)
+@dataclass(frozen=True)
+class CauseFix:
+    """One host-side cause's fix in the words of each framework: TensorFlow (graph or eager), PyTorch/XLA, and
+    JAX, which is also the advice where the framework is not told apart."""
+
+    tensorflow: str
+    pytorch_xla: str
+    jax: str
+
+    def worded_for(self, framework: Framework) -> str:
+        if framework in (Framework.TENSORFLOW, Framework.TENSORFLOW_EAGER):
+            return self.tensorflow
+        return self.pytorch_xla if framework is Framework.PYTORCH_XLA else self.jax
 
 
-def batch_making_fix(framework: Framework) -> str:
-    """How to take the making of batches off the thread that runs the steps."""
-    if _tensorflow(framework):
-        return ("Build the batches in a tf.data pipeline instead of in the step: map the decoding and augmentation "
-                "with num_parallel_calls=tf.data.AUTOTUNE and end it with .prefetch(tf.data.AUTOTUNE), so the next "
-                "batch is ready when the step starts.")
-    if framework is Framework.PYTORCH_XLA:
-        return ("Make the batches in a torch.utils.data.DataLoader with num_workers > 0 (worker processes) and "
-                "wrap it in torch_xla's MpDeviceLoader, so batches are made and copied to the device ahead of the "
-                "step instead of inside it.")
-    return ("Move the batch-making off the training thread into an input pipeline that runs ahead of the step: "
+_CAUSE_FIXES = {
+    HostCause.BATCH_MAKING: CauseFix(  # take the making of batches off the thread that runs the steps
+        tensorflow="Build the batches in a tf.data pipeline instead of in the step: map the decoding and "
+                   "augmentation with num_parallel_calls=tf.data.AUTOTUNE and end it with "
+                   ".prefetch(tf.data.AUTOTUNE), so the next batch is ready when the step starts.",
+        pytorch_xla="Make the batches in a torch.utils.data.DataLoader with num_workers > 0 (worker processes) and "
+                    "wrap it in torch_xla's MpDeviceLoader, so batches are made and copied to the device ahead of "
+                    "the step instead of inside it.",
+        jax="Move the batch-making off the training thread into an input pipeline that runs ahead of the step: "
             "grain (a DataLoader with worker_count > 0) or tf.data with .prefetch, and copy the next batch to the "
-            "device while the current step runs (jax.device_put ahead of time, or flax's prefetch_to_device).")
-
-
-def checkpoint_fix(framework: Framework) -> str:
-    """How to save checkpoints without stopping the steps."""
-    if _tensorflow(framework):
-        return ("Save asynchronously: tf.train.Checkpoint.write with "
-                "tf.train.CheckpointOptions(experimental_enable_async_checkpoint=True), and save less often.")
-    if framework is Framework.PYTORCH_XLA:
-        return ("Save asynchronously with torch_xla's distributed checkpointing (CheckpointManager.save_async) "
-                "rather than xm.save in the loop, and save less often.")
-    return ("Checkpoint asynchronously: orbax's CheckpointManager with enable_async_checkpointing (or "
+            "device while the current step runs (jax.device_put ahead of time, or flax's prefetch_to_device)."),
+    HostCause.CHECKPOINT: CauseFix(  # save checkpoints without stopping the steps
+        tensorflow="Save asynchronously: tf.train.Checkpoint.write with "
+                   "tf.train.CheckpointOptions(experimental_enable_async_checkpoint=True), and save less often.",
+        pytorch_xla="Save asynchronously with torch_xla's distributed checkpointing (CheckpointManager.save_async) "
+                    "rather than xm.save in the loop, and save less often.",
+        jax="Checkpoint asynchronously: orbax's CheckpointManager with enable_async_checkpointing (or "
             "AsyncCheckpointer) copies the state off the device and writes it in the background while the steps "
-            "go on; save less often.")
-
-
-def device_sync_fix(framework: Framework) -> str:
-    """How to stop reading device values back (and logging them) on every step."""
-    if _tensorflow(framework):
-        return ("Read metrics back every N steps, not every step: keep them in tf.keras.metrics or tf.Variables "
-                "on the device, call .numpy() / write summaries every N steps, and log from a background writer.")
-    if framework is Framework.PYTORCH_XLA:
-        return ("Stop reading tensors back every step: no .item() or printing in the step; log every N steps, "
-                "or through xm.add_step_closure so the read happens after the step's graph is launched.")
-    return ("Sync with the device every N steps, not every step: keep the metrics as device arrays, read them "
+            "go on; save less often."),
+    HostCause.DEVICE_SYNC: CauseFix(  # stop reading device values back (and logging them) on every step
+        tensorflow="Read metrics back every N steps, not every step: keep them in tf.keras.metrics or "
+                   "tf.Variables on the device, call .numpy() / write summaries every N steps, and log from a "
+                   "background writer.",
+        pytorch_xla="Stop reading tensors back every step: no .item() or printing in the step; log every N steps, "
+                    "or through xm.add_step_closure so the read happens after the step's graph is launched.",
+        jax="Sync with the device every N steps, not every step: keep the metrics as device arrays, read them "
             "back (float(), .item(), jax.device_get) every N steps or for the previous step only, and format and "
             "write the log line on a background thread (or with jax.debug.callback / an async logger), so the "
-            "host never stops the next step's dispatch to wait for and print this one.")
+            "host never stops the next step's dispatch to wait for and print this one."),
+    HostCause.TRANSFERS: CauseFix(  # stop copying data between host and device memory every step
+        tensorflow="Keep the data on the device between steps: no .numpy() round trips in the loop; keep state in "
+                   "tf.Variables updated inside the tf.function.",
+        pytorch_xla="Keep the tensors on the XLA device between steps: no .cpu() / .numpy() round trips in the "
+                    "loop; move the data once and update it in place on the device.",
+        jax="Keep the data on the device: do not turn device arrays into numpy arrays (np.asarray, "
+            "jax.device_get) and back (jnp.asarray, jax.device_put) between steps; update them inside the jitted "
+            "step, and donate the buffers it replaces (donate_argnums) so no copy is made."),
+}
+
+
+def cause_fix(cause: HostCause, framework: Framework) -> str | None:
+    """The fix of a host-side cause that names what to change, in the framework's words; None for the causes
+    whose fix depends on more than the framework (a producer thread's work, unnamed host work)."""
+    fix = _CAUSE_FIXES.get(cause)
+    return fix.worded_for(framework) if fix else None
 
 
 _READS = re.compile(r"read|open|load|fetch|download|recv|sleep|\bio\b|file|gcs|storage|get_object|request",
@@ -176,16 +194,3 @@ def producer_fix(framework: Framework, doing: Iterable[str]) -> str:
     return (f"The loader producing the batches is slower than the step. Most of its time goes to computing "
             f"(decoding, augmenting): spread it over {workers}, since one Python thread runs on one core; "
             "vectorise or cache the decoding, and prefetch more batches ahead.")
-
-
-def transfer_fix(framework: Framework) -> str:
-    """How to stop copying data between host and device memory every step."""
-    if framework is Framework.PYTORCH_XLA:
-        return ("Keep the tensors on the XLA device between steps: no .cpu() / .numpy() round trips in the loop; "
-                "move the data once and update it in place on the device.")
-    if _tensorflow(framework):
-        return ("Keep the data on the device between steps: no .numpy() round trips in the loop; keep state in "
-                "tf.Variables updated inside the tf.function.")
-    return ("Keep the data on the device: do not turn device arrays into numpy arrays (np.asarray, "
-            "jax.device_get) and back (jnp.asarray, jax.device_put) between steps; update them inside the jitted "
-            "step, and donate the buffers it replaces (donate_argnums) so no copy is made.")

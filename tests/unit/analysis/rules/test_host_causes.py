@@ -256,7 +256,7 @@ def test_the_cause_is_told_from_the_function_and_what_it_calls(name, reads, kind
     (Framework.JAX, "grain"), (Framework.TENSORFLOW, "tf.data"), (Framework.PYTORCH_XLA, "num_workers"),
 ])
 def test_batch_making_fixes_are_in_the_framework_s_words(framework, words):
-    assert words in frameworks.batch_making_fix(framework)
+    assert words in frameworks.cause_fix(HostCause.BATCH_MAKING, framework)
 
 
 def test_a_loader_s_fix_follows_what_it_spends_its_time_on_and_never_adds_a_thread():
@@ -269,6 +269,6 @@ def test_a_loader_s_fix_follows_what_it_spends_its_time_on_and_never_adds_a_thre
 
 @pytest.mark.parametrize("framework", list(Framework))
 def test_every_framework_has_a_fix_for_each_cause(framework):
-    for fix in (frameworks.checkpoint_fix(framework), frameworks.device_sync_fix(framework),
-                frameworks.transfer_fix(framework), frameworks.batch_making_fix(framework)):
+    for cause in (HostCause.CHECKPOINT, HostCause.DEVICE_SYNC, HostCause.TRANSFERS, HostCause.BATCH_MAKING):
+        fix = frameworks.cause_fix(cause, framework)
         assert fix.endswith(".") and "background thread that prepares" not in fix
