@@ -717,6 +717,375 @@ def op_by_op_eager(big: bool) -> Workload:
     return Workload(eager, ablations={"jit_twin": twin}, extra=extra)
 
 
+# --- shapes whose structure the ones above do not have -----------------------------------------
+
+
+def conv_net_bf16(big: bool) -> Workload:
+    """A small NHWC convolutional net's training step in bf16 (six 3x3 convolutions), images resident."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, side, channels, convs = (32, 64, 128, 6) if big else (4, 16, 16, 3)
+    keys = jax.random.split(jax.random.key(5), convs + 2)
+    params = {"stem": _normal(keys[0], (3, 3, 3, channels), "bfloat16"),
+              "convs": [_normal(k, (3, 3, channels, channels), "bfloat16") * 0.3 for k in keys[1:-1]],
+              "head": _normal(keys[-1], (channels, 10), "bfloat16")}
+    images = jax.random.normal(keys[-1], (batch, side, side, 3)).astype("bfloat16")
+    labels = jax.nn.one_hot(jnp.arange(batch) % 10, 10)
+
+    def conv(x, kernel):
+        return jax.lax.conv_general_dilated(x, kernel, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    def loss(params, images, labels):
+        x = jax.nn.relu(conv(images, params["stem"]))
+        for kernel in params["convs"]:
+            x = x + jax.nn.relu(conv(x, kernel))
+        logits = (jnp.mean(x, axis=(1, 2)) @ params["head"]).astype("float32")
+        return -jnp.mean(jnp.sum(jax.nn.log_softmax(logits) * labels, -1))
+
+    train_step = sgd(loss)
+    stats = _program_stats(train_step, params, images, labels)
+    state = {"params": params}
+
+    def iteration(i: int, clock: Clock) -> None:
+        state["params"], value = train_step(state["params"], images, labels)
+        value.block_until_ready()
+
+    return Workload(iteration, extra=lambda clock, ablations: _compute_truth(stats["flops"], _steady_ms(clock),
+                                                                              "conv train step"))
+
+
+def long_attention(big: bool) -> Workload:
+    """Two transformer blocks over a long sequence (4096 on the chip), trained in bf16: the attention's
+    sequence-squared scores take most of the time; ablation: the same blocks without attention."""
+    import jax
+    import jax.numpy as jnp
+
+    d, heads, seq, batch, layers = (512, 8, 4096, 2, 2) if big else (64, 4, 256, 1, 1)
+    keys = iter(jax.random.split(jax.random.key(6), 4 * layers + 1))
+    params = [{"qkv": _normal(next(keys), (d, 3 * d), "bfloat16"), "out": _normal(next(keys), (d, d), "bfloat16"),
+               "up": _normal(next(keys), (d, 4 * d), "bfloat16"), "down": _normal(next(keys), (4 * d, d), "bfloat16")}
+              for _ in range(layers)]
+    x = jax.random.normal(next(keys), (batch, seq, d)).astype("bfloat16")
+
+    def block(attend: bool):
+        def loss(params, x):
+            mask = jnp.tril(jnp.ones((seq, seq), bool))
+            for layer in params:
+                q, k, v = jnp.split((x @ layer["qkv"]).reshape(batch, seq, 3 * heads, d // heads), 3, axis=2)
+                if attend:
+                    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype("float32") / (d // heads) ** 0.5
+                    weights = jax.nn.softmax(jnp.where(mask, scores, -1e9), -1).astype("bfloat16")
+                    mixed = jnp.einsum("bhqk,bkhd->bqhd", weights, v)
+                else:
+                    mixed = q + k + v
+                x = x + mixed.reshape(batch, seq, d) @ layer["out"]
+                x = x + jax.nn.gelu(x @ layer["up"]) @ layer["down"]
+            return jnp.mean(x.astype("float32") ** 2)
+
+        return sgd(loss)
+
+    with_attention, without = block(True), block(False)
+    stats = _program_stats(with_attention, params, x)
+    state = {"params": params}
+
+    def run(step):
+        def iteration(i: int, clock: Clock) -> None:
+            state["params"], value = step(state["params"], x)
+            value.block_until_ready()
+
+        return iteration
+
+    def extra(clock: Clock, ablations: dict[str, Clock]) -> dict:
+        ms = _steady_ms(clock)
+        return {**_compute_truth(stats["flops"], ms, "attention train step"),
+                "attention_share": _number(1 - _steady_ms(ablations["no_attention"]) / ms,
+                                           "1 - the same blocks without attention's median iteration / median "
+                                           "iteration", abs=0.1)}
+
+    return Workload(run(with_attention), ablations={"no_attention": run(without)}, extra=extra)
+
+
+def embedding_gather(big: bool) -> Workload:
+    """A sparse embedding step: gather 16-row bags from a large bf16 table, a small head, and a scatter-add of the
+    rows' gradients back into the donated table: gathers and scatters, almost no matmul."""
+    import jax
+    import jax.numpy as jnp
+
+    vocab, width, bags, bag = (2**20, 256, 16384, 16) if big else (2**14, 32, 512, 8)
+    keys = jax.random.split(jax.random.key(7), 3)
+    table = _normal(keys[0], (vocab, width), "bfloat16") * 8
+    head = _normal(keys[1], (width, 1), "float32")
+    ids = jax.random.randint(keys[2], (bags, bag), 0, vocab)
+    targets = jnp.zeros((bags, 1), "float32")
+
+    def loss(rows, head):
+        pooled = jnp.mean(rows.astype("float32"), axis=1)
+        return jnp.mean((pooled @ head - targets) ** 2)
+
+    def update(table, head, ids):
+        rows = table[ids]
+        value, (row_grads, head_grad) = jax.value_and_grad(loss, argnums=(0, 1))(rows, head)
+        table = table.at[ids].add((-1e-2 * row_grads).astype(table.dtype))
+        return table, head - 1e-2 * head_grad, value
+
+    step = jax.jit(update, donate_argnums=0)
+    stats = _program_stats(step, table, head, ids)
+    state = {"table": table, "head": head}
+
+    def iteration(i: int, clock: Clock) -> None:
+        state["table"], state["head"], value = step(state["table"], state["head"], ids)
+        value.block_until_ready()
+
+    def extra(clock: Clock, ablations: dict[str, Clock]) -> dict:
+        ms = _steady_ms(clock)
+        row_bytes = bags * bag * width * 2
+        return {**_compute_truth(stats["flops"], ms, "embedding step"),
+                "gathered_bytes": _number(row_bytes, "bags x bag x width x 2 bytes: the rows gathered, and "
+                                                     "scattered back, each step", abs=0),
+                "table_bytes": _number(table.nbytes, "the table's nbytes", abs=0)}
+
+    return Workload(iteration, extra=extra)
+
+
+def host_callback(big: bool) -> Workload:
+    """Each train step calls back to the host (``jax.pure_callback``) for a numpy statistic of its activations that
+    the rest of the step needs, so the device waits on the host every step; ablation: the same step with the
+    statistic computed on the device."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    # On a CPU the twin's step is float32 (bf16 matmuls are slow there) and its probe all of the activations.
+    params, _, x, y = _mlp_step(big, "bfloat16" if big else "float32")
+    probe_rows = 64 if big else x.shape[0]
+    clocks: dict[str, Clock] = {}
+
+    def host_statistics(h: np.ndarray) -> np.ndarray:
+        started = time.perf_counter()
+        flat = np.sort(np.asarray(h, np.float32).ravel())
+        scale = np.float32(np.abs(flat[len(flat) // 2]) + np.mean(np.abs(flat)) + 1.0)
+        if "clock" in clocks:
+            clocks["clock"].call("host_statistics", (time.perf_counter() - started) * 1e3)
+        return scale
+
+    def loss(params, x, y, on_host: bool):
+        h = jax.nn.relu(x @ params[0])
+        probe = jax.lax.stop_gradient(h[:probe_rows].astype("float32"))
+        if on_host:
+            scale = jax.pure_callback(host_statistics, jax.ShapeDtypeStruct((), jnp.float32), probe)
+        else:
+            scale = jnp.abs(jnp.median(probe)) + jnp.mean(jnp.abs(probe)) + 1.0
+        h = h / scale.astype(h.dtype)
+        for w in params[1:-1]:
+            h = jax.nn.relu(h @ w)
+        return jnp.mean(((h @ params[-1]).astype("float32") - y) ** 2)
+
+    steps = {on_host: sgd(lambda p, x, y, on_host=on_host: loss(p, x, y, on_host)) for on_host in (True, False)}
+    state = {"params": params}
+
+    def run(on_host: bool):
+        def iteration(i: int, clock: Clock) -> None:
+            clocks["clock"] = clock
+            state["params"], value = steps[on_host](state["params"], x, y)
+            value.block_until_ready()
+
+        return iteration
+
+    def extra(clock: Clock, ablations: dict[str, Clock]) -> dict:
+        return {"host_statistics_share": _number(sum(clock.calls["host_statistics"]) / sum(clock.iterations),
+                                                 "host_statistics's total (timed inside the callback) / loop_ms",
+                                                 abs=0.05)}
+
+    return Workload(run(True), ablations={"on_device": run(False)}, extra=extra)
+
+
+def python_tokenizer(big: bool) -> Workload:
+    """A Python generator tokenises text (split, dict look-ups, padding) for each batch on the training thread,
+    between steps without markers, with no Python tracer: host time the trace does not name; ablation: the
+    tokens made before the loop."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    batch, seq, vocab, d = (256, 512, 32768, 512) if big else (64, 256, 4096, 32)
+    dtype = "bfloat16" if big else "float32"  # bf16 matmuls are slow on a CPU
+    words = [f"w{n:05d}" for n in range(5000)]
+    rng = np.random.default_rng(8)
+    documents = [" ".join(rng.choice(words, seq)) for _ in range(batch)]
+    ids: dict[str, int] = {}
+
+    def tokenize(text: str, shift: int) -> list[int]:
+        tokens = []
+        for word in text.lower().split():
+            token = ids.setdefault(word + str(shift % 3), len(ids) % vocab)
+            tokens.append((token * 31 + len(word)) % vocab)
+        return (tokens + [0] * seq)[:seq]
+
+    def batches():
+        step = 0
+        while True:
+            yield np.asarray([tokenize(text, step) for text in documents], np.int32)
+            step += 1
+
+    keys = jax.random.split(jax.random.key(9), 3)
+    params = {"embed": _normal(keys[0], (vocab, d), dtype) * 16,
+              "up": _normal(keys[1], (d, 4 * d), dtype), "down": _normal(keys[2], (4 * d, d), dtype)}
+
+    def loss(params, tokens):
+        x = params["embed"][tokens]
+        x = x + jax.nn.gelu(x @ params["up"]) @ params["down"]
+        return jnp.mean(x.astype("float32") ** 2)
+
+    train_step = sgd(loss)
+    source = batches()
+    resident = jax.device_put(next(source))
+    state = {"params": params}
+
+    def iteration(i: int, clock: Clock) -> None:
+        with clock.part("tokenize"):
+            tokens = next(source)
+        state["params"], value = train_step(state["params"], jax.device_put(tokens))
+        value.block_until_ready()
+
+    def pre_tokenized(i: int, clock: Clock) -> None:
+        state["params"], value = train_step(state["params"], resident)
+        value.block_until_ready()
+
+    return Workload(iteration, ablations={"pre_tokenized": pre_tokenized})
+
+
+def recompile_every_nth(big: bool) -> Workload:
+    """The learning rate is a static argument of the jit step and decays every 5th step, so the step compiles
+    again on those steps only; ablation: the rate passed as an array."""
+    import jax
+    import jax.numpy as jnp
+
+    params, _, x, y = _mlp_step(big)
+
+    def update(params, x, y, rate):
+        value, grads = jax.value_and_grad(mlp_loss)(params, x, y)
+        return jax.tree.map(lambda p, g: (p - rate * g).astype(p.dtype), params, grads), value
+
+    static_step = jax.jit(update, static_argnums=3, donate_argnums=0)
+    traced_step = jax.jit(update, donate_argnums=0)
+    state = {"params": params}
+
+    def schedule(i: int) -> float:
+        return 1e-3 * 0.5 ** (max(i, 0) // 5)
+
+    def iteration(i: int, clock: Clock) -> None:
+        state["params"], value = static_step(state["params"], x, y, schedule(i))
+        value.block_until_ready()
+
+    def as_array(i: int, clock: Clock) -> None:
+        state["params"], value = traced_step(state["params"], x, y, jnp.float32(schedule(i)))
+        value.block_until_ready()
+
+    def extra(clock: Clock, ablations: dict[str, Clock]) -> dict:
+        slow = [ms for i, ms in enumerate(clock.iterations) if i % 5 == 0 and i > 0]
+        normal = [ms for i, ms in enumerate(clock.iterations) if not (i % 5 == 0 and i > 0)]
+        return {"slow_steps": _number(len(slow), "steps whose rate is new (every 5th after the first), each "
+                                                 "compiling", abs=0),
+                "slow_steps_share": _number(sum(slow) / sum(clock.iterations), "the slow steps' total / loop_ms",
+                                            abs=0.05),
+                "steady_iteration_ms": _number(statistics.median(normal), f"median of the other iterations, {CLOCK}",
+                                               rel=0.15)}
+
+    return Workload(iteration, ablations={"rate_as_array": as_array}, extra=extra)
+
+
+def scan_layers(big: bool) -> Workload:
+    """A deep residual MLP whose 16 layers run as one ``lax.scan`` over stacked bf16 weights, trained; FLOPs
+    counted by hand (a while loop's body runs once per layer)."""
+    import jax
+    import jax.numpy as jnp
+
+    d, layers, batch = (2048, 16, 4096) if big else (128, 4, 128)
+    keys = jax.random.split(jax.random.key(10), 3)
+    params = {"up": _normal(keys[0], (layers, d, 4 * d), "bfloat16"),
+              "down": _normal(keys[1], (layers, 4 * d, d), "bfloat16") * 0.5}
+    x = jax.random.normal(keys[2], (batch, d)).astype("bfloat16")
+
+    def loss(params, x):
+        def layer(h, weights):
+            up, down = weights
+            return h + jax.nn.gelu(h @ up) @ down, None
+
+        h, _ = jax.lax.scan(layer, x, (params["up"], params["down"]))
+        return jnp.mean(h.astype("float32") ** 2)
+
+    train_step = sgd(loss)
+    state = {"params": params}
+    matmul_flops = 3 * layers * 2 * (2 * batch * d * 4 * d)  # forward, and the backward's two matmuls per forward one
+
+    def iteration(i: int, clock: Clock) -> None:
+        state["params"], value = train_step(state["params"], x)
+        value.block_until_ready()
+
+    def extra(clock: Clock, ablations: dict[str, Clock]) -> dict:
+        ms = _steady_ms(clock)
+        truth = {"flops_per_step": _number(matmul_flops, "by hand: 3 x layers x 2 matmuls x 2 x batch x d x 4d "
+                                                         "(forward and backward matmuls)", rel=0.05),
+                 "achieved_flops_per_s": _number(matmul_flops / (ms / 1e3), "flops_per_step / median iteration",
+                                                 rel=0.1),
+                 "layers": _number(layers, "scanned layers", abs=0)}
+        if peaks := _peaks():
+            truth["mfu"] = _number(matmul_flops / (ms / 1e3) / peaks["bf16_flops_per_s"],
+                                   "flops_per_step / median iteration / 197e12 (TPU v5e bf16 peak)", abs=0.03)
+        return truth
+
+    return Workload(iteration, extra=extra)
+
+
+def device_put_each_step(big: bool) -> Workload:
+    """A producer thread that keeps up hands over a fresh 256 MiB host batch each step; the training thread copies
+    it to the device (``jax.device_put``) before a short step; ablation: the batch resident on the device."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    rows, width = (65536, 1024) if big else (4096, 256)
+    pool = [np.full((rows, width), n, np.float32) for n in range(4)]
+    batches: queue.Queue = queue.Queue(maxsize=2)
+    stopping = threading.Event()
+
+    def produce() -> None:
+        n = 0
+        while not stopping.is_set():
+            buffer = pool[n % len(pool)]
+            buffer[0, :8] = n  # a fresh batch: the pool's buffers are reused once the step has copied them
+            with contextlib.suppress(queue.Full):
+                batches.put(buffer, timeout=0.1)
+                n += 1
+
+    threading.Thread(target=produce, name="producer", daemon=True).start()
+    w = _normal(jax.random.key(11), (width, width), "bfloat16")
+
+    @jax.jit
+    def step(batch, w):
+        h = jnp.tanh(batch[: rows // 8].astype("bfloat16") @ w)
+        return jnp.mean(h.astype("float32")) + jnp.mean(batch)
+
+    resident = jax.device_put(pool[0])
+
+    def iteration(i: int, clock: Clock) -> None:
+        with clock.part("wait_for_batch"):
+            batch = batches.get()
+        with clock.part("to_device"):
+            on_device = jax.device_put(batch).block_until_ready()
+        step(on_device, w).block_until_ready()
+
+    def stays(i: int, clock: Clock) -> None:
+        step(resident, w).block_until_ready()
+
+    def extra(clock: Clock, ablations: dict[str, Clock]) -> dict:
+        return {"bytes_per_step": _number(pool[0].nbytes, "the batch's nbytes, copied to the device each step",
+                                          abs=0)}
+
+    return Workload(iteration, ablations={"resident": stays}, extra=extra, stop=stopping.set)
+
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -754,6 +1123,32 @@ SHAPES: dict[str, Shape] = {
                                annotate=False, cause="none: five programs per iteration, apply the largest"),
     "op_by_op_eager": Shape(op_by_op_eager, 20, "45 small eager jnp calls on a 512x512 array per annotated step, "
                             "each its own program", cause="op-by-op dispatch (no jit)"),
+    "conv_net_bf16": Shape(conv_net_bf16, 15, "NHWC conv net train step in bf16 (six 3x3 convolutions of 128 channels "
+                           "over 32 64x64 images on the chip), images resident", cause="none: healthy compute-bound "
+                           "convolutions"),
+    "long_attention": Shape(long_attention, 10, "two transformer blocks trained in bf16 over a 4096-token sequence "
+                            "(d 512, 8 heads, batch 2 on the chip), data resident",
+                            cause="none: healthy, attention over the long sequence takes most of the step"),
+    "embedding_gather": Shape(embedding_gather, 20, "sparse embedding step: gathers 16384 bags of 16 rows from a "
+                              "2^20 x 256 bf16 table, a small head, scatter-add of the rows' gradients into the "
+                              "donated table; no step markers", annotate=False,
+                              cause="none: healthy gather/scatter (memory-bound, almost no matmul)"),
+    "host_callback": Shape(host_callback, 20, "bf16 MLP train step that calls jax.pure_callback (host_statistics: "
+                           "numpy sort of 64 rows of the activations) mid-step, the rest of the step needing it",
+                           cause="host_statistics: a host callback the device waits on every step"),
+    "python_tokenizer": Shape(python_tokenizer, 15, "a Python generator tokenises 256 documents of 512 words for "
+                              "each batch on the training thread (split, dict look-ups, padding) before a bf16 "
+                              "embedding + MLP step (d 512); no step markers, no Python tracer", annotate=False,
+                              cause="tokenize: Python host work on the training thread, untraced"),
+    "recompile_every_nth": Shape(recompile_every_nth, 20, "bf16 MLP train step whose learning rate is a static jit "
+                                 "argument decaying every 5th step: three recompilations in the traced loop",
+                                 cause="recompilation on every 5th step (a static argument changes)"),
+    "scan_layers": Shape(scan_layers, 10, "16-layer residual MLP (d 2048, hidden 8192, batch 4096 on the chip) as "
+                         "one lax.scan over stacked bf16 weights, trained; data resident",
+                         cause="none: healthy compute-bound training in a scanned loop"),
+    "device_put_each_step": Shape(device_put_each_step, 15, "a producer thread that keeps up hands over a fresh "
+                                  "256 MiB f32 host batch; each annotated step device_puts it before a short bf16 "
+                                  "step", cause="host-to-device transfer of the batch every step"),
 }
 
 

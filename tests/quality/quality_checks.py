@@ -321,6 +321,8 @@ UNIT_SCALES = {  # what a stored number may be multiplied by to read in the quot
     None: (1.0,),
 }
 
+BYTE_UNITS = {"KiB", "MiB", "GiB", "TiB", "KB", "MB", "GB", "TB"}
+
 
 def quoted_numbers(text: str, keep_names: bool = False) -> Iterator[tuple[str, float, int, str | None]]:
     """``(as written, value, decimals, unit)`` for each number ``text`` quotes (see QUOTED_NUMBER)."""
@@ -348,7 +350,9 @@ def stored_numbers(analysis: dict[str, Any]) -> list[float]:
             if sized := SIZE_FIELD.search(path):
                 numbers.append(float(value) * SIZE_FIELD_BYTES[sized.group("unit")])
         elif isinstance(value, str) and path.startswith(("followups.", "hlo_issues.")):
-            numbers += [number for _, number, _, _ in quoted_numbers(value, keep_names=True)]
+            # A size written in a text ("768 KiB") is stored in bytes, as a size field is.
+            numbers += [number / UNIT_SCALES[unit][0] if unit in BYTE_UNITS else number
+                        for _, number, _, unit in quoted_numbers(value, keep_names=True)]
     return numbers
 
 

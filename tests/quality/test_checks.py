@@ -164,3 +164,11 @@ def test_an_expectation_has_exactly_one_check():
         check_kind({"id": "x", "status": ["OPTIMAL"], "never_says": ["a"]})
     with pytest.raises(ValueError, match="exactly one"):
         check_kind({"id": "x"})
+
+
+def test_a_size_quoted_from_an_hlo_issue_is_stored():
+    analysis = copy.deepcopy(SOUND)
+    detail = "copy rewrites bf16[32,64,64,3]{0,3,2,1} from layout {2,1,3,0} (768 KiB moved each run)"
+    analysis["hlo_issues"] = {"detect_layout_mismatch_copies": [{"detail": detail}]}
+    analysis["findings"][0]["evidence"].append(f'"jit_step" "copy": {detail}')
+    assert INVARIANTS["quoted_numbers_exist"](analysis) is None

@@ -1271,7 +1271,7 @@ def _differences(trace: _Trace, stepping: list[_Line], is_marker: np.ndarray, it
     depth = np.zeros(len(trace.names), dtype=np.int64)
     for line in stepping:
         at = _step_of(iterations, line.starts)
-        keep = (at >= 0) & ~is_marker[line.ids]
+        keep = (at >= 0) & ~is_marker[line.ids] & _outermost_of_its_name(line)
         length = (line.ends - line.starts).astype(np.float64)
         in_slow = keep & slow[np.maximum(at, 0)]
         np.add.at(slow_ns, line.ids[in_slow], length[in_slow])
@@ -1287,6 +1287,17 @@ def _differences(trace: _Trace, stepping: list[_Line], is_marker: np.ndarray, it
                            normal_ms=float(normal_ns[i]) / normal_count / 1e6,
                            share_of_loop=min(1.0, float(extra[i]) * slow_count / loop_ns))
             for i in ordered[:MAX_DIFFERENCES]]
+
+
+def _outermost_of_its_name(line: _Line) -> np.ndarray:
+    """Whether no enclosing event has the event's name: a jit function called inside another of the same name
+    (``PjitFunction`` within ``PjitFunction``) counts its time once."""
+    outermost = np.ones(len(line), dtype=bool)
+    up = line.parents.copy()
+    while (inside := up >= 0).any():
+        outermost &= ~(inside & (line.ids[np.maximum(up, 0)] == line.ids))
+        up = np.where(inside, line.parents[np.maximum(up, 0)], -1)
+    return outermost
 
 
 def _depths(line: _Line) -> np.ndarray:

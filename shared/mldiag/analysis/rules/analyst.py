@@ -1003,6 +1003,11 @@ def _warmup(host: HostEvidence) -> Finding | None:
 SLOW_NOTABLE = 0.05  # a slow-step group costing less than this share of the loop, and not an outlier, is not said
 # Slow-step differences, by what the function that runs longer in them looks like: (pattern, what, fix).
 _SLOW_CAUSES = (
+    (re.compile(r"compile|lower_sharding_computation|lower_jaxpr", re.IGNORECASE),
+     "a compilation",
+     "Keep the slow steps' programs from compiling again: pass the value that changes (a learning rate, a flag, "
+     "a shape) as an array or pad it to a few sizes instead of a static argument, and enable JAX's persistent "
+     "compilation cache (jax.config.update('jax_compilation_cache_dir', ...))."),
     (re.compile(r"save|checkpoint|ckpt|orbax|pickle|serializ|np\.save|torch\.save", re.IGNORECASE),
      "a synchronous save",
      "Checkpoint asynchronously (e.g. Orbax's AsyncCheckpointer / CheckpointManager with async options, which "
