@@ -1,8 +1,8 @@
 """``mldiag agent``: run the node agent (:mod:`mldiag.agent.node`) until Ctrl-C or SIGTERM.
 
-Uploads go to the bucket the settings name (``MLDIAG_DATA_DIR`` next to
-``mldiag up``, Cloud Storage with ``MLDIAG_BACKEND=gcp``); with
-``MLDIAG_AUTH_AUDIENCE`` set, calls carry a Google ID token for that audience.
+Uploads go where the control plane at ``--api-url`` reads (the data folder of
+``mldiag up``, or Cloud Storage in the cloud); with ``MLDIAG_AUTH_AUDIENCE``
+set, calls carry a Google ID token for that audience.
 The run may be given before its workload registers it: the agent waits.
 With ``--sdk-port``, workloads on the node set
 ``DIAGON_BASE_URL=http://127.0.0.1:<port>``.
