@@ -221,3 +221,10 @@ def test_a_display_name_several_runs_share_gets_a_page_naming_them(console, serv
     assert response.status_code == 400 and response.mimetype == "text/html"
     assert "ids r1, r2" in response.get_data(as_text=True) or "ids r2, r1" in response.get_data(as_text=True)
     assert console.get("/ui/runs/nobody").status_code == 404
+
+
+def test_a_run_without_targets_says_what_registers_one(console, services):
+    add_run(services, "r1")
+    text = re.sub(r"<[^>]+>|\s+", " ", console.get("/ui/runs/r1").get_data(as_text=True))
+    assert "only opens a port" in text
+    assert "mldiag agent --machine-learning-run r1 --port 9999" in text
