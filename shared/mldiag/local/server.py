@@ -52,6 +52,7 @@ from mldiag.entrypoints.http.app import create_app
 from mldiag.entrypoints.http.origin import HostNames
 from mldiag.local.bucket_watcher import BucketWatcher
 from mldiag.local.http_server import HttpServer
+from mldiag.local.native_stderr import NativeStderr
 from mldiag.local.xprof_viewer import XprofViewer
 from mldiag.ports import HostedBus
 from mldiag.services.analysis_jobs import clean_up_after_a_stop, stop_workers
@@ -182,11 +183,14 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
     url = f"http://{reachable_host}:{bound_port}"
     settings = settings.model_copy(update={"backend": "embedded", "api_url": url})
     log_file = settings.data_dir / "logs" / "mldiag.log"
+    native = NativeStderr()
+    native.install()
     try:
         logs.configure(settings.log_format, log_file=log_file, session_link=session_page_link(url))
         services, bus = bootstrap.build_hosted(settings)
     except OSError as error:
         server.stop()
+        native.restore()
         logs.close()
         raise StartFailed(f"cannot use the data directory {settings.data_dir}: {error.strerror or error}; "
                           "choose another with --data") from None
@@ -247,4 +251,5 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
         watcher.stop()
         bus.stop(interrupt=lambda: stop_workers(services.settings))  # analyses stopped are retried on the next start
         signal.signal(signal.SIGTERM, previous)
+        native.restore()
         logs.close()
