@@ -116,7 +116,8 @@ def run_node_agent(settings: Settings, options: NodeAgentOptions, stopping: thre
             scratch_dir=options.scratch_dir,
         )
         storage = with_control_plane_storage(settings, api, run_name.parent)
-        daemon = Agent(config, api, bootstrap.build_blobs(storage), stopping)
+        daemon = Agent(config, api, bootstrap.build_blobs(storage), stopping,
+                       say=lambda line: say(f"mldiag agent {config.name}: {line}"))
         say(f"mldiag agent {config.name}: ports {', '.join(map(str, options.ports))} of run {run_name.run} → "
             f"{options.api_url}, uploads into {_uploads_go_to(storage)}")
         daemon.run_forever()
