@@ -6,7 +6,7 @@ installed, descriptor 2 is a pipe whose lines are logged through the
 ``mldiag.native`` logger: as JSON to the log file, and to the terminal only
 when it shows JSON (the human format shows notices, warnings and errors).
 Python's own ``sys.stderr``, and so the terminal's log lines, write to a copy
-of the original descriptor.
+of the original descriptor (unless it was something else, such as a capture).
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ class NativeStderr:
         os.dup2(write_fd, STDERR)
         os.close(write_fd)
         self._python_stderr = sys.stderr
-        sys.stderr = open(self._terminal_fd, "w", buffering=1, encoding="utf-8", errors="backslashreplace",
-                          closefd=False)
+        if _writes_to_descriptor_2(sys.stderr):
+            sys.stderr = open(self._terminal_fd, "w", buffering=1, encoding="utf-8", errors="backslashreplace",
+                              closefd=False)
         self._reader = threading.Thread(target=self._log_lines, args=(read_fd,), name="mldiag-native-stderr",
                                         daemon=True)
         self._reader.start()
@@ -51,14 +52,23 @@ class NativeStderr:
                     log.info(line.rstrip("\n"))
 
     def restore(self) -> None:
-        """Put descriptor 2 and ``sys.stderr`` back; the lines written so far are logged first."""
+        """Put descriptor 2 and ``sys.stderr`` back, once; the lines written so far are logged first."""
         if self._python_stderr is None:
             return
         sys.stderr.flush()
         os.dup2(self._terminal_fd, STDERR)  # closes the pipe's last writer here: the reader sees its end
         if self._reader is not None:
             self._reader.join(timeout=5)
-        sys.stderr.close()
-        sys.stderr = self._python_stderr
+        if sys.stderr is not self._python_stderr:
+            sys.stderr.close()
+            sys.stderr = self._python_stderr
         os.close(self._terminal_fd)
         self._python_stderr, self._reader, self._terminal_fd = None, None, -1
+
+
+def _writes_to_descriptor_2(stream: TextIO) -> bool:
+    """Whether ``stream`` is descriptor 2 itself (a test's capture, say, is not)."""
+    try:
+        return stream.fileno() == STDERR
+    except (AttributeError, OSError, ValueError):
+        return False

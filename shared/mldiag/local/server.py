@@ -177,14 +177,22 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
     Raises :class:`StartFailed` when a port cannot be bound or the data directory used; nothing is
     left running then, and nothing is written when it is the port.
     """
+    native = NativeStderr()
+    native.install()  # before the log handlers are made: theirs is the terminal's copy of stderr
+    try:
+        _serve(native, settings, host, port, announce, viewer_port, otlp_port, otlp_optional)
+    finally:
+        native.restore()
+
+
+def _serve(native: NativeStderr, settings: Settings, host: str, port: int, announce: Callable[[Banner], None],
+           viewer_port: int | None, otlp_port: int | None, otlp_optional: bool) -> None:
     server = _bound_server(host, port)
     bound_port = server.bind_addr[1]
     reachable_host = '127.0.0.1' if host in ('0.0.0.0', '::', '') else host
     url = f"http://{reachable_host}:{bound_port}"
     settings = settings.model_copy(update={"backend": "embedded", "api_url": url})
     log_file = settings.data_dir / "logs" / "mldiag.log"
-    native = NativeStderr()
-    native.install()
     try:
         logs.configure(settings.log_format, log_file=log_file, session_link=session_page_link(url))
         services, bus = bootstrap.build_hosted(settings)
