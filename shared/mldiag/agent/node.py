@@ -1,6 +1,6 @@
 """The node agent for one run, as ``mldiag agent`` runs it: its credentials, the SDK's door, its uploads.
 
-Uploads go where the control plane reads (``GET .../agentConfig``), whatever
+Uploads go where the control plane reads (``GET /v1alpha/agentConfig``), whatever
 the agent's own environment says: the local buckets under the data folder of
 the ``mldiag up`` it talks to, or Cloud Storage in the control plane's project
 (the node's service account needs write access to the profiles bucket). With
@@ -29,7 +29,7 @@ from mldiag.agent.sdk_forwarder import SdkForwarder
 from mldiag.client.api import ApiClient, ApiError
 from mldiag.client.credentials import authenticated_client
 from mldiag.config import Settings
-from mldiag.domain.names import LocationName, RunName, parse_run
+from mldiag.domain.names import RunName, parse_run
 
 SDK_FORWARD_TIMEOUT_S = 4.0  # the SDK gives up on a call after 5 s
 WAIT_FOR = ("", "NOT_FOUND", "UNAVAILABLE")  # an unreachable control plane, a run not registered yet
@@ -72,9 +72,9 @@ def wait_for_run(client: ApiClient, project: str, location: str, run: str, stopp
     return None
 
 
-def with_control_plane_storage(settings: Settings, api: ApiClient, location: LocationName) -> Settings:
-    """``settings`` with the blob store of the control plane in ``location``: the agent uploads where it reads."""
-    storage = api.call("GET", f"v1alpha/{location}/agentConfig")["storage"]
+def with_control_plane_storage(settings: Settings, api: ApiClient) -> Settings:
+    """``settings`` with the control plane's blob store: the agent uploads where the control plane reads."""
+    storage = api.call("GET", "v1alpha/agentConfig")["storage"]
     if storage["backend"] == "gcp":
         return settings.model_copy(update={"backend": "gcp", "project": storage["project"]})
     return settings.model_copy(update={"backend": "embedded", "data_dir": Path(storage["dataDir"])})
@@ -115,7 +115,7 @@ def run_node_agent(settings: Settings, options: NodeAgentOptions, stopping: thre
             heartbeat_interval_s=options.heartbeat_interval_s, poll_interval_s=options.poll_interval_s,
             scratch_dir=options.scratch_dir,
         )
-        storage = with_control_plane_storage(settings, api, run_name.parent)
+        storage = with_control_plane_storage(settings, api)
         daemon = Agent(config, api, bootstrap.build_blobs(storage), stopping,
                        say=lambda line: say(f"mldiag agent {config.name}: {line}"))
         say(f"mldiag agent {config.name}: ports {', '.join(map(str, options.ports))} of run {run_name.run} → "

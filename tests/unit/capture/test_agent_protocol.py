@@ -95,7 +95,7 @@ def test_continuous_profiling_routes_answer_409_when_started_twice(run, api, add
 
 
 def test_the_agent_config_names_the_control_planes_own_bucket_store(embedded, api):
-    answer = api.get(f"{LOCATION}/agentConfig")
+    answer = api.get("/v1alpha/agentConfig")
     assert answer.status_code == 200, answer.json
     assert answer.json == {"storage": {"backend": "embedded", "dataDir": str(embedded.settings.data_dir)}}
 

@@ -49,11 +49,6 @@ def heartbeat(project: str, location: str, run: str, target: str) -> Response:
     return ok(agents.heartbeat(services(), _run(project, location, run), target, json_body()).to_json_dict())
 
 
-@blueprint.get("/agentConfig")
-def agent_config(project: str, location: str) -> Response:
-    return ok(agents.agent_config(services().settings))
-
-
 @blueprint.post("/captureTasks:claim")
 def claim_tasks(project: str, location: str) -> Response:
     return ok({"tasks": agents.claim(services(), LocationName(project, location), json_body())})

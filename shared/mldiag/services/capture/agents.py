@@ -11,9 +11,10 @@ the node):
 * ``POST .../captureTasks:claim`` leases the agent's pending tasks;
 * ``POST .../captureTasks:complete`` records a task's outcome once the agent
   has uploaded what it captured;
-* ``GET .../agentConfig`` tells an agent where to upload: the control plane's
-  own blob store, so an agent next to ``mldiag up --data X`` writes under X
-  whatever its own environment says.
+* ``GET /v1alpha/agentConfig`` (an operator route: the installation's, behind
+  the credential) tells an agent where to upload: the control plane's own blob
+  store, so an agent next to ``mldiag up --data X`` writes under X whatever its
+  own environment says.
 """
 
 from __future__ import annotations
