@@ -153,8 +153,12 @@ def test_the_agent_started_first_registers_the_job_and_captures_it_on_demand(con
     targets, capture = the_command("mldiag profiler-target list"), the_command("mldiag profiler-session capture")
 
     with in_the_background(agent, tmp_path, control_plane), in_the_background(job, tmp_path, control_plane):
-        wait_for(lambda: " ACTIVE" in shell(targets, tmp_path, control_plane).stdout, "the job's target ACTIVE",
-                 timeout_s=180)
+        def listed_active() -> bool:  # run alone, this test starts the job that registers the run
+            listed = subprocess.run(["bash", "-c", targets], cwd=tmp_path, env=shell_environment(control_plane),
+                                    capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+            return " ACTIVE" in listed.stdout
+
+        wait_for(listed_active, "the job's target ACTIVE", timeout_s=180)
         shell(capture, tmp_path, control_plane)
     session_id = capture.split()[3]
     captured = mldiag_json(control_plane, "profiler-session", "describe", session_id,
