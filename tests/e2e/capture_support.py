@@ -116,13 +116,18 @@ def profile_file(control_plane: ControlPlane, run: str, session_id: str, target:
 
 
 @contextlib.contextmanager
-def running_agent(control_plane: ControlPlane, run: str, port: int) -> Iterator[subprocess.Popen]:
+def running_agent(control_plane: ControlPlane, run: str, port: int, home: Path) -> Iterator[subprocess.Popen]:
     """``mldiag agent`` for ``run`` on this machine, registering the profiler server on ``port`` as node-a;
-    stopped with SIGTERM after the block, which it must answer with exit status 0."""
+    stopped with SIGTERM after the block, which it must answer with exit status 0.
+
+    Its environment names no data folder and its home is ``home``, as a user's shell next to
+    ``mldiag up --data X`` would be: where it uploads, it learns from the control plane."""
+    environment = {name: value for name, value in os.environ.items()
+                   if name not in ("MLDIAG_DATA_DIR", "MLDIAG_BACKEND")}
     process = subprocess.Popen(
         [MLDIAG, "agent", "--machine-learning-run", run, "--port", str(port), "--hostname", "node-a",
          "--heartbeat-interval", "1", "--poll-interval", "0.2", "--api-url", control_plane.url],
-        env={**os.environ, "MLDIAG_DATA_DIR": str(control_plane.bucket_folder.parents[1]), "MLDIAG_LOG_FORMAT": "json"},
+        env={**environment, "HOME": str(home), "MLDIAG_LOG_FORMAT": "json"},
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     yield process
     process.send_signal(signal.SIGTERM)

@@ -27,10 +27,10 @@ REPEATS = 999
 
 
 @pytest.fixture(scope="module")
-def agent(control_plane, workloads):
+def agent(control_plane, workloads, tmp_path_factory):
     create_run(control_plane, RUN)
     (workload,) = workloads(1)
-    with running_agent(control_plane, RUN, workload.port):
+    with running_agent(control_plane, RUN, workload.port, tmp_path_factory.mktemp("agent-home")):
         wait_for(lambda: mldiag_json(control_plane, "profiler-target", "list", "--machine-learning-run", RUN),
                  "the agent's heartbeat")
         # One capture per event stays the rule; a short cooldown lets the Grafana test's event capture too.

@@ -2,7 +2,8 @@
 
 The agent runs as ``mldiag agent`` (a subprocess, as on a node), heartbeats
 the workload's port as a target, pulls the capture task, lets the profiler
-write into its scratch folder on the node and uploads the file to the bucket.
+write into its scratch folder on the node and uploads the file to the bucket
+``mldiag up`` serves (the agent asks it where that is).
 """
 
 from __future__ import annotations
@@ -17,10 +18,15 @@ RUN = "capture-agent"
 
 
 @pytest.fixture(scope="module")
-def agent(control_plane, workloads):
+def agent_home(tmp_path_factory):
+    return tmp_path_factory.mktemp("agent-home")
+
+
+@pytest.fixture(scope="module")
+def agent(control_plane, workloads, agent_home):
     create_run(control_plane, RUN)
     (workload,) = workloads(1)
-    with running_agent(control_plane, RUN, workload.port):
+    with running_agent(control_plane, RUN, workload.port, agent_home):
         yield workload
 
 
@@ -40,6 +46,16 @@ def test_the_agent_registers_the_workload_and_captures_it_on_request(control_pla
     assert session(control_plane, RUN, "s1")["targetSessions"]["node-a-0"]["sessionPhase"] == "SUCCEEDED"
     assert profile_file(control_plane, RUN, "s1", "node-a-0").stat().st_size > 10_000
     wait_for(lambda: session(control_plane, RUN, "s1")["hostFiles"], "the uploaded file's registration")
+
+
+def test_the_agent_uploads_into_the_data_folder_mldiag_up_was_given_not_its_own_home(
+        control_plane, agent, agent_home):
+    wait_for(lambda: registered_targets(control_plane), "the agent's heartbeat")
+    captured = mldiag(control_plane, "profiler-session", "capture", "s-home", "--machine-learning-run", RUN,
+                      "--duration", "1s")
+    assert captured.returncode == 0, captured.stdout + captured.stderr
+    assert profile_file(control_plane, RUN, "s-home", "node-a-0").is_file()
+    assert not (agent_home / ".mldiag").exists()
 
 
 def test_a_workload_that_exited_fails_the_agents_capture_as_unreachable(control_plane, agent):

@@ -8,6 +8,7 @@ to the session and asks for its analysis.
 
 from __future__ import annotations
 
+import json
 import signal
 
 import pytest
@@ -46,6 +47,18 @@ def test_two_targets_are_captured_into_one_session_that_goes_to_analysis(control
         "worker-0": "SUCCEEDED", "worker-1": "SUCCEEDED"}
     assert sorted(described["hostFiles"]) == ["worker-0", "worker-1"]
     assert described["storageFolderUri"] == f"gs://mldiag-profiles/{RUN}/plugins/profile/s1"
+
+
+def test_the_profiler_clients_native_lines_go_to_the_log_file_not_the_terminal(control_plane, two_targets):
+    captured = mldiag(control_plane, "profiler-session", "capture", "native-lines", "--machine-learning-run", RUN,
+                      "--targets", "worker-0", "--duration", "500ms")
+    assert captured.returncode == 0, captured.stderr
+    terminal = control_plane.log.read_text().splitlines()  # mldiag up's stderr, JSON lines here
+    assert [line for line in terminal if not line.startswith("{")] == []
+    log_file = control_plane.bucket_folder.parents[1] / "logs" / "mldiag.log"
+    native = [json.loads(line)["message"] for line in log_file.read_text().splitlines()
+              if '"mldiag.native"' in line]
+    assert any("profiler_client.cc" in line for line in native), native
 
 
 def test_a_target_killed_before_the_capture_fails_unreachable_and_the_other_succeeds(control_plane, two_targets):

@@ -1,5 +1,6 @@
 """README.md's Quickstart, word for word: its install installs what its job imports, ``mldiag up``
-prints what it shows, and its ``train.py`` and commands register a run whose session is analysed.
+prints what it shows, its ``train.py`` and commands register a run whose session is analysed, and
+its agent, started before the job as written, registers the job so that a capture on demand succeeds.
 
 Only what the Quickstart says to change is substituted: the URL and the folder
 ``mldiag up`` prints (here it runs on a free port over a fresh data dir, the
@@ -10,11 +11,14 @@ commands name the run by its display name, as the Quickstart writes them.
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.metadata
 import os
 import re
+import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 import tomllib
 from pathlib import Path
 
@@ -22,7 +26,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from capture_support import ControlPlane, analysed, free_port, wait_for
+from capture_support import ControlPlane, analysed, free_port, mldiag_json, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -61,13 +65,18 @@ def as_printed(text: str, control_plane: ControlPlane) -> str:
             .replace(PRINTED_OTLP_ENDPOINT, otlp))
 
 
+def shell_environment(control_plane: ControlPlane) -> dict[str, str]:
+    """This virtualenv's ``python`` and ``mldiag`` first on the PATH and the CLI pointed at ``control_plane``
+    as the banner says (``MLDIAG_API_URL``); no data folder, as in a new shell."""
+    environment = {name: value for name, value in os.environ.items() if name != "MLDIAG_DATA_DIR"}
+    return {**environment, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+            "MLDIAG_API_URL": control_plane.url, "JAX_PLATFORMS": "cpu", "COLUMNS": "1000"}
+
+
 def shell(command: str, cwd: Path, control_plane: ControlPlane) -> subprocess.CompletedProcess:
-    """``command`` in bash, with this virtualenv's ``python`` and ``mldiag`` first on the PATH and the CLI
-    pointed at ``control_plane`` as the banner says (``MLDIAG_API_URL``)."""
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "MLDIAG_API_URL": control_plane.url, "JAX_PLATFORMS": "cpu", "COLUMNS": "1000"}
-    result = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True,
-                            timeout=COMMAND_TIMEOUT_S)
+    """``command`` in bash, in :func:`shell_environment`."""
+    result = subprocess.run(["bash", "-c", command], cwd=cwd, env=shell_environment(control_plane),
+                            capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
     assert result.returncode == 0, f"{command}\n{result.stderr[-3000:]}"
     return result
 
@@ -82,9 +91,9 @@ def test_the_quickstart_installs_every_package_its_job_imports():
     extras = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
     installed = {canonicalize_name(Requirement(line).name) for line in extras["demo"]}
     provided = importlib.metadata.packages_distributions()
-    missing = {module for module in imported
+    missing = {module for module in imported - sys.stdlib_module_names
                if not {canonicalize_name(name) for name in provided.get(module, [])} & installed}
-    assert imported and not missing
+    assert imported - sys.stdlib_module_names and not missing
 
 
 def test_mldiag_up_prints_what_the_quickstart_shows(control_plane: ControlPlane):
@@ -101,7 +110,8 @@ def test_train_py_registers_its_run_and_its_first_steps_are_analysed(control_pla
     train = as_printed(train, control_plane).replace(PROFILER_PORT, port)
     (tmp_path / "train.py").write_text(train, encoding="utf-8")
 
-    trained = shell(as_printed(the_command("DIAGON_BASE_URL="), control_plane), tmp_path, control_plane)
+    trained = shell(as_printed(the_command(f"DIAGON_BASE_URL={PRINTED_URL} python"), control_plane), tmp_path,
+                    control_plane)
     run = re.fullmatch(r"run (\S+)", trained.stdout.strip())[1]
 
     runs = shell(the_command("mldiag machine-learning-run list"), tmp_path, control_plane).stdout
@@ -116,3 +126,41 @@ def test_train_py_registers_its_run_and_its_first_steps_are_analysed(control_pla
     report = analysed(control_plane, run, SESSION)
     assert report["storageFolderUri"] == f"gs://mldiag-profiles/{run}/plugins/profile/{SESSION}"
     assert report["analysis"]["health"] in ("OPTIMAL", "NEEDS_ATTENTION")
+
+
+@contextlib.contextmanager
+def in_the_background(command: str, cwd: Path, control_plane: ControlPlane) -> Iterator[subprocess.Popen]:
+    """``command`` (written to end in ``&``) running while the block runs; its process group stopped after."""
+    assert command.endswith("&"), command
+    process = subprocess.Popen(["bash", "-c", command.removesuffix("&").strip()], cwd=cwd,
+                               env=shell_environment(control_plane), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        yield process
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=30)
+
+
+def test_the_agent_started_first_registers_the_job_and_captures_it_on_demand(control_plane: ControlPlane,
+                                                                               tmp_path):
+    port = str(free_port())
+    (train,) = quickstart_blocks("python")
+    (tmp_path / "train.py").write_text(as_printed(train, control_plane).replace(PROFILER_PORT, port),
+                                       encoding="utf-8")
+    agent = the_command("mldiag agent").replace(PROFILER_PORT, port)
+    job = as_printed(the_command(f"DIAGON_BASE_URL={PRINTED_URL} TRAIN_SECONDS="), control_plane)
+    targets, capture = the_command("mldiag profiler-target list"), the_command("mldiag profiler-session capture")
+
+    with in_the_background(agent, tmp_path, control_plane), in_the_background(job, tmp_path, control_plane):
+        def listed_active() -> bool:  # run alone, this test starts the job that registers the run
+            listed = subprocess.run(["bash", "-c", targets], cwd=tmp_path, env=shell_environment(control_plane),
+                                    capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+            return " ACTIVE" in listed.stdout
+
+        wait_for(listed_active, "the job's target ACTIVE", timeout_s=180)
+        shell(capture, tmp_path, control_plane)
+    session_id = capture.split()[3]
+    captured = mldiag_json(control_plane, "profiler-session", "describe", session_id,
+                           "--machine-learning-run", "my-experiment")
+    assert [t["sessionPhase"] for t in captured["targetSessions"].values()] == ["SUCCEEDED"]

@@ -7,7 +7,8 @@ Kubernetes DaemonSet, a Slurm prolog or a Compute Engine startup script
 
 * registers the target with the control plane and keeps it alive by heartbeat,
   as long as the port accepts connections — when the workload exits the
-  heartbeats stop and maintenance marks the target GONE;
+  heartbeats stop and maintenance marks the target GONE; each time a port
+  starts or stops answering, the agent says so (``say``);
 * pulls the capture tasks meant for it (:mod:`mldiag.services.capture.agents`),
   captures from ``127.0.0.1:<port>`` — the port of its own configuration,
   never an address taken from a task — and uploads what the profiler wrote;
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,6 +70,8 @@ class Agent:
     blobs: BlobStore
     stopping: threading.Event = field(default_factory=threading.Event)
     dial: ProfilerDialer = bootstrap.dial_profiler
+    say: Callable[[str], None] = log.info
+    _answering: dict[int, bool] = field(default_factory=dict, init=False)
 
     @property
     def _location_path(self) -> str:
@@ -85,7 +89,9 @@ class Agent:
         alive = []
         for local in self.config.targets:
             target_id = local.target_id(self.config.hostname)
-            if not self.dial(f"{LOCALHOST}:{local.port}").reachable():
+            answering = self.dial(f"{LOCALHOST}:{local.port}").reachable()
+            self._say_when_changed(local.port, target_id, answering)
+            if not answering:
                 continue
             self.api.call("POST", f"{self._run_path}/profilerTargets/{target_id}:heartbeat", body={
                 "agent": self.config.name, "hostname": self.config.hostname, "nodeIndex": local.node_index,
@@ -93,6 +99,17 @@ class Agent:
             })
             alive.append(target_id)
         return alive
+
+    def _say_when_changed(self, port: int, target_id: str, answering: bool) -> None:
+        before = self._answering.get(port)
+        self._answering[port] = answering
+        server = f"profiler server on {LOCALHOST}:{port}"
+        if answering and not before:
+            self.say(f"the {server} is target {target_id} of run {self.config.run.run}")
+        elif not answering and before is None:
+            self.say(f"no {server} yet: it becomes target {target_id} once the workload serves it")
+        elif not answering and before:
+            self.say(f"the {server} stopped answering: target {target_id} turns GONE within a minute")
 
     def work(self) -> int:
         """Claim this agent's pending tasks, run them at once, report each; returns how many ran."""

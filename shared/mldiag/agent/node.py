@@ -1,10 +1,11 @@
 """The node agent for one run, as ``mldiag agent`` runs it: its credentials, the SDK's door, its uploads.
 
-Uploads go to the bucket the settings name: the local buckets under
-``MLDIAG_DATA_DIR`` next to ``mldiag up``, Cloud Storage with
-``MLDIAG_BACKEND=gcp`` (the node's service account needs write access to the
-profiles bucket). With ``MLDIAG_AUTH_AUDIENCE`` set, calls carry a Google ID
-token for that audience (:mod:`mldiag.client.credentials`).
+Uploads go where the control plane reads (``GET /v1alpha/agentConfig``), whatever
+the agent's own environment says: the local buckets under the data folder of
+the ``mldiag up`` it talks to, or Cloud Storage in the control plane's project
+(the node's service account needs write access to the profiles bucket). With
+``MLDIAG_AUTH_AUDIENCE`` set, calls carry a Google ID token for that audience
+(:mod:`mldiag.client.credentials`).
 
 The run is given by id, full name or display name; a node's agent often starts
 before its workload registers the run, so it waits for the run to exist (and
@@ -20,6 +21,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from mldiag import bootstrap
 from mldiag.agent.daemon import Agent, AgentConfig, LocalTarget
@@ -70,6 +72,18 @@ def wait_for_run(client: ApiClient, project: str, location: str, run: str, stopp
     return None
 
 
+def with_control_plane_storage(settings: Settings, api: ApiClient) -> Settings:
+    """``settings`` with the control plane's blob store: the agent uploads where the control plane reads."""
+    storage = api.call("GET", "v1alpha/agentConfig")["storage"]
+    if storage["backend"] == "gcp":
+        return settings.model_copy(update={"backend": "gcp", "project": storage["project"]})
+    return settings.model_copy(update={"backend": "embedded", "data_dir": Path(storage["dataDir"])})
+
+
+def _uploads_go_to(settings: Settings) -> str:
+    return f"Cloud Storage in {settings.project}" if settings.backend == "gcp" else f"{settings.data_dir / 'buckets'}"
+
+
 def run_node_agent(settings: Settings, options: NodeAgentOptions, stopping: threading.Event,
                    say: Callable[[str], None]) -> None:
     """Serve the run's targets on this node until ``stopping`` is set; ``say`` gets the agent's progress lines.
@@ -101,9 +115,11 @@ def run_node_agent(settings: Settings, options: NodeAgentOptions, stopping: thre
             heartbeat_interval_s=options.heartbeat_interval_s, poll_interval_s=options.poll_interval_s,
             scratch_dir=options.scratch_dir,
         )
-        daemon = Agent(config, api, bootstrap.build_blobs(settings), stopping)
+        storage = with_control_plane_storage(settings, api)
+        daemon = Agent(config, api, bootstrap.build_blobs(storage), stopping,
+                       say=lambda line: say(f"mldiag agent {config.name}: {line}"))
         say(f"mldiag agent {config.name}: ports {', '.join(map(str, options.ports))} of run {run_name.run} → "
-            f"{options.api_url}")
+            f"{options.api_url}, uploads into {_uploads_go_to(storage)}")
         daemon.run_forever()
     finally:
         if forwarder is not None:

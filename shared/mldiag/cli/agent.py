@@ -1,8 +1,8 @@
 """``mldiag agent``: run the node agent (:mod:`mldiag.agent.node`) until Ctrl-C or SIGTERM.
 
-Uploads go to the bucket the settings name (``MLDIAG_DATA_DIR`` next to
-``mldiag up``, Cloud Storage with ``MLDIAG_BACKEND=gcp``); with
-``MLDIAG_AUTH_AUDIENCE`` set, calls carry a Google ID token for that audience.
+Uploads go where the control plane at ``--api-url`` reads (the data folder of
+``mldiag up``, or Cloud Storage in the cloud); with ``MLDIAG_AUTH_AUDIENCE``
+set, calls carry a Google ID token for that audience.
 The run may be given before its workload registers it: the agent waits.
 With ``--sdk-port``, workloads on the node set
 ``DIAGON_BASE_URL=http://127.0.0.1:<port>``.
@@ -37,22 +37,23 @@ def agent(
     run: Annotated[str, typer.Option("--machine-learning-run", envvar="MLDIAG_RUN",
                                      help="The run whose workload runs on this node: id, full name or "
                                           "display name.")],
-    ports: Annotated[list[int], typer.Option("--port", min=1, max=65535,
+    ports: Annotated[list[int], typer.Option("--port", min=1, max=65535, metavar="<n>",
                                              help="A local profiler port (repeat for several processes).")] = [9999],
-    node_index: Annotated[int, typer.Option("--node-index", envvar="MLDIAG_NODE_INDEX", min=0,
+    node_index: Annotated[int, typer.Option("--node-index", envvar="MLDIAG_NODE_INDEX", min=0, metavar="<index>",
                                             help="This node's index; further ports count on from it.")] = 0,
     hostname: Annotated[str, typer.Option("--hostname", help="Hostname to register (default: this host's).")] = "",
     name: Annotated[str, typer.Option("--name", help="The agent's name (default: the hostname).")] = "",
-    heartbeat: Annotated[float, typer.Option("--heartbeat-interval", min=1.0, help="Seconds between heartbeats.")]
-        = 15.0,
-    poll: Annotated[float, typer.Option("--poll-interval", min=0.1, help="Seconds between task polls.")] = 2.0,
+    heartbeat: Annotated[float, typer.Option("--heartbeat-interval", min=1.0, metavar="<seconds>",
+                                             help="Seconds between heartbeats.")] = 15.0,
+    poll: Annotated[float, typer.Option("--poll-interval", min=0.1, metavar="<seconds>",
+                                        help="Seconds between task polls.")] = 2.0,
     scratch_dir: Annotated[Path | None, typer.Option(
         "--scratch-dir", help="Where profilers write before the upload; containerised workloads must mount it "
                               "at the same path (default: the system's temporary folder).")] = None,
     sdk_port: Annotated[int | None, typer.Option(
-        "--sdk-port", min=0, max=65535,
+        "--sdk-port", min=0, max=65535, metavar="<n>",
         help="Serve the official SDK's routes on 127.0.0.1:PORT (0: a free one), forwarded with this agent's "
-             "credentials; workloads set DIAGON_BASE_URL=http://127.0.0.1:PORT.")] = None,
+             "credentials; workloads set DIAGON_BASE_URL to http://127.0.0.1:PORT.")] = None,
     project: Project = DEFAULT_PROJECT, location: Location = DEFAULT_LOCATION,
     api_url: ApiUrl = DEFAULT_API_URL, token: Token = "",
 ) -> None:

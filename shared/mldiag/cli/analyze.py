@@ -71,7 +71,8 @@ def _memory_size(value: str) -> str:
 
 def analyze(
     path: str = typer.Argument(..., help="A logdir, a session folder, one .xplane.pb, or a gs:// URI."),
-    out: Path = typer.Option(Path("."), "--out", help="Folder to write analysis.json and summary.html into."),
+    out: Path = typer.Option(Path("."), "--out", help="Folder to write analysis.json and summary.html into "
+                                                     "(the current one by default; the command names it)."),
     fmt: ReportFormat = typer.Option(ReportFormat.text, "--format", help="How to print the report."),
     reasoner: ReasonerChoice | None = typer.Option(
         None, "--reasoner", help="Who investigates: the offline analyst or Gemini on Vertex AI "
@@ -97,7 +98,7 @@ def analyze(
         analysis = analyse_or_exit(path, scratch, reasoner, "mldiag analyze", ceiling)
 
     report = analysis.to_json_dict()
-    written = write_reports(analysis, out)
+    written = write_reports(analysis, out.resolve())
     stderr.print(Text(f"Wrote {' and '.join(map(str, written))} in {analysis.seconds:.1f} s"))
     if analysis.investigation and analysis.investigation.fallback_reason:
         stderr.print(Text(f"Vertex AI did not answer usably ({analysis.investigation.fallback_reason}); "

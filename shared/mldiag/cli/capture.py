@@ -114,10 +114,13 @@ def capture(
     duration: Annotated[str, typer.Option(
         "--duration", callback=wire_duration, help="How long to record (100ms to 5m), e.g. 2s, 1500ms.")] = "2s",
     targets: Targets = "all",
-    host_tracer_level: Annotated[HostLevel | None, typer.Option("--host-tracer-level", help="Host tracer.")] = None,
+    host_tracer_level: Annotated[HostLevel | None, typer.Option(
+        "--host-tracer-level", metavar="<level>",
+        help="Host tracer: disabled, critical, info or verbose.")] = None,
     device_tracer_level: DeviceLevel = None,
     python_tracer_level: Annotated[Switch | None, typer.Option("--python-tracer-level", help="Python tracer.")] = None,
-    kind: Annotated[CaptureKind, typer.Option("--kind", help="on-demand, or a snapshot of continuous profiling.")]
+    kind: Annotated[CaptureKind, typer.Option("--kind", metavar="<kind>",
+                                                    help="on-demand, or a snapshot of continuous profiling.")]
         = CaptureKind.on_demand,
     fallback: Annotated[Fallback | None, typer.Option(
         "--fallback", help="When a snapshot comes back empty (no TPU buffer), take an on-demand trace.")] = None,

@@ -14,8 +14,10 @@ it. Sides that ran on different kinds of device are compared, with a warning
 naming both.
 
 Exit status: 0 when the candidate passes, 1 when it regresses (or the control
-plane refuses the call), 2 on a usage error, 3 when a local folder holds no
-readable profile or a side has no steps.
+plane refuses the call), 2 on a usage error, 3 when a local folder does not
+exist or holds no readable profile, or a side has no steps. Anything written as
+a path (with a ``/``, or starting with ``.`` or ``~``) is a folder, so a
+mistyped one is named as missing rather than looked up as a stored session.
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ def compare(
     thresholds = Thresholds(
         max_step_time_regression=_option(max_step_time_regression, "--max-step-time-regression"),
         max_memory_regression=_option(max_memory_regression, "--max-memory-regression"))
-    local = [path.startswith("gs://") or Path(path).expanduser().exists() for path in (baseline, candidate)]
+    local = [_names_a_folder(path) for path in (baseline, candidate)]
     if all(local):
         verdict = _compare_folders(baseline, candidate, thresholds)
     elif any(local):
@@ -136,11 +138,25 @@ def _check_sides(verdict: dict[str, Any]) -> None:
                    f"{hardware['candidate']}; their step times are not comparable", err=True)
 
 
+def _names_a_folder(path: str) -> bool:
+    """Whether ``path`` is a folder or a file (it may be mistyped): a ``gs://`` URI, something that exists, or
+    anything written as a path. Session ids hold no ``/``; full names start with ``projects/``."""
+    if path.startswith("gs://") or Path(path).expanduser().exists():
+        return True
+    return not path.startswith("projects/") and ("/" in path or path.startswith((".", "~")))
+
+
 def _compare_folders(baseline: str, candidate: str, thresholds: Thresholds) -> dict[str, Any]:
     from mldiag.analysis.regression import judge
     from mldiag.cli.analyze import ReasonerChoice, analyse_or_exit
     from mldiag.local.analyze import scratch_folder
 
+    from mldiag.analysis.profiles import UNREADABLE_EXIT
+
+    for path in (baseline, candidate):
+        if not path.startswith("gs://") and not Path(path).expanduser().exists():
+            typer.echo(f"mldiag compare: {path} does not exist", err=True)
+            raise typer.Exit(UNREADABLE_EXIT)
     with scratch_folder("mldiag compare") as scratch:
         before = analyse_or_exit(baseline, scratch / "baseline", ReasonerChoice.offline, "mldiag compare")
         after = analyse_or_exit(candidate, scratch / "candidate", ReasonerChoice.offline, "mldiag compare")

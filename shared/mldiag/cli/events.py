@@ -14,11 +14,13 @@ from urllib.parse import quote
 import typer
 
 from mldiag.cli.options import DEFAULT_API_URL, ApiUrl, Fmt, Token, api_command
+from mldiag.config import MAINTENANCE_TICKS, TOPIC_SUBSCRIBERS
 from mldiag.cli.output import Format, show
 from mldiag.client.api import ApiClient
 
 app = typer.Typer(help="Archived events: list, show, replay, dead-letters, prune.", no_args_is_help=True)
 
+MAINTENANCE = TOPIC_SUBSCRIBERS[MAINTENANCE_TICKS]
 _COLUMNS = ("id", "function", "type", "outcome", "attempts", "firstReceived", "error")
 
 Type = Annotated[str, typer.Option(
@@ -39,11 +41,16 @@ def _filters(type: str, function: str, outcome: str, since: str, until: str, lim
 @api_command
 def list_events(
     type: Type = "", function: Function = "", outcome: Outcome = "", since: Since = "", until: Until = "",
-    limit: Limit = 100, api_url: ApiUrl = DEFAULT_API_URL, token: Token = "", fmt: Fmt = Format.table,
+    limit: Limit = 100,
+    everything: Annotated[bool, typer.Option(
+        "--all", help=f"Include the {MAINTENANCE} function's ticks, left out unless --function names it.")] = False,
+    api_url: ApiUrl = DEFAULT_API_URL, token: Token = "", fmt: Fmt = Format.table,
 ) -> None:
-    """List archived events, newest first."""
-    found = ApiClient(api_url, token).call("GET", "v1alpha/events",
-                                           params=_filters(type, function, outcome, since, until, limit))
+    """List archived events, newest first (without the maintenance ticks unless --all)."""
+    params = _filters(type, function, outcome, since, until, limit)
+    if not everything and not function:
+        params["excludeFunction"] = MAINTENANCE
+    found = ApiClient(api_url, token).call("GET", "v1alpha/events", params=params)
     show(found.get("events", []), fmt, _COLUMNS)
 
 

@@ -2,7 +2,7 @@
 
 1. Our MonitoredEvent message (the degradation analyzer sends it; so can any system)::
 
-       {"run": "projects/P/locations/L/machineLearningRuns/R",   # or just "R"
+       {"run": "projects/P/locations/L/machineLearningRuns/R",   # or "R", or a display name
         "monitoredEventId": "degradation-1",
         "monitoredEvent": {"type": "PERFORMANCE_DEGRADATION", "startTime": ..., "endTime": ...,
                            "targets": [...], "analyzerReports": [{"analyzer", "detectionState", ...}]}}
@@ -11,7 +11,7 @@
 
 2. A Cloud Monitoring incident, as a Pub/Sub notification channel publishes it
    (``{"incident": {...}, "version": "1.2"}``). It names its run through a label
-   ``mldiag_run`` (a run id or a full run name), looked up in this order: the
+   ``mldiag_run`` (a run id, full name or display name), looked up in this order: the
    metric's labels, the monitored resource's labels, the policy's user labels.
    A label ``mldiag_targets`` (comma-separated target ids) localises it; without
    one, every target of the run is affected. ``state`` is ``open`` or ``closed``.
@@ -27,7 +27,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, ValidationError
 
 from mldiag.domain.errors import InvalidArgument, PermanentFailure
-from mldiag.domain.names import LocationName, id_from_text, parse_run, validate_id
+from mldiag.domain.names import id_from_text, validate_id
 from mldiag.domain.resources import (
     AnalyzerReport,
     DetectionState,
@@ -47,7 +47,7 @@ PROMETHEUS_SOURCES = ("alertmanager", "grafana")
 class Alert(CamelModel):
     """One alert, whatever its source: which run, which event, open or closed, and why."""
 
-    run: str
+    run: str  # as the alert names it (an id, a full name or a display name) until the run is looked up
     event_id: str
     open: bool
     type: EventType = EventType.PERFORMANCE_DEGRADATION
@@ -59,15 +59,13 @@ class Alert(CamelModel):
     source: str = ""
 
 
-def _run_name(value: Any, default_location: LocationName) -> str:
-    if not isinstance(value, str) or not value:
+def _run_reference(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
         raise PermanentFailure(f"the alert names no run (expected '{RUN_LABEL}' or 'run')")
-    if value.startswith("projects/"):
-        return str(parse_run(value))
-    return str(default_location.run(value))
+    return value.strip()
 
 
-def _event_from_ours(payload: dict[str, Any], default_location: LocationName) -> Alert:
+def _event_from_ours(payload: dict[str, Any]) -> Alert:
     try:
         event = MonitoredEvent.model_validate(payload.get("monitoredEvent") or {})
     except ValidationError as error:
@@ -75,7 +73,7 @@ def _event_from_ours(payload: dict[str, Any], default_location: LocationName) ->
     event_id = validate_id(str(payload.get("monitoredEventId") or ""), field="monitoredEventId")
     detected = any(r.detection_state is DetectionState.DETECTED for r in event.analyzer_reports)
     return Alert(
-        run=_run_name(payload.get("run"), default_location), event_id=event_id,
+        run=_run_reference(payload.get("run")), event_id=event_id,
         open=event.end_time is None and detected, type=event.type, display_name=event.display_name,
         start_time=event.start_time, end_time=event.end_time, targets=event.targets,
         reports=event.analyzer_reports, source="monitoredEvent",
@@ -103,7 +101,7 @@ def _epoch(value: Any) -> datetime | None:
         raise PermanentFailure(f"incident time {value!r} is not epoch seconds") from None
 
 
-def _event_from_incident(incident: dict[str, Any], default_location: LocationName) -> Alert:
+def _event_from_incident(incident: dict[str, Any]) -> Alert:
     incident_id = str(incident.get("incident_id") or "")
     if not incident_id:
         raise PermanentFailure("the incident has no incident_id")
@@ -118,7 +116,7 @@ def _event_from_incident(incident: dict[str, Any], default_location: LocationNam
         actions.append(RecommendedAction(description=str(documentation["content"])[:MAX_TEXT],
                                          documentation_url=str(incident.get("url") or "")[:MAX_TEXT]))
     return Alert(
-        run=_run_name(_label(incident, RUN_LABEL), default_location),
+        run=_run_reference(_label(incident, RUN_LABEL)),
         event_id=id_from_text(f"incident-{incident_id}"),
         open=state == "open",
         display_name=" / ".join(filter(None, (policy, condition))) or f"incident {incident_id}",
@@ -173,7 +171,7 @@ def prometheus_event_id(source: str, alert: PrometheusAlert) -> str:
     return id_from_text(f"{source}-{alert.identity}-{format_timestamp(alert.starts_at)}")
 
 
-def _event_from_prometheus(payload: dict[str, Any], default_location: LocationName) -> Alert:
+def _event_from_prometheus(payload: dict[str, Any]) -> Alert:
     source = payload.get("source")
     if source not in PROMETHEUS_SOURCES:
         raise PermanentFailure(f"source {source!r} is not one of {', '.join(PROMETHEUS_SOURCES)}")
@@ -186,7 +184,7 @@ def _event_from_prometheus(payload: dict[str, Any], default_location: LocationNa
     actions = [RecommendedAction(description=details or name or "see the alert's source",
                                  documentation_url=link[:MAX_TEXT])] if link else []
     return Alert(
-        run=_run_name(alert.labels[RUN_LABEL], default_location),
+        run=_run_reference(alert.labels[RUN_LABEL]),
         event_id=prometheus_event_id(source, alert),
         open=firing,
         display_name=(" / ".join(filter(None, (name, summary))) or f"{source} alert {alert.identity}")[:MAX_TEXT],
@@ -203,17 +201,19 @@ def _event_from_prometheus(payload: dict[str, Any], default_location: LocationNa
     )
 
 
-def parse_alert(payload: Any, default_location: LocationName) -> Alert:
-    """Read any of the three shapes; :class:`PermanentFailure` for anything that can never become an alert."""
+def parse_alert(payload: Any) -> Alert:
+    """Read any of the three shapes; :class:`PermanentFailure` for anything that can never become an alert.
+
+    The alert's ``run`` is as the alert names it: the caller looks the run up."""
     if not isinstance(payload, dict):
         raise PermanentFailure("the alert is not a JSON object")
     try:
         if isinstance(payload.get("incident"), dict):
-            return _event_from_incident(payload["incident"], default_location)
+            return _event_from_incident(payload["incident"])
         if isinstance(payload.get("prometheusAlert"), dict):
-            return _event_from_prometheus(payload, default_location)
+            return _event_from_prometheus(payload)
         if "monitoredEvent" in payload:
-            return _event_from_ours(payload, default_location)
+            return _event_from_ours(payload)
     except InvalidArgument as bad:
         raise PermanentFailure(str(bad)) from None
     raise PermanentFailure("neither a MonitoredEvent message, a Cloud Monitoring incident nor a Prometheus alert")

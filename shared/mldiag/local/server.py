@@ -56,6 +56,7 @@ from mldiag.entrypoints.http.origin import HostNames
 from mldiag.local.bucket_watcher import BucketWatcher
 from mldiag.local.data_dir import make_private, private_files
 from mldiag.local.http_server import HttpServer
+from mldiag.local.native_stderr import NativeStderr
 from mldiag.local.xprof_viewer import XprofViewer
 from mldiag.ports import HostedBus
 from mldiag.services.analysis_jobs import clean_up_after_a_stop, stop_workers
@@ -215,6 +216,16 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
     Raises :class:`StartFailed` when a port cannot be bound or the data directory used; nothing is
     left running then, and nothing is written when it is the port.
     """
+    native = NativeStderr()
+    native.install()  # before the log handlers are made: theirs is the terminal's copy of stderr
+    try:
+        _serve(native, settings, host, port, announce, viewer_port, otlp_port, otlp_optional)
+    finally:
+        native.restore()
+
+
+def _serve(native: NativeStderr, settings: Settings, host: str, port: int, announce: Callable[[Banner], None],
+           viewer_port: int | None, otlp_port: int | None, otlp_optional: bool) -> None:
     server = _bound_server(host, port)
     bound_port = server.bind_addr[1]
     open_to_the_network = _listens_beyond_this_machine(server) and Guard(settings).mode == "open"
@@ -232,6 +243,7 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
         services, bus = bootstrap.build_hosted(settings)
     except OSError as error:
         server.stop()
+        native.restore()
         logs.close()
         raise StartFailed(f"cannot use the data directory {settings.data_dir}: {error.strerror or error}; "
                           "choose another with --data") from None
@@ -297,4 +309,5 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
         watcher.stop()
         bus.stop(interrupt=lambda: stop_workers(services.settings))  # analyses stopped are retried on the next start
         signal.signal(signal.SIGTERM, previous)
+        native.restore()
         logs.close()

@@ -171,7 +171,9 @@ class EventArchive:
         self.save(record)
 
     def list(self, *, function: str = "", type: str = "", outcome: str = "",
-             since: datetime | None = None, until: datetime | None = None, limit: int = 100) -> list[ArchivedEvent]:
+             since: datetime | None = None, until: datetime | None = None, limit: int = 100,
+             exclude_function: str = "") -> list[ArchivedEvent]:
+        """The newest ``limit`` events that match, leaving out those ``exclude_function`` handled."""
         where: list[Where] = []
         if function:
             where.append(Where("function", "==", function))
@@ -183,8 +185,17 @@ class EventArchive:
             where.append(Where("firstReceived", ">=", format_timestamp(since)))
         if until:
             where.append(Where("firstReceived", "<", format_timestamp(until)))
-        documents = self.store.query(COLLECTION, where=where, order_by=[OrderBy("firstReceived", True)], limit=limit)
-        return [ArchivedEvent.model_validate(d) for d in documents]
+        found: list[ArchivedEvent] = []
+        offset = 0
+        while len(found) < limit:  # the excluded are dropped here: a store's != queries need their own index
+            documents = self.store.query(COLLECTION, where=where, order_by=[OrderBy("firstReceived", True)],
+                                         limit=limit, offset=offset)
+            found += [event for event in map(ArchivedEvent.model_validate, documents)
+                      if not exclude_function or event.function != exclude_function]
+            if len(documents) < limit:
+                break
+            offset += limit
+        return found[:limit]
 
     def prune(self) -> int:
         """Delete records past their ``expireAt`` (Firestore's TTL does this by itself in the cloud)."""

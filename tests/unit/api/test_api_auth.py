@@ -150,3 +150,10 @@ def test_googles_certificates_are_fetched_once_while_their_cache_control_allows(
                                headers=_bearer(_id_token(signer)))
         assert response.status_code == 200, response.json
     assert certificate_server == ["/oauth2/v1/certs"]
+
+
+def test_where_agents_upload_is_operator_data_behind_the_token(make_api):
+    api = make_api(api_token=TOKEN)
+    assert api.request("GET", "/v1alpha/agentConfig").status_code == 401
+    answer = api.request("GET", "/v1alpha/agentConfig", headers=_bearer(TOKEN))
+    assert answer.status_code == 200 and answer.json["storage"]["backend"] == "embedded"

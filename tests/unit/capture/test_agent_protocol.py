@@ -92,3 +92,14 @@ def test_continuous_profiling_routes_answer_409_when_started_twice(run, api, add
     assert api.get(RUN).json["continuousProfiling"]["profilerTargets"] == ["h-0"]
     assert api.post(f"{RUN}:stopContinuousProfiling").status_code == 200
     assert "continuousProfiling" not in api.get(RUN).json
+
+
+def test_the_agent_config_names_the_control_planes_own_bucket_store(embedded, api):
+    answer = api.get("/v1alpha/agentConfig")
+    assert answer.status_code == 200, answer.json
+    assert answer.json == {"storage": {"backend": "embedded", "dataDir": str(embedded.settings.data_dir)}}
+
+
+def test_the_agent_config_in_the_cloud_names_the_project_whose_buckets_take_uploads(embedded):
+    cloud = embedded.settings.model_copy(update={"backend": "gcp", "project": "training-prod"})
+    assert agents.agent_config(cloud) == {"storage": {"backend": "gcp", "project": "training-prod"}}

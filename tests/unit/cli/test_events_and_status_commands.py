@@ -50,7 +50,7 @@ def test_events_and_status_come_from_the_control_plane_at_the_url_not_the_local_
     _archive(second.services, "only-in-second")
     elsewhere = {"MLDIAG_DATA_DIR": str(tmp_path / "another-data-dir")}
 
-    listed = _json(_mldiag(second.url, "events", "list", "--format", "json", env=elsewhere))
+    listed = _json(_mldiag(second.url, "events", "list", "--all", "--format", "json", env=elsewhere))
     assert [event["id"] for event in listed] == ["only-in-second"]
     status = _json(_mldiag(second.url, "status", "--format", "json", env=elsewhere))
     assert status["dataDir"] == str(second.services.settings.data_dir) and status["backend"] == "embedded"
@@ -60,9 +60,9 @@ def test_events_and_status_come_from_the_control_plane_at_the_url_not_the_local_
 def test_list_filters_and_show_has_the_raw_event(server, mldiag):
     _archive(server.services, "tick-1", age=timedelta(hours=2))
     _archive(server.services, "tick-2", outcome=Outcome.FAILED)
-    failed = _json(mldiag("events", "list", "--outcome", "failed", "--since", "1h", "--format", "json"))
+    failed = _json(mldiag("events", "list", "--outcome", "failed", "--since", "1h", "--all", "--format", "json"))
     assert [event["id"] for event in failed] == ["tick-2"]
-    table = mldiag("events", "list")
+    table = mldiag("events", "list", "--all")
     assert table.exit_code == 0 and "tick-1" in table.stdout and "KeyError" in table.stdout
     shown = _json(mldiag("events", "show", "maintenance:tick-2", "--format", "json"))
     assert shown["outcome"] == "failed" and shown["raw"]["id"] == "tick-2"
@@ -195,3 +195,15 @@ def test_events_list_replay_and_status_need_nothing_but_the_api_url(mldiag_up, t
     assert mldiag("events", "replay", key) == [
         {"key": key, "function": "maintenance", "before": "ok", "result": "no-op: was already ok"}]
     assert not (tmp_path / "home" / ".mldiag").exists()
+
+
+def test_list_leaves_the_maintenance_ticks_out_unless_all_or_function_names_them(server, mldiag):
+    for index in range(5):
+        _archive(server.services, f"tick-{index}", age=timedelta(seconds=index))
+    _archive(server.services, "alert-1", function="on_alert", age=timedelta(minutes=10))
+    listed = _json(mldiag("events", "list", "--limit", "3", "--format", "json"))
+    assert [event["id"] for event in listed] == ["alert-1"]
+    everything = _json(mldiag("events", "list", "--all", "--format", "json"))
+    assert len(everything) == 6
+    ticks = _json(mldiag("events", "list", "--function", "maintenance", "--format", "json"))
+    assert len(ticks) == 5

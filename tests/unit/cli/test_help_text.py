@@ -83,3 +83,9 @@ def test_each_command_is_one_line_in_its_groups_list(path, group):
 def test_a_groups_help_names_every_command(path, group):
     named = re.findall(r"[\w-]+", group.help.split(":", 1)[1])
     assert named == list(group.commands)
+
+
+@pytest.mark.parametrize("path", [path for path, _ in COMMANDS], ids=" ".join)
+def test_at_80_columns_no_option_name_is_cut(path):
+    shown = runner.invoke(build(), [*path, "--help"], env={"COLUMNS": "80"}).stdout
+    assert not re.findall(r"--[\w-]*…", shown), shown

@@ -288,7 +288,7 @@ def test_an_alert_for_an_unknown_run_is_404_and_nothing_of_its_group_is_sent(ser
     stranger["labels"]["mldiag_run"] = "ghost"
     grouped["alerts"].append(stranger)
     response = client.post("/v1alpha/alerts:alertmanager", json=grouped, headers=BEARER)
-    assert response.status_code == 404 and "machineLearningRuns/ghost" in response.json["error"]["message"]
+    assert response.status_code == 404 and "run ghost not found" in response.json["error"]["message"]
     assert not services.bus.published[MONITORING_ALERTS]
 
 
@@ -301,3 +301,33 @@ def test_the_token_is_never_logged(services, client):
         deliver(services)
     assert TOKEN not in json.dumps(logs, default=str) and "nope" not in json.dumps(logs, default=str)
     assert TOKEN not in repr(services)  # what a traceback's locals would show
+
+
+def _naming_the_run(payload: dict, run: str) -> dict:
+    notification = copy.deepcopy(payload)
+    for alert in notification["alerts"]:
+        alert["labels"]["mldiag_run"] = run
+    return notification
+
+
+def test_an_alert_may_name_its_run_by_the_display_name_one_run_has(services, client):
+    services.runs.update(RUN, lambda run: setattr(run, "display_name", "my experiment"))
+    response = client.post("/v1alpha/alerts:alertmanager", json=_naming_the_run(ALERTMANAGER, "my experiment"),
+                           headers=BEARER)
+    assert response.status_code == 200, response.json
+    (answer,) = response.json["alerts"]
+    assert answer["run"] == RUN and answer["monitoredEvent"].startswith(f"{RUN}/monitoredEvents/")
+    assert deliver(services) == [Outcome.OK]
+    (event,) = monitored_events(services)
+    assert event.name == answer["monitoredEvent"] and len(auto_sessions(services)) == 1
+
+
+def test_an_alert_naming_a_display_name_several_runs_share_is_400_naming_them(services, client):
+    services.runs.update(RUN, lambda run: setattr(run, "display_name", "shared"))
+    services.runs.create(MachineLearningRun(name=f"{RUN}-again", display_name="shared"))
+    response = client.post("/v1alpha/alerts:alertmanager", json=_naming_the_run(ALERTMANAGER, "shared"),
+                           headers=BEARER)
+    assert response.status_code == 400
+    message = response.json["error"]["message"]
+    assert "'shared'" in message and "r1" in message and "r1-again" in message and "give the id" in message
+    assert not services.bus.published[MONITORING_ALERTS]

@@ -311,3 +311,18 @@ def test_a_step_time_summary_is_rejected_with_its_reason(embedded, run):
     result = export(embedded, service.ExportMetricsServiceRequest(resource_metrics=[otlp_metrics.ResourceMetrics(
         scope_metrics=[otlp_metrics.ScopeMetrics(metrics=[summary])])]))
     assert result.rejected == 1 and "summary metrics are not used" in result.error_message
+
+
+def test_a_run_attribute_may_give_the_display_name_one_run_has(embedded, run):
+    embedded.runs.update(RUN, lambda stored: setattr(stored, "display_name", "My Experiment"))
+    request = sdk_export([0.2, 0.2], host_name="some-machine", point_attributes={"mldiag.run": "My Experiment"})
+    assert export(embedded, request).rejected == 0
+    assert DETECTORS.read(embedded, RUN).state.seen == 2
+
+
+def test_a_display_name_several_runs_share_is_rejected_naming_them(embedded, run):
+    embedded.runs.update(RUN, lambda stored: setattr(stored, "display_name", "shared"))
+    embedded.runs.create(MachineLearningRun(name=f"{RUN}-again", display_name="shared"))
+    result = export(embedded, sdk_export([0.2], point_attributes={"mldiag.run": "shared"}))
+    assert result.rejected == 1 and "r1" in result.error_message and "r1-again" in result.error_message
+    assert DETECTORS.read(embedded, RUN).state.seen == 0

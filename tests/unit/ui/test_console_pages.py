@@ -217,3 +217,27 @@ def test_table_headers_break_between_words_only_and_tables_scroll(console):
     assert re.search(r"thead th \{[^}]*white-space: nowrap;", css)
     assert ".table-scroll { overflow-x: auto; }" in css
     assert not re.search(r"(^|\n)th, td \{[^}]*overflow-wrap: anywhere", css)
+
+
+def test_a_run_page_opens_by_the_display_name_one_run_has(console, services):
+    add_run(services, "r1", display_name="My Experiment")
+    add_session(services, add_run(services, "r2", display_name="other"), "s1")
+    page = console.get("/ui/runs/My%20Experiment")
+    assert page.status_code == 200 and "My Experiment" in page.get_data(as_text=True)
+    assert console.get("/ui/runs/other/sessions/s1").status_code == 200
+
+
+def test_a_display_name_several_runs_share_gets_a_page_naming_them(console, services):
+    add_run(services, "r1", display_name="shared")
+    add_run(services, "r2", display_name="shared")
+    response = console.get("/ui/runs/shared")
+    assert response.status_code == 400 and response.mimetype == "text/html"
+    assert "ids r1, r2" in response.get_data(as_text=True) or "ids r2, r1" in response.get_data(as_text=True)
+    assert console.get("/ui/runs/nobody").status_code == 404
+
+
+def test_a_run_without_targets_says_what_registers_one(console, services):
+    add_run(services, "r1")
+    text = re.sub(r"<[^>]+>|\s+", " ", console.get("/ui/runs/r1").get_data(as_text=True))
+    assert "only opens a port" in text
+    assert "mldiag agent --machine-learning-run r1 --port 9999" in text

@@ -5,7 +5,8 @@ profiling, sessions, a chart of their step time and health, and monitored
 events), a session (its targets' phases, tracer levels, analysis and links),
 and two sessions of a run compared side by side (:mod:`mldiag.analysis.regression`). Forms post to the capture, share
 and re-analysis services and answer with a redirect back to the page (or the page with
-the error, when the service refused). The sessions table of a run refreshes
+the error, when the service refused). A URL names a run by its id or by a
+display name one run has, as the CLI does. The sessions table of a run refreshes
 itself while a capture or an analysis is under way (``console.js`` fetches
 ``.../sessions``, the same table rendered alone).
 
@@ -27,7 +28,7 @@ from flask import Blueprint, Response, current_app, g, redirect, render_template
 from werkzeug.datastructures import MultiDict
 
 from mldiag.domain.errors import InvalidArgument, MldiagError, NotFound, ResourceExhausted, Unauthenticated
-from mldiag.domain.names import SESSIONS, LocationName, RunName, is_id
+from mldiag.domain.names import SESSIONS, LocationName, RunName, is_id, parse_run
 from mldiag.domain.resources import (
     AnalysisState,
     AnalysisStatus,
@@ -48,6 +49,7 @@ from mldiag.entrypoints.http.rest import services
 from mldiag.services.capture import requests as capture_requests
 from mldiag.services.resources import comparison, reanalysis, sessions
 from mldiag.services.resources.listing import ListRequest, list_page
+from mldiag.services.resources.runs import find_named
 
 blueprint = Blueprint("ui", __name__, url_prefix="/ui", template_folder="templates",
                       static_folder="static")
@@ -153,7 +155,8 @@ def _location() -> LocationName:
 
 
 def _run_name(run: str) -> RunName:
-    return _location().run(run)
+    """The run the URL names: its id, or a display name one run has (as the CLI reads a run)."""
+    return parse_run(find_named(services(), _location(), run).name)
 
 
 def _targets(run_name: str) -> list[ProfilerTarget]:

@@ -6,11 +6,13 @@ They belong to the installation rather than to a project and location:
 * ``GET /v1alpha/events/{function:id or id}`` — one, with its raw CloudEvent;
 * ``POST /v1alpha/events:replay`` — ``{"events": [...], <the same filters>, "dryRun", "to": "local"|"topic"}``;
 * ``POST /v1alpha/events:prune`` — delete records past their retention;
-* ``GET /v1alpha/deadLetters?limit=`` and ``GET /v1alpha/status``.
+* ``GET /v1alpha/deadLetters?limit=`` and ``GET /v1alpha/status``;
+* ``GET /v1alpha/agentConfig`` — where node agents upload (:mod:`mldiag.services.capture.agents`).
 
 Every one of them, reads included, needs the credential when the control plane
 asks for one (:mod:`mldiag.entrypoints.http.auth`): raw events carry payloads and errors,
-and the status names where the data lives — operator data, not resources.
+and the status and the agents' configuration name where the data lives — operator
+data, not resources.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from flask import Blueprint, Response, request
 from mldiag.domain.errors import InvalidArgument
 from mldiag.entrypoints.handlers import EVENT_HANDLERS
 from mldiag.entrypoints.http.rest import json_body, ok, services
+from mldiag.services.capture import agents
 from mldiag.services.operations import archive
 
 blueprint = Blueprint("operator", __name__, url_prefix="/v1alpha")
@@ -62,3 +65,8 @@ def dead_letters() -> Response:
 @blueprint.get("/status")
 def status() -> Response:
     return ok(archive.status(services()))
+
+
+@blueprint.get("/agentConfig")
+def agent_config() -> Response:
+    return ok(agents.agent_config(services().settings))

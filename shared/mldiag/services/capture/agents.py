@@ -10,7 +10,11 @@ the node):
   open tasks fail as unreachable;
 * ``POST .../captureTasks:claim`` leases the agent's pending tasks;
 * ``POST .../captureTasks:complete`` records a task's outcome once the agent
-  has uploaded what it captured.
+  has uploaded what it captured;
+* ``GET /v1alpha/agentConfig`` (an operator route: the installation's, behind
+  the credential) tells an agent where to upload: the control plane's own blob
+  store, so an agent next to ``mldiag up --data X`` writes under X whatever its
+  own environment says.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any, Protocol
 
 from pydantic import Field
 
+from mldiag.config import Settings
 from mldiag.domain.errors import NotFound, PermissionDenied
 from mldiag.domain.names import TARGETS, LocationName, RunName, validate_id
 from mldiag.domain.resources import ProfilerTarget, TargetState
@@ -107,6 +112,13 @@ def complete(services: AgentPorts, location: LocationName, body: dict[str, Any])
     if task.agent != completion.agent:
         raise PermissionDenied(f"capture task {task.key} belongs to node agent {task.agent or '(none)'}")
     return tasks.finish(services, task.key, tasks.TaskResult.from_json(completion.result)) or task
+
+
+def agent_config(settings: Settings) -> dict[str, Any]:
+    """What an agent needs to upload where this control plane reads: its backend and that backend's place."""
+    if settings.backend == "gcp":
+        return {"storage": {"backend": "gcp", "project": settings.project}}
+    return {"storage": {"backend": "embedded", "dataDir": str(settings.data_dir)}}
 
 
 def mark_gone(services: AgentPorts) -> int:

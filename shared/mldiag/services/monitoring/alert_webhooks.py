@@ -1,8 +1,10 @@
 """Alerts in over HTTP: Alertmanager, Grafana and Cloud Monitoring webhook notifications onto ``monitoring-alerts``.
 
 A notification is checked whole before anything is sent: every alert in it
-must name an existing run (label ``mldiag_run``), or the sender gets one clear
-error and nothing is published. Each alert then goes to ``monitoring-alerts``
+must name an existing run (label ``mldiag_run``: its id, full name or a display
+name one run has), or the sender gets one clear error (several runs sharing the
+display name are named) and nothing is published; ``on_alert`` looks the run
+up the same way. Each alert then goes to ``monitoring-alerts``
 on its own (a grouped notification becomes one message per alert) through the
 outbox, so ``on_alert`` records, archives, storm-controls and captures it
 exactly as it does an alert from Pub/Sub — and ``mldiag events replay`` can
@@ -17,15 +19,15 @@ from mldiag.config import MONITORING_ALERTS
 from mldiag.domain.alerts import (
     PROMETHEUS_SOURCES,
     Alert,
-    parse_alert,
     prometheus_event_id,
     read_prometheus_alert,
 )
-from mldiag.domain.errors import InvalidArgument, NotFound, PermanentFailure
-from mldiag.domain.names import EVENTS, LocationName, parse_run
+from mldiag.domain.errors import InvalidArgument, PermanentFailure
+from mldiag.domain.names import EVENTS, parse_run
 from mldiag.ports import Transaction
 from mldiag.services import outbox
 from mldiag.services.dependencies import Configured, Publishing, Stored
+from mldiag.services.monitoring.alert_runs import read_alert
 from mldiag.services.repository import document_key
 
 
@@ -71,15 +73,12 @@ def receive_incident(services: AlertWebhookPorts, notification: dict[str, Any]) 
 
 def _publish(services: AlertWebhookPorts, messages: list[tuple[str, dict]]) -> list[dict]:
     """Check every message reads as an alert of an existing run, then stage and send them all."""
-    location = LocationName(services.settings.project, services.settings.location)
     checked: list[tuple[str, dict, Alert]] = []
     for key, message in messages:
         try:
-            alert = parse_alert(message, location)
+            alert = read_alert(services, message)
         except PermanentFailure as bad:
             raise InvalidArgument(str(bad)) from None
-        if services.runs.find(alert.run) is None:
-            raise NotFound(f"the alert names run {alert.run}, which does not exist")
         checked.append((f"webhook:{document_key(alert.run)}:{key}", message, alert))
 
     def work(transaction: Transaction) -> None:
@@ -92,3 +91,4 @@ def _publish(services: AlertWebhookPorts, messages: list[tuple[str, dict]]) -> l
         outbox.flush(services.store, services.bus, key)
     return [{"run": alert.run, "monitoredEvent": str(parse_run(alert.run).child(EVENTS, alert.event_id)),
              "state": "open" if alert.open else "closed"} for _, _, alert in checked]
+

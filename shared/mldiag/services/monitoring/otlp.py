@@ -11,8 +11,9 @@ exactly as ``:reportMetrics`` does, so a degradation opens a monitored event
 and an automatic capture follows with nothing but the exporter's endpoint set.
 
 Which run: the point's or the resource's ``mldiag.run`` attribute (a run's
-resource name or id), else the point's ``node_id``, else the resource's
-``host.name``; an id is a run of the configured project and location. Values:
+resource name, its id, or a display name one run has, as the CLI reads a run),
+else the point's ``node_id``, else the resource's ``host.name``; an id or a
+display name is a run of the configured project and location. Values:
 gauges and sums as they are, histograms with delta temporality as their mean
 (``sum / count``); a cumulative histogram's mean covers the whole run, which
 would hide a slowdown, so its points are rejected. Units follow the data
@@ -44,9 +45,10 @@ from typing import Any, Protocol
 
 from mldiag.domain.degradation import MetricPoint
 from mldiag.domain.errors import InvalidArgument, MldiagError
-from mldiag.domain.names import LocationName, parse_run
+from mldiag.domain.names import LocationName
 from mldiag.services.dependencies import Configured, Publishing, Stored
 from mldiag.services.monitoring import metrics
+from mldiag.services.resources.runs import find_named
 
 
 class OtlpPorts(Stored, Publishing, Configured, Protocol):
@@ -173,12 +175,10 @@ def _attributes(key_values: Iterable[Any]) -> dict[str, Any]:
     return out
 
 
-def _run_name(run: Any, location: LocationName) -> str:
-    """The run's resource name from an attribute value; :class:`InvalidArgument` when it names none."""
+def _run_reference(run: Any) -> str:
+    """How an attribute value names its run: a resource name, else its last segment (an id or a display name)."""
     text = str(run).strip()
-    if text.startswith("projects/"):
-        return str(parse_run(text))
-    return str(location.run(text.rsplit("/", 1)[-1]))
+    return text if text.startswith("projects/") else text.rsplit("/", 1)[-1]
 
 
 def _number_points(metric: Any) -> tuple[Iterable[Any], str]:
@@ -202,7 +202,8 @@ def _value(point: Any) -> float | None:
     return float(getattr(point, kind)) if kind else None
 
 
-def _readings(request: Any, location: LocationName, result: ExportResult) -> dict[str, _RunSeries]:
+def _readings(request: Any, result: ExportResult) -> dict[str, _RunSeries]:
+    """Each run's readings, by the run's reference as the points give it."""
     series: dict[str, _RunSeries] = defaultdict(_RunSeries)
     for resource_metrics in request.resource_metrics:
         resource = _attributes(resource_metrics.resource.attributes)
@@ -233,12 +234,9 @@ def _readings(request: Any, location: LocationName, result: ExportResult) -> dic
                         result.reject(1, f"{metric.name}: a point without a value or a run "
                                          f"({RUN_ATTRIBUTE}, {SDK_POINT_RUN} or {SDK_RESOURCE_RUN})")
                         continue
-                    try:
-                        name = _run_name(run, location)
-                    except InvalidArgument as error:
-                        result.reject(1, f"{metric.name}: {error}")
-                        continue
-                    getattr(series[name], wanted).append(_Reading(name, point.time_unix_nano, value * scale))
+                    reference = _run_reference(run)
+                    getattr(series[reference], wanted).append(_Reading(reference, point.time_unix_nano,
+                                                                       value * scale))
     return series
 
 
@@ -277,8 +275,13 @@ def export(services: OtlpPorts, request: Any) -> ExportResult:
     """Feed an ``ExportMetricsServiceRequest``'s step times to each run's degradation analyzer."""
     result = ExportResult()
     location = LocationName(services.settings.project, services.settings.location)
-    for run, series in _readings(request, location, result).items():
+    for reference, series in _readings(request, result).items():
         points = _metric_points(series, result)
+        try:
+            run = find_named(services, location, reference).name
+        except MldiagError as error:  # an unknown run, or a display name several runs share
+            result.reject(len(points), str(error))
+            continue
         for batch in _batches(points):
             try:
                 result.alerts.extend(metrics.report_metrics(services, run, batch, new_steps_only=bool(series.steps)))

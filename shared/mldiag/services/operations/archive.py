@@ -35,6 +35,7 @@ class EventQuery(CamelModel):
 
     type: str = ""
     function: str = ""
+    exclude_function: str = ""  # e.g. maintenance, whose ticks outnumber everything else
     outcome: Outcome | None = None
     since: str = ""
     until: str = ""
@@ -90,6 +91,7 @@ def list_events(services: ArchivePorts, query: EventQuery) -> list[ArchivedEvent
     return services.events.list(
         type=query.type, function=query.function, outcome=query.outcome.value if query.outcome else "",
         since=when(query.since, now, "since"), until=when(query.until, now, "until"), limit=query.limit,
+        exclude_function=query.exclude_function,
     )
 
 

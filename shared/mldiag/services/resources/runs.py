@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mldiag.domain.errors import InvalidArgument, NotFound, PermissionDenied
-from mldiag.domain.names import LocationName, RunName
+from mldiag.domain.names import LocationName, RunName, is_id, parse_run
 from mldiag.domain.resources import MachineLearningRun, RunPhase
-from mldiag.ports import LocalBuckets
+from mldiag.ports import LocalBuckets, Where
 from mldiag.services.dependencies import Blobs, Configured, Stored
 from mldiag.services.fan_out_counts import forget_fan_outs
 from mldiag.services.resources.masks import apply_update, assign
@@ -35,6 +35,28 @@ MUTABLE_FIELDS = frozenset({
     "displayName", "runSet", "labels", "configs", "tools", "artifacts", "orchestrator",
     "workloadDetails", "runPhase", "logicalId", "clusterId", "creator",
 })
+
+# A display name several runs share is refused with this many of their ids shown.
+MAX_CANDIDATES_SHOWN = 5
+
+
+def find_named(services: Stored, location: LocationName, reference: str) -> MachineLearningRun:
+    """The run ``reference`` names, read as the CLI reads a run: a full name, an id of a run in ``location``,
+    else the display name of exactly one run there. :class:`NotFound` when none has it; several give
+    :class:`InvalidArgument` naming their ids."""
+    if reference.startswith("projects/"):
+        return services.runs.get(str(parse_run(reference)))
+    if is_id(reference) and (run := services.runs.find(str(location.run(reference)))) is not None:
+        return run
+    named = services.runs.list(str(location), [Where("displayName", "==", reference)],
+                               page_size=MAX_CANDIDATES_SHOWN + 1).items
+    if not named:
+        raise NotFound(f"run {reference} not found: no run in {location} has it as id or display name")
+    if len(named) > 1:
+        ids = [run.name.rsplit("/", 1)[-1] for run in named]
+        shown = ", ".join(ids[:MAX_CANDIDATES_SHOWN]) + (", …" if len(ids) > MAX_CANDIDATES_SHOWN else "")
+        raise InvalidArgument(f"{reference!r} is the display name of several runs (ids {shown}); give the id")
+    return named[0]
 
 
 def normalize(run: MachineLearningRun, services: RunPorts, previous: MachineLearningRun | None = None) -> None:
