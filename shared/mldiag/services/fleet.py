@@ -13,20 +13,27 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+from pydantic import ValidationError
 
 from mldiag.analysis.evidence import Analysis
 from mldiag.analysis.host_evidence import HostEvidence, TimeCause
 from mldiag.analysis.rules.frameworks import detect
 from mldiag.config import ANALYSIS_EVENTS
+from mldiag.domain.errors import FailedPrecondition, PermanentFailure
 from mldiag.domain.fleet import FLEET_RECORD_TYPE, CauseTime, FindingCost, FleetRecord, Label
+from mldiag.domain.messages import message_from_cloud_event
 from mldiag.domain.names import parent_of
 from mldiag.domain.resources import FindingCategory, MachineLearningRun, Priority, ProfilerSession
 from mldiag.domain.types import format_timestamp
-from mldiag.ports import Transaction
+from mldiag.ports import FleetRecords, Transaction
 from mldiag.services import outbox
-from mldiag.services.dependencies import Configured, Stored
+from mldiag.services.dependencies import Configured, Fleet, Stored
 from mldiag.services.repository import document_key
+
+if TYPE_CHECKING:
+    from cloudevents.http import CloudEvent
 
 # The causes of loop time a finding's category is about: its cost is their time.
 CATEGORY_CAUSES: dict[FindingCategory, tuple[TimeCause, ...]] = {
@@ -141,3 +148,26 @@ def stage_record(transaction: Transaction, services: RecordPorts, record: FleetR
                   "ce-datacontenttype": "application/json"}
     outbox.stage(transaction, key, ANALYSIS_EVENTS, record.row(), attributes, services.now())
     return key
+
+
+def table(services: Fleet) -> FleetRecords:
+    if services.fleet is None:
+        raise FailedPrecondition("this deployment keeps no fleet table")
+    return services.fleet
+
+
+def record_delivered(services: Fleet, event: CloudEvent) -> str:
+    """The embedded ``record_fleet`` handler body: an ``analysis-events`` record into the fleet table.
+
+    Every other event on the topic is left alone. The row is keyed by session and generation set, so a
+    redelivery writes the same row again.
+    """
+    message = message_from_cloud_event(event)
+    if message.attributes.get("ce-type") != FLEET_RECORD_TYPE:
+        return f"{message.attributes.get('ce-type') or 'untyped'}: not a fleet record"
+    try:
+        record = FleetRecord.model_validate(message.json())
+    except ValidationError as error:
+        raise PermanentFailure(f"a fleet record that does not validate: {error.errors()[0]['msg']}") from None
+    table(services).insert(record.row())
+    return f"recorded {record.record_id}"
