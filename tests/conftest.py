@@ -24,6 +24,7 @@ import pytest
 
 from mldiag.adapters.bus.inprocess import InProcessBus
 from mldiag.adapters.blobs.local import LocalBlobs
+from mldiag.adapters.fleet.sqlite import SqliteFleet
 from mldiag.adapters.store.sqlite import SqliteStore
 from mldiag.bootstrap import dial_profiler
 from mldiag.services.dependencies import Services
@@ -159,6 +160,7 @@ def embedded(tmp_path: Path, clock: Clock) -> Services:
         bus=InProcessBus("p", max_attempts=3, min_backoff=0.001, max_backoff=0.01),
         profiler=dial_profiler,
         now=clock,
+        fleet=SqliteFleet(settings.fleet_path),
     )
 
 

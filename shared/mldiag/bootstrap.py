@@ -56,6 +56,7 @@ def dial_profiler(address: str) -> ProfilerClient:
 
 def _build_embedded(settings: Settings) -> Services:
     from mldiag.adapters.bus.inprocess import InProcessBus
+    from mldiag.adapters.fleet.sqlite import SqliteFleet
     from mldiag.adapters.store.sqlite import SqliteStore
 
     return Services(
@@ -64,11 +65,13 @@ def _build_embedded(settings: Settings) -> Services:
         blobs=build_blobs(settings),
         profiler=dial_profiler,
         bus=InProcessBus(settings.project, path=settings.sqlite_path, max_attempts=settings.max_delivery_attempts),
+        fleet=SqliteFleet(settings.fleet_path),
     )
 
 
 def _build_gcp(settings: Settings) -> Services:
     from mldiag.adapters.bus.pubsub import PubSubBus
+    from mldiag.adapters.fleet.bigquery import BigQueryFleet
     from mldiag.adapters.store.firestore import FirestoreStore
 
     return Services(
@@ -77,6 +80,7 @@ def _build_gcp(settings: Settings) -> Services:
         blobs=build_blobs(settings),
         profiler=dial_profiler,
         bus=PubSubBus(settings.project, settings.topic_prefix),
+        fleet=BigQueryFleet(settings.project, settings.fleet_dataset),
     )
 
 

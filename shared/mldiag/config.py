@@ -56,6 +56,9 @@ TOPIC_SUBSCRIBERS: dict[str, str] = {
     **{dead_letter_topic(topic): "record_dead_letter" for topic in TOPICS},
 }
 
+# What mldiag up subscribes besides: work that the cloud does without a function (a BigQuery subscription).
+EMBEDDED_SUBSCRIBERS: dict[str, str] = {ANALYSIS_EVENTS: "record_fleet"}
+
 # Every function, by the name its handler, its folder under functions/ and its archived events carry.
 FUNCTIONS = (*BUCKET_TRIGGERED, *dict.fromkeys(TOPIC_SUBSCRIBERS.values()))
 
@@ -76,6 +79,7 @@ class Settings(BaseModel):
     location: str = "local"
     bucket: str = "mldiag-profiles"
     firestore_database: str = "(default)"
+    fleet_dataset: str = Field(default="mldiag_fleet", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,1023}$")  # BigQuery
     api_url: str = "http://127.0.0.1:8080"
     api_token: str = ""
     # The official SDK's self-hosted client sends no credentials: with a token or an audience set,
@@ -150,6 +154,7 @@ class Settings(BaseModel):
             "location": env.get("MLDIAG_LOCATION"),
             "bucket": env.get("MLDIAG_BUCKET"),
             "firestore_database": env.get("MLDIAG_FIRESTORE_DATABASE"),
+            "fleet_dataset": env.get("MLDIAG_FLEET_DATASET"),
             "api_url": env.get("MLDIAG_API_URL"),
             "api_token": env.get("MLDIAG_API_TOKEN"),
             "sdk_secret": env.get("MLDIAG_SDK_SECRET"),
@@ -196,6 +201,11 @@ class Settings(BaseModel):
     @property
     def sqlite_path(self) -> Path:
         return self.data_dir / "mldiag.sqlite3"
+
+    @property
+    def fleet_path(self) -> Path:
+        """The embedded fleet table: a file of its own, so a query never waits on the documents' write lock."""
+        return self.data_dir / "fleet.sqlite3"
 
     @property
     def scratch_dir(self) -> Path | None:

@@ -203,6 +203,31 @@ class ProfilerClient(Protocol):
 ProfilerDialer = Callable[[str], ProfilerClient]
 
 
+@dataclass(frozen=True)
+class QueryResult:
+    """What a query answered: its columns, its rows (values as JSON has them), and whether rows were left out."""
+
+    columns: list[str]
+    rows: list[list[Any]]
+    truncated: bool = False
+
+
+class FleetRecords(Protocol):
+    """The fleet table: one row per finished analysis (:class:`mldiag.domain.fleet.FleetRecord`), queried with SQL
+    in the store's own dialect."""
+
+    dialect: Literal["sqlite", "bigquery"]
+    table: str  # how a query names the table
+
+    def insert(self, row: Mapping[str, Any]) -> None:
+        """Write one record's row; a row already there with its ``record_id`` is replaced unless it is newer."""
+
+    def query(self, sql: str, parameters: Mapping[str, Any] | None = None, *, max_rows: int,
+              timeout_s: float) -> QueryResult:
+        """Run one statement that only reads, at most ``timeout_s`` and ``max_rows`` rows (more are left out);
+        :class:`mldiag.domain.InvalidArgument` with the store's reason when it fails or would write."""
+
+
 class Clock(Protocol):
     def now(self) -> datetime: ...
 

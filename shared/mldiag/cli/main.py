@@ -29,6 +29,8 @@ COMMANDS = {
     "profiler-session": ("sessions", None),
     "monitored-events": ("monitored_events", None),
     "agent": ("agent", "agent"),
+    "query": ("fleet", "query"),
+    "fleet": ("fleet", None),
 }
 
 

@@ -72,6 +72,14 @@ def deliver_notifications(services: Services, event: CloudEvent) -> event_archiv
     return event_archive.handle(services.events, "deliver_notifications", event, lambda e: deliver(services, e))
 
 
+def record_fleet(services: Services, event: CloudEvent) -> event_archive.Outcome:
+    """``analysis-events``, embedded only: a finished analysis's record into the local fleet table (in the cloud a
+    Pub/Sub BigQuery subscription writes it)."""
+    from mldiag.services.fleet import record_delivered
+
+    return event_archive.handle(services.events, "record_fleet", event, lambda e: record_delivered(services, e))
+
+
 EVENT_HANDLERS: dict[str, FunctionHandler] = {
     "register_session": register_session,
     "analyze_session": analyze_session,
@@ -81,4 +89,5 @@ EVENT_HANDLERS: dict[str, FunctionHandler] = {
     "dispatch_capture": dispatch_capture,
     "on_alert": on_alert,
     "deliver_notifications": deliver_notifications,
+    "record_fleet": record_fleet,
 }

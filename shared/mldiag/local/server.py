@@ -44,7 +44,14 @@ import structlog
 from cloudevents.http import CloudEvent
 
 from mldiag import bootstrap, logs
-from mldiag.config import BUCKET_NOTIFICATIONS, BUCKET_TRIGGERED, MAINTENANCE_TICKS, TOPIC_SUBSCRIBERS, Settings
+from mldiag.config import (
+    BUCKET_NOTIFICATIONS,
+    BUCKET_TRIGGERED,
+    EMBEDDED_SUBSCRIBERS,
+    MAINTENANCE_TICKS,
+    TOPIC_SUBSCRIBERS,
+    Settings,
+)
 from mldiag.domain.errors import InvalidArgument
 from mldiag.domain.messages import encode_json, finalized_event_from_notification, message_from_cloud_event
 from mldiag.domain.names import SESSIONS, parse_child
@@ -149,7 +156,7 @@ def wire_functions(services: Services, bus: HostedBus) -> None:
     """Subscribe every event function to its topics, and the bucket-triggered ones to every bucket's
     finalize events."""
     limits = {**MAX_IN_FLIGHT, "analyze_host": host_analysis_slots()}
-    for topic, function in TOPIC_SUBSCRIBERS.items():
+    for topic, function in (*TOPIC_SUBSCRIBERS.items(), *EMBEDDED_SUBSCRIBERS.items()):
         bus.subscribe(topic, functools.partial(handlers.EVENT_HANDLERS[function], services), name=function,
                       max_in_flight=limits.get(function, 0))
     for function in BUCKET_TRIGGERED:

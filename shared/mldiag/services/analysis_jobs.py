@@ -70,7 +70,7 @@ from mldiag.domain.messages import message_from_cloud_event
 from mldiag.domain.names import parent_of, short_name
 from mldiag.domain.resources import AnalysisState, ProfilerSession
 from mldiag.ports import Document, Transaction, Where
-from mldiag.services import notifications, outbox
+from mldiag.services import fleet, notifications, outbox
 from mldiag.services.dependencies import Archiving, Blobs, Configured, Publishing, Stored
 from mldiag.services.event_archive import Ignored
 from mldiag.services.fan_out_counts import host_analyses_key
@@ -134,12 +134,12 @@ class AnalysisRequest:
 
 
 def _update(services: AnalysisJobPorts, name: str, change: Callable[[ProfilerSession], str],
-            step_time_change: float | None = None) -> str:
+            analysis: Analysis | None = None) -> str:
     """Apply ``change`` to the stored session in a transaction; returns what it says.
 
-    When the change completes an analysis, the run's ``latestAnalysis`` follows in
-    the same transaction, so the run list never disagrees with the session, and so
-    does the ``analysis.v1.completed`` notification (published once committed).
+    When the change completes an analysis (``analysis``, what it found), the run's ``latestAnalysis`` follows in
+    the same transaction, so the run list never disagrees with the session, and so do the
+    ``analysis.v1.completed`` notification and the analysis's fleet record (published once committed).
     """
     staged: list[str] = []
 
@@ -158,7 +158,11 @@ def _update(services: AnalysisJobPorts, name: str, change: Callable[[ProfilerSes
             summarised.record_analysis(saved)
             services.runs.save_in(transaction, run, summarised)
         if completed:
+            step_time_change = analysis.comparison.step_time_ms.ratio if analysis and analysis.comparison else None
             staged.append(notifications.stage_analysis_completed(transaction, services, saved, step_time_change))
+        if completed and analysis is not None:
+            record = fleet.fleet_record(analysis, saved, run, saved.analysis.end_time or services.now())
+            staged.append(fleet.stage_record(transaction, services, record))
         return said
 
     said = services.store.transaction(work)
@@ -228,8 +232,8 @@ def _fan_out(services: AnalysisJobPorts, request: AnalysisRequest, fresh: bool) 
 
 
 def _finish(services: AnalysisJobPorts, request: AnalysisRequest, state: AnalysisState,
-            step_time_change: float | None = None, **fields: Any) -> str:
-    """Record the outcome, if the session still waits for this run's result."""
+            analysis: Analysis | None = None, **fields: Any) -> str:
+    """Record the outcome (``analysis``: what a DONE one found), if the session still waits for this run's result."""
     def change(session: ProfilerSession) -> str:
         analysis = session.analysis
         if analysis.generation_set != request.generation_set or analysis.state is not AnalysisState.RUNNING:
@@ -240,7 +244,7 @@ def _finish(services: AnalysisJobPorts, request: AnalysisRequest, state: Analysi
             setattr(analysis, name, value)
         return state.value
 
-    return _update(services, request.session, change, step_time_change)
+    return _update(services, request.session, change, analysis)
 
 
 def give_up(services: AnalysisJobPorts, payload: bytes, reason: str) -> str:
@@ -582,7 +586,7 @@ def analyze_requested(services: AnalysisJobPorts, event: CloudEvent) -> str:
             services, request, AnalysisState.DONE, health=analysis.status, reasoner=_reasoner(analysis),
             report_uri=report_uri, analysis_uri=analysis_uri, error="",
             top_finding=f"{top.priority.value} {top.title}" if top else "", step_time_ms=analysis.metrics.step_time_ms,
-            step_time_change=analysis.comparison.step_time_ms.ratio if analysis.comparison else None,
+            analysis=analysis,
         )
         step_time = analysis.metrics.step_time_ms
         log.info(f"analysis of {short_name(session.name)} done: {analysis.status.value}"

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 from mldiag.config import Settings
 from mldiag.domain.resources import MachineLearningRun, MonitoredEvent, Operation, ProfilerSession, ProfilerTarget
 from mldiag.domain.types import utcnow
-from mldiag.ports import BlobStore, DocumentStore, MessageBus, ProfilerDialer
+from mldiag.ports import BlobStore, DocumentStore, FleetRecords, MessageBus, ProfilerDialer
 from mldiag.services.event_archive import EventArchive
 from mldiag.services.repository import Repository
 
@@ -84,6 +84,13 @@ class Dialling(Protocol):
     def profiler(self) -> ProfilerDialer: ...
 
 
+class Fleet(Protocol):
+    """The fleet table; ``None`` where the deployment keeps none."""
+
+    @property
+    def fleet(self) -> FleetRecords | None: ...
+
+
 class Archiving(Protocol):
     """The archive of every event a function received."""
 
@@ -101,6 +108,7 @@ class Services:
     bus: MessageBus
     profiler: ProfilerDialer
     now: Callable[[], datetime] = field(default=utcnow)
+    fleet: FleetRecords | None = None
 
     @functools.cached_property
     def runs(self) -> Repository[MachineLearningRun]:

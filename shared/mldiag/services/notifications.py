@@ -61,6 +61,7 @@ class NotificationPorts(Stored, Blobs, Configured, Protocol):
 ANALYSIS_COMPLETED = "dev.mldiag.analysis.v1.completed"
 EVENT_OPENED = "dev.mldiag.event.v1.opened"
 EVENT_CLOSED = "dev.mldiag.event.v1.closed"
+NOTIFIED = (ANALYSIS_COMPLETED, EVENT_OPENED, EVENT_CLOSED)
 SIGNATURE_HEADER = "X-Mldiag-Signature"
 DELIVERED = "notificationDeliveries"  # (event, destination) served while another destination is being retried
 ROUTES = "notificationRoutes"
@@ -377,8 +378,16 @@ _DESTINATIONS = {
 
 
 def deliver(services: NotificationPorts, message_event: CloudEvent) -> str:
-    """The ``deliver_notifications`` handler body: one ``analysis-events`` message to each destination."""
-    event = message_from_cloud_event(message_event).json()
+    """The ``deliver_notifications`` handler body: one ``analysis-events`` message to each destination.
+
+    The topic also carries what is not news to anyone (an analysis's fleet record): a message whose
+    ``ce-type`` is none of the notifications is left alone.
+    """
+    message = message_from_cloud_event(message_event)
+    kind = message.attributes.get("ce-type", "")
+    if kind and kind not in NOTIFIED:
+        return f"{kind}: not a notification"
+    event = message.json()
     if not isinstance(event, dict) or not isinstance(event.get("data"), dict) or "run" not in event["data"]:
         raise PermanentFailure("an analysis event is a structured CloudEvent whose data names its run")
     run = event["data"]["run"]

@@ -282,3 +282,35 @@ def test_a_file_of_zeros_is_refused_before_any_copy_is_made(embedded, clock, mon
     assert failed.state is AnalysisState.FAILED
     assert failed.error == (f"unreadable profile: {uri} is not an XSpace profile (.xplane.pb): "
                             "field 0 at byte 0 is not one of XSpace's")
+
+
+@pytest.mark.slow
+def test_a_finished_analysis_publishes_its_fleet_record_beside_the_notification(embedded, requested):
+    from mldiag.config import ANALYSIS_EVENTS
+    from mldiag.domain.fleet import FLEET_RECORD_TYPE, FleetRecord
+
+    embedded.runs.update("projects/p/locations/l/machineLearningRuns/run1",
+                         lambda run: setattr(run, "labels", {"team": "infra"}))
+    assert _deliver(embedded, requested) is Outcome.OK
+
+    published = embedded.bus.published[ANALYSIS_EVENTS]
+    kinds = [message.attributes["ce-type"] for message in published]
+    assert kinds == ["dev.mldiag.analysis.v1.completed", FLEET_RECORD_TYPE]
+    record = FleetRecord.model_validate(json.loads(published[1].data))
+    analysis = _analysis(embedded)
+    assert record.record_id == f"{SESSION}@{analysis.generation_set}" and record.analyzed_at == analysis.end_time
+    assert published[1].attributes["ce-subject"] == SESSION
+    assert [(label.key, label.value) for label in record.labels] == [("team", "infra")]
+    assert record.top_finding == analysis.top_finding and record.lost_ms > 0
+
+
+def test_the_notifier_leaves_a_fleet_record_alone(embedded):
+    from mldiag.config import ANALYSIS_EVENTS
+    from mldiag.domain.fleet import FLEET_RECORD_TYPE
+    from mldiag.services.notifications import deliver
+
+    message = Message(data=b'{"record_id": "x"}', attributes={"ce-type": FLEET_RECORD_TYPE}, message_id="m1")
+    event = pubsub_cloud_event(project="p", topic=ANALYSIS_EVENTS, subscription="deliver_notifications",
+                               message=message, published=embedded.now())
+
+    assert deliver(embedded, event) == f"{FLEET_RECORD_TYPE}: not a notification"

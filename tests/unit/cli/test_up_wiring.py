@@ -6,14 +6,15 @@ from mldiag.local.bucket_watcher import notification
 import os
 
 from mldiag.config import ANALYSIS_REQUESTS, BUCKET_NOTIFICATIONS, CAPTURE_REQUESTS, HOST_ANALYSIS_REQUESTS
-from mldiag.config import TOPIC_SUBSCRIBERS
+from mldiag.config import EMBEDDED_SUBSCRIBERS, TOPIC_SUBSCRIBERS
 from mldiag.local.server import host_analysis_slots, wire_functions
 
 
 def test_every_topic_has_its_function_and_analyses_run_one_at_a_time(embedded):
     wire_functions(embedded, embedded.bus)
     for topic, function in TOPIC_SUBSCRIBERS.items():
-        assert [s.name for s in embedded.bus.subscriptions(topic)] == [function]
+        also = [EMBEDDED_SUBSCRIBERS[topic]] if topic in EMBEDDED_SUBSCRIBERS else []
+        assert [s.name for s in embedded.bus.subscriptions(topic)] == [function, *also]
     (analysis,) = embedded.bus.subscriptions(ANALYSIS_REQUESTS)
     assert analysis.max_in_flight == 1  # analyses share this machine's memory
     (capture,) = embedded.bus.subscriptions(CAPTURE_REQUESTS)

@@ -24,7 +24,7 @@ from mldiag import bootstrap
 from mldiag.domain.callers import SDK_CAPABILITY
 from mldiag.domain.errors import AlreadyExists, InvalidArgument, MldiagError, NotFound, PermissionDenied
 from mldiag.entrypoints import console
-from mldiag.entrypoints.http import alerts, capture, monitoring, operator, otlp, self_hosted, share, v1alpha
+from mldiag.entrypoints.http import alerts, capture, fleet, monitoring, operator, otlp, self_hosted, share, v1alpha
 from mldiag.entrypoints.http.auth import Guard
 from mldiag.entrypoints.http.capability import ENVIRON_KEY, REDACTED, VALID, CapabilityPrefix
 from mldiag.entrypoints.http.origin import JSON_ONLY, MUTATING, HostNames, refuse_browser_forgery
@@ -124,6 +124,7 @@ def create_app(services: Services | None = None, host_names: HostNames | None = 
     app.register_blueprint(v1alpha.blueprint)
     app.register_blueprint(alerts.blueprint)
     app.register_blueprint(capture.blueprint)
+    app.register_blueprint(fleet.blueprint)
     app.register_blueprint(monitoring.blueprint)
     app.register_blueprint(operator.blueprint)
     app.register_blueprint(otlp.blueprint)

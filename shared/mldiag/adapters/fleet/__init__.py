@@ -1,0 +1,1 @@
+"""Adapters for the fleet table (:class:`mldiag.ports.FleetRecords`)."""
