@@ -33,6 +33,7 @@ locals {
     "google-api-core>=2.15",
     "google-cloud-firestore>=2.16",
     "google-cloud-pubsub>=2.21",
+    "google-cloud-bigquery>=3.20",
     "google-cloud-storage>=2.16",
     "xprof>=2.24",
     "protobuf>=4.25",

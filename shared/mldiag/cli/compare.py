@@ -151,7 +151,7 @@ def _compare_folders(baseline: str, candidate: str, thresholds: Thresholds) -> d
     from mldiag.cli.analyze import ReasonerChoice, analyse_or_exit
     from mldiag.local.analyze import scratch_folder
 
-    from mldiag.analysis.profiles import UNREADABLE_EXIT
+    from mldiag.analysis.profile.profiles import UNREADABLE_EXIT
 
     for path in (baseline, candidate):
         if not path.startswith("gs://") and not Path(path).expanduser().exists():

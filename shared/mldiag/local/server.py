@@ -226,13 +226,13 @@ def serve(settings: Settings, host: str, port: int, announce: Callable[[Banner],
     native = NativeStderr()
     native.install()  # before the log handlers are made: theirs is the terminal's copy of stderr
     try:
-        _serve(native, settings, host, port, announce, viewer_port, otlp_port, otlp_optional)
+        _serve(native, settings, host, port, announce, viewer_port, otlp_port, otlp_optional, insecure)
     finally:
         native.restore()
 
 
 def _serve(native: NativeStderr, settings: Settings, host: str, port: int, announce: Callable[[Banner], None],
-           viewer_port: int | None, otlp_port: int | None, otlp_optional: bool) -> None:
+           viewer_port: int | None, otlp_port: int | None, otlp_optional: bool, insecure: bool) -> None:
     server = _bound_server(host, port)
     bound_port = server.bind_addr[1]
     open_to_the_network = _listens_beyond_this_machine(server) and Guard(settings).mode == "open"

@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any
 
 import structlog
-from cloudevents.http import CloudEvent
 
 from mldiag.domain.messages import Message, pubsub_cloud_event
 from mldiag.ports import EventHandler
