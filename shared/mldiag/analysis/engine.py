@@ -49,7 +49,7 @@ from mldiag import __version__
 from mldiag.analysis.profile.profiles import UNREADABLE_EXIT, Session, UnreadableProfile, copy_session, host_of
 from mldiag.analysis.profile.wire import Structure, structure_of
 from mldiag.analysis.stopping import PRIVATE_FOLDER_PREFIX
-from mldiag.analysis.xprof.budget import MemoryBudget, gib
+from mldiag.analysis.xprof.budget import MemoryBudget, gib, in_memory_filesystem
 from mldiag.analysis.xprof.xprof_tools import (
     CAN_BE_ABSENT,
     MANAGED_TOOLS,
@@ -277,11 +277,14 @@ def start_analysis(
     *,
     progress: Progress | None = None,
     memory_ceiling_bytes: int | None = None,
+    owned_inputs: bool = False,
 ) -> Iterator[RunningAnalysis]:
     """Start analysing the profile files of one session (one per host); XProf's conversions begin at once.
 
     ``scratch_dir`` is where the private copy lives while the analysis runs
     (a temporary folder when omitted); nothing is written anywhere else.
+    ``owned_inputs``: the files were downloaded for this analysis and nothing
+    else writes them, so the copy may be a link to them.
     ``memory_ceiling_bytes`` bounds the analysis's memory (by default
     :func:`~mldiag.analysis.xprof.budget.default_ceiling`): an XProf tool whose
     conversion would not fit under it is skipped, with what it needs.
@@ -296,9 +299,11 @@ def start_analysis(
     with _private_folder(scratch_dir) as scratch, ThreadPoolExecutor(
         max_workers=len(MANAGED_TOOLS) + 3, thread_name_prefix="mldiag-analysis"
     ) as pool, ThreadPoolExecutor(max_workers=len(files), thread_name_prefix="mldiag-raw-events") as readers:
-        session = copy_session(Session(files[0].parent.name, tuple(files)), scratch)
+        session = copy_session(Session(files[0].parent.name, tuple(files)), scratch, owned=owned_inputs)
         profile_bytes = session.bytes
-        budget = MemoryBudget.under_ceiling(memory_ceiling_bytes)
+        # A linked copy and its download are the same bytes: an in-memory filesystem holds the profile once.
+        budget = MemoryBudget.under_ceiling(memory_ceiling_bytes,
+                                            held_in_files=profile_bytes if in_memory_filesystem(scratch) else 0)
         _require_structure_within(session.files, budget.ceiling)
         folder = session.files[0].parent
         client = shared_converters()
@@ -336,6 +341,7 @@ def analyze_profile(
     progress: Progress | None = None,
     memory_ceiling_bytes: int | None = None,
     investigate: Investigate | None = None,
+    owned_inputs: bool = False,
 ) -> Analysis:
     """Analyse the profile files of one session (one per host): :func:`start_analysis`, then finish.
 
@@ -345,7 +351,8 @@ def analyze_profile(
     is empty, truncated or not a profile. ``investigate`` follows up on the
     analyst's findings with more XProf tools before the private copy is removed.
     """
-    with start_analysis(paths, scratch_dir, progress=progress, memory_ceiling_bytes=memory_ceiling_bytes) as running:
+    with start_analysis(paths, scratch_dir, progress=progress, memory_ceiling_bytes=memory_ceiling_bytes,
+                        owned_inputs=owned_inputs) as running:
         return running.finish(source=source, investigate=investigate)
 
 
@@ -355,12 +362,14 @@ def analyze_host(
     *,
     progress: Progress | None = None,
     memory_ceiling_bytes: int | None = None,
+    owned_inputs: bool = False,
 ) -> HostAnalysis:
     """Analyse one host file of a multi-host session on its own; its evidence is kept for the session's merge
     (:func:`mldiag.analysis.fanout.merge_hosts`). Raises
     :class:`~mldiag.analysis.profile.profiles.UnreadableProfile` as :func:`analyze_profile` does."""
     from mldiag.analysis.fanout import HostAnalysis
 
-    with start_analysis([path], scratch_dir, progress=progress, memory_ceiling_bytes=memory_ceiling_bytes) as running:
+    with start_analysis([path], scratch_dir, progress=progress, memory_ceiling_bytes=memory_ceiling_bytes,
+                        owned_inputs=owned_inputs) as running:
         alone = running.finish()
         return HostAnalysis.of(alone, hlo_kernels=_hlo_kernels(running.context))

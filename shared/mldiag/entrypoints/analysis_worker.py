@@ -2,7 +2,8 @@
 
 The ``analyze_session`` function starts it for each request, so that a timeout
 really stops the work and running out of memory ends this process rather than
-the function. It analyses the files it is given, investigates with the
+the function. It analyses the files it is given (downloaded for it, so its
+private copy of them is a link where it can be), investigates with the
 reasoner the environment configures, and writes ``analysis.json`` and
 ``summary.html`` into ``--out``. Exit 3 (with the reason on stderr) means the
 profile cannot be read, exit 4 that its processes went over the memory ceiling.
@@ -80,7 +81,8 @@ def _analyse(args: argparse.Namespace, scratch: Path) -> int:
         if args.merge:
             analysis = _merged(args, scratch, investigate)
         else:
-            analysis = analyze_profile(args.files, scratch, source=args.source, investigate=investigate)
+            analysis = analyze_profile(args.files, scratch, source=args.source, investigate=investigate,
+                                       owned_inputs=True)
     except UnreadableProfile as error:
         print(error, file=sys.stderr)
         return UNREADABLE_EXIT
@@ -102,7 +104,7 @@ def _host_evidence(args: argparse.Namespace, scratch: Path) -> int:
     if len(args.files) != 1:
         print(f"--host-evidence analyses one host file, not {len(args.files)}", file=sys.stderr)
         return 2
-    part = analyze_host(args.files[0], scratch)
+    part = analyze_host(args.files[0], scratch, owned_inputs=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / HOST_EVIDENCE_FILE).write_text(part.model_dump_json(), "utf-8")
     return 0
@@ -127,7 +129,7 @@ def _merged(args: argparse.Namespace, scratch: Path, investigate: Investigator) 
                 "No follow-up checks: every host's own analysis was OPTIMAL, so no host file was read for them.")
         analysis.investigation = Investigation(reasoner=investigate.reasoner.name, note=note)
     else:
-        with start_analysis([args.followups_on], scratch) as running:
+        with start_analysis([args.followups_on], scratch, owned_inputs=True) as running:
             analysis = running.follow_up(analysis, investigate)
     analysis.seconds = time.perf_counter() - started
     return analysis

@@ -13,6 +13,7 @@ in a scratch folder first.
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -83,10 +84,12 @@ def find_session(path: Path) -> Session:
     return Session(folder.name, tuple(Path(f) for f in files), note)
 
 
-def copy_session(session: Session, scratch: Path) -> Session:
+def copy_session(session: Session, scratch: Path, *, owned: bool = False) -> Session:
     """Copy the session's files into ``scratch/<session>/``, the folder the converters may write in.
 
-    A file that is not a profile is refused by name first, before anything reads it.
+    ``owned`` files are the analysis's own (downloaded for it, nothing else writes them): they are linked there
+    instead where the filesystem allows, so that a profile held in memory (Cloud Run's in-memory filesystem) is
+    not held twice. A file that is not a profile is refused by name first, before anything reads it.
     """
     folder = scratch / (session.name or "session")
     folder.mkdir(parents=True, exist_ok=True)
@@ -94,6 +97,16 @@ def copy_session(session: Session, scratch: Path) -> Session:
     for xplane in session.files:
         _require_xspace(xplane, xplane.name)
         copy = folder / (host_of(xplane) + XPLANE_SUFFIX)
-        shutil.copyfile(xplane, copy)
+        if not (owned and _linked(xplane, copy)):
+            shutil.copyfile(xplane, copy)
         copies.append(copy)
     return Session(session.name, tuple(copies), session.note)
+
+
+def _linked(source: Path, link: Path) -> bool:
+    """Whether ``link`` is now a hard link to ``source`` (False across filesystems, or where links are refused)."""
+    try:
+        os.link(source, link)
+    except OSError:
+        return False
+    return True

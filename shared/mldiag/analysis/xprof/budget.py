@@ -8,7 +8,9 @@ or the container or function it runs in (its cgroup limit), has available;
 The budget is the ceiling less what the analysing process itself holds: what it
 holds when the analysis starts, and what it grows by as it loads XProf's library
 and its own modules; whenever no step holds a reservation, the budget is measured
-again from what the process then holds (conversions leave memory in use behind). The
+again from what the process then holds (conversions leave memory in use behind).
+Files in an in-memory filesystem (Cloud Run's, a tmpfs) take memory too: the
+analysis's copy of the profile there counts as held (:func:`in_memory_filesystem`). The
 one step that may not be refused is the raw-event read, which is the evidence
 itself: where it needs more than the budget it runs alone.
 
@@ -51,6 +53,9 @@ PROCESS_GROWTH = 128 * MIB
 # What an analysis holds whatever its ceiling: that growth, and the raw-event reader's interpreter and numpy.
 LEAST_ANALYSIS = 512 * MIB
 _CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+_MEMORY_FILESYSTEMS = frozenset({"tmpfs", "ramfs"})
+# Set by Cloud Run and Cloud Functions (2nd gen), whose writable filesystem is held in the instance's memory.
+_CLOUD_RUN_VARIABLE = "K_SERVICE"
 
 
 def gib(nbytes: float) -> str:
@@ -148,13 +153,14 @@ class MemoryBudget:
         self._changed = threading.Condition()
 
     @classmethod
-    def under_ceiling(cls, ceiling_bytes: int | None = None) -> MemoryBudget:
+    def under_ceiling(cls, ceiling_bytes: int | None = None, *, held_in_files: int = 0) -> MemoryBudget:
         """The budget under ``ceiling_bytes`` (by default :func:`default_ceiling`): the ceiling less what this
-        process holds and will grow by. Without any ceiling to know, the budget is unbounded."""
+        process holds and will grow by, and less ``held_in_files`` (files the analysis keeps in an in-memory
+        filesystem). Without any ceiling to know, the budget is unbounded."""
         ceiling = ceiling_bytes or default_ceiling()
         if ceiling is None:
             return cls(1 << 62)
-        held = resident_memory() + PROCESS_GROWTH
+        held = resident_memory() + PROCESS_GROWTH + held_in_files
         return cls(ceiling - held, ceiling, held_at_least=held)
 
     def fits(self, nbytes: int) -> bool:
@@ -216,3 +222,26 @@ class MemoryBudget:
             with self._changed:
                 self._reserved -= nbytes
                 self._changed.notify_all()
+
+
+def in_memory_filesystem(path: os.PathLike[str] | str, environ: dict[str, str] | None = None,
+                         mount_table: str = "/proc/self/mounts") -> bool:
+    """Whether files written at ``path`` are held in memory: on Cloud Run (every writable path is), or in a
+    tmpfs or ramfs mount (the one with the longest mount point that holds the path, from the mount table)."""
+    if (os.environ if environ is None else environ).get(_CLOUD_RUN_VARIABLE):
+        return True
+    target = os.path.realpath(path)
+    best, kind = "", ""
+    try:
+        with open(mount_table, encoding="utf-8") as mounts:
+            for line in mounts:
+                fields = line.split()
+                if len(fields) < 3:
+                    continue
+                point = fields[1].replace("\\040", " ")  # the table escapes a space in a path
+                inside = target == point or target.startswith(point.rstrip("/") + "/")
+                if inside and len(point) > len(best):
+                    best, kind = point, fields[2]
+    except OSError:
+        return False
+    return kind in _MEMORY_FILESYSTEMS
