@@ -9,7 +9,8 @@ last one's work). Each instant of it is decided so:
   over collectives, collectives over host<->device transfers, and those over
   the runtime's own events (an executor waiting for its ops), and the instant is
   split equally among the lanes running the winning kind: compute by op family
-  (``device_compute``), ``collectives``, ``transfers``.
+  (``device_compute``), ``collectives``, ``transfers`` (a host callback's send and
+  receive too: the device waits on Python there, it does no model work).
 * **every device is idle**: what the stepping thread (the one with the step
   markers, else the one that dispatches) does then. Time inside a compilation
   is ``compilation``, else inside a host<->device transfer call ``transfers``,
@@ -46,6 +47,8 @@ from mldiag.analysis.profile.trace_names import (
     COMMUNICATION,
     COMPILE,
     DISPATCH,
+    HOST_CALLBACK,
+    HOST_CALLBACK_PART,
     HOST_MEMORY_SPACE,
     NOT_AN_OP,
     PYTHON_BUILTIN,
@@ -154,7 +157,9 @@ def _device_labels(names: Sequence[str], present: np.ndarray, hints: dict[int, s
         else:
             is_transfer = bool(TRANSFER.search(subject)) and not COMMUNICATION.search(subject)
             direction = transfer_direction(subject)
-        if is_transfer:
+        if HOST_CALLBACK.search(name):
+            label[index], tier[index] = labels.of(TimeCause.TRANSFERS, HOST_CALLBACK_PART), _TRANSFER
+        elif is_transfer:
             label[index], tier[index] = labels.of(TimeCause.TRANSFERS, direction), _TRANSFER
         elif kind := COMMUNICATION.search(text):
             label[index] = labels.of(TimeCause.COLLECTIVES, kind.group(0).lower().replace("_", "-"))

@@ -87,6 +87,7 @@ from mldiag.analysis.profile.trace_names import (
     DEVICE_READ,
     DISPATCH_PREFIX,
     FAMILIES,
+    HOST_CALLBACK,
     NOT_AN_OP,
     NOT_BUSY,
     QUEUE_PUT,
@@ -669,7 +670,8 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
     measured = {device: trace.lanes[device] for device in steps.device_windows}
     device_windows = list(steps.device_windows.values())
     busy_unions = [_union_of(lines, busy_name) for lines in measured.values()]
-    is_collective = busy_name & trace.mask(COMMUNICATION.search)
+    is_collective = busy_name & trace.mask(lambda name: bool(COMMUNICATION.search(name))
+                                           and not HOST_CALLBACK.search(name))
     step_ns = _by_step([w[:, 1] - w[:, 0] for w in device_windows], count) if device_windows else (
         (windows[:, 1] - windows[:, 0]).astype(np.float64))
     busy_ns = _by_step([union.covered(w) for union, w in zip(busy_unions, device_windows)], count)

@@ -29,6 +29,11 @@ COMMUNICATION = re.compile(
 )
 # The XLA CPU client's run of a program on one of its devices ("[3] CommonPjRtLoadedExecutable::Execute (jit_f)").
 CPU_DEVICE_EXECUTION = re.compile(r"^\[(\d+)\] \S*LoadedExecutable::Execute\b")
+# A host callback (jax.pure_callback, io_callback, debug.callback): on TPU its send and recv to the host carry
+# is_host_transfer=true in their HLO text; on CPU and GPU it is a custom call into Python. Not a collective.
+HOST_CALLBACK = re.compile(r"is_host_transfer=true|xla_(ffi_)?python_\w*callback|\b(pure|io)_callback\b",
+                           re.IGNORECASE)
+HOST_CALLBACK_PART = "host callback"  # the attribution's name for a device's time in them
 HOST_MEMORY_SPACE = "S(5)"  # XLA's memory space of host memory, in a shape's layout
 ASYNC_COPY = re.compile(r"^copy-(start|done)\b")  # XLA's asynchronous copy, to or from host memory where S(5)
 # A Python tracer event of a builtin or C function ("$time sleep", "$<unknown> astype"), not of a Python function

@@ -62,12 +62,15 @@ from mldiag.analysis.host_evidence import (
     SlowSteps,
     StepSource,
     TimeCause,
+    TimePart,
 )
 from mldiag.analysis.profile.trace_names import (
     ASYNC_COPY,
     COMMUNICATION,
     COMPILE,
     DISPATCH_PREFIX,
+    HOST_CALLBACK,
+    HOST_CALLBACK_PART,
     HOST_MEMORY_SPACE,
     WAITING,
     transfer_direction,
@@ -533,7 +536,7 @@ def _communication(host: HostEvidence) -> Finding | None:
     priority = _rank(share, COMMUNICATION_PRIORITIES)
     if priority is None:
         return None
-    collectives = [op for op in host.top_ops if COMMUNICATION.search(op.name)]
+    collectives = [op for op in host.top_ops if COMMUNICATION.search(op.name) and not HOST_CALLBACK.search(op.name)]
     return Finding(
         priority=priority,
         category=FindingCategory.COMMUNICATION,
@@ -547,6 +550,42 @@ def _communication(host: HostEvidence) -> Finding | None:
         fix="Overlap communication with compute (XLA's latency-hiding scheduler, async collectives), use "
             "larger per-device batches, or pick a sharding that moves less data (reduce-scatter / FSDP).",
     )
+
+
+def _host_callbacks(host: HostEvidence) -> Finding | None:
+    """A callback into Python inside the step (jax.pure_callback, io_callback): the device sends data to the host
+    and waits, idle for the model, until the host's answer comes back."""
+    callbacks = [op for op in host.top_ops if HOST_CALLBACK.search(f"{op.name} {op.expression}")]
+    ms = sum(op.self_ms_per_step for op in callbacks)
+    if not host.step_ms or not ms:
+        return None
+    share = _share_of_step(host, ms)
+    priority = _rank(share, COMMUNICATION_PRIORITIES)
+    if priority is None:
+        return None
+    return Finding(
+        priority=priority,
+        category=FindingCategory.DATA_MOVEMENT,
+        title=f"Host callback: the devices wait on Python {share:.0%} of each step",
+        what="The step calls back into Python on the host (jax.pure_callback, io_callback or debug.callback): "
+             "the device sends the callback's inputs to the host, then waits, doing no model work, until the "
+             "host has run the Python function and sent its result back.",
+        evidence=[*(f"{quoted(op.name)}: {op.self_ms_per_step:.2f} ms per step of {host.step_ms.mean:.2f} ms"
+                    for op in callbacks[:3]),
+                  *(f"the loop's time waiting on host callbacks: {part.ms:.1f} ms of {host.attribution.loop_ms:.1f} "
+                    f"ms ({part.share:.1%})" for part in _parts_named(host, TimeCause.TRANSFERS, HOST_CALLBACK_PART))],
+        impact=f"up to {ms:.1f} ms per step.",
+        fix="Compute the callback's result on the device with jax.numpy (jnp.sort, jnp.histogram, ... run inside "
+            "the jitted step), or take it off the step's critical path: call it every N steps, on values the "
+            "step no longer needs (jax.debug.callback for logging does not block the step's own work), or "
+            "after the step on the host.",
+    )
+
+
+def _parts_named(host: HostEvidence, cause: TimeCause, name: str) -> list[TimePart]:
+    """The attribution's parts of one cause and name (none without an attribution)."""
+    return [part for part in (host.attribution.parts if host.attribution else [])
+            if part.cause is cause and part.name == name]
 
 
 def _memory(metrics: Metrics) -> Finding | None:
@@ -1179,7 +1218,8 @@ def _findings(hosts: list[HostEvidence], tools: dict[str, ToolResult], hlo_issue
         finding
         for host in hosts
         for rule in (partial(_dispatch_overhead, kernels=kernels),
-                     partial(_recompilation, programs=programs), _communication, _warmup, _iteration,
+                     partial(_recompilation, programs=programs), _communication, _host_callbacks, _warmup,
+                     _iteration,
                      partial(_no_steps, kernels=kernels))
         if (finding := rule(host)) is not None
     ]

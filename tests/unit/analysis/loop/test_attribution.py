@@ -147,6 +147,20 @@ def test_lanes_running_at_once_split_the_instant_and_compute_beats_collectives()
                      (TimeCause.UNTRACED, "", ""): 1.0}
 
 
+def test_a_host_callbacks_send_and_recv_are_the_device_waiting_on_the_host_not_collectives():
+    names: list[str] = []
+    ops = _line("XLA Ops", [
+        ("%fusion.1 = bf16[4096,4096]{1,0} fusion(...)", 0, 2 * MS),
+        ("%pure_callback.9 = token[] send-done(...), channel_id=1, is_host_transfer=true", 2 * MS, 3 * MS),
+        ("%pure_callback.11 = (f32[], token[]) recv-done(...), channel_id=2, is_host_transfer=true", 3 * MS, 8 * MS),
+        ("%all-reduce.1 = f32[8] all-reduce(...)", 8 * MS, 9 * MS)], names)
+    parts = _attribute(names, (0, 10 * MS), [[ops]])
+    assert parts == {(TimeCause.DEVICE_COMPUTE, "fusion", ""): 2.0,
+                     (TimeCause.TRANSFERS, "host callback", ""): 6.0,
+                     (TimeCause.COLLECTIVES, "all-reduce", ""): 1.0,
+                     (TimeCause.UNTRACED, "", ""): 1.0}
+
+
 def test_nested_events_give_their_time_to_the_innermost_owner_and_dispatch_and_compile_to_the_outer_call():
     names: list[str] = []
     host = _line("python", [

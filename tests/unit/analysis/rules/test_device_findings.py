@@ -557,3 +557,15 @@ def test_a_recompilation_names_the_function_and_the_shape_that_changes():
     assert "w.1" not in " ".join(finding.evidence)
     assert "persistent compilation cache" in finding.fix
     assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
+
+
+def test_a_host_callback_the_device_waits_on_is_named_and_is_no_communication():
+    recv = "%pure_callback.11 = (f32[], token[]) recv-done(...), channel_id=2, is_host_transfer=true"
+    host = _host(kind=DeviceKind.TPU, busy=0.8, top_ops=_ops(("pure_callback.11", 0.7), ("fusion.1", 0.1),
+                                                           expression={"pure_callback.11": recv}))
+    analysis = assessed(host)
+    top = analysis.findings[0]
+    assert top.priority is Priority.P0 and top.category is FindingCategory.DATA_MOVEMENT
+    assert "callback" in top.title.lower() and "pure_callback.11" in " ".join(top.evidence)
+    assert "jnp" in top.fix or "jax.numpy" in top.fix
+    assert not [f for f in analysis.findings if f.category is FindingCategory.COMMUNICATION]
