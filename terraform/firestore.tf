@@ -41,6 +41,14 @@ locals {
           { field_path = "createTime", order = "DESCENDING" },
         ]
       }
+      "machineLearningRuns-by-parent-and-display-name" = { # a run named by its display name (find_named)
+        collection = "machineLearningRuns"
+        fields = [
+          { field_path = "_parent", order = "ASCENDING" },
+          { field_path = "displayName", order = "ASCENDING" },
+          { field_path = "createTime", order = "ASCENDING" },
+        ]
+      }
       "machineLearningRuns-by-phase" = {
         collection = "machineLearningRuns"
         fields = [

@@ -103,7 +103,7 @@ def test_the_firestore_indexes_evaluate(workdir: Path):
     assert indexes["events-by-outcome"]["fields"][1] == {"field_path": "firstReceived", "order": "DESCENDING"}
     assert indexes["machineLearningRuns-by-display-name"]["fields"] == [
         {"field_path": "displayName", "order": "ASCENDING"}, {"field_path": "createTime", "order": "DESCENDING"}]
-    assert len(indexes) == 16
+    assert len(indexes) == 17
 
 
 @pytest.mark.parametrize(("variable", "message"), [
