@@ -49,7 +49,7 @@ from mldiag import __version__
 from mldiag.analysis.profile.profiles import UNREADABLE_EXIT, Session, UnreadableProfile, copy_session, host_of
 from mldiag.analysis.profile.wire import Structure, structure_of
 from mldiag.analysis.stopping import PRIVATE_FOLDER_PREFIX
-from mldiag.analysis.xprof.budget import MemoryBudget, gib
+from mldiag.analysis.xprof.budget import MemoryBudget, default_ceiling, gib
 from mldiag.analysis.xprof.xprof_tools import (
     CAN_BE_ABSENT,
     MANAGED_TOOLS,
@@ -283,8 +283,9 @@ def start_analysis(
     ``scratch_dir`` is where the private copy lives while the analysis runs
     (a temporary folder when omitted); nothing is written anywhere else.
     ``memory_ceiling_bytes`` bounds the analysis's memory (by default
-    :func:`~mldiag.analysis.xprof.budget.default_ceiling`): an XProf tool whose
-    conversion would not fit under it is skipped, with what it needs.
+    :func:`~mldiag.analysis.xprof.budget.default_ceiling` of the profile's size, so that a profile of more
+    than a few MB has XProf's op_stats built from time slices): an XProf tool whose conversion would not
+    fit under it is skipped, with what it needs.
     Leaving the block waits for every step that started, then removes the copy.
     """
     started = time.perf_counter()
@@ -298,8 +299,9 @@ def start_analysis(
     ) as pool, ThreadPoolExecutor(max_workers=len(files), thread_name_prefix="mldiag-raw-events") as readers:
         session = copy_session(Session(files[0].parent.name, tuple(files)), scratch)
         profile_bytes = session.bytes
-        budget = MemoryBudget.under_ceiling(memory_ceiling_bytes)
-        _require_structure_within(session.files, budget.ceiling)
+        budget = MemoryBudget.under_ceiling(memory_ceiling_bytes, profile_bytes=profile_bytes)
+        # Refused only past what the machine has: under the profile's own ceiling, slices or a skip answer it.
+        _require_structure_within(session.files, memory_ceiling_bytes or default_ceiling() or budget.ceiling)
         folder = session.files[0].parent
         client = shared_converters()
         state = SessionState(files=[str(f) for f in session.files], budget=budget, profile_bytes=profile_bytes,

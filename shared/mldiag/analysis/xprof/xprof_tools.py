@@ -688,10 +688,21 @@ def _no_data_reason(name: str, data: Any) -> str:
     return ""
 
 
+# What a tool built from time slices may say differently from the whole file's conversion
+# (:mod:`mldiag.analysis.xprof.op_stats_merge`): XProf drops the first and last step of each slice.
+SLICED_DIFFERENCES = {
+    "get_step_trace": "the steps beside each cut are left out of the step count and step times",
+    "get_xprof_overview": "the steps beside each cut are left out of the step-time breakdown",
+    "get_kpi_metrics": "the steps beside each cut are left out of the step time",
+}
+
+
 def _note(name: str, context: ToolContext) -> str:
-    """How the tool's result was made, where XProf's own way was not followed."""
+    """How the tool's result was made, where XProf's own way was not followed, and what that may change."""
     sliced = context.state.sliced
-    return sliced.note if sliced and NEEDS.get(name, ("",))[0] in ("op_stats", "smart_suggestion") else ""
+    if not sliced or NEEDS.get(name, ("",))[0] not in ("op_stats", "smart_suggestion"):
+        return ""
+    return f"{sliced.note}; {SLICED_DIFFERENCES[name]}" if name in SLICED_DIFFERENCES else sliced.note
 
 
 def run_tool(name: str, context: ToolContext) -> ToolResult:
