@@ -29,22 +29,22 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-import structlog
 from cloudevents.conversion import to_json
 from cloudevents.http import CloudEvent
 from pydantic import Field
 
 from mldiag.domain.errors import InvalidArgument, PermanentFailure
 from mldiag.domain.types import CamelModel, Timestamp, format_timestamp
+from mldiag.logs import get_logger
 from mldiag.ports import BlobStore, DocumentStore, EventHandler, OrderBy, Transaction, Where
 
 COLLECTION = "events"
 EXPIRE_AT = "expireAt"  # the TTL field (terraform/firestore.tf)
 RAW_INLINE_LIMIT = 64 * 1024  # Firestore documents stop at 1 MiB; bigger raw events go to the bucket
 MAX_ERROR_CHARS = 2000
-_SAFE_ID = re.compile(r"[A-Za-z0-9._-]*")  # an event id that is already a safe key
+_UNSAFE_ID = re.compile(r"[^\w.-]")  # \w is what str.isalnum() accepts, and "_"
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class Outcome(StrEnum):
@@ -91,9 +91,7 @@ class Ignored(Exception):
 
 def archive_key(function: str, event_id: str) -> str:
     # Event ids are chosen by the sender: keep keys to a safe alphabet and length.
-    if not _SAFE_ID.fullmatch(event_id):
-        event_id = "".join(c if c.isalnum() or c in "-_." else "_" for c in event_id)
-    return f"{function}:{event_id[:200]}"
+    return f"{function}:{_UNSAFE_ID.sub('_', event_id)[:200]}"
 
 
 def raw_event(event: CloudEvent) -> dict[str, Any]:
