@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import mmap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -63,7 +63,7 @@ class TimeSlices:
     extents_ns: dict[str, np.ndarray] = field(default_factory=dict)  # per plane: per slice, first start, last end
     # The same of each plane's op lines (a TPU's "XLA Ops"), where ops are active, by plane.
     op_extents_ns: dict[str, np.ndarray] = field(default_factory=dict)
-    cut_at: str = ""  # the device line whose events' starts the cuts moved to (BOUNDARY_LINES), "" for none
+    cut_at: str = ""  # what marks the starts the cuts moved to: STEPS_LINE, STEP_MARKER or PROGRAMS_LINE ("" none)
 
     def gaps_ns(self, plane_prefix: str, *, ops_only: bool = False) -> int:
         """The time between the slices on the planes whose names start with ``plane_prefix``, summed over those
@@ -266,11 +266,14 @@ def _boundaries(source: mmap.mmap, planes: list[tuple[_Span, list[_LineSummary]]
     starts (the devices' ``XLA Modules`` lines); none where nothing marks them."""
     named = [(plane_name(source, plane.start, plane.end), plane, lines) for plane, lines in planes]
     device = [lines for name, _, lines in named if name.startswith(DEVICE_PLANE_PREFIX)]
-    host = [_step_marker_starts(source, plane, lines) for name, plane, lines in named if name == HOST_PLANE]
-    found = [(STEPS_LINE, [line.starts_ns for lines in device for line in lines if line.name == STEPS_LINE]),
-             (STEP_MARKER, host),
-             (PROGRAMS_LINE, [line.starts_ns for lines in device for line in lines if line.name == PROGRAMS_LINE])]
-    for marker, starts in found:
+    found: dict[str, Callable[[], list[np.ndarray]]] = {  # in order of preference, each read only if needed
+        STEPS_LINE: lambda: [line.starts_ns for lines in device for line in lines if line.name == STEPS_LINE],
+        STEP_MARKER: lambda: [_step_marker_starts(source, plane, lines) for name, plane, lines in named
+                              if name == HOST_PLANE],
+        PROGRAMS_LINE: lambda: [line.starts_ns for lines in device for line in lines if line.name == PROGRAMS_LINE],
+    }
+    for marker, read in found.items():
+        starts = read()
         if any(len(some) for some in starts):
             return marker, np.unique(np.concatenate(starts))
     return "", np.zeros(0, dtype=np.int64)
