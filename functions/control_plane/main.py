@@ -7,11 +7,13 @@ import flask
 import functions_framework
 from werkzeug.wrappers import Response
 
-from mldiag.entrypoints.http.app import create_app
-
 
 @functools.cache
 def _app() -> flask.Flask:
+    # Built on the first request, and its modules imported then (numpy among them): the function starts as
+    # fast as the framework alone.
+    from mldiag.entrypoints.http.app import create_app
+
     return create_app()
 
 

@@ -11,6 +11,11 @@ format shows notices, warnings and errors only, one short line each; every
 line, maintenance and debug chatter included, still goes as JSON to the log
 file when one is given. Library loggers (stdlib ``logging``) take the same path,
 and so do Python's warnings (to the file only, in the human format).
+
+structlog is loaded when a line is first logged, not when a module that logs is
+imported (:func:`get_logger`): a function's cold start imports every module it
+serves from, and loading structlog (and the rich it pulls in) would be a third
+of that.
 """
 
 from __future__ import annotations
@@ -22,11 +27,12 @@ import sys
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
-
-import structlog
+from typing import TYPE_CHECKING, Any
 
 from mldiag.domain.names import short_name
+
+if TYPE_CHECKING:
+    import structlog
 
 NOTICE = "notice"  # the key that marks a line as significant
 FORMATS = ("json", "console")
@@ -98,6 +104,8 @@ class _PeopleOnly(logging.Filter):
 
 def _formatter(renderer: Any, chain: list[Any]) -> structlog.stdlib.ProcessorFormatter:
     """Renders structlog's lines and, through ``chain``, the stdlib records of other libraries."""
+    import structlog
+
     return structlog.stdlib.ProcessorFormatter(
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
         foreign_pre_chain=[structlog.stdlib.add_log_level, structlog.stdlib.add_logger_name, *chain],
@@ -105,6 +113,8 @@ def _formatter(renderer: Any, chain: list[Any]) -> structlog.stdlib.ProcessorFor
 
 
 def _json_renderer(logger: Any, method: str, event: dict[str, Any]) -> str:
+    import structlog
+
     return structlog.processors.JSONRenderer()(logger, method, _cloud_logging_fields(logger, method, event))
 
 
@@ -117,6 +127,8 @@ def configure(fmt: str = "json", level: int = logging.INFO, *,
     turns a line's ``session`` (a resource name) into a URL to show with it.
     ``log_file`` receives every line as JSON either way (rotated at 10 MB).
     """
+    import structlog
+
     if fmt not in FORMATS:
         raise ValueError(f"unknown log format {fmt!r}; use one of {', '.join(FORMATS)}")
     chain: list[Any] = [
@@ -175,8 +187,30 @@ def close() -> None:
 @contextlib.contextmanager
 def event_context(**fields: Any) -> Iterator[None]:
     """Bind ``fields`` (event_id, run, session, function, ...) to every log line inside."""
+    import structlog
+
     tokens = structlog.contextvars.bind_contextvars(**{k: v for k, v in fields.items() if v})
     try:
         yield
     finally:
         structlog.contextvars.reset_contextvars(**tokens)
+
+
+class _LoggerOnFirstUse:
+    """A module's structlog logger, loaded on its first line."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._logger: Any = None
+
+    def __getattr__(self, method: str) -> Any:
+        if self._logger is None:
+            import structlog
+
+            self._logger = structlog.get_logger(self._name)
+        return getattr(self._logger, method)
+
+
+def get_logger(name: str) -> Any:
+    """``structlog.get_logger(name)``, with structlog loaded only when the first line is logged."""
+    return _LoggerOnFirstUse(name)

@@ -291,14 +291,14 @@ class User:
 
 def test_planted_caller_lacking_a_callees_port_is_found():
     found = _with_planted(PLANTED_HEADER + """
-def by_module(services: PlantedPorts, event) -> str:
-    return registration.register_finalized(services, event)
+def by_module(services: PlantedPorts, event):
+    return registration.registering_finalized(services, event)
 
 def by_class(services: PlantedPorts):
     return Registrar(services=services)
 """)
     assert [line.split(",")[0] for line in found] == [
-        f"{PACKAGE}.planted:12: passes PlantedPorts to {PACKAGE}.registration.register_finalized",
+        f"{PACKAGE}.planted:12: passes PlantedPorts to {PACKAGE}.registration.registering_finalized",
         f"{PACKAGE}.planted:15: passes PlantedPorts to {PACKAGE}.registration.Registrar.__init__"]
     assert all("bus" in line and "settings" in line for line in found)
 
@@ -306,8 +306,8 @@ def by_class(services: PlantedPorts):
 def test_planted_caller_with_the_callees_ports_passes():
     assert _with_planted(PLANTED_HEADER.replace("(Stored, Protocol)", "(registration.RegistrationPorts, Protocol)")
                          + """
-def by_module(services: PlantedPorts, event) -> str:
-    return registration.register_finalized(services, event)
+def by_module(services: PlantedPorts, event):
+    return registration.registering_finalized(services, event)
 """) == []
 
 
@@ -327,16 +327,17 @@ def _only(services: object, protocol: type) -> SimpleNamespace:
 
 
 @pytest.mark.parametrize("bare", [False, True], ids=["services", "registration-ports-only"])
-def test_register_finalized_runs_with_only_its_ports(embedded, bare):
+def test_registering_finalized_runs_with_only_its_ports(embedded, bare):
     from mldiag.domain import ProfilerSession
     from mldiag.domain.messages import storage_finalized_event
-    from mldiag.services.registration import RegistrationPorts, register_finalized
+    from mldiag.services.registration import RegistrationPorts, registering_finalized
 
     services = _only(embedded, RegistrationPorts) if bare else embedded
     assert not bare or not hasattr(services, "profiler")
     event = storage_finalized_event({"bucket": "profiles", "name": "team/exp/run1/plugins/profile/s1/host0.xplane.pb",
                                      "generation": "1", "size": "1000", "contentType": "application/octet-stream"})
-    register_finalized(services, event)
+    _, after_commit = services.store.transaction(registering_finalized(services, event))
+    after_commit()
     session = embedded.sessions.get("projects/p/locations/l/machineLearningRuns/run1/profilerSessions/s1")
     assert session.host_files["host0"].size_bytes == 1000
     assert len(embedded.store.query(ProfilerSession.collection)) == 1

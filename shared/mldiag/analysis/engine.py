@@ -49,7 +49,7 @@ from mldiag import __version__
 from mldiag.analysis.profile.profiles import UNREADABLE_EXIT, Session, UnreadableProfile, copy_session, host_of
 from mldiag.analysis.profile.wire import Structure, structure_of
 from mldiag.analysis.stopping import PRIVATE_FOLDER_PREFIX
-from mldiag.analysis.xprof.budget import MemoryBudget, gib, in_memory_filesystem
+from mldiag.analysis.xprof.budget import MemoryBudget, default_ceiling, gib, in_memory_filesystem
 from mldiag.analysis.xprof.xprof_tools import (
     CAN_BE_ABSENT,
     MANAGED_TOOLS,
@@ -286,8 +286,9 @@ def start_analysis(
     ``owned_inputs``: the files were downloaded for this analysis and nothing
     else writes them, so the copy may be a link to them.
     ``memory_ceiling_bytes`` bounds the analysis's memory (by default
-    :func:`~mldiag.analysis.xprof.budget.default_ceiling`): an XProf tool whose
-    conversion would not fit under it is skipped, with what it needs.
+    :func:`~mldiag.analysis.xprof.budget.default_ceiling` of the profile's size, so that a profile of more
+    than a few MB has XProf's op_stats built from time slices): an XProf tool whose conversion would not
+    fit under it is skipped, with what it needs.
     Leaving the block waits for every step that started, then removes the copy.
     """
     started = time.perf_counter()
@@ -302,9 +303,10 @@ def start_analysis(
         session = copy_session(Session(files[0].parent.name, tuple(files)), scratch, owned=owned_inputs)
         profile_bytes = session.bytes
         # A linked copy and its download are the same bytes: an in-memory filesystem holds the profile once.
-        budget = MemoryBudget.under_ceiling(memory_ceiling_bytes,
+        budget = MemoryBudget.under_ceiling(memory_ceiling_bytes, profile_bytes=profile_bytes,
                                             held_in_files=profile_bytes if in_memory_filesystem(scratch) else 0)
-        _require_structure_within(session.files, budget.ceiling)
+        # Refused only past what the machine has: under the profile's own ceiling, slices or a skip answer it.
+        _require_structure_within(session.files, memory_ceiling_bytes or default_ceiling() or budget.ceiling)
         folder = session.files[0].parent
         client = shared_converters()
         state = SessionState(files=[str(f) for f in session.files], budget=budget, profile_bytes=profile_bytes,

@@ -2,7 +2,8 @@
 
 ``functions/<name>/main.py`` calls ``<name>(bootstrap.services(), event)``; the
 local hosts (``mldiag up``, the devstack) bind the same handlers to their own
-services. Each handler runs inside :func:`mldiag.services.event_archive.handle`, so every
+services. Each handler runs inside :func:`mldiag.services.event_archive.handle` (registration, which
+writes in one transaction, inside :func:`~mldiag.services.event_archive.handle_atomically`), so every
 event is archived, deduplicated and sorted into retry or reject.
 """
 
@@ -16,10 +17,10 @@ from mldiag.services.dependencies import FunctionHandler, Services
 
 def register_session(services: Services, event: CloudEvent) -> event_archive.Outcome:
     """Eventarc ``google.cloud.storage.object.v1.finalized`` on the profiles bucket."""
-    from mldiag.services.registration import register_finalized
+    from mldiag.services.registration import registering_finalized
 
-    return event_archive.handle(services.events, "register_session", event,
-                           lambda e: register_finalized(services, e))
+    return event_archive.handle_atomically(services.events, "register_session", event,
+                                           lambda e: registering_finalized(services, e))
 
 
 def analyze_session(services: Services, event: CloudEvent) -> event_archive.Outcome:

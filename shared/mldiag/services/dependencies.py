@@ -10,6 +10,10 @@ dependencies to, reads: one family, or a Protocol of its module that combines
 several (``RegistrationPorts``). ``Services`` satisfies every family
 structurally, so callers pass it unchanged; ``tests/unit/test_use_case_ports.py``
 holds each use case to its Protocol.
+
+The typed views load their modules (the resource models, the event archive) on
+first use: a function's cold start imports this module, and needs none of them
+until its first event.
 """
 
 from __future__ import annotations
@@ -21,13 +25,13 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 
 from mldiag.config import Settings
-from mldiag.domain.resources import MachineLearningRun, MonitoredEvent, Operation, ProfilerSession, ProfilerTarget
 from mldiag.domain.types import utcnow
 from mldiag.ports import BlobStore, DocumentStore, FleetRecords, MessageBus, ProfilerDialer
-from mldiag.services.event_archive import EventArchive
-from mldiag.services.repository import Repository
 
 if TYPE_CHECKING:
+    from mldiag.domain.resources import MachineLearningRun, MonitoredEvent, Operation, ProfilerSession, ProfilerTarget
+    from mldiag.services.event_archive import EventArchive
+    from mldiag.services.repository import Repository
     from cloudevents.http import CloudEvent
 
 
@@ -112,26 +116,43 @@ class Services:
 
     @functools.cached_property
     def runs(self) -> Repository[MachineLearningRun]:
+        from mldiag.domain.resources import MachineLearningRun
+        from mldiag.services.repository import Repository
+
         return Repository(self.store, MachineLearningRun, self.now)
 
     @functools.cached_property
     def sessions(self) -> Repository[ProfilerSession]:
+        from mldiag.domain.resources import ProfilerSession
+        from mldiag.services.repository import Repository
+
         return Repository(self.store, ProfilerSession, self.now)
 
     @functools.cached_property
     def targets(self) -> Repository[ProfilerTarget]:
+        from mldiag.domain.resources import ProfilerTarget
+        from mldiag.services.repository import Repository
+
         return Repository(self.store, ProfilerTarget, self.now)
 
     @functools.cached_property
     def monitored_events(self) -> Repository[MonitoredEvent]:
+        from mldiag.domain.resources import MonitoredEvent
+        from mldiag.services.repository import Repository
+
         return Repository(self.store, MonitoredEvent, self.now)
 
     @functools.cached_property
     def operations(self) -> Repository[Operation]:
+        from mldiag.domain.resources import Operation
+        from mldiag.services.repository import Repository
+
         return Repository(self.store, Operation, self.now)
 
     @functools.cached_property
     def events(self) -> EventArchive:
+        from mldiag.services.event_archive import EventArchive
+
         retention = timedelta(days=self.settings.event_retention_days)
         return EventArchive(self.store, self.blobs, self.settings.bucket, retention, self.now)
 

@@ -9,34 +9,42 @@ already applied (at-least-once delivery), and sorts failures in two:
 * anything else is recorded as ``failed`` and re-raised, so Pub/Sub or Eventarc
   retries with backoff and finally dead-letters it.
 
+:func:`handle_atomically` does the same for a handler whose writes are one
+transaction: the event's record is read and written in that transaction, so an
+event applied is archived with what it did in one commit (registration, which
+runs once per uploaded file).
+
 Archived events expire after the retention period (Firestore TTL on
 ``expireAt`` in the cloud, :func:`prune` locally) and can be replayed
-(:mod:`mldiag.services.operations.replay`).
+(:mod:`mldiag.services.operations.replay`). The payload is kept as the
+function received it, without encoding it again.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-import structlog
 from cloudevents.conversion import to_json
 from cloudevents.http import CloudEvent
 from pydantic import Field
 
 from mldiag.domain.errors import InvalidArgument, PermanentFailure
 from mldiag.domain.types import CamelModel, Timestamp, format_timestamp
-from mldiag.ports import BlobStore, DocumentStore, EventHandler, OrderBy, Where
+from mldiag.logs import get_logger
+from mldiag.ports import BlobStore, DocumentStore, EventHandler, OrderBy, Transaction, Where
 
 COLLECTION = "events"
 EXPIRE_AT = "expireAt"  # the TTL field (terraform/firestore.tf)
 RAW_INLINE_LIMIT = 64 * 1024  # Firestore documents stop at 1 MiB; bigger raw events go to the bucket
 MAX_ERROR_CHARS = 2000
+_UNSAFE_ID = re.compile(r"[^\w.-]")  # \w is what str.isalnum() accepts, and "_"
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class Outcome(StrEnum):
@@ -83,12 +91,19 @@ class Ignored(Exception):
 
 def archive_key(function: str, event_id: str) -> str:
     # Event ids are chosen by the sender: keep keys to a safe alphabet and length.
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in event_id)[:200]
-    return f"{function}:{safe}"
+    return f"{function}:{_UNSAFE_ID.sub('_', event_id)[:200]}"
 
 
 def raw_event(event: CloudEvent) -> dict[str, Any]:
-    return json.loads(to_json(event))
+    """The event in the CloudEvents structured JSON form: its attributes and its data as received (bytes
+    data as the SDK writes them, base64)."""
+    data = event.get_data()
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return json.loads(to_json(event))
+    raw = dict(event.get_attributes())
+    if data is not None:
+        raw["data"] = data
+    return raw
 
 
 def _named_in_message(event: CloudEvent) -> dict[str, str]:
@@ -125,13 +140,18 @@ class EventArchive:
         return 0 if record is None else record.attempts
 
     def save(self, record: ArchivedEvent) -> None:
-        # Firestore's TTL deletes only on a Timestamp: any other type silently disables it.
-        self.store.set(COLLECTION, record.key, {**record.to_json_dict(), EXPIRE_AT: record.expire_at})
+        self.store.set(COLLECTION, record.key, _document(record))
 
     def received(self, function: str, event: CloudEvent) -> ArchivedEvent:
         """Record a delivery attempt; returns the record as it now stands."""
+        record = self._attempt(self.get(function, str(event["id"])), function, event)
+        if record.outcome not in FINAL_OUTCOMES:
+            self.save(record)
+        return record
+
+    def _attempt(self, record: ArchivedEvent | None, function: str, event: CloudEvent) -> ArchivedEvent:
+        """``record`` (a new one where None) counting one more delivery, unless the event is already handled."""
         now = self._now()
-        record = self.get(function, str(event["id"]))
         if record is None:
             record = ArchivedEvent(
                 id=str(event["id"]), function=function, type=_attribute(event, "type"),
@@ -145,8 +165,17 @@ class EventArchive:
         record.last_attempt = now
         record.expire_at = now + self.retention
         record.outcome = Outcome.RECEIVED
-        self.save(record)
         return record
+
+    def received_in(self, transaction: Transaction, function: str, event: CloudEvent) -> ArchivedEvent:
+        """:meth:`received`, read in a caller's transaction and not yet written (:meth:`finish_in` writes it)."""
+        document = transaction.get(COLLECTION, archive_key(function, str(event["id"])))
+        return self._attempt(None if document is None else ArchivedEvent.model_validate(document), function, event)
+
+    def finish_in(self, transaction: Transaction, record: ArchivedEvent, outcome: Outcome, detail: str = "") -> None:
+        """:meth:`finish`, staged in a caller's transaction."""
+        record.outcome, record.detail = outcome, detail[:MAX_ERROR_CHARS]
+        transaction.set(COLLECTION, record.key, _document(record))
 
     def _attach_raw(self, record: ArchivedEvent, event: CloudEvent) -> None:
         raw = raw_event(event)
@@ -208,6 +237,11 @@ class EventArchive:
         return len(expired)
 
 
+def _document(record: ArchivedEvent) -> dict[str, Any]:
+    # Firestore's TTL deletes only on a Timestamp: any other type silently disables it.
+    return {**record.to_json_dict(), EXPIRE_AT: record.expire_at}
+
+
 def handle(archive: EventArchive, function: str, event: CloudEvent, work: EventHandler) -> Outcome:
     """Run ``work`` on ``event`` once per (function, event id), archiving what happened.
 
@@ -243,3 +277,56 @@ def handle(archive: EventArchive, function: str, event: CloudEvent, work: EventH
         log.info("event handled", detail=detail)
         return Outcome.OK
 
+
+
+# A handler in two parts: what it does before its transaction (reads, and writes it cannot do in one), then its
+# transaction, which returns a one-line detail for the record and what to do once it has committed.
+AfterCommit = Callable[[], None]
+Transactional = Callable[[Transaction], tuple[str, AfterCommit]]
+
+
+def handle_atomically(archive: EventArchive, function: str, event: CloudEvent,
+                      prepare: Callable[[CloudEvent], Transactional]) -> Outcome:
+    """:func:`handle` for a handler whose writes are one transaction: ``prepare`` returns that transaction's
+    work, and the event's record is read and written in it, so an applied event is one commit.
+
+    A handler that raises is archived as :func:`handle` archives it (its own writes undone).
+    """
+    from mldiag.logs import event_context
+
+    with event_context(event_id=str(event["id"]), function=function, event_type=_attribute(event, "type"),
+                       **_named_in_message(event)):
+        def apply(transaction: Transaction) -> tuple[ArchivedEvent, str, AfterCommit | None]:
+            record = archive.received_in(transaction, function, event)
+            if record.outcome in FINAL_OUTCOMES:  # already handled: nothing to do after the commit either
+                return record, "", None
+            detail, after_commit = work(transaction)
+            archive.finish_in(transaction, record, Outcome.OK, detail)
+            return record, detail, after_commit
+
+        try:
+            work = prepare(event)
+            record, detail, after_commit = archive.store.transaction(apply)
+        except Exception as error:  # noqa: BLE001 - archived and sorted as handle() sorts it
+            return handle(archive, function, event, _raising(error))
+        if after_commit is None:
+            log.info("event already handled; skipping", outcome=record.outcome.value)
+            return Outcome.DUPLICATE
+        try:
+            after_commit()
+        except Exception as error:
+            # Committed but not done (a request staged, not published): the platform's retry finishes it.
+            archive.finish(record, Outcome.FAILED, error=f"{type(error).__name__}: {error}")
+            log.error("event failed; will be retried", error=f"{type(error).__name__}: {error}",
+                      attempt=record.attempts)
+            raise
+        log.info("event handled", detail=detail)
+        return Outcome.OK
+
+
+def _raising(error: Exception) -> EventHandler:
+    """A handler that fails as the first attempt did."""
+    def again(event: CloudEvent) -> str:
+        raise error
+
+    return again

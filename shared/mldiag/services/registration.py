@@ -45,7 +45,7 @@ from mldiag.domain.types import format_timestamp
 from mldiag.ports import Transaction, Where
 from mldiag.services import outbox
 from mldiag.services.dependencies import Configured, Publishing, Stored
-from mldiag.services.event_archive import Ignored
+from mldiag.services.event_archive import AfterCommit, Ignored, Transactional
 from mldiag.services.repository import document_key
 
 
@@ -185,12 +185,21 @@ class Registrar:
 
     def register(self, profile: ProfileObject) -> str:
         """Record the file in its session; returns a one-line account of what changed."""
+        account, after_commit = self.services.store.transaction(self.registering(profile))
+        after_commit()
+        return account
+
+    def registering(self, profile: ProfileObject) -> Transactional:
+        """The transaction that records the file in its session (its run found, or made, first): it returns a
+        one-line account of what changed and what to do once it has committed (publish the analysis request
+        it staged)."""
         run = self.find_or_create_run(profile)
         name = f"{run.name}/profilerSessions/{_id_for(profile.session_folder, 'profilerSessionId')}"
 
-        def work(transaction: Transaction) -> tuple[str, str, bool]:
-            previous = self.services.sessions.find_in(transaction, name)
-            session = previous.model_copy(deep=True) if previous else self._new_session(name, profile)
+        def work(transaction: Transaction) -> tuple[str, AfterCommit]:
+            previous, session = self.services.sessions.find_for_update_in(transaction, name)
+            if session is None:
+                session = self._new_session(name, profile)
             replaced = session.host_files.get(host_of(profile.file_name)) if profile.file_name.endswith(
                 XPLANE_SUFFIX) else None
             report_of_replaced = session.analysis.report_uri
@@ -198,9 +207,10 @@ class Registrar:
             if not self._add_file(session, profile):
                 # A redelivery. If a crash came between commit and publish, the request is still staged.
                 requested = session.analysis.generation_set
-                return "already registered", self._analysis_outbox_key(name, requested) if requested else "", False
+                key = self._analysis_outbox_key(name, requested) if requested else ""
+                return "already registered", self._after_commit(name, profile, key, new=False)
             key = self._request_analysis_if_settled(transaction, session, run)
-            self.services.sessions.save_in(transaction, previous, session)
+            self.services.sessions.stage_save_in(transaction, previous, session)
             if replaced is not None:
                 account = (f"session {session.id} of run {run.id} received a newer profile "
                            f"(generation {profile.generation} of {profile.file_name})")
@@ -208,15 +218,20 @@ class Registrar:
                     account += f"; the earlier analysis is kept at {report_of_replaced}"
             else:
                 account = f"{profile.file_name} registered in {name}"
-            return account + (" (analysis requested)" if key else ""), key, previous is None
+            return (account + (" (analysis requested)" if key else ""),
+                    self._after_commit(name, profile, key, new=previous is None))
 
-        account, key, new = self.services.store.transaction(work)
-        if new:
-            log.info(f"session {short_name(name)} registered from {profile.session_folder_uri}",
-                     notice=True, session=name)
-        if key:
-            outbox.flush(self.services.store, self.services.bus, key)
-        return account
+        return work
+
+    def _after_commit(self, name: str, profile: ProfileObject, key: str, *, new: bool) -> AfterCommit:
+        def after_commit() -> None:
+            if new:
+                log.info(f"session {short_name(name)} registered from {profile.session_folder_uri}",
+                         notice=True, session=name)
+            if key:
+                outbox.flush(self.services.store, self.services.bus, key)
+
+        return after_commit
 
     def _new_session(self, name: str, profile: ProfileObject) -> ProfilerSession:
         return ProfilerSession(
@@ -323,10 +338,9 @@ class Registrar:
             name = document["name"]
 
             def work(transaction: Transaction, name: str = name) -> str:
-                previous = self.services.sessions.find_in(transaction, name)
-                if previous is None or not self._settled(previous):
+                previous, session = self.services.sessions.find_for_update_in(transaction, name)
+                if previous is None or session is None or not self._settled(previous):
                     return ""
-                session = previous.model_copy(deep=True)
                 key = self.request_analysis(transaction, session, name.rsplit("/", 2)[0])
                 self.services.sessions.save_in(transaction, previous, session)
                 return key
@@ -338,10 +352,11 @@ class Registrar:
         return requested
 
 
-def register_finalized(services: RegistrationPorts, event: CloudEvent) -> str:
-    """The ``register_session`` handler body: one finalize event in, a one-line account out."""
+def registering_finalized(services: RegistrationPorts, event: CloudEvent) -> Transactional:
+    """The ``register_session`` handler body: the transaction that registers one finalize event's file
+    (:meth:`Registrar.registering`)."""
     if event["type"] != STORAGE_FINALIZED:
         raise PermanentFailure(f"register_session handles {STORAGE_FINALIZED}, not {event['type']!r}")
     profile = parse_finalized(event.get_data(), services.settings.max_profile_bytes)
     with structlog.contextvars.bound_contextvars(run=profile.run_folder, session=profile.session_folder):
-        return Registrar(services).register(profile)
+        return Registrar(services).registering(profile)

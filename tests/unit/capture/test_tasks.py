@@ -14,7 +14,7 @@ from mldiag.config import ANALYSIS_REQUESTS
 from mldiag.domain import AnalysisState, Kind, SessionPhase
 from mldiag.domain.resources import TargetState
 from mldiag.domain.messages import storage_finalized_event
-from mldiag.services.registration import register_finalized
+from mldiag.entrypoints import handlers
 from mldiag.services.capture.requests import CaptureRequest, ContinuousRequest, capture, start_continuous
 
 UNREACHABLE = TaskResult.failed(CaptureFailed(Failure.UNREACHABLE, "cannot connect"))
@@ -30,7 +30,7 @@ def two_target_capture(embedded, run, add_target):
 def write_profile(services, target: str, session: str = "s1") -> None:
     """What the workload's profiler server does, and the finalize event the bucket then sends."""
     info = services.blobs.write_bytes(f"gs://profiles/runs/r1/plugins/profile/{session}/{target}.xplane.pb", b"x" * 64)
-    register_finalized(services, storage_finalized_event({
+    handlers.register_session(services, storage_finalized_event({
         "bucket": "profiles", "name": info.uri.removeprefix("gs://profiles/"), "generation": info.generation,
         "size": str(info.size)}))
 

@@ -73,7 +73,7 @@ def test_transient_failure_returns_500_so_the_platform_retries(services, monkeyp
     def unavailable(*args, **kwargs):
         raise ConnectionError("Firestore unavailable")
 
-    monkeypatch.setattr(registration.Registrar, "register", unavailable)
+    monkeypatch.setattr(registration.Registrar, "registering", unavailable)
     headers = {f"ce-{k}": v for k, v in FINALIZE_ATTRIBUTES.items()} | {"Content-Type": "application/json"}
     assert client("register_session").post("/", data=json.dumps(FINALIZE_DATA), headers=headers).status_code == 500
     assert services.events.get("register_session", FINALIZE_ATTRIBUTES["id"]).outcome.value == "failed"

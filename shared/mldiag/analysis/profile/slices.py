@@ -11,7 +11,11 @@ included), every line with its name and time base. Of each line's events it
 keeps those whose *top-level event* starts in its span of time: the outermost
 event that encloses them on that line, so an event always stays with the events
 nested in it. The cuts fall where each slice holds about the same bytes of
-events, so that each conversion needs about the same memory.
+events, so that each conversion needs about the same memory; where the profile
+marks its steps (a device's ``Steps`` line, or the host's events with a ``step_num``,
+which XProf's step trace reads), each cut moves to the start of the step nearest
+to it, so that no step is split between two slices (where nothing marks a step, to
+the start of the nearest program run on a device).
 
 The file is never parsed as one message nor copied into memory: it is
 memory-mapped and read line by line (:func:`mldiag.analysis.profile.xspace.line_events`)
@@ -24,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import mmap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -36,10 +40,19 @@ from mldiag.analysis.profile.xspace import (
     PLANE_LINES,
     XSPACE_PLANES,
     LineEvents,
+    event_stat_ids,
     line_events,
     plane_name,
     release_pages,
+    stat_id,
 )
+
+DEVICE_PLANE_PREFIX = "/device:"
+HOST_PLANE = "/host:CPU"
+STEPS_LINE = "Steps"  # the line of a device plane whose events are its steps
+PROGRAMS_LINE = "XLA Modules"  # the line of a device plane whose events are its program runs
+STEP_MARKER = "step_num"  # the stat of a host event that marks a step
+OPS_LINE = "XLA Ops"  # the line of a device plane whose events are the ops it runs
 
 
 @dataclass
@@ -48,13 +61,17 @@ class TimeSlices:
 
     paths: list[Path]
     extents_ns: dict[str, np.ndarray] = field(default_factory=dict)  # per plane: per slice, first start, last end
+    # The same of each plane's op lines (a TPU's "XLA Ops"), where ops are active, by plane.
+    op_extents_ns: dict[str, np.ndarray] = field(default_factory=dict)
+    cut_at: str = ""  # what marks the starts the cuts moved to: STEPS_LINE, STEP_MARKER or PROGRAMS_LINE ("" none)
 
-    def gaps_ns(self, plane_prefix: str) -> int:
+    def gaps_ns(self, plane_prefix: str, *, ops_only: bool = False) -> int:
         """The time between the slices on the planes whose names start with ``plane_prefix``, summed over those
-        planes: from each slice's last event to the next slice's first (0 where they overlap). A conversion of
-        the slices apart misses these gaps; added to the slices' spans they give the whole file's."""
+        planes: from each slice's last event to the next slice's first (0 where they overlap); ``ops_only``,
+        on their op lines alone. A conversion of the slices apart misses these gaps; added to the slices'
+        spans they give the whole file's."""
         total = 0
-        for plane, extents in self.extents_ns.items():
+        for plane, extents in (self.op_extents_ns if ops_only else self.extents_ns).items():
             if plane.startswith(plane_prefix):
                 held = extents[extents[:, 0] <= extents[:, 1]]  # slices with events on the plane
                 total += int(np.clip(held[1:, 0] - held[:-1, 1], 0, None).sum())
@@ -71,7 +88,8 @@ class _Span:
 
 
 def slice_by_time(path: Path, count: int, folder: Path) -> TimeSlices:
-    """Cut the host file at ``path`` into ``count`` time slices written into ``folder``, earliest first.
+    """Cut the host file at ``path`` into ``count`` time slices written into ``folder``, earliest first: fewer
+    where two cuts move to the start of the same step.
 
     Each slice is named after the file, with its index: ``host.xplane.pb`` gives ``host.slice-0.xplane.pb``...
     Raises :class:`MalformedXSpace` for a file that is not in the wire format.
@@ -84,16 +102,22 @@ def slice_by_time(path: Path, count: int, folder: Path) -> TimeSlices:
         with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as source:
             planes = [(plane, [_summary(source, line) for line in _line_spans(source, plane)])
                       for plane in _planes(source)]
-            cuts = _cuts([line for _, lines in planes for line in lines], count)
+            cut_at, boundaries = _boundaries(source, planes)
+            cuts = _at_boundaries(_cuts([line for _, lines in planes for line in lines], count), boundaries)
+            count = len(cuts) + 1
             extents: dict[str, np.ndarray] = {}
+            op_extents: dict[str, np.ndarray] = {}
             for plane, lines in planes:
-                plane_extents = extents.setdefault(plane_name(source, plane.start, plane.end), _no_extents(count))
+                name = plane_name(source, plane.start, plane.end)
+                plane_extents = extents.setdefault(name, _no_extents(count))
                 for line in lines:
                     line.widen(plane_extents, cuts)
+                    if line.name == OPS_LINE:
+                        line.widen(op_extents.setdefault(name, _no_extents(count)), cuts)
             stem = path.name.removesuffix(".xplane.pb")
             targets = [folder / f"{stem}.slice-{index}.xplane.pb" for index in range(count)]
             _write(source, cuts, planes, targets)
-    return TimeSlices(targets, extents)
+    return TimeSlices(targets, extents, op_extents, cut_at if len(cuts) else "")
 
 
 def shared_bytes(path: Path) -> int:
@@ -172,7 +196,9 @@ class _LineSummary:
     where it is in the file, and the bytes and the last end of it with the events nested in it."""
 
     span: _Span
+    name: str
     headers: list[tuple[int, int]]  # where its other fields are
+    kinds: np.ndarray  # metadata ids
     starts_ns: np.ndarray
     at: np.ndarray
     bytes: np.ndarray
@@ -208,14 +234,14 @@ def _summary(source: mmap.mmap, line: _Span) -> _LineSummary:
     headers = _not_events(events, line)
     if not len(events.at):
         empty = np.zeros(0, dtype=np.int64)
-        return _LineSummary(line, headers, empty, empty, empty, empty, True)
+        return _LineSummary(line, events.name, headers, empty, empty, empty, empty, empty, True)
     top = _top_level(events)
     firsts = np.flatnonzero(top == np.arange(len(top)))
     starts = _starts_ns(events)
     ends = np.maximum.reduceat(starts + events.durations_ps // 1000, firsts)
     adjacent = bool((events.at[1:] == events.at[:-1] + events.sizes[:-1]).all())
-    return _LineSummary(line, headers, starts[firsts], events.at[firsts], np.add.reduceat(events.sizes, firsts),
-                        ends, adjacent)
+    return _LineSummary(line, events.name, headers, events.metadata_ids[firsts], starts[firsts], events.at[firsts],
+                        np.add.reduceat(events.sizes, firsts), ends, adjacent)
 
 
 def _cuts(lines: list[_LineSummary], count: int) -> np.ndarray:
@@ -232,6 +258,49 @@ def _cuts(lines: list[_LineSummary], count: int) -> np.ndarray:
     short_of = np.where(reaching > 0, before[reaching - 1], 0)  # the bytes before it
     ahead = (reaching > 0) & (shares - short_of < before[reaching] - shares)  # cutting before it is closer
     return times[np.minimum(np.where(ahead, reaching, reaching + 1), len(times) - 1)]
+
+
+def _boundaries(source: mmap.mmap, planes: list[tuple[_Span, list[_LineSummary]]]) -> tuple[str, np.ndarray]:
+    """When each step starts (ns) and what marks it: the ``Steps`` lines of the device planes, else the
+    host's step markers (its events with a ``step_num``, as XProf groups steps), else when each program run
+    starts (the devices' ``XLA Modules`` lines); none where nothing marks them."""
+    named = [(plane_name(source, plane.start, plane.end), plane, lines) for plane, lines in planes]
+    device = [lines for name, _, lines in named if name.startswith(DEVICE_PLANE_PREFIX)]
+    found: dict[str, Callable[[], list[np.ndarray]]] = {  # in order of preference, each read only if needed
+        STEPS_LINE: lambda: [line.starts_ns for lines in device for line in lines if line.name == STEPS_LINE],
+        STEP_MARKER: lambda: [_step_marker_starts(source, plane, lines) for name, plane, lines in named
+                              if name == HOST_PLANE],
+        PROGRAMS_LINE: lambda: [line.starts_ns for lines in device for line in lines if line.name == PROGRAMS_LINE],
+    }
+    for marker, read in found.items():
+        starts = read()
+        if any(len(some) for some in starts):
+            return marker, np.unique(np.concatenate(starts))
+    return "", np.zeros(0, dtype=np.int64)
+
+
+def _step_marker_starts(source: mmap.mmap, plane: _Span, lines: list[_LineSummary]) -> np.ndarray:
+    """When the plane's top-level events that carry a ``step_num`` stat start (ns): for each kind of event
+    (its metadata), the first one's stats tell."""
+    step_num = stat_id(source, plane.start, plane.end, STEP_MARKER)
+    if step_num is None:
+        return np.zeros(0, dtype=np.int64)
+    starts = []
+    for line in lines:
+        kinds, first = np.unique(line.kinds, return_index=True)
+        markers = [kind for kind, at in zip(kinds, line.at[first]) if step_num in event_stat_ids(source, int(at))]
+        starts.append(line.starts_ns[np.isin(line.kinds, markers)])
+    return np.concatenate(starts) if starts else np.zeros(0, dtype=np.int64)
+
+
+def _at_boundaries(cuts: np.ndarray, boundaries: np.ndarray) -> np.ndarray:
+    """Each cut moved to the boundary (a step's start) nearest to it, none moved without any, one cut per
+    boundary."""
+    if not len(cuts) or not len(boundaries):
+        return cuts
+    after = np.searchsorted(boundaries, cuts)
+    later, earlier = boundaries[np.minimum(after, len(boundaries) - 1)], boundaries[np.maximum(after - 1, 0)]
+    return np.unique(np.where(cuts - earlier <= later - cuts, earlier, later))
 
 
 def _slice_of(events: LineEvents, cuts: np.ndarray) -> np.ndarray:

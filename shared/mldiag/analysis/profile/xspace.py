@@ -46,6 +46,7 @@ XSPACE_PLANES = 1  # XSpace.planes
 PLANE_NAME = 2  # XPlane.name
 PLANE_LINES = 3  # XPlane.lines
 LINE_EVENTS = 4  # XLine.events
+PLANE_STAT_METADATA = 5  # XPlane.stat_metadata
 _EVENT_TAG = LINE_EVENTS << 3 | 2  # length-delimited
 _LEADING_FIELDS = (1, 2, 3)  # XEvent.metadata_id, offset_ps, duration_ps
 _MAX_VARINT_BYTES = 10
@@ -249,6 +250,22 @@ class Plane:
         """Stats by name, later lists overriding earlier ones; a reference stat's value is the name it refers to."""
         return {self._stat_names.get(stat.metadata_id, ""): _value(stat, self._stat_names)
                 for stats in stat_lists for stat in stats}
+
+
+def stat_id(source: mmap.mmap, start: int, end: int, name: str) -> int | None:
+    """The id of the stat called ``name`` of the plane at ``source[start:end]``, None where it has none: read
+    from the plane's stat metadata alone."""
+    described = b"".join(source[tag_at:value_end] for number, tag_at, _, value_end in fields(source, start, end)
+                         if number == PLANE_STAT_METADATA)
+    wanted = name.encode()
+    return next((key for key, metadata in _messages()["XPlane"].FromString(described).stat_metadata.items()
+                 if metadata.name == wanted), None)
+
+
+def event_stat_ids(source: mmap.mmap, at: int) -> set[int]:
+    """The stat ids of the event whose field starts at ``at`` (its tag), its own stats only."""
+    length, start = varint(source, at + 1)  # past the one-byte tag of XLine.events
+    return {stat.metadata_id for stat in _messages()["XEvent"].FromString(source[start:start + length]).stats}
 
 
 def read_planes(path: Path) -> list[Plane]:

@@ -52,6 +52,10 @@ SMALL_SHARE = 16  # a reservation of at most 1/16 of the budget does not wait in
 PROCESS_GROWTH = 128 * MIB
 # What an analysis holds whatever its ceiling: that growth, and the raw-event reader's interpreter and numpy.
 LEAST_ANALYSIS = 512 * MIB
+PROFILE_MULTIPLE = 12  # the default ceiling, in multiples of the profile's size
+# What the steps of an analysis may hold at the least under the default ceiling: XProf's whole-file conversion
+# of a profile up to about 6 MB (op_stats at 41x its size).
+SMALL_PROFILE_BUDGET = 256 * MIB
 _CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
 _MEMORY_FILESYSTEMS = frozenset({"tmpfs", "ramfs"})
 # Set by Cloud Run and Cloud Functions (2nd gen), whose writable filesystem is held in the instance's memory.
@@ -90,14 +94,24 @@ def _cgroup_limit() -> int | None:
     return None
 
 
-def default_ceiling(environ: dict[str, str] | None = None) -> int | None:
+def default_ceiling(environ: dict[str, str] | None = None, *, profile_bytes: int = 0) -> int | None:
     """The ceiling when none is given: ``MLDIAG_ANALYSIS_MEMORY_CEILING``, else a share of what is available
-    (the cgroup limit or the machine's free memory, the lower); None where neither can be known."""
+    (the cgroup limit or the machine's free memory, the lower), None where neither can be known; given the
+    ``profile_bytes`` to analyse, no more than :func:`profile_ceiling` of them."""
     configured = (os.environ if environ is None else environ).get(CEILING_VARIABLE, "").strip()
     if configured:
         return parse_size(configured)
     known = [size for size in (_cgroup_limit(), available_memory()) if size]
-    return int(min(known) * AVAILABLE_SHARE) if known else None
+    machine = int(min(known) * AVAILABLE_SHARE) if known else None
+    if not profile_bytes:
+        return machine
+    return profile_ceiling(profile_bytes) if machine is None else min(machine, profile_ceiling(profile_bytes))
+
+
+def profile_ceiling(profile_bytes: int) -> int:
+    """:data:`PROFILE_MULTIPLE` times ``profile_bytes``, and at least what this process holds and will grow by
+    with :data:`SMALL_PROFILE_BUDGET` to spare."""
+    return max(PROFILE_MULTIPLE * profile_bytes, resident_memory() + PROCESS_GROWTH + SMALL_PROFILE_BUDGET)
 
 
 def enforced_ceiling(ceiling_bytes: int | None = None) -> int | None:
@@ -153,11 +167,12 @@ class MemoryBudget:
         self._changed = threading.Condition()
 
     @classmethod
-    def under_ceiling(cls, ceiling_bytes: int | None = None, *, held_in_files: int = 0) -> MemoryBudget:
-        """The budget under ``ceiling_bytes`` (by default :func:`default_ceiling`): the ceiling less what this
-        process holds and will grow by, and less ``held_in_files`` (files the analysis keeps in an in-memory
-        filesystem). Without any ceiling to know, the budget is unbounded."""
-        ceiling = ceiling_bytes or default_ceiling()
+    def under_ceiling(cls, ceiling_bytes: int | None = None, *, profile_bytes: int = 0,
+                      held_in_files: int = 0) -> MemoryBudget:
+        """The budget under ``ceiling_bytes`` (by default :func:`default_ceiling` for ``profile_bytes``): the
+        ceiling less what this process holds and will grow by, and less ``held_in_files`` (files the analysis
+        keeps in an in-memory filesystem). Without any ceiling to know, the budget is unbounded."""
+        ceiling = ceiling_bytes or default_ceiling(profile_bytes=profile_bytes)
         if ceiling is None:
             return cls(1 << 62)
         held = resident_memory() + PROCESS_GROWTH + held_in_files

@@ -37,8 +37,14 @@ over the device planes give back what the slices miss; its host total adds up
 the span of each host thread's TensorFlow ops, so gaps measured over the host
 plane as a whole give back only part of the host's.
 
-What the slices cannot give back: XProf drops the first and last step of a host
-with more than five steps, so each cut can lose the two steps beside it.
+On a TPU the duty cycle spans the chip's ops: its idle time takes the time
+between the slices' ops (``device_ops``), which differs from the planes' where
+other lines (steps, program runs) reach past the ops around a cut.
+
+What the slices cannot give back: where a host's events mark its steps, XProf
+drops the first and last step of a host with more than five steps, so each cut
+loses the two steps beside it; where the device marks its steps (a TPU's
+``Steps`` line) and the cuts fall at step starts, none is lost.
 
 Pure: bytes in, bytes out. ``xprof`` is imported on first use only.
 """
@@ -50,7 +56,8 @@ from typing import Any
 
 KERNEL_REPORTS_KEPT = 1000  # XProf's kMaxNumOfKernels
 _IDLE = "IDLE"
-GAP_KINDS = ("device", "host")  # the keys of ``gaps_ps``: time between the slices on the device and host planes
+# The keys of ``gaps_ps``: time between the slices on the device and host planes, and between the device's ops.
+GAP_KINDS = ("device", "host", "device_ops")
 _CPU_DEVICE_TYPES = ("CPU", "Device")  # what a host without an accelerator reports as its device type
 _TRACED_OR_EAGER = ("TRACED_MODE", "EAGER_MODE")  # tf-function modes XProf counts as expensive
 
@@ -95,12 +102,13 @@ def merge_time_slices(slices: Sequence[bytes], *, gaps_ps: Mapping[str, int] | N
         present = [getattr(part, name) for part in parsed if part.HasField(name)]
         if present:
             _merge_flat_op_metrics_dbs(present, getattr(merged, name))
-    _add_gap(merged.host_op_metrics_db, merged.host_op_metrics_db.metrics_db, "name", _DUTY_CYCLES, gaps["host"])
+    _add_gap(merged.host_op_metrics_db, merged.host_op_metrics_db.metrics_db, "name", _DUTY_CYCLES, gaps["host"],
+             gaps["host"])
     _add_gap(merged.device_op_metrics_db, merged.device_op_metrics_db.metrics_db, "name", _DUTY_CYCLES,
-             gaps["device"])
+             gaps["device"], gaps["device_ops"])
     if merged.HasField("flat_device_op_metrics_db"):
         flat = merged.flat_device_op_metrics_db
-        _add_gap(flat, flat.op_instances, "hlo_name", _DUTY_CYCLES[:1], gaps["device"])
+        _add_gap(flat, flat.op_instances, "hlo_name", _DUTY_CYCLES[:1], gaps["device"], gaps["device_ops"])
     _concatenate_steps([part.step_db for part in parsed], merged.step_db)
     _merge_run_environments([part.run_environment for part in parsed], merged.run_environment)
     _fill_unset([part.perf_env for part in parsed], merged.perf_env)
@@ -124,7 +132,8 @@ def _checked_gaps(gaps_ps: Mapping[str, int], count: int) -> dict[str, int]:
     if unknown:
         raise ValueError(f"unknown kind of gap between time slices: {', '.join(unknown)} "
                          f"(known: {', '.join(GAP_KINDS)})")
-    gaps = {kind: gaps_ps.get(kind, 0) for kind in GAP_KINDS}
+    gaps = {kind: gaps_ps.get(kind, 0) for kind in GAP_KINDS[:2]}
+    gaps["device_ops"] = gaps_ps.get("device_ops", gaps["device"])  # without op lines, the planes' gap
     for kind, gap in gaps.items():
         if not isinstance(gap, int) or isinstance(gap, bool) or gap < 0:
             raise ValueError(f"the {kind} gap between time slices must be a whole number of picoseconds, "
@@ -239,22 +248,25 @@ def _merge_flat_op_metrics_dbs(dbs: Sequence[Any], merged: Any) -> None:
             _merge_op(op, target, _FLAT_OP_SUMS)
 
 
-def _add_gap(db: Any, ops: Any, name_field: str, duty_cycles: Sequence[tuple[str, str]], gap_ps: int) -> None:
+def _add_gap(db: Any, ops: Any, name_field: str, duty_cycles: Sequence[tuple[str, str]], gap_ps: int,
+             ops_gap_ps: int) -> None:
     """Add the time between the slices to a database's total time and to the idle time XProf derives from a
     span: its IDLE op (the total time less the op time) and, where the database has them (a TPU's), each duty
-    cycle's idle time (the span of the chip's ops less the time they are active: none are between slices).
-    A database no slice timed (no ops) stays untimed, as XProf leaves it."""
-    if not gap_ps or not db.total_time_ps:
+    cycle's idle time, from the time between the slices' ops (``ops_gap_ps``: a duty cycle spans the chip's
+    ops, less the time they are active, and none are between slices). A database no slice timed (no ops)
+    stays untimed, as XProf leaves it."""
+    if not db.total_time_ps:
         return
-    db.total_time_ps += gap_ps
-    idle = next((op for op in ops if op.category == _IDLE), None)
-    if idle is None:
-        idle = ops.add(**{name_field: _IDLE}, category=_IDLE)
-    idle.time_ps += gap_ps
-    idle.self_time_ps += gap_ps
+    if gap_ps:
+        db.total_time_ps += gap_ps
+        idle = next((op for op in ops if op.category == _IDLE), None)
+        if idle is None:
+            idle = ops.add(**{name_field: _IDLE}, category=_IDLE)
+        idle.time_ps += gap_ps
+        idle.self_time_ps += gap_ps
     for busy_field, idle_field in duty_cycles:
         if getattr(db, busy_field) or getattr(db, idle_field):
-            setattr(db, idle_field, getattr(db, idle_field) + gap_ps)
+            setattr(db, idle_field, getattr(db, idle_field) + ops_gap_ps)
 
 
 # --- steps -----------------------------------------------------------------------------------

@@ -184,6 +184,9 @@ class SlicedHost:
     paths: list[str]
     slice_bytes: int  # the largest slice's
     why: str
+    # Cut at the device's step starts, or at its program runs where nothing marks a step: XProf's step trace
+    # then loses no step at a cut.
+    steps_whole: bool = False
 
     @property
     def note(self) -> str:
@@ -375,7 +378,7 @@ def _reservation(state: SessionState, converter: str, module: str) -> int:
 def _build_sliced_op_stats(state: SessionState, count: int) -> SlicedHost:
     """Cut the session's one host file into ``count`` time slices, have XProf build each slice's op_stats (as many
     at once as the budget and the cores allow), and write their merge where XProf looks for the host's."""
-    from mldiag.analysis.profile.slices import slice_by_time
+    from mldiag.analysis.profile.slices import PROGRAMS_LINE, STEPS_LINE, slice_by_time
     from mldiag.analysis.xprof.op_stats_merge import merge_time_slices
 
     source = Path(state.files[0])
@@ -391,10 +394,15 @@ def _build_sliced_op_stats(state: SessionState, count: int) -> SlicedHost:
     finally:
         state.op_stats_queued.set()
     gaps = {"device": 1000 * sliced.gaps_ns("/device:"), "host": 1000 * sliced.gaps_ns("/host:")}
+    if sliced.op_extents_ns:  # a device's duty cycle spans its ops; without steps, so does its total time
+        gaps["device_ops"] = 1000 * sliced.gaps_ns("/device:", ops_only=True)
+        if sliced.cut_at != STEPS_LINE:
+            gaps["device"] = gaps["device_ops"]
     (folder / OP_STATS_CACHE).write_bytes(merge_time_slices(per_slice, gaps_ps=gaps))
     why = ("the file is past protobuf's 2 GiB limit" if state.largest_file_bytes > PROTOBUF_LIMIT
            else "the whole file's conversion would not fit under the memory ceiling")
-    return SlicedHost([str(path) for path in sliced.paths], max(path.stat().st_size for path in sliced.paths), why)
+    return SlicedHost([str(path) for path in sliced.paths], max(path.stat().st_size for path in sliced.paths), why,
+                      steps_whole=sliced.cut_at in (STEPS_LINE, PROGRAMS_LINE))
 
 
 def _without_events(state: SessionState) -> list[str]:
@@ -688,10 +696,24 @@ def _no_data_reason(name: str, data: Any) -> str:
     return ""
 
 
+# What a tool built from time slices may say differently from the whole file's conversion, unless the cuts fell
+# at the device's step starts (:mod:`mldiag.analysis.xprof.op_stats_merge`): XProf drops the first and last step
+# of each slice whose steps its host's events mark.
+SLICED_DIFFERENCES = {
+    "get_step_trace": "the steps beside each cut are left out of the step count and step times",
+    "get_xprof_overview": "the steps beside each cut are left out of the step-time breakdown",
+    "get_kpi_metrics": "the steps beside each cut are left out of the step time",
+}
+
+
 def _note(name: str, context: ToolContext) -> str:
-    """How the tool's result was made, where XProf's own way was not followed."""
+    """How the tool's result was made, where XProf's own way was not followed, and what that may change."""
     sliced = context.state.sliced
-    return sliced.note if sliced and NEEDS.get(name, ("",))[0] in ("op_stats", "smart_suggestion") else ""
+    if not sliced or NEEDS.get(name, ("",))[0] not in ("op_stats", "smart_suggestion"):
+        return ""
+    if name in SLICED_DIFFERENCES and not sliced.steps_whole:
+        return f"{sliced.note}; {SLICED_DIFFERENCES[name]}"
+    return sliced.note
 
 
 def run_tool(name: str, context: ToolContext) -> ToolResult:

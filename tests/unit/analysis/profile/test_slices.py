@@ -68,7 +68,7 @@ def test_the_slices_follow_one_another_in_time(tmp_path):
     assert all(earlier[1] < later[0] for earlier, later in zip(spans, spans[1:]))
 
 
-@pytest.mark.parametrize("name", ["plain_loop", "tpu_v6e4_inference"])
+@pytest.mark.parametrize("name", ["plain_loop"])  # no step marked: the bytes alone place the cuts
 def test_the_slices_hold_about_the_same_bytes_of_events(tmp_path, name):
     profile = xplane(name)
     sizes = np.array([path.stat().st_size for path in slice_by_time(profile, 4, tmp_path).paths])
@@ -155,3 +155,55 @@ def test_a_line_whose_events_are_not_next_to_each_other_is_cut_as_well(tmp_path)
     assert [event[2] for event in _events(first)] == [1, 2]
     assert [event[2] for event in _events(second)] == [3]
     assert all(delimited(11, b"shown") in path.read_bytes() for path in (first, second))
+
+
+def _slice_of_each(paths: list[Path], plane: str, line: str) -> list[list[int]]:
+    return [[int(start) for p in read_planes(path) if p.name == plane for ln in p.lines if ln.name == line
+             for start in ln.starts_ns] for path in paths]
+
+
+def test_a_cut_moves_to_the_start_of_the_devices_step_nearest_to_it(tmp_path):
+    # 5 steps of 10 us; their ops grow from step to step, so that an even share of bytes ends inside a step.
+    steps = [_event(2, step * 10_000_000, 10_000_000) for step in range(5)]
+    ops = [_event(1, step * 10_000_000 + op * 10_000_000 // (3 * step + 1), 1_000) for step in range(5)
+           for op in range(3 * step + 1)]
+    device = delimited(2, b"/device:TPU:0") + delimited(3, _line(b"Steps", 0, *steps)) + delimited(
+        3, _line(b"XLA Ops", 0, *ops))
+    profile = tmp_path / "host-a.xplane.pb"
+    profile.write_bytes(delimited(1, device))
+
+    sliced = slice_by_time(profile, 2, tmp_path)
+
+    assert sliced.cut_at == "Steps"
+    step_starts = _slice_of_each(sliced.paths, "/device:TPU:0", "Steps")
+    op_starts = _slice_of_each(sliced.paths, "/device:TPU:0", "XLA Ops")
+    cut = step_starts[1][0]
+    assert cut % 10_000 == 0 and all(start < cut for start in op_starts[0]) and all(
+        start >= cut for start in op_starts[1])
+
+
+def test_the_hosts_step_markers_are_where_cuts_fall_when_no_device_marks_steps(tmp_path):
+    step_num = 7
+    marker = [_event(3, step * 10_000_000, 9_000_000) + delimited(4, b"\x08" + encode_varint(step_num) + b"\x20"
+                                                                   + encode_varint(step)) for step in range(6)]
+    work = [_event(1, step * 10_000_000 + 100_000 + op * 800_000, 500_000) for step in range(6)
+            for op in range(2 * step + 1)]
+    stat_metadata = delimited(5, b"\x08" + encode_varint(step_num) + delimited(2, delimited(2, b"step_num")))
+    profile = tmp_path / "host-a.xplane.pb"
+    profile.write_bytes(_space(_line(b"python", 0, *marker), _line(b"worker", 0, *work), plane_stats=stat_metadata))
+
+    sliced = slice_by_time(profile, 3, tmp_path)
+
+    assert sliced.cut_at == "step_num"
+    for markers, works in zip(_slice_of_each(sliced.paths, "/host:CPU", "python"),
+                              _slice_of_each(sliced.paths, "/host:CPU", "worker")):
+        assert {start // 10_000 for start in works} == {start // 10_000 for start in markers}
+
+
+def test_without_any_step_or_program_marked_the_cuts_stay_where_the_bytes_share_them(tmp_path):
+    profile = tmp_path / "host-a.xplane.pb"
+    profile.write_bytes(_space(_line(b"a", 0, *[_event(1, i * 1_000_000, 10) for i in range(10)])))
+
+    sliced = slice_by_time(profile, 2, tmp_path)
+
+    assert sliced.cut_at == "" and [len(starts) for starts in _slice_of_each(sliced.paths, "/host:CPU", "a")] == [5, 5]

@@ -221,6 +221,19 @@ def test_a_tpu_duty_cycle_counts_the_time_between_slices_as_idle():
     assert (db.busy_time_high_confidence_ps, db.idle_time_high_confidence_ps) == (100, 125)
 
 
+def test_a_tpu_duty_cycle_takes_the_time_between_the_slices_ops_where_it_is_known():
+    duty_cycle = dict(busy_time_ps=60, idle_time_ps=40, busy_time_high_confidence_ps=50,
+                      idle_time_high_confidence_ps=50)
+    result = merged_with_gaps({"device": 25, "device_ops": 10},
+                              timed("device_op_metrics_db", 100, 60, **duty_cycle),
+                              timed("device_op_metrics_db", 100, 60, **duty_cycle))
+
+    db = result.device_op_metrics_db
+    assert (db.total_time_ps, idle_op(db.metrics_db)) == (225, (105, 105))  # the total takes the planes' gap
+    assert (db.busy_time_ps, db.idle_time_ps) == (120, 90)
+    assert (db.busy_time_high_confidence_ps, db.idle_time_high_confidence_ps) == (100, 110)
+
+
 def test_a_database_without_a_duty_cycle_does_not_get_one():
     db = merged_with_gaps({"device": 25}, timed("device_op_metrics_db", 100, 60),
                           timed("device_op_metrics_db", 50, 30)).device_op_metrics_db

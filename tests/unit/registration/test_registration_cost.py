@@ -1,0 +1,67 @@
+"""register_session at the order of a bare write and publish: one transaction per event (the archive record and
+the registration together), no deep copy of a model, and the archived payload stored as the function received it."""
+
+from __future__ import annotations
+
+import json
+
+import pydantic
+import pytest
+from cloudevents.conversion import to_json
+from test_register_session import RUN_FOLDER, deliver, finalized
+
+from mldiag.services import event_archive
+from mldiag.services.event_archive import Outcome
+
+
+@pytest.fixture
+def transactions(embedded, monkeypatch):
+    """The store's transactions (each write of the embedded store is one), counted."""
+    count = {"n": 0}
+    transaction = embedded.store.transaction
+
+    def counted(work):
+        count["n"] += 1
+        return transaction(work)
+
+    monkeypatch.setattr(embedded.store, "transaction", counted)
+    return count
+
+
+def test_a_file_of_a_known_run_is_registered_and_archived_in_one_transaction(embedded, transactions):
+    deliver(embedded, finalized(f"{RUN_FOLDER}/host0.xplane.pb"))  # makes the run and the session
+    transactions["n"] = 0
+
+    event = finalized(f"{RUN_FOLDER}/host1.xplane.pb")
+    assert deliver(embedded, event) is Outcome.OK
+
+    assert transactions["n"] == 1
+    assert embedded.events.get("register_session", event["id"]).outcome is Outcome.OK
+    assert set(embedded.sessions.get("projects/p/locations/l/machineLearningRuns/run1/profilerSessions/s1")
+               .host_files) == {"host0", "host1"}
+
+
+def test_registering_deep_copies_no_model(embedded, monkeypatch):
+    deliver(embedded, finalized(f"{RUN_FOLDER}/host0.xplane.pb"))
+    copy = pydantic.BaseModel.model_copy
+    deep = []
+
+    def recorded(self, *args, **kwargs):
+        deep.append(kwargs.get("deep", False))
+        return copy(self, *args, **kwargs)
+
+    monkeypatch.setattr(pydantic.BaseModel, "model_copy", recorded)
+    deliver(embedded, finalized(f"{RUN_FOLDER}/host1.xplane.pb"))
+    assert not any(deep)
+
+
+def test_the_archived_payload_is_the_event_as_received_without_encoding_it_again(embedded, monkeypatch):
+    event = finalized(f"{RUN_FOLDER}/host0.xplane.pb")
+    expected = json.loads(to_json(event))  # the structured form, as the SDK writes it
+
+    def encoding(*args, **kwargs):
+        raise AssertionError("the event was encoded again to be archived")
+
+    monkeypatch.setattr(event_archive, "to_json", encoding)
+    deliver(embedded, event)
+    assert embedded.events.get("register_session", event["id"]).raw == expected
