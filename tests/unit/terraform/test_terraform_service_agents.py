@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from terraform_config import Block, load_module, local_values, module_dirs, walk_strings
+from terraform_config import load_module, local_values, module_dirs, walk_strings
 from terraform_support import REPO, Planted
 from test_terraform_consistency import plain, resources
 
