@@ -43,6 +43,7 @@ locals {
   services = [
     "aiplatform.googleapis.com",
     "artifactregistry.googleapis.com",
+    "bigquery.googleapis.com",
     "cloudbuild.googleapis.com",
     "cloudfunctions.googleapis.com",
     "cloudresourcemanager.googleapis.com",
@@ -58,7 +59,7 @@ locals {
     "storage.googleapis.com",
   ]
 
-  environment = {
+  environment = merge({
     MLDIAG_BACKEND               = "gcp"
     MLDIAG_PROJECT               = var.project_id
     MLDIAG_LOCATION              = var.region
@@ -69,7 +70,7 @@ locals {
     MLDIAG_MAX_DELIVERY_ATTEMPTS = tostring(var.delivery.max_delivery_attempts)
     MLDIAG_EVENT_RETENTION_DAYS  = tostring(var.event_retention_days)
     MLDIAG_TOPIC_PREFIX          = local.name_prefix
-  }
+  }, local.fleet_environment)
   # The control plane's only: kept out of local.functions, where a sensitive value would taint its for_each.
   sdk_environment = { MLDIAG_SDK_SECRET = var.sdk_secret, MLDIAG_ALERT_TOKEN = var.alert_token }
 

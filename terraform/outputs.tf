@@ -88,3 +88,8 @@ output "service_agents" {
   description = "Emails of the service agents this deployment provisions and grants to (pubsub, scheduler, monitoring, eventarc), known once each exists: name them in grants of your own."
   value       = local.service_agents
 }
+
+output "fleet_table" {
+  description = "The fleet records' BigQuery table, `project.dataset.fleet_records` (null with `fleet.enabled = false`)."
+  value       = try(google_pubsub_subscription.fleet_records[0].bigquery_config[0].table, null)
+}

@@ -151,6 +151,32 @@ variable "firestore" {
   default = {}
 }
 
+variable "fleet" {
+  description = "The fleet view's BigQuery table (docs/fleet.md): on by default; the dataset id (`MLDIAG_FLEET_DATASET`; null for `<prefix>_fleet`, '-' as '_'), its location (null for the region; US or EU for multi-region), a CMEK key in that location, how many days a day's partition is kept (null: kept) and deletion protection (on: destroy leaves the table and its rows)."
+  type = object({
+    enabled                   = optional(bool, true)
+    dataset_id                = optional(string)
+    location                  = optional(string)
+    kms_key_name              = optional(string)
+    partition_expiration_days = optional(number)
+    deletion_protection       = optional(bool, true)
+  })
+  default  = {}
+  nullable = false
+  validation {
+    condition     = var.fleet.dataset_id == null || try(length(var.fleet.dataset_id) <= 1024 && can(regex("^[A-Za-z_][A-Za-z0-9_]*$", var.fleet.dataset_id)), false)
+    error_message = "fleet.dataset_id is letters, digits and '_', starting with a letter or '_' (at most 1024)."
+  }
+  validation {
+    condition     = var.fleet.partition_expiration_days == null || try(var.fleet.partition_expiration_days >= 1 && floor(var.fleet.partition_expiration_days) == var.fleet.partition_expiration_days, false)
+    error_message = "fleet.partition_expiration_days is a whole number of days, at least 1, or null to keep every partition."
+  }
+  validation {
+    condition     = var.fleet.kms_key_name == null || can(regex("^projects/[^/]+/locations/[^/]+/keyRings/[^/]+/cryptoKeys/[^/]+$", var.fleet.kms_key_name))
+    error_message = "fleet.kms_key_name must look like projects/P/locations/L/keyRings/R/cryptoKeys/K."
+  }
+}
+
 variable "delivery" {
   description = "Queue delivery: attempts before a message goes to its dead-letter topic (5-100; also MLDIAG_MAX_DELIVERY_ATTEMPTS), exponential backoff bounds and message retention."
   type = object({

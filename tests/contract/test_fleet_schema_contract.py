@@ -1,9 +1,10 @@
-"""One fleet record schema everywhere: the BigQuery schema file Terraform reads, the local table, the published row."""
+"""One fleet record schema everywhere: the BigQuery table Terraform creates, the local table, the published row."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sqlite3
 import sys
 from pathlib import Path
@@ -55,3 +56,14 @@ def test_the_published_row_has_exactly_the_schemas_fields_in_their_types():
     assert list(row) == [field["name"] for field in schema]
     assert [field["name"] for field in schema if not _fits(row[field["name"]], field)] == []
     assert schema == bigquery_schema()
+
+
+def test_terraforms_table_reads_the_schema_file():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from terraform_config import load_module, unquote
+
+    (table,) = [block for block in load_module(ROOT / "terraform")
+                if block.kind == "resource" and block.labels == ("google_bigquery_table", "fleet_records")]
+    source = re.fullmatch(r'\$\{file\("\$\{path\.module\}/([^"]+)"\)\}', unquote(table.body["schema"]))
+    assert source is not None, "the table's schema must be file(\"${path.module}/...\")"
+    assert (ROOT / "terraform" / source.group(1)).resolve() == _script().SCHEMA_FILE.resolve()

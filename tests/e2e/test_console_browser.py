@@ -6,7 +6,8 @@ seeded through the API; Chromium (Debian's ``chromium`` driven through its
 ``chromium-driver``) reads the pages, posts the capture form against a JAX
 training loop serving the XProf profiler, watches the session reach
 SUCCEEDED in the table that refreshes itself, opens it in XProf, opens its
-report once the analysis is done, and has it analysed again.
+report once the analysis is done, finds the run on the fleet page with the numbers the
+API gives, and has it analysed again.
 Screenshots at 1280 px and at phone width go to ``test-artifacts/console/``.
 Every console page must load without a console error and without a request
 to anything but 127.0.0.1 (the stock XProf UI is another matter: it asks
@@ -245,6 +246,28 @@ def test_the_captured_sessions_report_opens(seeded, browser):
     browser.wait_for(lambda: browser.driver.current_url.endswith("/from-the-browser/report/summary.html"), "the report")
     assert browser.driver.title and browser.text().strip()
     browser.screenshot("report")
+    browser.assert_stays_local()
+
+
+def test_the_fleet_page_ranks_the_analysed_run_as_the_api_does(seeded, browser):
+    row = f"//tbody/tr[@data-run='{RUN}']"
+    browser.open(f"{seeded.url}/ui/fleet")
+    deadline = time.monotonic() + CAPTURE_TIMEOUT_S
+    while not browser.driver.find_elements("xpath", row) and time.monotonic() < deadline:
+        time.sleep(1)
+        browser.open(f"{seeded.url}/ui/fleet")  # the record is written just after the analysis
+    answer = requests.get(f"{seeded.url}/v1alpha/fleet/topWaste", params={"since": "7d"}, timeout=10).json()
+    (ranked,) = [dict(zip(answer["columns"], values, strict=True)) for values in answer["rows"]
+                 if values[0].endswith(f"/{RUN}")]
+    cell = browser.driver.find_element("xpath", f"{row}/td[@data-column='lost_device_ms']").text
+    assert cell == f"{ranked['lost_device_ms'] / 1000:,.1f}"
+    assert browser.driver.find_element("xpath", f"{row}/td[@data-column='lost_share']").text == (
+        f"{ranked['lost_share'] * 100:.1f}%")
+    browser.assert_controls_labelled()
+    browser.screenshot("fleet")
+    browser.assert_stays_local()
+    browser.driver.find_element("xpath", f"{row}/td[@data-label='Latest report']/a").click()
+    browser.wait_for(lambda: browser.driver.current_url.endswith("/report/summary.html"), "the latest report")
     browser.assert_stays_local()
 
 

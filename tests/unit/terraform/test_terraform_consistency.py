@@ -6,8 +6,9 @@ python-hcl2 and returns what is wrong, one sentence per problem:
 - functions: every ``functions/<name>/`` is deployed exactly once, by the one
   function module, with entry point ``<name>`` defined in its ``main.py``, and
   scales to zero;
-- subscriptions: every push subscription dead-letters, backs off exponentially
-  and never expires; the only pull subscription holds what the recorder refused;
+- subscriptions: every push and BigQuery subscription dead-letters, backs off
+  exponentially and never expires; the only pull subscription holds what the
+  recorder refused;
 - service accounts: every function runs as an account of its own;
 - roles: no primitive role anywhere, and project-level grants only for roles no
   narrower resource can hold;
@@ -41,6 +42,7 @@ INVOKER_SUFFIX = {"http": "", "storage": "-trigger", "pubsub": "-push"}
 PROJECT_LEVEL_ROLES = {
     "roles/datastore.user": "Firestore has no per-database IAM; the grant carries a condition on the database",
     "roles/aiplatform.user": "Vertex AI model access is granted per project (analysis only)",
+    "roles/bigquery.jobUser": "BigQuery runs query jobs per project; what they read is granted on the fleet dataset",
     "roles/eventarc.eventReceiver": "Eventarc triggers receive events per project",
     "roles/pubsub.publisher": "Eventarc names the storage trigger's transport topic itself",
     "roles/logging.logWriter": "Cloud Logging writers are granted per project (the build account)",
@@ -125,7 +127,8 @@ def subscription_problems(terraform: Path) -> list[str]:
         where = f"{block.file.relative_to(terraform)}: {block.address}"
         if body.get("expiration_policy", [{}])[0].get("ttl") != "":
             problems.append(f"{where} may expire for inactivity (set expiration_policy.ttl = \"\")")
-        if "push_config" not in body:
+        delivers = "push_config" in body or "bigquery_config" in body
+        if not delivers:
             if body.get("topic") != "${google_pubsub_topic.unrecorded_dead_letters.id}":
                 problems.append(f"{where} is a pull subscription; only the unrecorded dead letters are held that way")
             continue
@@ -135,7 +138,7 @@ def subscription_problems(terraform: Path) -> list[str]:
         retry = body.get("retry_policy", [{}])[0]
         if not retry.get("minimum_backoff") or not retry.get("maximum_backoff"):
             problems.append(f"{where} has no exponential backoff (retry_policy)")
-        if not body["push_config"][0].get("oidc_token"):
+        if "push_config" in body and not body["push_config"][0].get("oidc_token"):
             problems.append(f"{where} pushes without an OIDC token")
     return problems
 

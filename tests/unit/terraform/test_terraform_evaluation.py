@@ -122,6 +122,10 @@ def test_the_firestore_indexes_evaluate(workdir: Path):
     ("iam_propagation_seconds=5", "iam_propagation_seconds must be between 30 and 600"),
     ("vertex_model=Gemini Flash", "vertex_model is a Vertex AI model id"),
     ('xprof_viewer={image="x", browser_url="https://x.example.com/viewer"}', "xprof_viewer.browser_url is empty or"),
+    ('fleet={dataset_id="mldiag-fleet"}', "fleet.dataset_id is letters, digits and '_'"),
+    ("fleet={partition_expiration_days=0}", "fleet.partition_expiration_days is a whole number of days"),
+    ("fleet={partition_expiration_days=1.5}", "fleet.partition_expiration_days is a whole number of days"),
+    ('fleet={kms_key_name="my-key"}', "fleet.kms_key_name must look like"),
 ])
 @pytest.mark.slow
 def test_planted_invalid_variable_is_refused(workdir: Path, variable: str, message: str):
@@ -136,7 +140,8 @@ def test_valid_variables_plan(workdir: Path):
     result = terraform(workdir, "plan", "-input=false", "-lock=false",
                        "-var", 'function_resources={analyze_session={memory="32Gi"}, control_plane={timeout_seconds=900}}',
                        "-var", 'control_plane={ingress="ALLOW_INTERNAL_ONLY", allow_unauthenticated=true}',
-                       "-var", 'workload_members=["serviceAccount:trainer@my-project.iam.gserviceaccount.com"]')
+                       "-var", 'workload_members=["serviceAccount:trainer@my-project.iam.gserviceaccount.com"]',
+                       "-var", 'fleet={enabled=false, dataset_id="team_fleet", partition_expiration_days=400}')
     assert result.returncode == 0, result.stderr
 
 

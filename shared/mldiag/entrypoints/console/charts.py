@@ -1,10 +1,14 @@
-"""A run's step time and health across its sessions, as the geometry of a small SVG chart.
+"""The console's server-side SVG charts, as geometry: a run's step time across its sessions, and the fleet's lost time.
 
 The console renders it server-side (``console/_step_chart.html``, no script):
 one point per analysed session, oldest first, at its step time, coloured by the
 health its analysis found; the x axis names when the first, middle and last
 sessions were created, the y axis is in milliseconds per step. Only numbers and enum words come out of here;
 session ids reach the page through Jinja's autoescape.
+
+The fleet page (``console/fleet.html``) ranks runs by the accelerator time they
+lost over a window, each with a bar as long as its loss against the largest,
+split by cause.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Any
 
 from mldiag.domain.resources import AnalysisState, ProfilerSession
 from mldiag.entrypoints.console.formatting import state_class
@@ -75,3 +80,60 @@ def step_time_chart(sessions: Sequence[ProfilerSession]) -> StepTimeChart | None
             created=session.create_time.astimezone(timezone.utc).strftime("%m-%d %H:%M") if session.create_time else "",
         ))
     return StepTimeChart(points=points, top_ms=top_ms)
+
+
+# --- the fleet page: runs ranked by the accelerator time they lost, each bar split by cause ---------
+
+BAR_WIDTH, BAR_HEIGHT = 240, 14
+
+
+@dataclass(frozen=True)
+class CauseSegment:
+    cause: str  # a TimeCause value other than device_compute: a CSS-safe word
+    device_ms: float
+    x: float
+    width: float
+
+
+@dataclass(frozen=True)
+class RankedRun:
+    run_id: str
+    display_name: str
+    analyses: int
+    lost_device_ms: float
+    lost_share: float | None
+    causes: dict[str, float]  # cause -> accelerator ms lost to it
+    segments: list[CauseSegment]  # the bar: as long as the run's loss against the largest, split by cause
+    latest_session_id: str
+    latest_analyzed_at: str
+
+
+@dataclass(frozen=True)
+class FleetRanking:
+    runs: list[RankedRun]
+    causes: list[str]  # the causes any listed run lost time to, in the table's order
+    bar_width: int = BAR_WIDTH
+    bar_height: int = BAR_HEIGHT
+
+
+def fleet_ranking(answer: dict[str, Any], lost_causes: Sequence[str]) -> FleetRanking:
+    """The ``top-waste`` answer (:func:`mldiag.services.fleet.top_waste`) as the fleet page's rows and bars."""
+    rows = [dict(zip(answer["columns"], row, strict=True)) for row in answer["rows"]]
+    causes = [cause for cause in lost_causes if any(row.get(f"{cause}_device_ms") for row in rows)]
+    largest = max((row["lost_device_ms"] or 0.0 for row in rows), default=0.0) or 1.0
+    ranked = []
+    for row in rows:
+        lost = {cause: float(row.get(f"{cause}_device_ms") or 0.0) for cause in causes}
+        segments, x = [], 0.0
+        for cause, device_ms in lost.items():
+            if device_ms > 0:
+                width = BAR_WIDTH * device_ms / largest
+                segments.append(CauseSegment(cause=cause, device_ms=device_ms, x=x, width=width))
+                x += width
+        ranked.append(RankedRun(
+            run_id=str(row["run"]).rsplit("/", 1)[-1], display_name=row["display_name"] or "",
+            analyses=int(row["analyses"]), lost_device_ms=float(row["lost_device_ms"] or 0.0),
+            lost_share=row["lost_share"], causes=lost, segments=segments,
+            latest_session_id=str(row["latest_session"]).rsplit("/", 1)[-1],
+            latest_analyzed_at=str(row["latest_analyzed_at"] or "")))
+    return FleetRanking(runs=ranked, causes=causes)

@@ -52,10 +52,20 @@ def web_url(value: str) -> str:
     return value if parts.scheme in ("http", "https") and parts.netloc else ""
 
 
+def device_seconds(value: float | None) -> str:
+    """Accelerator milliseconds as seconds, ``1,234.5`` (as ``mldiag fleet`` writes them)."""
+    return "" if value is None else f"{value / 1000:,.1f}"
+
+
+def percent(value: float | None) -> str:
+    """A fraction as ``12.5%`` (as ``mldiag fleet`` writes it)."""
+    return "" if value is None else f"{value * 100:.1f}%"
+
+
 def tail(name: str) -> str:
     """The id at the end of a resource name."""
     return name.rsplit("/", 1)[-1]
 
 
 FILTERS = {"when": when, "iso": iso, "span": span, "label": label, "state_class": state_class, "tail": tail,
-           "web_url": web_url}
+           "web_url": web_url, "device_seconds": device_seconds, "percent": percent}

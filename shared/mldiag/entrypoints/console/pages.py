@@ -3,7 +3,9 @@
 Pages: the runs of this deployment's location, a run (its targets, continuous
 profiling, sessions, a chart of their step time and health, and monitored
 events), a session (its targets' phases, tracer levels, analysis and links),
-and two sessions of a run compared side by side (:mod:`mldiag.analysis.regression`). Forms post to the capture, share
+two sessions of a run compared side by side (:mod:`mldiag.analysis.regression`), and the
+fleet: runs ranked by the accelerator time they lost over a window, split by cause
+(``?since=7d``, ``?label=team=infra``; :func:`mldiag.services.fleet.top_waste`). Forms post to the capture, share
 and re-analysis services and answer with a redirect back to the page (or the page with
 the error, when the service refused). A URL names a run by its id or by a
 display name one run has, as the CLI does. The sessions table of a run refreshes
@@ -41,11 +43,13 @@ from mldiag.domain.resources import (
     RunPhase,
     SessionPhase,
 )
+from mldiag.domain.types import parse_duration
 from mldiag.entrypoints.console import security
-from mldiag.entrypoints.console.charts import step_time_chart
+from mldiag.entrypoints.console.charts import fleet_ranking, step_time_chart
 from mldiag.entrypoints.console.formatting import FILTERS
 from mldiag.entrypoints.http.auth import Guard
 from mldiag.entrypoints.http.rest import services
+from mldiag.services import fleet
 from mldiag.services.capture import requests as capture_requests
 from mldiag.services.resources import comparison, reanalysis, sessions
 from mldiag.services.resources.listing import ListRequest, list_page
@@ -58,6 +62,9 @@ SESSION = RUN + "/sessions/<id:session>"
 RUNS_PER_PAGE = 25
 SESSIONS_PER_PAGE = 50
 EVENTS_PER_RUN = 50
+FLEET_RUNS_SHOWN = 50
+FLEET_WINDOWS = ("1d", "7d", "30d", "90d")
+DEFAULT_FLEET_WINDOW = "7d"
 MAX_TARGETS_SHOWN = 1000
 MAX_REPORT_BYTES = 32 * 1024 * 1024
 REPORT_FILES = {"summary.html": "text/html; charset=utf-8", "analysis.json": "application/json"}
@@ -180,6 +187,20 @@ def runs() -> str:
     return render_template("console/runs.html", runs=page.items, next_page=page.next_page_token,
                            targets={run.name: _targets(run.name) for run in page.items},
                            phase=phase, phases=phases)
+
+
+@blueprint.get("/fleet")
+def fleet_page() -> str:
+    """Runs by the accelerator time they lost in the window (``since``), only those with ``label`` (key=value)."""
+    since = request.args.get("since", DEFAULT_FLEET_WINDOW).strip()
+    label = request.args.get("label", "").strip()
+    try:
+        window = parse_duration(since)
+    except ValueError as error:
+        raise InvalidArgument(str(error), field="since") from None
+    answer = fleet.top_waste(services(), window, label, FLEET_RUNS_SHOWN)
+    return render_template("console/fleet.html", ranking=fleet_ranking(answer, fleet.LOST_CAUSES), since=since,
+                           label=label, windows=FLEET_WINDOWS, dialect=answer["dialect"])
 
 
 def _sessions_context(run_name: str) -> dict[str, Any]:
