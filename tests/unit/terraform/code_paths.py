@@ -269,15 +269,19 @@ def _keyword(call: ast.Call, name: str, position: int | None = None) -> ast.expr
 
 def _repository_collection(graph: CodeGraph, qualified: str, receiver: ast.expr) -> str | None:
     """``services().runs`` / ``self.services.sessions`` → the collection of that repository."""
-    from mldiag.services.dependencies import Services
+    from mldiag.domain import resources
+    from mldiag.services import dependencies
+    from mldiag.services.event_archive import EventArchive
     from mldiag.services.repository import Repository
 
     if not isinstance(receiver, ast.Attribute):
         return None
-    prop = Services.__dict__.get(receiver.attr)
+    prop = dependencies.Services.__dict__.get(receiver.attr)
     if not isinstance(prop, functools.cached_property):
         return None
-    returned = typing.get_type_hints(prop.func)["return"]
+    # The module names its repositories' types for type checkers only (they load on first use).
+    names = {**vars(resources), "Repository": Repository, "EventArchive": EventArchive}
+    returned = typing.get_type_hints(prop.func, globalns={**vars(dependencies), **names})["return"]
     if typing.get_origin(returned) is not Repository:
         return None  # the event archive and the like build their own queries
     return typing.get_args(returned)[0].collection
