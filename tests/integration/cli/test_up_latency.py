@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from datetime import datetime
 from pathlib import Path
 
 from up_process_support import UpProcess
@@ -37,6 +38,19 @@ def test_a_single_host_session_is_reported_within_seconds_of_its_upload(tmp_path
         up.stop()
 
     assert reports, f"no report 120 s after the upload: {up.lines[-10:]}"
-    analysis_s = json.loads((reports[0].parent / "analysis.json").read_text())["seconds"]
+    analysis_s = _analysis_seconds(data / "logs" / "mldiag.log")
     assert reported - uploaded < BUDGET_S + analysis_s, (
         f"{reported - uploaded:.1f} s from upload to report, of which the analysis took {analysis_s:.1f} s")
+
+
+def _analysis_seconds(log_file: Path) -> float:
+    """From the analysis's start to its end, as ``analyze_session`` logged them: its worker process included,
+    whose start-up a loaded machine slows, which is the analysis's own time and not the wait for it."""
+    marks = {}
+    for line in log_file.read_text().splitlines():
+        record = json.loads(line)
+        message = str(record.get("message") or record.get("event") or "")
+        if record.get("function") == "analyze_session" and message.startswith("analysis of "):
+            marks["started" if " started " in message else "done"] = record["time"]
+    started, done = (datetime.fromisoformat(marks[key].replace("Z", "+00:00")) for key in ("started", "done"))
+    return (done - started).total_seconds()
