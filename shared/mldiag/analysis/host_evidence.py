@@ -76,6 +76,8 @@ class StepSeries:
     compile_ms: list[float] = field(default_factory=list)
     gap_before_ms: list[float] = field(default_factory=list)  # host time since the previous step ended
     truncated: bool = False
+    # The last step is only part of one: a program's last run ends with its device work, not at a next run.
+    last_partial: bool = False
 
 
 @_evidence

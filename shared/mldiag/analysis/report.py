@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from mldiag.analysis.evidence import Analysis, Followup, ToolResult, ToolStatus
-from mldiag.analysis.host_evidence import HostEvidence, TimeCause
+from mldiag.analysis.host_evidence import HostActivity, HostEvidence, TimeCause
 from mldiag.analysis.rules.analyst import size
 from mldiag.domain.resources import HealthStatus
 
@@ -55,6 +55,7 @@ class Bar:
     width: float
     height: float
     title: str
+    partial: bool = False  # part of a step only: drawn faint
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ class StepChart:
     top_ms: float
     steps: int
     truncated: bool
+    last_partial: bool
     width: int = CHART_WIDTH
     height: int = STEP_CHART_HEIGHT
 
@@ -145,7 +147,8 @@ def _attribution_chart(host: HostEvidence) -> AttributionChart | None:
 
 
 def _step_chart(host: HostEvidence) -> StepChart | None:
-    """Each step as a bar: busy at the bottom, idle above it, then the host's gap before the next step."""
+    """Each step as a bar: busy at the bottom, idle above it, then the host's gap before the next step; a last step
+    that is only part of one is drawn faint and labelled so."""
     steps = host.series.step_ms
     if len(steps) < 2:
         return None
@@ -155,17 +158,22 @@ def _step_chart(host: HostEvidence) -> StepChart | None:
     slot = CHART_WIDTH / len(steps)
     width = max(slot * 0.8, 0.5)
     scale = (STEP_CHART_HEIGHT - 4) / top
+    last_partial = host.series.last_partial and not host.series.truncated
     busy_bars, idle_bars, gap_bars = [], [], []
     for index, (ms, fraction, gap) in enumerate(zip(steps, busy, gaps_after)):
         busy_ms = ms * fraction
-        title = f"step {index + 1}: {ms:.2f} ms, busy {fraction:.0%}"
+        partial = last_partial and index == len(steps) - 1
+        title = (f"step {index + 1} (partial): {ms:.2f} ms, busy {fraction:.0%}; the capture ends with this run's "
+                 "device work, before a next step starts, so the step's whole length is not known"
+                 if partial else f"step {index + 1}: {ms:.2f} ms, busy {fraction:.0%}")
         x = index * slot + (slot - width) / 2
-        busy_bars.append(Bar(x, STEP_CHART_HEIGHT - busy_ms * scale, width, busy_ms * scale, title))
-        idle_bars.append(Bar(x, STEP_CHART_HEIGHT - ms * scale, width, (ms - busy_ms) * scale, title))
+        busy_bars.append(Bar(x, STEP_CHART_HEIGHT - busy_ms * scale, width, busy_ms * scale, title, partial))
+        idle_bars.append(Bar(x, STEP_CHART_HEIGHT - ms * scale, width, (ms - busy_ms) * scale, title, partial))
         if gap > 0:
             gap_bars.append(Bar(x, STEP_CHART_HEIGHT - (ms + gap) * scale, width, gap * scale,
                                 f"between steps {index + 1} and {index + 2}: {gap:.2f} ms on the host"))
-    return StepChart(host.host, busy_bars, idle_bars, gap_bars, top, len(steps), host.series.truncated)
+    return StepChart(host.host, busy_bars, idle_bars, gap_bars, top, len(steps), host.series.truncated,
+                     last_partial)
 
 
 def _ops_chart(host: HostEvidence) -> OpsChart | None:
@@ -180,6 +188,13 @@ def _ops_chart(host: HostEvidence) -> OpsChart | None:
               value=f"{op.self_ms_per_step:.3f} ms ({op.share_of_busy:.0%})")
         for index, op in enumerate(ops)
     ])
+
+
+def _host_rows(host: HostEvidence) -> list[HostActivity]:
+    """The host's activities inside steps, then its dispatches that are not among them: a dispatch the step's
+    code calls directly is a top-level activity too, the same events."""
+    listed = {activity.name for activity in host.host_activities}
+    return [*host.host_activities, *(call for call in host.dispatched if call.name not in listed)]
 
 
 def _link(uri: str) -> str:
@@ -253,6 +268,7 @@ def render_summary(analysis: Analysis, *, dashboard_uri: str = "", analysis_href
         step_charts=[chart for chart in map(_step_chart, hosts) if chart is not None],
         ops_charts=[chart for chart in map(_ops_chart, hosts) if chart is not None],
         sections=_sections(analysis),
+        host_rows=_host_rows,
         dashboard_uri=_link(dashboard_uri),
         analysis_href=analysis_href,
     )

@@ -84,3 +84,31 @@ def test_the_step_chart_stacks_the_hosts_time_between_steps_on_each_step():
     assert gap.x == chart.busy[0].x and gap.height == pytest.approx(2 * chart.busy[0].height)
     assert gap.y + gap.height == pytest.approx(chart.idle[0].y)  # drawn on top of the first step
     assert "between steps 1 and 2: 60.00 ms" in gap.title
+
+
+def test_a_last_program_run_that_ends_with_its_device_work_is_drawn_as_a_partial_step():
+    host = HostEvidence(host="h", file="h.xplane.pb", bytes=1, events=1, device_kind=DeviceKind.CPU, device_type="CPU",
+                        devices=1, compute_lanes=[], step_source=StepSource.PROGRAM_RUNS, steps=3,
+                        series=StepSeries(step_ms=[100.0, 100.0, 8.0], busy_fraction=[0.05, 0.05, 0.9],
+                                          gap_before_ms=[0.0, 0.0, 0.0], last_partial=True))
+    chart = _step_chart(host)
+    assert chart.last_partial and [bar.partial for bar in chart.busy] == [False, False, True]
+    assert chart.busy[-1].title.startswith("step 3 (partial): 8.00 ms")
+    page = render_summary(investigated("demo_healthy"))
+    step_chart = page[page.index('id="step-chart-1"'):page.index('id="ops-chart-1"')]
+    assert "step 8 (partial)</text>" in step_chart and step_chart.count('fill-opacity="0.35"') == 2
+
+
+def test_a_dispatch_the_step_calls_directly_is_one_row_of_the_host_table(tmp_path):
+    from evidence_support import MS, TraceBuild, jit_calls
+
+    starts = [i * 10 * MS for i in range(6)]
+    stepping = [*jit_calls("train_step", starts, MS), *(("$time sleep", s + 2 * MS, s + 10 * MS) for s in starts)]
+    lane = [("fusion", s + MS, s + 2 * MS) for s in starts]
+    host = TraceBuild().host(stepping).lane("/host:CPU", lane).evidence(tmp_path)
+    analysis = investigated("demo_healthy")
+    analysis.hosts = [host]
+    page = render_summary(analysis)
+    table = page[page.index("Host activity inside steps"):]
+    table = table[:table.index("</table>")]
+    assert table.count("PjitFunction(train_step)") == 1 and table.count("$time sleep") == 1

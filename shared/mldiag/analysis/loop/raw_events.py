@@ -614,10 +614,15 @@ def _iterations(windows: np.ndarray) -> np.ndarray:
     return np.column_stack((windows[:-1, 0], np.maximum(windows[1:, 0], windows[:-1, 0])))
 
 
+def _ends_partial(source: StepSource, steps: int) -> bool:
+    """Whether the last step is only part of a step: a program's last run ends with its device work, not at a
+    next run."""
+    return source is StepSource.PROGRAM_RUNS and steps > 1
+
+
 def _complete(source: StepSource, per_step: np.ndarray) -> np.ndarray:
-    """Per-step values of the steps whose length is a whole step: a program's last run ends with its device work,
-    not at a next run."""
-    return per_step[:-1] if source is StepSource.PROGRAM_RUNS and len(per_step) > 1 else per_step
+    """Per-step values of the steps whose length is a whole step."""
+    return per_step[:-1] if _ends_partial(source, len(per_step)) else per_step
 
 
 def _by_step(per_device: list[np.ndarray], steps: int) -> np.ndarray:
@@ -772,6 +777,7 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
             compile_ms=np.round(host.compile_ns[:MAX_SERIES] / 1e6, 4).tolist(),
             gap_before_ms=[0.0, *np.round(gaps[: MAX_SERIES - 1] / 1e6, 4).tolist()],
             truncated=count > MAX_SERIES,
+            last_partial=_ends_partial(steps.source, count),
         ),
         attribution=attribution,
     )
