@@ -126,7 +126,7 @@ class ControlPlaneTools:
 
     def capture(self, run: str, session: str, duration: str = "2s", targets: list[str] | None = None) -> dict[str, Any]:
         path = self.client.resolve_child_path(self.project, self.location, run, SESSIONS) + ":capture"
-        body = {"kind": "on-demand", "duration": duration, "profilerTargets": targets or ["all"]}
+        body = {"kind": "on-demand", "duration": duration, "profilerTargets": targets or []}
         return self.client.call("POST", path, params={"profilerSessionId": session}, body=body)
 
 
@@ -212,7 +212,7 @@ def build_server(tools: ControlPlaneTools) -> MCPServer:
     def request_capture(run: str, session: str, duration: str = "2s",
                         targets: list[str] | None = None) -> dict[str, Any]:
         """Capture a profile of the run's targets now (on-demand) into a new session with the id given; returns the
-        capture's operation. Duration from 100ms to 5m, e.g. 2s."""
+        capture's operation. Duration from 100ms to 5m, e.g. 2s; targets are target ids, none for all of them."""
         return tools.capture(run, session, duration, targets)
 
     @server.resource("mldiag://runs/{run}/sessions/{session}/analysis.json", mime_type="application/json")

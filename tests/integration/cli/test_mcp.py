@@ -55,6 +55,11 @@ async def _drive(url: str) -> dict[str, Any]:
         seen["attribution"] = _structured(await session.call_tool("read_attribution", {"run": RUN, "session": "s1"}))
         report = await session.read_resource(f"mldiag://runs/{RUN}/sessions/s1/analysis.json")
         seen["report"] = json.loads(report.contents[0].text)
+        seen["compared"] = await session.call_tool("compare_sessions",
+                                                   {"run": RUN, "baseline": "s1", "candidate": "s1"})
+        seen["top_waste"] = await session.call_tool("fleet_report", {"report": "top-waste"})
+        seen["query"] = await session.call_tool("fleet_query", {"sql": "SELECT run_display_name FROM fleet_records"})
+        seen["capture"] = await session.call_tool("request_capture", {"run": RUN, "session": "s2"})
         seen["missing"] = await session.call_tool("read_analysis", {"run": "no-such-run", "session": "s1"})
     return seen
 
@@ -84,3 +89,8 @@ def test_an_agent_finds_the_run_and_reads_its_analysis_over_mcp(tmp_path):
     assert attribution == seen["report"]["hosts"][0]["attribution"]
     assert attribution["parts"][0]["cause"] == "host_work"
     assert seen["missing"].is_error and "no-such-run" in seen["missing"].content[0].text
+    assert _structured(seen["compared"])["step_time"]["median_change"] == 0.0
+    top_waste = _structured(seen["top_waste"])["rows"]
+    assert [row["display_name"] for row in top_waste] == [RUN] and top_waste[0]["host_work_device_ms"] > 0
+    assert _structured(seen["query"])["rows"] == [{"run_display_name": RUN}]
+    assert seen["capture"].is_error and "no active profiler targets" in seen["capture"].content[0].text
