@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import typer
 
 from mldiag import __version__
+from mldiag.cli.fleet import answer_rows
 from mldiag.cli.options import DEFAULT_API_URL, DEFAULT_LOCATION, DEFAULT_PROJECT, ApiUrl, Location, Project, Token
 from mldiag.client.api import ApiClient, ApiError, RunNotGiven, location_path
 
@@ -55,8 +56,7 @@ FLEET_ROUTES = {FleetReport.top_waste: "topWaste", FleetReport.regressions: "reg
 
 def _rows(answer: dict[str, Any]) -> dict[str, Any]:
     """A fleet answer as records, column name to value, rather than parallel lists."""
-    rows = [dict(zip(answer["columns"], row, strict=True)) for row in answer["rows"]]
-    return {"rows": rows, "truncated": answer["truncated"]}
+    return {"rows": answer_rows(answer), "truncated": answer["truncated"]}
 
 
 class ControlPlaneTools:
