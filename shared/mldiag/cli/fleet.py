@@ -33,12 +33,13 @@ def _percent(value: Any) -> str:
     return "" if value is None else f"{value * 100:.1f}%"
 
 
-def _records(answer: dict[str, Any]) -> list[dict[str, Any]]:
+def answer_rows(answer: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of a fleet answer as records, column name to value."""
     return [dict(zip(answer["columns"], row, strict=True)) for row in answer["rows"]]
 
 
 def _show(answer: dict[str, Any], fmt: Format, columns: list[Column]) -> None:
-    rows = _records(answer)
+    rows = answer_rows(answer)
     if fmt is not Format.table:
         show(rows, fmt)
         return
@@ -57,7 +58,7 @@ def query(
 ) -> None:
     """Run SQL over the fleet records (read-only, time- and row-limited)."""
     answer = ApiClient(api_url, token).call("POST", "v1alpha/fleet:query", body={"sql": sql, "maxRows": max_rows})
-    show(_records(answer), fmt, answer["columns"])
+    show(answer_rows(answer), fmt, answer["columns"])
     if answer["truncated"]:
         typer.echo(f"(the first {len(answer['rows'])} rows)", err=True)
 

@@ -31,6 +31,7 @@ COMMANDS = {
     "agent": ("agent", "agent"),
     "query": ("fleet", "query"),
     "fleet": ("fleet", None),
+    "mcp": ("mcp_server", "serve_mcp"),
 }
 
 
