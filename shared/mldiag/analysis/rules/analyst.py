@@ -117,6 +117,7 @@ NAMED_BESIDE = 0.10  # the kernels after a dominant one named with it, down to t
 MAX_KERNELS_NAMED = 3
 OUTLIER_STEP = 3.0  # a step this many times the median is an outlier
 NOTABLE_SHARE = 0.01  # host activities below this share of a step are not worth quoting
+UNTRACED_SHARE = 1 / 3  # the training thread's untraced time is a cause of its own from this share of the loop
 OWN_SHARE = 0.5  # a function around the step's dispatches whose own time is this share of it is host work
 URGENT_REASON = "a finding needs attention"
 _ORDER = {Priority.P0: 0, Priority.P1: 1, Priority.P2: 2}
@@ -317,7 +318,12 @@ def _input_bound(host: HostEvidence) -> list[Finding]:
     # Idle time the host shows but no named cause holds (untraced, or work of no known kind) leads when it is the
     # largest part.
     unnamed_ms = explained_ms - sum(cause.ms for cause in named)
-    if not named or unnamed_ms > max(named[0].ms, NOTABLE_SHARE * iteration):
+    # In a loop that neither launches op by op nor compiles, the training thread's untraced time is its own code
+    # or a wait the trace does not show, and is named as such where the attribution finds it the largest waste.
+    untraced = host_causes.untraced(host, UNTRACED_SHARE) if quiet else None
+    if untraced is not None:
+        named = sorted([untraced, *named], key=lambda cause: -cause.ms)
+    elif not named or unnamed_ms > max(named[0].ms, NOTABLE_SHARE * iteration):
         named.insert(0, host_causes.Cause(HostCause.HOST_WORK, explained_ms if not named else unnamed_ms))
     lanes = _LANES[host.device_kind.value]
     context = [
@@ -357,6 +363,10 @@ def _cause_evidence(host: HostEvidence, cause: host_causes.Cause, host_work: lis
         return ([f"host work between steps: {quoted(a.name)} {_host_ms(a):.2f} ms per gap" for a in between[:3]]
                 + [f"host work inside steps: {quoted(a.name)} {_host_ms(a):.2f} ms per step of its own"
                    for a in host_work[:3]])
+    if cause.kind is HostCause.UNTRACED and host.attribution is not None:
+        return [f"the training thread {quoted(part.thread)} has no event for {part.ms_per_step:.1f} ms of the "
+                f"loop's {host.attribution.loop_ms:.1f} ms ({part.share_of_step:.1%}) while the devices idle: no "
+                "Python tracer frame, TraceMe scope or runtime call covers that time" for part in cause.parts[:1]]
     stepping = {a.thread for a in (*host.host_activities, *host.between_steps)}
     elsewhere = [part for part in cause.parts if part.thread and part.thread not in stepping]
     lines = []
@@ -398,7 +408,9 @@ def _host_cause_finding(host: HostEvidence, cause: host_causes.Cause, priority: 
                         share: float, iteration: float, loop: str, lanes: str) -> Finding:
     words, what = host_causes.WORDS[cause.kind]
     title = (f"Host-bound: compute idle {share:.0%} of each {loop} waiting for the host"
-             if cause.kind is HostCause.HOST_WORK else f"Host-bound: compute idle {share:.0%} of each {loop} while "
+             if cause.kind is HostCause.HOST_WORK else
+             f"Host-bound: the training thread's own Python code or waits, untraced: {share:.0%} of the loop"
+             if cause.kind is HostCause.UNTRACED else f"Host-bound: compute idle {share:.0%} of each {loop} while "
                                                        f"{words}")
     remaining = iteration - cause.ms
     faster = (f" ({iteration / remaining:.1f}x faster)" if remaining >= NOTABLE_SHARE * iteration else "")

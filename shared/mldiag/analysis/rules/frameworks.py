@@ -157,6 +157,21 @@ _CAUSE_FIXES = {
             "back (float(), .item(), jax.device_get) every N steps or for the previous step only, and format and "
             "write the log line on a background thread (or with jax.debug.callback / an async logger), so the "
             "host never stops the next step's dispatch to wait for and print this one."),
+    HostCause.UNTRACED: CauseFix(  # name the untraced time before moving it
+        tensorflow="Name the time first: capture again with the Python tracer on "
+                   "(tf.profiler.experimental.ProfilerOptions(python_tracer_level=1)) or wrap the loop's parts in "
+                   "tf.profiler.experimental.Trace scopes. Untraced time on the training thread is usually input "
+                   "work (loading, decoding, tokenising in Python): once named, move it into a tf.data pipeline "
+                   "with num_parallel_calls and .prefetch(tf.data.AUTOTUNE).",
+        pytorch_xla="Name the time first: capture again with the Python tracer on (python_tracer_level=1) or wrap "
+                    "the loop's parts in torch_xla.debug.profiler.Trace scopes. Untraced time on the training "
+                    "thread is usually input work (loading, decoding, tokenising in Python): once named, move it "
+                    "into a DataLoader with num_workers > 0 wrapped in MpDeviceLoader.",
+        jax="Name the time first: capture again with the Python tracer on (jax.profiler.ProfileOptions "
+            "python_tracer_level=1) or wrap the loop's parts in jax.profiler.TraceAnnotation scopes. Untraced time "
+            "on the training thread is usually input work (loading, decoding, tokenising or padding batches in "
+            "Python) or a wait on a loader or a copy the trace does not show: once named, move the work into an "
+            "input pipeline that runs ahead of the step (grain or tf.data with prefetch) or out of the loop."),
     HostCause.TRANSFERS: CauseFix(  # stop copying data between host and device memory every step
         tensorflow="Keep the data on the device between steps: no .numpy() round trips in the loop; keep state in "
                    "tf.Variables updated inside the tf.function.",

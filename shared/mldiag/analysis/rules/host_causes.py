@@ -29,6 +29,7 @@ class HostCause(StrEnum):
     DEVICE_SYNC = "device_sync"  # the training thread reads device values back (to log them) every step
     PRODUCER_THREAD = "producer_thread"  # the training thread waits on a slower thread that produces its input
     TRANSFERS = "transfers"  # copies between host and device memory
+    UNTRACED = "untraced"  # the training thread's time that no event records: its own Python code, or a wait
     HOST_WORK = "host_work"  # host work none of the above names
 
 
@@ -50,6 +51,10 @@ WORDS = {
     HostCause.TRANSFERS: ("data is copied between host and device memory",
                           "Data goes from the device to the host and back (or is copied to the device again every "
                           "step) and the devices wait for the copies."),
+    HostCause.UNTRACED: ("the training thread runs untraced",
+                         "The thread that runs the steps spends this time with no event in the trace: its own Python "
+                         "code (loading, decoding or tokenising the next batch, padding it with Python or numpy), or "
+                         "a wait the trace does not show (a loader thread's queue, a copy, a sleep, I/O)."),
     HostCause.HOST_WORK: ("waiting for the host",
                           "Much of each iteration goes to host-side work (loading, decoding or transferring the "
                           "next batch, or other Python work) while the devices wait."),
@@ -160,6 +165,20 @@ def _from_attribution(host: HostEvidence) -> list[Cause]:
             kind = kind_of(part.name, _reads_device(host, part.name))
         found.append((kind, _part(part.name, part.ms, part.thread, part.share), True))
     return _merged(found, {}, steps)
+
+
+def untraced(host: HostEvidence, least_share: float) -> Cause | None:
+    """The stepping thread's untraced time, where the loop's attribution finds it the largest part that is not
+    useful device work and at least ``least_share`` of the loop; per iteration, with its share of the loop."""
+    attribution = host.attribution
+    if attribution is None:
+        return None
+    part = next((p for p in attribution.parts if not p.useful), None)
+    if part is None or part.cause is not TimeCause.UNTRACED or part.share < least_share:
+        return None
+    steps = max(1, attribution.steps)
+    return Cause(HostCause.UNTRACED, part.ms / steps, [_part(part.name, part.ms, part.thread, part.share)],
+                 steps_per_part=steps, share=part.share)
 
 
 def _from_evidence(host: HostEvidence, notable_ms: float) -> list[Cause]:

@@ -272,3 +272,35 @@ def test_every_framework_has_a_fix_for_each_cause(framework):
     for cause in (HostCause.CHECKPOINT, HostCause.DEVICE_SYNC, HostCause.TRANSFERS, HostCause.BATCH_MAKING):
         fix = frameworks.cause_fix(cause, framework)
         assert fix.endswith(".") and "background thread that prepares" not in fix
+
+
+def _tpu_loop(tmp_path, *, host_ms: int, device_ms: int = 10, steps: int = 10) -> HostEvidence:
+    """A TPU loop with no step markers and no Python tracer: each iteration the training thread spends
+    ``host_ms`` with no event, then dispatches the step, whose ops run ``device_ms``."""
+    from evidence_support import MS, TraceBuild, jit_calls
+
+    period = host_ms + device_ms + 1
+    starts = [i * period * MS + host_ms * MS for i in range(steps)]
+    build = TraceBuild(DeviceKind.TPU).host(jit_calls("step", starts, MS // 5), thread="python3")
+    build.device_steps("/device:TPU:0", [(str(i), start, start + (device_ms + 1) * MS)
+                                         for i, start in enumerate(starts)])
+    build.program_runs("/device:TPU:0", [("jit_step(1)", start + MS // 2, start + MS // 2 + device_ms * MS)
+                                         for start in starts])
+    return build.lane("/device:TPU:0", [("fusion.1", start + MS // 2, start + MS // 2 + device_ms * MS)
+                                        for start in starts], "XLA Ops").evidence(tmp_path)
+
+
+def test_the_training_threads_untraced_time_is_named_with_its_cost_and_how_to_trace_it(tmp_path):
+    from evidence_support import analysis_of
+
+    host = _tpu_loop(tmp_path, host_ms=40)
+    assert host.attribution.parts[0].cause is TimeCause.UNTRACED
+    analysis = analysis_of(host)
+    top = analysis.findings[0]
+    assert top.priority is Priority.P0 and top.category is FindingCategory.INPUT_BOUND
+    assert "untraced" in top.title and "78% of the loop" in top.title
+    assert "python_tracer_level=1" in top.fix and "TraceAnnotation" in top.fix and "tokenising" in top.fix
+    assert "background thread" not in top.fix
+    assert any('"python3" has no event for' in line for line in top.evidence)
+    assert "ms of each" in top.impact and "(78% of the loop)" in top.impact
+
