@@ -93,6 +93,20 @@ def test_phase_updates_end_the_run(sdk, api, phase, state, run_phase):
     assert run["runPhase"] == run_phase and run["endTime"]
 
 
+def test_a_run_the_sdk_ends_ends_its_targets_registered_without_an_agent_and_a_restart_brings_them_back(
+        sdk, services):
+    from mldiag.domain.resources import ProfilerTarget, TargetState
+
+    run_id = _register(sdk)["name"].rsplit("/", 1)[-1]
+    run_name = f"{RUNS}/{run_id}".removeprefix("/v1alpha/")
+    target = services.targets.create(ProfilerTarget(name=f"{run_name}/profilerTargets/t0", hostname="h",
+                                                    profiler_address="127.0.0.1:9999"))
+    sdk.update_ml_run(name=f"machineLearningRuns/{run_id}", run_phase=SdkRunPhase.PHASE_COMPLETED)
+    assert services.targets.get(target.name).state is TargetState.GONE
+    _register(sdk)  # the same job started again
+    assert services.targets.get(target.name).state is TargetState.ACTIVE
+
+
 def test_phase_update_of_an_unknown_run_is_not_found(sdk):
     with pytest.raises(requests.HTTPError) as raised:
         sdk.update_ml_run(name="machineLearningRuns/ghost", run_phase=SdkRunPhase.PHASE_COMPLETED)

@@ -103,3 +103,18 @@ def test_the_agent_config_names_the_control_planes_own_bucket_store(embedded, ap
 def test_the_agent_config_in_the_cloud_names_the_project_whose_buckets_take_uploads(embedded):
     cloud = embedded.settings.model_copy(update={"backend": "gcp", "project": "training-prod"})
     assert agents.agent_config(cloud) == {"storage": {"backend": "gcp", "project": "training-prod"}}
+
+
+def test_targets_registered_without_an_agent_follow_their_run(embedded, run, api, add_target):
+    add_target("direct-0")
+    beat(api)  # node-a-0, served by an agent
+    ended = api.patch(f"{RUN}?update_mask=runPhase", json={"runPhase": "COMPLETED"})
+    assert ended.status_code == 200, ended.json
+    assert embedded.targets.get(f"{run}/profilerTargets/direct-0").state is TargetState.GONE
+    assert embedded.targets.get(f"{run}/profilerTargets/node-a-0").state is TargetState.ACTIVE  # its heartbeats
+    refused = api.post(f"{RUN}/profilerSessions:capture?profilerSessionId=s1",
+                       json={"duration": "1s", "profilerTargets": ["direct-0"]})
+    assert refused.status_code == 412 and "the run ended" in refused.json["error"]["message"]
+
+    api.patch(f"{RUN}?update_mask=runPhase", json={"runPhase": "ACTIVE"})  # the workload started again
+    assert embedded.targets.get(f"{run}/profilerTargets/direct-0").state is TargetState.ACTIVE

@@ -161,8 +161,10 @@ def select_targets(services: Stored, run_name: RunName, requested: Sequence[str]
                 field="profilerTargets")
         gone = [t for t in wanted if registered[t].state is TargetState.GONE]
         if gone:
-            raise FailedPrecondition(f"profiler target(s) {', '.join(gone)} of run {run_name.run} are GONE "
-                                     "(their node agent stopped sending heartbeats)")
+            why = ("their node agent stopped sending heartbeats" if all(registered[t].agent for t in gone) else
+                   "their node agent stopped sending heartbeats, or the run ended, which ends targets registered "
+                   "without an agent")
+            raise FailedPrecondition(f"profiler target(s) {', '.join(gone)} of run {run_name.run} are GONE ({why})")
         chosen = [registered[t] for t in dict.fromkeys(wanted)]
     for target in chosen:
         if not target.agent:  # an agent captures on its own node's localhost instead

@@ -19,8 +19,9 @@ from typing import Any, Protocol
 
 from mldiag.domain.errors import InvalidArgument, NotFound, PermissionDenied
 from mldiag.domain.names import LocationName, RunName, is_id, parse_run
-from mldiag.domain.resources import MachineLearningRun, RunPhase
+from mldiag.domain.resources import MachineLearningRun, ProfilerTarget, RunPhase, TargetState
 from mldiag.ports import LocalBuckets, Where
+from mldiag.services.capture.targets import MAX_TARGETS_PER_RUN
 from mldiag.services.dependencies import Blobs, Configured, Stored
 from mldiag.services.fan_out_counts import forget_fan_outs
 from mldiag.services.resources.masks import apply_update, assign
@@ -126,11 +127,27 @@ def update(
         assign(run, updated)
 
     try:
-        return services.runs.update(str(name), mutate, etag=etag)
+        updated = services.runs.update(str(name), mutate, etag=etag)
     except NotFound:
         if not allow_missing:
             raise
-    return create(services, name.parent, name.run, body, registered_by=registered_by)
+        return create(services, name.parent, name.run, body, registered_by=registered_by)
+    targets_follow(services, updated)
+    return updated
+
+
+def targets_follow(services: Stored, run: MachineLearningRun) -> None:
+    """Targets registered without a node agent follow their run: GONE once it has ended (the workload that served
+    them ended with it), ACTIVE again when it starts again. A node agent's targets follow its heartbeats."""
+    wanted = TargetState.GONE if run.ended else TargetState.ACTIVE
+
+    def follow(target: ProfilerTarget) -> None:
+        if not target.agent:
+            target.state = wanted
+
+    for target in services.targets.list(run.name, page_size=MAX_TARGETS_PER_RUN).items:
+        if not target.agent and target.state is not wanted:
+            services.targets.update(target.name, follow)
 
 
 def delete(services: RunPorts, name: RunName, *, etag: str = "") -> None:

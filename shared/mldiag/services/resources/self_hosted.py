@@ -189,6 +189,7 @@ def upsert(
         return services.runs.save_in(transaction, previous, run), restarted
 
     stored, restarted = services.store.transaction(work)
+    runs.targets_follow(services, stored)
     if restarted:
         log.info("run started again under the same name: ACTIVE again, its new profiles join it "
                  "(a unique name gives a new run)", run=stored.id, display_name=stored.display_name,
