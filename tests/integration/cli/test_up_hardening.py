@@ -43,9 +43,9 @@ def test_unauthenticated_garbage_over_otlp_grpc_is_refused_before_it_is_parsed(t
     assert up.process.returncode == 0
 
 
-def _started_on_every_interface(data: Path, env: dict[str, str], options: tuple[str, ...] = ()) -> list[str]:
-    """What ``mldiag up --host 0.0.0.0`` printed before it was stopped."""
-    up = UpProcess.start(data, env=env, options=("--host", "0.0.0.0", "--no-otlp", *options))
+def _served_once(data: Path, env: dict[str, str] | None = None, options: tuple[str, ...] = ()) -> list[str]:
+    """What ``mldiag up --no-otlp [options]`` printed from its start until it was stopped."""
+    up = UpProcess.start(data, env=env, options=("--no-otlp", *options))
     try:
         up.wait_for("Stop with Ctrl-C")
     finally:
@@ -55,25 +55,15 @@ def _started_on_every_interface(data: Path, env: dict[str, str], options: tuple[
 
 
 def test_every_interface_runs_open_only_when_asked_and_then_says_so(tmp_path):
-    insecure = _started_on_every_interface(tmp_path / "open", {}, ("--insecure",))
+    insecure = _served_once(tmp_path / "open", options=("--host", "0.0.0.0", "--insecure"))
     warned = [line for line in insecure if "warning: listening on 0.0.0.0 port" in line]
     assert len(warned) == 1 and "with no MLDIAG_API_TOKEN lets anyone who reaches it change runs" in warned[0]
-    with_token = _started_on_every_interface(tmp_path / "token", {"MLDIAG_API_TOKEN": TOKEN})
+    with_token = _served_once(tmp_path / "token", {"MLDIAG_API_TOKEN": TOKEN}, ("--host", "0.0.0.0"))
     assert not [line for line in with_token if "warning:" in line], with_token
 
 
 def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
-
-
-def _served_once(data: Path) -> list[str]:
-    up = UpProcess.start(data, options=("--no-otlp",))
-    try:
-        up.wait_for("Stop with Ctrl-C")
-    finally:
-        up.stop()
-    assert up.process.returncode == 0
-    return up.lines
 
 
 def test_the_data_directory_and_its_files_are_the_owners_only(tmp_path):
