@@ -302,9 +302,10 @@ def start_analysis(
     ) as pool, ThreadPoolExecutor(max_workers=len(files), thread_name_prefix="mldiag-raw-events") as readers:
         session = copy_session(Session(files[0].parent.name, tuple(files)), scratch, owned=owned_inputs)
         profile_bytes = session.bytes
-        # A linked copy and its download are the same bytes: an in-memory filesystem holds the profile once.
+        # In an in-memory filesystem the profile is held once (a linked copy and its download are the same bytes)
+        # and its time slices, written beside it, about as much again.
         budget = MemoryBudget.under_ceiling(memory_ceiling_bytes, profile_bytes=profile_bytes,
-                                            held_in_files=profile_bytes if in_memory_filesystem(scratch) else 0)
+                                            held_in_files=2 * profile_bytes if in_memory_filesystem(scratch) else 0)
         # Refused only past what the machine has: under the profile's own ceiling, slices or a skip answer it.
         _require_structure_within(session.files, memory_ceiling_bytes or default_ceiling() or budget.ceiling)
         folder = session.files[0].parent

@@ -33,3 +33,24 @@ def test_files_held_in_memory_come_off_the_budget():
     plain = MemoryBudget.under_ceiling(8 * GIB)
     holding = MemoryBudget.under_ceiling(8 * GIB, held_in_files=3 * GIB)
     assert plain.limit - holding.limit >= 3 * GIB - 64 * 1024**2  # the process may grow a little in between
+
+
+def test_on_cloud_run_the_analysis_keeps_the_profile_and_its_slices_off_its_budget(monkeypatch, tmp_path):
+    from analysis_support import xplane
+
+    from mldiag.analysis.engine import start_analysis
+
+    held = []
+    under_ceiling = MemoryBudget.under_ceiling.__func__
+
+    def recorded(cls, *args, held_in_files=0, **kwargs):
+        held.append(held_in_files)
+        return under_ceiling(cls, *args, held_in_files=held_in_files, **kwargs)
+
+    monkeypatch.setattr(MemoryBudget, "under_ceiling", classmethod(recorded))
+    with start_analysis([xplane("compute_bound")], tmp_path / "disk", memory_ceiling_bytes=4 * GIB) as running:
+        profile = running.session.bytes
+    monkeypatch.setenv("K_SERVICE", "mldiag-analyze-session")
+    with start_analysis([xplane("compute_bound")], tmp_path / "cloud-run", memory_ceiling_bytes=4 * GIB):
+        pass
+    assert held == [0, 2 * profile]
