@@ -1,7 +1,9 @@
 """``mldiag mcp``: the control plane as a Model Context Protocol server, for agents that read profiles.
 
-The server speaks MCP over stdio (the official ``mcp`` SDK, the ``[mcp]`` extra)
-and is a client of the control plane's HTTP API like every other command: each
+The server speaks MCP over stdio, or over streamable HTTP on this machine
+(``--transport http``, answering only requests that carry the control plane's
+API token as a bearer token), with the official ``mcp`` SDK (the ``[mcp]`` extra).
+It is a client of the control plane's HTTP API like every other command: each
 tool is one or a few calls through :class:`~mldiag.client.api.ApiClient`, with
 the same ``--api-url``, ``--token``, ``--project`` and ``--location``, so an
 agent reaches exactly what the token lets it reach. Tools: list and find runs
@@ -15,10 +17,11 @@ A refused call becomes a tool error carrying the API's one-line message.
 from __future__ import annotations
 
 import functools
+import hmac
 import json
 from collections.abc import Callable
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
@@ -32,6 +35,8 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+DEFAULT_HTTP_PORT = 8793
+HTTP_PATH = "/mcp"
 SESSIONS = "profilerSessions"
 RUNS = "machineLearningRuns"
 MAX_LISTED = 1000
@@ -224,14 +229,54 @@ def build_server(tools: ControlPlaneTools) -> MCPServer:
     return server
 
 
+class Transport(StrEnum):
+    stdio = "stdio"
+    http = "http"
+
+
 def serve_mcp(
     project: Project = DEFAULT_PROJECT, location: Location = DEFAULT_LOCATION,
     api_url: ApiUrl = DEFAULT_API_URL, token: Token = "",
+    transport: Annotated[Transport, typer.Option(
+        "--transport", help="stdio, or http: streamable HTTP at http://HOST:PORT/mcp, answering only requests "
+                            "that carry the API token (Authorization: Bearer <token>).")] = Transport.stdio,
+    host: Annotated[str, typer.Option("--host", help="With --transport http: the address to listen on.")
+                    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="With --transport http: the port.")
+                    ] = DEFAULT_HTTP_PORT,
 ) -> None:
-    """Serve the control plane to agents over MCP on stdio (needs the MCP SDK, mldiag's mcp extra)."""
+    """Serve the control plane to agents over MCP (needs the MCP SDK, mldiag's mcp extra)."""
     try:
         import mcp.server  # noqa: F401
     except ImportError:
         typer.echo("error: mldiag mcp needs the MCP SDK: pip install 'mldiag[mcp]'", err=True)
         raise typer.Exit(2) from None
-    build_server(ControlPlaneTools(ApiClient(api_url, token), project, location)).run("stdio")
+    server = build_server(ControlPlaneTools(ApiClient(api_url, token), project, location))
+    if transport is Transport.stdio:
+        server.run("stdio")
+        return
+    if not token:
+        typer.echo("error: mldiag mcp --transport http needs the API token (--token or MLDIAG_API_TOKEN): "
+                   "its callers must present it", err=True)
+        raise typer.Exit(2)
+    import uvicorn
+
+    app = server.streamable_http_app(streamable_http_path=HTTP_PATH, host=host)
+    uvicorn.run(BearerTokenRequired(app, token), host=host, port=port, log_level="warning")
+
+
+class BearerTokenRequired:
+    """An ASGI app that answers 401 to any HTTP request without ``Authorization: Bearer <token>``."""
+
+    def __init__(self, app: Any, token: str):
+        self.app, self.expected = app, f"Bearer {token}".encode()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            given = dict(scope.get("headers") or ()).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"content-type", b"text/plain"), (b"www-authenticate", b"Bearer")]})
+                await send({"type": "http.response.body", "body": b"the control plane's API token is required\n"})
+                return
+        await self.app(scope, receive, send)

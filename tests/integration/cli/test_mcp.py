@@ -10,8 +10,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
+import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -94,3 +98,63 @@ def test_an_agent_finds_the_run_and_reads_its_analysis_over_mcp(tmp_path):
     assert [row["display_name"] for row in top_waste] == [RUN] and top_waste[0]["host_work_device_ms"] > 0
     assert _structured(seen["query"])["rows"] == [{"run_display_name": RUN}]
     assert seen["capture"].is_error and "no active profiler targets" in seen["capture"].content[0].text
+
+
+TOKEN = "mcp-test-token-0123456789abcdef0123"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+async def _over_http(endpoint: str) -> set[str]:
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}) as client, \
+            streamable_http_client(endpoint, http_client=client) as (read, write, *_), \
+            ClientSession(read, write) as session:
+        await session.initialize()
+        return {tool.name for tool in (await session.list_tools()).tools}
+
+
+def test_over_http_the_server_answers_only_callers_with_the_api_token(tmp_path):
+    up = UpProcess.start(tmp_path / "data", env={"MLDIAG_API_TOKEN": TOKEN})
+    port = _free_port()
+    server = None
+    try:
+        url = up.wait_for("mldiag control plane at ").split(" at ", 1)[1].split()[0]
+        server = subprocess.Popen([sys.executable, "-c", "from mldiag.cli.main import run; run()", "mcp",
+                                   "--transport", "http", "--port", str(port), "--api-url", url, "--token", TOKEN],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        endpoint = f"http://127.0.0.1:{port}/mcp"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                assert server.poll() is None, server.stderr.read()
+                time.sleep(0.2)
+        request = urllib.request.Request(endpoint, data=b"{}", method="POST",
+                                         headers={"Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+        tools = anyio.run(_over_http, endpoint)
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=30)
+        up.stop()
+
+    assert refused.value.code == 401
+    assert tools == TOOLS
+
+
+def test_over_http_without_a_token_the_server_does_not_start():
+    done = subprocess.run([sys.executable, "-c", "from mldiag.cli.main import run; run()", "mcp", "--transport",
+                           "http", "--port", str(_free_port())], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "MLDIAG_API_TOKEN": ""})
+    assert done.returncode == 2 and "needs the API token" in done.stderr
