@@ -258,16 +258,19 @@ def top_waste_sql(dialect: _Dialect, table: str, labelled: bool) -> str:
                  f"{p}label_key AND {dialect.of('l', 'value')} = {p}label_value)") if labelled else ""
     return f"""
 WITH recent AS ({dialect.recent(table, condition)}),
-latest AS (SELECT run, session, analyzed_at,
-                  ROW_NUMBER() OVER (PARTITION BY run ORDER BY analyzed_at DESC) AS newest FROM recent),
+latest AS (SELECT run, session, analyzed_at, lost_device_ms / NULLIF(loop_device_ms, 0) AS share,
+                  ROW_NUMBER() OVER (PARTITION BY run ORDER BY analyzed_at DESC) AS newest,
+                  ROW_NUMBER() OVER (PARTITION BY run ORDER BY analyzed_at) AS oldest FROM recent),
 runs AS (SELECT run, MAX(run_display_name) AS display_name, COUNT(*) AS analyses,
                 SUM(lost_device_ms) AS lost_device_ms, SUM(loop_device_ms) AS loop_device_ms FROM recent GROUP BY run),
 causes AS (SELECT r.run AS run, {_per_cause(dialect, 'a')}
            FROM recent AS r, {dialect.rows_of('r.attribution', 'a')} GROUP BY r.run)
 SELECT runs.run, runs.display_name, runs.analyses, runs.lost_device_ms, runs.loop_device_ms,
        runs.lost_device_ms / NULLIF(runs.loop_device_ms, 0) AS lost_share, {_cause_columns('causes')},
-       latest.session AS latest_session, latest.analyzed_at AS latest_analyzed_at
+       latest.session AS latest_session, latest.analyzed_at AS latest_analyzed_at,
+       oldest.share AS oldest_lost_share, latest.share AS latest_lost_share
 FROM runs JOIN latest ON latest.run = runs.run AND latest.newest = 1
+JOIN latest AS oldest ON oldest.run = runs.run AND oldest.oldest = 1
 LEFT JOIN causes ON causes.run = runs.run
 ORDER BY runs.lost_device_ms DESC, runs.run LIMIT {p}limit"""
 
@@ -317,7 +320,8 @@ def _named(services: FleetPorts, name: str, sql: Callable[[_Dialect, str], str],
 
 
 def top_waste(services: FleetPorts, since: timedelta, label: str = "", limit: int = 50) -> dict[str, Any]:
-    """Runs by the accelerator time they lost in the window, with each cause's part; ``label``: ``key=value``."""
+    """Runs by the accelerator time they lost in the window, with each cause's part and the trend (the lost share
+    of the run's oldest and newest analysis in the window); ``label``: ``key=value``."""
     key, _, value = label.partition("=")
     if label and not (key and value):
         raise InvalidArgument("a label filter is key=value", field="label")

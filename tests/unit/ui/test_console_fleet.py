@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import html
 import re
 import sys
 from datetime import timedelta
@@ -107,3 +108,22 @@ def test_a_deployment_without_a_fleet_table_says_so(console: Console):
 def test_the_header_links_the_fleet(fleet_console: Console):
     assert 'href="/ui/fleet"' in fleet_console.text("/ui/")
     assert 'href="/ui/fleet" aria-current="page"' in fleet_console.text("/ui/fleet")
+
+
+def test_each_run_shows_the_trend_of_its_lost_share_across_the_window(fleet_console: Console,
+                                                                      fleet_services: Services):
+    now = fleet_services.now()
+    _add(fleet_services,
+         record("big", "s1", at=now - timedelta(hours=3), lost={"collectives": 300.0, "compilation": 200.0}),
+         record("big", "s2", at=now - timedelta(hours=2), lost={"collectives": 100.0}),
+         record("small", "s1", at=now - timedelta(hours=1), lost={"host_work": 100.0}))
+    page = fleet_console.text("/ui/fleet")
+
+    def trend(run: str) -> str:
+        row = page.split(f'<tr data-run="{run}">', 1)[1].split("</tr>", 1)[0]
+        cell = row.split('data-column="trend">', 1)[1].split("</td>", 1)[0]
+        return html.unescape(re.sub(r"<[^>]+>", "", cell)).strip()
+
+    # big lost 500 ms of a 1300 ms loop in s1 (38.5 %), then 100 of 900 (11.1 %): 27.4 points less
+    assert trend("big") == "\u25bc 27.4 pts"
+    assert trend("small") == "one analysis"

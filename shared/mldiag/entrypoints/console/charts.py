@@ -106,6 +106,7 @@ class RankedRun:
     segments: list[CauseSegment]  # the bar: as long as the run's loss against the largest, split by cause
     latest_session_id: str
     latest_analyzed_at: str
+    trend: float | None = None  # the newest analysis's lost share less the oldest's, with two analyses or more
 
 
 @dataclass(frozen=True)
@@ -135,5 +136,12 @@ def fleet_ranking(answer: dict[str, Any], lost_causes: Sequence[str]) -> FleetRa
             analyses=int(row["analyses"]), lost_device_ms=float(row["lost_device_ms"] or 0.0),
             lost_share=row["lost_share"], causes=lost, segments=segments,
             latest_session_id=str(row["latest_session"]).rsplit("/", 1)[-1],
-            latest_analyzed_at=str(row["latest_analyzed_at"] or "")))
+            latest_analyzed_at=str(row["latest_analyzed_at"] or ""), trend=_trend(row)))
     return FleetRanking(runs=ranked, causes=causes)
+
+
+def _trend(row: dict[str, Any]) -> float | None:
+    oldest, latest = row.get("oldest_lost_share"), row.get("latest_lost_share")
+    if int(row["analyses"]) < 2 or oldest is None or latest is None:
+        return None
+    return float(latest) - float(oldest)
