@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,19 @@ def test_the_demo_against_a_running_control_plane_shares_its_reports(control_pla
         shared = requests.get(session["report"], timeout=10)
         assert shared.status_code == 200 and shared.headers["Content-Type"].startswith("text/html")
     assert processes_mentioning("mldiag.local.demo.workload", str(control_plane.bucket_folder)) == []
+
+    # The fleet lists the demo's run with its lost accelerator time by cause, as the console's fleet page does.
+    rows: list[dict] = []
+    deadline = time.monotonic() + 60  # each record follows its analysis through the bus
+    while time.monotonic() < deadline and not [row for row in rows if row["analyses"] == len(sessions)]:
+        listed = subprocess.run([MLDIAG, "fleet", "top-waste", "--since", "1d", "--format", "json",
+                                 "--api-url", control_plane.url], capture_output=True, text=True, timeout=60)
+        assert listed.returncode == 0, listed.stderr
+        rows = json.loads(listed.stdout)
+        time.sleep(0.5)
+    (row,) = [row for row in rows if row["analyses"] == len(sessions)]
+    assert row["lost_device_ms"] > 0 and row["host_work_device_ms"] + row["waiting_device_ms"] > 0
+    page = requests.get(f"{control_plane.url}/ui/fleet?since=1d", timeout=30).text
+    run_id = row["run"].rsplit("/", 1)[-1]
+    shown = page.split(f'<tr data-run="{run_id}">', 1)[1].split("</tr>", 1)[0]
+    assert f'data-column="lost_device_ms">{row["lost_device_ms"] / 1000:,.1f}<' in shown
