@@ -56,6 +56,7 @@ from mldiag.analysis.profile.trace_names import (
     TRANSFER,
     TRANSFER_WORK,
     WAITING,
+    collective,
     transfer_direction,
 )
 
@@ -161,7 +162,7 @@ def _device_labels(names: Sequence[str], present: np.ndarray, hints: dict[int, s
             label[index], tier[index] = labels.of(TimeCause.TRANSFERS, HOST_CALLBACK_PART), _TRANSFER
         elif is_transfer:
             label[index], tier[index] = labels.of(TimeCause.TRANSFERS, direction), _TRANSFER
-        elif kind := COMMUNICATION.search(text):
+        elif kind := collective(text):
             label[index] = labels.of(TimeCause.COLLECTIVES, kind.group(0).lower().replace("_", "-"))
             tier[index] = _COLLECTIVE
         elif name.startswith(NOT_AN_OP) or runtime[index]:

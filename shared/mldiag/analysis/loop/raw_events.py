@@ -80,14 +80,12 @@ from mldiag.analysis.profile.profiles import UNREADABLE_EXIT, UnreadableProfile,
 from mldiag.analysis.profile.timeline import Timeline, TimelineLine
 from mldiag.analysis.profile.trace_names import (
     ALLOCATOR_EVENTS,
-    COMMUNICATION,
     COMPILE,
     CPU_DEVICE_EXECUTION,
     CPU_RUNTIME_SCOPE,
     DEVICE_READ,
     DISPATCH_PREFIX,
     FAMILIES,
-    HOST_CALLBACK,
     NOT_AN_OP,
     NOT_BUSY,
     QUEUE_PUT,
@@ -95,6 +93,7 @@ from mldiag.analysis.profile.trace_names import (
     TRANSFER,
     TRANSFER_WORK,
     WAITING,
+    collective,
 )
 from mldiag.analysis.profile.xspace import Line, MalformedXSpace, Plane, read_planes
 
@@ -675,8 +674,7 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
     measured = {device: trace.lanes[device] for device in steps.device_windows}
     device_windows = list(steps.device_windows.values())
     busy_unions = [_union_of(lines, busy_name) for lines in measured.values()]
-    is_collective = busy_name & trace.mask(lambda name: bool(COMMUNICATION.search(name))
-                                           and not HOST_CALLBACK.search(name))
+    is_collective = busy_name & trace.mask(lambda name: bool(collective(name)))
     step_ns = _by_step([w[:, 1] - w[:, 0] for w in device_windows], count) if device_windows else (
         (windows[:, 1] - windows[:, 0]).astype(np.float64))
     busy_ns = _by_step([union.covered(w) for union, w in zip(busy_unions, device_windows)], count)

@@ -76,6 +76,12 @@ _TO_DEVICE = re.compile(r"h\s*to\s*d|h2d|host\s*to\s*device|to[\s_]*device|from[
                         r"PjitFunction\(stage\)", re.IGNORECASE)
 
 
+def collective(name: str) -> re.Match[str] | None:
+    """What collective an event's name says it is (its :data:`COMMUNICATION` match); None for a host callback,
+    whose send and recv to the host only look like one."""
+    return None if HOST_CALLBACK.search(name) else COMMUNICATION.search(name)
+
+
 def transfer_direction(name: str) -> str:
     """"device to host", "host to device", or "" where a copy's name does not say."""
     if _TO_HOST.search(name):

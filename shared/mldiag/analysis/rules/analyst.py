@@ -66,13 +66,13 @@ from mldiag.analysis.host_evidence import (
 )
 from mldiag.analysis.profile.trace_names import (
     ASYNC_COPY,
-    COMMUNICATION,
     COMPILE,
     DISPATCH_PREFIX,
     HOST_CALLBACK,
     HOST_CALLBACK_PART,
     HOST_MEMORY_SPACE,
     WAITING,
+    collective,
     transfer_direction,
 )
 from mldiag.analysis.profile.trace_names import hlo_instruction as _instruction
@@ -548,7 +548,7 @@ def _communication(host: HostEvidence) -> Finding | None:
     priority = _rank(share, COMMUNICATION_PRIORITIES)
     if priority is None:
         return None
-    collectives = [op for op in host.top_ops if COMMUNICATION.search(op.name) and not HOST_CALLBACK.search(op.name)]
+    collectives = [op for op in host.top_ops if collective(op.name)]
     return Finding(
         priority=priority,
         category=FindingCategory.COMMUNICATION,

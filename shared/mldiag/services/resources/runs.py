@@ -138,7 +138,10 @@ def update(
 
 def targets_follow(services: Stored, run: MachineLearningRun) -> None:
     """Targets registered without a node agent follow their run: GONE once it has ended (the workload that served
-    them ended with it), ACTIVE again when it starts again. A node agent's targets follow its heartbeats."""
+    them ended with it), ACTIVE again when it starts again. A node agent's targets follow its heartbeats.
+
+    Called after every update of the run, not only when its phase changes, so that a redelivered update mends
+    targets a crash left behind between the run's commit and theirs."""
     wanted = TargetState.GONE if run.ended else TargetState.ACTIVE
 
     def follow(target: ProfilerTarget) -> None:
