@@ -21,11 +21,8 @@ from typing import Any
 
 import anyio
 import pytest
-
+from mcp import ClientSession, StdioServerParameters, stdio_client  # the [test] extra has the MCP SDK
 from up_process_support import UpProcess
-
-pytest.importorskip("mcp")
-from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
 
 PROFILE = (Path(__file__).resolve().parents[2] / "fixtures" / "profiles" / "input_bound" / "plugins" / "profile"
            / "input_bound" / "fixture-host.xplane.pb")
