@@ -1086,6 +1086,348 @@ def device_put_each_step(big: bool) -> Workload:
     return Workload(iteration, ablations={"resident": stays}, extra=extra, stop=stopping.set)
 
 
+# --- shapes of dispatch, overlap, elementwise work and host sampling ---------------------------
+
+
+def tiny_step_dispatch(big: bool) -> Workload:
+    """A jit train step over a small model whose parameters are 96 separate arrays, synced every step: the device's
+    work per step is shorter than the host's launch of it and the sync; ablation: 16 steps in one program
+    (``lax.scan``), per step."""
+    import jax
+    import jax.numpy as jnp
+
+    layers, d, batch = (48, 128, 8) if big else (48, 32, 4)
+    keys = jax.random.split(jax.random.key(20), layers)
+    params = [{"w": _normal(k, (d, d), "float32"), "b": jnp.zeros((d,), "float32")} for k in keys]
+    x = jax.random.normal(jax.random.key(21), (batch, d))
+
+    def loss(params, x):
+        for layer in params:
+            x = jnp.tanh(x @ layer["w"] + layer["b"])
+        return jnp.mean(x ** 2)
+
+    def update(params, x):
+        value, grads = jax.value_and_grad(loss)(params, x)
+        return jax.tree.map(lambda p, g: p - 1e-3 * g, params, grads), value
+
+    train_step = jax.jit(update, donate_argnums=0)
+    steps_per_call = 16
+    sixteen = jax.jit(lambda params, x: jax.lax.scan(lambda p, _: update(p, x), params, None, length=steps_per_call),
+                      donate_argnums=0)
+    state = {"params": params}
+
+    def iteration(i: int, clock: Clock) -> None:
+        state["params"], value = train_step(state["params"], x)
+        value.block_until_ready()
+
+    def scanned(i: int, clock: Clock) -> None:
+        state["params"], values = sixteen(state["params"], x)
+        values.block_until_ready()
+
+    def extra(clock: Clock, ablations: dict[str, Clock]) -> dict:
+        per_step = _steady_ms(ablations["scan_16_steps"]) / steps_per_call
+        return {"parameter_arrays": _number(2 * layers, "leaves of the parameters' pytree", abs=0),
+                "scanned_step_ms": _number(per_step, "ablation: median call of 16 steps in one lax.scan program / 16",
+                                           rel=0.25),
+                "per_step_overhead_share": _number(1 - per_step / _steady_ms(clock),
+                                                   "1 - scanned_step_ms / median iteration: the launch and sync "
+                                                   "each step pays", abs=0.1)}
+
+    return Workload(iteration, ablations={"scan_16_steps": scanned}, extra=extra)
+
+
+def prefetch_overlapped(big: bool) -> Workload:
+    """A 'prefetch' thread makes each batch with numpy and copies it to the device, up to two steps ahead of a
+    bf16 MLP train step; on the chip making and copying a batch takes longer than the step, so the step waits on
+    the thread; ablation: the batch resident."""
+    import jax
+    import numpy as np
+
+    params, train_step, x_resident, y = (_mlp_step(big, widths=[1024, 8192, 8192, 1024], batch=8192) if big
+                                         else _mlp_step(big, "float32", [256, 1024, 1024, 256], 512))
+    pool = [np.random.default_rng(n).standard_normal(x_resident.shape, dtype=np.float32) for n in range(2)]
+    batches: queue.Queue = queue.Queue(maxsize=2)
+    stopping = threading.Event()
+    clocks: dict[str, Clock] = {}
+
+    def make_batch(n: int) -> np.ndarray:
+        return pool[n % 2] * np.float32(1 + 1e-3 * (n % 7))
+
+    def prefetch() -> None:
+        n = 0
+        while not stopping.is_set():
+            started = time.perf_counter()
+            on_device = jax.device_put(make_batch(n)).block_until_ready()
+            if "clock" in clocks:
+                clocks["clock"].call("prefetch_batch", (time.perf_counter() - started) * 1e3)
+            while not stopping.is_set():
+                with contextlib.suppress(queue.Full):
+                    batches.put(on_device, timeout=0.1)
+                    n += 1
+                    break
+
+    threading.Thread(target=prefetch, name="prefetch", daemon=True).start()
+    state = {"params": params}
+
+    def iteration(i: int, clock: Clock) -> None:
+        clocks["clock"] = clock
+        with clock.part("wait_for_batch"):
+            batch = batches.get()
+        state["params"], value = train_step(state["params"], batch, y)
+        value.block_until_ready()
+
+    def resident(i: int, clock: Clock) -> None:
+        clocks.pop("clock", None)
+        state["params"], value = train_step(state["params"], x_resident, y)
+        value.block_until_ready()
+
+    return Workload(iteration, ablations={"data_resident": resident}, stop=stopping.set)
+
+
+def elementwise_memory_bound(big: bool) -> Workload:
+    """A training step dominated by elementwise work over large bf16 activations: eight rounds of layer norm, gelu
+    and a residual with learnable scales, one small matmul at the end; FLOPs and bytes from XLA's cost analysis;
+    ablation: the same step with f32 activations (twice the bytes, the same arithmetic)."""
+    import jax
+    import jax.numpy as jnp
+
+    rows, d, rounds = (16384, 2048, 8) if big else (1024, 256, 8)
+    params = {"scale": jnp.ones((rounds, d), "float32"), "shift": jnp.zeros((rounds, d), "float32"),
+              "head": _normal(jax.random.key(22), (d, 128), "bfloat16")}
+    x = jax.random.normal(jax.random.key(23), (rows, d)).astype("bfloat16")
+
+    def loss(params, x):
+        for r in range(rounds):
+            h = x.astype("float32")
+            h = (h - h.mean(-1, keepdims=True)) * jax.lax.rsqrt(h.var(-1, keepdims=True) + 1e-5)
+            x = x + jax.nn.gelu(h * params["scale"][r] + params["shift"][r]).astype(x.dtype)
+        return jnp.mean((x.astype("bfloat16") @ params["head"]).astype("float32") ** 2)
+
+    train_step = sgd(loss)
+    stats = _program_stats(train_step, params, x)
+    state = {"params": params, "wide": jax.tree.map(jnp.copy, params)}
+    x32 = x.astype("float32")
+
+    def iteration(i: int, clock: Clock) -> None:
+        state["params"], value = train_step(state["params"], x)
+        value.block_until_ready()
+
+    def f32_activations(i: int, clock: Clock) -> None:
+        state["wide"], value = train_step(state["wide"], x32)
+        value.block_until_ready()
+
+    def extra(clock: Clock, ablations: dict[str, Clock]) -> dict:
+        ms = _steady_ms(clock)
+        return {"bytes_per_step": _number(stats["bytes"], "compiled step's cost_analysis()['bytes accessed'] (each "
+                                                          "fusion's operands and results)", rel=0.05),
+                "arithmetic_intensity": _number(stats["flops"] / stats["bytes"], "cost_analysis flops / bytes "
+                                                "accessed (the v5e's ridge point: 197e12 / 819e9 = 241)", rel=0.05),
+                "f32_activations_slowdown": _number(_steady_ms(ablations["f32_activations"]) / ms,
+                                                    "median iteration with f32 activations (twice the bytes, the "
+                                                    "same arithmetic) / median iteration: 2 when HBM traffic sets "
+                                                    "the time", rel=0.15),
+                **_compute_truth(stats["flops"], ms, "train step")}
+
+    return Workload(iteration, ablations={"f32_activations": f32_activations}, extra=extra)
+
+
+def f32_default_precision(big: bool) -> Workload:
+    """An f32 MLP train step at the default matmul precision (on a TPU, bf16 passes): healthy, no precision cost;
+    ablation: the same MLP in bf16."""
+    widths, batch = ([2048, 8192, 8192, 2048], 4096) if big else ([256, 512, 512, 256], 256)
+    params, train_step, x, y = _mlp_step(big, "float32", widths, batch)
+    params16, train_step16, x16, y16 = _mlp_step(big, "bfloat16", widths, batch)
+    stats = _program_stats(train_step, params, x, y)
+    state = {"params": params, "params16": params16}
+
+    def iteration(i: int, clock: Clock) -> None:
+        state["params"], value = train_step(state["params"], x, y)
+        value.block_until_ready()
+
+    def bf16(i: int, clock: Clock) -> None:
+        state["params16"], value = train_step16(state["params16"], x16, y16)
+        value.block_until_ready()
+
+    def extra(clock: Clock, ablations: dict[str, Clock]) -> dict:
+        ms = _steady_ms(clock)
+        return {"f32_over_bf16": _number(ms / _steady_ms(ablations["bf16"]), "median iteration / the bf16 twin's",
+                                         rel=0.15),
+                **_compute_truth(stats["flops"], ms, "train step")}
+
+    return Workload(iteration, ablations={"bf16": bf16}, extra=extra)
+
+
+def host_sampling_decode(big: bool) -> Workload:
+    """Token-by-token decode whose next tokens are sampled on the host: each step copies the f32 logits off the
+    device and samples them with numpy (softmax, cumulative sum, search) in ``sample_on_host``, then copies the tokens
+    back; ablation: the same sampling inside the jit step."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    d, vocab, batch, layers = (2048, 32768, 32, 4) if big else (128, 8192, 16, 2)
+    keys = jax.random.split(jax.random.key(24), 2 * layers + 2)
+    embed = _normal(keys[0], (vocab, d), "bfloat16")
+    head = _normal(keys[1], (d, vocab), "bfloat16")
+    blocks = [(_normal(keys[2 + 2 * l], (d, 4 * d), "bfloat16"), _normal(keys[3 + 2 * l], (4 * d, d), "bfloat16"))
+              for l in range(layers)]
+
+    def logits_of(tokens):
+        h = embed[tokens]
+        for up, down in blocks:
+            h = h + jax.nn.gelu(h @ up) @ down
+        return (h @ head).astype("float32")
+
+    logits_step = jax.jit(logits_of)
+    on_device = jax.jit(lambda tokens, key: jax.random.categorical(key, logits_of(tokens)).astype("int32"))
+    rng = np.random.default_rng(0)
+
+    def sample_on_host(logits: np.ndarray) -> np.ndarray:
+        z = np.exp(logits - logits.max(axis=1, keepdims=True))
+        cumulative = np.cumsum(z / z.sum(axis=1, keepdims=True), axis=1)
+        return np.minimum((cumulative < rng.random((batch, 1))).sum(axis=1), vocab - 1).astype(np.int32)
+
+    state = {"tokens": jnp.zeros((batch,), "int32"), "key": jax.random.key(25)}
+
+    def iteration(i: int, clock: Clock) -> None:
+        logits = logits_step(state["tokens"])
+        with clock.part("copy_logits"):
+            host_logits = np.asarray(logits)
+        with clock.part("sample_on_host"):
+            tokens = sample_on_host(host_logits)
+        state["tokens"] = jax.device_put(tokens)
+
+    def sampled_on_device(i: int, clock: Clock) -> None:
+        state["key"], key = jax.random.split(state["key"])
+        state["tokens"] = on_device(state["tokens"], key).block_until_ready()
+
+    return Workload(iteration, ablations={"sample_on_device": sampled_on_device})
+
+
+def periodic_eval(big: bool) -> Workload:
+    """A bf16 MLP train step; every 5th step also evaluates on 8 held-out batches (a jit eval program each, their
+    losses summed on the host with ``float``); ablation: no evaluation."""
+    import jax
+
+    params, train_step, x, y = _mlp_step(big)
+    evaluate_batch = jax.jit(mlp_loss)
+    held_out = [(x * (0.5 + 0.05 * n), y) for n in range(8)]
+    state = {"params": params, "eval": []}
+
+    def evaluate(params) -> float:
+        return sum(float(evaluate_batch(params, xb, yb)) for xb, yb in held_out) / len(held_out)
+
+    def train(i: int) -> None:
+        state["params"], value = train_step(state["params"], x, y)
+        value.block_until_ready()
+
+    def iteration(i: int, clock: Clock) -> None:
+        train(i)
+        if i % 5 == 4:
+            with clock.part("evaluate"):
+                state["eval"].append(evaluate(state["params"]))
+
+    return Workload(iteration, ablations={"no_eval": lambda i, clock: train(i)})
+
+
+def eager_optimizer(big: bool) -> Workload:
+    """The gradients come from one jit program, but the Adam update runs eagerly: a Python loop over the 16
+    parameter arrays, eight jnp calls each, every call its own dispatched program; ablation: the jitted update."""
+    import jax
+    import jax.numpy as jnp
+
+    widths, batch = ([1024, 2048, 2048, 2048, 2048, 2048, 2048, 2048, 1024], 2048) if big else ([64] * 9, 64)
+    keys = jax.random.split(jax.random.key(26), len(widths) - 1)
+    params = [{"w": _normal(k, (a, b), "float32"), "b": jnp.zeros((b,), "float32")}
+              for k, a, b in zip(keys, widths[:-1], widths[1:])]
+    x = jax.random.normal(jax.random.key(27), (batch, widths[0]))
+
+    def loss(params, x):
+        for layer in params[:-1]:
+            x = jax.nn.relu(x @ layer["w"] + layer["b"])
+        return jnp.mean((x @ params[-1]["w"] + params[-1]["b"]) ** 2)
+
+    gradients = jax.jit(jax.value_and_grad(loss))
+
+    def adam_update(params, grads, m, v):
+        new_params, new_m, new_v = [], [], []
+        for p, g, m1, v1 in zip(jax.tree.leaves(params), jax.tree.leaves(grads), m, v):
+            m1 = 0.9 * m1 + 0.1 * g
+            v1 = 0.999 * v1 + 0.001 * (g * g)
+            new_params.append(p - 1e-4 * m1 / (jnp.sqrt(v1) + 1e-8))
+            new_m.append(m1)
+            new_v.append(v1)
+        return jax.tree.unflatten(jax.tree.structure(params), new_params), new_m, new_v
+
+    jitted_update = jax.jit(adam_update)
+    zeros = [jnp.zeros_like(p) for p in jax.tree.leaves(params)]
+    state = {"params": params, "m": zeros, "v": list(zeros)}
+
+    def loop(update):
+        def iteration(i: int, clock: Clock) -> None:
+            value, grads = gradients(state["params"], x)
+            value.block_until_ready()
+            with clock.part("adam_update"):
+                state["params"], state["m"], state["v"] = update(state["params"], grads, state["m"], state["v"])
+                jax.block_until_ready(state["params"])
+
+        return iteration
+
+    def extra(clock: Clock, ablations: dict[str, Clock]) -> dict:
+        return {"eager_calls_per_step": _number(8 * 2 * (len(widths) - 1), "jnp calls in adam_update per "
+                                                "iteration, each at least one dispatched program", abs=0)}
+
+    return Workload(loop(adam_update), ablations={"jitted_update": loop(jitted_update)}, extra=extra)
+
+
+def async_checkpoint(big: bool) -> Workload:
+    """Every 10th step hands a copy of the parameters to a 'checkpointer' thread, which copies them off the device
+    and writes them with np.savez while the steps go on; ablation: no save."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    params, train_step, x, y = _mlp_step(big, "float32", [4096] * 5 if big else [1024] * 5, 2048 if big else 64)
+    folder = Path(tempfile.mkdtemp(prefix="checkpoint-"))
+    saves: queue.Queue = queue.Queue()
+    clocks: dict[str, Clock] = {}
+
+    def save_checkpoint(params, step: int) -> None:
+        started = time.perf_counter()
+        np.savez(folder / f"step-{step}.npz", *jax.device_get(params))
+        if "clock" in clocks:
+            clocks["clock"].call("save_checkpoint", (time.perf_counter() - started) * 1e3)
+
+    def checkpointer() -> None:
+        while (item := saves.get()) is not None:
+            save_checkpoint(*item)
+
+    saver = threading.Thread(target=checkpointer, name="checkpointer", daemon=True)
+    saver.start()
+    state = {"params": params}
+
+    def train(i: int) -> None:
+        state["params"], value = train_step(state["params"], x, y)
+        value.block_until_ready()
+
+    def iteration(i: int, clock: Clock) -> None:
+        clocks["clock"] = clock
+        train(i)
+        if i % 10 == 9:
+            saves.put((jax.tree.map(jnp.copy, state["params"]), i))  # the step donates the parameters it is given
+
+    def no_save(i: int, clock: Clock) -> None:
+        clocks.pop("clock", None)
+        train(i)
+
+    def stop() -> None:
+        saves.put(None)
+        saver.join()
+        shutil.rmtree(folder, ignore_errors=True)
+
+    return Workload(iteration, ablations={"no_save": no_save}, stop=stop)
+
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -1149,6 +1491,35 @@ SHAPES: dict[str, Shape] = {
     "device_put_each_step": Shape(device_put_each_step, 15, "a producer thread that keeps up hands over a fresh "
                                   "256 MiB f32 host batch; each annotated step device_puts it before a short bf16 "
                                   "step", cause="host-to-device transfer of the batch every step"),
+    "tiny_step_dispatch": Shape(tiny_step_dispatch, 20, "f32 train step of a 48-layer 128-wide MLP (batch 8) whose "
+                                "parameters are 96 arrays, synced every annotated step: shorter on the device than "
+                                "its launch", cause="per-step launch and sync overhead of a tiny program"),
+    "prefetch_overlapped": Shape(prefetch_overlapped, 15, "a 'prefetch' thread makes each f32 batch with numpy and "
+                                 "device_puts it, up to two steps ahead, for a bf16 MLP train step (1024-8192-8192-1024, "
+                                 "batch 8192) that waits on it; Python tracer on", python_tracer=True,
+                                 cause="the prefetch thread's make_batch and copy are slower than the step"),
+    "elementwise_memory_bound": Shape(elementwise_memory_bound, 15, "train step of eight rounds of layer norm + gelu "
+                                      "+ residual over a 16384x2048 bf16 activation, one small matmul",
+                                      cause="none: healthy, memory-bound elementwise work"),
+    "f32_default_precision": Shape(f32_default_precision, 15, "f32 MLP train step (2048-8192-8192-2048, batch 4096) "
+                                   "at the default matmul precision; data resident",
+                                   cause="none: healthy f32 at default precision"),
+    "host_sampling_decode": Shape(host_sampling_decode, 20, "token-by-token decode (4 bf16 blocks d 2048, vocab "
+                                  "32768, batch 32) whose tokens are sampled on the host with numpy "
+                                  "(sample_on_host) from logits copied off the device every step; no step markers; "
+                                  "Python tracer on", annotate=False, python_tracer=True,
+                                  cause="sample_on_host: the host samples every token from copied logits"),
+    "periodic_eval": Shape(periodic_eval, 20, "bf16 MLP train step; every 5th annotated step also evaluates 8 "
+                           "held-out batches (evaluate: a jit program each, float() of each loss); Python tracer on",
+                           python_tracer=True, cause="evaluate: an evaluation pass every 5th step"),
+    "eager_optimizer": Shape(eager_optimizer, 8, "jit gradients of an 8-layer f32 MLP, then an Adam update run "
+                             "eagerly (adam_update: 8 jnp calls per parameter array, 16 arrays) in each annotated "
+                             "step; Python tracer on", python_tracer=True,
+                             cause="adam_update: the optimizer's update dispatched op by op"),
+    "async_checkpoint": Shape(async_checkpoint, 30, "f32 MLP train steps (4x 4096x4096) whose every 10th step hands a "
+                              "copy of the parameters to a 'checkpointer' thread that saves them (device_get + "
+                              "np.savez) while the steps go on; no step markers; Python tracer on", annotate=False,
+                              python_tracer=True, cause="the checkpointer thread's saves slow the steps they overlap"),
 }
 
 
