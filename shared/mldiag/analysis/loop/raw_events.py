@@ -43,6 +43,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,7 +68,7 @@ from mldiag.analysis.host_evidence import (
     Warmup,
 )
 from mldiag.analysis.loop import host_time
-from mldiag.analysis.loop.attribution import LOADER_THREAD, UNNAMED_THREAD, Device, Window, attribute
+from mldiag.analysis.loop.attribution import LOADER_ROLE, LOADER_THREAD, UNNAMED_THREAD, Device, Window, attribute
 from mldiag.analysis.loop.step_groups import (
     MIN_REPEATS,
     iteration_start,
@@ -331,19 +332,31 @@ def _read(path: Path, timeline: Path | None = None) -> _Trace:
     return trace
 
 
-def _name_unnamed_threads(trace: _Trace) -> None:
-    """Name the host lines the trace leaves unnamed (Python threads: the tracer records no thread name) by the role
-    their events show: a thread that puts into a queue is a loader, feeding another thread its input. Two unnamed
-    lines of one role are numbered apart."""
+def _name_threads_apart(trace: _Trace, is_dispatch: np.ndarray) -> None:
+    """Name apart the host lines the trace does not: it leaves some Python threads unnamed and calls every Python
+    tracer line ``python``. A line that puts into a queue and launches no program is a loader, feeding another
+    thread its input; lines still sharing a name are numbered apart, those that launch programs first."""
     puts = trace.mask(QUEUE_PUT.search)
-    unnamed = [line for line in trace.host_lines if not line.name]
-    roles = [LOADER_THREAD if puts[line.ids].any() else UNNAMED_THREAD for line in unnamed]
-    for line, role in zip(unnamed, roles):
-        line.name = role
-    for role in set(roles):
-        alike = [line for line in unnamed if line.name == role]
-        for number, line in enumerate(alike[1:] if len(alike) > 1 else [], start=2):
-            line.name = f"{role} {number}"
+
+    def launches(line: _Line) -> bool:
+        return bool(is_dispatch[line.ids].any())
+
+    by_name: dict[str, list[_Line]] = defaultdict(list)
+    for line in trace.host_lines:
+        by_name[line.name].append(line)
+    for name, lines in by_name.items():
+        if name and len(lines) == 1:
+            continue
+        for line in lines:
+            loads = bool(puts[line.ids].any()) and not launches(line)
+            if not name:
+                line.name = LOADER_THREAD if loads else UNNAMED_THREAD
+            elif loads:
+                line.name = f"{name}: {LOADER_ROLE}"
+        for role in {line.name for line in lines}:
+            alike = sorted((line for line in lines if line.name == role), key=lambda line: not launches(line))
+            for number, line in enumerate(alike[1:], start=2):
+                line.name = f"{role} {number}"
 
 
 def _device_type(kind: DeviceKind, stats: dict[str, Any]) -> str:
@@ -664,8 +677,8 @@ def read_host_evidence(path: Path, timeline: Path | None = None) -> HostEvidence
 
 
 def _evidence(path: Path, trace: _Trace) -> HostEvidence:
-    _name_unnamed_threads(trace)
     is_dispatch = trace.mask(lambda name: name.startswith(DISPATCH_PREFIX))
+    _name_threads_apart(trace, is_dispatch)
     launches = _launches(trace, is_dispatch)
     steps = _steps(trace, launches)
     windows = steps.windows

@@ -98,7 +98,7 @@ IDLE_PRIORITIES = ((0.50, Priority.P0), (0.25, Priority.P1), (0.10, Priority.P2)
 # loops have findings of their own): the change it asks for is small and its gain is known.
 NAMED_CAUSE_P0 = 0.10
 NAMED_CAUSES = frozenset({HostCause.CHECKPOINT, HostCause.DEVICE_SYNC, HostCause.PRODUCER_THREAD,
-                          HostCause.BATCH_MAKING})
+                          HostCause.BATCH_MAKING, HostCause.ROUND_TRIP})
 OP_BY_OP_DISPATCHES = 50  # jit dispatches per step that mean the step is not one program
 OFTEN_DISPATCHED = 10  # op-by-op dispatches per step of one kind of data-moving op
 COMPILE_PRIORITIES = ((0.25, Priority.P0), (0.05, Priority.P1), (0.0, Priority.P2))

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from mldiag.analysis.host_evidence import HostActivity, HostEvidence, TimeCause
+from mldiag.analysis.profile.trace_names import transfer_direction
 
 
 class HostCause(StrEnum):
@@ -29,6 +30,7 @@ class HostCause(StrEnum):
     DEVICE_SYNC = "device_sync"  # the training thread reads device values back (to log them) every step
     PRODUCER_THREAD = "producer_thread"  # the training thread waits on a slower thread that produces its input
     TRANSFERS = "transfers"  # copies between host and device memory
+    ROUND_TRIP = "round_trip"  # the training thread computes on device values it copied back, then copies the result in
     UNTRACED = "untraced"  # the training thread's time that no event records: its own Python code, or a wait
     HOST_WORK = "host_work"  # host work none of the above names
 
@@ -51,6 +53,10 @@ WORDS = {
     HostCause.TRANSFERS: ("data is copied between host and device memory",
                           "Data goes from the device to the host and back (or is copied to the device again every "
                           "step) and the devices wait for the copies."),
+    HostCause.ROUND_TRIP: ("the host computes on values copied off the device",
+                           "Every step the host copies values off the device, computes on them with numpy or "
+                           "Python, and copies the result back to the device; the devices wait for the whole round "
+                           "trip."),
     HostCause.UNTRACED: ("the training thread runs untraced",
                          "The thread that runs the steps spends this time with no event in the trace: its own Python "
                          "code (loading, decoding or tokenising the next batch, padding it with Python or numpy), or "
@@ -69,7 +75,7 @@ EVERY_STEP = 0.9  # calls per step of a function that reads device values back, 
 _CHECKPOINT = re.compile(r"checkpoint|ckpt|\bsave|_save|save_|orbax|serializ|pickle|torch\.save", re.IGNORECASE)
 _SYNC = re.compile(r"\blog|_log|log_|logging|logger|print|metric|summar|wandb|tensorboard|scalar|progress|"
                    r"tqdm|\bwrite", re.IGNORECASE)
-_INPUT = re.compile(r"batch|data|load|input|augment|decode|read|preprocess|sampl|shuffle|collate|next|iter|fetch|"
+_INPUT = re.compile(r"batch|data|load|input|augment|decode|read|preprocess|sampler|shuffle|collate|next|iter|fetch|"
                     r"tokeni|prefetch|feed|^Iterator::|tf_data", re.IGNORECASE)
 _FUNCTION = re.compile(r"^\$\S+:\d+ (.+)$")
 
@@ -80,8 +86,10 @@ def function_name(name: str) -> str:
     return match.group(1) if match else name
 
 
-def kind_of(name: str, reads_device: bool) -> HostCause:
-    """The cause a function or scope of the training thread stands for, from its name and what it calls."""
+def kind_of(name: str, reads_device: bool, round_trip: bool = False) -> HostCause:
+    """The cause a function or scope of the training thread stands for, from its name, what it calls, and whether
+    the thread copies device values back and other values in every step (``round_trip``): then work no name
+    explains is computation on those values."""
     function = function_name(name)
     if _CHECKPOINT.search(name):  # the function, or the module it is in (orbax's, a checkpoint helper's)
         return HostCause.CHECKPOINT
@@ -89,7 +97,13 @@ def kind_of(name: str, reads_device: bool) -> HostCause:
         return HostCause.DEVICE_SYNC
     if _INPUT.search(function):
         return HostCause.BATCH_MAKING
-    return HostCause.HOST_WORK
+    return HostCause.ROUND_TRIP if round_trip else HostCause.HOST_WORK
+
+
+def copies_both_ways(names: list[str]) -> bool:
+    """Whether copies of these names go both from the device to the host and back."""
+    directions = {transfer_direction(name) for name in names}
+    return {"device to host", "host to device"} <= directions
 
 
 def other_thread_kind(name: str) -> HostCause:
@@ -151,6 +165,8 @@ def _from_attribution(host: HostEvidence) -> list[Cause]:
     attribution = host.attribution
     steps = max(1, attribution.steps)
     stepping = next((a.thread for a in (*host.host_activities, *host.between_steps) if a.thread), "")
+    round_trip = copies_both_ways([part.name for part in attribution.parts
+                                   if part.cause is TimeCause.TRANSFERS and part.thread == stepping])
     found = []
     for part in attribution.parts:
         if part.cause is TimeCause.TRANSFERS and not part.thread:
@@ -162,7 +178,7 @@ def _from_attribution(host: HostEvidence) -> list[Cause]:
         elif stepping and part.thread and part.thread != stepping:
             kind = other_thread_kind(part.name)
         else:
-            kind = kind_of(part.name, _reads_device(host, part.name))
+            kind = kind_of(part.name, _reads_device(host, part.name), round_trip)
         found.append((kind, _part(part.name, part.ms, part.thread, part.share), True))
     return _merged(found, {}, steps)
 
@@ -185,10 +201,11 @@ def _from_evidence(host: HostEvidence, notable_ms: float) -> list[Cause]:
     """The causes as the raw events measure them: the training thread's functions by their own time, its waits on
     other threads, and the copies between host and device."""
     found, cost = [], {}
+    round_trip = copies_both_ways([t.name for t in host.transfers])
     for activity in (*host.host_activities, *host.between_steps):
         if activity.self_ms_per_step is None:
             continue
-        found += [(kind_of(name, reads), _part(name, own, activity.thread), True)
+        found += [(kind_of(name, reads, round_trip), _part(name, own, activity.thread), True)
                   for name, own, reads in _owned(activity) if own >= PART_SHARE * notable_ms]
     if host.thread_wait_ms_per_step >= notable_ms:
         doing = [a for a in host.while_waiting if a.ms_per_step >= PART_SHARE * host.thread_wait_ms_per_step][:4]

@@ -283,9 +283,13 @@ def test_a_dispatch_loop_without_markers_attributes_the_launches(tmp_path):
     assert _share(attribution, TimeCause.DISPATCH, "PjitFunction(step)") == pytest.approx(10 / 47)
 
 
-def test_an_unnamed_thread_that_fills_a_queue_is_named_a_loader(tmp_path):
-    # The training thread waits on queue.get while an unnamed thread reads the batch and puts it in the queue;
-    # another unnamed thread only logs. Neither line has a name: the Python tracer records none.
+@pytest.mark.parametrize(("name", "loader", "other"), [
+    ("", LOADER_THREAD, UNNAMED_THREAD),  # the tracer names some Python threads not at all
+    ("python", "python: loader thread", "python 2"),  # and every Python tracer line "python"
+])
+def test_threads_the_trace_does_not_tell_apart_are_named_by_role(tmp_path, name, loader, other):
+    # The training thread waits on queue.get while another thread reads the batch and puts it in the queue; a
+    # third thread only logs. The trace names the last two alike.
     starts = [i * 10 * MS for i in range(4)]
     steps = [("train", s, s + 10 * MS) for s in starts]
     waits = [event for s in starts for event in (("$queue.py:154 get", s, s + 8 * MS),
@@ -293,14 +297,15 @@ def test_an_unnamed_thread_that_fills_a_queue_is_named_a_loader(tmp_path):
     build = TraceBuild().host(steps + waits + jit_calls("step", [s + 8 * MS for s in starts], MS), markers=("train",))
     build.lane("/host:CPU", [("dot.1", s + 9 * MS, s + 10 * MS) for s in starts], "tf_XLACpu")
     build.host([event for s in starts for event in (("$data.py:7 read_batch", s, s + 8 * MS),
-                                                    ("$queue.py:122 put", s + 8 * MS, s + 8 * MS + 1000))], thread="")
-    build.host([("$log.py:3 flush", s + 9 * MS, s + 10 * MS) for s in starts], thread="")
+                                                    ("$queue.py:122 put", s + 8 * MS, s + 8 * MS + 1000))], thread=name)
+    build.host([("$log.py:3 flush", s + 9 * MS, s + 10 * MS) for s in starts], thread=name)
     host = build.evidence(tmp_path)
     top = host.attribution.parts[0]
-    assert (top.cause, top.name, top.thread) == (TimeCause.HOST_WORK, "$data.py:7 read_batch", LOADER_THREAD)
+    assert (top.cause, top.name, top.thread) == (TimeCause.HOST_WORK, "$data.py:7 read_batch", loader)
     assert top.share == pytest.approx(0.8, abs=0.01)
-    assert {a.thread for a in host.while_waiting} == {LOADER_THREAD}
-    assert UNNAMED_THREAD in {line.name for line in build.trace.host_lines}
+    assert {a.thread for a in host.while_waiting} == {loader}
+    assert [line.name for line in build.trace.host_lines] == ["python", loader, other]
+    assert analysis_of(host).findings[0].title.endswith("the training thread waits on a slower loader thread")
 
 
 def test_the_calls_the_step_makes_that_read_device_values_back_are_the_device_reads(tmp_path):

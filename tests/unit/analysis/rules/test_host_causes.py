@@ -304,3 +304,23 @@ def test_the_training_threads_untraced_time_is_named_with_its_cost_and_how_to_tr
     assert any('"python3" has no event for' in line for line in top.evidence)
     assert "ms of each" in top.impact and "(78% of the loop)" in top.impact
 
+
+
+def test_host_work_between_a_copy_off_the_device_and_a_copy_back_is_a_round_trip_to_compute_on_the_device():
+    # Each step copies the logits to the host, samples them with numpy, and copies the tokens back.
+    def attribution(*copies: str) -> Attribution:
+        return _attributed([
+            TimePart(cause=TimeCause.HOST_WORK, name="$decode.py:12 sample_on_host", thread="python", ms=700.0,
+                     share=0.7),
+            *(TimePart(cause=TimeCause.TRANSFERS, name=name, thread="python", ms=100.0, share=0.1) for name in copies),
+            TimePart(cause=TimeCause.DEVICE_COMPUTE, name="dot", ms=100.0, share=0.1, useful=True),
+        ])
+
+    work = _activity("$decode.py:30 iteration", 90.0, 70.0, OwnTime(name="$decode.py:12 sample_on_host",
+                                                                    ms_per_step=70.0))
+    first = _findings(_host(activities=[work], attribution=attribution("np.asarray(jax.Array)", "DevicePut")))[0]
+    assert first.priority is Priority.P0 and first.title.endswith("the host computes on values copied off the device")
+    assert "jax.random.categorical" in first.fix and "input pipeline" not in first.fix
+    # Copies one way only: the same function is host work of no known kind.
+    first = _findings(_host(activities=[work], attribution=attribution("DevicePut")))[0]
+    assert first.title.endswith("waiting for the host")
