@@ -293,7 +293,7 @@ class Registrar:
             return True
         now = self.services.now()
         deadline = self._capture_deadline(session)
-        if deadline is not None and now < deadline:
+        if expected and deadline is not None and now < deadline:
             return False
         return session.settle_after is not None and session.settle_after <= now
 

@@ -159,6 +159,19 @@ def test_a_capture_waits_for_every_target_rather_than_the_settle_window(embedded
     assert [sorted(r["hostFiles"]) for r in analysis_requests(embedded)] == [["a", "b"]]
 
 
+def test_a_file_from_a_capture_whose_every_target_failed_settles_by_the_window(embedded, clock):
+    _capture_session(embedded, clock, "a")
+
+    def fail(session: ProfilerSession) -> None:
+        session.target_sessions["a"].session_phase = SessionPhase.FAILED
+
+    embedded.sessions.update("projects/p/locations/l/machineLearningRuns/run1/profilerSessions/s1", fail)
+    deliver(embedded, finalized(f"{RUN_FOLDER}/a.xplane.pb"))  # written after all, past the capture's timeout
+    clock.advance(embedded.settings.settle_seconds + 1)
+    run_maintenance(embedded)
+    assert [sorted(r["hostFiles"]) for r in analysis_requests(embedded)] == [["a"]]
+
+
 def test_a_capture_whose_target_never_ends_settles_at_its_deadline(embedded, clock):
     _capture_session(embedded, clock, "a", "b")
     deliver(embedded, finalized(f"{RUN_FOLDER}/a.xplane.pb"))
