@@ -129,12 +129,14 @@ def _upload(up: LocalUp, profile: Path, session: str) -> Upload:
                                + "".join(up.lines[-20:]))
         time.sleep(0.02)
     seconds = time.monotonic() - uploaded
-    marks: dict[str, float] = {}
+    wanted = {"registered", "started", "done"}
     for _ in range(50):  # the "done" line is written just after the report
         marks = _marks(up.log_file, session)
-        if {"registered", "started", "done"} <= set(marks):
+        if wanted <= set(marks):
             break
         time.sleep(0.1)
+    else:
+        raise RuntimeError(f"{up.log_file} does not say when {session} was {', '.join(sorted(wanted - set(marks)))}")
     return Upload(seconds, marks["registered"] - uploaded_at, marks["started"] - uploaded_at,
                   marks["done"] - marks["started"])
 
