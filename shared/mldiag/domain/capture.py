@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import timedelta
 from enum import StrEnum
 
 from mldiag.domain.errors import InvalidArgument
 
 _HOST = re.compile(r"[A-Za-z0-9._:%-]+")  # a DNS name, an IPv4 or IPv6 address (with a zone)
+# How long a target's capture may stay unfinished past its duration before maintenance fails it.
+DEADLINE_GRACE = timedelta(minutes=10)
 
 
 def split_address(address: str) -> tuple[str, int]:

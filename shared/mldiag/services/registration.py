@@ -9,8 +9,13 @@ Each host file joins its session (multi-host sessions merge), keyed on the
 object's generation so a redelivered event changes nothing, an overwrite
 registers again, and an event for an older generation that arrives after a
 newer one is ignored (recorded as such in the event archive). Once the
-session has settled — every expected host is there, or no new file came for ``settle_seconds`` — exactly one analysis request per
-set of files goes out on ``analysis-requests`` through the outbox.
+session has settled, exactly one analysis request per set of files goes out
+on ``analysis-requests`` through the outbox. A session that names its hosts
+(a capture's targets, the hosts a programmatic session was reported from) has
+settled once every one of them that did not fail has its file; otherwise once
+no new file came for ``settle_seconds``, except that a capture's session
+waits for the files of its targets that did not fail, up to the capture's
+deadline, rather than settling with a host missing.
 
 A rerun of a job that names its session the same way overwrites the session's
 files: the finished analysis of the earlier files moves to the session's
@@ -21,13 +26,14 @@ generation folder) and the new files are analysed afresh.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 import structlog
 from cloudevents.http import CloudEvent
 
 from mldiag.config import ANALYSIS_REQUESTS
+from mldiag.domain.capture import DEADLINE_GRACE
 from mldiag.domain.errors import AlreadyExists, InvalidArgument, PermanentFailure
 from mldiag.domain.layout import PROFILE_MARKER, SIBLING_SUFFIXES, XPLANE_SUFFIX, host_of, parse_blob_uri
 from mldiag.domain.messages import STORAGE_FINALIZED
@@ -55,6 +61,8 @@ class RegistrationPorts(Stored, Publishing, Configured, Protocol):
 
 # Files XProf itself writes next to a session when a viewer opens it: not ours to register.
 XPROF_CACHE_SUFFIXES = (".pb", ".SSTABLE", ".json.gz", ".sstable")
+CAPTURED_KINDS = frozenset({Kind.KIND_ON_DEMAND, Kind.KIND_SNAPSHOT})
+MAX_SETTLING_AT_ONCE = 500  # sessions one maintenance pass settles
 
 log = structlog.get_logger(__name__)
 
@@ -283,7 +291,20 @@ class Registrar:
                     if t not in session.target_sessions or session.target_sessions[t].session_phase is not SessionPhase.FAILED}
         if session.kind is not Kind.KIND_SCANNED and expected and expected <= set(session.host_files):
             return True
-        return session.settle_after is not None and session.settle_after <= self.services.now()
+        now = self.services.now()
+        deadline = self._capture_deadline(session)
+        if expected and deadline is not None and now < deadline:
+            return False
+        return session.settle_after is not None and session.settle_after <= now
+
+    @staticmethod
+    def _capture_deadline(session: ProfilerSession) -> datetime | None:
+        """Until when a capture's session waits for its targets' files rather than settling with a host missing:
+        the deadline at which maintenance fails a target's capture that nobody finished."""
+        starts = [part.start_time for part in session.target_sessions.values() if part.start_time is not None]
+        if session.kind not in CAPTURED_KINDS or not starts:
+            return None
+        return min(starts) + session.duration + DEADLINE_GRACE
 
     @staticmethod
     def _analysis_outbox_key(session_name: str, generation_set: str) -> str:
@@ -320,22 +341,20 @@ class Registrar:
         )
         return key
 
-    def _due(self, limit: int) -> list[dict[str, Any]]:
-        return self.services.store.query(
-            ProfilerSession.collection,
-            where=[Where("settleAfter", "<=", format_timestamp(self.services.now()))],
-            limit=limit,
-        )
+    def _due(self) -> list[str]:
+        """The sessions whose settle window has passed and that have settled (a capture's may still wait)."""
+        windows_passed = self.services.sessions.find_where(
+            [Where("settleAfter", "<=", format_timestamp(self.services.now()))], limit=MAX_SETTLING_AT_ONCE)
+        return [session.name for session in windows_passed if self._settled(session)]
 
     def settle_is_due(self) -> bool:
-        """Whether some session's settle window has passed, so that :meth:`settle_due` has work."""
-        return bool(self._due(limit=1))
+        """Whether some session has settled, so that :meth:`settle_due` has work."""
+        return bool(self._due())
 
     def settle_due(self) -> int:
-        """Request analysis for every session whose settle window has passed; returns how many."""
+        """Request analysis for every session that has settled; returns how many."""
         requested = 0
-        for document in self._due(limit=500):
-            name = document["name"]
+        for name in self._due():
 
             def work(transaction: Transaction, name: str = name) -> str:
                 previous, session = self.services.sessions.find_for_update_in(transaction, name)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from datetime import timedelta
 
 import pytest
 from cloudevents.http import CloudEvent
@@ -13,9 +14,12 @@ from mldiag.entrypoints import handlers
 from mldiag.config import ANALYSIS_REQUESTS
 from mldiag.domain import (
     AnalysisState, AnalysisStatus, HealthStatus, Kind, MachineLearningRun, ProfilerSession, SessionPhase,
+    TargetSession,
 )
+from mldiag.domain.capture import DEADLINE_GRACE
 from mldiag.services.event_archive import Outcome
 from mldiag.services.operations.maintenance import run_maintenance
+from mldiag.services.registration import Registrar
 from mldiag.domain.messages import storage_finalized_event
 
 RUN_FOLDER = "team/exp/run1/plugins/profile/s1"
@@ -122,15 +126,62 @@ def test_a_late_host_reopens_the_session_and_requests_again(embedded, clock):
     assert [sorted(r["hostFiles"]) for r in analysis_requests(embedded)] == [["host0"], ["host0", "host1"]]
 
 
-def test_expected_hosts_all_present_requests_without_waiting(embedded):
+@pytest.mark.parametrize("kind", [Kind.KIND_ON_DEMAND, Kind.KIND_SNAPSHOT, Kind.KIND_PROGRAMMATIC])
+def test_expected_hosts_all_present_requests_without_waiting(embedded, kind):
     run = embedded.runs.create(MachineLearningRun(name="projects/p/locations/l/machineLearningRuns/run1",
                                                   artifacts={"gcsPath": "gs://profiles/team/exp"}))
-    embedded.sessions.create(ProfilerSession(name=f"{run.name}/profilerSessions/s1", kind=Kind.KIND_ON_DEMAND,
+    embedded.sessions.create(ProfilerSession(name=f"{run.name}/profilerSessions/s1", kind=kind,
                                              profiler_targets=["a", "b"]))
     deliver(embedded, finalized(f"{RUN_FOLDER}/a.xplane.pb"))
     assert analysis_requests(embedded) == []
     deliver(embedded, finalized(f"{RUN_FOLDER}/b.xplane.pb"))
     assert len(analysis_requests(embedded)) == 1
+
+
+def _capture_session(services, clock, *targets: str) -> None:
+    """A capture's session as ``capture`` makes it: every target ACTIVE from now, for 2 s."""
+    run = services.runs.create(MachineLearningRun(name="projects/p/locations/l/machineLearningRuns/run1",
+                                                  artifacts={"gcsPath": "gs://profiles/team/exp"}))
+    services.sessions.create(ProfilerSession(
+        name=f"{run.name}/profilerSessions/s1", kind=Kind.KIND_ON_DEMAND, profiler_targets=list(targets),
+        target_sessions={t: TargetSession(start_time=clock(), session_phase=SessionPhase.ACTIVE) for t in targets},
+        duration=timedelta(seconds=2)))
+
+
+def test_a_capture_waits_for_every_target_rather_than_the_settle_window(embedded, clock):
+    _capture_session(embedded, clock, "a", "b")
+    deliver(embedded, finalized(f"{RUN_FOLDER}/a.xplane.pb"))
+    clock.advance(embedded.settings.settle_seconds + 5)  # b is slow to write: the window has passed
+    assert not Registrar(embedded).settle_is_due()
+    run_maintenance(embedded)
+    assert analysis_requests(embedded) == []
+    deliver(embedded, finalized(f"{RUN_FOLDER}/b.xplane.pb"))
+    assert [sorted(r["hostFiles"]) for r in analysis_requests(embedded)] == [["a", "b"]]
+
+
+def test_a_file_from_a_capture_whose_every_target_failed_settles_by_the_window(embedded, clock):
+    _capture_session(embedded, clock, "a")
+
+    def fail(session: ProfilerSession) -> None:
+        session.target_sessions["a"].session_phase = SessionPhase.FAILED
+
+    embedded.sessions.update("projects/p/locations/l/machineLearningRuns/run1/profilerSessions/s1", fail)
+    deliver(embedded, finalized(f"{RUN_FOLDER}/a.xplane.pb"))  # written after all, past the capture's timeout
+    clock.advance(embedded.settings.settle_seconds + 1)
+    run_maintenance(embedded)
+    assert [sorted(r["hostFiles"]) for r in analysis_requests(embedded)] == [["a"]]
+
+
+def test_a_capture_whose_target_never_ends_settles_at_its_deadline(embedded, clock):
+    _capture_session(embedded, clock, "a", "b")
+    deliver(embedded, finalized(f"{RUN_FOLDER}/a.xplane.pb"))
+    clock.advance(2 + DEADLINE_GRACE.total_seconds() - 1)
+    run_maintenance(embedded)
+    assert analysis_requests(embedded) == []
+    clock.advance(1)
+    assert Registrar(embedded).settle_is_due()
+    run_maintenance(embedded)
+    assert [sorted(r["hostFiles"]) for r in analysis_requests(embedded)] == [["a"]]
 
 
 @pytest.mark.parametrize("order", list(itertools.permutations(range(2))))

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from mldiag.domain.capture import CaptureFailed, Failure, TracerLevels
+from mldiag.domain.capture import DEADLINE_GRACE, CaptureFailed, Failure, TracerLevels
 from mldiag.domain.errors import InvalidArgument
 from mldiag.domain.layout import XPLANE_SUFFIX
 from mldiag.domain.names import short_name
@@ -51,8 +51,6 @@ class TaskPorts(Stored, Publishing, Blobs, Configured, Protocol):
 COLLECTION = "captureTasks"
 # How long a claimed task may run past its duration before another worker may take it over.
 LEASE_GRACE = timedelta(minutes=2)
-# How long a task may stay unfinished past its duration before maintenance fails it.
-DEADLINE_GRACE = timedelta(minutes=10)
 MAX_ERROR_CHARS = 2000
 
 log = structlog.get_logger(__name__)
