@@ -13,7 +13,9 @@ last one's work). Each instant of it is decided so:
   receive too: the device waits on Python there, it does no model work).
 * **every device is idle**: what the stepping thread (the one with the step
   markers, else the one that dispatches) does then. Time inside a compilation
-  is ``compilation``, else inside a host<->device transfer call ``transfers``,
+  is ``compilation``, else inside a host<->device transfer call ``transfers``
+  (unless a call the step makes copies as a lesser part of its own work: a
+  save's copy of the state off the device is the save's),
   else inside a jit dispatch ``dispatch`` (each named by its outermost call);
   inside a wait (a queue ``get``, ``block_until_ready``) it is what the other
   host threads did meanwhile (their innermost events, split equally), else
@@ -61,6 +63,7 @@ from mldiag.analysis.profile.trace_names import (
 )
 
 TOP_PARTS = 12
+COPY_PART = 0.5  # a call from the step whose copies to or from the device take less of its time owns them
 OTHER = "(other)"  # the name of a cause's parts beyond the top ones, summed
 UNNAMED_THREAD = "(unnamed thread)"  # a host line without a name (a Python thread the tracer did not name)
 LOADER_THREAD = "(unnamed loader thread)"  # such a line that puts into a queue: it feeds another thread its input
@@ -403,7 +406,8 @@ def _host_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, mark
     its dispatch). Outside them each event owns its self time, a Python builtin's going to its caller; markers
     own nothing. The code that runs the step (the events around its jit dispatches) calls the loop's work: each
     such call that launches nothing itself (``make_batch``, ``save_checkpoint``) owns the time of every function
-    it calls in turn (numpy's, the zip writer's), as the work a person wrote and can move.
+    it calls in turn (numpy's, the zip writer's), as the work a person wrote and can move, and of its copies to
+    or from the device where they are the lesser part of its time (:func:`_copies_are_a_part`).
     """
     event_class = classes[line.ids]
     subtree_end = subtree_ends(line)
@@ -423,6 +427,8 @@ def _host_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, mark
     drives = (dispatches[subtree_end] - dispatches[np.arange(len(subtree_end)) + 1] > 0)[kept]
     calls_from_step = named & ~drives & (outside.parents >= 0) & drives[np.maximum(outside.parents, 0)]
     owner = np.where((body := nearest(outside.parents, calls_from_step)) >= 0, body, nearest(outside.parents, named))
+    owns_copies = _copies_are_a_part(outside, outside_class == _HOST_TRANSFER)
+    work = work | ((outside_class == _HOST_TRANSFER) & (body >= 0) & owns_copies[np.maximum(body, 0)])
     deciding = np.where(work & (owner >= 0), owner, np.arange(len(owner)))
     stride = len(names) + 1
     keys = np.where(work, _WORK, outside_class)[events] * stride + outside.ids[deciding[events]]
@@ -442,6 +448,16 @@ def _host_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, mark
     key_tier = np.array([_HOST_TIER[key // stride] for key in distinct.tolist()], dtype=np.int64)
     found = np.searchsorted(distinct, keys)
     return _HostPieces(piece_starts, piece_ends, key_label[found], key_tier[found])
+
+
+def _copies_are_a_part(line: LineLike, copies: np.ndarray) -> np.ndarray:
+    """Per event, whether the copies between host and device it makes (the ``copies`` among the events it
+    encloses, itself included) take less than ``COPY_PART`` of its time: a save that copies the state off the
+    device and then writes it is the save, its copy one part of it; a call that mostly copies is the copy."""
+    length = (line.ends - line.starts).astype(np.float64)
+    copied = np.concatenate(([0.0], np.cumsum(np.where(copies, length, 0.0))))
+    inside = copied[subtree_ends(line)] - copied[np.arange(len(length))]
+    return inside < COPY_PART * length
 
 
 def _merged(starts: np.ndarray, ends: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

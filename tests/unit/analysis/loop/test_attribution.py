@@ -209,6 +209,27 @@ def test_a_function_the_step_calls_owns_the_library_calls_it_makes():
                      (TimeCause.HOST_WORK, "$train.py:40 iteration", "python"): 1.0}
 
 
+def test_a_save_owns_its_copy_off_the_device_and_a_call_that_mostly_copies_is_the_copy():
+    # save_checkpoint copies the state off the device (device_get) and then writes it: the copy is part of the
+    # save's cost. to_device only puts a batch on the device: its time is the transfer's.
+    names: list[str] = []
+    host = _line("python", [
+        ("$train.py:40 iteration", 0, 20 * MS),
+        ("PjitFunction(step)", 0, MS),
+        ("$train.py:20 save_checkpoint", MS, 9 * MS),
+        ("$api.py:2277 device_get", MS, 3 * MS), ("np.asarray(jax.Array)", MS, 3 * MS),
+        ("$npyio.py:500 savez", 3 * MS, 9 * MS),
+        ("$train.py:30 to_device", 10 * MS, 19 * MS), ("$numpy.py:10 ascontiguousarray", 10 * MS, 11 * MS),
+        ("DevicePut", 11 * MS, 19 * MS),
+    ], names)
+    parts = _attribute(names, (0, 20 * MS), [], stepping=host)
+    assert parts == {(TimeCause.HOST_WORK, "$train.py:20 save_checkpoint", "python"): 8.0,
+                     (TimeCause.TRANSFERS, "DevicePut", "python"): 8.0,
+                     (TimeCause.HOST_WORK, "$train.py:30 to_device", "python"): 1.0,
+                     (TimeCause.DISPATCH, "PjitFunction(step)", "python"): 1.0,
+                     (TimeCause.HOST_WORK, "$train.py:40 iteration", "python"): 2.0}
+
+
 def test_device_time_comes_first_and_the_host_takes_only_idle_instants():
     names: list[str] = []
     lane = _line("stream", [("dot", 2 * MS, 6 * MS)], names)
