@@ -1145,11 +1145,12 @@ def _attribution(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, busy_nam
     for (device, lanes), busy in zip(measured.items(), busy_unions):
         own = steps.device_windows[device]
         loop = (int(own[min(first, len(own) - 1), 0]), int(own[-1, 1]))
-        windows.setdefault(loop, Window(loop, [])).devices.extend(
+        windows.setdefault(loop, Window(loop, [], own[first:, 0])).devices.extend(
             _devices_of(lanes, busy, busy_name, loop, _devices_on_plane(trace)))
     host_loop = (int(steps.windows[first, 0]), int(steps.windows[-1, 1]))
     return attribute(
-        names=trace.names, windows=list(windows.values()) or [Window(host_loop, [])], steps=len(steps.windows) - first,
+        names=trace.names, windows=list(windows.values()) or [Window(host_loop, [], steps.windows[first:, 0])],
+        steps=len(steps.windows) - first,
         busy_name=busy_name, runtime_name=runtime, hints={**trace.hlo_op_of, **trace.hlo_category_of},
         stepping=stepping[0] if stepping else None,
         other_threads=[line for line in trace.host_lines if not (stepping and line is stepping[0])],
