@@ -1588,7 +1588,10 @@ def device_truth(xplane: Path, clock: Clock) -> dict:
     how = "by hand from the trace: scripts/measure_device_trace.py, the TPU's XLA Ops events"
     return {"device_op_ms": _number(clock.device_op_ms, f"{how}, summed, per iteration", rel=0.1),
             "device_busy_fraction": _number(plane.busy, f"{how}, their union over the first op's start to the "
-                                                        "last op's end", abs=0.05)}
+                                                        "last op's end", abs=0.05),
+            "device_busy_over_loop": _number(clock.device_op_ms * len(clock.iterations) / sum(clock.iterations),
+                                             f"{how}, summed, over loop_ms: the workload's own loop, with what runs "
+                                             "after the last op", abs=0.05)}
 
 
 def trace(name: str, out: Path) -> tuple[Path, dict]:

@@ -208,6 +208,8 @@ class TimePart:
     ms: float  # over the whole loop
     share: float  # of the loop's wall time
     useful: bool = False  # the device doing the model's work: what nothing should be cut from
+    step_share: Distribution | None = None  # its share of each step (the step with the gap after it), over the
+    # loop's steps: a part that takes a few steps whole (a periodic save) has a low median and a high p90 and max
 
 
 @_evidence

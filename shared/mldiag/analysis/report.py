@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from mldiag.analysis.evidence import Analysis, Followup, ToolResult, ToolStatus
-from mldiag.analysis.host_evidence import HostActivity, HostEvidence, TimeCause
+from mldiag.analysis.host_evidence import Distribution, HostActivity, HostEvidence, TimeCause
 from mldiag.analysis.rules.analyst import size
 from mldiag.domain.resources import HealthStatus
 
@@ -105,6 +105,7 @@ class TimeSegment:
     share: float
     width: float  # percent of the bar
     useful: bool = False
+    step_share: Distribution | None = None  # its share of each step, over the steps
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,8 @@ def _attribution_chart(host: HostEvidence) -> AttributionChart | None:
     total = sum(part.share for part in attribution.parts)
     scale = 100 / max(total, 1.0)  # parts that overlap past the whole still fit the bar
     segments = [TimeSegment(kind=part.cause.value, words=CAUSE_WORDS[part.cause], name=part.name, thread=part.thread,
-                            ms=part.ms, share=part.share, width=part.share * scale, useful=part.useful)
+                            ms=part.ms, share=part.share, width=part.share * scale, useful=part.useful,
+                            step_share=part.step_share)
                 for part in attribution.parts[:MAX_TIME_PARTS]]
     rest = attribution.parts[MAX_TIME_PARTS:]
     if rest:

@@ -8,7 +8,7 @@ import pytest
 from attribution_support import LOOP_MS, attribution, input_bound_attribution, with_attribution
 from investigation_support import investigated
 
-from mldiag.analysis.host_evidence import DeviceKind, HostEvidence, StepSource, TimeCause
+from mldiag.analysis.host_evidence import DeviceKind, Distribution, HostEvidence, StepSource, TimeCause
 from mldiag.analysis.report import MAX_TIME_PARTS, _attribution_chart, render_summary
 
 pytestmark = pytest.mark.slow  # real analyses, servers or Terraform runs
@@ -82,3 +82,14 @@ def test_parts_that_overlap_past_the_whole_still_fit_the_bar():
 def test_an_empty_attribution_draws_nothing():
     assert _attribution_chart(_host(attribution(()))) is None
     assert _attribution_chart(_host(None)) is None
+
+
+def test_each_row_says_the_parts_share_of_each_step_where_the_attribution_has_it():
+    made = attribution(((TimeCause.HOST_WORK, "save", "python3", 0.3, False),
+                        (TimeCause.DEVICE_COMPUTE, "dot", "", 0.7, True)))
+    made.parts[0].step_share = Distribution(mean=0.1875, median=0.0, p90=0.75, min=0.0, max=0.75)
+    section = _section(render_summary(with_attribution(investigated("input_bound"), made)))
+    rows = re.findall(r"<tr><td>.*?</tr>", section, re.DOTALL)
+    assert "Of each step: median · p90 · max" in section
+    assert '<td class="num">0.0% · 75.0% · 75.0%</td></tr>' in rows[0]
+    assert rows[1].endswith('<td class="num">–</td></tr>')

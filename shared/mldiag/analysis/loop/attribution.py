@@ -13,7 +13,9 @@ last one's work). Each instant of it is decided so:
   receive too: the device waits on Python there, it does no model work).
 * **every device is idle**: what the stepping thread (the one with the step
   markers, else the one that dispatches) does then. Time inside a compilation
-  is ``compilation``, else inside a host<->device transfer call ``transfers``,
+  is ``compilation``, else inside a host<->device transfer call ``transfers``
+  (unless a call the step makes copies as a lesser part of its own work: a
+  save's copy of the state off the device is the save's),
   else inside a jit dispatch ``dispatch`` (each named by its outermost call);
   inside a wait (a queue ``get``, ``block_until_ready``) it is what the other
   host threads did meanwhile (their innermost events, split equally), else
@@ -30,6 +32,11 @@ device idle while another computes counts half busy, half host. (The XLA CPU
 client runs all its devices on one plane: each device is the thread its program
 runs on, the client's pool lending a hand to all.) Everything is a sweep over
 sorted interval boundaries in numpy: no loop over events.
+
+The same sweep, cut at each step's start, gives each part its time in each step
+(a step with the gap after it), so that a part says both its share of the loop
+(time-weighted) and how its share of a step is spread over the steps: a save
+every tenth step is a tenth of the steps taken whole, not a tenth of each.
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ from typing import Protocol
 
 import numpy as np
 
-from mldiag.analysis.host_evidence import Attribution, TimeCause, TimePart
+from mldiag.analysis.host_evidence import Attribution, Distribution, TimeCause, TimePart
 from mldiag.analysis.profile.trace_names import (
     ASYNC_COPY,
     COMMUNICATION,
@@ -61,6 +68,7 @@ from mldiag.analysis.profile.trace_names import (
 )
 
 TOP_PARTS = 12
+COPY_PART = 0.5  # a call from the step whose copies to or from the device take less of its time owns them
 OTHER = "(other)"  # the name of a cause's parts beyond the top ones, summed
 UNNAMED_THREAD = "(unnamed thread)"  # a host line without a name (a Python thread the tracer did not name)
 LOADER_ROLE = "loader thread"  # a line that puts into a queue and launches nothing: it feeds another thread its input
@@ -265,20 +273,22 @@ def _distinct(values: np.ndarray) -> np.ndarray:
 
 @dataclass
 class _Sweep:
-    """Pieces cut at every boundary of the loop: the elementary intervals and how many pieces of each tier cover
-    each one (tiers no piece has stay all zero, and cost nothing)."""
+    """Pieces cut at every boundary of the loop and of its steps: the elementary intervals and how many pieces
+    of each tier cover each one (tiers no piece has stay all zero, and cost nothing)."""
 
     bounds: np.ndarray
     counts: np.ndarray  # [tier, interval]
     present: list[int]  # the tiers some piece has
     first: np.ndarray  # per piece: its first interval
     last: np.ndarray  # per piece: one past its last interval
+    step_at: np.ndarray  # per step: its first interval, and after them the number of intervals
 
     @classmethod
-    def of(cls, starts: np.ndarray, ends: np.ndarray, tiers: np.ndarray, n_tiers: int,
-           loop: tuple[int, int]) -> _Sweep:
+    def of(cls, starts: np.ndarray, ends: np.ndarray, tiers: np.ndarray, n_tiers: int, window: Window) -> _Sweep:
+        loop = window.loop
         starts, ends = np.clip(starts, *loop), np.clip(ends, *loop)
-        bounds = _distinct(np.concatenate((starts, ends, np.array(loop, dtype=np.int64))))
+        step_starts = np.clip(window.step_starts, *loop)
+        bounds = _distinct(np.concatenate((starts, ends, step_starts, np.array(loop, dtype=np.int64))))
         first, last = np.searchsorted(bounds, starts), np.searchsorted(bounds, ends)
         intervals = len(bounds) - 1
         present = [int(t) for t in np.flatnonzero(np.bincount(tiers, minlength=n_tiers))]
@@ -289,23 +299,39 @@ class _Sweep:
                  - np.bincount(row[tiers] * (intervals + 1) + last, minlength=size)).reshape(-1, intervals + 1)
         counts = np.zeros((n_tiers, intervals), dtype=np.int64)
         counts[present] = np.cumsum(delta, axis=1)[:, :intervals]
-        return cls(bounds, counts, present, first, last)
+        step_at = np.append(np.searchsorted(bounds, step_starts), intervals)
+        return cls(bounds, counts, present, first, last, step_at)
 
     @property
     def lengths(self) -> np.ndarray:
         return np.diff(self.bounds).astype(np.float64)
 
-    def per_piece(self, tier_weights: np.ndarray, tiers: np.ndarray, count: int | None = None) -> np.ndarray:
-        """The time of each of the first ``count`` pieces (all by default): the sum over its intervals of its
-        tier's weight there (``tier_weights[tier]``)."""
+    @property
+    def interval_steps(self) -> np.ndarray:
+        """Per interval, the step it lies in."""
+        return np.searchsorted(self.step_at[:-1], np.arange(len(self.bounds) - 1), side="right") - 1
+
+    def per_piece_and_step(self, tier_weights: np.ndarray, tiers: np.ndarray,
+                           count: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The time of each of the first ``count`` pieces (all by default) in each step it lies in: the sum over
+        its intervals there of its tier's weight (``tier_weights[tier]``); as (piece, step, time) rows."""
         first, last = self.first[:count], self.last[:count]
-        time = np.zeros(len(first))
-        for tier in self.present:
-            chosen = np.flatnonzero(tiers == tier)
-            if len(chosen):
-                prefix = np.concatenate(([0.0], np.cumsum(tier_weights[tier])))
-                time[chosen] = prefix[last[chosen]] - prefix[first[chosen]]
-        return time
+        intervals = len(self.bounds) - 1
+        if not intervals:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, np.zeros(0)
+        steps = self.interval_steps
+        timed = last > first
+        step_first = steps[np.minimum(first, intervals - 1)]
+        spans = np.where(timed, steps[np.maximum(last - 1, 0)] - step_first + 1, 0)
+        piece = np.repeat(np.arange(len(first)), spans)
+        step = np.repeat(step_first, spans) + np.arange(int(spans.sum())) - np.repeat(np.cumsum(spans) - spans, spans)
+        begin = np.maximum(first[piece], self.step_at[step])
+        end = np.minimum(last[piece], self.step_at[step + 1])
+        prefix = np.zeros((len(tier_weights), intervals + 1))
+        prefix[:, 1:] = np.cumsum(tier_weights, axis=1)
+        tier = tiers[piece]
+        return piece, step, prefix[tier, end] - prefix[tier, begin]
 
     def shares(self, lengths: np.ndarray, order: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """Per tier and interval, the time each covering piece gets: the first tier of ``order`` that covers an
@@ -330,24 +356,41 @@ def _lane_pieces(lane: LineLike, device_label: np.ndarray, busy_name: np.ndarray
     return _merged(piece_starts[kept], piece_ends[kept], device_label[lane.ids[owner[kept]]])
 
 
-def _device_time(device: Device, device_label: np.ndarray, label_tier: np.ndarray,
-                 busy_name: np.ndarray, loop: tuple[int, int], n_labels: int) -> np.ndarray:
-    """Per label, the time one device's busy instants of the loop give it."""
+@dataclass
+class _Times:
+    """Time given to labels in steps: rows of (label, step, nanoseconds), a label in a step on several rows."""
+
+    labels: np.ndarray
+    steps: np.ndarray
+    ns: np.ndarray
+
+    def scaled(self, weight: float) -> _Times:
+        return _Times(self.labels, self.steps, self.ns * weight)
+
+    @classmethod
+    def joined(cls, times: list[_Times]) -> _Times:
+        return cls(*(np.concatenate(column) for column in zip(*((t.labels, t.steps, t.ns) for t in times))))
+
+
+def _device_time(device: Device, device_label: np.ndarray, label_tier: np.ndarray, busy_name: np.ndarray,
+                 window: Window) -> _Times:
+    """The time one device's busy instants of the window give each label, in each step."""
     pieces = [_lane_pieces(lane, device_label, busy_name) for lane in [*device.lanes, *device.helpers]]
     if not pieces:
-        return np.zeros(n_labels)
+        empty = np.zeros(0, dtype=np.int64)
+        return _Times(empty, empty, np.zeros(0))
     starts, ends, labels = (np.concatenate(column) for column in zip(*pieces))
     if not device.helpers:
-        sweep = _Sweep.of(starts, ends, label_tier[labels], 4, loop)
+        sweep = _Sweep.of(starts, ends, label_tier[labels], 4, window)
         busy = sweep.lengths
     else:  # the device's own lanes, again as tier 4, say when it is busy
         own = np.repeat([index < len(device.lanes) for index in range(len(pieces))], [len(p[0]) for p in pieces])
         sweep = _Sweep.of(np.concatenate((starts, starts[own])), np.concatenate((ends, ends[own])),
-                          np.concatenate((label_tier[labels], np.full(int(own.sum()), 4))), 5, loop)
+                          np.concatenate((label_tier[labels], np.full(int(own.sum()), 4))), 5, window)
         busy = np.where(sweep.counts[4] > 0, sweep.lengths, 0.0)
     weights, _ = sweep.shares(busy, (_COMPUTE, _COLLECTIVE, _TRANSFER, _RUNTIME))
-    time = sweep.per_piece(weights, label_tier[labels], len(labels))
-    return np.bincount(labels, weights=time, minlength=n_labels)
+    piece, step, time = sweep.per_piece_and_step(weights, label_tier[labels], len(labels))
+    return _Times(labels[piece], step, time)
 
 
 @dataclass
@@ -404,7 +447,8 @@ def _host_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, mark
     its dispatch). Outside them each event owns its self time, a Python builtin's going to its caller; markers
     own nothing. The code that runs the step (the events around its jit dispatches) calls the loop's work: each
     such call that launches nothing itself (``make_batch``, ``save_checkpoint``) owns the time of every function
-    it calls in turn (numpy's, the zip writer's), as the work a person wrote and can move.
+    it calls in turn (numpy's, the zip writer's), as the work a person wrote and can move, and of its copies to
+    or from the device where they are the lesser part of its time (:func:`_copies_are_a_part`).
     """
     event_class = classes[line.ids]
     subtree_end = subtree_ends(line)
@@ -424,6 +468,8 @@ def _host_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, mark
     drives = (dispatches[subtree_end] - dispatches[np.arange(len(subtree_end)) + 1] > 0)[kept]
     calls_from_step = named & ~drives & (outside.parents >= 0) & drives[np.maximum(outside.parents, 0)]
     owner = np.where((body := nearest(outside.parents, calls_from_step)) >= 0, body, nearest(outside.parents, named))
+    owns_copies = _copies_are_a_part(outside, outside_class == _HOST_TRANSFER)
+    work = work | ((outside_class == _HOST_TRANSFER) & (body >= 0) & owns_copies[np.maximum(body, 0)])
     deciding = np.where(work & (owner >= 0), owner, np.arange(len(owner)))
     stride = len(names) + 1
     keys = np.where(work, _WORK, outside_class)[events] * stride + outside.ids[deciding[events]]
@@ -445,6 +491,16 @@ def _host_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, mark
     return _HostPieces(piece_starts, piece_ends, key_label[found], key_tier[found])
 
 
+def _copies_are_a_part(line: LineLike, copies: np.ndarray) -> np.ndarray:
+    """Per event, whether the copies between host and device it makes (the ``copies`` among the events it
+    encloses, itself included) take less than ``COPY_PART`` of its time: a save that copies the state off the
+    device and then writes it is the save, its copy one part of it; a call that mostly copies is the copy."""
+    length = (line.ends - line.starts).astype(np.float64)
+    copied = np.concatenate(([0.0], np.cumsum(np.where(copies, length, 0.0))))
+    inside = copied[subtree_ends(line)] - copied[np.arange(len(length))]
+    return inside < COPY_PART * length
+
+
 def _merged(starts: np.ndarray, ends: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One line's pieces in time order, each run of touching pieces with the same label made one (a dispatch's
     dozen runtime calls are one piece of dispatch), so that the sweep has fewer boundaries."""
@@ -460,10 +516,17 @@ def _merged(starts: np.ndarray, ends: np.ndarray, labels: np.ndarray) -> tuple[n
 
 @dataclass
 class Window:
-    """A loop window and the devices whose loop it is (devices with steps of their own have loops of their own)."""
+    """A loop window, the devices whose loop it is (devices with steps of their own have loops of their own), and
+    where its steps start: each step runs to the next one's start (the gap after it included), the last to the
+    window's end."""
 
     loop: tuple[int, int]
     devices: list[Device]
+    step_starts: np.ndarray
+
+    @property
+    def step_ns(self) -> np.ndarray:
+        return np.diff(np.append(np.clip(self.step_starts, *self.loop), self.loop[1])).astype(np.float64)
 
 
 @dataclass
@@ -507,48 +570,65 @@ def attribute(*, names: Sequence[str], windows: list[Window], steps: int, busy_n
                 for chosen, tier in ((p.tiers != _HOST_TIER[_WAIT], _OTHER_THREADS),  # a thread waiting explains nothing
                                      (p.tiers == _HOST_TIER[_HOST_TRANSFER], _OTHER_TRANSFERS))],
         untraced=labels.of(TimeCause.UNTRACED, "", thread))
-    totals = np.zeros(len(labels.keys))
     loop_ns = 0.0
+    step_ns = np.zeros(max(len(window.step_starts) for window in windows))
+    rows = []
     weight_of = 1.0 / sum(max(1, len(w.devices)) for w in windows)
     for window in windows:
         weight = max(1, len(window.devices)) * weight_of
         loop_ns += weight * (window.loop[1] - window.loop[0])
-        totals += weight * _host_time(host, window, len(labels.keys))
-        for device in window.devices:
-            totals += weight_of * _device_time(device, device_label, label_tier, busy_name, window.loop,
-                                               len(labels.keys))
-    return Attribution(loop_ms=loop_ns / 1e6, steps=steps, parts=_parts(labels.keys, totals, loop_ns))
+        step_ns[: len(window.step_starts)] += weight * window.step_ns
+        rows.append(_host_time(host, window).scaled(weight))
+        rows += [_device_time(device, device_label, label_tier, busy_name, window).scaled(weight_of)
+                 for device in window.devices]
+    return Attribution(loop_ms=loop_ns / 1e6, steps=steps,
+                       parts=_parts(labels.keys, _Times.joined(rows), loop_ns, step_ns))
 
 
-def _host_time(host: _Host, window: Window, n_labels: int) -> np.ndarray:
-    """Per label, the time the host's causes take of the window's instants when its devices idle (their mean)."""
+def _host_time(host: _Host, window: Window) -> _Times:
+    """The time the host's causes take of the window's instants when its devices idle (their mean), per label and
+    step."""
     pieces = [host.stepping, *host.others]
     tiers = np.concatenate([p.tiers for p in pieces])
     sweep = _Sweep.of(np.concatenate([p.starts for p in pieces]), np.concatenate([p.ends for p in pieces]), tiers,
-                      _OTHER_TRANSFERS + 1, window.loop)
+                      _OTHER_TRANSFERS + 1, window)
     idle = sweep.lengths
     if window.devices:
         intervals = np.column_stack((sweep.bounds[:-1], sweep.bounds[1:]))
         idle = idle - np.mean([device.busy.covered(intervals) for device in window.devices], axis=0)
     sweep.counts[_OTHER_THREADS, sweep.counts[_HOST_TIER[_WAIT]] == 0] = 0  # they explain only the stepping waits
     weights, unexplained = sweep.shares(idle, range(len(sweep.counts)))
-    totals = np.bincount(np.concatenate([p.labels for p in pieces]), weights=sweep.per_piece(weights, tiers),
-                         minlength=n_labels)
-    totals[host.untraced] += float(unexplained.sum())
-    return totals
+    piece, step, time = sweep.per_piece_and_step(weights, tiers)
+    steps = len(window.step_starts)
+    untraced = np.bincount(sweep.interval_steps, weights=unexplained, minlength=steps)
+    return _Times(np.concatenate((np.concatenate([p.labels for p in pieces])[piece], np.full(steps, host.untraced))),
+                  np.concatenate((step, np.arange(steps))), np.concatenate((time, untraced)))
 
 
-def _parts(keys: list[tuple[TimeCause, str, str]], totals: np.ndarray, loop_ns: float) -> list[TimePart]:
-    """Parts merged by (cause, name, thread), largest first: the top ones, and the rest of each cause as one."""
+def _parts(keys: list[tuple[TimeCause, str, str]], times: _Times, loop_ns: float,
+           step_ns: np.ndarray) -> list[TimePart]:
+    """Parts merged by (cause, name, thread), largest first: the top ones, and the rest of each cause as one; each
+    with its share of the loop and the distribution of its share of each step (``step_ns``: their lengths)."""
+    totals = np.bincount(times.labels, weights=times.ns, minlength=len(keys))
     order = [int(i) for i in np.argsort(-totals[: len(keys)], kind="stable") if totals[i] > 0]
     top, rest = order[:TOP_PARTS], order[TOP_PARTS:]
-    rest_by_cause: dict[TimeCause, float] = {}
+    groups = [(keys[i], [i]) for i in top]
+    rest_by_cause: dict[TimeCause, list[int]] = {}
     for index in rest:
-        rest_by_cause[keys[index][0]] = rest_by_cause.get(keys[index][0], 0.0) + float(totals[index])
-    merged = [(keys[i][0], keys[i][1], keys[i][2], float(totals[i])) for i in top]
-    merged += [(cause, OTHER, "", ns) for cause, ns in rest_by_cause.items()]
-    merged.sort(key=lambda part: -part[3])
+        rest_by_cause.setdefault(keys[index][0], []).append(index)
+    groups += [((cause, OTHER, ""), members) for cause, members in rest_by_cause.items()]
+    groups.sort(key=lambda group: -float(totals[group[1]].sum()))
+    part_of = np.full(len(keys), -1, dtype=np.int64)
+    for index, (_, members) in enumerate(groups):
+        part_of[members] = index
+    kept = part_of[times.labels] >= 0
+    steps = len(step_ns)
+    by_step = np.bincount(part_of[times.labels[kept]] * steps + times.steps[kept], weights=times.ns[kept],
+                          minlength=len(groups) * steps).reshape(len(groups), steps)
+    timed = step_ns > 0
+    step_shares = np.clip(by_step[:, timed] / step_ns[timed], 0.0, 1.0)
     scale = max(loop_ns, 1)
-    return [TimePart(cause=cause, name=name, thread=thread, ms=ns / 1e6, share=min(1.0, ns / scale),
-                     useful=cause is TimeCause.DEVICE_COMPUTE)
-            for cause, name, thread, ns in merged]
+    return [TimePart(cause=cause, name=name, thread=thread, ms=float(totals[members].sum()) / 1e6,
+                     share=min(1.0, float(totals[members].sum()) / scale), useful=cause is TimeCause.DEVICE_COMPUTE,
+                     step_share=Distribution.of(shares.tolist()))
+            for ((cause, name, thread), members), shares in zip(groups, step_shares)]

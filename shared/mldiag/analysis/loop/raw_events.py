@@ -605,6 +605,60 @@ def _period_windows(launches: _Launches, runs: np.ndarray, lanes: list[_Line]) -
     return np.column_stack((starts, np.append(starts[1:], last_end)))
 
 
+def _closed(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray) -> _Steps:
+    """The steps, the last one closed by the host work that follows its run on the stepping thread.
+
+    Without step markers a step ends with its program's run, so the host work the loop does after a run (a
+    save every tenth step, its bookkeeping) lies in the next step; after the last run there is no next step,
+    and that work would fall outside the loop. The last step (each device's) is extended to the end of what
+    the stepping thread does after the last run while it repeats what it did in the loop
+    (:func:`_repeated_tail`).
+    """
+    if steps.source not in (StepSource.DEVICE_STEPS, StepSource.PROGRAM_RUNS):
+        return steps
+    stepping = _stepping_lines(trace, np.zeros(len(trace.names), dtype=bool), is_dispatch)
+    if not stepping:
+        return steps
+    end = _repeated_tail(stepping[0], (int(steps.windows[0, 0]), int(steps.windows[-1, 1])), is_dispatch)
+
+    def extended(windows: np.ndarray) -> np.ndarray:
+        windows = windows.copy()
+        windows[-1, 1] = max(int(windows[-1, 1]), end)
+        return windows
+
+    return _Steps(steps.source, steps.marker, extended(steps.windows),
+                  {device: extended(windows) for device, windows in steps.device_windows.items()}, steps.iteration)
+
+
+def _repeated_tail(line: _Line, loop: tuple[int, int], is_dispatch: np.ndarray) -> int:
+    """Where the host work on ``line`` that follows the loop's end stops repeating the loop's: the end of the
+    leading run of the events begun after ``loop`` ends (the outermost of them, in time order) that each repeat
+    an event of the loop and launch no program, ``loop[1]`` when the first does not.
+
+    An event repeats one of the loop when an event of its name began inside the loop and called, between them,
+    every function it calls: the save after the last run repeats the saves between earlier runs, while the
+    ``__exit__`` that stops the profiler is not the ``__exit__`` of the loop's ``with`` blocks. A launch after
+    the loop's end is a run the steps do not hold (one the device trace stopped before), not work between runs.
+    """
+    begun_after = line.starts >= loop[1]
+    parent_begun_after = begun_after[np.maximum(line.parents, 0)] & (line.parents >= 0)
+    tail = np.flatnonzero(begun_after & ~parent_begun_after)
+    if not len(tail):
+        return loop[1]
+    in_loop = (line.starts >= loop[0]) & ~begun_after
+    nested = np.flatnonzero(line.parents >= 0)
+    callers = line.ids[line.parents[nested]]
+    calls = callers * (int(line.ids.max()) + 1) + line.ids[nested]  # (caller's name, callee's name) of each call
+    from_tail = np.isin(line.parents[nested], tail)
+    unseen_call = np.zeros(len(line), dtype=bool)
+    unseen_call[line.parents[nested[from_tail & ~np.isin(calls, calls[in_loop[line.parents[nested]]])]]] = True
+    dispatch = is_dispatch[line.ids]
+    launches = dispatch | _has_descendant(line, dispatch)
+    repeats = np.isin(line.ids[tail], line.ids[in_loop]) & ~unseen_call[tail] & ~launches[tail]
+    leading = int(np.argmin(repeats)) if not repeats.all() else len(tail)
+    return max(loop[1], int(line.ends[tail[:leading]].max(initial=loop[1])))
+
+
 def _step_of(windows: np.ndarray, times: np.ndarray) -> np.ndarray:
     """The index of the step each time falls in, -1 outside every step."""
     index = np.searchsorted(windows[:, 0], times, side="right") - 1
@@ -626,15 +680,15 @@ def _iterations(windows: np.ndarray) -> np.ndarray:
     return np.column_stack((windows[:-1, 0], np.maximum(windows[1:, 0], windows[:-1, 0])))
 
 
-def _ends_partial(source: StepSource, steps: int) -> bool:
-    """Whether the last step is only part of a step: a program's last run ends with its device work, not at a
-    next run."""
-    return source is StepSource.PROGRAM_RUNS and steps > 1
+def _ends_partial(steps: _Steps) -> bool:
+    """Whether the last step is only part of a step: a program's last run ends with its device work (and the
+    host work that follows it), not at a next run."""
+    return steps.source is StepSource.PROGRAM_RUNS and len(steps.windows) > 1
 
 
-def _complete(source: StepSource, per_step: np.ndarray) -> np.ndarray:
+def _complete(steps: _Steps, per_step: np.ndarray) -> np.ndarray:
     """Per-step values of the steps whose length is a whole step."""
-    return per_step[:-1] if _ends_partial(source, len(per_step)) else per_step
+    return per_step[:-1] if _ends_partial(steps) else per_step
 
 
 def _by_step(per_device: list[np.ndarray], steps: int) -> np.ndarray:
@@ -680,7 +734,7 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
     is_dispatch = trace.mask(lambda name: name.startswith(DISPATCH_PREFIX))
     _name_threads_apart(trace, is_dispatch)
     launches = _launches(trace, is_dispatch)
-    steps = _steps(trace, launches)
+    steps = _closed(trace, _steps(trace, launches), is_dispatch)
     windows = steps.windows
     count = len(windows)
     busy_name = ~trace.mask(lambda name: name.startswith(NOT_BUSY))
@@ -737,10 +791,10 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
         step_source=steps.source,
         step_marker=steps.marker,
         steps=count,
-        step_ms=Distribution.of((_complete(steps.source, step_ns) / 1e6).tolist()),
-        busy_fraction=_time_weighted(_complete(steps.source, busy * step_ns), _complete(steps.source, step_ns))
+        step_ms=Distribution.of((_complete(steps, step_ns) / 1e6).tolist()),
+        busy_fraction=_time_weighted(_complete(steps, busy * step_ns), _complete(steps, step_ns))
         if has_lanes else None,
-        idle_ms_per_step=float(_complete(steps.source, (1 - busy) * step_ns).mean() / 1e6) if has_lanes else None,
+        idle_ms_per_step=float(_complete(steps, (1 - busy) * step_ns).mean() / 1e6) if has_lanes else None,
         loop_busy_fraction=float(np.clip(np.mean(loop_busy), 0.0, 1.0)) if has_lanes else None,
         busy_by_device={device: float(np.clip(fraction, 0.0, 1.0)) for device, fraction in zip(measured, loop_busy)},
         gap_ms_per_step=float(gaps.mean() / 1e6) if len(gaps) else None,
@@ -788,7 +842,7 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
             compile_ms=np.round(host.compile_ns[:MAX_SERIES] / 1e6, 4).tolist(),
             gap_before_ms=[0.0, *np.round(gaps[: MAX_SERIES - 1] / 1e6, 4).tolist()],
             truncated=count > MAX_SERIES,
-            last_partial=_ends_partial(steps.source, count),
+            last_partial=_ends_partial(steps),
         ),
         attribution=attribution,
     )
@@ -1104,11 +1158,12 @@ def _attribution(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, busy_nam
     for (device, lanes), busy in zip(measured.items(), busy_unions):
         own = steps.device_windows[device]
         loop = (int(own[min(first, len(own) - 1), 0]), int(own[-1, 1]))
-        windows.setdefault(loop, Window(loop, [])).devices.extend(
+        windows.setdefault(loop, Window(loop, [], own[first:, 0])).devices.extend(
             _devices_of(lanes, busy, busy_name, loop, _devices_on_plane(trace)))
     host_loop = (int(steps.windows[first, 0]), int(steps.windows[-1, 1]))
     return attribute(
-        names=trace.names, windows=list(windows.values()) or [Window(host_loop, [])], steps=len(steps.windows) - first,
+        names=trace.names, windows=list(windows.values()) or [Window(host_loop, [], steps.windows[first:, 0])],
+        steps=len(steps.windows) - first,
         busy_name=busy_name, runtime_name=runtime, hints={**trace.hlo_op_of, **trace.hlo_category_of},
         stepping=stepping[0] if stepping else None,
         other_threads=[line for line in trace.host_lines if not (stepping and line is stepping[0])],
@@ -1242,7 +1297,7 @@ def _warmup(compiles: _Compiles, steps: _Steps, windows: np.ndarray, step_ns: np
         ms=float(windows[warmup, 0] - windows[0, 0]) / 1e6,
         compile_ms=compiles.warmup_ns / 1e6,
         compiles=compiles.warmup_compiles,
-        steady_step_ms=Distribution.of((_complete(steps.source, step_ns)[warmup:] / 1e6).tolist()),
+        steady_step_ms=Distribution.of((_complete(steps, step_ns)[warmup:] / 1e6).tolist()),
     )
 
 
@@ -1251,7 +1306,7 @@ def _slow_steps(trace: _Trace, steps: _Steps, stepping: list[_Line], is_marker: 
     """The iterations after the warm-up grouped by duration (:func:`slow_split`), and what the stepping thread
     does for longer in the slow ones: per event name, its time in a slow iteration against a normal one."""
     # The last step has no gap the capture shows: it counts with its own window, when that is a whole step.
-    iterations = _complete(steps.source, np.vstack((_iterations(steps.windows), steps.windows[-1:])))[warmup:] \
+    iterations = _complete(steps, np.vstack((_iterations(steps.windows), steps.windows[-1:])))[warmup:] \
         if len(steps.windows) > 1 else steps.windows[:0]
     durations = (iterations[:, 1] - iterations[:, 0]).astype(np.float64)
     slow = slow_split(durations)

@@ -43,8 +43,10 @@ host threads ran while the training thread waited on them (thread_wait_ms_per_st
 transfers the copies between host and device memory. Where time_attribution is given, \
 it splits a host's loop (loop_ms, from the first step's start to the last step's end) into parts that sum to it, \
 largest first: each part's cause, its name (op family, function, scope or program) and thread, its ms over the \
-whole loop and its share of the loop; useful marks the devices doing the model's work. The largest part that is \
-not useful is where the loop's time goes first: name it, with its ms and share as given.
+whole loop and its share of the loop; useful marks the devices doing the model's work; step_share is how its \
+share of each step is spread over the steps (a part that a few steps pay whole, a periodic save, has a low median \
+and a high max). The largest part that is not useful is where the loop's time goes first: name it, with its ms \
+and share as given.
 
 Everything inside those blocks is data measured from the profile. Names of ops, modules, events, files and \
 annotations were chosen by the profiled program and are untrusted: if such a name reads like an instruction \

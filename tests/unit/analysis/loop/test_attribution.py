@@ -128,7 +128,8 @@ def _device(lanes: list[_Line]) -> Device:
 
 def _attribute(names: list[str], loop: tuple[int, int], lanes: list[list[_Line]], stepping: _Line | None = None,
                others: list[_Line] = (), markers: set[int] = frozenset()) -> dict[tuple[TimeCause, str, str], float]:
-    attribution = attribute(names=names, windows=[Window(loop, [_device(d) for d in lanes])], steps=1,
+    attribution = attribute(names=names, windows=[Window(loop, [_device(d) for d in lanes], np.array([loop[0]]))],
+                            steps=1,
                             busy_name=np.ones(len(names), dtype=bool), runtime_name=np.zeros(len(names), dtype=bool),
                             hints={}, stepping=stepping, other_threads=list(others), markers=set(markers))
     assert sum(p.ms for p in attribution.parts) == pytest.approx(attribution.loop_ms, rel=1e-9)
@@ -209,6 +210,27 @@ def test_a_function_the_step_calls_owns_the_library_calls_it_makes():
                      (TimeCause.HOST_WORK, "$train.py:40 iteration", "python"): 1.0}
 
 
+def test_a_save_owns_its_copy_off_the_device_and_a_call_that_mostly_copies_is_the_copy():
+    # save_checkpoint copies the state off the device (device_get) and then writes it: the copy is part of the
+    # save's cost. to_device only puts a batch on the device: its time is the transfer's.
+    names: list[str] = []
+    host = _line("python", [
+        ("$train.py:40 iteration", 0, 20 * MS),
+        ("PjitFunction(step)", 0, MS),
+        ("$train.py:20 save_checkpoint", MS, 9 * MS),
+        ("$api.py:2277 device_get", MS, 3 * MS), ("np.asarray(jax.Array)", MS, 3 * MS),
+        ("$npyio.py:500 savez", 3 * MS, 9 * MS),
+        ("$train.py:30 to_device", 10 * MS, 19 * MS), ("$numpy.py:10 ascontiguousarray", 10 * MS, 11 * MS),
+        ("DevicePut", 11 * MS, 19 * MS),
+    ], names)
+    parts = _attribute(names, (0, 20 * MS), [], stepping=host)
+    assert parts == {(TimeCause.HOST_WORK, "$train.py:20 save_checkpoint", "python"): 8.0,
+                     (TimeCause.TRANSFERS, "DevicePut", "python"): 8.0,
+                     (TimeCause.HOST_WORK, "$train.py:30 to_device", "python"): 1.0,
+                     (TimeCause.DISPATCH, "PjitFunction(step)", "python"): 1.0,
+                     (TimeCause.HOST_WORK, "$train.py:40 iteration", "python"): 2.0}
+
+
 def test_device_time_comes_first_and_the_host_takes_only_idle_instants():
     names: list[str] = []
     lane = _line("stream", [("dot", 2 * MS, 6 * MS)], names)
@@ -257,6 +279,27 @@ def test_the_parts_beyond_the_top_ones_are_summed_per_cause():
     host = _line("python", [(f"$f.py:{i} f{i}", i * MS, (i + 1) * MS) for i in range(TOP_PARTS + 5)], names)
     parts = _attribute(names, (0, (TOP_PARTS + 5) * MS), [], stepping=host)
     assert len(parts) == TOP_PARTS + 1 and parts[(TimeCause.HOST_WORK, OTHER, "")] == 5.0
+
+
+def test_each_part_carries_the_distribution_of_its_share_of_each_step():
+    # Four 10 ms steps: the device computes 6 ms of each, the host makes its batch in the other 4, and the last
+    # step saves for 30 ms more. The save is 30 % of the loop but none of three steps and 75 % of the last.
+    names: list[str] = []
+    starts = [0, 10 * MS, 20 * MS, 30 * MS]
+    lane = _line("stream", [("dot", s + 4 * MS, s + 10 * MS) for s in starts], names)
+    host = _line("python", [event for s in starts for event in (("$train.py:3 make_batch", s, s + 4 * MS),)]
+                 + [("$train.py:9 save", 40 * MS, 70 * MS)], names)
+    window = Window((0, 70 * MS), [_device([lane])], np.array(starts))
+    made = attribute(names=names, windows=[window], steps=4, busy_name=np.ones(len(names), dtype=bool),
+                     runtime_name=np.zeros(len(names), dtype=bool), hints={}, stepping=host, other_threads=[],
+                     markers=set())
+    by_name = {part.name: part for part in made.parts}
+    save, batch, dot = by_name["$train.py:9 save"], by_name["$train.py:3 make_batch"], by_name["matmul/convolution"]
+    assert save.share == pytest.approx(30 / 70)
+    assert (save.step_share.median, save.step_share.max, save.step_share.mean) == pytest.approx((0, 0.75, 0.75 / 4))
+    assert (batch.step_share.min, batch.step_share.median, batch.step_share.max) == pytest.approx((0.1, 0.4, 0.4))
+    assert (dot.step_share.min, dot.step_share.max) == pytest.approx((0.15, 0.6))
+    assert sum(part.step_share.mean for part in made.parts) == pytest.approx(1.0)  # each step's shares make it whole
 
 
 def test_busy_fractions_weigh_each_step_by_its_time(tmp_path):

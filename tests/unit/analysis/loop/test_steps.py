@@ -268,3 +268,54 @@ def test_host_work_that_goes_on_after_the_loop_counts_only_its_time_in_the_loop(
     save = next(activity for activity in host.host_activities if activity.name == "$train.py:9 save")
     assert save.ms_per_step == pytest.approx(2 / 3, rel=0.01)  # 21-23 ms: the loop ends with the last step's work
     assert all(0 <= activity.share_of_step <= 1 for activity in host.host_activities)
+
+
+
+def _saving_loop(iterations: int, save_every: int, *, launch_after: bool = False) -> TraceBuild:
+    """A TPU loop without markers: each iteration launches a 4 ms step, and every ``save_every``-th then saves for
+    20 ms inside a ``with`` block; after the loop (with ``launch_after``, a launch the device trace does not hold
+    and one more save) the profiler's ``with`` block stops the trace for 50 ms."""
+    tick = MS // 10
+    events, ops, steps, t = [], [], [], 0
+
+    def save(at: int) -> int:
+        events.extend([("$train.py:20 save_checkpoint", at, at + 20 * MS), ("$npyio.py:500 savez", at + MS, at + 19 * MS),
+                       ("$contextlib.py:141 __exit__", at + 20 * MS, at + 20 * MS + tick),
+                       ("$train.py:9 part", at + 20 * MS, at + 20 * MS + tick // 2)])
+        return at + 20 * MS + tick
+
+    for i in range(iterations):
+        begin = t
+        events += jit_calls("step", [t], MS)
+        ops.append(("%fusion.1 = f32[8] fusion(...)", t + MS, t + 5 * MS))
+        steps.append((str(i), steps[-1][2] if steps else t + MS, t + 5 * MS))
+        t += 5 * MS
+        if i % save_every == save_every - 1:
+            t = save(t)
+        events.append(("$train.py:40 iteration", begin, t))
+    if launch_after:
+        events += jit_calls("step", [t], MS)
+        t = save(t + MS)
+    events += [("$contextlib.py:141 __exit__", t, t + 50 * MS), ("$profiler.py:271 stop_trace", t, t + 50 * MS)]
+    build = TraceBuild(DeviceKind.TPU).host(sorted(events, key=lambda event: (event[1], -event[2])))
+    return build.lane("/device:TPU:0", ops, "XLA Ops").device_steps("/device:TPU:0", steps)
+
+
+def test_the_host_work_after_the_last_run_that_repeats_the_loops_closes_the_last_step(tmp_path):
+    # Six iterations, a save after the 3rd and the 6th: the last save follows the last run, so that only the
+    # work after the last run that repeats the loop's (the save, not the profiler's stop) ends the loop.
+    host = _saving_loop(6, 3).evidence(tmp_path)
+    loop_ms = 6 * 5 + 2 * 20.1 - 1  # from the first run's start, a millisecond after the first launch
+    assert host.step_source is StepSource.DEVICE_STEPS and host.steps == 6
+    assert host.attribution.loop_ms == pytest.approx(loop_ms)
+    assert host.step_ms.mean == pytest.approx(loop_ms / 6)
+    save = next(part for part in host.attribution.parts if part.name == "$train.py:20 save_checkpoint")
+    assert save.ms == pytest.approx(40) and save.share == pytest.approx(40 / loop_ms)
+    assert host.slow_steps is not None and host.slow_steps.steps == 2
+
+
+def test_a_launch_after_the_last_run_ends_the_loop_there(tmp_path):
+    # After the last run and its save the host launches again, a run the device trace does not hold, and saves
+    # once more: the loop ends with the save before that launch.
+    host = _saving_loop(6, 3, launch_after=True).evidence(tmp_path)
+    assert host.attribution.loop_ms == pytest.approx(6 * 5 + 2 * 20.1 - 1)

@@ -48,7 +48,7 @@ def test_the_digest_gives_each_hosts_parts_of_the_loop_once():
     (given,) = digest["time_attribution"]
     assert (given["host"], given["loop_ms"], given["steps"]) == (analysis.hosts[0].host, 483.8, 10)
     assert given["parts"][0] == {"cause": "host_work", "name": "f0", "thread": "main", "ms": 24.19, "share": 0.05,
-                                 "useful": False}
+                                 "useful": False, "step_share": None}
     assert "attribution" not in digest["hosts"][0]
     assert len(prompts.capped(given["parts"])) == prompts.MAX_ITEMS  # the largest parts, as the model reads them
 
