@@ -1428,6 +1428,92 @@ def async_checkpoint(big: bool) -> Workload:
     return Workload(iteration, ablations={"no_save": no_save}, stop=stop)
 
 
+def device_put_ahead(big: bool) -> Workload:
+    """The training thread copies the next batch to the device (``jax.device_put``, not waited on) before it
+    launches the current step, so the copy overlaps the step; ablation: the batch resident."""
+    import jax
+    import numpy as np
+
+    params, train_step, x_resident, y = (_mlp_step(big, widths=[1024, 8192, 8192, 1024], batch=8192) if big
+                                         else _mlp_step(big, "float32", [256, 1024, 1024, 256], 512))
+    pool = [np.random.default_rng(n).standard_normal(x_resident.shape, dtype=np.float32) for n in range(2)]
+    state = {"params": params, "next": jax.device_put(pool[0])}
+
+    def iteration(i: int, clock: Clock) -> None:
+        batch, state["next"] = state["next"], jax.device_put(pool[(i + 1) % 2])
+        state["params"], value = train_step(state["params"], batch, y)
+        value.block_until_ready()
+
+    def resident(i: int, clock: Clock) -> None:
+        state["params"], value = train_step(state["params"], x_resident, y)
+        value.block_until_ready()
+
+    return Workload(iteration, ablations={"data_resident": resident})
+
+
+def jitted_stages(big: bool) -> Workload:
+    """A forward pass split into twelve separately jitted stages (each a dense layer and its activation), launched
+    one after the other without waiting and synced once per step; ablation: the twelve stages in one jit."""
+    import jax
+    import jax.numpy as jnp
+
+    d, batch, stages = (4096, 2048, 12) if big else (256, 128, 12)
+    weights = _mlp_params([d] * (stages + 1), "bfloat16", seed=30)
+    stage = jax.jit(lambda x, w: jax.nn.gelu(x @ w))
+    fused = jax.jit(lambda x, ws: jnp.mean(jax.tree.reduce(lambda h, w: jax.nn.gelu(h @ w), ws, x)
+                                           .astype("float32")))
+    x = jax.random.normal(jax.random.key(31), (batch, d)).astype("bfloat16")
+
+    def iteration(i: int, clock: Clock) -> None:
+        h = x
+        for w in weights:
+            h = stage(h, w)
+        jnp.mean(h.astype("float32")).block_until_ready()
+
+    def one_jit(i: int, clock: Clock) -> None:
+        fused(x, weights).block_until_ready()
+
+    def extra(clock: Clock, ablations: dict[str, Clock]) -> dict:
+        return {"stages": _number(stages, "separately jitted stages per step", abs=0),
+                "one_jit_speedup": _number(_steady_ms(clock) / _steady_ms(ablations["one_jit"]),
+                                           "median iteration / the single-jit twin's", rel=0.15)}
+
+    return Workload(iteration, ablations={"one_jit": one_jit}, extra=extra)
+
+
+def unaligned_matmuls(big: bool) -> Workload:
+    """A chain of bf16 matmuls whose sizes (1000) are not multiples of the TPU's 128-wide tiles; ablation: the same
+    chain padded to 1024, with its FLOPs."""
+    import jax
+    import jax.numpy as jnp
+
+    def chain(n: int, batch: int):
+        ws = _mlp_params([n] * 5, "bfloat16", seed=32)
+        x = jax.random.normal(jax.random.key(33), (batch, n)).astype("bfloat16")
+        run = jax.jit(lambda x, ws: jnp.mean(jax.tree.reduce(lambda h, w: jnp.tanh(h @ w), ws, x)
+                                             .astype("float32")))
+        return run, x, ws, 2 * batch * n * n * 4
+
+    n, padded_n, batch = (1000, 1024, 16000) if big else (100, 128, 1000)
+    run, x, ws, flops = chain(n, batch)
+    padded, px, pws, padded_flops = chain(padded_n, batch)
+
+    def iteration(i: int, clock: Clock) -> None:
+        run(x, ws).block_until_ready()
+
+    def aligned(i: int, clock: Clock) -> None:
+        padded(px, pws).block_until_ready()
+
+    def extra(clock: Clock, ablations: dict[str, Clock]) -> dict:
+        ms, padded_ms = _steady_ms(clock), _steady_ms(ablations["padded_to_1024"])
+        return {**_compute_truth(flops, ms, "chain"),
+                "padded_flops_per_s_gain": _number((padded_flops / padded_ms) / (flops / ms),
+                                                   "achieved FLOP/s of the chain padded to 1024 / the chain's",
+                                                   rel=0.15)}
+
+    return Workload(iteration, ablations={"padded_to_1024": aligned}, extra=extra)
+
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -1520,6 +1606,14 @@ SHAPES: dict[str, Shape] = {
                               "copy of the parameters to a 'checkpointer' thread that saves them (device_get + "
                               "np.savez) while the steps go on; no step markers; Python tracer on", annotate=False,
                               python_tracer=True, cause="the checkpointer thread's saves slow the steps they overlap"),
+    "device_put_ahead": Shape(device_put_ahead, 15, "each annotated step device_puts the next f32 batch (not waited "
+                              "on) before launching a bf16 MLP train step (1024-8192-8192-1024, batch 8192) on the "
+                              "current one", cause="none: the copy overlaps the step"),
+    "jitted_stages": Shape(jitted_stages, 15, "a bf16 forward pass of twelve separately jitted dense stages (d 4096, "
+                           "batch 2048) launched back to back, synced once per annotated step",
+                           cause="none: twelve launches a step, queued ahead of the device"),
+    "unaligned_matmuls": Shape(unaligned_matmuls, 20, "a chain of four bf16 1000x1000 matmuls over 16000 rows, sizes "
+                               "not multiples of 128; annotated steps", cause="none: matmuls a little off the tiles"),
 }
 
 
