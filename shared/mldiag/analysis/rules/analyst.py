@@ -67,6 +67,7 @@ from mldiag.analysis.host_evidence import (
 from mldiag.analysis.profile.trace_names import (
     ASYNC_COPY,
     COMPILE,
+    CPU_HOST_TO_DEVICE,
     DISPATCH_PREFIX,
     HOST_CALLBACK,
     HOST_CALLBACK_PART,
@@ -328,7 +329,7 @@ def _input_bound(host: HostEvidence) -> list[Finding]:
     lanes = _LANES[host.device_kind.value]
     context = [
         f"busy fraction {_loop_busy(host):.3f} of {lanes} over the loop (steps and the "
-        f"gaps between them): compute is idle {idle:.1%} of each {loop} (mean of {host.steps} steps, "
+        f"gaps between them): compute is idle {1 - _computing(host):.1%} of each {loop} (mean of {host.steps} steps, "
         f"{host.step_source.value})",
         f"step time {step:.2f} ms (median {host.step_ms.median:.2f}, p90 {host.step_ms.p90:.2f})",
     ]
@@ -803,7 +804,8 @@ def _movement(op: OpTime, computing: frozenset[str] = frozenset()) -> str | None
     ``computing``: the fusions the HLO shows computing, which are none whatever their names (a fusion is named
     after its root: a sine computed in f32 for bf16 data is a "loop_convert_fusion").
     """
-    if (ASYNC_COPY.match(op.name) and HOST_MEMORY_SPACE in op.expression) or _MEMCPY.search(op.name):
+    if ((ASYNC_COPY.match(op.name) and HOST_MEMORY_SPACE in op.expression) or _MEMCPY.search(op.name)
+            or op.name == CPU_HOST_TO_DEVICE):
         return "host_transfer"
     if {op.name, op.name.removesuffix(".kd"), op.expression} & computing:
         return None
@@ -920,7 +922,11 @@ def _movements(hosts: list[HostEvidence], programs: dict[str, HloProgram],
 
 
 def _movement_priority(movement: DataMovement, host: HostEvidence) -> Priority | None:
-    priority = _rank(movement.share_of_device, DATA_MOVEMENT_PRIORITIES)
+    # A copy between host and device memory holds the device's lane, but what it costs is its share of the loop:
+    # on a device that mostly waits for the host, the copy of each step's batch is most of its little op time.
+    share = min(movement.share_of_device, movement.share_of_loop) if movement.kind == "host_transfer" else (
+        movement.share_of_device)
+    priority = _rank(share, DATA_MOVEMENT_PRIORITIES)
     if priority is None:
         return None
     if host.dispatches_per_step >= OP_BY_OP_DISPATCHES:
