@@ -343,3 +343,13 @@ def test_a_copy_that_is_most_of_a_waiting_devices_op_time_costs_the_loop_only_it
     host, analysis = _copy_then_step(tmp_path, host_ms=8, copy_ms=1, compute_ms=1)
     assert _share(host.attribution, TimeCause.TRANSFERS, "host to device") == pytest.approx(0.1)
     assert [f.category for f in analysis.findings if f.priority in ("P0", "P1")] == ["input_bound"]
+
+
+def test_a_gather_with_a_copy_fused_in_is_not_a_layout_copy(tmp_path):
+    # XLA CPU names a fusion after its ops: "copy_gather_fusion" is an embedding's look-up with its ids' copy.
+    starts = [i * 10 * MS for i in range(4)]
+    build = TraceBuild().host([("train", s, s + 10 * MS) for s in starts], markers=("train",))
+    build.lane("/host:CPU", [event for s in starts for event in (
+        ("copy_gather_fusion", s, s + 8 * MS), ("bitcast_copy_fusion", s + 8 * MS, s + 9 * MS))], "tf_XLACpu")
+    copies = build.evidence(tmp_path).op_families["copies"]
+    assert (copies.ms_per_step, copies.examples) == (pytest.approx(1.0), ["bitcast_copy_fusion"])
