@@ -766,11 +766,12 @@ def long_attention(big: bool) -> Workload:
     import jax.numpy as jnp
 
     d, heads, seq, batch, layers = (512, 8, 4096, 2, 2) if big else (64, 4, 256, 1, 1)
+    dtype = "bfloat16" if big else "float32"  # bf16 matmuls are slow on a CPU
     keys = iter(jax.random.split(jax.random.key(6), 4 * layers + 1))
-    params = [{"qkv": _normal(next(keys), (d, 3 * d), "bfloat16"), "out": _normal(next(keys), (d, d), "bfloat16"),
-               "up": _normal(next(keys), (d, 4 * d), "bfloat16"), "down": _normal(next(keys), (4 * d, d), "bfloat16")}
+    params = [{"qkv": _normal(next(keys), (d, 3 * d), dtype), "out": _normal(next(keys), (d, d), dtype),
+               "up": _normal(next(keys), (d, 4 * d), dtype), "down": _normal(next(keys), (4 * d, d), dtype)}
               for _ in range(layers)]
-    x = jax.random.normal(next(keys), (batch, seq, d)).astype("bfloat16")
+    x = jax.random.normal(next(keys), (batch, seq, d)).astype(dtype)
 
     def block(attend: bool):
         def loss(params, x):
@@ -779,7 +780,7 @@ def long_attention(big: bool) -> Workload:
                 q, k, v = jnp.split((x @ layer["qkv"]).reshape(batch, seq, 3 * heads, d // heads), 3, axis=2)
                 if attend:
                     scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype("float32") / (d // heads) ** 0.5
-                    weights = jax.nn.softmax(jnp.where(mask, scores, -1e9), -1).astype("bfloat16")
+                    weights = jax.nn.softmax(jnp.where(mask, scores, -1e9), -1).astype(dtype)
                     mixed = jnp.einsum("bhqk,bkhd->bqhd", weights, v)
                 else:
                     mixed = q + k + v
