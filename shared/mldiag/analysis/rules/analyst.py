@@ -309,7 +309,7 @@ def _input_bound(host: HostEvidence) -> list[Finding]:
     # A loop of one program per step whose devices idle while the host neither dispatches, compiles nor waits
     # on them is waiting on the host's own work, named or not. Without steps, or in op-by-op and compiling
     # loops (findings of their own), only the host's named work and the gaps between steps count.
-    quiet = host.dispatches_per_step < OP_BY_OP_DISPATCHES and host.compile_ms_per_step < LOW_COMPILE * step
+    quiet = not _launches_op_by_op(host) and host.compile_ms_per_step < LOW_COMPILE * step
     if quiet and host.step_source in (StepSource.STEP_MARKERS, StepSource.PROGRAM_RUNS):
         explained_ms = idle_ms - host.waiting_idle_ms_per_step - host.dispatch_ms_per_step
     else:
@@ -450,11 +450,15 @@ def _dispatch_share(host: HostEvidence) -> float:
     return host.dispatch_ms_per_step / host.step_ms.mean if host.step_ms and host.step_ms.mean > 0 else 0.0
 
 
+def _launches_op_by_op(host: HostEvidence) -> bool:
+    """Many dispatches per step, or several whose measured dispatch time holds much of it."""
+    return host.dispatches_per_step >= OFTEN_DISPATCHED and (
+        host.dispatches_per_step >= OP_BY_OP_DISPATCHES or _dispatch_share(host) >= IDLE_PRIORITIES[1][0])
+
+
 def _dispatch_overhead(host: HostEvidence, kernels: list[KernelShare]) -> Finding | None:
-    """Op-by-op execution: many dispatches per step, or several whose measured dispatch time holds much of it."""
-    if not host.step_ms or host.dispatches_per_step < OFTEN_DISPATCHED:
-        return None
-    if host.dispatches_per_step < OP_BY_OP_DISPATCHES and _dispatch_share(host) < IDLE_PRIORITIES[1][0]:
+    """Op-by-op execution (:func:`_launches_op_by_op`)."""
+    if not host.step_ms or not _launches_op_by_op(host):
         return None
     span = host.step_ms.mean
     idle = 1 - (host.busy_fraction or 0.0)
