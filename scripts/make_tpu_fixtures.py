@@ -1343,12 +1343,12 @@ def main() -> None:
     groups: list[list[str]] = [[]]
     for name in names:
         started = time.perf_counter()
-        one_thread = {"XLA_FLAGS": f"{env.get('XLA_FLAGS', '')} --xla_cpu_multi_thread_eigen=false "
-                                   "intra_op_parallelism_threads=1".strip()}
+        shape_env = env
+        if args.platform == "cpu" and SHAPES[name].one_cpu_compute_thread:
+            shape_env = env | {"XLA_FLAGS": f"{env.get('XLA_FLAGS', '')} --xla_cpu_multi_thread_eigen=false "
+                                            "intra_op_parallelism_threads=1".strip()}
         done = subprocess.run([sys.executable, __file__, "--out", str(args.out), "--truth", str(args.truth),
-                               "--only", name, "--in-process"],
-                              env=env | one_thread if args.platform == "cpu" and SHAPES[name].one_cpu_compute_thread
-                              else env)
+                               "--only", name, "--in-process"], env=shape_env)
         print(f"{name}: exit {done.returncode} after {time.perf_counter() - started:.0f} s", flush=True)
         if done.returncode == 0 and args.pack:
             groups[-1].append(name)
