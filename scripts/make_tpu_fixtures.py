@@ -145,6 +145,9 @@ class Shape:
     python_tracer: bool = False
     warm: bool = True  # one iteration before the trace, so the traced ones start compiled
     cause: str = ""  # what the loop loses its time to, in words, for the expectation file
+    # With --platform cpu, XLA computes on one thread, as a chip runs one stream: the host's work beside it then
+    # has a core of its own to overlap it on a small machine.
+    one_cpu_compute_thread: bool = False
 
 
 def _normal(key, shape, dtype):
@@ -427,8 +430,9 @@ def sync_every_step(big: bool) -> Workload:
     import jax
     import numpy as np
 
-    params, train_step, x, y = _mlp_step(big, widths=[256, 8192, 8192, 256] if big else [64, 1024, 1024, 64],
-                                         batch=4096 if big else 512)
+    # On a CPU a narrow f32 model over a wide batch: a few rounds of the host's numpy last as long as its step.
+    params, train_step, x, y = (_mlp_step(big, widths=[256, 8192, 8192, 256], batch=4096) if big
+                                else _mlp_step(big, "float32", [256, 128, 128, 256], 2048))
     source = np.random.default_rng(0).standard_normal(x.shape, dtype=np.float32)
     state = {"params": params, "log": [], "rounds": 1}
 
@@ -725,7 +729,7 @@ def conv_net_bf16(big: bool) -> Workload:
     import jax
     import jax.numpy as jnp
 
-    batch, side, channels, convs = (32, 64, 128, 6) if big else (4, 16, 16, 3)
+    batch, side, channels, convs = (32, 64, 128, 6) if big else (8, 32, 32, 3)
     keys = jax.random.split(jax.random.key(5), convs + 2)
     params = {"stem": _normal(keys[0], (3, 3, 3, channels), "bfloat16"),
               "convs": [_normal(k, (3, 3, channels, channels), "bfloat16") * 0.3 for k in keys[1:-1]],
@@ -762,11 +766,12 @@ def long_attention(big: bool) -> Workload:
     import jax.numpy as jnp
 
     d, heads, seq, batch, layers = (512, 8, 4096, 2, 2) if big else (64, 4, 256, 1, 1)
+    dtype = "bfloat16" if big else "float32"  # bf16 matmuls are slow on a CPU
     keys = iter(jax.random.split(jax.random.key(6), 4 * layers + 1))
-    params = [{"qkv": _normal(next(keys), (d, 3 * d), "bfloat16"), "out": _normal(next(keys), (d, d), "bfloat16"),
-               "up": _normal(next(keys), (d, 4 * d), "bfloat16"), "down": _normal(next(keys), (4 * d, d), "bfloat16")}
+    params = [{"qkv": _normal(next(keys), (d, 3 * d), dtype), "out": _normal(next(keys), (d, d), dtype),
+               "up": _normal(next(keys), (d, 4 * d), dtype), "down": _normal(next(keys), (4 * d, d), dtype)}
               for _ in range(layers)]
-    x = jax.random.normal(next(keys), (batch, seq, d)).astype("bfloat16")
+    x = jax.random.normal(next(keys), (batch, seq, d)).astype(dtype)
 
     def block(attend: bool):
         def loss(params, x):
@@ -775,7 +780,7 @@ def long_attention(big: bool) -> Workload:
                 q, k, v = jnp.split((x @ layer["qkv"]).reshape(batch, seq, 3 * heads, d // heads), 3, axis=2)
                 if attend:
                     scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype("float32") / (d // heads) ** 0.5
-                    weights = jax.nn.softmax(jnp.where(mask, scores, -1e9), -1).astype("bfloat16")
+                    weights = jax.nn.softmax(jnp.where(mask, scores, -1e9), -1).astype(dtype)
                     mixed = jnp.einsum("bhqk,bkhd->bqhd", weights, v)
                 else:
                     mixed = q + k + v
@@ -812,9 +817,10 @@ def embedding_gather(big: bool) -> Workload:
     import jax
     import jax.numpy as jnp
 
-    vocab, width, bags, bag = (2**20, 256, 16384, 16) if big else (2**14, 32, 512, 8)
+    vocab, width, bags, bag = (2**20, 256, 16384, 16) if big else (2**15, 64, 2048, 16)
     keys = jax.random.split(jax.random.key(7), 3)
-    table = _normal(keys[0], (vocab, width), "bfloat16") * 8
+    # On a CPU bf16 rows are converted to f32 and back around every gather and scatter: the twin's table is f32.
+    table = _normal(keys[0], (vocab, width), "bfloat16" if big else "float32") * 8
     head = _normal(keys[1], (width, 1), "float32")
     ids = jax.random.randint(keys[2], (bags, bag), 0, vocab)
     targets = jnp.zeros((bags, 1), "float32")
@@ -856,8 +862,9 @@ def host_callback(big: bool) -> Workload:
     import jax.numpy as jnp
     import numpy as np
 
-    # On a CPU the twin's step is float32 (bf16 matmuls are slow there) and its probe all of the activations.
-    params, _, x, y = _mlp_step(big, "bfloat16" if big else "float32")
+    # On a CPU the twin's step is float32 (bf16 matmuls are slow there) and its probe all of the activations of a
+    # wide first layer, so that the host's sort, not the matmuls that share its cores, is the larger part.
+    params, _, x, y = _mlp_step(big) if big else _mlp_step(big, "float32", [64, 2048, 64, 64])
     probe_rows = 64 if big else x.shape[0]
     clocks: dict[str, Clock] = {}
 
@@ -908,7 +915,8 @@ def python_tokenizer(big: bool) -> Workload:
     import jax.numpy as jnp
     import numpy as np
 
-    batch, seq, vocab, d = (256, 512, 32768, 512) if big else (64, 256, 4096, 32)
+    # On a CPU the embedding's gradient alone outlasts the tokenising unless the model is very narrow.
+    batch, seq, vocab, d = (256, 512, 32768, 512) if big else (64, 256, 4096, 4)
     dtype = "bfloat16" if big else "float32"  # bf16 matmuls are slow on a CPU
     words = [f"w{n:05d}" for n in range(5000)]
     rng = np.random.default_rng(8)
@@ -1002,10 +1010,11 @@ def scan_layers(big: bool) -> Workload:
     import jax.numpy as jnp
 
     d, layers, batch = (2048, 16, 4096) if big else (128, 4, 128)
+    dtype = "bfloat16" if big else "float32"  # bf16 matmuls are slow on a CPU
     keys = jax.random.split(jax.random.key(10), 3)
-    params = {"up": _normal(keys[0], (layers, d, 4 * d), "bfloat16"),
-              "down": _normal(keys[1], (layers, 4 * d, d), "bfloat16") * 0.5}
-    x = jax.random.normal(keys[2], (batch, d)).astype("bfloat16")
+    params = {"up": _normal(keys[0], (layers, d, 4 * d), dtype),
+              "down": _normal(keys[1], (layers, 4 * d, d), dtype) * 0.5}
+    x = jax.random.normal(keys[2], (batch, d)).astype(dtype)
 
     def loss(params, x):
         def layer(h, weights):
@@ -1045,7 +1054,7 @@ def device_put_each_step(big: bool) -> Workload:
     import jax.numpy as jnp
     import numpy as np
 
-    rows, width = (65536, 1024) if big else (4096, 256)
+    rows, width = (65536, 1024) if big else (16384, 256)
     pool = [np.full((rows, width), n, np.float32) for n in range(4)]
     batches: queue.Queue = queue.Queue(maxsize=2)
     stopping = threading.Event()
@@ -1532,7 +1541,8 @@ SHAPES: dict[str, Shape] = {
                              annotate=False, python_tracer=True, cause="save_checkpoint (synchronous save)"),
     "sync_every_step": Shape(sync_every_step, 30, "numpy batch-making as long as the device's bf16 MLP step, which could "
                              "overlap it, but float(loss) syncs every step for logging (log_loss); Python tracer on",
-                             python_tracer=True, cause="log_loss: a device sync every step"),
+                             python_tracer=True, cause="log_loss: a device sync every step",
+                             one_cpu_compute_thread=True),
     "loader_thread": Shape(loader_thread, 20, "a 'loader' thread reads each batch (30 ms latency + np.fromfile) "
                            "into a queue; the annotated step waits on queue.get; Python tracer on",
                            python_tracer=True, cause="the loader thread's read_batch"),
@@ -1801,8 +1811,12 @@ def main() -> None:
     groups: list[list[str]] = [[]]
     for name in names:
         started = time.perf_counter()
+        shape_env = env
+        if args.platform == "cpu" and SHAPES[name].one_cpu_compute_thread:
+            shape_env = env | {"XLA_FLAGS": f"{env.get('XLA_FLAGS', '')} --xla_cpu_multi_thread_eigen=false "
+                                            "intra_op_parallelism_threads=1".strip()}
         done = subprocess.run([sys.executable, __file__, "--out", str(args.out), "--truth", str(args.truth),
-                               "--only", name, "--in-process"], env=env)
+                               "--only", name, "--in-process"], env=shape_env)
         print(f"{name}: exit {done.returncode} after {time.perf_counter() - started:.0f} s", flush=True)
         if done.returncode == 0 and args.pack:
             groups[-1].append(name)

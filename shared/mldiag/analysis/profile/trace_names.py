@@ -39,15 +39,19 @@ ASYNC_COPY = re.compile(r"^copy-(start|done)\b")  # XLA's asynchronous copy, to 
 # A Python tracer event of a builtin or C function ("$time sleep", "$<unknown> astype"), not of a Python function
 # ("$train.py:12 load_batch"): its time is its caller's.
 PYTHON_BUILTIN = re.compile(r"^\$(?!\S+\.py:\d+ )")
-# Ops that move or re-type data rather than compute.
+# Ops that move or re-type data rather than compute. A fusion named after a gather or scatter too (XLA CPU's
+# "copy_gather_fusion") spends its time on that look-up, not on the copy fused into it.
 FAMILIES = {
     "converts": re.compile(r"convert", re.IGNORECASE),
-    "copies": re.compile(r"(?<![a-z])copy", re.IGNORECASE),
+    "copies": re.compile(r"^(?!.*(?:gather|scatter)).*(?<![a-z])copy", re.IGNORECASE),
     "reshapes": re.compile(r"reshape|transpose|bitcast", re.IGNORECASE),
 }
 # Events on XLA CPU threads that are runtime bookkeeping rather than work, or not an op.
 NOT_BUSY = ("ThreadpoolListener", "end: ")
-NOT_AN_OP = (*NOT_BUSY, "ThunkExecutor", "H2D Dispatch", "Wait for ", "Wait: ")
+NOT_AN_OP = (*NOT_BUSY, "ThunkExecutor", "Wait for ", "Wait: ")
+# The XLA CPU client's copy of a host array into a device buffer of its own (jax.device_put, a numpy argument), on
+# the thread that runs the device's programs: an op of that device that moves data in.
+CPU_HOST_TO_DEVICE = "H2D Dispatch"
 # Runtime scopes on XLA CPU threads (a device's kernels are named by the compiler and never look like these).
 CPU_RUNTIME_SCOPE = re.compile(r"^(\[\d+\] )?[A-Za-z]\w*::\w")
 # The stepping thread waiting on another host thread (a queue's get, a lock, an event), as the Python tracer
@@ -58,10 +62,11 @@ THREAD_WAITING = re.compile(r"\bqueue\.py:\d+ get$|\bthreading\.py:\d+ (wait|joi
 QUEUE_PUT = re.compile(r"\bqueues?\.py:\d+ put(_nowait)?$")
 # Copies between host and device memory as the host or a device records them: JAX's device_put (DevicePut),
 # jnp.asarray of a numpy array (the jitted ``stage``), reads back (np.asarray of a jax.Array, copy_to_host_async),
-# the runtimes' copies (PJRT, TensorFlow's, CUDA's MemcpyHtoD, ROCm's CopyHostToDevice and hipMemcpyHtoDAsync).
-# The XLA CPU client's "H2D Dispatch" is not one: a CPU device's memory is the host's.
+# the runtimes' copies (PJRT, TensorFlow's, CUDA's MemcpyHtoD, ROCm's CopyHostToDevice and hipMemcpyHtoDAsync,
+# the XLA CPU client's CPU_HOST_TO_DEVICE).
 TRANSFER = re.compile(r"^(DevicePut|PjitFunction\(stage\)|np\.asarray\(jax\.Array\)|\S*copy_to_host_async|"
-                      r"batched_copy_array_to_devices|\S*Transfer\w*(To|From)(Device|Host)|\S*BufferFromHost|"
+                      rf"{CPU_HOST_TO_DEVICE}|batched_copy_array_to_devices|\S*Transfer\w*(To|From)(Device|Host)|"
+                      r"\S*BufferFromHost|"
                       r"\S*CopyToDevice|\S*CopyRawToHost|\S*ToLiteral|Memcpy[HD]2[HD]|"
                       r"(cu|hip)Memcpy(HtoD|DtoH))|"
                       r"(?i:memcpy\s*(h\s*to\s*d|d\s*to\s*h|h2d|d2h)|copy\s*(host\s*to\s*device|device\s*to\s*host)|"

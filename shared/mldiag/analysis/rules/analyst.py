@@ -67,6 +67,7 @@ from mldiag.analysis.host_evidence import (
 from mldiag.analysis.profile.trace_names import (
     ASYNC_COPY,
     COMPILE,
+    CPU_HOST_TO_DEVICE,
     DISPATCH_PREFIX,
     HOST_CALLBACK,
     HOST_CALLBACK_PART,
@@ -308,7 +309,7 @@ def _input_bound(host: HostEvidence) -> list[Finding]:
     # A loop of one program per step whose devices idle while the host neither dispatches, compiles nor waits
     # on them is waiting on the host's own work, named or not. Without steps, or in op-by-op and compiling
     # loops (findings of their own), only the host's named work and the gaps between steps count.
-    quiet = host.dispatches_per_step < OP_BY_OP_DISPATCHES and host.compile_ms_per_step < LOW_COMPILE * step
+    quiet = not _launches_op_by_op(host) and host.compile_ms_per_step < LOW_COMPILE * step
     if quiet and host.step_source in (StepSource.STEP_MARKERS, StepSource.PROGRAM_RUNS):
         explained_ms = idle_ms - host.waiting_idle_ms_per_step - host.dispatch_ms_per_step
     else:
@@ -328,7 +329,7 @@ def _input_bound(host: HostEvidence) -> list[Finding]:
     lanes = _LANES[host.device_kind.value]
     context = [
         f"busy fraction {_loop_busy(host):.3f} of {lanes} over the loop (steps and the "
-        f"gaps between them): compute is idle {idle:.1%} of each {loop} (mean of {host.steps} steps, "
+        f"gaps between them): compute is idle {1 - _computing(host):.1%} of each {loop} (mean of {host.steps} steps, "
         f"{host.step_source.value})",
         f"step time {step:.2f} ms (median {host.step_ms.median:.2f}, p90 {host.step_ms.p90:.2f})",
     ]
@@ -449,11 +450,15 @@ def _dispatch_share(host: HostEvidence) -> float:
     return host.dispatch_ms_per_step / host.step_ms.mean if host.step_ms and host.step_ms.mean > 0 else 0.0
 
 
+def _launches_op_by_op(host: HostEvidence) -> bool:
+    """Many dispatches per step, or several whose measured dispatch time holds much of it."""
+    return host.dispatches_per_step >= OFTEN_DISPATCHED and (
+        host.dispatches_per_step >= OP_BY_OP_DISPATCHES or _dispatch_share(host) >= IDLE_PRIORITIES[1][0])
+
+
 def _dispatch_overhead(host: HostEvidence, kernels: list[KernelShare]) -> Finding | None:
-    """Op-by-op execution: many dispatches per step, or several whose measured dispatch time holds much of it."""
-    if not host.step_ms or host.dispatches_per_step < OFTEN_DISPATCHED:
-        return None
-    if host.dispatches_per_step < OP_BY_OP_DISPATCHES and _dispatch_share(host) < IDLE_PRIORITIES[1][0]:
+    """Op-by-op execution (:func:`_launches_op_by_op`)."""
+    if not host.step_ms or not _launches_op_by_op(host):
         return None
     span = host.step_ms.mean
     idle = 1 - (host.busy_fraction or 0.0)
@@ -803,7 +808,8 @@ def _movement(op: OpTime, computing: frozenset[str] = frozenset()) -> str | None
     ``computing``: the fusions the HLO shows computing, which are none whatever their names (a fusion is named
     after its root: a sine computed in f32 for bf16 data is a "loop_convert_fusion").
     """
-    if (ASYNC_COPY.match(op.name) and HOST_MEMORY_SPACE in op.expression) or _MEMCPY.search(op.name):
+    if ((ASYNC_COPY.match(op.name) and HOST_MEMORY_SPACE in op.expression) or _MEMCPY.search(op.name)
+            or op.name == CPU_HOST_TO_DEVICE):
         return "host_transfer"
     if {op.name, op.name.removesuffix(".kd"), op.expression} & computing:
         return None
@@ -920,7 +926,11 @@ def _movements(hosts: list[HostEvidence], programs: dict[str, HloProgram],
 
 
 def _movement_priority(movement: DataMovement, host: HostEvidence) -> Priority | None:
-    priority = _rank(movement.share_of_device, DATA_MOVEMENT_PRIORITIES)
+    # A copy between host and device memory holds the device's lane, but what it costs is its share of the loop:
+    # on a device that mostly waits for the host, the copy of each step's batch is most of its little op time.
+    share = min(movement.share_of_device, movement.share_of_loop) if movement.kind == "host_transfer" else (
+        movement.share_of_device)
+    priority = _rank(share, DATA_MOVEMENT_PRIORITIES)
     if priority is None:
         return None
     if host.dispatches_per_step >= OP_BY_OP_DISPATCHES:

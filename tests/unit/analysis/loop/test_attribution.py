@@ -364,3 +364,40 @@ def test_the_calls_the_step_makes_that_read_device_values_back_are_the_device_re
     build.lane("/host:CPU", [("dot.1", s + 5 * MS, s + 9 * MS) for s in starts], "tf_XLACpu")
     reads = build.evidence(tmp_path).device_reads
     assert [(r.name, r.count_per_step, r.ms_per_step) for r in reads] == [("$train.py:20 log_loss", 1.0, 4.0)]
+
+
+def _copy_then_step(tmp_path, host_ms: int, copy_ms: int, compute_ms: int):
+    """Steps of 10 ms: the training thread's own work for ``host_ms``, then the XLA CPU client copies the batch
+    into a device buffer ("H2D Dispatch") for ``copy_ms`` and runs the step's dot for ``compute_ms``."""
+    starts = [i * 10 * MS for i in range(5)]
+    work = [("$train.py:9 make_batch", s, s + host_ms * MS) for s in starts] if host_ms else []
+    build = TraceBuild().host([("train", s, s + 10 * MS) for s in starts] + work, markers=("train",))
+    build.lane("/host:CPU", [event for s in starts for event in (
+        ("H2D Dispatch", s + host_ms * MS, s + (host_ms + copy_ms) * MS),
+        ("dot.1", s + (host_ms + copy_ms) * MS, s + (host_ms + copy_ms + compute_ms) * MS))], "tf_XLAPjRtCpuClient")
+    host = build.evidence(tmp_path)
+    return host, analysis_of(host)
+
+
+def test_a_cpu_clients_copy_into_a_device_buffer_is_a_host_to_device_transfer(tmp_path):
+    host, analysis = _copy_then_step(tmp_path, host_ms=0, copy_ms=8, compute_ms=2)
+    assert _share(host.attribution, TimeCause.TRANSFERS, "host to device") == pytest.approx(0.8)
+    assert analysis.health.compute_fraction == pytest.approx(0.2)
+    top = analysis.findings[0]
+    assert (top.priority, top.category) == ("P0", "data_movement") and "H2D Dispatch" in "\n".join(top.evidence)
+
+
+def test_a_copy_that_is_most_of_a_waiting_devices_op_time_costs_the_loop_only_its_own_time(tmp_path):
+    host, analysis = _copy_then_step(tmp_path, host_ms=8, copy_ms=1, compute_ms=1)
+    assert _share(host.attribution, TimeCause.TRANSFERS, "host to device") == pytest.approx(0.1)
+    assert [f.category for f in analysis.findings if f.priority in ("P0", "P1")] == ["input_bound"]
+
+
+def test_a_gather_with_a_copy_fused_in_is_not_a_layout_copy(tmp_path):
+    # XLA CPU names a fusion after its ops: "copy_gather_fusion" is an embedding's look-up with its ids' copy.
+    starts = [i * 10 * MS for i in range(4)]
+    build = TraceBuild().host([("train", s, s + 10 * MS) for s in starts], markers=("train",))
+    build.lane("/host:CPU", [event for s in starts for event in (
+        ("copy_gather_fusion", s, s + 8 * MS), ("bitcast_copy_fusion", s + 8 * MS, s + 9 * MS))], "tf_XLACpu")
+    copies = build.evidence(tmp_path).op_families["copies"]
+    assert (copies.ms_per_step, copies.examples) == (pytest.approx(1.0), ["bitcast_copy_fusion"])

@@ -105,5 +105,5 @@ def test_how_long_the_analysis_took_is_no_evidence():
 
 def test_a_summary_holds_numbers_from_the_data_and_no_profile_names(hostile):
     assert why_summary_unsupported("8 profiled steps of 55.5 ms; compute is busy 23% of the time.", hostile) == ""
-    assert "cites 91.2" in why_summary_unsupported("Compute is busy 91.2% of the time.", hostile)
+    assert "cites 93.7" in why_summary_unsupported("Compute is busy 93.7% of the time.", hostile)
     assert "repeats a profile name" in why_summary_unsupported(f"The profile is fine. {INJECTED}.", hostile)

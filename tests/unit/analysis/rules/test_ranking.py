@@ -63,3 +63,10 @@ def test_a_compiler_pattern_dispatched_op_by_op_that_costs_much_of_the_step_is_u
     analysis = assessed(_eager_host(dispatches=45, dispatch_ms=8.0, converts=converts), hlo_issues=_ROUND_TRIP)
     (compiler,) = [f for f in analysis.findings if f.category is FindingCategory.COMPILER]
     assert compiler.priority is Priority.P1
+
+
+def test_the_eager_calls_own_time_between_their_dispatches_is_the_op_by_op_cause_not_host_work():
+    # 45 calls dispatched in 6 ms of a 10 ms step: the rest of the idle time is the eager ops' own Python.
+    analysis = assessed(_eager_host(dispatches=45, dispatch_ms=6.0))
+    urgent = [f.category for f in analysis.findings if f.priority in (Priority.P0, Priority.P1)]
+    assert urgent == [FindingCategory.DISPATCH_OVERHEAD]
