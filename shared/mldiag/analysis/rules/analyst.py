@@ -451,8 +451,10 @@ def _dispatch_share(host: HostEvidence) -> float:
 
 
 def _launches_op_by_op(host: HostEvidence) -> bool:
-    """Many dispatches per step, or several whose measured dispatch time holds much of it."""
-    return host.dispatches_per_step >= OFTEN_DISPATCHED and (
+    """Many dispatches per step, or several whose measured dispatch time holds much of it, of programs that run
+    shorter on the devices than the host takes to launch them: longer ones queue ahead and cost nothing."""
+    computing_ms = (host.busy_fraction or 0.0) * host.step_ms.mean if host.step_ms else 0.0
+    return host.dispatches_per_step >= OFTEN_DISPATCHED and computing_ms < host.dispatch_ms_per_step and (
         host.dispatches_per_step >= OP_BY_OP_DISPATCHES or _dispatch_share(host) >= IDLE_PRIORITIES[1][0])
 
 

@@ -39,13 +39,16 @@ def _ops(*ops: tuple[str, float], expression: dict[str, str] | None = None, step
 
 
 def _host(*, kind=DeviceKind.GPU, busy=0.9, top_ops=(), source=StepSource.PROGRAM_RUNS, steps=10, step_ms=10.0,
-          dispatches=1.0, dispatched=(), programs=(), activities=(), launches=0, device_type="") -> HostEvidence:
+          dispatches=1.0, dispatched=(), programs=(), activities=(), launches=0, device_type="",
+          ms_per_dispatch=0.04) -> HostEvidence:
+    """A host whose every dispatch takes the host ``ms_per_dispatch`` (a jit dispatch of a cached program: tens
+    to hundreds of microseconds)."""
     return HostEvidence(
         host="h", file="h.xplane.pb", bytes=1, events=1, device_kind=kind,
         device_type=device_type or kind.value.upper(), devices=1, compute_lanes=["lane"], step_source=source,
         steps=steps, step_ms=Distribution.of([step_ms] * steps), busy_fraction=busy, loop_busy_fraction=busy,
-        dispatches_per_step=dispatches, top_ops=list(top_ops), dispatched=list(dispatched), programs=list(programs),
-        host_activities=list(activities), launches=launches,
+        dispatches_per_step=dispatches, dispatch_ms_per_step=ms_per_dispatch * dispatches, top_ops=list(top_ops),
+        dispatched=list(dispatched), programs=list(programs), host_activities=list(activities), launches=launches,
     )
 
 
@@ -203,7 +206,7 @@ def test_tensorflow_host_to_device_memcpy_gets_a_tensorflow_fix():
 
 def _op_by_op(kind=DeviceKind.GPU, name="PjitFunction(add)") -> HostEvidence:
     return _host(kind=kind, busy=0.12, source=StepSource.PROFILE_WINDOW, steps=1, step_ms=32.7, dispatches=81,
-                 launches=81, dispatched=[HostActivity(name=name, count_per_step=12, ms_per_step=2.45,
+                 launches=81, ms_per_dispatch=0.2, dispatched=[HostActivity(name=name, count_per_step=12, ms_per_step=2.45,
                                                        share_of_step=0.07, encloses_dispatches=True)],
                  programs=[ProgramCalls(name=name, calls=12, ms_per_call=0.2, device_ms_per_call=0.06,
                                         share_of_device=0.2)])
@@ -307,7 +310,7 @@ def _launching(*programs: str, top_ops: list[OpTime]) -> HostEvidence:
     calls = [ProgramCalls(name=f"PjitFunction({p})", calls=5, ms_per_call=0.1, device_ms_per_call=0.08,
                           share_of_device=1 / len(programs)) for p in programs]
     return _host(busy=0.38, source=StepSource.PROFILE_WINDOW, steps=1, step_ms=10.0, dispatches=55, launches=55,
-                 programs=calls, top_ops=top_ops)
+                 programs=calls, top_ops=top_ops, ms_per_dispatch=0.1)
 
 
 def _device_lines(finding) -> list[str]:
@@ -569,3 +572,12 @@ def test_a_host_callback_the_device_waits_on_is_named_and_is_no_communication():
     assert "callback" in top.title.lower() and "pure_callback.11" in " ".join(top.evidence)
     assert "jnp" in top.fix or "jax.numpy" in top.fix
     assert not [f for f in analysis.findings if f.category is FindingCategory.COMMUNICATION]
+
+
+def test_launches_of_programs_longer_than_their_launch_queue_ahead_and_are_not_op_by_op():
+    # Fourteen jitted stages a step, a third of the step spent launching them, but each runs longer on the device
+    # than its launch takes: the launches queue ahead of the device and cost nothing.
+    stages = _host(busy=0.9, dispatches=14, ms_per_dispatch=0.13, step_ms=5.6)
+    assert not _of(assessed(stages), FindingCategory.DISPATCH_OVERHEAD)
+    tiny = _host(busy=0.1, dispatches=14, ms_per_dispatch=0.13, step_ms=5.6)
+    assert _of(assessed(tiny), FindingCategory.DISPATCH_OVERHEAD)
