@@ -19,10 +19,16 @@ last one's work). Each instant of it is decided so:
   host threads did meanwhile (their innermost events, split equally), else
   ``waiting``; inside any other event it is ``host_work`` of the innermost
   function or scope (a Python builtin's time stays with the Python function
-  that called it); with no event but the step marker it is a host<->device
-  transfer that another thread runs then (the runtime's copy and relayout
-  threads, which a blocking copy waits on without an event of its own), else
-  ``untraced``.
+  that called it); with no event but the step marker, right after a call that
+  copies arrays of known shapes to the device and before the thread's next
+  event, it is that copy in flight (the call returns before the copy lands,
+  and the wait for it has no event of its own), for as long as a copy of that
+  size can take; else it is a host<->device transfer that another thread runs
+  then (the runtime's copy and relayout threads), else ``untraced``.
+
+The parts are merged by cause, name and thread, except a host thread's copies,
+which are one part: its calls in both directions (a round trip), the runtime's
+relayout on its behalf and the copies in flight, named by its calls.
 
 With several devices each device's timeline is attributed on its own and the
 parts are averaged over the devices, so that they still sum to the loop: a
@@ -57,10 +63,15 @@ from mldiag.analysis.profile.trace_names import (
     TRANSFER_WORK,
     WAITING,
     collective,
+    shape_bytes,
     transfer_direction,
 )
 
 TOP_PARTS = 12
+MAX_COPY_NAMES = 3  # a host thread's copies part is named by its costliest calls, this many
+# The slowest a copy from host to device memory runs (PCIe 3.0 x16 carries 16 GB/s; a pageable copy with a TPU's
+# relayout on the host about 10 GB/s): the longest that a copy of a given size can keep the thread waiting for it.
+MIN_COPY_BYTES_PER_NS = 1.0
 OTHER = "(other)"  # the name of a cause's parts beyond the top ones, summed
 UNNAMED_THREAD = "(unnamed thread)"  # a host line without a name (a Python thread the tracer did not name)
 LOADER_THREAD = "(unnamed loader thread)"  # such a line that puts into a queue: it feeds another thread its input
@@ -361,7 +372,8 @@ class _HostPieces:
 # what other threads do; then its waits themselves.
 _HOST_TIER = {_COMPILE: 0, _HOST_TRANSFER: 1, _DISPATCH: 2, _WORK: 3, _WAIT: 5}
 _OTHER_THREADS = 4
-_OTHER_TRANSFERS = 6  # other threads' transfers, for the stepping thread's instants that nothing else explains
+_IN_FLIGHT = 6  # the stepping thread's copies to the device in flight, for its instants that nothing else explains
+_OTHER_TRANSFERS = 7  # other threads' transfers, for the stepping thread's instants that nothing else explains
 _AS_CAUSE = {_COMPILE: TimeCause.COMPILATION, _HOST_TRANSFER: TimeCause.TRANSFERS, _DISPATCH: TimeCause.DISPATCH,
              _WAIT: TimeCause.WAITING, _WORK: TimeCause.HOST_WORK}
 
@@ -444,6 +456,39 @@ def _host_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, mark
     return _HostPieces(piece_starts, piece_ends, key_label[found], key_tier[found])
 
 
+def _in_flight(line: LineLike, names: Sequence[str], classes: np.ndarray, markers: np.ndarray,
+               labels: _Labels) -> _HostPieces:
+    """The stepping thread's copies to the device in flight: after each call that copies to the device (the
+    outermost, outside every other classed call), from its end to the thread's next event, at most as long after
+    its start as the arrays its events name (``BufferFromHostBuffer(f32[65536,1024])``) take at the slowest
+    rate a copy runs; labelled as the call. A call that names no shape, or also copies to the host, has none."""
+    event_class = classes[line.ids]
+    subtree_end = subtree_ends(line)
+    calls = np.flatnonzero((event_class == _HOST_TRANSFER) & (enclosed(subtree_end, event_class >= _COMPILE) == 0))
+    name_bytes = np.zeros(len(names))
+    to_device, to_host = np.zeros(len(names), dtype=bool), np.zeros(len(names), dtype=bool)
+    for index in _distinct(line.ids).tolist():
+        name_bytes[index] = shape_bytes(names[index])
+        direction = transfer_direction(names[index])
+        to_device[index], to_host[index] = direction == "host to device", direction == "device to host"
+    # Over each call and the events it encloses (the indices up to its subtree's end): bytes, and directions.
+    running = [np.concatenate(([0], np.cumsum(values[line.ids]))) for values in (name_bytes, to_device, to_host)]
+    copied, device_bound, host_bound = (total[subtree_end[calls]] - total[calls] for total in running)
+    one_way = (copied > 0) & (device_bound > 0) & (host_bound == 0)
+    calls, copied = calls[one_way], copied[one_way]
+    following = line.starts[~markers[line.ids]]
+    after = np.searchsorted(following, line.ends[calls], side="left")
+    next_event = np.where(after < len(following), following[np.minimum(after, len(following) - 1)],
+                          np.iinfo(np.int64).max)
+    ends = np.minimum(next_event, line.starts[calls] + (copied / MIN_COPY_BYTES_PER_NS).astype(np.int64))
+    kept = ends > line.ends[calls]
+    calls, ends = calls[kept], ends[kept]
+    thread = line.name or UNNAMED_THREAD
+    return _HostPieces(line.ends[calls], ends, np.array(
+        [labels.of(TimeCause.TRANSFERS, names[line.ids[call]], thread) for call in calls.tolist()], dtype=np.int64),
+        np.full(len(calls), _IN_FLIGHT, dtype=np.int64))
+
+
 def _merged(starts: np.ndarray, ends: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One line's pieces in time order, each run of touching pieces with the same label made one (a dispatch's
     dozen runtime calls are one piece of dispatch), so that the sweep has fewer boundaries."""
@@ -470,6 +515,7 @@ class _Host:
     """The host's pieces, labelled: the stepping thread's and, for its waits, the other threads'."""
 
     stepping: _HostPieces
+    in_flight: _HostPieces
     others: list[_HostPieces]
     untraced: int  # the label of the loop time no host piece explains
 
@@ -501,6 +547,7 @@ def attribute(*, names: Sequence[str], windows: list[Window], steps: int, busy_n
     host = _Host(
         stepping=_host_pieces(stepping, names, classes, is_marker, labels, span, nested_calls=True)
         if stepping else empty,
+        in_flight=_in_flight(stepping, names, classes, is_marker, labels) if stepping else empty,
         others=[_HostPieces(p.starts[chosen], p.ends[chosen], p.labels[chosen], np.full(int(chosen.sum()), tier))
                 for p in others
                 for chosen, tier in ((p.tiers != _HOST_TIER[_WAIT], _OTHER_THREADS),  # a thread waiting explains nothing
@@ -521,7 +568,7 @@ def attribute(*, names: Sequence[str], windows: list[Window], steps: int, busy_n
 
 def _host_time(host: _Host, window: Window, n_labels: int) -> np.ndarray:
     """Per label, the time the host's causes take of the window's instants when its devices idle (their mean)."""
-    pieces = [host.stepping, *host.others]
+    pieces = [host.stepping, host.in_flight, *host.others]
     tiers = np.concatenate([p.tiers for p in pieces])
     sweep = _Sweep.of(np.concatenate([p.starts for p in pieces]), np.concatenate([p.ends for p in pieces]), tiers,
                       _OTHER_TRANSFERS + 1, window.loop)
@@ -537,8 +584,35 @@ def _host_time(host: _Host, window: Window, n_labels: int) -> np.ndarray:
     return totals
 
 
+def _copies_merged(keys: list[tuple[TimeCause, str, str]],
+                   totals: np.ndarray) -> tuple[list[tuple[TimeCause, str, str]], np.ndarray]:
+    """Each host thread's copies as one label, named by its costliest calls: a round trip's two directions and
+    a copy's wait in flight are one cost, of one thread."""
+    merged: list[tuple[TimeCause, str, str]] = []
+    merged_totals: list[float] = []
+    index: dict[tuple[TimeCause, str, str], int] = {}
+    calls: dict[int, list[tuple[float, str]]] = {}
+    for (cause, name, thread), total in zip(keys, totals[: len(keys)].tolist()):
+        copies = cause is TimeCause.TRANSFERS and bool(thread)
+        key = (cause, "", thread) if copies else (cause, name, thread)
+        if key not in index:
+            index[key] = len(merged)
+            merged.append(key)
+            merged_totals.append(0.0)
+        merged_totals[index[key]] += total
+        if copies and total > 0:
+            calls.setdefault(index[key], []).append((total, name))
+    for at, named in calls.items():
+        cause, _, thread = merged[at]
+        merged[at] = (cause, " + ".join(name for _, name in sorted(named, key=lambda c: -c[0])[:MAX_COPY_NAMES]),
+                      thread)
+    return merged, np.array(merged_totals)
+
+
 def _parts(keys: list[tuple[TimeCause, str, str]], totals: np.ndarray, loop_ns: float) -> list[TimePart]:
-    """Parts merged by (cause, name, thread), largest first: the top ones, and the rest of each cause as one."""
+    """Parts merged by (cause, name, thread), a host thread's copies by thread, largest first: the top ones, and
+    the rest of each cause as one."""
+    keys, totals = _copies_merged(keys, totals)
     order = [int(i) for i in np.argsort(-totals[: len(keys)], kind="stable") if totals[i] > 0]
     top, rest = order[:TOP_PARTS], order[TOP_PARTS:]
     rest_by_cause: dict[TimeCause, float] = {}

@@ -316,3 +316,58 @@ def test_the_calls_the_step_makes_that_read_device_values_back_are_the_device_re
     build.lane("/host:CPU", [("dot.1", s + 5 * MS, s + 9 * MS) for s in starts], "tf_XLACpu")
     reads = build.evidence(tmp_path).device_reads
     assert [(r.name, r.count_per_step, r.ms_per_step) for r in reads] == [("$train.py:20 log_loss", 1.0, 4.0)]
+
+
+# A 256 MiB f32 batch: JAX's device_put names it in the runtime call it makes; at the slowest host link (1 GB/s) its
+# copy may take 268 ms.
+BATCH = "PjRtCApiCompiler::BufferFromHostBuffer(f32[65536,1024])"
+
+
+def test_an_untraced_wait_after_a_copy_to_the_device_is_the_copy_in_flight():
+    """device_put returns before its copy lands; the training thread's wait for it has no event of its own, and the
+    runtime's relayout meanwhile is that copy's work."""
+    names: list[str] = []
+    host = _line("python3", [("train", 0, 30 * MS), ("DevicePutWithSharding", MS, 2 * MS), (BATCH, MS, 2 * MS),
+                             ("PjitFunction(step)", 28 * MS, 29 * MS)], names)
+    relayout = _line("futex-default-SDomainT/1", [("Transpose::Execute", 2 * MS, 10 * MS)], names)
+    lane = _line("XLA Ops", [("%fusion.1 = f32[] fusion(...)", 29 * MS, 30 * MS)], names)
+    parts = _attribute(names, (0, 30 * MS), [[lane]], stepping=host, others=[relayout], markers={0})
+    assert parts == {(TimeCause.TRANSFERS, "DevicePutWithSharding", "python3"): 27.0,  # the call, then 2-28
+                     (TimeCause.DISPATCH, "PjitFunction(step)", "python3"): 1.0,
+                     (TimeCause.DEVICE_COMPUTE, "fusion", ""): 1.0,
+                     (TimeCause.UNTRACED, "", "python3"): 1.0}
+
+
+def test_a_copy_in_flight_lasts_no_longer_than_its_arrays_take_at_the_slowest_link():
+    names: list[str] = []
+    small = "PjRtCApiCompiler::BufferFromHostBuffer(bf16[1024,1024])"  # 2 MiB: 2.097152 ms from the call's start
+    host = _line("python3", [("train", 0, 30 * MS), ("DevicePutWithSharding", MS, 2 * MS), (small, MS, 2 * MS),
+                             ("PjitFunction(step)", 28 * MS, 29 * MS)], names)
+    parts = _attribute(names, (0, 30 * MS), [], stepping=host, markers={0})
+    assert parts[(TimeCause.TRANSFERS, "DevicePutWithSharding", "python3")] == pytest.approx(2.097152)
+    assert parts[(TimeCause.UNTRACED, "", "python3")] == pytest.approx(30 - 2.097152 - 1)
+
+
+def test_copies_that_name_no_shape_or_go_to_the_host_leave_the_wait_after_them_untraced():
+    names: list[str] = []
+    host = _line("python3", [("train", 0, 30 * MS), ("DevicePut", MS, 2 * MS),
+                             ("np.asarray(jax.Array)", 10 * MS, 11 * MS), ("f32[65536,1024]", 10 * MS, 11 * MS),
+                             ("PjitFunction(step)", 28 * MS, 29 * MS)], names)
+    parts = _attribute(names, (0, 30 * MS), [], stepping=host, markers={0})
+    assert parts == {(TimeCause.TRANSFERS, "DevicePut + np.asarray(jax.Array)", "python3"): 2.0,
+                     (TimeCause.DISPATCH, "PjitFunction(step)", "python3"): 1.0,
+                     (TimeCause.UNTRACED, "", "python3"): 27.0}
+
+
+def test_a_round_trip_is_one_part_of_the_thread_named_by_its_costliest_calls():
+    """A device array copied to the host and back every step: the copy back waits in flight, and both directions
+    are one cost of the training thread's."""
+    names: list[str] = []
+    host = _line("python3", [("train", 0, 30 * MS), ("np.asarray(jax.Array)", 0, 20 * MS),
+                             ("DevicePutWithSharding", 20 * MS, 21 * MS), (BATCH, 20 * MS, 21 * MS),
+                             ("PjitFunction(step)", 28 * MS, 29 * MS)], names)
+    lane = _line("XLA Ops", [("%fusion.1 = f32[] fusion(...)", 29 * MS, 30 * MS)], names)
+    parts = _attribute(names, (0, 30 * MS), [[lane]], stepping=host, markers={0})
+    assert parts == {(TimeCause.TRANSFERS, "np.asarray(jax.Array) + DevicePutWithSharding", "python3"): 28.0,
+                     (TimeCause.DISPATCH, "PjitFunction(step)", "python3"): 1.0,
+                     (TimeCause.DEVICE_COMPUTE, "fusion", ""): 1.0}
