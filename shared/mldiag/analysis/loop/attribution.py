@@ -14,17 +14,20 @@ last one's work). Each instant of it is decided so:
 * **every device is idle**: what the stepping thread (the one with the step
   markers, else the one that dispatches) does then. Time inside a compilation
   is ``compilation``, else inside a host<->device transfer call ``transfers``,
-  else inside a jit dispatch ``dispatch`` (each named by its outermost call);
-  inside a wait (a queue ``get``, ``block_until_ready``) it is what the other
-  host threads did meanwhile (their innermost events, split equally), else
-  ``waiting``; inside any other event it is ``host_work`` of the innermost
-  function or scope (a Python builtin's time stays with the Python function
-  that called it); with no event but the step marker, right after a call that
-  copies arrays of known shapes to the device and before the thread's next
-  event, it is that copy in flight (the call returns before the copy lands,
-  and the wait for it has no event of its own), for as long as a copy of that
-  size can take; else it is a host<->device transfer that another thread runs
-  then (the runtime's copy and relayout threads), else ``untraced``.
+  else inside a jit dispatch ``dispatch`` (each named by its outermost call).
+  Right after a call that copies arrays of known shapes to the device, up to
+  the thread's next event that is not a wait on the device, for as long as a
+  copy of that size can take, its time with no event but the step marker or
+  inside such a wait (``block_until_ready``) is that copy in flight
+  (``transfers``: the call returns before the copy lands, and the wait for it
+  often has no event of its own). Else inside a wait (a queue ``get``,
+  ``block_until_ready``) it is what the other host threads did meanwhile
+  (their innermost events, split equally), else ``waiting``; inside any other
+  event it is ``host_work`` of the innermost function or scope (a Python
+  builtin's time stays with the Python function that called it); with no
+  event but the step marker it is a host<->device transfer that another
+  thread runs then (the runtime's copy and relayout threads), else
+  ``untraced``.
 
 The parts are merged by cause, name and thread, except a host thread's copies,
 which are one part: its calls in both directions (a round trip), the runtime's
@@ -368,11 +371,12 @@ class _HostPieces:
     tiers: np.ndarray  # _HOST_TIER of the piece's cause
 
 
-# Host tiers, first wins: the stepping thread's compile, transfer, dispatch and other work; then, while it waits,
-# what other threads do; then its waits themselves.
-_HOST_TIER = {_COMPILE: 0, _HOST_TRANSFER: 1, _DISPATCH: 2, _WORK: 3, _WAIT: 5}
-_OTHER_THREADS = 4
-_IN_FLIGHT = 6  # the stepping thread's copies to the device in flight, for its instants that nothing else explains
+# Host tiers, first wins: the stepping thread's compile, transfer, dispatch and other work; then its copies to the
+# device in flight (its waits for them, traced or not); then, while it waits, what other threads do; then its waits
+# themselves.
+_HOST_TIER = {_COMPILE: 0, _HOST_TRANSFER: 1, _DISPATCH: 2, _WORK: 3, _WAIT: 6}
+_IN_FLIGHT = 4
+_OTHER_THREADS = 5
 _OTHER_TRANSFERS = 7  # other threads' transfers, for the stepping thread's instants that nothing else explains
 _AS_CAUSE = {_COMPILE: TimeCause.COMPILATION, _HOST_TRANSFER: TimeCause.TRANSFERS, _DISPATCH: TimeCause.DISPATCH,
              _WAIT: TimeCause.WAITING, _WORK: TimeCause.HOST_WORK}
@@ -459,24 +463,28 @@ def _host_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, mark
 def _in_flight(line: LineLike, names: Sequence[str], classes: np.ndarray, markers: np.ndarray,
                labels: _Labels) -> _HostPieces:
     """The stepping thread's copies to the device in flight: after each call that copies to the device (the
-    outermost, outside every other classed call), from its end to the thread's next event, at most as long after
-    its start as the arrays its events name (``BufferFromHostBuffer(f32[65536,1024])``) take at the slowest
-    rate a copy runs; labelled as the call. A call that names no shape, or also copies to the host, has none."""
+    outermost, outside every other classed call), from its end to the thread's next event that is not a wait on
+    the device (``block_until_ready``: the wait for the copy), at most as long after its start as the arrays its
+    events name (``BufferFromHostBuffer(f32[65536,1024])``) take at the slowest rate a copy runs; labelled as the
+    call. A call that names no shape, or also copies to the host, has none."""
     event_class = classes[line.ids]
     subtree_end = subtree_ends(line)
     calls = np.flatnonzero((event_class == _HOST_TRANSFER) & (enclosed(subtree_end, event_class >= _COMPILE) == 0))
     name_bytes = np.zeros(len(names))
-    to_device, to_host = np.zeros(len(names), dtype=bool), np.zeros(len(names), dtype=bool)
+    to_device, to_host, device_wait = (np.zeros(len(names), dtype=bool) for _ in range(3))
     for index in _distinct(line.ids).tolist():
-        name_bytes[index] = shape_bytes(names[index])
-        direction = transfer_direction(names[index])
+        name = names[index]
+        name_bytes[index] = shape_bytes(name)
+        direction = transfer_direction(name)
         to_device[index], to_host[index] = direction == "host to device", direction == "device to host"
+        device_wait[index] = bool(WAITING.search(name)) and not THREAD_WAITING.search(name)
     # Over each call and the events it encloses (the indices up to its subtree's end): bytes, and directions.
     running = [np.concatenate(([0], np.cumsum(values[line.ids]))) for values in (name_bytes, to_device, to_host)]
     copied, device_bound, host_bound = (total[subtree_end[calls]] - total[calls] for total in running)
     one_way = (copied > 0) & (device_bound > 0) & (host_bound == 0)
     calls, copied = calls[one_way], copied[one_way]
-    following = line.starts[~markers[line.ids]]
+    waiting = device_wait[line.ids]
+    following = line.starts[~markers[line.ids] & ~waiting & (enclosed(subtree_end, waiting) == 0)]
     after = np.searchsorted(following, line.ends[calls], side="left")
     next_event = np.where(after < len(following), following[np.minimum(after, len(following) - 1)],
                           np.iinfo(np.int64).max)

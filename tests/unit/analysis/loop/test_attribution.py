@@ -371,3 +371,21 @@ def test_a_round_trip_is_one_part_of_the_thread_named_by_its_costliest_calls():
     assert parts == {(TimeCause.TRANSFERS, "np.asarray(jax.Array) + DevicePutWithSharding", "python3"): 28.0,
                      (TimeCause.DISPATCH, "PjitFunction(step)", "python3"): 1.0,
                      (TimeCause.DEVICE_COMPUTE, "fusion", ""): 1.0}
+
+
+def test_a_wait_on_the_device_right_after_a_copy_to_it_is_the_copy_in_flight():
+    """With the Python tracer on, the wait for the copy is a traced block_until_ready: the copy still holds it,
+    the runtime's relayout meanwhile included; a wait on another thread's queue after it is not the copy's."""
+    names: list[str] = []
+    host = _line("python3", [("train", 0, 30 * MS), ("$api.py:2035 device_put", MS, 2 * MS), (BATCH, MS, 2 * MS),
+                             ("$array.py:310 block_until_ready", 2 * MS, 20 * MS),
+                             ("$queue.py:154 get", 20 * MS, 28 * MS), ("PjitFunction(step)", 28 * MS, 29 * MS)],
+                 names)
+    relayout = _line("futex-default-SDomainT/1", [("Transpose::Execute", 2 * MS, 10 * MS)], names)
+    loader = _line("loader", [("$data.py:5 read_batch", 20 * MS, 24 * MS)], names)
+    parts = _attribute(names, (0, 30 * MS), [], stepping=host, others=[relayout, loader], markers={0})
+    assert parts == {(TimeCause.TRANSFERS, "$api.py:2035 device_put", "python3"): 19.0,
+                     (TimeCause.HOST_WORK, "$data.py:5 read_batch", "loader"): 4.0,
+                     (TimeCause.WAITING, "", "python3"): 4.0,
+                     (TimeCause.DISPATCH, "PjitFunction(step)", "python3"): 1.0,
+                     (TimeCause.UNTRACED, "", "python3"): 2.0}
