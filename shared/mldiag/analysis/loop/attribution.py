@@ -15,12 +15,15 @@ last one's work). Each instant of it is decided so:
   markers, else the one that dispatches) does then. Time inside a compilation
   is ``compilation``, else inside a host<->device transfer call ``transfers``,
   else inside a jit dispatch ``dispatch`` (each named by its outermost call).
-  Right after a call that copies arrays of known shapes to the device, up to
-  the thread's next event that is not a wait on the device, for as long as a
-  copy of that size can take, its time with no event but the step marker or
-  inside such a wait (``block_until_ready``) is that copy in flight
-  (``transfers``: the call returns before the copy lands, and the wait for it
-  often has no event of its own). Else inside a wait (a queue ``get``,
+  Right after a call that copies arrays of known shapes to the device, until
+  the copy is done (a device runs again, the runtime's threads end their work
+  on it, or a copy of that size must be done), the thread's quiet time (no
+  event but the step marker, a wait on the device such as
+  ``block_until_ready``, or the own time of the code that made the call) is
+  that copy in flight (``transfers``: the call returns before the copy lands,
+  and the wait for it often has no event of its own), where the thread or a
+  device resumes when the copy is done (it waited for the copy rather than
+  working untraced meanwhile). Else inside a wait (a queue ``get``,
   ``block_until_ready``) it is what the other host threads did meanwhile
   (their innermost events, split equally), else ``waiting``; inside any other
   event it is ``host_work`` of the innermost function or scope (a Python
@@ -51,6 +54,7 @@ from typing import Protocol
 import numpy as np
 
 from mldiag.analysis.host_evidence import Attribution, TimeCause, TimePart
+from mldiag.analysis.loop import host_time
 from mldiag.analysis.profile.trace_names import (
     ASYNC_COPY,
     COMMUNICATION,
@@ -75,6 +79,7 @@ MAX_COPY_NAMES = 3  # a host thread's copies part is named by its costliest call
 # The slowest a copy from host to device memory runs (PCIe 3.0 x16 carries 16 GB/s; a pageable copy with a TPU's
 # relayout on the host about 10 GB/s): the longest that a copy of a given size can keep the thread waiting for it.
 MIN_COPY_BYTES_PER_NS = 1.0
+RESUMES_WITHIN_NS = 1_000_000  # a thread or device that resumes this soon after a copy is done was waiting for it
 OTHER = "(other)"  # the name of a cause's parts beyond the top ones, summed
 UNNAMED_THREAD = "(unnamed thread)"  # a host line without a name (a Python thread the tracer did not name)
 LOADER_THREAD = "(unnamed loader thread)"  # such a line that puts into a queue: it feeds another thread its input
@@ -115,6 +120,10 @@ class LineLike(Protocol):
 
 
 class CoverLike(Protocol):
+    """Disjoint busy intervals (``starts`` sorted) that say how much of each window they cover."""
+
+    starts: np.ndarray
+
     def covered(self, windows: np.ndarray) -> np.ndarray: ...
 
 
@@ -371,11 +380,11 @@ class _HostPieces:
     tiers: np.ndarray  # _HOST_TIER of the piece's cause
 
 
-# Host tiers, first wins: the stepping thread's compile, transfer, dispatch and other work; then its copies to the
-# device in flight (its waits for them, traced or not); then, while it waits, what other threads do; then its waits
-# themselves.
-_HOST_TIER = {_COMPILE: 0, _HOST_TRANSFER: 1, _DISPATCH: 2, _WORK: 3, _WAIT: 6}
-_IN_FLIGHT = 4
+# Host tiers, first wins: the stepping thread's compile, transfer and dispatch; its copies to the device in flight
+# (its quiet instants while it waits for them, its callers' own time among them); its other work; then, while it
+# waits, what other threads do; then its waits themselves.
+_HOST_TIER = {_COMPILE: 0, _HOST_TRANSFER: 1, _DISPATCH: 2, _WORK: 4, _WAIT: 6}
+_IN_FLIGHT = 3
 _OTHER_THREADS = 5
 _OTHER_TRANSFERS = 7  # other threads' transfers, for the stepping thread's instants that nothing else explains
 _AS_CAUSE = {_COMPILE: TimeCause.COMPILATION, _HOST_TRANSFER: TimeCause.TRANSFERS, _DISPATCH: TimeCause.DISPATCH,
@@ -460,15 +469,12 @@ def _host_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, mark
     return _HostPieces(piece_starts, piece_ends, key_label[found], key_tier[found])
 
 
-def _in_flight(line: LineLike, names: Sequence[str], classes: np.ndarray, markers: np.ndarray,
-               labels: _Labels) -> _HostPieces:
-    """The stepping thread's copies to the device in flight: after each call that copies to the device (the
-    outermost, outside every other classed call), from its end to the thread's next event that is not a wait on
-    the device (``block_until_ready``: the wait for the copy), at most as long after its start as the arrays its
-    events name (``BufferFromHostBuffer(f32[65536,1024])``) take at the slowest rate a copy runs; labelled as the
-    call. A call that names no shape, or also copies to the host, has none."""
+def _copies_to_device(line: LineLike, names: Sequence[str], classes: np.ndarray,
+                      subtree_end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The line's calls that copy arrays of known shapes to the device (the outermost, outside every other classed
+    call; none that also copies to the host), the bytes their events name (``BufferFromHostBuffer(f32[65536,1024])``),
+    and which of the line's events wait on the device (``block_until_ready``, not another thread)."""
     event_class = classes[line.ids]
-    subtree_end = subtree_ends(line)
     calls = np.flatnonzero((event_class == _HOST_TRANSFER) & (enclosed(subtree_end, event_class >= _COMPILE) == 0))
     name_bytes = np.zeros(len(names))
     to_device, to_host, device_wait = (np.zeros(len(names), dtype=bool) for _ in range(3))
@@ -482,19 +488,94 @@ def _in_flight(line: LineLike, names: Sequence[str], classes: np.ndarray, marker
     running = [np.concatenate(([0], np.cumsum(values[line.ids]))) for values in (name_bytes, to_device, to_host)]
     copied, device_bound, host_bound = (total[subtree_end[calls]] - total[calls] for total in running)
     one_way = (copied > 0) & (device_bound > 0) & (host_bound == 0)
-    calls, copied = calls[one_way], copied[one_way]
-    waiting = device_wait[line.ids]
-    following = line.starts[~markers[line.ids] & ~waiting & (enclosed(subtree_end, waiting) == 0)]
-    after = np.searchsorted(following, line.ends[calls], side="left")
-    next_event = np.where(after < len(following), following[np.minimum(after, len(following) - 1)],
-                          np.iinfo(np.int64).max)
-    ends = np.minimum(next_event, line.starts[calls] + (copied / MIN_COPY_BYTES_PER_NS).astype(np.int64))
-    kept = ends > line.ends[calls]
-    calls, ends = calls[kept], ends[kept]
+    return calls[one_way], copied[one_way], device_wait[line.ids]
+
+
+def _in_flight(line: LineLike, names: Sequence[str], classes: np.ndarray, markers: np.ndarray, labels: _Labels,
+               busy_starts: np.ndarray, runtime_copies: tuple[np.ndarray, np.ndarray]) -> _HostPieces:
+    """The stepping thread's copies to the device in flight: its quiet instants (no event but the step marker, a
+    wait on the device such as ``block_until_ready``, or the own time of the code that made the call) after each
+    call that copies to the device, up to when the copy is done, labelled as the call.
+
+    The copy is done at the first of: a device busy again (one of ``busy_starts``: it has landed and a program
+    runs); as long after the call's start as its arrays take at the slowest rate a copy runs (with the calls just
+    before it, the other arrays of one batch, from the first one's start); and, where the runtime's threads record
+    their work on it (``runtime_copies``: their transfer events that begin before the thread's next copy), when
+    the last of that work ends. Such a copy holds the thread's quiet instants only where the thread or a device
+    resumes when it is done (the thread waited for it, rather than working untraced while it ran); without such
+    records, only up to the thread's next event that is neither a jit dispatch (the step launched on the copy)
+    nor a wait on the device.
+    """
+    subtree_end = subtree_ends(line)
+    calls, copied, waiting = _copies_to_device(line, names, classes, subtree_end)
+    empty = _HostPieces(*(np.zeros(0, np.int64),) * 4)
+    if not len(calls):
+        return empty
+    # Quiet: the marker, waits on the device and what they enclose, and the code around the calls (their callers).
+    quiet = markers[line.ids] | waiting | (enclosed(subtree_end, waiting) > 0)
+    callers = line.parents[calls]
+    while len(callers := callers[callers >= 0]):
+        quiet[callers] = True
+        callers = line.parents[callers]
+    piece_starts, piece_ends, events = self_pieces(line)
+    loud = ~quiet[events]
+    order = np.argsort(piece_starts[loud], kind="stable")
+    loud_starts, loud_ends = piece_starts[loud][order], np.maximum.accumulate(piece_ends[loud][order])
+    starts, call_ends = line.starts[calls], line.ends[calls]
+    next_call = np.append(starts[1:], np.iinfo(np.int64).max)
+    # Calls in a burst (each within a moment of the last: the arrays of one batch) are in flight together: a call
+    # may wait for all the burst has copied so far, from the burst's first call.
+    burst = np.cumsum(np.concatenate(([True], starts[1:] - call_ends[:-1] > RESUMES_WITHIN_NS))) - 1
+    first_call = np.flatnonzero(np.concatenate(([True], burst[1:] != burst[:-1])))
+    so_far = np.cumsum(copied) - np.concatenate(([0], np.cumsum(copied)))[first_call][burst]
+    done = np.minimum(_next(busy_starts, call_ends),
+                      starts[first_call][burst] + (so_far / MIN_COPY_BYTES_PER_NS).astype(np.int64))
+    runtime_starts, runtime_ends = runtime_copies
+    first, last = np.searchsorted(runtime_starts, starts), np.searchsorted(runtime_starts, next_call)
+    recorded = last > first
+    landed = np.zeros(len(calls), dtype=np.int64)
+    if recorded.any():
+        latest = np.maximum.accumulate(runtime_ends)  # runtime_ends in start order: the latest end so far
+        landed[recorded] = latest[last[recorded] - 1]
+    passing = waiting | (classes[line.ids] == _DISPATCH)
+    moved_on = _next(line.starts[~markers[line.ids] & ~passing & (enclosed(subtree_end, passing) == 0)], call_ends)
+    done = np.where(recorded, np.minimum(done, landed), np.minimum(done, moved_on))
+    # Where the runtime records the copy: the thread's next loud instant from when it is done, or a device busy.
+    next_loud = np.append(loud_starts, np.iinfo(np.int64).max)[np.searchsorted(loud_ends, done, side="right")]
+    resumes = np.minimum(np.maximum(next_loud, done), _next(busy_starts, done))
+    waited = ~recorded | (resumes - done <= RESUMES_WITHIN_NS)
+    ends = np.minimum(done, next_call)
+    kept = waited & (ends > call_ends)
+    if not kept.any():
+        return empty
+    windows_starts, windows_ends = call_ends[kept], ends[kept]
+    quiet_starts = np.concatenate(([windows_starts[0]], loud_ends))
+    quiet_ends = np.concatenate((loud_starts, [windows_ends[-1]]))
+    open_ = quiet_ends > quiet_starts
+    held_starts, held_ends = host_time.intersection(windows_starts, windows_ends, quiet_starts[open_],
+                                                    quiet_ends[open_])
+    window = np.searchsorted(windows_starts, held_starts, side="right") - 1
     thread = line.name or UNNAMED_THREAD
-    return _HostPieces(line.ends[calls], ends, np.array(
-        [labels.of(TimeCause.TRANSFERS, names[line.ids[call]], thread) for call in calls.tolist()], dtype=np.int64),
-        np.full(len(calls), _IN_FLIGHT, dtype=np.int64))
+    call_labels = np.array([labels.of(TimeCause.TRANSFERS, names[line.ids[call]], thread)
+                            for call in calls[kept].tolist()], dtype=np.int64)
+    return _HostPieces(held_starts, held_ends, call_labels[window], np.full(len(held_starts), _IN_FLIGHT))
+
+
+def _runtime_copies(others: list[_HostPieces]) -> tuple[np.ndarray, np.ndarray]:
+    """Other threads' work on copies between host and device (the runtime's relayout and transfers), in start order:
+    (starts, ends)."""
+    chosen = [p.tiers == _HOST_TIER[_HOST_TRANSFER] for p in others]
+    starts = np.concatenate([p.starts[c] for p, c in zip(others, chosen)] or [np.zeros(0, np.int64)])
+    ends = np.concatenate([p.ends[c] for p, c in zip(others, chosen)] or [np.zeros(0, np.int64)])
+    order = np.argsort(starts, kind="stable")
+    return starts[order], ends[order]
+
+
+def _next(times: np.ndarray, since: np.ndarray) -> np.ndarray:
+    """For each of ``since``, the first of the sorted ``times`` at or after it (the largest int64 where none is)."""
+    after = np.searchsorted(times, since, side="left")
+    found = after < len(times)
+    return np.where(found, times[np.minimum(after, len(times) - 1)] if found.any() else 0, np.iinfo(np.int64).max)
 
 
 def _merged(starts: np.ndarray, ends: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -555,7 +636,9 @@ def attribute(*, names: Sequence[str], windows: list[Window], steps: int, busy_n
     host = _Host(
         stepping=_host_pieces(stepping, names, classes, is_marker, labels, span, nested_calls=True)
         if stepping else empty,
-        in_flight=_in_flight(stepping, names, classes, is_marker, labels) if stepping else empty,
+        in_flight=_in_flight(stepping, names, classes, is_marker, labels,
+                             _distinct(np.concatenate([d.busy.starts for d in devices] or [np.zeros(0, np.int64)])),
+                             _runtime_copies(others)) if stepping else empty,
         others=[_HostPieces(p.starts[chosen], p.ends[chosen], p.labels[chosen], np.full(int(chosen.sum()), tier))
                 for p in others
                 for chosen, tier in ((p.tiers != _HOST_TIER[_WAIT], _OTHER_THREADS),  # a thread waiting explains nothing

@@ -321,10 +321,10 @@ def test_a_copy_to_the_device_waited_for_every_step_is_the_p0_with_a_copy_ahead_
     host = build.evidence(tmp_path)
     top = host.attribution.parts[0]
     assert (top.cause, top.name, top.thread) == (TimeCause.TRANSFERS, "DevicePutWithSharding", "python3")
-    assert top.share == pytest.approx(27 / 30, abs=0.01)
+    assert top.share == pytest.approx(27.5 / 30, abs=0.01)  # the call, then the wait until the step runs
     finding = analysis_of(host).findings[0]
     assert finding.priority is Priority.P0 and finding.category is FindingCategory.DATA_MOVEMENT
-    assert "90% of each step" in finding.title and "copied between host and device memory" in finding.title
+    assert "92% of each step" in finding.title and "copied between host and device memory" in finding.title
     assert any(line.startswith('host-to-device copy "DevicePutWithSharding"') for line in finding.evidence)
     assert any("in flight" in line for line in finding.evidence)
     assert not any("untraced host time" in line for line in finding.evidence)
