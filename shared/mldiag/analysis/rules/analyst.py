@@ -414,10 +414,9 @@ def _copies_evidence(host: HostEvidence, cause: host_causes.Cause, per: str, ste
     copying = sum(part.ms_per_step for part in cause.parts if part.thread in stepping) / cause.steps_per_part
     if any(transfer_direction(t.name) == "host to device" for t in host.transfers) and (
             copying - in_calls >= IN_FLIGHT_SHARE * copying):
-        lines.append("each copy to the device returns before the data lands: the training thread's wait after it "
-                     "(with no event, or on the device: block_until_ready) until its next call is the copy in flight, "
-                     "counted with the copy for no longer than the slowest host link would take to carry the arrays "
-                     "its events name")
+        lines.append("each copy to the device returns before the data lands: the training thread's wait while it "
+                     "is in flight (with no event, in block_until_ready, or in the code that made the call), up to "
+                     "when it is done (the step starts, or the runtime's threads finish it), is counted with the copy")
     if cause.steps_per_part == 1 and host.transfer_ms_per_step > sum(p.ms_per_step for p in cause.parts):
         lines.append(f"copies between host and device on any host thread, the runtime's own work on them "
                      f"included: {host.transfer_ms_per_step:.2f} ms per step while the devices idle")
