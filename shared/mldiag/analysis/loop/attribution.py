@@ -15,16 +15,28 @@ last one's work). Each instant of it is decided so:
   markers, else the one that dispatches) does then. Time inside a compilation
   is ``compilation``, else inside a host<->device transfer call ``transfers``
   (unless a call the step makes copies as a lesser part of its own work: a
-  save's copy of the state off the device is the save's),
-  else inside a jit dispatch ``dispatch`` (each named by its outermost call);
-  inside a wait (a queue ``get``, ``block_until_ready``) it is what the other
-  host threads did meanwhile (their innermost events, split equally), else
-  ``waiting``; inside any other event it is ``host_work`` of the innermost
-  function or scope (a Python builtin's time stays with the Python function
-  that called it); with no event but the step marker it is a host<->device
-  transfer that another thread runs then (the runtime's copy and relayout
-  threads, which a blocking copy waits on without an event of its own), else
+  save's copy of the state off the device is the save's), else inside a jit
+  dispatch ``dispatch`` (each named by its outermost call).
+  Right after a call that copies arrays of known shapes to the device, until
+  the copy is done (a device runs again, the runtime's threads end their work
+  on it, or a copy of that size must be done), the thread's quiet time (no
+  event but the step marker, a wait on the device such as
+  ``block_until_ready``, or the own time of the code that made the call) is
+  that copy in flight (``transfers``: the call returns before the copy lands,
+  and the wait for it often has no event of its own), where the thread or a
+  device resumes when the copy is done (it waited for the copy rather than
+  working untraced meanwhile). Else inside a wait (a queue ``get``,
+  ``block_until_ready``) it is what the other host threads did meanwhile
+  (their innermost events, split equally), else ``waiting``; inside any other
+  event it is ``host_work`` of the innermost function or scope (a Python
+  builtin's time stays with the Python function that called it); with no
+  event but the step marker it is a host<->device transfer that another
+  thread runs then (the runtime's copy and relayout threads), else
   ``untraced``.
+
+The parts are merged by cause, name and thread, except a host thread's copies,
+which are one part: its calls in both directions (a round trip), the runtime's
+relayout on its behalf and the copies in flight, named by its calls.
 
 With several devices each device's timeline is attributed on its own and the
 parts are averaged over the devices, so that they still sum to the loop: a
@@ -49,6 +61,7 @@ from typing import Protocol
 import numpy as np
 
 from mldiag.analysis.host_evidence import Attribution, Distribution, TimeCause, TimePart
+from mldiag.analysis.loop import host_time
 from mldiag.analysis.profile.trace_names import (
     ASYNC_COPY,
     COMMUNICATION,
@@ -64,11 +77,17 @@ from mldiag.analysis.profile.trace_names import (
     TRANSFER_WORK,
     WAITING,
     collective,
+    shape_bytes,
     transfer_direction,
 )
 
 TOP_PARTS = 12
 COPY_PART = 0.5  # a call from the step whose copies to or from the device take less of its time owns them
+MAX_COPY_NAMES = 3  # a host thread's copies part is named by its costliest calls, this many
+# The slowest a copy from host to device memory runs (PCIe 3.0 x16 carries 16 GB/s; a pageable copy with a TPU's
+# relayout on the host about 10 GB/s): the longest that a copy of a given size can keep the thread waiting for it.
+MIN_COPY_BYTES_PER_NS = 1.0
+RESUMES_WITHIN_NS = 1_000_000  # a thread or device that resumes this soon after a copy is done was waiting for it
 OTHER = "(other)"  # the name of a cause's parts beyond the top ones, summed
 UNNAMED_THREAD = "(unnamed thread)"  # a host line without a name (a Python thread the tracer did not name)
 LOADER_ROLE = "loader thread"  # a line that puts into a queue and launches nothing: it feeds another thread its input
@@ -110,6 +129,10 @@ class LineLike(Protocol):
 
 
 class CoverLike(Protocol):
+    """Disjoint busy intervals (``starts`` sorted) that say how much of each window they cover."""
+
+    starts: np.ndarray
+
     def covered(self, windows: np.ndarray) -> np.ndarray: ...
 
 
@@ -401,11 +424,13 @@ class _HostPieces:
     tiers: np.ndarray  # _HOST_TIER of the piece's cause
 
 
-# Host tiers, first wins: the stepping thread's compile, transfer, dispatch and other work; then, while it waits,
-# what other threads do; then its waits themselves.
-_HOST_TIER = {_COMPILE: 0, _HOST_TRANSFER: 1, _DISPATCH: 2, _WORK: 3, _WAIT: 5}
-_OTHER_THREADS = 4
-_OTHER_TRANSFERS = 6  # other threads' transfers, for the stepping thread's instants that nothing else explains
+# Host tiers, first wins: the stepping thread's compile, transfer and dispatch; its copies to the device in flight
+# (its quiet instants while it waits for them, its callers' own time among them); its other work; then, while it
+# waits, what other threads do; then its waits themselves.
+_HOST_TIER = {_COMPILE: 0, _HOST_TRANSFER: 1, _DISPATCH: 2, _WORK: 4, _WAIT: 6}
+_IN_FLIGHT = 3
+_OTHER_THREADS = 5
+_OTHER_TRANSFERS = 7  # other threads' transfers, for the stepping thread's instants that nothing else explains
 _AS_CAUSE = {_COMPILE: TimeCause.COMPILATION, _HOST_TRANSFER: TimeCause.TRANSFERS, _DISPATCH: TimeCause.DISPATCH,
              _WAIT: TimeCause.WAITING, _WORK: TimeCause.HOST_WORK}
 
@@ -501,6 +526,115 @@ def _copies_are_a_part(line: LineLike, copies: np.ndarray) -> np.ndarray:
     return inside < COPY_PART * length
 
 
+def _copies_to_device(line: LineLike, names: Sequence[str], classes: np.ndarray,
+                      subtree_end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The line's calls that copy arrays of known shapes to the device (the outermost, outside every other classed
+    call; none that also copies to the host), the bytes their events name (``BufferFromHostBuffer(f32[65536,1024])``),
+    and which of the line's events wait on the device (``block_until_ready``, not another thread)."""
+    event_class = classes[line.ids]
+    calls = np.flatnonzero((event_class == _HOST_TRANSFER) & (enclosed(subtree_end, event_class >= _COMPILE) == 0))
+    name_bytes = np.zeros(len(names))
+    to_device, to_host, device_wait = (np.zeros(len(names), dtype=bool) for _ in range(3))
+    for index in _distinct(line.ids).tolist():
+        name = names[index]
+        name_bytes[index] = shape_bytes(name)
+        direction = transfer_direction(name)
+        to_device[index], to_host[index] = direction == "host to device", direction == "device to host"
+        device_wait[index] = bool(WAITING.search(name)) and not THREAD_WAITING.search(name)
+    # Over each call and the events it encloses (the indices up to its subtree's end): bytes, and directions.
+    running = [np.concatenate(([0], np.cumsum(values[line.ids]))) for values in (name_bytes, to_device, to_host)]
+    copied, device_bound, host_bound = (total[subtree_end[calls]] - total[calls] for total in running)
+    one_way = (copied > 0) & (device_bound > 0) & (host_bound == 0)
+    return calls[one_way], copied[one_way], device_wait[line.ids]
+
+
+def _in_flight(line: LineLike, names: Sequence[str], classes: np.ndarray, markers: np.ndarray, labels: _Labels,
+               busy_starts: np.ndarray, runtime_copies: tuple[np.ndarray, np.ndarray]) -> _HostPieces:
+    """The stepping thread's copies to the device in flight: its quiet instants (no event but the step marker, a
+    wait on the device such as ``block_until_ready``, or the own time of the code that made the call) after each
+    call that copies to the device, up to when the copy is done, labelled as the call.
+
+    The copy is done at the first of: a device busy again (one of ``busy_starts``: it has landed and a program
+    runs); as long after the call's start as its arrays take at the slowest rate a copy runs (with the calls just
+    before it, the other arrays of one batch, from the first one's start); and, where the runtime's threads record
+    their work on it (``runtime_copies``: their transfer events that begin before the thread's next copy), when
+    the last of that work ends. Such a copy holds the thread's quiet instants only where the thread or a device
+    resumes when it is done (the thread waited for it, rather than working untraced while it ran); without such
+    records, only up to the thread's next event that is neither a jit dispatch (the step launched on the copy)
+    nor a wait on the device.
+    """
+    subtree_end = subtree_ends(line)
+    calls, copied, waiting = _copies_to_device(line, names, classes, subtree_end)
+    empty = _HostPieces(*(np.zeros(0, np.int64),) * 4)
+    if not len(calls):
+        return empty
+    # Quiet: the marker, waits on the device and what they enclose, and the code around the calls (their callers).
+    quiet = markers[line.ids] | waiting | (enclosed(subtree_end, waiting) > 0)
+    callers = line.parents[calls]
+    while len(callers := callers[callers >= 0]):
+        quiet[callers] = True
+        callers = line.parents[callers]
+    piece_starts, piece_ends, events = self_pieces(line)
+    loud = ~quiet[events]
+    order = np.argsort(piece_starts[loud], kind="stable")
+    loud_starts, loud_ends = piece_starts[loud][order], np.maximum.accumulate(piece_ends[loud][order])
+    starts, call_ends = line.starts[calls], line.ends[calls]
+    next_call = np.append(starts[1:], np.iinfo(np.int64).max)
+    # Calls in a burst (each within a moment of the last: the arrays of one batch) are in flight together: a call
+    # may wait for all the burst has copied so far, from the burst's first call.
+    burst = np.cumsum(np.concatenate(([True], starts[1:] - call_ends[:-1] > RESUMES_WITHIN_NS))) - 1
+    first_call = np.flatnonzero(np.concatenate(([True], burst[1:] != burst[:-1])))
+    so_far = np.cumsum(copied) - np.concatenate(([0], np.cumsum(copied)))[first_call][burst]
+    done = np.minimum(_next(busy_starts, call_ends),
+                      starts[first_call][burst] + (so_far / MIN_COPY_BYTES_PER_NS).astype(np.int64))
+    runtime_starts, runtime_ends = runtime_copies
+    first, last = np.searchsorted(runtime_starts, starts), np.searchsorted(runtime_starts, next_call)
+    recorded = last > first
+    landed = np.zeros(len(calls), dtype=np.int64)
+    if recorded.any():
+        latest = np.maximum.accumulate(runtime_ends)  # runtime_ends in start order: the latest end so far
+        landed[recorded] = latest[last[recorded] - 1]
+    passing = waiting | (classes[line.ids] == _DISPATCH)
+    moved_on = _next(line.starts[~markers[line.ids] & ~passing & (enclosed(subtree_end, passing) == 0)], call_ends)
+    done = np.where(recorded, np.minimum(done, landed), np.minimum(done, moved_on))
+    # Where the runtime records the copy: the thread's next loud instant from when it is done, or a device busy.
+    next_loud = np.append(loud_starts, np.iinfo(np.int64).max)[np.searchsorted(loud_ends, done, side="right")]
+    resumes = np.minimum(np.maximum(next_loud, done), _next(busy_starts, done))
+    waited = ~recorded | (resumes - done <= RESUMES_WITHIN_NS)
+    ends = np.minimum(done, next_call)
+    kept = waited & (ends > call_ends)
+    if not kept.any():
+        return empty
+    windows_starts, windows_ends = call_ends[kept], ends[kept]
+    quiet_starts = np.concatenate(([windows_starts[0]], loud_ends))
+    quiet_ends = np.concatenate((loud_starts, [windows_ends[-1]]))
+    open_ = quiet_ends > quiet_starts
+    held_starts, held_ends = host_time.intersection(windows_starts, windows_ends, quiet_starts[open_],
+                                                    quiet_ends[open_])
+    window = np.searchsorted(windows_starts, held_starts, side="right") - 1
+    thread = line.name or UNNAMED_THREAD
+    call_labels = np.array([labels.of(TimeCause.TRANSFERS, names[line.ids[call]], thread)
+                            for call in calls[kept].tolist()], dtype=np.int64)
+    return _HostPieces(held_starts, held_ends, call_labels[window], np.full(len(held_starts), _IN_FLIGHT))
+
+
+def _runtime_copies(others: list[_HostPieces]) -> tuple[np.ndarray, np.ndarray]:
+    """Other threads' work on copies between host and device (the runtime's relayout and transfers), in start order:
+    (starts, ends)."""
+    chosen = [p.tiers == _HOST_TIER[_HOST_TRANSFER] for p in others]
+    starts = np.concatenate([p.starts[c] for p, c in zip(others, chosen)] or [np.zeros(0, np.int64)])
+    ends = np.concatenate([p.ends[c] for p, c in zip(others, chosen)] or [np.zeros(0, np.int64)])
+    order = np.argsort(starts, kind="stable")
+    return starts[order], ends[order]
+
+
+def _next(times: np.ndarray, since: np.ndarray) -> np.ndarray:
+    """For each of ``since``, the first of the sorted ``times`` at or after it (the largest int64 where none is)."""
+    after = np.searchsorted(times, since, side="left")
+    found = after < len(times)
+    return np.where(found, times[np.minimum(after, len(times) - 1)] if found.any() else 0, np.iinfo(np.int64).max)
+
+
 def _merged(starts: np.ndarray, ends: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One line's pieces in time order, each run of touching pieces with the same label made one (a dispatch's
     dozen runtime calls are one piece of dispatch), so that the sweep has fewer boundaries."""
@@ -534,6 +668,7 @@ class _Host:
     """The host's pieces, labelled: the stepping thread's and, for its waits, the other threads'."""
 
     stepping: _HostPieces
+    in_flight: _HostPieces
     others: list[_HostPieces]
     untraced: int  # the label of the loop time no host piece explains
 
@@ -565,6 +700,9 @@ def attribute(*, names: Sequence[str], windows: list[Window], steps: int, busy_n
     host = _Host(
         stepping=_host_pieces(stepping, names, classes, is_marker, labels, span, nested_calls=True)
         if stepping else empty,
+        in_flight=_in_flight(stepping, names, classes, is_marker, labels,
+                             _distinct(np.concatenate([d.busy.starts for d in devices] or [np.zeros(0, np.int64)])),
+                             _runtime_copies(others)) if stepping else empty,
         others=[_HostPieces(p.starts[chosen], p.ends[chosen], p.labels[chosen], np.full(int(chosen.sum()), tier))
                 for p in others
                 for chosen, tier in ((p.tiers != _HOST_TIER[_WAIT], _OTHER_THREADS),  # a thread waiting explains nothing
@@ -588,7 +726,7 @@ def attribute(*, names: Sequence[str], windows: list[Window], steps: int, busy_n
 def _host_time(host: _Host, window: Window) -> _Times:
     """The time the host's causes take of the window's instants when its devices idle (their mean), per label and
     step."""
-    pieces = [host.stepping, *host.others]
+    pieces = [host.stepping, host.in_flight, *host.others]
     tiers = np.concatenate([p.tiers for p in pieces])
     sweep = _Sweep.of(np.concatenate([p.starts for p in pieces]), np.concatenate([p.ends for p in pieces]), tiers,
                       _OTHER_TRANSFERS + 1, window)
@@ -605,11 +743,38 @@ def _host_time(host: _Host, window: Window) -> _Times:
                   np.concatenate((step, np.arange(steps))), np.concatenate((time, untraced)))
 
 
+def _copies_merged(keys: list[tuple[TimeCause, str, str]],
+                   totals: np.ndarray) -> tuple[list[tuple[TimeCause, str, str]], np.ndarray]:
+    """Each host thread's copies as one label, named by its costliest calls (a round trip's two directions and
+    a copy's wait in flight are one cost, of one thread): the merged labels, and each label's merged one."""
+    merged: list[tuple[TimeCause, str, str]] = []
+    merged_of = np.zeros(len(keys), dtype=np.int64)
+    index: dict[tuple[TimeCause, str, str], int] = {}
+    calls: dict[int, list[tuple[float, str]]] = {}
+    for label, ((cause, name, thread), total) in enumerate(zip(keys, totals[: len(keys)].tolist())):
+        copies = cause is TimeCause.TRANSFERS and bool(thread)
+        key = (cause, "", thread) if copies else (cause, name, thread)
+        if key not in index:
+            index[key] = len(merged)
+            merged.append(key)
+        merged_of[label] = index[key]
+        if copies and total > 0:
+            calls.setdefault(index[key], []).append((total, name))
+    for at, named in calls.items():
+        cause, _, thread = merged[at]
+        merged[at] = (cause, " + ".join(name for _, name in sorted(named, key=lambda c: -c[0])[:MAX_COPY_NAMES]),
+                      thread)
+    return merged, merged_of
+
+
 def _parts(keys: list[tuple[TimeCause, str, str]], times: _Times, loop_ns: float,
            step_ns: np.ndarray) -> list[TimePart]:
-    """Parts merged by (cause, name, thread), largest first: the top ones, and the rest of each cause as one; each
-    with its share of the loop and the distribution of its share of each step (``step_ns``: their lengths)."""
-    totals = np.bincount(times.labels, weights=times.ns, minlength=len(keys))
+    """Parts merged by (cause, name, thread), a host thread's copies by thread, largest first: the top ones, and
+    the rest of each cause as one; each with its share of the loop and the distribution of its share of each step
+    (``step_ns``: their lengths)."""
+    keys, merged_of = _copies_merged(keys, np.bincount(times.labels, weights=times.ns, minlength=len(keys)))
+    labels = merged_of[times.labels]
+    totals = np.bincount(labels, weights=times.ns, minlength=len(keys))
     order = [int(i) for i in np.argsort(-totals[: len(keys)], kind="stable") if totals[i] > 0]
     top, rest = order[:TOP_PARTS], order[TOP_PARTS:]
     groups = [(keys[i], [i]) for i in top]
@@ -621,9 +786,9 @@ def _parts(keys: list[tuple[TimeCause, str, str]], times: _Times, loop_ns: float
     part_of = np.full(len(keys), -1, dtype=np.int64)
     for index, (_, members) in enumerate(groups):
         part_of[members] = index
-    kept = part_of[times.labels] >= 0
+    kept = part_of[labels] >= 0
     steps = len(step_ns)
-    by_step = np.bincount(part_of[times.labels[kept]] * steps + times.steps[kept], weights=times.ns[kept],
+    by_step = np.bincount(part_of[labels[kept]] * steps + times.steps[kept], weights=times.ns[kept],
                           minlength=len(groups) * steps).reshape(len(groups), steps)
     timed = step_ns > 0
     step_shares = np.clip(by_step[:, timed] / step_ns[timed], 0.0, 1.0)

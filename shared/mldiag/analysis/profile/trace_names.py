@@ -94,6 +94,24 @@ def transfer_direction(name: str) -> str:
     return "host to device" if _TO_DEVICE.search(name) else ""
 
 
+# An array's shape as XLA writes it ("f32[65536,1024]", "bf16[]"), as a copy's TraceMe names its buffer
+# ("BufferFromHostBuffer(f32[65536,1024])"): the element type and the dimensions.
+_SHAPE = re.compile(r"\b(pred|bf16|f8e\w+|[suf]\d+|c64|c128)\[([\d,]*)\]")
+_ELEMENT_BITS = {"pred": 8, "c64": 64, "c128": 128, "bf16": 16}
+
+
+def shape_bytes(name: str) -> int:
+    """The bytes of the arrays whose shapes an event's name writes out, summed (0 where it writes none)."""
+    total = 0
+    for element, dimensions in _SHAPE.findall(name):
+        bits = _ELEMENT_BITS.get(element) or (8 if element.startswith("f8") else int(element[1:]))
+        count = 1
+        for dimension in filter(None, dimensions.split(",")):
+            count *= int(dimension)
+        total += count * bits // 8
+    return total
+
+
 # The host runtime's work on a copy between host and device memory, on its own threads: PJRT's relayout of a
 # buffer to or from the device's tiled layout (a TPU's Transpose plans), and the TPU runtime's transfers.
 TRANSFER_WORK = re.compile(r"^(Transpose::Execute|ParallelTranspose$|tpu::System::Transfer(To|From)Device)")

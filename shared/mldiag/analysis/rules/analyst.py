@@ -119,6 +119,7 @@ MAX_KERNELS_NAMED = 3
 OUTLIER_STEP = 3.0  # a step this many times the median is an outlier
 NOTABLE_SHARE = 0.01  # host activities below this share of a step are not worth quoting
 UNTRACED_SHARE = 1 / 3  # the training thread's untraced time is a cause of its own from this share of the loop
+IN_FLIGHT_SHARE = 0.1  # share of the training thread's copies' time beyond its calls that says they waited in flight
 OWN_SHARE = 0.5  # a function around the step's dispatches whose own time is this share of it is host work
 URGENT_REASON = "a finding needs attention"
 _ORDER = {Priority.P0: 0, Priority.P1: 1, Priority.P2: 2}
@@ -348,7 +349,8 @@ def _input_bound(host: HostEvidence) -> list[Finding]:
         if priority is None:
             continue
         evidence = (context if rank == 0 else []) + _cause_evidence(host, cause, host_work, between)
-        if rank == 0 and host.untraced_host_ms_per_step >= NOTABLE_SHARE * iteration:
+        if rank == 0 and cause.kind is not HostCause.TRANSFERS and host.untraced_host_ms_per_step >= (
+                NOTABLE_SHARE * iteration):
             evidence.append(f"untraced host time while the devices idle: {host.untraced_host_ms_per_step:.2f} ms per "
                             "step (Python code, sleeps or I/O that the trace does not record; capture with the "
                             "Python tracer to name it)")
@@ -380,12 +382,7 @@ def _cause_evidence(host: HostEvidence, cause: host_causes.Cause, host_work: lis
     if cause.kind is HostCause.PRODUCER_THREAD:
         return lines
     if cause.kind is HostCause.TRANSFERS:
-        lines = [f"{(transfer_direction(part.name) or 'host-device').replace(' ', '-')} copy {quoted(part.name)} on the "
-                 f"training thread: {part.ms_per_step:.2f} ms {per} while the devices idle" for part in cause.parts[:3]]
-        if cause.steps_per_part == 1 and host.transfer_ms_per_step > sum(p.ms_per_step for p in cause.parts):
-            lines.append(f"copies between host and device on any host thread, the runtime's own work on them "
-                         f"included: {host.transfer_ms_per_step:.2f} ms per step while the devices idle")
-        return lines + ["the trace carries no byte counts for these copies"]
+        return _copies_evidence(host, cause, per, stepping)
     syncs = [part for part in cause.parts if part.reads_device and part.count_per_step > 0]
     lines += [f"{quoted(part.name)} reads device values back {part.count_per_step:.1f} times per step, waiting "
               f"{part.ms_per_step:.2f} ms per step for the devices' work: the training thread's other work cannot "
@@ -402,6 +399,28 @@ def _cause_evidence(host: HostEvidence, cause: host_causes.Cause, host_work: lis
                                                    for o in a.owners):
         lines.append("it reads device values back every step (float(), .item(), np.asarray or block_until_ready), "
                      "which waits for the step to finish")
+    return lines
+
+
+def _copies_evidence(host: HostEvidence, cause: host_causes.Cause, per: str, stepping: set[str]) -> list[str]:
+    """A copies cause's evidence: each thread's copies, the training thread's calls by direction, and whether the
+    copies' time goes beyond the calls (the waits for copies to the device in flight, the runtime's relayout)."""
+    lines = [f"copies between host and device memory on "
+             f"{'the training thread' if part.thread in stepping else f'the host thread {quoted(part.thread)}'}: "
+             f"{quoted(part.name)}, {part.ms_per_step:.2f} ms {per} while the devices idle" for part in cause.parts[:3]]
+    lines += [f"{(transfer_direction(t.name) or 'host-device').replace(' ', '-')} copy {quoted(t.name)} on the "
+              f"training thread: {t.count_per_step:.1f} calls per step, {t.ms_per_step:.2f} ms per step in the call"
+              for t in host.transfers[:3]]
+    in_calls = sum(t.ms_per_step for t in host.transfers)
+    copying = sum(part.ms_per_step for part in cause.parts if part.thread in stepping) / cause.steps_per_part
+    if any(transfer_direction(t.name) == "host to device" for t in host.transfers) and (
+            copying - in_calls >= IN_FLIGHT_SHARE * copying):
+        lines.append("each copy to the device returns before the data lands: the training thread's wait while it "
+                     "is in flight (with no event, in block_until_ready, or in the code that made the call), up to "
+                     "when it is done (the step starts, or the runtime's threads finish it), is counted with the copy")
+    if cause.steps_per_part == 1 and host.transfer_ms_per_step > sum(p.ms_per_step for p in cause.parts):
+        lines.append(f"copies between host and device on any host thread, the runtime's own work on them "
+                     f"included: {host.transfer_ms_per_step:.2f} ms per step while the devices idle")
     return lines
 
 

@@ -182,14 +182,23 @@ _CAUSE_FIXES = {
             "on the training thread is usually input work (loading, decoding, tokenising or padding batches in "
             "Python) or a wait on a loader or a copy the trace does not show: once named, move the work into an "
             "input pipeline that runs ahead of the step (grain or tf.data with prefetch) or out of the loop."),
-    HostCause.TRANSFERS: CauseFix(  # stop copying data between host and device memory every step
+    HostCause.TRANSFERS: CauseFix(  # stop copying data between host and device memory inside the step
         tensorflow="Keep the data on the device between steps: no .numpy() round trips in the loop; keep state in "
-                   "tf.Variables updated inside the tf.function.",
+                   "tf.Variables updated inside the tf.function. Copy new input ahead of the step: end the tf.data "
+                   "pipeline with .prefetch(tf.data.AUTOTUNE) and distribute it with "
+                   "experimental_distribute_dataset, so the next batch is copied while the step runs, and send "
+                   "smaller dtypes (bf16, uint8) to cast on the device.",
         pytorch_xla="Keep the tensors on the XLA device between steps: no .cpu() / .numpy() round trips in the "
-                    "loop; move the data once and update it in place on the device.",
+                    "loop; move the data once and update it in place on the device. Copy new input ahead of the "
+                    "step with torch_xla's MpDeviceLoader, which prefetches the batches to the device, instead of "
+                    ".to(device) in the step, and send smaller dtypes (bf16, uint8) to cast on the device.",
         jax="Keep the data on the device: do not turn device arrays into numpy arrays (np.asarray, "
             "jax.device_get) and back (jnp.asarray, jax.device_put) between steps; update them inside the jitted "
-            "step, and donate the buffers it replaces (donate_argnums) so no copy is made."),
+            "step, and donate the buffers it replaces (donate_argnums) so no copy is made. Copy new input ahead "
+            "of the step instead of copying and waiting in it: jax.device_put the next batch while the current "
+            "step runs (on the thread that makes the batches, or a step ahead with flax's prefetch_to_device), "
+            "put data that does not change on the device once, and send smaller dtypes (bf16, uint8) to cast on "
+            "the device."),
 }
 
 

@@ -401,3 +401,144 @@ def test_a_gather_with_a_copy_fused_in_is_not_a_layout_copy(tmp_path):
         ("copy_gather_fusion", s, s + 8 * MS), ("bitcast_copy_fusion", s + 8 * MS, s + 9 * MS))], "tf_XLACpu")
     copies = build.evidence(tmp_path).op_families["copies"]
     assert (copies.ms_per_step, copies.examples) == (pytest.approx(1.0), ["bitcast_copy_fusion"])
+
+
+# A 256 MiB f32 batch: JAX's device_put names it in the runtime call it makes; at the slowest host link (1 GB/s) its
+# copy may take 268 ms.
+BATCH = "PjRtCApiCompiler::BufferFromHostBuffer(f32[65536,1024])"
+LANDED = "tpu::System::TransferToDevice=>IssueEvent=>Done"  # the TPU runtime's event when a copy has landed
+
+
+def _landed(names: list[str], at_ms: float) -> _Line:
+    return _line("EventFDAsyncWorker/1", [(LANDED, int((at_ms - 0.1) * MS), int(at_ms * MS))], names)
+
+
+def test_an_untraced_wait_after_a_copy_to_the_device_is_the_copy_in_flight():
+    """device_put returns before its copy lands; the training thread's wait for it has no event of its own, and the
+    runtime's relayout meanwhile is that copy's work."""
+    names: list[str] = []
+    host = _line("python3", [("train", 0, 30 * MS), ("DevicePutWithSharding", MS, 2 * MS), (BATCH, MS, 2 * MS),
+                             ("PjitFunction(step)", 28 * MS, 29 * MS)], names)
+    relayout = _line("futex-default-SDomainT/1", [("Transpose::Execute", 2 * MS, 10 * MS)], names)
+    lane = _line("XLA Ops", [("%fusion.1 = f32[] fusion(...)", 29 * MS, 30 * MS)], names)
+    parts = _attribute(names, (0, 30 * MS), [[lane]], stepping=host, others=[relayout, _landed(names, 28)], markers={0})
+    assert parts == {(TimeCause.TRANSFERS, "DevicePutWithSharding", "python3"): 27.0,  # the call, then 2-28
+                     (TimeCause.DISPATCH, "PjitFunction(step)", "python3"): 1.0,
+                     (TimeCause.DEVICE_COMPUTE, "fusion", ""): 1.0,
+                     (TimeCause.UNTRACED, "", "python3"): 1.0}
+
+
+def test_a_copy_in_flight_lasts_no_longer_than_its_arrays_take_at_the_slowest_link():
+    names: list[str] = []
+    small = "PjRtCApiCompiler::BufferFromHostBuffer(bf16[1024,1024])"  # 2 MiB: 2.097152 ms from the call's start
+    host = _line("python3", [("train", 0, 30 * MS), ("DevicePutWithSharding", MS, 2 * MS), (small, MS, 2 * MS),
+                             ("PjitFunction(step)", 28 * MS, 29 * MS)], names)
+    parts = _attribute(names, (0, 30 * MS), [], stepping=host, markers={0})
+    assert parts[(TimeCause.TRANSFERS, "DevicePutWithSharding", "python3")] == pytest.approx(2.097152)
+    assert parts[(TimeCause.UNTRACED, "", "python3")] == pytest.approx(30 - 2.097152 - 1)
+
+
+def test_copies_that_name_no_shape_or_go_to_the_host_leave_the_wait_after_them_untraced():
+    names: list[str] = []
+    host = _line("python3", [("train", 0, 30 * MS), ("DevicePut", MS, 2 * MS),
+                             ("np.asarray(jax.Array)", 10 * MS, 11 * MS), ("f32[65536,1024]", 10 * MS, 11 * MS),
+                             ("PjitFunction(step)", 28 * MS, 29 * MS)], names)
+    parts = _attribute(names, (0, 30 * MS), [], stepping=host, markers={0})
+    assert parts == {(TimeCause.TRANSFERS, "DevicePut + np.asarray(jax.Array)", "python3"): 2.0,
+                     (TimeCause.DISPATCH, "PjitFunction(step)", "python3"): 1.0,
+                     (TimeCause.UNTRACED, "", "python3"): 27.0}
+
+
+def test_a_round_trip_is_one_part_of_the_thread_named_by_its_costliest_calls():
+    """A device array copied to the host and back every step: the copy back waits in flight, and both directions
+    are one cost of the training thread's."""
+    names: list[str] = []
+    host = _line("python3", [("train", 0, 30 * MS), ("np.asarray(jax.Array)", 0, 20 * MS),
+                             ("DevicePutWithSharding", 20 * MS, 21 * MS), (BATCH, 20 * MS, 21 * MS),
+                             ("PjitFunction(step)", 28 * MS, 29 * MS)], names)
+    lane = _line("XLA Ops", [("%fusion.1 = f32[] fusion(...)", 29 * MS, 30 * MS)], names)
+    parts = _attribute(names, (0, 30 * MS), [[lane]], stepping=host, markers={0})
+    assert parts == {(TimeCause.TRANSFERS, "np.asarray(jax.Array) + DevicePutWithSharding", "python3"): 28.0,
+                     (TimeCause.DISPATCH, "PjitFunction(step)", "python3"): 1.0,
+                     (TimeCause.DEVICE_COMPUTE, "fusion", ""): 1.0}
+
+
+def test_a_wait_on_the_device_right_after_a_copy_to_it_is_the_copy_in_flight():
+    """With the Python tracer on, the wait for the copy is a traced block_until_ready: the copy still holds it,
+    the runtime's relayout meanwhile included; a wait on another thread's queue after it is not the copy's."""
+    names: list[str] = []
+    host = _line("python3", [("train", 0, 30 * MS), ("$api.py:2035 device_put", MS, 2 * MS), (BATCH, MS, 2 * MS),
+                             ("$array.py:310 block_until_ready", 2 * MS, 20 * MS),
+                             ("$queue.py:154 get", 20 * MS, 28 * MS), ("PjitFunction(step)", 28 * MS, 29 * MS)],
+                 names)
+    relayout = _line("futex-default-SDomainT/1", [("Transpose::Execute", 2 * MS, 10 * MS)], names)
+    loader = _line("loader", [("$data.py:5 read_batch", 20 * MS, 24 * MS)], names)
+    parts = _attribute(names, (0, 30 * MS), [], stepping=host, others=[relayout, _landed(names, 20), loader],
+                       markers={0})
+    assert parts == {(TimeCause.TRANSFERS, "$api.py:2035 device_put", "python3"): 19.0,
+                     (TimeCause.HOST_WORK, "$data.py:5 read_batch", "loader"): 4.0,
+                     (TimeCause.WAITING, "", "python3"): 4.0,
+                     (TimeCause.DISPATCH, "PjitFunction(step)", "python3"): 1.0,
+                     (TimeCause.UNTRACED, "", "python3"): 2.0}
+
+
+def test_a_copy_is_in_flight_through_the_step_s_dispatch_until_the_device_starts_its_next_program():
+    """The step is launched on the copied batch without waiting for it: the device starts the program once the
+    batch has landed, and the training thread's untraced wait for the step meanwhile is the copy; after the program
+    starts, its untraced time is its own again."""
+    names: list[str] = []
+    host = _line("python3", [("train", 0, 30 * MS), ("DevicePutWithSharding", MS, 2 * MS), (BATCH, MS, 2 * MS),
+                             ("PjitFunction(step)", 2 * MS, 3 * MS)], names)
+    lane = _line("XLA Ops", [("%fusion.1 = f32[] fusion(...)", 20 * MS, 22 * MS)], names)
+    parts = _attribute(names, (0, 30 * MS), [[lane]], stepping=host, markers={0})
+    assert parts == {(TimeCause.TRANSFERS, "DevicePutWithSharding", "python3"): 18.0,  # the call, then 3-20
+                     (TimeCause.DISPATCH, "PjitFunction(step)", "python3"): 1.0,
+                     (TimeCause.DEVICE_COMPUTE, "fusion", ""): 2.0,
+                     (TimeCause.UNTRACED, "", "python3"): 9.0}  # 0-1, 22-30
+
+
+def test_a_copy_the_thread_does_not_wait_for_leaves_its_untraced_work_untraced():
+    """The next batch is copied ahead while the thread works, untraced, for longer than the copy takes: the copy
+    landed long before the thread launched the step, so the thread was not waiting for it."""
+    names: list[str] = []
+    host = _line("python3", [("train", 0, 60 * MS), ("DevicePutWithSharding", MS, 2 * MS), (BATCH, MS, 2 * MS),
+                             ("PjitFunction(step)", 58 * MS, 59 * MS)], names)
+    relayout = _line("futex-default-SDomainT/1", [("Transpose::Execute", 2 * MS, 10 * MS)], names)
+    parts = _attribute(names, (0, 60 * MS), [], stepping=host, others=[relayout, _landed(names, 28)], markers={0})
+    assert parts == {(TimeCause.TRANSFERS, "DevicePutWithSharding", "python3"): 1.0,
+                     (TimeCause.TRANSFERS, "Transpose::Execute", "futex-default-SDomainT/1"): 8.0,
+                     (TimeCause.TRANSFERS, LANDED, "EventFDAsyncWorker/1"): 0.1,
+                     (TimeCause.DISPATCH, "PjitFunction(step)", "python3"): 1.0,
+                     (TimeCause.UNTRACED, "", "python3"): 49.9}
+
+
+def test_the_own_time_of_the_code_that_made_the_copy_while_it_waits_for_it_is_the_copy_in_flight():
+    """With the Python tracer on, the wait for the copy (block_until_ready, which it does not record) is the own
+    time of the function that called device_put, up to when the copy lands and the function goes on."""
+    names: list[str] = []
+    host = _line("python3", [("train", 0, 30 * MS), ("$train.py:63 to_device", 0, 29 * MS),
+                             ("$api.py:2035 device_put", MS, 2 * MS), (BATCH, MS, 2 * MS),
+                             ("$train.py:60 __exit__", 28 * MS, 29 * MS)], names)
+    parts = _attribute(names, (0, 30 * MS), [], stepping=host, others=[_landed(names, 28)], markers={0})
+    assert parts == {(TimeCause.TRANSFERS, "$api.py:2035 device_put", "python3"): 27.0,
+                     (TimeCause.HOST_WORK, "$train.py:60 __exit__", "python3"): 1.0,
+                     (TimeCause.HOST_WORK, "$train.py:63 to_device", "python3"): 1.0,
+                     (TimeCause.UNTRACED, "", "python3"): 1.0}
+
+
+def test_the_arrays_of_one_batch_copied_in_a_burst_are_in_flight_together():
+    """device_put of a batch of two arrays, the large one first: the thread launches the step at once and waits,
+    untraced, for it; the step starts when both have landed, the small one's call last."""
+    names: list[str] = []
+    host = _line("python3", [("train", 0, 30 * MS), ("DevicePutWithSharding", MS, 2 * MS), (BATCH, MS, 2 * MS),
+                             ("DevicePutWithSharding", 2_100_000, 2_200_000),
+                             ("PjRtCApiCompiler::BufferFromHostBuffer(s32[4096])", 2_100_000, 2_200_000),
+                             ("PjitFunction(step)", 2_300_000, 2_600_000)], names)
+    relayout = _line("futex-default-SDomainT/1", [("Transpose::Execute", 2_500_000, 10 * MS)], names)
+    lane = _line("XLA Ops", [("%fusion.1 = f32[] fusion(...)", 28_200_000, 29 * MS)], names)
+    parts = _attribute(names, (0, 30 * MS), [[lane]], stepping=host, others=[relayout, _landed(names, 28)],
+                       markers={0})
+    assert parts == {(TimeCause.TRANSFERS, "DevicePutWithSharding", "python3"): 26.7,  # calls 1.1, 2-2.1, 2.2-2.3,
+                     (TimeCause.DISPATCH, "PjitFunction(step)", "python3"): 0.3,  # 2.6-28
+                     (TimeCause.DEVICE_COMPUTE, "fusion", ""): 0.8,
+                     (TimeCause.UNTRACED, "", "python3"): 2.2}  # 0-1, 28-28.2, 29-30

@@ -324,3 +324,37 @@ def test_host_work_between_a_copy_off_the_device_and_a_copy_back_is_a_round_trip
     # Copies one way only: the same function is host work of no known kind.
     first = _findings(_host(activities=[work], attribution=attribution("DevicePut")))[0]
     assert first.title.endswith("waiting for the host")
+
+
+def test_a_copy_to_the_device_waited_for_every_step_is_the_p0_with_a_copy_ahead_fix(tmp_path):
+    """Each step device_puts a 256 MiB batch and waits for it, untraced, before the step: the wait is the copy."""
+    from evidence_support import MS, TraceBuild, analysis_of, jit_calls
+
+    starts = [i * 30 * MS for i in range(10)]
+    events = [event for s in starts for event in (
+        ("train", s, s + 30 * MS), ("DevicePutWithSharding", s + MS, s + 2 * MS),
+        ("PjRtCApiCompiler::BufferFromHostBuffer(f32[65536,1024])", s + MS, s + 2 * MS))]
+    build = TraceBuild(DeviceKind.TPU).host(events + jit_calls("step", [s + 28 * MS for s in starts], MS // 2),
+                                            markers=("train",), thread="python3")
+    build.lane("/device:TPU:0", [("%fusion.1 = f32[] fusion(...)", s + 29 * MS, s + 30 * MS) for s in starts],
+               "XLA Ops")
+    host = build.evidence(tmp_path)
+    top = host.attribution.parts[0]
+    assert (top.cause, top.name, top.thread) == (TimeCause.TRANSFERS, "DevicePutWithSharding", "python3")
+    assert top.share == pytest.approx(27.5 / 30, abs=0.01)  # the call, then the wait until the step runs
+    finding = analysis_of(host).findings[0]
+    assert finding.priority is Priority.P0 and finding.category is FindingCategory.DATA_MOVEMENT
+    assert "92% of each step" in finding.title and "copied between host and device memory" in finding.title
+    assert any(line.startswith('host-to-device copy "DevicePutWithSharding"') for line in finding.evidence)
+    assert any("in flight" in line for line in finding.evidence)
+    assert not any("untraced host time" in line for line in finding.evidence)
+    assert "device_put the next batch while the current step runs" in finding.fix
+    assert "background thread that prepares" not in _said(finding)
+
+
+@pytest.mark.parametrize(("framework", "ahead"), [
+    (Framework.JAX, "jax.device_put the next batch"), (Framework.TENSORFLOW, "prefetch"),
+    (Framework.PYTORCH_XLA, "MpDeviceLoader"), (Framework.UNKNOWN, "jax.device_put the next batch")])
+def test_the_copies_fix_keeps_data_on_the_device_and_copies_new_input_ahead(framework, ahead):
+    fix = frameworks.cause_fix(HostCause.TRANSFERS, framework)
+    assert "on the device" in fix and ahead in fix and "smaller dtypes" in fix
