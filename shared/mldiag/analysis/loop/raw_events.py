@@ -854,6 +854,8 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
         between_steps=_activities(trace, host.between_ns, host.between_count, max(1, len(gaps)), mean_iteration_ns,
                                   host.dispatching, host.between_own, host.thread),
         dispatched=_activities(trace, host.dispatched_ns, host.dispatched, count, mean_step_ns, host.dispatching),
+        dispatch_origins=_activities(trace, host.origin_ns, host.origin_count, count, mean_step_ns, host.dispatching,
+                                     thread=host.thread),
         thread_wait_ms_per_step=host.thread_wait_idle_ns / count / 1e6,
         while_waiting=[HostActivity(name=name, thread=thread, count_per_step=0.0, ms_per_step=ns / count / 1e6,
                                     self_ms_per_step=ns / count / 1e6, share_of_step=ns / count / mean_iteration_ns)
@@ -946,6 +948,9 @@ class _HostSide:
     transfer_idle_ns: np.ndarray  # the devices idle meanwhile
     read_ns: np.ndarray  # per name: calls from the step's code that read device values back, within steps
     read_count: np.ndarray
+    origin_count: np.ndarray  # per name: the stepping thread's outermost dispatches within steps that its events
+    # make (:func:`_dispatch_origins`)
+    origin_ns: np.ndarray  # and those dispatches' time
     thread: str  # the stepping thread's line
     moving_idle_ns: float  # loop time any host thread copies between host and device while the devices idle
 
@@ -1072,6 +1077,7 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
     activity_keep, between_keep, outer_dispatch, durations, driving = [], [], [], [], []
     owned: dict[str, list[list[np.ndarray]]] = {"activity": [], "between": []}
     transfer_keep, transfer_idle, read_keep = [], [], []
+    origin_count, origin_ns = np.zeros(len(trace.names)), np.zeros(len(trace.names))
     for line in trace.host_lines:
         step = _step_of(windows, line.starts)
         calls = _outermost(line, is_dispatch)
@@ -1105,6 +1111,11 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
         # What an event spends in the loop: a call begun in the last step may go on after the loop's end.
         starts = np.clip(line.starts, windows[0, 0], windows[-1, 1])
         durations.append((np.clip(line.ends, starts, windows[-1, 1]) - starts).astype(np.float64))
+        if is_stepping:
+            origin = _dispatch_origins(line, outermost, is_marker)
+            made = outermost & (origin >= 0)
+            origin_count += np.bincount(line.ids[origin[made]], minlength=len(trace.names))
+            origin_ns += np.bincount(line.ids[origin[made]], weights=durations[-1][made], minlength=len(trace.names))
     ones = [np.ones(len(d)) for d in durations]
     compile_ns = _Union(np.concatenate(compile_starts or [np.zeros(0, np.int64)]),
                         np.concatenate(compile_ends or [np.zeros(0, np.int64)])).covered(windows)
@@ -1144,11 +1155,45 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
         transfer_count=_per_name(trace, trace.host_lines, ones, transfer_keep),
         transfer_idle_ns=_per_name(trace, trace.host_lines, transfer_idle, transfer_keep),
         read_ns=_per_name(trace, trace.host_lines, durations, read_keep),
+        origin_count=origin_count,
+        origin_ns=origin_ns,
         read_count=_per_name(trace, trace.host_lines, ones, read_keep),
         thread=stepping[0].name if stepping else "",
         moving_idle_ns=float(_idle_cover(busy_unions, np.column_stack(
             host_time.intersection(moving.starts, moving.ends, loop[:, 0], loop[:, 1]))).sum()),
     )
+
+
+def _dispatch_origins(line: _Line, dispatches: np.ndarray, is_excluded: np.ndarray) -> np.ndarray:
+    """For each event of ``line``, where the jit dispatch it is (``dispatches`` flags them) comes from: the
+    innermost event enclosing it that encloses dispatches of more than one program, and is not ``is_excluded``
+    by name (a step marker); -1 for other events and where none does.
+
+    Code that runs op by op makes its dispatches through one wrapper per operation (``__mul__``, a ufunc's
+    ``__call__``, each enclosing one program's dispatch), whatever the file it is in; the function that
+    calls those operations one after the other (an optimizer's update run eagerly) is the first to enclose
+    several programs.
+    """
+    flagged = np.flatnonzero(dispatches)
+    rows, ancestors = [], []
+    row, up = np.arange(len(flagged)), line.parents[flagged]
+    while len(row):
+        inside = up >= 0
+        row, up = row[inside], up[inside]
+        rows.append(row)
+        ancestors.append(up)
+        up = line.parents[up]
+    origin = np.full(len(line), -1, dtype=np.int64)
+    if not rows:
+        return origin
+    row, ancestor = np.concatenate(rows), np.concatenate(ancestors)  # each dispatch's ancestors, innermost first
+    programs = line.ids[flagged[row]]
+    pairs = np.unique(ancestor * (int(line.ids.max()) + 1) + programs)
+    kinds = np.bincount(pairs // (int(line.ids.max()) + 1), minlength=len(line))
+    candidate = (kinds[ancestor] > 1) & ~is_excluded[line.ids[ancestor]]
+    found, first = np.unique(row[candidate], return_index=True)
+    origin[flagged[found]] = ancestor[candidate][first]
+    return origin
 
 
 def _calls_that_read(line: _Line, drives: np.ndarray, is_named: np.ndarray, is_read: np.ndarray) -> np.ndarray:
