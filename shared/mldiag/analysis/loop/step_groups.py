@@ -115,13 +115,14 @@ def occasional(sequence: np.ndarray, device_ns: dict[int, float]) -> set[int]:
     device time, unless it is an apply: launched once per period of the sequence, after at most
     ``MAX_MICRO_BATCHES`` runs of the main program (micro-batches, then their apply, however cheap). A
     sequence whose period is not one of whole programs is code run op by op (a benchmark's inputs made
-    between its calls), with nothing occasional in it.
+    between its calls), with nothing occasional in it; nor is anything occasional where no device work is
+    recorded.
     """
     names, counts = np.unique(sequence, return_counts=True)
-    if len(names) < 2:
+    total = sum(device_ns.get(name, 0.0) for name in names.tolist())
+    if len(names) < 2 or total <= 0:
         return set()
     launched = dict(zip(names.tolist(), counts.tolist()))
-    total = sum(device_ns.get(name, 0.0) for name in launched) or 1.0
     main = max(launched, key=lambda name: (device_ns.get(name, 0.0), launched[name]))
     period = repeating_period(sequence)
     cycle = sequence[:period] if period is not None else sequence[:0]

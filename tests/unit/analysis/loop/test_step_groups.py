@@ -61,6 +61,7 @@ def test_programs_run_now_and_then_for_little_device_work_are_occasional():
     assert occasional(np.array([1, 2] * 6), {1: 99.0, 2: 1.0}) == set()
     # A benchmark's inputs made op by op between its calls are no loop of whole programs.
     assert occasional(np.array([1, 2, 1, 2, 3, 3, 3] * 6), {1: 2.0, 2: 4.0, 3: 94.0}) == set()
+    assert occasional(saving, {}) == set()  # no device work recorded: no share to judge by
 
 
 # --- warm-up and recompilation --------------------------------------------------------------------------
