@@ -257,6 +257,10 @@ class HostEvidence:
     host_activities: list[HostActivity] = field(default_factory=list)
     between_steps: list[HostActivity] = field(default_factory=list)  # the stepping thread's work in the gaps
     dispatched: list[HostActivity] = field(default_factory=list)  # jit programs launched from the host, per step
+    # Where those dispatches come from on the stepping thread: for each, the innermost function or scope that
+    # encloses dispatches of more than one program (the code run op by op, not the wrapper of one operation);
+    # ``count_per_step``: the dispatches it makes per step, ``ms_per_step``: their time.
+    dispatch_origins: list[HostActivity] = field(default_factory=list)
     # The stepping thread waiting on other host threads (a queue's get, a lock) while every device idles.
     thread_wait_ms_per_step: float = 0.0
     # Other threads' innermost functions while the stepping thread waits (on them or on the devices) and the

@@ -70,9 +70,11 @@ from mldiag.analysis.host_evidence import (
 from mldiag.analysis.loop import host_time
 from mldiag.analysis.loop.attribution import LOADER_ROLE, LOADER_THREAD, UNNAMED_THREAD, Device, Window, attribute
 from mldiag.analysis.loop.step_groups import (
+    MAX_MICRO_BATCHES,
     MIN_REPEATS,
     iteration_start,
     leading_warmup,
+    occasional,
     repeating_period,
     slow_split,
     whole_programs,
@@ -108,7 +110,6 @@ STEP_PROGRAM_REPEATS = 4  # a step program is called at least this many times as
 NAMED_DIFFERENCE = 0.5  # slow-step differences named: those of at least this share of the largest
 CAUSE_DIFFERENCE = 0.9  # the cause: the innermost event of at least this share of the largest difference
 MAX_DIFFERENCES = 5
-MAX_MICRO_BATCHES = 8  # calls of the step program per repeated sequence that still make one iteration
 FirstSeen = Callable[[int, dict[str, Any]], None]  # told each new name's id and the stats of its first event
 _HLO_NAME = re.compile(r"^%?([^\s=]+)\s+=")
 
@@ -456,6 +457,19 @@ class _Steps:
     iteration: list[str] = field(default_factory=list)  # program runs: one iteration's launches, in order
 
 
+@dataclass
+class _Iteration:
+    """What the loop repeats without step markers: ``first`` launched right after ``before`` starts an iteration,
+    among the launches of the programs in ``defining``; ``programs`` is one iteration's launches in order, and
+    ``occasional`` whether other programs run now and then inside iterations."""
+
+    first: int
+    before: int
+    programs: list[int]
+    defining: np.ndarray
+    occasional: bool
+
+
 def _outermost(line: _Line, flagged: np.ndarray) -> np.ndarray:
     """Which events are ``flagged`` by name with no flagged event around them (JAX nests a duplicate dispatch)."""
     chosen = flagged[line.ids]
@@ -479,7 +493,7 @@ def _last_lane_end(lines: list[_Line], since: int) -> int:
     return max(ends, default=since)
 
 
-def _steps(trace: _Trace, launches: dict[str, _Launches]) -> _Steps:
+def _steps(trace: _Trace, launches: dict[str, _Launches], busy_name: np.ndarray) -> _Steps:
     """The step windows, most trustworthy source first.
 
     With step markers the step is the marker; with a device ``Steps`` line each
@@ -501,21 +515,23 @@ def _steps(trace: _Trace, launches: dict[str, _Launches]) -> _Steps:
         windows = windows[np.argsort(windows[:, 0], kind="stable")]
         return _Steps(StepSource.STEP_MARKERS, trace.names[marker], windows, dict.fromkeys(devices, windows))
     reference = launches.get("") or next(iter(launches.values()), None)
-    iteration = _iteration(reference) if reference is not None else None
+    all_lanes = [line for lines in trace.lanes.values() for line in lines]
+    iteration = _iteration(reference, _device_ns_by_program(reference, all_lanes, busy_name)) if (
+        reference is not None) else None
     own = {device: np.column_stack((steps.starts, steps.ends))
            for device, steps in trace.device_steps.items() if device in trace.lanes}
-    if own and not (iteration is not None and len(iteration[2]) > 1 and _step_per_run(trace)):
+    several = iteration is not None and (len(iteration.programs) > 1 or iteration.occasional)
+    if own and not (several and _step_per_run(trace)):
         return _Steps(StepSource.DEVICE_STEPS, "", next(iter(own.values())), own)
     if iteration is not None:
-        first, before, cycle = iteration
         by_device = {}
         for device in devices:
             if "" in launches or device in launches:
                 runs = launches.get("") or launches[device]
-                by_device[device] = _period_windows(runs, _iteration_starts(runs, first, before), trace.lanes[device])
-        host = _period_windows(reference, _iteration_starts(reference, first, before),
-                               [line for lines in trace.lanes.values() for line in lines])
-        return _Steps(StepSource.PROGRAM_RUNS, trace.names[first], host, by_device,
+                by_device[device] = _period_windows(runs, _iteration_starts(runs, iteration), trace.lanes[device])
+        host = _period_windows(reference, _iteration_starts(reference, iteration), all_lanes)
+        cycle = iteration.programs
+        return _Steps(StepSource.PROGRAM_RUNS, trace.names[iteration.first], host, by_device,
                       [trace.names[index] for index in cycle] if len(cycle) > 1 else [])
     active = [line for lines in trace.lanes.values() for line in lines if len(line)] or [
         line for line in trace.host_lines if len(line)]
@@ -530,63 +546,85 @@ def _steps(trace: _Trace, launches: dict[str, _Launches]) -> _Steps:
 def _step_per_run(trace: _Trace) -> bool:
     """Whether each device's ``Steps`` line numbers every program run as a step of its own, as a TPU does for
     a loop without step markers: such steps say no more than the runs (an iteration of several programs is
-    several of them)."""
+    several of them, and so is a step with an occasional copy)."""
     return all(device in trace.program_runs and len(steps) == len(trace.program_runs[device])
                for device, steps in trace.device_steps.items())
 
 
-def _iteration(launches: _Launches) -> tuple[int, int, list[int]] | None:
-    """The launches that start an iteration: the program called again and again, or the first program of the
-    sequence of several that the loop repeats; as (that program, the program launched just before it, one
-    iteration's launches in order), None when the launches repeat neither.
+def _iteration(launches: _Launches, device_ns: dict[int, float]) -> _Iteration | None:
+    """What starts an iteration: the program called again and again, or the first program of the sequence of
+    several that the loop repeats; None when the launches repeat neither.
 
     A sequence of whole programs (:func:`whole_programs`) is the iteration when the single program's rule does
     not hold, or when the step program runs at most ``MAX_MICRO_BATCHES`` times per period of the sequence
     (micro-batches before an apply); beyond that the others are occasional work between steps (an eval every
-    hundred steps), and one call of the step program is one step. One-off programs (initialisation) are left
-    out of the sequence.
+    hundred steps), and one call of the step program is one step. One-off programs (initialisation) and
+    programs run now and then for little device work (:func:`~mldiag.analysis.loop.step_groups.occasional`,
+    given each program's device work in ``device_ns``) are left out of the sequence.
     """
     if not len(launches):
         return None
-    program = _step_program(launches)
     names, calls = np.unique(launches.ids, return_counts=True)
-    sequence = launches.ids[np.isin(launches.ids, names[calls >= MIN_REPEATS])]
+    repeated = names[calls >= MIN_REPEATS]
+    extra = np.array(sorted(occasional(launches.ids[np.isin(launches.ids, repeated)], device_ns)), dtype=np.int64)
+    defining = np.setdiff1d(repeated, extra)
+    program = _step_program(launches.ids[~np.isin(launches.ids, extra)])
+    sequence = launches.ids[np.isin(launches.ids, defining)]
     period = repeating_period(sequence)
     if period is not None:
         cycle = sequence[:period]
         if program is None or np.count_nonzero(cycle == program) <= MAX_MICRO_BATCHES:
             ordered = np.roll(cycle, -iteration_start(cycle))
             if whole_programs(ordered):
-                return int(ordered[0]), int(ordered[-1]), ordered.tolist()
-    return None if program is None else (program, program, [program])
+                return _Iteration(int(ordered[0]), int(ordered[-1]), ordered.tolist(), defining, bool(len(extra)))
+    if program is None:
+        return None
+    return _Iteration(program, program, [program], defining, bool(len(extra)))
 
 
-def _iteration_starts(launches: _Launches, first: int, before: int) -> np.ndarray:
-    """Which launches start an iteration: each of ``first`` right after ``before`` (one-off programs aside), or
-    every launch of ``first`` when it is the only program of the iteration."""
+def _iteration_starts(launches: _Launches, iteration: _Iteration) -> np.ndarray:
+    """Which launches start an iteration: each of its first program right after its last one, among the
+    launches of the programs that define it, or every launch of its program when it is the only one."""
+    first, before = iteration.first, iteration.before
     if first == before:
         return launches.ids == first
-    names, calls = np.unique(launches.ids, return_counts=True)
-    repeated = np.flatnonzero(np.isin(launches.ids, names[calls >= MIN_REPEATS]))
-    ids = launches.ids[repeated]
+    defining = np.flatnonzero(np.isin(launches.ids, iteration.defining))
+    ids = launches.ids[defining]
     previous = np.concatenate(([before], ids[:-1]))
     chosen = np.zeros(len(launches), dtype=bool)
-    chosen[repeated[(ids == first) & (previous == before)]] = True
+    chosen[defining[(ids == first) & (previous == before)]] = True
     return chosen
 
 
-def _step_program(launches: _Launches) -> int | None:
-    """The program called again and again, each other program at most a quarter as often (one-off calls, such
-    as initialisation, aside); None when there is no such program."""
-    if not len(launches):
+def _step_program(ids: np.ndarray) -> int | None:
+    """The program of ``ids`` (launches in order) called again and again, each other program at most a quarter
+    as often (one-off calls, such as initialisation, aside); None when there is no such program."""
+    if not len(ids):
         return None
-    names, calls = np.unique(launches.ids, return_counts=True)
+    names, calls = np.unique(ids, return_counts=True)
     order = np.argsort(-calls, kind="stable")
     most = int(calls[order[0]])
     others = calls[order[1:]]
     if most < 2 or (others > max(1, most // STEP_PROGRAM_REPEATS)).any():
         return None
     return int(names[order[0]])
+
+
+def _launch_windows(launches: _Launches, lanes: list[_Line]) -> np.ndarray:
+    """One window per launch, from its start to the next launch's; the last ends with its device work."""
+    last_end = max(int(launches.ends.max()), _last_lane_end(lanes, int(launches.starts[-1])))
+    windows = np.column_stack((launches.starts, np.append(launches.starts[1:], last_end)))
+    windows[:, 1] = np.maximum(windows[:, 1], windows[:, 0])
+    return windows
+
+
+def _device_ns_by_program(launches: _Launches, lanes: list[_Line], busy_name: np.ndarray) -> dict[int, float]:
+    """Per program id: the device work (the lanes' busy union) from each of its launches to the next launch."""
+    if not len(launches):
+        return {}
+    covered = _union_of(lanes, busy_name).covered(_launch_windows(launches, lanes))
+    names, inverse = np.unique(launches.ids, return_inverse=True)
+    return dict(zip(names.tolist(), np.bincount(inverse, weights=covered).tolist()))
 
 
 def _period_windows(launches: _Launches, runs: np.ndarray, lanes: list[_Line]) -> np.ndarray:
@@ -734,10 +772,10 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
     is_dispatch = trace.mask(lambda name: name.startswith(DISPATCH_PREFIX))
     _name_threads_apart(trace, is_dispatch)
     launches = _launches(trace, is_dispatch)
-    steps = _closed(trace, _steps(trace, launches), is_dispatch)
+    busy_name = ~trace.mask(lambda name: name.startswith(NOT_BUSY))
+    steps = _closed(trace, _steps(trace, launches, busy_name), is_dispatch)
     windows = steps.windows
     count = len(windows)
-    busy_name = ~trace.mask(lambda name: name.startswith(NOT_BUSY))
     measured = {device: trace.lanes[device] for device in steps.device_windows}
     device_windows = list(steps.device_windows.values())
     busy_unions = [_union_of(lines, busy_name) for lines in measured.values()]
@@ -816,6 +854,8 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
         between_steps=_activities(trace, host.between_ns, host.between_count, max(1, len(gaps)), mean_iteration_ns,
                                   host.dispatching, host.between_own, host.thread),
         dispatched=_activities(trace, host.dispatched_ns, host.dispatched, count, mean_step_ns, host.dispatching),
+        dispatch_origins=_activities(trace, host.origin_ns, host.origin_count, count, mean_step_ns, host.dispatching,
+                                     thread=host.thread),
         thread_wait_ms_per_step=host.thread_wait_idle_ns / count / 1e6,
         while_waiting=[HostActivity(name=name, thread=thread, count_per_step=0.0, ms_per_step=ns / count / 1e6,
                                     self_ms_per_step=ns / count / 1e6, share_of_step=ns / count / mean_iteration_ns)
@@ -908,6 +948,9 @@ class _HostSide:
     transfer_idle_ns: np.ndarray  # the devices idle meanwhile
     read_ns: np.ndarray  # per name: calls from the step's code that read device values back, within steps
     read_count: np.ndarray
+    origin_count: np.ndarray  # per name: the stepping thread's outermost dispatches within steps that its events
+    # make (:func:`_dispatch_origins`)
+    origin_ns: np.ndarray  # and those dispatches' time
     thread: str  # the stepping thread's line
     moving_idle_ns: float  # loop time any host thread copies between host and device while the devices idle
 
@@ -1034,6 +1077,7 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
     activity_keep, between_keep, outer_dispatch, durations, driving = [], [], [], [], []
     owned: dict[str, list[list[np.ndarray]]] = {"activity": [], "between": []}
     transfer_keep, transfer_idle, read_keep = [], [], []
+    origin_count, origin_ns = np.zeros(len(trace.names)), np.zeros(len(trace.names))
     for line in trace.host_lines:
         step = _step_of(windows, line.starts)
         calls = _outermost(line, is_dispatch)
@@ -1067,6 +1111,11 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
         # What an event spends in the loop: a call begun in the last step may go on after the loop's end.
         starts = np.clip(line.starts, windows[0, 0], windows[-1, 1])
         durations.append((np.clip(line.ends, starts, windows[-1, 1]) - starts).astype(np.float64))
+        if is_stepping:
+            origin = _dispatch_origins(line, outermost, is_marker)
+            made = outermost & (origin >= 0)
+            origin_count += np.bincount(line.ids[origin[made]], minlength=len(trace.names))
+            origin_ns += np.bincount(line.ids[origin[made]], weights=durations[-1][made], minlength=len(trace.names))
     ones = [np.ones(len(d)) for d in durations]
     compile_ns = _Union(np.concatenate(compile_starts or [np.zeros(0, np.int64)]),
                         np.concatenate(compile_ends or [np.zeros(0, np.int64)])).covered(windows)
@@ -1106,11 +1155,45 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
         transfer_count=_per_name(trace, trace.host_lines, ones, transfer_keep),
         transfer_idle_ns=_per_name(trace, trace.host_lines, transfer_idle, transfer_keep),
         read_ns=_per_name(trace, trace.host_lines, durations, read_keep),
+        origin_count=origin_count,
+        origin_ns=origin_ns,
         read_count=_per_name(trace, trace.host_lines, ones, read_keep),
         thread=stepping[0].name if stepping else "",
         moving_idle_ns=float(_idle_cover(busy_unions, np.column_stack(
             host_time.intersection(moving.starts, moving.ends, loop[:, 0], loop[:, 1]))).sum()),
     )
+
+
+def _dispatch_origins(line: _Line, dispatches: np.ndarray, is_excluded: np.ndarray) -> np.ndarray:
+    """For each event of ``line``, where the jit dispatch it is (``dispatches`` flags them) comes from: the
+    innermost event enclosing it that encloses dispatches of more than one program, and is not ``is_excluded``
+    by name (a step marker); -1 for other events and where none does.
+
+    Code that runs op by op makes its dispatches through one wrapper per operation (``__mul__``, a ufunc's
+    ``__call__``, each enclosing one program's dispatch), whatever the file it is in; the function that
+    calls those operations one after the other (an optimizer's update run eagerly) is the first to enclose
+    several programs.
+    """
+    flagged = np.flatnonzero(dispatches)
+    rows, ancestors = [], []
+    row, up = np.arange(len(flagged)), line.parents[flagged]
+    while len(row):
+        inside = up >= 0
+        row, up = row[inside], up[inside]
+        rows.append(row)
+        ancestors.append(up)
+        up = line.parents[up]
+    origin = np.full(len(line), -1, dtype=np.int64)
+    if not rows:
+        return origin
+    row, ancestor = np.concatenate(rows), np.concatenate(ancestors)  # each dispatch's ancestors, innermost first
+    programs = line.ids[flagged[row]]
+    pairs = np.unique(ancestor * (int(line.ids.max()) + 1) + programs)
+    kinds = np.bincount(pairs // (int(line.ids.max()) + 1), minlength=len(line))
+    candidate = (kinds[ancestor] > 1) & ~is_excluded[line.ids[ancestor]]
+    found, first = np.unique(row[candidate], return_index=True)
+    origin[flagged[found]] = ancestor[candidate][first]
+    return origin
 
 
 def _calls_that_read(line: _Line, drives: np.ndarray, is_named: np.ndarray, is_read: np.ndarray) -> np.ndarray:
@@ -1186,10 +1269,7 @@ def _programs(trace: _Trace, launches: dict[str, _Launches], measured: dict[str,
     reference = launches.get("") or next(iter(launches.values()), None)
     if reference is None or not len(reference):
         return [], 0, 0, None
-    lanes = [line for lines in measured.values() for line in lines]
-    last_end = max(int(reference.ends.max()), _last_lane_end(lanes, int(reference.starts[-1])))
-    windows = np.column_stack((reference.starts, np.append(reference.starts[1:], last_end)))
-    windows[:, 1] = np.maximum(windows[:, 1], windows[:, 0])
+    windows = _launch_windows(reference, [line for lines in measured.values() for line in lines])
     busy = np.mean([union.covered(windows) for union in busy_unions], axis=0) if busy_unions else np.zeros(
         len(windows))
     names, inverse, calls = np.unique(reference.ids, return_inverse=True, return_counts=True)

@@ -9,7 +9,10 @@ Pure array rules on per-step and per-launch values, used by the raw-event read
   from the others (:func:`slow_split`);
 * **iteration**: without step markers, the shortest sequence of program
   launches that the loop repeats (a train and an eval program; micro-batches
-  then an apply), found as the period of the launch sequence.
+  then an apply), found as the period of the launch sequence; programs the
+  loop runs now and then for little device time (a copy of the parameters for
+  a save every tenth step) are occasional work inside an iteration, not part
+  of what defines it (:func:`occasional`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ PERIOD_MATCH = 0.9  # share of launches that repeat the one a period earlier, fo
 MAX_PERIOD = 64
 MIN_REPEATS = 2  # calls of a program for it to be in the sequence (one-off programs aside)
 MIN_PERIODS = 3  # periods the sequence holds for it to be the loop's iteration
+MAX_MICRO_BATCHES = 8  # runs of the main program per repeated sequence that still make one iteration
+OCCASIONAL_SHARE = 0.05  # device time share below which a program run less often than the main one is occasional
 
 
 def leading_warmup(holds_first_compile: np.ndarray) -> int:
@@ -100,3 +105,30 @@ def iteration_start(cycle: np.ndarray) -> int:
         if run > best_run:
             best, best_run = start, run
     return best
+
+
+def occasional(sequence: np.ndarray, device_ns: dict[int, float]) -> set[int]:
+    """The programs of a launch sequence that are occasional work inside iterations rather than part of them.
+
+    The main program is the one with the most device work (``device_ns``, per program id). A program is
+    occasional when it is launched less often than the main one and holds under ``OCCASIONAL_SHARE`` of the
+    device time, unless it is an apply: launched once per period of the sequence, after at most
+    ``MAX_MICRO_BATCHES`` runs of the main program (micro-batches, then their apply, however cheap). A
+    sequence whose period is not one of whole programs is code run op by op (a benchmark's inputs made
+    between its calls), with nothing occasional in it; nor is anything occasional where no device work is
+    recorded.
+    """
+    names, counts = np.unique(sequence, return_counts=True)
+    total = sum(device_ns.get(name, 0.0) for name in names.tolist())
+    if len(names) < 2 or total <= 0:
+        return set()
+    launched = dict(zip(names.tolist(), counts.tolist()))
+    main = max(launched, key=lambda name: (device_ns.get(name, 0.0), launched[name]))
+    period = repeating_period(sequence)
+    cycle = sequence[:period] if period is not None else sequence[:0]
+    if period is not None and not whole_programs(np.roll(cycle, -iteration_start(cycle))):
+        return set()
+    micro_batches = period is not None and np.count_nonzero(cycle == main) <= MAX_MICRO_BATCHES
+    return {name for name, count in launched.items()
+            if count < launched[main] and device_ns.get(name, 0.0) < OCCASIONAL_SHARE * total
+            and not (micro_batches and np.count_nonzero(cycle == name) == 1)}

@@ -145,7 +145,7 @@ class Catalogue:
         events = {issue.runs_as for issues in analysis.hlo_issues.values() for issue in issues}
         for host in analysis.hosts:
             events.update(item.name for item in (*host.top_ops, *host.host_activities, *host.between_steps,
-                                                 *host.dispatched, *host.programs))
+                                                 *host.dispatched, *host.dispatch_origins, *host.programs))
             events.add(host.step_marker)
         return cls(modules, frozenset(events - {""}))
 

@@ -40,7 +40,9 @@ covers the steps and the host's gaps between them, which between_steps names. A 
 self_ms_per_step is what it costs: its time while the devices idle, outside its jit dispatches, compilations, \
 copies and waits; owners are the functions inside it that hold that time. while_waiting names what other \
 host threads ran while the training thread waited on them (thread_wait_ms_per_step) or on the devices, and \
-transfers the copies between host and device memory. Where time_attribution is given, \
+transfers the copies between host and device memory. dispatch_origins names the functions the jit \
+dispatches come from (each dispatch's innermost function that makes dispatches of several programs). \
+Where time_attribution is given, \
 it splits a host's loop (loop_ms, from the first step's start to the last step's end) into parts that sum to it, \
 largest first: each part's cause, its name (op family, function, scope or program) and thread, its ms over the \
 whole loop and its share of the loop; useful marks the devices doing the model's work; step_share is how its \

@@ -80,7 +80,8 @@ def profile_names(analysis: Analysis) -> set[str]:
         names.update((host.host, host.file, host.step_marker, *host.compute_lanes))
         for op in host.top_ops:
             names.update((op.name, op.expression))
-        names.update(a.name for a in (*host.host_activities, *host.between_steps, *host.dispatched, *host.programs))
+        names.update(a.name for a in (*host.host_activities, *host.between_steps, *host.dispatched,
+                                      *host.dispatch_origins, *host.programs))
         for activity in (*host.host_activities, *host.between_steps, *host.while_waiting, *host.transfers):
             names.update((activity.name, activity.thread, *(owner.name for owner in activity.owners)))
         for family in host.op_families.values():

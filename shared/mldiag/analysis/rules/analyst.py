@@ -101,6 +101,8 @@ NAMED_CAUSE_P0 = 0.10
 NAMED_CAUSES = frozenset({HostCause.CHECKPOINT, HostCause.DEVICE_SYNC, HostCause.PRODUCER_THREAD,
                           HostCause.BATCH_MAKING, HostCause.ROUND_TRIP})
 OP_BY_OP_DISPATCHES = 50  # jit dispatches per step that mean the step is not one program
+DISPATCH_ORIGIN_FLOOR = 0.1  # share of the dispatches a function makes for the op-by-op finding to name it
+MAX_DISPATCH_ORIGINS = 3
 OFTEN_DISPATCHED = 10  # op-by-op dispatches per step of one kind of data-moving op
 COMPILE_PRIORITIES = ((0.25, Priority.P0), (0.05, Priority.P1), (0.0, Priority.P2))
 COMMUNICATION_PRIORITIES = ((0.30, Priority.P0), (0.15, Priority.P1), (0.05, Priority.P2))
@@ -486,6 +488,8 @@ def _dispatch_overhead(host: HostEvidence, kernels: list[KernelShare]) -> Findin
     priority = Priority.P0 if idle >= IDLE_PRIORITIES[0][0] else Priority.P1
     framework = frameworks.detect([host])
     device = _LANES[host.device_kind.value]
+    origins = [origin for origin in host.dispatch_origins[:MAX_DISPATCH_ORIGINS]
+               if origin.count_per_step >= DISPATCH_ORIGIN_FLOOR * host.dispatches_per_step]
     if host.step_source is StepSource.PROFILE_WINDOW:
         per = "capture"
         count = f"{host.launches} jit dispatches in the capture, no steps"
@@ -503,6 +507,8 @@ def _dispatch_overhead(host: HostEvidence, kernels: list[KernelShare]) -> Findin
              "between launches.",
         evidence=[
             count,
+            *(f"the dispatches come from {quoted(origin.name)} ({origin.count_per_step:.0f} per {per}, "
+              f"{origin.ms_per_step:.2f} ms per {per})" for origin in origins),
             f"compute busy {host.busy_fraction or 0.0:.1%} of the {span:.2f} ms {per}",
             *(f"{quoted(a.name)}: {a.count_per_step:.0f} per {per}, {a.ms_per_step:.2f} ms per {per}"
               for a in host.dispatched[:4]),
@@ -510,7 +516,8 @@ def _dispatch_overhead(host: HostEvidence, kernels: list[KernelShare]) -> Findin
         ],
         impact=f"{host.dispatch_ms_per_step:.1f} ms per {per} is spent dispatching and {idle * span:.1f} ms of the "
                f"{span:.1f} ms {per} leaves compute idle; one fused program usually removes most of it.",
-        fix=frameworks.one_program_fix(framework, on_gpu=host.device_kind is DeviceKind.GPU),
+        fix=frameworks.one_program_fix(framework, on_gpu=host.device_kind is DeviceKind.GPU,
+                                       named_function=bool(origins)),
     )
 
 

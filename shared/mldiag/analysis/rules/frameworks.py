@@ -81,10 +81,20 @@ _ONE_PROGRAM = {
                        "torch.compile) so the compiler fuses the small ops into a few kernels",
 }
 
+_ONE_FUNCTION = {
+    Framework.JAX: "jit the function the dispatches come from (named in the evidence) with jax.jit, so that its "
+                   "operations run as one program",
+    Framework.UNKNOWN: "compile the function the dispatches come from (named in the evidence) as one program",
+}
 
-def one_program_fix(framework: Framework, on_gpu: bool) -> str:
-    """How to turn a step executed op by op into one compiled program."""
-    fix = _ONE_PROGRAM[framework][0].upper() + _ONE_PROGRAM[framework][1:] + "."
+
+def one_program_fix(framework: Framework, on_gpu: bool, named_function: bool = False) -> str:
+    """How to turn a step executed op by op into one compiled program; first the function the operations come
+    from when the evidence names it."""
+    fix = _ONE_PROGRAM[framework]
+    if named_function:
+        fix = f"{_ONE_FUNCTION.get(framework, _ONE_FUNCTION[Framework.UNKNOWN])}, or {fix}"
+    fix = fix[0].upper() + fix[1:] + "."
     if on_gpu:
         fix += (" On GPU, what stays a sequence of small kernels launches cheaper as a CUDA/HIP graph (XLA's "
                 "command buffers, --xla_gpu_enable_command_buffer, on by default in recent JAX).")

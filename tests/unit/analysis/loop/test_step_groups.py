@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from analysis_support import xplane
-from evidence_support import MS, TraceBuild, allocations, analysis_of, assessed, jit_calls
+from evidence_support import MS, Events, TraceBuild, allocations, analysis_of, assessed, jit_calls
 
 from mldiag.analysis.host_evidence import DeviceKind, Distribution, HostActivity, HostEvidence, StepSource
 from mldiag.analysis.loop.raw_events import read_host_evidence
-from mldiag.analysis.loop.step_groups import iteration_start, repeating_period, slow_split, whole_programs
+from mldiag.analysis.loop.step_groups import iteration_start, occasional, repeating_period, slow_split, whole_programs
 from mldiag.domain import FindingCategory, HealthStatus, Priority
 
 
@@ -48,6 +48,20 @@ def test_the_repeated_sequence_of_programs_is_found_and_starts_with_the_micro_ba
     assert not whole_programs(np.array([1, 2, 1, 3]))  # op by op: one program in two places
     # Three launches of one program, then a hundred of another: no sequence (each period must recur three times).
     assert repeating_period(np.array([3, 3, 3] + [4] * 100)) is None
+
+
+def test_programs_run_now_and_then_for_little_device_work_are_occasional():
+    # Ten steps, then four copies of the parameters for a save: the copies hold 2 % of the device time.
+    saving = np.array(([1] * 10 + [2] * 4) * 3)
+    assert occasional(saving, {1: 98.0, 2: 2.0}) == {2}
+    assert occasional(saving, {1: 80.0, 2: 20.0}) == set()  # an eval of a fifth of the device time is not
+    # Micro-batches then their apply, however cheap, are the iteration.
+    assert occasional(np.array([5, 5, 5, 5, 9] * 4), {5: 99.0, 9: 1.0}) == set()
+    # A train step and a cheap eval each iteration: launched as often as the main program.
+    assert occasional(np.array([1, 2] * 6), {1: 99.0, 2: 1.0}) == set()
+    # A benchmark's inputs made op by op between its calls are no loop of whole programs.
+    assert occasional(np.array([1, 2, 1, 2, 3, 3, 3] * 6), {1: 2.0, 2: 4.0, 3: 94.0}) == set()
+    assert occasional(saving, {}) == set()  # no device work recorded: no share to judge by
 
 
 # --- warm-up and recompilation --------------------------------------------------------------------------
@@ -254,6 +268,49 @@ def test_micro_batches_then_an_apply_make_one_iteration(tmp_path):
     assert host.steps == 6 and host.step_marker == "PjitFunction(grad)"
     assert host.iteration_programs == ["PjitFunction(grad)"] * 4 + ["PjitFunction(apply)"]
     assert host.step_ms.mean == pytest.approx(50)
+
+
+def _saving_copies(every: int, steps: int = 30, copies: int = 4) -> tuple[list[tuple[str, int]], Events]:
+    """A loop that launches its step program every 10 ms and, every ``every``th step, ``copies`` launches of a
+    small copy program (0.1 ms of device work each) right after the step: the launches (program, start) and
+    the device work."""
+    launches, lane, start = [], [], 0
+    for step in range(steps):
+        launches.append(("step", start))
+        lane.append(("fusion", start + MS, start + 8 * MS))
+        if step % every == every - 1:
+            at = [start + 8 * MS + k * MS // 4 for k in range(copies)]
+            launches += [("copy", t) for t in at]
+            lane += [("copy.1", t + MS // 8, t + MS // 8 + MS // 10) for t in at]
+        start += 10 * MS
+    return launches, lane
+
+
+def _dispatched(launches: list[tuple[str, int]], lane: Events) -> TraceBuild:
+    events = [event for program, start in launches for event in jit_calls(program, [start], MS // 8)]
+    return TraceBuild().host(events).lane("/host:CPU", lane)
+
+
+def test_copies_of_the_parameters_every_tenth_step_do_not_stretch_the_iteration(tmp_path):
+    host = _dispatched(*_saving_copies(every=10)).evidence(tmp_path)
+    assert host.step_source is StepSource.PROGRAM_RUNS and host.steps == 30
+    assert host.step_marker == "PjitFunction(step)" and host.iteration_programs == []
+    assert host.step_ms.median == pytest.approx(10)
+
+
+def test_copies_every_fifth_step_are_not_an_iteration_of_five_steps(tmp_path):
+    host = _dispatched(*_saving_copies(every=5)).evidence(tmp_path)
+    assert host.steps == 30 and host.step_ms.median == pytest.approx(10)
+
+
+def test_a_tpu_steps_line_that_numbers_the_copies_as_steps_is_not_taken(tmp_path):
+    launches, lane = _saving_copies(every=10)
+    runs = [(f"jit_{program}(1)", start, start + MS // 2) for program, start in launches]
+    steps = [(str(i), start, end) for i, (_, start, end) in enumerate(runs)]
+    build = TraceBuild(DeviceKind.TPU).program_runs("/device:TPU:0", runs).device_steps("/device:TPU:0", steps)
+    host = build.lane("/device:TPU:0", lane, "XLA Ops").evidence(tmp_path)
+    assert host.step_source is StepSource.PROGRAM_RUNS and host.steps == 30
+    assert host.step_ms.median == pytest.approx(10)
 
 
 def _tpu_runs_numbered_as_steps(programs: list[str], iterations: int, period_ms: int) -> TraceBuild:
