@@ -10,8 +10,8 @@ report, offline and without a reasoning model. The rules in short:
   between steps;
 * **dispatch_overhead**: many jit dispatches per step (op-by-op execution); or a
   few, each launching a program so small that the launch (the dispatch, with the
-  training thread's untraced time around it) costs the host several times what
-  the device spends running it (:mod:`~mldiag.analysis.rules.launches`);
+  training thread's untraced time and syncs around it) costs the host several
+  times what the device spends running it (:mod:`~mldiag.analysis.rules.launches`);
 * **recompilation**: compilation inside steps of a function that compiled
   before, or after the warm-up, with the functions whose parameter shapes
   differ between their compiled programs; a program's first compilation in the
@@ -313,15 +313,18 @@ def _input_bound(host: HostEvidence) -> list[Finding]:
     # on them is waiting on the host's own work, named or not. Without steps, or in op-by-op and compiling
     # loops (findings of their own), only the host's named work and the gaps between steps count.
     quiet = host.dispatches_per_step < OP_BY_OP_DISPATCHES and host.compile_ms_per_step < LOW_COMPILE * step
-    # Where the launches bound the loop, the untraced time around them is theirs (a finding of its own).
+    # Where the launches bound the loop, the untraced time and the syncs around them are theirs (a finding of
+    # its own).
     launch = launches.launch_bound(host, OFTEN_DISPATCHED) if quiet else None
-    launch_untraced_ms = launch.untraced_ms_per_launch * launch.launches_per_step if launch else 0.0
+    around_ms = ((launch.untraced_ms_per_launch + launch.sync_ms_per_launch) * launch.launches_per_step
+                 if launch else 0.0)
     if quiet and host.step_source in (StepSource.STEP_MARKERS, StepSource.PROGRAM_RUNS):
-        explained_ms = idle_ms - host.waiting_idle_ms_per_step - host.dispatch_ms_per_step - launch_untraced_ms
+        explained_ms = idle_ms - host.waiting_idle_ms_per_step - host.dispatch_ms_per_step - around_ms
     else:
         explained_ms = min(idle_ms, sum(_host_ms(a) for a in host_work) + gap)
     loop = "iteration" if gap >= NOTABLE_SHARE * step else "step"
-    named = host_causes.causes(host, NOTABLE_SHARE * iteration)
+    named = [cause for cause in host_causes.causes(host, NOTABLE_SHARE * iteration)
+             if launch is None or not cause.parts or not {part.name for part in cause.parts} <= set(launch.syncs)]
     # Idle time the host shows but no named cause holds (untraced, or work of no known kind) leads when it is the
     # largest part.
     unnamed_ms = explained_ms - sum(cause.ms for cause in named)
@@ -509,6 +512,7 @@ def _launch_bound(host: HostEvidence, programs: dict[str, HloProgram]) -> Findin
               else "far longer than it runs on the device")
     shares = {cause: sum(p.share for p in host.attribution.parts if p.cause is cause)
               for cause in (TimeCause.DISPATCH, TimeCause.UNTRACED)}
+    syncs = [p for p in host.attribution.parts if p.cause is TimeCause.HOST_WORK and p.name in launch.syncs]
     evidence = [f"{per_step:.0f} jit dispatch{'es' if per_step >= 1.5 else ''} per step over {host.steps} steps, "
                 f"step time {step:.2f} ms (median {host.step_ms.median:.2f})"]
     evidence += [f"{quoted(p.name)}: {p.device_ms_per_call:.3f} ms of device work per call, {p.calls} calls"
@@ -519,6 +523,8 @@ def _launch_bound(host: HostEvidence, programs: dict[str, HloProgram]) -> Findin
         evidence.append(f"the training thread has no event for {host.untraced_host_ms_per_step:.2f} ms per step "
                         f"around the launches ({shares[TimeCause.UNTRACED]:.1%} of the loop): their own Python, "
                         "the sync that waits for the result")
+    evidence += [f"{quoted(p.name)} reads device values back, waiting for the launch's result: {p.share:.1%} of "
+                 "the loop with the devices idle" for p in syncs[:2]]
     evidence.append(f"busy fraction {_loop_busy(host):.3f} over the loop")
     launched = {_module_base(run.name) for run in (*host.programs, *host.dispatched)}
     evidence += [f"{quoted(p.module)} takes {len(p.parameters)} arrays as parameters, each flattened and handed "

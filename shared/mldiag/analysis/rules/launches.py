@@ -9,10 +9,11 @@ fewer syncs) makes the loop faster.
 
 Told from the loop's attribution: a loop of steps that launches a few programs per step (op-by-op execution is a
 finding of its own); each launch under :data:`SMALL_PROGRAM_MS` of device time; and the stepping thread's dispatches
-with its untraced time (the launch's own Python around them, the sync) the largest part of the loop that is not the
-devices' work, at least :data:`OVER_THE_PROGRAM` times the device time. Untraced time counts with the launches only
-while it is of their size (at most :data:`UNTRACED_PER_DISPATCH` times their dispatch time): beyond that it is the
-thread's own code, a cause of its own.
+with the time around them (its untraced time: the launch's own Python, a sync the trace does not name; and the
+functions that read device values back, the sync where the Python tracer names it) the largest part of the loop that
+is not the devices' work, at least :data:`OVER_THE_PROGRAM` times the device time. The time around the dispatches
+counts with them only while it is of their size (at most :data:`AROUND_PER_DISPATCH` times their dispatch time):
+beyond that it is the thread's own code, a cause of its own.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from mldiag.analysis.host_evidence import HostEvidence, StepSource, TimeCause
 
 SMALL_PROGRAM_MS = 1.0  # device time per launch under which a program can cost less than its launch
 OVER_THE_PROGRAM = 4.0  # the launches' host time, over the device time, from which the launches bound the loop
-UNTRACED_PER_DISPATCH = 2.0  # untraced time up to this many times the dispatch time is the launches' own
+AROUND_PER_DISPATCH = 2.0  # time around the dispatches up to this many times theirs is the launches' own
 _DEVICE = (TimeCause.DEVICE_COMPUTE, TimeCause.COLLECTIVES)
 _LAUNCH = (TimeCause.DISPATCH, TimeCause.UNTRACED)
 
@@ -36,16 +37,19 @@ class LaunchBound:
     device_ms_per_launch: float
     dispatch_ms_per_launch: float
     untraced_ms_per_launch: float
+    sync_ms_per_launch: float
     dispatch_share: float
     untraced_share: float
+    sync_share: float
+    syncs: tuple[str, ...]  # the functions that read device values back, where the trace names them
 
     @property
     def host_ms_per_launch(self) -> float:
-        return self.dispatch_ms_per_launch + self.untraced_ms_per_launch
+        return self.dispatch_ms_per_launch + self.untraced_ms_per_launch + self.sync_ms_per_launch
 
     @property
     def share(self) -> float:
-        return self.dispatch_share + self.untraced_share
+        return self.dispatch_share + self.untraced_share + self.sync_share
 
 
 def launch_bound(host: HostEvidence, op_by_op_dispatches: float) -> LaunchBound | None:
@@ -57,18 +61,26 @@ def launch_bound(host: HostEvidence, op_by_op_dispatches: float) -> LaunchBound 
             or not 0 < host.dispatches_per_step < op_by_op_dispatches):
         return None
     launches = attribution.steps * host.dispatches_per_step
+    reading = {read.name for read in host.device_reads} | {
+        owner.name for activity in (*host.host_activities, *host.between_steps) for owner in activity.owners
+        if owner.reads_device}
+    syncs = [part for part in attribution.parts if part.cause is TimeCause.HOST_WORK and part.name in reading]
     by_cause: dict[TimeCause, tuple[float, float]] = {}
     for part in attribution.parts:
-        ms, share = by_cause.get(part.cause, (0.0, 0.0))
-        by_cause[part.cause] = (ms + part.ms, share + part.share)
+        if part not in syncs:
+            ms, share = by_cause.get(part.cause, (0.0, 0.0))
+            by_cause[part.cause] = (ms + part.ms, share + part.share)
     device_ms = sum(by_cause.get(cause, (0.0, 0.0))[0] for cause in _DEVICE)
     (dispatch_ms, dispatch_share), (untraced_ms, untraced_share) = (by_cause.get(c, (0.0, 0.0)) for c in _LAUNCH)
+    sync_ms, sync_share = sum(part.ms for part in syncs), sum(part.share for part in syncs)
     others = [share for cause, (_, share) in by_cause.items() if cause not in (*_DEVICE, *_LAUNCH)]
-    if (dispatch_ms <= 0 or untraced_ms > UNTRACED_PER_DISPATCH * dispatch_ms
+    if (dispatch_ms <= 0 or untraced_ms + sync_ms > AROUND_PER_DISPATCH * dispatch_ms
             or device_ms / launches >= SMALL_PROGRAM_MS
-            or dispatch_ms + untraced_ms < OVER_THE_PROGRAM * device_ms
-            or dispatch_share + untraced_share <= max(others, default=0.0)):
+            or dispatch_ms + untraced_ms + sync_ms < OVER_THE_PROGRAM * device_ms
+            or dispatch_share + untraced_share + sync_share <= max(others, default=0.0)):
         return None
     return LaunchBound(launches_per_step=host.dispatches_per_step, device_ms_per_launch=device_ms / launches,
                        dispatch_ms_per_launch=dispatch_ms / launches, untraced_ms_per_launch=untraced_ms / launches,
-                       dispatch_share=dispatch_share, untraced_share=untraced_share)
+                       sync_ms_per_launch=sync_ms / launches, dispatch_share=dispatch_share,
+                       untraced_share=untraced_share, sync_share=sync_share,
+                       syncs=tuple(dict.fromkeys(part.name for part in syncs)))

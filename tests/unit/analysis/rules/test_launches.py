@@ -22,14 +22,16 @@ from mldiag.domain import FindingCategory, Priority
 STEPS = 20
 
 
-def _loop(*, device_ms: float, dispatch_ms: float, untraced_ms: float, host_work_ms: float = 0.0) -> HostEvidence:
-    """A TPU loop of annotated steps, one jit launch each, with the attribution of its time per step."""
+def _loop(*, device_ms: float, dispatch_ms: float, untraced_ms: float, host_work_ms: float = 0.0,
+          host_work: str = "$train.py:20 make_batch", reads_device: bool = False) -> HostEvidence:
+    """A TPU loop of annotated steps, one jit launch each, with the attribution of its time per step; ``host_work``
+    a function of the training thread's, ``reads_device`` where it reads device values back."""
     step_ms = device_ms + dispatch_ms + untraced_ms + host_work_ms
     loop_ms = step_ms * STEPS
     parts = [(TimeCause.DEVICE_COMPUTE, "matmul/convolution", "", device_ms, True),
              (TimeCause.DISPATCH, "PjitFunction(update)", "python", dispatch_ms, False),
              (TimeCause.UNTRACED, "", "python", untraced_ms, False),
-             (TimeCause.HOST_WORK, "$train.py:20 make_batch", "python", host_work_ms, False)]
+             (TimeCause.HOST_WORK, host_work, "python", host_work_ms, False)]
     busy = device_ms / step_ms
     return HostEvidence(
         host="h", file="h.xplane.pb", bytes=1, events=1, device_kind=DeviceKind.TPU, device_type="TPU v5 Lite",
@@ -39,6 +41,8 @@ def _loop(*, device_ms: float, dispatch_ms: float, untraced_ms: float, host_work
         dispatched=[HostActivity(name="PjitFunction(update)", count_per_step=1.0, ms_per_step=dispatch_ms,
                                  share_of_step=dispatch_ms / step_ms)],
         launches=STEPS, distinct_programs=1,
+        device_reads=[HostActivity(name=host_work, count_per_step=1.0, ms_per_step=host_work_ms,
+                                   share_of_step=host_work_ms / step_ms, reads_device=True)] if reads_device else [],
         programs=[ProgramCalls(name="jit_update(7)", calls=STEPS, ms_per_call=device_ms, device_ms_per_call=device_ms,
                                share_of_device=1.0)],
         attribution=Attribution(loop_ms=loop_ms, steps=STEPS, parts=[
@@ -74,3 +78,12 @@ def test_a_tiny_program_whose_launch_costs_far_more_than_it_runs_is_launch_bound
     # Named host work larger than the launches is the cause.
     (top,) = _urgent(assessed(_loop(device_ms=0.043, dispatch_ms=0.3, untraced_ms=0.1, host_work_ms=5.0)))
     assert top.category is FindingCategory.INPUT_BOUND and "makes its input" in top.title
+
+
+def test_a_sync_the_python_tracer_names_counts_with_the_launches_it_waits_on():
+    # The same loop with the Python tracer on: the wait for each step's result is block_until_ready's.
+    host = _loop(device_ms=0.043, dispatch_ms=0.49, untraced_ms=0.06, host_work_ms=0.5,
+                 host_work="$array.py:640 block_until_ready", reads_device=True)
+    (top,) = _urgent(assessed(host, programs=[_UPDATE]))
+    assert top.category is FindingCategory.DISPATCH_OVERHEAD and "96% of the loop" in top.title
+    assert any(line.startswith('"$array.py:640 block_until_ready" reads device values back') for line in top.evidence)
