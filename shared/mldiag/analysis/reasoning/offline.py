@@ -80,8 +80,8 @@ def _checks_for(index: int, finding: Finding, analysis: Analysis, catalogue: Cat
                       "much that varies.", index)]
     if category is FindingCategory.DISPATCH_OVERHEAD:
         return [Check("aggregate_xplane_events", {"family": "jit_dispatch"},
-                      "Each small op is its own jit program: which programs are dispatched, how often, and what "
-                      "one dispatch costs.", index)]
+                      "The host's launches set the pace: which programs are dispatched, how often, and what one "
+                      "dispatch costs.", index)]
     if category is FindingCategory.RECOMPILATION:
         return [Check("aggregate_xplane_events", {"family": "compilation"},
                       "Programs are compiled inside the loop: which compilation stages run and how long they take.",

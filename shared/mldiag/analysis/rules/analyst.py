@@ -8,7 +8,10 @@ report, offline and without a reasoning model. The rules in short:
   step-marked loop that dispatches little and does not compile, all of its idle
   time; elsewhere, the host's own named work (a data loader) and the time
   between steps;
-* **dispatch_overhead**: many jit dispatches per step (op-by-op execution);
+* **dispatch_overhead**: many jit dispatches per step (op-by-op execution); or a
+  few, each launching a program so small that the launch (the dispatch, with the
+  training thread's untraced time and syncs around it) costs the host several
+  times what the device spends running it (:mod:`~mldiag.analysis.rules.launches`);
 * **recompilation**: compilation inside steps of a function that compiled
   before, or after the warm-up, with the functions whose parameter shapes
   differ between their compiled programs; a program's first compilation in the
@@ -78,7 +81,7 @@ from mldiag.analysis.profile.trace_names import (
 )
 from mldiag.analysis.profile.trace_names import hlo_instruction as _instruction
 from mldiag.analysis.profile.trace_names import program_base as _module_base
-from mldiag.analysis.rules import frameworks, host_causes, precision, roofline
+from mldiag.analysis.rules import frameworks, host_causes, launches, precision, roofline
 from mldiag.analysis.rules.frameworks import Framework
 from mldiag.analysis.rules.host_causes import HostCause
 from mldiag.analysis.rules.wording import quoted
@@ -122,6 +125,7 @@ OUTLIER_STEP = 3.0  # a step this many times the median is an outlier
 NOTABLE_SHARE = 0.01  # host activities below this share of a step are not worth quoting
 UNTRACED_SHARE = 1 / 3  # the training thread's untraced time is a cause of its own from this share of the loop
 IN_FLIGHT_SHARE = 0.1  # share of the training thread's copies' time beyond its calls that says they waited in flight
+MANY_PARAMETERS = 32  # a program taking this many arrays pays for handing each over at every launch
 OWN_SHARE = 0.5  # a function around the step's dispatches whose own time is this share of it is host work
 URGENT_REASON = "a finding needs attention"
 _ORDER = {Priority.P0: 0, Priority.P1: 1, Priority.P2: 2}
@@ -313,18 +317,24 @@ def _input_bound(host: HostEvidence) -> list[Finding]:
     # on them is waiting on the host's own work, named or not. Without steps, or in op-by-op and compiling
     # loops (findings of their own), only the host's named work and the gaps between steps count.
     quiet = not _launches_op_by_op(host) and host.compile_ms_per_step < LOW_COMPILE * step
+    # Where the launches bound the loop, the untraced time and the syncs around them are theirs (a finding of
+    # its own).
+    launch = launches.launch_bound(host, OFTEN_DISPATCHED) if quiet else None
+    around_ms = ((launch.untraced_ms_per_launch + launch.sync_ms_per_launch) * launch.launches_per_step
+                 if launch else 0.0)
     if quiet and host.step_source in (StepSource.STEP_MARKERS, StepSource.PROGRAM_RUNS):
-        explained_ms = idle_ms - host.waiting_idle_ms_per_step - host.dispatch_ms_per_step
+        explained_ms = idle_ms - host.waiting_idle_ms_per_step - host.dispatch_ms_per_step - around_ms
     else:
         explained_ms = min(idle_ms, sum(_host_ms(a) for a in host_work) + gap)
     loop = "iteration" if gap >= NOTABLE_SHARE * step else "step"
-    named = host_causes.causes(host, NOTABLE_SHARE * iteration)
+    named = [cause for cause in host_causes.causes(host, NOTABLE_SHARE * iteration)
+             if launch is None or not cause.parts or not {part.name for part in cause.parts} <= set(launch.syncs)]
     # Idle time the host shows but no named cause holds (untraced, or work of no known kind) leads when it is the
     # largest part.
     unnamed_ms = explained_ms - sum(cause.ms for cause in named)
     # In a loop that neither launches op by op nor compiles, the training thread's untraced time is its own code
     # or a wait the trace does not show, and is named as such where the attribution finds it the largest waste.
-    untraced = host_causes.untraced(host, UNTRACED_SHARE) if quiet else None
+    untraced = host_causes.untraced(host, UNTRACED_SHARE) if quiet and launch is None else None
     if untraced is not None:
         named = sorted([untraced, *named], key=lambda cause: -cause.ms)
     elif not named or unnamed_ms > max(named[0].ms, NOTABLE_SHARE * iteration):
@@ -518,6 +528,55 @@ def _dispatch_overhead(host: HostEvidence, kernels: list[KernelShare]) -> Findin
                f"{span:.1f} ms {per} leaves compute idle; one fused program usually removes most of it.",
         fix=frameworks.one_program_fix(framework, on_gpu=host.device_kind is DeviceKind.GPU,
                                        named_function=bool(origins)),
+    )
+
+
+def _launch_bound(host: HostEvidence, programs: dict[str, HloProgram]) -> Finding | None:
+    """A few launches per step of a program so small that launching it costs more than running it."""
+    launch = launches.launch_bound(host, OFTEN_DISPATCHED)
+    priority = _rank(launch.share, IDLE_PRIORITIES) if launch is not None and host.step_ms else None
+    if priority is None:
+        return None
+    step = host.step_ms.mean
+    iteration = step + (host.gap_ms_per_step or 0.0)
+    per_step = launch.launches_per_step
+    ratio = launch.host_ms_per_launch / launch.device_ms_per_launch if launch.device_ms_per_launch > 0 else None
+    longer = (f"{ratio:.0f}x its device time" if ratio is not None and ratio <= MAX_TITLE_RATIO
+              else "far longer than it runs on the device")
+    shares = {cause: sum(p.share for p in host.attribution.parts if p.cause is cause)
+              for cause in (TimeCause.DISPATCH, TimeCause.UNTRACED)}
+    syncs = [p for p in host.attribution.parts if p.cause is TimeCause.HOST_WORK and p.name in launch.syncs]
+    evidence = [f"{per_step:.0f} jit dispatch{'es' if per_step >= 1.5 else ''} per step over {host.steps} steps, "
+                f"step time {step:.2f} ms (median {host.step_ms.median:.2f})"]
+    evidence += [f"{quoted(p.name)}: {p.device_ms_per_call:.3f} ms of device work per call, {p.calls} calls"
+                 for p in host.programs[:2]]
+    evidence += [f"{quoted(a.name)}: {a.count_per_step:.0f} per step, {a.ms_per_step:.2f} ms per step dispatching "
+                 f"({shares[TimeCause.DISPATCH]:.1%} of the loop with the devices idle)" for a in host.dispatched[:1]]
+    if shares[TimeCause.UNTRACED] > 0:
+        evidence.append(f"the training thread has no event for {host.untraced_host_ms_per_step:.2f} ms per step "
+                        f"around the launches ({shares[TimeCause.UNTRACED]:.1%} of the loop): their own Python, "
+                        "the sync that waits for the result")
+    evidence += [f"{quoted(p.name)} reads device values back, waiting for the launch's result: {p.share:.1%} of "
+                 "the loop with the devices idle" for p in syncs[:2]]
+    evidence.append(f"busy fraction {_loop_busy(host):.3f} over the loop")
+    launched = {_module_base(run.name) for run in (*host.programs, *host.dispatched)}
+    evidence += [f"{quoted(p.module)} takes {len(p.parameters)} arrays as parameters, each flattened and handed "
+                 "over at every launch" for p in programs.values()
+                 if len(p.parameters) >= MANY_PARAMETERS and _module_base(p.module) in launched][:1]
+    return Finding(
+        priority=priority,
+        category=FindingCategory.DISPATCH_OVERHEAD,
+        title=f"Launch-bound: launching each step's small program takes {launch.share:.0%} of the loop, {longer}",
+        what="Each step launches a program that runs on the device for a fraction of a millisecond, and the host "
+             "spends far longer on each launch (dispatching the jitted function, flattening and handing over its "
+             "arguments, and on the training thread around it: the loop's own Python and the sync that waits for "
+             f"the result) than {_LANES[host.device_kind.value]} spend running it, so they idle between launches: "
+             "only more work per launch makes the loop faster.",
+        evidence=evidence,
+        impact=f"{launch.host_ms_per_launch * per_step:.2f} ms of each {iteration:.2f} ms step goes to launching "
+               f"({launch.share:.0%} of the loop) against {launch.device_ms_per_launch * per_step:.3f} ms of device "
+               "work; with several steps per launch the step could approach its device time.",
+        fix=frameworks.more_work_per_launch_fix(frameworks.detect([host])),
     )
 
 
@@ -1267,7 +1326,7 @@ def _findings(hosts: list[HostEvidence], tools: dict[str, ToolResult], hlo_issue
     per_host = [finding for host in hosts for finding in (_slow_steps(host), *_input_bound(host)) if finding] + [
         finding
         for host in hosts
-        for rule in (partial(_dispatch_overhead, kernels=kernels),
+        for rule in (partial(_dispatch_overhead, kernels=kernels), partial(_launch_bound, programs=programs),
                      partial(_recompilation, programs=programs), _communication, _host_callbacks, _warmup,
                      _iteration,
                      partial(_no_steps, kernels=kernels))

@@ -101,6 +101,29 @@ def one_program_fix(framework: Framework, on_gpu: bool, named_function: bool = F
     return fix
 
 
+def more_work_per_launch_fix(framework: Framework) -> str:
+    """How to give each launch of a small program more work, so that its cost is paid less often."""
+    return _MORE_WORK_PER_LAUNCH[framework]
+
+
+_MORE_WORK_PER_LAUNCH = {
+    Framework.JAX: "Give each launch more work: run several steps in one jitted call (lax.scan or lax.fori_loop over "
+                   "a stack of batches, carrying the parameters and optimizer state), or train on larger batches; "
+                   "keep the parameters in fewer, larger arrays (stack the layers' weights and scan over the layers, "
+                   "or jax.flatten_util.ravel_pytree), since every array is flattened and handed over at each "
+                   "launch; and read results back (float(loss), block_until_ready) every N steps, not every step, so "
+                   "that launches queue ahead of the device instead of each waiting for the last.",
+    Framework.TENSORFLOW: "Give each launch more work: run several steps per tf.function call (Keras "
+                          "steps_per_execution, or a loop over several batches inside the tf.function), train on "
+                          "larger batches, and read metrics back (.numpy()) every N steps, not every step.",
+    Framework.PYTORCH_XLA: "Give each graph more work: train on larger batches or run several steps per graph "
+                           "(torch_xla.sync() / xm.mark_step() every N steps), and read values back (.item(), "
+                           "printing) every N steps, not every step.",
+}
+_MORE_WORK_PER_LAUNCH[Framework.TENSORFLOW_EAGER] = _MORE_WORK_PER_LAUNCH[Framework.TENSORFLOW]
+_MORE_WORK_PER_LAUNCH[Framework.UNKNOWN] = _MORE_WORK_PER_LAUNCH[Framework.JAX]
+
+
 def host_work_fix(framework: Framework, input_pipeline: bool) -> str:
     """How to take the host work that keeps the devices waiting off their critical path."""
     tensorflow = framework in (Framework.TENSORFLOW, Framework.TENSORFLOW_EAGER)

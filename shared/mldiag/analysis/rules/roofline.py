@@ -4,8 +4,10 @@ A program's FLOPs and bytes come from XProf's op profile (XLA's cost model per
 op, with the ops' measured self time, grouped by program) or, where the op
 profile has none (CPU profiles, a skipped conversion), from the FLOPs of the
 dots and convolutions in its HLO (:func:`mldiag.analysis.xprof.hlo.kernel_work`)
-and the device time the trace measured for them. Divided by that measured
-time they give the achieved rates, which are held against the chip's peaks
+and the device time the trace measured for them. The op profile's bytes are
+made HBM traffic, together at least what XProf's roofline model measures in HBM
+over the capture (:func:`_in_hbm`). Divided by the measured time they give the
+achieved rates, which are held against the chip's peaks
 (:mod:`mldiag.analysis.rules.hardware`):
 
 * **compute-bound**: the program's arithmetic intensity is at or above the
@@ -30,7 +32,7 @@ from typing import Any
 from mldiag.analysis.evidence import HloProgram, Metrics, ProgramRoofline
 from mldiag.analysis.host_evidence import DeviceKind, HostEvidence, OpTime, StepSource
 from mldiag.analysis.profile.trace_names import hlo_instruction, program_base
-from mldiag.analysis.rules.hardware import Chip, chip_for, peak_dtype
+from mldiag.analysis.rules.hardware import GIB, Chip, chip_for, peak_dtype
 from mldiag.analysis.xprof.hlo import KernelWork
 
 NEAR_ROOFLINE = 0.5  # achieved share of a peak at which a program is bound by that limit
@@ -107,18 +109,39 @@ def _hbm_share(roofline_model: dict[str, Any]) -> float | None:
     return min(1.0, hbm / every_space) if every_space > 0 and hbm >= 0 else None
 
 
-def _in_hbm(costs: dict[str, _Costs], hbm_share: float | None, buffers: dict[str, HloProgram],
+def _hbm_bytes(roofline_model: dict[str, Any]) -> float | None:
+    """The bytes XProf's roofline model measures in HBM over the capture (its HBM bandwidth over its total time);
+    None where it does not say."""
+    program = roofline_model.get("program") or {}
+    try:
+        hbm_bytes = float(program["hbm_bw_gibs"]) * GIB * float(program["total_time_ms"]) / 1e3
+    except (KeyError, TypeError, ValueError):
+        return None
+    return hbm_bytes if hbm_bytes > 0 else None
+
+
+def _in_hbm(costs: dict[str, _Costs], roofline_model: dict[str, Any], buffers: dict[str, HloProgram],
             works: dict[str, list[KernelWork]]) -> None:
     """Each program's bytes as HBM traffic, and its FLOPs at least its matmuls'.
 
-    XProf's bytes count every memory space; the roofline model's HBM share makes them HBM bytes. A program reads
-    its inputs and constants and writes its outputs at least once a run, so that is the least HBM traffic its runs
+    XProf's bytes count every memory space; the roofline model's HBM share makes them HBM bytes. The op profile
+    costs nothing for an op whose HLO names a custom call, an ordinary fusion that only reads a custom call's
+    result included, so its programs' bytes together are at least what the roofline model, which counts every op,
+    measures in HBM: where they fall short, each program's bytes grow by the same factor. A program reads its
+    inputs and constants and writes its outputs at least once a run, so that is the least HBM traffic its runs
     make; and XLA's cost model gives custom calls it cannot see into no FLOPs, so the dots and convolutions of its
     HLO are the least work its runs do.
     """
+    hbm_share = _hbm_share(roofline_model)
+    if hbm_share is not None:
+        for program in costs.values():
+            program.bytes = None if program.bytes is None else program.bytes * hbm_share
+    counted = sum(program.bytes or 0.0 for program in costs.values())
+    measured = _hbm_bytes(roofline_model)
+    if measured is not None and 0 < counted < measured:
+        for program in costs.values():
+            program.bytes = None if program.bytes is None else program.bytes * measured / counted
     for name, program in costs.items():
-        if program.bytes is not None and hbm_share is not None:
-            program.bytes *= hbm_share
         if not program.runs:
             continue
         if program.bytes is not None and (buffer := buffers.get(name)) is not None:
@@ -249,14 +272,14 @@ def program_rooflines(hosts: list[HostEvidence], op_profile: dict[str, Any], wor
     """The programs that hold the device time, each with its achieved rates and verdict, largest first.
 
     ``buffers``: each HLO program's inputs, outputs and constants; ``roofline_model``: XProf's
-    (get_roofline_model), whose HBM figure turns the op profile's bytes into HBM bytes.
+    (get_roofline_model), whose HBM figures turn the op profile's bytes into HBM bytes.
     """
     by_module: dict[str, list[KernelWork]] = {}
     for work in works:
         by_module.setdefault(work.module, []).append(work)
     costs, source = _op_profile_costs(op_profile), "op_profile"
     if any(c.flops for c in costs.values()):
-        _in_hbm(costs, _hbm_share(roofline_model or {}), {b.module: b for b in buffers}, by_module)
+        _in_hbm(costs, roofline_model or {}, {b.module: b for b in buffers}, by_module)
     else:
         costs, source = _hlo_costs(hosts, works), "hlo"
     timed = {name: c for name, c in costs.items() if c.ms > 0}

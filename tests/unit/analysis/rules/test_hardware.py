@@ -459,9 +459,11 @@ def test_a_program_is_costed_with_what_its_categories_total_not_only_the_few_ope
     assert program.device_ms == pytest.approx(100.0) and program.flops == pytest.approx(flops / 0.6)
 
 
-def _roofline_model(hbm_gibs: float, every_space_gibs: float) -> ToolResult:
-    return ToolResult(name="get_roofline_model", status=ToolStatus.OK, seconds=0.0, data={"program": {
-        "hbm_bw_gibs": hbm_gibs, "measured_memory_bw_gibs": every_space_gibs}})
+def _roofline_model(hbm_gibs: float, every_space_gibs: float, total_time_ms: float | None = None) -> ToolResult:
+    program = {"hbm_bw_gibs": hbm_gibs, "measured_memory_bw_gibs": every_space_gibs}
+    if total_time_ms is not None:
+        program["total_time_ms"] = total_time_ms
+    return ToolResult(name="get_roofline_model", status=ToolStatus.OK, seconds=0.0, data={"program": program})
 
 
 def _costed(*, bytes_accessed: float, flops: float, tools=(), buffers=(), modules=()):
@@ -482,6 +484,21 @@ def test_bytes_of_every_memory_space_count_as_hbm_traffic_only_for_the_share_xpr
     (program,) = analysis.roofline
     assert program.bandwidth_fraction == pytest.approx(0.225) and program.verdict == "compute-bound"
     assert analysis.metrics.hbm_bandwidth_fraction == pytest.approx(0.225)
+
+
+def test_the_programs_move_at_least_the_hbm_bytes_xprofs_roofline_model_measures_over_the_capture():
+    # The op profile costs a fusion that reads a custom call's result at nothing, so its bytes hold 0.3 of the HBM
+    # peak over the 100 ms; the roofline model, counting every op, measures 0.7 of it in HBM (half its bytes).
+    hbm_gibs = 0.7 * V5E.hbm_bytes_per_s / GIB
+    analysis = _costed(bytes_accessed=0.3 * V5E.hbm_bytes_per_s * 0.1, flops=1e12,
+                       tools=[_roofline_model(hbm_gibs, 2 * hbm_gibs, total_time_ms=100.0)])
+    (program,) = analysis.roofline
+    assert program.bandwidth_fraction == pytest.approx(0.7) and program.verdict == "memory-bound"
+    assert analysis.metrics.hbm_bandwidth_fraction == pytest.approx(0.7)
+    # Where the op profile counts more in HBM than the roofline model measures, its count stands.
+    analysis = _costed(bytes_accessed=0.6 * V5E.hbm_bytes_per_s * 0.1, flops=1e12,
+                       tools=[_roofline_model(hbm_gibs / 7, hbm_gibs / 7, total_time_ms=100.0)])
+    assert analysis.roofline[0].bandwidth_fraction == pytest.approx(0.6)
 
 
 def test_a_program_moves_at_least_its_inputs_and_outputs_each_run():
