@@ -329,7 +329,7 @@ def _only(services: object, protocol: type) -> SimpleNamespace:
 @pytest.mark.parametrize("bare", [False, True], ids=["services", "registration-ports-only"])
 def test_registering_finalized_runs_with_only_its_ports(embedded, bare):
     from mldiag.domain import ProfilerSession
-    from mldiag.domain.messages import storage_finalized_event
+    from mldiag.domain.envelopes import storage_finalized_event
     from mldiag.services.registration import RegistrationPorts, registering_finalized
 
     services = _only(embedded, RegistrationPorts) if bare else embedded

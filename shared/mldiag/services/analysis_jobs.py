@@ -1,7 +1,7 @@
 """The ``analyze_session`` function: one analysis request, start to finish, recorded on the session.
 
-A request (``Registrar.request_analysis``: ``{"session", "generationSet",
-"hostFiles"}``) is handled once per session and set of files:
+A request (:class:`~mldiag.domain.messages.AnalysisRequest`, from
+``Registrar.request_analysis``) is handled once per session and set of files:
 
 * a request for files the session no longer holds (its ``generationSet``
   moved on) is stale: acknowledged and dropped; so is one for a set already
@@ -29,7 +29,7 @@ the request stages one ``host-analysis-requests`` message per host and a
 :class:`~mldiag.domain.host_analyses.HostAnalyses` counter document in one
 transaction, and the ``analyze_host`` function (:mod:`mldiag.services.host_analyses`)
 analyses each host on an instance of its own. The host that finishes last asks
-for the merge: an ``analysis-requests`` message with ``"merge": true``, which
+for the merge: an :class:`~mldiag.domain.messages.AnalysisRequest` with ``merge``, which
 this function serves by merging the hosts' evidence, investigating and writing
 the reports as for any session (hosts that failed are named in them).
 
@@ -51,37 +51,34 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
 import structlog
-from cloudevents.http import CloudEvent
 
 from mldiag.analysis.evidence import Analysis
 from mldiag.analysis.profile.profiles import UnreadableProfile
 from mldiag.analysis.report import ANALYSIS_FILE, SUMMARY_FILE
-from mldiag.config import HOST_ANALYSIS_REQUESTS, Settings
-from mldiag.domain.errors import InvalidArgument, NotFound, PermanentFailure
+from mldiag.config import Settings
+from mldiag.domain.errors import NotFound, PermanentFailure
 from mldiag.domain.host_analyses import HostAnalyses, followups_host
-from mldiag.domain.layout import XPLANE_SUFFIX, parse_blob_uri, report_folder
-from mldiag.domain.messages import message_from_cloud_event
+from mldiag.domain.layout import XPLANE_SUFFIX, report_folder
+from mldiag.domain.messages import AnalysisRequest, HostAnalysisRequest
 from mldiag.domain.names import parent_of, short_name
 from mldiag.domain.resources import AnalysisState, ProfilerSession
 from mldiag.ports import Document, Transaction, Where
 from mldiag.services import fleet, notifications, outbox
-from mldiag.services.dependencies import Archiving, Blobs, Configured, Publishing, Stored
+from mldiag.services.dependencies import Blobs, Configured, Publishing, Stored
 from mldiag.services.event_archive import Ignored
 from mldiag.services.fan_out_counts import host_analyses_key
 from mldiag.services.session_files import require_xspace_object
 
 
-class AnalysisJobPorts(Stored, Publishing, Blobs, Configured, Archiving, Protocol):
+class AnalysisJobPorts(Stored, Publishing, Blobs, Configured, Protocol):
     """What an analysis job uses."""
 
 
-FUNCTION = "analyze_session"  # the function this handler runs in, as the event archive names it
 MAX_REASON_CHARS = 500
 RETRY_PREFIX = "will retry: "  # how a failure that is to be retried reads on the session
 SCRATCH_PREFIX = "mldiag-session-"
@@ -97,40 +94,6 @@ class AnalysisFailed(RuntimeError):
     def __init__(self, reason: str, permanent: bool):
         super().__init__(reason)
         self.permanent = permanent
-
-
-@dataclass(frozen=True)
-class AnalysisRequest:
-    session: str
-    generation_set: str
-    host_files: dict[str, str]  # host -> gs:// URI of its .xplane.pb
-    merge: bool = False  # merge the evidence the hosts of a fanned-out analysis left, rather than analyse
-
-    @classmethod
-    def parse(cls, payload: Any) -> AnalysisRequest:
-        if not isinstance(payload, dict):
-            raise PermanentFailure("an analysis request is a JSON object")
-        session, generation_set, host_files = payload.get("session"), payload.get("generationSet"), payload.get(
-            "hostFiles")
-        if not isinstance(session, str) or not session or not isinstance(generation_set, str) or not generation_set:
-            raise PermanentFailure("an analysis request needs 'session' and 'generationSet'")
-        if not isinstance(host_files, dict) or not host_files or not all(
-                isinstance(h, str) and isinstance(u, str) and u.endswith(XPLANE_SUFFIX) for h, u in host_files.items()):
-            raise PermanentFailure("'hostFiles' must map each host to the gs:// URI of its .xplane.pb")
-        for uri in host_files.values():
-            try:
-                parse_blob_uri(uri)
-            except InvalidArgument as bad:
-                raise PermanentFailure(f"'hostFiles': {bad}") from None
-        merge = payload.get("merge", False)
-        if not isinstance(merge, bool):
-            raise PermanentFailure("'merge' is true or false")
-        return cls(session, generation_set, dict(host_files), merge)
-
-    @property
-    def folder_uri(self) -> str:
-        """The session folder: where the host files are."""
-        return sorted(self.host_files.values())[0].rsplit("/", 1)[0]
 
 
 def _update(services: AnalysisJobPorts, name: str, change: Callable[[ProfilerSession], str],
@@ -214,11 +177,9 @@ def _fan_out(services: AnalysisJobPorts, request: AnalysisRequest, fresh: bool) 
         progress.progressed_at = services.now()
         transaction.set(HostAnalyses.collection, key, progress.to_document())
         for host, progress_of_host in progress.hosts.items():
-            outbox.stage(transaction, outbox_keys[host], HOST_ANALYSIS_REQUESTS,
-                         {"session": request.session, "generationSet": request.generation_set, "host": host,
-                          "hostFile": progress_of_host.file},
-                         {"session": request.session, "generationSet": request.generation_set, "host": host},
-                         services.now())
+            host_request = HostAnalysisRequest(session=request.session, generation_set=request.generation_set,
+                                               host=host, host_file=progress_of_host.file)
+            outbox.stage(transaction, outbox_keys[host], host_request.outgoing(), services.now())
         return ""
 
     under_way = services.store.transaction(work)
@@ -254,7 +215,7 @@ def give_up(services: AnalysisJobPorts, payload: bytes, reason: str) -> str:
     it was to retry, or RUNNING when the instance died mid-analysis. A newer
     request for the same files (PENDING with no error) is left alone.
     """
-    request = AnalysisRequest.parse(json.loads(payload))
+    request = AnalysisRequest.decode(payload)
 
     def change(session: ProfilerSession) -> str:
         analysis = session.analysis
@@ -518,7 +479,7 @@ def _retry_or_fail(services: AnalysisJobPorts, name: str, limit: float, cutoff: 
             analysis.error = f"{reason}; gave up after {analysis.attempts} attempt(s)"[:MAX_REASON_CHARS]
             services.sessions.save_in(transaction, previous, session)
             return "", True
-        key = Registrar(services).request_analysis(transaction, session, parent_of(name), force=True)
+        key = Registrar(services).request_analysis(transaction, session, force=True)
         session.analysis.error = f"{RETRY_PREFIX}{reason}"[:MAX_REASON_CHARS]
         services.sessions.save_in(transaction, previous, session)
         return key, False
@@ -547,13 +508,9 @@ def _merge_ready(services: AnalysisJobPorts, request: AnalysisRequest) -> HostAn
     return progress
 
 
-def analyze_requested(services: AnalysisJobPorts, event: CloudEvent) -> str:
-    """The ``analyze_session`` handler body: one ``analysis-requests`` message in, a one-line account out."""
-    message = message_from_cloud_event(event)
-    request = AnalysisRequest.parse(message.json())
-    # A Pub/Sub push through functions-framework loses the body's deliveryAttempt; the event
-    # archive has counted every delivery of this message to this function, this one included.
-    attempt = max(message.delivery_attempt, services.events.attempts(FUNCTION, str(event["id"])))
+def analyze_requested(services: AnalysisJobPorts, request: AnalysisRequest, attempt: int) -> str:
+    """The ``analyze_session`` handler body: one analysis request (its ``attempt``-th delivery) in, a one-line
+    account out."""
     last_attempt = attempt >= services.settings.max_delivery_attempts
     with structlog.contextvars.bound_contextvars(session=request.session):
         progress = _merge_ready(services, request) if request.merge else None

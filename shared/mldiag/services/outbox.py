@@ -11,12 +11,12 @@ harmless; a lost message is impossible.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import structlog
 
-from mldiag.domain.messages import encode_json
+from mldiag.domain.messages import Outgoing
 from mldiag.domain.types import format_timestamp
 from mldiag.ports import DocumentStore, MessageBus, Transaction, Where
 
@@ -24,22 +24,14 @@ COLLECTION = "outbox"
 log = structlog.get_logger(__name__)
 
 
-def stage(
-    transaction: Transaction,
-    key: str,
-    topic: str,
-    payload: object,
-    attributes: Mapping[str, str],
-    now: datetime,
-    ordering_key: str = "",
-) -> None:
+def stage(transaction: Transaction, key: str, message: Outgoing, now: datetime) -> None:
     """Write the message into the outbox as part of ``transaction``; ``key`` makes it unique."""
     transaction.set(COLLECTION, key, {
         "key": key,
-        "topic": topic,
-        "data": encode_json(payload).decode(),
-        "attributes": dict(attributes),
-        "orderingKey": ordering_key,
+        "topic": message.topic,
+        "data": message.data.decode(),
+        "attributes": dict(message.attributes),
+        "orderingKey": message.ordering_key,
         "stagedAt": format_timestamp(now),
     })
 

@@ -27,10 +27,10 @@ from typing import Any, Protocol
 import structlog
 from cloudevents.http import CloudEvent
 
-from mldiag.config import ANALYSIS_REQUESTS
+from mldiag.domain.envelopes import STORAGE_FINALIZED
 from mldiag.domain.errors import AlreadyExists, InvalidArgument, PermanentFailure
 from mldiag.domain.layout import PROFILE_MARKER, SIBLING_SUFFIXES, XPLANE_SUFFIX, host_of, parse_blob_uri
-from mldiag.domain.messages import STORAGE_FINALIZED
+from mldiag.domain.messages import AnalysisRequest
 from mldiag.domain.names import LocationName, id_from_text, short_name, validate_id
 from mldiag.domain.resources import (
     AnalysisState,
@@ -209,7 +209,7 @@ class Registrar:
                 requested = session.analysis.generation_set
                 key = self._analysis_outbox_key(name, requested) if requested else ""
                 return "already registered", self._after_commit(name, profile, key, new=False)
-            key = self._request_analysis_if_settled(transaction, session, run)
+            key = self._request_analysis_if_settled(transaction, session)
             self.services.sessions.stage_save_in(transaction, previous, session)
             if replaced is not None:
                 account = (f"session {session.id} of run {run.id} received a newer profile "
@@ -289,14 +289,12 @@ class Registrar:
     def _analysis_outbox_key(session_name: str, generation_set: str) -> str:
         return f"analysis:{document_key(session_name)}:{generation_set}"
 
-    def _request_analysis_if_settled(self, transaction: Transaction, session: ProfilerSession,
-                                     run: MachineLearningRun) -> str:
+    def _request_analysis_if_settled(self, transaction: Transaction, session: ProfilerSession) -> str:
         if not self._settled(session):
             return ""
-        return self.request_analysis(transaction, session, run.name)
+        return self.request_analysis(transaction, session)
 
-    def request_analysis(self, transaction: Transaction, session: ProfilerSession, run_name: str,
-                         force: bool = False) -> str:
+    def request_analysis(self, transaction: Transaction, session: ProfilerSession, force: bool = False) -> str:
         """Stage one analysis request for the session's current files; returns its outbox key.
 
         Nothing is staged when these exact files were already requested (unless ``force``).
@@ -311,13 +309,9 @@ class Registrar:
         session.analysis.error = ""
         session.settle_after = None
         key = self._analysis_outbox_key(session.name, generation_set)
-        outbox.stage(
-            transaction, key, ANALYSIS_REQUESTS,
-            {"session": session.name, "generationSet": generation_set,
-             "hostFiles": {host: f.uri for host, f in session.host_files.items()}},
-            {"session": session.name, "run": run_name, "generationSet": generation_set},
-            self.services.now(),
-        )
+        request = AnalysisRequest(session=session.name, generation_set=generation_set,
+                                  host_files={host: f.uri for host, f in session.host_files.items()})
+        outbox.stage(transaction, key, request.outgoing(), self.services.now())
         return key
 
     def _due(self, limit: int) -> list[dict[str, Any]]:
@@ -341,7 +335,7 @@ class Registrar:
                 previous, session = self.services.sessions.find_for_update_in(transaction, name)
                 if previous is None or session is None or not self._settled(previous):
                     return ""
-                key = self.request_analysis(transaction, session, name.rsplit("/", 2)[0])
+                key = self.request_analysis(transaction, session)
                 self.services.sessions.save_in(transaction, previous, session)
                 return key
 

@@ -24,10 +24,10 @@ from mldiag.entrypoints import handlers
 from mldiag.services import notifications
 from mldiag.cli.main import app
 from mldiag.config import ANALYSIS_EVENTS, Settings
+from mldiag.domain.envelopes import storage_finalized_event
 from mldiag.domain.errors import InvalidArgument
 from mldiag.domain.degradation import Transition
 from mldiag.domain import MachineLearningRun
-from mldiag.domain.messages import storage_finalized_event
 from mldiag.services.monitoring.metrics import alert_message
 from mldiag.local.server import wire_functions
 
@@ -153,8 +153,8 @@ def _create_run(services) -> None:
 def _alert(services, transition: Transition) -> None:
     if services.runs.find(RUN) is None:
         _create_run(services)
-    services.bus.publish("monitoring-alerts", json.dumps(alert_message(
-        RUN, "degradation-1", transition, "step time 30% above the baseline", "2026-01-01T00:00:00Z")).encode())
+    services.bus.publish("monitoring-alerts", alert_message(
+        RUN, "degradation-1", transition, "step time 30% above the baseline", "2026-01-01T00:00:00Z").outgoing().data)
     services.bus.drain(timeout=30)
 
 

@@ -19,7 +19,7 @@ from mldiag.services.dependencies import Services
 from mldiag.config import MONITORING_ALERTS
 from mldiag.domain import MachineLearningRun, MonitoredEvent, ProfilerSession, ProfilerTarget
 from mldiag.services.event_archive import Outcome
-from mldiag.domain.messages import pubsub_cloud_event
+from mldiag.domain.envelopes import pubsub_cloud_event
 from mldiag.services.operations import archive
 
 RUN = "projects/p/locations/l/machineLearningRuns/r1"

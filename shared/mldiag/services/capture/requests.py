@@ -21,8 +21,8 @@ from typing import Literal, Protocol
 
 from pydantic import Field, ValidationError, field_validator
 
-from mldiag.config import CAPTURE_REQUESTS
 from mldiag.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from mldiag.domain.messages import CaptureTaskRequest
 from mldiag.domain.names import SESSIONS, RunName
 from mldiag.domain.resources import (
     ContinuousProfiling,
@@ -268,12 +268,10 @@ def _submit(services: CaptureRequestPorts, operation: Operation, work: list[task
         created = services.operations.create_in(transaction, operation)
         for task in work:
             tasks.stage(transaction, task)
-            outbox.stage(transaction, _outbox_key(task), CAPTURE_REQUESTS,
-                         {"task": task.key, "operation": task.operation, "target": task.target,
-                          "session": task.session, "action": task.action.value},
-                         {"run": task.run, "target": task.target, "action": task.action.value,
-                          **({"agent": task.agent} if task.agent else {})},
-                         now)
+            message = CaptureTaskRequest(task=task.key, operation=task.operation, target=task.target,
+                                         session=task.session, action=task.action.value, run=task.run,
+                                         agent=task.agent)
+            outbox.stage(transaction, _outbox_key(task), message.outgoing(), now)
         return created
 
     created = services.store.transaction(transact)

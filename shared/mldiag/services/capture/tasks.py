@@ -244,7 +244,7 @@ def finish(services: TaskPorts, key: str, result: TaskResult) -> CaptureTask | N
         everyone = [task, *siblings]
         if operation is not None and not operation.done and all(t.final for t in everyone):
             if updated_session is not None and _every_success_registered(updated_session):
-                analysis_key = registrar.request_analysis(transaction, updated_session, task.run)
+                analysis_key = registrar.request_analysis(transaction, updated_session)
             finished = operation.model_copy(deep=True)
             _complete(finished, everyone, updated_session, now)
             services.operations.save_in(transaction, operation, finished)

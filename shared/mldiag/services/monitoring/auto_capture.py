@@ -22,19 +22,17 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 import structlog
-from cloudevents.http import CloudEvent
 from pydantic import Field
 
 from mldiag.domain.alerts import Alert
 from mldiag.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermanentFailure
-from mldiag.domain.messages import message_from_cloud_event
 from mldiag.domain.names import EVENTS, parse_run, short_name
 from mldiag.domain.resources import Kind, MachineLearningRun, MonitoredEvent, Suppression
 from mldiag.domain.types import CamelModel, Duration, Timestamp, bounded_duration, format_timestamp, human_duration
 from mldiag.ports import Transaction
 from mldiag.services import notifications, outbox
 from mldiag.services.dependencies import Blobs, Configured, Publishing, Stored
-from mldiag.services.monitoring.alert_runs import read_alert
+from mldiag.services.monitoring.alert_runs import with_run_found
 from mldiag.services.run_state import RunState
 
 
@@ -223,14 +221,13 @@ def _settle(services: AutoCapturePorts, run_name: str, decision: Decision, linke
     STATES.update(services, run_name, clear)
 
 
-def handle_alert(services: AutoCapturePorts, event: CloudEvent) -> str:
-    """The ``on_alert`` handler body: one alert message in, a one-line account out."""
-    message = message_from_cloud_event(event)
+def handle_alert(services: AutoCapturePorts, alert: Alert, message_id: str) -> str:
+    """The ``on_alert`` handler body: one alert (of the message ``message_id``) in, a one-line account out."""
     try:
-        alert = read_alert(services, message.json())
+        alert = with_run_found(services, alert)
     except NotFound as missing:
         raise PermanentFailure(f"the alert's run does not exist: {missing}") from None
-    alert_key = f"on_alert:{message.message_id}"
+    alert_key = f"on_alert:{message_id}"
     with structlog.contextvars.bound_contextvars(run=alert.run, monitored_event=alert.event_id):
         decision = decide(services, alert, alert_key)
         if decision.dropped:

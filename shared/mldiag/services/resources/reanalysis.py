@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from mldiag.domain.errors import FailedPrecondition
-from mldiag.domain.names import ChildName, parent_of
+from mldiag.domain.names import ChildName
 from mldiag.domain.resources import ProfilerSession
 from mldiag.ports import Transaction
 from mldiag.services import outbox
@@ -28,7 +28,7 @@ def reanalyze(services: ReanalysisPorts, name: ChildName) -> ProfilerSession:
         def request(session: ProfilerSession) -> str:
             if not session.host_files:
                 raise FailedPrecondition(f"{name} has no profile files to analyse yet")
-            return Registrar(services).request_analysis(transaction, session, parent_of(session.name), force=True)
+            return Registrar(services).request_analysis(transaction, session, force=True)
 
         return services.sessions.mutate_in(transaction, str(name), request)
 
