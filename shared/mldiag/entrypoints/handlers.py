@@ -31,7 +31,9 @@ def _attempt(services: Services, function: str, event: CloudEvent, message: Mess
 
 
 def register_session(services: Services, event: CloudEvent) -> event_archive.Outcome:
-    """Eventarc ``google.cloud.storage.object.v1.finalized`` on the profiles bucket."""
+    """Eventarc ``google.cloud.storage.object.v1.finalized`` on the profiles bucket: the file joins its session.
+    A session whose files all came (a capture's) is analysed now; one that waits for no new file to come within
+    ``settle_seconds`` (a scanned one) is asked for by the next maintenance tick."""
     from mldiag.services.registration import registering_finalized
 
     return event_archive.handle_atomically(services.events, "register_session", event,

@@ -1,7 +1,7 @@
 """The ``analyze_session`` function: one analysis request, start to finish, recorded on the session.
 
 A request (:class:`~mldiag.domain.messages.AnalysisRequest`, from
-``Registrar.request_analysis``) is handled once per session and set of files:
+:mod:`mldiag.services.analysis_requests`) is handled once per session and set of files:
 
 * a request for files the session no longer holds (its ``generationSet``
   moved on) is stale: acknowledged and dropped; so is one for a set already
@@ -68,7 +68,7 @@ from mldiag.domain.messages import AnalysisRequest, HostAnalysisRequest
 from mldiag.domain.names import parent_of, short_name
 from mldiag.domain.resources import AnalysisState, ProfilerSession
 from mldiag.ports import Document, Transaction, Where
-from mldiag.services import fleet, notifications, outbox
+from mldiag.services import analysis_requests, fleet, notifications, outbox
 from mldiag.services.dependencies import Blobs, Configured, Publishing, Stored
 from mldiag.services.event_archive import Ignored
 from mldiag.services.fan_out_counts import host_analyses_key
@@ -461,8 +461,6 @@ def _hosts_progressed_since(get: Callable[[str, str], Document | None], session:
 
 
 def _retry_or_fail(services: AnalysisJobPorts, name: str, limit: float, cutoff: datetime) -> tuple[str, bool]:
-    from mldiag.services.registration import Registrar
-
     def work(transaction: Transaction) -> tuple[str, bool]:
         previous = services.sessions.find_in(transaction, name)
         if previous is None or not _stale_since(previous, cutoff) or _hosts_progressed_since(
@@ -479,7 +477,7 @@ def _retry_or_fail(services: AnalysisJobPorts, name: str, limit: float, cutoff: 
             analysis.error = f"{reason}; gave up after {analysis.attempts} attempt(s)"[:MAX_REASON_CHARS]
             services.sessions.save_in(transaction, previous, session)
             return "", True
-        key = Registrar(services).request_analysis(transaction, session, force=True)
+        key = analysis_requests.request_analysis(transaction, session, services.now(), force=True)
         session.analysis.error = f"{RETRY_PREFIX}{reason}"[:MAX_REASON_CHARS]
         services.sessions.save_in(transaction, previous, session)
         return key, False

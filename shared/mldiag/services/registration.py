@@ -10,7 +10,10 @@ object's generation so a redelivered event changes nothing, an overwrite
 registers again, and an event for an older generation that arrives after a
 newer one is ignored (recorded as such in the event archive). Once the
 session has settled — every expected host is there, or no new file came for ``settle_seconds`` — exactly one analysis request per
-set of files goes out on ``analysis-requests`` through the outbox.
+set of files goes out on ``analysis-requests`` through the outbox (:mod:`mldiag.services.analysis_requests`).
+A session that only waits out its window (every scanned session: its files came
+from the workload's own profiler, with no capture to say how many) is settled by
+the maintenance tick (:meth:`Registrar.settle_due`), not by a file's event.
 
 A rerun of a job that names its session the same way overwrites the session's
 files: the finished analysis of the earlier files moves to the session's
@@ -30,10 +33,8 @@ from cloudevents.http import CloudEvent
 from mldiag.domain.envelopes import STORAGE_FINALIZED
 from mldiag.domain.errors import AlreadyExists, InvalidArgument, PermanentFailure
 from mldiag.domain.layout import PROFILE_MARKER, SIBLING_SUFFIXES, XPLANE_SUFFIX, host_of, parse_blob_uri
-from mldiag.domain.messages import AnalysisRequest
 from mldiag.domain.names import LocationName, id_from_text, short_name, validate_id
 from mldiag.domain.resources import (
-    AnalysisState,
     HostFile,
     Kind,
     MachineLearningRun,
@@ -43,10 +44,9 @@ from mldiag.domain.resources import (
 )
 from mldiag.domain.types import format_timestamp
 from mldiag.ports import Transaction, Where
-from mldiag.services import outbox
+from mldiag.services import analysis_requests, outbox
 from mldiag.services.dependencies import Configured, Publishing, Stored
 from mldiag.services.event_archive import AfterCommit, Ignored, Transactional
-from mldiag.services.repository import document_key
 
 
 class RegistrationPorts(Stored, Publishing, Configured, Protocol):
@@ -141,7 +141,7 @@ def _id_for(folder: str, field: str) -> str:
 
 
 class Registrar:
-    """Registers profile files into sessions and requests their analysis."""
+    """Registers profile files into sessions, and requests their analysis once they have settled."""
 
     def __init__(self, services: RegistrationPorts):
         self.services = services
@@ -207,7 +207,7 @@ class Registrar:
             if not self._add_file(session, profile):
                 # A redelivery. If a crash came between commit and publish, the request is still staged.
                 requested = session.analysis.generation_set
-                key = self._analysis_outbox_key(name, requested) if requested else ""
+                key = analysis_requests.outbox_key(name, requested) if requested else ""
                 return "already registered", self._after_commit(name, profile, key, new=False)
             key = self._request_analysis_if_settled(transaction, session)
             self.services.sessions.stage_save_in(transaction, previous, session)
@@ -285,34 +285,10 @@ class Registrar:
             return True
         return session.settle_after is not None and session.settle_after <= self.services.now()
 
-    @staticmethod
-    def _analysis_outbox_key(session_name: str, generation_set: str) -> str:
-        return f"analysis:{document_key(session_name)}:{generation_set}"
-
     def _request_analysis_if_settled(self, transaction: Transaction, session: ProfilerSession) -> str:
         if not self._settled(session):
             return ""
-        return self.request_analysis(transaction, session)
-
-    def request_analysis(self, transaction: Transaction, session: ProfilerSession, force: bool = False) -> str:
-        """Stage one analysis request for the session's current files; returns its outbox key.
-
-        Nothing is staged when these exact files were already requested (unless ``force``).
-        """
-        generation_set = session.generation_set()
-        if not generation_set or (generation_set == session.analysis.generation_set and not force):
-            session.settle_after = None
-            return ""
-        session.keep_earlier_analysis()
-        session.analysis.state = AnalysisState.PENDING
-        session.analysis.generation_set = generation_set
-        session.analysis.error = ""
-        session.settle_after = None
-        key = self._analysis_outbox_key(session.name, generation_set)
-        request = AnalysisRequest(session=session.name, generation_set=generation_set,
-                                  host_files={host: f.uri for host, f in session.host_files.items()})
-        outbox.stage(transaction, key, request.outgoing(), self.services.now())
-        return key
+        return analysis_requests.request_analysis(transaction, session, self.services.now())
 
     def _due(self, limit: int) -> list[dict[str, Any]]:
         return self.services.store.query(
@@ -335,7 +311,7 @@ class Registrar:
                 previous, session = self.services.sessions.find_for_update_in(transaction, name)
                 if previous is None or session is None or not self._settled(previous):
                     return ""
-                key = self.request_analysis(transaction, session)
+                key = analysis_requests.request_analysis(transaction, session, self.services.now())
                 self.services.sessions.save_in(transaction, previous, session)
                 return key
 

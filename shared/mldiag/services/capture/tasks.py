@@ -39,9 +39,8 @@ from mldiag.domain.resources import (
 )
 from mldiag.domain.types import CamelModel, Timestamp, format_timestamp
 from mldiag.ports import Transaction, Where
-from mldiag.services import outbox
+from mldiag.services import analysis_requests, outbox
 from mldiag.services.dependencies import Blobs, Configured, Publishing, Stored
-from mldiag.services.registration import Registrar
 
 
 class TaskPorts(Stored, Publishing, Blobs, Configured, Protocol):
@@ -213,7 +212,6 @@ def finish(services: TaskPorts, key: str, result: TaskResult) -> CaptureTask | N
     if task is None or task.final:
         return None
     result = _verified(services, task, result)
-    registrar = Registrar(services)
 
     def work(transaction: Transaction) -> tuple[CaptureTask | None, str]:
         document = transaction.get(COLLECTION, key)
@@ -244,7 +242,7 @@ def finish(services: TaskPorts, key: str, result: TaskResult) -> CaptureTask | N
         everyone = [task, *siblings]
         if operation is not None and not operation.done and all(t.final for t in everyone):
             if updated_session is not None and _every_success_registered(updated_session):
-                analysis_key = registrar.request_analysis(transaction, updated_session)
+                analysis_key = analysis_requests.request_analysis(transaction, updated_session, now)
             finished = operation.model_copy(deep=True)
             _complete(finished, everyone, updated_session, now)
             services.operations.save_in(transaction, operation, finished)

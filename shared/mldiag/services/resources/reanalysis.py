@@ -1,8 +1,8 @@
 """Analysing a session again: ``POST .../profilerSessions/S:analyze`` and ``mldiag profiler-session analyze``.
 
-The request goes out exactly as registration sends one (``Registrar.request_analysis``,
-staged in the outbox in the same transaction that sets the analysis PENDING),
-forced, so that a DONE or FAILED analysis of the same files runs once more.
+The request goes out exactly as registration sends one
+(:func:`mldiag.services.analysis_requests.request_analysis`), forced, so that a
+DONE or FAILED analysis of the same files runs once more.
 """
 
 from __future__ import annotations
@@ -13,12 +13,11 @@ from mldiag.domain.errors import FailedPrecondition
 from mldiag.domain.names import ChildName
 from mldiag.domain.resources import ProfilerSession
 from mldiag.ports import Transaction
-from mldiag.services import outbox
-from mldiag.services.dependencies import Configured, Publishing, Stored
-from mldiag.services.registration import Registrar
+from mldiag.services import analysis_requests, outbox
+from mldiag.services.dependencies import Publishing, Stored
 
 
-class ReanalysisPorts(Stored, Publishing, Configured, Protocol):
+class ReanalysisPorts(Stored, Publishing, Protocol):
     """What asking for a new analysis uses."""
 
 
@@ -28,7 +27,7 @@ def reanalyze(services: ReanalysisPorts, name: ChildName) -> ProfilerSession:
         def request(session: ProfilerSession) -> str:
             if not session.host_files:
                 raise FailedPrecondition(f"{name} has no profile files to analyse yet")
-            return Registrar(services).request_analysis(transaction, session, force=True)
+            return analysis_requests.request_analysis(transaction, session, services.now(), force=True)
 
         return services.sessions.mutate_in(transaction, str(name), request)
 
