@@ -39,7 +39,7 @@ from mldiag.domain.messages import (
 )
 from mldiag.domain.names import parse_run
 from mldiag.entrypoints import handlers
-from mldiag.services import fleet, outbox
+from mldiag.services import fleet, unit_of_work
 from mldiag.services.capture.requests import CaptureRequest, capture
 from mldiag.services.event_archive import Outcome
 from mldiag.services.fan_out_counts import host_analyses_key
@@ -179,8 +179,7 @@ def test_the_fleet_record_is_the_row_record_fleet_writes(embedded):
     record = FleetRecord(record_id=f"{SESSION}@g1", run=RUN, session=SESSION, generation_set="g1",
                          analyzed_at=embedded.now(), capture_kind="scanned", status="OPTIMAL", host_count=1,
                          device_count=1)
-    key = embedded.store.transaction(lambda transaction: fleet.stage_record(transaction, embedded, record))
-    outbox.flush(embedded.store, embedded.bus, key)
+    unit_of_work.run(embedded, lambda unit: fleet.publish_record(unit, embedded, record))
 
     message = only(embedded, ANALYSIS_EVENTS)
     assert read_fleet_record(message) == record and not Notification.carried_by(message)

@@ -36,7 +36,7 @@ def register_session(services: Services, event: CloudEvent) -> event_archive.Out
     ``settle_seconds`` (a scanned one) is asked for by the next maintenance tick."""
     from mldiag.services.registration import registering_finalized
 
-    return event_archive.handle_atomically(services.events, "register_session", event,
+    return event_archive.handle_atomically(services.events, services, "register_session", event,
                                            lambda e: registering_finalized(services, e))
 
 

@@ -67,12 +67,13 @@ from mldiag.domain.layout import XPLANE_SUFFIX, report_folder
 from mldiag.domain.messages import AnalysisRequest, HostAnalysisRequest
 from mldiag.domain.names import parent_of, short_name
 from mldiag.domain.resources import AnalysisState, ProfilerSession
-from mldiag.ports import Document, Transaction, Where
-from mldiag.services import analysis_requests, fleet, notifications, outbox
+from mldiag.ports import Document, Where
+from mldiag.services import analysis_requests, fleet, notifications, unit_of_work
 from mldiag.services.dependencies import Blobs, Configured, Publishing, Stored
 from mldiag.services.event_archive import Ignored
 from mldiag.services.fan_out_counts import host_analyses_key
 from mldiag.services.session_files import require_xspace_object
+from mldiag.services.unit_of_work import UnitOfWork
 
 
 class AnalysisJobPorts(Stored, Publishing, Blobs, Configured, Protocol):
@@ -98,40 +99,34 @@ class AnalysisFailed(RuntimeError):
 
 def _update(services: AnalysisJobPorts, name: str, change: Callable[[ProfilerSession], str],
             analysis: Analysis | None = None) -> str:
-    """Apply ``change`` to the stored session in a transaction; returns what it says.
+    """Apply ``change`` to the stored session in a unit of work; returns what it says.
 
     When the change completes an analysis (``analysis``, what it found), the run's ``latestAnalysis`` follows in
-    the same transaction, so the run list never disagrees with the session, and so do the
+    the same unit, so the run list never disagrees with the session, and so do the
     ``analysis.v1.completed`` notification and the analysis's fleet record (published once committed).
     """
-    staged: list[str] = []
-
-    def work(transaction: Transaction) -> str:
-        staged.clear()
-        previous = services.sessions.find_in(transaction, name)
+    def work(unit: UnitOfWork) -> str:
+        previous = unit.sessions.find(name)
         if previous is None:
             raise Ignored("the session no longer exists")
         session = previous.model_copy(deep=True)
         said = change(session)
         completed = session.analysis.state is AnalysisState.DONE and previous.analysis.state is not AnalysisState.DONE
-        run = services.runs.find_in(transaction, parent_of(name)) if completed else None  # reads before writes
-        saved = services.sessions.save_in(transaction, previous, session)
+        run = unit.runs.find(parent_of(name)) if completed else None  # reads before writes
+        saved = unit.sessions.save(previous, session)
         if run is not None:
             summarised = run.model_copy(deep=True)
             summarised.record_analysis(saved)
-            services.runs.save_in(transaction, run, summarised)
+            unit.runs.save(run, summarised)
         if completed:
             step_time_change = analysis.comparison.step_time_ms.ratio if analysis and analysis.comparison else None
-            staged.append(notifications.stage_analysis_completed(transaction, services, saved, step_time_change))
+            notifications.analysis_completed(unit, services, saved, step_time_change)
         if completed and analysis is not None:
-            record = fleet.fleet_record(analysis, saved, run, saved.analysis.end_time or services.now())
-            staged.append(fleet.stage_record(transaction, services, record))
+            fleet.publish_record(unit, services, fleet.fleet_record(analysis, saved, run,
+                                                                    saved.analysis.end_time or services.now()))
         return said
 
-    said = services.store.transaction(work)
-    for key in staged:
-        outbox.flush(services.store, services.bus, key)
-    return said
+    return unit_of_work.run(services, work)
 
 
 def _start(services: AnalysisJobPorts, request: AnalysisRequest) -> AnalysisState:
@@ -167,24 +162,24 @@ def _fan_out(services: AnalysisJobPorts, request: AnalysisRequest, fresh: bool) 
     key = host_analyses_key(request.session, request.generation_set)
     outbox_keys = {host: f"host-analysis:{key}:{host}" for host in sorted(request.host_files)}
 
-    def work(transaction: Transaction) -> str:
-        document = transaction.get(HostAnalyses.collection, key)
+    def work(unit: UnitOfWork) -> str:
+        document = unit.transaction.get(HostAnalyses.collection, key)
         if document is not None:
             progress = HostAnalyses.model_validate(document)
             if not (fresh and progress.merge_requested):
+                for outbox_key in outbox_keys.values():
+                    unit.publish_left_behind(outbox_key)
                 return f"{progress.finished} of {len(progress.hosts)} hosts finished"
         progress = HostAnalyses.of(request.session, request.generation_set, request.host_files)
         progress.progressed_at = services.now()
-        transaction.set(HostAnalyses.collection, key, progress.to_document())
+        unit.transaction.set(HostAnalyses.collection, key, progress.to_document())
         for host, progress_of_host in progress.hosts.items():
             host_request = HostAnalysisRequest(session=request.session, generation_set=request.generation_set,
                                                host=host, host_file=progress_of_host.file)
-            outbox.stage(transaction, outbox_keys[host], host_request.outgoing(), services.now())
+            unit.publish(outbox_keys[host], host_request.outgoing())
         return ""
 
-    under_way = services.store.transaction(work)
-    for outbox_key in outbox_keys.values():
-        outbox.flush(services.store, services.bus, outbox_key)
+    under_way = unit_of_work.run(services, work)
     hosts = len(outbox_keys)
     if under_way:
         return f"already fanned out to {hosts} hosts ({under_way})"
@@ -428,10 +423,9 @@ def retry_stale(services: AnalysisJobPorts) -> tuple[int, int]:
     for state in (AnalysisState.RUNNING, AnalysisState.PENDING):
         for session in services.sessions.find_where([Where("analysis.state", "==", state.value)], limit=500):
             if _stale_since(session, cutoff) and not _hosts_progressed_since(services.store.get, session, cutoff):
-                key, gave_up = _retry_or_fail(services, session.name, limit, cutoff)
-                if key:
-                    outbox.flush(services.store, services.bus, key)
-                retried += bool(key)
+                asked, gave_up = unit_of_work.run(services, _retrying_or_failing(services, session.name, limit,
+                                                                                 cutoff))
+                retried += asked
                 failed += gave_up
     return retried, failed
 
@@ -460,12 +454,15 @@ def _hosts_progressed_since(get: Callable[[str, str], Document | None], session:
     return progressed is not None and progressed > cutoff
 
 
-def _retry_or_fail(services: AnalysisJobPorts, name: str, limit: float, cutoff: datetime) -> tuple[str, bool]:
-    def work(transaction: Transaction) -> tuple[str, bool]:
-        previous = services.sessions.find_in(transaction, name)
+def _retrying_or_failing(services: AnalysisJobPorts, name: str, limit: float,
+                         cutoff: datetime) -> Callable[[UnitOfWork], tuple[bool, bool]]:
+    """The unit of work that asks again for the session's stale analysis, or fails it; it returns whether it asked
+    and whether it failed it."""
+    def work(unit: UnitOfWork) -> tuple[bool, bool]:
+        previous = unit.sessions.find(name)
         if previous is None or not _stale_since(previous, cutoff) or _hosts_progressed_since(
-                transaction.get, previous, cutoff):
-            return "", False
+                unit.transaction.get, previous, cutoff):
+            return False, False
         session = previous.model_copy(deep=True)
         analysis = session.analysis
         if analysis.state is AnalysisState.RUNNING:
@@ -475,14 +472,14 @@ def _retry_or_fail(services: AnalysisJobPorts, name: str, limit: float, cutoff: 
         if analysis.attempts >= services.settings.max_delivery_attempts:
             analysis.state, analysis.end_time = AnalysisState.FAILED, services.now()
             analysis.error = f"{reason}; gave up after {analysis.attempts} attempt(s)"[:MAX_REASON_CHARS]
-            services.sessions.save_in(transaction, previous, session)
-            return "", True
-        key = analysis_requests.request_analysis(transaction, session, services.now(), force=True)
+            unit.sessions.save(previous, session)
+            return False, True
+        asked = analysis_requests.request_analysis(unit, session, force=True)
         session.analysis.error = f"{RETRY_PREFIX}{reason}"[:MAX_REASON_CHARS]
-        services.sessions.save_in(transaction, previous, session)
-        return key, False
+        unit.sessions.save(previous, session)
+        return asked, False
 
-    return services.store.transaction(work)
+    return work
 
 
 def _reasoner(analysis: Analysis) -> str:

@@ -1,9 +1,9 @@
 """The fleet view: a record per finished analysis, published beside the notification, and the queries over them.
 
 :func:`fleet_record` turns an analysis, its session and its run into a
-:class:`~mldiag.domain.fleet.FleetRecord`; :func:`stage_record` puts it in the
-outbox, in the transaction that records the analysis, for ``analysis-events``
-(:func:`mldiag.domain.messages.fleet_record_message`).
+:class:`~mldiag.domain.fleet.FleetRecord`; :func:`publish_record` sends it on
+``analysis-events`` (:func:`mldiag.domain.messages.fleet_record_message`) from
+the unit of work that records the analysis.
 
 The queries: any one SELECT, in the dialect of the deployment's store, and
 three named ones written for both dialects (``DIALECTS``): the runs that lost
@@ -30,10 +30,10 @@ from mldiag.domain.messages import fleet_record_message
 from mldiag.domain.names import parent_of
 from mldiag.domain.resources import FindingCategory, MachineLearningRun, Priority, ProfilerSession
 from mldiag.domain.types import format_timestamp
-from mldiag.ports import FleetRecords, QueryResult, Transaction
-from mldiag.services import outbox
+from mldiag.ports import FleetRecords, QueryResult
 from mldiag.services.dependencies import Configured, Fleet, Stored
 from mldiag.services.repository import document_key
+from mldiag.services.unit_of_work import UnitOfWork
 
 # The causes of loop time a finding's category is about: its cost is their time.
 CATEGORY_CAUSES: dict[FindingCategory, tuple[TimeCause, ...]] = {
@@ -134,17 +134,11 @@ def fleet_record(analysis: Analysis, session: ProfilerSession, run: MachineLearn
     )
 
 
-class RecordPorts(Stored, Configured, Protocol):
-    """What staging a record uses."""
-
-
-def stage_record(transaction: Transaction, services: RecordPorts, record: FleetRecord) -> str:
-    """Stage ``record`` for ``analysis-events`` in ``transaction``; returns the outbox key."""
+def publish_record(unit: UnitOfWork, services: Configured, record: FleetRecord) -> None:
+    """Send ``record`` on ``analysis-events`` once ``unit`` has committed."""
     settings = services.settings
-    key = f"{ANALYSIS_EVENTS}:{document_key(record.record_id)}:record"
     source = f"//mldiag/projects/{settings.project}/locations/{settings.location}"
-    outbox.stage(transaction, key, fleet_record_message(record, source), services.now())
-    return key
+    unit.publish(f"{ANALYSIS_EVENTS}:{document_key(record.record_id)}:record", fleet_record_message(record, source))
 
 
 def table(services: Fleet) -> FleetRecords:

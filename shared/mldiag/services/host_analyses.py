@@ -34,8 +34,7 @@ from mldiag.domain.host_analyses import HostAnalyses, HostProgress, HostState
 from mldiag.domain.layout import XPLANE_SUFFIX, report_folder
 from mldiag.domain.messages import AnalysisRequest, HostAnalysisRequest
 from mldiag.domain.names import short_name
-from mldiag.ports import Transaction
-from mldiag.services import outbox
+from mldiag.services import unit_of_work
 from mldiag.services.analysis_jobs import (
     MAX_REASON_CHARS,
     SCRATCH_PREFIX,
@@ -47,6 +46,7 @@ from mldiag.services.analysis_jobs import (
 from mldiag.services.dependencies import Blobs, Configured, Publishing, Stored
 from mldiag.services.event_archive import Ignored
 from mldiag.services.fan_out_counts import host_analyses_key
+from mldiag.services.unit_of_work import UnitOfWork
 
 
 class HostAnalysisPorts(Stored, Publishing, Blobs, Configured, Protocol):
@@ -63,32 +63,27 @@ def _count_key(request: HostAnalysisRequest) -> str:
 def record_host(services: HostAnalysisPorts, request: HostAnalysisRequest, outcome: HostProgress) -> str:
     """Count the host as finished with ``outcome``, once; the last host to finish asks for the merge."""
     key = _count_key(request)
-    merge_key = f"analysis-merge:{key}"
 
-    def work(transaction: Transaction) -> tuple[bool, str]:
-        document = transaction.get(HostAnalyses.collection, key)
+    def work(unit: UnitOfWork) -> str:
+        document = unit.transaction.get(HostAnalyses.collection, key)
         if document is None:
-            return False, "no fan-out of these files is recorded"
+            return "no fan-out of these files is recorded"
         progress = HostAnalyses.model_validate(document)
         if request.host not in progress.hosts:
-            return False, f"host {request.host} is not one of this fan-out's"
+            return f"host {request.host} is not one of this fan-out's"
         if not progress.record(request.host, outcome):
-            return False, f"host {request.host} had finished already ({progress.hosts[request.host].state.value})"
+            return f"host {request.host} had finished already ({progress.hosts[request.host].state.value})"
         progress.progressed_at = services.now()
         merging = progress.take_merge()
         if merging:
             merge = AnalysisRequest(session=progress.session, generation_set=progress.generation_set,
                                     host_files={host: finished.file for host, finished in progress.hosts.items()},
                                     merge=True)
-            outbox.stage(transaction, merge_key, merge.outgoing(), services.now())
-        transaction.set(HostAnalyses.collection, key, progress.to_document())
-        return merging, (f"{progress.finished} of {len(progress.hosts)} hosts finished"
-                         + ("; merge requested" if merging else ""))
+            unit.publish(f"analysis-merge:{key}", merge.outgoing())
+        unit.transaction.set(HostAnalyses.collection, key, progress.to_document())
+        return f"{progress.finished} of {len(progress.hosts)} hosts finished" + ("; merge requested" if merging else "")
 
-    merging, said = services.store.transaction(work)
-    if merging:
-        outbox.flush(services.store, services.bus, merge_key)
-    return said
+    return unit_of_work.run(services, work)
 
 
 def _pending(services: HostAnalysisPorts, request: HostAnalysisRequest) -> None:

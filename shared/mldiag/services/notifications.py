@@ -2,8 +2,8 @@
 
 When an analysis finishes, and when a monitored event opens or closes, a
 CloudEvent (:class:`~mldiag.domain.messages.Notification`: ``dev.mldiag.analysis.v1.completed``,
-``dev.mldiag.event.v1.opened`` or ``...closed``) is staged in the outbox with the state it reports and
-published to ``analysis-events``. Anyone may subscribe to that topic;
+``dev.mldiag.event.v1.opened`` or ``...closed``) is sent on ``analysis-events`` from the
+unit of work that records the state it reports. Anyone may subscribe to that topic;
 ``deliver_notifications`` does, and sends each event to:
 
 * a generic webhook, in the CloudEvents HTTP binding (binary or structured
@@ -54,14 +54,15 @@ from mldiag.domain.messages import (
 from mldiag.domain.resources import HealthStatus, MonitoredEvent, ProfilerSession
 from mldiag.domain.types import CamelModel, format_timestamp
 from mldiag.ports import Transaction
-from mldiag.services import outbox
-from mldiag.services.dependencies import Blobs, Configured, Stored
+from mldiag.services import unit_of_work
+from mldiag.services.dependencies import Blobs, Configured, Publishing, Stored
 from mldiag.services.repository import document_key
 from mldiag.services.sealed_secrets import Sealer, SecretUnreadable, sealer
+from mldiag.services.unit_of_work import UnitOfWork
 
 
-class NotificationPorts(Stored, Blobs, Configured, Protocol):
-    """What staging and delivering notifications uses."""
+class NotificationPorts(Stored, Publishing, Blobs, Configured, Protocol):
+    """What sending and delivering notifications uses."""
 
 
 SIGNATURE_HEADER = "X-Mldiag-Signature"
@@ -122,7 +123,7 @@ def read_route(services: NotificationPorts, run_name: str) -> NotificationRoute:
     """The route of an existing run (:class:`~mldiag.domain.NotFound` otherwise), its secrets opened."""
     services.runs.get(run_name)
     seal = sealer(services.settings)
-    return services.store.transaction(lambda tx: load_route(tx, seal, run_name))
+    return unit_of_work.run(services, lambda unit: load_route(unit.transaction, seal, run_name))
 
 
 def deployment_route(settings: Settings) -> NotificationRoute:
@@ -142,7 +143,7 @@ def set_route(services: NotificationPorts, run_name: str, route: NotificationRou
 
     services.runs.get(run_name)
     seal, saved = sealer(services.settings), route.model_copy(update={"run": run_name})
-    services.store.transaction(lambda tx: save_route(tx, seal, saved))
+    unit_of_work.run(services, lambda unit: save_route(unit.transaction, seal, saved))
     return saved.described()
 
 
@@ -212,16 +213,15 @@ def _without_path(url: str) -> str:
 
 # --- the events -----------------------------------------------------------------------------------
 
-def _stage(transaction: Transaction, services: NotificationPorts, event_type: str, event_id: str, subject: str,
-           data: AnalysisCompleted | MonitoredEventChanged) -> str:
-    """Stage the notification; returns its outbox key."""
+def _publish(unit: UnitOfWork, services: NotificationPorts, event_type: str, event_id: str, subject: str,
+             data: AnalysisCompleted | MonitoredEventChanged) -> None:
+    """Send the notification once ``unit`` has committed."""
     settings = services.settings
     notification = Notification(type=event_type, id=event_id, subject=subject, data=data,
                                 source=f"//mldiag/projects/{settings.project}/locations/{settings.location}",
                                 time=format_timestamp(services.now()))
-    key = f"{ANALYSIS_EVENTS}:{document_key(event_id)}"  # event ids hold resource names: no "/" in a key
-    outbox.stage(transaction, key, notification.outgoing(), services.now())
-    return key
+    # Event ids hold resource names: no "/" in a key.
+    unit.publish(f"{ANALYSIS_EVENTS}:{document_key(event_id)}", notification.outgoing())
 
 
 def _report_link(services: NotificationPorts, session: ProfilerSession) -> str:
@@ -236,9 +236,9 @@ def _report_link(services: NotificationPorts, session: ProfilerSession) -> str:
         return ""
 
 
-def stage_analysis_completed(transaction: Transaction, services: NotificationPorts, session: ProfilerSession,
-                             step_time_change: float | None) -> str:
-    """Stage ``analysis.v1.completed`` for a session whose analysis is DONE; returns the outbox key."""
+def analysis_completed(unit: UnitOfWork, services: NotificationPorts, session: ProfilerSession,
+                       step_time_change: float | None) -> None:
+    """Send ``analysis.v1.completed``, once ``unit`` has committed, for a session whose analysis is DONE."""
     from mldiag.domain.names import parent_of
 
     analysis = session.analysis
@@ -249,13 +249,11 @@ def stage_analysis_completed(transaction: Transaction, services: NotificationPor
         report_link=_report_link(services, session))
     # One id per completion: analysing the same files again (on request) is news again.
     completion = f"{analysis.generation_set}@{format_timestamp(analysis.end_time)}"
-    return _stage(transaction, services, ANALYSIS_COMPLETED, f"{session.name}/analyses/{completion}", session.name,
-                  data)
+    _publish(unit, services, ANALYSIS_COMPLETED, f"{session.name}/analyses/{completion}", session.name, data)
 
 
-def stage_event_change(transaction: Transaction, services: NotificationPorts, event: MonitoredEvent,
-                       opened: bool) -> str:
-    """Stage ``event.v1.opened`` or ``...closed`` for a monitored event; returns the outbox key."""
+def event_changed(unit: UnitOfWork, services: NotificationPorts, event: MonitoredEvent, opened: bool) -> None:
+    """Send ``event.v1.opened`` or ``...closed`` for a monitored event, once ``unit`` has committed."""
     from mldiag.domain.names import parent_of
 
     data = MonitoredEventChanged(
@@ -265,7 +263,7 @@ def stage_event_change(transaction: Transaction, services: NotificationPorts, ev
         end_time=format_timestamp(event.end_time) if event.end_time else "",
         sessions=list(event.profiler_sessions), suppressed_count=event.suppressed_count)
     kind = EVENT_OPENED if opened else EVENT_CLOSED
-    return _stage(transaction, services, kind, f"{event.name}/{'opened' if opened else 'closed'}", event.name, data)
+    _publish(unit, services, kind, f"{event.name}/{'opened' if opened else 'closed'}", event.name, data)
 
 
 # --- delivery -------------------------------------------------------------------------------------
@@ -380,7 +378,7 @@ def deliver(services: NotificationPorts, notification: Notification) -> str:
     run = notification.data.run
     seal = sealer(services.settings)
     try:
-        own = services.store.transaction(lambda tx: load_route(tx, seal, run))
+        own = unit_of_work.run(services, lambda unit: load_route(unit.transaction, seal, run))
     except SecretUnreadable as error:
         raise PermanentFailure(f"the notifications of {run}: {error}") from None
     route = own.over(deployment_route(services.settings))

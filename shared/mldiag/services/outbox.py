@@ -7,18 +7,24 @@ after the commit, and then removed. Whoever finds an entry left behind (the
 retried event, or the periodic sweep) publishes it again. Consumers are
 idempotent, so the rare duplicate (a crash after publishing, before removal) is
 harmless; a lost message is impossible.
+
+Use cases do not stage or flush by hand: :mod:`mldiag.services.unit_of_work` does
+both for the messages a unit of work publishes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 import structlog
 
-from mldiag.domain.messages import Outgoing
 from mldiag.domain.types import format_timestamp
 from mldiag.ports import DocumentStore, MessageBus, Transaction, Where
+
+if TYPE_CHECKING:
+    from mldiag.domain.messages import Outgoing
 
 COLLECTION = "outbox"
 log = structlog.get_logger(__name__)

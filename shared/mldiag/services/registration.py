@@ -43,10 +43,11 @@ from mldiag.domain.resources import (
     TargetSession,
 )
 from mldiag.domain.types import format_timestamp
-from mldiag.ports import Transaction, Where
-from mldiag.services import analysis_requests, outbox
+from mldiag.ports import Where
+from mldiag.services import analysis_requests, unit_of_work
 from mldiag.services.dependencies import Configured, Publishing, Stored
-from mldiag.services.event_archive import AfterCommit, Ignored, Transactional
+from mldiag.services.event_archive import Ignored, Transactional
+from mldiag.services.unit_of_work import UnitOfWork
 
 
 class RegistrationPorts(Stored, Publishing, Configured, Protocol):
@@ -185,19 +186,16 @@ class Registrar:
 
     def register(self, profile: ProfileObject) -> str:
         """Record the file in its session; returns a one-line account of what changed."""
-        account, after_commit = self.services.store.transaction(self.registering(profile))
-        after_commit()
-        return account
+        return unit_of_work.run(self.services, self.registering(profile))
 
     def registering(self, profile: ProfileObject) -> Transactional:
-        """The transaction that records the file in its session (its run found, or made, first): it returns a
-        one-line account of what changed and what to do once it has committed (publish the analysis request
-        it staged)."""
+        """The unit of work that records the file in its session (its run found, or made, first): it returns a
+        one-line account of what changed."""
         run = self.find_or_create_run(profile)
         name = f"{run.name}/profilerSessions/{_id_for(profile.session_folder, 'profilerSessionId')}"
 
-        def work(transaction: Transaction) -> tuple[str, AfterCommit]:
-            previous, session = self.services.sessions.find_for_update_in(transaction, name)
+        def work(unit: UnitOfWork) -> str:
+            previous, session = unit.sessions.find_for_update(name)
             if session is None:
                 session = self._new_session(name, profile)
             replaced = session.host_files.get(host_of(profile.file_name)) if profile.file_name.endswith(
@@ -206,11 +204,11 @@ class Registrar:
             self._refuse_older_generation(session, profile)
             if not self._add_file(session, profile):
                 # A redelivery. If a crash came between commit and publish, the request is still staged.
-                requested = session.analysis.generation_set
-                key = analysis_requests.outbox_key(name, requested) if requested else ""
-                return "already registered", self._after_commit(name, profile, key, new=False)
-            key = self._request_analysis_if_settled(transaction, session)
-            self.services.sessions.stage_save_in(transaction, previous, session)
+                if requested := session.analysis.generation_set:
+                    unit.publish_left_behind(analysis_requests.outbox_key(name, requested))
+                return "already registered"
+            asked = self._settled(session) and analysis_requests.request_analysis(unit, session)
+            unit.sessions.stage_save(previous, session)
             if replaced is not None:
                 account = (f"session {session.id} of run {run.id} received a newer profile "
                            f"(generation {profile.generation} of {profile.file_name})")
@@ -218,20 +216,13 @@ class Registrar:
                     account += f"; the earlier analysis is kept at {report_of_replaced}"
             else:
                 account = f"{profile.file_name} registered in {name}"
-            return (account + (" (analysis requested)" if key else ""),
-                    self._after_commit(name, profile, key, new=previous is None))
+            if previous is None:
+                unit.on_commit(lambda: log.info(
+                    f"session {short_name(name)} registered from {profile.session_folder_uri}", notice=True,
+                    session=name))
+            return account + (" (analysis requested)" if asked else "")
 
         return work
-
-    def _after_commit(self, name: str, profile: ProfileObject, key: str, *, new: bool) -> AfterCommit:
-        def after_commit() -> None:
-            if new:
-                log.info(f"session {short_name(name)} registered from {profile.session_folder_uri}",
-                         notice=True, session=name)
-            if key:
-                outbox.flush(self.services.store, self.services.bus, key)
-
-        return after_commit
 
     def _new_session(self, name: str, profile: ProfileObject) -> ProfilerSession:
         return ProfilerSession(
@@ -285,11 +276,6 @@ class Registrar:
             return True
         return session.settle_after is not None and session.settle_after <= self.services.now()
 
-    def _request_analysis_if_settled(self, transaction: Transaction, session: ProfilerSession) -> str:
-        if not self._settled(session):
-            return ""
-        return analysis_requests.request_analysis(transaction, session, self.services.now())
-
     def _due(self, limit: int) -> list[dict[str, Any]]:
         return self.services.store.query(
             ProfilerSession.collection,
@@ -307,23 +293,20 @@ class Registrar:
         for document in self._due(limit=500):
             name = document["name"]
 
-            def work(transaction: Transaction, name: str = name) -> str:
-                previous, session = self.services.sessions.find_for_update_in(transaction, name)
+            def work(unit: UnitOfWork, name: str = name) -> bool:
+                previous, session = unit.sessions.find_for_update(name)
                 if previous is None or session is None or not self._settled(previous):
-                    return ""
-                key = analysis_requests.request_analysis(transaction, session, self.services.now())
-                self.services.sessions.save_in(transaction, previous, session)
-                return key
+                    return False
+                asked = analysis_requests.request_analysis(unit, session)
+                unit.sessions.save(previous, session)
+                return asked
 
-            key = self.services.store.transaction(work)
-            if key:
-                outbox.flush(self.services.store, self.services.bus, key)
-                requested += 1
+            requested += unit_of_work.run(self.services, work)
         return requested
 
 
 def registering_finalized(services: RegistrationPorts, event: CloudEvent) -> Transactional:
-    """The ``register_session`` handler body: the transaction that registers one finalize event's file
+    """The ``register_session`` handler body: the unit of work that registers one finalize event's file
     (:meth:`Registrar.registering`)."""
     if event["type"] != STORAGE_FINALIZED:
         raise PermanentFailure(f"register_session handles {STORAGE_FINALIZED}, not {event['type']!r}")

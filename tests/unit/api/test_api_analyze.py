@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 from api_suite import RUNS
 from mldiag.config import ANALYSIS_REQUESTS
 from mldiag.domain import AnalysisState, AnalysisStatus, HostFile, ProfilerSession

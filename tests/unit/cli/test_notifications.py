@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from mldiag.entrypoints import handlers
 
-from mldiag.services import notifications
+from mldiag.services import notifications, unit_of_work
 from mldiag.cli.main import app
 from mldiag.config import ANALYSIS_EVENTS, Settings
 from mldiag.domain.envelopes import storage_finalized_event
@@ -330,8 +330,9 @@ def test_a_notification_is_staged_under_a_key_firestore_takes(deployment, receiv
     server = deployment(receiver())
     _analyse_a_session(server.services)
     session = server.services.sessions.get(SESSION)
-    key = server.services.store.transaction(
-        lambda transaction: notifications.stage_analysis_completed(transaction, server.services, session, None))
+    committed = unit_of_work.commit(
+        server.services, lambda unit: notifications.analysis_completed(unit, server.services, session, None))
+    (key,) = committed.keys
     assert "/" not in key and server.services.store.get("outbox", key) is not None
 
 

@@ -26,11 +26,11 @@ from mldiag.domain.alerts import (
 from mldiag.domain.errors import InvalidArgument, PermanentFailure
 from mldiag.domain.messages import AlertMessage
 from mldiag.domain.names import EVENTS, parse_run
-from mldiag.ports import Transaction
-from mldiag.services import outbox
+from mldiag.services import unit_of_work
 from mldiag.services.dependencies import Configured, Publishing, Stored
 from mldiag.services.monitoring.alert_runs import with_run_found
 from mldiag.services.repository import document_key
+from mldiag.services.unit_of_work import UnitOfWork
 
 
 class AlertWebhookPorts(Stored, Publishing, Configured, Protocol):
@@ -81,16 +81,10 @@ def _publish(services: AlertWebhookPorts, alerts: list[tuple[str, Alert]]) -> li
     """Check every alert names an existing run, then stage and send them all, each as an :class:`AlertMessage`."""
     checked = [(key, with_run_found(services, alert)) for key, alert in alerts]
 
-    def work(transaction: Transaction) -> None:
+    def work(unit: UnitOfWork) -> None:
         for key, alert in checked:
-            outbox.stage(transaction, _outbox_key(key, alert), AlertMessage.of(alert).outgoing(), services.now())
+            unit.publish(f"webhook:{document_key(alert.run)}:{key}", AlertMessage.of(alert).outgoing())
 
-    services.store.transaction(work)
-    for key, alert in checked:
-        outbox.flush(services.store, services.bus, _outbox_key(key, alert))
+    unit_of_work.run(services, work)
     return [{"run": alert.run, "monitoredEvent": str(parse_run(alert.run).child(EVENTS, alert.event_id)),
              "state": "open" if alert.open else "closed"} for _, alert in checked]
-
-
-def _outbox_key(key: str, alert: Alert) -> str:
-    return f"webhook:{document_key(alert.run)}:{key}"

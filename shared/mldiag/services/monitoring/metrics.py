@@ -20,11 +20,11 @@ from mldiag.domain.errors import InvalidArgument, NotFound
 from mldiag.domain.messages import AlertMessage
 from mldiag.domain.resources import AnalyzerReport, DetectionState, EventType, MonitoredEvent
 from mldiag.domain.types import CamelModel, format_timestamp
-from mldiag.ports import Transaction
-from mldiag.services import outbox
+from mldiag.services import unit_of_work
 from mldiag.services.dependencies import Publishing, Stored
 from mldiag.services.repository import document_key
 from mldiag.services.run_state import RunState
+from mldiag.services.unit_of_work import UnitOfWork
 
 
 class MetricPorts(Stored, Publishing, Protocol):
@@ -77,11 +77,9 @@ def report_metrics(services: MetricPorts, run_name: str, points: Sequence[Metric
         raise InvalidArgument(f"at most {MAX_POINTS_PER_REPORT} points per report", field="points")
     if services.runs.find(run_name) is None:
         raise NotFound(f"{run_name} not found")
-    staged: list[tuple[str, AlertMessage]] = []
-
-    def work(transaction: Transaction) -> None:
-        staged.clear()
-        detector = DETECTORS.load(transaction, run_name)
+    def work(unit: UnitOfWork) -> list[AlertMessage]:
+        sent = []
+        detector = DETECTORS.load(unit.transaction, run_name)
         for point in points:
             if new_steps_only and point.step <= detector.last_step:
                 continue
@@ -95,14 +93,12 @@ def report_metrics(services: MetricPorts, run_name: str, points: Sequence[Metric
             when = format_timestamp(point.time or services.now())
             message = alert_message(run_name, detector.open_event, transition, detector.state.last_reason, when)
             key = f"alert:{document_key(run_name)}:{detector.open_event}:{transition.value}"
-            outbox.stage(transaction, key, message.outgoing(), services.now())
-            staged.append((key, message))
-        DETECTORS.save(transaction, run_name, detector)
+            unit.publish(key, message.outgoing())
+            sent.append(message)
+        DETECTORS.save(unit.transaction, run_name, detector)
+        return sent
 
-    services.store.transaction(work)
-    for key, _ in staged:
-        outbox.flush(services.store, services.bus, key)
-    return [message.wire() for _, message in staged]
+    return [message.wire() for message in unit_of_work.run(services, work)]
 
 
 def set_detector_params(services: MetricPorts, run_name: str, params: DetectorParams) -> DetectorParams:

@@ -1,8 +1,9 @@
 """Analysing a session again: ``POST .../profilerSessions/S:analyze`` and ``mldiag profiler-session analyze``.
 
 The request goes out exactly as registration sends one
-(:func:`mldiag.services.analysis_requests.request_analysis`), forced, so that a
-DONE or FAILED analysis of the same files runs once more.
+(:func:`mldiag.services.analysis_requests.request_analysis`, in the unit of work
+that sets the analysis PENDING), forced, so that a DONE or FAILED analysis of the
+same files runs once more.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from typing import Protocol
 from mldiag.domain.errors import FailedPrecondition
 from mldiag.domain.names import ChildName
 from mldiag.domain.resources import ProfilerSession
-from mldiag.ports import Transaction
-from mldiag.services import analysis_requests, outbox
+from mldiag.services import analysis_requests, unit_of_work
 from mldiag.services.dependencies import Publishing, Stored
+from mldiag.services.unit_of_work import UnitOfWork
 
 
 class ReanalysisPorts(Stored, Publishing, Protocol):
@@ -23,14 +24,12 @@ class ReanalysisPorts(Stored, Publishing, Protocol):
 
 def reanalyze(services: ReanalysisPorts, name: ChildName) -> ProfilerSession:
     """Request a new analysis of the session's current files; returns the session, analysis PENDING."""
-    def work(transaction: Transaction) -> tuple[ProfilerSession, str]:
-        def request(session: ProfilerSession) -> str:
+    def work(unit: UnitOfWork) -> ProfilerSession:
+        def request(session: ProfilerSession) -> bool:
             if not session.host_files:
                 raise FailedPrecondition(f"{name} has no profile files to analyse yet")
-            return analysis_requests.request_analysis(transaction, session, services.now(), force=True)
+            return analysis_requests.request_analysis(unit, session, force=True)
 
-        return services.sessions.mutate_in(transaction, str(name), request)
+        return unit.sessions.mutate(str(name), request)[0]
 
-    session, key = services.store.transaction(work)
-    outbox.flush(services.store, services.bus, key)
-    return session
+    return unit_of_work.run(services, work)
