@@ -248,7 +248,7 @@ def test_the_use_cases_are_typed_with_protocols():
     typed = {function.module.name for function in index.functions.values()
              if any(index.annotation(function.module, arg.annotation) for arg in function.parameters())}
     assert {f"{PACKAGE}.registration", f"{PACKAGE}.analysis_jobs", f"{PACKAGE}.capture.requests",
-            f"{PACKAGE}.operations.maintenance", f"{PACKAGE}.run_state"} <= typed
+            f"{PACKAGE}.operator.maintenance", f"{PACKAGE}.run_state"} <= typed
 
 
 def _with_planted(source: str) -> list[str]:

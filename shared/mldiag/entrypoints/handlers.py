@@ -68,7 +68,7 @@ def analyze_host(services: Services, event: CloudEvent) -> event_archive.Outcome
 
 def record_dead_letter(services: Services, event: CloudEvent) -> event_archive.Outcome:
     """Every ``<topic>-dead-letter`` topic: keep what exhausted its retries, with its reason."""
-    from mldiag.services.operations.dead_letters import record
+    from mldiag.services.operator.dead_letters import record
 
     return event_archive.handle(services.events, "record_dead_letter", event, lambda e: record(services, e))
 
@@ -76,7 +76,7 @@ def record_dead_letter(services: Services, event: CloudEvent) -> event_archive.O
 def maintenance(services: Services, event: CloudEvent) -> event_archive.Outcome:
     """``maintenance-ticks`` (Cloud Scheduler, every minute): settle sessions, flush the outbox, prune."""
     from mldiag.domain.messages import MaintenanceTick
-    from mldiag.services.operations.maintenance import run_maintenance
+    from mldiag.services.operator.maintenance import run_maintenance
 
     def work(event: CloudEvent) -> str:
         MaintenanceTick.read(message_from_cloud_event(event))

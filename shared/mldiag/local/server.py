@@ -173,7 +173,7 @@ def wire_functions(services: Services, bus: HostedBus) -> None:
 
 def recover_from_a_stop(services: Services) -> None:
     """What a killed predecessor left: its analysis workers and scratch, and files that landed meanwhile."""
-    from mldiag.services.operations.reconciliation import reconcile
+    from mldiag.services.operator.reconciliation import reconcile
 
     clean_up_after_a_stop(services.settings)
     reconcile(services, force=True, settling=timedelta(0))

@@ -16,7 +16,7 @@ runs once per uploaded file).
 
 Archived events expire after the retention period (Firestore TTL on
 ``expireAt`` in the cloud, :func:`prune` locally) and can be replayed
-(:mod:`mldiag.services.operations.replay`). The payload is kept as the
+(:mod:`mldiag.services.operator.replay`). The payload is kept as the
 function received it, without encoding it again.
 """
 

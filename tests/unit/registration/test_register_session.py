@@ -15,7 +15,7 @@ from mldiag.domain import (
     AnalysisState, AnalysisStatus, HealthStatus, Kind, MachineLearningRun, ProfilerSession, SessionPhase,
 )
 from mldiag.services.event_archive import Outcome
-from mldiag.services.operations.maintenance import run_maintenance
+from mldiag.services.operator.maintenance import run_maintenance
 from mldiag.domain.envelopes import storage_finalized_event
 
 RUN_FOLDER = "team/exp/run1/plugins/profile/s1"

@@ -34,7 +34,7 @@ PACKAGE = Path(__file__).resolve().parents[3] / "shared" / "mldiag"
 HTTP_PACKAGES = ("mldiag.entrypoints.http", "mldiag.entrypoints.console")
 # Operator replay re-publishes an archived event to the topic it came from; a missing
 # grant is reported per event, so it widens no function's publishes_to.
-REPLAY = "mldiag.services.operations.replay.replay_one"
+REPLAY = "mldiag.services.operator.replay.replay_one"
 EQUALITIES = frozenset({"==", "in", "array_contains", "array_contains_any"})
 _FILTER_TERM = re.compile(r"(?P<field>[A-Za-z_][\w.]*)\s*(?P<op><=|>=|!=|=|<|>)")
 

@@ -6,9 +6,9 @@ name one run has), or the sender gets one clear error (several runs sharing the
 display name are named) and nothing is published; ``on_alert`` looks the run
 up the same way. Each alert, read once here, then goes to ``monitoring-alerts``
 on its own as an :class:`~mldiag.domain.messages.AlertMessage` (a grouped
-notification becomes one message per alert) through the outbox, so ``on_alert`` records, archives, storm-controls and captures it
-exactly as it does an alert from Pub/Sub — and ``mldiag events replay`` can
-send it again.
+notification becomes one message per alert) through the outbox, so
+``on_alert`` records, archives, storm-controls and captures it exactly as it
+does an alert from Pub/Sub — and ``mldiag events replay`` can send it again.
 """
 
 from __future__ import annotations
