@@ -55,7 +55,7 @@ class Timings:
 
 
 def _timed(services, function: str, timings: Timings):
-    from mldiag.domain.messages import message_from_cloud_event
+    from mldiag.domain.envelopes import message_from_cloud_event
     from mldiag.entrypoints import handlers
 
     handler = handlers.EVENT_HANDLERS[function]
@@ -78,7 +78,7 @@ def _analyse(profile: Path, hosts: int, slots: int, fan_out: bool, data_dir: Pat
     from mldiag import bootstrap
     from mldiag.config import TOPIC_SUBSCRIBERS, Settings
     from mldiag.domain import AnalysisState, Kind, MachineLearningRun, ProfilerSession
-    from mldiag.domain.messages import storage_finalized_event
+    from mldiag.domain.envelopes import storage_finalized_event
     from mldiag.domain.names import LocationName
     from mldiag.entrypoints import handlers
 

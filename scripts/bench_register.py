@@ -23,7 +23,7 @@ from pathlib import Path
 
 from mldiag import bootstrap
 from mldiag.config import ANALYSIS_REQUESTS, Settings
-from mldiag.domain.messages import encode_json, storage_finalized_event
+from mldiag.domain.envelopes import encode_json, storage_finalized_event
 from mldiag.entrypoints import handlers
 
 

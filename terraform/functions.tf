@@ -4,7 +4,7 @@
 # trigger: "http" (the API, behind IAM), "storage" (Eventarc, object finalize on the
 # profiles bucket) or "pubsub" (push subscriptions from the topics in queue_consumers, and
 # for the recorder every dead-letter topic). The code's side of the same contract is
-# mldiag.entrypoints.handlers.TOPIC_SUBSCRIBERS and mldiag.local.devstack_host.BUCKET_TRIGGERED.
+# mldiag.config.TOPIC_SUBSCRIBERS and mldiag.config.BUCKET_TRIGGERED.
 # Every function also reads and writes the Firestore database and archives the events it
 # handles in the profiles bucket.
 

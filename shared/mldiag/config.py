@@ -18,16 +18,19 @@ from typing import Literal
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from mldiag.domain.errors import InvalidArgument, invalid_argument
+from mldiag.domain.topics import (
+    ANALYSIS_EVENTS,
+    ANALYSIS_REQUESTS,
+    CAPTURE_REQUESTS,
+    HOST_ANALYSIS_REQUESTS,
+    MAINTENANCE_TICKS,
+    MONITORING_ALERTS,
+)
 from mldiag.domain.sizes import parse_size
 
-# Topic names are part of the deployment contract: Terraform and the devstack create these.
-ANALYSIS_REQUESTS = "analysis-requests"
-HOST_ANALYSIS_REQUESTS = "host-analysis-requests"  # one host of a multi-host session, fanned out
-CAPTURE_REQUESTS = "capture-requests"
-MONITORING_ALERTS = "monitoring-alerts"
+# The bucket's object notifications as Cloud Storage publishes them (the devstack's storage emulator, mldiag up's
+# bucket watcher).
 BUCKET_NOTIFICATIONS = "bucket-notifications"
-MAINTENANCE_TICKS = "maintenance-ticks"
-ANALYSIS_EVENTS = "analysis-events"  # CloudEvents out: analyses finished, monitored events opened and closed
 DEAD_LETTER_SUFFIX = "-dead-letter"
 SDK_CAPABILITY_CONTEXT = b"mldiag sdk capability v1"
 TOPICS = (ANALYSIS_REQUESTS, HOST_ANALYSIS_REQUESTS, CAPTURE_REQUESTS, MONITORING_ALERTS, MAINTENANCE_TICKS,

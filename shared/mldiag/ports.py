@@ -3,7 +3,8 @@
 The document store, the blob store and the message bus each have an embedded
 adapter (SQLite, a local directory, an in-process bus) and a Google Cloud one
 (Firestore, Cloud Storage, Pub/Sub, which also drive the official emulators);
-the profiler client dials a workload's XProf profiler server.
+the profiler client dials a workload's XProf profiler server; the reasoner that
+investigates an analysis is the offline one or Gemini on Vertex AI.
 ``mldiag.bootstrap`` picks the adapters; nothing else imports one.
 """
 
@@ -18,6 +19,9 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_check
 if TYPE_CHECKING:
     from cloudevents.http import CloudEvent
 
+    from mldiag.analysis.evidence import Analysis
+    from mldiag.analysis.reasoning.followups import FollowupTools
+    from mldiag.analysis.reasoning.investigation import Conclusion
     from mldiag.domain.capture import TracerLevels
 
 T = TypeVar("T")
@@ -226,6 +230,16 @@ class FleetRecords(Protocol):
               timeout_s: float) -> QueryResult:
         """Run one statement that only reads, at most ``timeout_s`` and ``max_rows`` rows (more are left out);
         :class:`mldiag.domain.InvalidArgument` with the store's reason when it fails or would write."""
+
+
+class Reasoner(Protocol):
+    """Investigates an analysis that needs attention (:mod:`mldiag.analysis.reasoning.investigation`); raises
+    :class:`~mldiag.analysis.reasoning.investigation.ReasonerFailed` saying why when it cannot conclude."""
+
+    name: str
+
+    def investigate(self, analysis: Analysis, tools: FollowupTools) -> Conclusion:
+        """Form hypotheses from ``analysis``, check them with ``tools``, conclude."""
 
 
 class Clock(Protocol):

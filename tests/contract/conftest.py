@@ -25,7 +25,7 @@ import requests
 from mldiag.adapters.bus.inprocess import InProcessBus
 from mldiag.adapters.blobs.local import LocalBlobs
 from mldiag.adapters.store.sqlite import SqliteStore
-from mldiag.domain.messages import Message, message_from_cloud_event
+from mldiag.domain.envelopes import Message, message_from_cloud_event
 from mldiag.ports import BlobStore, DocumentStore, MessageBus
 
 PROJECT = "mldiag-contract-tests"

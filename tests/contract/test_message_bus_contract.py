@@ -18,8 +18,8 @@ import uuid
 import pytest
 
 from mldiag.adapters.bus.inprocess import InProcessBus
+from mldiag.domain.envelopes import Message, message_from_cloud_event
 from mldiag.domain.errors import NotFound
-from mldiag.domain.messages import Message, message_from_cloud_event
 
 PROJECT = "p"
 

@@ -18,7 +18,7 @@ import pytest
 from google.cloud import storage
 
 from mldiag.bootstrap import build
-from mldiag.domain.messages import STORAGE_FINALIZED
+from mldiag.domain.envelopes import STORAGE_FINALIZED
 from mldiag.ports import Where
 
 pytestmark = pytest.mark.emulator

@@ -18,7 +18,7 @@ from google.cloud import pubsub_v1
 from mldiag.adapters.bus.inprocess import InProcessBus
 from mldiag.adapters.bus.pubsub import PubSubBus
 from mldiag.config import ANALYSIS_REQUESTS, dead_letter_topic
-from mldiag.domain.messages import message_from_cloud_event
+from mldiag.domain.envelopes import message_from_cloud_event
 
 pytestmark = pytest.mark.emulator
 

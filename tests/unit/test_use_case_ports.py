@@ -248,7 +248,7 @@ def test_the_use_cases_are_typed_with_protocols():
     typed = {function.module.name for function in index.functions.values()
              if any(index.annotation(function.module, arg.annotation) for arg in function.parameters())}
     assert {f"{PACKAGE}.registration", f"{PACKAGE}.analysis_jobs", f"{PACKAGE}.capture.requests",
-            f"{PACKAGE}.operations.maintenance", f"{PACKAGE}.run_state"} <= typed
+            f"{PACKAGE}.operator.maintenance", f"{PACKAGE}.run_state"} <= typed
 
 
 def _with_planted(source: str) -> list[str]:
@@ -329,15 +329,15 @@ def _only(services: object, protocol: type) -> SimpleNamespace:
 @pytest.mark.parametrize("bare", [False, True], ids=["services", "registration-ports-only"])
 def test_registering_finalized_runs_with_only_its_ports(embedded, bare):
     from mldiag.domain import ProfilerSession
-    from mldiag.domain.messages import storage_finalized_event
+    from mldiag.domain.envelopes import storage_finalized_event
+    from mldiag.services import unit_of_work
     from mldiag.services.registration import RegistrationPorts, registering_finalized
 
     services = _only(embedded, RegistrationPorts) if bare else embedded
     assert not bare or not hasattr(services, "profiler")
     event = storage_finalized_event({"bucket": "profiles", "name": "team/exp/run1/plugins/profile/s1/host0.xplane.pb",
                                      "generation": "1", "size": "1000", "contentType": "application/octet-stream"})
-    _, after_commit = services.store.transaction(registering_finalized(services, event))
-    after_commit()
+    unit_of_work.run(services, registering_finalized(services, event))
     session = embedded.sessions.get("projects/p/locations/l/machineLearningRuns/run1/profilerSessions/s1")
     assert session.host_files["host0"].size_bytes == 1000
     assert len(embedded.store.query(ProfilerSession.collection)) == 1
@@ -348,6 +348,6 @@ def test_services_satisfies_every_family_and_each_of_its_ports_has_one(embedded)
     families = [name for name in index.classes
                 if name.startswith(f"{PACKAGE}.dependencies.") and index.is_protocol(name)]
     declared = set().union(*(index.members(family) for family in families))
-    assert len(families) == 7
+    assert len(families) == 8  # seven families of ports, and the store and bus a unit of work needs together
     assert all(hasattr(embedded, member) for member in declared)
     assert {f.name for f in dataclasses.fields(embedded)} <= declared

@@ -1,6 +1,7 @@
 """Alerts as they arrive on ``monitoring-alerts``, in three shapes, read into one :class:`Alert`.
 
-1. Our MonitoredEvent message (the degradation analyzer sends it; so can any system)::
+1. Our MonitoredEvent message (:class:`mldiag.domain.messages.AlertMessage`: the degradation detector and the
+   alert webhooks send it; so can any system)::
 
        {"run": "projects/P/locations/L/machineLearningRuns/R",   # or "R", or a display name
         "monitoredEventId": "degradation-1",
@@ -65,15 +66,11 @@ def _run_reference(value: Any) -> str:
     return value.strip()
 
 
-def _event_from_ours(payload: dict[str, Any]) -> Alert:
-    try:
-        event = MonitoredEvent.model_validate(payload.get("monitoredEvent") or {})
-    except ValidationError as error:
-        raise PermanentFailure(f"monitoredEvent: {invalid_argument(error)}") from None
-    event_id = validate_id(str(payload.get("monitoredEventId") or ""), field="monitoredEventId")
+def alert_from_monitored_event(run: Any, event_id: str, event: MonitoredEvent) -> Alert:
+    """The alert a MonitoredEvent message (:class:`mldiag.domain.messages.AlertMessage`) reports."""
     detected = any(r.detection_state is DetectionState.DETECTED for r in event.analyzer_reports)
     return Alert(
-        run=_run_reference(payload.get("run")), event_id=event_id,
+        run=_run_reference(run), event_id=validate_id(event_id, field="monitoredEventId"),
         open=event.end_time is None and detected, type=event.type, display_name=event.display_name,
         start_time=event.start_time, end_time=event.end_time, targets=event.targets,
         reports=event.analyzer_reports, source="monitoredEvent",
@@ -101,7 +98,8 @@ def _epoch(value: Any) -> datetime | None:
         raise PermanentFailure(f"incident time {value!r} is not epoch seconds") from None
 
 
-def _event_from_incident(incident: dict[str, Any]) -> Alert:
+def alert_from_incident(incident: dict[str, Any]) -> Alert:
+    """The alert a Cloud Monitoring incident reports; :class:`PermanentFailure` naming what it lacks."""
     incident_id = str(incident.get("incident_id") or "")
     if not incident_id:
         raise PermanentFailure("the incident has no incident_id")
@@ -175,7 +173,11 @@ def _event_from_prometheus(payload: dict[str, Any]) -> Alert:
     source = payload.get("source")
     if source not in PROMETHEUS_SOURCES:
         raise PermanentFailure(f"source {source!r} is not one of {', '.join(PROMETHEUS_SOURCES)}")
-    alert = read_prometheus_alert(payload["prometheusAlert"])
+    return alert_from_prometheus(str(source), read_prometheus_alert(payload["prometheusAlert"]))
+
+
+def alert_from_prometheus(source: str, alert: PrometheusAlert) -> Alert:
+    """The alert one checked entry of an Alertmanager or Grafana notification reports."""
     firing = alert.status == "firing"
     name = alert.labels.get("alertname", "")
     summary = alert.annotations.get("summary", "")
@@ -202,18 +204,17 @@ def _event_from_prometheus(payload: dict[str, Any]) -> Alert:
 
 
 def parse_alert(payload: Any) -> Alert:
-    """Read any of the three shapes; :class:`PermanentFailure` for anything that can never become an alert.
+    """Read a Cloud Monitoring incident or a Prometheus alert; :class:`PermanentFailure` for anything that can
+    never become an alert.
 
     The alert's ``run`` is as the alert names it: the caller looks the run up."""
     if not isinstance(payload, dict):
         raise PermanentFailure("the alert is not a JSON object")
     try:
         if isinstance(payload.get("incident"), dict):
-            return _event_from_incident(payload["incident"])
+            return alert_from_incident(payload["incident"])
         if isinstance(payload.get("prometheusAlert"), dict):
             return _event_from_prometheus(payload)
-        if "monitoredEvent" in payload:
-            return _event_from_ours(payload)
     except InvalidArgument as bad:
         raise PermanentFailure(str(bad)) from None
     raise PermanentFailure("neither a MonitoredEvent message, a Cloud Monitoring incident nor a Prometheus alert")

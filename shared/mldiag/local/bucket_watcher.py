@@ -27,9 +27,9 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
 from mldiag.config import BUCKET_NOTIFICATIONS
+from mldiag.domain.envelopes import encode_json
 from mldiag.domain.errors import InvalidArgument
 from mldiag.domain.layout import BUCKET_NAME, parse_blob_uri
-from mldiag.domain.messages import encode_json
 from mldiag.domain.types import format_timestamp
 from mldiag.ports import BlobInfo, BlobStore, LocalBuckets, MessageBus
 

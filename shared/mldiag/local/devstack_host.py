@@ -32,8 +32,8 @@ from werkzeug.middleware.dispatcher import DispatcherMiddleware
 from werkzeug.serving import run_simple
 
 from mldiag.config import BUCKET_TRIGGERED, Settings
+from mldiag.domain.envelopes import PUBSUB_PUBLISHED, finalized_event_from_notification, message_from_cloud_event
 from mldiag.domain.errors import PermanentFailure
-from mldiag.domain.messages import PUBSUB_PUBLISHED, finalized_event_from_notification, message_from_cloud_event
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 log = structlog.get_logger(__name__)

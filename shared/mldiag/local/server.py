@@ -48,12 +48,12 @@ from mldiag.config import (
     BUCKET_NOTIFICATIONS,
     BUCKET_TRIGGERED,
     EMBEDDED_SUBSCRIBERS,
-    MAINTENANCE_TICKS,
     TOPIC_SUBSCRIBERS,
     Settings,
 )
+from mldiag.domain.envelopes import finalized_event_from_notification, message_from_cloud_event
 from mldiag.domain.errors import InvalidArgument
-from mldiag.domain.messages import encode_json, finalized_event_from_notification, message_from_cloud_event
+from mldiag.domain.messages import MaintenanceTick
 from mldiag.domain.names import SESSIONS, parse_child
 from mldiag.entrypoints import handlers
 from mldiag.entrypoints.console.viewer_links import VIEWER_URL
@@ -173,7 +173,7 @@ def wire_functions(services: Services, bus: HostedBus) -> None:
 
 def recover_from_a_stop(services: Services) -> None:
     """What a killed predecessor left: its analysis workers and scratch, and files that landed meanwhile."""
-    from mldiag.services.operations.reconciliation import reconcile
+    from mldiag.services.operator.reconciliation import reconcile
 
     clean_up_after_a_stop(services.settings)
     reconcile(services, force=True, settling=timedelta(0))
@@ -192,7 +192,8 @@ class _Ticker(threading.Thread):
         while not self.stopping.wait(SETTLE_POLL_SECONDS):
             since = time.monotonic() - last_tick
             if since >= self.interval or (since >= MIN_TICK_GAP_SECONDS and self._settle_is_due()):
-                self.bus.publish(MAINTENANCE_TICKS, encode_json({"source": "mldiag up"}))
+                tick = MaintenanceTick(source="mldiag up").outgoing()
+                self.bus.publish(tick.topic, tick.data)
                 last_tick = time.monotonic()
 
     def _settle_is_due(self) -> bool:

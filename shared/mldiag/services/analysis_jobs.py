@@ -1,7 +1,7 @@
 """The ``analyze_session`` function: one analysis request, start to finish, recorded on the session.
 
-A request (``Registrar.request_analysis``: ``{"session", "generationSet",
-"hostFiles"}``) is handled once per session and set of files:
+A request (:class:`~mldiag.domain.messages.AnalysisRequest`, from
+:mod:`mldiag.services.analysis_requests`) is handled once per session and set of files:
 
 * a request for files the session no longer holds (its ``generationSet``
   moved on) is stale: acknowledged and dropped; so is one for a set already
@@ -29,7 +29,7 @@ the request stages one ``host-analysis-requests`` message per host and a
 :class:`~mldiag.domain.host_analyses.HostAnalyses` counter document in one
 transaction, and the ``analyze_host`` function (:mod:`mldiag.services.host_analyses`)
 analyses each host on an instance of its own. The host that finishes last asks
-for the merge: an ``analysis-requests`` message with ``"merge": true``, which
+for the merge: an :class:`~mldiag.domain.messages.AnalysisRequest` with ``merge``, which
 this function serves by merging the hosts' evidence, investigating and writing
 the reports as for any session (hosts that failed are named in them).
 
@@ -51,37 +51,35 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
 import structlog
-from cloudevents.http import CloudEvent
 
 from mldiag.analysis.evidence import Analysis
 from mldiag.analysis.profile.profiles import UnreadableProfile
 from mldiag.analysis.report import ANALYSIS_FILE, SUMMARY_FILE
-from mldiag.config import HOST_ANALYSIS_REQUESTS, Settings
-from mldiag.domain.errors import InvalidArgument, NotFound, PermanentFailure
+from mldiag.config import Settings
+from mldiag.domain.errors import NotFound, PermanentFailure
 from mldiag.domain.host_analyses import HostAnalyses, followups_host
-from mldiag.domain.layout import XPLANE_SUFFIX, parse_blob_uri, report_folder
-from mldiag.domain.messages import message_from_cloud_event
+from mldiag.domain.layout import XPLANE_SUFFIX, report_folder
+from mldiag.domain.messages import AnalysisRequest, HostAnalysisRequest
 from mldiag.domain.names import parent_of, short_name
 from mldiag.domain.resources import AnalysisState, ProfilerSession
-from mldiag.ports import Document, Transaction, Where
-from mldiag.services import fleet, notifications, outbox
-from mldiag.services.dependencies import Archiving, Blobs, Configured, Publishing, Stored
+from mldiag.ports import Document, Where
+from mldiag.services import analysis_requests, fleet, notifications, unit_of_work
+from mldiag.services.dependencies import Blobs, Configured, Publishing, Stored
 from mldiag.services.event_archive import Ignored
 from mldiag.services.fan_out_counts import host_analyses_key
 from mldiag.services.session_files import require_xspace_object
+from mldiag.services.unit_of_work import UnitOfWork
 
 
-class AnalysisJobPorts(Stored, Publishing, Blobs, Configured, Archiving, Protocol):
+class AnalysisJobPorts(Stored, Publishing, Blobs, Configured, Protocol):
     """What an analysis job uses."""
 
 
-FUNCTION = "analyze_session"  # the function this handler runs in, as the event archive names it
 MAX_REASON_CHARS = 500
 RETRY_PREFIX = "will retry: "  # how a failure that is to be retried reads on the session
 SCRATCH_PREFIX = "mldiag-session-"
@@ -99,76 +97,36 @@ class AnalysisFailed(RuntimeError):
         self.permanent = permanent
 
 
-@dataclass(frozen=True)
-class AnalysisRequest:
-    session: str
-    generation_set: str
-    host_files: dict[str, str]  # host -> gs:// URI of its .xplane.pb
-    merge: bool = False  # merge the evidence the hosts of a fanned-out analysis left, rather than analyse
-
-    @classmethod
-    def parse(cls, payload: Any) -> AnalysisRequest:
-        if not isinstance(payload, dict):
-            raise PermanentFailure("an analysis request is a JSON object")
-        session, generation_set, host_files = payload.get("session"), payload.get("generationSet"), payload.get(
-            "hostFiles")
-        if not isinstance(session, str) or not session or not isinstance(generation_set, str) or not generation_set:
-            raise PermanentFailure("an analysis request needs 'session' and 'generationSet'")
-        if not isinstance(host_files, dict) or not host_files or not all(
-                isinstance(h, str) and isinstance(u, str) and u.endswith(XPLANE_SUFFIX) for h, u in host_files.items()):
-            raise PermanentFailure("'hostFiles' must map each host to the gs:// URI of its .xplane.pb")
-        for uri in host_files.values():
-            try:
-                parse_blob_uri(uri)
-            except InvalidArgument as bad:
-                raise PermanentFailure(f"'hostFiles': {bad}") from None
-        merge = payload.get("merge", False)
-        if not isinstance(merge, bool):
-            raise PermanentFailure("'merge' is true or false")
-        return cls(session, generation_set, dict(host_files), merge)
-
-    @property
-    def folder_uri(self) -> str:
-        """The session folder: where the host files are."""
-        return sorted(self.host_files.values())[0].rsplit("/", 1)[0]
-
-
 def _update(services: AnalysisJobPorts, name: str, change: Callable[[ProfilerSession], str],
             analysis: Analysis | None = None) -> str:
-    """Apply ``change`` to the stored session in a transaction; returns what it says.
+    """Apply ``change`` to the stored session in a unit of work; returns what it says.
 
     When the change completes an analysis (``analysis``, what it found), the run's ``latestAnalysis`` follows in
-    the same transaction, so the run list never disagrees with the session, and so do the
+    the same unit, so the run list never disagrees with the session, and so do the
     ``analysis.v1.completed`` notification and the analysis's fleet record (published once committed).
     """
-    staged: list[str] = []
-
-    def work(transaction: Transaction) -> str:
-        staged.clear()
-        previous = services.sessions.find_in(transaction, name)
+    def work(unit: UnitOfWork) -> str:
+        previous = unit.sessions.find(name)
         if previous is None:
             raise Ignored("the session no longer exists")
         session = previous.model_copy(deep=True)
         said = change(session)
         completed = session.analysis.state is AnalysisState.DONE and previous.analysis.state is not AnalysisState.DONE
-        run = services.runs.find_in(transaction, parent_of(name)) if completed else None  # reads before writes
-        saved = services.sessions.save_in(transaction, previous, session)
+        run = unit.runs.find(parent_of(name)) if completed else None  # reads before writes
+        saved = unit.sessions.save(previous, session)
         if run is not None:
             summarised = run.model_copy(deep=True)
             summarised.record_analysis(saved)
-            services.runs.save_in(transaction, run, summarised)
+            unit.runs.save(run, summarised)
         if completed:
             step_time_change = analysis.comparison.step_time_ms.ratio if analysis and analysis.comparison else None
-            staged.append(notifications.stage_analysis_completed(transaction, services, saved, step_time_change))
+            notifications.analysis_completed(unit, services, saved, step_time_change)
         if completed and analysis is not None:
-            record = fleet.fleet_record(analysis, saved, run, saved.analysis.end_time or services.now())
-            staged.append(fleet.stage_record(transaction, services, record))
+            fleet.publish_record(unit, services, fleet.fleet_record(analysis, saved, run,
+                                                                    saved.analysis.end_time or services.now()))
         return said
 
-    said = services.store.transaction(work)
-    for key in staged:
-        outbox.flush(services.store, services.bus, key)
-    return said
+    return unit_of_work.run(services, work)
 
 
 def _start(services: AnalysisJobPorts, request: AnalysisRequest) -> AnalysisState:
@@ -204,26 +162,24 @@ def _fan_out(services: AnalysisJobPorts, request: AnalysisRequest, fresh: bool) 
     key = host_analyses_key(request.session, request.generation_set)
     outbox_keys = {host: f"host-analysis:{key}:{host}" for host in sorted(request.host_files)}
 
-    def work(transaction: Transaction) -> str:
-        document = transaction.get(HostAnalyses.collection, key)
+    def work(unit: UnitOfWork) -> str:
+        document = unit.transaction.get(HostAnalyses.collection, key)
         if document is not None:
             progress = HostAnalyses.model_validate(document)
             if not (fresh and progress.merge_requested):
+                for outbox_key in outbox_keys.values():
+                    unit.publish_left_behind(outbox_key)
                 return f"{progress.finished} of {len(progress.hosts)} hosts finished"
         progress = HostAnalyses.of(request.session, request.generation_set, request.host_files)
         progress.progressed_at = services.now()
-        transaction.set(HostAnalyses.collection, key, progress.to_document())
+        unit.transaction.set(HostAnalyses.collection, key, progress.to_document())
         for host, progress_of_host in progress.hosts.items():
-            outbox.stage(transaction, outbox_keys[host], HOST_ANALYSIS_REQUESTS,
-                         {"session": request.session, "generationSet": request.generation_set, "host": host,
-                          "hostFile": progress_of_host.file},
-                         {"session": request.session, "generationSet": request.generation_set, "host": host},
-                         services.now())
+            host_request = HostAnalysisRequest(session=request.session, generation_set=request.generation_set,
+                                               host=host, host_file=progress_of_host.file)
+            unit.publish(outbox_keys[host], host_request.outgoing())
         return ""
 
-    under_way = services.store.transaction(work)
-    for outbox_key in outbox_keys.values():
-        outbox.flush(services.store, services.bus, outbox_key)
+    under_way = unit_of_work.run(services, work)
     hosts = len(outbox_keys)
     if under_way:
         return f"already fanned out to {hosts} hosts ({under_way})"
@@ -254,7 +210,7 @@ def give_up(services: AnalysisJobPorts, payload: bytes, reason: str) -> str:
     it was to retry, or RUNNING when the instance died mid-analysis. A newer
     request for the same files (PENDING with no error) is left alone.
     """
-    request = AnalysisRequest.parse(json.loads(payload))
+    request = AnalysisRequest.decode(payload)
 
     def change(session: ProfilerSession) -> str:
         analysis = session.analysis
@@ -467,10 +423,9 @@ def retry_stale(services: AnalysisJobPorts) -> tuple[int, int]:
     for state in (AnalysisState.RUNNING, AnalysisState.PENDING):
         for session in services.sessions.find_where([Where("analysis.state", "==", state.value)], limit=500):
             if _stale_since(session, cutoff) and not _hosts_progressed_since(services.store.get, session, cutoff):
-                key, gave_up = _retry_or_fail(services, session.name, limit, cutoff)
-                if key:
-                    outbox.flush(services.store, services.bus, key)
-                retried += bool(key)
+                asked, gave_up = unit_of_work.run(services, _retrying_or_failing(services, session.name, limit,
+                                                                                 cutoff))
+                retried += asked
                 failed += gave_up
     return retried, failed
 
@@ -499,14 +454,15 @@ def _hosts_progressed_since(get: Callable[[str, str], Document | None], session:
     return progressed is not None and progressed > cutoff
 
 
-def _retry_or_fail(services: AnalysisJobPorts, name: str, limit: float, cutoff: datetime) -> tuple[str, bool]:
-    from mldiag.services.registration import Registrar
-
-    def work(transaction: Transaction) -> tuple[str, bool]:
-        previous = services.sessions.find_in(transaction, name)
+def _retrying_or_failing(services: AnalysisJobPorts, name: str, limit: float,
+                         cutoff: datetime) -> Callable[[UnitOfWork], tuple[bool, bool]]:
+    """The unit of work that asks again for the session's stale analysis, or fails it; it returns whether it asked
+    and whether it failed it."""
+    def work(unit: UnitOfWork) -> tuple[bool, bool]:
+        previous = unit.sessions.find(name)
         if previous is None or not _stale_since(previous, cutoff) or _hosts_progressed_since(
-                transaction.get, previous, cutoff):
-            return "", False
+                unit.transaction.get, previous, cutoff):
+            return False, False
         session = previous.model_copy(deep=True)
         analysis = session.analysis
         if analysis.state is AnalysisState.RUNNING:
@@ -516,14 +472,14 @@ def _retry_or_fail(services: AnalysisJobPorts, name: str, limit: float, cutoff: 
         if analysis.attempts >= services.settings.max_delivery_attempts:
             analysis.state, analysis.end_time = AnalysisState.FAILED, services.now()
             analysis.error = f"{reason}; gave up after {analysis.attempts} attempt(s)"[:MAX_REASON_CHARS]
-            services.sessions.save_in(transaction, previous, session)
-            return "", True
-        key = Registrar(services).request_analysis(transaction, session, parent_of(name), force=True)
+            unit.sessions.save(previous, session)
+            return False, True
+        asked = analysis_requests.request_analysis(unit, session, force=True)
         session.analysis.error = f"{RETRY_PREFIX}{reason}"[:MAX_REASON_CHARS]
-        services.sessions.save_in(transaction, previous, session)
-        return key, False
+        unit.sessions.save(previous, session)
+        return asked, False
 
-    return services.store.transaction(work)
+    return work
 
 
 def _reasoner(analysis: Analysis) -> str:
@@ -547,13 +503,9 @@ def _merge_ready(services: AnalysisJobPorts, request: AnalysisRequest) -> HostAn
     return progress
 
 
-def analyze_requested(services: AnalysisJobPorts, event: CloudEvent) -> str:
-    """The ``analyze_session`` handler body: one ``analysis-requests`` message in, a one-line account out."""
-    message = message_from_cloud_event(event)
-    request = AnalysisRequest.parse(message.json())
-    # A Pub/Sub push through functions-framework loses the body's deliveryAttempt; the event
-    # archive has counted every delivery of this message to this function, this one included.
-    attempt = max(message.delivery_attempt, services.events.attempts(FUNCTION, str(event["id"])))
+def analyze_requested(services: AnalysisJobPorts, request: AnalysisRequest, attempt: int) -> str:
+    """The ``analyze_session`` handler body: one analysis request (its ``attempt``-th delivery) in, a one-line
+    account out."""
     last_attempt = attempt >= services.settings.max_delivery_attempts
     with structlog.contextvars.bound_contextvars(session=request.session):
         progress = _merge_ready(services, request) if request.merge else None

@@ -67,6 +67,11 @@ class Publishing(Protocol):
     def bus(self) -> MessageBus: ...
 
 
+class Transacting(Stored, Publishing, Protocol):
+    """The store and the bus together: what a unit of work (:mod:`mldiag.services.unit_of_work`) commits to and
+    publishes on."""
+
+
 class Blobs(Protocol):
     """The blob store: profiles, reports, exports."""
 

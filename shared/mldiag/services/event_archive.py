@@ -16,7 +16,7 @@ runs once per uploaded file).
 
 Archived events expire after the retention period (Firestore TTL on
 ``expireAt`` in the cloud, :func:`prune` locally) and can be replayed
-(:mod:`mldiag.services.operations.replay`). The payload is kept as the
+(:mod:`mldiag.services.operator.replay`). The payload is kept as the
 function received it, without encoding it again.
 """
 
@@ -27,7 +27,7 @@ import re
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cloudevents.conversion import to_json
 from cloudevents.http import CloudEvent
@@ -37,6 +37,10 @@ from mldiag.domain.errors import InvalidArgument, PermanentFailure
 from mldiag.domain.types import CamelModel, Timestamp, format_timestamp
 from mldiag.logs import get_logger
 from mldiag.ports import BlobStore, DocumentStore, EventHandler, OrderBy, Transaction, Where
+
+if TYPE_CHECKING:
+    from mldiag.services.dependencies import Transacting
+    from mldiag.services.unit_of_work import UnitOfWork
 
 COLLECTION = "events"
 EXPIRE_AT = "expireAt"  # the TTL field (terraform/firestore.tf)
@@ -279,41 +283,43 @@ def handle(archive: EventArchive, function: str, event: CloudEvent, work: EventH
 
 
 
-# A handler in two parts: what it does before its transaction (reads, and writes it cannot do in one), then its
-# transaction, which returns a one-line detail for the record and what to do once it has committed.
-AfterCommit = Callable[[], None]
-Transactional = Callable[[Transaction], tuple[str, AfterCommit]]
+# A handler in two parts: what it does before its unit of work (reads, and writes it cannot do in one), then its
+# unit of work, which returns a one-line detail for the record.
+Transactional = Callable[["UnitOfWork"], str]
 
 
-def handle_atomically(archive: EventArchive, function: str, event: CloudEvent,
+def handle_atomically(archive: EventArchive, services: Transacting, function: str, event: CloudEvent,
                       prepare: Callable[[CloudEvent], Transactional]) -> Outcome:
-    """:func:`handle` for a handler whose writes are one transaction: ``prepare`` returns that transaction's
+    """:func:`handle` for a handler whose writes are one unit of work (on ``services``): ``prepare`` returns that
     work, and the event's record is read and written in it, so an applied event is one commit.
 
-    A handler that raises is archived as :func:`handle` archives it (its own writes undone).
+    A handler that raises is archived as :func:`handle` archives it (its own writes undone); one whose messages
+    could not be published once committed is recorded FAILED and re-raised, so that its retry publishes them.
     """
     from mldiag.logs import event_context
+    from mldiag.services import unit_of_work
 
     with event_context(event_id=str(event["id"]), function=function, event_type=_attribute(event, "type"),
                        **_named_in_message(event)):
-        def apply(transaction: Transaction) -> tuple[ArchivedEvent, str, AfterCommit | None]:
-            record = archive.received_in(transaction, function, event)
+        def apply(unit: UnitOfWork) -> tuple[ArchivedEvent, str, bool]:
+            record = archive.received_in(unit.transaction, function, event)
             if record.outcome in FINAL_OUTCOMES:  # already handled: nothing to do after the commit either
-                return record, "", None
-            detail, after_commit = work(transaction)
-            archive.finish_in(transaction, record, Outcome.OK, detail)
-            return record, detail, after_commit
+                return record, "", False
+            detail = work(unit)
+            archive.finish_in(unit.transaction, record, Outcome.OK, detail)
+            return record, detail, True
 
         try:
             work = prepare(event)
-            record, detail, after_commit = archive.store.transaction(apply)
+            committed = unit_of_work.commit(services, apply)
         except Exception as error:  # noqa: BLE001 - archived and sorted as handle() sorts it
             return handle(archive, function, event, _raising(error))
-        if after_commit is None:
+        record, detail, applied = committed.result
+        if not applied:
             log.info("event already handled; skipping", outcome=record.outcome.value)
             return Outcome.DUPLICATE
         try:
-            after_commit()
+            committed.publish()
         except Exception as error:
             # Committed but not done (a request staged, not published): the platform's retry finishes it.
             archive.finish(record, Outcome.FAILED, error=f"{type(error).__name__}: {error}")

@@ -1,11 +1,9 @@
 """The fleet view: a record per finished analysis, published beside the notification, and the queries over them.
 
 :func:`fleet_record` turns an analysis, its session and its run into a
-:class:`~mldiag.domain.fleet.FleetRecord`; :func:`stage_record` puts it in the
-outbox, in the transaction that records the analysis, for ``analysis-events``.
-The record travels as a binary-mode CloudEvent (the record itself is the
-message data, its ``ce-*`` attributes say what it is), which is the shape a
-Pub/Sub BigQuery subscription writes to a table as it is.
+:class:`~mldiag.domain.fleet.FleetRecord`; :func:`publish_record` sends it on
+``analysis-events`` (:func:`mldiag.domain.messages.fleet_record_message`) from
+the unit of work that records the analysis.
 
 The queries: any one SELECT, in the dialect of the deployment's store, and
 three named ones written for both dialects (``DIALECTS``): the runs that lost
@@ -20,27 +18,22 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol
-
-from pydantic import ValidationError
+from typing import Any, Protocol
 
 from mldiag.analysis.evidence import Analysis
 from mldiag.analysis.host_evidence import HostEvidence, TimeCause
 from mldiag.analysis.rules.frameworks import detect
 from mldiag.config import ANALYSIS_EVENTS
-from mldiag.domain.errors import FailedPrecondition, InvalidArgument, PermanentFailure
-from mldiag.domain.fleet import FLEET_RECORD_TYPE, CauseTime, FindingCost, FleetRecord, Label
-from mldiag.domain.messages import message_from_cloud_event
+from mldiag.domain.errors import FailedPrecondition, InvalidArgument
+from mldiag.domain.fleet import CauseTime, FindingCost, FleetRecord, Label
+from mldiag.domain.messages import fleet_record_message
 from mldiag.domain.names import parent_of
 from mldiag.domain.resources import FindingCategory, MachineLearningRun, Priority, ProfilerSession
 from mldiag.domain.types import format_timestamp
-from mldiag.ports import FleetRecords, QueryResult, Transaction
-from mldiag.services import outbox
+from mldiag.ports import FleetRecords, QueryResult
 from mldiag.services.dependencies import Configured, Fleet, Stored
 from mldiag.services.repository import document_key
-
-if TYPE_CHECKING:
-    from cloudevents.http import CloudEvent
+from mldiag.services.unit_of_work import UnitOfWork
 
 # The causes of loop time a finding's category is about: its cost is their time.
 CATEGORY_CAUSES: dict[FindingCategory, tuple[TimeCause, ...]] = {
@@ -141,20 +134,11 @@ def fleet_record(analysis: Analysis, session: ProfilerSession, run: MachineLearn
     )
 
 
-class RecordPorts(Stored, Configured, Protocol):
-    """What staging a record uses."""
-
-
-def stage_record(transaction: Transaction, services: RecordPorts, record: FleetRecord) -> str:
-    """Stage ``record`` for ``analysis-events`` in ``transaction``; returns the outbox key."""
+def publish_record(unit: UnitOfWork, services: Configured, record: FleetRecord) -> None:
+    """Send ``record`` on ``analysis-events`` once ``unit`` has committed."""
     settings = services.settings
-    key = f"{ANALYSIS_EVENTS}:{document_key(record.record_id)}:record"
-    attributes = {"ce-specversion": "1.0", "ce-type": FLEET_RECORD_TYPE, "ce-id": f"{record.record_id}/record",
-                  "ce-source": f"//mldiag/projects/{settings.project}/locations/{settings.location}",
-                  "ce-subject": record.session, "ce-time": format_timestamp(record.analyzed_at) or "",
-                  "ce-datacontenttype": "application/json"}
-    outbox.stage(transaction, key, ANALYSIS_EVENTS, record.row(), attributes, services.now())
-    return key
+    source = f"//mldiag/projects/{settings.project}/locations/{settings.location}"
+    unit.publish(f"{ANALYSIS_EVENTS}:{document_key(record.record_id)}:record", fleet_record_message(record, source))
 
 
 def table(services: Fleet) -> FleetRecords:
@@ -163,19 +147,11 @@ def table(services: Fleet) -> FleetRecords:
     return services.fleet
 
 
-def record_delivered(services: Fleet, event: CloudEvent) -> str:
-    """The embedded ``record_fleet`` handler body: an ``analysis-events`` record into the fleet table.
+def record_delivered(services: Fleet, record: FleetRecord) -> str:
+    """The embedded ``record_fleet`` handler body: a fleet record into the fleet table.
 
-    Every other event on the topic is left alone. The row is keyed by session and generation set, so a
-    redelivery writes the same row again.
+    The row is keyed by session and generation set, so a redelivery writes the same row again.
     """
-    message = message_from_cloud_event(event)
-    if message.attributes.get("ce-type") != FLEET_RECORD_TYPE:
-        return f"{message.attributes.get('ce-type') or 'untyped'}: not a fleet record"
-    try:
-        record = FleetRecord.model_validate(message.json())
-    except ValidationError as error:
-        raise PermanentFailure(f"a fleet record that does not validate: {error.errors()[0]['msg']}") from None
     table(services).insert(record.row())
     return f"recorded {record.record_id}"
 

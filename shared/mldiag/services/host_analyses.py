@@ -1,6 +1,6 @@
 """The ``analyze_host`` function: one host file of a fanned-out session, analysed on an instance of its own.
 
-A request (``{"session", "generationSet", "host", "hostFile"}``, staged by
+A request (:class:`~mldiag.domain.messages.HostAnalysisRequest`, staged by
 ``analyze_session`` when it fans a session out) is served once per host:
 
 * the host file is downloaded into scratch space and analysed alone by
@@ -9,7 +9,7 @@ A request (``{"session", "generationSet", "host", "hostFile"}``, staged by
   ``<session folder>/mldiag/<generation set>/hosts/<host>.json``;
 * the host is recorded DONE in the fan-out's counter document, in the
   transaction that counts it; the transaction that counts the last host also
-  stages the merge request (``analysis-requests``, ``"merge": true``) in the
+  stages the merge request (an :class:`~mldiag.domain.messages.AnalysisRequest` with ``merge``) in the
   outbox, so exactly one merge is asked for and none is lost;
 * a redelivered request for a host that already finished is acknowledged and
   changes nothing; so is one for files the session no longer holds.
@@ -22,24 +22,19 @@ the merge goes ahead without it and the report names it.
 
 from __future__ import annotations
 
-import json
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import structlog
-from cloudevents.http import CloudEvent
 
 from mldiag.analysis.fanout import HOST_EVIDENCE_FILE, HOST_EVIDENCE_FOLDER, HostAnalysis
-from mldiag.config import ANALYSIS_REQUESTS
-from mldiag.domain.errors import InvalidArgument, PermanentFailure
+from mldiag.domain.errors import PermanentFailure
 from mldiag.domain.host_analyses import HostAnalyses, HostProgress, HostState
-from mldiag.domain.layout import XPLANE_SUFFIX, parse_blob_uri, report_folder
-from mldiag.domain.messages import message_from_cloud_event
+from mldiag.domain.layout import XPLANE_SUFFIX, report_folder
+from mldiag.domain.messages import AnalysisRequest, HostAnalysisRequest
 from mldiag.domain.names import short_name
-from mldiag.ports import Transaction
-from mldiag.services import outbox
+from mldiag.services import unit_of_work
 from mldiag.services.analysis_jobs import (
     MAX_REASON_CHARS,
     SCRATCH_PREFIX,
@@ -48,88 +43,52 @@ from mldiag.services.analysis_jobs import (
     run_worker,
     scratch_root,
 )
-from mldiag.services.dependencies import Archiving, Blobs, Configured, Publishing, Stored
+from mldiag.services.dependencies import Blobs, Configured, Publishing, Stored
 from mldiag.services.event_archive import Ignored
 from mldiag.services.fan_out_counts import host_analyses_key
+from mldiag.services.unit_of_work import UnitOfWork
 
 
-class HostAnalysisPorts(Stored, Publishing, Blobs, Configured, Archiving, Protocol):
+class HostAnalysisPorts(Stored, Publishing, Blobs, Configured, Protocol):
     """What analysing one host uses."""
 
 
-FUNCTION = "analyze_host"  # the function this handler runs in, as the event archive names it
 log = structlog.get_logger(__name__)
 
 
-@dataclass(frozen=True)
-class HostRequest:
-    session: str
-    generation_set: str
-    host: str
-    host_file: str  # gs:// URI of its .xplane.pb
-
-    @classmethod
-    def parse(cls, payload: Any) -> HostRequest:
-        if not isinstance(payload, dict):
-            raise PermanentFailure("a host-analysis request is a JSON object")
-        fields = [payload.get(name) for name in ("session", "generationSet", "host", "hostFile")]
-        if not all(isinstance(value, str) and value for value in fields):
-            raise PermanentFailure("a host-analysis request needs 'session', 'generationSet', 'host' and 'hostFile'")
-        session, generation_set, host, host_file = fields
-        if not host_file.endswith(XPLANE_SUFFIX):
-            raise PermanentFailure(f"'hostFile' must be the gs:// URI of a {XPLANE_SUFFIX} file")
-        try:
-            parse_blob_uri(host_file)
-        except InvalidArgument as bad:
-            raise PermanentFailure(f"'hostFile': {bad}") from None
-        return cls(session, generation_set, host, host_file)
-
-    @property
-    def key(self) -> str:
-        return host_analyses_key(self.session, self.generation_set)
-
-    @property
-    def folder_uri(self) -> str:
-        return self.host_file.rsplit("/", 1)[0]
+def _count_key(request: HostAnalysisRequest) -> str:
+    return host_analyses_key(request.session, request.generation_set)
 
 
-def _merge_request(progress: HostAnalyses) -> dict[str, Any]:
-    return {"session": progress.session, "generationSet": progress.generation_set,
-            "hostFiles": {host: finished.file for host, finished in progress.hosts.items()}, "merge": True}
-
-
-def record_host(services: HostAnalysisPorts, request: HostRequest, outcome: HostProgress) -> str:
+def record_host(services: HostAnalysisPorts, request: HostAnalysisRequest, outcome: HostProgress) -> str:
     """Count the host as finished with ``outcome``, once; the last host to finish asks for the merge."""
-    merge_key = f"analysis-merge:{request.key}"
+    key = _count_key(request)
 
-    def work(transaction: Transaction) -> tuple[bool, str]:
-        document = transaction.get(HostAnalyses.collection, request.key)
+    def work(unit: UnitOfWork) -> str:
+        document = unit.transaction.get(HostAnalyses.collection, key)
         if document is None:
-            return False, "no fan-out of these files is recorded"
+            return "no fan-out of these files is recorded"
         progress = HostAnalyses.model_validate(document)
         if request.host not in progress.hosts:
-            return False, f"host {request.host} is not one of this fan-out's"
+            return f"host {request.host} is not one of this fan-out's"
         if not progress.record(request.host, outcome):
-            return False, f"host {request.host} had finished already ({progress.hosts[request.host].state.value})"
+            return f"host {request.host} had finished already ({progress.hosts[request.host].state.value})"
         progress.progressed_at = services.now()
         merging = progress.take_merge()
         if merging:
-            outbox.stage(transaction, merge_key, ANALYSIS_REQUESTS, _merge_request(progress),
-                         {"session": request.session, "generationSet": request.generation_set},
-                         services.now())
-        transaction.set(HostAnalyses.collection, request.key, progress.to_document())
-        return merging, (f"{progress.finished} of {len(progress.hosts)} hosts finished"
-                         + ("; merge requested" if merging else ""))
+            merge = AnalysisRequest(session=progress.session, generation_set=progress.generation_set,
+                                    host_files={host: finished.file for host, finished in progress.hosts.items()},
+                                    merge=True)
+            unit.publish(f"analysis-merge:{key}", merge.outgoing())
+        unit.transaction.set(HostAnalyses.collection, key, progress.to_document())
+        return f"{progress.finished} of {len(progress.hosts)} hosts finished" + ("; merge requested" if merging else "")
 
-    merging, said = services.store.transaction(work)
-    if merging:
-        outbox.flush(services.store, services.bus, merge_key)
-    return said
+    return unit_of_work.run(services, work)
 
 
-def _pending(services: HostAnalysisPorts, request: HostRequest) -> None:
+def _pending(services: HostAnalysisPorts, request: HostAnalysisRequest) -> None:
     """Ignored unless this host of these files still waits for its analysis."""
-    document = services.store.get(HostAnalyses.collection, request.key)
+    document = services.store.get(HostAnalyses.collection, _count_key(request))
     if document is None:
         raise Ignored("no fan-out of these files is recorded")
     progress = HostAnalyses.model_validate(document)
@@ -145,7 +104,7 @@ def _pending(services: HostAnalysisPorts, request: HostRequest) -> None:
         raise Ignored("stale request: the session's files changed since; a newer request analyses them")
 
 
-def _analyse(services: HostAnalysisPorts, request: HostRequest, scratch: Path) -> HostProgress:
+def _analyse(services: HostAnalysisPorts, request: HostAnalysisRequest, scratch: Path) -> HostProgress:
     """Download, analyse alone, upload the evidence; returns the host's outcome."""
     profile = download_profile(services, request.host_file, scratch / "profile" / f"{request.host}{XPLANE_SUFFIX}")
     out = scratch / "evidence"
@@ -158,11 +117,9 @@ def _analyse(services: HostAnalysisPorts, request: HostRequest, scratch: Path) -
                         step_time_ms=part.step_time_ms)
 
 
-def analyze_host_requested(services: HostAnalysisPorts, event: CloudEvent) -> str:
-    """The ``analyze_host`` handler body: one ``host-analysis-requests`` message in, a one-line account out."""
-    message = message_from_cloud_event(event)
-    request = HostRequest.parse(message.json())
-    attempt = max(message.delivery_attempt, services.events.attempts(FUNCTION, str(event["id"])))
+def analyze_host_requested(services: HostAnalysisPorts, request: HostAnalysisRequest, attempt: int) -> str:
+    """The ``analyze_host`` handler body: one host's request (its ``attempt``-th delivery) in, a one-line account
+    out."""
     last_attempt = attempt >= services.settings.max_delivery_attempts
     with structlog.contextvars.bound_contextvars(session=request.session, host=request.host):
         _pending(services, request)
@@ -187,7 +144,7 @@ def analyze_host_requested(services: HostAnalysisPorts, event: CloudEvent) -> st
 
 def give_up(services: HostAnalysisPorts, payload: bytes, reason: str) -> str:
     """A host request that exhausted its delivery attempts: the host is FAILED with ``reason``, and counted."""
-    request = HostRequest.parse(json.loads(payload))
+    request = HostAnalysisRequest.decode(payload)
     failed = HostProgress(file=request.host_file, state=HostState.FAILED,
                           reason=f"gave up after every delivery attempt: {reason}"[:MAX_REASON_CHARS])
     return f"host {request.host} of {short_name(request.session)}: {record_host(services, request, failed)}"

@@ -1,9 +1,9 @@
 """Notifications out: what happened, as CloudEvents, delivered to the destinations a run or the deployment names.
 
 When an analysis finishes, and when a monitored event opens or closes, a
-CloudEvent (``dev.mldiag.analysis.v1.completed``, ``dev.mldiag.event.v1.opened``
-or ``...closed``) is staged in the outbox with the state it reports and
-published to ``analysis-events``. Anyone may subscribe to that topic;
+CloudEvent (:class:`~mldiag.domain.messages.Notification`: ``dev.mldiag.analysis.v1.completed``,
+``dev.mldiag.event.v1.opened`` or ``...closed``) is sent on ``analysis-events`` from the
+unit of work that records the state it reports. Anyone may subscribe to that topic;
 ``deliver_notifications`` does, and sends each event to:
 
 * a generic webhook, in the CloudEvents HTTP binding (binary or structured
@@ -39,29 +39,32 @@ from urllib.parse import urlsplit
 
 import requests
 import structlog
-from cloudevents.http import CloudEvent
 from pydantic import Field
 
 from mldiag.config import ANALYSIS_EVENTS, Settings
 from mldiag.domain.errors import InvalidArgument, PermanentFailure
-from mldiag.domain.messages import message_from_cloud_event
+from mldiag.domain.messages import (
+    ANALYSIS_COMPLETED,
+    EVENT_CLOSED,
+    EVENT_OPENED,
+    AnalysisCompleted,
+    MonitoredEventChanged,
+    Notification,
+)
 from mldiag.domain.resources import HealthStatus, MonitoredEvent, ProfilerSession
 from mldiag.domain.types import CamelModel, format_timestamp
 from mldiag.ports import Transaction
-from mldiag.services import outbox
-from mldiag.services.dependencies import Blobs, Configured, Stored
+from mldiag.services import unit_of_work
+from mldiag.services.dependencies import Blobs, Configured, Publishing, Stored
 from mldiag.services.repository import document_key
 from mldiag.services.sealed_secrets import Sealer, SecretUnreadable, sealer
+from mldiag.services.unit_of_work import UnitOfWork
 
 
-class NotificationPorts(Stored, Blobs, Configured, Protocol):
-    """What staging and delivering notifications uses."""
+class NotificationPorts(Stored, Publishing, Blobs, Configured, Protocol):
+    """What sending and delivering notifications uses."""
 
 
-ANALYSIS_COMPLETED = "dev.mldiag.analysis.v1.completed"
-EVENT_OPENED = "dev.mldiag.event.v1.opened"
-EVENT_CLOSED = "dev.mldiag.event.v1.closed"
-NOTIFIED = (ANALYSIS_COMPLETED, EVENT_OPENED, EVENT_CLOSED)
 SIGNATURE_HEADER = "X-Mldiag-Signature"
 DELIVERED = "notificationDeliveries"  # (event, destination) served while another destination is being retried
 ROUTES = "notificationRoutes"
@@ -120,7 +123,7 @@ def read_route(services: NotificationPorts, run_name: str) -> NotificationRoute:
     """The route of an existing run (:class:`~mldiag.domain.NotFound` otherwise), its secrets opened."""
     services.runs.get(run_name)
     seal = sealer(services.settings)
-    return services.store.transaction(lambda tx: load_route(tx, seal, run_name))
+    return unit_of_work.run(services, lambda unit: load_route(unit.transaction, seal, run_name))
 
 
 def deployment_route(settings: Settings) -> NotificationRoute:
@@ -140,7 +143,7 @@ def set_route(services: NotificationPorts, run_name: str, route: NotificationRou
 
     services.runs.get(run_name)
     seal, saved = sealer(services.settings), route.model_copy(update={"run": run_name})
-    services.store.transaction(lambda tx: save_route(tx, seal, saved))
+    unit_of_work.run(services, lambda unit: save_route(unit.transaction, seal, saved))
     return saved.described()
 
 
@@ -210,19 +213,15 @@ def _without_path(url: str) -> str:
 
 # --- the events -----------------------------------------------------------------------------------
 
-def _cloud_event(services: NotificationPorts, event_type: str, event_id: str, subject: str,
-                 data: dict[str, Any]) -> dict:
+def _publish(unit: UnitOfWork, services: NotificationPorts, event_type: str, event_id: str, subject: str,
+             data: AnalysisCompleted | MonitoredEventChanged) -> None:
+    """Send the notification once ``unit`` has committed."""
     settings = services.settings
-    return {"specversion": "1.0", "type": event_type, "id": event_id, "subject": subject,
-            "source": f"//mldiag/projects/{settings.project}/locations/{settings.location}",
-            "time": format_timestamp(services.now()), "datacontenttype": "application/json", "data": data}
-
-
-def _stage(transaction: Transaction, services: NotificationPorts, event: dict[str, Any]) -> str:
-    key = f"{ANALYSIS_EVENTS}:{document_key(event['id'])}"  # event ids hold resource names: no "/" in a key
-    outbox.stage(transaction, key, ANALYSIS_EVENTS, event,
-                 {"ce-type": event["type"], "ce-id": event["id"], "ce-subject": event["subject"]}, services.now())
-    return key
+    notification = Notification(type=event_type, id=event_id, subject=subject, data=data,
+                                source=f"//mldiag/projects/{settings.project}/locations/{settings.location}",
+                                time=format_timestamp(services.now()))
+    # Event ids hold resource names: no "/" in a key.
+    unit.publish(f"{ANALYSIS_EVENTS}:{document_key(event_id)}", notification.outgoing())
 
 
 def _report_link(services: NotificationPorts, session: ProfilerSession) -> str:
@@ -237,38 +236,34 @@ def _report_link(services: NotificationPorts, session: ProfilerSession) -> str:
         return ""
 
 
-def stage_analysis_completed(transaction: Transaction, services: NotificationPorts, session: ProfilerSession,
-                             step_time_change: float | None) -> str:
-    """Stage ``analysis.v1.completed`` for a session whose analysis is DONE; returns the outbox key."""
+def analysis_completed(unit: UnitOfWork, services: NotificationPorts, session: ProfilerSession,
+                       step_time_change: float | None) -> None:
+    """Send ``analysis.v1.completed``, once ``unit`` has committed, for a session whose analysis is DONE."""
     from mldiag.domain.names import parent_of
 
     analysis = session.analysis
-    data = {
-        "run": parent_of(session.name), "session": session.name,
-        "status": analysis.health.value if analysis.health else "",
-        "topFinding": analysis.top_finding, "stepTimeMs": analysis.step_time_ms,
-        "stepTimeChange": step_time_change, "autoCaptured": session.auto_captured,
-        "monitoredEvents": list(session.monitored_events), "reportLink": _report_link(services, session),
-    }
+    data = AnalysisCompleted(
+        run=parent_of(session.name), session=session.name, status=analysis.health.value if analysis.health else "",
+        top_finding=analysis.top_finding, step_time_ms=analysis.step_time_ms, step_time_change=step_time_change,
+        auto_captured=session.auto_captured, monitored_events=list(session.monitored_events),
+        report_link=_report_link(services, session))
     # One id per completion: analysing the same files again (on request) is news again.
     completion = f"{analysis.generation_set}@{format_timestamp(analysis.end_time)}"
-    event = _cloud_event(services, ANALYSIS_COMPLETED, f"{session.name}/analyses/{completion}", session.name, data)
-    return _stage(transaction, services, event)
+    _publish(unit, services, ANALYSIS_COMPLETED, f"{session.name}/analyses/{completion}", session.name, data)
 
 
-def stage_event_change(transaction: Transaction, services: NotificationPorts, event: MonitoredEvent,
-                       opened: bool) -> str:
-    """Stage ``event.v1.opened`` or ``...closed`` for a monitored event; returns the outbox key."""
+def event_changed(unit: UnitOfWork, services: NotificationPorts, event: MonitoredEvent, opened: bool) -> None:
+    """Send ``event.v1.opened`` or ``...closed`` for a monitored event, once ``unit`` has committed."""
     from mldiag.domain.names import parent_of
 
-    data = {"run": parent_of(event.name), "event": event.name, "status": "OPEN" if opened else "CLOSED",
-            "type": event.type.value, "displayName": event.display_name,
-            "startTime": format_timestamp(event.start_time) if event.start_time else "",
-            "endTime": format_timestamp(event.end_time) if event.end_time else "",
-            "sessions": list(event.profiler_sessions), "suppressedCount": event.suppressed_count}
+    data = MonitoredEventChanged(
+        run=parent_of(event.name), event=event.name, status="OPEN" if opened else "CLOSED", type=event.type.value,
+        display_name=event.display_name,
+        start_time=format_timestamp(event.start_time) if event.start_time else "",
+        end_time=format_timestamp(event.end_time) if event.end_time else "",
+        sessions=list(event.profiler_sessions), suppressed_count=event.suppressed_count)
     kind = EVENT_OPENED if opened else EVENT_CLOSED
-    cloud_event = _cloud_event(services, kind, f"{event.name}/{'opened' if opened else 'closed'}", event.name, data)
-    return _stage(transaction, services, cloud_event)
+    _publish(unit, services, kind, f"{event.name}/{'opened' if opened else 'closed'}", event.name, data)
 
 
 # --- delivery -------------------------------------------------------------------------------------
@@ -377,23 +372,13 @@ _DESTINATIONS = {
 }
 
 
-def deliver(services: NotificationPorts, message_event: CloudEvent) -> str:
-    """The ``deliver_notifications`` handler body: one ``analysis-events`` message to each destination.
-
-    The topic also carries what is not news to anyone (an analysis's fleet record): a message whose
-    ``ce-type`` is none of the notifications is left alone.
-    """
-    message = message_from_cloud_event(message_event)
-    kind = message.attributes.get("ce-type", "")
-    if kind and kind not in NOTIFIED:
-        return f"{kind}: not a notification"
-    event = message.json()
-    if not isinstance(event, dict) or not isinstance(event.get("data"), dict) or "run" not in event["data"]:
-        raise PermanentFailure("an analysis event is a structured CloudEvent whose data names its run")
-    run = event["data"]["run"]
+def deliver(services: NotificationPorts, notification: Notification) -> str:
+    """The ``deliver_notifications`` handler body: one notification to each destination."""
+    event = notification.wire()
+    run = notification.data.run
     seal = sealer(services.settings)
     try:
-        own = services.store.transaction(lambda tx: load_route(tx, seal, run))
+        own = unit_of_work.run(services, lambda unit: load_route(unit.transaction, seal, run))
     except SecretUnreadable as error:
         raise PermanentFailure(f"the notifications of {run}: {error}") from None
     route = own.over(deployment_route(services.settings))

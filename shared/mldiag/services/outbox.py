@@ -7,39 +7,37 @@ after the commit, and then removed. Whoever finds an entry left behind (the
 retried event, or the periodic sweep) publishes it again. Consumers are
 idempotent, so the rare duplicate (a crash after publishing, before removal) is
 harmless; a lost message is impossible.
+
+Use cases do not stage or flush by hand: :mod:`mldiag.services.unit_of_work` does
+both for the messages a unit of work publishes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 import structlog
 
-from mldiag.domain.messages import encode_json
 from mldiag.domain.types import format_timestamp
 from mldiag.ports import DocumentStore, MessageBus, Transaction, Where
+
+if TYPE_CHECKING:
+    from mldiag.domain.messages import Outgoing
 
 COLLECTION = "outbox"
 log = structlog.get_logger(__name__)
 
 
-def stage(
-    transaction: Transaction,
-    key: str,
-    topic: str,
-    payload: object,
-    attributes: Mapping[str, str],
-    now: datetime,
-    ordering_key: str = "",
-) -> None:
+def stage(transaction: Transaction, key: str, message: Outgoing, now: datetime) -> None:
     """Write the message into the outbox as part of ``transaction``; ``key`` makes it unique."""
     transaction.set(COLLECTION, key, {
         "key": key,
-        "topic": topic,
-        "data": encode_json(payload).decode(),
-        "attributes": dict(attributes),
-        "orderingKey": ordering_key,
+        "topic": message.topic,
+        "data": message.data.decode(),
+        "attributes": dict(message.attributes),
+        "orderingKey": message.ordering_key,
         "stagedAt": format_timestamp(now),
     })
 

@@ -10,12 +10,16 @@ object's generation so a redelivered event changes nothing, an overwrite
 registers again, and an event for an older generation that arrives after a
 newer one is ignored (recorded as such in the event archive). Once the
 session has settled, exactly one analysis request per set of files goes out
-on ``analysis-requests`` through the outbox. A session that names its hosts
-(a capture's targets, the hosts a programmatic session was reported from) has
-settled once every one of them that did not fail has its file; otherwise once
-no new file came for ``settle_seconds``, except that a capture's session
-waits for the files of its targets that did not fail, up to the capture's
-deadline, rather than settling with a host missing.
+on ``analysis-requests`` through the outbox (:mod:`mldiag.services.analysis_requests`).
+A session that names its hosts (a capture's targets, the hosts a programmatic
+session was reported from) has settled once every one of them that did not
+fail has its file; otherwise once no new file came for ``settle_seconds``,
+except that a capture's session waits for the files of its targets that did
+not fail, up to the capture's deadline, rather than settling with a host
+missing. A session that only waits out its window (every scanned session: its
+files came from the workload's own profiler, with no capture to say how many)
+is settled by the maintenance tick (:meth:`Registrar.settle_due`), not by a
+file's event.
 
 A rerun of a job that names its session the same way overwrites the session's
 files: the finished analysis of the earlier files moves to the session's
@@ -32,14 +36,12 @@ from typing import Any, Protocol
 import structlog
 from cloudevents.http import CloudEvent
 
-from mldiag.config import ANALYSIS_REQUESTS
 from mldiag.domain.capture import DEADLINE_GRACE
+from mldiag.domain.envelopes import STORAGE_FINALIZED
 from mldiag.domain.errors import AlreadyExists, InvalidArgument, PermanentFailure
 from mldiag.domain.layout import PROFILE_MARKER, SIBLING_SUFFIXES, XPLANE_SUFFIX, host_of, parse_blob_uri
-from mldiag.domain.messages import STORAGE_FINALIZED
 from mldiag.domain.names import LocationName, id_from_text, short_name, validate_id
 from mldiag.domain.resources import (
-    AnalysisState,
     HostFile,
     Kind,
     MachineLearningRun,
@@ -48,11 +50,11 @@ from mldiag.domain.resources import (
     TargetSession,
 )
 from mldiag.domain.types import format_timestamp
-from mldiag.ports import Transaction, Where
-from mldiag.services import outbox
+from mldiag.ports import Where
+from mldiag.services import analysis_requests, unit_of_work
 from mldiag.services.dependencies import Configured, Publishing, Stored
-from mldiag.services.event_archive import AfterCommit, Ignored, Transactional
-from mldiag.services.repository import document_key
+from mldiag.services.event_archive import Ignored, Transactional
+from mldiag.services.unit_of_work import UnitOfWork
 
 
 class RegistrationPorts(Stored, Publishing, Configured, Protocol):
@@ -149,7 +151,7 @@ def _id_for(folder: str, field: str) -> str:
 
 
 class Registrar:
-    """Registers profile files into sessions and requests their analysis."""
+    """Registers profile files into sessions, and requests their analysis once they have settled."""
 
     def __init__(self, services: RegistrationPorts):
         self.services = services
@@ -193,19 +195,16 @@ class Registrar:
 
     def register(self, profile: ProfileObject) -> str:
         """Record the file in its session; returns a one-line account of what changed."""
-        account, after_commit = self.services.store.transaction(self.registering(profile))
-        after_commit()
-        return account
+        return unit_of_work.run(self.services, self.registering(profile))
 
     def registering(self, profile: ProfileObject) -> Transactional:
-        """The transaction that records the file in its session (its run found, or made, first): it returns a
-        one-line account of what changed and what to do once it has committed (publish the analysis request
-        it staged)."""
+        """The unit of work that records the file in its session (its run found, or made, first): it returns a
+        one-line account of what changed."""
         run = self.find_or_create_run(profile)
         name = f"{run.name}/profilerSessions/{_id_for(profile.session_folder, 'profilerSessionId')}"
 
-        def work(transaction: Transaction) -> tuple[str, AfterCommit]:
-            previous, session = self.services.sessions.find_for_update_in(transaction, name)
+        def work(unit: UnitOfWork) -> str:
+            previous, session = unit.sessions.find_for_update(name)
             if session is None:
                 session = self._new_session(name, profile)
             replaced = session.host_files.get(host_of(profile.file_name)) if profile.file_name.endswith(
@@ -214,11 +213,11 @@ class Registrar:
             self._refuse_older_generation(session, profile)
             if not self._add_file(session, profile):
                 # A redelivery. If a crash came between commit and publish, the request is still staged.
-                requested = session.analysis.generation_set
-                key = self._analysis_outbox_key(name, requested) if requested else ""
-                return "already registered", self._after_commit(name, profile, key, new=False)
-            key = self._request_analysis_if_settled(transaction, session, run)
-            self.services.sessions.stage_save_in(transaction, previous, session)
+                if requested := session.analysis.generation_set:
+                    unit.publish_left_behind(analysis_requests.outbox_key(name, requested))
+                return "already registered"
+            asked = self._settled(session) and analysis_requests.request_analysis(unit, session)
+            unit.sessions.stage_save(previous, session)
             if replaced is not None:
                 account = (f"session {session.id} of run {run.id} received a newer profile "
                            f"(generation {profile.generation} of {profile.file_name})")
@@ -226,20 +225,13 @@ class Registrar:
                     account += f"; the earlier analysis is kept at {report_of_replaced}"
             else:
                 account = f"{profile.file_name} registered in {name}"
-            return (account + (" (analysis requested)" if key else ""),
-                    self._after_commit(name, profile, key, new=previous is None))
+            if previous is None:
+                unit.on_commit(lambda: log.info(
+                    f"session {short_name(name)} registered from {profile.session_folder_uri}", notice=True,
+                    session=name))
+            return account + (" (analysis requested)" if asked else "")
 
         return work
-
-    def _after_commit(self, name: str, profile: ProfileObject, key: str, *, new: bool) -> AfterCommit:
-        def after_commit() -> None:
-            if new:
-                log.info(f"session {short_name(name)} registered from {profile.session_folder_uri}",
-                         notice=True, session=name)
-            if key:
-                outbox.flush(self.services.store, self.services.bus, key)
-
-        return after_commit
 
     def _new_session(self, name: str, profile: ProfileObject) -> ProfilerSession:
         return ProfilerSession(
@@ -306,41 +298,6 @@ class Registrar:
             return None
         return min(starts) + session.duration + DEADLINE_GRACE
 
-    @staticmethod
-    def _analysis_outbox_key(session_name: str, generation_set: str) -> str:
-        return f"analysis:{document_key(session_name)}:{generation_set}"
-
-    def _request_analysis_if_settled(self, transaction: Transaction, session: ProfilerSession,
-                                     run: MachineLearningRun) -> str:
-        if not self._settled(session):
-            return ""
-        return self.request_analysis(transaction, session, run.name)
-
-    def request_analysis(self, transaction: Transaction, session: ProfilerSession, run_name: str,
-                         force: bool = False) -> str:
-        """Stage one analysis request for the session's current files; returns its outbox key.
-
-        Nothing is staged when these exact files were already requested (unless ``force``).
-        """
-        generation_set = session.generation_set()
-        if not generation_set or (generation_set == session.analysis.generation_set and not force):
-            session.settle_after = None
-            return ""
-        session.keep_earlier_analysis()
-        session.analysis.state = AnalysisState.PENDING
-        session.analysis.generation_set = generation_set
-        session.analysis.error = ""
-        session.settle_after = None
-        key = self._analysis_outbox_key(session.name, generation_set)
-        outbox.stage(
-            transaction, key, ANALYSIS_REQUESTS,
-            {"session": session.name, "generationSet": generation_set,
-             "hostFiles": {host: f.uri for host, f in session.host_files.items()}},
-            {"session": session.name, "run": run_name, "generationSet": generation_set},
-            self.services.now(),
-        )
-        return key
-
     def _due(self) -> list[str]:
         """The sessions whose settle window has passed and that have settled (a capture's may still wait)."""
         windows_passed = self.services.sessions.find_where(
@@ -356,23 +313,20 @@ class Registrar:
         requested = 0
         for name in self._due():
 
-            def work(transaction: Transaction, name: str = name) -> str:
-                previous, session = self.services.sessions.find_for_update_in(transaction, name)
+            def work(unit: UnitOfWork, name: str = name) -> bool:
+                previous, session = unit.sessions.find_for_update(name)
                 if previous is None or session is None or not self._settled(previous):
-                    return ""
-                key = self.request_analysis(transaction, session, name.rsplit("/", 2)[0])
-                self.services.sessions.save_in(transaction, previous, session)
-                return key
+                    return False
+                asked = analysis_requests.request_analysis(unit, session)
+                unit.sessions.save(previous, session)
+                return asked
 
-            key = self.services.store.transaction(work)
-            if key:
-                outbox.flush(self.services.store, self.services.bus, key)
-                requested += 1
+            requested += unit_of_work.run(self.services, work)
         return requested
 
 
 def registering_finalized(services: RegistrationPorts, event: CloudEvent) -> Transactional:
-    """The ``register_session`` handler body: the transaction that registers one finalize event's file
+    """The ``register_session`` handler body: the unit of work that registers one finalize event's file
     (:meth:`Registrar.registering`)."""
     if event["type"] != STORAGE_FINALIZED:
         raise PermanentFailure(f"register_session handles {STORAGE_FINALIZED}, not {event['type']!r}")

@@ -181,6 +181,10 @@ class Repository(Generic[R]):
 
         self.store.transaction(work)
 
+    def within(self, transaction: Transaction) -> InTransaction[R]:
+        """This repository read and written in ``transaction``."""
+        return InTransaction(self, transaction)
+
     def find_where(self, where: Sequence[Where], limit: int = 100) -> list[R]:
         """Resources of this type under any parent that match ``where``."""
         return [self._load(d) for d in self.store.query(self.collection, where=where, limit=limit)]
@@ -207,3 +211,31 @@ class Repository(Generic[R]):
         items = [self._load(d) for d in documents[:size]]
         token = _encode_token(offset + size) if len(documents) > size else ""
         return Page(items, token)
+
+
+class InTransaction(Generic[R]):
+    """A :class:`Repository` within one transaction (a unit of work's): its reads, then its writes."""
+
+    def __init__(self, repository: Repository[R], transaction: Transaction):
+        self.repository, self.transaction = repository, transaction
+
+    def find(self, name: str) -> R | None:
+        return self.repository.find_in(self.transaction, name)
+
+    def find_for_update(self, name: str) -> tuple[R | None, R | None]:
+        """:meth:`Repository.find_for_update_in`."""
+        return self.repository.find_for_update_in(self.transaction, name)
+
+    def create(self, resource: R) -> R:
+        return self.repository.create_in(self.transaction, resource)
+
+    def save(self, previous: R | None, resource: R) -> R:
+        """:meth:`Repository.save_in`."""
+        return self.repository.save_in(self.transaction, previous, resource)
+
+    def stage_save(self, previous: R | None, resource: R) -> Document:
+        return self.repository.stage_save_in(self.transaction, previous, resource)
+
+    def mutate(self, name: str, change: Callable[[R], T], *, new: Callable[[], R] | None = None) -> tuple[R, T]:
+        """:meth:`Repository.mutate_in`."""
+        return self.repository.mutate_in(self.transaction, name, change, new=new)

@@ -11,8 +11,10 @@ from typing import Generic, TypeVar
 
 from mldiag.domain.types import CamelModel
 from mldiag.ports import Transaction
-from mldiag.services.dependencies import Stored
+from mldiag.services import unit_of_work
 from mldiag.services.repository import document_key
+from mldiag.services.dependencies import Transacting
+from mldiag.services.unit_of_work import UnitOfWork
 
 M = TypeVar("M", bound=CamelModel)
 
@@ -29,19 +31,19 @@ class RunState(Generic[M]):
     def save(self, transaction: Transaction, run_name: str, state: M) -> None:
         transaction.set(self.collection, document_key(run_name), state.to_json_dict())
 
-    def read(self, services: Stored, run_name: str) -> M:
+    def read(self, services: Transacting, run_name: str) -> M:
         """The state of an existing run (:class:`~mldiag.domain.NotFound` otherwise)."""
         services.runs.get(run_name)
-        return services.store.transaction(lambda tx: self.load(tx, run_name))
+        return unit_of_work.run(services, lambda unit: self.load(unit.transaction, run_name))
 
-    def update(self, services: Stored, run_name: str, mutate: Callable[[M], object]) -> M:
+    def update(self, services: Transacting, run_name: str, mutate: Callable[[M], object]) -> M:
         """Change the state of an existing run atomically."""
         services.runs.get(run_name)
 
-        def work(transaction: Transaction) -> M:
-            state = self.load(transaction, run_name)
+        def work(unit: UnitOfWork) -> M:
+            state = self.load(unit.transaction, run_name)
             mutate(state)
-            self.save(transaction, run_name, state)
+            self.save(unit.transaction, run_name, state)
             return state
 
-        return services.store.transaction(work)
+        return unit_of_work.run(services, work)

@@ -10,8 +10,8 @@ from analysis_support import xplane
 
 from mldiag.config import ANALYSIS_REQUESTS, HOST_ANALYSIS_REQUESTS
 from mldiag.domain import AnalysisState
+from mldiag.domain.envelopes import Message, pubsub_cloud_event, storage_finalized_event
 from mldiag.domain.host_analyses import HostAnalyses, HostState
-from mldiag.domain.messages import Message, pubsub_cloud_event, storage_finalized_event
 from mldiag.domain.names import parse_child
 from mldiag.entrypoints import handlers
 from mldiag.local.server import wire_functions
@@ -89,7 +89,7 @@ def test_four_hosts_are_four_host_requests_one_merge_and_one_report(four_hosts):
     assert sorted(request["host"] for request in host_requests) == list(HOSTS)
     assert {request["hostFile"] for request in host_requests} == {f"{FOLDER}/{host}.xplane.pb" for host in HOSTS}
     fan_out, merge = _payloads(services, ANALYSIS_REQUESTS)  # the session's request, then exactly one merge
-    assert "merge" not in fan_out and merge["merge"] is True and merge["hostFiles"] == fan_out["hostFiles"]
+    assert fan_out["merge"] is False and merge["merge"] is True and merge["hostFiles"] == fan_out["hostFiles"]
     reports = f"{FOLDER}/mldiag/{analysis.generation_set}"
     assert analysis.analysis_uri == f"{reports}/analysis.json"
     written = json.loads(services.blobs.read_bytes(analysis.analysis_uri))

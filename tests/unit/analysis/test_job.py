@@ -13,7 +13,7 @@ from structlog.testing import capture_logs
 
 from mldiag.config import ANALYSIS_REQUESTS, dead_letter_topic
 from mldiag.domain import AnalysisState, HealthStatus
-from mldiag.domain.messages import Message, pubsub_cloud_event, storage_finalized_event
+from mldiag.domain.envelopes import Message, pubsub_cloud_event, storage_finalized_event
 from mldiag.domain.names import parse_child
 from mldiag.entrypoints import handlers
 from mldiag.services.event_archive import Ignored, Outcome
@@ -62,7 +62,8 @@ def requested(embedded, clock) -> Message:
 
 @pytest.mark.slow
 def test_a_settled_session_is_analysed_and_its_reports_land_next_to_it(embedded, requested):
-    assert json.loads(requested.data) == {"session": SESSION, "generationSet": _analysis(embedded).generation_set,
+    assert json.loads(requested.data) == {"version": 1, "session": SESSION, "merge": False,
+                                          "generationSet": _analysis(embedded).generation_set,
                                           "hostFiles": {"host0": f"{FOLDER}/host0.xplane.pb"}}
     with capture_logs() as logged:
         assert _deliver(embedded, requested) is Outcome.OK
@@ -250,7 +251,7 @@ def test_a_dead_letter_leaves_a_newer_request_for_the_same_files_alone(embedded,
 
 
 @pytest.mark.parametrize(("payload", "outcome", "says"), [
-    ({"session": SESSION}, Outcome.REJECTED, "needs 'session' and 'generationSet'"),
+    ({"session": SESSION}, Outcome.REJECTED, "generationSet: Field required"),
     ({"session": SESSION, "generationSet": "g", "hostFiles": {"h": "gs://profiles/x.txt"}},
      Outcome.REJECTED, "hostFiles"),
     ({"session": SESSION + "-gone", "generationSet": "g", "hostFiles": {"h": "gs://profiles/h.xplane.pb"}},
@@ -307,10 +308,9 @@ def test_a_finished_analysis_publishes_its_fleet_record_beside_the_notification(
 def test_the_notifier_leaves_a_fleet_record_alone(embedded):
     from mldiag.config import ANALYSIS_EVENTS
     from mldiag.domain.fleet import FLEET_RECORD_TYPE
-    from mldiag.services.notifications import deliver
-
     message = Message(data=b'{"record_id": "x"}', attributes={"ce-type": FLEET_RECORD_TYPE}, message_id="m1")
     event = pubsub_cloud_event(project="p", topic=ANALYSIS_EVENTS, subscription="deliver_notifications",
                                message=message, published=embedded.now())
 
-    assert deliver(embedded, event) == f"{FLEET_RECORD_TYPE}: not a notification"
+    assert handlers.deliver_notifications(embedded, event) is Outcome.OK
+    assert embedded.events.get("deliver_notifications", "m1").detail == f"{FLEET_RECORD_TYPE}: not a notification"

@@ -9,7 +9,7 @@ from analysis_support import xplane
 
 from mldiag.config import ANALYSIS_REQUESTS
 from mldiag.domain import AnalysisState, Kind, MachineLearningRun, ProfilerSession
-from mldiag.domain.messages import pubsub_cloud_event, storage_finalized_event
+from mldiag.domain.envelopes import pubsub_cloud_event, storage_finalized_event
 from mldiag.entrypoints import handlers
 from mldiag.services.registration import Registrar
 

@@ -14,7 +14,7 @@ from test_job import SESSION, _add_file, _analysis, _settle
 from mldiag.config import ANALYSIS_REQUESTS
 from mldiag.domain import AnalysisState
 from mldiag.services.analysis_jobs import STALE_MARGIN_SECONDS, WORKER_PID_FILE, clean_up_after_a_stop
-from mldiag.services.operations.maintenance import run_maintenance
+from mldiag.services.operator.maintenance import run_maintenance
 
 
 @pytest.fixture

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 from api_suite import RUNS
 from mldiag.config import ANALYSIS_REQUESTS
 from mldiag.domain import AnalysisState, AnalysisStatus, HostFile, ProfilerSession
+from mldiag.domain.messages import AnalysisRequest
 
 SESSION = f"{RUNS}/r1/profilerSessions/s1"
 
@@ -28,8 +27,8 @@ def test_analyze_requests_the_current_files_again(api, services):
     assert response.status_code == 200, response.json
     assert response.json["analysis"]["state"] == "PENDING" and response.json["analysis"]["error"] == ""
     (message,) = services.bus.published[ANALYSIS_REQUESTS]
-    assert json.loads(message.data) == {"session": session.name, "generationSet": session.generation_set(),
-                                        "hostFiles": {"host0": files["host0"].uri}}
+    assert AnalysisRequest.read(message) == AnalysisRequest(
+        session=session.name, generation_set=session.generation_set(), host_files={"host0": files["host0"].uri})
     assert services.store.query("outbox") == []  # published, not left behind
 
 

@@ -12,7 +12,7 @@ from mldiag.entrypoints import handlers
 from mldiag.services import registration
 from mldiag.domain import ProfilerSession
 from mldiag.services.event_archive import ArchivedEvent, Outcome
-from mldiag.domain.messages import storage_finalized_event
+from mldiag.domain.envelopes import storage_finalized_event
 
 TOKEN = "s3cret-token-for-tests"
 PROFILE = "exp/run1/plugins/profile/s1/host0.xplane.pb"

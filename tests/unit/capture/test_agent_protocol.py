@@ -7,7 +7,7 @@ import pytest
 from mldiag.entrypoints.http.app import create_app
 from mldiag.services.capture import tasks
 from mldiag.domain.resources import TargetState
-from mldiag.services.operations.maintenance import run_maintenance
+from mldiag.services.operator.maintenance import run_maintenance
 from mldiag.services.capture import agents
 
 LOCATION = "/v1alpha/projects/p/locations/l"

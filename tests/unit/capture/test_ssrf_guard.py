@@ -14,10 +14,10 @@ from mldiag.services.capture import tasks
 from mldiag.services.capture.dispatch import run_direct
 from mldiag.services.capture.targets import check_address, resolve_address, select_targets, split_address
 from mldiag.config import CAPTURE_REQUESTS
+from mldiag.domain.envelopes import Message, encode_json, pubsub_cloud_event
 from mldiag.domain.errors import FailedPrecondition, InvalidArgument
 from mldiag.domain.resources import TargetState
 from mldiag.services.event_archive import Outcome
-from mldiag.domain.messages import Message, encode_json, pubsub_cloud_event
 
 CAPTURE_URL = "/v1alpha/projects/p/locations/l/machineLearningRuns/r1/profilerSessions:capture"
 

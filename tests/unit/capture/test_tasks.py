@@ -12,8 +12,8 @@ from mldiag.domain.capture import CaptureFailed, Failure
 from mldiag.services.capture.tasks import TaskResult
 from mldiag.config import ANALYSIS_REQUESTS
 from mldiag.domain import AnalysisState, Kind, SessionPhase
+from mldiag.domain.envelopes import storage_finalized_event
 from mldiag.domain.resources import TargetState
-from mldiag.domain.messages import storage_finalized_event
 from mldiag.entrypoints import handlers
 from mldiag.services.capture.requests import CaptureRequest, ContinuousRequest, capture, start_continuous
 

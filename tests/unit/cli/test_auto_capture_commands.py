@@ -55,7 +55,7 @@ def test_bad_metrics_are_refused_with_the_field(mldiag, tmp_path):
 def test_monitored_event_describe_shows_suppressions(mldiag, server):
     from mldiag.entrypoints import handlers
     from mldiag.domain import MachineLearningRun
-    from mldiag.domain.messages import encode_json
+    from mldiag.domain.envelopes import encode_json
 
     services = server.services
     mldiag("machine-learning-run", "create", "r1", "--gcs-path", "gs://profiles")

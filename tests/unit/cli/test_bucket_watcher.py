@@ -13,7 +13,7 @@ from mldiag.adapters.bus.inprocess import InProcessBus
 from mldiag.adapters.blobs.local import LocalBlobs
 from mldiag.local.bucket_watcher import BucketWatcher
 from mldiag.config import BUCKET_NOTIFICATIONS
-from mldiag.domain.messages import message_from_cloud_event
+from mldiag.domain.envelopes import message_from_cloud_event
 
 OBJECT = "exp/run-1/plugins/profile/2026_01_01/host-0.xplane.pb"
 

@@ -142,7 +142,7 @@ def test_the_commands_load_no_backend(command):
         [sys.executable, "-c",
          "import sys; from mldiag.cli.main import run\n"
          "try:\n    run()\nexcept SystemExit:\n    pass\n"
-         "print([m for m in ('mldiag.bootstrap', 'mldiag.services.event_archive', 'mldiag.services.operations.replay') if m in sys.modules])",
+         "print([m for m in ('mldiag.bootstrap', 'mldiag.services.event_archive', 'mldiag.services.operator.replay') if m in sys.modules])",
          command, "--help"], capture_output=True, text=True, timeout=60)
     assert shown.stdout.strip().splitlines()[-1] == "[]"
 

@@ -21,13 +21,13 @@ from typer.testing import CliRunner
 
 from mldiag.entrypoints import handlers
 
-from mldiag.services import notifications
+from mldiag.services import notifications, unit_of_work
 from mldiag.cli.main import app
 from mldiag.config import ANALYSIS_EVENTS, Settings
+from mldiag.domain.envelopes import storage_finalized_event
 from mldiag.domain.errors import InvalidArgument
 from mldiag.domain.degradation import Transition
 from mldiag.domain import MachineLearningRun
-from mldiag.domain.messages import storage_finalized_event
 from mldiag.services.monitoring.metrics import alert_message
 from mldiag.local.server import wire_functions
 
@@ -153,8 +153,8 @@ def _create_run(services) -> None:
 def _alert(services, transition: Transition) -> None:
     if services.runs.find(RUN) is None:
         _create_run(services)
-    services.bus.publish("monitoring-alerts", json.dumps(alert_message(
-        RUN, "degradation-1", transition, "step time 30% above the baseline", "2026-01-01T00:00:00Z")).encode())
+    services.bus.publish("monitoring-alerts", alert_message(
+        RUN, "degradation-1", transition, "step time 30% above the baseline", "2026-01-01T00:00:00Z").outgoing().data)
     services.bus.drain(timeout=30)
 
 
@@ -330,8 +330,9 @@ def test_a_notification_is_staged_under_a_key_firestore_takes(deployment, receiv
     server = deployment(receiver())
     _analyse_a_session(server.services)
     session = server.services.sessions.get(SESSION)
-    key = server.services.store.transaction(
-        lambda transaction: notifications.stage_analysis_completed(transaction, server.services, session, None))
+    committed = unit_of_work.commit(
+        server.services, lambda unit: notifications.analysis_completed(unit, server.services, session, None))
+    (key,) = committed.keys
     assert "/" not in key and server.services.store.get("outbox", key) is not None
 
 

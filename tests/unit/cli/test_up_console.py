@@ -23,8 +23,8 @@ from mldiag.services import event_archive
 from mldiag.adapters.bus.inprocess import InProcessBus
 from mldiag.cli.main import app
 from mldiag.config import ANALYSIS_REQUESTS
+from mldiag.domain.envelopes import Message, pubsub_cloud_event
 from mldiag.domain.errors import PermanentFailure
-from mldiag.domain.messages import Message, pubsub_cloud_event
 from mldiag.local import http_server
 from mldiag.local.server import session_page_link
 

@@ -18,7 +18,9 @@ from mldiag.config import CAPTURE_REQUESTS
 from mldiag.domain import Kind, MachineLearningRun, MonitoredEvent, ProfilerSession, ProfilerTarget
 from mldiag.services.event_archive import Outcome
 from mldiag.services.monitoring.metrics import alert_message
+from mldiag.domain.alerts import Alert
 from mldiag.domain.degradation import Transition
+from mldiag.domain.messages import AlertMessage
 
 RUN = "projects/p/locations/l/machineLearningRuns/r1"
 OTHER = "projects/p/locations/l/machineLearningRuns/r2"
@@ -36,14 +38,18 @@ def push(payload) -> CloudEvent:
     )
 
 
+def read(payload) -> Alert:
+    return AlertMessage.model_validate(payload).alert()
+
+
 def opened(run=RUN, event_id="degradation-1"):
     return alert_message(run, event_id, Transition.OPENED, "step time 260 ms is 30% above the baseline 200 ms",
-                         "2026-01-01T00:00:00.000000Z")
+                         "2026-01-01T00:00:00.000000Z").wire()
 
 
 def closed(run=RUN, event_id="degradation-1"):
     return alert_message(run, event_id, Transition.CLOSED, "back within half the threshold",
-                         "2026-01-01T00:10:00.000000Z")
+                         "2026-01-01T00:10:00.000000Z").wire()
 
 
 @pytest.fixture
@@ -149,9 +155,9 @@ def test_alerts_beyond_the_runs_event_cap_are_dropped_counted_and_said(runs):
     services = dataclasses.replace(runs, settings=runs.settings.model_copy(
         update={"max_monitored_events_per_run": 3}))
     with capture_logs() as logged:
-        accounts = [handle_alert(services, push(opened(event_id=f"e{i}"))) for i in range(12)]
-        handle_alert(services, push(opened(run=OTHER)))
-        handle_alert(services, push(closed(event_id="e0")))  # events it has still change
+        accounts = [handle_alert(services, read(opened(event_id=f"e{i}")), f"m{i}") for i in range(12)]
+        handle_alert(services, read(opened(run=OTHER)), "m-other")
+        handle_alert(services, read(closed(event_id="e0")), "m-closed")  # events it has still change
     names = sorted(events(services))
     assert names == [*(f"{RUN}/monitoredEvents/e{i}" for i in range(3)), f"{OTHER}/monitoredEvents/degradation-1"]
     assert events(services)[f"{RUN}/monitoredEvents/e0"].end_time is not None
@@ -233,7 +239,7 @@ def test_cloud_monitoring_incident_open_then_closed(runs):
     ({"run": "ghost", "monitoredEventId": "e1", "monitoredEvent": {"analyzerReports": [
         {"analyzer": "x", "detectionState": "DETECTED"}]}}, "does not exist"),
     ({"run": "r1", "monitoredEventId": "../x", "monitoredEvent": {}}, "monitoredEventId"),
-    ({"run": "r1", "monitoredEventId": "e1", "monitoredEvent": {"type": "EXPLOSION"}}, "monitoredEvent: type"),
+    ({"run": "r1", "monitoredEventId": "e1", "monitoredEvent": {"type": "EXPLOSION"}}, "monitoredEvent.type"),
     ({"incident": {"incident_id": "1", "state": "open"}}, "names no run"),
     ({"incident": {"incident_id": "1", "state": "maybe", "resource": {"labels": {"mldiag_run": "r1"}}}},
      "neither 'open' nor 'closed'"),

@@ -19,7 +19,7 @@ from mldiag.config import (
 )
 from mldiag.local.devstack import push_subscription_requests
 from mldiag.local.devstack_host import HostedFunction, create_host, discover
-from mldiag.domain.messages import PUBSUB_PUBLISHED, STORAGE_FINALIZED
+from mldiag.domain.envelopes import PUBSUB_PUBLISHED, STORAGE_FINALIZED
 
 PROBE_SOURCE = '''
 import json

@@ -10,6 +10,7 @@ from fleet_support import NOW, record
 from mldiag.adapters.fleet.sqlite import SqliteFleet
 from mldiag.config import ANALYSIS_EVENTS
 from mldiag.domain.errors import InvalidArgument
+from mldiag.domain.messages import fleet_record_message
 from mldiag.local.server import wire_functions
 from mldiag.services import fleet, outbox
 
@@ -78,7 +79,7 @@ def test_the_subscriber_writes_each_published_record_once_and_ignores_notificati
     for _ in range(2):  # published twice: a redelivery
         key = "record"
         embedded.store.transaction(lambda tx: outbox.stage(
-            tx, key, ANALYSIS_EVENTS, row, {"ce-type": "dev.mldiag.analysis.v1.record"}, embedded.now()))
+            tx, key, fleet_record_message(record(), "//mldiag"), embedded.now()))
         outbox.flush(embedded.store, embedded.bus, key)
     embedded.bus.publish(ANALYSIS_EVENTS, b'{"type": "dev.mldiag.event.v1.opened", "data": {"run": "r"}}',
                          {"ce-type": "dev.mldiag.event.v1.opened"})

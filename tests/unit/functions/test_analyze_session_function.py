@@ -12,7 +12,7 @@ from functions_framework import create_app
 from mldiag.entrypoints import handlers
 from mldiag.config import ANALYSIS_REQUESTS
 from mldiag.domain import AnalysisState
-from mldiag.domain.messages import storage_finalized_event
+from mldiag.domain.envelopes import storage_finalized_event
 
 FUNCTIONS = Path(__file__).resolve().parents[3] / "functions"
 PROFILE = Path(__file__).resolve().parents[2] / "fixtures" / "profiles" / "input_bound"

@@ -19,7 +19,7 @@ import pytest
 from mldiag.adapters.blobs.local import LocalBlobs
 from mldiag.adapters.store.sqlite import SqliteStore
 from mldiag.services.event_archive import COLLECTION, EXPIRE_AT, RAW_INLINE_LIMIT, EventArchive
-from mldiag.domain.messages import storage_finalized_event
+from mldiag.domain.envelopes import storage_finalized_event
 from mldiag.ports import Document
 
 RETENTION = timedelta(days=30)

@@ -9,8 +9,8 @@ from test_register_session import RUN_FOLDER, analysis_requests, deliver, finali
 
 from mldiag.domain import ProfilerSession
 from mldiag.services.event_archive import Outcome
-from mldiag.services.operations.maintenance import run_maintenance
-from mldiag.services.operations.reconciliation import INTERVAL, reconcile
+from mldiag.services.operator.maintenance import run_maintenance
+from mldiag.services.operator.reconciliation import INTERVAL, reconcile
 
 
 @pytest.fixture

@@ -18,9 +18,9 @@ from mldiag.domain import (
 )
 from mldiag.domain.capture import DEADLINE_GRACE
 from mldiag.services.event_archive import Outcome
-from mldiag.services.operations.maintenance import run_maintenance
+from mldiag.services.operator.maintenance import run_maintenance
 from mldiag.services.registration import Registrar
-from mldiag.domain.messages import storage_finalized_event
+from mldiag.domain.envelopes import storage_finalized_event
 
 RUN_FOLDER = "team/exp/run1/plugins/profile/s1"
 

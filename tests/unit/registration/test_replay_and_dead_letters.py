@@ -8,11 +8,11 @@ from mldiag.entrypoints import handlers
 
 from mldiag.services import registration
 from mldiag.config import ANALYSIS_REQUESTS, MAINTENANCE_TICKS, dead_letter_topic
-from mldiag.services.operations.dead_letters import list_dead_letters
+from mldiag.services.operator.dead_letters import list_dead_letters
 from mldiag.domain import ProfilerSession
 from mldiag.services.event_archive import Outcome
-from mldiag.domain.messages import encode_json, storage_finalized_event
-from mldiag.services.operations.replay import Target, find_record, replay_one
+from mldiag.domain.envelopes import encode_json, storage_finalized_event
+from mldiag.services.operator.replay import Target, find_record, replay_one
 
 PROFILE = "exp/run1/plugins/profile/s1/host0.xplane.pb"
 

@@ -1,8 +1,9 @@
 """What the ``mldiag`` code does that Terraform must allow, read from the code itself.
 
 - :func:`published_topics`: the topics each deployed function can publish to, found by
-  walking its call graph from its entry point to every ``outbox.stage(..., TOPIC, ...)``
-  and ``bus.publish(TOPIC, ...)`` it reaches (a sweep of stale outbox entries publishes
+  walking its call graph from its entry point to every message it builds (a model of
+  :mod:`mldiag.domain.messages`, whose class names its topic, or an ``Outgoing(TOPIC, ...)``)
+  and every ``bus.publish(TOPIC, ...)`` it reaches (a sweep of stale outbox entries publishes
   whatever any code staged).
 - :func:`firestore_queries`: every Firestore query shape the code builds, found at each
   call of the query builder (``store.query``, ``Repository.list`` / ``find_where``,
@@ -33,7 +34,7 @@ PACKAGE = Path(__file__).resolve().parents[3] / "shared" / "mldiag"
 HTTP_PACKAGES = ("mldiag.entrypoints.http", "mldiag.entrypoints.console")
 # Operator replay re-publishes an archived event to the topic it came from; a missing
 # grant is reported per event, so it widens no function's publishes_to.
-REPLAY = "mldiag.services.operations.replay.replay_one"
+REPLAY = "mldiag.services.operator.replay.replay_one"
 EQUALITIES = frozenset({"==", "in", "array_contains", "array_contains_any"})
 _FILTER_TERM = re.compile(r"(?P<field>[A-Za-z_][\w.]*)\s*(?P<op><=|>=|!=|=|<|>)")
 
@@ -151,28 +152,54 @@ def entry_points(graph: CodeGraph, function: str) -> set[str]:
     return {f"mldiag.entrypoints.handlers.{function}"}
 
 
+MESSAGES = "mldiag.domain.messages"
+
+
+def _message_model(graph: CodeGraph, module: str, call: ast.Call) -> type | None:
+    """The message model ``call`` builds: ``Model(...)`` or ``Model.of(...)`` of a model with a topic."""
+    func = call.func.value if isinstance(call.func, ast.Attribute) and call.func.attr == "of" else call.func
+    named = graph.names(module, func) if isinstance(func, ast.Name) else ""
+    if not named.startswith(f"{MESSAGES}."):
+        return None
+    model = getattr(importlib.import_module(MESSAGES), named.rsplit(".", 1)[1], None)
+    return model if isinstance(model, type) and isinstance(getattr(model, "topic", None), str) else None
+
+
 def _staged_topics(graph: CodeGraph, functions: set[str]) -> set[str]:
+    """Topics of the messages the functions build, which the outbox publishes once staged."""
     topics = set()
     for qualified in functions:
-        for call in graph.calls_in(qualified, "mldiag.services.outbox.stage"):
-            topic = _keyword(call, "topic", 2)
-            topics.add(graph.evaluate(graph.owner[qualified], topic))
+        module = graph.owner[qualified]
+        for call in (node for node in ast.walk(graph.definitions[qualified]) if isinstance(node, ast.Call)):
+            if (model := _message_model(graph, module, call)) is not None:
+                topics.add(model.topic)
+            elif graph.names(module, call.func) == f"{MESSAGES}.Outgoing" and isinstance(next(iter(call.args), None),
+                                                                                          ast.Name):
+                topics.add(graph.evaluate(module, call.args[0]))
     return topics
 
 
 def _published_topics(graph: CodeGraph, functions: set[str]) -> set[str]:
-    """Topics passed to ``bus.publish`` directly (the outbox publishes what was staged)."""
+    """Topics passed to ``bus.publish`` directly (the outbox publishes what was staged; a unit of work's
+    ``publish`` stages)."""
     return {graph.evaluate(graph.owner[qualified], node.args[0])
             for qualified in functions if qualified != REPLAY and graph.owner[qualified] != "mldiag.services.outbox"
             for node in ast.walk(graph.definitions[qualified])
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "publish"}
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "publish"
+            and _is_bus(node.func.value)}
+
+
+def _is_bus(node: ast.expr) -> bool:
+    return (isinstance(node, ast.Name) and node.id == "bus") or (isinstance(node, ast.Attribute) and node.attr == "bus")
 
 
 def published_topics(graph: CodeGraph, function: str) -> set[str]:
     reached = graph.reachable(entry_points(graph, function))
     topics = _staged_topics(graph, reached) | _published_topics(graph, reached)
     if "mldiag.services.outbox.flush_stale" in reached:
-        topics |= _staged_topics(graph, set(graph.definitions))
+        # What any service staged; the local hosts publish on their own bus, never through the outbox.
+        topics |= _staged_topics(graph, {name for name in graph.definitions
+                                         if not graph.owner[name].startswith("mldiag.local")})
     return topics
 
 

@@ -5,7 +5,7 @@ Read with python-hcl2 (no provider runs here), ``fleet.tf`` must:
 - enable BigQuery, and keep ``fleet_records`` partitioned by day on ``analyzed_at``;
 - subscribe ``analysis-events`` with a BigQuery subscription whose filter takes exactly the
   messages the analysis publishes as records (the attribute name and value are checked against
-  what :func:`mldiag.services.fleet.stage_record` stages), writing through the table's schema
+  what :func:`mldiag.domain.messages.fleet_record_message` makes), writing through the table's schema
   and dropping fields the table lacks, dead-lettering to the topic's own dead-letter topic;
 - let the Pub/Sub agent write on the dataset only, and create the subscription only after that
   grant has had time to propagate;
@@ -17,7 +17,6 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from terraform_config import Block, load_module, local_values
@@ -26,10 +25,10 @@ from test_terraform_consistency import plain, resources
 
 from mldiag.config import ANALYSIS_EVENTS
 from mldiag.domain.fleet import TABLE
-from mldiag.services.fleet import stage_record
+from mldiag.domain.messages import fleet_record_message
 
 sys.path.insert(0, str(REPO / "tests" / "unit" / "fleet"))
-from fleet_support import NOW, record  # noqa: E402
+from fleet_support import record  # noqa: E402
 
 FILTER = re.compile(r'^attributes\."([\w.-]+)" = "([^"]+)"$')
 WRITER_ROLE, READER_ROLE, JOBS_ROLE = "roles/bigquery.dataEditor", "roles/bigquery.dataViewer", "roles/bigquery.jobUser"
@@ -37,22 +36,11 @@ PUBSUB_AGENT = "serviceAccount:${local.service_agents.pubsub}"
 CONTROL_PLANE = "${module.function[local.fleet_reader].service_account_member}"
 
 
-class _Staged:
-    def __init__(self):
-        self.documents: list[dict[str, Any]] = []
-
-    def set(self, _collection: str, _key: str, document: dict[str, Any]) -> None:
-        self.documents.append(document)
-
-
 def published_record_attributes() -> dict[str, str]:
-    """The attributes the analysis stages a fleet record with."""
-    staged = _Staged()
-    services = SimpleNamespace(settings=SimpleNamespace(project="p", location="l"), now=lambda: NOW)
-    stage_record(staged, services, record())
-    (document,) = staged.documents
-    assert document["topic"] == ANALYSIS_EVENTS
-    return document["attributes"]
+    """The attributes the analysis publishes a fleet record with."""
+    message = fleet_record_message(record(), "//mldiag/projects/p/locations/l")
+    assert message.topic == ANALYSIS_EVENTS
+    return dict(message.attributes)
 
 
 def _one(blocks: list[Block], type_name: str, name: str) -> dict[str, Any]:

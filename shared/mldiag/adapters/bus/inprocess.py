@@ -38,7 +38,7 @@ from typing import Any
 
 import structlog
 
-from mldiag.domain.messages import Message, pubsub_cloud_event
+from mldiag.domain.envelopes import Message, pubsub_cloud_event
 from mldiag.ports import EventHandler
 
 log = structlog.get_logger(__name__)

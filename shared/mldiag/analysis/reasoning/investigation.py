@@ -1,7 +1,7 @@
 """The focused investigation: a reasoner follows up on the evidence and concludes.
 
 When the health snapshot is OPTIMAL the report needs no further calls. Otherwise
-a :class:`Reasoner` forms hypotheses from the evidence, runs at most four
+a reasoner (:class:`mldiag.ports.Reasoner`) forms hypotheses from the evidence, runs at most four
 follow-up checks (:mod:`mldiag.analysis.reasoning.followups`) and concludes with
 findings. Two reasoners share the protocol: the deterministic offline one
 (:mod:`mldiag.analysis.reasoning.offline`, the default) and Gemini on Vertex AI
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from mldiag.analysis.evidence import Analysis, Investigation
 from mldiag.analysis.reasoning.followups import FollowupTools
@@ -33,6 +33,9 @@ from mldiag.analysis.reasoning.validation import EvidenceIndex, why_summary_unsu
 from mldiag.analysis.rules.analyst import decide_status, quoted
 from mldiag.analysis.xprof.xprof_tools import ToolContext
 from mldiag.domain.resources import Finding, FindingCategory, HealthStatus, Priority
+
+if TYPE_CHECKING:
+    from mldiag.ports import Reasoner
 
 SEVERITY = {Priority.P0: 0, Priority.P1: 1, Priority.P2: 2}
 
@@ -54,13 +57,6 @@ class ReasonerFailed(RuntimeError):
     def __init__(self, reason: str, tokens: int = 0):
         super().__init__(reason)
         self.tokens = tokens  # what the attempt cost
-
-
-class Reasoner(Protocol):
-    name: str
-
-    def investigate(self, analysis: Analysis, tools: FollowupTools) -> Conclusion:
-        """Form hypotheses from ``analysis``, check them with ``tools``, conclude."""
 
 
 def merge_findings(baseline: list[Finding], proposed: list[Finding], dropped: list[str]) -> list[Finding]:

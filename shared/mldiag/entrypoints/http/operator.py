@@ -25,7 +25,7 @@ from mldiag.domain.errors import InvalidArgument
 from mldiag.entrypoints.handlers import EVENT_HANDLERS
 from mldiag.entrypoints.http.rest import json_body, ok, services
 from mldiag.services.capture import agents
-from mldiag.services.operations import archive
+from mldiag.services.operator import archive
 
 blueprint = Blueprint("operator", __name__, url_prefix="/v1alpha")
 

@@ -29,11 +29,13 @@ from mldiag.domain.errors import NotFound, PermissionDenied
 from mldiag.domain.names import TARGETS, LocationName, RunName, validate_id
 from mldiag.domain.resources import ProfilerTarget, TargetState
 from mldiag.domain.types import CamelModel, format_timestamp
-from mldiag.ports import Transaction, Where
+from mldiag.ports import Where
+from mldiag.services import unit_of_work
 from mldiag.services.capture import tasks
 from mldiag.services.capture.requests import parse
 from mldiag.services.capture.targets import split_address
 from mldiag.services.dependencies import Blobs, Configured, Publishing, Stored
+from mldiag.services.unit_of_work import UnitOfWork
 
 
 class AgentPorts(Stored, Publishing, Blobs, Configured, Protocol):
@@ -76,10 +78,10 @@ def heartbeat(services: AgentPorts, run_name: RunName, target_id: str, body: dic
         target.profiler_address, target.agent = beat.profiler_address, beat.agent
         target.state, target.last_heartbeat_time = TargetState.ACTIVE, services.now()
 
-    def work(transaction: Transaction) -> ProfilerTarget:
-        return services.targets.mutate_in(transaction, name, beat_on, new=lambda: ProfilerTarget(name=name))[0]
+    def work(unit: UnitOfWork) -> ProfilerTarget:
+        return unit.targets.mutate(name, beat_on, new=lambda: ProfilerTarget(name=name))[0]
 
-    return services.store.transaction(work)
+    return unit_of_work.run(services, work)
 
 
 def _in(location: LocationName, task: tasks.CaptureTask) -> bool:

@@ -18,11 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 import structlog
-from cloudevents.http import CloudEvent
-
 from mldiag.domain.capture import CaptureFailed, Failure
 from mldiag.domain.errors import InvalidArgument, PermanentFailure
-from mldiag.domain.messages import message_from_cloud_event
+from mldiag.domain.messages import CaptureTaskRequest
 from mldiag.services.capture import tasks
 from mldiag.services.capture.execute import Executor
 from mldiag.services.capture.targets import resolve_address
@@ -38,12 +36,9 @@ MAX_PARALLEL_CAPTURES = 32
 log = structlog.get_logger(__name__)
 
 
-def dispatch(services: DispatchPorts, event: CloudEvent) -> str:
+def dispatch(services: DispatchPorts, request: CaptureTaskRequest) -> str:
     """Handle one capture request; returns a one-line account for the event archive."""
-    payload = message_from_cloud_event(event).json()
-    key = payload.get("task") if isinstance(payload, dict) else None
-    if not isinstance(key, str) or not key:
-        raise PermanentFailure("a capture request names its task: {\"task\": \"<operation>:<target>\"}")
+    key = request.task
     task = tasks.load(services, key)
     if task is None:
         raise PermanentFailure(f"no capture task {key!r}; capture requests come from the control plane only")

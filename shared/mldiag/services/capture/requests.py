@@ -21,8 +21,8 @@ from typing import Literal, Protocol
 
 from pydantic import Field, ValidationError, field_validator
 
-from mldiag.config import CAPTURE_REQUESTS
 from mldiag.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from mldiag.domain.messages import CaptureTaskRequest
 from mldiag.domain.names import SESSIONS, RunName
 from mldiag.domain.resources import (
     ContinuousProfiling,
@@ -42,11 +42,12 @@ from mldiag.domain.resources import (
 )
 from mldiag.domain.types import CamelModel, Duration, bounded_duration, format_timestamp
 from mldiag.ports import Transaction
-from mldiag.services import outbox
+from mldiag.services import unit_of_work
 from mldiag.services.capture import tasks
 from mldiag.services.capture.targets import MAX_TARGETS_PER_RUN, select_targets
 from mldiag.services.dependencies import Configured, Publishing, Stored
 from mldiag.services.resources.sessions import session_location
+from mldiag.services.unit_of_work import UnitOfWork
 
 
 class CaptureRequestPorts(Stored, Publishing, Configured, Protocol):
@@ -256,27 +257,22 @@ def _outbox_key(task: tasks.CaptureTask) -> str:
 
 def _submit(services: CaptureRequestPorts, operation: Operation, work: list[tasks.CaptureTask],
             write: Callable[[Transaction], None]) -> Operation:
-    """Commit ``write`` (reads first), the operation, its tasks and their messages; then publish them."""
+    """Commit ``write`` (reads first), the operation, its tasks and their messages in one unit of work."""
     now = services.now()
     if not work:
         operation.done = True
         operation.metadata.end_time = now
         operation.response = {"targets": {}}
 
-    def transact(transaction: Transaction) -> Operation:
-        write(transaction)
-        created = services.operations.create_in(transaction, operation)
+    def transact(unit: UnitOfWork) -> Operation:
+        write(unit.transaction)
+        created = unit.operations.create(operation)
         for task in work:
-            tasks.stage(transaction, task)
-            outbox.stage(transaction, _outbox_key(task), CAPTURE_REQUESTS,
-                         {"task": task.key, "operation": task.operation, "target": task.target,
-                          "session": task.session, "action": task.action.value},
-                         {"run": task.run, "target": task.target, "action": task.action.value,
-                          **({"agent": task.agent} if task.agent else {})},
-                         now)
+            tasks.stage(unit.transaction, task)
+            message = CaptureTaskRequest(task=task.key, operation=task.operation, target=task.target,
+                                         session=task.session, action=task.action.value, run=task.run,
+                                         agent=task.agent)
+            unit.publish(_outbox_key(task), message.outgoing())
         return created
 
-    created = services.store.transaction(transact)
-    for task in work:
-        outbox.flush(services.store, services.bus, _outbox_key(task))
-    return created
+    return unit_of_work.run(services, transact)

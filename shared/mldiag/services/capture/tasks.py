@@ -39,9 +39,9 @@ from mldiag.domain.resources import (
 )
 from mldiag.domain.types import CamelModel, Timestamp, format_timestamp
 from mldiag.ports import Transaction, Where
-from mldiag.services import outbox
+from mldiag.services import analysis_requests, unit_of_work
 from mldiag.services.dependencies import Blobs, Configured, Publishing, Stored
-from mldiag.services.registration import Registrar
+from mldiag.services.unit_of_work import UnitOfWork
 
 
 class TaskPorts(Stored, Publishing, Blobs, Configured, Protocol):
@@ -145,8 +145,8 @@ def open_tasks(services: TaskPorts, *where: Where, limit: int = 500) -> list[Cap
 def claim(services: TaskPorts, key: str) -> CaptureTask | None:
     """Take the task for execution under a lease; ``None`` if it is final or held by another worker."""
 
-    def work(transaction: Transaction) -> CaptureTask | None:
-        document = transaction.get(COLLECTION, key)
+    def work(unit: UnitOfWork) -> CaptureTask | None:
+        document = unit.transaction.get(COLLECTION, key)
         if document is None:
             return None
         task = CaptureTask.model_validate(document)
@@ -156,10 +156,10 @@ def claim(services: TaskPorts, key: str) -> CaptureTask | None:
         task.state = TaskState.RUNNING
         task.attempts += 1
         task.lease_expire_time = now + timedelta(milliseconds=task.duration_ms) + LEASE_GRACE
-        transaction.set(COLLECTION, key, task.to_json_dict())
+        unit.transaction.set(COLLECTION, key, task.to_json_dict())
         return task
 
-    return services.store.transaction(work)
+    return unit_of_work.run(services, work)
 
 
 @dataclass(frozen=True)
@@ -211,48 +211,44 @@ def finish(services: TaskPorts, key: str, result: TaskResult) -> CaptureTask | N
     if task is None or task.final:
         return None
     result = _verified(services, task, result)
-    registrar = Registrar(services)
 
-    def work(transaction: Transaction) -> tuple[CaptureTask | None, str]:
-        document = transaction.get(COLLECTION, key)
+    def work(unit: UnitOfWork) -> CaptureTask | None:
+        document = unit.transaction.get(COLLECTION, key)
         if document is None:
-            return None, ""
+            return None
         task = CaptureTask.model_validate(document)
         if task.final:
-            return None, ""
+            return None
         siblings = [CaptureTask.model_validate(d) for t in task.operation_targets if t != task.target
-                    if (d := transaction.get(COLLECTION, task_key(task.operation, t))) is not None]
-        operation = services.operations.find_in(transaction, task.operation)
-        session = services.sessions.find_in(transaction, task.session) if task.session else None
-        run = services.runs.find_in(transaction, task.run) if task.action is Action.START else None
+                    if (d := unit.transaction.get(COLLECTION, task_key(task.operation, t))) is not None]
+        operation = unit.operations.find(task.operation)
+        session = unit.sessions.find(task.session) if task.session else None
+        run = unit.runs.find(task.run) if task.action is Action.START else None
 
         now = services.now()
         task.state = TaskState.FAILED if result.failure else TaskState.SUCCEEDED
         task.failure, task.error, task.note = result.failure, result.error, result.note
         task.end_time, task.lease_expire_time = now, None
-        transaction.set(COLLECTION, key, task.to_json_dict())
+        unit.transaction.set(COLLECTION, key, task.to_json_dict())
 
         updated_session = _record_in_session(session, task, result, now)
         if run is not None and result.failure and run.continuous_profiling is not None:
             updated_run = run.model_copy(deep=True)
             _drop_failed_start(updated_run, task.target)
-            services.runs.save_in(transaction, run, updated_run)
+            unit.runs.save(run, updated_run)
 
-        analysis_key = ""
         everyone = [task, *siblings]
         if operation is not None and not operation.done and all(t.final for t in everyone):
             if updated_session is not None and _every_success_registered(updated_session):
-                analysis_key = registrar.request_analysis(transaction, updated_session, task.run)
+                analysis_requests.request_analysis(unit, updated_session)
             finished = operation.model_copy(deep=True)
             _complete(finished, everyone, updated_session, now)
-            services.operations.save_in(transaction, operation, finished)
+            unit.operations.save(operation, finished)
         if session is not None and updated_session is not None:
-            services.sessions.save_in(transaction, session, updated_session)
-        return task, analysis_key
+            unit.sessions.save(session, updated_session)
+        return task
 
-    finished_task, analysis_key = services.store.transaction(work)
-    if analysis_key:
-        outbox.flush(services.store, services.bus, analysis_key)
+    finished_task = unit_of_work.run(services, work)
     if finished_task is not None:
         failed = finished_task.state is TaskState.FAILED
         where = short_name(finished_task.session or finished_task.run)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
-from mldiag.domain.alerts import Alert, parse_alert
+from mldiag.domain.alerts import Alert
 from mldiag.domain.names import LocationName
 from mldiag.services.dependencies import Configured, Stored
 from mldiag.services.resources.runs import find_named
@@ -14,13 +14,11 @@ class AlertRunPorts(Stored, Configured, Protocol):
     """What looking up an alert's run uses."""
 
 
-def read_alert(services: AlertRunPorts, payload: Any) -> Alert:
-    """``payload`` read as an alert whose ``run`` is the full name of the run it names.
+def with_run_found(services: AlertRunPorts, alert: Alert) -> Alert:
+    """``alert`` with its ``run`` the full name of the run it names.
 
-    :class:`~mldiag.domain.errors.PermanentFailure` for what can never be an alert,
     :class:`~mldiag.domain.errors.NotFound` when no run has the name, and
     :class:`~mldiag.domain.errors.InvalidArgument` naming the runs that share it.
     """
-    alert = parse_alert(payload)
     location = LocationName(services.settings.project, services.settings.location)
     return alert.model_copy(update={"run": find_named(services, location, alert.run).name})

@@ -22,20 +22,18 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 import structlog
-from cloudevents.http import CloudEvent
 from pydantic import Field
 
 from mldiag.domain.alerts import Alert
 from mldiag.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermanentFailure
-from mldiag.domain.messages import message_from_cloud_event
 from mldiag.domain.names import EVENTS, parse_run, short_name
 from mldiag.domain.resources import Kind, MachineLearningRun, MonitoredEvent, Suppression
 from mldiag.domain.types import CamelModel, Duration, Timestamp, bounded_duration, format_timestamp, human_duration
-from mldiag.ports import Transaction
-from mldiag.services import notifications, outbox
+from mldiag.services import notifications, unit_of_work
 from mldiag.services.dependencies import Blobs, Configured, Publishing, Stored
-from mldiag.services.monitoring.alert_runs import read_alert
+from mldiag.services.monitoring.alert_runs import with_run_found
 from mldiag.services.run_state import RunState
+from mldiag.services.unit_of_work import UnitOfWork
 
 
 class AutoCapturePorts(Stored, Publishing, Blobs, Configured, Protocol):
@@ -118,7 +116,6 @@ class Decision(CamelModel):
     dropped: int = 0  # the run's alerts dropped by the event cap, this one included; 0 when it was kept
     opened: bool = False  # this alert opened the event
     closed: bool = False  # this alert ended the event
-    notification: str = ""  # the outbox key of the opened or closed notification
 
 
 def decide(services: AutoCapturePorts, alert: Alert, alert_key: str) -> Decision:
@@ -126,12 +123,12 @@ def decide(services: AutoCapturePorts, alert: Alert, alert_key: str) -> Decision
     event_name = str(parse_run(alert.run).child(EVENTS, alert.event_id))
     now = services.now()
 
-    def work(transaction: Transaction) -> Decision:
-        run = services.runs.find_in(transaction, alert.run)
+    def work(unit: UnitOfWork) -> Decision:
+        run = unit.runs.find(alert.run)
         if run is None:
             raise PermanentFailure(f"the alert names run {alert.run}, which does not exist")
-        previous = services.monitored_events.find_in(transaction, event_name)
-        state = STATES.load(transaction, alert.run)
+        previous = unit.monitored_events.find(event_name)
+        state = STATES.load(unit.transaction, alert.run)
         if previous is None:
             cap = services.settings.max_monitored_events_per_run
             if state.events_opened >= cap:
@@ -140,7 +137,7 @@ def decide(services: AutoCapturePorts, alert: Alert, alert_key: str) -> Decision
                 if state.last_dropped is None or state.last_dropped.alert != alert_key:  # not a redelivery
                     state.events_dropped += 1
                     state.last_dropped = Suppression(time=now, reason=reason, alert=alert_key)
-                STATES.save(transaction, alert.run, state)
+                STATES.save(unit.transaction, alert.run, state)
                 return Decision(event=event_name, reason=reason, dropped=state.events_dropped)
             state.events_opened += 1
         event = previous.model_copy(deep=True) if previous else MonitoredEvent(name=event_name)
@@ -163,17 +160,13 @@ def decide(services: AutoCapturePorts, alert: Alert, alert_key: str) -> Decision
         decision.closed = (previous is None or previous.end_time is None) and event.end_time is not None
         if decision.reason:
             event.suppress(Suppression(time=now, reason=decision.reason, alert=alert_key))
-        saved = services.monitored_events.save_in(transaction, previous, event)
-        STATES.save(transaction, alert.run, state)
+        saved = unit.monitored_events.save(previous, event)
+        STATES.save(unit.transaction, alert.run, state)
         if decision.opened or decision.closed:
-            decision.notification = notifications.stage_event_change(transaction, services, saved,
-                                                                     opened=decision.opened)
+            notifications.event_changed(unit, services, saved, opened=decision.opened)
         return decision
 
-    decision = services.store.transaction(work)
-    if decision.notification:
-        outbox.flush(services.store, services.bus, decision.notification)
-    return decision
+    return unit_of_work.run(services, work)
 
 
 def _capture(services: AutoCapturePorts, run: MachineLearningRun, alert: Alert, decision: Decision) -> str:
@@ -223,14 +216,13 @@ def _settle(services: AutoCapturePorts, run_name: str, decision: Decision, linke
     STATES.update(services, run_name, clear)
 
 
-def handle_alert(services: AutoCapturePorts, event: CloudEvent) -> str:
-    """The ``on_alert`` handler body: one alert message in, a one-line account out."""
-    message = message_from_cloud_event(event)
+def handle_alert(services: AutoCapturePorts, alert: Alert, message_id: str) -> str:
+    """The ``on_alert`` handler body: one alert (of the message ``message_id``) in, a one-line account out."""
     try:
-        alert = read_alert(services, message.json())
+        alert = with_run_found(services, alert)
     except NotFound as missing:
         raise PermanentFailure(f"the alert's run does not exist: {missing}") from None
-    alert_key = f"on_alert:{message.message_id}"
+    alert_key = f"on_alert:{message_id}"
     with structlog.contextvars.bound_contextvars(run=alert.run, monitored_event=alert.event_id):
         decision = decide(services, alert, alert_key)
         if decision.dropped:

@@ -2,9 +2,10 @@
 
 Each report runs the run's detector (:mod:`mldiag.domain.degradation`) in one
 transaction with its stored state. When a degradation opens, an open
-MonitoredEvent message goes to ``monitoring-alerts``; when the run recovers, a
-closing one — the same messages an external monitoring system would send, so
-``on_alert`` treats both alike. Messages leave through the outbox.
+MonitoredEvent message (:class:`~mldiag.domain.messages.AlertMessage`) goes to
+``monitoring-alerts``; when the run recovers, a closing one — the same messages an
+external monitoring system would send, so ``on_alert`` treats both alike. Messages
+leave through the outbox.
 """
 
 from __future__ import annotations
@@ -14,16 +15,16 @@ from typing import Protocol
 
 from pydantic import Field
 
-from mldiag.config import MONITORING_ALERTS
 from mldiag.domain.degradation import DetectorParams, DetectorState, MetricPoint, Transition, observe
 from mldiag.domain.errors import InvalidArgument, NotFound
-from mldiag.domain.resources import DetectionState, EventType
+from mldiag.domain.messages import AlertMessage
+from mldiag.domain.resources import AnalyzerReport, DetectionState, EventType, MonitoredEvent
 from mldiag.domain.types import CamelModel, format_timestamp
-from mldiag.ports import Transaction
-from mldiag.services import outbox
+from mldiag.services import unit_of_work
 from mldiag.services.dependencies import Publishing, Stored
 from mldiag.services.repository import document_key
 from mldiag.services.run_state import RunState
+from mldiag.services.unit_of_work import UnitOfWork
 
 
 class MetricPorts(Stored, Publishing, Protocol):
@@ -49,20 +50,18 @@ class RunDetector(CamelModel):
 DETECTORS = RunState(COLLECTION, RunDetector)
 
 
-def alert_message(run_name: str, event_id: str, transition: Transition, reason: str, when: str) -> dict:
-    """A MonitoredEvent message for ``monitoring-alerts`` (the shape ``on_alert`` accepts)."""
+def alert_message(run_name: str, event_id: str, transition: Transition, reason: str, when: str) -> AlertMessage:
+    """The alert that the run's degradation opened (``transition``) or ended at ``when``."""
     detected = transition is Transition.OPENED
-    event: dict = {
-        "type": EventType.PERFORMANCE_DEGRADATION.value,
-        "displayName": f"Step time degradation of {run_name.rsplit('/', 1)[-1]}",
-        "analyzerReports": [{
-            "analyzer": ANALYZER,
-            "detectionState": (DetectionState.DETECTED if detected else DetectionState.NOT_DETECTED).value,
-            "details": reason,
-        }],
-    }
-    event["startTime" if detected else "endTime"] = when
-    return {"run": run_name, "monitoredEventId": event_id, "monitoredEvent": event}
+    event = MonitoredEvent(
+        type=EventType.PERFORMANCE_DEGRADATION,
+        display_name=f"Step time degradation of {run_name.rsplit('/', 1)[-1]}",
+        analyzer_reports=[AnalyzerReport(
+            analyzer=ANALYZER, detection_state=DetectionState.DETECTED if detected else DetectionState.NOT_DETECTED,
+            details=reason)],
+        **{"start_time" if detected else "end_time": when},
+    )
+    return AlertMessage(run=run_name, monitored_event_id=event_id, monitored_event=event)
 
 
 def report_metrics(services: MetricPorts, run_name: str, points: Sequence[MetricPoint],
@@ -78,11 +77,9 @@ def report_metrics(services: MetricPorts, run_name: str, points: Sequence[Metric
         raise InvalidArgument(f"at most {MAX_POINTS_PER_REPORT} points per report", field="points")
     if services.runs.find(run_name) is None:
         raise NotFound(f"{run_name} not found")
-    staged: list[tuple[str, dict]] = []
-
-    def work(transaction: Transaction) -> None:
-        staged.clear()
-        detector = DETECTORS.load(transaction, run_name)
+    def work(unit: UnitOfWork) -> list[AlertMessage]:
+        sent = []
+        detector = DETECTORS.load(unit.transaction, run_name)
         for point in points:
             if new_steps_only and point.step <= detector.last_step:
                 continue
@@ -96,15 +93,12 @@ def report_metrics(services: MetricPorts, run_name: str, points: Sequence[Metric
             when = format_timestamp(point.time or services.now())
             message = alert_message(run_name, detector.open_event, transition, detector.state.last_reason, when)
             key = f"alert:{document_key(run_name)}:{detector.open_event}:{transition.value}"
-            outbox.stage(transaction, key, MONITORING_ALERTS, message, {"run": run_name}, services.now(),
-                         ordering_key=run_name)
-            staged.append((key, message))
-        DETECTORS.save(transaction, run_name, detector)
+            unit.publish(key, message.outgoing())
+            sent.append(message)
+        DETECTORS.save(unit.transaction, run_name, detector)
+        return sent
 
-    services.store.transaction(work)
-    for key, _ in staged:
-        outbox.flush(services.store, services.bus, key)
-    return [message for _, message in staged]
+    return [message.wire() for message in unit_of_work.run(services, work)]
 
 
 def set_detector_params(services: MetricPorts, run_name: str, params: DetectorParams) -> DetectorParams:

@@ -37,12 +37,13 @@ from mldiag.domain.errors import Aborted, InvalidArgument, NotFound, PermissionD
 from mldiag.domain.names import LocationName, id_from_text, validate_id
 from mldiag.domain.resources import MachineLearningRun, RunPhase
 from mldiag.domain.types import CamelModel, Timestamp, format_timestamp
-from mldiag.ports import Transaction
-from mldiag.services.dependencies import Blobs, Configured, Stored
+from mldiag.services import unit_of_work
+from mldiag.services.dependencies import Blobs, Configured, Publishing, Stored
 from mldiag.services.resources import runs
+from mldiag.services.unit_of_work import UnitOfWork
 
 
-class SelfHostedPorts(Stored, Blobs, Configured, Protocol):
+class SelfHostedPorts(Stored, Publishing, Blobs, Configured, Protocol):
     """What the self-hosted run helpers use."""
 
 
@@ -169,8 +170,8 @@ def upsert(
     name = str(LocationName(settings.project, settings.location).run(run_id))
     paths = _mask_paths(update_mask, sdk)
 
-    def work(transaction: Transaction) -> tuple[MachineLearningRun, bool]:
-        previous = services.runs.find_in(transaction, name)
+    def work(unit: UnitOfWork) -> tuple[MachineLearningRun, bool]:
+        previous = unit.runs.find(name)
         if previous is None and not allow_missing:
             raise NotFound(f"{SDK_NAME_PREFIX}{run_id} not found")
         if previous is not None:
@@ -186,9 +187,9 @@ def upsert(
             run.run_phase = RunPhase.ACTIVE
         runs.normalize(run, services, previous)
         restarted = previous is not None and run.restart_count > previous.restart_count
-        return services.runs.save_in(transaction, previous, run), restarted
+        return unit.runs.save(previous, run), restarted
 
-    stored, restarted = services.store.transaction(work)
+    stored, restarted = unit_of_work.run(services, work)
     runs.targets_follow(services, stored)
     if restarted:
         log.info("run started again under the same name: ACTIVE again, its new profiles join it "

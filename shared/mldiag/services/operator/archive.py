@@ -19,8 +19,8 @@ from mldiag.domain.resources import RESOURCE_TYPES
 from mldiag.domain.types import CamelModel, parse_duration
 from mldiag.services.dependencies import Archiving, Blobs, Configured, Dialling, FunctionHandler, Publishing, Stored
 from mldiag.services.event_archive import ArchivedEvent, Outcome
-from mldiag.services.operations.dead_letters import list_dead_letters
-from mldiag.services.operations.replay import ReplayResult, Target, find_record, replay_one
+from mldiag.services.operator.dead_letters import list_dead_letters
+from mldiag.services.operator.replay import ReplayResult, Target, find_record, replay_one
 
 
 class ArchivePorts(Stored, Publishing, Blobs, Configured, Dialling, Archiving, Protocol):

@@ -18,8 +18,8 @@ from cloudevents.conversion import from_dict
 from cloudevents.http import CloudEvent
 
 from mldiag.config import FUNCTIONS
+from mldiag.domain.envelopes import PUBSUB_PUBLISHED, message_from_cloud_event
 from mldiag.domain.errors import InvalidArgument, NotFound
-from mldiag.domain.messages import PUBSUB_PUBLISHED, message_from_cloud_event
 from mldiag.services.dependencies import Archiving, Blobs, Configured, Dialling, FunctionHandler, Publishing, Stored
 from mldiag.services.event_archive import ArchivedEvent, Outcome
 

@@ -2,7 +2,7 @@
 
 Settles sessions whose window has passed (requesting their analysis), registers
 files in the bucket that no finalize event announced (every ten minutes:
-:mod:`mldiag.services.operations.reconciliation`), asks again for analyses that stopped without a
+:mod:`mldiag.services.operator.reconciliation`), asks again for analyses that stopped without a
 result or fails them after their last attempt, publishes outbox entries a
 crashed writer left behind, marks targets whose node agent
 stopped sending heartbeats GONE, fails capture tasks nobody finished, and
@@ -19,7 +19,7 @@ from mldiag.services.analysis_jobs import retry_stale
 from mldiag.services.capture import agents
 from mldiag.services.capture import tasks as capture_tasks
 from mldiag.services.dependencies import Archiving, Blobs, Configured, Publishing, Stored
-from mldiag.services.operations.reconciliation import reconcile
+from mldiag.services.operator.reconciliation import reconcile
 from mldiag.services.registration import Registrar
 
 

@@ -1,1 +1,0 @@
-"""Keeping an installation healthy: maintenance, reconciliation, dead letters, replay and the operator's view."""
