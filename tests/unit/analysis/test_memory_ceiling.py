@@ -192,7 +192,7 @@ def test_how_many_slices_the_budget_and_the_protobuf_limit_ask_for_and_how_many_
         monkeypatch):
     from mldiag.analysis.xprof.budget import MemoryBudget
 
-    monkeypatch.setattr(xprof_tools, "conversion_threads", lambda: 2)
+    monkeypatch.setattr(xprof_tools, "usable_cores", lambda: 2)
     monkeypatch.setattr(xprof_tools, "PROCESS_COST", 64 * MIB)
     monkeypatch.setitem(xprof_tools.CONVERTER_COST, "op_stats", 10)
     plan = xprof_tools.slicing_plan
@@ -208,6 +208,15 @@ def test_how_many_slices_the_budget_and_the_protobuf_limit_ask_for_and_how_many_
     assert plan(1, 100 * MIB, MemoryBudget(10_000 * MIB), shared_bytes=5 * MIB) == (4, 2)  # 95 MiB in 25 MiB
     monkeypatch.setattr(xprof_tools, "MIN_SLICE_BYTES", 30 * MIB)
     assert plan(1, 100 * MIB, MemoryBudget(10_000 * MIB), shared_bytes=5 * MIB) == (0, 0)  # too small to pay
+
+
+def test_the_processes_at_once_are_the_cores_within_the_containers_cpu_quota(tmp_path, monkeypatch):
+    monkeypatch.setattr(xprof_tools, "conversion_threads", lambda: 8)
+    cpu_max = tmp_path / "cpu.max"
+    for written, cores in (("max 100000", 8), ("250000 100000", 3), ("50000 100000", 1), ("1600000 100000", 8)):
+        cpu_max.write_text(written + "\n")
+        assert xprof_tools.usable_cores(str(cpu_max)) == cores, written
+    assert xprof_tools.usable_cores(str(tmp_path / "none")) == 8  # no cgroup v2 file: the cores it may run on
 
 
 def test_a_conversion_of_op_stats_that_neither_fits_nor_can_be_cut_is_skipped_whoever_asks():

@@ -19,8 +19,9 @@ and in addition:
   every later op_stats tool then reads for almost nothing;
 * builds op_stats in time slices when the host file's whole conversion would not fit under the memory
   ceiling, or the file is past protobuf's 2 GiB limit: the file is cut (:mod:`mldiag.analysis.profile.slices`),
-  XProf builds each slice's op_stats apart, and their merge (:mod:`mldiag.analysis.xprof.op_stats_merge`) is
-  written where XProf caches the host's, so that every op_stats tool reads it (:class:`SlicedHost`);
+  XProf builds each slice's op_stats apart, in a process per core the analysis may use
+  (:mod:`mldiag.analysis.xprof.op_stats_apart`), and their merge (:mod:`mldiag.analysis.xprof.op_stats_merge`)
+  is written where XProf caches the host's, so that every op_stats tool reads it (:class:`SlicedHost`);
 * reserves memory from the analysis's :class:`~mldiag.analysis.xprof.budget.MemoryBudget`: a multiple
   of the profile's size for a conversion of the profile, of the module's size for a view of one
   HLO module (so that those run while op_stats is built); a tool whose conversion cannot fit under
@@ -29,7 +30,9 @@ and in addition:
 * answers "no data" for converters whose input the raw events show is absent
   (no allocator events, no hardware counters), as the converter itself would,
   instead of reading the whole profile again to find nothing; those converters
-  wait until the raw events are read (:class:`AbsentInputs`).
+  wait until the raw events are read (:class:`AbsentInputs`);
+* leaves a tool that nothing in the report, the analyst or the investigation reads, and whose conversion
+  reads the whole profile again, to be converted where a user opens it (:data:`ON_OPEN`).
 
 The session folder it converts is always the analysis's private copy: XProf
 writes cache files next to its input.
@@ -156,6 +159,20 @@ def conversion_threads() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def usable_cores(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
+    """The cores this process may keep busy: those it may run on, fewer where its container's CPU quota
+    (cgroup v2's ``cpu.max``, "<quota> <period>" or "max <period>") allows less time than that."""
+    cores = conversion_threads()
+    try:
+        with open(cpu_max, encoding="ascii") as limit:
+            quota, period = limit.read().split()[:2]
+    except (OSError, ValueError):
+        return cores
+    if not quota.isdigit() or not period.isdigit() or not int(period):
+        return cores
+    return max(1, min(cores, math.ceil(int(quota) / int(period))))
+
+
 def slicing_plan(host_files: int, largest_file_bytes: int, budget: MemoryBudget,
                  shared_bytes: int = 0) -> tuple[int, int]:
     """Into how many time slices the session's host file is cut for XProf's op_stats, and how many processes
@@ -164,7 +181,7 @@ def slicing_plan(host_files: int, largest_file_bytes: int, budget: MemoryBudget,
 
     A slice's conversion needs op_stats' cost of the slice (its share of the events and ``shared_bytes``,
     what every slice carries: the planes' metadata, :func:`mldiag.analysis.profile.slices.shared_bytes`) in a
-    process of its own. Up to :func:`conversion_threads` processes run at once, their slices fitting together:
+    process of its own. Up to :func:`usable_cores` processes run at once, their slices fitting together:
     more processes need smaller slices, and each slice converts the shared bytes again, so the plan is the one
     whose bytes to convert (the events once, the shared bytes once per slice) are the fewest per process.
     """
@@ -175,7 +192,7 @@ def slicing_plan(host_files: int, largest_file_bytes: int, budget: MemoryBudget,
         return 0, 0
     events = largest_file_bytes - shared_bytes
     plans = []
-    for processes in range(conversion_threads(), 0, -1):
+    for processes in range(usable_cores(), 0, -1):
         room = budget.limit - processes * (PROCESS_COST + cost * shared_bytes)  # for the events converted at once
         if room <= 0:
             continue
@@ -648,6 +665,11 @@ TOOLS: dict[str, Callable[[ToolContext], Any]] = {
     "get_peak_allocations": _xprof_tool("xprof.cli.tools.get_peak_allocations_tool", "get_peak_allocations"),
 }
 assert tuple(TOOLS) == MANAGED_TOOLS
+# Tools whose answer neither the report, the analyst nor the investigation reads, and whose conversion reads the
+# whole profile again (the utilization viewer: 26x the file on a TPU): not converted by the analysis, but where a
+# user opens them.
+ON_OPEN = {"get_utilization_viewer": "nothing in the report reads it: the XProf viewer converts it when you open "
+                                     "the session's utilization viewer"}
 # Tools that only present one converter: when its input is absent there is nothing to run.
 _ONLY_CONVERTER = {"get_memory_profile": "memory_profile", "get_utilization_viewer": "utilization_viewer"}
 # The conversion of the profile each tool needs (op_stats: the first op_stats converter builds it), and what
@@ -744,6 +766,8 @@ def run_tool(name: str, context: ToolContext) -> ToolResult:
     absent = context.state.absent.reason(_ONLY_CONVERTER.get(name, ""))
     if absent:
         return ToolResult(name=name, status=ToolStatus.NO_DATA, seconds=0.0, reason=absent)
+    if name in ON_OPEN:
+        return ToolResult(name=name, status=ToolStatus.ON_OPEN, seconds=0.0, reason=ON_OPEN[name])
     skipped = _skip_reason(name, context)
     if skipped:
         return ToolResult(name=name, status=ToolStatus.SKIPPED, seconds=0.0, reason=skipped)
