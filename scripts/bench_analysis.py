@@ -49,6 +49,11 @@ Usage::
     .venv/bin/python scripts/bench_analysis.py --profile path/to/session_or_file
 
 Generated profiles are cached in ``--cache`` (default ``.benchmarks/profiles``).
+``--baseline`` times ``mldiag analyze`` of another checkout (``git worktree add``
+of the commit to compare with) in the same runs, alternately with the others, so
+that a change is measured before and after under the same load::
+
+    .venv/bin/python scripts/bench_analysis.py --workload large_op_by_op --baseline ../mldiag-main
 """
 
 from __future__ import annotations
@@ -85,11 +90,14 @@ CLI_TOOLS = (  # managed name -> xprof subcommand, for the 11 that have one
     ("get_peak_allocations", "get_peak_allocations"),
 )
 CLI_SIDE = "xprof_cli_sequential"
+BASELINE_SIDE = "baseline_analyze"
 SIDES = {  # what is timed -> how it is printed
     "mldiag_analyze": "mldiag analyze (with follow-ups)",
     "analyze_profile": "analyze_profile (15 tools + analyst)",
     CLI_SIDE: "xprof CLI, 11 tools sequentially",
 }
+# What a side's processes import mldiag from, where it is not this checkout (the baseline's shared/ folder).
+PYTHONPATHS: dict[str, str] = {}
 # The evidence pass alone, as the engine runs it before any follow-up investigation.
 EVIDENCE_ONLY = (
     "import sys; from pathlib import Path; from mldiag.analysis import analyze_profile; "
@@ -208,7 +216,7 @@ def _run_commands(commands: list[list[str]]) -> None:
 
 
 def _commands(side: str, session: Path, out: Path) -> list[list[str]]:
-    if side == "mldiag_analyze":
+    if side in ("mldiag_analyze", BASELINE_SIDE):
         return [[str(BIN / "mldiag"), "analyze", str(session), "--out", str(out), "--format", "json", "--timeout",
                  "2h"]]
     if side == "analyze_profile":
@@ -380,10 +388,13 @@ def _cold_run(session: Path, side: str, ceiling: str, *, sampled: bool) -> Run:
         (work_dir / "tmp").mkdir()
         copy = _fresh_copy(session, work_dir / "profile")
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TMPDIR": str(work_dir / "tmp")}
+        if side in PYTHONPATHS:
+            env["PYTHONPATH"] = PYTHONPATHS[side]
         if ceiling:  # both of mldiag's sides read it (mldiag analyze's --memory-ceiling says the same)
             env["MLDIAG_ANALYSIS_MEMORY_CEILING"] = ceiling
         out = work_dir / "out"
-        return _run(_commands(side, copy, out), env, out / "analysis.json" if side == "mldiag_analyze" else None,
+        return _run(_commands(side, copy, out), env,
+                    out / "analysis.json" if side in ("mldiag_analyze", BASELINE_SIDE) else None,
                     sampled=sampled)
 
 
@@ -397,6 +408,8 @@ def main() -> None:
     parser.add_argument("--memory-ceiling", default="", help="the analysis's memory ceiling, as "
                         "MLDIAG_ANALYSIS_MEMORY_CEILING (the scaled workloads set their own)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--baseline", type=Path, help="another checkout of mldiag (its root folder), whose "
+                        "mldiag analyze is timed beside this one's in the same runs")
     parser.add_argument("--run-commands", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if not Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").exists():
@@ -407,19 +420,28 @@ def main() -> None:
     # Both sides run from compiled bytecode, as pip leaves an installed package (xprof's is);
     # an editable checkout under PYTHONDONTWRITEBYTECODE would otherwise compile mldiag on every run.
     compileall.compile_dir(ROOT / "shared" / "mldiag", quiet=1)
+    sides = dict(SIDES)
+    if args.baseline:
+        baseline = args.baseline.resolve() / "shared"
+        if not (baseline / "mldiag").is_dir():
+            parser.error(f"{args.baseline} is not a checkout of mldiag (no shared/mldiag in it)")
+        compileall.compile_dir(baseline / "mldiag", quiet=1)
+        PYTHONPATHS[BASELINE_SIDE] = str(baseline)
+        sides = {"mldiag_analyze": SIDES["mldiag_analyze"], BASELINE_SIDE: f"mldiag analyze of {args.baseline.name}",
+                 **{side: label for side, label in SIDES.items() if side != "mldiag_analyze"}}
 
     figures = {}
     if args.profile:
         profile = args.profile.resolve()
-        figures["profile"] = _bench(profile if profile.is_dir() else profile.parent, SIDES, args.repeat,
+        figures["profile"] = _bench(profile if profile.is_dir() else profile.parent, sides, args.repeat,
                                     args.memory_ceiling)
     for workload in [] if args.profile else args.workload:
         if workload in SCALED:
             session = _generated(args.cache, workload, args.min_mb)
-            sides = {"mldiag_analyze": SIDES["mldiag_analyze"]}
-            figures[workload] = _bench(session, sides, args.repeat, args.memory_ceiling or SCALED[workload][1])
+            scaled_sides = {side: label for side, label in sides.items() if side in ("mldiag_analyze", BASELINE_SIDE)}
+            figures[workload] = _bench(session, scaled_sides, args.repeat, args.memory_ceiling or SCALED[workload][1])
         else:
-            figures[workload] = _bench(_traced(args.cache, workload, args.min_mb), SIDES, args.repeat,
+            figures[workload] = _bench(_traced(args.cache, workload, args.min_mb), sides, args.repeat,
                                        args.memory_ceiling)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")

@@ -81,8 +81,9 @@ locals {
       trigger            = "pubsub"
       # Profiles are converted in memory: size for the largest session expected (up to
       # 32Gi with 8 vCPUs); beyond that or beyond 10 minutes, see "Huge profiles" in README.md.
+      # A large profile's time slices are converted on every vCPU (var.analysis_cpu).
       # The timeout stays under the 600 s push ack deadline so a slow run is not redelivered.
-      resources          = { memory = "8Gi", cpu = "2", timeout_seconds = 540, concurrency = 1, max_instances = 10 }
+      resources          = { memory = "8Gi", cpu = tostring(var.analysis_cpu), timeout_seconds = 540, concurrency = 1, max_instances = 10 }
       bucket_roles       = ["roles/storage.objectUser"]
       publishes_to       = ["analysis-events", "host-analysis-requests"]
       project_roles      = ["roles/aiplatform.user"]
@@ -104,7 +105,7 @@ locals {
       # One host file (100 MB - 1 GB on TPU pods) per instance: size for the largest host file, as
       # analyze_session is sized for the largest session it analyses whole. max_instances is how many
       # hosts of a session run at once: a session of more hosts takes rounds.
-      resources          = { memory = "8Gi", cpu = "2", timeout_seconds = 540, concurrency = 1, max_instances = 64 }
+      resources          = { memory = "8Gi", cpu = tostring(var.analysis_cpu), timeout_seconds = 540, concurrency = 1, max_instances = 64 }
       bucket_roles       = ["roles/storage.objectUser"]
       publishes_to       = ["analysis-requests"] # the merge, from the last host to finish
       project_roles      = []

@@ -248,6 +248,16 @@ variable "function_resources" {
   }
 }
 
+variable "analysis_cpu" {
+  description = "vCPUs of each analyze_session and analyze_host instance: 1, 2, 4, 6 or 8 (Cloud Run's sizes). A large profile's time slices are converted by one process per vCPU, so more vCPUs finish it sooner; the raw-event read and the analyst run on one. Cloud Run asks for 2Gi of memory with 4 vCPUs and 4Gi with 6 or 8. `function_resources` still sizes either function on its own."
+  type        = number
+  default     = 4
+  validation {
+    condition     = contains([1, 2, 4, 6, 8], var.analysis_cpu)
+    error_message = "analysis_cpu must be 1, 2, 4, 6 or 8 (the vCPUs a Cloud Run function may have)."
+  }
+}
+
 variable "control_plane" {
   description = "Who reaches the API: ingress (ALLOW_ALL, ALLOW_INTERNAL_ONLY, ALLOW_INTERNAL_AND_GCLB), members granted roles/run.invoker, whether to admit unauthenticated callers (the official SDK sends no credentials; allowed only with ALLOW_INTERNAL_ONLY or a secret), and the ID token audiences accepted besides the API's URL while Cloud Run checks the invoker role (by default the gcloud CLI's OAuth client: a person's own `gcloud auth print-identity-token`; ignored with allow_unauthenticated)."
   type = object({

@@ -27,6 +27,7 @@ class ToolStatus(StrEnum):
     NO_DATA = "no_data"
     ERROR = "error"
     SKIPPED = "skipped"  # could not run within the analysis's memory ceiling or XProf's size limit
+    ON_OPEN = "on_open"  # not converted by the analysis, which reads nothing of it: converted when opened
 
 
 class Evidence(BaseModel):

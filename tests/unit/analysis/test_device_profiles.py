@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from analysis_support import xplane
 
+from mldiag.analysis import analyze_profile
 from mldiag.analysis.evidence import ToolStatus
 from mldiag.analysis.host_evidence import DeviceKind, StepSource
 from mldiag.domain import FindingCategory, HealthStatus, Priority
@@ -64,3 +66,21 @@ def test_gpu_streams_are_the_compute_lanes(analysis_of):
     assert _status(analysis, "get_hlo_op_profile") is ToolStatus.OK
     (kernel,) = [f for f in analysis.findings if f.category is FindingCategory.KERNEL]
     assert "custom_call_share_pct 34.04" in kernel.evidence[0]
+
+
+def test_a_tpus_utilization_viewer_is_left_for_the_viewer_to_convert(monkeypatch):
+    """Nothing the report, the analyst or the investigation says reads it, and its conversion reads the whole
+    profile again: the analysis does not convert it, and says where it is converted."""
+    from xprof.convert import raw_to_tool_data
+
+    convert, converters = raw_to_tool_data.xspace_to_tool_data, []
+
+    def recorded(paths, tool, options):
+        converters.append(tool)
+        return convert(paths, tool, options)
+
+    monkeypatch.setattr(raw_to_tool_data, "xspace_to_tool_data", recorded)
+    analysis = analyze_profile([xplane("tpu_v6e4_inference")])
+    (tool,) = [tool for tool in analysis.tools if tool.name == "get_utilization_viewer"]
+    assert tool.status is ToolStatus.ON_OPEN and "the XProf viewer converts it" in tool.reason
+    assert "utilization_viewer" not in converters and "overview_page" in converters

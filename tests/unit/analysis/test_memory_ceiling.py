@@ -17,6 +17,8 @@ HLO_TOOLS = {"list_hlo_modules", "get_peak_allocations"}
 # input_bound is a CPU profile: it has no allocator events nor TPU counters, so these two have no input at all.
 ABSENT = {"get_memory_profile", "get_utilization_viewer"}
 
+MIB = 1 << 20
+
 
 @pytest.fixture(scope="module")
 def over_the_ceiling(tmp_path_factory):
@@ -82,19 +84,25 @@ def sliced():
     30% of the file is metadata every slice carries), and every conversion XProf was asked for."""
     from xprof.convert import raw_to_tool_data
 
+    from mldiag.analysis.xprof import op_stats_apart
     from mldiag.analysis.xprof.budget import PROCESS_GROWTH, resident_memory
 
     profile = xplane("ondemand_mlp")
-    convert, conversions = raw_to_tool_data.xspace_to_tool_data, []
+    convert, convert_apart, conversions = raw_to_tool_data.xspace_to_tool_data, op_stats_apart.op_stats_apart, []
 
     def recorded(paths, tool, options):
         conversions.append((tool, [Path(path) for path in paths]))
         return convert(paths, tool, options)
 
+    def recorded_apart(paths):
+        conversions.extend(("op_stats apart", [path]) for path in paths)
+        return convert_apart(paths)
+
     with pytest.MonkeyPatch.context() as patch:
         patch.setitem(xprof_tools.CONVERTER_COST, "op_stats", (512 << 20) // profile.stat().st_size)
         patch.setattr(xprof_tools, "MIN_SLICE_BYTES", 1 << 10)
         patch.setattr(raw_to_tool_data, "xspace_to_tool_data", recorded)
+        patch.setattr(op_stats_apart, "op_stats_apart", recorded_apart)
         analysis = analyze_profile([profile], memory_ceiling_bytes=resident_memory() + PROCESS_GROWTH + (460 << 20))
     return analysis, conversions
 
@@ -112,8 +120,9 @@ def test_op_stats_too_large_for_the_ceiling_is_built_from_time_slices_and_every_
     for name in OP_STATS_TOOLS | {"get_smart_suggestions"}:
         assert tools[name].status in (ToolStatus.OK, ToolStatus.NO_DATA), (name, tools[name].reason)
         assert tools[name].note.startswith(f"from XProf's op_stats of {count} time slices"), tools[name].note
-    # Each slice converted on its own, then never the whole file.
-    alone = [paths for tool, paths in conversions if tool == "op_profile" and len(paths) == 1]
+    # Each slice converted on its own, in a process of its own, then never the whole file.
+    assert not any(tool == "op_profile" and len(paths) == 1 for tool, paths in conversions)
+    alone = [paths for tool, paths in conversions if tool == "op_stats apart"]
     assert len(alone) == count and all(".slice-" in paths[0].name for paths in alone)
     assert not any(path.name == xplane("ondemand_mlp").name for tool, paths in conversions
                    if tool in xprof_tools.OP_STATS_CONVERTERS for path in paths if ".op-stats-slices" in str(path))
@@ -179,24 +188,35 @@ def test_a_file_past_the_protobuf_limit_is_converted_in_slices_under_it():
         assert "(the file is past protobuf's 2 GiB limit)" in tools[name].note, tools[name].note
 
 
-def test_how_many_slices_the_budget_and_the_protobuf_limit_ask_for(monkeypatch):
+def test_how_many_slices_the_budget_and_the_protobuf_limit_ask_for_and_how_many_processes_convert_them(
+        monkeypatch):
     from mldiag.analysis.xprof.budget import MemoryBudget
 
-    monkeypatch.setattr(xprof_tools, "conversion_threads", lambda: 2)
+    monkeypatch.setattr(xprof_tools, "usable_cores", lambda: 2)
+    monkeypatch.setattr(xprof_tools, "PROCESS_COST", 64 * MIB)
     monkeypatch.setitem(xprof_tools.CONVERTER_COST, "op_stats", 10)
-    mib = 1 << 20
-    slices = xprof_tools.op_stats_slices
-    assert slices(1, 100 * mib, MemoryBudget(1000 * mib)) == 1  # the whole conversion fits
-    assert slices(3, 100 * mib, MemoryBudget(1000 * mib)) == 1
-    # 2 slices at once at 10x: 20x the events of a slice, in what the metadata of 2 slices leaves.
-    assert slices(1, 100 * mib, MemoryBudget(500 * mib)) == 4
-    assert slices(1, 100 * mib, MemoryBudget(500 * mib), shared_bytes=10 * mib) == 6  # 20x 90 MiB in 300 MiB
-    assert slices(1, 100 * mib, MemoryBudget(500 * mib), shared_bytes=25 * mib) == 0  # the metadata alone fills it
-    assert slices(2, 100 * mib, MemoryBudget(500 * mib)) == 0  # several hosts are never cut
-    monkeypatch.setattr(xprof_tools, "PROTOBUF_LIMIT", 30 * mib)
-    assert slices(1, 100 * mib, MemoryBudget(10_000 * mib), shared_bytes=5 * mib) == 4  # 95 MiB in 25 MiB slices
-    monkeypatch.setattr(xprof_tools, "MIN_SLICE_BYTES", 30 * mib)
-    assert slices(1, 100 * mib, MemoryBudget(10_000 * mib), shared_bytes=5 * mib) == 0  # slices too small to pay
+    plan = xprof_tools.slicing_plan
+    assert plan(1, 100 * MIB, MemoryBudget(1000 * MIB)) == (1, 1)  # the whole conversion fits
+    assert plan(3, 100 * MIB, MemoryBudget(1000 * MIB)) == (1, 1)
+    # 2 processes at once, each 64 MiB and 10x its slice, whose events are up to 1.25x an equal share.
+    assert plan(1, 100 * MIB, MemoryBudget(500 * MIB)) == (7, 2)  # 2 x 10 x 1.25 x 100 MiB in 372 MiB
+    assert plan(1, 100 * MIB, MemoryBudget(500 * MIB), shared_bytes=10 * MIB) == (14, 2)  # 90 MiB in 172 MiB
+    assert plan(1, 100 * MIB, MemoryBudget(500 * MIB), shared_bytes=25 * MIB) == (6, 1)  # no room for two
+    assert plan(1, 100 * MIB, MemoryBudget(500 * MIB), shared_bytes=50 * MIB) == (0, 0)  # the metadata fills it
+    assert plan(2, 100 * MIB, MemoryBudget(500 * MIB)) == (0, 0)  # several hosts are never cut
+    monkeypatch.setattr(xprof_tools, "PROTOBUF_LIMIT", 30 * MIB)
+    assert plan(1, 100 * MIB, MemoryBudget(10_000 * MIB), shared_bytes=5 * MIB) == (4, 2)  # 95 MiB in 25 MiB
+    monkeypatch.setattr(xprof_tools, "MIN_SLICE_BYTES", 30 * MIB)
+    assert plan(1, 100 * MIB, MemoryBudget(10_000 * MIB), shared_bytes=5 * MIB) == (0, 0)  # too small to pay
+
+
+def test_the_processes_at_once_are_the_cores_within_the_containers_cpu_quota(tmp_path, monkeypatch):
+    monkeypatch.setattr(xprof_tools, "conversion_threads", lambda: 8)
+    cpu_max = tmp_path / "cpu.max"
+    for written, cores in (("max 100000", 8), ("250000 100000", 3), ("50000 100000", 1), ("1600000 100000", 8)):
+        cpu_max.write_text(written + "\n")
+        assert xprof_tools.usable_cores(str(cpu_max)) == cores, written
+    assert xprof_tools.usable_cores(str(tmp_path / "none")) == 8  # no cgroup v2 file: the cores it may run on
 
 
 def test_a_conversion_of_op_stats_that_neither_fits_nor_can_be_cut_is_skipped_whoever_asks():

@@ -96,6 +96,16 @@ def test_size_overrides_replace_only_the_fields_given(workdir: Path):
 
 
 @pytest.mark.slow
+def test_the_analysis_functions_have_the_vcpus_asked_for(workdir: Path):
+    sizes = value(workdir, "local.function_resources")
+    assert sizes["analyze_session"]["cpu"] == sizes["analyze_host"]["cpu"] == "4"
+    sizes = value(workdir, "local.function_resources", "-var", "analysis_cpu=8",
+                  "-var", 'function_resources={analyze_host={cpu="2"}}')
+    assert (sizes["analyze_session"]["cpu"], sizes["analyze_host"]["cpu"]) == ("8", "2")
+    assert sizes["on_alert"]["cpu"] == "1"
+
+
+@pytest.mark.slow
 def test_the_firestore_indexes_evaluate(workdir: Path):
     indexes = value(workdir, "local.firestore_indexes")
     assert indexes["profilerSessions-by-parent-descending"]["fields"] == [
@@ -126,6 +136,7 @@ def test_the_firestore_indexes_evaluate(workdir: Path):
     ("fleet={partition_expiration_days=0}", "fleet.partition_expiration_days is a whole number of days"),
     ("fleet={partition_expiration_days=1.5}", "fleet.partition_expiration_days is a whole number of days"),
     ('fleet={kms_key_name="my-key"}', "fleet.kms_key_name must look like"),
+    ("analysis_cpu=3", "analysis_cpu must be 1, 2, 4, 6 or 8"),
 ])
 @pytest.mark.slow
 def test_planted_invalid_variable_is_refused(workdir: Path, variable: str, message: str):

@@ -19,8 +19,9 @@ and in addition:
   every later op_stats tool then reads for almost nothing;
 * builds op_stats in time slices when the host file's whole conversion would not fit under the memory
   ceiling, or the file is past protobuf's 2 GiB limit: the file is cut (:mod:`mldiag.analysis.profile.slices`),
-  XProf builds each slice's op_stats apart, and their merge (:mod:`mldiag.analysis.xprof.op_stats_merge`) is
-  written where XProf caches the host's, so that every op_stats tool reads it (:class:`SlicedHost`);
+  XProf builds each slice's op_stats apart, in a process per core the analysis may use
+  (:mod:`mldiag.analysis.xprof.op_stats_apart`), and their merge (:mod:`mldiag.analysis.xprof.op_stats_merge`)
+  is written where XProf caches the host's, so that every op_stats tool reads it (:class:`SlicedHost`);
 * reserves memory from the analysis's :class:`~mldiag.analysis.xprof.budget.MemoryBudget`: a multiple
   of the profile's size for a conversion of the profile, of the module's size for a view of one
   HLO module (so that those run while op_stats is built); a tool whose conversion cannot fit under
@@ -29,7 +30,9 @@ and in addition:
 * answers "no data" for converters whose input the raw events show is absent
   (no allocator events, no hardware counters), as the converter itself would,
   instead of reading the whole profile again to find nothing; those converters
-  wait until the raw events are read (:class:`AbsentInputs`).
+  wait until the raw events are read (:class:`AbsentInputs`);
+* leaves a tool that nothing in the report, the analyst or the investigation reads, and whose conversion
+  reads the whole profile again, to be converted where a user opens it (:data:`ON_OPEN`).
 
 The session folder it converts is always the analysis's private copy: XProf
 writes cache files next to its input.
@@ -41,6 +44,7 @@ import contextlib
 import importlib
 import inspect
 import json
+import math
 import os
 import re
 import shutil
@@ -54,6 +58,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mldiag.analysis.xprof.budget import MemoryBudget, OverBudget, beyond_ceiling, gib
+from mldiag.analysis.xprof.op_stats_apart import OP_STATS_CACHE, PROCESS_COST
 
 if TYPE_CHECKING:
     from mldiag.analysis.evidence import ToolResult
@@ -91,9 +96,10 @@ PROTOBUF_LIMIT = (1 << 31) - 1
 LIGHT_COST = 1  # op_stats already built
 # Cutting a file into time slices holds its largest line's columns, in multiples of the file's size.
 SLICING_COST = 4
+# The most a slice holds, in multiples of an equal share of the events: its cuts move to the nearest step start.
+UNEVEN_SLICES = 1.25
 MIN_SLICE_BYTES = 1 << 20  # below this a slice's conversion costs mostly XProf's own overhead
 MAX_SLICES = 512
-OP_STATS_CACHE = "ALL_HOSTS.op_stats_v2.pb"  # where XProf caches a session's op_stats, beside its files
 # Converters that show one HLO module, read from its dumped proto, and what one reserves, in multiples of that
 # proto's size: the converter's own peak is 3x to 7x (xprof 2.24, modules of 8 KB to 6.7 MB), and the tool then
 # parses the text it returns. Never less than HLO_VIEW_FLOOR bytes.
@@ -153,28 +159,48 @@ def conversion_threads() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def op_stats_slices(host_files: int, largest_file_bytes: int, budget: MemoryBudget, shared_bytes: int = 0) -> int:
-    """Into how many time slices the session's host file is cut for XProf's op_stats: 1 when the whole
-    conversion fits under the budget, 0 when it cannot be done (several host files, or slices that would
-    still not fit).
+def usable_cores(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
+    """The cores this process may keep busy: those it may run on, fewer where its container's CPU quota
+    (cgroup v2's ``cpu.max``, "<quota> <period>" or "max <period>") allows less time than that."""
+    cores = conversion_threads()
+    try:
+        with open(cpu_max, encoding="ascii") as limit:
+            quota, period = limit.read().split()[:2]
+    except (OSError, ValueError):
+        return cores
+    if not quota.isdigit() or not period.isdigit() or not int(period):
+        return cores
+    return max(1, min(cores, math.ceil(int(quota) / int(period))))
 
-    A slice's conversion needs op_stats' cost of the slice: its share of the events and ``shared_bytes``,
-    what every slice carries (the planes' metadata: :func:`mldiag.analysis.profile.slices.shared_bytes`). Once they
-    are merged, the converters that read the profile again (the overview's inference statistics) convert up
-    to :func:`conversion_threads` slices at once, so that many slices must fit together.
+
+def slicing_plan(host_files: int, largest_file_bytes: int, budget: MemoryBudget,
+                 shared_bytes: int = 0) -> tuple[int, int]:
+    """Into how many time slices the session's host file is cut for XProf's op_stats, and how many processes
+    convert them at once: ``(1, 1)`` when the whole conversion fits under the budget, ``(0, 0)`` when it cannot
+    be done (several host files, or slices that would still not fit).
+
+    A slice's conversion needs op_stats' cost of the slice (its share of the events and ``shared_bytes``,
+    what every slice carries: the planes' metadata, :func:`mldiag.analysis.profile.slices.shared_bytes`) in a
+    process of its own. Up to :func:`usable_cores` processes run at once, their slices fitting together:
+    more processes need smaller slices, and each slice converts the shared bytes again, so the plan is the one
+    whose bytes to convert (the events once, the shared bytes once per slice) are the fewest per process.
     """
     cost = CONVERTER_COST["op_stats"]
     if largest_file_bytes <= PROTOBUF_LIMIT and budget.fits(cost * largest_file_bytes):
-        return 1
-    at_once = conversion_threads() * cost
-    room = budget.limit - at_once * shared_bytes  # what is left for the events of the slices converted at once
-    if host_files != 1 or room <= 0 or PROTOBUF_LIMIT <= shared_bytes:
-        return 0
+        return 1, 1
+    if host_files != 1 or PROTOBUF_LIMIT <= shared_bytes:
+        return 0, 0
     events = largest_file_bytes - shared_bytes
-    count = max(-(-at_once * events // room), -(-events // (PROTOBUF_LIMIT - shared_bytes)), 2)
-    if count > MAX_SLICES or events // count < MIN_SLICE_BYTES:
-        return 0
-    return int(count)
+    plans = []
+    for processes in range(usable_cores(), 0, -1):
+        room = budget.limit - processes * (PROCESS_COST + cost * shared_bytes)  # for the events converted at once
+        if room <= 0:
+            continue
+        count = max(math.ceil(processes * cost * events * UNEVEN_SLICES / room),
+                    -(-events // (PROTOBUF_LIMIT - shared_bytes)), 2)
+        if count <= MAX_SLICES and events // count >= MIN_SLICE_BYTES:
+            plans.append(((count * shared_bytes + events) / processes, int(count), processes))
+    return min(plans, default=(0, 0, 0))[1:]
 
 
 @dataclass
@@ -214,9 +240,9 @@ class SessionState:
     sliced: SlicedHost | None = None  # once op_stats is built from time slices
     slicing_failed: Exception | None = None
 
-    def op_stats_slices(self, budget: MemoryBudget | None = None) -> int:
-        """:func:`op_stats_slices` of this session, under ``budget`` (its own by default)."""
-        return op_stats_slices(len(self.files), self.largest_file_bytes, budget or self.budget, self.shared_bytes)
+    def slicing_plan(self, budget: MemoryBudget | None = None) -> tuple[int, int]:
+        """:func:`slicing_plan` of this session, under ``budget`` (its own by default)."""
+        return slicing_plan(len(self.files), self.largest_file_bytes, budget or self.budget, self.shared_bytes)
 
     def lock_for(self, key: str) -> threading.Lock:
         with self.lock:
@@ -283,7 +309,7 @@ def _client_class() -> type:
             if converter in OP_STATS_CONVERTERS:
                 with state.op_stats_lock:
                     if not state.op_stats_built:
-                        slices = state.op_stats_slices()
+                        slices, processes = state.slicing_plan()
                         if slices == 1:  # the first conversion builds the cache every later one reads
                             cost = max(CONVERTER_COST.get(converter, LIGHT_COST), CONVERTER_COST["op_stats"])
                             with state.budget.reserve(cost * state.profile_bytes, what,
@@ -299,7 +325,7 @@ def _client_class() -> type:
                         if state.slicing_failed is not None:  # one failure is every op_stats tool's
                             raise state.slicing_failed
                         try:
-                            state.sliced = _build_sliced_op_stats(state, slices)
+                            state.sliced = _build_sliced_op_stats(state, slices, processes)
                         except Exception as error:
                             state.slicing_failed = error
                             raise
@@ -375,9 +401,10 @@ def _reservation(state: SessionState, converter: str, module: str) -> int:
     return CONVERTER_COST.get(converter, LIGHT_COST) * state.profile_bytes
 
 
-def _build_sliced_op_stats(state: SessionState, count: int) -> SlicedHost:
-    """Cut the session's one host file into ``count`` time slices, have XProf build each slice's op_stats (as many
-    at once as the budget and the cores allow), and write their merge where XProf looks for the host's."""
+def _build_sliced_op_stats(state: SessionState, count: int, processes: int) -> SlicedHost:
+    """Cut the session's one host file into ``count`` time slices, have XProf build each slice's op_stats (in up
+    to ``processes`` processes at once, as the budget allows), and write their merge where XProf looks for the
+    host's."""
     from mldiag.analysis.profile.slices import PROGRAMS_LINE, STEPS_LINE, slice_by_time
     from mldiag.analysis.xprof.op_stats_merge import merge_time_slices
 
@@ -388,9 +415,7 @@ def _build_sliced_op_stats(state: SessionState, count: int) -> SlicedHost:
         with state.budget.reserve(SLICING_COST * state.largest_file_bytes, "cutting the profile into time slices",
                                   queued=state.op_stats_queued.set):
             sliced = slice_by_time(source, count, folder)
-        with ThreadPoolExecutor(max_workers=min(conversion_threads(), count),
-                                thread_name_prefix="mldiag-op-stats-slice") as pool:
-            per_slice = list(pool.map(lambda path: _slice_op_stats(state, path), sliced.paths))
+        per_slice = _slices_op_stats(state, sliced.paths, min(processes, len(sliced.paths)))
     finally:
         state.op_stats_queued.set()
     gaps = {"device": 1000 * sliced.gaps_ns("/device:"), "host": 1000 * sliced.gaps_ns("/host:")}
@@ -424,20 +449,32 @@ def _without_events(state: SessionState) -> list[str]:
         return [str(folder / Path(xplane).name) for xplane in state.files]
 
 
-def _slice_op_stats(state: SessionState, path: Path) -> bytes:
-    """XProf's op_stats of one slice, serialized: built in a folder of its own, where XProf caches it."""
-    from xprof.convert import raw_to_tool_data
+def _slices_op_stats(state: SessionState, paths: list[Path], workers: int) -> list[bytes]:
+    """XProf's op_stats of each slice, serialized, in the order of ``paths``: built by up to ``workers`` processes
+    at once, each converting its share of the slices one after the other and reserving, for as long as it runs,
+    its own cost and the largest conversion of its share."""
+    from mldiag.analysis.xprof.op_stats_apart import op_stats_apart
 
-    alone = path.parent / f".{path.name}.alone"
-    alone.mkdir()
-    try:
-        os.link(path, alone / path.name)
-        with state.budget.reserve(CONVERTER_COST["op_stats"] * path.stat().st_size,
-                                  f"XProf's op_stats converter on {path.name}"):
-            raw_to_tool_data.xspace_to_tool_data([str(alone / path.name)], "op_profile", {"use_saved_result": True})
-        return (alone / OP_STATS_CACHE).read_bytes()
-    finally:
-        shutil.rmtree(alone, ignore_errors=True)
+    shares = [paths[first::workers] for first in range(workers)]
+
+    def convert(share: list[Path]) -> list[bytes]:
+        alone = [path.parent / f".{path.name}.alone" / path.name for path in share]  # XProf caches beside each
+        try:
+            for path, copy in zip(share, alone):
+                copy.parent.mkdir()
+                os.link(path, copy)
+            largest = max(path.stat().st_size for path in share)
+            with state.budget.reserve(PROCESS_COST + CONVERTER_COST["op_stats"] * largest,
+                                      f"XProf's op_stats converter on {len(share)} time slices"):
+                return op_stats_apart(alone)
+        finally:
+            for copy in alone:
+                shutil.rmtree(copy.parent, ignore_errors=True)
+
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mldiag-op-stats-slices") as pool:
+        built = list(pool.map(convert, shares))
+    by_path = {path: data for share, datas in zip(shares, built) for path, data in zip(share, datas)}
+    return [by_path[path] for path in paths]
 
 
 def _module_of(converter: str, params: dict[str, Any]) -> str:
@@ -628,6 +665,11 @@ TOOLS: dict[str, Callable[[ToolContext], Any]] = {
     "get_peak_allocations": _xprof_tool("xprof.cli.tools.get_peak_allocations_tool", "get_peak_allocations"),
 }
 assert tuple(TOOLS) == MANAGED_TOOLS
+# Tools whose answer neither the report, the analyst nor the investigation reads, and whose conversion reads the
+# whole profile again (the utilization viewer: 26x the file on a TPU): not converted by the analysis, but where a
+# user opens them.
+ON_OPEN = {"get_utilization_viewer": "nothing in the report reads it: the XProf viewer converts it when you open "
+                                     "the session's utilization viewer"}
 # Tools that only present one converter: when its input is absent there is nothing to run.
 _ONLY_CONVERTER = {"get_memory_profile": "memory_profile", "get_utilization_viewer": "utilization_viewer"}
 # The conversion of the profile each tool needs (op_stats: the first op_stats converter builds it), and what
@@ -653,7 +695,7 @@ def _skip_reason(name: str, context: ToolContext) -> str:
     converter, without = NEEDS[name]
     largest = context.state.largest_file_bytes
     if converter in OP_STATS_CONVERTERS or converter == "op_stats":
-        if context.state.op_stats_slices(context.budget):
+        if context.state.slicing_plan(context.budget)[0]:
             return ""
     elif largest <= PROTOBUF_LIMIT and context.budget.fits(CONVERTER_COST[converter] * context.profile_bytes):
         return ""
@@ -724,6 +766,8 @@ def run_tool(name: str, context: ToolContext) -> ToolResult:
     absent = context.state.absent.reason(_ONLY_CONVERTER.get(name, ""))
     if absent:
         return ToolResult(name=name, status=ToolStatus.NO_DATA, seconds=0.0, reason=absent)
+    if name in ON_OPEN:
+        return ToolResult(name=name, status=ToolStatus.ON_OPEN, seconds=0.0, reason=ON_OPEN[name])
     skipped = _skip_reason(name, context)
     if skipped:
         return ToolResult(name=name, status=ToolStatus.SKIPPED, seconds=0.0, reason=skipped)
