@@ -11,16 +11,18 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
-from mldiag.config import Settings
 from mldiag.ports import BlobStore, HostedBus, ProfilerClient
 from mldiag.services.dependencies import Services
 
 if TYPE_CHECKING:
     from mldiag.analysis.reasoning.investigation import Investigator
+    from mldiag.config import Settings
 
 
 def build(settings: Settings | None = None) -> Services:
     """Build the adapters for ``settings`` (read from the environment when omitted)."""
+    from mldiag.config import Settings
+
     settings = settings or Settings.from_env()
     if settings.backend == "gcp":
         return _build_gcp(settings)

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 
-from mldiag.config import Settings
 from mldiag.domain.types import utcnow
 from mldiag.ports import BlobStore, DocumentStore, FleetRecords, MessageBus, ProfilerDialer
 
 if TYPE_CHECKING:
+    from mldiag.config import Settings
     from mldiag.domain.resources import MachineLearningRun, MonitoredEvent, Operation, ProfilerSession, ProfilerTarget
     from mldiag.services.event_archive import EventArchive
     from mldiag.services.repository import Repository
