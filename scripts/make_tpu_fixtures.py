@@ -1592,8 +1592,8 @@ SHAPES: dict[str, Shape] = {
                                 "parameters are 96 arrays, synced every annotated step: shorter on the device than "
                                 "its launch", cause="per-step launch and sync overhead of a tiny program"),
     "prefetch_overlapped": Shape(prefetch_overlapped, 15, "a 'prefetch' thread makes each f32 batch with numpy and "
-                                 "device_puts it, up to two steps ahead, for a bf16 MLP train step (1024-8192-8192-1024, "
-                                 "batch 8192) that waits on it; Python tracer on", python_tracer=True,
+                                 "device_puts it, up to two steps ahead, for a bf16 MLP train step "
+                                 "(1024-8192-8192-1024, batch 8192) that waits on it; Python tracer on", python_tracer=True,
                                  cause="the prefetch thread's make_batch and copy are slower than the step"),
     "elementwise_memory_bound": Shape(elementwise_memory_bound, 15, "train step of eight rounds of layer norm + gelu "
                                       "+ residual over a 16384x2048 bf16 activation, one small matmul",

@@ -98,8 +98,9 @@ SAFE_MEMORY = 0.90
 # Idle share of a step at which host-side work becomes a P0 / P1 / P2 problem.
 IDLE_PRIORITIES = ((0.50, Priority.P0), (0.25, Priority.P1), (0.10, Priority.P2))
 # Share of the loop at which the costliest host cause, named by the function that holds it with a fix of its own
-# (a synchronous save, a sync every step, a slow loader, batch-making on the training thread), is the P0 of a loop that runs one program per step (op-by-op and compiling
-# loops have findings of their own): the change it asks for is small and its gain is known.
+# (a synchronous save, a sync every step, a slow loader, batch-making on the training thread, a round trip through
+# the host), is the P0 of a loop that runs one program per step (op-by-op and compiling loops have findings of
+# their own): the change it asks for is small and its gain is known.
 NAMED_CAUSE_P0 = 0.10
 NAMED_CAUSES = frozenset({HostCause.CHECKPOINT, HostCause.DEVICE_SYNC, HostCause.PRODUCER_THREAD,
                           HostCause.BATCH_MAKING, HostCause.ROUND_TRIP})
