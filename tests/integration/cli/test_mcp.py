@@ -45,8 +45,12 @@ async def _drive(url: str) -> dict[str, Any]:
     async with stdio_client(server) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         seen["tools"] = {tool.name for tool in (await session.list_tools()).tools}
-        seen["runs"] = _structured(await session.call_tool("list_runs", {"display_name": RUN}))
         deadline = time.monotonic() + 240
+        # The run exists once the bucket watcher has seen the file and registration has run.
+        while not (runs := _structured(await session.call_tool("list_runs", {"display_name": RUN}))) and (
+                time.monotonic() < deadline):
+            await anyio.sleep(0.5)
+        seen["runs"] = runs
         sessions: list[dict[str, Any]] = []
         while time.monotonic() < deadline and not any(s.get("analysis", {}).get("state") == "DONE" for s in sessions):
             await anyio.sleep(0.5)
