@@ -37,7 +37,8 @@ from mldiag.domain.resources import (
     RecommendedAction,
     invalid_argument,
 )
-from mldiag.domain.types import CamelModel, Timestamp, format_timestamp
+from mldiag.domain.types import CamelModel, Timestamp
+from mldiag.domain.clock import format_timestamp
 
 RUN_LABEL = "mldiag_run"
 TARGETS_LABEL = "mldiag_targets"

@@ -17,7 +17,7 @@ from typing import Any
 from cloudevents.http import CloudEvent
 
 from mldiag.domain.errors import PermanentFailure
-from mldiag.domain.types import format_timestamp
+from mldiag.domain.clock import format_timestamp
 
 PUBSUB_PUBLISHED = "google.cloud.pubsub.topic.v1.messagePublished"
 

@@ -23,7 +23,7 @@ from typing import Any, Union
 
 from pydantic import BaseModel, ConfigDict
 
-from mldiag.domain.types import format_timestamp
+from mldiag.domain.clock import format_timestamp
 
 SCHEMA_VERSION = 1
 # The CloudEvents type of the published record (binary mode: the record is the message data).

@@ -37,7 +37,7 @@ from mldiag.domain.topics import (
     MAINTENANCE_TICKS,
     MONITORING_ALERTS,
 )
-from mldiag.domain.types import format_timestamp
+from mldiag.domain.clock import format_timestamp
 
 ANALYSIS_COMPLETED = "dev.mldiag.analysis.v1.completed"
 EVENT_OPENED = "dev.mldiag.event.v1.opened"

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from mldiag.domain.errors import LinkExpired, PermissionDenied
-from mldiag.domain.types import utcnow
+from mldiag.domain.clock import utcnow
 
 KEY_FILE = "share.key"
 

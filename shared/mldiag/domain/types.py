@@ -20,6 +20,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, PlainSerializer
 from pydantic.alias_generators import to_camel
 
+from mldiag.domain.clock import format_timestamp
+
 _EPOCH_ZERO_YEAR = 1  # the SDK sends "0001-01-01T00:00:00Z" for "not set"
 
 
@@ -39,10 +41,6 @@ class CamelModel(BaseModel):
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
-
-
 def _parse_timestamp(value: Any) -> Any:
     if value is None or value == "":
         return None
@@ -60,10 +58,6 @@ def _parse_timestamp(value: Any) -> Any:
         if value.year == _EPOCH_ZERO_YEAR:
             return None
     return value
-
-
-def format_timestamp(value: datetime | None) -> str | None:
-    return None if value is None else value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 # Optional by nature: Google's model leaves unset times out (and the SDK sends year 1 for "unset").

@@ -30,7 +30,7 @@ from mldiag.config import BUCKET_NOTIFICATIONS
 from mldiag.domain.envelopes import encode_json
 from mldiag.domain.errors import InvalidArgument
 from mldiag.domain.layout import BUCKET_NAME, parse_blob_uri
-from mldiag.domain.types import format_timestamp
+from mldiag.domain.clock import format_timestamp
 from mldiag.ports import BlobInfo, BlobStore, LocalBuckets, MessageBus
 
 log = structlog.get_logger(__name__)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 
-from mldiag.domain.types import utcnow
+from mldiag.domain.clock import utcnow
 from mldiag.ports import BlobStore, DocumentStore, FleetRecords, MessageBus, ProfilerDialer
 
 if TYPE_CHECKING:

@@ -34,7 +34,8 @@ from cloudevents.http import CloudEvent
 from pydantic import Field
 
 from mldiag.domain.errors import InvalidArgument, PermanentFailure
-from mldiag.domain.types import CamelModel, Timestamp, format_timestamp
+from mldiag.domain.types import CamelModel, Timestamp
+from mldiag.domain.clock import format_timestamp
 from mldiag.logs import get_logger
 from mldiag.ports import BlobStore, DocumentStore, EventHandler, OrderBy, Transaction, Where
 

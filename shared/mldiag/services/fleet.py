@@ -29,7 +29,7 @@ from mldiag.domain.fleet import CauseTime, FindingCost, FleetRecord, Label
 from mldiag.domain.messages import fleet_record_message
 from mldiag.domain.names import parent_of
 from mldiag.domain.resources import FindingCategory, MachineLearningRun, Priority, ProfilerSession
-from mldiag.domain.types import format_timestamp
+from mldiag.domain.clock import format_timestamp
 from mldiag.ports import FleetRecords, QueryResult
 from mldiag.services.dependencies import Configured, Fleet, Stored
 from mldiag.services.repository import document_key

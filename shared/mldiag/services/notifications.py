@@ -52,7 +52,8 @@ from mldiag.domain.messages import (
     Notification,
 )
 from mldiag.domain.resources import HealthStatus, MonitoredEvent, ProfilerSession
-from mldiag.domain.types import CamelModel, format_timestamp
+from mldiag.domain.types import CamelModel
+from mldiag.domain.clock import format_timestamp
 from mldiag.ports import Transaction
 from mldiag.services import unit_of_work
 from mldiag.services.dependencies import Blobs, Configured, Publishing, Stored

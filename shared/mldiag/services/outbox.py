@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from mldiag.domain.types import format_timestamp
+from mldiag.domain.clock import format_timestamp
 from mldiag.ports import DocumentStore, MessageBus, Transaction, Where
 
 if TYPE_CHECKING:

@@ -49,7 +49,7 @@ from mldiag.domain.resources import (
     SessionPhase,
     TargetSession,
 )
-from mldiag.domain.types import format_timestamp
+from mldiag.domain.clock import format_timestamp
 from mldiag.ports import Where
 from mldiag.services import analysis_requests, unit_of_work
 from mldiag.services.dependencies import Configured, Publishing, Stored

@@ -20,7 +20,7 @@ from typing import Generic, TypeVar
 from mldiag.domain.errors import Aborted, AlreadyExists, InvalidArgument, NotFound
 from mldiag.domain.names import parent_of
 from mldiag.domain.resources import Resource
-from mldiag.domain.types import utcnow
+from mldiag.domain.clock import utcnow
 from mldiag.ports import Document, DocumentStore, OrderBy, Transaction, Where
 
 R = TypeVar("R", bound=Resource)

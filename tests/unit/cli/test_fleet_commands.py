@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fleet"))
 from fleet_support import record  # noqa: E402
 
-from mldiag.domain.types import utcnow  # noqa: E402
+from mldiag.domain.clock import utcnow  # noqa: E402
 
 
 @pytest.fixture

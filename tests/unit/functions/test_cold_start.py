@@ -1,6 +1,6 @@
 """A function starts in about the time of the framework alone: each ``functions/*/main.py`` imports in at most twice
-a bare ``import functions_framework``, with nothing heavy on its import path (numpy, structlog and the rich it pulls
-in, the cloud clients): those load on the first event or request."""
+a bare ``import functions_framework``, with nothing heavy on its import path (numpy, pydantic and the models built
+on it, structlog and the rich it pulls in, the cloud clients): those load on the first event or request."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[3]
 FUNCTIONS = sorted(main.parent.name for main in (REPO / "functions").glob("*/main.py"))
-HEAVY = ("numpy", "structlog", "rich", "google.cloud.firestore", "google.cloud.pubsub_v1", "google.cloud.storage",
+HEAVY = ("numpy", "pydantic", "structlog", "rich", "google.cloud.firestore", "google.cloud.pubsub_v1", "google.cloud.storage",
          "mldiag.analysis", "mldiag.adapters")
 TARGET = 2.0  # main.py's import time over functions_framework's
 RUNS = 5  # of each, interleaved; the quickest of each is compared (other load only ever slows a run)

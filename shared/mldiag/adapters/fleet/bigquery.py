@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from mldiag.domain.errors import InvalidArgument
 from mldiag.domain.fleet import TABLE
-from mldiag.domain.types import format_timestamp
+from mldiag.domain.clock import format_timestamp
 from mldiag.ports import QueryResult
 
 MAX_BYTES_BILLED = 10 * 1024**3  # a query that would scan more is refused by BigQuery, not billed

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from mldiag.adapters.store.keys import check_key
 from mldiag.adapters.store.queries import KEY, field_segments, result_order
 from mldiag.domain.errors import AlreadyExists
-from mldiag.domain.types import format_timestamp
+from mldiag.domain.clock import format_timestamp
 from mldiag.ports import Document, OrderBy, Where
 
 T = TypeVar("T")

@@ -12,7 +12,8 @@ from mldiag.analysis.regression import Thresholds
 from mldiag.domain.errors import InvalidArgument
 from mldiag.domain.names import EVENTS, SESSIONS, TARGETS, LocationName, RunName, parse_child
 from mldiag.domain.resources import Resource
-from mldiag.domain.types import format_timestamp, parse_duration
+from mldiag.domain.types import parse_duration
+from mldiag.domain.clock import format_timestamp
 from mldiag.entrypoints.http.rest import json_body, list_request, ok, query, query_bool, services
 from mldiag.services.dependencies import Services
 from mldiag.services.repository import Page, Repository

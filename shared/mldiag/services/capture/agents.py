@@ -28,7 +28,8 @@ from mldiag.config import Settings
 from mldiag.domain.errors import NotFound, PermissionDenied
 from mldiag.domain.names import TARGETS, LocationName, RunName, validate_id
 from mldiag.domain.resources import ProfilerTarget, TargetState
-from mldiag.domain.types import CamelModel, format_timestamp
+from mldiag.domain.types import CamelModel
+from mldiag.domain.clock import format_timestamp
 from mldiag.ports import Where
 from mldiag.services import unit_of_work
 from mldiag.services.capture import tasks

@@ -40,7 +40,8 @@ from mldiag.domain.resources import (
     TargetState,
     invalid_argument,
 )
-from mldiag.domain.types import CamelModel, Duration, bounded_duration, format_timestamp
+from mldiag.domain.types import CamelModel, Duration, bounded_duration
+from mldiag.domain.clock import format_timestamp
 from mldiag.ports import Transaction
 from mldiag.services import unit_of_work
 from mldiag.services.capture import tasks

@@ -37,7 +37,8 @@ from mldiag.domain.resources import (
     TargetSession,
     TargetState,
 )
-from mldiag.domain.types import CamelModel, Timestamp, format_timestamp
+from mldiag.domain.types import CamelModel, Timestamp
+from mldiag.domain.clock import format_timestamp
 from mldiag.ports import Transaction, Where
 from mldiag.services import analysis_requests, unit_of_work
 from mldiag.services.dependencies import Blobs, Configured, Publishing, Stored

@@ -28,7 +28,8 @@ from mldiag.domain.alerts import Alert
 from mldiag.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PermanentFailure
 from mldiag.domain.names import EVENTS, parse_run, short_name
 from mldiag.domain.resources import Kind, MachineLearningRun, MonitoredEvent, Suppression
-from mldiag.domain.types import CamelModel, Duration, Timestamp, bounded_duration, format_timestamp, human_duration
+from mldiag.domain.types import CamelModel, Duration, Timestamp, bounded_duration, human_duration
+from mldiag.domain.clock import format_timestamp
 from mldiag.services import notifications, unit_of_work
 from mldiag.services.dependencies import Blobs, Configured, Publishing, Stored
 from mldiag.services.monitoring.alert_runs import with_run_found

@@ -19,7 +19,8 @@ from mldiag.domain.degradation import DetectorParams, DetectorState, MetricPoint
 from mldiag.domain.errors import InvalidArgument, NotFound
 from mldiag.domain.messages import AlertMessage
 from mldiag.domain.resources import AnalyzerReport, DetectionState, EventType, MonitoredEvent
-from mldiag.domain.types import CamelModel, format_timestamp
+from mldiag.domain.types import CamelModel
+from mldiag.domain.clock import format_timestamp
 from mldiag.services import unit_of_work
 from mldiag.services.dependencies import Publishing, Stored
 from mldiag.services.repository import document_key

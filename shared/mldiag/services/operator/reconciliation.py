@@ -31,7 +31,7 @@ from typing import Protocol
 import structlog
 
 from mldiag.domain.errors import PermanentFailure
-from mldiag.domain.types import format_timestamp
+from mldiag.domain.clock import format_timestamp
 from mldiag.services.dependencies import Blobs, Configured, Publishing, Stored
 from mldiag.services.event_archive import Ignored
 from mldiag.services.registration import Registrar, parse_finalized

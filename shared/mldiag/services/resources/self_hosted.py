@@ -36,7 +36,8 @@ from mldiag.domain.callers import Caller
 from mldiag.domain.errors import Aborted, InvalidArgument, NotFound, PermissionDenied, invalid_argument
 from mldiag.domain.names import LocationName, id_from_text, validate_id
 from mldiag.domain.resources import MachineLearningRun, RunPhase
-from mldiag.domain.types import CamelModel, Timestamp, format_timestamp
+from mldiag.domain.types import CamelModel, Timestamp
+from mldiag.domain.clock import format_timestamp
 from mldiag.services import unit_of_work
 from mldiag.services.dependencies import Blobs, Configured, Publishing, Stored
 from mldiag.services.resources import runs
