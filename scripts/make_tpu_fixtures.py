@@ -1524,6 +1524,221 @@ def unaligned_matmuls(big: bool) -> Workload:
     return Workload(iteration, ablations={"padded_to_1024": aligned}, extra=extra)
 
 
+def fori_loop_steps(big: bool) -> Workload:
+    """Ten SGD steps of a bf16 MLP run inside one jitted ``lax.fori_loop`` per call, data resident; each call is an
+    annotated step: the device's loop is the training loop."""
+    import jax
+
+    params, _, x, y = _mlp_step(big)
+    inner = 10
+
+    def ten_steps(params, x, y):
+        def body(_, carry):
+            params, _ = carry
+            value, grads = jax.value_and_grad(mlp_loss)(params, x, y)
+            return [(p - 1e-3 * g).astype(p.dtype) for p, g in zip(params, grads)], value
+
+        return jax.lax.fori_loop(0, inner, body, (params, 0.0))
+
+    run = jax.jit(ten_steps, donate_argnums=0)
+    state = {"params": params}
+
+    def iteration(i: int, clock: Clock) -> None:
+        state["params"], value = run(state["params"], x, y)
+        value.block_until_ready()
+
+    def extra(clock: Clock, ablations: dict[str, Clock]) -> dict:
+        return {"inner_steps": _number(inner, "SGD steps inside each call's fori_loop", abs=0)}
+
+    return Workload(iteration, extra=extra)
+
+
+def bucketed_shapes(big: bool) -> Workload:
+    """Batches padded to one of two bucket sizes, alternating, both compiled before the trace: two programs of the
+    same train step take turns, and nothing compiles in the loop."""
+    import jax
+    import jax.numpy as jnp
+
+    params, train_step, _, _ = _mlp_step(big)
+    width = params[0].shape[0]
+    buckets = (2048, 4096) if big else (128, 256)
+    batches = {n: (jax.random.normal(jax.random.key(n), (n, width)).astype(params[0].dtype),
+                   jnp.zeros((n, params[-1].shape[1]), "float32")) for n in buckets}
+    state = {"params": params}
+    for n in buckets:  # both buckets' programs exist before the trace
+        state["params"], value = train_step(state["params"], *batches[n])
+        value.block_until_ready()
+
+    def iteration(i: int, clock: Clock) -> None:
+        state["params"], value = train_step(state["params"], *batches[buckets[i % 2]])
+        value.block_until_ready()
+
+    def extra(clock: Clock, ablations: dict[str, Clock]) -> dict:
+        return {"programs": _number(len(buckets), "bucket sizes, one compiled program each", abs=0)}
+
+    return Workload(iteration, extra=extra)
+
+
+def loader_pool(big: bool) -> Workload:
+    """Four 'reader' threads (a thread pool) read batches (120 ms storage latency each + np.fromfile) into a queue
+    the annotated step waits on; together they deliver a batch every ~30 ms, slower than the step; ablation: the
+    batches already read."""
+    import concurrent.futures
+
+    import jax
+    import numpy as np
+
+    params, train_step, x, y = _mlp_step(big)
+    folder = Path(tempfile.mkdtemp(prefix="shards-"))
+    shard = folder / "shard.bin"
+    np.random.default_rng(0).standard_normal(x.shape, dtype=np.float32).tofile(shard)
+    ready = np.fromfile(shard, dtype=np.float32).reshape(x.shape)
+    state = {"params": params}
+    clocks: dict[str, Clock] = {}
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="reader")
+    pending: list[concurrent.futures.Future] = []
+
+    def read_batch() -> np.ndarray:
+        started = time.perf_counter()
+        time.sleep(0.120)  # the storage's latency per read
+        batch = np.fromfile(shard, dtype=np.float32).reshape(x.shape)
+        if "clock" in clocks:
+            clocks["clock"].call("read_batch", (time.perf_counter() - started) * 1e3)
+        return batch
+
+    def iteration(i: int, clock: Clock) -> None:
+        clocks["clock"] = clock
+        while len(pending) < 4:
+            pending.append(pool.submit(read_batch))
+        with clock.part("wait_for_batch"):
+            batch = pending.pop(0).result()
+        state["params"], value = train_step(state["params"], jax.device_put(batch), y)
+        value.block_until_ready()
+
+    def instant(i: int, clock: Clock) -> None:
+        state["params"], value = train_step(state["params"], jax.device_put(ready), y)
+        value.block_until_ready()
+
+    def stop() -> None:
+        pool.shutdown(wait=True, cancel_futures=True)
+        shutil.rmtree(folder, ignore_errors=True)
+
+    return Workload(iteration, ablations={"instant_loader": instant}, stop=stop)
+
+
+def gc_collect_each_step(big: bool) -> Workload:
+    """After each train step the training thread calls ``gc.collect()`` (a habit against host memory growth) with
+    a few million Python objects alive; ablation: no collect."""
+    import gc
+
+    params, train_step, x, y = _mlp_step(big)
+    alive = [{"id": n, "tags": [n, str(n)]} for n in range(400_000 if big else 300_000)]
+    state = {"params": params, "alive": alive}
+
+    def train() -> None:
+        state["params"], value = train_step(state["params"], x, y)
+        value.block_until_ready()
+
+    def iteration(i: int, clock: Clock) -> None:
+        train()
+        with clock.part("collect"):
+            gc.collect()
+
+    return Workload(iteration, ablations={"no_collect": lambda i, clock: train()},
+                    stop=lambda: state.pop("alive", None))
+
+
+def transpose_heavy(big: bool) -> Workload:
+    """A step that swaps the two axes of a large bf16 activation four times around cheap elementwise work (an
+    attention-style layout shuffle written by hand) before a small matmul; ablation: the same work without the
+    transposes."""
+    import jax
+    import jax.numpy as jnp
+
+    rows, cols, d = (8192, 8192, 512) if big else (512, 512, 64)
+    x = jax.random.normal(jax.random.key(40), (rows, cols)).astype("bfloat16")
+    w = _normal(jax.random.key(41), (cols, d), "bfloat16")
+
+    def body(x, w, swap: bool):
+        h = x
+        for k in range(4):
+            h = jnp.swapaxes(h, 0, 1) if swap else h
+            h = h * 1.001 + 0.5 * k
+            h = jax.lax.optimization_barrier(h)  # keeps each layout change a materialised copy, as in a real model
+        return jnp.mean((h @ w).astype("float32"))
+
+    shuffled = jax.jit(lambda x, w: body(x, w, True))
+    plain = jax.jit(lambda x, w: body(x, w, False))
+
+    def iteration(i: int, clock: Clock) -> None:
+        shuffled(x, w).block_until_ready()
+
+    def without(i: int, clock: Clock) -> None:
+        plain(x, w).block_until_ready()
+
+    return Workload(iteration, ablations={"no_transposes": without})
+
+
+def per_example_calls(big: bool) -> Workload:
+    """Inference one example at a time: each annotated step calls a jitted bf16 MLP on 64 single rows in a Python
+    loop, then waits for the last; ablation: the same 64 rows as one batch in one call."""
+    import jax
+
+    widths = [512, 2048, 2048, 512] if big else [128, 256, 256, 128]
+    params = _mlp_params(widths, "bfloat16", seed=42)
+    rows = jax.random.normal(jax.random.key(43), (64, widths[0])).astype("bfloat16")
+    examples = [rows[n:n + 1] for n in range(64)]
+
+    def forward(params, x):
+        for w in params[:-1]:
+            x = jax.nn.relu(x @ w)
+        return x @ params[-1]
+
+    predict = jax.jit(forward)
+
+    def iteration(i: int, clock: Clock) -> None:
+        outputs = [predict(params, example) for example in examples]
+        outputs[-1].block_until_ready()
+
+    def batched(i: int, clock: Clock) -> None:
+        predict(params, rows).block_until_ready()
+
+    def extra(clock: Clock, ablations: dict[str, Clock]) -> dict:
+        return {"calls_per_step": _number(len(examples), "jitted calls per step, one example each", abs=0)}
+
+    return Workload(iteration, ablations={"one_batch": batched}, extra=extra)
+
+
+def debug_print_every_step(big: bool) -> Workload:
+    """A bf16 MLP train step with a ``jax.debug.print`` of its loss left in (a host callback from inside the
+    program every step); ablation: the same step without the print."""
+    import io
+
+    import jax
+
+    params, _, x, y = _mlp_step(big)
+    sink = io.StringIO()
+
+    def step(params, x, y, verbose: bool):
+        value, grads = jax.value_and_grad(mlp_loss)(params, x, y)
+        if verbose:
+            jax.debug.callback(lambda v: print(f"loss {float(v):.6f}", file=sink), value)
+        return [(p - 1e-3 * g).astype(p.dtype) for p, g in zip(params, grads)], value
+
+    printing = jax.jit(lambda p, x, y: step(p, x, y, True), donate_argnums=0)
+    quiet = jax.jit(lambda p, x, y: step(p, x, y, False), donate_argnums=0)
+    state = {"params": params}
+
+    def loop(run):
+        def iteration(i: int, clock: Clock) -> None:
+            state["params"], value = run(state["params"], x, y)
+            value.block_until_ready()
+
+        return iteration
+
+    return Workload(loop(printing), ablations={"no_print": loop(quiet)})
+
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -1626,6 +1841,28 @@ SHAPES: dict[str, Shape] = {
     "unaligned_matmuls": Shape(unaligned_matmuls, 20, "a chain of four bf16 1000x1000 matmuls over 16000 rows, sizes "
                                "not multiples of 128; annotated steps, synced every step",
                                cause="the launch and sync of a short program every step (padding to 1024 gains 6 %)"),
+    "fori_loop_steps": Shape(fori_loop_steps, 10, "ten SGD steps of a bf16 MLP (1024-4096-4096-1024, batch 4096) "
+                             "inside one jitted lax.fori_loop per annotated call, data resident",
+                             cause="none: healthy, the training loop runs on the device"),
+    "bucketed_shapes": Shape(bucketed_shapes, 20, "bf16 MLP train step on batches padded to two bucket sizes (2048 "
+                             "and 4096 rows) taking turns, both compiled before the trace; annotated steps",
+                             cause="none: two programs of one step, nothing compiles in the loop"),
+    "loader_pool": Shape(loader_pool, 20, "four 'reader' pool threads read batches (120 ms latency + np.fromfile) "
+                         "into futures the annotated step waits on, one batch every ~30 ms; Python tracer on",
+                         python_tracer=True, cause="the reader threads' read_batch"),
+    "gc_collect_each_step": Shape(gc_collect_each_step, 15, "gc.collect() on the training thread after each "
+                                  "annotated bf16 MLP train step, 400,000 small Python objects alive; Python "
+                                  "tracer on", python_tracer=True,
+                                  cause="collect: a full garbage collection every step"),
+    "transpose_heavy": Shape(transpose_heavy, 15, "four swapaxes of an 8192x8192 bf16 activation around cheap "
+                             "elementwise work, then a small matmul; annotated steps",
+                             cause="layout copies (transposes) of a large activation"),
+    "per_example_calls": Shape(per_example_calls, 15, "inference one example at a time: 64 calls per annotated step "
+                               "of a jitted bf16 MLP (512-2048-2048-512) on single rows",
+                               cause="64 tiny launches per step instead of one batched call"),
+    "debug_print_every_step": Shape(debug_print_every_step, 20, "bf16 MLP train step with a jax.debug.callback "
+                                    "printing its loss every annotated step",
+                                    cause="a host callback in every step (jax.debug print)"),
 }
 
 

@@ -75,7 +75,7 @@ class PlaneMeasurement:
     stats: dict
     events: int
     span_ns: int  # first op's start to last op's end
-    op_ns: int  # sum of op durations
+    op_ns: int  # the op lines' time: on each line the union of its events (a loop op holds its body's ops)
     busy: float  # union of the op events over the span
     steps: list[tuple[float, float]] = field(default_factory=list)  # (ms, busy) per Steps window
     by_name: Counter = field(default_factory=Counter)  # op name -> ns
@@ -97,6 +97,7 @@ def measure(path: str, groups: dict[str, re.Pattern[str]]) -> tuple[list[PlaneMe
         count_by_name: Counter[str] = Counter()
         steps: list[tuple[int, int]] = []
         lines = []
+        op_ns = 0
         for line in plane.lines:
             events = list(line.events)
             if line.name == "Steps":
@@ -104,6 +105,7 @@ def measure(path: str, groups: dict[str, re.Pattern[str]]) -> tuple[list[PlaneMe
             if not events or not is_op_line(plane.name, line.name):
                 continue
             lines.append(f"{line.name} ({len(events)})")
+            op_ns += covered_ns([(event.start_ns, event.end_ns) for event in events])
             for event in events:
                 ops.append((event.start_ns, event.end_ns))
                 by_name[event.name] += event.duration_ns
@@ -114,7 +116,7 @@ def measure(path: str, groups: dict[str, re.Pattern[str]]) -> tuple[list[PlaneMe
         total = sum(by_name.values())
         planes.append(PlaneMeasurement(
             name=plane.name, lines=lines, stats=dict(plane.stats), events=len(ops), span_ns=last - first,
-            op_ns=total, busy=covered_ns(ops) / (last - first),
+            op_ns=op_ns, busy=covered_ns(ops) / (last - first),
             steps=[((end - start) / 1e6, covered_ns(clipped(ops, start, end)) / (end - start)) for start, end in steps],
             by_name=by_name, count_by_name=count_by_name,
             groups={label: sum(v for n, v in by_name.items() if pattern.search(n)) / total

@@ -36,7 +36,9 @@ last one's work). Each instant of it is decided so:
 
 The parts are merged by cause, name and thread, except a host thread's copies,
 which are one part: its calls in both directions (a round trip), the runtime's
-relayout on its behalf and the copies in flight, named by its calls.
+relayout on its behalf and the copies in flight, named by its calls; and the
+same work on several threads other than the training thread (a pool of readers),
+which is one part of those threads.
 
 With several devices each device's timeline is attributed on its own and the
 parts are averaged over the devices, so that they still sum to the loop: a
@@ -84,6 +86,7 @@ from mldiag.analysis.profile.trace_names import (
 TOP_PARTS = 12
 COPY_PART = 0.5  # a call from the step whose copies to or from the device take less of its time owns them
 MAX_COPY_NAMES = 3  # a host thread's copies part is named by its costliest calls, this many
+MAX_THREAD_NAMES = 3  # a part of several threads' work names this many of them
 # The slowest a copy from host to device memory runs (PCIe 3.0 x16 carries 16 GB/s; a pageable copy with a TPU's
 # relayout on the host about 10 GB/s): the longest that a copy of a given size can keep the thread waiting for it.
 MIN_COPY_BYTES_PER_NS = 1.0
@@ -463,7 +466,8 @@ def enclosed(subtree_end: np.ndarray, flagged: np.ndarray) -> np.ndarray:
 
 
 def _host_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, markers: np.ndarray,
-                 labels: _Labels, loop: tuple[int, int], *, nested_calls: bool) -> _HostPieces:
+                 labels: _Labels, loop: tuple[int, int], launches_callbacks: np.ndarray, *,
+                 nested_calls: bool) -> _HostPieces:
     """A host line's time by cause, as labelled pieces with their host tier.
 
     An event of a class (compile, transfer, dispatch, wait) owns the time of all it encloses, named by itself, the
@@ -473,7 +477,8 @@ def _host_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, mark
     own nothing. The code that runs the step (the events around its jit dispatches) calls the loop's work: each
     such call that launches nothing itself (``make_batch``, ``save_checkpoint``) owns the time of every function
     it calls in turn (numpy's, the zip writer's), as the work a person wrote and can move, and of its copies to
-    or from the device where they are the lesser part of its time (:func:`_copies_are_a_part`).
+    or from the device where they are the lesser part of its time (:func:`_copies_are_a_part`). A builtin it calls
+    directly (``gc.collect``) is named by itself, as the step's own code names nothing but the step.
     """
     event_class = classes[line.ids]
     subtree_end = subtree_ends(line)
@@ -491,7 +496,9 @@ def _host_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, mark
     named = ~is_marker & (outside_class != _BUILTIN)
     dispatches = np.concatenate(([0], np.cumsum(event_class == _DISPATCH)))
     drives = (dispatches[subtree_end] - dispatches[np.arange(len(subtree_end)) + 1] > 0)[kept]
-    calls_from_step = named & ~drives & (outside.parents >= 0) & drives[np.maximum(outside.parents, 0)]
+    # A builtin the stepping code calls itself (gc.collect, time.sleep) is such a call too: its caller runs the step.
+    called = ~is_marker & work
+    calls_from_step = called & ~drives & (outside.parents >= 0) & drives[np.maximum(outside.parents, 0)]
     owner = np.where((body := nearest(outside.parents, calls_from_step)) >= 0, body, nearest(outside.parents, named))
     owns_copies = _copies_are_a_part(outside, outside_class == _HOST_TRANSFER)
     work = work | ((outside_class == _HOST_TRANSFER) & (body >= 0) & owns_copies[np.maximum(body, 0)])
@@ -509,7 +516,9 @@ def _host_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, mark
             keys = np.concatenate((keys, chosen * stride + line.ids[calls]))
     distinct = _distinct(keys)
     thread = line.name or UNNAMED_THREAD
-    key_label = np.array([labels.of(_AS_CAUSE[key // stride], "" if key // stride == _WAIT else names[key % stride],
+    key_label = np.array([labels.of(TimeCause.TRANSFERS, HOST_CALLBACK_PART)
+                          if key // stride == _DISPATCH and launches_callbacks[key % stride] else
+                          labels.of(_AS_CAUSE[key // stride], "" if key // stride == _WAIT else names[key % stride],
                                     thread) for key in distinct.tolist()], dtype=np.int64)
     key_tier = np.array([_HOST_TIER[key // stride] for key in distinct.tolist()], dtype=np.int64)
     found = np.searchsorted(distinct, keys)
@@ -675,9 +684,13 @@ class _Host:
 
 def attribute(*, names: Sequence[str], windows: list[Window], steps: int, busy_name: np.ndarray,
               runtime_name: np.ndarray, hints: dict[int, str], stepping: LineLike | None,
-              other_threads: list[LineLike], markers: set[int]) -> Attribution:
+              other_threads: list[LineLike], markers: set[int],
+              launches_callbacks: np.ndarray | None = None) -> Attribution:
     """The loop's wall time by cause (see the module's docstring); ``busy_name`` and ``runtime_name`` are masks
     over name ids: what counts as a device being busy, and which busy events are the runtime's rather than ops.
+    ``launches_callbacks`` marks the jit dispatches of programs that call back to the host: their launch time is the
+    callbacks' (such a launch takes milliseconds where one without callbacks takes tens of microseconds, and goes
+    with them).
 
     Each device is attributed over its own window and the parts averaged over the devices (a window without
     devices counts as one), so that they sum to the mean window.
@@ -694,11 +707,12 @@ def attribute(*, names: Sequence[str], windows: list[Window], steps: int, busy_n
     is_marker[list(markers)] = True
     span = (min(w.loop[0] for w in windows), max(w.loop[1] for w in windows))
     empty = _HostPieces(*(np.zeros(0, np.int64),) * 4)
-    others = [_host_pieces(line, names, classes, is_marker, labels, span, nested_calls=False)
+    callbacks = np.zeros(len(names), dtype=bool) if launches_callbacks is None else launches_callbacks
+    others = [_host_pieces(line, names, classes, is_marker, labels, span, callbacks, nested_calls=False)
               for line in other_threads]
     thread = stepping.name if stepping else ""
     host = _Host(
-        stepping=_host_pieces(stepping, names, classes, is_marker, labels, span, nested_calls=True)
+        stepping=_host_pieces(stepping, names, classes, is_marker, labels, span, callbacks, nested_calls=True)
         if stepping else empty,
         in_flight=_in_flight(stepping, names, classes, is_marker, labels,
                              _distinct(np.concatenate([d.busy.starts for d in devices] or [np.zeros(0, np.int64)])),
@@ -720,7 +734,8 @@ def attribute(*, names: Sequence[str], windows: list[Window], steps: int, busy_n
         rows += [_device_time(device, device_label, label_tier, busy_name, window).scaled(weight_of)
                  for device in window.devices]
     return Attribution(loop_ms=loop_ns / 1e6, steps=steps,
-                       parts=_parts(labels.keys, _Times.joined(rows), loop_ns, step_ns))
+                       parts=_parts(labels.keys, _Times.joined(rows), loop_ns, step_ns,
+                                    (thread or UNNAMED_THREAD) if stepping else ""))
 
 
 def _host_time(host: _Host, window: Window) -> _Times:
@@ -743,36 +758,48 @@ def _host_time(host: _Host, window: Window) -> _Times:
                   np.concatenate((step, np.arange(steps))), np.concatenate((time, untraced)))
 
 
-def _copies_merged(keys: list[tuple[TimeCause, str, str]],
-                   totals: np.ndarray) -> tuple[list[tuple[TimeCause, str, str]], np.ndarray]:
+def _labels_merged(keys: list[tuple[TimeCause, str, str]], totals: np.ndarray,
+                   stepping: str) -> tuple[list[tuple[TimeCause, str, str]], np.ndarray]:
     """Each host thread's copies as one label, named by its costliest calls (a round trip's two directions and
-    a copy's wait in flight are one cost, of one thread): the merged labels, and each label's merged one."""
+    a copy's wait in flight are one cost, of one thread), and one function's work on several threads other than
+    ``stepping`` (a pool's) as one label of those threads: the merged labels, and each label's merged one."""
     merged: list[tuple[TimeCause, str, str]] = []
     merged_of = np.zeros(len(keys), dtype=np.int64)
     index: dict[tuple[TimeCause, str, str], int] = {}
     calls: dict[int, list[tuple[float, str]]] = {}
+    threads: dict[int, list[tuple[float, str]]] = {}
     for label, ((cause, name, thread), total) in enumerate(zip(keys, totals[: len(keys)].tolist())):
         copies = cause is TimeCause.TRANSFERS and bool(thread)
-        key = (cause, "", thread) if copies else (cause, name, thread)
+        pooled = cause is TimeCause.HOST_WORK and bool(thread) and thread != stepping
+        key = (cause, "", thread) if copies else (cause, name, "") if pooled else (cause, name, thread)
         if key not in index:
             index[key] = len(merged)
             merged.append(key)
         merged_of[label] = index[key]
         if copies and total > 0:
             calls.setdefault(index[key], []).append((total, name))
+        if pooled and total > 0:
+            threads.setdefault(index[key], []).append((total, thread))
     for at, named in calls.items():
         cause, _, thread = merged[at]
         merged[at] = (cause, " + ".join(name for _, name in sorted(named, key=lambda c: -c[0])[:MAX_COPY_NAMES]),
                       thread)
+    for at, working in threads.items():
+        cause, name, _ = merged[at]
+        ranked = [thread for _, thread in sorted(working, key=lambda w: -w[0])]
+        more = f" and {len(ranked) - MAX_THREAD_NAMES} more" if len(ranked) > MAX_THREAD_NAMES else ""
+        merged[at] = (cause, name, ", ".join(ranked[:MAX_THREAD_NAMES]) + more)
     return merged, merged_of
 
 
-def _parts(keys: list[tuple[TimeCause, str, str]], times: _Times, loop_ns: float,
-           step_ns: np.ndarray) -> list[TimePart]:
-    """Parts merged by (cause, name, thread), a host thread's copies by thread, largest first: the top ones, and
+def _parts(keys: list[tuple[TimeCause, str, str]], times: _Times, loop_ns: float, step_ns: np.ndarray,
+           stepping: str) -> list[TimePart]:
+    """Parts merged by (cause, name, thread), a host thread's copies by thread and other threads' same work as one
+    (:func:`_labels_merged`), largest first: the top ones, and
     the rest of each cause as one; each with its share of the loop and the distribution of its share of each step
     (``step_ns``: their lengths)."""
-    keys, merged_of = _copies_merged(keys, np.bincount(times.labels, weights=times.ns, minlength=len(keys)))
+    keys, merged_of = _labels_merged(keys, np.bincount(times.labels, weights=times.ns, minlength=len(keys)),
+                                     stepping)
     labels = merged_of[times.labels]
     totals = np.bincount(labels, weights=times.ns, minlength=len(keys))
     order = [int(i) for i in np.argsort(-totals[: len(keys)], kind="stable") if totals[i] > 0]

@@ -89,6 +89,7 @@ from mldiag.analysis.profile.trace_names import (
     DEVICE_READ,
     DISPATCH_PREFIX,
     FAMILIES,
+    HOST_CALLBACK,
     NOT_AN_OP,
     NOT_BUSY,
     QUEUE_PUT,
@@ -97,6 +98,7 @@ from mldiag.analysis.profile.trace_names import (
     TRANSFER_WORK,
     WAITING,
     collective,
+    program_base,
 )
 from mldiag.analysis.profile.xspace import Line, MalformedXSpace, Plane, read_planes
 
@@ -1228,6 +1230,23 @@ def _devices_of(lanes: list[_Line], busy: _Union, busy_name: np.ndarray, loop: t
     return [Device([lanes[i]], unions[i], helpers=[lanes[j] for j in pool]) for i in own]
 
 
+def _launches_with_callbacks(trace: _Trace, is_dispatch: np.ndarray) -> np.ndarray:
+    """Per name id, whether it is a jit dispatch of a program that calls back to the host: a device runs a host
+    callback op inside a run of that program (its ``XLA Modules`` event)."""
+    is_callback = trace.mask(HOST_CALLBACK.search)
+    programs: set[str] = set()
+    for device, lanes in trace.lanes.items():
+        runs = trace.program_runs.get(device)
+        if runs is None or not len(runs):
+            continue
+        for lane in lanes:
+            calls = lane.starts[is_callback[lane.ids]]
+            run = np.searchsorted(runs.starts, calls, side="right") - 1
+            inside = (run >= 0) & (calls < runs.ends[np.maximum(run, 0)])
+            programs |= {program_base(trace.names[i]) for i in runs.ids[run[inside]].tolist()}
+    return is_dispatch & trace.mask(lambda name: program_base(name) in programs)
+
+
 def _attribution(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, busy_name: np.ndarray,
                  measured: dict[str, list[_Line]], busy_unions: list[_Union], warmup_steps: int) -> Attribution:
     """The steady loop's wall time by cause (:mod:`~mldiag.analysis.loop.attribution`), on the stepping thread's
@@ -1248,6 +1267,7 @@ def _attribution(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, busy_nam
         names=trace.names, windows=list(windows.values()) or [Window(host_loop, [], steps.windows[first:, 0])],
         steps=len(steps.windows) - first,
         busy_name=busy_name, runtime_name=runtime, hints={**trace.hlo_op_of, **trace.hlo_category_of},
+        launches_callbacks=_launches_with_callbacks(trace, is_dispatch) if trace.program_runs else None,
         stepping=stepping[0] if stepping else None,
         other_threads=[line for line in trace.host_lines if not (stepping and line is stepping[0])],
         markers={int(i) for i in np.flatnonzero(is_marker)},

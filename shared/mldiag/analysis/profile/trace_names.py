@@ -117,14 +117,17 @@ def shape_bytes(name: str) -> int:
 TRANSFER_WORK = re.compile(r"^(Transpose::Execute|ParallelTranspose$|tpu::System::Transfer(To|From)Device)")
 
 _MODULE_ID = re.compile(r"(\.\d+)?\(\d+\)$")  # "jit_step(26)", "jit_f.1(1219...)": the id XLA appends
+_NOT_IN_MODULE_NAMES = re.compile(r"[^\w.-]")
 _HLO_TEXT_NAME = re.compile(r"^%?([^\s=]+)\s*=")  # "%fusion.3 = f32[...] fusion(...)": a TPU op's HLO text
 
 
 def program_base(name: str) -> str:
-    """A program's name without XLA's id; a jit dispatch ``PjitFunction(step)`` names program ``jit_step``."""
+    """A program's name without XLA's id; a jit dispatch ``PjitFunction(step)`` names program ``jit_step``, as JAX
+    spells it (``PjitFunction(<lambda>)``: ``jit__lambda``: characters a module name cannot hold become ``_``,
+    and XLA drops the trailing ones)."""
     if name.startswith(DISPATCH_PREFIX):
-        return f"jit_{name[len(DISPATCH_PREFIX):-1]}"
-    return _MODULE_ID.sub("", name)
+        return _NOT_IN_MODULE_NAMES.sub("_", f"jit_{name[len(DISPATCH_PREFIX):-1]}").rstrip("_")
+    return _MODULE_ID.sub("", name).rstrip("_")
 
 
 def hlo_instruction(op: OpTime) -> str:

@@ -75,6 +75,7 @@ from mldiag.analysis.profile.trace_names import (
     HOST_CALLBACK,
     HOST_CALLBACK_PART,
     HOST_MEMORY_SPACE,
+    THREAD_WAITING,
     WAITING,
     collective,
     transfer_direction,
@@ -106,6 +107,9 @@ NAMED_CAUSES = frozenset({HostCause.CHECKPOINT, HostCause.DEVICE_SYNC, HostCause
                           HostCause.BATCH_MAKING, HostCause.ROUND_TRIP})
 OP_BY_OP_DISPATCHES = 50  # jit dispatches per step that mean the step is not one program
 DISPATCH_ORIGIN_FLOOR = 0.1  # share of the dispatches a function makes for the op-by-op finding to name it
+# Share of a step's dispatches that launch one function for them to be that function called over and over (once
+# per example), not op-by-op execution of many different operations.
+ONE_FUNCTION_SHARE = 0.75
 MAX_DISPATCH_ORIGINS = 3
 OFTEN_DISPATCHED = 10  # op-by-op dispatches per step of one kind of data-moving op
 COMPILE_PRIORITIES = ((0.25, Priority.P0), (0.05, Priority.P1), (0.0, Priority.P2))
@@ -465,6 +469,8 @@ def _host_cause_fix(host: HostEvidence, cause: host_causes.Cause) -> str:
         return frameworks.producer_fix(framework, [host_causes.function_name(p.name) for p in cause.parts])
     if fix := frameworks.cause_fix(cause.kind, framework):
         return fix
+    if cause.kind is HostCause.HOST_WORK and cause.parts and (fix := host_causes.known_call_fix(cause.parts[0].name)):
+        return fix
     # Threads seen working while the training thread waits are a pipeline already, and untraced waiting may be
     # one the trace cannot show: advise adding a thread only where the host's own named work is the wait.
     untraced = host.untraced_host_ms_per_step >= OWN_SHARE * cause.ms
@@ -491,7 +497,7 @@ def _launches_op_by_op(host: HostEvidence) -> bool:
 
 
 def _dispatch_overhead(host: HostEvidence, kernels: list[KernelShare]) -> Finding | None:
-    """Op-by-op execution (:func:`_launches_op_by_op`)."""
+    """Op-by-op execution (:func:`_launches_op_by_op`), or one small function called over and over."""
     if not host.step_ms or not _launches_op_by_op(host):
         return None
     span = host.step_ms.mean
@@ -501,21 +507,31 @@ def _dispatch_overhead(host: HostEvidence, kernels: list[KernelShare]) -> Findin
     device = _LANES[host.device_kind.value]
     origins = [origin for origin in host.dispatch_origins[:MAX_DISPATCH_ORIGINS]
                if origin.count_per_step >= DISPATCH_ORIGIN_FLOOR * host.dispatches_per_step]
+    repeated = bool(host.dispatched) and host.dispatched[0].count_per_step >= (
+        ONE_FUNCTION_SHARE * host.dispatches_per_step)
+    kind = "Many calls of one small jitted function" if repeated else "Op-by-op execution"
     if host.step_source is StepSource.PROFILE_WINDOW:
         per = "capture"
         count = f"{host.launches} jit dispatches in the capture, no steps"
-        title = f"Op-by-op execution: {host.launches} small launches with the devices idle {idle:.0%} between them"
+        title = f"{kind}: {host.launches} small launches with the devices idle {idle:.0%} between them"
     else:
         per = "step"
         count = f"{host.dispatches_per_step:.0f} jit dispatches (PjitFunction) per step over {host.steps} steps"
-        title = f"Op-by-op execution: {host.dispatches_per_step:.0f} jit dispatches per step"
+        title = f"{kind}: {host.dispatches_per_step:.0f} jit dispatches per step"
+    what = ("One small compiled function is called many times per step (once per example or item, from a Python "
+            "loop): each call is a launch of its own, with the host's per-call overhead, so that overhead, not "
+            f"compute, sets the pace and {device} idle between calls." if repeated else
+            "The work is not one compiled program: every small operation is dispatched from Python as its own "
+            f"XLA executable, so the host's per-op overhead, not compute, sets the pace and {device} idle "
+            "between launches.")
+    fix = (frameworks.batched_calls_fix(framework) if repeated else
+           frameworks.one_program_fix(framework, on_gpu=host.device_kind is DeviceKind.GPU,
+                                      named_function=bool(origins)))
     return Finding(
         priority=priority,
         category=FindingCategory.DISPATCH_OVERHEAD,
         title=title,
-        what="The work is not one compiled program: every small operation is dispatched from Python as its own "
-             f"XLA executable, so the host's per-op overhead, not compute, sets the pace and {device} idle "
-             "between launches.",
+        what=what,
         evidence=[
             count,
             *(f"the dispatches come from {quoted(origin.name)} ({origin.count_per_step:.0f} per {per}, "
@@ -527,8 +543,7 @@ def _dispatch_overhead(host: HostEvidence, kernels: list[KernelShare]) -> Findin
         ],
         impact=f"{host.dispatch_ms_per_step:.1f} ms per {per} is spent dispatching and {idle * span:.1f} ms of the "
                f"{span:.1f} ms {per} leaves compute idle; one fused program usually removes most of it.",
-        fix=frameworks.one_program_fix(framework, on_gpu=host.device_kind is DeviceKind.GPU,
-                                       named_function=bool(origins)),
+        fix=fix,
     )
 
 
@@ -658,33 +673,46 @@ def _communication(host: HostEvidence) -> Finding | None:
 
 
 def _host_callbacks(host: HostEvidence) -> Finding | None:
-    """A callback into Python inside the step (jax.pure_callback, io_callback): the device sends data to the host
-    and waits, idle for the model, until the host's answer comes back."""
+    """A callback into Python inside the step (jax.pure_callback, io_callback, jax.debug.print): the device sends
+    data to the host and waits, idle for the model, until the host's answer comes back; and the program that holds
+    it launches slower. Its cost is the attribution's (the callback ops and those launches) where there is one."""
     callbacks = [op for op in host.top_ops if HOST_CALLBACK.search(f"{op.name} {op.expression}")]
     ms = sum(op.self_ms_per_step for op in callbacks)
     if not host.step_ms or not ms:
         return None
-    share = _share_of_step(host, ms)
+    attributed = _parts_named(host, TimeCause.TRANSFERS, HOST_CALLBACK_PART)
+    share = max(_share_of_step(host, ms), sum(part.share for part in attributed))
     priority = _rank(share, COMMUNICATION_PRIORITIES)
     if priority is None:
         return None
+    debug = all(_DEBUG_CALLBACK.match(op.name) for op in callbacks)
     return Finding(
         priority=priority,
         category=FindingCategory.DATA_MOVEMENT,
         title=f"Host callback: the devices wait on Python {share:.0%} of each step",
         what="The step calls back into Python on the host (jax.pure_callback, io_callback or debug.callback): "
              "the device sends the callback's inputs to the host, then waits, doing no model work, until the "
-             "host has run the Python function and sent its result back.",
+             "host has run the Python function and sent its result back; and the program that holds a callback "
+             "takes longer to launch.",
         evidence=[*(f"{quoted(op.name)}: {op.self_ms_per_step:.2f} ms per step of {host.step_ms.mean:.2f} ms"
                     for op in callbacks[:3]),
-                  *(f"the loop's time waiting on host callbacks: {part.ms:.1f} ms of {host.attribution.loop_ms:.1f} "
-                    f"ms ({part.share:.1%})" for part in _parts_named(host, TimeCause.TRANSFERS, HOST_CALLBACK_PART))],
-        impact=f"up to {ms:.1f} ms per step.",
-        fix="Compute the callback's result on the device with jax.numpy (jnp.sort, jnp.histogram, ... run inside "
-            "the jitted step), or take it off the step's critical path: call it every N steps, on values the "
-            "step no longer needs (jax.debug.callback for logging does not block the step's own work), or "
-            "after the step on the host.",
+                  *(f"the loop's time waiting on host callbacks, the launches of the programs that hold them "
+                    f"included: {part.ms:.1f} ms of {host.attribution.loop_ms:.1f} ms ({part.share:.1%})"
+                    for part in attributed)],
+        impact=f"up to {share * host.step_ms.mean:.1f} ms per step ({share:.0%} of it).",
+        fix=_DEBUG_CALLBACK_FIX if debug else _CALLBACK_FIX,
     )
+
+
+_DEBUG_CALLBACK = re.compile(r"^%?debug_callback\b")
+_DEBUG_CALLBACK_FIX = (
+    "Take the jax.debug.print / jax.debug.callback out of the training step: on a TPU the step waits for the host "
+    "to run it every time. Return the value from the step instead and print it from the host every N steps (it "
+    "is then read back once per N steps), or keep the print under a flag that is off in training runs.")
+_CALLBACK_FIX = (
+    "Compute the callback's result on the device with jax.numpy (jnp.sort, jnp.histogram, ... run inside the "
+    "jitted step), or take it off the step's critical path: call it every N steps, on values the step no longer "
+    "needs, or after the step on the host.")
 
 
 def _parts_named(host: HostEvidence, cause: TimeCause, name: str) -> list[TimePart]:
@@ -1232,6 +1260,21 @@ def _slow_steps(host: HostEvidence) -> Finding | None:
     )
 
 
+def _slow_steps_and_host_causes(host: HostEvidence) -> list[Finding]:
+    """The slow steps' finding and a finding per host cause; where the slow steps are slow because the training
+    thread waits on other host threads in them, their evidence joins the cause that names what those threads do
+    (one cause, one finding)."""
+    slow, causes = _slow_steps(host), _input_bound(host)
+    waited = slow is not None and host.slow_steps is not None and any(
+        THREAD_WAITING.search(difference.name) for difference in host.slow_steps.differences[:3])
+    producer = next((f for f in causes if f.category is FindingCategory.INPUT_BOUND and
+                     host_causes.WORDS[HostCause.PRODUCER_THREAD][0] in f.title), None)
+    if slow is None or not waited or producer is None:
+        return [finding for finding in (slow, *causes) if finding]
+    producer.evidence.insert(1, f"the waits gather in a few steps: {slow.evidence[0]}")
+    return causes
+
+
 def _iteration(host: HostEvidence) -> Finding | None:
     """Without step markers, a step that is a repeated sequence of several programs: each program's part."""
     if not host.iteration_programs:
@@ -1324,7 +1367,7 @@ def _findings(hosts: list[HostEvidence], tools: dict[str, ToolResult], hlo_issue
               metrics: Metrics, health: Health, programs: dict[str, HloProgram],
               movements: list[tuple[DataMovement, HostEvidence, list[OpTime]]],
               kernels: list[KernelShare], hardware: list[Finding]) -> list[Finding]:
-    per_host = [finding for host in hosts for finding in (_slow_steps(host), *_input_bound(host)) if finding] + [
+    per_host = [finding for host in hosts for finding in _slow_steps_and_host_causes(host)] + [
         finding
         for host in hosts
         for rule in (partial(_dispatch_overhead, kernels=kernels), partial(_launch_bound, programs=programs),

@@ -101,6 +101,26 @@ def one_program_fix(framework: Framework, on_gpu: bool, named_function: bool = F
     return fix
 
 
+def batched_calls_fix(framework: Framework) -> str:
+    """How to turn many calls of one small compiled function per step (one per example) into one call."""
+    return _BATCHED_CALLS[framework]
+
+
+_BATCHED_CALLS = {
+    Framework.JAX: "Call the function once per step on all the items: stack them into one batch and map it over "
+                       "them inside one jitted call (jax.vmap for independent examples; lax.map or lax.scan where "
+                       "each depends on the last), so that one launch does the work of all of them and the device "
+                       "sees a batch large enough to keep it busy.",
+    Framework.TENSORFLOW: "Call the tf.function once per step on all the items: batch them (tf.stack, or "
+                          "dataset.batch) and let the function take the batch, or map over them inside it with "
+                          "tf.vectorized_map, so that one call does the work of all of them.",
+    Framework.PYTORCH_XLA: "Run the model once per step on all the items: batch them (torch.stack) or map over them "
+                           "with torch.vmap inside one graph, so that one launch does the work of all of them.",
+}
+_BATCHED_CALLS[Framework.TENSORFLOW_EAGER] = _BATCHED_CALLS[Framework.TENSORFLOW]
+_BATCHED_CALLS[Framework.UNKNOWN] = _BATCHED_CALLS[Framework.JAX]
+
+
 def more_work_per_launch_fix(framework: Framework) -> str:
     """How to give each launch of a small program more work, so that its cost is paid less often."""
     return _MORE_WORK_PER_LAUNCH[framework]

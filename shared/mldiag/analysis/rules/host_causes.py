@@ -75,7 +75,7 @@ EVERY_STEP = 0.9  # calls per step of a function that reads device values back, 
 _CHECKPOINT = re.compile(r"checkpoint|ckpt|\bsave|_save|save_|orbax|serializ|pickle|torch\.save", re.IGNORECASE)
 _SYNC = re.compile(r"\blog|_log|log_|logging|logger|print|metric|summar|wandb|tensorboard|scalar|progress|"
                    r"tqdm|\bwrite", re.IGNORECASE)
-_INPUT = re.compile(r"batch|data|load|input|augment|decode|read|preprocess|sampler|shuffle|collate|next|iter|fetch|"
+_INPUT = re.compile(r"batch|data|load|input|augment|decode|read|preprocess|sampler|shuffle|collate|next|iter(?!ation)|fetch|"
                     r"tokeni|prefetch|feed|^Iterator::|tf_data", re.IGNORECASE)
 _FUNCTION = re.compile(r"^\$\S+:\d+ (.+)$")
 
@@ -98,6 +98,25 @@ def kind_of(name: str, reads_device: bool, round_trip: bool = False) -> HostCaus
     if _INPUT.search(function):
         return HostCause.BATCH_MAKING
     return HostCause.ROUND_TRIP if round_trip else HostCause.HOST_WORK
+
+
+# Calls into Python's runtime or standard library whose cost on the training thread has a fix of its own, as the
+# Python tracer names them ("$gc collect"): the fix for the call, whatever the framework.
+_KNOWN_CALLS = (
+    (re.compile(r"^\$gc collect$"),
+     "A full garbage collection runs on the training thread: remove the gc.collect() call from the loop (or run it "
+     "every few hundred steps), call gc.freeze() once after setup so that the long-lived objects (datasets, "
+     "vocabularies, caches) are not traversed again, and raise gc.set_threshold if automatic collections still show "
+     "up in the steps."),
+    (re.compile(r"^\$time sleep$"),
+     "The training thread sleeps: remove the time.sleep from the loop, or move what it paces (polling, rate "
+     "limiting) to another thread."),
+)
+
+
+def known_call_fix(name: str) -> str | None:
+    """The fix for a runtime or library call that holds the time, where it has one of its own."""
+    return next((fix for pattern, fix in _KNOWN_CALLS if pattern.match(name)), None)
 
 
 def copies_both_ways(names: list[str]) -> bool:

@@ -127,11 +127,13 @@ def _device(lanes: list[_Line]) -> Device:
 
 
 def _attribute(names: list[str], loop: tuple[int, int], lanes: list[list[_Line]], stepping: _Line | None = None,
-               others: list[_Line] = (), markers: set[int] = frozenset()) -> dict[tuple[TimeCause, str, str], float]:
+               others: list[_Line] = (), markers: set[int] = frozenset(),
+               launches_callbacks: set[str] = frozenset()) -> dict[tuple[TimeCause, str, str], float]:
     attribution = attribute(names=names, windows=[Window(loop, [_device(d) for d in lanes], np.array([loop[0]]))],
                             steps=1,
                             busy_name=np.ones(len(names), dtype=bool), runtime_name=np.zeros(len(names), dtype=bool),
-                            hints={}, stepping=stepping, other_threads=list(others), markers=set(markers))
+                            hints={}, stepping=stepping, other_threads=list(others), markers=set(markers),
+                            launches_callbacks=np.array([name in launches_callbacks for name in names], dtype=bool))
     assert sum(p.ms for p in attribution.parts) == pytest.approx(attribution.loop_ms, rel=1e-9)
     return {(p.cause, p.name, p.thread): round(p.ms, 6) for p in attribution.parts}
 
@@ -168,11 +170,12 @@ def test_nested_events_give_their_time_to_the_innermost_owner_and_dispatch_and_c
         ("$train.py:10 step", 0, 10 * MS),
         ("PjitFunction(step)", 1 * MS, 4 * MS), ("ExecuteHelper", 2 * MS, 3 * MS),  # dispatch throughout
         ("backend_compile", 4 * MS, 6 * MS), ("JitCompiler::Compile", 4 * MS, 5 * MS),  # compilation throughout
-        ("$time sleep", 6 * MS, 8 * MS),  # a builtin: its caller's time
+        ("$time sleep", 6 * MS, 8 * MS),  # a builtin the step's code calls itself: named by itself
         ("DevicePut", 8 * MS, 9 * MS),
     ], names)
     parts = _attribute(names, (0, 10 * MS), [], stepping=host)
-    assert parts == {(TimeCause.HOST_WORK, "$train.py:10 step", "python"): 4.0,
+    assert parts == {(TimeCause.HOST_WORK, "$train.py:10 step", "python"): 2.0,
+                     (TimeCause.HOST_WORK, "$time sleep", "python"): 2.0,
                      (TimeCause.DISPATCH, "PjitFunction(step)", "python"): 3.0,
                      (TimeCause.COMPILATION, "backend_compile", "python"): 2.0,
                      (TimeCause.TRANSFERS, "DevicePut", "python"): 1.0}
@@ -250,6 +253,28 @@ def test_a_wait_is_what_another_thread_did_meanwhile_else_waiting():
     assert parts == {(TimeCause.HOST_WORK, "$data.py:5 read_file", UNNAMED_THREAD): 3.0,  # alone 2-4, half of 4-6
                      (TimeCause.HOST_WORK, "decode", "pool"): 3.0,  # half of 4-6, alone 6-8 (the loader waits)
                      (TimeCause.WAITING, "", "python"): 4.0}
+
+
+def test_one_function_on_several_threads_other_than_the_training_thread_is_one_part_of_those_threads():
+    names: list[str] = []
+    host = _line("python", [("$train.py:3 loop", 0, 10 * MS), ("$queue.py:154 get", 0, 10 * MS)], names)
+    readers = [_line(f"reader {n}", [("$data.py:5 read_batch", 0, 10 * MS)], names) for n in range(4)]
+    parts = _attribute(names, (0, 10 * MS), [], stepping=host, others=readers)
+    assert parts == {(TimeCause.HOST_WORK, "$data.py:5 read_batch", "reader 0, reader 1, reader 2 and 1 more"): 10.0}
+
+
+def test_the_launch_of_a_program_that_calls_back_to_the_host_is_the_callbacks_time():
+    names: list[str] = []
+    host = _line("python", [("train", 0, 10 * MS), ("PjitFunction(step)", 0, 3 * MS),
+                            ("PjitFunction(other)", 3 * MS, 4 * MS)], names)
+    lane = _line("XLA Ops", [("%recv-done.1 = token[] recv-done(...), is_host_transfer=true", 5 * MS, 7 * MS),
+                             ("fusion.2", 7 * MS, 10 * MS)], names)
+    parts = _attribute(names, (0, 10 * MS), [[lane]], stepping=host, markers={names.index("train")},
+                       launches_callbacks={"PjitFunction(step)"})
+    assert parts == {(TimeCause.TRANSFERS, "host callback", ""): 5.0,
+                     (TimeCause.DISPATCH, "PjitFunction(other)", "python"): 1.0,
+                     (TimeCause.DEVICE_COMPUTE, "fusion", ""): 3.0,
+                     (TimeCause.UNTRACED, "", "python"): 1.0}
 
 
 def test_an_untraced_instant_is_the_transfer_another_thread_runs_then():

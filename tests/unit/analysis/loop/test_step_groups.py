@@ -223,6 +223,29 @@ def test_slow_steps_that_run_more_device_work_say_so(tmp_path):
     assert any("the devices are busy 107.00 ms per slow step against 8.00 ms" in line for line in slow.evidence)
 
 
+def test_slow_steps_that_wait_on_other_threads_join_the_finding_that_names_what_those_threads_do(tmp_path):
+    # Four reader threads each read a batch for 90 ms: every fourth step waits for the next round of reads.
+    stepping, readers, lane, start = [], [[] for _ in range(4)], [], 0
+    for step in range(16):
+        wait = 85 if step % 4 == 0 else 0
+        stepping += [("train", start, start + (wait + 5) * MS), *jit_calls("step", [start + (wait + 1) * MS], MS // 2)]
+        if wait:
+            stepping.append(("$threading.py:295 wait", start, start + wait * MS))
+            for reader in readers:
+                reader.append(("$data.py:5 read_batch", start, start + wait * MS))
+        lane.append(("fusion", start + (wait + 2) * MS, start + (wait + 5) * MS))
+        start += (wait + 5) * MS
+    build = TraceBuild().host(stepping, markers=("train",))
+    for n, reader in enumerate(readers):
+        build = build.host(reader, thread=f"reader_{n}")
+    analysis = analysis_of(build.lane("/host:CPU", lane).evidence(tmp_path))
+    assert not [f for f in analysis.findings if f.title.startswith("Slow steps")]
+    (reads,) = [f for f in analysis.findings if f.category is FindingCategory.INPUT_BOUND]
+    assert reads.priority is Priority.P0 and "waits on a slower loader thread" in reads.title
+    assert any(line.startswith("the waits gather in a few steps: 4 of 16 steps are slow") for line in reads.evidence)
+    assert any('"$data.py:5 read_batch"' in line for line in reads.evidence)
+
+
 def test_a_cheap_slow_group_is_informational(tmp_path):
     analysis = analysis_of(_saving_loop(save_ms=30, every=20, steps=40).evidence(tmp_path))
     (slow,) = [f for f in analysis.findings if f.title.startswith("Slow steps")]

@@ -9,6 +9,7 @@ import pytest
 from evidence_support import allocations, assessed, tool
 
 from mldiag.analysis.host_evidence import (
+    Attribution,
     DeviceKind,
     Distribution,
     HostActivity,
@@ -16,7 +17,10 @@ from mldiag.analysis.host_evidence import (
     OpTime,
     ProgramCalls,
     StepSource,
+    TimeCause,
+    TimePart,
 )
+from mldiag.analysis.profile.trace_names import program_base
 from mldiag.analysis.reasoning import prompts
 from mldiag.analysis.reasoning.validation import EvidenceIndex, why_unsupported
 from mldiag.analysis.rules import frameworks
@@ -201,6 +205,37 @@ def test_tensorflow_host_to_device_memcpy_gets_a_tensorflow_fix():
     assert "tf.data" in finding.fix and "jax" not in finding.fix
 
 
+# --- host callbacks ---------------------------------------------------------------------------------
+
+
+def _printing_step(launch_share: float) -> HostEvidence:
+    """A TPU step whose program prints its loss with jax.debug.print: 1.4 ms of 7.8 in the callback's recv."""
+    recv = "%debug_callback.11 = (f32[], token[]) recv-done(%debug_callback.10), channel_id=2, is_host_transfer=true"
+    host = _host(kind=DeviceKind.TPU, busy=0.4, steps=20, step_ms=7.8, source=StepSource.STEP_MARKERS,
+                 top_ops=_ops(("fusion.1", 0.7), ("debug_callback.11", 0.18), expression={"debug_callback.11": recv},
+                              step_ms=7.8))
+    callback = 0.18 + launch_share
+    host.attribution = Attribution(loop_ms=156.0, steps=20, parts=[
+        TimePart(cause=TimeCause.DEVICE_COMPUTE, name="fusion", ms=0.4 * 156, share=0.4, useful=True),
+        TimePart(cause=TimeCause.TRANSFERS, name="host callback", ms=callback * 156, share=callback)])
+    return host
+
+
+@pytest.mark.parametrize(("launch_share", "priority"), [(0.0, Priority.P1), (0.29, Priority.P0)])
+def test_a_debug_print_in_the_step_costs_its_callback_and_the_launches_of_its_program(launch_share, priority):
+    (finding,) = [f for f in assessed(_printing_step(launch_share)).findings if f.title.startswith("Host callback")]
+    assert finding.priority is priority
+    assert "jax.debug.print" in finding.fix and "jnp.sort" not in finding.fix
+
+
+@pytest.mark.parametrize(("dispatch", "module"), [
+    ("PjitFunction(step)", "jit_step(26)"), ("PjitFunction(<lambda>)", "jit__lambda(6608053989532457734)"),
+    ("PjitFunction(train.step)", "jit_train.step.1(12)"),
+])
+def test_a_dispatch_and_its_program_have_the_same_base_name(dispatch, module):
+    assert program_base(dispatch) == program_base(module)
+
+
 # --- op-by-op launches ----------------------------------------------------------------------------
 
 
@@ -219,6 +254,19 @@ def test_op_by_op_launches_without_steps_are_counted_in_the_capture_not_per_step
     assert "per step" not in " ".join([finding.title, *finding.evidence, finding.impact])
     assert finding.fix.startswith("Wrap the whole step in jax.jit") and "command buffers" in finding.fix
     assert "(on CPU" not in finding.what and "GPU streams" in finding.what
+
+
+def test_one_small_function_called_over_and_over_each_step_is_told_to_batch_its_calls():
+    # 64 calls a step of one jitted forward pass on single examples, each shorter on the device than its launch.
+    name = "PjitFunction(forward)"
+    host = _host(kind=DeviceKind.TPU, busy=0.12, steps=15, step_ms=9.9, dispatches=64, ms_per_dispatch=0.13,
+                 dispatched=[HostActivity(name=name, count_per_step=64, ms_per_step=8.2, share_of_step=0.83)],
+                 programs=[ProgramCalls(name=name, calls=960, ms_per_call=0.13, device_ms_per_call=0.02,
+                                        share_of_device=1.0)])
+    (finding,) = _of(assessed(host), FindingCategory.DISPATCH_OVERHEAD)
+    assert finding.title == "Many calls of one small jitted function: 64 jit dispatches per step"
+    assert "jax.vmap" in finding.fix and "Wrap the whole step" not in finding.fix
+    assert any('"PjitFunction(forward)": 64 per step' in line for line in finding.evidence)
 
 
 def test_op_by_op_on_cpu_gets_no_gpu_advice():
