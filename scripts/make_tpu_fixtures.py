@@ -1739,6 +1739,180 @@ def debug_print_every_step(big: bool) -> Workload:
     return Workload(loop(printing), ablations={"no_print": loop(quiet)})
 
 
+def implicit_host_input(big: bool) -> Workload:
+    """Each annotated step passes a fresh numpy batch straight to the jit step (no ``jax.device_put``): the call
+    copies it to the device itself; ablation: the batch resident on the device."""
+    import jax
+    import numpy as np
+
+    params, train_step, x, y = _mlp_step(big, "bfloat16", [4096, 2048, 2048, 1024] if big else None,
+                                         8192 if big else None)
+    rng = np.random.default_rng(0)
+    batches = [rng.standard_normal(x.shape, dtype=np.float32) for _ in range(2)]
+    resident = jax.device_put(batches[0])
+    state = {"params": params}
+
+    def run(batch) -> None:
+        state["params"], value = train_step(state["params"], batch, y)
+        value.block_until_ready()
+
+    def extra(clock: Clock, ablations: dict[str, Clock]) -> dict:
+        return {"batch_bytes": _number(batches[0].nbytes, "bytes of each numpy batch handed to the step", abs=0)}
+
+    return Workload(lambda i, clock: run(batches[i % 2]), ablations={"resident": lambda i, clock: run(resident)},
+                    extra=extra)
+
+
+def eval_last_batch_recompile(big: bool) -> Workload:
+    """An evaluation loop over a dataset whose last batch is smaller: the eval program compiles again for it, in
+    the last annotated step; ablation: the last batch padded to the full size."""
+    import jax
+    import jax.numpy as jnp
+
+    params = _mlp_params([1024, 4096, 4096, 1024] if big else [256, 512, 512, 256], "bfloat16", seed=50)
+    full, last = (4096, 1000) if big else (256, 60)
+    evaluate = jax.jit(lambda params, x: jnp.mean(mlp_loss(params, x, jnp.zeros((x.shape[0], 1)))))
+    batch = jax.random.normal(jax.random.key(51), (full, params[0].shape[0])).astype("bfloat16")
+    steps = 20
+
+    def loop(pad: bool):
+        def iteration(i: int, clock: Clock) -> None:
+            rows = last if i % steps == steps - 1 and not pad else full
+            evaluate(params, batch[:rows]).block_until_ready()
+
+        return iteration
+
+    return Workload(loop(False), ablations={"padded_last_batch": loop(True)})
+
+
+def harmless_sync_every_step(big: bool) -> Workload:
+    """``float(loss)`` every annotated step after a long bf16 train step, with nothing else for the host to do:
+    the sync costs nothing; ablation: a sync every 10th step."""
+    params, train_step, x, y = _mlp_step(big, "bfloat16", [2048, 8192, 8192, 2048] if big else None,
+                                         16384 if big else None)
+    state = {"params": params, "log": []}
+
+    def loop(every: int):
+        def iteration(i: int, clock: Clock) -> None:
+            state["params"], value = train_step(state["params"], x, y)
+            if i % every == every - 1:
+                state["log"].append(float(value))
+
+        return iteration
+
+    return Workload(loop(1), ablations={"sync_every_10": loop(10)})
+
+
+def jit_in_loop(big: bool) -> Workload:
+    """The step is wrapped in a new ``jax.jit`` inside the loop every iteration (a fresh lambda), so JAX traces
+    and compiles it again every step; ablation: the same jit made once, outside the loop."""
+    import jax
+
+    params, _, x, y = _mlp_step(big)
+
+    def step(params, x, y):
+        value, grads = jax.value_and_grad(mlp_loss)(params, x, y)
+        return [(p - 1e-3 * g).astype(p.dtype) for p, g in zip(params, grads)], value
+
+    hoisted = jax.jit(step)
+    state = {"params": params}
+
+    def iteration(i: int, clock: Clock) -> None:
+        state["params"], value = jax.jit(lambda p, x, y: step(p, x, y))(state["params"], x, y)
+        value.block_until_ready()
+
+    def once(i: int, clock: Clock) -> None:
+        state["params"], value = hoisted(state["params"], x, y)
+        value.block_until_ready()
+
+    return Workload(iteration, ablations={"jit_once": once})
+
+
+def metrics_device_get(big: bool) -> Workload:
+    """Each annotated step computes 48 scalar metrics on the device and reads them all back with
+    ``jax.device_get`` of a dict to log them (log_metrics); ablation: the metrics read back every 10th step."""
+    import jax
+    import jax.numpy as jnp
+
+    params, _, x, y = _mlp_step(big)
+
+    def step(params, x, y):
+        value, grads = jax.value_and_grad(mlp_loss)(params, x, y)
+        metrics = {f"{kind}_{n}": fn(g) for n, g in enumerate(grads)
+                   for kind, fn in (("norm", jnp.linalg.norm), ("max", jnp.max), ("min", jnp.min),
+                                    ("mean", jnp.mean), ("std", jnp.std), ("l1", lambda g: jnp.sum(jnp.abs(g))),
+                                    ("rms", lambda g: jnp.sqrt(jnp.mean(g.astype("float32") ** 2))),
+                                    ("nonzero", lambda g: jnp.mean((g != 0).astype("float32"))),
+                                    ("p2", lambda g: jnp.sum(g.astype("float32") ** 2)),
+                                    ("abs_max", lambda g: jnp.max(jnp.abs(g))),
+                                    ("sum", jnp.sum), ("var", jnp.var))}
+        return [(p - 1e-3 * g).astype(p.dtype) for p, g in zip(params, grads)], value, metrics
+
+    train_step = jax.jit(step, donate_argnums=0)
+    state = {"params": params, "log": []}
+
+    def log_metrics(metrics) -> None:
+        state["log"].append({name: float(v) for name, v in jax.device_get(metrics).items()})
+
+    def loop(every: int):
+        def iteration(i: int, clock: Clock) -> None:
+            state["params"], value, metrics = train_step(state["params"], x, y)
+            if i % every == every - 1:
+                with clock.part("log_metrics"):
+                    log_metrics(metrics)
+            else:
+                value.block_until_ready()
+
+        return iteration
+
+    def extra(clock: Clock, ablations: dict[str, Clock]) -> dict:
+        return {"metrics": _number(12 * len(params), "scalar metrics read back per step", abs=0)}
+
+    return Workload(loop(1), ablations={"every_10": loop(10)}, extra=extra)
+
+
+def remat_layers(big: bool) -> Workload:
+    """A deep bf16 MLP trained with every layer under ``jax.checkpoint`` (its activations recomputed in the backward
+    pass), far from the chip's memory limit; ablation: the same step without remat."""
+    import jax
+
+    widths = [2048] * 9 if big else [256] * 9
+    params = _mlp_params(widths, "bfloat16", seed=60)
+    x = jax.random.normal(jax.random.key(61), (8192 if big else 256, widths[0])).astype("bfloat16")
+
+    def loss(params, x, remat: bool):
+        layer = (lambda h, w: jax.nn.relu(h @ w))
+        layer = jax.checkpoint(layer) if remat else layer
+        h = x
+        for w in params:
+            h = layer(h, w)
+        return (h.astype("float32") ** 2).mean()
+
+    def make(remat: bool):
+        def step(params, x):
+            value, grads = jax.value_and_grad(lambda p: loss(p, x, remat))(params)
+            return [(p - 1e-3 * g).astype(p.dtype) for p, g in zip(params, grads)], value
+
+        return jax.jit(step, donate_argnums=0)
+
+    rematted, plain = make(True), make(False)
+    state = {"params": params}
+
+    def loop(run):
+        def iteration(i: int, clock: Clock) -> None:
+            state["params"], value = run(state["params"], x)
+            value.block_until_ready()
+
+        return iteration
+
+    def extra(clock: Clock, ablations: dict[str, Clock]) -> dict:
+        stats = _program_stats(rematted, state["params"], x)
+        return {"remat_flops_per_step": _number(stats["flops"], "compiled step's cost_analysis()['flops']", rel=0.01),
+                "remat_peak_bytes": _number(stats["peak_bytes"], "compiled step's memory_analysis() peak", rel=0.01)}
+
+    return Workload(loop(rematted), ablations={"no_remat": loop(plain)}, extra=extra)
+
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -1863,6 +2037,25 @@ SHAPES: dict[str, Shape] = {
     "debug_print_every_step": Shape(debug_print_every_step, 20, "bf16 MLP train step with a jax.debug.callback "
                                     "printing its loss every annotated step",
                                     cause="a host callback in every step (jax.debug print)"),
+    "implicit_host_input": Shape(implicit_host_input, 15, "each annotated step hands a fresh f32 numpy batch "
+                                 "(8192x4096, 128 MiB) straight to a bf16 MLP train step, which copies it to the "
+                                 "device itself", cause="the implicit host-to-device copy of the batch every step"),
+    "eval_last_batch_recompile": Shape(eval_last_batch_recompile, 20, "an evaluation loop of a jitted bf16 MLP over "
+                                       "batches of 4096 rows whose last batch has 1000: its program compiles again in "
+                                       "the last annotated step", cause="one recompilation for the short last batch"),
+    "harmless_sync_every_step": Shape(harmless_sync_every_step, 15, "float(loss) after every annotated step of a long "
+                                      "bf16 MLP train step (2048-8192-8192-2048, batch 16384), nothing else on the "
+                                      "host", cause="none: the sync every step costs nothing here"),
+    "jit_in_loop": Shape(jit_in_loop, 10, "jax.jit of a fresh lambda around the bf16 MLP train step inside the loop, "
+                         "so every annotated step traces and compiles it again",
+                         cause="a new jit every step: tracing and compiling every step"),
+    "metrics_device_get": Shape(metrics_device_get, 20, "each annotated bf16 MLP train step returns 48 scalar "
+                                "metrics that log_metrics reads back with jax.device_get and float() every step; "
+                                "Python tracer on", python_tracer=True,
+                                cause="log_metrics: reading 48 metrics back every step"),
+    "remat_layers": Shape(remat_layers, 10, "a 9-layer bf16 MLP (d 2048, batch 8192) trained with every layer under "
+                          "jax.checkpoint, far from the memory limit; annotated steps",
+                          cause="remat recomputes the activations with memory to spare"),
 }
 
 

@@ -1220,6 +1220,15 @@ def _slow_cause(slow: SlowSteps) -> tuple[str, str]:
                                   "steps; then move it off the training thread or run it less often.")
 
 
+def _same_steps_on_more_work(slow: SlowSteps) -> bool:
+    """Whether the slow steps are the normal ones on more work (a larger bucket of a padded batch, a longer
+    sequence): the devices' extra work accounts for the extra time, and the training thread does nothing in them
+    that the normal steps do not also do."""
+    device_extra = (slow.slow_busy_ms or 0.0) - (slow.normal_busy_ms or 0.0)
+    return device_extra >= 0.5 * (slow.slow_ms - slow.normal_ms) and all(
+        difference.normal_ms > 0 for difference in slow.differences)
+
+
 def _slow_steps(host: HostEvidence) -> Finding | None:
     """A group of steps well above the median: what runs longer in them, and its share of the loop."""
     slow = host.slow_steps
@@ -1227,6 +1236,8 @@ def _slow_steps(host: HostEvidence) -> Finding | None:
         return None
     priority = _rank(slow.cost_fraction, IDLE_PRIORITIES)
     if priority is None and slow.cost_fraction < SLOW_NOTABLE and slow.slow_ms < OUTLIER_STEP * slow.normal_ms:
+        return None
+    if _same_steps_on_more_work(slow):
         return None
     what, fix = _slow_cause(slow)
     evidence = [

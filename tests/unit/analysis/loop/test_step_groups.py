@@ -246,6 +246,19 @@ def test_slow_steps_that_wait_on_other_threads_join_the_finding_that_names_what_
     assert any('"$data.py:5 read_batch"' in line for line in reads.evidence)
 
 
+def test_steps_of_the_same_program_on_a_larger_bucket_are_not_slow_steps(tmp_path):
+    # Batches padded to two sizes take turns: every other step runs the same program on four times the work.
+    events, lane, start = [], [], 0
+    for step in range(16):
+        length = 41 if step % 2 else 11
+        events += [("train", start, start + length * MS), *jit_calls("step", [start + MS // 2], MS // 2)]
+        lane.append(("fusion", start + MS, start + (length - 1) * MS))
+        start += length * MS
+    host = TraceBuild().host(events, markers=("train",)).lane("/host:CPU", lane).evidence(tmp_path)
+    assert host.slow_steps is not None and host.slow_steps.steps == 8
+    assert not [f for f in analysis_of(host).findings if f.title.startswith("Slow steps")]
+
+
 def test_a_cheap_slow_group_is_informational(tmp_path):
     analysis = analysis_of(_saving_loop(save_ms=30, every=20, steps=40).evidence(tmp_path))
     (slow,) = [f for f in analysis.findings if f.title.startswith("Slow steps")]
