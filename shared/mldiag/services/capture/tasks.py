@@ -287,6 +287,8 @@ def _every_success_registered(session: ProfilerSession) -> bool:
 
 def _drop_failed_start(run: MachineLearningRun, target: str) -> None:
     state = run.continuous_profiling
+    if state is None:
+        return
     state.profiler_targets = [t for t in state.profiler_targets if t != target]
     if not state.profiler_targets:
         run.continuous_profiling = None
