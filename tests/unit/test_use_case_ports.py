@@ -3,7 +3,8 @@
 A use case in ``mldiag.services`` types its dependencies with a Protocol built from
 the port families of :mod:`mldiag.services.dependencies`; mypy (``[tool.mypy]`` in
 ``pyproject.toml``, run by ``.ci/run``) holds every read and every hand-over to
-those Protocols. Two things stay out of its sight and are checked here:
+those Protocols, and ``tests/unit/test_type_checker.py`` has it find each family a
+Protocol names in use. Two things stay out of its sight and are checked here:
 
 * a use case annotated with the concrete ``Services`` type-checks, yet is handed
   every port; the source is read with :mod:`ast` for such annotations;

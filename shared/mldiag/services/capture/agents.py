@@ -35,11 +35,11 @@ from mldiag.ports import Where
 from mldiag.services import unit_of_work
 from mldiag.services.capture import tasks
 from mldiag.services.capture.requests import parse
-from mldiag.services.dependencies import Blobs, Configured, Publishing, Stored
+from mldiag.services.dependencies import Blobs, Publishing, Stored
 from mldiag.services.unit_of_work import UnitOfWork
 
 
-class AgentPorts(Stored, Publishing, Blobs, Configured, Protocol):
+class AgentPorts(Stored, Publishing, Blobs, Protocol):
     """What serving the node agents uses."""
 
 

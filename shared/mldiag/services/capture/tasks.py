@@ -41,11 +41,11 @@ from mldiag.domain.types import CamelModel, Timestamp
 from mldiag.domain.clock import format_timestamp
 from mldiag.ports import Transaction, Where
 from mldiag.services import analysis_requests, unit_of_work
-from mldiag.services.dependencies import Blobs, Configured, Publishing, Stored
+from mldiag.services.dependencies import Blobs, Publishing, Stored
 from mldiag.services.unit_of_work import UnitOfWork
 
 
-class TaskPorts(Stored, Publishing, Blobs, Configured, Protocol):
+class TaskPorts(Stored, Publishing, Blobs, Protocol):
     """What keeping the capture tasks uses."""
 
 
