@@ -28,6 +28,7 @@ class ArchivePorts(Stored, Publishing, Blobs, Configured, Archiving, Protocol):
     """What the event archive's operations use; a replay re-delivers to a handler with the services it was given."""
 
 
+# The services a replay is given, whatever else they hold: the handlers take the same.
 Given = TypeVar("Given", bound=ArchivePorts)
 
 
