@@ -183,7 +183,8 @@ class ProfilerClient(Protocol):
     """One workload's XProf profiler server (``host:port``); failures raise
     :class:`mldiag.domain.capture.CaptureFailed` naming why."""
 
-    address: str
+    @property
+    def address(self) -> str: ...
 
     def reachable(self) -> bool: ...
 

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError
 
-from mldiag.domain.errors import InvalidArgument, PermanentFailure
+from mldiag.domain.errors import InvalidArgument, PermanentFailure, invalid_argument
 from mldiag.domain.names import id_from_text, validate_id
 from mldiag.domain.resources import (
     AnalyzerReport,
@@ -35,7 +35,6 @@ from mldiag.domain.resources import (
     EventType,
     MonitoredEvent,
     RecommendedAction,
-    invalid_argument,
 )
 from mldiag.domain.types import CamelModel, Timestamp
 from mldiag.domain.clock import format_timestamp

@@ -7,11 +7,16 @@ Standard library only: a function's import path reads the clock before its first
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from typing import overload
 
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+@overload
+def format_timestamp(value: datetime) -> str: ...
+@overload
+def format_timestamp(value: None) -> None: ...
 def format_timestamp(value: datetime | None) -> str | None:
     return None if value is None else value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

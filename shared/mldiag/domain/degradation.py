@@ -179,7 +179,7 @@ def detect_degradation(points: Iterable[MetricPoint], params: DetectorParams | N
     """Run a whole series through the detector; returns (index, transition, reason) for each change."""
     params = params or DetectorParams()
     state = state or DetectorState()
-    changes = []
+    changes: list[tuple[int, Transition, str]] = []
     for index, point in enumerate(points):
         transition = observe(state, point, params)
         if transition is not Transition.NONE:

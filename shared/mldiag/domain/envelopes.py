@@ -78,7 +78,8 @@ def message_from_cloud_event(event: CloudEvent) -> Message:
             data = json.loads(data)
         except ValueError:
             data = None
-    message = data.get("message") if isinstance(data, dict) else None
+    body = data if isinstance(data, dict) else {}
+    message = body.get("message")
     if not isinstance(message, dict):
         raise PermanentFailure(f"event {event['id']} carries no Pub/Sub message")
     try:
@@ -93,7 +94,7 @@ def message_from_cloud_event(event: CloudEvent) -> Message:
         attributes={str(k): str(v) for k, v in attributes.items()},
         message_id=str(message.get("messageId") or message.get("message_id") or event["id"]),
         publish_time=str(message.get("publishTime") or ""),
-        delivery_attempt=int(data.get("deliveryAttempt") or 1),
+        delivery_attempt=int(body.get("deliveryAttempt") or 1),
         ordering_key=str(message.get("orderingKey") or ""),
     )
 
@@ -118,8 +119,8 @@ def storage_finalized_event(metadata: dict[str, Any], *, event_id: str = "") -> 
         "specversion": "1.0",
         "datacontenttype": "application/json",
     }
-    if metadata.get("updated") or metadata.get("timeCreated"):
-        attributes["time"] = metadata.get("updated") or metadata.get("timeCreated")
+    if timestamp := metadata.get("updated") or metadata.get("timeCreated"):
+        attributes["time"] = timestamp
     return CloudEvent(attributes, metadata)
 
 

@@ -10,7 +10,7 @@ last host is the only one that asks for the merge.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from mldiag.domain.types import CamelModel, Timestamp
 
@@ -75,7 +75,7 @@ class HostAnalyses(CamelModel):
     def done(self) -> dict[str, HostProgress]:
         return {host: progress for host, progress in self.hosts.items() if progress.state is HostState.DONE}
 
-    def to_document(self) -> dict:
+    def to_document(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)
 
 

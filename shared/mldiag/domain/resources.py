@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import datetime, timedelta
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from pydantic import Field, ValidationError, computed_field, model_validator
 
@@ -208,7 +208,7 @@ class Resource(CamelModel):
         """Raise :class:`InvalidTransition` when ``previous`` → ``self`` is impossible."""
 
     @classmethod
-    def from_json(cls, data: Any) -> Resource:
+    def from_json(cls, data: Any) -> Self:
         """Validate JSON; errors become :class:`InvalidArgument` naming the field."""
         try:
             return cls.model_validate(data)

@@ -104,7 +104,8 @@ def parse_duration(value: Any) -> timedelta:
     match = _DURATION.fullmatch(value.strip()) if isinstance(value, str) else None
     if not match or not any(match.groups()):
         raise ValueError(f"not a duration: {value!r} ({_SYNTAX})")
-    seconds = sum(Decimal(number) * _UNIT_SECONDS[unit] for unit, number in match.groupdict().items() if number)
+    seconds = sum((Decimal(number) * _UNIT_SECONDS[unit] for unit, number in match.groupdict().items() if number),
+                  Decimal(0))
     return _from_seconds(seconds, value)
 
 

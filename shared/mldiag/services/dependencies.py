@@ -8,8 +8,8 @@ A use case does not ask for the whole :class:`Services`: its parameter's type
 names the port families below that it, and every use case it hands its
 dependencies to, reads: one family, or a Protocol of its module that combines
 several (``RegistrationPorts``). ``Services`` satisfies every family
-structurally, so callers pass it unchanged; ``tests/unit/test_use_case_ports.py``
-holds each use case to its Protocol.
+structurally, so callers pass it unchanged; the type checker (``[tool.mypy]`` in
+``pyproject.toml``) holds each use case to its Protocol.
 
 The typed views load their modules (the resource models, the event archive) on
 first use: a function's cold start imports this module, and needs none of them

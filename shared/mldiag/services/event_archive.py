@@ -104,7 +104,8 @@ def raw_event(event: CloudEvent) -> dict[str, Any]:
     data as the SDK writes them, base64)."""
     data = event.get_data()
     if isinstance(data, (bytes, bytearray, memoryview)):
-        return json.loads(to_json(event))
+        structured: dict[str, Any] = json.loads(to_json(event))
+        return structured
     raw = dict(event.get_attributes())
     if data is not None:
         raw["data"] = data
@@ -195,7 +196,8 @@ class EventArchive:
         if record.raw is not None:
             return record.raw
         if record.raw_uri:
-            return json.loads(self.blobs.read_bytes(record.raw_uri))
+            stored: dict[str, Any] = json.loads(self.blobs.read_bytes(record.raw_uri))
+            return stored
         raise PermanentFailure(f"event {record.key} has no stored payload")
 
     def finish(self, record: ArchivedEvent, outcome: Outcome, detail: str = "", error: str = "") -> None:

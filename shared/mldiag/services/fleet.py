@@ -23,12 +23,12 @@ from typing import Any, Protocol
 from mldiag.analysis.evidence import Analysis
 from mldiag.analysis.host_evidence import HostEvidence, TimeCause
 from mldiag.analysis.rules.frameworks import detect
-from mldiag.config import ANALYSIS_EVENTS
 from mldiag.domain.errors import FailedPrecondition, InvalidArgument
 from mldiag.domain.fleet import CauseTime, FindingCost, FleetRecord, Label
 from mldiag.domain.messages import fleet_record_message
 from mldiag.domain.names import parent_of
 from mldiag.domain.resources import FindingCategory, MachineLearningRun, Priority, ProfilerSession
+from mldiag.domain.topics import ANALYSIS_EVENTS
 from mldiag.domain.clock import format_timestamp
 from mldiag.ports import FleetRecords, QueryResult
 from mldiag.services.dependencies import Configured, Fleet, Stored

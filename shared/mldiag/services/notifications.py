@@ -33,6 +33,7 @@ import hmac
 import ipaddress
 import json
 import re
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
@@ -41,7 +42,7 @@ import requests
 import structlog
 from pydantic import Field
 
-from mldiag.config import ANALYSIS_EVENTS, Settings
+from mldiag.config import Settings
 from mldiag.domain.errors import InvalidArgument, PermanentFailure
 from mldiag.domain.messages import (
     ANALYSIS_COMPLETED,
@@ -52,6 +53,7 @@ from mldiag.domain.messages import (
     Notification,
 )
 from mldiag.domain.resources import HealthStatus, MonitoredEvent, ProfilerSession
+from mldiag.domain.topics import ANALYSIS_EVENTS
 from mldiag.domain.types import CamelModel
 from mldiag.domain.clock import format_timestamp
 from mldiag.ports import Transaction
@@ -366,7 +368,11 @@ def _pagerduty(services: NotificationPorts, route: NotificationRoute, event: dic
         _post(services, base + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
 
 
-_DESTINATIONS = {
+# A destination: the route's setting that turns it on, and how an event is sent to it.
+Destination = tuple[Callable[[NotificationRoute], str],
+                    Callable[[NotificationPorts, NotificationRoute, dict[str, Any]], None]]
+
+_DESTINATIONS: dict[str, Destination] = {
     "webhook": (lambda route: route.webhook_url, _webhook),
     "slack": (lambda route: route.slack_url, _slack),
     "pagerduty": (lambda route: route.pagerduty_routing_key, _pagerduty),

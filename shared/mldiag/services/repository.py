@@ -149,9 +149,12 @@ class Repository(Generic[R]):
         it may run more than once. Returns the saved resource and what ``change`` returned.
         """
         previous = self.find_in(transaction, name)
-        if previous is None and new is None:
+        if previous is not None:
+            resource = previous.model_copy(deep=True)
+        elif new is not None:
+            resource = new()
+        else:
             raise NotFound(f"{name} not found")
-        resource = previous.model_copy(deep=True) if previous is not None else new()
         said = change(resource)
         resource.name = name
         return self.save_in(transaction, previous, resource), said

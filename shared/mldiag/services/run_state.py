@@ -16,7 +16,14 @@ from mldiag.services.repository import document_key
 from mldiag.services.dependencies import Transacting
 from mldiag.services.unit_of_work import UnitOfWork
 
-M = TypeVar("M", bound=CamelModel)
+
+class PerRunState(CamelModel):
+    """A state kept beside a run, which names it."""
+
+    run: str
+
+
+M = TypeVar("M", bound=PerRunState)
 
 
 class RunState(Generic[M]):

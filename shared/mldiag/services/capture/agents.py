@@ -29,17 +29,17 @@ from mldiag.domain.errors import NotFound, PermissionDenied
 from mldiag.domain.names import TARGETS, LocationName, RunName, validate_id
 from mldiag.domain.resources import ProfilerTarget, TargetState
 from mldiag.domain.types import CamelModel
+from mldiag.domain.capture import split_address
 from mldiag.domain.clock import format_timestamp
 from mldiag.ports import Where
 from mldiag.services import unit_of_work
 from mldiag.services.capture import tasks
 from mldiag.services.capture.requests import parse
-from mldiag.services.capture.targets import split_address
-from mldiag.services.dependencies import Blobs, Configured, Publishing, Stored
+from mldiag.services.dependencies import Blobs, Publishing, Stored
 from mldiag.services.unit_of_work import UnitOfWork
 
 
-class AgentPorts(Stored, Publishing, Blobs, Configured, Protocol):
+class AgentPorts(Stored, Publishing, Blobs, Protocol):
     """What serving the node agents uses."""
 
 

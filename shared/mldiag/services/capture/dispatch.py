@@ -24,10 +24,10 @@ from mldiag.domain.messages import CaptureTaskRequest
 from mldiag.services.capture import tasks
 from mldiag.services.capture.execute import Executor
 from mldiag.services.capture.targets import resolve_address
-from mldiag.services.dependencies import Blobs, Configured, Dialling, Publishing, Stored
+from mldiag.services.dependencies import Blobs, Dialling, Publishing, Stored
 
 
-class DispatchPorts(Stored, Publishing, Blobs, Configured, Dialling, Protocol):
+class DispatchPorts(Stored, Publishing, Blobs, Dialling, Protocol):
     """What dispatching a capture task uses."""
 
 

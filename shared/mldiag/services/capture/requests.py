@@ -17,11 +17,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import Field, ValidationError, field_validator
 
-from mldiag.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from mldiag.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, invalid_argument
 from mldiag.domain.messages import CaptureTaskRequest
 from mldiag.domain.names import SESSIONS, RunName
 from mldiag.domain.resources import (
@@ -38,7 +38,6 @@ from mldiag.domain.resources import (
     SessionPhase,
     TargetSession,
     TargetState,
-    invalid_argument,
 )
 from mldiag.domain.types import CamelModel, Duration, bounded_duration
 from mldiag.domain.clock import format_timestamp
@@ -94,7 +93,10 @@ class ContinuousRequest(CamelModel):
     device_tracer_level: DeviceTracerLevel = DeviceTracerLevel.DEVICE_TRACER_LEVEL_ENABLED
 
 
-def parse(model: type[CamelModel], body: dict) -> CamelModel:
+Body = TypeVar("Body", bound=CamelModel)
+
+
+def parse(model: type[Body], body: dict[str, Any]) -> Body:
     try:
         return model.model_validate(body)
     except ValidationError as error:

@@ -41,11 +41,11 @@ from mldiag.domain.types import CamelModel, Timestamp
 from mldiag.domain.clock import format_timestamp
 from mldiag.ports import Transaction, Where
 from mldiag.services import analysis_requests, unit_of_work
-from mldiag.services.dependencies import Blobs, Configured, Publishing, Stored
+from mldiag.services.dependencies import Blobs, Publishing, Stored
 from mldiag.services.unit_of_work import UnitOfWork
 
 
-class TaskPorts(Stored, Publishing, Blobs, Configured, Protocol):
+class TaskPorts(Stored, Publishing, Blobs, Protocol):
     """What keeping the capture tasks uses."""
 
 
@@ -287,6 +287,8 @@ def _every_success_registered(session: ProfilerSession) -> bool:
 
 def _drop_failed_start(run: MachineLearningRun, target: str) -> None:
     state = run.continuous_profiling
+    if state is None:
+        return
     state.profiler_targets = [t for t in state.profiler_targets if t != target]
     if not state.profiler_targets:
         run.continuous_profiling = None

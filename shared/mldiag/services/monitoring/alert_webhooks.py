@@ -41,7 +41,7 @@ ALERTMANAGER_VERSION = "4"
 MAX_ALERTS = 1000
 
 
-def receive_prometheus(services: AlertWebhookPorts, source: str, notification: dict[str, Any]) -> list[dict]:
+def receive_prometheus(services: AlertWebhookPorts, source: str, notification: dict[str, Any]) -> list[dict[str, Any]]:
     """An Alertmanager (``webhook_config``, version 4) or Grafana webhook notification: one message per alert."""
     if source not in PROMETHEUS_SOURCES:
         raise InvalidArgument(f"unknown alert source {source!r}", field="source")
@@ -64,7 +64,7 @@ def receive_prometheus(services: AlertWebhookPorts, source: str, notification: d
     return _publish(services, alerts)
 
 
-def receive_incident(services: AlertWebhookPorts, notification: dict[str, Any]) -> list[dict]:
+def receive_incident(services: AlertWebhookPorts, notification: dict[str, Any]) -> list[dict[str, Any]]:
     """A Cloud Monitoring webhook notification: the incident its Pub/Sub channel would publish."""
     if not isinstance(notification.get("incident"), dict):
         raise InvalidArgument("the notification has no incident object", field="incident")
@@ -77,7 +77,7 @@ def receive_incident(services: AlertWebhookPorts, notification: dict[str, Any]) 
     return _publish(services, [(key, alert)])
 
 
-def _publish(services: AlertWebhookPorts, alerts: list[tuple[str, Alert]]) -> list[dict]:
+def _publish(services: AlertWebhookPorts, alerts: list[tuple[str, Alert]]) -> list[dict[str, Any]]:
     """Check every alert names an existing run, then stage and send them all, each as an :class:`AlertMessage`."""
     checked = [(key, with_run_found(services, alert)) for key, alert in alerts]
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 import structlog
 from pydantic import Field
@@ -33,7 +33,7 @@ from mldiag.domain.clock import format_timestamp
 from mldiag.services import notifications, unit_of_work
 from mldiag.services.dependencies import Blobs, Configured, Publishing, Stored
 from mldiag.services.monitoring.alert_runs import with_run_found
-from mldiag.services.run_state import RunState
+from mldiag.services.run_state import PerRunState, RunState
 from mldiag.services.unit_of_work import UnitOfWork
 
 
@@ -54,10 +54,9 @@ class AutoCapturePolicy(CamelModel):
     max_per_hour: int = Field(default=4, ge=1, le=60)
 
 
-class AutoCaptureState(CamelModel):
+class AutoCaptureState(PerRunState):
     """What the storm control remembers per run."""
 
-    run: str
     policy: AutoCapturePolicy = Field(default_factory=AutoCapturePolicy)
     captures: list[Timestamp] = Field(default_factory=list)  # within the last hour
     # A decided capture not yet confirmed; a retried alert finishes it under the same session id.
@@ -89,8 +88,9 @@ def _why_not(state: AutoCaptureState, event: MonitoredEvent, now: datetime) -> s
         return "auto-capture is disabled for this run"
     if event.profiler_sessions:
         return f"already captured for this event ({event.profiler_sessions[-1].rsplit('/', 1)[-1]})"
-    if state.captures:
-        since = now - max(state.captures)
+    last_capture = max((t for t in state.captures if t is not None), default=None)
+    if last_capture is not None:
+        since = now - last_capture
         if since < policy.cooldown:
             return (f"cooldown: the run's last automatic capture was {since.total_seconds():.0f}s ago "
                     f"(cooldown {human_duration(policy.cooldown)})")
@@ -244,10 +244,10 @@ def handle_alert(services: AutoCapturePorts, alert: Alert, message_id: str) -> s
         return f"{state} alert recorded on {decision.event}"
 
 
-def describe_state(services: AutoCapturePorts, run_name: str) -> dict:
+def describe_state(services: AutoCapturePorts, run_name: str) -> dict[str, Any]:
     """The run's auto-capture policy and recent captures, for the CLI and the console."""
     state = STATES.read(services, run_name)
-    events = {"count": state.events_opened, "max": services.settings.max_monitored_events_per_run,
+    events: dict[str, Any] = {"count": state.events_opened, "max": services.settings.max_monitored_events_per_run,
               "dropped": state.events_dropped}
     if state.last_dropped is not None:
         events["lastDropped"] = state.last_dropped.to_json_dict()

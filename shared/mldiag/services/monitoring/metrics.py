@@ -11,7 +11,7 @@ leave through the outbox.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import Field
 
@@ -19,12 +19,11 @@ from mldiag.domain.degradation import DetectorParams, DetectorState, MetricPoint
 from mldiag.domain.errors import InvalidArgument, NotFound
 from mldiag.domain.messages import AlertMessage
 from mldiag.domain.resources import AnalyzerReport, DetectionState, EventType, MonitoredEvent
-from mldiag.domain.types import CamelModel
 from mldiag.domain.clock import format_timestamp
 from mldiag.services import unit_of_work
 from mldiag.services.dependencies import Publishing, Stored
 from mldiag.services.repository import document_key
-from mldiag.services.run_state import RunState
+from mldiag.services.run_state import PerRunState, RunState
 from mldiag.services.unit_of_work import UnitOfWork
 
 
@@ -37,10 +36,9 @@ ANALYZER = "mldiag-degradation"
 MAX_POINTS_PER_REPORT = 10_000
 
 
-class RunDetector(CamelModel):
+class RunDetector(PerRunState):
     """What is stored per run: its parameters, the detector's memory, and the event it has open."""
 
-    run: str
     params: DetectorParams = Field(default_factory=DetectorParams)
     state: DetectorState = Field(default_factory=DetectorState)
     opened: int = 0
@@ -66,7 +64,7 @@ def alert_message(run_name: str, event_id: str, transition: Transition, reason: 
 
 
 def report_metrics(services: MetricPorts, run_name: str, points: Sequence[MetricPoint],
-                   *, new_steps_only: bool = False) -> list[dict]:
+                   *, new_steps_only: bool = False) -> list[dict[str, Any]]:
     """Feed points to the run's detector; returns the alert messages this report caused.
 
     ``new_steps_only`` skips points of steps the detector has had already: an OpenTelemetry gauge is

@@ -41,7 +41,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mldiag.domain.degradation import MetricPoint
 from mldiag.domain.errors import InvalidArgument, MldiagError
@@ -49,6 +49,12 @@ from mldiag.domain.names import LocationName
 from mldiag.services.dependencies import Configured, Publishing, Stored
 from mldiag.services.monitoring import metrics
 from mldiag.services.resources.runs import find_named
+
+if TYPE_CHECKING:
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+        ExportMetricsServiceRequest,
+        ExportMetricsServiceResponse,
+    )
 
 
 class OtlpPorts(Stored, Publishing, Configured, Protocol):
@@ -70,17 +76,12 @@ _FRACTION_PER_UNIT = {"": 0.01, "%": 0.01, "1": 1.0}
 _DELTA = 1  # AggregationTemporality.AGGREGATION_TEMPORALITY_DELTA
 
 
-def proto() -> Any:
-    """The OTLP metrics service's protobuf module, imported on first use."""
-    from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
-
-    return metrics_service_pb2
-
-
-def parse_request(body: bytes, content_type: str, content_encoding: str = "") -> Any:
+def parse_request(body: bytes, content_type: str, content_encoding: str = "") -> ExportMetricsServiceRequest:
     """An ``ExportMetricsServiceRequest`` from an OTLP/HTTP body; :class:`InvalidArgument` when it is not one."""
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
     body = _decompress(body, content_encoding.strip().lower())
-    request = proto().ExportMetricsServiceRequest()
+    request = ExportMetricsServiceRequest()
     if content_type == PROTOBUF:
         from google.protobuf.message import DecodeError
 
@@ -125,7 +126,7 @@ def _decompress(body: bytes, encoding: str) -> bytes:
 class ExportResult:
     """What an export did: the alerts it caused, and the points it could not use and why (OTLP's partial success)."""
 
-    alerts: list[dict] = field(default_factory=list)
+    alerts: list[dict[str, Any]] = field(default_factory=list)
     rejected: int = 0
     reasons: list[str] = field(default_factory=list)
 
@@ -138,9 +139,11 @@ class ExportResult:
     def error_message(self) -> str:
         return "; ".join(self.reasons)
 
-    def response(self) -> Any:
-        """The ``ExportMetricsServiceResponse``."""
-        response = proto().ExportMetricsServiceResponse()
+    def response(self) -> ExportMetricsServiceResponse:
+        """The OTLP/HTTP and gRPC answer: the points rejected, and why."""
+        from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceResponse
+
+        response = ExportMetricsServiceResponse()
         if self.rejected:
             response.partial_success.rejected_data_points = self.rejected
             response.partial_success.error_message = self.error_message

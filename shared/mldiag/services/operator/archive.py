@@ -8,23 +8,28 @@ RFC 3339 time or a duration meaning that long before the server's now.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
+from cloudevents.http import CloudEvent
 from pydantic import Field, ValidationError, field_validator
 
 from mldiag.domain.errors import InvalidArgument, invalid_argument
 from mldiag.domain.resources import RESOURCE_TYPES
 from mldiag.domain.types import CamelModel, parse_duration
-from mldiag.services.dependencies import Archiving, Blobs, Configured, Dialling, FunctionHandler, Publishing, Stored
+from mldiag.services.dependencies import Archiving, Blobs, Configured, Publishing, Stored
 from mldiag.services.event_archive import ArchivedEvent, Outcome
 from mldiag.services.operator.dead_letters import list_dead_letters
 from mldiag.services.operator.replay import ReplayResult, Target, find_record, replay_one
 
 
-class ArchivePorts(Stored, Publishing, Blobs, Configured, Dialling, Archiving, Protocol):
-    """What the event archive's operations use; a replay may re-deliver to any handler."""
+class ArchivePorts(Stored, Publishing, Blobs, Configured, Archiving, Protocol):
+    """What the event archive's operations use; a replay re-delivers to a handler with the services it was given."""
+
+
+# The services a replay is given, whatever else they hold: the handlers take the same.
+Given = TypeVar("Given", bound=ArchivePorts)
 
 
 MAX_LIMIT = 10_000
@@ -101,8 +106,8 @@ def show_event(services: ArchivePorts, key_or_id: str) -> dict[str, Any]:
     return {**record.to_json_dict(), "raw": services.events.load_raw(record)}
 
 
-def replay(services: ArchivePorts, request: ReplayRequest,
-           handlers: Mapping[str, FunctionHandler]) -> list[ReplayResult]:
+def replay(services: Given, request: ReplayRequest,
+           handlers: Mapping[str, Callable[[Given, CloudEvent], object]]) -> list[ReplayResult]:
     """Replay the events a request names or selects; ``handlers`` serve a local re-delivery."""
     if not request.events and not request.selective:
         raise InvalidArgument("name events to replay, or select them with type, function, outcome, since or until",

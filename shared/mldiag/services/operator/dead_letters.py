@@ -14,10 +14,11 @@ from typing import Any, Protocol
 
 from cloudevents.http import CloudEvent
 
-from mldiag.config import ANALYSIS_REQUESTS, DEAD_LETTER_SUFFIX, HOST_ANALYSIS_REQUESTS, TOPIC_SUBSCRIBERS
+from mldiag.config import DEAD_LETTER_SUFFIX, TOPIC_SUBSCRIBERS
 from mldiag.domain.envelopes import message_from_cloud_event
 from mldiag.domain.errors import MldiagError
 from mldiag.domain.clock import format_timestamp
+from mldiag.domain.topics import ANALYSIS_REQUESTS, HOST_ANALYSIS_REQUESTS
 from mldiag.ports import OrderBy
 from mldiag.services.dependencies import Archiving, Blobs, Configured, Publishing, Stored
 from mldiag.services.event_archive import ArchivedEvent, Ignored, Outcome

@@ -9,10 +9,10 @@ only says what would happen.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from cloudevents.conversion import from_dict
 from cloudevents.http import CloudEvent
@@ -20,12 +20,16 @@ from cloudevents.http import CloudEvent
 from mldiag.config import FUNCTIONS
 from mldiag.domain.envelopes import PUBSUB_PUBLISHED, message_from_cloud_event
 from mldiag.domain.errors import InvalidArgument, NotFound
-from mldiag.services.dependencies import Archiving, Blobs, Configured, Dialling, FunctionHandler, Publishing, Stored
+from mldiag.services.dependencies import Archiving, Publishing
 from mldiag.services.event_archive import ArchivedEvent, Outcome
 
 
-class ReplayPorts(Stored, Publishing, Blobs, Configured, Dialling, Archiving, Protocol):
-    """What a replay uses: every port, since a local re-delivery hands them to the function's handler."""
+class ReplayPorts(Publishing, Archiving, Protocol):
+    """What a replay reads itself; a local re-delivery hands the handler the services it was given."""
+
+
+# The services a replay is given, whatever else they hold: the handlers take the same.
+Given = TypeVar("Given", bound=ReplayPorts)
 
 
 _REPROCESSED = {Outcome.FAILED, Outcome.REJECTED, Outcome.RECEIVED}
@@ -55,8 +59,8 @@ def _source_topic(event: CloudEvent) -> str:
     return source.rsplit("/topics/", 1)[1]
 
 
-def replay_one(services: ReplayPorts, record: ArchivedEvent, target: Target, dry_run: bool,
-               handlers: Mapping[str, FunctionHandler]) -> ReplayResult:
+def replay_one(services: Given, record: ArchivedEvent, target: Target, dry_run: bool,
+               handlers: Mapping[str, Callable[[Given, CloudEvent], object]]) -> ReplayResult:
     """Replay one archived event; ``handlers`` are the functions' handlers, by name, for a local re-delivery."""
     handler = handlers.get(record.function)
     if handler is None:

@@ -17,16 +17,18 @@ import shlex
 import types
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Union, get_args, get_origin
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from mldiag.domain.errors import InvalidArgument
 from mldiag.domain.resources import Resource
-from mldiag.ports import OrderBy, Where
+from mldiag.ports import Operator, OrderBy, Where
 from mldiag.services.repository import Page, Repository
 
-_OPERATORS = {"=": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
+R = TypeVar("R", bound=Resource)
+
+_OPERATORS: dict[str, Operator] = {"=": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
 _TERM = re.compile(r"^(?P<field>[A-Za-z_][\w.-]*)\s*(?P<op><=|>=|!=|=|<|>)\s*(?P<value>.+)$", re.DOTALL)
 _AND = re.compile(r"\s+AND\s+")
 _UNSUPPORTED = re.compile(r"\s(OR|NOT)\s|^NOT\s|[()]")
@@ -44,8 +46,8 @@ class ListRequest:
     page_token: str = ""
 
 
-def list_page(repository: Repository, parent: str, request: ListRequest,
-              default_order: Sequence[OrderBy] = NEWEST_FIRST) -> Page:
+def list_page(repository: Repository[R], parent: str, request: ListRequest,
+              default_order: Sequence[OrderBy] = NEWEST_FIRST) -> Page[R]:
     """One page of ``parent``'s children in ``repository``, filtered and ordered as asked."""
     return repository.list(
         parent,

@@ -21,7 +21,7 @@ from mldiag.domain.names import SESSIONS, ChildName, RunName
 from mldiag.domain.resources import MachineLearningRun, ProfilerSession
 from mldiag.domain.types import bounded_duration
 from mldiag.services.dependencies import Blobs, Configured, Stored
-from mldiag.services.resources.masks import apply_update, assign
+from mldiag.services.resources.masks import Merge, apply_update, assign
 
 
 class SessionPorts(Stored, Blobs, Configured, Protocol):
@@ -44,7 +44,7 @@ def _merge_targets(stored: list[str] | None, incoming: list[str]) -> list[str]:
     return list(dict.fromkeys([*(stored or []), *incoming]))
 
 
-_MERGES = {"targetSessions": _merge_target_sessions, "profilerTargets": _merge_targets}
+_MERGES: dict[str, Merge] = {"targetSessions": _merge_target_sessions, "profilerTargets": _merge_targets}
 
 
 def session_location(settings: Settings, run: MachineLearningRun, session_id: str) -> tuple[str, str]:
