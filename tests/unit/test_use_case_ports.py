@@ -348,6 +348,6 @@ def test_services_satisfies_every_family_and_each_of_its_ports_has_one(embedded)
     families = [name for name in index.classes
                 if name.startswith(f"{PACKAGE}.dependencies.") and index.is_protocol(name)]
     declared = set().union(*(index.members(family) for family in families))
-    assert len(families) == 8  # seven families of ports, and the store and bus a unit of work needs together
+    assert len(families) == 9  # eight families of ports, and the store and bus a unit of work needs together
     assert all(hasattr(embedded, member) for member in declared)
     assert {f.name for f in dataclasses.fields(embedded)} <= declared
