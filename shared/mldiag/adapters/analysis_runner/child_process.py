@@ -26,6 +26,7 @@ stale file, and no process table is searched.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import signal
@@ -104,7 +105,8 @@ class ChildProcessAnalysisRunner:
         try:
             result, errors = child.communicate(request, timeout=job.timeout_seconds)
         except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # it ended at the deadline
+                os.killpg(child.pid, signal.SIGKILL)
             child.communicate()
             raise AnalysisTimedOut(job.timeout_seconds) from None
         finally:
