@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TYPE_CHECKING
 
-from mldiag.analysis import Analysis, analyze_profile, start_analysis
+from mldiag.analysis import Analysis, analyze_profile
 from mldiag.analysis.comparison import compare
-from mldiag.analysis.engine import analyze_host
-from mldiag.analysis.evidence import Investigation
-from mldiag.analysis.fanout import HOST_EVIDENCE_FILE, HostAnalysis, merge_hosts
-from mldiag.analysis.reasoning.investigation import Investigator
 from mldiag.analysis.report import write_reports
-from mldiag.domain.resources import HealthStatus
 from mldiag.ports import AnalysisJob
+
+if TYPE_CHECKING:
+    from mldiag.analysis.fanout import HostAnalysis
+    from mldiag.analysis.reasoning.investigation import Investigator
 
 
 def analyse(job: AnalysisJob, investigate: Investigator) -> Analysis:
@@ -45,6 +45,9 @@ def analyse(job: AnalysisJob, investigate: Investigator) -> Analysis:
 
 def analyse_host(job: AnalysisJob) -> HostAnalysis:
     """One host file's evidence (the merge investigates), written to ``host.json`` in ``job.out``."""
+    from mldiag.analysis.engine import analyze_host
+    from mldiag.analysis.fanout import HOST_EVIDENCE_FILE
+
     if len(job.inputs) != 1:
         raise ValueError(f"a host's analysis reads one host file, not {len(job.inputs)}")
     part = analyze_host(job.inputs[0], job.scratch, memory_ceiling_bytes=job.memory_ceiling_bytes, owned_inputs=True)
@@ -54,6 +57,11 @@ def analyse_host(job: AnalysisJob) -> HostAnalysis:
 
 
 def _merged(job: AnalysisJob, investigate: Investigator) -> Analysis:
+    from mldiag.analysis import start_analysis
+    from mldiag.analysis.evidence import Investigation
+    from mldiag.analysis.fanout import HostAnalysis, merge_hosts
+    from mldiag.domain.resources import HealthStatus
+
     started = time.perf_counter()
     parts = [HostAnalysis.model_validate_json(path.read_text("utf-8")) for path in job.inputs]
     analysis = merge_hosts(parts, source=job.source, session=job.source.rstrip("/").rsplit("/", 1)[-1],
