@@ -80,22 +80,14 @@ class ChildProcessAnalysisRunner:
         return stopped
 
     def kill_left_behind(self, scratch: Path) -> bool:
-        try:
-            lease = os.open(scratch / LEASE_FILE, os.O_RDONLY)
-        except OSError:
+        pid = _lease_holder(scratch)
+        if pid is None:
             return False
         try:
-            try:
-                fcntl.flock(lease, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return False  # free: its worker has ended
-            except BlockingIOError:
-                pid = int(os.read(lease, 32))
             os.killpg(pid, signal.SIGKILL)  # the worker leads a process group of its own
-            return True
-        except (ValueError, ProcessLookupError):
+        except ProcessLookupError:
             return False
-        finally:
-            os.close(lease)
+        return True
 
     def _run(self, job: AnalysisJob, *, host: bool) -> bytes:
         request = worker.encode_request(job, host=host, settings=self._settings)
@@ -131,6 +123,23 @@ class ChildProcessAnalysisRunner:
         finally:
             os.close(lease)  # the child's copy holds the lock now
         return child
+
+
+def _lease_holder(scratch: Path) -> int | None:
+    """The pid of the worker that holds the lease in ``scratch``; None where none does (no lease, or its worker
+    has ended)."""
+    try:
+        lease = os.open(scratch / LEASE_FILE, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(lease, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:  # held: the worker lives, so the pid it names is still its own
+        return int(os.read(lease, 32))
+    else:
+        return None
+    finally:
+        os.close(lease)
 
 
 def _why(status: int, errors: str) -> AnalysisFailed:
