@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from mldiag.adapters.analysis_runner.child_process import ChildProcessAnalysisRunner
 from mldiag.adapters.bus.inprocess import InProcessBus
 from mldiag.adapters.blobs.local import LocalBlobs
 from mldiag.adapters.fleet.sqlite import SqliteFleet
@@ -159,6 +160,7 @@ def embedded(tmp_path: Path, clock: Clock) -> Services:
         blobs=LocalBlobs(settings.data_dir),
         bus=InProcessBus("p", max_attempts=3, min_backoff=0.001, max_backoff=0.01),
         profiler=dial_profiler,
+        analysis_runner=ChildProcessAnalysisRunner(settings),
         now=clock,
         fleet=SqliteFleet(settings.fleet_path),
     )

@@ -57,6 +57,7 @@ def dial_profiler(address: str) -> ProfilerClient:
 
 
 def _build_embedded(settings: Settings) -> Services:
+    from mldiag.adapters.analysis_runner.child_process import ChildProcessAnalysisRunner
     from mldiag.adapters.bus.inprocess import InProcessBus
     from mldiag.adapters.fleet.sqlite import SqliteFleet
     from mldiag.adapters.store.sqlite import SqliteStore
@@ -66,12 +67,14 @@ def _build_embedded(settings: Settings) -> Services:
         store=SqliteStore(settings.sqlite_path),
         blobs=build_blobs(settings),
         profiler=dial_profiler,
+        analysis_runner=ChildProcessAnalysisRunner(settings),
         bus=InProcessBus(settings.project, path=settings.sqlite_path, max_attempts=settings.max_delivery_attempts),
         fleet=SqliteFleet(settings.fleet_path),
     )
 
 
 def _build_gcp(settings: Settings) -> Services:
+    from mldiag.adapters.analysis_runner.child_process import ChildProcessAnalysisRunner
     from mldiag.adapters.bus.pubsub import PubSubBus
     from mldiag.adapters.fleet.bigquery import BigQueryFleet
     from mldiag.adapters.store.firestore import FirestoreStore
@@ -81,6 +84,7 @@ def _build_gcp(settings: Settings) -> Services:
         store=FirestoreStore(settings.project, settings.firestore_database),
         blobs=build_blobs(settings),
         profiler=dial_profiler,
+        analysis_runner=ChildProcessAnalysisRunner(settings),
         bus=PubSubBus(settings.project, settings.topic_prefix),
         fleet=BigQueryFleet(settings.project, settings.fleet_dataset),
     )
@@ -98,12 +102,6 @@ def services() -> Services:
 
 def build_investigator(settings: Settings, reasoner: str | None = None) -> Investigator:
     """The investigation the settings ask for (``reasoner`` overrides ``settings.reasoner``)."""
-    from mldiag.analysis.reasoning.investigation import Investigator
-    from mldiag.analysis.reasoning.offline import OfflineReasoner
+    from mldiag.adapters.reasoning import investigator
 
-    offline = OfflineReasoner()
-    if (reasoner or settings.reasoner) == "vertex":
-        from mldiag.adapters.reasoning.vertex import VertexReasoner
-
-        return Investigator(VertexReasoner.from_settings(settings), offline)
-    return Investigator(offline, offline)
+    return investigator(settings, reasoner)

@@ -4,14 +4,15 @@ The document store, the blob store and the message bus each have an embedded
 adapter (SQLite, a local directory, an in-process bus) and a Google Cloud one
 (Firestore, Cloud Storage, Pub/Sub, which also drive the official emulators);
 the profiler client dials a workload's XProf profiler server; the reasoner that
-investigates an analysis is the offline one or Gemini on Vertex AI.
+investigates an analysis is the offline one or Gemini on Vertex AI; the analysis
+runner runs an analysis job in a child process (or, for tests, in this one).
 ``mldiag.bootstrap`` picks the adapters; nothing else imports one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, runtime_checkable
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from cloudevents.http import CloudEvent
 
     from mldiag.analysis.evidence import Analysis
+    from mldiag.analysis.fanout import HostAnalysis
     from mldiag.analysis.reasoning.followups import FollowupTools
     from mldiag.analysis.reasoning.investigation import Conclusion
     from mldiag.domain.capture import TracerLevels
@@ -241,6 +243,48 @@ class Reasoner(Protocol):
 
     def investigate(self, analysis: Analysis, tools: FollowupTools) -> Conclusion:
         """Form hypotheses from ``analysis``, check them with ``tools``, conclude."""
+
+
+@dataclass(frozen=True)
+class AnalysisJob:
+    """One analysis for an :class:`AnalysisRunner`: what to analyse, where to write, within which limits."""
+
+    inputs: tuple[Path, ...]  # the session's host files; for a merge, the hosts' evidence (``host.json``)
+    out: Path  # the folder the reports (or one host's evidence) are written to
+    scratch: Path  # where the private copy of the inputs may live, removed by whoever gave it
+    timeout_seconds: float
+    memory_ceiling_bytes: int | None = None  # None: the default ceiling (MLDIAG_ANALYSIS_MEMORY_CEILING or a share)
+    source: str = ""  # where the session is kept, for the report
+    dashboard_uri: str = ""  # the session in the XProf viewer, for the report
+    baseline: Path | None = None  # ``analysis.json`` of an earlier session of the run, to compare with
+    baseline_session: str = ""  # that session's name
+    merge: bool = False  # ``inputs`` are hosts' evidence, merged into the session's analysis
+    missing_hosts: Mapping[str, str] = field(default_factory=dict)  # merge: each host left out -> why
+    followups_on: Path | None = None  # merge: the host file the follow-up checks read
+
+
+class AnalysisRunner(Protocol):
+    """Runs analysis jobs where a time limit and a memory ceiling can stop them.
+
+    A job that produces no result raises :class:`~mldiag.domain.errors.AnalysisFailed` saying why:
+    :class:`~mldiag.domain.errors.AnalysisTimedOut` past its time limit,
+    :class:`~mldiag.domain.errors.AnalysisWorkerCrashed` when what ran it ended without a result.
+    """
+
+    def analyse(self, job: AnalysisJob) -> Analysis:
+        """Analyse the job's host files (or merge its hosts' evidence), investigate, compare with the baseline
+        and write ``summary.html`` and ``analysis.json`` into ``job.out``; returns the analysis."""
+
+    def analyse_host(self, job: AnalysisJob) -> HostAnalysis:
+        """One host file's evidence, for a merge later, also written to ``host.json`` in ``job.out``."""
+
+    def stop_running(self) -> int:
+        """Ask every job this runner runs now to stop at once (its private copy removed); their calls fail with
+        :class:`~mldiag.domain.errors.AnalysisWorkerCrashed`, to retry. Returns how many were asked."""
+
+    def kill_left_behind(self, scratch: Path) -> bool:
+        """Kill what a runner of a process that was killed left analysing in ``scratch``, if it still runs;
+        returns whether it did."""
 
 
 class Clock(Protocol):

@@ -123,6 +123,6 @@ def _declared(family: type) -> set[str]:
 def test_services_has_every_family_and_each_of_its_ports_has_one(embedded):
     families = _families()
     declared = set().union(*(_declared(family) for family in families))
-    assert len(families) == 8  # seven families of ports, and the store and bus a unit of work needs together
+    assert len(families) == 9  # eight families of ports, and the store and bus a unit of work needs together
     assert all(hasattr(embedded, member) for member in declared)
     assert {f.name for f in dataclasses.fields(embedded)} <= declared

@@ -101,6 +101,26 @@ class PermanentFailure(MldiagError):
     http_code = 400
 
 
+class AnalysisFailed(MldiagError):
+    """An analysis that produced no report, saying why; ``permanent`` when running it again cannot help."""
+
+    def __init__(self, reason: str, *, permanent: bool):
+        super().__init__(reason)
+        self.permanent = permanent
+
+
+class AnalysisTimedOut(AnalysisFailed):
+    """The analysis ran past its time limit and was stopped: it would again."""
+
+    def __init__(self, timeout_seconds: float):
+        super().__init__(f"the analysis did not finish within {timeout_seconds:g} s", permanent=True)
+
+
+class AnalysisWorkerCrashed(AnalysisFailed):
+    """The process analysing ended without a result (killed, stopped by a signal, or an error it did not expect);
+    permanent when it ran out of memory, which it would again."""
+
+
 def invalid_argument(error: ValidationError) -> InvalidArgument:
     """A pydantic validation error as the caller sees it: the first problem, naming its field."""
     first = error.errors()[0]

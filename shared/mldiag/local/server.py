@@ -66,7 +66,7 @@ from mldiag.local.http_server import HttpServer
 from mldiag.local.native_stderr import NativeStderr
 from mldiag.local.xprof_viewer import XprofViewer
 from mldiag.ports import HostedBus
-from mldiag.services.analysis_jobs import clean_up_after_a_stop, stop_workers
+from mldiag.services.analysis_jobs import clean_up_after_a_stop
 from mldiag.services.dependencies import Services
 from mldiag.services.registration import Registrar
 
@@ -175,7 +175,7 @@ def recover_from_a_stop(services: Services) -> None:
     """What a killed predecessor left: its analysis workers and scratch, and files that landed meanwhile."""
     from mldiag.services.operator.reconciliation import reconcile
 
-    clean_up_after_a_stop(services.settings)
+    clean_up_after_a_stop(services)
     reconcile(services, force=True, settling=timedelta(0))
 
 
@@ -315,7 +315,7 @@ def _serve(native: NativeStderr, settings: Settings, host: str, port: int, annou
             viewer.stop()
         ticker.stopping.set()
         watcher.stop()
-        bus.stop(interrupt=lambda: stop_workers(services.settings))  # analyses stopped are retried on the next start
+        bus.stop(interrupt=services.analysis_runner.stop_running)  # analyses stopped are retried on the next start
         signal.signal(signal.SIGTERM, previous)
         native.restore()
         logs.close()

@@ -7,8 +7,8 @@ A request (:class:`~mldiag.domain.messages.AnalysisRequest`, from
   moved on) is stale: acknowledged and dropped; so is one for a set already
   DONE or FAILED (``mldiag profiler-session analyze`` asks again);
 * otherwise the analysis goes PENDING → RUNNING, the host files are downloaded
-  into scratch space and analysed by :mod:`mldiag.entrypoints.analysis_worker` in a child
-  process under ``analysis_timeout_seconds``, and ``summary.html`` and
+  into scratch space and analysed by the analysis runner (:class:`~mldiag.ports.AnalysisRunner`,
+  a child process where deployed) under ``analysis_timeout_seconds``, and ``summary.html`` and
   ``analysis.json`` are written to ``<session folder>/mldiag/<generation set>/``
   (so a rerun that overwrites the session's files leaves the earlier report
   readable); the session records DONE, the health, the reasoner, both report
@@ -36,21 +36,17 @@ the reports as for any session (hosts that failed are named in them).
 What a killed process leaves is picked up later: maintenance asks again for an
 analysis left RUNNING or PENDING past the time limit, or fails it after its
 last attempt (:func:`retry_stale`); on the embedded backend analyses keep their
-scratch under the data dir with their worker's pid beside it, so that
-``mldiag up`` can stop those workers and remove that scratch when it starts
-(:func:`clean_up_after_a_stop`) or stops (:func:`stop_workers`).
+scratch under the data dir, so that ``mldiag up`` can have the runner kill what
+a killed predecessor left analysing there and remove that scratch when it
+starts (:func:`clean_up_after_a_stop`).
 """
 
 from __future__ import annotations
 
-import json
-import os
+import dataclasses
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
@@ -61,15 +57,15 @@ from mldiag.analysis.evidence import Analysis
 from mldiag.analysis.profile.profiles import UnreadableProfile
 from mldiag.analysis.report import ANALYSIS_FILE, SUMMARY_FILE
 from mldiag.config import Settings
-from mldiag.domain.errors import NotFound, PermanentFailure
+from mldiag.domain.errors import AnalysisFailed, NotFound, PermanentFailure
 from mldiag.domain.host_analyses import HostAnalyses, followups_host
 from mldiag.domain.layout import XPLANE_SUFFIX, report_folder
 from mldiag.domain.messages import AnalysisRequest, HostAnalysisRequest
 from mldiag.domain.names import parent_of, short_name
 from mldiag.domain.resources import AnalysisState, ProfilerSession
-from mldiag.ports import Document, Where
+from mldiag.ports import AnalysisJob, Document, Where
 from mldiag.services import analysis_requests, fleet, notifications, unit_of_work
-from mldiag.services.dependencies import Blobs, Configured, Publishing, Stored
+from mldiag.services.dependencies import Analysing, Blobs, Configured, Publishing, Stored
 from mldiag.services.event_archive import Ignored
 from mldiag.services.fan_out_counts import host_analyses_key
 from mldiag.services.session_files import require_xspace_object
@@ -77,24 +73,19 @@ from mldiag.services.unit_of_work import UnitOfWork
 
 
 class AnalysisJobPorts(Stored, Publishing, Blobs, Configured, Protocol):
-    """What an analysis job uses."""
+    """What recording an analysis job's progress uses."""
+
+
+class RunningAnalysisPorts(AnalysisJobPorts, Analysing, Protocol):
+    """What running an analysis job uses: the analysis runner too."""
 
 
 MAX_REASON_CHARS = 500
 RETRY_PREFIX = "will retry: "  # how a failure that is to be retried reads on the session
 SCRATCH_PREFIX = "mldiag-session-"
-WORKER_PID_FILE = "worker.pid"  # in the analysis's scratch folder while its worker runs
 # Downloading and uploading come on top of the worker's own time limit; an analysis RUNNING for longer is not.
 STALE_MARGIN_SECONDS = 120.0
 log = structlog.get_logger(__name__)
-
-
-class AnalysisFailed(RuntimeError):
-    """The analysis did not produce a report; ``permanent`` when running it again cannot help."""
-
-    def __init__(self, reason: str, permanent: bool):
-        super().__init__(reason)
-        self.permanent = permanent
 
 
 def _update(services: AnalysisJobPorts, name: str, change: Callable[[ProfilerSession], str],
@@ -235,61 +226,29 @@ def _dashboard_uri(services: AnalysisJobPorts, session: ProfilerSession) -> str:
     return session_location(services.settings, run, session.id)[1] if run is not None else ""
 
 
-def worker_environment(settings: Settings) -> dict[str, str]:
-    """The environment that gives the worker this function's reasoner settings."""
-    return {**os.environ, "MLDIAG_REASONER": settings.reasoner, "MLDIAG_PROJECT": settings.project,
-            "MLDIAG_VERTEX_MODEL": settings.vertex_model, "MLDIAG_VERTEX_LOCATION": settings.vertex_location,
-            "MLDIAG_VERTEX_ENDPOINT": settings.vertex_endpoint}
-
-
-def _baseline(services: AnalysisJobPorts, session: ProfilerSession, scratch: Path) -> list[str]:
-    """Worker arguments that compare an auto-captured session with an earlier one of the run (see find_baseline)."""
+def _baseline(services: AnalysisJobPorts, session: ProfilerSession, scratch: Path) -> tuple[Path | None, str]:
+    """``analysis.json`` of the earlier session of the run an auto-captured one is compared with, downloaded, and
+    that session's name (see find_baseline); None where there is none."""
     from mldiag.services.baselines import find_baseline
 
     if not session.auto_captured:
-        return []
+        return None, ""
     baseline = find_baseline(services, session)
     if baseline is None:
-        return []
+        return None, ""
     target = scratch / "baseline" / ANALYSIS_FILE
     try:
         services.blobs.download(baseline.analysis.analysis_uri, target)
     except NotFound:
-        return []
-    return ["--baseline", str(target), "--baseline-session", baseline.name]
+        return None, ""
+    return target, baseline.name
 
 
-def run_worker(settings: Settings, files: list[Path], scratch: Path, out: Path, source: str,
-               dashboard_uri: str, extra: list[str]) -> None:
-    from mldiag.analysis.profile.profiles import UNREADABLE_EXIT
-    from mldiag.analysis.stopping import OVER_CEILING_EXIT
-
-    command = [sys.executable, "-m", "mldiag.entrypoints.analysis_worker", "--out", str(out), "--scratch", str(scratch),
-               "--source", source, "--dashboard-uri", dashboard_uri, *extra, *map(str, files)]
-    # A session of its own, so that a timeout stops the worker and whatever it started.
-    worker = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                              env=worker_environment(settings), start_new_session=True)
-    (scratch / WORKER_PID_FILE).write_text(str(worker.pid))
-    try:
-        _, errors = worker.communicate(timeout=settings.analysis_timeout_seconds)
-    except subprocess.TimeoutExpired:
-        os.killpg(worker.pid, signal.SIGKILL)
-        worker.communicate()
-        raise AnalysisFailed(f"the analysis did not finish within {settings.analysis_timeout_seconds:g} s",
-                             permanent=True) from None
-    last = (errors.strip().splitlines() or [""])[-1][:MAX_REASON_CHARS]
-    if worker.returncode == UNREADABLE_EXIT:
-        raise AnalysisFailed(f"unreadable profile: {last}", permanent=True)
-    if worker.returncode == OVER_CEILING_EXIT:
-        raise AnalysisFailed(last, permanent=True)
-    if worker.returncode == -signal.SIGKILL:
-        raise AnalysisFailed("the analysis was killed (SIGKILL): the profile needs more memory than this function "
-                             "has", permanent=True)
-    if worker.returncode < 0:
-        raise AnalysisFailed(f"the analysis worker was stopped by {signal.Signals(-worker.returncode).name}",
-                             permanent=False)
-    if worker.returncode != 0:
-        raise AnalysisFailed(f"the analysis worker exited with {worker.returncode}: {last}", permanent=False)
+def analysis_job(settings: Settings, inputs: list[Path], scratch: Path, out: Path) -> AnalysisJob:
+    """The job that analyses ``inputs`` in ``scratch`` into ``out`` within the settings' limits."""
+    return AnalysisJob(inputs=tuple(inputs), out=out, scratch=scratch,
+                       timeout_seconds=settings.analysis_timeout_seconds,
+                       memory_ceiling_bytes=settings.analysis_memory_ceiling_bytes)
 
 
 def download_profile(services: AnalysisJobPorts, uri: str, target: Path) -> Path:
@@ -304,17 +263,18 @@ def download_profile(services: AnalysisJobPorts, uri: str, target: Path) -> Path
     return target
 
 
-def _analyse(services: AnalysisJobPorts, request: AnalysisRequest, session: ProfilerSession,
-             scratch: Path) -> tuple[str, str]:
-    """Download, analyse, upload; returns the URIs of ``summary.html`` and ``analysis.json``."""
+def _analyse(services: RunningAnalysisPorts, request: AnalysisRequest, session: ProfilerSession,
+             scratch: Path) -> tuple[Analysis, str, str]:
+    """Download, analyse, upload; returns the analysis and the URIs of ``summary.html`` and ``analysis.json``."""
     files = [download_profile(services, uri, scratch / "profile" / session.id / f"{host}{XPLANE_SUFFIX}")
              for host, uri in sorted(request.host_files.items())]
-    return _report(services, request, session, scratch, files, [])
+    return _report(services, request, session, scratch, files)
 
 
-def _merge(services: AnalysisJobPorts, request: AnalysisRequest, session: ProfilerSession, progress: HostAnalyses,
-           scratch: Path) -> tuple[str, str]:
-    """Download the hosts' evidence (and the file the follow-ups read), merge, upload; returns the report URIs."""
+def _merge(services: RunningAnalysisPorts, request: AnalysisRequest, session: ProfilerSession, progress: HostAnalyses,
+           scratch: Path) -> tuple[Analysis, str, str]:
+    """Download the hosts' evidence (and the file the follow-ups read), merge, upload; returns the analysis and
+    the report URIs."""
     done = progress.done
     if not done:
         raise AnalysisFailed("no host could be analysed: " + "; ".join(
@@ -327,27 +287,31 @@ def _merge(services: AnalysisJobPorts, request: AnalysisRequest, session: Profil
         except NotFound:
             raise AnalysisFailed(f"{finished.evidence_uri} is gone from the bucket", permanent=True) from None
         evidence.append(target)
-    missing = scratch / "missing.json"
-    missing.write_text(json.dumps(progress.missing), "utf-8")
-    mode = ["--merge", "--missing", str(missing)]
+    followups_on = None
     if followups := followups_host(done):
         target = scratch / "profile" / session.id / f"{followups}{XPLANE_SUFFIX}"
-        mode += ["--followups-on", str(download_profile(services, done[followups].file, target))]
-    return _report(services, request, session, scratch, evidence, mode)
+        followups_on = download_profile(services, done[followups].file, target)
+    return _report(services, request, session, scratch, evidence, progress.missing, followups_on)
 
 
-def _report(services: AnalysisJobPorts, request: AnalysisRequest, session: ProfilerSession, scratch: Path,
-            inputs: list[Path], mode: list[str]) -> tuple[str, str]:
-    """Run the worker on ``inputs`` in ``mode`` and upload its reports next to the session."""
+def _report(services: RunningAnalysisPorts, request: AnalysisRequest, session: ProfilerSession, scratch: Path,
+            inputs: list[Path], missing_hosts: Mapping[str, str] | None = None,
+            followups_on: Path | None = None) -> tuple[Analysis, str, str]:
+    """Analyse ``inputs`` (hosts' evidence to merge, given the ``missing_hosts``) and upload the reports next to
+    the session; returns the analysis and the reports' URIs."""
     folder = request.folder_uri
     out = scratch / "report"
-    run_worker(services.settings, inputs, scratch, out, folder, _dashboard_uri(services, session),
-               [*mode, *_baseline(services, session, scratch)])
+    baseline, baseline_session = _baseline(services, session, scratch)
+    job = dataclasses.replace(analysis_job(services.settings, inputs, scratch, out), source=folder,
+                              dashboard_uri=_dashboard_uri(services, session), baseline=baseline,
+                              baseline_session=baseline_session, merge=missing_hosts is not None,
+                              missing_hosts=missing_hosts or {}, followups_on=followups_on)
+    analysis = services.analysis_runner.analyse(job)
     report_uri, analysis_uri = (f"{report_folder(folder, request.generation_set)}/{name}"
                                 for name in (SUMMARY_FILE, ANALYSIS_FILE))
     services.blobs.upload(out / ANALYSIS_FILE, analysis_uri, "application/json")
     services.blobs.upload(out / SUMMARY_FILE, report_uri, "text/html; charset=utf-8")
-    return report_uri, analysis_uri
+    return analysis, report_uri, analysis_uri
 
 
 def scratch_root(settings: Settings) -> Path | None:
@@ -358,29 +322,17 @@ def scratch_root(settings: Settings) -> Path | None:
     return root
 
 
-def stop_workers(settings: Settings, signum: int = signal.SIGTERM) -> int:
-    """Send ``signum`` to every analysis worker running in this machine's scratch folders; returns how many.
-
-    A worker stopped by SIGTERM removes its private copy and exits with 143, which its analysis records as
-    a failure to retry: ``mldiag up`` stopping does it, so that the analysis runs again on the next start.
-    """
-    root = settings.scratch_dir
-    if root is None or not root.is_dir():
-        return 0
-    return sum(_signal_worker_in(folder, signum) for folder in root.iterdir())
-
-
-def clean_up_after_a_stop(settings: Settings) -> tuple[int, int]:
-    """Before analyses start on this machine: kill the workers a killed predecessor left running, and remove
-    its scratch folders; returns how many of each. Only the embedded backend keeps its scratch in a folder of
+def clean_up_after_a_stop(services: RunningAnalysisPorts) -> tuple[int, int]:
+    """Before analyses start on this machine: kill what a killed predecessor left analysing, and remove its
+    scratch folders; returns how many of each. Only the embedded backend keeps its scratch in a folder of
     its own (the data dir's); in the cloud an instance's temporary space goes with it."""
-    root = settings.scratch_dir
+    root = services.settings.scratch_dir
     if root is None or not root.is_dir():
         return 0, 0
-    stopped = stop_workers(settings, signal.SIGKILL)
-    removed = 0
+    stopped = removed = 0
     for folder in root.iterdir():
         if folder.is_dir() and not folder.is_symlink():
+            stopped += services.analysis_runner.kill_left_behind(folder)
             shutil.rmtree(folder, ignore_errors=True)
         else:
             folder.unlink(missing_ok=True)
@@ -388,26 +340,6 @@ def clean_up_after_a_stop(settings: Settings) -> tuple[int, int]:
     if stopped or removed:
         log.info("cleaned up after an earlier stop", workers_stopped=stopped, scratch_removed=removed)
     return stopped, removed
-
-
-def _signal_worker_in(folder: Path, signum: int) -> bool:
-    """Signal the worker (and what it started) that analyses in ``folder``, if its command line proves it is one."""
-    try:
-        pid = int((folder / WORKER_PID_FILE).read_text())
-        arguments = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        scratch = Path(os.readlink(f"/proc/{pid}/cwd"), os.fsdecode(arguments[arguments.index(b"--scratch") + 1]))
-    except (OSError, ValueError, IndexError):  # gone, not ours, or no /proc to prove it
-        return False
-    if b"mldiag.entrypoints.analysis_worker" not in arguments or scratch.resolve() != folder.resolve():
-        return False
-    try:
-        if signum == signal.SIGKILL:
-            os.killpg(pid, signum)  # the worker leads a process group of its own
-        else:
-            os.kill(pid, signum)  # the worker stops what it started itself
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def retry_stale(services: AnalysisJobPorts) -> tuple[int, int]:
@@ -503,7 +435,7 @@ def _merge_ready(services: AnalysisJobPorts, request: AnalysisRequest) -> HostAn
     return progress
 
 
-def analyze_requested(services: AnalysisJobPorts, request: AnalysisRequest, attempt: int) -> str:
+def analyze_requested(services: RunningAnalysisPorts, request: AnalysisRequest, attempt: int) -> str:
     """The ``analyze_session`` handler body: one analysis request (its ``attempt``-th delivery) in, a one-line
     account out."""
     last_attempt = attempt >= services.settings.max_delivery_attempts
@@ -521,10 +453,9 @@ def analyze_requested(services: AnalysisJobPorts, request: AnalysisRequest, atte
         try:
             with tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX, dir=scratch_root(services.settings)) as scratch:
                 if progress is not None:
-                    report_uri, analysis_uri = _merge(services, request, session, progress, Path(scratch))
+                    analysis, report_uri, analysis_uri = _merge(services, request, session, progress, Path(scratch))
                 else:
-                    report_uri, analysis_uri = _analyse(services, request, session, Path(scratch))
-                analysis = Analysis.model_validate_json((Path(scratch) / "report" / ANALYSIS_FILE).read_text("utf-8"))
+                    analysis, report_uri, analysis_uri = _analyse(services, request, session, Path(scratch))
         except Exception as error:  # noqa: BLE001 - recorded on the session, then acknowledged or retried
             permanent = isinstance(error, AnalysisFailed) and error.permanent
             reason = str(error) if isinstance(error, AnalysisFailed) else f"{type(error).__name__}: {error}"

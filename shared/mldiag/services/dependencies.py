@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol
 
 from mldiag.domain.clock import utcnow
-from mldiag.ports import BlobStore, DocumentStore, FleetRecords, MessageBus, ProfilerDialer
+from mldiag.ports import AnalysisRunner, BlobStore, DocumentStore, FleetRecords, MessageBus, ProfilerDialer
 
 if TYPE_CHECKING:
     from mldiag.config import Settings
@@ -93,6 +93,13 @@ class Dialling(Protocol):
     def profiler(self) -> ProfilerDialer: ...
 
 
+class Analysing(Protocol):
+    """The analysis runner, where an analysis job runs within its limits."""
+
+    @property
+    def analysis_runner(self) -> AnalysisRunner: ...
+
+
 class Fleet(Protocol):
     """The fleet table; ``None`` where the deployment keeps none."""
 
@@ -116,6 +123,7 @@ class Services:
     blobs: BlobStore
     bus: MessageBus
     profiler: ProfilerDialer
+    analysis_runner: AnalysisRunner
     now: Callable[[], datetime] = field(default=utcnow)
     fleet: FleetRecords | None = None
 

@@ -3,8 +3,8 @@
 A request (:class:`~mldiag.domain.messages.HostAnalysisRequest`, staged by
 ``analyze_session`` when it fans a session out) is served once per host:
 
-* the host file is downloaded into scratch space and analysed alone by
-  :mod:`mldiag.entrypoints.analysis_worker` (``--host-evidence``) under
+* the host file is downloaded into scratch space and analysed alone by the
+  analysis runner (:meth:`~mldiag.ports.AnalysisRunner.analyse_host`) under
   ``analysis_timeout_seconds``; its evidence is written to
   ``<session folder>/mldiag/<generation set>/hosts/<host>.json``;
 * the host is recorded DONE in the fan-out's counter document, in the
@@ -28,29 +28,26 @@ from typing import Protocol
 
 import structlog
 
-from mldiag.analysis.fanout import HOST_EVIDENCE_FILE, HOST_EVIDENCE_FOLDER, HostAnalysis
-from mldiag.domain.errors import PermanentFailure
+from mldiag.analysis.fanout import HOST_EVIDENCE_FILE, HOST_EVIDENCE_FOLDER
+from mldiag.domain.errors import AnalysisFailed, PermanentFailure
 from mldiag.domain.host_analyses import HostAnalyses, HostProgress, HostState
 from mldiag.domain.layout import XPLANE_SUFFIX, report_folder
 from mldiag.domain.messages import AnalysisRequest, HostAnalysisRequest
 from mldiag.domain.names import short_name
 from mldiag.services import unit_of_work
-from mldiag.services.analysis_jobs import (
-    MAX_REASON_CHARS,
-    SCRATCH_PREFIX,
-    AnalysisFailed,
-    download_profile,
-    run_worker,
-    scratch_root,
-)
-from mldiag.services.dependencies import Blobs, Configured, Publishing, Stored
+from mldiag.services.analysis_jobs import MAX_REASON_CHARS, SCRATCH_PREFIX, analysis_job, download_profile, scratch_root
+from mldiag.services.dependencies import Analysing, Blobs, Configured, Publishing, Stored
 from mldiag.services.event_archive import Ignored
 from mldiag.services.fan_out_counts import host_analyses_key
 from mldiag.services.unit_of_work import UnitOfWork
 
 
 class HostAnalysisPorts(Stored, Publishing, Blobs, Configured, Protocol):
-    """What analysing one host uses."""
+    """What recording one host's analysis uses."""
+
+
+class RunningHostAnalysisPorts(HostAnalysisPorts, Analysing, Protocol):
+    """What analysing one host uses: the analysis runner too."""
 
 
 log = structlog.get_logger(__name__)
@@ -104,20 +101,19 @@ def _pending(services: HostAnalysisPorts, request: HostAnalysisRequest) -> None:
         raise Ignored("stale request: the session's files changed since; a newer request analyses them")
 
 
-def _analyse(services: HostAnalysisPorts, request: HostAnalysisRequest, scratch: Path) -> HostProgress:
+def _analyse(services: RunningHostAnalysisPorts, request: HostAnalysisRequest, scratch: Path) -> HostProgress:
     """Download, analyse alone, upload the evidence; returns the host's outcome."""
     profile = download_profile(services, request.host_file, scratch / "profile" / f"{request.host}{XPLANE_SUFFIX}")
     out = scratch / "evidence"
-    run_worker(services.settings, [profile], scratch, out, request.folder_uri, "", ["--host-evidence"])
+    part = services.analysis_runner.analyse_host(analysis_job(services.settings, [profile], scratch, out))
     evidence = out / HOST_EVIDENCE_FILE
-    part = HostAnalysis.model_validate_json(evidence.read_text("utf-8"))
     uri = f"{report_folder(request.folder_uri, request.generation_set)}/{HOST_EVIDENCE_FOLDER}/{request.host}.json"
     services.blobs.upload(evidence, uri, "application/json")
     return HostProgress(file=request.host_file, state=HostState.DONE, evidence_uri=uri, status=part.status.value,
                         step_time_ms=part.step_time_ms)
 
 
-def analyze_host_requested(services: HostAnalysisPorts, request: HostAnalysisRequest, attempt: int) -> str:
+def analyze_host_requested(services: RunningHostAnalysisPorts, request: HostAnalysisRequest, attempt: int) -> str:
     """The ``analyze_host`` handler body: one host's request (its ``attempt``-th delivery) in, a one-line account
     out."""
     last_attempt = attempt >= services.settings.max_delivery_attempts

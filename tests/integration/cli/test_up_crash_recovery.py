@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from mldiag.adapters.analysis_runner.child_process import LEASE_FILE
 from mldiag.adapters.store.sqlite import SqliteStore
-from mldiag.services.analysis_jobs import WORKER_PID_FILE
 from mldiag.domain import AnalysisState, ProfilerSession
 
 MLDIAG = str(Path(sys.executable).parent / "mldiag")
@@ -83,14 +83,14 @@ def test_a_killed_mldiag_up_loses_nothing_and_leaves_nothing_behind(tmp_path):
         def in_flight() -> bool:
             sessions = _sessions(store)
             running = any(s.analysis.state is AnalysisState.RUNNING for s in sessions)
-            return running and len(sessions) >= 50 and any((data / "scratch").glob(f"*/{WORKER_PID_FILE}"))
+            return running and len(sessions) >= 50 and any((data / "scratch").glob(f"*/{LEASE_FILE}"))
 
         _wait(in_flight, 90, "half the files registered while an analysis runs")
     finally:
         first.kill()  # SIGKILL: no clean-up of any kind
         first.wait()
-    [pid_file] = (data / "scratch").glob(f"*/{WORKER_PID_FILE}")
-    orphan = int(pid_file.read_text())
+    [lease] = (data / "scratch").glob(f"*/{LEASE_FILE}")
+    orphan = int(lease.read_text())
     assert _running(orphan), "the killed process's worker lives on, for now"
     registered_at_kill = len(_sessions(store))
     unfinished_at_kill = sum(s.analysis.state not in (AnalysisState.DONE, AnalysisState.FAILED)
@@ -134,9 +134,9 @@ def test_a_stopped_mldiag_up_stops_its_analysis_and_runs_it_again_on_the_next_st
     first, bucket = _start(data, log)
     try:
         _drop(bucket, 0, PROFILE.read_bytes())
-        _wait(lambda: any((data / "scratch").glob(f"*/{WORKER_PID_FILE}")), 60, "the analysis worker")
-        [pid_file] = (data / "scratch").glob(f"*/{WORKER_PID_FILE}")
-        worker = int(pid_file.read_text())
+        _wait(lambda: any((data / "scratch").glob(f"*/{LEASE_FILE}")), 60, "the analysis worker")
+        [lease] = (data / "scratch").glob(f"*/{LEASE_FILE}")
+        worker = int(lease.read_text())
     finally:
         first.terminate()  # SIGTERM: the clean way
         assert first.wait(timeout=30) == 0, log.read_text()[-3000:]

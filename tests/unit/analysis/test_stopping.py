@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -13,7 +15,11 @@ import pytest
 from analysis_support import xplane
 from typer.testing import CliRunner
 
+from mldiag.adapters.analysis_runner.child_process import LEASE_FILE, ChildProcessAnalysisRunner
 from mldiag.cli.main import app
+from mldiag.config import Settings
+from mldiag.domain.errors import AnalysisFailed, AnalysisWorkerCrashed
+from mldiag.ports import AnalysisJob
 
 MLDIAG = str(Path(sys.executable).parent / "mldiag")
 
@@ -73,18 +79,60 @@ def test_analyze_stopped_by_a_signal_removes_its_scratch_and_stops_its_processes
     assert _ours_left(tmp_path) == [] and _processes_using(tmp_path / "tmp") == []
 
 
-@pytest.mark.slow
-def test_the_worker_stopped_by_sigterm_removes_its_private_copy(tmp_path):
+def _analysing(tmp_path: Path) -> tuple[ChildProcessAnalysisRunner, Path, list[BaseException]]:
+    """A child process's runner analysing in the background once its worker has made its private copy: the
+    runner, the job's scratch folder, and (once it has returned) how the analysis failed."""
     scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    worker = subprocess.Popen([sys.executable, "-m", "mldiag.entrypoints.analysis_worker", "--out", str(tmp_path / "out"),
-                               "--scratch", str(scratch), str(xplane("compute_bound"))],
-                              env=_environment(tmp_path), stderr=subprocess.PIPE, text=True)
-    _wait_for("mldiag-analysis-*", scratch, worker)
-    worker.terminate()
-    _, errors = worker.communicate(timeout=60)
-    assert worker.returncode == 143 and errors.strip().endswith("stopped by SIGTERM")
-    assert list(scratch.iterdir()) == [] and _processes_using(scratch) == []
+    (scratch / "profile").mkdir(parents=True)
+    profile = Path(shutil.copyfile(xplane("compute_bound"), scratch / "profile" / "host0.xplane.pb"))
+    runner = ChildProcessAnalysisRunner(Settings(data_dir=tmp_path / "data"))
+    failed: list[BaseException] = []
+
+    def analyse() -> None:
+        try:
+            runner.analyse(AnalysisJob(inputs=(profile,), out=tmp_path / "out", scratch=scratch, timeout_seconds=60))
+        except AnalysisFailed as error:
+            failed.append(error)
+
+    analysing = threading.Thread(target=analyse, daemon=True)
+    analysing.start()
+    deadline = time.monotonic() + 60
+    while not list(scratch.glob("mldiag-analysis-*")):
+        assert analysing.is_alive() and time.monotonic() < deadline, failed
+        time.sleep(0.02)
+    return runner, scratch, failed
+
+
+def _failure(failed: list[BaseException]) -> BaseException:
+    deadline = time.monotonic() + 60
+    while not failed:
+        assert time.monotonic() < deadline, "the analysis did not fail"
+        time.sleep(0.02)
+    return failed[0]
+
+
+@pytest.mark.slow
+def test_a_worker_its_runner_stops_removes_its_private_copy_and_fails_to_be_retried(tmp_path):
+    runner, scratch, failed = _analysing(tmp_path)
+
+    assert runner.stop_running() == 1
+
+    stopped = _failure(failed)
+    assert isinstance(stopped, AnalysisWorkerCrashed) and not stopped.permanent
+    assert str(stopped) == "the analysis worker exited with 143: stopped by SIGTERM"
+    assert not list(scratch.glob("mldiag-analysis-*")) and _processes_using(scratch) == []
+
+
+@pytest.mark.slow
+def test_a_worker_killed_by_sigkill_fails_for_good_as_out_of_memory(tmp_path):
+    _, scratch, failed = _analysing(tmp_path)
+
+    os.killpg(int((scratch / LEASE_FILE).read_text()), signal.SIGKILL)  # as the out-of-memory killer would
+
+    killed = _failure(failed)
+    assert isinstance(killed, AnalysisWorkerCrashed) and killed.permanent
+    assert str(killed) == ("the analysis was killed (SIGKILL): the profile needs more memory than this function "
+                           "has")
 
 
 @pytest.mark.parametrize(("value", "says"), [("soon", "not a duration: 'soon'"), ("0s", "must be longer than 0s")])

@@ -22,6 +22,7 @@ from flask.testing import FlaskClient
 from google.auth import crypt
 from requests.structures import CaseInsensitiveDict
 
+from mldiag.adapters.analysis_runner.in_process import InProcessAnalysisRunner
 from mldiag.adapters.bus.inprocess import InProcessBus
 from mldiag.adapters.blobs.local import LocalBlobs
 from mldiag.entrypoints.http.app import create_app
@@ -89,7 +90,8 @@ def make_services(store: DocumentStore, tmp_path: Path) -> Callable[..., Service
         settings = Settings(**{"data_dir": tmp_path / "data", "project": PROJECT, "location": LOCATION,
                                "api_url": API_URL, "owned_buckets": [OWNED_BUCKET], **overrides})
         blobs = LocalBlobs(settings.data_dir, share_base_url=API_URL, share_key=settings.share_key)
-        return Services(settings=settings, store=store, blobs=blobs, bus=InProcessBus(PROJECT), profiler=dial_profiler)
+        return Services(settings=settings, store=store, blobs=blobs, bus=InProcessBus(PROJECT), profiler=dial_profiler,
+                        analysis_runner=InProcessAnalysisRunner(settings))
 
     return make
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from console_support import API_URL, LOCATION, Console
+from mldiag.adapters.analysis_runner.in_process import InProcessAnalysisRunner
 from mldiag.adapters.bus.inprocess import InProcessBus
 from mldiag.adapters.blobs.local import LocalBlobs
 from mldiag.adapters.store.sqlite import SqliteStore
@@ -24,7 +25,8 @@ def make_services(tmp_path: Path, clock) -> Callable[..., Services]:
                             api_url=API_URL, **overrides)
         return Services(settings=settings, store=SqliteStore(settings.sqlite_path),
                         blobs=LocalBlobs(settings.data_dir, share_base_url=API_URL),
-                        bus=InProcessBus(LOCATION.project), profiler=dial_profiler, now=clock)
+                        bus=InProcessBus(LOCATION.project), profiler=dial_profiler,
+                        analysis_runner=InProcessAnalysisRunner(settings), now=clock)
 
     return make
 
