@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, TypeVar
 
+from pydantic_core import to_json
+
 from mldiag.domain.errors import Aborted, AlreadyExists, InvalidArgument, NotFound
 from mldiag.domain.names import parent_of
 from mldiag.domain.resources import Resource
@@ -38,8 +40,8 @@ def document_key(name: str) -> str:
 
 
 def compute_etag(document: Document) -> str:
-    canonical = json.dumps({k: v for k, v in document.items() if k != "etag"}, sort_keys=True)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:20]
+    # The document as its model dumps it, in the model's field order: the same content, the same etag.
+    return hashlib.sha256(to_json({k: v for k, v in document.items() if k != "etag"})).hexdigest()[:20]
 
 
 @dataclass(frozen=True)
