@@ -118,12 +118,6 @@ class Repository(Generic[R]):
         document = transaction.get(self.collection, document_key(name))
         return None if document is None else self._load(document)
 
-    def find_for_update_in(self, transaction: Transaction, name: str) -> tuple[R | None, R | None]:
-        """The stored resource read in a caller's transaction, and a copy of it to change (both None where
-        there is none): each loaded from the document, which costs a fraction of a deep copy."""
-        document = transaction.get(self.collection, document_key(name))
-        return (None, None) if document is None else (self._load(document), self._load(document))
-
     def save_in(self, transaction: Transaction, previous: R | None, resource: R) -> R:
         """Stage an update of ``previous`` to ``resource`` (transition-checked) in a caller's transaction;
         returns the resource as it will be stored."""
@@ -223,10 +217,6 @@ class InTransaction(Generic[R]):
 
     def find(self, name: str) -> R | None:
         return self.repository.find_in(self.transaction, name)
-
-    def find_for_update(self, name: str) -> tuple[R | None, R | None]:
-        """:meth:`Repository.find_for_update_in`."""
-        return self.repository.find_for_update_in(self.transaction, name)
 
     def create(self, resource: R) -> R:
         return self.repository.create_in(self.transaction, resource)
