@@ -29,6 +29,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+import pydantic_core
 from cloudevents.conversion import to_json
 from cloudevents.http import CloudEvent
 from pydantic import Field
@@ -187,7 +188,7 @@ class EventArchive:
     def _stored_raw(self, key: str, event: CloudEvent) -> tuple[dict[str, Any] | None, str]:
         """The event's payload to keep in its record, or where in the bucket it was kept when too big for it."""
         raw = raw_event(event)
-        encoded = json.dumps(raw).encode()
+        encoded = pydantic_core.to_json(raw)
         if len(encoded) <= RAW_INLINE_LIMIT:
             return raw, ""
         raw_uri = f"gs://{self.bucket}/_mldiag/events/{key.replace(':', '/')}.json"
