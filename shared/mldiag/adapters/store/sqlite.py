@@ -42,6 +42,10 @@ CREATE TABLE IF NOT EXISTS documents (
 # registers again what they did. A checkpoint every 10,000 pages (a 40 MiB log), not 1,000: its fsyncs cost as
 # much as hundreds of commits.
 _PRAGMAS = ("PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", "PRAGMA wal_autocheckpoint=10000")
+_CREATE = "INSERT INTO documents (collection, key, body) VALUES (?, ?, ?)"
+# An existing document is updated in its row (REPLACE would delete the row and insert another, touching the
+# index and a second page).
+_SET = _CREATE + " ON CONFLICT (collection, key) DO UPDATE SET body = excluded.body"
 _COMPARISONS = {"==": "=", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
 
 
@@ -96,12 +100,8 @@ class _SqliteTransaction:
             if action == "delete":
                 self._connection.execute("DELETE FROM documents WHERE collection=? AND key=?", (collection, key))
                 continue
-            verb = "INSERT" if action == "create" else "INSERT OR REPLACE"
             try:
-                self._connection.execute(
-                    f"{verb} INTO documents (collection, key, body) VALUES (?, ?, ?)",
-                    (collection, key, _encode(document)),
-                )
+                self._connection.execute(_CREATE if action == "create" else _SET, (collection, key, _encode(document)))
             except sqlite3.IntegrityError:
                 raise AlreadyExists(f"{collection}/{key} already exists") from None
 
