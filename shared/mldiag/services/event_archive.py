@@ -27,6 +27,7 @@ import re
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from enum import StrEnum
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import pydantic_core
@@ -95,6 +96,7 @@ class Ignored(Exception):
     """Raised by a handler for an event it understood and has nothing to do with."""
 
 
+@lru_cache(maxsize=1024)  # an event's key is asked for as its record is read, made and written
 def archive_key(function: str, event_id: str) -> str:
     # Event ids are chosen by the sender: keep keys to a safe alphabet and length.
     return f"{function}:{_UNSAFE_ID.sub('_', event_id)[:200]}"
