@@ -343,5 +343,4 @@ def registering_finalized(services: RegistrationPorts, event: CloudEvent) -> Tra
     if event["type"] != STORAGE_FINALIZED:
         raise PermanentFailure(f"register_session handles {STORAGE_FINALIZED}, not {event['type']!r}")
     profile = parse_finalized(event.get_data(), services.settings.max_profile_bytes)
-    with structlog.contextvars.bound_contextvars(run=profile.run_folder, session=profile.session_folder):
-        return Registrar(services).registering(profile)
+    return Registrar(services).registering(profile)
