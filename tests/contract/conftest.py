@@ -12,7 +12,9 @@ emptied before each test, each test gets its own bucket and its own topic.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -52,10 +54,21 @@ def emulator_host(variable: str) -> str:
     return host
 
 
-@pytest.fixture(params=adapters("sqlite", "firestore", "FIRESTORE_EMULATOR_HOST"))
+# A file made before the embedded store's table had rowids (its documents in a WITHOUT ROWID table).
+_WITHOUT_ROWID = """
+CREATE TABLE documents (collection TEXT NOT NULL, key TEXT NOT NULL, body TEXT NOT NULL,
+                        PRIMARY KEY (collection, key)) WITHOUT ROWID;
+"""
+
+
+@pytest.fixture(params=["sqlite", "sqlite-without-rowid", *adapters(None, "firestore", "FIRESTORE_EMULATOR_HOST")])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> DocumentStore:
     if request.param == "sqlite":
         return SqliteStore(tmp_path / "store.sqlite3")
+    if request.param == "sqlite-without-rowid":
+        with contextlib.closing(sqlite3.connect(tmp_path / "earlier.sqlite3")) as earlier:
+            earlier.executescript(_WITHOUT_ROWID)
+        return SqliteStore(tmp_path / "earlier.sqlite3")
     from mldiag.adapters.store.firestore import FirestoreStore
 
     host = emulator_host("FIRESTORE_EMULATOR_HOST")

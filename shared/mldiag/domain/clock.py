@@ -7,6 +7,7 @@ Standard library only: a function's import path reads the clock before its first
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from functools import lru_cache
 from typing import overload
 
 
@@ -19,4 +20,15 @@ def format_timestamp(value: datetime) -> str: ...
 @overload
 def format_timestamp(value: None) -> None: ...
 def format_timestamp(value: datetime | None) -> str | None:
-    return None if value is None else value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if value is None:
+        return None
+    if value.tzinfo is not timezone.utc:
+        value = value.astimezone(timezone.utc)
+    return _utc_text(value)
+
+
+# A resource is read, changed and written again whole: most of the times it writes, it wrote before.
+@lru_cache(maxsize=4096)
+def _utc_text(value: datetime) -> str:
+    return "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ" % (
+        value.year, value.month, value.day, value.hour, value.minute, value.second, value.microsecond)

@@ -50,11 +50,12 @@ def _parse_timestamp(value: Any) -> Any:
         except (OverflowError, OSError, ValueError):
             raise ValueError(f"{value} is not a time in seconds since 1970 within years 1-9999") from None
     if isinstance(value, str):
-        value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        value = datetime.fromisoformat(value)
     if isinstance(value, datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=timezone.utc)
-        value = value.astimezone(timezone.utc)
+        elif value.tzinfo is not timezone.utc:
+            value = value.astimezone(timezone.utc)
         if value.year == _EPOCH_ZERO_YEAR:
             return None
     return value

@@ -27,8 +27,10 @@ import re
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from enum import StrEnum
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+import pydantic_core
 from cloudevents.conversion import to_json
 from cloudevents.http import CloudEvent
 from pydantic import Field
@@ -94,6 +96,7 @@ class Ignored(Exception):
     """Raised by a handler for an event it understood and has nothing to do with."""
 
 
+@lru_cache(maxsize=1024)  # an event's key is asked for as its record is read, made and written
 def archive_key(function: str, event_id: str) -> str:
     # Event ids are chosen by the sender: keep keys to a safe alphabet and length.
     return f"{function}:{_UNSAFE_ID.sub('_', event_id)[:200]}"
@@ -159,13 +162,15 @@ class EventArchive:
         """``record`` (a new one where None) counting one more delivery, unless the event is already handled."""
         now = self._now()
         if record is None:
-            record = ArchivedEvent(
+            key = archive_key(function, str(event["id"]))
+            raw, raw_uri = self._stored_raw(key, event)
+            return ArchivedEvent(
                 id=str(event["id"]), function=function, type=_attribute(event, "type"),
                 source=_attribute(event, "source"), subject=_attribute(event, "subject"),
-                time=event.get("time"), first_received=now,
+                time=event.get("time"), first_received=now, attempts=1, last_attempt=now,
+                expire_at=now + self.retention, raw=raw, raw_uri=raw_uri,
             )
-            self._attach_raw(record, event)
-        elif record.outcome in FINAL_OUTCOMES:
+        if record.outcome in FINAL_OUTCOMES:
             return record
         record.attempts += 1
         record.last_attempt = now
@@ -183,14 +188,15 @@ class EventArchive:
         record.outcome, record.detail = outcome, detail[:MAX_ERROR_CHARS]
         transaction.set(COLLECTION, record.key, _document(record))
 
-    def _attach_raw(self, record: ArchivedEvent, event: CloudEvent) -> None:
+    def _stored_raw(self, key: str, event: CloudEvent) -> tuple[dict[str, Any] | None, str]:
+        """The event's payload to keep in its record, or where in the bucket it was kept when too big for it."""
         raw = raw_event(event)
-        encoded = json.dumps(raw).encode()
+        encoded = pydantic_core.to_json(raw)
         if len(encoded) <= RAW_INLINE_LIMIT:
-            record.raw = raw
-            return
-        record.raw_uri = f"gs://{self.bucket}/_mldiag/events/{record.key.replace(':', '/')}.json"
-        self.blobs.write_bytes(record.raw_uri, encoded, "application/json", if_absent=True)
+            return raw, ""
+        raw_uri = f"gs://{self.bucket}/_mldiag/events/{key.replace(':', '/')}.json"
+        self.blobs.write_bytes(raw_uri, encoded, "application/json", if_absent=True)
+        return None, raw_uri
 
     def load_raw(self, record: ArchivedEvent) -> dict[str, Any]:
         if record.raw is not None:

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, TypeVar
 
+from pydantic_core import to_json
+
 from mldiag.domain.errors import Aborted, AlreadyExists, InvalidArgument, NotFound
 from mldiag.domain.names import parent_of
 from mldiag.domain.resources import Resource
@@ -38,8 +40,8 @@ def document_key(name: str) -> str:
 
 
 def compute_etag(document: Document) -> str:
-    canonical = json.dumps({k: v for k, v in document.items() if k != "etag"}, sort_keys=True)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:20]
+    # The document as its model dumps it, in the model's field order: the same content, the same etag.
+    return hashlib.sha256(to_json({k: v for k, v in document.items() if k != "etag"})).hexdigest()[:20]
 
 
 @dataclass(frozen=True)
@@ -115,12 +117,6 @@ class Repository(Generic[R]):
     def find_in(self, transaction: Transaction, name: str) -> R | None:
         document = transaction.get(self.collection, document_key(name))
         return None if document is None else self._load(document)
-
-    def find_for_update_in(self, transaction: Transaction, name: str) -> tuple[R | None, R | None]:
-        """The stored resource read in a caller's transaction, and a copy of it to change (both None where
-        there is none): each loaded from the document, which costs a fraction of a deep copy."""
-        document = transaction.get(self.collection, document_key(name))
-        return (None, None) if document is None else (self._load(document), self._load(document))
 
     def save_in(self, transaction: Transaction, previous: R | None, resource: R) -> R:
         """Stage an update of ``previous`` to ``resource`` (transition-checked) in a caller's transaction;
@@ -224,10 +220,6 @@ class InTransaction(Generic[R]):
 
     def find(self, name: str) -> R | None:
         return self.repository.find_in(self.transaction, name)
-
-    def find_for_update(self, name: str) -> tuple[R | None, R | None]:
-        """:meth:`Repository.find_for_update_in`."""
-        return self.repository.find_for_update_in(self.transaction, name)
 
     def create(self, resource: R) -> R:
         return self.repository.create_in(self.transaction, resource)

@@ -10,8 +10,12 @@ import pytest
 from cloudevents.conversion import to_json
 from test_register_session import RUN_FOLDER, deliver, finalized
 
+from mldiag.domain import AnalysisState, Kind, MachineLearningRun, ProfilerSession
 from mldiag.services import event_archive
 from mldiag.services.event_archive import Outcome
+from mldiag.services.repository import Repository
+
+RUN = "projects/p/locations/l/machineLearningRuns/run1"
 
 
 @pytest.fixture
@@ -65,3 +69,28 @@ def test_the_archived_payload_is_the_event_as_received_without_encoding_it_again
     monkeypatch.setattr(event_archive, "to_json", encoding)
     deliver(embedded, event)
     assert embedded.events.get("register_session", event["id"]).raw == expected
+
+
+@pytest.mark.parametrize("kind", [Kind.KIND_SCANNED, Kind.KIND_ON_DEMAND])
+def test_registering_changes_a_copy_and_leaves_the_session_it_read_as_stored(embedded, monkeypatch, kind):
+    """The save checks the transition from the session as read: adding the file (and, for a capture's last target,
+    requesting the analysis) changes only the copy."""
+    run = embedded.runs.create(MachineLearningRun(name=RUN, artifacts={"gcsPath": "gs://profiles/team/exp"}))
+    session = f"{run.name}/profilerSessions/s1"
+    embedded.sessions.create(ProfilerSession(name=session, kind=kind, profiler_targets=["host0", "host1"]))
+    deliver(embedded, finalized(f"{RUN_FOLDER}/host0.xplane.pb"))
+    stored = embedded.sessions.get(session).to_json_dict()
+    read = []
+    stage_save_in = Repository.stage_save_in
+
+    def recorded(self, transaction, previous, resource):
+        read.append(previous.to_json_dict())
+        return stage_save_in(self, transaction, previous, resource)
+
+    monkeypatch.setattr(Repository, "stage_save_in", recorded)
+    deliver(embedded, finalized(f"{RUN_FOLDER}/host1.xplane.pb"))
+    assert read == [stored]
+    after = embedded.sessions.get(session)
+    assert set(after.host_files) == {"host0", "host1"} and set(after.target_sessions) == {"host0", "host1"}
+    if kind is Kind.KIND_ON_DEMAND:
+        assert after.analysis.state is AnalysisState.PENDING
