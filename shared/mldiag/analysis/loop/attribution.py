@@ -538,10 +538,12 @@ def _copies_are_a_part(line: LineLike, copies: np.ndarray) -> np.ndarray:
 def _copies_to_device(line: LineLike, names: Sequence[str], classes: np.ndarray,
                       subtree_end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The line's calls that copy arrays of known shapes to the device (the outermost, outside every other classed
-    call; none that also copies to the host), the bytes their events name (``BufferFromHostBuffer(f32[65536,1024])``),
-    and which of the line's events wait on the device (``block_until_ready``, not another thread)."""
+    call but a jit dispatch, which copies the host arrays it is handed itself; none that also copies to the host),
+    the bytes their events name (``BufferFromHostBuffer(f32[65536,1024])``), and which of the line's events wait on
+    the device (``block_until_ready``, not another thread)."""
     event_class = classes[line.ids]
-    calls = np.flatnonzero((event_class == _HOST_TRANSFER) & (enclosed(subtree_end, event_class >= _COMPILE) == 0))
+    enclosing = (event_class >= _COMPILE) & (event_class != _DISPATCH)
+    calls = np.flatnonzero((event_class == _HOST_TRANSFER) & (enclosed(subtree_end, enclosing) == 0))
     name_bytes = np.zeros(len(names))
     to_device, to_host, device_wait = (np.zeros(len(names), dtype=bool) for _ in range(3))
     for index in _distinct(line.ids).tolist():

@@ -116,6 +116,7 @@ COMPILE_PRIORITIES = ((0.25, Priority.P0), (0.05, Priority.P1), (0.0, Priority.P
 COMMUNICATION_PRIORITIES = ((0.30, Priority.P0), (0.15, Priority.P1), (0.05, Priority.P2))
 MEMORY_PRIORITIES = ((0.95, Priority.P0), (0.85, Priority.P1))
 ROOFLINE_PRIORITIES = ((0.10, Priority.P1), (0.30, Priority.P2))
+NEAR_PEAK = 0.5  # share of the chip's peak FLOP/s or HBM bandwidth that is near it, whatever a cost model says
 CUSTOM_CALL_SHARE = 30.0  # percent of device time in custom calls worth a kernel finding
 # A program whose temporaries at its peak are this many times its inputs and outputs, and at least this big.
 TEMPORARIES_RATIO = 4.0
@@ -629,20 +630,37 @@ def _recompilation(host: HostEvidence, programs: dict[str, HloProgram]) -> Findi
     warmup = (f" (besides a warm-up of {host.warmup.steps} step{'s' if host.warmup.steps != 1 else ''} whose "
               f"{host.warmup.compiles} first compilations took {host.warmup.compile_ms:.1f} ms)") if host.warmup else ""
     tensorflow = frameworks.detect([host]) in (Framework.TENSORFLOW, Framework.TENSORFLOW_EAGER)
+    changes = _recompiled(programs)
+    # Recompiled, yet one program per function in the capture (which holds every executable still alive): each
+    # compilation's program was dropped with the jitted function that made it, or was the same program again.
+    anew = not tensorflow and host.recompiles_in_steps > max(1, len(programs)) and len(
+        {_module_base(program.module) for program in programs.values()}) == len(programs)
+    evidence = [
+        f"{host.recompiles_in_steps} XLA recompilations inside {host.steps} profiled steps{warmup}",
+        f"recompilation {host.recompile_ms_per_step:.1f} ms per step of a {step:.1f} ms step",
+        *changes[:3],
+    ]
+    if anew:
+        evidence.append(f"yet the capture holds one compiled program per function ({len(programs)} in all): the "
+                        "executables of the earlier compilations are gone or the same program again")
     return Finding(
         priority=priority,
         category=FindingCategory.RECOMPILATION,
         title=f"Recompilation inside steps: {share:.0%} of step time compiling",
-        what="XLA compiles new programs while the loop runs, usually because input shapes, dtypes or static "
-             "arguments change from step to step, so each change costs a full compilation.",
-        evidence=[
-            f"{host.recompiles_in_steps} XLA recompilations inside {host.steps} profiled steps{warmup}",
-            f"recompilation {host.recompile_ms_per_step:.1f} ms per step of a {step:.1f} ms step",
-            *_recompiled(programs)[:3],
-        ],
-        impact=f"{host.recompile_ms_per_step:.1f} ms per step ({share:.0%}) would disappear with stable shapes.",
+        what=("XLA compiles the step's program again and again although it keeps no other version of it: the "
+              "jitted function itself is made anew while the loop runs (jax.jit applied inside the loop, to a new "
+              "lambda or functools.partial each step), and its compilation cache goes with it." if anew else
+              "XLA compiles new programs while the loop runs, usually because input shapes, dtypes or static "
+              "arguments change from step to step, so each change costs a full compilation."),
+        evidence=evidence,
+        impact=f"{host.recompile_ms_per_step:.1f} ms per step ({share:.0%}) would disappear with "
+               f"{'one jitted function' if anew else 'stable shapes'}.",
         fix=("Keep shapes stable: give tf.function an input_signature with None for the varying dimension, or pad "
              "batches to a few fixed sizes." if tensorflow else
+             "Make the jitted function once, outside the loop, and call that one every step (jax.jit(step) at "
+             "module level or before the loop, never jax.jit(lambda ...) or jax.jit(partial(...)) inside it); "
+             "JAX's persistent compilation cache (jax.config.update('jax_compilation_cache_dir', ...)) then also "
+             "spares the compilation across runs." if anew else
              "Keep shapes and static arguments stable: pad or bucket the changing dimension to a few sizes, pass "
              "changing Python scalars as arrays rather than static arguments, and enable JAX's persistent "
              "compilation cache (jax.config.update('jax_compilation_cache_dir', ...))."),
@@ -811,7 +829,12 @@ def _temporaries(hosts: list[HostEvidence], metrics: Metrics, tools: dict[str, T
 
 def _compute(hosts: list[HostEvidence], metrics: Metrics, tools: dict[str, ToolResult],
              kernels: list[KernelShare]) -> Finding | None:
+    """XProf's roofline model says the busy devices are far from the hardware's limits; not where the step's
+    measured FLOP/s or HBM bandwidth are near the chip's peak (the model then misses work it cannot see:
+    recomputed activations, fusions it zeroes)."""
     if metrics.roofline_efficiency is None or (metrics.busy_fraction or 0) < 0.5:
+        return None
+    if max(metrics.mfu or 0.0, metrics.hbm_bandwidth_fraction or 0.0) >= NEAR_PEAK:
         return None
     priority = _rank(metrics.roofline_efficiency, ROOFLINE_PRIORITIES, below=True)
     if priority is None:

@@ -17,7 +17,7 @@ copies between host and device.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from mldiag.analysis.host_evidence import HostActivity, HostEvidence, TimeCause
@@ -119,6 +119,11 @@ def known_call_fix(name: str) -> str | None:
     return next((fix for pattern, fix in _KNOWN_CALLS if pattern.match(name)), None)
 
 
+def _reads_back_only(name: str) -> bool:
+    """Whether a copies part (its calls joined by `` + ``) only copies from the device to the host."""
+    return {transfer_direction(call) for call in name.split(" + ")} == {"device to host"}
+
+
 def copies_both_ways(names: list[str]) -> bool:
     """Whether copies of these names go both from the device to the host and back."""
     directions = {transfer_direction(name) for name in names}
@@ -186,10 +191,16 @@ def _from_attribution(host: HostEvidence) -> list[Cause]:
     stepping = next((a.thread for a in (*host.host_activities, *host.between_steps) if a.thread), "")
     round_trip = copies_both_ways([part.name for part in attribution.parts
                                    if part.cause is TimeCause.TRANSFERS and part.thread == stepping])
-    found = []
+    logging = next((read for read in host.device_reads
+                    if read.count_per_step >= EVERY_STEP and _SYNC.search(function_name(read.name))), None)
+    found, read_back = [], []
     for part in attribution.parts:
         if part.cause is TimeCause.TRANSFERS and not part.thread:
             continue  # a device busy with its own copies: the data-movement rule's, with the ops and their bytes
+        if part.cause is TimeCause.TRANSFERS and logging is not None and part.thread == stepping and (
+                _reads_back_only(part.name)):
+            read_back.append(part)  # the training thread's copies off the device: its logging's read, every step
+            continue
         if part.cause is TimeCause.TRANSFERS:
             kind = HostCause.TRANSFERS
         elif part.cause is not TimeCause.HOST_WORK:
@@ -199,7 +210,13 @@ def _from_attribution(host: HostEvidence) -> list[Cause]:
         else:
             kind = kind_of(part.name, _reads_device(host, part.name), round_trip)
         found.append((kind, _part(part.name, part.ms, part.thread, part.share), True))
-    return _merged(found, {}, steps)
+    merged = _merged(found, {}, steps)
+    if logging is not None and read_back:
+        merged.append(Cause(HostCause.DEVICE_SYNC, sum(part.ms for part in read_back) / steps,
+                            [replace(logging, reads_device=True)],
+                            share=sum(part.share for part in read_back)))
+        merged.sort(key=lambda cause: -cause.ms)
+    return merged
 
 
 def untraced(host: HostEvidence, least_share: float) -> Cause | None:

@@ -522,6 +522,20 @@ def test_a_copy_is_in_flight_through_the_step_s_dispatch_until_the_device_starts
                      (TimeCause.UNTRACED, "", "python3"): 9.0}  # 0-1, 22-30
 
 
+def test_a_host_array_handed_to_a_jitted_function_is_copied_by_the_dispatch_and_in_flight_after_it():
+    """A numpy batch passed straight to the step: the dispatch copies it (its DevicePut) and returns, and the
+    training thread's untraced wait until the device starts the program is that copy."""
+    names: list[str] = []
+    host = _line("python3", [("train", 0, 30 * MS), ("PjitFunction(step)", MS, 3 * MS), ("DevicePut", MS, 2 * MS),
+                             (BATCH, MS, 2 * MS)], names)
+    lane = _line("XLA Ops", [("%fusion.1 = f32[] fusion(...)", 20 * MS, 22 * MS)], names)
+    parts = _attribute(names, (0, 30 * MS), [[lane]], stepping=host, markers={0})
+    assert parts == {(TimeCause.TRANSFERS, "DevicePut", "python3"): 18.0,  # the call, then 2-20 but the dispatch's
+                     (TimeCause.DISPATCH, "PjitFunction(step)", "python3"): 1.0,
+                     (TimeCause.DEVICE_COMPUTE, "fusion", ""): 2.0,
+                     (TimeCause.UNTRACED, "", "python3"): 9.0}  # 0-1, 22-30
+
+
 def test_a_copy_the_thread_does_not_wait_for_leaves_its_untraced_work_untraced():
     """The next batch is copied ahead while the thread works, untraced, for longer than the copy takes: the copy
     landed long before the thread launched the step, so the thread was not waiting for it."""

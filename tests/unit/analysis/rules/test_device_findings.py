@@ -610,6 +610,21 @@ def test_a_recompilation_names_the_function_and_the_shape_that_changes():
     assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
 
 
+@pytest.mark.parametrize(("compiled", "anew"), [([(3, 32)], True), ([(3, 32), (7, 32), (9, 32)], False)])
+def test_recompiling_a_function_the_capture_keeps_one_program_of_is_a_jit_made_anew(compiled, anew):
+    # Nine compilations of one function: one program left in the capture means the jitted function died with each
+    # (jax.jit inside the loop); three programs of the same shapes are static arguments or constants that change.
+    programs = hlo.program_buffers([_step_module(module_id, batch) for module_id, batch in compiled])
+    host = _host(kind=DeviceKind.TPU, source=StepSource.STEP_MARKERS, steps=10, step_ms=2600.0)
+    host.compiles_in_steps, host.compile_ms_per_step = 10, 2500.0
+    host.recompiles_in_steps, host.recompile_ms_per_step = 9, 2250.0
+    analysis = assessed(host, programs=programs)
+    (finding,) = _of(analysis, FindingCategory.RECOMPILATION)
+    assert ("outside the loop" in finding.fix) is anew
+    assert ("static arguments" in finding.fix) is not anew
+    assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
+
+
 def test_a_host_callback_the_device_waits_on_is_named_and_is_no_communication():
     recv = "%pure_callback.11 = (f32[], token[]) recv-done(...), channel_id=2, is_host_transfer=true"
     host = _host(kind=DeviceKind.TPU, busy=0.8, top_ops=_ops(("pure_callback.11", 0.7), ("fusion.1", 0.1),

@@ -252,6 +252,19 @@ def test_a_program_at_high_intensity_near_peak_is_compute_bound_and_its_mfu_is_i
     assert analysis.metrics.mfu == pytest.approx(0.6) and analysis.metrics.achieved_tflops == pytest.approx(118.2)
 
 
+@pytest.mark.parametrize(("of_peak", "claimed"), [(0.86, False), (0.3, True)])
+def test_xprof_s_far_from_the_roof_is_said_only_where_the_measured_flops_are_not_near_the_peak(of_peak, claimed):
+    # XProf's roofline model puts the program at 16.9 % (HBM-bound) while its measured FLOP/s say otherwise.
+    host = _host(kind=DeviceKind.TPU, device_type="TPU v5 lite", program="jit_train(2)", steps=10, step_ms=10.0)
+    flops = of_peak * V5E.peak_flops["bf16"] * 0.1
+    model = ToolResult(name="get_roofline_model", status=ToolStatus.OK, seconds=0.0,
+                       data={"program": {"bound_by": "HBM", "roofline_efficiency_percent": "16.94%"}})
+    analysis = _analysis(host, tools=[_op_profile("jit_train(2)", ms=100.0, flops=flops, bytes_accessed=flops / 1000),
+                                      model])
+    assert analysis.metrics.mfu == pytest.approx(of_peak)
+    assert bool([f for f in analysis.findings if f.category is FindingCategory.COMPUTE]) is claimed
+
+
 def test_mfu_divides_the_flops_among_the_devices():
     host = _host(kind=DeviceKind.TPU, device_type="TPU v5 lite", program="jit_train(2)", devices=4)
     flops = 4 * 0.3 * V5E.peak_flops["bf16"] * 0.1  # four chips, each at 30 % for ten 10 ms steps

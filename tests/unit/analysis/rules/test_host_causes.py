@@ -254,6 +254,21 @@ def test_the_cause_is_told_from_the_function_and_what_it_calls(name, reads, kind
     assert host_causes.kind_of(name, reads) is kind
 
 
+def test_the_training_thread_s_copies_off_the_device_for_its_logging_every_step_are_a_sync_not_a_transfer():
+    logging = HostActivity(name="$train.py:20 log_metrics", count_per_step=1.0, ms_per_step=6.5, share_of_step=0.9,
+                           thread="python")
+    attribution = _attributed([
+        TimePart(cause=TimeCause.TRANSFERS, name="np.asarray(jax.Array) + ArrayImpl.copy_to_host_async",
+                 thread="python", ms=480.0, share=0.48),
+        TimePart(cause=TimeCause.DEVICE_COMPUTE, name="matmul/convolution", ms=450.0, share=0.45, useful=True),
+    ])
+    step = _activity("$train.py:40 iteration", 95.0, 1.0)
+    first, *_ = _findings(_host(busy=0.45, activities=[step], attribution=attribution, device_reads=[logging]))
+    assert first.priority is Priority.P0 and "syncs with the device every step" in first.title
+    assert '"$train.py:20 log_metrics"' in _said(first) and "every N steps" in first.fix
+    assert "Keep the data on the device" not in first.fix
+
+
 def test_a_runtime_call_the_step_makes_itself_gets_the_fix_for_that_call():
     attribution = _attributed([
         TimePart(cause=TimeCause.DEVICE_COMPUTE, name="matmul/convolution", ms=20.0, share=0.02, useful=True),
