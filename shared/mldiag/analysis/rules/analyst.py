@@ -264,7 +264,8 @@ def _health(hosts: list[HostEvidence], metrics: Metrics) -> Health:
         memory_fraction=(_fraction(metrics.peak_memory_bytes / metrics.memory_capacity_bytes)
                          if metrics.peak_memory_bytes and metrics.memory_capacity_bytes else None),
         dispatches_per_step=max((h.dispatches_per_step for h in hosts), default=0.0),
-        compile_fraction=max((share(h, TimeCause.COMPILATION, h.recompile_ms_per_step) for h in hosts),
+        compile_fraction=max((max(share(h, TimeCause.COMPILATION, h.recompile_ms_per_step),
+                                  h.recompile_cost.share_of_loop if h.recompile_cost else 0.0) for h in hosts),
                              default=0.0),
     )
     reasons = []
@@ -559,20 +560,35 @@ def _launch_bound(host: HostEvidence, programs: dict[str, HloProgram]) -> Findin
                         "the sync that waits for the result")
     evidence += [f"{quoted(p.name)} reads device values back, waiting for the launch's result: {p.share:.1%} of "
                  "the loop with the devices idle" for p in syncs[:2]]
+    if launch.awaited:
+        evidence.append(f"the training thread waits for {host.awaited_launches:.0%} of its launches: it does nothing "
+                        f"more until the runtime reports the program complete, {host.launch_wait_ms_per_step:.2f} ms "
+                        "per step from the launch (the launch's latency, the program's run and the notice of its "
+                        "end), then launches the next: a sync every step, so no launch overlaps the device's work")
     evidence.append(f"busy fraction {_loop_busy(host):.3f} over the loop")
     launched = {_module_base(run.name) for run in (*host.programs, *host.dispatched)}
     evidence += [f"{quoted(p.module)} takes {len(p.parameters)} arrays as parameters, each flattened and handed "
                  "over at every launch" for p in programs.values()
                  if len(p.parameters) >= MANY_PARAMETERS and _module_base(p.module) in launched][:1]
+    lanes = _LANES[host.device_kind.value]
+    if launch.awaited:
+        title = f"Launch-bound: each step launches a small program and waits for it, {launch.share:.0%} of the loop"
+        what = ("Each step launches a program that runs on the device for under a millisecond and waits for its "
+                "result before launching the next, so every step pays the launch (dispatching the jitted function, "
+                "handing over its arguments, the runtime's latency to start it) and the sync on its end in full, "
+                f"on top of the program's run: {lanes} idle for that time every step.")
+    else:
+        title = f"Launch-bound: launching each step's small program takes {launch.share:.0%} of the loop, {longer}"
+        what = ("Each step launches a program that runs on the device for a fraction of a millisecond, and the host "
+                "spends far longer on each launch (dispatching the jitted function, flattening and handing over its "
+                "arguments, and on the training thread around it: the loop's own Python and the sync that waits for "
+                f"the result) than {lanes} spend running it, so they idle between launches: "
+                "only more work per launch makes the loop faster.")
     return Finding(
         priority=priority,
         category=FindingCategory.DISPATCH_OVERHEAD,
-        title=f"Launch-bound: launching each step's small program takes {launch.share:.0%} of the loop, {longer}",
-        what="Each step launches a program that runs on the device for a fraction of a millisecond, and the host "
-             "spends far longer on each launch (dispatching the jitted function, flattening and handing over its "
-             "arguments, and on the training thread around it: the loop's own Python and the sync that waits for "
-             f"the result) than {_LANES[host.device_kind.value]} spend running it, so they idle between launches: "
-             "only more work per launch makes the loop faster.",
+        title=title,
+        what=what,
         evidence=evidence,
         impact=f"{launch.host_ms_per_launch * per_step:.2f} ms of each {iteration:.2f} ms step goes to launching "
                f"({launch.share:.0%} of the loop) against {launch.device_ms_per_launch * per_step:.3f} ms of device "
@@ -607,25 +623,41 @@ def _recompilation(host: HostEvidence, programs: dict[str, HloProgram]) -> Findi
     if not host.step_ms or (host.recompiles_in_steps == 0 and host.recompile_ms_per_step == 0):
         return None
     step = host.step_ms.mean
-    share = host.recompile_ms_per_step / step
+    cost = host.recompile_cost
+    share = cost.share_of_loop if cost else host.recompile_ms_per_step / step
     priority = _rank(share, COMPILE_PRIORITIES)
     if priority is None or (priority is Priority.P2 and host.recompiles_in_steps < 2):
         return None
     warmup = (f" (besides a warm-up of {host.warmup.steps} step{'s' if host.warmup.steps != 1 else ''} whose "
               f"{host.warmup.compiles} first compilations took {host.warmup.compile_ms:.1f} ms)") if host.warmup else ""
     tensorflow = frameworks.detect([host]) in (Framework.TENSORFLOW, Framework.TENSORFLOW_EAGER)
+    if cost is None:
+        title = f"Recompilation inside steps: {share:.0%} of step time compiling"
+        costs = [f"recompilation {host.recompile_ms_per_step:.1f} ms per step of a {step:.1f} ms step"]
+        impact = f"{host.recompile_ms_per_step:.1f} ms per step ({share:.0%}) would disappear with stable shapes."
+    else:
+        title = f"Recompilation inside steps: the recompiling steps cost {share:.0%} of the loop's time"
+        against = (f"beyond a normal step's {cost.normal_step_ms:.2f} ms (tracing, lowering, compiling and the "
+                   "program's first run)" if cost.normal_step_ms is not None else
+                   "inside the jit calls that recompiled (tracing, lowering, compiling and dispatch; every step "
+                   "compiles, none to compare with)")
+        costs = [f"{cost.steps} recompiling steps cost {cost.ms:.1f} ms of the loop's {cost.loop_ms:.1f} ms "
+                 f"{against}",
+                 f"XLA compilation alone: {host.recompile_ms_per_step:.1f} ms per step of a {step:.1f} ms step"]
+        impact = (f"{cost.ms:.1f} ms of the loop's {cost.loop_ms:.1f} ms ({share:.0%}) would disappear with stable "
+                  "shapes.")
     return Finding(
         priority=priority,
         category=FindingCategory.RECOMPILATION,
-        title=f"Recompilation inside steps: {share:.0%} of step time compiling",
+        title=title,
         what="XLA compiles new programs while the loop runs, usually because input shapes, dtypes or static "
              "arguments change from step to step, so each change costs a full compilation.",
         evidence=[
             f"{host.recompiles_in_steps} XLA recompilations inside {host.steps} profiled steps{warmup}",
-            f"recompilation {host.recompile_ms_per_step:.1f} ms per step of a {step:.1f} ms step",
+            *costs,
             *_recompiled(programs)[:3],
         ],
-        impact=f"{host.recompile_ms_per_step:.1f} ms per step ({share:.0%}) would disappear with stable shapes.",
+        impact=impact,
         fix=("Keep shapes stable: give tf.function an input_signature with None for the varying dimension, or pad "
              "batches to a few fixed sizes." if tensorflow else
              "Keep shapes and static arguments stable: pad or bucket the changing dimension to a few sizes, pass "

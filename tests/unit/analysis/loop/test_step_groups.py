@@ -137,6 +137,59 @@ def test_a_first_compilation_after_the_warm_up_counts_as_recompiling(tmp_path):
     assert host.recompile_ms_per_step == pytest.approx(20, abs=0.01)
 
 
+def _retracing_loop(compiling: set[int], steps: int = 12, trace_ms: int = 40, compile_ms: int = 100,
+                    first_run_ms: int = 15) -> TraceBuild:
+    """Annotated steps of 10 ms (the program runs 8); in each step of ``compiling`` the jit call traces the
+    function (``trace_ms``, no event of its own) before lowering and compiling it, and the new program's first run
+    takes ``first_run_ms`` more."""
+    events, lane, start = [], [], 0
+    for step in range(steps):
+        extra = trace_ms + compile_ms + first_run_ms if step in compiling else 0
+        events.append(("train", start, start + (10 + extra) * MS))
+        run = start + MS
+        if step in compiling:
+            lowered = start + trace_ms * MS
+            run = lowered + compile_ms * MS
+            events += [("PjitFunction(step)", start, run + MS // 2), ("lower_sharding_computation", lowered,
+                                                                      lowered + compile_ms * MS // 4),
+                       ("backend_compile_and_load", lowered + compile_ms * MS // 4, run)]
+        else:
+            events += jit_calls("step", [start], MS // 2)
+        lane.append(("fusion", run + MS // 2, run + (8 + (first_run_ms if step in compiling else 0)) * MS))
+        start += (10 + extra) * MS
+    return TraceBuild().host(events, markers=("train",)).lane("/host:CPU", lane)
+
+
+def test_a_recompiling_step_costs_its_tracing_compiling_and_first_run_over_a_normal_step(tmp_path):
+    host = _retracing_loop({0, 4, 8}).evidence(tmp_path)
+    assert host.warmup.steps == 1 and host.recompiles_in_steps == 2
+    cost = host.recompile_cost
+    assert cost.steps == 2 and cost.normal_step_ms == pytest.approx(10, abs=0.01)
+    assert cost.ms == pytest.approx(2 * 155, abs=0.1)  # tracing 40, compiling 100, the first run 15 more
+    assert cost.loop_ms == pytest.approx(11 * 10 + 2 * 155, abs=0.1)
+    analysis = analysis_of(host)
+    # The compilations alone are 200 ms of the loop; the recompiling steps cost 310 ms of it.
+    assert analysis.health.compile_fraction == pytest.approx(310 / 420, abs=0.005)
+    (finding,) = [f for f in analysis.findings if f.category is FindingCategory.RECOMPILATION]
+    assert finding.title == "Recompilation inside steps: the recompiling steps cost 74% of the loop's time"
+    assert "2 recompiling steps cost 310.0 ms of the loop's 420.0 ms beyond a normal step's 10.00 ms" in (
+        finding.evidence[1])
+
+
+def test_where_every_step_recompiles_the_cost_is_the_time_inside_the_recompiling_jit_calls(tmp_path):
+    host = _retracing_loop(set(range(12)), steps=12).evidence(tmp_path)
+    cost = host.recompile_cost
+    assert host.warmup.steps == 1 and cost.steps == 11 and cost.normal_step_ms is None
+    assert cost.ms == pytest.approx(11 * 140.5, abs=0.1)  # tracing and compiling, and the dispatch after them
+    assert analysis_of(host).health.compile_fraction == pytest.approx(140.5 / 165, abs=0.005)
+
+
+def test_without_recompilation_there_is_no_recompile_cost(tmp_path):
+    host = _retracing_loop({0}).evidence(tmp_path)
+    assert host.warmup.steps == 1 and host.recompile_cost is None
+    assert analysis_of(host).health.compile_fraction == 0
+
+
 # --- slow steps ---------------------------------------------------------------------------------------------
 
 
