@@ -112,6 +112,9 @@ STEP_PROGRAM_REPEATS = 4  # a step program is called at least this many times as
 NAMED_DIFFERENCE = 0.5  # slow-step differences named: those of at least this share of the largest
 CAUSE_DIFFERENCE = 0.9  # the cause: the innermost event of at least this share of the largest difference
 MAX_DIFFERENCES = 5
+# The XLA CPU client's run of a program's thunks; on a host thread that is not one of its own, the program runs
+# inline there (a short program, or a host callback's wait), and that thread computes meanwhile.
+INLINE_PROGRAM = "ThunkExecutor::Execute"
 RESUMES_WITHIN_WAIT = 0.1  # a thread that resumes this share of its wait after a program completes waited for it
 FirstSeen = Callable[[int, dict[str, Any]], None]  # told each new name's id and the stats of its first event
 _HLO_NAME = re.compile(r"^%?([^\s=]+)\s+=")
@@ -329,11 +332,22 @@ def _read(path: Path, timeline: Path | None = None) -> _Trace:
             trace.lanes.setdefault("/host:CPU", []).append(events)
         else:
             trace.host_lines.append(events)
+            if xla_runs_on_host and len(inline := _inline_program(trace, events)):
+                trace.lanes.setdefault("/host:CPU", []).append(inline)
     if trace.events == 0:
         raise UnreadableProfile(f"{path.name}: the profile has no trace events")
     if timeline is not None:
         reader.timeline(planes).save(timeline)
     return trace
+
+
+def _inline_program(trace: _Trace, line: _Line) -> _Line:
+    """The programs the XLA CPU client runs inline on a host thread (the thread that launched them, rather than
+    one of its own): each :data:`INLINE_PROGRAM` run with what it encloses, as a compute lane of its own."""
+    names = np.array([name == INLINE_PROGRAM for name in trace.names], dtype=bool)
+    root = names[line.ids]
+    keep = (root | _has_ancestor(line, root)) & (line.ends > line.starts)
+    return _Line(f"/host:CPU/{line.name} (inline)", line.starts[keep], line.ends[keep], line.ids[keep])
 
 
 def _name_threads_apart(trace: _Trace, is_dispatch: np.ndarray) -> None:
