@@ -11,12 +11,14 @@ report, offline and without a reasoning model. The rules in short:
 * **dispatch_overhead**: many jit dispatches per step (op-by-op execution); or a
   few, each launching a program so small that the launch (the dispatch, with the
   training thread's untraced time and syncs around it) costs the host several
-  times what the device spends running it (:mod:`~mldiag.analysis.rules.launches`);
+  times what the device spends running it, or is awaited every step so that
+  nothing overlaps it (:mod:`~mldiag.analysis.rules.launches`);
 * **recompilation**: compilation inside steps of a function that compiled
   before, or after the warm-up, with the functions whose parameter shapes
-  differ between their compiled programs; a program's first compilation in the
-  loop's first steps is **warm-up**, a P2 with its cost, and the headline step
-  time is the steady state after it;
+  differ between their compiled programs, costing what the recompiling steps
+  take beyond a normal step (tracing, lowering, compiling and the first run);
+  a program's first compilation in the loop's first steps is **warm-up**, a P2
+  with its cost, and the headline step time is the steady state after it;
 * **slow steps**: a group of steps well above the median, the function that
   runs longer in them named, ranked by its share of the loop like idle time;
 * **communication**, **memory**, **compute**, **kernel**, **compiler**: from the
