@@ -175,6 +175,7 @@ class StepDifference:
     slow_ms: float  # mean per slow iteration (its step and the gap after it)
     normal_ms: float  # mean per normal iteration
     share_of_loop: float  # the extra time over every slow iteration, of the loop's wall time
+    thread: str = ""  # for another host thread's work: that thread
 
 
 @_evidence
@@ -199,6 +200,9 @@ class SlowSteps:
     cost_ms: float  # their time beyond that of as many normal iterations
     cost_fraction: float  # cost_ms of the loop's wall time
     differences: list[StepDifference] = field(default_factory=list)  # the cause first, then by extra time
+    # The other host threads' work by its time inside the iterations (slow against normal), the cause first: what
+    # another thread does in the slow steps, where the stepping thread's own events do not account for them.
+    elsewhere: list[StepDifference] = field(default_factory=list)
 
 
 class TimeCause(StrEnum):

@@ -1506,6 +1506,7 @@ def _slow_steps(trace: _Trace, steps: _Steps, stepping: list[_Line], is_marker: 
         cost_ms=cost_ns / 1e6,
         cost_fraction=min(1.0, cost_ns / loop_ns),
         differences=_differences(trace, stepping, is_marker, iterations, slow, loop_ns),
+        elsewhere=_elsewhere(trace, stepping, iterations, slow, loop_ns),
     )
 
 
@@ -1534,6 +1535,44 @@ def _differences(trace: _Trace, stepping: list[_Line], is_marker: np.ndarray, it
                            normal_ms=float(normal_ns[i]) / normal_count / 1e6,
                            share_of_loop=min(1.0, float(extra[i]) * slow_count / loop_ns))
             for i in ordered[:MAX_DIFFERENCES]]
+
+
+def _elsewhere(trace: _Trace, stepping: list[_Line], iterations: np.ndarray, slow: np.ndarray,
+               loop_ns: float) -> list[StepDifference]:
+    """The other host threads' events by the time they run inside the slow iterations per slow iteration, against
+    inside the normal ones per normal iteration (an event counts for the part of it inside each: a thread's long
+    save spans many steps); ordered as :func:`_differences` orders the stepping thread's."""
+    # The time of slow (and of normal) iterations before each instant, piecewise linear over their bounds.
+    bounds = iterations.reshape(-1).astype(np.float64)
+    lengths = (iterations[:, 1] - iterations[:, 0]).astype(np.float64)
+    cumulative = {}
+    for group, chosen in (("slow", slow), ("normal", ~slow)):
+        before = np.concatenate(([0.0], np.cumsum(np.where(chosen, lengths, 0.0))))
+        cumulative[group] = np.column_stack((before[:-1], before[1:])).reshape(-1)
+    rows = []  # (extra ns per slow iteration, depth, thread, name id, slow ns, normal ns)
+    slow_count, normal_count = int(slow.sum()), int((~slow).sum())
+    for line in trace.host_lines:
+        if any(line is chosen for chosen in stepping) or not len(line):
+            continue
+        keep = _outermost_of_its_name(line)
+        inside = {group: np.interp(line.ends[keep], bounds, values) - np.interp(line.starts[keep], bounds, values)
+                  for group, values in cumulative.items()}
+        slow_ns = np.bincount(line.ids[keep], weights=inside["slow"], minlength=len(trace.names))
+        normal_ns = np.bincount(line.ids[keep], weights=inside["normal"], minlength=len(trace.names))
+        depth = np.zeros(len(trace.names), dtype=np.int64)
+        np.maximum.at(depth, line.ids[keep], _depths(line)[keep])
+        extra = slow_ns / slow_count - normal_ns / normal_count
+        rows += [(float(extra[i]), int(depth[i]), line.name or UNNAMED_THREAD, int(i), float(slow_ns[i]),
+                  float(normal_ns[i])) for i in np.flatnonzero(extra > 0)]
+    largest = max((row[0] for row in rows), default=0.0)
+    named = sorted((row for row in rows if row[0] >= NAMED_DIFFERENCE * largest), key=lambda row: -row[0])
+    cause = max((row for row in named if row[0] >= CAUSE_DIFFERENCE * largest), key=lambda row: row[1],
+                default=None)
+    ordered = ([cause] if cause is not None else []) + [row for row in named if row is not cause]
+    return [StepDifference(name=trace.names[i], thread=thread, slow_ms=slow_ns / slow_count / 1e6,
+                           normal_ms=normal_ns / normal_count / 1e6,
+                           share_of_loop=min(1.0, extra * slow_count / loop_ns))
+            for extra, _, thread, i, slow_ns, normal_ns in ordered[:MAX_DIFFERENCES]]
 
 
 def _outermost_of_its_name(line: _Line) -> np.ndarray:

@@ -1209,8 +1209,28 @@ _SLOW_CAUSES = (
 )
 
 
+def _stepping_explains(slow: SlowSteps) -> bool:
+    """Whether the stepping thread's costliest difference accounts for most of the slow steps' extra time."""
+    return sum(d.share_of_loop for d in slow.differences[:1]) >= 0.5 * slow.cost_fraction
+
+
+def _other_thread_explains(slow: SlowSteps) -> bool:
+    """Whether another host thread's costliest difference accounts for the slow steps at least as well as the
+    stepping thread's (a training thread stalled in its step runs longer there by as much, with nothing inside)
+    and for most of their extra time."""
+    stepping = slow.differences[0].share_of_loop if slow.differences else 0.0
+    return bool(slow.elsewhere) and slow.elsewhere[0].share_of_loop >= max(stepping, 0.5 * slow.cost_fraction)
+
+
 def _slow_cause(slow: SlowSteps) -> tuple[str, str]:
     """What the slow steps' differences look like, and the fix for it."""
+    if _other_thread_explains(slow):
+        return "another thread's work", (
+            "The training thread stalls while another host thread runs the work named in the evidence: a Python "
+            "thread in a long call that holds the interpreter (a numpy copy such as tobytes, pickling, "
+            "compressing) keeps the training thread from returning from its launch or its sync until that call "
+            "ends. Run that work in a process of its own, or in shorter calls, or with a library that does it on "
+            "threads outside the Python interpreter.")
     for pattern, what, fix in _SLOW_CAUSES:
         if any(pattern.search(difference.name) for difference in slow.differences[:3]):
             return what, fix
@@ -1248,17 +1268,22 @@ def _slow_steps(host: HostEvidence) -> Finding | None:
     if slow.slow_gap_ms - slow.normal_gap_ms >= NOTABLE_SHARE * slow.normal_ms:
         evidence.append(f"the host time after a slow step is {slow.slow_gap_ms:.2f} ms against "
                         f"{slow.normal_gap_ms:.2f} ms after a normal one")
-    explained = sum(d.share_of_loop for d in slow.differences[:1])
-    if explained < 0.5 * slow.cost_fraction:
+    if not _stepping_explains(slow):
         evidence.append("no traced event on the stepping thread accounts for most of the slow steps' extra time")
+    if not _stepping_explains(slow) or _other_thread_explains(slow):
+        evidence += [f"meanwhile the host thread {quoted(d.thread)} runs {quoted(d.name)} {d.slow_ms:.2f} ms per slow "
+                     f"step against {d.normal_ms:.2f} ms per normal step ({d.share_of_loop:.1%} of the loop)"
+                     for d in slow.elsewhere[:3]]
     rest = slow.loop_ms - slow.cost_ms
     faster = f" ({slow.loop_ms / rest:.1f}x faster)" if rest >= 0.01 * slow.loop_ms else ""
     return Finding(
         priority=priority or Priority.P2,
         category=FindingCategory.OTHER,
         title=f"Slow steps: {slow.steps} of {slow.compared} steps cost {slow.cost_fraction:.0%} of the loop's time",
-        what=f"A few steps take far longer than the rest, and the difference looks like {what}: the stepping "
-             "thread spends that time on the work named below, and the loop stalls while it runs.",
+        what=f"A few steps take far longer than the rest, and the difference looks like {what}: "
+             + ("another host thread runs the work named below, and the training thread stalls while it runs."
+                if what == "another thread's work" else
+                "the stepping thread spends that time on the work named below, and the loop stalls while it runs."),
         evidence=evidence,
         impact=f"{slow.cost_ms:.1f} ms of the loop's {slow.loop_ms:.1f} ms beyond what as many normal steps take; "
                f"without it the loop would take {rest:.1f} ms{faster}.",

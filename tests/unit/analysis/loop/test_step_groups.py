@@ -225,6 +225,37 @@ def test_slow_steps_name_what_runs_only_in_them_with_its_share_of_the_loop(tmp_p
     assert slow.slow_busy_ms == pytest.approx(8) and slow.normal_busy_ms == pytest.approx(8)
 
 
+def test_slow_steps_that_the_stepping_thread_does_not_explain_name_what_another_thread_runs_in_them(tmp_path):
+    # Annotated steps of 10 ms; every 5th lasts 30 ms while the training thread waits in its step (no event says
+    # on what). A saver thread writes the whole time, in a 20 ms copy that holds the interpreter in each slow step.
+    training, saver, lane, start = [], [], [], 0
+    for step in range(20):
+        length = 30 if step % 5 == 4 else 10
+        training += [("train", start, start + length * MS), ("$train.py:9 train_step", start, start + length * MS),
+                     *jit_calls("step", [start + MS // 2], MS // 2)]
+        lane.append(("fusion", start + MS, start + 9 * MS))
+        if length == 30:
+            saver.append(("$<unknown> tobytes", start + 5 * MS, start + 25 * MS))
+        start += length * MS
+    saver.append(("$npyio.py:580 savez", 0, start))
+    host = (TraceBuild().host(training, markers=("train",)).host(saver, thread="saver")
+            .lane("/host:CPU", lane).evidence(tmp_path))
+    slow = host.slow_steps
+    assert slow.steps == 4 and slow.cost_ms == pytest.approx(80)
+    tobytes, savez = slow.elsewhere[:2]
+    assert (tobytes.name, tobytes.thread) == ("$<unknown> tobytes", "saver")
+    assert tobytes.slow_ms == pytest.approx(20) and tobytes.normal_ms == 0
+    assert tobytes.share_of_loop == pytest.approx(80 / 280)
+    # The save spans the loop: its time inside each step, 30 ms in a slow one against 10 in a normal one.
+    assert savez.name == "$npyio.py:580 savez" and savez.slow_ms == pytest.approx(30)
+    assert savez.normal_ms == pytest.approx(10)
+    (finding,) = [f for f in analysis_of(host).findings if f.title.startswith("Slow steps")]
+    assert "another thread's work" in finding.what
+    assert ('meanwhile the host thread "saver" runs "$<unknown> tobytes" 20.00 ms per slow step against 0.00 ms '
+            "per normal step (28.6% of the loop)") in finding.evidence
+    assert "process of its own" in finding.fix and "asynchronously" not in finding.fix
+
+
 def test_a_save_between_steps_makes_the_gap_after_its_step_slow(tmp_path):
     events, lane, start = [], [], 0
     for step in range(10):
