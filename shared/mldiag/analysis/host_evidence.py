@@ -152,6 +152,22 @@ class Warmup:
 
 
 @_evidence
+class RecompileCost:
+    """What the steps after the warm-up that recompile cost the loop.
+
+    A recompiling step pays for tracing the function again, lowering and compiling it, and its program's first run:
+    its time beyond the median of the steps that compile nothing. Where every step compiles (no step to compare
+    with), the time inside the jit calls that compiled: their tracing, lowering, compiling and dispatch.
+    """
+
+    steps: int  # steps (each with the gap after it) that hold a recompilation
+    ms: float  # their time beyond that of as many normal steps, over the loop
+    share_of_loop: float  # ms of the loop's wall time (the steps after the warm-up)
+    loop_ms: float
+    normal_step_ms: float | None = None  # the median step that compiles nothing; None where every step compiles
+
+
+@_evidence
 class StepDifference:
     """What the stepping thread spends more time on in slow steps than in normal ones (an event name)."""
 
@@ -159,6 +175,7 @@ class StepDifference:
     slow_ms: float  # mean per slow iteration (its step and the gap after it)
     normal_ms: float  # mean per normal iteration
     share_of_loop: float  # the extra time over every slow iteration, of the loop's wall time
+    thread: str = ""  # for another host thread's work: that thread
 
 
 @_evidence
@@ -183,6 +200,9 @@ class SlowSteps:
     cost_ms: float  # their time beyond that of as many normal iterations
     cost_fraction: float  # cost_ms of the loop's wall time
     differences: list[StepDifference] = field(default_factory=list)  # the cause first, then by extra time
+    # The other host threads' work by its time inside the iterations (slow against normal), the cause first: what
+    # another thread does in the slow steps, where the stepping thread's own events do not account for them.
+    elsewhere: list[StepDifference] = field(default_factory=list)
 
 
 class TimeCause(StrEnum):
@@ -272,6 +292,12 @@ class HostEvidence:
     # The functions the step's code calls (outside its jit dispatches) that read device values back (float(loss),
     # np.asarray): each such call waits for the device's work; ``count_per_step``: calls per step.
     device_reads: list[HostActivity] = field(default_factory=list)
+    # The stepping thread's launches that it waits on: the share of its launches in steps after which it does
+    # nothing (no event but the step marker) until the runtime says their program has completed (on the host's
+    # clock), resuming within a moment of it; and its time from those launches' ends to the completions, per step:
+    # the launch's latency, the program's run and the notice of its end, paid every step (a sync per step).
+    awaited_launches: float = 0.0
+    launch_wait_ms_per_step: float = 0.0
     transfer_ms_per_step: float = 0.0  # loop time any host thread copies between host and device while the devices
     # idle: the copies above and the runtime's own work on them (a TPU's relayout of the buffers)
     launches: int = 0  # program launches in the capture: outermost jit dispatches, or a device's module runs
@@ -284,6 +310,7 @@ class HostEvidence:
     warmup: Warmup | None = None
     recompiles_in_steps: int = 0  # compilations of a program that compiled before, or after the warm-up
     recompile_ms_per_step: float = 0.0  # compilation time of those, per step
+    recompile_cost: RecompileCost | None = None
     slow_steps: SlowSteps | None = None
     iteration_programs: list[str] = field(default_factory=list)  # without step markers, one iteration's program
     # launches in order, when the loop repeats a sequence of several programs

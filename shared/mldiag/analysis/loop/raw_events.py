@@ -61,6 +61,7 @@ from mldiag.analysis.host_evidence import (
     OpTime,
     OwnTime,
     ProgramCalls,
+    RecompileCost,
     SlowSteps,
     StepDifference,
     StepSeries,
@@ -92,6 +93,7 @@ from mldiag.analysis.profile.trace_names import (
     HOST_CALLBACK,
     NOT_AN_OP,
     NOT_BUSY,
+    PROGRAM_DONE,
     QUEUE_PUT,
     THREAD_WAITING,
     TRANSFER,
@@ -112,6 +114,10 @@ STEP_PROGRAM_REPEATS = 4  # a step program is called at least this many times as
 NAMED_DIFFERENCE = 0.5  # slow-step differences named: those of at least this share of the largest
 CAUSE_DIFFERENCE = 0.9  # the cause: the innermost event of at least this share of the largest difference
 MAX_DIFFERENCES = 5
+# The XLA CPU client's run of a program's thunks; on a host thread that is not one of its own, the program runs
+# inline there (a short program, or a host callback's wait), and that thread computes meanwhile.
+INLINE_PROGRAM = "ThunkExecutor::Execute"
+RESUMES_WITHIN_WAIT = 0.1  # a thread that resumes this share of its wait after a program completes waited for it
 FirstSeen = Callable[[int, dict[str, Any]], None]  # told each new name's id and the stats of its first event
 _HLO_NAME = re.compile(r"^%?([^\s=]+)\s+=")
 
@@ -328,11 +334,22 @@ def _read(path: Path, timeline: Path | None = None) -> _Trace:
             trace.lanes.setdefault("/host:CPU", []).append(events)
         else:
             trace.host_lines.append(events)
+            if xla_runs_on_host and len(inline := _inline_program(trace, events)):
+                trace.lanes.setdefault("/host:CPU", []).append(inline)
     if trace.events == 0:
         raise UnreadableProfile(f"{path.name}: the profile has no trace events")
     if timeline is not None:
         reader.timeline(planes).save(timeline)
     return trace
+
+
+def _inline_program(trace: _Trace, line: _Line) -> _Line:
+    """The programs the XLA CPU client runs inline on a host thread (the thread that launched them, rather than
+    one of its own): each :data:`INLINE_PROGRAM` run with what it encloses, as a compute lane of its own."""
+    names = np.array([name == INLINE_PROGRAM for name in trace.names], dtype=bool)
+    root = names[line.ids]
+    keep = (root | _has_ancestor(line, root)) & (line.ends > line.starts)
+    return _Line(f"/host:CPU/{line.name} (inline)", line.starts[keep], line.ends[keep], line.ids[keep])
 
 
 def _name_threads_apart(trace: _Trace, is_dispatch: np.ndarray) -> None:
@@ -806,6 +823,7 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
     slow_steps = _slow_steps(trace, steps, _stepping_lines(trace, is_marker, is_dispatch), is_marker, busy_unions,
                              compiles.warmup_steps)
     attribution = _attribution(trace, steps, is_dispatch, busy_name, measured, busy_unions, compiles.warmup_steps)
+    awaited = _awaited_launches(trace, steps, _stepping_lines(trace, is_marker, is_dispatch), is_marker, is_dispatch)
     families = {}
     for family, pattern in FAMILIES.items():
         members = [label for label in ops.labelled if pattern.search(label)]
@@ -866,6 +884,8 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
                                  np.zeros(len(trace.names), dtype=bool), thread=host.thread),
         transfers=_activities(trace, host.transfer_ns, host.transfer_count, count, mean_step_ns,
                               np.zeros(len(trace.names), dtype=bool), _Own(host.transfer_idle_ns), host.thread),
+        awaited_launches=awaited.share,
+        launch_wait_ms_per_step=awaited.wait_ns / count / 1e6,
         transfer_ms_per_step=host.moving_idle_ns / count / 1e6,
         launches=launch_count,
         distinct_programs=distinct_programs,
@@ -875,6 +895,7 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
         warmup=_warmup(compiles, steps, launched, step_ns),
         recompiles_in_steps=compiles.recompiles,
         recompile_ms_per_step=float(compiles.recompile_ns.sum()) / count / 1e6,
+        recompile_cost=_recompile_cost(compiles, steps, launched),
         slow_steps=slow_steps,
         iteration_programs=steps.iteration,
         series=StepSeries(
@@ -1319,6 +1340,49 @@ class _Compiles:
     recompile_ns: np.ndarray  # per step: compilation time of recompiles (a program that compiled before, or
     # any compilation after the warm-up)
     recompiles: int  # backend compilations that are recompiles
+    # Per step with the gap after it: whether it holds a compilation, and a recompile.
+    compiling: np.ndarray
+    recompiling: np.ndarray
+    recompile_calls: _Union  # the jit calls that recompile (outermost, tracing included), else the compilations
+
+
+@dataclass
+class _AwaitedLaunches:
+    share: float  # of the stepping thread's launches in steps
+    wait_ns: float  # from those launches' ends to their programs' completions, over the steps
+
+
+def _awaited_launches(trace: _Trace, steps: _Steps, stepping: list[_Line], is_marker: np.ndarray,
+                      is_dispatch: np.ndarray) -> _AwaitedLaunches:
+    """The stepping thread's launches it waits on (:attr:`HostEvidence.awaited_launches`).
+
+    A launch is awaited when the runtime's first completion notice after it (:data:`PROGRAM_DONE`, on any host
+    thread) comes before the thread's next event other than the step marker, and the thread resumes (that event,
+    or the end of the step's marker) within :data:`RESUMES_WITHIN_WAIT` of the time it waited.
+    """
+    is_done = trace.mask(PROGRAM_DONE.search)
+    done = np.sort(np.concatenate([line.ends[is_done[line.ids]] for line in trace.host_lines]
+                                  or [np.zeros(0, np.int64)]))
+    if not stepping or not len(done):
+        return _AwaitedLaunches(0.0, 0.0)
+    line = stepping[0]
+    launch = _outermost(line, is_dispatch) & (_step_of(steps.windows, line.starts) >= 0)
+    if not launch.any():
+        return _AwaitedLaunches(0.0, 0.0)
+    ends = line.ends[launch]
+    completes = done[np.minimum(np.searchsorted(done, ends, side="left"), len(done) - 1)]
+    notified = completes >= ends
+    # The thread's next event after each launch that is neither the step's marker nor inside the launch.
+    others = line.starts[~is_marker[line.ids]]
+    nexts = np.append(others, np.iinfo(np.int64).max)[np.searchsorted(others, ends, side="left")]
+    marker_starts = np.append(line.starts[is_marker[line.ids]], np.iinfo(np.int64).max)
+    marker_ends = np.append(line.ends[is_marker[line.ids]], np.iinfo(np.int64).max)
+    enclosing = np.searchsorted(marker_starts, ends, side="right") - 1
+    step_end = np.where(enclosing >= 0, marker_ends[np.maximum(enclosing, 0)], np.iinfo(np.int64).max)
+    resumes = np.minimum(nexts, np.where(step_end >= ends, step_end, np.iinfo(np.int64).max))
+    waited = (completes - ends).astype(np.float64)
+    awaited = notified & (completes <= resumes) & (resumes - completes <= RESUMES_WITHIN_WAIT * waited)
+    return _AwaitedLaunches(float(awaited.mean()), float(waited[awaited].sum()))
 
 
 def _compiles(trace: _Trace, windows: np.ndarray, is_dispatch: np.ndarray) -> _Compiles:
@@ -1332,18 +1396,19 @@ def _compiles(trace: _Trace, windows: np.ndarray, is_dispatch: np.ndarray) -> _C
     """
     is_compile = trace.mask(COMPILE.match)
     is_backend = trace.mask(lambda name: name.startswith("backend_compile"))
-    functions, starts, ends, backend = [], [], [], []
+    functions, starts, ends, backend, calls = [], [], [], [], []
     for line in trace.host_lines:
         for index in np.flatnonzero(is_compile[line.ids]):
-            function, up = int(line.ids[index]), int(line.parents[index])
+            function, call, up = int(line.ids[index]), int(index), int(line.parents[index])
             while up >= 0:
                 if is_dispatch[line.ids[up]]:
-                    function = int(line.ids[up])
+                    function, call = int(line.ids[up]), up
                 up = int(line.parents[up])
             functions.append(function)
             starts.append(int(line.starts[index]))
             ends.append(int(line.ends[index]))
             backend.append(bool(is_backend[line.ids[index]]))
+            calls.append((int(line.starts[call]), int(line.ends[call])))
     at = np.array(starts, dtype=np.int64)
     since = np.searchsorted(windows[:, 0], at, side="right") - 1  # the step it is in or after, -1 before the first
     first_step: dict[int, int] = {}
@@ -1360,12 +1425,20 @@ def _compiles(trace: _Trace, windows: np.ndarray, is_dispatch: np.ndarray) -> _C
         (starts, np.int64), (ends, np.int64), (backend, bool)))
     in_warmup = first & (step >= 0) & (step < warmup)
     recompile = (~first | (step >= warmup)) & (step >= 0)
+    # By the step each is in or after (a compilation in the gap after a step is that step's).
+    compiling, recompiling = np.zeros(len(windows), dtype=bool), np.zeros(len(windows), dtype=bool)
+    compiling[since[since >= 0]] = True
+    recompiling[since[(~first | (since >= warmup)) & (since >= 0)]] = True
+    call_at = np.array(calls, dtype=np.int64).reshape(-1, 2)[recompile]
     return _Compiles(
         warmup_steps=warmup,
         warmup_ns=float(_Union(starts_at[in_warmup], ends_at[in_warmup]).covered(windows[:warmup]).sum()),
         warmup_compiles=int((in_warmup & backend_at).sum()),
         recompile_ns=_Union(starts_at[recompile], ends_at[recompile]).covered(windows),
         recompiles=int((recompile & backend_at).sum()),
+        compiling=compiling,
+        recompiling=recompiling,
+        recompile_calls=_Union(call_at[:, 0], call_at[:, 1]),
     )
 
 
@@ -1401,6 +1474,26 @@ def _warmup(compiles: _Compiles, steps: _Steps, windows: np.ndarray, step_ns: np
     )
 
 
+def _recompile_cost(compiles: _Compiles, steps: _Steps, windows: np.ndarray) -> RecompileCost | None:
+    """What the steps after the warm-up that recompile cost (:class:`RecompileCost`): each one's time, with the gap
+    after it, beyond the median of those that compile nothing, else the time inside its recompiling jit calls."""
+    warmup = compiles.warmup_steps
+    iterations = _complete(steps, np.vstack((_iterations(windows), windows[-1:])) if len(windows) > 1 else windows)
+    iterations = iterations[warmup:]
+    recompiling = compiles.recompiling[warmup:warmup + len(iterations)]
+    if not recompiling.any():
+        return None
+    durations = (iterations[:, 1] - iterations[:, 0]).astype(np.float64)
+    normal = ~compiles.compiling[warmup:warmup + len(iterations)]
+    normal_ns = float(np.median(durations[normal])) if normal.any() else None
+    cost = ((durations[recompiling] - normal_ns).clip(min=0) if normal_ns is not None
+            else compiles.recompile_calls.covered(iterations[recompiling]).astype(np.float64))
+    loop_ns = max(1.0, float(durations.sum()))
+    return RecompileCost(steps=int(recompiling.sum()), ms=float(cost.sum()) / 1e6,
+                         share_of_loop=min(1.0, float(cost.sum()) / loop_ns), loop_ms=loop_ns / 1e6,
+                         normal_step_ms=None if normal_ns is None else normal_ns / 1e6)
+
+
 def _slow_steps(trace: _Trace, steps: _Steps, stepping: list[_Line], is_marker: np.ndarray,
                 busy_unions: list[_Union], warmup: int) -> SlowSteps | None:
     """The iterations after the warm-up grouped by duration (:func:`slow_split`), and what the stepping thread
@@ -1433,6 +1526,7 @@ def _slow_steps(trace: _Trace, steps: _Steps, stepping: list[_Line], is_marker: 
         cost_ms=cost_ns / 1e6,
         cost_fraction=min(1.0, cost_ns / loop_ns),
         differences=_differences(trace, stepping, is_marker, iterations, slow, loop_ns),
+        elsewhere=_elsewhere(trace, stepping, iterations, slow, loop_ns),
     )
 
 
@@ -1461,6 +1555,44 @@ def _differences(trace: _Trace, stepping: list[_Line], is_marker: np.ndarray, it
                            normal_ms=float(normal_ns[i]) / normal_count / 1e6,
                            share_of_loop=min(1.0, float(extra[i]) * slow_count / loop_ns))
             for i in ordered[:MAX_DIFFERENCES]]
+
+
+def _elsewhere(trace: _Trace, stepping: list[_Line], iterations: np.ndarray, slow: np.ndarray,
+               loop_ns: float) -> list[StepDifference]:
+    """The other host threads' events by the time they run inside the slow iterations per slow iteration, against
+    inside the normal ones per normal iteration (an event counts for the part of it inside each: a thread's long
+    save spans many steps); ordered as :func:`_differences` orders the stepping thread's."""
+    # The time of slow (and of normal) iterations before each instant, piecewise linear over their bounds.
+    bounds = iterations.reshape(-1).astype(np.float64)
+    lengths = (iterations[:, 1] - iterations[:, 0]).astype(np.float64)
+    cumulative = {}
+    for group, chosen in (("slow", slow), ("normal", ~slow)):
+        before = np.concatenate(([0.0], np.cumsum(np.where(chosen, lengths, 0.0))))
+        cumulative[group] = np.column_stack((before[:-1], before[1:])).reshape(-1)
+    rows = []  # (extra ns per slow iteration, depth, thread, name id, slow ns, normal ns)
+    slow_count, normal_count = int(slow.sum()), int((~slow).sum())
+    for line in trace.host_lines:
+        if any(line is chosen for chosen in stepping) or not len(line):
+            continue
+        keep = _outermost_of_its_name(line)
+        inside = {group: np.interp(line.ends[keep], bounds, values) - np.interp(line.starts[keep], bounds, values)
+                  for group, values in cumulative.items()}
+        slow_ns = np.bincount(line.ids[keep], weights=inside["slow"], minlength=len(trace.names))
+        normal_ns = np.bincount(line.ids[keep], weights=inside["normal"], minlength=len(trace.names))
+        depth = np.zeros(len(trace.names), dtype=np.int64)
+        np.maximum.at(depth, line.ids[keep], _depths(line)[keep])
+        extra = slow_ns / slow_count - normal_ns / normal_count
+        rows += [(float(extra[i]), int(depth[i]), line.name or UNNAMED_THREAD, int(i), float(slow_ns[i]),
+                  float(normal_ns[i])) for i in np.flatnonzero(extra > 0)]
+    largest = max((row[0] for row in rows), default=0.0)
+    named = sorted((row for row in rows if row[0] >= NAMED_DIFFERENCE * largest), key=lambda row: -row[0])
+    cause = max((row for row in named if row[0] >= CAUSE_DIFFERENCE * largest), key=lambda row: row[1],
+                default=None)
+    ordered = ([cause] if cause is not None else []) + [row for row in named if row is not cause]
+    return [StepDifference(name=trace.names[i], thread=thread, slow_ms=slow_ns / slow_count / 1e6,
+                           normal_ms=normal_ns / normal_count / 1e6,
+                           share_of_loop=min(1.0, extra * slow_count / loop_ns))
+            for extra, _, thread, i, slow_ns, normal_ns in ordered[:MAX_DIFFERENCES]]
 
 
 def _outermost_of_its_name(line: _Line) -> np.ndarray:

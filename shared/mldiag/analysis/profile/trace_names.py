@@ -16,6 +16,9 @@ if TYPE_CHECKING:
 DISPATCH_PREFIX = "PjitFunction("  # JAX's C++ jit dispatch, one per program launch from Python
 # Launching a compiled program from the host: JAX's jit dispatch and the PjRt clients' executes.
 DISPATCH = re.compile(r"^PjitFunction\(|LoadedExecutable::Execute|EnqueueExecution")
+# The runtime's notice, on a host thread, that a launched program has completed on the device (the TPU runtime's
+# completion callback): where the host's clock says a program ended, whatever the device's clock says.
+PROGRAM_DONE = re.compile(r"::Execute=>Done$")
 COMPILE = re.compile(r"^(backend_compile|lower_sharding_computation|jax_compile|pjit_compile)")
 ALLOCATOR_EVENTS = frozenset({"MemoryAllocation", "MemoryDeallocation"})
 WAITING = re.compile(r"block_until_ready|Await|Wait for|BufferSequencingEvent|ThenExecuteCallback|Synchronize",

@@ -11,12 +11,14 @@ report, offline and without a reasoning model. The rules in short:
 * **dispatch_overhead**: many jit dispatches per step (op-by-op execution); or a
   few, each launching a program so small that the launch (the dispatch, with the
   training thread's untraced time and syncs around it) costs the host several
-  times what the device spends running it (:mod:`~mldiag.analysis.rules.launches`);
+  times what the device spends running it, or is awaited every step so that
+  nothing overlaps it (:mod:`~mldiag.analysis.rules.launches`);
 * **recompilation**: compilation inside steps of a function that compiled
   before, or after the warm-up, with the functions whose parameter shapes
-  differ between their compiled programs; a program's first compilation in the
-  loop's first steps is **warm-up**, a P2 with its cost, and the headline step
-  time is the steady state after it;
+  differ between their compiled programs, costing what the recompiling steps
+  take beyond a normal step (tracing, lowering, compiling and the first run);
+  a program's first compilation in the loop's first steps is **warm-up**, a P2
+  with its cost, and the headline step time is the steady state after it;
 * **slow steps**: a group of steps well above the median, the function that
   runs longer in them named, ranked by its share of the loop like idle time;
 * **communication**, **memory**, **compute**, **kernel**, **compiler**: from the
@@ -269,7 +271,8 @@ def _health(hosts: list[HostEvidence], metrics: Metrics) -> Health:
         memory_fraction=(_fraction(metrics.peak_memory_bytes / metrics.memory_capacity_bytes)
                          if metrics.peak_memory_bytes and metrics.memory_capacity_bytes else None),
         dispatches_per_step=max((h.dispatches_per_step for h in hosts), default=0.0),
-        compile_fraction=max((share(h, TimeCause.COMPILATION, h.recompile_ms_per_step) for h in hosts),
+        compile_fraction=max((max(share(h, TimeCause.COMPILATION, h.recompile_ms_per_step),
+                                  h.recompile_cost.share_of_loop if h.recompile_cost else 0.0) for h in hosts),
                              default=0.0),
     )
     reasons = []
@@ -575,20 +578,35 @@ def _launch_bound(host: HostEvidence, programs: dict[str, HloProgram]) -> Findin
                         "the sync that waits for the result")
     evidence += [f"{quoted(p.name)} reads device values back, waiting for the launch's result: {p.share:.1%} of "
                  "the loop with the devices idle" for p in syncs[:2]]
+    if launch.awaited:
+        evidence.append(f"the training thread waits for {host.awaited_launches:.0%} of its launches: it does nothing "
+                        f"more until the runtime reports the program complete, {host.launch_wait_ms_per_step:.2f} ms "
+                        "per step from the launch (the launch's latency, the program's run and the notice of its "
+                        "end), then launches the next: a sync every step, so no launch overlaps the device's work")
     evidence.append(f"busy fraction {_loop_busy(host):.3f} over the loop")
     launched = {_module_base(run.name) for run in (*host.programs, *host.dispatched)}
     evidence += [f"{quoted(p.module)} takes {len(p.parameters)} arrays as parameters, each flattened and handed "
                  "over at every launch" for p in programs.values()
                  if len(p.parameters) >= MANY_PARAMETERS and _module_base(p.module) in launched][:1]
+    lanes = _LANES[host.device_kind.value]
+    if launch.awaited:
+        title = f"Launch-bound: each step launches a small program and waits for it, {launch.share:.0%} of the loop"
+        what = ("Each step launches a program that runs on the device for under a millisecond and waits for its "
+                "result before launching the next, so every step pays the launch (dispatching the jitted function, "
+                "handing over its arguments, the runtime's latency to start it) and the sync on its end in full, "
+                f"on top of the program's run: {lanes} idle for that time every step.")
+    else:
+        title = f"Launch-bound: launching each step's small program takes {launch.share:.0%} of the loop, {longer}"
+        what = ("Each step launches a program that runs on the device for a fraction of a millisecond, and the host "
+                "spends far longer on each launch (dispatching the jitted function, flattening and handing over its "
+                "arguments, and on the training thread around it: the loop's own Python and the sync that waits for "
+                f"the result) than {lanes} spend running it, so they idle between launches: "
+                "only more work per launch makes the loop faster.")
     return Finding(
         priority=priority,
         category=FindingCategory.DISPATCH_OVERHEAD,
-        title=f"Launch-bound: launching each step's small program takes {launch.share:.0%} of the loop, {longer}",
-        what="Each step launches a program that runs on the device for a fraction of a millisecond, and the host "
-             "spends far longer on each launch (dispatching the jitted function, flattening and handing over its "
-             "arguments, and on the training thread around it: the loop's own Python and the sync that waits for "
-             f"the result) than {_LANES[host.device_kind.value]} spend running it, so they idle between launches: "
-             "only more work per launch makes the loop faster.",
+        title=title,
+        what=what,
         evidence=evidence,
         impact=f"{launch.host_ms_per_launch * per_step:.2f} ms of each {iteration:.2f} ms step goes to launching "
                f"({launch.share:.0%} of the loop) against {launch.device_ms_per_launch * per_step:.3f} ms of device "
@@ -623,38 +641,49 @@ def _recompilation(host: HostEvidence, programs: dict[str, HloProgram]) -> Findi
     if not host.step_ms or (host.recompiles_in_steps == 0 and host.recompile_ms_per_step == 0):
         return None
     step = host.step_ms.mean
-    share = host.recompile_ms_per_step / step
+    cost = host.recompile_cost
+    share = cost.share_of_loop if cost else host.recompile_ms_per_step / step
     priority = _rank(share, COMPILE_PRIORITIES)
     if priority is None or (priority is Priority.P2 and host.recompiles_in_steps < 2):
         return None
     warmup = (f" (besides a warm-up of {host.warmup.steps} step{'s' if host.warmup.steps != 1 else ''} whose "
               f"{host.warmup.compiles} first compilations took {host.warmup.compile_ms:.1f} ms)") if host.warmup else ""
     tensorflow = frameworks.detect([host]) in (Framework.TENSORFLOW, Framework.TENSORFLOW_EAGER)
-    changes = _recompiled(programs)
     # Recompiled, yet one program per function in the capture (which holds every executable still alive): each
     # compilation's program was dropped with the jitted function that made it, or was the same program again.
     anew = not tensorflow and host.recompiles_in_steps > max(1, len(programs)) and len(
         {_module_base(program.module) for program in programs.values()}) == len(programs)
-    evidence = [
-        f"{host.recompiles_in_steps} XLA recompilations inside {host.steps} profiled steps{warmup}",
-        f"recompilation {host.recompile_ms_per_step:.1f} ms per step of a {step:.1f} ms step",
-        *changes[:3],
-    ]
+    remedy = "one jitted function" if anew else "stable shapes"
+    if cost is None:
+        title = f"Recompilation inside steps: {share:.0%} of step time compiling"
+        costs = [f"recompilation {host.recompile_ms_per_step:.1f} ms per step of a {step:.1f} ms step"]
+        impact = f"{host.recompile_ms_per_step:.1f} ms per step ({share:.0%}) would disappear with {remedy}."
+    else:
+        title = f"Recompilation inside steps: the recompiling steps cost {share:.0%} of the loop's time"
+        against = (f"beyond a normal step's {cost.normal_step_ms:.2f} ms (tracing, lowering, compiling and the "
+                   "program's first run)" if cost.normal_step_ms is not None else
+                   "inside the jit calls that recompiled (tracing, lowering, compiling and dispatch; every step "
+                   "compiles, none to compare with)")
+        costs = [f"{cost.steps} recompiling steps cost {cost.ms:.1f} ms of the loop's {cost.loop_ms:.1f} ms "
+                 f"{against}",
+                 f"XLA compilation alone: {host.recompile_ms_per_step:.1f} ms per step of a {step:.1f} ms step"]
+        impact = f"{cost.ms:.1f} ms of the loop's {cost.loop_ms:.1f} ms ({share:.0%}) would disappear with {remedy}."
+    evidence = [f"{host.recompiles_in_steps} XLA recompilations inside {host.steps} profiled steps{warmup}",
+                *costs, *_recompiled(programs)[:3]]
     if anew:
         evidence.append(f"yet the capture holds one compiled program per function ({len(programs)} in all): the "
                         "executables of the earlier compilations are gone or the same program again")
     return Finding(
         priority=priority,
         category=FindingCategory.RECOMPILATION,
-        title=f"Recompilation inside steps: {share:.0%} of step time compiling",
+        title=title,
         what=("XLA compiles the step's program again and again although it keeps no other version of it: the "
               "jitted function itself is made anew while the loop runs (jax.jit applied inside the loop, to a new "
               "lambda or functools.partial each step), and its compilation cache goes with it." if anew else
               "XLA compiles new programs while the loop runs, usually because input shapes, dtypes or static "
               "arguments change from step to step, so each change costs a full compilation."),
         evidence=evidence,
-        impact=f"{host.recompile_ms_per_step:.1f} ms per step ({share:.0%}) would disappear with "
-               f"{'one jitted function' if anew else 'stable shapes'}.",
+        impact=impact,
         fix=("Keep shapes stable: give tf.function an input_signature with None for the varying dimension, or pad "
              "batches to a few fixed sizes." if tensorflow else
              "Make the jitted function once, outside the loop, and call that one every step (jax.jit(step) at "
@@ -1226,8 +1255,28 @@ _SLOW_CAUSES = (
 )
 
 
+def _stepping_explains(slow: SlowSteps) -> bool:
+    """Whether the stepping thread's costliest difference accounts for most of the slow steps' extra time."""
+    return sum(d.share_of_loop for d in slow.differences[:1]) >= 0.5 * slow.cost_fraction
+
+
+def _other_thread_explains(slow: SlowSteps) -> bool:
+    """Whether another host thread's costliest difference accounts for the slow steps at least as well as the
+    stepping thread's (a training thread stalled in its step runs longer there by as much, with nothing inside)
+    and for most of their extra time."""
+    stepping = slow.differences[0].share_of_loop if slow.differences else 0.0
+    return bool(slow.elsewhere) and slow.elsewhere[0].share_of_loop >= max(stepping, 0.5 * slow.cost_fraction)
+
+
 def _slow_cause(slow: SlowSteps) -> tuple[str, str]:
     """What the slow steps' differences look like, and the fix for it."""
+    if _other_thread_explains(slow):
+        return "another thread's work", (
+            "The training thread stalls while another host thread runs the work named in the evidence: a Python "
+            "thread in a long call that holds the interpreter (a numpy copy such as tobytes, pickling, "
+            "compressing) keeps the training thread from returning from its launch or its sync until that call "
+            "ends. Run that work in a process of its own, or in shorter calls, or with a library that does it on "
+            "threads outside the Python interpreter.")
     for pattern, what, fix in _SLOW_CAUSES:
         if any(pattern.search(difference.name) for difference in slow.differences[:3]):
             return what, fix
@@ -1276,17 +1325,22 @@ def _slow_steps(host: HostEvidence) -> Finding | None:
     if slow.slow_gap_ms - slow.normal_gap_ms >= NOTABLE_SHARE * slow.normal_ms:
         evidence.append(f"the host time after a slow step is {slow.slow_gap_ms:.2f} ms against "
                         f"{slow.normal_gap_ms:.2f} ms after a normal one")
-    explained = sum(d.share_of_loop for d in slow.differences[:1])
-    if explained < 0.5 * slow.cost_fraction:
+    if not _stepping_explains(slow):
         evidence.append("no traced event on the stepping thread accounts for most of the slow steps' extra time")
+    if not _stepping_explains(slow) or _other_thread_explains(slow):
+        evidence += [f"meanwhile the host thread {quoted(d.thread)} runs {quoted(d.name)} {d.slow_ms:.2f} ms per slow "
+                     f"step against {d.normal_ms:.2f} ms per normal step ({d.share_of_loop:.1%} of the loop)"
+                     for d in slow.elsewhere[:3]]
     rest = slow.loop_ms - slow.cost_ms
     faster = f" ({slow.loop_ms / rest:.1f}x faster)" if rest >= 0.01 * slow.loop_ms else ""
     return Finding(
         priority=priority or Priority.P2,
         category=FindingCategory.OTHER,
         title=f"Slow steps: {slow.steps} of {slow.compared} steps cost {slow.cost_fraction:.0%} of the loop's time",
-        what=f"A few steps take far longer than the rest, and the difference looks like {what}: the stepping "
-             "thread spends that time on the work named below, and the loop stalls while it runs.",
+        what=f"A few steps take far longer than the rest, and the difference looks like {what}: "
+             + ("another host thread runs the work named below, and the training thread stalls while it runs."
+                if what == "another thread's work" else
+                "the stepping thread spends that time on the work named below, and the loop stalls while it runs."),
         evidence=evidence,
         impact=f"{slow.cost_ms:.1f} ms of the loop's {slow.loop_ms:.1f} ms beyond what as many normal steps take; "
                f"without it the loop would take {rest:.1f} ms{faster}.",

@@ -11,9 +11,14 @@ Told from the loop's attribution: a loop of steps that launches a few programs p
 finding of its own); each launch under :data:`SMALL_PROGRAM_MS` of device time; and the stepping thread's dispatches
 with the time around them (its untraced time: the launch's own Python, a sync the trace does not name; and the
 functions that read device values back, the sync where the Python tracer names it) the largest part of the loop that
-is not the devices' work, at least :data:`OVER_THE_PROGRAM` times the device time. The time around the dispatches
-counts with them only while it is of their size (at most :data:`AROUND_PER_DISPATCH` times their dispatch time):
-beyond that it is the thread's own code, a cause of its own.
+is not the devices' work. The time around the dispatches counts with them only while it is of their size (at most
+:data:`AROUND_PER_DISPATCH` times their dispatch time), or within the time the thread waits for the programs it
+launched: beyond that it is the thread's own code, a cause of its own.
+
+Where the launches overlap the devices' work (the thread launches the next program while the last one runs), they
+bound the loop only when they cost at least :data:`OVER_THE_PROGRAM` times the device time. Where the thread waits
+for most of its launches (:attr:`HostEvidence.awaited_launches`: a sync every step), nothing overlaps: each step pays
+the launch, its latency and the sync in full on top of the program's run, whatever their ratio to it.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from mldiag.analysis.host_evidence import HostEvidence, StepSource, TimeCause
 SMALL_PROGRAM_MS = 1.0  # device time per launch under which a program can cost less than its launch
 OVER_THE_PROGRAM = 4.0  # the launches' host time, over the device time, from which the launches bound the loop
 AROUND_PER_DISPATCH = 2.0  # time around the dispatches up to this many times theirs is the launches' own
+AWAITED = 0.5  # share of the launches the thread waits for from which the launches are synchronous
 _DEVICE = (TimeCause.DEVICE_COMPUTE, TimeCause.COLLECTIVES)
 _LAUNCH = (TimeCause.DISPATCH, TimeCause.UNTRACED)
 
@@ -42,6 +48,7 @@ class LaunchBound:
     untraced_share: float
     sync_share: float
     syncs: tuple[str, ...]  # the functions that read device values back, where the trace names them
+    awaited: bool = False  # the thread waits for most launches' programs: a sync every step, nothing overlaps
 
     @property
     def host_ms_per_launch(self) -> float:
@@ -74,13 +81,16 @@ def launch_bound(host: HostEvidence, op_by_op_dispatches: float) -> LaunchBound 
     (dispatch_ms, dispatch_share), (untraced_ms, untraced_share) = (by_cause.get(c, (0.0, 0.0)) for c in _LAUNCH)
     sync_ms, sync_share = sum(part.ms for part in syncs), sum(part.share for part in syncs)
     others = [share for cause, (_, share) in by_cause.items() if cause not in (*_DEVICE, *_LAUNCH)]
-    if (dispatch_ms <= 0 or untraced_ms + sync_ms > AROUND_PER_DISPATCH * dispatch_ms
+    awaited = host.awaited_launches >= AWAITED
+    around_ms = max(AROUND_PER_DISPATCH * dispatch_ms,
+                    host.launch_wait_ms_per_step * attribution.steps if awaited else 0.0)
+    if (dispatch_ms <= 0 or untraced_ms + sync_ms > around_ms
             or device_ms / launches >= SMALL_PROGRAM_MS
-            or dispatch_ms + untraced_ms + sync_ms < OVER_THE_PROGRAM * device_ms
+            or (not awaited and dispatch_ms + untraced_ms + sync_ms < OVER_THE_PROGRAM * device_ms)
             or dispatch_share + untraced_share + sync_share <= max(others, default=0.0)):
         return None
     return LaunchBound(launches_per_step=host.dispatches_per_step, device_ms_per_launch=device_ms / launches,
                        dispatch_ms_per_launch=dispatch_ms / launches, untraced_ms_per_launch=untraced_ms / launches,
                        sync_ms_per_launch=sync_ms / launches, dispatch_share=dispatch_share,
                        untraced_share=untraced_share, sync_share=sync_share,
-                       syncs=tuple(dict.fromkeys(part.name for part in syncs)))
+                       syncs=tuple(dict.fromkeys(part.name for part in syncs)), awaited=awaited)

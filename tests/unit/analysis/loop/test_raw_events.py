@@ -8,10 +8,18 @@ import time
 import numpy as np
 import pytest
 from analysis_support import facts, xplane
+from evidence_support import MS, TraceBuild, jit_calls
 from pydantic import TypeAdapter, ValidationError
 
-from mldiag.analysis.host_evidence import HostEvidence, StepSource
-from mldiag.analysis.loop.raw_events import _has_ancestor, _Line, _parents, _Union, read_host_evidence
+from mldiag.analysis.host_evidence import DeviceKind, HostEvidence, StepSource
+from mldiag.analysis.loop.raw_events import (
+    _has_ancestor,
+    _inline_program,
+    _Line,
+    _parents,
+    _Union,
+    read_host_evidence,
+)
 from mldiag.analysis.profile.profiles import UnreadableProfile
 from mldiag.analysis.profile.wire import delimited
 
@@ -137,3 +145,47 @@ def test_reading_one_line_of_overlapping_events_grows_linearly(tmp_path):
     # columns outgrow the caches and a loaded machine stretches that run most: measured 15x to 40x here.
     assert medium < 10 * small and large < 60 * medium, (small, medium, large)
     assert large < 120
+
+
+def _synced_launches(resume_ms: float, steps: int = 10) -> TraceBuild:
+    """Annotated steps of a TPU loop: a 0.1 ms launch at each step's start, the runtime's completion notice on its
+    own thread 1.2 ms later, and the step's marker ending ``resume_ms`` after that notice."""
+    python, runtime, start = [], [], 0
+    for _ in range(steps):
+        done = start + MS // 10 + 12 * MS // 10
+        python += [("train", start, int(done + resume_ms * MS)), *jit_calls("f", [start], MS // 10)]
+        runtime += [("CompleteCallbacks", done - MS // 20, done + MS // 50),
+                    ("tpu::System::Execute=>Done", done - MS // 25, done)]
+        start = int(done + resume_ms * MS) + MS // 20
+    return (TraceBuild(DeviceKind.TPU).host(python, markers=("train",))
+            .host(runtime, thread="futex-default-SDomainT/2013"))
+
+
+def test_a_launch_the_thread_waits_on_until_its_program_completes_is_awaited(tmp_path):
+    host = _synced_launches(resume_ms=0.05).evidence(tmp_path)
+    assert host.awaited_launches == 1.0
+    assert host.launch_wait_ms_per_step == pytest.approx(1.2, abs=0.001)
+    # A thread that goes on long after the program completed was doing something else: no wait for it.
+    later = _synced_launches(resume_ms=0.8).evidence(tmp_path)
+    assert later.awaited_launches == 0.0 and later.launch_wait_ms_per_step == 0.0
+
+
+def test_a_program_the_xla_cpu_client_runs_inline_on_the_launching_thread_is_a_compute_lane(tmp_path):
+    build = TraceBuild().host([
+        ("train", 0, 10 * MS), ("PjitFunction(step)", MS, 9 * MS), ("ThunkExecutor::Execute", 2 * MS, 8 * MS),
+        ("dot.1", 2 * MS, 3 * MS), ("end: dot.1", 3 * MS, 3 * MS), ("pure_callback.1", 3 * MS, 8 * MS),
+        ("shard_args", 4 * MS, 5 * MS), ("ThunkExecutor::Execute (wait for completion)", 8 * MS, 9 * MS)],
+        markers=("train",))
+    (python,) = build.trace.host_lines
+    inline = _inline_program(build.trace, python)
+    assert [build.trace.names[i] for i in inline.ids] == [
+        "ThunkExecutor::Execute", "dot.1", "pure_callback.1", "shard_args"]
+    assert inline.name == "/host:CPU/python (inline)"
+
+
+def test_a_host_callback_run_inline_on_the_training_thread_keeps_the_devices_waiting_on_it():
+    # In some steps the XLA CPU client runs the step's program, its pure_callback included, on the training thread.
+    host = read_host_evidence(xplane("cpu/host_callback"))
+    assert "/host:CPU/python (inline)" in host.compute_lanes
+    (callback,) = [part for part in host.attribution.parts if part.name == "host callback"]
+    assert callback.share > 0.69  # the callback's own clock: 0.69 of the loop

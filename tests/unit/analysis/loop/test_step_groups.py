@@ -137,6 +137,59 @@ def test_a_first_compilation_after_the_warm_up_counts_as_recompiling(tmp_path):
     assert host.recompile_ms_per_step == pytest.approx(20, abs=0.01)
 
 
+def _retracing_loop(compiling: set[int], steps: int = 12, trace_ms: int = 40, compile_ms: int = 100,
+                    first_run_ms: int = 15) -> TraceBuild:
+    """Annotated steps of 10 ms (the program runs 8); in each step of ``compiling`` the jit call traces the
+    function (``trace_ms``, no event of its own) before lowering and compiling it, and the new program's first run
+    takes ``first_run_ms`` more."""
+    events, lane, start = [], [], 0
+    for step in range(steps):
+        extra = trace_ms + compile_ms + first_run_ms if step in compiling else 0
+        events.append(("train", start, start + (10 + extra) * MS))
+        run = start + MS
+        if step in compiling:
+            lowered = start + trace_ms * MS
+            run = lowered + compile_ms * MS
+            events += [("PjitFunction(step)", start, run + MS // 2), ("lower_sharding_computation", lowered,
+                                                                      lowered + compile_ms * MS // 4),
+                       ("backend_compile_and_load", lowered + compile_ms * MS // 4, run)]
+        else:
+            events += jit_calls("step", [start], MS // 2)
+        lane.append(("fusion", run + MS // 2, run + (8 + (first_run_ms if step in compiling else 0)) * MS))
+        start += (10 + extra) * MS
+    return TraceBuild().host(events, markers=("train",)).lane("/host:CPU", lane)
+
+
+def test_a_recompiling_step_costs_its_tracing_compiling_and_first_run_over_a_normal_step(tmp_path):
+    host = _retracing_loop({0, 4, 8}).evidence(tmp_path)
+    assert host.warmup.steps == 1 and host.recompiles_in_steps == 2
+    cost = host.recompile_cost
+    assert cost.steps == 2 and cost.normal_step_ms == pytest.approx(10, abs=0.01)
+    assert cost.ms == pytest.approx(2 * 155, abs=0.1)  # tracing 40, compiling 100, the first run 15 more
+    assert cost.loop_ms == pytest.approx(11 * 10 + 2 * 155, abs=0.1)
+    analysis = analysis_of(host)
+    # The compilations alone are 200 ms of the loop; the recompiling steps cost 310 ms of it.
+    assert analysis.health.compile_fraction == pytest.approx(310 / 420, abs=0.005)
+    (finding,) = [f for f in analysis.findings if f.category is FindingCategory.RECOMPILATION]
+    assert finding.title == "Recompilation inside steps: the recompiling steps cost 74% of the loop's time"
+    assert "2 recompiling steps cost 310.0 ms of the loop's 420.0 ms beyond a normal step's 10.00 ms" in (
+        finding.evidence[1])
+
+
+def test_where_every_step_recompiles_the_cost_is_the_time_inside_the_recompiling_jit_calls(tmp_path):
+    host = _retracing_loop(set(range(12)), steps=12).evidence(tmp_path)
+    cost = host.recompile_cost
+    assert host.warmup.steps == 1 and cost.steps == 11 and cost.normal_step_ms is None
+    assert cost.ms == pytest.approx(11 * 140.5, abs=0.1)  # tracing and compiling, and the dispatch after them
+    assert analysis_of(host).health.compile_fraction == pytest.approx(140.5 / 165, abs=0.005)
+
+
+def test_without_recompilation_there_is_no_recompile_cost(tmp_path):
+    host = _retracing_loop({0}).evidence(tmp_path)
+    assert host.warmup.steps == 1 and host.recompile_cost is None
+    assert analysis_of(host).health.compile_fraction == 0
+
+
 # --- slow steps ---------------------------------------------------------------------------------------------
 
 
@@ -170,6 +223,37 @@ def test_slow_steps_name_what_runs_only_in_them_with_its_share_of_the_loop(tmp_p
     assert cause.slow_ms == pytest.approx(160) and cause.normal_ms == 0
     assert cause.share_of_loop == pytest.approx(640 / 840)
     assert slow.slow_busy_ms == pytest.approx(8) and slow.normal_busy_ms == pytest.approx(8)
+
+
+def test_slow_steps_that_the_stepping_thread_does_not_explain_name_what_another_thread_runs_in_them(tmp_path):
+    # Annotated steps of 10 ms; every 5th lasts 30 ms while the training thread waits in its step (no event says
+    # on what). A saver thread writes the whole time, in a 20 ms copy that holds the interpreter in each slow step.
+    training, saver, lane, start = [], [], [], 0
+    for step in range(20):
+        length = 30 if step % 5 == 4 else 10
+        training += [("train", start, start + length * MS), ("$train.py:9 train_step", start, start + length * MS),
+                     *jit_calls("step", [start + MS // 2], MS // 2)]
+        lane.append(("fusion", start + MS, start + 9 * MS))
+        if length == 30:
+            saver.append(("$<unknown> tobytes", start + 5 * MS, start + 25 * MS))
+        start += length * MS
+    saver.append(("$npyio.py:580 savez", 0, start))
+    host = (TraceBuild().host(training, markers=("train",)).host(saver, thread="saver")
+            .lane("/host:CPU", lane).evidence(tmp_path))
+    slow = host.slow_steps
+    assert slow.steps == 4 and slow.cost_ms == pytest.approx(80)
+    tobytes, savez = slow.elsewhere[:2]
+    assert (tobytes.name, tobytes.thread) == ("$<unknown> tobytes", "saver")
+    assert tobytes.slow_ms == pytest.approx(20) and tobytes.normal_ms == 0
+    assert tobytes.share_of_loop == pytest.approx(80 / 280)
+    # The save spans the loop: its time inside each step, 30 ms in a slow one against 10 in a normal one.
+    assert savez.name == "$npyio.py:580 savez" and savez.slow_ms == pytest.approx(30)
+    assert savez.normal_ms == pytest.approx(10)
+    (finding,) = [f for f in analysis_of(host).findings if f.title.startswith("Slow steps")]
+    assert "another thread's work" in finding.what
+    assert ('meanwhile the host thread "saver" runs "$<unknown> tobytes" 20.00 ms per slow step against 0.00 ms '
+            "per normal step (28.6% of the loop)") in finding.evidence
+    assert "process of its own" in finding.fix and "asynchronously" not in finding.fix
 
 
 def test_a_save_between_steps_makes_the_gap_after_its_step_slow(tmp_path):

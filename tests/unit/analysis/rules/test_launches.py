@@ -23,9 +23,11 @@ STEPS = 20
 
 
 def _loop(*, device_ms: float, dispatch_ms: float, untraced_ms: float, host_work_ms: float = 0.0,
-          host_work: str = "$train.py:20 make_batch", reads_device: bool = False) -> HostEvidence:
+          host_work: str = "$train.py:20 make_batch", reads_device: bool = False,
+          awaited_ms: float | None = None) -> HostEvidence:
     """A TPU loop of annotated steps, one jit launch each, with the attribution of its time per step; ``host_work``
-    a function of the training thread's, ``reads_device`` where it reads device values back."""
+    a function of the training thread's, ``reads_device`` where it reads device values back; ``awaited_ms`` the
+    thread's wait from each launch to its program's completion, where it waits for every launch."""
     step_ms = device_ms + dispatch_ms + untraced_ms + host_work_ms
     loop_ms = step_ms * STEPS
     parts = [(TimeCause.DEVICE_COMPUTE, "matmul/convolution", "", device_ms, True),
@@ -41,6 +43,7 @@ def _loop(*, device_ms: float, dispatch_ms: float, untraced_ms: float, host_work
         dispatched=[HostActivity(name="PjitFunction(update)", count_per_step=1.0, ms_per_step=dispatch_ms,
                                  share_of_step=dispatch_ms / step_ms)],
         launches=STEPS, distinct_programs=1,
+        awaited_launches=1.0 if awaited_ms is not None else 0.0, launch_wait_ms_per_step=awaited_ms or 0.0,
         device_reads=[HostActivity(name=host_work, count_per_step=1.0, ms_per_step=host_work_ms,
                                    share_of_step=host_work_ms / step_ms, reads_device=True)] if reads_device else [],
         programs=[ProgramCalls(name="jit_update(7)", calls=STEPS, ms_per_call=device_ms, device_ms_per_call=device_ms,
@@ -87,3 +90,20 @@ def test_a_sync_the_python_tracer_names_counts_with_the_launches_it_waits_on():
     (top,) = _urgent(assessed(host, programs=[_UPDATE]))
     assert top.category is FindingCategory.DISPATCH_OVERHEAD and "96% of the loop" in top.title
     assert any(line.startswith('"$array.py:640 block_until_ready" reads device values back') for line in top.evidence)
+
+
+def test_a_short_program_launched_and_awaited_every_step_is_launch_bound_whatever_its_ratio_to_the_launch():
+    # A 0.71 ms program, launched and synced every step: 0.72 ms a step untraced on the training thread, which waits
+    # 1.19 ms from each launch to its program's completion (the launch's latency, the run, the notice of its end).
+    awaited = _loop(device_ms=0.71, dispatch_ms=0.001, untraced_ms=0.72, awaited_ms=1.19)
+    (top,) = _urgent(assessed(awaited))
+    assert top.category is FindingCategory.DISPATCH_OVERHEAD and top.priority is Priority.P0
+    assert top.title == "Launch-bound: each step launches a small program and waits for it, 50% of the loop"
+    assert any("waits for 100% of its launches" in line and "1.19 ms per step" in line for line in top.evidence)
+    assert "every N steps" in top.fix
+    # The same times where the thread launches ahead of the device: untraced work of its own, not the launches.
+    (top,) = _urgent(assessed(_loop(device_ms=0.71, dispatch_ms=0.001, untraced_ms=0.72)))
+    assert top.category is FindingCategory.INPUT_BOUND and "untraced" in top.title
+    # Untraced time beyond the wait for the launches is the thread's own code, awaited or not.
+    (top,) = _urgent(assessed(_loop(device_ms=0.71, dispatch_ms=0.001, untraced_ms=5.0, awaited_ms=1.19)))
+    assert top.category is FindingCategory.INPUT_BOUND
