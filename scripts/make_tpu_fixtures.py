@@ -1910,6 +1910,94 @@ def remat_layers(big: bool) -> Workload:
     return Workload(loop(rematted), ablations={"no_remat": loop(plain)}, extra=extra)
 
 
+def float64_matmuls(big: bool) -> Workload:
+    """A chain of float64 matmuls (``jax_enable_x64``, as a port of numpy code leaves it), which a TPU emulates;
+    ablation: the same chain in float32."""
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+
+    n, links = (2048, 4) if big else (256, 4)
+
+    def run(x, ws):
+        for w in ws:
+            x = jnp.tanh(x @ w)
+        return x
+
+    chain = jax.jit(run)
+    keys = jax.random.split(jax.random.key(70), links + 1)
+    x64, ws64 = _normal(keys[0], (n, n), "float64"), [_normal(k, (n, n), "float64") for k in keys[1:]]
+    x32, ws32 = x64.astype("float32"), [w.astype("float32") for w in ws64]
+
+    def extra(clock: Clock, ablations: dict[str, Clock]) -> dict:
+        return {"slowdown_vs_f32": _number(_steady_ms(clock) / _steady_ms(ablations["float32"]),
+                                           "median iteration / the float32 chain's median iteration", rel=0.15)}
+
+    return Workload(lambda i, clock: chain(x64, ws64).block_until_ready(),
+                    ablations={"float32": lambda i, clock: chain(x32, ws32).block_until_ready()}, extra=extra)
+
+
+def python_scalar_lr(big: bool) -> Workload:
+    """The learning rate is a Python float passed to the jit step as an ordinary argument and decayed every step:
+    a weakly typed scalar, traced, so nothing compiles again; healthy."""
+    import jax
+
+    params, _, x, y = _mlp_step(big)
+
+    def step(params, x, y, lr):
+        value, grads = jax.value_and_grad(mlp_loss)(params, x, y)
+        return [(p - lr * g).astype(p.dtype) for p, g in zip(params, grads)], value
+
+    train_step = jax.jit(step, donate_argnums=0)
+    state = {"params": params}
+
+    def iteration(i: int, clock: Clock) -> None:
+        state["params"], value = train_step(state["params"], x, y, 1e-3 * 0.99 ** max(i, 0))
+        value.block_until_ready()
+
+    return Workload(iteration)
+
+
+def while_loop_convergence(big: bool) -> Workload:
+    """Each annotated step runs a fixed-point solve as a ``lax.while_loop`` on the device until it converges (a
+    data-dependent number of matmul iterations), then a bf16 MLP train step on the result; healthy."""
+    import jax
+    import jax.numpy as jnp
+
+    params, train_step, x, y = _mlp_step(big)
+    d = x.shape[1]
+    a = (_normal(jax.random.key(80), (d, d), "float32") * 0.5).astype("float32")
+
+    def solve(b):
+        def cond(carry):
+            z, previous, k = carry
+            return (jnp.max(jnp.abs(z - previous)) > 1e-4) & (k < 200)
+
+        def body(carry):
+            z, _, k = carry
+            return jnp.tanh(z @ a) + b, z, k + 1
+
+        z, _, k = jax.lax.while_loop(cond, body, (b, b + 1.0, 0))
+        return z.astype(x.dtype), k
+
+    solver = jax.jit(solve)
+    state = {"params": params, "iterations": []}
+    b = x.astype("float32") * 0.1
+
+    def iteration(i: int, clock: Clock) -> None:
+        z, k = solver(b * (1 + 0.01 * (i % 3)))
+        state["params"], value = train_step(state["params"], z, y)
+        value.block_until_ready()
+        state["iterations"].append(int(k))
+
+    def extra(clock: Clock, ablations: dict[str, Clock]) -> dict:
+        ran = state["iterations"][-len(clock.iterations):]
+        return {"solver_iterations": _number(statistics.mean(ran), "mean while_loop iterations per step", rel=0.01)}
+
+    return Workload(iteration, extra=extra)
+
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -2053,6 +2141,16 @@ SHAPES: dict[str, Shape] = {
     "remat_layers": Shape(remat_layers, 10, "a 9-layer bf16 MLP (d 2048, batch 8192) trained with every layer under "
                           "jax.checkpoint, far from the memory limit; annotated steps",
                           cause="remat recomputes the activations with memory to spare"),
+    "float64_matmuls": Shape(float64_matmuls, 10, "a chain of four 2048x2048 float64 matmuls (jax_enable_x64) with "
+                             "tanh between, data resident; annotated steps",
+                             cause="float64, which the chip emulates, where float32 (or bf16) would do"),
+    "python_scalar_lr": Shape(python_scalar_lr, 20, "bf16 MLP train step whose learning rate, a Python float decayed "
+                              "every annotated step, is an ordinary (traced) argument",
+                              cause="none: a traced scalar compiles nothing again"),
+    "while_loop_convergence": Shape(while_loop_convergence, 15, "each annotated step solves a fixed point with a "
+                                    "lax.while_loop on the device (tens of 1024x1024 f32 matmuls until it "
+                                    "converges), then a bf16 MLP train step on the result",
+                                    cause="none: device work of a data-dependent length"),
 }
 
 

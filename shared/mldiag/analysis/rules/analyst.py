@@ -1348,19 +1348,25 @@ def _slow_steps(host: HostEvidence) -> Finding | None:
     )
 
 
-def _slow_steps_and_host_causes(host: HostEvidence) -> list[Finding]:
-    """The slow steps' finding and a finding per host cause; where the slow steps are slow because the training
-    thread waits on other host threads in them, their evidence joins the cause that names what those threads do
-    (one cause, one finding)."""
-    slow, causes = _slow_steps(host), _input_bound(host)
-    waited = slow is not None and host.slow_steps is not None and any(
-        THREAD_WAITING.search(difference.name) for difference in host.slow_steps.differences[:3])
+def _slow_steps_and_causes(host: HostEvidence, programs: dict[str, HloProgram]) -> list[Finding]:
+    """The slow steps' finding, the recompilations' and a finding per host cause; where the slow steps are slow
+    for a cause another finding names (the training thread waits in them on other host threads; they compile
+    again), their evidence joins that finding (one cause, one finding)."""
+    slow, recompiling, causes = _slow_steps(host), _recompilation(host, programs), _input_bound(host)
+    if slow is None or host.slow_steps is None:
+        return [finding for finding in (recompiling, *causes) if finding]
+    waited = any(THREAD_WAITING.search(difference.name) for difference in host.slow_steps.differences[:3])
     producer = next((f for f in causes if f.category is FindingCategory.INPUT_BOUND and
                      host_causes.WORDS[HostCause.PRODUCER_THREAD][0] in f.title), None)
-    if slow is None or not waited or producer is None:
-        return [finding for finding in (slow, *causes) if finding]
-    producer.evidence.insert(1, f"the waits gather in a few steps: {slow.evidence[0]}")
-    return causes
+    named_by = (producer if waited else None) or (
+        recompiling if _slow_cause(host.slow_steps)[0] == "a compilation" else None)
+    if named_by is None:
+        return [finding for finding in (slow, recompiling, *causes) if finding]
+    if named_by is producer:
+        producer.evidence.insert(1, f"the waits gather in a few steps: {slow.evidence[0]}")
+    else:
+        named_by.evidence.append(f"the compilations gather in a few steps: {slow.evidence[0]}")
+    return [finding for finding in (recompiling, *causes) if finding]
 
 
 def _iteration(host: HostEvidence) -> Finding | None:
@@ -1455,13 +1461,11 @@ def _findings(hosts: list[HostEvidence], tools: dict[str, ToolResult], hlo_issue
               metrics: Metrics, health: Health, programs: dict[str, HloProgram],
               movements: list[tuple[DataMovement, HostEvidence, list[OpTime]]],
               kernels: list[KernelShare], hardware: list[Finding]) -> list[Finding]:
-    per_host = [finding for host in hosts for finding in _slow_steps_and_host_causes(host)] + [
+    per_host = [finding for host in hosts for finding in _slow_steps_and_causes(host, programs)] + [
         finding
         for host in hosts
         for rule in (partial(_dispatch_overhead, kernels=kernels), partial(_launch_bound, programs=programs),
-                     partial(_recompilation, programs=programs), _communication, _host_callbacks, _warmup,
-                     _iteration,
-                     partial(_no_steps, kernels=kernels))
+                     _communication, _host_callbacks, _warmup, _iteration, partial(_no_steps, kernels=kernels))
         if (finding := rule(host)) is not None
     ]
     if len(hosts) > 1:  # one finding per category: the worst host's
@@ -1567,7 +1571,7 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
     programs = {program.module: program for program in hlo_programs or []}
     movements = _movements(hosts, programs)
     kernels = _kernels(hosts, hlo_kernels or [])
-    slow_precision, hardware = precision.findings(hosts, hlo_kernels or [], lambda host: chip)
+    slow_precision, hardware = precision.findings(hosts, hlo_kernels or [], lambda host: chip, hlo_programs or [])
     findings = _findings(hosts, by_name, hlo_issues, metrics, health, programs, movements, kernels, hardware)
     status = decide_status(health, findings)
     return Analysis(

@@ -8,7 +8,9 @@ check names is measured, not estimated from the HLO:
 * **float64**: kernels whose math computes in f64. A CPU's SIMD lanes hold
   half as many f64 values as f32 (its f64 matmuls run at about half the
   speed); GPUs give f64 a fraction of their f32 and tensor-core peaks; TPUs
-  have no f64 unit and emulate it.
+  have no f64 unit and emulate it: the compiled program splits each f64 value
+  into f32 pieces, so its kernels read as f32 and only the program's f64
+  parameters tell, and every kernel of such a program is that emulation.
 * **HIGHEST precision**: f32 dots and convolutions that ask for
   ``precision=HIGHEST`` on a chip whose matmul fast path is narrower: on a TPU
   an f32 matmul at default precision is one bf16 pass and at HIGHEST six; on
@@ -21,8 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mldiag.analysis.evidence import SlowPrecision
-from mldiag.analysis.host_evidence import DeviceKind, HostEvidence, OpTime, StepSource
+from mldiag.analysis.evidence import HloProgram, SlowPrecision
+from mldiag.analysis.host_evidence import DeviceKind, HostEvidence, OpTime, ProgramCalls, StepSource
 from mldiag.analysis.rules import frameworks
 from mldiag.analysis.rules.frameworks import Framework
 from mldiag.analysis.rules.hardware import Chip
@@ -31,8 +33,9 @@ from mldiag.analysis.rules.wording import quoted
 from mldiag.analysis.xprof.hlo import KernelWork, describe
 from mldiag.domain.resources import Finding, FindingCategory, Priority
 
-# Share of a host's device op time at which a slow dtype or precision is a P1 / P2 problem.
-PRIORITIES = ((0.25, Priority.P1), (0.05, Priority.P2))
+# Share of a host's device op time the fast dtype or precision would save at which the slow one is a P0 / P1 / P2
+# problem: on an accelerator nearly all of the time in a mode several times slower, on a CPU half of float64's.
+PRIORITIES = ((0.5, Priority.P0), (0.25, Priority.P1), (0.05, Priority.P2))
 MAX_KERNELS_QUOTED = 3
 
 
@@ -59,11 +62,13 @@ def _per(host: HostEvidence) -> str:
 
 
 def _evidence(host: HostEvidence, slow: SlowPrecision, matched: list[tuple[OpTime, KernelWork]],
-              label: str) -> list[str]:
+              label: str, whole: list[ProgramCalls]) -> list[str]:
     per = _per(host)
     lines = [f"{label}: {slow.ms_per_step:.2f} ms per {per} ({slow.share_of_device:.1%} of device op time, per "
              f"device) in {len(matched)} kernel{'s' if len(matched) != 1 else ''}, measured from the trace and "
-             "matched to their HLO"]
+             "matched to their HLO" + (", and every other kernel of the programs below" if whole else "")]
+    lines += [f"program {quoted(program.name)} takes float64 parameters, which the TPU emulates with float32 pieces "
+              f"in all its kernels: {program.share_of_device:.1%} of device time" for program in whole]
     lines += [f"{op.share_of_busy:.1%} of device op time ({op.self_ms_per_step:.2f} ms per {per}) in "
               f"{describe([work])}, kernel {quoted(op.name)} of program {quoted(work.module)}"
               for op, work in matched[:MAX_KERNELS_QUOTED]]
@@ -89,13 +94,20 @@ _HIGHEST_FIX = ("Use the default matmul precision: drop precision=jax.lax.Precis
 
 
 def _finding(host: HostEvidence, kind: str, matched: list[tuple[OpTime, KernelWork]], *, title: str, what: str,
-             label: str, why: str, fix: str) -> tuple[SlowPrecision, Finding] | None:
-    """The finding with the device time it names, or None below the lowest priority's share."""
+             label: str, why: str, fix: str, whole: list[ProgramCalls] = (),
+             lost: float = 1.0) -> tuple[SlowPrecision, Finding] | None:
+    """The finding with the device time it names, or None below the lowest priority's share; ``whole``: programs
+    all of whose device time is in the slow mode, the timed ops listed or not; ``lost``: the part of that time the
+    fast mode would save, which ranks it."""
     matched = sorted(matched, key=lambda m: -m[0].self_ms_per_step)
-    slow = SlowPrecision(kind=kind, host=host.host, ms_per_step=sum(op.self_ms_per_step for op, _ in matched),
-                         share_of_device=min(1.0, sum(op.share_of_busy for op, _ in matched)),
+    steps = max(1, host.steps)
+    slow = SlowPrecision(kind=kind, host=host.host,
+                         ms_per_step=max(sum(op.self_ms_per_step for op, _ in matched),
+                                         sum(p.device_ms_per_call * p.calls for p in whole) / steps),
+                         share_of_device=min(1.0, max(sum(op.share_of_busy for op, _ in matched),
+                                                      sum(p.share_of_device for p in whole))),
                          kernels=[op.name for op, _ in matched])
-    priority = next((p for threshold, p in PRIORITIES if slow.share_of_device >= threshold), None)
+    priority = next((p for threshold, p in PRIORITIES if lost * slow.share_of_device >= threshold), None)
     if priority is None:
         return None
     return slow, Finding(
@@ -103,17 +115,26 @@ def _finding(host: HostEvidence, kind: str, matched: list[tuple[OpTime, KernelWo
         category=FindingCategory.COMPUTE,
         title=title.format(share=slow.share_of_device),
         what=what,
-        evidence=_evidence(host, slow, matched, label),
+        evidence=_evidence(host, slow, matched, label, list(whole)),
         impact=f"{slow.ms_per_step:.1f} ms of device time per {_per(host)} ({slow.share_of_device:.0%}) runs in the "
                f"slow mode; {why}",
         fix=fix,
     )
 
 
-def _float64(host: HostEvidence, timed: list[tuple[OpTime, KernelWork]], framework: Framework):
+def _emulating_float64(programs: list[HloProgram]) -> set[str]:
+    """The programs that take float64 parameters: on a TPU, every kernel of theirs emulates float64."""
+    return {program.module for program in programs
+            if any(shape.startswith("f64[") for shape in program.parameters.values())}
+
+
+def _float64(host: HostEvidence, timed: list[tuple[OpTime, KernelWork]], framework: Framework,
+             emulating: set[str]):
     on_cpu = host.device_kind is DeviceKind.CPU
+    emulated = emulating if host.device_kind is DeviceKind.TPU else set()
     return _finding(
-        host, "float64", [(op, w) for op, w in timed if _is_float64(w)],
+        host, "float64", [(op, w) for op, w in timed if _is_float64(w) or w.module in emulated],
+        whole=[program for program in host.programs if program.name in emulated], lost=0.5 if on_cpu else 1.0,
         title="Float64 math takes {share:.0%} of device time",
         what="Kernels compute in float64 (double precision). "
              + ("A CPU's vector units hold half as many float64 values as float32, so this math runs at about half "
@@ -143,14 +164,15 @@ def _highest(host: HostEvidence, timed: list[tuple[OpTime, KernelWork]], chip: C
 
 
 def findings(hosts: list[HostEvidence], works: list[KernelWork], chip_of: Callable[[HostEvidence], Chip | None],
-             ) -> tuple[list[SlowPrecision], list[Finding]]:
+             programs: list[HloProgram] = ()) -> tuple[list[SlowPrecision], list[Finding]]:
     """Float64 math and HIGHEST-precision f32 matmuls, each on the host where it takes the most device time: the
     device time they take and their findings."""
     framework = frameworks.detect(hosts)
+    emulating = _emulating_float64(list(programs))
     worst: dict[str, tuple[SlowPrecision, Finding]] = {}
     for host in hosts:
         timed = _timed_work(host, works)
-        for found in (_float64(host, timed, framework), _highest(host, timed, chip_of(host))):
+        for found in (_float64(host, timed, framework, emulating), _highest(host, timed, chip_of(host))):
             if found is not None and (found[0].kind not in worst
                                       or found[0].share_of_device > worst[found[0].kind][0].share_of_device):
                 worst[found[0].kind] = found

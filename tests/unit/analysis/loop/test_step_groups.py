@@ -343,6 +343,28 @@ def test_steps_of_the_same_program_on_a_larger_bucket_are_not_slow_steps(tmp_pat
     assert not [f for f in analysis_of(host).findings if f.title.startswith("Slow steps")]
 
 
+def test_a_step_that_compiles_again_is_one_recompilation_finding_not_also_a_slow_step(tmp_path):
+    # The last batch is shorter: its step compiles the program again, 300 ms, where the others take 5 ms.
+    events, lane, start = [], [], 0
+    for step in range(12):
+        if step == 11:
+            events += [("train", start, start + 305 * MS), *_compiling_call("evaluate", start + MS // 2, 300)]
+            lane.append(("fusion", start + 302 * MS, start + 304 * MS))
+            start += 305 * MS
+            continue
+        events += [("train", start, start + 5 * MS), *jit_calls("evaluate", [start + MS // 2], MS // 2)]
+        lane.append(("fusion", start + MS, start + 4 * MS))
+        start += 5 * MS
+    warm = [*_compiling_call("evaluate", -400 * MS, 300)]
+    host = TraceBuild().host(warm + events, markers=("train",)).lane("/host:CPU", lane).evidence(tmp_path)
+    analysis = analysis_of(host)
+    assert not [f for f in analysis.findings if f.title.startswith("Slow steps")]
+    (recompiling,) = [f for f in analysis.findings if f.category is FindingCategory.RECOMPILATION]
+    assert recompiling.priority is Priority.P0
+    assert any(line.startswith("the compilations gather in a few steps: 1 of 12 steps are slow")
+               for line in recompiling.evidence)
+
+
 def test_a_cheap_slow_group_is_informational(tmp_path):
     analysis = analysis_of(_saving_loop(save_ms=30, every=20, steps=40).evidence(tmp_path))
     (slow,) = [f for f in analysis.findings if f.title.startswith("Slow steps")]

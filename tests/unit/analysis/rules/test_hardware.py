@@ -6,7 +6,15 @@ from __future__ import annotations
 import pytest
 
 from mldiag.analysis.evidence import HloProgram, ProfileInput, ToolResult, ToolStatus
-from mldiag.analysis.host_evidence import DeviceKind, Distribution, HostActivity, HostEvidence, OpTime, StepSource
+from mldiag.analysis.host_evidence import (
+    DeviceKind,
+    Distribution,
+    HostActivity,
+    HostEvidence,
+    OpTime,
+    ProgramCalls,
+    StepSource,
+)
 from mldiag.analysis.reasoning import prompts
 from mldiag.analysis.reasoning.validation import EvidenceIndex, why_unsupported
 from mldiag.analysis.report import render_summary
@@ -323,6 +331,23 @@ def test_float64_math_taking_most_of_device_time_is_a_p1_with_its_measured_share
     assert analysis.status is HealthStatus.NEEDS_ATTENTION
 
 
+def test_a_tpu_program_taking_float64_parameters_is_float64_emulation_in_all_its_kernels():
+    # XLA on a TPU splits each f64 value into f32 pieces: the kernels read as f32, the parameters still say f64.
+    host = _host(kind=DeviceKind.TPU, device_type="TPU v5 lite", program="PjitFunction(run)", step_ms=57.0,
+                 top_ops=[_op("fusion.1352", 0.034, step_ms=57.0, expression=TPU_FUSION_TEXT)])
+    host.programs = [ProgramCalls(name="jit_run(22)", calls=10, ms_per_call=57.0, device_ms_per_call=56.7,
+                                  share_of_device=1.0)]
+    parameters = {"x.1": "f64[2048,2048]{1,0}", "ws_0_.1": "f64[2048,2048]{1,0}"}
+    analysis = assess(hosts=[host], tools=[], hlo_issues={}, versions={}, seconds=0.0,
+                      profile=ProfileInput(source="s", session="s", files=["h.xplane.pb"], bytes=1),
+                      hlo_kernels=hlo.kernel_work([hlo.parse_module("jit_run(22)", TPU_HIGHEST)]),
+                      hlo_programs=[HloProgram(module="jit_run(22)", inputs_bytes=1, outputs_bytes=1,
+                                               parameters=parameters)])
+    (finding,) = [f for f in analysis.findings if "Float64" in f.title]
+    assert finding.title == "Float64 math takes 100% of device time" and finding.priority is Priority.P0
+    assert any("takes float64 parameters" in line for line in finding.evidence)
+
+
 def test_float64_below_a_measurable_share_is_no_finding():
     host = _host(kind=DeviceKind.CPU, device_type="CPU", top_ops=[_op("ynn_fusion.1", 0.03), _op("other", 0.97)])
     analysis = _analysis(host, modules=[("jit_step(20)", CPU_FLOAT64)])
@@ -336,7 +361,7 @@ def test_highest_precision_f32_matmuls_on_a_tpu_are_a_finding_with_their_share()
     analysis = _analysis(host, modules=[("jit__lambda(113)", TPU_HIGHEST)])
     (finding,) = [f for f in analysis.findings if "HIGHEST" in f.title]
     assert finding.title == "Float32 matmuls at HIGHEST precision take 80% of device time"
-    assert finding.priority is Priority.P1 and "six" in finding.what
+    assert finding.priority is Priority.P0 and "six" in finding.what  # most of the device time, six passes each
     assert "jax.default_matmul_precision" in finding.fix and "preferred_element_type" in finding.fix
     assert analysis.slow_precision[0].kind == "highest"
 
