@@ -13,6 +13,7 @@ locals {
   # by tests/unit/terraform); the build installs them from the generated requirements.txt.
   runtime_requirements = [
     "pydantic>=2.6",
+    "pydantic-core>=2.16",
     "typer>=0.12",
     "rich>=13.7",
     "pyyaml>=6.0",

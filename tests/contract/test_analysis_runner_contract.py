@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from mldiag.adapters.analysis_runner.child_process import ChildProcessAnalysisRunner
-from mldiag.adapters.analysis_runner.in_process import InProcessAnalysisRunner
+from in_process_analysis_runner import InProcessAnalysisRunner
 from mldiag.analysis.evidence import Analysis
 from mldiag.analysis.fanout import HOST_EVIDENCE_FILE, HostAnalysis
 from mldiag.analysis.report import ANALYSIS_FILE, SUMMARY_FILE

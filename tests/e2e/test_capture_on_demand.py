@@ -56,9 +56,14 @@ def test_the_profiler_clients_native_lines_go_to_the_log_file_not_the_terminal(c
     terminal = control_plane.log.read_text().splitlines()  # mldiag up's stderr, JSON lines here
     assert [line for line in terminal if not line.startswith("{")] == []
     log_file = control_plane.bucket_folder.parents[1] / "logs" / "mldiag.log"
-    native = [json.loads(line)["message"] for line in log_file.read_text().splitlines()
-              if '"mldiag.native"' in line]
-    assert any("profiler_client.cc" in line for line in native), native
+
+    def native() -> list[str]:
+        return [json.loads(line)["message"] for line in log_file.read_text().splitlines() if '"mldiag.native"' in line]
+
+    # The capture runs after the command returns, and its native lines reach the log file a moment after it.
+    wait_for(lambda: any("profiler_client.cc" in line for line in native()), "the profiler client's native lines")
+    terminal = control_plane.log.read_text().splitlines()
+    assert [line for line in terminal if not line.startswith("{")] == []
 
 
 def test_a_target_killed_before_the_capture_fails_unreachable_and_the_other_succeeds(control_plane, two_targets):

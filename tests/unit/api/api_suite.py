@@ -22,7 +22,7 @@ from flask.testing import FlaskClient
 from google.auth import crypt
 from requests.structures import CaseInsensitiveDict
 
-from mldiag.adapters.analysis_runner.in_process import InProcessAnalysisRunner
+from in_process_analysis_runner import InProcessAnalysisRunner
 from mldiag.adapters.bus.inprocess import InProcessBus
 from mldiag.adapters.blobs.local import LocalBlobs
 from mldiag.entrypoints.http.app import create_app

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from console_support import API_URL, LOCATION, Console
-from mldiag.adapters.analysis_runner.in_process import InProcessAnalysisRunner
+from in_process_analysis_runner import InProcessAnalysisRunner
 from mldiag.adapters.bus.inprocess import InProcessBus
 from mldiag.adapters.blobs.local import LocalBlobs
 from mldiag.adapters.store.sqlite import SqliteStore

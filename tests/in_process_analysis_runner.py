@@ -1,4 +1,5 @@
-"""Each analysis job on a thread of this process: for tests, which a process per job would cost seconds each.
+"""The AnalysisRunner port's test double: each analysis job on a thread of this process, for tests, which a process
+per job would cost seconds each (the product runs jobs in child processes: mldiag.adapters.analysis_runner).
 
 The job's time limit is kept by waiting no longer for it: past it the call
 raises :class:`~mldiag.domain.errors.AnalysisTimedOut`, but nothing can stop a
