@@ -1998,6 +1998,119 @@ def while_loop_convergence(big: bool) -> Workload:
     return Workload(iteration, extra=extra)
 
 
+def int8_matmuls(big: bool) -> Workload:
+    """A chain of int8 matmuls accumulating in int32 (a quantised model's inference), requantised to int8 between
+    links; ablation: the same chain in bf16."""
+    import jax
+    import jax.numpy as jnp
+
+    n, links = (8192, 4) if big else (256, 4)
+
+    def chain(x, ws):
+        for w in ws:
+            acc = jax.lax.dot(x, w, preferred_element_type=jnp.int32)
+            x = jnp.clip(acc >> 10, -127, 127).astype(x.dtype) if x.dtype == jnp.int8 else jnp.tanh(acc)
+        return x
+
+    run = jax.jit(chain)
+    keys = jax.random.split(jax.random.key(90), links + 1)
+    x8 = jax.random.randint(keys[0], (n, n), -64, 64, dtype=jnp.int8)
+    ws8 = [jax.random.randint(k, (n, n), -64, 64, dtype=jnp.int8) for k in keys[1:]]
+    x16, ws16 = x8.astype("bfloat16"), [w.astype("bfloat16") for w in ws8]
+    run16 = jax.jit(lambda x, ws: [x := jnp.tanh(jax.lax.dot(x, w, preferred_element_type=jnp.float32)).astype(
+        "bfloat16") for w in ws][-1])
+
+    def extra(clock: Clock, ablations: dict[str, Clock]) -> dict:
+        return {"ops_per_step": _number(2.0 * n ** 3 * links, "integer multiply-adds x 2 of the chain", rel=0.01),
+                "speedup_vs_bf16": _number(_steady_ms(ablations["bf16"]) / _steady_ms(clock),
+                                           "the bf16 chain's median iteration / the int8 chain's", rel=0.15)}
+
+    return Workload(lambda i, clock: run(x8, ws8).block_until_ready(),
+                    ablations={"bf16": lambda i, clock: run16(x16, ws16).block_until_ready()}, extra=extra)
+
+
+def many_small_device_puts(big: bool) -> Workload:
+    """Each annotated step copies 200 small host arrays (a dict of per-feature columns, 16 KiB each) to the device
+    one by one with ``jax.device_put`` before a bf16 MLP train step on them; ablation: the columns stacked into one
+    array and copied once."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    params, train_step, x, y = _mlp_step(big)
+    rows = x.shape[0]
+    columns = [np.random.default_rng(n).standard_normal((rows // 4 if big else 16,), dtype=np.float32)
+               for n in range(200)]
+    stacked = np.stack(columns, axis=1)
+    state = {"params": params}
+    width = x.shape[1]
+
+    @jax.jit
+    def features(cols):
+        wide = jnp.stack(cols, axis=1) if isinstance(cols, list) else cols
+        return jnp.tile(wide, (4 if big else rows // 16, width // 200 + 1))[:rows, :width].astype(x.dtype)
+
+    def run(batch) -> None:
+        state["params"], value = train_step(state["params"], features(batch), y)
+        value.block_until_ready()
+
+    def extra(clock: Clock, ablations: dict[str, Clock]) -> dict:
+        return {"puts_per_step": _number(len(columns), "jax.device_put calls per step", abs=0)}
+
+    return Workload(lambda i, clock: run([jax.device_put(c) for c in columns]),
+                    ablations={"one_put": lambda i, clock: run(jax.device_put(stacked))}, extra=extra)
+
+
+def scan_microbatches(big: bool) -> Workload:
+    """Gradient accumulation over 8 micro-batches inside one jitted step (``lax.scan``), then the update: one
+    program per annotated step; healthy."""
+    import jax
+
+    params, _, x, y = _mlp_step(big)
+    micro = 8
+
+    def step(params, x, y):
+        xs, ys = x.reshape(micro, -1, x.shape[1]), y.reshape(micro, -1, y.shape[1])
+
+        def accumulate(total, batch):
+            grads = jax.grad(mlp_loss)(params, *batch)
+            return [t + g.astype("float32") for t, g in zip(total, grads)], None
+
+        zeros = [p.astype("float32") * 0 for p in params]
+        total, _ = jax.lax.scan(accumulate, zeros, (xs, ys))
+        return [(p - 1e-3 * g / micro).astype(p.dtype) for p, g in zip(params, total)]
+
+    train_step = jax.jit(step, donate_argnums=0)
+    state = {"params": params}
+
+    def iteration(i: int, clock: Clock) -> None:
+        state["params"] = train_step(state["params"], x, y)
+        state["params"][0].block_until_ready()
+
+    def extra(clock: Clock, ablations: dict[str, Clock]) -> dict:
+        return {"micro_batches": _number(micro, "micro-batches scanned per step", abs=0)}
+
+    return Workload(iteration, extra=extra)
+
+
+def sleep_in_loop(big: bool) -> Workload:
+    """The training loop paces itself: ``time.sleep(0.02)`` after each annotated bf16 MLP train step (a rate limit
+    left in from debugging); Python tracer on; ablation: no sleep."""
+    params, train_step, x, y = _mlp_step(big)
+    state = {"params": params}
+
+    def train() -> None:
+        state["params"], value = train_step(state["params"], x, y)
+        value.block_until_ready()
+
+    def iteration(i: int, clock: Clock) -> None:
+        train()
+        with clock.part("sleep"):
+            time.sleep(0.02)
+
+    return Workload(iteration, ablations={"no_sleep": lambda i, clock: train()})
+
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -2151,6 +2264,16 @@ SHAPES: dict[str, Shape] = {
                                     "lax.while_loop on the device (tens of 1024x1024 f32 matmuls until it "
                                     "converges), then a bf16 MLP train step on the result",
                                     cause="none: device work of a data-dependent length"),
+    "int8_matmuls": Shape(int8_matmuls, 10, "a chain of four 8192x8192 int8 matmuls accumulating in int32, "
+                          "requantised between links; annotated steps", cause="none: int8 at the chip's integer rate"),
+    "many_small_device_puts": Shape(many_small_device_puts, 15, "200 jax.device_put calls of small f32 columns per "
+                                    "annotated step before a bf16 MLP train step on them",
+                                    cause="200 small host-to-device copies every step"),
+    "scan_microbatches": Shape(scan_microbatches, 10, "gradient accumulation over 8 micro-batches in one jitted "
+                               "lax.scan, then the update: one bf16 MLP program per annotated step",
+                               cause="none: one program does the accumulation"),
+    "sleep_in_loop": Shape(sleep_in_loop, 15, "time.sleep(0.02) after each annotated bf16 MLP train step; Python "
+                           "tracer on", python_tracer=True, cause="sleep: the loop paces itself"),
 }
 
 

@@ -118,6 +118,7 @@ COMPILE_PRIORITIES = ((0.25, Priority.P0), (0.05, Priority.P1), (0.0, Priority.P
 COMMUNICATION_PRIORITIES = ((0.30, Priority.P0), (0.15, Priority.P1), (0.05, Priority.P2))
 MEMORY_PRIORITIES = ((0.95, Priority.P0), (0.85, Priority.P1))
 ROOFLINE_PRIORITIES = ((0.10, Priority.P1), (0.30, Priority.P2))
+MANY_COPIES = 20  # copies between host and device per step that cost more in calls than in bytes
 NEAR_PEAK = 0.5  # share of the chip's peak FLOP/s or HBM bandwidth that is near it, whatever a cost model says
 CUSTOM_CALL_SHARE = 30.0  # percent of device time in custom calls worth a kernel finding
 # A program whose temporaries at its peak are this many times its inputs and outputs, and at least this big.
@@ -469,6 +470,12 @@ def _host_cause_finding(host: HostEvidence, cause: host_causes.Cause, priority: 
 
 def _host_cause_fix(host: HostEvidence, cause: host_causes.Cause) -> str:
     framework = frameworks.detect([host])
+    many = [copy for copy in host.transfers if copy.count_per_step >= MANY_COPIES]
+    if cause.kind is HostCause.TRANSFERS and many and framework in (Framework.JAX, Framework.UNKNOWN):
+        return (f"Copy in one call what is now copied in {many[0].count_per_step:.0f} calls a step: stack the arrays "
+                "into one (np.stack) or hand the whole pytree to a single jax.device_put, so that the per-call cost "
+                "is paid once; better still, keep what does not change on the device, and copy the next batch "
+                "while the current step runs.")
     if cause.kind is HostCause.PRODUCER_THREAD:
         return frameworks.producer_fix(framework, [host_causes.function_name(p.name) for p in cause.parts])
     if fix := frameworks.cause_fix(cause.kind, framework):

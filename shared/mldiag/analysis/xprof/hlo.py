@@ -394,10 +394,19 @@ def program_buffers(modules: list[HloModule]) -> list[HloProgram]:
             largest_temporary=largest.name if largest else "",
             largest_temporary_bytes=largest.shape.bytes if largest else 0,
             parameters={i.name: str(i.shape) if i.shape else "?" for i in inputs},
-            computing_fusions=[i.name for i in entry if i.opcode == "fusion" and any(
+            computing_fusions=[i.name for i in _kernels(module) if i.opcode == "fusion" and any(
                 module.instructions[n].opcode not in _MOVES_OR_RETYPES for n in module.computations.get(i.calls, []))],
         ))
     return found
+
+
+def _kernels(module: HloModule) -> list[Instruction]:
+    """The instructions that run as kernels: those of the entry computation and of the computations it runs in
+    turn (a while loop's body, a call's, a conditional's branches), not the insides of fusions or the functions an
+    op applies per element."""
+    inside = {i.calls for i in module.instructions.values() if i.opcode == "fusion"} | module.applied
+    return [module.instructions[name] for computation, names in module.computations.items()
+            if computation not in inside for name in names]
 
 
 # Ops that are not element-wise math: they give a kernel its kind of work.

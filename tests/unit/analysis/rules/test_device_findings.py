@@ -136,6 +136,49 @@ ENTRY %main.1 (x.1: bf16[8,4096,2048], y.1: bf16[64,32]) -> (bf16[8,4096,2048], 
 """
 
 
+SCANNED = """HloModule jit_step
+
+%fused_convert (param_0: bf16[256,256]) -> bf16[256,256] {
+  %param_0 = bf16[256,256]{1,0} parameter(0)
+  %convert.5 = f32[256,256]{1,0} convert(%param_0)
+  %sin.1 = f32[256,256]{1,0} sine(%convert.5)
+  ROOT %convert.1 = bf16[256,256]{1,0} convert(%sin.1)
+}
+
+%fused_cast (param_0.2: bf16[256,256]) -> f32[256,256] {
+  %param_0.2 = bf16[256,256]{1,0} parameter(0)
+  ROOT %convert.2 = f32[256,256]{1,0} convert(%param_0.2)
+}
+
+%body (carry: (s32[], bf16[256,256])) -> (s32[], bf16[256,256]) {
+  %carry = (s32[], bf16[256,256]{1,0}) parameter(0)
+  %i = s32[] get-tuple-element(%carry), index=0
+  %h = bf16[256,256]{1,0} get-tuple-element(%carry), index=1
+  %convert_sine_fusion = bf16[256,256]{1,0} fusion(%h), kind=kLoop, calls=%fused_convert
+  ROOT %next = (s32[], bf16[256,256]{1,0}) tuple(%i, %convert_sine_fusion)
+}
+
+%condition (carry.1: (s32[], bf16[256,256])) -> pred[] {
+  %carry.1 = (s32[], bf16[256,256]{1,0}) parameter(0)
+  ROOT %go = pred[] constant(false)
+}
+
+ENTRY %main (x.1: bf16[256,256]) -> f32[256,256] {
+  %x.1 = bf16[256,256]{1,0} parameter(0)
+  %zero = s32[] constant(0)
+  %start = (s32[], bf16[256,256]{1,0}) tuple(%zero, %x.1)
+  %loop = (s32[], bf16[256,256]{1,0}) while(%start), condition=%condition, body=%body
+  %out = bf16[256,256]{1,0} get-tuple-element(%loop), index=1
+  ROOT %cast_fusion = f32[256,256]{1,0} fusion(%out), kind=kLoop, calls=%fused_cast
+}
+"""
+
+
+def test_a_fusion_that_computes_inside_a_loop_s_body_is_a_computing_kernel_too():
+    (program,) = hlo.program_buffers([hlo.parse_module("jit_step(5)", SCANNED)])
+    assert program.computing_fusions == ["convert_sine_fusion"]
+
+
 def test_a_fusion_named_after_its_root_convert_that_computes_is_not_data_movement():
     programs = hlo.program_buffers([hlo.parse_module("jit_sin(13)", BF16_SINE)])
     assert programs[0].computing_fusions == ["loop_convert_fusion"]

@@ -269,6 +269,20 @@ def test_the_training_thread_s_copies_off_the_device_for_its_logging_every_step_
     assert "Keep the data on the device" not in first.fix
 
 
+@pytest.mark.parametrize(("calls", "one_call"), [(200.0, True), (2.0, False)])
+def test_many_copies_a_step_are_told_to_copy_in_one_call(calls, one_call):
+    attribution = _attributed([
+        TimePart(cause=TimeCause.TRANSFERS, name="DevicePutWithSharding", thread="python", ms=600.0, share=0.6),
+        TimePart(cause=TimeCause.DEVICE_COMPUTE, name="matmul/convolution", ms=100.0, share=0.1, useful=True),
+    ])
+    copies = _activity("DevicePutWithSharding", 60.0, 60.0, encloses=False)
+    copies.count_per_step = calls
+    step = _activity("$train.py:40 iteration", 95.0, 1.0)
+    first, *_ = _findings(_host(busy=0.1, activities=[step], attribution=attribution, transfers=[copies]))
+    assert first.category is FindingCategory.DATA_MOVEMENT
+    assert ("single jax.device_put" in first.fix) is one_call
+
+
 def test_a_runtime_call_the_step_makes_itself_gets_the_fix_for_that_call():
     attribution = _attributed([
         TimePart(cause=TimeCause.DEVICE_COMPUTE, name="matmul/convolution", ms=20.0, share=0.02, useful=True),
