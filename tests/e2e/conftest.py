@@ -27,6 +27,9 @@ def control_plane(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "MLDIAG_LOG_FORMAT": "json",
            **getattr(request.module, "MLDIAG_UP_ENV", {})}
     env.pop("MLDIAG_BACKEND", None)
+    # An analysis run earlier in this process quiets XProf's C++ logging for itself (analysis/xprof/xprof_tools.py);
+    # mldiag up starts as a user's shell would, at the default level.
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
     log = state / "up.log"
     with log.open("wb") as errors:
         process = subprocess.Popen([MLDIAG, "up", "--data", str(state / "data"), "--port", "0", "--otlp-port", "0",

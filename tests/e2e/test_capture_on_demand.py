@@ -58,7 +58,7 @@ def test_the_profiler_clients_native_lines_go_to_the_log_file_not_the_terminal(c
     def native() -> list[str]:
         return [json.loads(line)["message"] for line in log_file.read_text().splitlines() if '"mldiag.native"' in line]
 
-    # The capture runs after the command returns, and its native lines reach the log file a moment after it.
+    # Native lines reach the log file through a reader thread (local/native_stderr.py), a moment after the capture.
     wait_for(lambda: any("profiler_client.cc" in line for line in native()), "the profiler client's native lines")
     terminal = control_plane.log.read_text().splitlines()  # mldiag up's stderr, JSON lines here
     assert [line for line in terminal if not line.startswith("{")] == []
