@@ -84,7 +84,7 @@ from mldiag.analysis.profile.trace_names import (
 )
 from mldiag.analysis.profile.trace_names import hlo_instruction as _instruction
 from mldiag.analysis.profile.trace_names import program_base as _module_base
-from mldiag.analysis.rules import frameworks, host_causes, launches, precision, roofline
+from mldiag.analysis.rules import frameworks, host_causes, kernels as kernel_ops, launches, precision, roofline
 from mldiag.analysis.rules.frameworks import Framework
 from mldiag.analysis.rules.host_causes import HostCause
 from mldiag.analysis.rules.wording import quoted
@@ -105,7 +105,7 @@ IDLE_PRIORITIES = ((0.50, Priority.P0), (0.25, Priority.P1), (0.10, Priority.P2)
 # the host), is the P0 of a loop that runs one program per step (op-by-op and compiling loops have findings of
 # their own): the change it asks for is small and its gain is known.
 NAMED_CAUSE_P0 = 0.10
-NAMED_CAUSES = frozenset({HostCause.CHECKPOINT, HostCause.DEVICE_SYNC, HostCause.PRODUCER_THREAD,
+NAMED_CAUSES = frozenset({HostCause.CHECKPOINT, HostCause.DEVICE_SYNC, HostCause.LOGGING, HostCause.PRODUCER_THREAD,
                           HostCause.BATCH_MAKING, HostCause.ROUND_TRIP})
 OP_BY_OP_DISPATCHES = 50  # jit dispatches per step that mean the step is not one program
 DISPATCH_ORIGIN_FLOOR = 0.1  # share of the dispatches a function makes for the op-by-op finding to name it
@@ -879,10 +879,12 @@ def _compute(hosts: list[HostEvidence], metrics: Metrics, tools: dict[str, ToolR
     named = next((lines for host in hosts if (lines := _device_time(host, kernels))), [])
     top = [] if named else [op for host in hosts for op in host.top_ops][:3]
     caveat = _roofline_caveat(tools)
+    dominant = kernel_ops.dominant(kernels)
     return Finding(
         priority=priority,
         category=FindingCategory.COMPUTE,
         title=f"Devices busy but at {metrics.roofline_efficiency:.1%} of the roofline"
+              + (f", {dominant[0].share_of_device:.0%} of their time in {dominant[1].op}" if dominant else "")
               + (" (custom calls not counted)" if caveat else ""),
         what=f"The devices are kept busy, but the work XLA's cost model sees is {program.get('bound_by', 'memory')}"
              "-bound and far from the hardware's limits."
@@ -894,9 +896,12 @@ def _compute(hosts: list[HostEvidence], metrics: Metrics, tools: dict[str, ToolR
                   *named,
                   *(f"{quoted(op.name)}: {op.self_ms_per_step:.2f} ms per step, {op.share_of_busy:.0%} of busy time"
                     for op in top)],
-        impact="the top ops above hold most of the step; each is a candidate for fusion, a better layout or "
-               "a larger arithmetic intensity.",
-        fix="Look at the top ops: fuse memory-bound elementwise chains under one jit, and use larger matmul tiles "
+        impact=(f"{dominant[1].op} holds {dominant[0].share_of_device:.1%} of the device op time: a way to the "
+                "same result without it gives back most of the step" if dominant else
+                "the top ops above hold most of the step; each is a candidate for fusion, a better layout or "
+                "a larger arithmetic intensity."),
+        fix=dominant[1].fix if dominant else
+            "Look at the top ops: fuse memory-bound elementwise chains under one jit, and use larger matmul tiles "
             "or batch sizes for a higher arithmetic intensity.",
     )
 

@@ -210,6 +210,18 @@ _CAUSE_FIXES = {
             "back (float(), .item(), jax.device_get) every N steps or for the previous step only, and format and "
             "write the log line on a background thread (or with jax.debug.callback / an async logger), so the "
             "host never stops the next step's dispatch to wait for and print this one."),
+    HostCause.LOGGING: CauseFix(  # log less often, and off the thread that runs the steps
+        tensorflow="Log less often and off the training thread: write summaries every N steps "
+                   "(tf.summary.record_if, or a Keras callback's update_freq), hand records to a background writer "
+                   "(Python's logging.handlers.QueueHandler with a QueueListener), and log aggregates, not every "
+                   "value.",
+        pytorch_xla="Log less often and off the training thread: write the record every N steps, hand it to a "
+                    "background writer (logging.handlers.QueueHandler with a QueueListener, or a writer thread), "
+                    "and log aggregates, not every value.",
+        jax="Log less often and off the training thread: write the record every N steps, hand it to a background "
+            "writer (logging.handlers.QueueHandler with a QueueListener, or a thread reading a queue) so the loop "
+            "only enqueues it, and log aggregates (a mean, a histogram) rather than every value, in a cheap "
+            "encoding."),
     HostCause.ROUND_TRIP: CauseFix(  # compute where the values are: on the device
         tensorflow="Compute it on the device, inside the tf.function (tf.random.categorical for sampling, tf ops "
                    "for the statistics), so the values never leave the device; where the host must see them, read "
@@ -217,9 +229,9 @@ _CAUSE_FIXES = {
         pytorch_xla="Compute it on the XLA device with torch ops inside the step (torch.multinomial for "
                     "sampling), so the tensors never go to the CPU; where the host must see them, read them back "
                     "every N steps.",
-        jax="Compute it on the device, inside the jitted step (jnp, or jax.random.categorical for sampling), so "
-            "the values never leave the device and the host only launches steps; where the host must see them, "
-            "read them back every N steps."),
+        jax="Compute it on the device, inside the jitted step (jnp, jax.random.categorical for sampling, optax "
+            "for an optimizer's update), so the values never leave the device and the host only launches steps; "
+            "where the host must see them, read them back every N steps."),
     HostCause.UNTRACED: CauseFix(  # name the untraced time before moving it
         tensorflow="Name the time first: capture again with the Python tracer on "
                    "(tf.profiler.experimental.ProfilerOptions(python_tracer_level=1)) or wrap the loop's parts in "

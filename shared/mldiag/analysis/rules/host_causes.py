@@ -2,7 +2,8 @@
 
 The host keeps the devices waiting for different reasons, and each has its own
 fix: the training thread makes the batches itself, saves checkpoints
-synchronously, reads device values back every step to log them, waits on a
+synchronously, reads device values back every step to log them, formats and
+writes log records itself, waits on a
 loader thread that is slower than the step, or copies data between host and
 device memory. A cause is told from the names the trace gives the work (the
 function that owns the time, its thread, the copies it makes) and costs the
@@ -28,6 +29,7 @@ class HostCause(StrEnum):
     BATCH_MAKING = "batch_making"  # the training thread makes or loads its batches
     CHECKPOINT = "checkpoint"  # the training thread saves the state
     DEVICE_SYNC = "device_sync"  # the training thread reads device values back (to log them) every step
+    LOGGING = "logging"  # the training thread formats and writes logs itself, from values already on the host
     PRODUCER_THREAD = "producer_thread"  # the training thread waits on a slower thread that produces its input
     TRANSFERS = "transfers"  # copies between host and device memory
     ROUND_TRIP = "round_trip"  # the training thread computes on device values it copied back, then copies the result in
@@ -47,6 +49,10 @@ WORDS = {
                             "Every step the host reads a value back from the device (float(loss), .item(), "
                             "np.asarray, block_until_ready), which waits for the step to finish, and then formats "
                             "and writes it while the devices wait for the next step's launch."),
+    HostCause.LOGGING: ("the training thread formats and writes logs",
+                        "The thread that runs the steps turns values into log records (formatting, encoding, "
+                        "writing to a file or a logger) itself, between the steps' launches, while the devices "
+                        "wait."),
     HostCause.PRODUCER_THREAD: ("the training thread waits on a slower loader thread",
                                 "The thread that runs the steps waits for its input from another host thread that "
                                 "cannot keep up: the devices idle while that thread reads and prepares the batch."),
@@ -75,8 +81,8 @@ EVERY_STEP = 0.9  # calls per step of a function that reads device values back, 
 _CHECKPOINT = re.compile(r"checkpoint|ckpt|\bsave|_save|save_|orbax|serializ|pickle|torch\.save", re.IGNORECASE)
 _SYNC = re.compile(r"\blog|_log|log_|logging|logger|print|metric|summar|wandb|tensorboard|scalar|progress|"
                    r"tqdm|\bwrite", re.IGNORECASE)
-_INPUT = re.compile(r"batch|data|load|input|augment|decode|read|preprocess|sampler|shuffle|collate|next|iter(?!ation)|fetch|"
-                    r"tokeni|prefetch|feed|^Iterator::|tf_data", re.IGNORECASE)
+_INPUT = re.compile(r"batch|data|load|input|augment|decode|read|preprocess|sampler|shuffle|collate|next|"
+                    r"iter(?!ation)|fetch|tokeni|prefetch|feed|^Iterator::|tf_data", re.IGNORECASE)
 _FUNCTION = re.compile(r"^\$\S+:\d+ (.+)$")
 
 
@@ -93,11 +99,14 @@ def kind_of(name: str, reads_device: bool, round_trip: bool = False) -> HostCaus
     function = function_name(name)
     if _CHECKPOINT.search(name):  # the function, or the module it is in (orbax's, a checkpoint helper's)
         return HostCause.CHECKPOINT
-    if reads_device or _SYNC.search(function):
-        return HostCause.DEVICE_SYNC
+    if _SYNC.search(function):
+        return HostCause.DEVICE_SYNC if reads_device else HostCause.LOGGING
     if _INPUT.search(function):
         return HostCause.BATCH_MAKING
-    return HostCause.ROUND_TRIP if round_trip else HostCause.HOST_WORK
+    # Its own time is computation; a read of device values is only where that computation starts.
+    if round_trip:
+        return HostCause.ROUND_TRIP
+    return HostCause.DEVICE_SYNC if reads_device else HostCause.HOST_WORK
 
 
 # Calls into Python's runtime or standard library whose cost on the training thread has a fix of its own, as the
@@ -174,6 +183,7 @@ def _merged(found: list[tuple[HostCause, HostActivity, bool]], cost: dict[HostCa
         causes.setdefault(kind, Cause(kind, 0.0)).ms += ms
     for cause in causes.values():
         cause.parts.sort(key=lambda part: -part.ms_per_step)
+        cause.parts = [part for part in cause.parts if part.ms_per_step >= PART_SHARE * cause.parts[0].ms_per_step]
         if steps_per_part > 1:
             cause.share = sum(part.share_of_step for part in cause.parts)
     return sorted((c for c in causes.values() if c.ms > 0), key=lambda c: -c.ms)
@@ -189,8 +199,10 @@ def _from_attribution(host: HostEvidence) -> list[Cause]:
     attribution = host.attribution
     steps = max(1, attribution.steps)
     stepping = next((a.thread for a in (*host.host_activities, *host.between_steps) if a.thread), "")
+    # A read that waits for the device is the wait's in the attribution: the copies' own calls tell the directions.
     round_trip = copies_both_ways([part.name for part in attribution.parts
-                                   if part.cause is TimeCause.TRANSFERS and part.thread == stepping])
+                                   if part.cause is TimeCause.TRANSFERS and part.thread == stepping]
+                                  + [t.name for t in host.transfers if t.thread == stepping])
     logging = next((read for read in host.device_reads
                     if read.count_per_step >= EVERY_STEP and _SYNC.search(function_name(read.name))), None)
     found, read_back = [], []

@@ -241,7 +241,8 @@ def test_a_sync_every_step_that_keeps_host_work_from_overlapping_the_devices_is_
 @pytest.mark.parametrize(("name", "reads", "kind"), [
     ("$train.py:30 make_batch", False, HostCause.BATCH_MAKING),
     ("data_loading", False, HostCause.BATCH_MAKING),
-    ("$train.py:20 log_metrics", False, HostCause.DEVICE_SYNC),
+    ("$train.py:20 log_metrics", True, HostCause.DEVICE_SYNC),
+    ("$train.py:20 write_log_record", False, HostCause.LOGGING),  # its own work: the values are on the host
     ("$train.py:20 step_end", True, HostCause.DEVICE_SYNC),
     ("$ckpt.py:9 save_state", True, HostCause.CHECKPOINT),
     ("$orbax_utils.py:9 write", False, HostCause.CHECKPOINT),
@@ -252,6 +253,44 @@ def test_a_sync_every_step_that_keeps_host_work_from_overlapping_the_devices_is_
 ])
 def test_the_cause_is_told_from_the_function_and_what_it_calls(name, reads, kind):
     assert host_causes.kind_of(name, reads) is kind
+
+
+def test_a_function_that_reads_device_values_and_computes_on_them_for_a_copy_back_is_a_round_trip():
+    assert host_causes.kind_of("$train.py:20 numpy_adam", True, round_trip=True) is HostCause.ROUND_TRIP
+    assert host_causes.kind_of("$train.py:20 numpy_adam", True) is HostCause.DEVICE_SYNC
+    assert host_causes.kind_of("$train.py:20 log_metrics", True, round_trip=True) is HostCause.DEVICE_SYNC
+
+
+def test_the_training_thread_s_own_logging_work_is_named_with_a_logging_fix_not_a_sync_fix():
+    step = _activity("$train.py:40 iteration", 90.0, 1.0, OwnTime(name="$train.py:20 write_log_record",
+                                                                  ms_per_step=85.0))
+    attribution = _attributed([
+        TimePart(cause=TimeCause.DEVICE_COMPUTE, name="matmul/convolution", ms=100.0, share=0.1, useful=True),
+        TimePart(cause=TimeCause.HOST_WORK, name="$train.py:20 write_log_record", thread="python", ms=850.0,
+                 share=0.85),
+    ])
+    first, *_ = _findings(_host(activities=[step], attribution=attribution))
+    assert first.priority is Priority.P0
+    assert first.title == "Host-bound: compute idle 85% of each step while the training thread formats and writes logs"
+    assert '"$train.py:20 write_log_record"' in _said(first)
+    assert "every N steps" in first.fix and "QueueHandler" in first.fix
+
+
+def test_host_work_on_values_copied_off_and_back_every_step_is_a_round_trip_whose_fix_computes_on_the_device():
+    # The optimizer runs in numpy: the gradients come off the device, the new parameters go back.
+    step = _activity("$train.py:40 iteration", 90.0, 1.0, OwnTime(name="$train.py:20 numpy_adam", ms_per_step=80.0,
+                                                                  reads_device=True))
+    attribution = _attributed([
+        TimePart(cause=TimeCause.DEVICE_COMPUTE, name="matmul/convolution", ms=100.0, share=0.1, useful=True),
+        TimePart(cause=TimeCause.HOST_WORK, name="$train.py:20 numpy_adam", thread="python", ms=800.0, share=0.8),
+        TimePart(cause=TimeCause.TRANSFERS, name="$api.py:2035 device_put", thread="python", ms=50.0, share=0.05),
+    ])
+    copies_off = HostActivity(name="np.asarray(jax.Array)", count_per_step=3.0, ms_per_step=4.0, share_of_step=0.04,
+                              thread="python")
+    first, *_ = _findings(_host(activities=[step], attribution=attribution, transfers=[copies_off]))
+    assert first.title.endswith("while the host computes on values copied off the device")
+    assert '"$train.py:20 numpy_adam"' in _said(first)
+    assert "inside the jitted step" in first.fix and "every N steps, not every step" not in first.fix
 
 
 def test_the_training_thread_s_copies_off_the_device_for_its_logging_every_step_are_a_sync_not_a_transfer():

@@ -1,0 +1,29 @@
+"""The fix for one kernel that holds most of the device time, from what its HLO computes."""
+
+from __future__ import annotations
+
+from mldiag.analysis.evidence import KernelShare
+from mldiag.analysis.rules import kernels
+
+
+def _kernel(what: str, share: float) -> KernelShare:
+    return KernelShare(host="h", name="%op.1", share_of_device=share, ms_per_step=1.0, runs_per_step=1.0, what=what)
+
+
+def test_a_sort_that_holds_most_of_the_device_time_gets_top_k_as_its_fix():
+    found = kernels.dominant([_kernel("bf16 matmul", 0.03), _kernel("f32 sort", 0.97)])
+    assert found is not None
+    kernel, fix = found
+    assert kernel.what == "f32 sort" and fix.op == "a sort"
+    assert "jax.lax.top_k" in fix.fix and "approx_max_k" in fix.fix
+
+
+def test_a_scatter_gets_the_index_hints_and_the_one_hot_matmul():
+    found = kernels.dominant([_kernel("f32 scatter (scatter, add)", 0.8)])
+    assert found is not None and "unique_indices=True" in found[1].fix
+
+
+def test_no_fix_of_its_own_for_a_kernel_below_half_the_device_time_or_an_op_without_one():
+    assert kernels.dominant([_kernel("f32 sort", 0.4), _kernel("bf16 matmul", 0.6)]) is None
+    assert kernels.dominant([_kernel("bf16 matmul", 0.9)]) is None
+    assert kernels.dominant([]) is None
