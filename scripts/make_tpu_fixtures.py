@@ -2111,6 +2111,237 @@ def sleep_in_loop(big: bool) -> Workload:
     return Workload(iteration, ablations={"no_sleep": lambda i, clock: train()})
 
 
+def json_logging_each_step(big: bool) -> Workload:
+    """After each train step the training thread writes a log record: ``write_log_record`` turns a dict of
+    per-parameter host statistics (tens of thousands of Python floats) into JSON and appends it to a file; nothing
+    is read from the device for it. Python tracer on; ablation: a record every 20th step."""
+    import json
+
+    params, train_step, x, y = _mlp_step(big)
+    folder = Path(tempfile.mkdtemp(prefix="logs-"))
+    stats = {f"layer_{n}": [float(v) / 7 for v in range(n * 1000, n * 1000 + 6000)] for n in range(8)}
+    state = {"params": params}
+
+    def write_log_record(step: int) -> None:
+        with open(folder / "train.jsonl", "a") as log:
+            log.write(json.dumps({"step": step, "stats": stats}, sort_keys=True) + "\n")
+
+    def loop(every: int):
+        def iteration(i: int, clock: Clock) -> None:
+            state["params"], value = train_step(state["params"], x, y)
+            value.block_until_ready()
+            if i % every == every - 1:
+                with clock.part("write_log_record"):
+                    write_log_record(i)
+
+        return iteration
+
+    return Workload(loop(1), ablations={"every_20": loop(20)}, stop=lambda: shutil.rmtree(folder, ignore_errors=True))
+
+
+def shard_boundary_stall(big: bool) -> Workload:
+    """A 'loader' thread feeds a queue of two batches; every 8th batch starts a new shard, and ``open_shard``
+    waits 250 ms for the storage and reads the shard's index, while the batches in between come from memory:
+    every 8th step stalls. Python tracer on; ablation: every shard already open."""
+    import jax
+    import numpy as np
+
+    params, train_step, x, y = _mlp_step(big)
+    ready = np.asarray(jax.device_get(x), dtype=np.float32)
+    folder = Path(tempfile.mkdtemp(prefix="shards-"))
+    index_file = folder / "index.bin"
+    np.arange(2_000_000, dtype=np.int64).tofile(index_file)
+    state = {"params": params}
+    clocks: dict[str, Clock] = {}
+
+    def open_shard() -> np.ndarray:
+        started = time.perf_counter()
+        time.sleep(0.250)  # the storage's latency to open a shard
+        index = np.fromfile(index_file, dtype=np.int64)
+        if "clock" in clocks:
+            clocks["clock"].call("open_shard", (time.perf_counter() - started) * 1e3)
+        return index
+
+    def start(stalls: bool) -> tuple[queue.Queue, threading.Event]:
+        batches: queue.Queue = queue.Queue(maxsize=2)
+        stopping = threading.Event()
+
+        def load() -> None:
+            n = 0
+            while not stopping.is_set():
+                if stalls and n % 8 == 0:
+                    open_shard()
+                n += 1
+                while not stopping.is_set():
+                    with contextlib.suppress(queue.Full):
+                        batches.put(ready, timeout=0.1)
+                        break
+
+        threading.Thread(target=load, name="loader", daemon=True).start()
+        return batches, stopping
+
+    loaders: dict[bool, tuple[queue.Queue, threading.Event]] = {}
+
+    def loop(stalls: bool):
+        def iteration(i: int, clock: Clock) -> None:
+            clocks["clock"] = clock
+            if stalls not in loaders:
+                for _, stopping in loaders.values():
+                    stopping.set()
+                loaders[stalls] = start(stalls)
+            with clock.part("wait_for_batch"):
+                batch = loaders[stalls][0].get()
+            state["params"], value = train_step(state["params"], jax.device_put(batch), y)
+            value.block_until_ready()
+
+        return iteration
+
+    def stop() -> None:
+        for _, stopping in loaders.values():
+            stopping.set()
+        shutil.rmtree(folder, ignore_errors=True)
+
+    return Workload(loop(True), ablations={"shards_open": loop(False)}, stop=stop)
+
+
+def python_list_features(big: bool) -> Workload:
+    """Each annotated step builds its input with ``jnp.asarray`` of a nested Python list (rows of Python floats,
+    as a feature pipeline written without numpy hands them over) in ``make_features``, then trains on it, traced
+    without the Python tracer; ablation: the same values as a numpy array made once."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    params, train_step, x, y = _mlp_step(big, widths=[256, 4096, 4096, 256] if big else [64, 256, 256, 64])
+    rows, width = (2048, 256) if big else (256, 64)
+    table = np.random.default_rng(1).standard_normal((rows, width)).astype(np.float32)
+    nested = table.tolist()
+    labels = y[:rows]
+    state = {"params": params}
+
+    def make_features(values) -> object:
+        return jnp.asarray(values, dtype="float32")
+
+    def loop(values):
+        def iteration(i: int, clock: Clock) -> None:
+            with clock.part("make_features"):
+                features = make_features(values)
+            state["params"], value = train_step(state["params"], features, labels)
+            value.block_until_ready()
+
+        return iteration
+
+    return Workload(loop(nested), ablations={"numpy_input": loop(table)})
+
+
+def sort_heavy(big: bool) -> Workload:
+    """A ranking step that sorts a large score matrix along its rows on the device (``jnp.sort``, to take the top
+    16 of each row) after a small bf16 matmul, data resident; ablation: ``lax.top_k`` in place of the sort."""
+    import jax
+    import jax.numpy as jnp
+
+    rows, cols, d = (4096, 32768, 256) if big else (256, 4096, 64)
+    q = _normal(jax.random.key(50), (rows, d), "bfloat16")
+    k = _normal(jax.random.key(51), (d, cols), "bfloat16")
+
+    @jax.jit
+    def rank_by_sort(q, k):
+        scores = (q @ k).astype("float32")
+        return jnp.sort(scores, axis=-1)[:, -16:]
+
+    @jax.jit
+    def rank_by_top_k(q, k):
+        return jax.lax.top_k((q @ k).astype("float32"), 16)[0]
+
+    def loop(rank):
+        def iteration(i: int, clock: Clock) -> None:
+            rank(q, k).block_until_ready()
+
+        return iteration
+
+    return Workload(loop(rank_by_sort), ablations={"top_k": loop(rank_by_top_k)})
+
+
+def cond_heavy_every_nth(big: bool) -> Workload:
+    """A bf16 MLP train step whose program, every 10th step, also takes a ``lax.cond`` branch with extra device
+    work (a regulariser over 32 extra matmuls); one program, no compile, the host idle: slow steps that are the
+    model's own work. Ablation: the branch never taken."""
+    import jax
+    import jax.numpy as jnp
+
+    params, _, x, y = _mlp_step(big)
+
+    def loss(params, x, y, heavy):
+        base = mlp_loss(params, x, y)
+
+        def regulariser(_):
+            h = x
+            for _ in range(32):
+                h = jnp.tanh(h @ params[0] @ params[-1])
+            return jnp.mean(h.astype("float32") ** 2)
+
+        return base + 1e-3 * jax.lax.cond(heavy, regulariser, lambda _: jnp.float32(0), None)
+
+    @jax.jit
+    def step(params, x, y, heavy):
+        value, grads = jax.value_and_grad(loss)(params, x, y, heavy)
+        return [(p - 1e-3 * g).astype(p.dtype) for p, g in zip(params, grads)], value
+
+    state = {"params": params}
+
+    def loop(every: int | None):
+        def iteration(i: int, clock: Clock) -> None:
+            heavy = every is not None and i % every == every - 1
+            state["params"], value = step(state["params"], x, y, jnp.bool_(heavy))
+            value.block_until_ready()
+
+        return iteration
+
+    return Workload(loop(10), ablations={"never_heavy": loop(None)})
+
+
+def host_offloaded_optimizer(big: bool) -> Workload:
+    """The gradients come from a jit program; ``numpy_adam`` copies them to the host, updates the parameters and
+    Adam's moments there in numpy, and the new parameters go back to the device every step. Python tracer on;
+    ablation: the same Adam update jitted on the device."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    widths = [1024, 2048, 2048, 1024] if big else [128, 256, 256, 128]
+    params, _, x, y = _mlp_step(big, "float32", widths, 2048 if big else 128)
+    grad_fn = jax.jit(jax.grad(mlp_loss))
+    host = {"params": [np.asarray(p) for p in jax.device_get(params)]}
+    host["m"] = [np.zeros_like(p) for p in host["params"]]
+    host["v"] = [np.zeros_like(p) for p in host["params"]]
+    device = {"params": params, "m": [jnp.zeros_like(p) for p in params], "v": [jnp.zeros_like(p) for p in params]}
+
+    def numpy_adam(grads) -> None:
+        for n, g in enumerate(jax.device_get(grads)):
+            host["m"][n] = 0.9 * host["m"][n] + 0.1 * g
+            host["v"][n] = 0.999 * host["v"][n] + 0.001 * g * g
+            host["params"][n] = host["params"][n] - 1e-3 * host["m"][n] / (np.sqrt(host["v"][n]) + 1e-8)
+
+    @jax.jit
+    def device_adam(params, m, v, grads):
+        m = [0.9 * a + 0.1 * g for a, g in zip(m, grads)]
+        v = [0.999 * a + 0.001 * g * g for a, g in zip(v, grads)]
+        return [p - 1e-3 * a / (jnp.sqrt(b) + 1e-8) for p, a, b in zip(params, m, v)], m, v
+
+    def iteration(i: int, clock: Clock) -> None:
+        grads = grad_fn(device["params"], x, y)
+        with clock.part("numpy_adam"):
+            numpy_adam(grads)
+        device["params"] = [jax.device_put(p) for p in host["params"]]
+        jax.block_until_ready(device["params"])
+
+    def on_device(i: int, clock: Clock) -> None:
+        grads = grad_fn(device["params"], x, y)
+        device["params"], device["m"], device["v"] = device_adam(device["params"], device["m"], device["v"], grads)
+        jax.block_until_ready(device["params"])
+
+    return Workload(iteration, ablations={"device_adam": on_device})
+
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -2274,6 +2505,28 @@ SHAPES: dict[str, Shape] = {
                                cause="none: one program does the accumulation"),
     "sleep_in_loop": Shape(sleep_in_loop, 15, "time.sleep(0.02) after each annotated bf16 MLP train step; Python "
                            "tracer on", python_tracer=True, cause="sleep: the loop paces itself"),
+    "json_logging_each_step": Shape(json_logging_each_step, 15, "after each annotated bf16 MLP train step, "
+                                    "write_log_record writes a JSON record of 48,000 host floats to a file; Python "
+                                    "tracer on", python_tracer=True,
+                                    cause="write_log_record: JSON encoding on the training thread every step"),
+    "shard_boundary_stall": Shape(shard_boundary_stall, 24, "a 'loader' thread feeds a two-batch queue from memory, "
+                                  "but every 8th batch opens a new shard (open_shard: 250 ms of storage latency + "
+                                  "an index read); annotated bf16 MLP steps; Python tracer on", python_tracer=True,
+                                  cause="open_shard on the loader thread: every 8th step stalls"),
+    "python_list_features": Shape(python_list_features, 15, "make_features turns a nested Python list of floats "
+                                  "(2048x256 on the chip) into a device array with jnp.asarray before each annotated "
+                                  "bf16 MLP train step (no Python tracer: the conversion is millions of Python calls)",
+                                  cause="make_features: converting a Python list every step"),
+    "sort_heavy": Shape(sort_heavy, 15, "a ranking step: a full jnp.sort of a 4096x32768 f32 score matrix (on the "
+                        "chip) to take each row's top 16, after a small bf16 matmul; annotated steps",
+                        cause="a full sort where a top-k would do"),
+    "cond_heavy_every_nth": Shape(cond_heavy_every_nth, 30, "a bf16 MLP train step whose lax.cond takes a heavy "
+                                  "regulariser branch (32 more matmul pairs) every 10th annotated step; one "
+                                  "program, nothing compiles", cause="none: the slow steps are the model's own work"),
+    "host_offloaded_optimizer": Shape(host_offloaded_optimizer, 15, "an f32 MLP whose Adam update runs in numpy on "
+                                      "the host (numpy_adam: gradients copied off, parameters copied back every "
+                                      "annotated step); Python tracer on", python_tracer=True,
+                                      cause="numpy_adam: the optimizer on the host, with copies both ways"),
 }
 
 

@@ -415,6 +415,8 @@ def _cause_evidence(host: HostEvidence, cause: host_causes.Cause, host_work: lis
         lines += [f"it runs inside {quoted(a.name)} ({a.ms_per_step:.2f} ms per step with the step's jit dispatches)"
                   for a in host.host_activities if a.encloses_dispatches and a.name != part.name
                   and any(owner.name == part.name for owner in a.owners)][:1]
+    lines += [f"with its copies between host and device memory on the training thread: {quoted(part.name)}, "
+              f"{part.ms_per_step:.2f} ms {per}" for part in cause.copies[:2]]
     named = {part.name for part in cause.parts}
     if cause.kind is HostCause.DEVICE_SYNC and any(o.reads_device and o.name in named
                                                    for a in (*host.host_activities, *host.between_steps)
@@ -865,34 +867,42 @@ def _temporaries(hosts: list[HostEvidence], metrics: Metrics, tools: dict[str, T
 
 def _compute(hosts: list[HostEvidence], metrics: Metrics, tools: dict[str, ToolResult],
              kernels: list[KernelShare]) -> Finding | None:
-    """XProf's roofline model says the busy devices are far from the hardware's limits; not where the step's
-    measured FLOP/s or HBM bandwidth are near the chip's peak (the model then misses work it cannot see:
-    recomputed activations, fusions it zeroes)."""
-    if metrics.roofline_efficiency is None or (metrics.busy_fraction or 0) < 0.5:
+    """The busy devices are far from the hardware's limits by XProf's roofline model, or spend most of their time
+    in one op that has a cheaper way to its result (a sort, a scatter). Not where the step's measured FLOP/s or
+    HBM bandwidth are near the chip's peak (the model then misses work it cannot see: recomputed activations,
+    fusions it zeroes)."""
+    if (metrics.busy_fraction or 0) < 0.5:
         return None
-    if max(metrics.mfu or 0.0, metrics.hbm_bandwidth_fraction or 0.0) >= NEAR_PEAK:
-        return None
-    priority = _rank(metrics.roofline_efficiency, ROOFLINE_PRIORITIES, below=True)
+    efficiency = metrics.roofline_efficiency
+    near_peak = max(metrics.mfu or 0.0, metrics.hbm_bandwidth_fraction or 0.0) >= NEAR_PEAK
+    priority = (None if efficiency is None or near_peak
+                else _rank(efficiency, ROOFLINE_PRIORITIES, below=True))
+    dominant = kernel_ops.dominant(kernels)
+    if dominant is not None:
+        priority = Priority.P1  # the roofline ranks no higher; an op with a cheaper way to its result no lower
     if priority is None:
         return None
     program = _data(tools, "get_roofline_model").get("program") or {}
     named = next((lines for host in hosts if (lines := _device_time(host, kernels))), [])
     top = [] if named else [op for host in hosts for op in host.top_ops][:3]
     caveat = _roofline_caveat(tools)
-    dominant = kernel_ops.dominant(kernels)
+    in_op = f"{dominant[0].share_of_device:.0%} of their time in {dominant[1].op}" if dominant else ""
+    if efficiency is not None and not near_peak:
+        title = f"Devices busy but at {efficiency:.1%} of the roofline" + (f", {in_op}" if in_op else "")
+        what = (f"The devices are kept busy, but the work XLA's cost model sees is "
+                f"{program.get('bound_by', 'memory')}-bound and far from the hardware's limits."
+                + (" Custom calls are not in that figure: their efficiency has to be read kernel by kernel."
+                   if caveat else ""))
+        roofline_lines = [f"roofline efficiency {efficiency:.2%}, bound by {quoted(str(program.get('bound_by')))} "
+                          "(get_roofline_model)", *caveat]
+    else:
+        title, what, roofline_lines = f"Devices busy, {in_op}", "The devices are kept busy by one op.", []
     return Finding(
         priority=priority,
         category=FindingCategory.COMPUTE,
-        title=f"Devices busy but at {metrics.roofline_efficiency:.1%} of the roofline"
-              + (f", {dominant[0].share_of_device:.0%} of their time in {dominant[1].op}" if dominant else "")
-              + (" (custom calls not counted)" if caveat else ""),
-        what=f"The devices are kept busy, but the work XLA's cost model sees is {program.get('bound_by', 'memory')}"
-             "-bound and far from the hardware's limits."
-             + (" Custom calls are not in that figure: their efficiency has to be read kernel by kernel." if caveat
-                else ""),
-        evidence=[f"roofline efficiency {metrics.roofline_efficiency:.2%}, bound by "
-                  f"{quoted(str(program.get('bound_by')))} (get_roofline_model)",
-                  *caveat,
+        title=title + (" (custom calls not counted)" if caveat and roofline_lines else ""),
+        what=what,
+        evidence=[*roofline_lines,
                   *named,
                   *(f"{quoted(op.name)}: {op.self_ms_per_step:.2f} ms per step, {op.share_of_busy:.0%} of busy time"
                     for op in top)],

@@ -77,6 +77,9 @@ PART_SHARE = 0.05  # work that holds less of its cause's time is not named with 
 # cause when the device computes at least this share of the training thread's costliest work per step, so that
 # syncing every N steps would let the two overlap and save most of that work's cost.
 OVERLAP_SHARE = 0.75
+# Host work on values copied off the device, as a share of the training thread's copies both ways, at which the
+# copies are the round trip's (computing on the device removes both), not a cause of their own.
+ROUND_TRIP_WORK = 0.25
 EVERY_STEP = 0.9  # calls per step of a function that reads device values back, to sync every step
 _CHECKPOINT = re.compile(r"checkpoint|ckpt|\bsave|_save|save_|orbax|serializ|pickle|torch\.save", re.IGNORECASE)
 _SYNC = re.compile(r"\blog|_log|log_|logging|logger|print|metric|summar|wandb|tensorboard|scalar|progress|"
@@ -154,6 +157,7 @@ class Cause:
     # that syncs with the device every step (``reads_device``, its calls per step) in its time per step
     steps_per_part: int = 1  # the parts' times cover this many steps: 1 per step, the loop's steps over the loop
     share: float | None = None  # of the loop's wall time, where the attribution measures it
+    copies: list[HostActivity] = field(default_factory=list)  # a round trip's own copies, in its cost
 
 
 def _owned(activity: HostActivity) -> list[tuple[str, float, bool]]:
@@ -222,13 +226,34 @@ def _from_attribution(host: HostEvidence) -> list[Cause]:
         else:
             kind = kind_of(part.name, _reads_device(host, part.name), round_trip)
         found.append((kind, _part(part.name, part.ms, part.thread, part.share), True))
-    merged = _merged(found, {}, steps)
+    merged = _with_its_copies(_merged(found, {}, steps), stepping)
     if logging is not None and read_back:
         merged.append(Cause(HostCause.DEVICE_SYNC, sum(part.ms for part in read_back) / steps,
                             [replace(logging, reads_device=True)],
                             share=sum(part.share for part in read_back)))
         merged.sort(key=lambda cause: -cause.ms)
     return merged
+
+
+def _with_its_copies(merged: list[Cause], stepping: str) -> list[Cause]:
+    """A round trip through the host costs its copies too: the training thread's copies join the round trip's
+    host work where that work is at least ``ROUND_TRIP_WORK`` of them (else the copies are the cause)."""
+    trip = next((cause for cause in merged if cause.kind is HostCause.ROUND_TRIP), None)
+    copies = next((cause for cause in merged if cause.kind is HostCause.TRANSFERS), None)
+    if trip is None or copies is None:
+        return merged
+    own = [part for part in copies.parts if part.thread == stepping]
+    own_ms = sum(part.ms_per_step for part in own) / copies.steps_per_part
+    if not own or trip.ms < ROUND_TRIP_WORK * own_ms:
+        return merged
+    trip.ms += own_ms
+    trip.copies = own
+    if trip.share is not None:
+        trip.share += sum(part.share_of_step for part in own)
+    copies.parts = [part for part in copies.parts if part.thread != stepping]
+    copies.ms -= own_ms
+    return sorted((c for c in merged if c.ms > 0 and (c.parts or c.kind is not HostCause.TRANSFERS)),
+                  key=lambda c: -c.ms)
 
 
 def untraced(host: HostEvidence, least_share: float) -> Cause | None:

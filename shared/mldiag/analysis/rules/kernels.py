@@ -2,8 +2,8 @@
 
 A device busy at a small share of the roofline is a fault of the ops it runs, and
 some ops have a cheaper way to the same result that no fusion or tiling finds: a
-full sort where only the top of each row is used, a scatter whose indices
-collide. The kernel's HLO (:func:`mldiag.analysis.xprof.hlo.describe`) says which
+full sort where only the top of each row is used. An op whose time is the model's
+own work (an embedding's gather and scatter) has no entry. The kernel's HLO (:func:`mldiag.analysis.xprof.hlo.describe`) says which
 op it is; the fix names that op's alternatives.
 """
 
@@ -30,12 +30,6 @@ _FIXES = (
         "them without sorting: jax.lax.top_k, or jax.lax.approx_max_k / approx_min_k on a TPU (tf.math.top_k, "
         "torch.topk); otherwise sort fewer elements (a shorter axis, a cheap filter first) or sort the keys once "
         "outside the loop.")),
-    (re.compile(r"\bscatter\b"), KernelFix(
-        "a scatter",
-        "A scatter holds the device time: updates to the same rows serialise. Pass indices_are_sorted=True and "
-        "unique_indices=True to .at[...].add / .set where they hold, sort the indices once ahead of the step, or "
-        "for a small table write the update as a one-hot matmul (jax.nn.one_hot(indices) against the values), "
-        "which runs on the matrix units.")),
 )
 
 
