@@ -21,10 +21,9 @@ from mldiag.domain.errors import InvalidArgument, NotFound, PermissionDenied
 from mldiag.domain.names import LocationName, RunName, is_id, parse_run
 from mldiag.domain.resources import MachineLearningRun, ProfilerTarget, RunPhase, TargetState
 from mldiag.ports import LocalBuckets, Where
-from mldiag.services import unit_of_work
+from mldiag.services import fan_out, unit_of_work
 from mldiag.services.capture.targets import MAX_TARGETS_PER_RUN
 from mldiag.services.dependencies import Blobs, Configured, Stored
-from mldiag.services.fan_out_counts import forget_fan_outs
 from mldiag.services.repository import Repository
 from mldiag.services.resources.masks import apply_update, assign
 from mldiag.services.unit_of_work import Repositories
@@ -166,7 +165,7 @@ def delete(services: RunPorts, name: RunName, *, etag: str = "") -> None:
     unit_of_work.change(services, lambda unit: unit.runs.delete(run_name, etag=etag))
     while sessions := services.sessions.list(run_name, page_size=500).items:
         for session in sessions:
-            forget_fan_outs(services.store, session.name)
+            fan_out.forget(services.store, session.name)
             _delete(services, services.sessions, session.name)
     for children in (services.targets, services.monitored_events):
         while page := children.list(run_name, page_size=500).items:
