@@ -42,8 +42,7 @@ from mldiag.entrypoints import handlers
 from mldiag.services import fleet, unit_of_work
 from mldiag.services.capture.requests import CaptureRequest, capture
 from mldiag.services.event_archive import Outcome
-from mldiag.services.fan_out_counts import host_analyses_key
-from mldiag.services.host_analyses import record_host
+from mldiag.services.fan_out import counter_key, record_host
 from mldiag.services.monitoring.alert_webhooks import receive_prometheus
 from mldiag.services.monitoring.metrics import report_metrics
 from mldiag.services.registration import Registrar
@@ -105,7 +104,7 @@ def test_the_host_requests_a_fan_out_publishes_are_the_ones_analyze_host_serves(
 def test_the_merge_request_the_last_host_publishes_is_an_analysis_request_to_merge(settled):
     request = AnalysisRequest.read(only(settled, ANALYSIS_REQUESTS))
     progress = HostAnalyses.of(request.session, request.generation_set, request.host_files)
-    settled.store.set(HostAnalyses.collection, host_analyses_key(request.session, request.generation_set),
+    settled.store.set(HostAnalyses.collection, counter_key(request.session, request.generation_set),
                       progress.to_document())
     for host, uri in request.host_files.items():
         record_host(settled, HostAnalysisRequest(session=request.session, generation_set=request.generation_set,

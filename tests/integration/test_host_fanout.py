@@ -26,7 +26,7 @@ from mldiag.domain.host_analyses import HostAnalyses
 from mldiag.domain.names import LocationName
 from mldiag.services.dependencies import Services
 from mldiag.services.event_archive import Outcome
-from mldiag.services.fan_out_counts import host_analyses_key
+from mldiag.services.fan_out import counter_key
 
 pytestmark = pytest.mark.emulator
 
@@ -69,7 +69,7 @@ def _received(services: Services, function: str, session: str) -> list[dict]:
 
 
 def _progress(services: Services, session: ProfilerSession) -> HostAnalyses:
-    key = host_analyses_key(session.name, session.analysis.generation_set)
+    key = counter_key(session.name, session.analysis.generation_set)
     return HostAnalyses.model_validate(services.store.get(HostAnalyses.collection, key))
 
 

@@ -1,4 +1,6 @@
-"""Repository semantics over the embedded store: etags, transitions, pagination."""
+"""Repository semantics over the embedded store: etags, transitions, pagination; changes within a transaction."""
+
+from collections.abc import Callable
 
 import pytest
 
@@ -19,6 +21,14 @@ def _run(run_id: str, **fields) -> MachineLearningRun:
     return MachineLearningRun(name=f"{PARENT}/machineLearningRuns/{run_id}", **fields)
 
 
+def update(runs: Repository, name: str, mutate: Callable[[MachineLearningRun], object], etag: str = ""):
+    return runs.store.transaction(lambda transaction: runs.within(transaction).update(name, mutate, etag=etag))
+
+
+def delete(runs: Repository, name: str, etag: str = "") -> None:
+    runs.store.transaction(lambda transaction: runs.within(transaction).delete(name, etag=etag))
+
+
 def test_create_stamps_times_and_etag(runs):
     created = runs.create(_run("r1", display_name="first"))
     assert created.create_time is not None and created.create_time == created.update_time
@@ -30,32 +40,32 @@ def test_create_stamps_times_and_etag(runs):
 
 def test_update_checks_etag_and_changes_it(runs):
     created = runs.create(_run("r1"))
-    updated = runs.update(created.name, lambda r: setattr(r, "display_name", "renamed"), etag=created.etag)
+    updated = update(runs, created.name, lambda r: setattr(r, "display_name", "renamed"), etag=created.etag)
     assert updated.display_name == "renamed" and updated.etag != created.etag
     assert updated.create_time == created.create_time
     with pytest.raises(Aborted):
-        runs.update(created.name, lambda r: setattr(r, "display_name", "stale"), etag=created.etag)
+        update(runs, created.name, lambda r: setattr(r, "display_name", "stale"), etag=created.etag)
     assert runs.get(created.name).display_name == "renamed"
 
 
 def test_update_refuses_impossible_transition_and_writes_nothing(runs):
     created = runs.create(_run("r1"))
-    runs.update(created.name, lambda r: setattr(r, "run_phase", RunPhase.COMPLETED))
+    update(runs, created.name, lambda r: setattr(r, "run_phase", RunPhase.COMPLETED))
     before = runs.get(created.name)
     with pytest.raises(InvalidTransition):
-        runs.update(created.name, lambda r: setattr(r, "run_phase", RunPhase.FAILED))
+        update(runs, created.name, lambda r: setattr(r, "run_phase", RunPhase.FAILED))
     assert runs.get(created.name) == before
 
 
 def test_delete_and_missing(runs):
     created = runs.create(_run("r1"))
     with pytest.raises(Aborted):
-        runs.delete(created.name, etag="stale")
-    runs.delete(created.name, etag=created.etag)
+        delete(runs, created.name, etag="stale")
+    delete(runs, created.name, etag=created.etag)
     with pytest.raises(NotFound):
         runs.get(created.name)
     with pytest.raises(NotFound):
-        runs.update(created.name, lambda r: None)
+        update(runs, created.name, lambda r: None)
 
 
 def test_list_pages_through_children_of_one_parent_only(runs):

@@ -24,14 +24,12 @@ last delivery attempt records FAILED. Where the delivery count does not reach th
 function (functions-framework drops it from the push), the request's dead
 letter does it instead (:func:`give_up`).
 
-A session of ``fan_out_min_hosts`` host files or more is fanned out instead:
-the request stages one ``host-analysis-requests`` message per host and a
-:class:`~mldiag.domain.host_analyses.HostAnalyses` counter document in one
-transaction, and the ``analyze_host`` function (:mod:`mldiag.services.host_analyses`)
-analyses each host on an instance of its own. The host that finishes last asks
-for the merge: an :class:`~mldiag.domain.messages.AnalysisRequest` with ``merge``, which
-this function serves by merging the hosts' evidence, investigating and writing
-the reports as for any session (hosts that failed are named in them).
+A session of ``fan_out_min_hosts`` host files or more is fanned out instead
+(:mod:`mldiag.services.fan_out`): one ``analyze_host`` instance per host, the
+last of which asks for the merge, an :class:`~mldiag.domain.messages.AnalysisRequest`
+with ``merge``, which this function serves by merging the hosts' evidence,
+investigating and writing the reports as for any session (hosts that failed are
+named in them).
 
 What a killed process leaves is picked up later: maintenance asks again for an
 analysis left RUNNING or PENDING past the time limit, or fails it after its
@@ -60,14 +58,13 @@ from mldiag.config import Settings
 from mldiag.domain.errors import AnalysisFailed, NotFound, PermanentFailure
 from mldiag.domain.host_analyses import HostAnalyses, followups_host
 from mldiag.domain.layout import XPLANE_SUFFIX, report_folder
-from mldiag.domain.messages import AnalysisRequest, HostAnalysisRequest
+from mldiag.domain.messages import AnalysisRequest
 from mldiag.domain.names import parent_of, short_name
 from mldiag.domain.resources import AnalysisState, ProfilerSession
-from mldiag.ports import AnalysisJob, Document, Where
-from mldiag.services import analysis_requests, fleet, notifications, unit_of_work
+from mldiag.ports import AnalysisJob, Where
+from mldiag.services import analysis_requests, fan_out, fleet, notifications, unit_of_work
 from mldiag.services.dependencies import Analysing, Blobs, Configured, Publishing, Stored
 from mldiag.services.event_archive import Ignored
-from mldiag.services.fan_out_counts import host_analyses_key
 from mldiag.services.session_files import require_xspace_object
 from mldiag.services.unit_of_work import UnitOfWork
 
@@ -140,42 +137,6 @@ def _start(services: AnalysisJobPorts, request: AnalysisRequest) -> AnalysisStat
         return was
 
     return AnalysisState(_update(services, request.session, change))
-
-
-def _fan_out(services: AnalysisJobPorts, request: AnalysisRequest, fresh: bool) -> str:
-    """Stage one host-analysis request per host with their counter document; returns what was done.
-
-    A count under way is kept: a redelivery, or maintenance asking again for an analysis whose hosts take
-    longer than one analysis's time limit, only publishes what the outbox still holds. A ``fresh`` request (the
-    analysis was PENDING) for files whose count has ended, its merge asked for, starts a new count: the
-    session is analysed again.
-    """
-    key = host_analyses_key(request.session, request.generation_set)
-    outbox_keys = {host: f"host-analysis:{key}:{host}" for host in sorted(request.host_files)}
-
-    def work(unit: UnitOfWork) -> str:
-        document = unit.transaction.get(HostAnalyses.collection, key)
-        if document is not None:
-            progress = HostAnalyses.model_validate(document)
-            if not (fresh and progress.merge_requested):
-                for outbox_key in outbox_keys.values():
-                    unit.publish_left_behind(outbox_key)
-                return f"{progress.finished} of {len(progress.hosts)} hosts finished"
-        progress = HostAnalyses.of(request.session, request.generation_set, request.host_files)
-        progress.progressed_at = services.now()
-        unit.transaction.set(HostAnalyses.collection, key, progress.to_document())
-        for host, progress_of_host in progress.hosts.items():
-            host_request = HostAnalysisRequest(session=request.session, generation_set=request.generation_set,
-                                               host=host, host_file=progress_of_host.file)
-            unit.publish(outbox_keys[host], host_request.outgoing())
-        return ""
-
-    under_way = unit_of_work.run(services, work)
-    hosts = len(outbox_keys)
-    if under_way:
-        return f"already fanned out to {hosts} hosts ({under_way})"
-    log.info(f"analysis of {short_name(request.session)} fanned out to {hosts} hosts", notice=True)
-    return f"fanned out to {hosts} hosts"
 
 
 def _finish(services: AnalysisJobPorts, request: AnalysisRequest, state: AnalysisState,
@@ -354,7 +315,7 @@ def retry_stale(services: AnalysisJobPorts) -> tuple[int, int]:
     retried = failed = 0
     for state in (AnalysisState.RUNNING, AnalysisState.PENDING):
         for session in services.sessions.find_where([Where("analysis.state", "==", state.value)], limit=500):
-            if _stale_since(session, cutoff) and not _hosts_progressed_since(services.store.get, session, cutoff):
+            if _stale_since(session, cutoff) and not fan_out.progressed_since(services.store.get, session, cutoff):
                 asked, gave_up = unit_of_work.run(services, _retrying_or_failing(services, session.name, limit,
                                                                                  cutoff))
                 retried += asked
@@ -373,26 +334,13 @@ def _stale_since(session: ProfilerSession, cutoff: datetime) -> bool:
     return since is not None and since <= cutoff
 
 
-def _hosts_progressed_since(get: Callable[[str, str], Document | None], session: ProfilerSession,
-                            cutoff: datetime) -> bool:
-    """Whether a fanned-out analysis still moves: a host of its count finished (or the count began) after
-    ``cutoff``. A session of more hosts than instances takes rounds, each within the time limit."""
-    if session.analysis.state is not AnalysisState.RUNNING or not session.analysis.generation_set:
-        return False
-    document = get(HostAnalyses.collection, host_analyses_key(session.name, session.analysis.generation_set))
-    if document is None:
-        return False
-    progressed = HostAnalyses.model_validate(document).progressed_at
-    return progressed is not None and progressed > cutoff
-
-
 def _retrying_or_failing(services: AnalysisJobPorts, name: str, limit: float,
                          cutoff: datetime) -> Callable[[UnitOfWork], tuple[bool, bool]]:
     """The unit of work that asks again for the session's stale analysis, or fails it; it returns whether it asked
     and whether it failed it."""
     def work(unit: UnitOfWork) -> tuple[bool, bool]:
         previous = unit.sessions.find(name)
-        if previous is None or not _stale_since(previous, cutoff) or _hosts_progressed_since(
+        if previous is None or not _stale_since(previous, cutoff) or fan_out.progressed_since(
                 unit.transaction.get, previous, cutoff):
             return False, False
         session = previous.model_copy(deep=True)
@@ -423,28 +371,16 @@ def _reasoner(analysis: Analysis) -> str:
     return f"vertex ({investigation.model})" if investigation.reasoner == "vertex" else investigation.reasoner
 
 
-def _merge_ready(services: AnalysisJobPorts, request: AnalysisRequest) -> HostAnalyses:
-    """The counter document a merge request is for, once every host of it has finished."""
-    document = services.store.get(HostAnalyses.collection, host_analyses_key(request.session, request.generation_set))
-    if document is None:
-        raise Ignored("no fanned-out analysis is recorded for these files")
-    progress = HostAnalyses.model_validate(document)
-    if progress.finished < len(progress.hosts):
-        raise Ignored(f"{progress.finished} of {len(progress.hosts)} hosts have finished: a newer fan-out of these "
-                      "files is under way, and its last host asks for the merge")
-    return progress
-
-
 def analyze_requested(services: RunningAnalysisPorts, request: AnalysisRequest, attempt: int) -> str:
     """The ``analyze_session`` handler body: one analysis request (its ``attempt``-th delivery) in, a one-line
     account out."""
     last_attempt = attempt >= services.settings.max_delivery_attempts
     with structlog.contextvars.bound_contextvars(session=request.session):
-        progress = _merge_ready(services, request) if request.merge else None
+        progress = fan_out.merge_ready(services, request) if request.merge else None
         was = _start(services, request)
         hosts = len(request.host_files)
         if progress is None and hosts >= services.settings.fan_out_min_hosts:
-            return _fan_out(services, request, fresh=was is AnalysisState.PENDING)
+            return fan_out.start(services, request, fresh=was is AnalysisState.PENDING)
         session = services.sessions.get(request.session)
         what = (f"merge of {len(progress.done)} hosts' evidence" if progress is not None else
                 f"{hosts} host file{'s' if hosts != 1 else ''}")

@@ -9,7 +9,7 @@ idempotent, so the rare duplicate (a crash after publishing, before removal) is
 harmless; a lost message is impossible.
 
 Use cases do not stage or flush by hand: :mod:`mldiag.services.unit_of_work` does
-both for the messages a unit of work publishes.
+both for the messages a unit of work publishes, and sweeps up what crashed writers left.
 """
 
 from __future__ import annotations
@@ -53,9 +53,8 @@ def flush(store: DocumentStore, bus: MessageBus, key: str) -> bool:
     return True
 
 
-def flush_stale(store: DocumentStore, bus: MessageBus, now: Callable[[], datetime],
-                older_than: timedelta = timedelta(seconds=60)) -> int:
-    """Publish entries whose writer evidently died before publishing them."""
+def flush_stale(store: DocumentStore, bus: MessageBus, now: Callable[[], datetime], older_than: timedelta) -> int:
+    """Publish entries staged longer than ``older_than`` ago: their writer evidently died before publishing them."""
     cutoff = format_timestamp(now() - older_than)
     stale = store.query(COLLECTION, where=[Where("stagedAt", "<", cutoff)], limit=500)
     return sum(flush(store, bus, entry["key"]) for entry in stale)

@@ -2,9 +2,11 @@
 
 Every resource lives in the collection named after its type, keyed by its full
 resource name (``/`` replaced, since document ids cannot contain it), with its
-parent's name kept in ``_parent`` for listing children. Updates are
-read-modify-write in one store transaction; they check the caller's etag and the
-resource's own transition rules before anything is written.
+parent's name kept in ``_parent`` for listing children. Changes are made
+within a transaction (:class:`InTransaction`, handed out by
+:mod:`mldiag.services.unit_of_work`): reads first, then the writes, which check
+the caller's etag and the resource's own transition rules before anything is
+written.
 """
 
 from __future__ import annotations
@@ -155,31 +157,6 @@ class Repository(Generic[R]):
         resource.name = name
         return self.save_in(transaction, previous, resource), said
 
-    def update(self, name: str, mutate: Callable[[R], object], *, etag: str = "") -> R:
-        """Apply ``mutate`` to the stored resource atomically.
-
-        ``etag``, when given, must match the stored one (:class:`Aborted` otherwise).
-        ``mutate`` may raise to abort without writing; it may run more than once.
-        """
-
-        def change(resource: R) -> None:
-            if etag and etag != resource.etag:
-                raise Aborted(f"etag mismatch for {name}: the resource changed since it was read")
-            mutate(resource)
-
-        return self.store.transaction(lambda transaction: self.mutate_in(transaction, name, change)[0])
-
-    def delete(self, name: str, *, etag: str = "") -> None:
-        def work(transaction: Transaction) -> None:
-            previous = self.find_in(transaction, name)
-            if previous is None:
-                raise NotFound(f"{name} not found")
-            if etag and etag != previous.etag:
-                raise Aborted(f"etag mismatch for {name}: the resource changed since it was read")
-            transaction.delete(self.collection, document_key(name))
-
-        self.store.transaction(work)
-
     def within(self, transaction: Transaction) -> InTransaction[R]:
         """This repository read and written in ``transaction``."""
         return InTransaction(self, transaction)
@@ -234,3 +211,29 @@ class InTransaction(Generic[R]):
     def mutate(self, name: str, change: Callable[[R], T], *, new: Callable[[], R] | None = None) -> tuple[R, T]:
         """:meth:`Repository.mutate_in`."""
         return self.repository.mutate_in(self.transaction, name, change, new=new)
+
+    def update(self, name: str, mutate: Callable[[R], object], *, etag: str = "") -> R:
+        """Apply ``mutate`` to the stored resource; returns it as it will be stored.
+
+        ``etag``, when given, must match the stored one (:class:`Aborted` otherwise).
+        ``mutate`` may raise to abort without writing; it may run more than once.
+        """
+
+        def change(resource: R) -> None:
+            _check_etag(name, etag, resource)
+            mutate(resource)
+
+        return self.mutate(name, change)[0]
+
+    def delete(self, name: str, *, etag: str = "") -> None:
+        """Delete the stored resource (:class:`NotFound` if there is none); ``etag``, when given, must match."""
+        previous = self.find(name)
+        if previous is None:
+            raise NotFound(f"{name} not found")
+        _check_etag(name, etag, previous)
+        self.transaction.delete(self.repository.collection, document_key(name))
+
+
+def _check_etag(name: str, etag: str, stored: Resource) -> None:
+    if etag and etag != stored.etag:
+        raise Aborted(f"etag mismatch for {name}: the resource changed since it was read")

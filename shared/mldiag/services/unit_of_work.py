@@ -6,9 +6,13 @@ the change sends (:meth:`UnitOfWork.publish`). :func:`run` opens the
 transaction, runs the function, stages its messages in the outbox in that same
 transaction (:mod:`mldiag.services.outbox`), commits, and only then publishes
 them. A crash between the commit and the publishing leaves the messages in the
-outbox, where a retry of the same work or the maintenance sweep finds them:
-the state and its messages are never apart, and consumers, being idempotent,
-take the rare second copy in their stride.
+outbox, where a retry of the same work or the maintenance sweep
+(:func:`publish_stale`) finds them: the state and its messages are never apart,
+and consumers, being idempotent, take the rare second copy in their stride.
+
+A change that sends nothing (an API update of a run, a target marked GONE) is
+a function of :class:`Repositories` alone, committed by :func:`change`; it
+needs no bus.
 
 The store may run the function more than once on contention; only what its
 last run asked for is staged and published.
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from mldiag.ports import Transaction
@@ -31,9 +36,11 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+STALE_AFTER = timedelta(seconds=60)
 
-class UnitOfWork:
-    """One transaction's work: the repositories within it, and the messages to send once it has committed."""
+
+class Repositories:
+    """One transaction and the repositories read and written within it."""
 
     def __init__(self, services: Stored, transaction: Transaction):
         self.transaction = transaction
@@ -42,6 +49,13 @@ class UnitOfWork:
         self.targets: InTransaction[ProfilerTarget] = services.targets.within(transaction)
         self.monitored_events: InTransaction[MonitoredEvent] = services.monitored_events.within(transaction)
         self.operations: InTransaction[Operation] = services.operations.within(transaction)
+
+
+class UnitOfWork(Repositories):
+    """One transaction's work: the repositories within it, and the messages to send once it has committed."""
+
+    def __init__(self, services: Stored, transaction: Transaction):
+        super().__init__(services, transaction)
         self.messages: list[tuple[str, Outgoing]] = []
         self.left_behind: list[str] = []
         self.committed: list[Callable[[], object]] = []
@@ -102,3 +116,14 @@ def commit(services: Transacting, work: Callable[[UnitOfWork], T]) -> Committed[
 def run(services: Transacting, work: Callable[[UnitOfWork], T]) -> T:
     """Run ``work`` in one transaction, commit, then publish the messages it asked for; returns its result."""
     return commit(services, work).publish()
+
+
+def change(services: Stored, work: Callable[[Repositories], T]) -> T:
+    """Run ``work``, a change that sends no message, in one transaction and commit; returns its result."""
+    return services.store.transaction(lambda transaction: work(Repositories(services, transaction)))
+
+
+def publish_stale(services: Transacting, older_than: timedelta = STALE_AFTER) -> int:
+    """Publish the messages of committed work that died before publishing them (staged longer than
+    ``older_than`` ago); returns how many."""
+    return outbox.flush_stale(services.store, services.bus, services.now, older_than)

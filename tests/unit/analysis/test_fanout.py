@@ -17,7 +17,7 @@ from mldiag.entrypoints import handlers
 from mldiag.local.server import wire_functions
 from mldiag.services.analysis_jobs import STALE_MARGIN_SECONDS, retry_stale
 from mldiag.services.event_archive import Outcome
-from mldiag.services.fan_out_counts import host_analyses_key
+from mldiag.services.fan_out import counter_key
 from mldiag.services.registration import Registrar
 from mldiag.services.resources.reanalysis import reanalyze
 
@@ -53,7 +53,7 @@ def _payloads(services, topic: str) -> list[dict]:
 def _progress(services) -> HostAnalyses:
     generation_set = services.sessions.get(SESSION).analysis.generation_set
     return HostAnalyses.model_validate(services.store.get(HostAnalyses.collection,
-                                                          host_analyses_key(SESSION, generation_set)))
+                                                          counter_key(SESSION, generation_set)))
 
 
 def _redeliver(services, message: Message, topic: str, handler) -> Outcome:

@@ -18,6 +18,7 @@ from mldiag.domain.names import parse_child
 from mldiag.entrypoints import handlers
 from mldiag.services.event_archive import Ignored, Outcome
 from mldiag.services.registration import Registrar, parse_finalized
+from mldiag.services import unit_of_work
 from mldiag.services.resources.reanalysis import reanalyze
 
 SESSION = "projects/p/locations/l/machineLearningRuns/run1/profilerSessions/s1"
@@ -290,8 +291,8 @@ def test_a_finished_analysis_publishes_its_fleet_record_beside_the_notification(
     from mldiag.config import ANALYSIS_EVENTS
     from mldiag.domain.fleet import FLEET_RECORD_TYPE, FleetRecord
 
-    embedded.runs.update("projects/p/locations/l/machineLearningRuns/run1",
-                         lambda run: setattr(run, "labels", {"team": "infra"}))
+    unit_of_work.change(embedded, lambda unit: unit.runs.update("projects/p/locations/l/machineLearningRuns/run1",
+                                                                lambda run: setattr(run, "labels", {"team": "infra"})))
     assert _deliver(embedded, requested) is Outcome.OK
 
     published = embedded.bus.published[ANALYSIS_EVENTS]

@@ -21,6 +21,7 @@ from mldiag.config import ANALYSIS_REQUESTS
 from mldiag.domain import AnalysisState
 from mldiag.services.analysis_jobs import STALE_MARGIN_SECONDS, clean_up_after_a_stop
 from mldiag.services.operator.maintenance import run_maintenance
+from mldiag.services import unit_of_work
 
 
 @pytest.fixture
@@ -35,7 +36,7 @@ def _left_running(services, clock, attempts: int) -> None:
         session.analysis.state, session.analysis.attempts = AnalysisState.RUNNING, attempts
         session.analysis.start_time = clock()
 
-    services.sessions.update(SESSION, started)
+    unit_of_work.change(services, lambda unit: unit.sessions.update(SESSION, started))
 
 
 def _past_the_time_limit(services, clock) -> None:

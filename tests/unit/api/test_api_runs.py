@@ -6,7 +6,7 @@ import pytest
 from api_suite import BASE, RUNS
 
 from mldiag.domain.host_analyses import HostAnalyses
-from mldiag.services.fan_out_counts import host_analyses_key
+from mldiag.services.fan_out import counter_key
 
 
 def test_create_returns_a_done_operation_that_can_be_read_again(api):
@@ -175,7 +175,7 @@ def test_delete_checks_the_etag_and_removes_the_run_with_its_children(api, servi
     session = f"{created['name']}/profilerSessions/s1"
     other = session.replace("/r1/", "/r2/")
     for name in (session, other):  # the counters of fanned-out analyses
-        services.store.set(HostAnalyses.collection, host_analyses_key(name, "g1"),
+        services.store.set(HostAnalyses.collection, counter_key(name, "g1"),
                            HostAnalyses.of(name, "g1", {"h0": "gs://profiles/h0.xplane.pb"}).to_document())
 
     stale = api.request("DELETE", f"{RUNS}/r1", query_string={"etag": "stale"})
@@ -186,6 +186,6 @@ def test_delete_checks_the_etag_and_removes_the_run_with_its_children(api, servi
     assert api.run("r1").status_code == 404
     run_name = created["name"]
     assert services.sessions.list(run_name).items == [] and services.targets.list(run_name).items == []
-    assert services.store.get(HostAnalyses.collection, host_analyses_key(session, "g1")) is None
-    assert services.store.get(HostAnalyses.collection, host_analyses_key(other, "g1")) is not None
+    assert services.store.get(HostAnalyses.collection, counter_key(session, "g1")) is None
+    assert services.store.get(HostAnalyses.collection, counter_key(other, "g1")) is not None
     assert api.request("DELETE", f"{RUNS}/r1").status_code == 404

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from mldiag.services.capture import tasks
+from mldiag.services import unit_of_work
 from mldiag.config import CAPTURE_REQUESTS
 from mldiag.domain import (
     AlreadyExists, FailedPrecondition, InvalidArgument, Kind, SessionPhase,
@@ -76,7 +77,8 @@ def test_a_bad_duration_is_one_clear_line(duration, message):
 
 
 def test_a_run_without_a_gcs_path_cannot_be_captured(embedded, add_target, run):
-    embedded.runs.update(str(run), lambda r: setattr(r.artifacts, "gcs_path", ""))
+    unit_of_work.change(embedded, lambda unit: unit.runs.update(str(run),
+                                                                lambda r: setattr(r.artifacts, "gcs_path", "")))
     add_target("h-0")
     with pytest.raises(FailedPrecondition, match="gcsPath"):
         capture(embedded, run, "s1", CaptureRequest())

@@ -8,6 +8,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from mldiag.services.capture import tasks
+from mldiag.services import unit_of_work
 from mldiag.domain.capture import CaptureFailed, Failure
 from mldiag.services.capture.tasks import TaskResult
 from mldiag.config import ANALYSIS_REQUESTS
@@ -138,7 +139,8 @@ def test_maintenance_fails_tasks_nobody_finished_and_those_of_gone_agents(embedd
     operation = capture(embedded, run, "s1", CaptureRequest())
     assert tasks.fail_overdue(embedded) == 0
 
-    embedded.targets.update(f"{run}/profilerTargets/h-1", lambda t: setattr(t, "state", TargetState.GONE))
+    unit_of_work.change(embedded, lambda unit: unit.targets.update(
+        f"{run}/profilerTargets/h-1", lambda t: setattr(t, "state", TargetState.GONE)))
     assert tasks.fail_overdue(embedded) == 1
     assert tasks.load(embedded, key(operation, "h-1")).error == (
         "unreachable: node agent node-b serving h-1 stopped sending heartbeats")

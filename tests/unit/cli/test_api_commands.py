@@ -7,6 +7,7 @@ import json
 import pytest
 import yaml
 
+from mldiag.services import unit_of_work
 from mldiag.domain import (
     AnalysisState, AnalysisStatus, HealthStatus, MonitoredEvent, ProfilerSession, ProfilerTarget, SessionPhase,
     TargetSession,
@@ -143,7 +144,8 @@ def test_session_and_run_lists_show_phase_analysis_step_time_and_finding(server,
         target_sessions={"vm-0": TargetSession(session_phase=SessionPhase.SUCCEEDED)},
         analysis=AnalysisStatus(state=AnalysisState.DONE, health=HealthStatus.NEEDS_ATTENTION, step_time_ms=123.456,
                                 top_finding="P0 Host-bound input pipeline")))
-    server.services.runs.update(run["name"], lambda stored: stored.record_analysis(analysed))
+    unit_of_work.change(server.services,
+                        lambda unit: unit.runs.update(run["name"], lambda stored: stored.record_analysis(analysed)))
 
     listed = _table(mldiag("profiler-session", "list", "--machine-learning-run", "my-experiment"))
     assert listed["unreachable"] == {"ID": "unreachable", "PHASE": "FAILED", "ANALYSIS": "NOT_STARTED", "HEALTH": "",

@@ -19,6 +19,7 @@ from mldiag.services.dependencies import Services
 from mldiag.config import MONITORING_ALERTS
 from mldiag.domain import MachineLearningRun, MonitoredEvent, ProfilerSession, ProfilerTarget
 from mldiag.services.event_archive import Outcome
+from mldiag.services import unit_of_work
 from mldiag.domain.envelopes import pubsub_cloud_event
 from mldiag.services.operator import archive
 
@@ -311,7 +312,8 @@ def _naming_the_run(payload: dict, run: str) -> dict:
 
 
 def test_an_alert_may_name_its_run_by_the_display_name_one_run_has(services, client):
-    services.runs.update(RUN, lambda run: setattr(run, "display_name", "my experiment"))
+    unit_of_work.change(services, lambda unit: unit.runs.update(
+        RUN, lambda run: setattr(run, "display_name", "my experiment")))
     response = client.post("/v1alpha/alerts:alertmanager", json=_naming_the_run(ALERTMANAGER, "my experiment"),
                            headers=BEARER)
     assert response.status_code == 200, response.json
@@ -323,7 +325,8 @@ def test_an_alert_may_name_its_run_by_the_display_name_one_run_has(services, cli
 
 
 def test_an_alert_naming_a_display_name_several_runs_share_is_400_naming_them(services, client):
-    services.runs.update(RUN, lambda run: setattr(run, "display_name", "shared"))
+    unit_of_work.change(services, lambda unit: unit.runs.update(
+        RUN, lambda run: setattr(run, "display_name", "shared")))
     services.runs.create(MachineLearningRun(name=f"{RUN}-again", display_name="shared"))
     response = client.post("/v1alpha/alerts:alertmanager", json=_naming_the_run(ALERTMANAGER, "shared"),
                            headers=BEARER)

@@ -21,6 +21,7 @@ from mldiag.entrypoints.http.rest import MAX_BODY_BYTES
 from mldiag.config import MONITORING_ALERTS
 from mldiag.domain.degradation import DetectorParams
 from mldiag.domain import MachineLearningRun
+from mldiag.services import unit_of_work
 from mldiag.services.monitoring.metrics import DETECTORS, set_detector_params
 from mldiag.services.monitoring.otlp import export
 from mldiag.local.otlp_grpc import SERVICE, OtlpGrpcServer
@@ -314,14 +315,16 @@ def test_a_step_time_summary_is_rejected_with_its_reason(embedded, run):
 
 
 def test_a_run_attribute_may_give_the_display_name_one_run_has(embedded, run):
-    embedded.runs.update(RUN, lambda stored: setattr(stored, "display_name", "My Experiment"))
+    unit_of_work.change(embedded, lambda unit: unit.runs.update(
+        RUN, lambda run: setattr(run, "display_name", "My Experiment")))
     request = sdk_export([0.2, 0.2], host_name="some-machine", point_attributes={"mldiag.run": "My Experiment"})
     assert export(embedded, request).rejected == 0
     assert DETECTORS.read(embedded, RUN).state.seen == 2
 
 
 def test_a_display_name_several_runs_share_is_rejected_naming_them(embedded, run):
-    embedded.runs.update(RUN, lambda stored: setattr(stored, "display_name", "shared"))
+    unit_of_work.change(embedded, lambda unit: unit.runs.update(
+        RUN, lambda run: setattr(run, "display_name", "shared")))
     embedded.runs.create(MachineLearningRun(name=f"{RUN}-again", display_name="shared"))
     result = export(embedded, sdk_export([0.2], point_attributes={"mldiag.run": "shared"}))
     assert result.rejected == 1 and "r1" in result.error_message and "r1-again" in result.error_message

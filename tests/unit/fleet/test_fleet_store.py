@@ -12,7 +12,7 @@ from mldiag.config import ANALYSIS_EVENTS
 from mldiag.domain.errors import InvalidArgument
 from mldiag.domain.messages import fleet_record_message
 from mldiag.local.server import wire_functions
-from mldiag.services import fleet, outbox
+from mldiag.services import fleet, unit_of_work
 
 
 @pytest.fixture
@@ -77,10 +77,7 @@ def test_the_subscriber_writes_each_published_record_once_and_ignores_notificati
     wire_functions(embedded, embedded.bus)
     row = record().row()
     for _ in range(2):  # published twice: a redelivery
-        key = "record"
-        embedded.store.transaction(lambda tx: outbox.stage(
-            tx, key, fleet_record_message(record(), "//mldiag"), embedded.now()))
-        outbox.flush(embedded.store, embedded.bus, key)
+        unit_of_work.run(embedded, lambda unit: unit.publish("record", fleet_record_message(record(), "//mldiag")))
     embedded.bus.publish(ANALYSIS_EVENTS, b'{"type": "dev.mldiag.event.v1.opened", "data": {"run": "r"}}',
                          {"ce-type": "dev.mldiag.event.v1.opened"})
     embedded.bus.drain()

@@ -20,6 +20,7 @@ from mldiag.domain.capture import DEADLINE_GRACE
 from mldiag.services.event_archive import Outcome
 from mldiag.services.operator.maintenance import run_maintenance
 from mldiag.services.registration import Registrar
+from mldiag.services import unit_of_work
 from mldiag.domain.envelopes import storage_finalized_event
 
 RUN_FOLDER = "team/exp/run1/plugins/profile/s1"
@@ -165,7 +166,8 @@ def test_a_file_from_a_capture_whose_every_target_failed_settles_by_the_window(e
     def fail(session: ProfilerSession) -> None:
         session.target_sessions["a"].session_phase = SessionPhase.FAILED
 
-    embedded.sessions.update("projects/p/locations/l/machineLearningRuns/run1/profilerSessions/s1", fail)
+    session = "projects/p/locations/l/machineLearningRuns/run1/profilerSessions/s1"
+    unit_of_work.change(embedded, lambda unit: unit.sessions.update(session, fail))
     deliver(embedded, finalized(f"{RUN_FOLDER}/a.xplane.pb"))  # written after all, past the capture's timeout
     clock.advance(embedded.settings.settle_seconds + 1)
     run_maintenance(embedded)
@@ -227,9 +229,12 @@ def _finish_analysis(services, state: AnalysisState, **fields) -> AnalysisStatus
         for field, value in {"state": state, **fields}.items():
             setattr(session.analysis, field, value)
 
+    def start(session: ProfilerSession) -> None:
+        session.analysis.state = AnalysisState.RUNNING
+
     name = only_session(services).name
-    services.sessions.update(name, lambda session: setattr(session.analysis, "state", AnalysisState.RUNNING))
-    return services.sessions.update(name, finish).analysis
+    unit_of_work.change(services, lambda unit: unit.sessions.update(name, start))
+    return unit_of_work.change(services, lambda unit: unit.sessions.update(name, finish)).analysis
 
 
 def test_a_rerun_overwriting_an_analysed_session_keeps_that_analysis_and_says_so(embedded, clock):

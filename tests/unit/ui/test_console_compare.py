@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from mldiag.domain import AnalysisStatus
+from mldiag.services import unit_of_work
 
 from console_support import add_run, add_session
 
@@ -29,8 +30,9 @@ def compared(console, demo_analyses):
                                                                               json.dumps(HOSTILE)[1:-1].encode()))
         session = add_session(console.services, run, session_id, analysis=AnalysisStatus(
             state="DONE", health=health, step_time_ms=step_ms, analysis_uri=uri))
-        console.services.sessions.update(session.name, lambda stored, at=start + timedelta(minutes=index):
-                                         setattr(stored, "create_time", at))
+        at = start + timedelta(minutes=index)
+        unit_of_work.change(console.services, lambda unit: unit.sessions.update(
+            session.name, lambda stored: setattr(stored, "create_time", at)))
     add_session(console.services, run, "s-pending", analysis=AnalysisStatus(state="RUNNING"))
     return console
 

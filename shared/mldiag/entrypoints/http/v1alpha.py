@@ -104,7 +104,7 @@ def create_target(project: str, location: str, run: str) -> Response:
 @blueprint.delete(RUN + "/" + TARGETS + "/<id:target>")
 def delete_target(project: str, location: str, run: str, target: str) -> Response:
     name = str(_run(project, location, run).child(TARGETS, target))
-    services().targets.delete(name, etag=query("etag"))
+    targets.delete(services(), name, etag=query("etag"))
     return _done(name, "delete", None)
 
 

@@ -36,7 +36,7 @@ from mldiag.services import unit_of_work
 from mldiag.services.capture import tasks
 from mldiag.services.capture.requests import parse
 from mldiag.services.dependencies import Blobs, Publishing, Stored
-from mldiag.services.unit_of_work import UnitOfWork
+from mldiag.services.unit_of_work import Repositories, UnitOfWork
 
 
 class AgentPorts(Stored, Publishing, Blobs, Protocol):
@@ -136,5 +136,9 @@ def mark_gone(services: AgentPorts) -> int:
     gone = 0
     for target in stale:
         if target.agent and target.state is TargetState.ACTIVE:
-            gone += services.targets.update(target.name, expire).state is TargetState.GONE
+
+            def work(unit: Repositories, name: str = target.name) -> bool:
+                return unit.targets.update(name, expire).state is TargetState.GONE
+
+            gone += unit_of_work.change(services, work)
     return gone

@@ -198,7 +198,7 @@ def _record_failed_capture(services: AutoCapturePorts, decision: Decision, reaso
     def note(event: MonitoredEvent) -> None:
         event.suppress(Suppression(time=services.now(), reason=f"capture failed: {reason}"))
 
-    services.monitored_events.update(decision.event, note)
+    unit_of_work.change(services, lambda unit: unit.monitored_events.update(decision.event, note))
 
 
 def _settle(services: AutoCapturePorts, run_name: str, decision: Decision, linked: bool) -> None:
@@ -208,7 +208,7 @@ def _settle(services: AutoCapturePorts, run_name: str, decision: Decision, linke
             if decision.capture_session not in event.profiler_sessions:
                 event.profiler_sessions.append(decision.capture_session)
 
-        services.monitored_events.update(decision.event, link)
+        unit_of_work.change(services, lambda unit: unit.monitored_events.update(decision.event, link))
 
     def clear(state: AutoCaptureState) -> None:
         if state.pending_session == decision.capture_session:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from mldiag.services import outbox
+from mldiag.services import unit_of_work
 from mldiag.services.analysis_jobs import retry_stale
 from mldiag.services.capture import agents
 from mldiag.services.capture import tasks as capture_tasks
@@ -30,7 +30,7 @@ class MaintenancePorts(Stored, Publishing, Blobs, Configured, Archiving, Protoco
 def run_maintenance(services: MaintenancePorts) -> str:
     settled = Registrar(services).settle_due()
     retried, failed = retry_stale(services)
-    republished = outbox.flush_stale(services.store, services.bus, services.now)
+    republished = unit_of_work.publish_stale(services)
     gone = agents.mark_gone(services)
     abandoned = capture_tasks.fail_overdue(services)
     pruned = services.events.prune() if services.settings.backend == "embedded" else 0

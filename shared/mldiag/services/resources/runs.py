@@ -21,10 +21,12 @@ from mldiag.domain.errors import InvalidArgument, NotFound, PermissionDenied
 from mldiag.domain.names import LocationName, RunName, is_id, parse_run
 from mldiag.domain.resources import MachineLearningRun, ProfilerTarget, RunPhase, TargetState
 from mldiag.ports import LocalBuckets, Where
+from mldiag.services import fan_out, unit_of_work
 from mldiag.services.capture.targets import MAX_TARGETS_PER_RUN
 from mldiag.services.dependencies import Blobs, Configured, Stored
-from mldiag.services.fan_out_counts import forget_fan_outs
+from mldiag.services.repository import Repository
 from mldiag.services.resources.masks import apply_update, assign
+from mldiag.services.unit_of_work import Repositories
 
 
 class RunPorts(Stored, Blobs, Configured, Protocol):
@@ -127,7 +129,7 @@ def update(
         assign(run, updated)
 
     try:
-        updated = services.runs.update(str(name), mutate, etag=etag)
+        updated = unit_of_work.change(services, lambda unit: unit.runs.update(str(name), mutate, etag=etag))
     except NotFound:
         if not allow_missing:
             raise
@@ -150,18 +152,26 @@ def targets_follow(services: Stored, run: MachineLearningRun) -> None:
 
     for target in services.targets.list(run.name, page_size=MAX_TARGETS_PER_RUN).items:
         if not target.agent and target.state is not wanted:
-            services.targets.update(target.name, follow)
+
+            def work(unit: Repositories, name: str = target.name) -> None:
+                unit.targets.update(name, follow)
+
+            unit_of_work.change(services, work)
 
 
 def delete(services: RunPorts, name: RunName, *, etag: str = "") -> None:
     """Delete the run (etag-checked when given), then its children's records."""
     run_name = str(name)
-    services.runs.delete(run_name, etag=etag)
+    unit_of_work.change(services, lambda unit: unit.runs.delete(run_name, etag=etag))
     while sessions := services.sessions.list(run_name, page_size=500).items:
         for session in sessions:
-            forget_fan_outs(services.store, session.name)
-            services.sessions.delete(session.name)
+            fan_out.forget(services.store, session.name)
+            _delete(services, services.sessions, session.name)
     for children in (services.targets, services.monitored_events):
         while page := children.list(run_name, page_size=500).items:
             for child in page:
-                children.delete(child.name)
+                _delete(services, children, child.name)
+
+
+def _delete(services: Stored, repository: Repository[Any], name: str) -> None:
+    unit_of_work.change(services, lambda unit: repository.within(unit.transaction).delete(name))

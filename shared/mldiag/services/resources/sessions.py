@@ -20,6 +20,7 @@ from mldiag.domain.errors import AlreadyExists, FailedPrecondition, InvalidArgum
 from mldiag.domain.names import SESSIONS, ChildName, RunName
 from mldiag.domain.resources import MachineLearningRun, ProfilerSession
 from mldiag.domain.types import bounded_duration
+from mldiag.services import unit_of_work
 from mldiag.services.dependencies import Blobs, Configured, Stored
 from mldiag.services.resources.masks import Merge, apply_update, assign
 
@@ -82,7 +83,8 @@ def update(services: SessionPorts, name: ChildName, body: dict[str, Any], update
         _list_every_target(updated)
         assign(session, updated)
 
-    return services.sessions.update(str(name), mutate, etag=str(body.get("etag") or ""))
+    etag = str(body.get("etag") or "")
+    return unit_of_work.change(services, lambda unit: unit.sessions.update(str(name), mutate, etag=etag))
 
 
 @dataclass(frozen=True)

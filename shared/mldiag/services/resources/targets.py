@@ -11,6 +11,7 @@ from typing import Any
 from mldiag.domain.errors import InvalidArgument
 from mldiag.domain.names import TARGETS, RunName
 from mldiag.domain.resources import ProfilerTarget
+from mldiag.services import unit_of_work
 from mldiag.services.capture.targets import check_address
 from mldiag.services.dependencies import Stored
 from mldiag.services.resources.masks import apply_update
@@ -29,3 +30,8 @@ def create(services: Stored, run_name: RunName, target_id: str, body: dict[str, 
         target_id = ProfilerTarget.default_id(target.hostname, target.node_index)
     target.name = str(run_name.child(TARGETS, target_id))
     return services.targets.create(target)
+
+
+def delete(services: Stored, name: str, *, etag: str = "") -> None:
+    """Delete the target (etag-checked when given)."""
+    unit_of_work.change(services, lambda unit: unit.targets.delete(name, etag=etag))
