@@ -197,17 +197,26 @@ def event_context(**fields: Any) -> Iterator[None]:
 
 
 class _LoggerOnFirstUse:
-    """A module's structlog logger, loaded on its first line."""
+    """A module's structlog logger, loaded on its first line and built again only when structlog's configuration
+    changes (:func:`configure`, or a test capturing the lines): building it for every line costs more than a line
+    that the level filters out."""
 
     def __init__(self, name: str) -> None:
         self._name = name
         self._logger: Any = None
+        self._built_for: dict[str, Any] = {}
 
     def __getattr__(self, method: str) -> Any:
-        if self._logger is None:
-            import structlog
+        import structlog
 
-            self._logger = structlog.get_logger(self._name)
+        config = structlog.get_config()
+        built_for = self._built_for
+        if (not built_for or config["processors"] is not built_for["processors"]
+                or config["wrapper_class"] is not built_for["wrapper_class"]
+                or config["logger_factory"] is not built_for["logger_factory"]
+                or config["context_class"] is not built_for["context_class"]):
+            self._logger = structlog.get_logger(self._name).bind()
+            self._built_for = config
         return getattr(self._logger, method)
 
 

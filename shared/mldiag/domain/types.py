@@ -15,6 +15,7 @@ import re
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from enum import StrEnum
+from functools import lru_cache
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, PlainSerializer
@@ -42,23 +43,30 @@ class CamelModel(BaseModel):
 
 
 def _parse_timestamp(value: Any) -> Any:
-    if value is None or value == "":
+    if isinstance(value, str):
+        return _timestamp_from_text(str(value)) if value else None
+    if value is None:
         return None
     if isinstance(value, (int, float)):
         try:
             return datetime.fromtimestamp(value, timezone.utc)
         except (OverflowError, OSError, ValueError):
             raise ValueError(f"{value} is not a time in seconds since 1970 within years 1-9999") from None
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
-        elif value.tzinfo is not timezone.utc:
-            value = value.astimezone(timezone.utc)
-        if value.year == _EPOCH_ZERO_YEAR:
-            return None
-    return value
+    return _utc_or_unset(value) if isinstance(value, datetime) else value
+
+
+# A stored resource is read, changed and written again whole: most of the times it reads, it read before.
+@lru_cache(maxsize=4096)
+def _timestamp_from_text(text: str) -> datetime | None:
+    return _utc_or_unset(datetime.fromisoformat(text))
+
+
+def _utc_or_unset(value: datetime) -> datetime | None:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    elif value.tzinfo is not timezone.utc:
+        value = value.astimezone(timezone.utc)
+    return None if value.year == _EPOCH_ZERO_YEAR else value
 
 
 # Optional by nature: Google's model leaves unset times out (and the SDK sends year 1 for "unset").
@@ -102,7 +110,14 @@ def parse_duration(value: Any) -> timedelta:
         return value
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return _from_seconds(Decimal(value), value)
-    match = _DURATION.fullmatch(value.strip()) if isinstance(value, str) else None
+    if not isinstance(value, str):
+        raise ValueError(f"not a duration: {value!r} ({_SYNTAX})")
+    return _duration_from_text(value)
+
+
+@lru_cache(maxsize=1024)  # a stored resource's duration is read each time the resource is
+def _duration_from_text(value: str) -> timedelta:
+    match = _DURATION.fullmatch(value.strip())
     if not match or not any(match.groups()):
         raise ValueError(f"not a duration: {value!r} ({_SYNTAX})")
     seconds = sum((Decimal(number) * _UNIT_SECONDS[unit] for unit, number in match.groupdict().items() if number),

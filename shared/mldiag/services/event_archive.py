@@ -292,15 +292,16 @@ def handle(archive: EventArchive, function: str, event: CloudEvent, work: EventH
 
 
 
-# A handler in two parts: what it does before its unit of work (reads, and writes it cannot do in one), then its
-# unit of work, which returns a one-line detail for the record.
+# A handler's unit of work: it returns a one-line detail for the record.
 Transactional = Callable[["UnitOfWork"], str]
 
 
 def handle_atomically(archive: EventArchive, services: Transacting, function: str, event: CloudEvent,
                       prepare: Callable[[CloudEvent], Transactional]) -> Outcome:
-    """:func:`handle` for a handler whose writes are one unit of work (on ``services``): ``prepare`` returns that
-    work, and the event's record is read and written in it, so an applied event is one commit.
+    """:func:`handle` for a handler whose writes are one unit of work (on ``services``): ``prepare`` reads the
+    event and returns that work, and the event's record is read and written in it, so an applied event is one
+    commit. ``prepare`` runs inside the unit once its record shows the event is not yet handled, so a redelivery
+    costs one read.
 
     A handler that raises is archived as :func:`handle` archives it (its own writes undone); one whose messages
     could not be published once committed is recorded FAILED and re-raised, so that its retry publishes them.
@@ -314,12 +315,11 @@ def handle_atomically(archive: EventArchive, services: Transacting, function: st
             record = archive.received_in(unit.transaction, function, event)
             if record.outcome in FINAL_OUTCOMES:  # already handled: nothing to do after the commit either
                 return record, "", False
-            detail = work(unit)
+            detail = prepare(event)(unit)
             archive.finish_in(unit.transaction, record, Outcome.OK, detail)
             return record, detail, True
 
         try:
-            work = prepare(event)
             committed = unit_of_work.commit(services, apply)
         except Exception as error:  # noqa: BLE001 - archived and sorted as handle() sorts it
             return handle(archive, function, event, _raising(error))

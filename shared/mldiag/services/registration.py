@@ -38,7 +38,7 @@ from cloudevents.http import CloudEvent
 
 from mldiag.domain.capture import DEADLINE_GRACE
 from mldiag.domain.envelopes import STORAGE_FINALIZED
-from mldiag.domain.errors import AlreadyExists, InvalidArgument, PermanentFailure
+from mldiag.domain.errors import InvalidArgument, PermanentFailure
 from mldiag.domain.layout import PROFILE_MARKER, SIBLING_SUFFIXES, XPLANE_SUFFIX, host_of, parse_blob_uri
 from mldiag.domain.names import LocationName, id_from_text, short_name, validate_id
 from mldiag.domain.resources import (
@@ -160,35 +160,30 @@ class Registrar:
 
     # -- the run --------------------------------------------------------------------
 
-    def find_or_create_run(self, profile: ProfileObject) -> MachineLearningRun:
-        """The run whose ``gcsPath`` holds this run folder, or a new one inferred from the path."""
-        def holds_folder(run: MachineLearningRun | None) -> bool:
-            return (run is not None and run.id == profile.run_folder
-                    and run.artifacts.gcs_path.rstrip("/") == profile.gcs_path)
+    def _run_in(self, unit: UnitOfWork, profile: ProfileObject) -> tuple[MachineLearningRun, bool]:
+        """The run whose ``gcsPath`` holds this run folder, read in ``unit``, or a new one inferred from the path
+        (``True`` with it: for the caller to stage once its reads are done)."""
+        def holds_folder(run: MachineLearningRun) -> bool:
+            return run.artifacts.gcs_path.rstrip("/") == profile.gcs_path
 
         folder_id = _id_for(profile.run_folder, "machineLearningRunId")
-        local = self.services.runs.find(str(self.location.run(folder_id)))
-        if holds_folder(local):
-            return local  # type: ignore[return-value]
+        at_folder_id = unit.runs.find(str(self.location.run(folder_id)))
+        if at_folder_id is not None and at_folder_id.id == profile.run_folder and holds_folder(at_folder_id):
+            return at_folder_id, False
         paths = [profile.gcs_path, profile.gcs_path + "/"]
         for run in self.services.runs.find_where([Where("artifacts.gcsPath", "in", paths)], limit=1000):
-            if holds_folder(run):
-                return run
-        candidates = [folder_id,
-                      id_from_text(f"{profile.bucket}/{profile.prefix}/{profile.run_folder}")]
+            if run.id == profile.run_folder and holds_folder(run):
+                return run, False
+        candidates = [folder_id, id_from_text(f"{profile.bucket}/{profile.prefix}/{profile.run_folder}")]
         for run_id in dict.fromkeys(candidates):
-            run = MachineLearningRun(
-                name=str(self.location.run(run_id)),
-                display_name=profile.run_folder,
-                artifacts={"gcsPath": profile.gcs_path},
-                labels={"created_by": "mldiag-scan"},
-            )
-            try:
-                return self.services.runs.create(run)
-            except AlreadyExists:
-                existing = self.services.runs.get(run.name)
-                if existing.artifacts.gcs_path.rstrip("/") == profile.gcs_path:
-                    return existing  # a concurrent registration created it
+            name = str(self.location.run(run_id))
+            existing = at_folder_id if run_id == folder_id else unit.runs.find(name)
+            if existing is None:
+                return MachineLearningRun(name=name, display_name=profile.run_folder,
+                                          artifacts={"gcsPath": profile.gcs_path},
+                                          labels={"created_by": "mldiag-scan"}), True
+            if holds_folder(existing):
+                return existing, False
         raise PermanentFailure(f"no run id is free for {profile.gcs_path}/{profile.run_folder}")
 
     # -- the session ----------------------------------------------------------------
@@ -198,13 +193,16 @@ class Registrar:
         return unit_of_work.run(self.services, self.registering(profile))
 
     def registering(self, profile: ProfileObject) -> Transactional:
-        """The unit of work that records the file in its session (its run found, or made, first): it returns a
-        one-line account of what changed."""
-        run = self.find_or_create_run(profile)
-        name = f"{run.name}/profilerSessions/{_id_for(profile.session_folder, 'profilerSessionId')}"
+        """The unit of work that records the file in its session (its run found, or made, in the same unit): it
+        returns a one-line account of what changed."""
+        session_id = _id_for(profile.session_folder, "profilerSessionId")
 
         def work(unit: UnitOfWork) -> str:
+            run, new_run = self._run_in(unit, profile)
+            name = f"{run.name}/profilerSessions/{session_id}"
             previous = unit.sessions.find(name)
+            if new_run:
+                unit.runs.create(run)
             session = self._new_session(name, profile) if previous is None else _to_change(previous)
             replaced = session.host_files.get(host_of(profile.file_name)) if profile.file_name.endswith(
                 XPLANE_SUFFIX) else None

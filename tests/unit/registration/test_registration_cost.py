@@ -45,6 +45,30 @@ def test_a_file_of_a_known_run_is_registered_and_archived_in_one_transaction(emb
                .host_files) == {"host0", "host1"}
 
 
+def test_the_first_file_of_a_new_run_makes_the_run_in_the_same_transaction(embedded, transactions):
+    event = finalized(f"{RUN_FOLDER}/host0.xplane.pb")
+    assert deliver(embedded, event) is Outcome.OK
+
+    assert transactions["n"] == 1
+    assert embedded.runs.get(RUN).artifacts.gcs_path == "gs://profiles/team/exp"
+    assert embedded.events.get("register_session", event["id"]).outcome is Outcome.OK
+
+
+def test_a_redelivered_event_is_found_a_duplicate_before_it_is_read(embedded, transactions, monkeypatch):
+    from mldiag.services import registration
+
+    event = finalized(f"{RUN_FOLDER}/host0.xplane.pb")
+    deliver(embedded, event)
+    transactions["n"] = 0
+
+    def unread(*args, **kwargs):
+        raise AssertionError("a redelivered event was read again")
+
+    monkeypatch.setattr(registration, "parse_finalized", unread)
+    assert deliver(embedded, event) is Outcome.DUPLICATE
+    assert transactions["n"] == 1
+
+
 def test_registering_deep_copies_no_model(embedded, monkeypatch):
     deliver(embedded, finalized(f"{RUN_FOLDER}/host0.xplane.pb"))
     copy = pydantic.BaseModel.model_copy
