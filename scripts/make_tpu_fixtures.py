@@ -2342,6 +2342,156 @@ def host_offloaded_optimizer(big: bool) -> Workload:
     return Workload(iteration, ablations={"device_adam": on_device})
 
 
+def near_memory_limit(big: bool) -> Workload:
+    """A bf16 MLP train step whose batch is the largest (of a few tried) that XLA's memory analysis keeps within
+    92 % of the chip's memory: healthy compute, memory nearly full."""
+    import jax
+
+    widths = [2048, 8192, 8192, 8192, 2048] if big else [256, 512, 512, 256]
+    stats = jax.devices()[0].memory_stats() or {}
+    limit = stats.get("bytes_limit", 0)
+    chosen = None
+    for batch in ((180224, 172032, 163840, 147456, 131072, 98304, 65536) if big and limit else (512,)):
+        params, train_step, x, y = _mlp_step(big, widths=widths, batch=batch)
+        peak = _program_stats(train_step, params, x, y)["peak_bytes"]
+        if not limit or peak <= 0.92 * limit:
+            chosen = (params, train_step, x, y, peak)
+            break
+        del params, x, y
+    assert chosen is not None, "no batch fits"
+    params, train_step, x, y, peak = chosen
+    state = {"params": params}
+
+    def iteration(i: int, clock: Clock) -> None:
+        state["params"], value = train_step(state["params"], x, y)
+        value.block_until_ready()
+
+    def extra(clock: Clock, ablations: dict[str, Clock]) -> dict:
+        truth = {"batch": _number(x.shape[0], "the batch the memory analysis let in", abs=0),
+                 "peak_bytes": _number(peak, "compiled train step's memory_analysis() peak", rel=0.1)}
+        if limit:
+            truth["peak_memory_share"] = _number(peak / limit, "peak_bytes / the device's memory_stats() "
+                                                               "bytes_limit", abs=0.05)
+        return truth
+
+    return Workload(iteration, extra=extra)
+
+
+def threefry_dropout(big: bool) -> Workload:
+    """A bf16 MLP train step with dropout after every layer, its masks drawn with JAX's default threefry random
+    bits; ablation: the same step with the 'rbg' random-bit generator (jax.random.key(..., impl='rbg'))."""
+    import jax
+    import jax.numpy as jnp
+
+    params, _, x, y = _mlp_step(big, widths=[1024, 8192, 8192, 8192, 1024] if big else None)
+
+    def loss(params, x, y, key):
+        for n, w in enumerate(params[:-1]):
+            x = jax.nn.relu(x.astype(w.dtype) @ w)
+            keep = jax.random.bernoulli(jax.random.fold_in(key, n), 0.9, x.shape)
+            x = jnp.where(keep, x / 0.9, 0).astype(w.dtype)
+        return jnp.mean(((x @ params[-1]).astype("float32") - y) ** 2)
+
+    @jax.jit
+    def step(params, x, y, key):
+        value, grads = jax.value_and_grad(loss)(params, x, y, key)
+        return [(p - 1e-3 * g).astype(p.dtype) for p, g in zip(params, grads)], value
+
+    state = {"params": params}
+
+    def loop(impl: str):
+        base = jax.random.key(7, impl=impl)
+
+        def iteration(i: int, clock: Clock) -> None:
+            state["params"], value = step(state["params"], x, y, jax.random.fold_in(base, i + 1))
+            value.block_until_ready()
+
+        return iteration
+
+    return Workload(loop("threefry2x32"), ablations={"rbg": loop("rbg")})
+
+
+def tiny_scan_rnn(big: bool) -> Workload:
+    """An RNN over a sequence as a ``lax.scan`` of 256 tiny steps (batch 8, hidden 128: one small matmul and a tanh
+    each), forward and backward, trained; ablation: the same scan unrolled 16 steps at a time. (Every step's ops
+    are events in the trace: a longer sequence makes a profile too large to keep.)"""
+    import jax
+    import jax.numpy as jnp
+
+    length, batch, hidden = (256, 8, 128) if big else (256, 8, 64)
+    w = _normal(jax.random.key(60), (hidden, hidden), "float32")
+    xs = jax.random.normal(jax.random.key(61), (length, batch, hidden))
+
+    def make_step(unroll: int):
+        def loss(w, xs):
+            def cell(h, x):
+                h = jnp.tanh(h @ w + x)
+                return h, None
+
+            h, _ = jax.lax.scan(cell, jnp.zeros((batch, hidden)), xs, unroll=unroll)
+            return jnp.mean(h ** 2)
+
+        @jax.jit
+        def step(w, xs):
+            value, grad = jax.value_and_grad(loss)(w, xs)
+            return w - 1e-3 * grad, value
+
+        return step
+
+    state = {"w": w}
+
+    def loop(unroll: int):
+        step = make_step(unroll)
+
+        def iteration(i: int, clock: Clock) -> None:
+            state["w"], value = step(state["w"], xs)
+            value.block_until_ready()
+
+        return iteration
+
+    return Workload(loop(1), ablations={"unroll_16": loop(16)})
+
+
+def eval_preds_to_host(big: bool) -> Workload:
+    """An evaluation loop: each annotated step runs a jitted bf16 classifier and ``accuracy`` copies its f32 logits
+    (8192 x 4096 on the chip) to the host to take the argmax and compare with numpy; Python tracer on; ablation:
+    the accuracy computed on the device and one scalar read back."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    rows, width, classes = (8192, 1024, 4096) if big else (512, 128, 256)
+    params = _mlp_params([width, 4096 if big else 256, classes], "bfloat16")
+    x = jax.random.normal(jax.random.key(70), (rows, width)).astype("bfloat16")
+    labels = np.random.default_rng(2).integers(0, classes, rows)
+    labels_on_device = jnp.asarray(labels)
+
+    @jax.jit
+    def logits(params, x):
+        h = jax.nn.relu(x @ params[0])
+        return (h @ params[1]).astype("float32")
+
+    @jax.jit
+    def device_accuracy(params, x, labels):
+        return jnp.mean(jnp.argmax(logits(params, x), -1) == labels)
+
+    state = {"correct": []}
+
+    def accuracy(out) -> float:
+        predicted = np.asarray(out).argmax(-1)
+        return float((predicted == labels).mean())
+
+    def iteration(i: int, clock: Clock) -> None:
+        out = logits(params, x)
+        with clock.part("accuracy"):
+            state["correct"].append(accuracy(out))
+
+    def on_device(i: int, clock: Clock) -> None:
+        state["correct"].append(float(device_accuracy(params, x, labels_on_device)))
+
+    return Workload(iteration, ablations={"device_accuracy": on_device})
+
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -2527,6 +2677,18 @@ SHAPES: dict[str, Shape] = {
                                       "the host (numpy_adam: gradients copied off, parameters copied back every "
                                       "annotated step); Python tracer on", python_tracer=True,
                                       cause="numpy_adam: the optimizer on the host, with copies both ways"),
+    "near_memory_limit": Shape(near_memory_limit, 6, "a bf16 MLP train step (2048-8192-8192-8192-2048 on the chip) "
+                               "at the largest batch XLA's memory analysis fits in 92 % of the chip's memory; "
+                               "annotated steps", cause="none: healthy compute with the memory nearly full"),
+    "threefry_dropout": Shape(threefry_dropout, 10, "a bf16 MLP train step (1024-8192-8192-8192-1024 on the chip) "
+                              "with dropout after every layer, its masks from JAX's default threefry random bits; "
+                              "annotated steps", cause="threefry random bits for the dropout masks"),
+    "tiny_scan_rnn": Shape(tiny_scan_rnn, 6, "an RNN trained over 256 time steps as a lax.scan of tiny steps "
+                           "(batch 8, hidden 128 on the chip); annotated steps",
+                           cause="hundreds of tiny sequential steps inside one program"),
+    "eval_preds_to_host": Shape(eval_preds_to_host, 15, "an evaluation loop whose accuracy copies each step's f32 "
+                                "logits (8192x4096 on the chip) to the host for a numpy argmax; Python tracer on",
+                                python_tracer=True, cause="accuracy: the logits copied to the host every step"),
 }
 
 

@@ -121,6 +121,11 @@ ROOFLINE_PRIORITIES = ((0.10, Priority.P1), (0.30, Priority.P2))
 MANY_COPIES = 20  # copies between host and device per step that cost more in calls than in bytes
 NEAR_PEAK = 0.5  # share of the chip's peak FLOP/s or HBM bandwidth that is near it, whatever a cost model says
 CUSTOM_CALL_SHARE = 30.0  # percent of device time in custom calls worth a kernel finding
+# Ops run at least LOOP_RUNS times a step for at most TINY_OP_US each, together this share of the busy time: a
+# loop's body too small for the per-op cost (an XLA op costs a few microseconds to run at all on a CPU or GPU).
+LOOP_RUNS = 100
+TINY_OP_US = 20.0
+TINY_LOOP_SHARE = 0.5
 # A program whose temporaries at its peak are this many times its inputs and outputs, and at least this big.
 TEMPORARIES_RATIO = 4.0
 TEMPORARIES_FLOOR = 16 * MIB
@@ -916,6 +921,33 @@ def _compute(hosts: list[HostEvidence], metrics: Metrics, tools: dict[str, ToolR
     )
 
 
+def _tiny_loop_ops(host: HostEvidence) -> Finding | None:
+    """The busy devices spend most of their time in ops that each run hundreds of times a step for a few
+    microseconds: a loop's body (a ``lax.scan`` over a sequence, a ``fori_loop``) too small for its per-op cost."""
+    repeated = [op for op in host.top_ops if op.count_per_step >= LOOP_RUNS
+                and op.self_ms_per_step / op.count_per_step * 1e3 <= TINY_OP_US]
+    share = sum(op.share_of_busy for op in repeated)
+    if (host.busy_fraction or 0) < 0.5 or share < TINY_LOOP_SHARE:
+        return None
+    runs = max(op.count_per_step for op in repeated)
+    mean_us = sum(op.self_ms_per_step for op in repeated) / sum(op.count_per_step for op in repeated) * 1e3
+    return Finding(
+        priority=Priority.P1,
+        category=FindingCategory.COMPUTE,
+        title=f"Tiny ops in a loop: {share:.0%} of device time in ops run {runs:.0f} times a step, "
+              f"{mean_us:.1f} us each",
+        what="The devices are busy, but with a loop inside the program whose body does too little per iteration: "
+             "each op runs for microseconds, and the cost of running an op at all holds much of that time.",
+        evidence=[f"{quoted(op.name)}: {op.count_per_step:.0f} runs per step, {op.self_ms_per_step:.3f} ms per step, "
+                  f"{op.share_of_busy:.1%} of busy time" for op in repeated[:4]],
+        impact=f"{share:.1%} of the devices' busy time goes to runs of {mean_us:.1f} us; fewer, larger runs do the "
+               "same work for a fraction of the per-op cost.",
+        fix="Give each iteration more work: unroll the loop (jax.lax.scan(..., unroll=8) or fori_loop's unroll), "
+            "process several independent sequences or examples per iteration (a larger batch, jax.vmap over them), "
+            "or write the body as one fused kernel (Pallas) when it must stay sequential.",
+    )
+
+
 def _kernel(tools: dict[str, ToolResult]) -> Finding | None:
     share = _custom_call_share(tools)
     if share is None or share < CUSTOM_CALL_SHARE:
@@ -1487,7 +1519,8 @@ def _findings(hosts: list[HostEvidence], tools: dict[str, ToolResult], hlo_issue
         finding
         for host in hosts
         for rule in (partial(_dispatch_overhead, kernels=kernels), partial(_launch_bound, programs=programs),
-                     _communication, _host_callbacks, _warmup, _iteration, partial(_no_steps, kernels=kernels))
+                     _communication, _host_callbacks, _warmup, _iteration, partial(_no_steps, kernels=kernels),
+                     _tiny_loop_ops)
         if (finding := rule(host)) is not None
     ]
     if len(hosts) > 1:  # one finding per category: the worst host's

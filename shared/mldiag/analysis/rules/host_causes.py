@@ -32,7 +32,7 @@ class HostCause(StrEnum):
     LOGGING = "logging"  # the training thread formats and writes logs itself, from values already on the host
     PRODUCER_THREAD = "producer_thread"  # the training thread waits on a slower thread that produces its input
     TRANSFERS = "transfers"  # copies between host and device memory
-    ROUND_TRIP = "round_trip"  # the training thread computes on device values it copied back, then copies the result in
+    ROUND_TRIP = "round_trip"  # the training thread computes on device values it copied back (and copies the result in)
     UNTRACED = "untraced"  # the training thread's time that no event records: its own Python code, or a wait
     HOST_WORK = "host_work"  # host work none of the above names
 
@@ -60,9 +60,9 @@ WORDS = {
                           "Data goes from the device to the host and back (or is copied to the device again every "
                           "step) and the devices wait for the copies."),
     HostCause.ROUND_TRIP: ("the host computes on values copied off the device",
-                           "Every step the host copies values off the device, computes on them with numpy or "
-                           "Python, and copies the result back to the device; the devices wait for the whole round "
-                           "trip."),
+                           "Every step the host copies values off the device and computes on them with numpy or "
+                           "Python (and copies the result back to the device, where it goes on); the devices wait "
+                           "for all of it."),
     HostCause.UNTRACED: ("the training thread runs untraced",
                          "The thread that runs the steps spends this time with no event in the trace: its own Python "
                          "code (loading, decoding or tokenising the next batch, padding it with Python or numpy), or "
@@ -80,10 +80,13 @@ OVERLAP_SHARE = 0.75
 # Host work on values copied off the device, as a share of the training thread's copies both ways, at which the
 # copies are the round trip's (computing on the device removes both), not a cause of their own.
 ROUND_TRIP_WORK = 0.25
+# Host work per step after a read of device values, over the devices' compute per step, at which it is computing
+# on those values rather than waiting for them.
+COMPUTING_READS = 2.0
 EVERY_STEP = 0.9  # calls per step of a function that reads device values back, to sync every step
 _CHECKPOINT = re.compile(r"checkpoint|ckpt|\bsave|_save|save_|orbax|serializ|pickle|torch\.save", re.IGNORECASE)
-_SYNC = re.compile(r"\blog|_log|log_|logging|logger|print|metric|summar|wandb|tensorboard|scalar|progress|"
-                   r"tqdm|\bwrite", re.IGNORECASE)
+_SYNC = re.compile(r"\blog|_log|log_|logging|logger|\bemit|print|metric|summar|wandb|tensorboard|scalar|"
+                   r"progress|tqdm|\bwrite", re.IGNORECASE)
 _INPUT = re.compile(r"batch|data|load|input|augment|decode|read|preprocess|sampler|shuffle|collate|next|"
                     r"iter(?!ation)|fetch|tokeni|prefetch|feed|^Iterator::|tf_data", re.IGNORECASE)
 _FUNCTION = re.compile(r"^\$\S+:\d+ (.+)$")
@@ -321,6 +324,21 @@ def _sync_every_step(host: HostEvidence, found: list[Cause]) -> Cause | None:
                  share=overlap_ms * steps / attribution.loop_ms if attribution.loop_ms > 0 else None)
 
 
+def _computing_on_reads(host: HostEvidence, found: list[Cause]) -> list[Cause]:
+    """A function that reads device values back every step and then works on them longer than the devices compute
+    in a step (``COMPUTING_READS`` times) is computing on them, not waiting: syncing less often would hide at most
+    the devices' time. It is a trip through the host, unless its name says it logs."""
+    attribution = host.attribution
+    if attribution is not None:
+        device_ms = sum(part.ms for part in attribution.parts if part.useful) / max(1, attribution.steps)
+    else:
+        device_ms = host.busy_fraction * host.step_ms.mean if host.step_ms else 0.0
+    return [replace(cause, kind=HostCause.ROUND_TRIP)
+            if cause.kind is HostCause.DEVICE_SYNC and cause.parts and cause.ms >= COMPUTING_READS * device_ms
+            and not any(_SYNC.search(function_name(part.name)) for part in cause.parts) else cause
+            for cause in found]
+
+
 def causes(host: HostEvidence, notable_ms: float) -> list[Cause]:
     """The host-side causes of the devices' idle time, costliest first, each at least ``notable_ms`` per iteration;
     a sync every step that keeps the costliest from overlapping the devices comes before it.
@@ -328,7 +346,7 @@ def causes(host: HostEvidence, notable_ms: float) -> list[Cause]:
     From the loop's attribution where the evidence carries one, else from the raw events' own measures.
     """
     found = _from_attribution(host) if host.attribution is not None else _from_evidence(host, notable_ms)
-    found = [cause for cause in found if cause.ms >= notable_ms]
+    found = _computing_on_reads(host, [cause for cause in found if cause.ms >= notable_ms])
     sync = _sync_every_step(host, found)
     if sync is not None and sync.ms >= notable_ms:
         found.insert(0, sync)

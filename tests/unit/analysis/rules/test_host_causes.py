@@ -257,8 +257,28 @@ def test_the_cause_is_told_from_the_function_and_what_it_calls(name, reads, kind
 
 def test_a_function_that_reads_device_values_and_computes_on_them_for_a_copy_back_is_a_round_trip():
     assert host_causes.kind_of("$train.py:20 numpy_adam", True, round_trip=True) is HostCause.ROUND_TRIP
-    assert host_causes.kind_of("$train.py:20 numpy_adam", True) is HostCause.DEVICE_SYNC
+    assert host_causes.kind_of("$train.py:20 accuracy", True) is HostCause.DEVICE_SYNC
     assert host_causes.kind_of("$train.py:20 log_metrics", True, round_trip=True) is HostCause.DEVICE_SYNC
+
+
+def test_work_on_values_read_off_the_device_longer_than_the_device_computes_is_a_trip_through_the_host():
+    # An evaluation's accuracy: the logits copied off, the argmax in numpy; nothing goes back.
+    step = _activity("$eval.py:40 iteration", 95.0, 1.0, OwnTime(name="$eval.py:20 accuracy", ms_per_step=90.0,
+                                                                 reads_device=True))
+    attribution = _attributed([
+        TimePart(cause=TimeCause.DEVICE_COMPUTE, name="matmul/convolution", ms=50.0, share=0.05, useful=True),
+        TimePart(cause=TimeCause.HOST_WORK, name="$eval.py:20 accuracy", thread="python", ms=900.0, share=0.9),
+    ])
+    first, *_ = _findings(_host(activities=[step], attribution=attribution))
+    assert first.title.endswith("while the host computes on values copied off the device")
+    assert "inside the jitted step" in first.fix
+    # Work as short as the device's step is the wait a sync every N steps would hide.
+    short = _attributed([
+        TimePart(cause=TimeCause.DEVICE_COMPUTE, name="matmul/convolution", ms=500.0, share=0.5, useful=True),
+        TimePart(cause=TimeCause.HOST_WORK, name="$eval.py:20 accuracy", thread="python", ms=450.0, share=0.45),
+    ])
+    first, *_ = _findings(_host(activities=[step], attribution=short))
+    assert "syncs with the device every step" in first.title
 
 
 def test_the_training_thread_s_own_logging_work_is_named_with_a_logging_fix_not_a_sync_fix():
