@@ -317,8 +317,9 @@ def _host_ms(activity: HostActivity) -> float:
 _LANES = {"cpu": "the XLA CPU threads", "gpu": "the GPU streams", "tpu": "the TPU XLA ops"}
 
 
-def _input_bound(host: HostEvidence) -> list[Finding]:
-    """The devices waiting on the host: a finding per named cause, the costliest first with the loop's context."""
+def _input_bound(host: HostEvidence) -> list[tuple[HostCause, Finding]]:
+    """The devices waiting on the host: a finding per named cause, with its cause, the costliest first with the
+    loop's context."""
     if host.busy_fraction is None or not host.step_ms:
         return []
     step = host.step_ms.mean
@@ -381,7 +382,8 @@ def _input_bound(host: HostEvidence) -> list[Finding]:
             evidence.append(f"untraced host time while the devices idle: {host.untraced_host_ms_per_step:.2f} ms per "
                             "step (Python code, sleeps or I/O that the trace does not record; capture with the "
                             "Python tracer to name it)")
-        findings.append(_host_cause_finding(host, cause, priority, evidence, share, iteration, loop, lanes))
+        findings.append((cause.kind, _host_cause_finding(host, cause, priority, evidence, share, iteration, loop,
+                                                         lanes)))
     return findings
 
 
@@ -1406,12 +1408,12 @@ def _slow_steps_and_causes(host: HostEvidence, programs: dict[str, HloProgram]) 
     """The slow steps' finding, the recompilations' and a finding per host cause; where the slow steps are slow
     for a cause another finding names (the training thread waits in them on other host threads; they compile
     again), their evidence joins that finding (one cause, one finding)."""
-    slow, recompiling, causes = _slow_steps(host), _recompilation(host, programs), _input_bound(host)
+    slow, recompiling, by_cause = _slow_steps(host), _recompilation(host, programs), _input_bound(host)
+    causes = [finding for _, finding in by_cause]
     if slow is None or host.slow_steps is None:
         return [finding for finding in (recompiling, *causes) if finding]
     waited = any(THREAD_WAITING.search(difference.name) for difference in host.slow_steps.differences[:3])
-    producer = next((f for f in causes if f.category is FindingCategory.INPUT_BOUND and
-                     host_causes.WORDS[HostCause.PRODUCER_THREAD][0] in f.title), None)
+    producer = next((finding for kind, finding in by_cause if kind is HostCause.PRODUCER_THREAD), None)
     named_by = (producer if waited else None) or (
         recompiling if _slow_cause(host.slow_steps)[0] == "a compilation" else None)
     if named_by is None:

@@ -101,47 +101,57 @@ def one_program_fix(framework: Framework, on_gpu: bool, named_function: bool = F
     return fix
 
 
+@dataclass(frozen=True)
+class FrameworkFix:
+    """One fix in the words of each framework: TensorFlow (graph or eager), PyTorch/XLA, and JAX, which is also
+    the advice where the framework is not told apart."""
+
+    tensorflow: str
+    pytorch_xla: str
+    jax: str
+
+    def worded_for(self, framework: Framework) -> str:
+        if framework in (Framework.TENSORFLOW, Framework.TENSORFLOW_EAGER):
+            return self.tensorflow
+        return self.pytorch_xla if framework is Framework.PYTORCH_XLA else self.jax
+
+
 def batched_calls_fix(framework: Framework) -> str:
     """How to turn many calls of one small compiled function per step (one per example) into one call."""
-    return _BATCHED_CALLS[framework]
+    return _BATCHED_CALLS.worded_for(framework)
 
 
-_BATCHED_CALLS = {
-    Framework.JAX: "Call the function once per step on all the items: stack them into one batch and map it over "
-                       "them inside one jitted call (jax.vmap for independent examples; lax.map or lax.scan where "
-                       "each depends on the last), so that one launch does the work of all of them and the device "
-                       "sees a batch large enough to keep it busy.",
-    Framework.TENSORFLOW: "Call the tf.function once per step on all the items: batch them (tf.stack, or "
-                          "dataset.batch) and let the function take the batch, or map over them inside it with "
-                          "tf.vectorized_map, so that one call does the work of all of them.",
-    Framework.PYTORCH_XLA: "Run the model once per step on all the items: batch them (torch.stack) or map over them "
-                           "with torch.vmap inside one graph, so that one launch does the work of all of them.",
-}
-_BATCHED_CALLS[Framework.TENSORFLOW_EAGER] = _BATCHED_CALLS[Framework.TENSORFLOW]
-_BATCHED_CALLS[Framework.UNKNOWN] = _BATCHED_CALLS[Framework.JAX]
+_BATCHED_CALLS = FrameworkFix(
+    jax="Call the function once per step on all the items: stack them into one batch and map it over them inside "
+        "one jitted call (jax.vmap for independent examples; lax.map or lax.scan where each depends on the last), "
+        "so that one launch does the work of all of them and the device sees a batch large enough to keep it busy.",
+    tensorflow="Call the tf.function once per step on all the items: batch them (tf.stack, or dataset.batch) and "
+               "let the function take the batch, or map over them inside it with tf.vectorized_map, so that one "
+               "call does the work of all of them.",
+    pytorch_xla="Run the model once per step on all the items: batch them (torch.stack) or map over them with "
+                "torch.vmap inside one graph, so that one launch does the work of all of them.",
+)
 
 
 def more_work_per_launch_fix(framework: Framework) -> str:
     """How to give each launch of a small program more work, so that its cost is paid less often."""
-    return _MORE_WORK_PER_LAUNCH[framework]
+    return _MORE_WORK_PER_LAUNCH.worded_for(framework)
 
 
-_MORE_WORK_PER_LAUNCH = {
-    Framework.JAX: "Give each launch more work: run several steps in one jitted call (lax.scan or lax.fori_loop over "
-                   "a stack of batches, carrying the parameters and optimizer state), or train on larger batches; "
-                   "keep the parameters in fewer, larger arrays (stack the layers' weights and scan over the layers, "
-                   "or jax.flatten_util.ravel_pytree), since every array is flattened and handed over at each "
-                   "launch; and read results back (float(loss), block_until_ready) every N steps, not every step, so "
-                   "that launches queue ahead of the device instead of each waiting for the last.",
-    Framework.TENSORFLOW: "Give each launch more work: run several steps per tf.function call (Keras "
-                          "steps_per_execution, or a loop over several batches inside the tf.function), train on "
-                          "larger batches, and read metrics back (.numpy()) every N steps, not every step.",
-    Framework.PYTORCH_XLA: "Give each graph more work: train on larger batches or run several steps per graph "
-                           "(torch_xla.sync() / xm.mark_step() every N steps), and read values back (.item(), "
-                           "printing) every N steps, not every step.",
-}
-_MORE_WORK_PER_LAUNCH[Framework.TENSORFLOW_EAGER] = _MORE_WORK_PER_LAUNCH[Framework.TENSORFLOW]
-_MORE_WORK_PER_LAUNCH[Framework.UNKNOWN] = _MORE_WORK_PER_LAUNCH[Framework.JAX]
+_MORE_WORK_PER_LAUNCH = FrameworkFix(
+    jax="Give each launch more work: run several steps in one jitted call (lax.scan or lax.fori_loop over a stack "
+        "of batches, carrying the parameters and optimizer state), or train on larger batches; keep the parameters "
+        "in fewer, larger arrays (stack the layers' weights and scan over the layers, or "
+        "jax.flatten_util.ravel_pytree), since every array is flattened and handed over at each launch; and read "
+        "results back (float(loss), block_until_ready) every N steps, not every step, so that launches queue ahead "
+        "of the device instead of each waiting for the last.",
+    tensorflow="Give each launch more work: run several steps per tf.function call (Keras steps_per_execution, or a "
+               "loop over several batches inside the tf.function), train on larger batches, and read metrics back "
+               "(.numpy()) every N steps, not every step.",
+    pytorch_xla="Give each graph more work: train on larger batches or run several steps per graph "
+                "(torch_xla.sync() / xm.mark_step() every N steps), and read values back (.item(), printing) every "
+                "N steps, not every step.",
+)
 
 
 def host_work_fix(framework: Framework, input_pipeline: bool) -> str:
@@ -166,23 +176,8 @@ def host_work_fix(framework: Framework, input_pipeline: bool) -> str:
             "and device-to-host reads (.item(), np.asarray, block_until_ready) out of the loop.")
 
 
-@dataclass(frozen=True)
-class CauseFix:
-    """One host-side cause's fix in the words of each framework: TensorFlow (graph or eager), PyTorch/XLA, and
-    JAX, which is also the advice where the framework is not told apart."""
-
-    tensorflow: str
-    pytorch_xla: str
-    jax: str
-
-    def worded_for(self, framework: Framework) -> str:
-        if framework in (Framework.TENSORFLOW, Framework.TENSORFLOW_EAGER):
-            return self.tensorflow
-        return self.pytorch_xla if framework is Framework.PYTORCH_XLA else self.jax
-
-
 _CAUSE_FIXES = {
-    HostCause.BATCH_MAKING: CauseFix(  # take the making of batches off the thread that runs the steps
+    HostCause.BATCH_MAKING: FrameworkFix(  # take the making of batches off the thread that runs the steps
         tensorflow="Build the batches in a tf.data pipeline instead of in the step: map the decoding and "
                    "augmentation with num_parallel_calls=tf.data.AUTOTUNE and end it with "
                    ".prefetch(tf.data.AUTOTUNE), so the next batch is ready when the step starts.",
@@ -192,7 +187,7 @@ _CAUSE_FIXES = {
         jax="Move the batch-making off the training thread into an input pipeline that runs ahead of the step: "
             "grain (a DataLoader with worker_count > 0) or tf.data with .prefetch, and copy the next batch to the "
             "device while the current step runs (jax.device_put ahead of time, or flax's prefetch_to_device)."),
-    HostCause.CHECKPOINT: CauseFix(  # save checkpoints without stopping the steps
+    HostCause.CHECKPOINT: FrameworkFix(  # save checkpoints without stopping the steps
         tensorflow="Save asynchronously: tf.train.Checkpoint.write with "
                    "tf.train.CheckpointOptions(experimental_enable_async_checkpoint=True), and save less often.",
         pytorch_xla="Save asynchronously with torch_xla's distributed checkpointing (CheckpointManager.save_async) "
@@ -200,7 +195,7 @@ _CAUSE_FIXES = {
         jax="Checkpoint asynchronously: orbax's CheckpointManager with enable_async_checkpointing (or "
             "AsyncCheckpointer) copies the state off the device and writes it in the background while the steps "
             "go on; save less often."),
-    HostCause.DEVICE_SYNC: CauseFix(  # stop reading device values back (and logging them) on every step
+    HostCause.DEVICE_SYNC: FrameworkFix(  # stop reading device values back (and logging them) on every step
         tensorflow="Read metrics back every N steps, not every step: keep them in tf.keras.metrics or "
                    "tf.Variables on the device, call .numpy() / write summaries every N steps, and log from a "
                    "background writer.",
@@ -210,7 +205,7 @@ _CAUSE_FIXES = {
             "back (float(), .item(), jax.device_get) every N steps or for the previous step only, and format and "
             "write the log line on a background thread (or with jax.debug.callback / an async logger), so the "
             "host never stops the next step's dispatch to wait for and print this one."),
-    HostCause.LOGGING: CauseFix(  # log less often, and off the thread that runs the steps
+    HostCause.LOGGING: FrameworkFix(  # log less often, and off the thread that runs the steps
         tensorflow="Log less often and off the training thread: write summaries every N steps "
                    "(tf.summary.record_if, or a Keras callback's update_freq), hand records to a background writer "
                    "(Python's logging.handlers.QueueHandler with a QueueListener), and log aggregates, not every "
@@ -222,7 +217,7 @@ _CAUSE_FIXES = {
             "writer (logging.handlers.QueueHandler with a QueueListener, or a thread reading a queue) so the loop "
             "only enqueues it, and log aggregates (a mean, a histogram) rather than every value, in a cheap "
             "encoding."),
-    HostCause.ROUND_TRIP: CauseFix(  # compute where the values are: on the device
+    HostCause.ROUND_TRIP: FrameworkFix(  # compute where the values are: on the device
         tensorflow="Compute it on the device, inside the tf.function (tf.random.categorical for sampling, tf ops "
                    "for the statistics), so the values never leave the device; where the host must see them, read "
                    "them back every N steps.",
@@ -232,7 +227,7 @@ _CAUSE_FIXES = {
         jax="Compute it on the device, inside the jitted step (jnp, jax.random.categorical for sampling, optax "
             "for an optimizer's update), so the values never leave the device and the host only launches steps; "
             "where the host must see them, read them back every N steps."),
-    HostCause.UNTRACED: CauseFix(  # name the untraced time before moving it
+    HostCause.UNTRACED: FrameworkFix(  # name the untraced time before moving it
         tensorflow="Name the time first: capture again with the Python tracer on "
                    "(tf.profiler.experimental.ProfilerOptions(python_tracer_level=1)) or wrap the loop's parts in "
                    "tf.profiler.experimental.Trace scopes. Untraced time on the training thread is usually input "
@@ -247,7 +242,7 @@ _CAUSE_FIXES = {
             "on the training thread is usually input work (loading, decoding, tokenising or padding batches in "
             "Python) or a wait on a loader or a copy the trace does not show: once named, move the work into an "
             "input pipeline that runs ahead of the step (grain or tf.data with prefetch) or out of the loop."),
-    HostCause.TRANSFERS: CauseFix(  # stop copying data between host and device memory inside the step
+    HostCause.TRANSFERS: FrameworkFix(  # stop copying data between host and device memory inside the step
         tensorflow="Keep the data on the device between steps: no .numpy() round trips in the loop; keep state in "
                    "tf.Variables updated inside the tf.function. Copy new input ahead of the step: end the tf.data "
                    "pipeline with .prefetch(tf.data.AUTOTUNE) and distribute it with "

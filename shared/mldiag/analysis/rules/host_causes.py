@@ -210,13 +210,13 @@ def _from_attribution(host: HostEvidence) -> list[Cause]:
     round_trip = copies_both_ways([part.name for part in attribution.parts
                                    if part.cause is TimeCause.TRANSFERS and part.thread == stepping]
                                   + [t.name for t in host.transfers if t.thread == stepping])
-    logging = next((read for read in host.device_reads
-                    if read.count_per_step >= EVERY_STEP and _SYNC.search(function_name(read.name))), None)
+    logging_read = next((read for read in host.device_reads
+                         if read.count_per_step >= EVERY_STEP and _SYNC.search(function_name(read.name))), None)
     found, read_back = [], []
     for part in attribution.parts:
         if part.cause is TimeCause.TRANSFERS and not part.thread:
             continue  # a device busy with its own copies: the data-movement rule's, with the ops and their bytes
-        if part.cause is TimeCause.TRANSFERS and logging is not None and part.thread == stepping and (
+        if part.cause is TimeCause.TRANSFERS and logging_read is not None and part.thread == stepping and (
                 _reads_back_only(part.name)):
             read_back.append(part)  # the training thread's copies off the device: its logging's read, every step
             continue
@@ -230,9 +230,9 @@ def _from_attribution(host: HostEvidence) -> list[Cause]:
             kind = kind_of(part.name, _reads_device(host, part.name), round_trip)
         found.append((kind, _part(part.name, part.ms, part.thread, part.share), True))
     merged = _with_its_copies(_merged(found, {}, steps), stepping)
-    if logging is not None and read_back:
+    if logging_read is not None and read_back:
         merged.append(Cause(HostCause.DEVICE_SYNC, sum(part.ms for part in read_back) / steps,
-                            [replace(logging, reads_device=True)],
+                            [replace(logging_read, reads_device=True)],
                             share=sum(part.share for part in read_back)))
         merged.sort(key=lambda cause: -cause.ms)
     return merged

@@ -3,8 +3,9 @@
 A device busy at a small share of the roofline is a fault of the ops it runs, and
 some ops have a cheaper way to the same result that no fusion or tiling finds: a
 full sort where only the top of each row is used. An op whose time is the model's
-own work (an embedding's gather and scatter) has no entry. The kernel's HLO (:func:`mldiag.analysis.xprof.hlo.describe`) says which
-op it is; the fix names that op's alternatives.
+own work (an embedding's gather and scatter) has no entry. The kernel's HLO
+(:func:`mldiag.analysis.xprof.hlo.describe`) says which op it is; the fix names
+that op's alternatives.
 """
 
 from __future__ import annotations
