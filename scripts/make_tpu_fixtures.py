@@ -2492,6 +2492,110 @@ def eval_preds_to_host(big: bool) -> Workload:
     return Workload(iteration, ablations={"device_accuracy": on_device})
 
 
+def slow_consumer_thread(big: bool) -> Workload:
+    """After each annotated bf16 MLP train step the training thread hands its metrics to a 'writer' thread through a
+    queue of two; the writer sends each record to a slow sink (40 ms of latency), so the training thread blocks on
+    ``put`` once the queue is full. Python tracer on; ablation: a sink without latency."""
+    import jax
+
+    params, train_step, x, y = _mlp_step(big)
+    state = {"params": params, "sent": 0}
+    writers: dict[float, tuple[queue.Queue, threading.Event]] = {}
+
+    def send_record(record: dict, latency: float) -> None:
+        time.sleep(latency)  # the sink's round trip (a metrics service, a remote logger)
+        state["sent"] += 1
+
+    def start(latency: float) -> tuple[queue.Queue, threading.Event]:
+        records: queue.Queue = queue.Queue(maxsize=2)
+        stopping = threading.Event()
+
+        def write() -> None:
+            while not stopping.is_set():
+                with contextlib.suppress(queue.Empty):
+                    send_record(records.get(timeout=0.1), latency)
+
+        threading.Thread(target=write, name="writer", daemon=True).start()
+        return records, stopping
+
+    def loop(latency: float):
+        def iteration(i: int, clock: Clock) -> None:
+            if latency not in writers:
+                for _, stopping in writers.values():
+                    stopping.set()
+                writers[latency] = start(latency)
+            state["params"], value = train_step(state["params"], x, y)
+            record = {"step": i, "loss": float(jax.device_get(value))}
+            with clock.part("hand_over_record"):
+                writers[latency][0].put(record)
+
+        return iteration
+
+    def stop() -> None:
+        for _, stopping in writers.values():
+            stopping.set()
+
+    return Workload(loop(0.040), ablations={"fast_sink": loop(0.0)}, stop=stop)
+
+
+def debug_nans_enabled(big: bool) -> Workload:
+    """A bf16 MLP train step run with ``jax_debug_nans`` left on (a debugging flag): after every jitted call JAX
+    copies its outputs to the host and checks them for NaNs. Ablation: the flag off."""
+    import jax
+
+    params, train_step, x, y = _mlp_step(big)
+    state = {"params": params}
+
+    def loop(checking: bool):
+        def iteration(i: int, clock: Clock) -> None:
+            with jax.debug_nans(checking):
+                state["params"], value = train_step(state["params"], x, y)
+                value.block_until_ready()
+
+        return iteration
+
+    return Workload(loop(True), ablations={"no_nan_checks": loop(False)})
+
+
+def _make_batch_in_worker(shape: tuple[int, int]):
+    import numpy as np
+
+    return np.random.default_rng().standard_normal(shape, dtype=np.float32)
+
+
+def worker_process_loader(big: bool) -> Workload:
+    """Two worker processes (multiprocessing) make f32 batches (4096 x 4096 on the chip, 64 MiB) that reach the
+    training thread pickled through a pipe: each annotated step takes the next from ``imap`` and copies it to the
+    device. Python tracer on; ablation: the batch already in the training process."""
+    import functools
+    import multiprocessing
+
+    import jax
+    import numpy as np
+
+    rows, width = (4096, 4096) if big else (512, 1024)
+    params, train_step, _, y = _mlp_step(big, widths=[width, 4096, 4096, 1024] if big else [width, 256, 256, 256],
+                                         batch=rows)
+    ready = np.random.default_rng(0).standard_normal((rows, width), dtype=np.float32)
+    pool = multiprocessing.get_context("spawn").Pool(2)
+    batches = pool.imap(functools.partial(_make_batch_in_worker), [(rows, width)] * 10_000)
+    state = {"params": params}
+
+    def loop(from_workers: bool):
+        def iteration(i: int, clock: Clock) -> None:
+            with clock.part("next_batch"):
+                batch = next(batches) if from_workers else ready
+            state["params"], value = train_step(state["params"], jax.device_put(batch), y)
+            value.block_until_ready()
+
+        return iteration
+
+    def stop() -> None:
+        pool.terminate()
+
+    return Workload(loop(True), ablations={"in_process": loop(False)}, stop=stop)
+
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -2689,6 +2793,17 @@ SHAPES: dict[str, Shape] = {
     "eval_preds_to_host": Shape(eval_preds_to_host, 15, "an evaluation loop whose accuracy copies each step's f32 "
                                 "logits (8192x4096 on the chip) to the host for a numpy argmax; Python tracer on",
                                 python_tracer=True, cause="accuracy: the logits copied to the host every step"),
+    "slow_consumer_thread": Shape(slow_consumer_thread, 20, "after each annotated bf16 MLP train step the training "
+                                  "thread puts its metrics on a queue of two for a 'writer' thread whose sink takes "
+                                  "40 ms a record; Python tracer on", python_tracer=True,
+                                  cause="the training thread blocks handing records to a slower writer thread"),
+    "debug_nans_enabled": Shape(debug_nans_enabled, 15, "a bf16 MLP train step run under jax.debug_nans(True), a "
+                                "debugging flag left on; annotated steps",
+                                cause="jax_debug_nans: every call's outputs copied to the host and checked"),
+    "worker_process_loader": Shape(worker_process_loader, 15, "two worker processes make 64 MiB f32 batches (on the "
+                                   "chip) that reach each annotated bf16 MLP step pickled through multiprocessing's "
+                                   "imap; Python tracer on", python_tracer=True,
+                                   cause="next_batch: receiving and unpickling each batch from the worker processes"),
 }
 
 

@@ -95,6 +95,10 @@ OTHER = "(other)"  # the name of a cause's parts beyond the top ones, summed
 UNNAMED_THREAD = "(unnamed thread)"  # a host line without a name (a Python thread the tracer did not name)
 LOADER_ROLE = "loader thread"  # a line that puts into a queue and launches nothing: it feeds another thread its input
 LOADER_THREAD = f"(unnamed {LOADER_ROLE})"
+# A line that takes from a queue, puts into none and launches nothing: it takes another thread's output (a writer,
+# a metrics sender).
+CONSUMER_ROLE = "consumer thread"
+CONSUMER_THREAD = f"(unnamed {CONSUMER_ROLE})"
 
 # Op families by name, first match wins: TPU's dots are convolutions, XLA CPU's YNNPACK fusions are built around a
 # dot, ROCm's Tensile GEMMs are "Cijk_...". Data movement before elementwise so that "copy_bitcast_fusion" moves data.

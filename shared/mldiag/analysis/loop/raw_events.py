@@ -69,7 +69,16 @@ from mldiag.analysis.host_evidence import (
     Warmup,
 )
 from mldiag.analysis.loop import host_time
-from mldiag.analysis.loop.attribution import LOADER_ROLE, LOADER_THREAD, UNNAMED_THREAD, Device, Window, attribute
+from mldiag.analysis.loop.attribution import (
+    CONSUMER_ROLE,
+    CONSUMER_THREAD,
+    LOADER_ROLE,
+    LOADER_THREAD,
+    UNNAMED_THREAD,
+    Device,
+    Window,
+    attribute,
+)
 from mldiag.analysis.loop.step_groups import (
     MAX_MICRO_BATCHES,
     MIN_REPEATS,
@@ -94,6 +103,7 @@ from mldiag.analysis.profile.trace_names import (
     NOT_AN_OP,
     NOT_BUSY,
     PROGRAM_DONE,
+    QUEUE_GET,
     QUEUE_PUT,
     THREAD_WAITING,
     TRANSFER,
@@ -355,8 +365,9 @@ def _inline_program(trace: _Trace, line: _Line) -> _Line:
 def _name_threads_apart(trace: _Trace, is_dispatch: np.ndarray) -> None:
     """Name apart the host lines the trace does not: it leaves some Python threads unnamed and calls every Python
     tracer line ``python``. A line that puts into a queue and launches no program is a loader, feeding another
-    thread its input; lines still sharing a name are numbered apart, those that launch programs first."""
-    puts = trace.mask(QUEUE_PUT.search)
+    thread its input; one that only takes from a queue is a consumer of another thread's output; lines still
+    sharing a name are numbered apart, those that launch programs first."""
+    puts, gets = trace.mask(QUEUE_PUT.search), trace.mask(QUEUE_GET.search)
 
     def launches(line: _Line) -> bool:
         return bool(is_dispatch[line.ids].any())
@@ -369,10 +380,11 @@ def _name_threads_apart(trace: _Trace, is_dispatch: np.ndarray) -> None:
             continue
         for line in lines:
             loads = bool(puts[line.ids].any()) and not launches(line)
+            consumes = not loads and bool(gets[line.ids].any()) and not puts[line.ids].any() and not launches(line)
             if not name:
-                line.name = LOADER_THREAD if loads else UNNAMED_THREAD
-            elif loads:
-                line.name = f"{name}: {LOADER_ROLE}"
+                line.name = LOADER_THREAD if loads else CONSUMER_THREAD if consumes else UNNAMED_THREAD
+            elif loads or consumes:
+                line.name = f"{name}: {LOADER_ROLE if loads else CONSUMER_ROLE}"
         for role in {line.name for line in lines}:
             alike = sorted((line for line in lines if line.name == role), key=lambda line: not launches(line))
             for number, line in enumerate(alike[1:], start=2):
@@ -873,7 +885,8 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
                                     host.dispatching, host.activity_own, host.thread),
         between_steps=_activities(trace, host.between_ns, host.between_count, max(1, len(gaps)), mean_iteration_ns,
                                   host.dispatching, host.between_own, host.thread),
-        dispatched=_activities(trace, host.dispatched_ns, host.dispatched, count, mean_step_ns, host.dispatching),
+        dispatched=_activities(trace, host.dispatched_ns, host.dispatched, count, mean_step_ns, host.dispatching,
+                               reads=host.dispatch_reads),
         dispatch_origins=_activities(trace, host.origin_ns, host.origin_count, count, mean_step_ns, host.dispatching,
                                      thread=host.thread),
         thread_wait_ms_per_step=host.thread_wait_idle_ns / count / 1e6,
@@ -960,6 +973,7 @@ class _HostSide:
     between_ns: np.ndarray  # per name: what it does between steps
     between_count: np.ndarray
     dispatching: np.ndarray  # per name: its events enclose jit dispatches (the function that runs the step)
+    dispatch_reads: np.ndarray  # per name: jit dispatches that read device values back inside the call
     untraced_ns: float  # loop time with no event but the step marker on the stepping thread and no device busy
     waiting_idle_ns: float  # loop time the stepping thread waits on the devices while they idle (mean over devices)
     activity_own: _Own  # the own idle time of the activities inside steps, and who owns it
@@ -1097,7 +1111,7 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
     dispatches = np.zeros(count, dtype=np.int64)
     compile_starts, compile_ends = [], []
     compiles_in_steps = allocator_events = 0
-    activity_keep, between_keep, outer_dispatch, durations, driving = [], [], [], [], []
+    activity_keep, between_keep, outer_dispatch, durations, driving, reading_calls = [], [], [], [], [], []
     owned: dict[str, list[list[np.ndarray]]] = {"activity": [], "between": []}
     transfer_keep, transfer_idle, read_keep = [], [], []
     origin_count, origin_ns = np.zeros(len(trace.names)), np.zeros(len(trace.names))
@@ -1122,6 +1136,7 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
             if len(gap_windows) else gap >= 0
         between_keep.append(within_gap & ~_has_ancestor(line, within_gap) & is_stepping)
         outer_dispatch.append(outermost)
+        reading_calls.append(outermost & _has_descendant(line, is_read[line.ids]))
         transfer_keep.append(_outermost(line, is_transfer) & (step >= 0) & is_stepping)
         transfer_idle.append(_idle_cover(busy_unions, np.column_stack((line.starts, line.ends))) if is_stepping
                              else np.zeros(len(line)))
@@ -1168,6 +1183,7 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
         between_ns=_per_name(trace, trace.host_lines, durations, between_keep),
         between_count=_per_name(trace, trace.host_lines, ones, between_keep),
         dispatching=_per_name(trace, trace.host_lines, ones, driving) > 0,
+        dispatch_reads=_per_name(trace, trace.host_lines, ones, reading_calls) > 0,
         untraced_ns=float(loop[0, 1] - loop[0, 0] - traced.covered(loop)[0]) if stepping else 0.0,
         waiting_idle_ns=waited_ns - float(np.mean(busy_while_waiting)),
         activity_own=_own_of(len(trace.names), owned["activity"]),
@@ -1617,7 +1633,8 @@ def _depths(line: _Line) -> np.ndarray:
 
 
 def _activities(trace: _Trace, total_ns: np.ndarray, count: np.ndarray, steps: int, mean_step_ns: float,
-                dispatching: np.ndarray, own: _Own | None = None, thread: str = "") -> list[HostActivity]:
+                dispatching: np.ndarray, own: _Own | None = None, thread: str = "",
+                reads: np.ndarray | None = None) -> list[HostActivity]:
     found = []
     for i in np.argsort(-total_ns)[:TOP_ACTIVITIES]:
         if total_ns[i] <= 0:
@@ -1625,6 +1642,8 @@ def _activities(trace: _Trace, total_ns: np.ndarray, count: np.ndarray, steps: i
         activity = HostActivity(name=trace.names[i], count_per_step=count[i] / steps,
                                 ms_per_step=total_ns[i] / steps / 1e6, share_of_step=total_ns[i] / steps / mean_step_ns,
                                 encloses_dispatches=bool(dispatching[i]), thread=thread)
+        if reads is not None:
+            activity.reads_device = bool(reads[i])
         if own is not None:
             activity.self_ms_per_step = float(own.ns[i]) / steps / 1e6
             activity.reads_device = bool(own.reads[i]) if own.reads is not None else False

@@ -63,6 +63,8 @@ THREAD_WAITING = re.compile(r"\bqueue\.py:\d+ get$|\bthreading\.py:\d+ (wait|joi
                             r"\$<unknown> acquire$|\bconcurrent/futures/_base\.py:\d+ result$")
 # A thread handing work to another through a queue (Python's queue and multiprocessing's, as the tracer names them).
 QUEUE_PUT = re.compile(r"\bqueues?\.py:\d+ put(_nowait)?$")
+# A thread taking work from another through a queue.
+QUEUE_GET = re.compile(r"\bqueues?\.py:\d+ get(_nowait)?$")
 # Copies between host and device memory as the host or a device records them: JAX's device_put (DevicePut),
 # jnp.asarray of a numpy array (the jitted ``stage``), reads back (np.asarray of a jax.Array, copy_to_host_async),
 # the runtimes' copies (PJRT, TensorFlow's, CUDA's MemcpyHtoD, ROCm's CopyHostToDevice and hipMemcpyHtoDAsync,

@@ -106,7 +106,7 @@ IDLE_PRIORITIES = ((0.50, Priority.P0), (0.25, Priority.P1), (0.10, Priority.P2)
 # their own): the change it asks for is small and its gain is known.
 NAMED_CAUSE_P0 = 0.10
 NAMED_CAUSES = frozenset({HostCause.CHECKPOINT, HostCause.DEVICE_SYNC, HostCause.LOGGING, HostCause.PRODUCER_THREAD,
-                          HostCause.BATCH_MAKING, HostCause.ROUND_TRIP})
+                          HostCause.CONSUMER_THREAD, HostCause.BATCH_MAKING, HostCause.ROUND_TRIP})
 OP_BY_OP_DISPATCHES = 50  # jit dispatches per step that mean the step is not one program
 DISPATCH_ORIGIN_FLOOR = 0.1  # share of the dispatches a function makes for the op-by-op finding to name it
 # Share of a step's dispatches that launch one function for them to be that function called over and over (once
@@ -403,12 +403,12 @@ def _cause_evidence(host: HostEvidence, cause: host_causes.Cause, host_work: lis
     elsewhere = [part for part in cause.parts if part.thread and part.thread not in stepping]
     lines = []
     if elsewhere:
-        lines += ([f"the training thread waits on other host threads (a queue's get, a lock) "
+        lines += ([f"the training thread waits on other host threads (a queue's get or put, a lock) "
                    f"{host.thread_wait_ms_per_step:.2f} ms per step while the devices idle"]
                   if cause.steps_per_part == 1 else [])
         lines += [f"meanwhile the host thread {quoted(part.thread)} runs {quoted(part.name)}: "
                   f"{part.ms_per_step:.2f} ms {per}" for part in elsewhere[:4]]
-    if cause.kind is HostCause.PRODUCER_THREAD:
+    if cause.kind in (HostCause.PRODUCER_THREAD, HostCause.CONSUMER_THREAD):
         return lines
     if cause.kind is HostCause.TRANSFERS:
         return _copies_evidence(host, cause, per, stepping)
@@ -442,6 +442,8 @@ def _copies_evidence(host: HostEvidence, cause: host_causes.Cause, per: str, ste
     lines += [f"{(transfer_direction(t.name) or 'host-device').replace(' ', '-')} copy {quoted(t.name)} on the "
               f"training thread: {t.count_per_step:.1f} calls per step, {t.ms_per_step:.2f} ms per step in the call"
               for t in host.transfers[:3]]
+    lines += [f"the jit call {quoted(call.name)} reads device values back inside the call: {call.count_per_step:.1f} "
+              f"calls per step, {call.ms_per_step:.2f} ms per step" for call in host_causes.checked_calls(host)[:2]]
     in_calls = sum(t.ms_per_step for t in host.transfers)
     copying = sum(part.ms_per_step for part in cause.parts if part.thread in stepping) / cause.steps_per_part
     if any(transfer_direction(t.name) == "host to device" for t in host.transfers) and (
@@ -485,8 +487,14 @@ def _host_cause_fix(host: HostEvidence, cause: host_causes.Cause) -> str:
                 "into one (np.stack) or hand the whole pytree to a single jax.device_put, so that the per-call cost "
                 "is paid once; better still, keep what does not change on the device, and copy the next batch "
                 "while the current step runs.")
+    if cause.kind is HostCause.TRANSFERS and host_causes.checked_calls(host) and framework in (
+            Framework.JAX, Framework.UNKNOWN):
+        return ("The jit call copies its own outputs to the host inside the call, every call: that is what "
+                "jax_debug_nans (or jax_debug_infs) does, checking each output for NaNs. Turn it off for training "
+                "(jax.config.update('jax_debug_nans', False), and unset JAX_DEBUG_NANS); to catch NaNs, check the "
+                "loss every N steps, or use jax.experimental.checkify inside the step.")
     if cause.kind is HostCause.PRODUCER_THREAD:
-        return frameworks.producer_fix(framework, [host_causes.function_name(p.name) for p in cause.parts])
+        return frameworks.producer_fix(framework, [p.name for p in cause.parts])
     if fix := frameworks.cause_fix(cause.kind, framework):
         return fix
     if cause.kind is HostCause.HOST_WORK and cause.parts and (fix := host_causes.known_call_fix(cause.parts[0].name)):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from mldiag.analysis.host_evidence import HostEvidence
-from mldiag.analysis.rules.host_causes import HostCause
+from mldiag.analysis.rules.host_causes import HostCause, function_name
 
 
 class Framework(StrEnum):
@@ -109,6 +109,11 @@ class FrameworkFix:
     tensorflow: str
     pytorch_xla: str
     jax: str
+
+    @classmethod
+    def same(cls, words: str) -> FrameworkFix:
+        """A fix whose words no framework changes."""
+        return cls(tensorflow=words, pytorch_xla=words, jax=words)
 
     def worded_for(self, framework: Framework) -> str:
         if framework in (Framework.TENSORFLOW, Framework.TENSORFLOW_EAGER):
@@ -217,6 +222,11 @@ _CAUSE_FIXES = {
             "writer (logging.handlers.QueueHandler with a QueueListener, or a thread reading a queue) so the loop "
             "only enqueues it, and log aggregates (a mean, a histogram) rather than every value, in a cheap "
             "encoding."),
+    HostCause.CONSUMER_THREAD: FrameworkFix.same(  # never block the steps on their output's hand-over
+        "Never let the training thread block on handing over its output: put without waiting (put_nowait, "
+        "dropping or aggregating records while the queue is full) or into an unbounded queue, send records in "
+        "batches (one call every N steps), and make the slow side faster (an asynchronous client, several sender "
+        "threads, or write locally and ship the file in the background)."),
     HostCause.ROUND_TRIP: FrameworkFix(  # compute where the values are: on the device
         tensorflow="Compute it on the device, inside the tf.function (tf.random.categorical for sampling, tf ops "
                    "for the statistics), so the values never leave the device; where the host must see them, read "
@@ -273,9 +283,22 @@ _READS = re.compile(r"read|open|load|fetch|download|recv|sleep|\bio\b|file|gcs|s
                     re.IGNORECASE)
 
 
+# The threads of a pool of worker processes as the Python tracer sees them (multiprocessing's pipes and queues):
+# the batches are made in processes the trace does not cover and reach this one pickled.
+_WORKER_PROCESSES = re.compile(r"multiprocessing|\$connection\.py:|\$popen_\w+\.py:|\$pool\.py:|\$reduction\.py:")
+
+
 def producer_fix(framework: Framework, doing: Iterable[str]) -> str:
-    """How to speed up the thread that produces the batches, from what it spends its time on."""
-    reads = any(_READS.search(name) for name in doing)
+    """How to speed up the thread that produces the batches, from what it spends its time on (the names the trace
+    gives it, a Python-tracer frame with its file)."""
+    doing = list(doing)
+    if any(_WORKER_PROCESSES.search(name) for name in doing):
+        return ("The batches come from worker processes the trace does not cover, pickled through pipes: the "
+                "training thread waits for them. Make each batch cheaper to hand over (send smaller dtypes such as "
+                "uint8 or bf16 and cast on the device; put the arrays in shared memory, as grain's and PyTorch's "
+                "loaders do, instead of pickling them), add worker processes until they keep ahead of the step, "
+                "and profile a worker on its own to see what it spends its time on.")
+    reads = any(_READS.search(function_name(name)) for name in doing)
     workers = {
         Framework.TENSORFLOW: "num_parallel_calls=tf.data.AUTOTUNE in map and interleave",
         Framework.TENSORFLOW_EAGER: "num_parallel_calls=tf.data.AUTOTUNE in map and interleave",

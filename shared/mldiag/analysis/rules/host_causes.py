@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from mldiag.analysis.host_evidence import HostActivity, HostEvidence, TimeCause
+from mldiag.analysis.loop.attribution import CONSUMER_ROLE
 from mldiag.analysis.profile.trace_names import transfer_direction
 
 
@@ -31,6 +32,7 @@ class HostCause(StrEnum):
     DEVICE_SYNC = "device_sync"  # the training thread reads device values back (to log them) every step
     LOGGING = "logging"  # the training thread formats and writes logs itself, from values already on the host
     PRODUCER_THREAD = "producer_thread"  # the training thread waits on a slower thread that produces its input
+    CONSUMER_THREAD = "consumer_thread"  # the training thread waits to hand its output to a slower thread
     TRANSFERS = "transfers"  # copies between host and device memory
     ROUND_TRIP = "round_trip"  # the training thread computes on device values it copied back (and copies the result in)
     UNTRACED = "untraced"  # the training thread's time that no event records: its own Python code, or a wait
@@ -56,6 +58,11 @@ WORDS = {
     HostCause.PRODUCER_THREAD: ("the training thread waits on a slower loader thread",
                                 "The thread that runs the steps waits for its input from another host thread that "
                                 "cannot keep up: the devices idle while that thread reads and prepares the batch."),
+    HostCause.CONSUMER_THREAD: ("the training thread waits to hand its output to a slower thread",
+                                "The thread that runs the steps hands each step's output (metrics, records, "
+                                "predictions) to another host thread through a bounded queue, and that thread takes "
+                                "longer per item than a step: the training thread blocks on the hand-over while the "
+                                "devices idle."),
     HostCause.TRANSFERS: ("data is copied between host and device memory",
                           "Data goes from the device to the host and back (or is copied to the device again every "
                           "step) and the devices wait for the copies."),
@@ -145,9 +152,18 @@ def copies_both_ways(names: list[str]) -> bool:
     return {"device to host", "host to device"} <= directions
 
 
-def other_thread_kind(name: str) -> HostCause:
-    """What the training thread waits for when another thread runs ``name``: a save, or the next batch."""
-    return HostCause.CHECKPOINT if _CHECKPOINT.search(name) else HostCause.PRODUCER_THREAD
+def checked_calls(host: HostEvidence) -> list[HostActivity]:
+    """The jit calls that read device values back inside the call, in (nearly) every step: a call whose outputs
+    are copied to the host and checked as it returns (JAX's debug_nans or debug_infs)."""
+    return [call for call in host.dispatched if call.reads_device and call.count_per_step >= EVERY_STEP]
+
+
+def other_thread_kind(name: str, thread: str = "") -> HostCause:
+    """What the training thread waits for when another thread runs ``name``: a save, a thread that takes its
+    output (one the trace shows only taking from a queue), or the next batch."""
+    if _CHECKPOINT.search(name):
+        return HostCause.CHECKPOINT
+    return HostCause.CONSUMER_THREAD if CONSUMER_ROLE in thread else HostCause.PRODUCER_THREAD
 
 
 @dataclass
@@ -212,6 +228,7 @@ def _from_attribution(host: HostEvidence) -> list[Cause]:
                                   + [t.name for t in host.transfers if t.thread == stepping])
     logging_read = next((read for read in host.device_reads
                          if read.count_per_step >= EVERY_STEP and _SYNC.search(function_name(read.name))), None)
+    checking = {call.name for call in checked_calls(host)}
     found, read_back = [], []
     for part in attribution.parts:
         if part.cause is TimeCause.TRANSFERS and not part.thread:
@@ -220,12 +237,12 @@ def _from_attribution(host: HostEvidence) -> list[Cause]:
                 _reads_back_only(part.name)):
             read_back.append(part)  # the training thread's copies off the device: its logging's read, every step
             continue
-        if part.cause is TimeCause.TRANSFERS:
-            kind = HostCause.TRANSFERS
+        if part.cause is TimeCause.TRANSFERS or (part.cause is TimeCause.DISPATCH and part.name in checking):
+            kind = HostCause.TRANSFERS  # a call that copies its outputs back: its time is the copies' and checks'
         elif part.cause is not TimeCause.HOST_WORK:
             continue
         elif stepping and part.thread and part.thread != stepping:
-            kind = other_thread_kind(part.name)
+            kind = other_thread_kind(part.name, part.thread)
         else:
             kind = kind_of(part.name, _reads_device(host, part.name), round_trip)
         found.append((kind, _part(part.name, part.ms, part.thread, part.share), True))
@@ -285,11 +302,11 @@ def _from_evidence(host: HostEvidence, notable_ms: float) -> list[Cause]:
                   for name, own, reads in _owned(activity) if own >= PART_SHARE * notable_ms]
     if host.thread_wait_ms_per_step >= notable_ms:
         doing = [a for a in host.while_waiting if a.ms_per_step >= PART_SHARE * host.thread_wait_ms_per_step][:4]
-        found += [(other_thread_kind(a.name), _part(a.name, a.ms_per_step, a.thread), False) for a in doing]
+        found += [(other_thread_kind(a.name, a.thread), _part(a.name, a.ms_per_step, a.thread), False) for a in doing]
         # The wait is the cost, shared among what the other threads did meanwhile.
         seen = sum(a.ms_per_step for a in doing)
         for a in doing:
-            kind = other_thread_kind(a.name)
+            kind = other_thread_kind(a.name, a.thread)
             cost[kind] = cost.get(kind, 0.0) + host.thread_wait_ms_per_step * a.ms_per_step / seen
     copies = [t for t in host.transfers if (t.self_ms_per_step or 0.0) >= PART_SHARE * notable_ms]
     copying_ms = max(sum(t.self_ms_per_step or 0.0 for t in copies), host.transfer_ms_per_step)

@@ -367,6 +367,13 @@ def test_a_loader_s_fix_follows_what_it_spends_its_time_on_and_never_adds_a_thre
     assert not any("background thread" in fix for fix in (reading, computing))
 
 
+def test_a_loader_of_worker_processes_seen_through_their_pipes_gets_a_cheaper_hand_over():
+    pool = frameworks.producer_fix(Framework.JAX, ["$connection.py:390 _recv", "$popen_fork.py:24 poll"])
+    assert "worker processes" in pool and "shared memory" in pool
+    # The file decides, not the function's bare name: a user's own _recv is a read.
+    assert "reading" in frameworks.producer_fix(Framework.JAX, ["$loader.py:12 _recv"])
+
+
 @pytest.mark.parametrize("framework", list(Framework))
 def test_every_framework_has_a_fix_for_each_cause(framework):
     for cause in (HostCause.CHECKPOINT, HostCause.DEVICE_SYNC, HostCause.TRANSFERS, HostCause.BATCH_MAKING):
@@ -458,3 +465,43 @@ def test_a_copy_to_the_device_waited_for_every_step_is_the_p0_with_a_copy_ahead_
 def test_the_copies_fix_keeps_data_on_the_device_and_copies_new_input_ahead(framework, ahead):
     fix = frameworks.cause_fix(HostCause.TRANSFERS, framework)
     assert "on the device" in fix and ahead in fix and "smaller dtypes" in fix
+
+
+def test_another_thread_that_only_takes_from_a_queue_is_a_consumer_of_the_training_thread_s_output():
+    assert host_causes.other_thread_kind("$w.py:5 send_record", "(unnamed consumer thread)") is (
+        HostCause.CONSUMER_THREAD)
+    assert host_causes.other_thread_kind("$w.py:5 read_batch", "(unnamed loader thread)") is HostCause.PRODUCER_THREAD
+    assert host_causes.other_thread_kind("$w.py:5 save_state", "(unnamed consumer thread)") is HostCause.CHECKPOINT
+
+
+def test_a_training_thread_blocked_handing_records_to_a_slow_writer_gets_a_non_blocking_fix_not_a_loader_fix():
+    step = _activity("$train.py:40 iteration", 35.0, 0.1)
+    attribution = _attributed([
+        TimePart(cause=TimeCause.HOST_WORK, name="$train.py:20 send_record", thread="(unnamed consumer thread)",
+                 ms=860.0, share=0.86),
+        TimePart(cause=TimeCause.DEVICE_COMPUTE, name="matmul/convolution", ms=90.0, share=0.09, useful=True),
+    ])
+    first, *_ = _findings(_host(activities=[step], attribution=attribution, thread_wait_ms=30.0))
+    assert first.priority is Priority.P0
+    assert first.title.endswith("while the training thread waits to hand its output to a slower thread")
+    assert '"$train.py:20 send_record"' in _said(first)
+    assert "put_nowait" in first.fix and "loader" not in first.fix
+
+
+def test_a_jit_call_that_reads_its_outputs_back_inside_the_call_costs_the_copies_and_the_checks_with_a_debug_fix():
+    call = HostActivity(name="PjitFunction(step)", count_per_step=1.0, ms_per_step=80.0, share_of_step=0.8,
+                        reads_device=True)
+    copies = HostActivity(name="np.asarray(jax.Array)", count_per_step=4.0, ms_per_step=60.0, share_of_step=0.6,
+                          thread="python")
+    attribution = _attributed([
+        TimePart(cause=TimeCause.TRANSFERS, name="np.asarray(jax.Array)", thread="python", ms=600.0, share=0.6),
+        TimePart(cause=TimeCause.DISPATCH, name="PjitFunction(step)", thread="python", ms=300.0, share=0.3),
+        TimePart(cause=TimeCause.DEVICE_COMPUTE, name="matmul/convolution", ms=50.0, share=0.05, useful=True),
+    ])
+    host = _host(activities=[_activity("$train.py:40 iteration", 95.0, 1.0)], attribution=attribution,
+                 transfers=[copies])
+    host.dispatched = [call]
+    first, *_ = _findings(host)
+    assert "compute idle 90% of each step" in first.title
+    assert "jax_debug_nans" in first.fix
+    assert '"PjitFunction(step)" reads device values back inside the call' in _said(first)
