@@ -91,6 +91,7 @@ MAX_THREAD_NAMES = 3  # a part of several threads' work names this many of them
 # relayout on the host about 10 GB/s): the longest that a copy of a given size can keep the thread waiting for it.
 MIN_COPY_BYTES_PER_NS = 1.0
 RESUMES_WITHIN_NS = 1_000_000  # a thread or device that resumes this soon after a copy is done was waiting for it
+BETWEEN_COPIES_NS = 250_000  # an untraced gap between two copy calls this short is the next call's own overhead
 OTHER = "(other)"  # the name of a cause's parts beyond the top ones, summed
 UNNAMED_THREAD = "(unnamed thread)"  # a host line without a name (a Python thread the tracer did not name)
 LOADER_ROLE = "loader thread"  # a line that puts into a queue and launches nothing: it feeds another thread its input
@@ -518,6 +519,8 @@ def _host_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, mark
             piece_starts = np.concatenate((piece_starts, line.starts[calls]))
             piece_ends = np.concatenate((piece_ends, line.ends[calls]))
             keys = np.concatenate((keys, chosen * stride + line.ids[calls]))
+        piece_starts, piece_ends, keys = _bridged_copies(line, event_class, inside, piece_starts, piece_ends, keys,
+                                                         stride)
     distinct = _distinct(keys)
     thread = line.name or UNNAMED_THREAD
     key_label = np.array([labels.of(TimeCause.TRANSFERS, HOST_CALLBACK_PART)
@@ -527,6 +530,23 @@ def _host_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, mark
     key_tier = np.array([_HOST_TIER[key // stride] for key in distinct.tolist()], dtype=np.int64)
     found = np.searchsorted(distinct, keys)
     return _HostPieces(piece_starts, piece_ends, key_label[found], key_tier[found])
+
+
+def _bridged_copies(line: LineLike, event_class: np.ndarray, inside: np.ndarray, starts: np.ndarray,
+                    ends: np.ndarray, keys: np.ndarray, stride: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pieces with the untraced gaps between back-to-back copies added to the copies: a loop that copies
+    array after array spends the time between two calls on the next call (its Python, its arguments), which no
+    event records without the Python tracer."""
+    copies = np.flatnonzero((event_class == _HOST_TRANSFER) & ~inside)
+    if len(copies) < 2:
+        return starts, ends, keys
+    gap_starts, gap_ends = line.ends[copies[:-1]], line.starts[copies[1:]]
+    # Nothing else begins between the two calls, and the gap is as short as a call's own overhead.
+    nothing_between = np.searchsorted(line.starts, gap_ends, side="left") - np.searchsorted(
+        line.starts, gap_starts, side="left") == 0
+    bridged = nothing_between & (gap_ends > gap_starts) & (gap_ends - gap_starts <= BETWEEN_COPIES_NS)
+    return (np.concatenate((starts, gap_starts[bridged])), np.concatenate((ends, gap_ends[bridged])),
+            np.concatenate((keys, _HOST_TRANSFER * stride + line.ids[copies[1:]][bridged])))
 
 
 def _copies_are_a_part(line: LineLike, copies: np.ndarray) -> np.ndarray:

@@ -65,11 +65,11 @@ THREAD_WAITING = re.compile(r"\bqueue\.py:\d+ get$|\bthreading\.py:\d+ (wait|joi
 QUEUE_PUT = re.compile(r"\bqueues?\.py:\d+ put(_nowait)?$")
 # A thread taking work from another through a queue.
 QUEUE_GET = re.compile(r"\bqueues?\.py:\d+ get(_nowait)?$")
-# Copies between host and device memory as the host or a device records them: JAX's device_put (DevicePut),
-# jnp.asarray of a numpy array (the jitted ``stage``), reads back (np.asarray of a jax.Array, copy_to_host_async),
-# the runtimes' copies (PJRT, TensorFlow's, CUDA's MemcpyHtoD, ROCm's CopyHostToDevice and hipMemcpyHtoDAsync,
+# Copies between host and device memory as the host or a device records them: JAX's device_put (DevicePut, and
+# shard_args, its placement of host arrays on devices), jnp.asarray of a numpy array (the jitted ``stage``), reads
+# back (np.asarray of a jax.Array, copy_to_host_async), the runtimes' copies (PJRT, TensorFlow's, CUDA's MemcpyHtoD, ROCm's CopyHostToDevice and hipMemcpyHtoDAsync,
 # the XLA CPU client's CPU_HOST_TO_DEVICE).
-TRANSFER = re.compile(r"^(DevicePut|PjitFunction\(stage\)|np\.asarray\(jax\.Array\)|\S*copy_to_host_async|"
+TRANSFER = re.compile(r"^(DevicePut|shard_args$|PjitFunction\(stage\)|np\.asarray\(jax\.Array\)|\S*copy_to_host_async|"
                       rf"{CPU_HOST_TO_DEVICE}|batched_copy_array_to_devices|\S*Transfer\w*(To|From)(Device|Host)|"
                       r"\S*BufferFromHost|"
                       r"\S*CopyToDevice|\S*CopyRawToHost|\S*ToLiteral|Memcpy[HD]2[HD]|"
@@ -83,7 +83,7 @@ DEVICE_READ = re.compile(r"np\.asarray\(jax\.Array\)|block_until_ready|\bdevice_
 _TO_HOST = re.compile(r"d\s*to\s*h|d2h|device\s*to\s*host|from[\s_]*device|to[\s_]*literal|to[\s_]*host|"
                       r"np\.asarray\(jax\.Array\)|device_get", re.IGNORECASE)
 _TO_DEVICE = re.compile(r"h\s*to\s*d|h2d|host\s*to\s*device|to[\s_]*device|from[\s_]*host|device[\s_]*put|deviceput|"
-                        r"PjitFunction\(stage\)", re.IGNORECASE)
+                        r"PjitFunction\(stage\)|^shard_args$", re.IGNORECASE)
 
 
 def collective(name: str) -> re.Match[str] | None:

@@ -584,3 +584,32 @@ def test_the_arrays_of_one_batch_copied_in_a_burst_are_in_flight_together():
                      (TimeCause.DISPATCH, "PjitFunction(step)", "python3"): 0.3,  # 2.6-28
                      (TimeCause.DEVICE_COMPUTE, "fusion", ""): 0.8,
                      (TimeCause.UNTRACED, "", "python3"): 2.2}  # 0-1, 28-28.2, 29-30
+
+
+def test_the_short_untraced_gaps_between_back_to_back_copies_are_the_copies_time():
+    # A loop of device_put calls: 60 us of Python between each 100 us call, then a long untraced pause.
+    names: list[str] = []
+    us = MS // 1000
+    copies = [("DevicePut", i * 160 * us, i * 160 * us + 100 * us) for i in range(10)]
+    host = _line("python3", [("train", 0, 30 * MS), *copies, ("PjitFunction(step)", 28 * MS, 29 * MS)], names)
+    parts = _attribute(names, (0, 30 * MS), [], stepping=host, markers={0})
+    # Ten calls (1.0 ms) and the nine gaps between them (0.54 ms); the pause before the launch stays untraced.
+    assert parts[(TimeCause.TRANSFERS, "DevicePut", "python3")] == pytest.approx(1.54)
+    assert parts[(TimeCause.UNTRACED, "", "python3")] == pytest.approx(30.0 - 1.54 - 1.0)
+
+
+def test_a_thread_that_only_takes_from_a_queue_is_named_a_consumer_and_the_training_thread_s_wait_is_its(tmp_path):
+    # The training thread puts a record after each step into a full queue; a writer thread takes them, slowly.
+    starts = [i * 10 * MS for i in range(4)]
+    steps = [("train", s, s + 10 * MS) for s in starts]
+    puts = [event for s in starts for event in (("$queue.py:122 put", s + 2 * MS, s + 10 * MS),
+                                                ("$threading.py:295 wait", s + 2 * MS + 1000, s + 10 * MS))]
+    build = TraceBuild().host(steps + jit_calls("step", starts, MS) + puts, markers=("train",))
+    build.lane("/host:CPU", [("dot.1", s + MS, s + 2 * MS) for s in starts], "tf_XLACpu")
+    build.host([event for s in starts for event in (("$queue.py:154 get", s, s + 1000),
+                                                    ("$sink.py:7 send_record", s + 1000, s + 10 * MS))], thread="")
+    host = build.evidence(tmp_path)
+    top = host.attribution.parts[0]
+    assert (top.cause, top.name, top.thread) == (TimeCause.HOST_WORK, "$sink.py:7 send_record",
+                                                 "(unnamed consumer thread)")
+    assert analysis_of(host).findings[0].title.endswith("waits to hand its output to a slower thread")
