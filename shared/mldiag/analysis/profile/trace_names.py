@@ -67,8 +67,8 @@ QUEUE_PUT = re.compile(r"\bqueues?\.py:\d+ put(_nowait)?$")
 QUEUE_GET = re.compile(r"\bqueues?\.py:\d+ get(_nowait)?$")
 # Copies between host and device memory as the host or a device records them: JAX's device_put (DevicePut, and
 # shard_args, its placement of host arrays on devices), jnp.asarray of a numpy array (the jitted ``stage``), reads
-# back (np.asarray of a jax.Array, copy_to_host_async), the runtimes' copies (PJRT, TensorFlow's, CUDA's MemcpyHtoD, ROCm's CopyHostToDevice and hipMemcpyHtoDAsync,
-# the XLA CPU client's CPU_HOST_TO_DEVICE).
+# back (np.asarray of a jax.Array, copy_to_host_async), the runtimes' copies (PJRT, TensorFlow's, CUDA's
+# MemcpyHtoD, ROCm's CopyHostToDevice and hipMemcpyHtoDAsync, the XLA CPU client's CPU_HOST_TO_DEVICE).
 TRANSFER = re.compile(r"^(DevicePut|shard_args$|PjitFunction\(stage\)|np\.asarray\(jax\.Array\)|\S*copy_to_host_async|"
                       rf"{CPU_HOST_TO_DEVICE}|batched_copy_array_to_devices|\S*Transfer\w*(To|From)(Device|Host)|"
                       r"\S*BufferFromHost|"
