@@ -43,6 +43,7 @@ quoted, so they stay data wherever the report goes.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable
 from functools import partial
 from typing import Any
@@ -673,10 +674,12 @@ def _recompilation(host: HostEvidence, programs: dict[str, HloProgram]) -> Findi
     warmup = (f" (besides a warm-up of {host.warmup.steps} step{'s' if host.warmup.steps != 1 else ''} whose "
               f"{host.warmup.compiles} first compilations took {host.warmup.compile_ms:.1f} ms)") if host.warmup else ""
     tensorflow = frameworks.detect([host]) in (Framework.TENSORFLOW, Framework.TENSORFLOW_EAGER)
-    # Recompiled, yet one program per function in the capture (which holds every executable still alive): each
-    # compilation's program was dropped with the jitted function that made it, or was the same program again.
-    anew = not tensorflow and host.recompiles_in_steps > max(1, len(programs)) and len(
-        {_module_base(program.module) for program in programs.values()}) == len(programs)
+    # Recompiled, yet one program of the function called in every step in the capture (which holds every
+    # executable still alive): each compilation's program was dropped with the jitted function that made it, or was
+    # the same program again.
+    held = Counter(_module_base(program.module) for program in programs.values())
+    anew = not tensorflow and host.recompiles_in_steps > 1 and any(
+        held[_module_base(call.name)] == 1 for call in host.programs if call.calls >= host.recompiles_in_steps)
     remedy = "one jitted function" if anew else "stable shapes"
     if cost is None:
         title = f"Recompilation inside steps: {share:.0%} of step time compiling"
@@ -695,7 +698,7 @@ def _recompilation(host: HostEvidence, programs: dict[str, HloProgram]) -> Findi
     evidence = [f"{host.recompiles_in_steps} XLA recompilations inside {host.steps} profiled steps{warmup}",
                 *costs, *_recompiled(programs)[:3]]
     if anew:
-        evidence.append(f"yet the capture holds one compiled program per function ({len(programs)} in all): the "
+        evidence.append("yet the capture holds one compiled program of the function called in every step: the "
                         "executables of the earlier compilations are gone or the same program again")
     return Finding(
         priority=priority,
