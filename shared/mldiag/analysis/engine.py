@@ -315,6 +315,9 @@ def start_analysis(
                              shared_bytes=_shared_bytes(session.files))
 
         def read(xplane: Path) -> HostEvidence:
+            # Behind op_stats in the budget's line: when both cannot run at once, the conversions (on every core)
+            # go first and the read (on one) overlaps the tools' work on their op_stats.
+            state.op_stats_conversions_queued.wait()
             with budget.reserve_all_needed(RAW_EVENTS_COST * xplane.stat().st_size):
                 say(f"reading the events of {xplane.name} ({xplane.stat().st_size / 1e6:.1f} MB)")
                 return read_events_apart(xplane)

@@ -229,6 +229,9 @@ class SessionState:
     # Set once the op_stats conversion, then the HLO dump, has its place in the budget's line (or will not run).
     op_stats_queued: threading.Event = field(default_factory=threading.Event)
     hlo_queued: threading.Event = field(default_factory=threading.Event)
+    # Set once every process that builds op_stats has its place in the budget's line (or none will run): the
+    # whole file's conversion, or each process converting time slices, which queue only once the file is cut.
+    op_stats_conversions_queued: threading.Event = field(default_factory=threading.Event)
     results: dict[str, Any] = field(default_factory=dict)
     key_locks: dict[str, threading.Lock] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -243,6 +246,11 @@ class SessionState:
     def slicing_plan(self, budget: MemoryBudget | None = None) -> tuple[int, int]:
         """:func:`slicing_plan` of this session, under ``budget`` (its own by default)."""
         return slicing_plan(len(self.files), self.largest_file_bytes, budget or self.budget, self.shared_bytes)
+
+    def whole_conversion_queued(self) -> None:
+        """The whole file's op_stats conversion has its place in line: it is the only one."""
+        self.op_stats_queued.set()
+        self.op_stats_conversions_queued.set()
 
     def lock_for(self, key: str) -> threading.Lock:
         with self.lock:
@@ -313,7 +321,7 @@ def _client_class() -> type:
                         if slices == 1:  # the first conversion builds the cache every later one reads
                             cost = max(CONVERTER_COST.get(converter, LIGHT_COST), CONVERTER_COST["op_stats"])
                             with state.budget.reserve(cost * state.profile_bytes, what,
-                                                      queued=state.op_stats_queued.set):
+                                                      queued=state.whole_conversion_queued):
                                 yield paths
                             state.op_stats_built = True
                             return
@@ -355,6 +363,7 @@ def _client_class() -> type:
                 self.fetch(tool_name="overview_page", session_id=session_id)
             finally:  # whatever happened, nothing waits for this conversion to queue any more
                 state.op_stats_queued.set()
+                state.op_stats_conversions_queued.set()
 
         def dump_hlo(self, session_id: str) -> None:
             """Have XProf write each HLO module's proto into the session folder, where the HLO tools read them.
@@ -456,6 +465,12 @@ def _slices_op_stats(state: SessionState, paths: list[Path], workers: int) -> li
     from mldiag.analysis.xprof.op_stats_apart import op_stats_apart
 
     shares = [paths[first::workers] for first in range(workers)]
+    unqueued = [len(shares)]
+
+    def queued() -> None:  # called under the budget's lock, one share at a time
+        unqueued[0] -= 1
+        if not unqueued[0]:
+            state.op_stats_conversions_queued.set()
 
     def convert(share: list[Path]) -> list[bytes]:
         alone = [path.parent / f".{path.name}.alone" / path.name for path in share]  # XProf caches beside each
@@ -465,7 +480,7 @@ def _slices_op_stats(state: SessionState, paths: list[Path], workers: int) -> li
                 os.link(path, copy)
             largest = max(path.stat().st_size for path in share)
             with state.budget.reserve(PROCESS_COST + CONVERTER_COST["op_stats"] * largest,
-                                      f"XProf's op_stats converter on {len(share)} time slices"):
+                                      f"XProf's op_stats converter on {len(share)} time slices", queued=queued):
                 return op_stats_apart(alone)
         finally:
             for copy in alone:
