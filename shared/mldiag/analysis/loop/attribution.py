@@ -354,9 +354,13 @@ class _Sweep:
         step = np.repeat(step_first, spans) + np.arange(int(spans.sum())) - np.repeat(np.cumsum(spans) - spans, spans)
         begin = np.maximum(first[piece], self.step_at[step])
         end = np.minimum(last[piece], self.step_at[step + 1])
-        prefix = np.zeros((len(tier_weights), intervals + 1))
-        prefix[:, 1:] = np.cumsum(tier_weights, axis=1)
-        tier = tiers[piece]
+        # Prefix sums of the tiers some piece has, and a row of zeros for any other: a sweep has few of its tiers,
+        # and each row is as long as the intervals.
+        row = np.full(len(tier_weights), len(self.present))
+        row[self.present] = np.arange(len(self.present))
+        prefix = np.zeros((len(self.present) + 1, intervals + 1))
+        np.cumsum(tier_weights[self.present], axis=1, out=prefix[:-1, 1:])
+        tier = row[tiers[piece]]
         return piece, step, prefix[tier, end] - prefix[tier, begin]
 
     def shares(self, lengths: np.ndarray, order: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
