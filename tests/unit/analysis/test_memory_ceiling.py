@@ -134,7 +134,7 @@ def test_where_the_raw_event_read_needs_the_whole_budget_the_slices_op_stats_are
     with pytest.MonkeyPatch.context() as patch:
         patch.setitem(xprof_tools.CONVERTER_COST, "op_stats", (512 << 20) // profile.stat().st_size)
         patch.setattr(xprof_tools, "MIN_SLICE_BYTES", 1 << 10)
-        patch.setattr(engine, "RAW_EVENTS_COST", 10_000)  # more than the budget: the read runs alone
+        patch.setattr(engine, "RAW_EVENTS_BASE", 1 << 40)  # more than the budget: the read runs alone
         patch.setattr(op_stats_apart, "op_stats_apart", recorded_apart)
         patch.setattr(engine, "read_events_apart", recorded_read)
         analysis = analyze_profile([profile], memory_ceiling_bytes=resident_memory() + PROCESS_GROWTH + (460 << 20))

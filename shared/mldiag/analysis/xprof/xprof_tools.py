@@ -240,6 +240,7 @@ class SessionState:
     hlo_dumped: bool = False
     hlo_module_bytes: dict[str, int] = field(default_factory=dict)  # each dumped module's proto size, by name
     shared_bytes: int = 0  # what every time slice of the (one) host file would carry
+    events: int = 0  # every event of the (one) host file, once cutting it into time slices has counted them
     sliced: SlicedHost | None = None  # once op_stats is built from time slices
     slicing_failed: Exception | None = None
 
@@ -424,6 +425,7 @@ def _build_sliced_op_stats(state: SessionState, count: int, processes: int) -> S
         with state.budget.reserve(SLICING_COST * state.largest_file_bytes, "cutting the profile into time slices",
                                   queued=state.op_stats_queued.set):
             sliced = slice_by_time(source, count, folder)
+        state.events = sliced.events
         per_slice = _slices_op_stats(state, sliced.paths, min(processes, len(sliced.paths)))
     finally:
         state.op_stats_queued.set()
