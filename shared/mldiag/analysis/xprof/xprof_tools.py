@@ -88,8 +88,11 @@ OP_STATS_CONVERTERS = frozenset({
 })
 # Peak memory of one conversion, in multiples of the profile's size (xprof 2.24, measured on CPU
 # and device profiles; op_stats 17x for a 41 MB training loop, 41x for a 42 MB op-by-op one, whose
-# events are many and small). smart_suggestion reads the whole profile again even with op_stats built.
+# events are many and small). smart_suggestion reads the whole profile again even with op_stats built, and so
+# does overview_page, for its inference latency, where the profile is not of training (24x each file it reads at
+# once, measured on time slices of 2.4 MB read two at a time).
 CONVERTER_COST = {"op_stats": 41, "memory_profile": 19, "utilization_viewer": 26, "smart_suggestion": 28,
+                  "overview_page": 24,
                   "tool_names": 7}  # tool_names: of what it is given (the metadata planes, to dump the HLO modules)
 # XProf parses each host file as one protobuf message, which protobuf refuses past 2 GiB.
 PROTOBUF_LIMIT = (1 << 31) - 1
