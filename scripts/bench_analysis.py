@@ -35,17 +35,18 @@ than the largest ``ru_maxrss`` of a single process). Descendants are followed
 through ``/proc/PID/task/TID/children``, which Linux has when built with
 CONFIG_PROC_CHILDREN.
 
-Two generated workloads show what happens past XProf's appetite:
-``scaled_1gb`` (a single host's 1 GB xplane, analysed under a memory ceiling of
-8 GiB) and ``scaled_over_2gb`` (2.2 GB, past protobuf's 2 GiB limit). Each is
+Three generated workloads show what happens past XProf's appetite:
+``scaled_300mb`` (a single host's 300 MB xplane at the default settings),
+``scaled_1gb`` (1 GB, analysed under a memory ceiling of 8 GiB) and
+``scaled_over_2gb`` (2.2 GB, past protobuf's 2 GiB limit). Each is
 the ``large`` profile's host lines repeated, each copy later in time than the
 last, as one long capture of the same loop would be. Only ``mldiag analyze``
-runs on them, once per ``--repeat``: the XProf CLI would need ~41x the file.
+runs on them, once per ``--repeat``: the XProf CLI would need 17x to 41x the file.
 
 Usage::
 
     .venv/bin/python scripts/bench_analysis.py                     # both traced workloads, 3 runs
-    .venv/bin/python scripts/bench_analysis.py --workload scaled_1gb scaled_over_2gb --repeat 1
+    .venv/bin/python scripts/bench_analysis.py --workload scaled_300mb scaled_1gb scaled_over_2gb --repeat 1
     .venv/bin/python scripts/bench_analysis.py --profile path/to/session_or_file
 
 Generated profiles are cached in ``--cache`` (default ``.benchmarks/profiles``).
@@ -105,6 +106,7 @@ EVIDENCE_ONLY = (
 )
 TRACED = ("large", "large_op_by_op")
 SCALED = {  # generated workload -> (bytes at least, the memory ceiling it is analysed under, or "" for the default)
+    "scaled_300mb": (300_000_000, ""),
     "scaled_1gb": (1_000_000_000, "8GiB"),
     "scaled_over_2gb": (2_200_000_000, ""),
 }

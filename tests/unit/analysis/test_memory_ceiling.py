@@ -112,6 +112,36 @@ def _slices_of(conversions) -> int:
     return count
 
 
+def test_where_the_raw_event_read_needs_the_whole_budget_the_slices_op_stats_are_built_first():
+    """The slices' conversions queue only once the file is cut; the read, which could queue meanwhile, waits
+    for them: they run on every core, it on one."""
+    from mldiag.analysis import engine
+    from mldiag.analysis.xprof import op_stats_apart
+    from mldiag.analysis.xprof.budget import PROCESS_GROWTH, resident_memory
+
+    profile = xplane("ondemand_mlp")
+    convert_apart, read_apart, steps = op_stats_apart.op_stats_apart, engine.read_events_apart, []
+
+    def recorded_apart(paths):
+        converted = convert_apart(paths)
+        steps.append("op_stats of slices")
+        return converted
+
+    def recorded_read(xplane):
+        steps.append("raw-event read")
+        return read_apart(xplane)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(xprof_tools.CONVERTER_COST, "op_stats", (512 << 20) // profile.stat().st_size)
+        patch.setattr(xprof_tools, "MIN_SLICE_BYTES", 1 << 10)
+        patch.setattr(engine, "RAW_EVENTS_BASE", 1 << 40)  # more than the budget: the read runs alone
+        patch.setattr(op_stats_apart, "op_stats_apart", recorded_apart)
+        patch.setattr(engine, "read_events_apart", recorded_read)
+        analysis = analyze_profile([profile], memory_ceiling_bytes=resident_memory() + PROCESS_GROWTH + (460 << 20))
+    assert analysis.metrics.steps > 0
+    assert steps.count("op_stats of slices") >= 1 and steps[-1] == "raw-event read", steps
+
+
 def test_op_stats_too_large_for_the_ceiling_is_built_from_time_slices_and_every_tool_runs(sliced):
     analysis, conversions = sliced
     tools = {tool.name: tool for tool in analysis.tools}

@@ -234,22 +234,6 @@ def _host_classes(names: Sequence[str], markers: set[int]) -> np.ndarray:
 # --- nesting -----------------------------------------------------------------------------------
 
 
-def nearest(parents: np.ndarray, flagged: np.ndarray) -> np.ndarray:
-    """For each event, the nearest of itself and its ancestors that is ``flagged`` (-1: none).
-
-    Pointer doubling: after k passes each unresolved event looks 2**k levels up.
-    """
-    found = np.where(flagged, np.arange(len(parents)), -1)
-    up = parents.copy()
-    todo = np.flatnonzero((found < 0) & (up >= 0))
-    while len(todo):
-        above = up[todo]
-        found[todo] = found[above]
-        up[todo] = up[above]
-        todo = todo[(found[todo] < 0) & (up[todo] >= 0)]
-    return found
-
-
 def subtree_ends(line: LineLike) -> np.ndarray:
     """For each event, one past the last index of the events it encloses: events are in (start, -end) order, so
     its descendants follow it up to the first event that starts once it has ended."""
@@ -359,9 +343,13 @@ class _Sweep:
         step = np.repeat(step_first, spans) + np.arange(int(spans.sum())) - np.repeat(np.cumsum(spans) - spans, spans)
         begin = np.maximum(first[piece], self.step_at[step])
         end = np.minimum(last[piece], self.step_at[step + 1])
-        prefix = np.zeros((len(tier_weights), intervals + 1))
-        prefix[:, 1:] = np.cumsum(tier_weights, axis=1)
-        tier = tiers[piece]
+        # Prefix sums of the tiers some piece has, and a row of zeros for any other: a sweep has few of its tiers,
+        # and each row is as long as the intervals.
+        row = np.full(len(tier_weights), len(self.present))
+        row[self.present] = np.arange(len(self.present))
+        prefix = np.zeros((len(self.present) + 1, intervals + 1))
+        np.cumsum(tier_weights[self.present], axis=1, out=prefix[:-1, 1:])
+        tier = row[tiers[piece]]
         return piece, step, prefix[tier, end] - prefix[tier, begin]
 
     def shares(self, lengths: np.ndarray, order: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -382,7 +370,7 @@ class _Sweep:
 def _lane_pieces(lane: LineLike, device_label: np.ndarray, busy_name: np.ndarray) -> tuple[np.ndarray, ...]:
     """A lane's innermost busy events, as (starts, ends, labels) in time order."""
     piece_starts, piece_ends, events = self_pieces(lane)
-    owner = nearest(lane.parents, busy_name[lane.ids])[events]
+    owner = host_time.nearest(lane.parents, busy_name[lane.ids])[events]
     kept = owner >= 0
     return _merged(piece_starts[kept], piece_ends[kept], device_label[lane.ids[owner[kept]]])
 
@@ -504,7 +492,8 @@ def _host_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, mark
     # A builtin the stepping code calls itself (gc.collect, time.sleep) is such a call too: its caller runs the step.
     called = ~is_marker & work
     calls_from_step = called & ~drives & (outside.parents >= 0) & drives[np.maximum(outside.parents, 0)]
-    owner = np.where((body := nearest(outside.parents, calls_from_step)) >= 0, body, nearest(outside.parents, named))
+    owner = np.where((body := host_time.nearest(outside.parents, calls_from_step)) >= 0, body,
+                     host_time.nearest(outside.parents, named))
     owns_copies = _copies_are_a_part(outside, outside_class == _HOST_TRANSFER)
     work = work | ((outside_class == _HOST_TRANSFER) & (body >= 0) & owns_copies[np.maximum(body, 0)])
     deciding = np.where(work & (owner >= 0), owner, np.arange(len(owner)))

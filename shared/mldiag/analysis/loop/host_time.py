@@ -69,19 +69,25 @@ def own_idle(parents: np.ndarray, idle: np.ndarray, outermost_calls: np.ndarray,
     return np.where(calls, 0.0, np.maximum(idle - inside, 0.0))
 
 
-def nearest_flagged(parents: np.ndarray, flagged: np.ndarray) -> np.ndarray:
-    """For each event, the nearest event enclosing it that is ``flagged`` (itself not counted), -1 when none
-    (one pass per nesting level)."""
-    found = np.full(len(parents), -1, dtype=np.int64)
-    pending = np.flatnonzero(parents >= 0)
-    above = parents[pending]
-    while len(pending):
-        hit = flagged[above]
-        found[pending[hit]] = above[hit]
-        pending, above = pending[~hit], parents[above[~hit]]
-        climbing = above >= 0
-        pending, above = pending[climbing], above[climbing]
+def nearest(parents: np.ndarray, flagged: np.ndarray) -> np.ndarray:
+    """For each event, the nearest of itself and its ancestors that is ``flagged`` (-1: none).
+
+    Pointer doubling: after k passes each unresolved event looks 2**k levels up.
+    """
+    found = np.where(flagged, np.arange(len(parents)), -1)
+    up = parents.copy()
+    todo = np.flatnonzero((found < 0) & (up >= 0))
+    while len(todo):
+        above = up[todo]
+        found[todo] = found[above]
+        up[todo] = up[above]
+        todo = todo[(found[todo] < 0) & (up[todo] >= 0)]
     return found
+
+
+def nearest_flagged(parents: np.ndarray, flagged: np.ndarray) -> np.ndarray:
+    """For each event, the nearest event enclosing it that is ``flagged`` (itself not counted), -1 when none."""
+    return np.where(parents >= 0, nearest(parents, flagged)[np.maximum(parents, 0)], -1)
 
 
 @dataclass

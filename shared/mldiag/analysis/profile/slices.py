@@ -64,6 +64,7 @@ class TimeSlices:
     # The same of each plane's op lines (a TPU's "XLA Ops"), where ops are active, by plane.
     op_extents_ns: dict[str, np.ndarray] = field(default_factory=dict)
     cut_at: str = ""  # what marks the starts the cuts moved to: STEPS_LINE, STEP_MARKER or PROGRAMS_LINE ("" none)
+    events: int = 0  # every event of the file, nested and instant ones included
 
     def gaps_ns(self, plane_prefix: str, *, ops_only: bool = False) -> int:
         """The time between the slices on the planes whose names start with ``plane_prefix``, summed over those
@@ -117,7 +118,8 @@ def slice_by_time(path: Path, count: int, folder: Path) -> TimeSlices:
             stem = path.name.removesuffix(".xplane.pb")
             targets = [folder / f"{stem}.slice-{index}.xplane.pb" for index in range(count)]
             _write(source, cuts, planes, targets)
-    return TimeSlices(targets, extents, op_extents, cut_at if len(cuts) else "")
+    return TimeSlices(targets, extents, op_extents, cut_at if len(cuts) else "",
+                      sum(line.events for _, lines in planes for line in lines))
 
 
 def shared_bytes(path: Path) -> int:
@@ -204,6 +206,7 @@ class _LineSummary:
     bytes: np.ndarray
     ends_ns: np.ndarray
     adjacent: bool  # its events follow one another in the file (as every serializer writes them)
+    events: int  # all of them, nested ones included
 
     def slices(self, cuts: np.ndarray) -> np.ndarray:
         """The slice of each top-level event."""
@@ -234,14 +237,14 @@ def _summary(source: mmap.mmap, line: _Span) -> _LineSummary:
     headers = _not_events(events, line)
     if not len(events.at):
         empty = np.zeros(0, dtype=np.int64)
-        return _LineSummary(line, events.name, headers, empty, empty, empty, empty, empty, True)
+        return _LineSummary(line, events.name, headers, empty, empty, empty, empty, empty, True, 0)
     top = _top_level(events)
     firsts = np.flatnonzero(top == np.arange(len(top)))
     starts = _starts_ns(events)
     ends = np.maximum.reduceat(starts + events.durations_ps // 1000, firsts)
     adjacent = bool((events.at[1:] == events.at[:-1] + events.sizes[:-1]).all())
     return _LineSummary(line, events.name, headers, events.metadata_ids[firsts], starts[firsts], events.at[firsts],
-                        np.add.reduceat(events.sizes, firsts), ends, adjacent)
+                        np.add.reduceat(events.sizes, firsts), ends, adjacent, len(events.at))
 
 
 def _cuts(lines: list[_LineSummary], count: int) -> np.ndarray:

@@ -88,8 +88,11 @@ OP_STATS_CONVERTERS = frozenset({
 })
 # Peak memory of one conversion, in multiples of the profile's size (xprof 2.24, measured on CPU
 # and device profiles; op_stats 17x for a 41 MB training loop, 41x for a 42 MB op-by-op one, whose
-# events are many and small). smart_suggestion reads the whole profile again even with op_stats built.
+# events are many and small). smart_suggestion reads the whole profile again even with op_stats built, and so
+# does overview_page, for its inference latency, where the profile is not of training (24x each file it reads at
+# once, measured on time slices of 2.4 MB read two at a time).
 CONVERTER_COST = {"op_stats": 41, "memory_profile": 19, "utilization_viewer": 26, "smart_suggestion": 28,
+                  "overview_page": 24,
                   "tool_names": 7}  # tool_names: of what it is given (the metadata planes, to dump the HLO modules)
 # XProf parses each host file as one protobuf message, which protobuf refuses past 2 GiB.
 PROTOBUF_LIMIT = (1 << 31) - 1
@@ -229,6 +232,9 @@ class SessionState:
     # Set once the op_stats conversion, then the HLO dump, has its place in the budget's line (or will not run).
     op_stats_queued: threading.Event = field(default_factory=threading.Event)
     hlo_queued: threading.Event = field(default_factory=threading.Event)
+    # Set once every process that builds op_stats has its place in the budget's line (or none will run): the
+    # whole file's conversion, or each process converting time slices, which queue only once the file is cut.
+    op_stats_conversions_queued: threading.Event = field(default_factory=threading.Event)
     results: dict[str, Any] = field(default_factory=dict)
     key_locks: dict[str, threading.Lock] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -237,12 +243,18 @@ class SessionState:
     hlo_dumped: bool = False
     hlo_module_bytes: dict[str, int] = field(default_factory=dict)  # each dumped module's proto size, by name
     shared_bytes: int = 0  # what every time slice of the (one) host file would carry
+    events: int = 0  # every event of the (one) host file, once cutting it into time slices has counted them
     sliced: SlicedHost | None = None  # once op_stats is built from time slices
     slicing_failed: Exception | None = None
 
     def slicing_plan(self, budget: MemoryBudget | None = None) -> tuple[int, int]:
         """:func:`slicing_plan` of this session, under ``budget`` (its own by default)."""
         return slicing_plan(len(self.files), self.largest_file_bytes, budget or self.budget, self.shared_bytes)
+
+    def whole_conversion_queued(self) -> None:
+        """The whole file's op_stats conversion has its place in line: it is the only one."""
+        self.op_stats_queued.set()
+        self.op_stats_conversions_queued.set()
 
     def lock_for(self, key: str) -> threading.Lock:
         with self.lock:
@@ -313,7 +325,7 @@ def _client_class() -> type:
                         if slices == 1:  # the first conversion builds the cache every later one reads
                             cost = max(CONVERTER_COST.get(converter, LIGHT_COST), CONVERTER_COST["op_stats"])
                             with state.budget.reserve(cost * state.profile_bytes, what,
-                                                      queued=state.op_stats_queued.set):
+                                                      queued=state.whole_conversion_queued):
                                 yield paths
                             state.op_stats_built = True
                             return
@@ -355,6 +367,7 @@ def _client_class() -> type:
                 self.fetch(tool_name="overview_page", session_id=session_id)
             finally:  # whatever happened, nothing waits for this conversion to queue any more
                 state.op_stats_queued.set()
+                state.op_stats_conversions_queued.set()
 
         def dump_hlo(self, session_id: str) -> None:
             """Have XProf write each HLO module's proto into the session folder, where the HLO tools read them.
@@ -415,6 +428,7 @@ def _build_sliced_op_stats(state: SessionState, count: int, processes: int) -> S
         with state.budget.reserve(SLICING_COST * state.largest_file_bytes, "cutting the profile into time slices",
                                   queued=state.op_stats_queued.set):
             sliced = slice_by_time(source, count, folder)
+        state.events = sliced.events
         per_slice = _slices_op_stats(state, sliced.paths, min(processes, len(sliced.paths)))
     finally:
         state.op_stats_queued.set()
@@ -456,6 +470,12 @@ def _slices_op_stats(state: SessionState, paths: list[Path], workers: int) -> li
     from mldiag.analysis.xprof.op_stats_apart import op_stats_apart
 
     shares = [paths[first::workers] for first in range(workers)]
+    unqueued = [len(shares)]
+
+    def queued() -> None:  # called under the budget's lock, one share at a time
+        unqueued[0] -= 1
+        if not unqueued[0]:
+            state.op_stats_conversions_queued.set()
 
     def convert(share: list[Path]) -> list[bytes]:
         alone = [path.parent / f".{path.name}.alone" / path.name for path in share]  # XProf caches beside each
@@ -465,7 +485,7 @@ def _slices_op_stats(state: SessionState, paths: list[Path], workers: int) -> li
                 os.link(path, copy)
             largest = max(path.stat().st_size for path in share)
             with state.budget.reserve(PROCESS_COST + CONVERTER_COST["op_stats"] * largest,
-                                      f"XProf's op_stats converter on {len(share)} time slices"):
+                                      f"XProf's op_stats converter on {len(share)} time slices", queued=queued):
                 return op_stats_apart(alone)
         finally:
             for copy in alone:

@@ -42,8 +42,10 @@ def _layout(path: Path) -> list[tuple[str, list[str]]]:
                                         ("gpu_v100x8_tf_bert_multiworker", 3)])
 def test_every_event_is_in_exactly_one_slice_and_every_slice_keeps_every_plane_and_line(tmp_path, name, count):
     profile = xplane(name)
-    slices = slice_by_time(profile, count, tmp_path).paths
+    sliced = slice_by_time(profile, count, tmp_path)
+    slices = sliced.paths
 
+    assert sliced.events == len(_events(profile))  # counted while cutting, for what reading them all will cost
     assert [path.name for path in slices] == [profile.name.replace(".xplane.pb", f".slice-{i}.xplane.pb")
                                               for i in range(count)]
     assert Counter(event for path in slices for event in _events(path)) == Counter(_events(profile))
