@@ -66,6 +66,7 @@ class HloProgram(Evidence):
     largest_temporary: str = ""  # the entry-level instruction whose result it is
     largest_temporary_bytes: int = 0
     parameters: dict[str, str] = Field(default_factory=dict)  # each entry parameter's shape, in order
+    fingerprint: str = ""  # of the program's text without its name: a compilation of the same program again matches
     # Its kernels (entry-level fusions) that compute, whatever their names say: XLA names a fusion after its
     # root, so a bf16 sine computed in f32 runs as "loop_convert_fusion".
     computing_fusions: list[str] = Field(default_factory=list)

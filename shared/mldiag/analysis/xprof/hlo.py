@@ -26,6 +26,8 @@ into words for the kernels that hold the device's time.
 
 from __future__ import annotations
 
+import hashlib
+
 import json
 import math
 import re
@@ -111,6 +113,7 @@ class HloModule:
     runs_as: dict[str, str] = field(default_factory=dict)  # fused computation -> the fusion that runs it
     roots: dict[str, str] = field(default_factory=dict)  # computation -> its ROOT instruction
     applied: set[str] = field(default_factory=set)  # computations an op applies per element (a reduce's sum)
+    fingerprint: str = ""  # of its text without the module's name: two compilations of the same program match
 
     def operand(self, instruction: Instruction, index: int = 0) -> Instruction | None:
         if index >= len(instruction.operands):
@@ -151,6 +154,8 @@ def _balanced(text: str, start: int) -> int:
 
 def parse_module(name: str, text: str) -> HloModule:
     module = HloModule(name)
+    body = text.split("\n", 1)[1] if text.startswith("HloModule ") and "\n" in text else text
+    module.fingerprint = hashlib.sha256(body.encode()).hexdigest()[:16]
     computation = ""
     for line in text.splitlines():
         header = _COMPUTATION.match(line)
@@ -394,6 +399,7 @@ def program_buffers(modules: list[HloModule]) -> list[HloProgram]:
             largest_temporary=largest.name if largest else "",
             largest_temporary_bytes=largest.shape.bytes if largest else 0,
             parameters={i.name: str(i.shape) if i.shape else "?" for i in inputs},
+            fingerprint=module.fingerprint,
             computing_fusions=[i.name for i in _kernels(module) if i.opcode == "fusion" and any(
                 module.instructions[n].opcode not in _MOVES_OR_RETYPES for n in module.computations.get(i.calls, []))],
         ))

@@ -628,13 +628,16 @@ def test_the_reasoner_is_told_the_framework_and_devices_inside_the_fence():
         "<<<END PROFILE-DATA n0nce>>>")
 
 
-def _step_module(module_id: int, batch: int) -> hlo.HloModule:
+def _step_module(module_id: int, batch: int, rate: str = "0.001") -> hlo.HloModule:
     return hlo.parse_module(f"jit_train_step({module_id})", f"""HloModule jit_train_step
 
 ENTRY %main (x.1: f32[{batch},128], w.1: f32[128,10]) -> f32[{batch},10] {{
   %x.1 = f32[{batch},128]{{1,0}} parameter(0)
   %w.1 = f32[128,10]{{1,0}} parameter(1)
-  ROOT %dot.1 = f32[{batch},10]{{1,0}} dot(%x.1, %w.1), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  %c.2 = f32[] constant({rate})
+  %b.3 = f32[128,10]{{1,0}} broadcast(f32[] %c.2), dimensions={{}}
+  %s.4 = f32[128,10]{{1,0}} multiply(%w.1, %b.3)
+  ROOT %dot.1 = f32[{batch},10]{{1,0}} dot(%x.1, %s.4), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
 }}
 """)
 
@@ -653,12 +656,16 @@ def test_a_recompilation_names_the_function_and_the_shape_that_changes():
     assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
 
 
-@pytest.mark.parametrize(("compiled", "anew"), [([(3, 32)], True), ([(3, 32), (7, 32), (9, 32)], False)])
-def test_recompiling_a_function_the_capture_keeps_one_program_of_is_a_jit_made_anew(compiled, anew):
-    # Nine compilations of one function: one program left in the capture means the jitted function died with each
-    # (jax.jit inside the loop); three programs of the same shapes are static arguments or constants that change.
-    programs = hlo.program_buffers([_step_module(module_id, batch) for module_id, batch in compiled])
-    host = _host(kind=DeviceKind.TPU, source=StepSource.STEP_MARKERS, steps=10, step_ms=2600.0)
+@pytest.mark.parametrize(("compiled", "anew"), [
+    ([(3, 32, "0.001")], True),  # one program left in the capture: each died with its jitted function
+    ([(3, 32, "0.001"), (7, 32, "0.001"), (9, 32, "0.001")], True),  # the same program compiled again (a CPU keeps all)
+    ([(3, 32, "0.001"), (7, 32, "0.0009"), (9, 32, "0.00081")], False),  # a constant that changes: a static argument
+])
+def test_recompiling_the_function_called_every_step_into_one_same_program_is_a_jit_made_anew(compiled, anew):
+    programs = hlo.program_buffers([_step_module(module_id, batch, rate) for module_id, batch, rate in compiled])
+    host = _host(kind=DeviceKind.TPU, source=StepSource.STEP_MARKERS, steps=10, step_ms=2600.0,
+                 programs=[ProgramCalls(name="PjitFunction(train_step)", calls=10, ms_per_call=2600.0,
+                                        device_ms_per_call=50.0, share_of_device=1.0)])
     host.compiles_in_steps, host.compile_ms_per_step = 10, 2500.0
     host.recompiles_in_steps, host.recompile_ms_per_step = 9, 2250.0
     analysis = assessed(host, programs=programs)

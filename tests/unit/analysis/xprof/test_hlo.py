@@ -206,3 +206,23 @@ def test_each_kernel_is_described_by_what_its_hlo_computes():
     assert works["custom-call.1"].custom_call == "__cublas$gemm" and works["loop_convert_fusion"].module == (
         "jit_kernels(3)")
     assert hlo.describe([]) == ""
+
+
+def _step_program(name: str, rate: str) -> str:
+    return (f"HloModule {name}, entry_computation_layout={{(f32[4]{{0}})->f32[4]{{0}}}}\n\n"
+            "ENTRY %main (p.1: f32[4]) -> f32[4] {\n"
+            "  %p.1 = f32[4]{0} parameter(0)\n"
+            f"  %c.2 = f32[] constant({rate})\n"
+            "  %b.3 = f32[4]{0} broadcast(f32[] %c.2), dimensions={}\n"
+            "  ROOT %m.4 = f32[4]{0} multiply(f32[4]{0} %p.1, f32[4]{0} %b.3)\n"
+            "}\n")
+
+
+def test_a_program_compiled_again_has_the_same_fingerprint_and_a_changed_constant_another():
+    first = hlo.parse_module("jit__lambda(36)", _step_program("jit__lambda", "0.001"))
+    again = hlo.parse_module("jit__lambda(38)", _step_program("jit__lambda.1", "0.001"))
+    decayed = hlo.parse_module("jit__lambda(40)", _step_program("jit__lambda.2", "0.0009"))
+    assert first.fingerprint and first.fingerprint == again.fingerprint
+    assert decayed.fingerprint != first.fingerprint
+    (program,) = hlo.program_buffers([first])
+    assert program.fingerprint == first.fingerprint
