@@ -2596,6 +2596,119 @@ def worker_process_loader(big: bool) -> Workload:
     return Workload(loop(True), ablations={"in_process": loop(False)}, stop=stop)
 
 
+def host_histograms(big: bool) -> Workload:
+    """After each annotated bf16 MLP train step, ``param_histograms`` copies the parameters to the host and takes a
+    64-bin numpy histogram of each (a dashboard's weight histograms); Python tracer on; ablation: the histograms
+    every 20th step."""
+    import jax
+    import numpy as np
+
+    params, train_step, x, y = _mlp_step(big)
+    state = {"params": params, "histograms": []}
+
+    def param_histograms(params) -> None:
+        state["histograms"].append([np.histogram(np.asarray(p, dtype=np.float32), bins=64)[0]
+                                    for p in jax.device_get(params)])
+
+    def loop(every: int):
+        def iteration(i: int, clock: Clock) -> None:
+            state["params"], value = train_step(state["params"], x, y)
+            value.block_until_ready()
+            if i % every == every - 1:
+                with clock.part("param_histograms"):
+                    param_histograms(state["params"])
+
+        return iteration
+
+    return Workload(loop(1), ablations={"every_20": loop(20)})
+
+
+def f32_params_bf16_compute(big: bool) -> Workload:
+    """Mixed precision by hand: the MLP's parameters are kept in f32 and cast to bf16 inside every train step for
+    the matmuls (the gradients cast back), data resident; ablation: the same step with bf16 parameters."""
+    import jax
+    import jax.numpy as jnp
+
+    widths = [2048, 8192, 8192, 2048] if big else [256, 512, 512, 256]
+    batch = 512 if big else 64
+    master = _mlp_params(widths, "float32")
+    x = jax.random.normal(jax.random.key(80), (batch, widths[0])).astype("bfloat16")
+    y = jnp.zeros((batch, widths[-1]), "float32")
+
+    def loss(params, x, y):
+        return mlp_loss([p.astype("bfloat16") for p in params], x, y)
+
+    f32_step, bf16_step = sgd(loss), sgd(mlp_loss)
+    state = {"f32": master, "bf16": [p.astype("bfloat16") for p in master]}
+
+    def loop(kind: str, step):
+        def iteration(i: int, clock: Clock) -> None:
+            state[kind], value = step(state[kind], x, y)
+            value.block_until_ready()
+
+        return iteration
+
+    return Workload(loop("f32", f32_step), ablations={"bf16_params": loop("bf16", bf16_step)})
+
+
+def deepcopy_state_each_step(big: bool) -> Workload:
+    """Before each annotated bf16 MLP train step the training thread keeps a ``copy.deepcopy`` of its Python-side
+    state (a dict of per-example bookkeeping: lists of floats and strings), as an undo buffer, traced without the
+    Python tracer; ablation: no copy."""
+    import copy
+
+    params, train_step, x, y = _mlp_step(big)
+    bookkeeping = {f"example_{n}": {"loss": [0.1 * k for k in range(8)], "tags": ["train", str(n)]}
+                   for n in range(20_000 if big else 10_000)}
+    state = {"params": params, "undo": None}
+
+    def train() -> None:
+        state["params"], value = train_step(state["params"], x, y)
+        value.block_until_ready()
+
+    def iteration(i: int, clock: Clock) -> None:
+        with clock.part("deepcopy"):
+            state["undo"] = copy.deepcopy(bookkeeping)
+        train()
+
+    return Workload(iteration, ablations={"no_copy": lambda i, clock: train()})
+
+
+def async_save_waited(big: bool) -> Workload:
+    """An 'asynchronous' checkpointer: every 5th annotated step hands the parameters to a saver thread
+    (``save_in_background``: device_get + np.savez), but the loop then calls ``wait_until_finished`` right away, as
+    a misread of an async checkpointing API does; Python tracer on; ablation: no save."""
+    import jax
+    import numpy as np
+
+    params, train_step, x, y = _mlp_step(big, "float32", [4096] * 4 if big else [1024] * 4, 2048 if big else 8)
+    folder = Path(tempfile.mkdtemp(prefix="checkpoint-"))
+    state = {"params": params, "saver": None}
+
+    def save_in_background(params, step: int) -> None:
+        np.savez(folder / f"step-{step}.npz", *jax.device_get(params))
+
+    def wait_until_finished() -> None:
+        if state["saver"] is not None:
+            state["saver"].join()
+
+    def train() -> None:
+        state["params"], value = train_step(state["params"], x, y)
+        value.block_until_ready()
+
+    def iteration(i: int, clock: Clock) -> None:
+        train()
+        if i % 5 == 4:
+            with clock.part("save"):
+                state["saver"] = threading.Thread(target=save_in_background, args=(state["params"], i),
+                                                  name="saver")
+                state["saver"].start()
+                wait_until_finished()
+
+    return Workload(iteration, ablations={"no_save": lambda i, clock: train()},
+                    stop=lambda: shutil.rmtree(folder, ignore_errors=True))
+
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -2804,6 +2917,20 @@ SHAPES: dict[str, Shape] = {
                                    "chip) that reach each annotated bf16 MLP step pickled through multiprocessing's "
                                    "imap; Python tracer on", python_tracer=True,
                                    cause="next_batch: receiving and unpickling each batch from the worker processes"),
+    "host_histograms": Shape(host_histograms, 15, "after each annotated bf16 MLP train step param_histograms copies "
+                             "the parameters to the host for 64-bin numpy histograms; Python tracer on",
+                             python_tracer=True, cause="param_histograms: the parameters copied off and binned on "
+                                                       "the host every step"),
+    "f32_params_bf16_compute": Shape(f32_params_bf16_compute, 15, "f32 master parameters cast to bf16 inside every "
+                                     "annotated train step of an MLP (2048-8192-8192-2048, batch 512 on the chip)",
+                                     cause="the casts of the f32 parameters every step"),
+    "deepcopy_state_each_step": Shape(deepcopy_state_each_step, 15, "a copy.deepcopy of 20,000 entries of Python "
+                                      "bookkeeping before each annotated bf16 MLP train step (no Python tracer: the "
+                                      "copy is millions of Python calls)",
+                                      cause="deepcopy of the host-side state every step"),
+    "async_save_waited": Shape(async_save_waited, 20, "every 5th annotated f32 MLP step hands the parameters to a "
+                               "saver thread (device_get + np.savez) and waits for it right away; Python tracer on",
+                               python_tracer=True, cause="a background save waited on at once: a synchronous save"),
 }
 
 

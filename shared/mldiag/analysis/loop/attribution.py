@@ -100,6 +100,10 @@ LOADER_THREAD = f"(unnamed {LOADER_ROLE})"
 # a metrics sender).
 CONSUMER_ROLE = "consumer thread"
 CONSUMER_THREAD = f"(unnamed {CONSUMER_ROLE})"
+# A line that launches nothing and runs a function that saves state (a checkpoint): the work another thread may
+# wait on is a save.
+SAVER_ROLE = "saver thread"
+SAVER_THREAD = f"(unnamed {SAVER_ROLE})"
 
 # Op families by name, first match wins: TPU's dots are convolutions, XLA CPU's YNNPACK fusions are built around a
 # dot, ROCm's Tensile GEMMs are "Cijk_...". Data movement before elementwise so that "copy_bitcast_fusion" moves data.

@@ -74,6 +74,8 @@ from mldiag.analysis.loop.attribution import (
     CONSUMER_THREAD,
     LOADER_ROLE,
     LOADER_THREAD,
+    SAVER_ROLE,
+    SAVER_THREAD,
     UNNAMED_THREAD,
     Device,
     Window,
@@ -105,6 +107,7 @@ from mldiag.analysis.profile.trace_names import (
     PROGRAM_DONE,
     QUEUE_GET,
     QUEUE_PUT,
+    SAVING,
     THREAD_WAITING,
     TRANSFER,
     TRANSFER_WORK,
@@ -366,9 +369,10 @@ def _inline_program(trace: _Trace, line: _Line) -> _Line:
 def _name_threads_apart(trace: _Trace, is_dispatch: np.ndarray) -> None:
     """Name apart the host lines the trace does not: it leaves some Python threads unnamed and calls every Python
     tracer line ``python``. A line that puts into a queue and launches no program is a loader, feeding another
-    thread its input; one that only takes from a queue is a consumer of another thread's output; lines still
-    sharing a name are numbered apart, those that launch programs first."""
-    puts, gets = trace.mask(QUEUE_PUT.search), trace.mask(QUEUE_GET.search)
+    thread its input; one that runs a function that saves state is a saver; one that only takes from a queue is a
+    consumer of another thread's output; lines still sharing a name are numbered apart, those that launch programs
+    first."""
+    puts, gets, saving = trace.mask(QUEUE_PUT.search), trace.mask(QUEUE_GET.search), trace.mask(SAVING.search)
 
     def launches(line: _Line) -> bool:
         return bool(is_dispatch[line.ids].any())
@@ -380,12 +384,16 @@ def _name_threads_apart(trace: _Trace, is_dispatch: np.ndarray) -> None:
         if name and len(lines) == 1:
             continue
         for line in lines:
-            loads = bool(puts[line.ids].any()) and not launches(line)
-            consumes = not loads and bool(gets[line.ids].any()) and not puts[line.ids].any() and not launches(line)
+            idle = not launches(line)
+            loads = bool(puts[line.ids].any()) and idle
+            saves = not loads and bool(saving[line.ids].any()) and idle
+            consumes = not loads and not saves and bool(gets[line.ids].any()) and idle
+            role = LOADER_ROLE if loads else SAVER_ROLE if saves else CONSUMER_ROLE if consumes else ""
             if not name:
-                line.name = LOADER_THREAD if loads else CONSUMER_THREAD if consumes else UNNAMED_THREAD
-            elif loads or consumes:
-                line.name = f"{name}: {LOADER_ROLE if loads else CONSUMER_ROLE}"
+                line.name = {LOADER_ROLE: LOADER_THREAD, SAVER_ROLE: SAVER_THREAD,
+                             CONSUMER_ROLE: CONSUMER_THREAD}.get(role, UNNAMED_THREAD)
+            elif role:
+                line.name = f"{name}: {role}"
         for role in {line.name for line in lines}:
             alike = sorted((line for line in lines if line.name == role), key=lambda line: not launches(line))
             for number, line in enumerate(alike[1:], start=2):

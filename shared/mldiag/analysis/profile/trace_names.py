@@ -65,6 +65,10 @@ THREAD_WAITING = re.compile(r"\bqueue\.py:\d+ get$|\bthreading\.py:\d+ (wait|joi
 QUEUE_PUT = re.compile(r"\bqueues?\.py:\d+ put(_nowait)?$")
 # A thread taking work from another through a queue.
 QUEUE_GET = re.compile(r"\bqueues?\.py:\d+ get(_nowait)?$")
+# Saving state (a checkpoint), as a function, its module or a library's scope names it (not a lock's
+# Condition._release_save, which every waiting thread runs).
+SAVING = re.compile(r"checkpoint|ckpt|\bsave|(?<!_release)_save|save_|orbax|serializ|pickle|torch\.save",
+                    re.IGNORECASE)
 # Copies between host and device memory as the host or a device records them: JAX's device_put (DevicePut, and
 # shard_args, its placement of host arrays on devices), jnp.asarray of a numpy array (the jitted ``stage``), reads
 # back (np.asarray of a jax.Array, copy_to_host_async), the runtimes' copies (PJRT, TensorFlow's, CUDA's

@@ -43,7 +43,6 @@ quoted, so they stay data wherever the report goes.
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Iterable
 from functools import partial
 from typing import Any
@@ -108,6 +107,8 @@ IDLE_PRIORITIES = ((0.50, Priority.P0), (0.25, Priority.P1), (0.10, Priority.P2)
 NAMED_CAUSE_P0 = 0.10
 NAMED_CAUSES = frozenset({HostCause.CHECKPOINT, HostCause.DEVICE_SYNC, HostCause.LOGGING, HostCause.PRODUCER_THREAD,
                           HostCause.CONSUMER_THREAD, HostCause.BATCH_MAKING, HostCause.ROUND_TRIP})
+# Device work per slow step, as a multiple of a normal step's, up to which the slow steps do no more on the devices.
+SAME_DEVICE_WORK = 1.2
 OP_BY_OP_DISPATCHES = 50  # jit dispatches per step that mean the step is not one program
 DISPATCH_ORIGIN_FLOOR = 0.1  # share of the dispatches a function makes for the op-by-op finding to name it
 # Share of a step's dispatches that launch one function for them to be that function called over and over (once
@@ -318,7 +319,7 @@ def _host_ms(activity: HostActivity) -> float:
 _LANES = {"cpu": "the XLA CPU threads", "gpu": "the GPU streams", "tpu": "the TPU XLA ops"}
 
 
-def _input_bound(host: HostEvidence) -> list[tuple[HostCause, Finding]]:
+def _input_bound(host: HostEvidence) -> list[tuple[host_causes.Cause, Finding]]:
     """The devices waiting on the host: a finding per named cause, with its cause, the costliest first with the
     loop's context."""
     if host.busy_fraction is None or not host.step_ms:
@@ -383,8 +384,8 @@ def _input_bound(host: HostEvidence) -> list[tuple[HostCause, Finding]]:
             evidence.append(f"untraced host time while the devices idle: {host.untraced_host_ms_per_step:.2f} ms per "
                             "step (Python code, sleeps or I/O that the trace does not record; capture with the "
                             "Python tracer to name it)")
-        findings.append((cause.kind, _host_cause_finding(host, cause, priority, evidence, share, iteration, loop,
-                                                         lanes)))
+        findings.append((cause, _host_cause_finding(host, cause, priority, evidence, share, iteration, loop,
+                                                    lanes)))
     return findings
 
 
@@ -496,6 +497,12 @@ def _host_cause_fix(host: HostEvidence, cause: host_causes.Cause) -> str:
                 "loss every N steps, or use jax.experimental.checkify inside the step.")
     if cause.kind is HostCause.PRODUCER_THREAD:
         return frameworks.producer_fix(framework, [p.name for p in cause.parts])
+    stepping = {a.thread for a in (*host.host_activities, *host.between_steps)}
+    if cause.kind is HostCause.CHECKPOINT and cause.parts and all(p.thread and p.thread not in stepping
+                                                                   for p in cause.parts):
+        return ("The save already runs on another thread, yet the training thread waits for it: wait for a save "
+                "only before the next one starts (or at exit), not right after starting it. "
+                + (frameworks.cause_fix(cause.kind, framework) or ""))
     if fix := frameworks.cause_fix(cause.kind, framework):
         return fix
     if cause.kind is HostCause.HOST_WORK and cause.parts and (fix := host_causes.known_call_fix(cause.parts[0].name)):
@@ -674,12 +681,15 @@ def _recompilation(host: HostEvidence, programs: dict[str, HloProgram]) -> Findi
     warmup = (f" (besides a warm-up of {host.warmup.steps} step{'s' if host.warmup.steps != 1 else ''} whose "
               f"{host.warmup.compiles} first compilations took {host.warmup.compile_ms:.1f} ms)") if host.warmup else ""
     tensorflow = frameworks.detect([host]) in (Framework.TENSORFLOW, Framework.TENSORFLOW_EAGER)
-    # Recompiled, yet one program of the function called in every step in the capture (which holds every
-    # executable still alive): each compilation's program was dropped with the jitted function that made it, or was
-    # the same program again.
-    held = Counter(_module_base(program.module) for program in programs.values())
+    # Recompiled, yet the function called in every step has one program in the capture (which holds every
+    # executable still alive), or several of one same text: each compilation's program was dropped with the jitted
+    # function that made it, or was the same program again.
+    texts: dict[str, set[str]] = {}
+    for program in programs.values():
+        texts.setdefault(_module_base(program.module), set()).add(program.fingerprint or program.module)
     anew = not tensorflow and host.recompiles_in_steps > 1 and any(
-        held[_module_base(call.name)] == 1 for call in host.programs if call.calls >= host.recompiles_in_steps)
+        len(texts.get(_module_base(call.name), ())) == 1 for call in host.programs
+        if call.calls >= host.recompiles_in_steps)
     remedy = "one jitted function" if anew else "stable shapes"
     if cost is None:
         title = f"Recompilation inside steps: {share:.0%} of step time compiling"
@@ -1421,16 +1431,26 @@ def _slow_steps_and_causes(host: HostEvidence, programs: dict[str, HloProgram]) 
     again), their evidence joins that finding (one cause, one finding)."""
     slow, recompiling, by_cause = _slow_steps(host), _recompilation(host, programs), _input_bound(host)
     causes = [finding for _, finding in by_cause]
-    if slow is None or host.slow_steps is None:
+    groups = host.slow_steps
+    if slow is None or groups is None:
         return [finding for finding in (recompiling, *causes) if finding]
-    waited = any(THREAD_WAITING.search(difference.name) for difference in host.slow_steps.differences[:3])
-    producer = next((finding for kind, finding in by_cause if kind is HostCause.PRODUCER_THREAD), None)
-    named_by = (producer if waited else None) or (
-        recompiling if _slow_cause(host.slow_steps)[0] == "a compilation" else None)
+    # The slow steps wait on another thread: the training thread's waits differ in them, or the devices do no more
+    # work in them while a cause of the loop runs on other threads (a loader, a saver, a writer).
+    stepping = {a.thread for a in (*host.host_activities, *host.between_steps)}
+    elsewhere = [finding for cause, finding in by_cause if cause.parts and all(
+        part.thread and part.thread not in stepping for part in cause.parts)]
+    no_more_device_work = (groups.slow_busy_ms is not None and groups.normal_busy_ms is not None
+                           and groups.slow_busy_ms <= SAME_DEVICE_WORK * groups.normal_busy_ms)
+    waited = any(THREAD_WAITING.search(difference.name) for difference in groups.differences[:3]) or (
+        bool(elsewhere) and no_more_device_work)
+    other_thread = next((finding for cause, finding in by_cause if cause.kind is HostCause.PRODUCER_THREAD),
+                        elsewhere[0] if elsewhere else None)
+    named_by = (other_thread if waited else None) or (
+        recompiling if _slow_cause(groups)[0] == "a compilation" else None)
     if named_by is None:
         return [finding for finding in (slow, recompiling, *causes) if finding]
-    if named_by is producer:
-        producer.evidence.insert(1, f"the waits gather in a few steps: {slow.evidence[0]}")
+    if named_by is other_thread:
+        named_by.evidence.insert(1, f"the waits gather in a few steps: {slow.evidence[0]}")
     else:
         named_by.evidence.append(f"the compilations gather in a few steps: {slow.evidence[0]}")
     return [finding for finding in (recompiling, *causes) if finding]

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from mldiag.analysis.host_evidence import HostActivity, HostEvidence, TimeCause
-from mldiag.analysis.loop.attribution import CONSUMER_ROLE
-from mldiag.analysis.profile.trace_names import transfer_direction
+from mldiag.analysis.loop.attribution import CONSUMER_ROLE, SAVER_ROLE
+from mldiag.analysis.profile.trace_names import SAVING, transfer_direction
 
 
 class HostCause(StrEnum):
@@ -91,7 +91,6 @@ ROUND_TRIP_WORK = 0.25
 # on those values rather than waiting for them.
 COMPUTING_READS = 2.0
 EVERY_STEP = 0.9  # calls per step of a function that reads device values back, to sync every step
-_CHECKPOINT = re.compile(r"checkpoint|ckpt|\bsave|_save|save_|orbax|serializ|pickle|torch\.save", re.IGNORECASE)
 _SYNC = re.compile(r"\blog|_log|log_|logging|logger|\bemit|print|metric|summar|wandb|tensorboard|scalar|"
                    r"progress|tqdm|\bwrite", re.IGNORECASE)
 _INPUT = re.compile(r"batch|data|load|input|augment|decode|read|preprocess|sampler|shuffle|collate|next|"
@@ -110,7 +109,7 @@ def kind_of(name: str, reads_device: bool, round_trip: bool = False) -> HostCaus
     the thread copies device values back and other values in every step (``round_trip``): then work no name
     explains is computation on those values."""
     function = function_name(name)
-    if _CHECKPOINT.search(name):  # the function, or the module it is in (orbax's, a checkpoint helper's)
+    if SAVING.search(name):  # the function, or the module it is in (orbax's, a checkpoint helper's)
         return HostCause.CHECKPOINT
     if _SYNC.search(function):
         return HostCause.DEVICE_SYNC if reads_device else HostCause.LOGGING
@@ -159,9 +158,10 @@ def checked_calls(host: HostEvidence) -> list[HostActivity]:
 
 
 def other_thread_kind(name: str, thread: str = "") -> HostCause:
-    """What the training thread waits for when another thread runs ``name``: a save, a thread that takes its
-    output (one the trace shows only taking from a queue), or the next batch."""
-    if _CHECKPOINT.search(name):
+    """What the training thread waits for when another thread runs ``name``: a save (by its name, or on a thread
+    whose functions save), a thread that takes its output (one the trace shows only taking from a queue), or the
+    next batch."""
+    if SAVING.search(name) or SAVER_ROLE in thread:
         return HostCause.CHECKPOINT
     return HostCause.CONSUMER_THREAD if CONSUMER_ROLE in thread else HostCause.PRODUCER_THREAD
 
@@ -213,8 +213,11 @@ def _merged(found: list[tuple[HostCause, HostActivity, bool]], cost: dict[HostCa
 
 
 def _reads_device(host: HostEvidence, name: str) -> bool:
+    """Whether the function ``name`` reads device values back: in its own time, or in a call it makes every step
+    (the step's code calls it and it reads, as the device reads list it)."""
     return any(reads for a in (*host.host_activities, *host.between_steps) for held, _, reads in _owned(a)
-               if held == name)
+               if held == name) or any(read.name == name and read.count_per_step >= EVERY_STEP
+                                       for read in host.device_reads)
 
 
 def _from_attribution(host: HostEvidence) -> list[Cause]:
@@ -321,7 +324,7 @@ def _sync_every_step(host: HostEvidence, found: list[Cause]) -> Cause | None:
     the training thread from overlapping the device's: it costs what the overlap would hide, the lesser of the
     two per step."""
     attribution = host.attribution
-    reads = [r for r in host.device_reads if r.count_per_step >= EVERY_STEP and not _CHECKPOINT.search(r.name)]
+    reads = [r for r in host.device_reads if r.count_per_step >= EVERY_STEP and not SAVING.search(r.name)]
     if attribution is None or not reads or not found:
         return None
     work = found[0]

@@ -613,3 +613,22 @@ def test_a_thread_that_only_takes_from_a_queue_is_named_a_consumer_and_the_train
     assert (top.cause, top.name, top.thread) == (TimeCause.HOST_WORK, "$sink.py:7 send_record",
                                                  "(unnamed consumer thread)")
     assert analysis_of(host).findings[0].title.endswith("waits to hand its output to a slower thread")
+
+
+def test_a_thread_that_saves_is_named_a_saver_and_the_wait_for_it_is_a_checkpoint(tmp_path):
+    # Every step hands the state to a new thread that saves it (np.savez's zip writer), then joins it at once.
+    starts = [i * 10 * MS for i in range(4)]
+    steps = [("train", s, s + 10 * MS) for s in starts]
+    joins = [event for s in starts for event in (("$train.py:9 wait_until_finished", s + 2 * MS, s + 10 * MS),
+                                                 ("$threading.py:1090 join", s + 2 * MS + 1000, s + 10 * MS))]
+    build = TraceBuild().host(steps + jit_calls("step", starts, MS) + joins, markers=("train",))
+    build.lane("/host:CPU", [("dot.1", s + MS, s + 2 * MS) for s in starts], "tf_XLACpu")
+    build.host([event for s in starts for event in (("$train.py:5 save_in_background", s + 2 * MS, s + 10 * MS),
+                                                    ("$zipfile.py:1153 write", s + 3 * MS, s + 10 * MS))],
+               thread="python")
+    host = build.evidence(tmp_path)
+    top = host.attribution.parts[0]
+    assert (top.cause, top.name, top.thread) == (TimeCause.HOST_WORK, "$zipfile.py:1153 write", "python: saver thread")
+    finding = analysis_of(host).findings[0]
+    assert finding.title.endswith("while the training thread saves a checkpoint")
+    assert "yet the training thread waits for it" in finding.fix

@@ -505,3 +505,17 @@ def test_a_jit_call_that_reads_its_outputs_back_inside_the_call_costs_the_copies
     assert "compute idle 90% of each step" in first.title
     assert "jax_debug_nans" in first.fix
     assert '"PjitFunction(step)" reads device values back inside the call' in _said(first)
+
+
+def test_a_function_the_device_reads_list_reads_the_device_even_when_its_callees_hold_its_time():
+    # param_histograms calls device_get (a read) and numpy's histogram, which own the time beneath it.
+    step = _activity("$train.py:40 iteration", 95.0, 1.0, OwnTime(name="$npy.py:685 histogram", ms_per_step=60.0))
+    reads = HostActivity(name="$train.py:20 param_histograms", count_per_step=1.0, ms_per_step=90.0,
+                         share_of_step=0.9, thread="python")
+    attribution = _attributed([
+        TimePart(cause=TimeCause.HOST_WORK, name="$train.py:20 param_histograms", thread="python", ms=900.0,
+                 share=0.9),
+        TimePart(cause=TimeCause.DEVICE_COMPUTE, name="matmul/convolution", ms=30.0, share=0.03, useful=True),
+    ])
+    first, *_ = _findings(_host(activities=[step], attribution=attribution, device_reads=[reads]))
+    assert first.title.endswith("while the host computes on values copied off the device")
