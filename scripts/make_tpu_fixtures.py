@@ -150,6 +150,58 @@ class Shape:
     one_cpu_compute_thread: bool = False
 
 
+class OneThreadAtATime:
+    """A background thread per version of a loop (the traced one, an ablation), one running at a time: a version's
+    first iteration stops the others' threads and starts its own. ``start(version)`` starts one and returns the
+    queue it shares with the loop and the event that stops it."""
+
+    def __init__(self, start: Callable[..., tuple[queue.Queue, threading.Event]]) -> None:
+        self._start = start
+        self._running: dict[object, tuple[queue.Queue, threading.Event]] = {}
+
+    def queue(self, version: object) -> queue.Queue:
+        if version not in self._running:
+            self.stop()
+            self._running[version] = self._start(version)
+        return self._running[version][0]
+
+    def stop(self) -> None:
+        for _, stopping in self._running.values():
+            stopping.set()
+
+
+def _put(batches: queue.Queue, batch, stopping: threading.Event) -> None:
+    """Put ``batch`` when the queue has room, unless the thread is told to stop first."""
+    while not stopping.is_set():
+        with contextlib.suppress(queue.Full):
+            batches.put(batch, timeout=0.1)
+            return
+
+
+def _fed_by_a_loader(loaders: OneThreadAtATime, clocks: dict, state: dict, train_step, y, folder: Path,
+                     ablation: str) -> Workload:
+    """A loop whose training thread takes each batch from a loader thread's queue (``loaders``' version True
+    traced, False the ablation ``ablation``) and trains on it; its stop ends the loaders and removes ``folder``."""
+    import jax
+
+    def loop(traced: bool):
+        def iteration(i: int, clock: Clock) -> None:
+            clocks["clock"] = clock
+            batches = loaders.queue(traced)
+            with clock.part("wait_for_batch"):
+                batch = batches.get()
+            state["params"], value = train_step(state["params"], jax.device_put(batch), y)
+            value.block_until_ready()
+
+        return iteration
+
+    def stop() -> None:
+        loaders.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+    return Workload(loop(True), ablations={ablation: loop(False)}, stop=stop)
+
+
 def _normal(key, shape, dtype):
     import jax
     import numpy as np
@@ -481,7 +533,6 @@ def sync_every_step(big: bool) -> Workload:
 def loader_thread(big: bool) -> Workload:
     """A loader thread reads each batch from a file (plus a storage latency) into a queue the step takes it from;
     ablation: an instant loader (the same thread, the batch already read)."""
-    import jax
     import numpy as np
 
     params, train_step, x, y = _mlp_step(big)
@@ -495,12 +546,6 @@ def loader_thread(big: bool) -> Workload:
         time.sleep(0.030)  # the storage's latency per read
         return np.fromfile(shard, dtype=np.float32).reshape(x.shape)
 
-    def put(batches: queue.Queue, batch: np.ndarray, stopping: threading.Event) -> None:
-        while not stopping.is_set():
-            with contextlib.suppress(queue.Full):
-                batches.put(batch, timeout=0.1)
-                return
-
     def start(slow: bool) -> tuple[queue.Queue, threading.Event]:
         batches: queue.Queue = queue.Queue(maxsize=2)
         stopping = threading.Event()
@@ -512,33 +557,12 @@ def loader_thread(big: bool) -> Workload:
                 batch = read_batch() if slow else ready
                 if slow and "clock" in clocks:
                     clocks["clock"].call("read_batch", (time.perf_counter() - started) * 1e3)
-                put(batches, batch, stopping)
+                _put(batches, batch, stopping)
 
         threading.Thread(target=load, name="loader", daemon=True).start()
         return batches, stopping
 
-    loaders: dict[bool, tuple[queue.Queue, threading.Event]] = {}
-
-    def loop(slow: bool):
-        def iteration(i: int, clock: Clock) -> None:
-            clocks["clock"] = clock
-            if slow not in loaders:
-                for _, stopping in loaders.values():
-                    stopping.set()  # one loader thread at a time
-                loaders[slow] = start(slow)
-            with clock.part("wait_for_batch"):
-                batch = loaders[slow][0].get()
-            state["params"], value = train_step(state["params"], jax.device_put(batch), y)
-            value.block_until_ready()
-
-        return iteration
-
-    def stop() -> None:
-        for _, stopping in loaders.values():
-            stopping.set()
-        shutil.rmtree(folder, ignore_errors=True)
-
-    return Workload(loop(True), ablations={"instant_loader": loop(False)}, stop=stop)
+    return _fed_by_a_loader(OneThreadAtATime(start), clocks, state, train_step, y, folder, "instant_loader")
 
 
 def host_roundtrip(big: bool) -> Workload:
@@ -2172,36 +2196,12 @@ def shard_boundary_stall(big: bool) -> Workload:
                 if stalls and n % 8 == 0:
                     open_shard()
                 n += 1
-                while not stopping.is_set():
-                    with contextlib.suppress(queue.Full):
-                        batches.put(ready, timeout=0.1)
-                        break
+                _put(batches, ready, stopping)
 
         threading.Thread(target=load, name="loader", daemon=True).start()
         return batches, stopping
 
-    loaders: dict[bool, tuple[queue.Queue, threading.Event]] = {}
-
-    def loop(stalls: bool):
-        def iteration(i: int, clock: Clock) -> None:
-            clocks["clock"] = clock
-            if stalls not in loaders:
-                for _, stopping in loaders.values():
-                    stopping.set()
-                loaders[stalls] = start(stalls)
-            with clock.part("wait_for_batch"):
-                batch = loaders[stalls][0].get()
-            state["params"], value = train_step(state["params"], jax.device_put(batch), y)
-            value.block_until_ready()
-
-        return iteration
-
-    def stop() -> None:
-        for _, stopping in loaders.values():
-            stopping.set()
-        shutil.rmtree(folder, ignore_errors=True)
-
-    return Workload(loop(True), ablations={"shards_open": loop(False)}, stop=stop)
+    return _fed_by_a_loader(OneThreadAtATime(start), clocks, state, train_step, y, folder, "shards_open")
 
 
 def python_list_features(big: bool) -> Workload:
@@ -2500,7 +2500,6 @@ def slow_consumer_thread(big: bool) -> Workload:
 
     params, train_step, x, y = _mlp_step(big)
     state = {"params": params, "sent": 0}
-    writers: dict[float, tuple[queue.Queue, threading.Event]] = {}
 
     def send_record(record: dict, latency: float) -> None:
         time.sleep(latency)  # the sink's round trip (a metrics service, a remote logger)
@@ -2518,24 +2517,19 @@ def slow_consumer_thread(big: bool) -> Workload:
         threading.Thread(target=write, name="writer", daemon=True).start()
         return records, stopping
 
+    writers = OneThreadAtATime(start)
+
     def loop(latency: float):
         def iteration(i: int, clock: Clock) -> None:
-            if latency not in writers:
-                for _, stopping in writers.values():
-                    stopping.set()
-                writers[latency] = start(latency)
+            records = writers.queue(latency)
             state["params"], value = train_step(state["params"], x, y)
             record = {"step": i, "loss": float(jax.device_get(value))}
             with clock.part("hand_over_record"):
-                writers[latency][0].put(record)
+                records.put(record)
 
         return iteration
 
-    def stop() -> None:
-        for _, stopping in writers.values():
-            stopping.set()
-
-    return Workload(loop(0.040), ablations={"fast_sink": loop(0.0)}, stop=stop)
+    return Workload(loop(0.040), ablations={"fast_sink": loop(0.0)}, stop=writers.stop)
 
 
 def debug_nans_enabled(big: bool) -> Workload:
