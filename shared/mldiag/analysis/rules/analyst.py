@@ -401,7 +401,7 @@ def _cause_evidence(host: HostEvidence, cause: host_causes.Cause, host_work: lis
         return [f"the training thread {quoted(part.thread)} has no event for {part.ms_per_step:.1f} ms of the "
                 f"loop's {host.attribution.loop_ms:.1f} ms ({part.share_of_step:.1%}) while the devices idle: no "
                 "Python tracer frame, TraceMe scope or runtime call covers that time" for part in cause.parts[:1]]
-    stepping = {a.thread for a in (*host.host_activities, *host.between_steps)}
+    stepping = host_causes.stepping_threads(host)
     elsewhere = [part for part in cause.parts if part.thread and part.thread not in stepping]
     lines = []
     if elsewhere:
@@ -497,9 +497,7 @@ def _host_cause_fix(host: HostEvidence, cause: host_causes.Cause) -> str:
                 "loss every N steps, or use jax.experimental.checkify inside the step.")
     if cause.kind is HostCause.PRODUCER_THREAD:
         return frameworks.producer_fix(framework, [p.name for p in cause.parts])
-    stepping = {a.thread for a in (*host.host_activities, *host.between_steps)}
-    if cause.kind is HostCause.CHECKPOINT and cause.parts and all(p.thread and p.thread not in stepping
-                                                                   for p in cause.parts):
+    if cause.kind is HostCause.CHECKPOINT and host_causes.on_other_threads(host, cause):
         return ("The save already runs on another thread, yet the training thread waits for it: wait for a save "
                 "only before the next one starts (or at exit), not right after starting it. "
                 + (frameworks.cause_fix(cause.kind, framework) or ""))
@@ -1436,9 +1434,7 @@ def _slow_steps_and_causes(host: HostEvidence, programs: dict[str, HloProgram]) 
         return [finding for finding in (recompiling, *causes) if finding]
     # The slow steps wait on another thread: the training thread's waits differ in them, or the devices do no more
     # work in them while a cause of the loop runs on other threads (a loader, a saver, a writer).
-    stepping = {a.thread for a in (*host.host_activities, *host.between_steps)}
-    elsewhere = [finding for cause, finding in by_cause if cause.parts and all(
-        part.thread and part.thread not in stepping for part in cause.parts)]
+    elsewhere = [finding for cause, finding in by_cause if host_causes.on_other_threads(host, cause)]
     no_more_device_work = (groups.slow_busy_ms is not None and groups.normal_busy_ms is not None
                            and groups.slow_busy_ms <= SAME_DEVICE_WORK * groups.normal_busy_ms)
     waited = any(THREAD_WAITING.search(difference.name) for difference in groups.differences[:3]) or (

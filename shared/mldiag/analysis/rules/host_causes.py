@@ -319,6 +319,17 @@ def _from_evidence(host: HostEvidence, notable_ms: float) -> list[Cause]:
     return _merged(found, cost)
 
 
+def stepping_threads(host: HostEvidence) -> set[str]:
+    """The threads the training loop's own activities run on."""
+    return {a.thread for a in (*host.host_activities, *host.between_steps)}
+
+
+def on_other_threads(host: HostEvidence, cause: Cause) -> bool:
+    """Whether all of a cause's named work runs on threads other than the training loop's."""
+    stepping = stepping_threads(host)
+    return bool(cause.parts) and all(part.thread and part.thread not in stepping for part in cause.parts)
+
+
 def _sync_every_step(host: HostEvidence, found: list[Cause]) -> Cause | None:
     """A function that reads device values back every step, where that is what keeps the costliest host work of
     the training thread from overlapping the device's: it costs what the overlap would hide, the lesser of the
@@ -328,7 +339,7 @@ def _sync_every_step(host: HostEvidence, found: list[Cause]) -> Cause | None:
     if attribution is None or not reads or not found:
         return None
     work = found[0]
-    stepping = {a.thread for a in (*host.host_activities, *host.between_steps)}
+    stepping = stepping_threads(host)
     if work.kind not in (HostCause.BATCH_MAKING, HostCause.HOST_WORK) or any(
             part.thread not in stepping for part in work.parts):
         return None
