@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import queue
@@ -2561,7 +2562,6 @@ def worker_process_loader(big: bool) -> Workload:
     """Two worker processes (multiprocessing) make f32 batches (4096 x 4096 on the chip, 64 MiB) that reach the
     training thread pickled through a pipe: each annotated step takes the next from ``imap`` and copies it to the
     device. Python tracer on; ablation: the batch already in the training process."""
-    import functools
     import multiprocessing
 
     import jax
@@ -2701,6 +2701,246 @@ def async_save_waited(big: bool) -> Workload:
 
     return Workload(iteration, ablations={"no_save": lambda i, clock: train()},
                     stop=lambda: shutil.rmtree(folder, ignore_errors=True))
+
+
+def scatter_add_pooling(big: bool) -> Workload:
+    """A pooling step: a bf16 projection of many rows, then their sums per segment by ``.at[ids].add`` over
+    unsorted segment ids (a scatter-add on the device), data resident; ablation: the same sums as a one-hot
+    matmul."""
+    import jax
+    import jax.numpy as jnp
+
+    rows, d, segments = (262144, 256, 1024) if big else (16384, 64, 256)
+    x = _normal(jax.random.key(60), (rows, d), "bfloat16")
+    w = _normal(jax.random.key(61), (d, d), "bfloat16")
+    ids = jax.random.randint(jax.random.key(62), (rows,), 0, segments)
+
+    @jax.jit
+    def pool_by_scatter(x, w, ids):
+        h = jax.nn.gelu(x @ w).astype("float32")
+        return jnp.zeros((segments, d), "float32").at[ids].add(h)
+
+    @jax.jit
+    def pool_by_matmul(x, w, ids):
+        h = jax.nn.gelu(x @ w)
+        return jnp.dot(jax.nn.one_hot(ids, segments, dtype=h.dtype).T, h, preferred_element_type="float32")
+
+    def loop(pool):
+        def iteration(i: int, clock: Clock) -> None:
+            pool(x, w, ids).block_until_ready()
+
+        return iteration
+
+    return Workload(loop(pool_by_scatter), ablations={"one_hot_matmul": loop(pool_by_matmul)})
+
+
+def many_param_leaves(big: bool) -> Workload:
+    """A model of 500 small parameter arrays (per-feature scales, 256 f32 each) trained by a jitted SGD step that
+    takes and returns them as a list: every call flattens, checks and hands over 500 buffers each way around a
+    few microseconds of device work. Ablation: the same parameters stacked into one (500, 256) array."""
+    import jax
+    import jax.numpy as jnp
+
+    leaves, width, batch = 500, 256, (1024 if big else 64)
+    x = jax.random.normal(jax.random.key(63), (batch, width))
+
+    def loss(stacked, x):
+        return jnp.mean(jnp.tanh(x @ stacked.T) ** 2)
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def step_on_leaves(params, x):
+        value, grads = jax.value_and_grad(lambda ps: loss(jnp.stack(ps), x))(params)
+        return [p - 1e-3 * g for p, g in zip(params, grads)], value
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def step_on_stack(stacked, x):
+        value, grads = jax.value_and_grad(loss)(stacked, x)
+        return stacked - 1e-3 * grads, value
+
+    state = {"leaves": [jnp.full((width,), 1.0 + n * 1e-4, "float32") for n in range(leaves)]}
+    state["stack"] = jnp.stack(state["leaves"])
+
+    def loop(key: str, step):
+        def iteration(i: int, clock: Clock) -> None:
+            state[key], value = step(state[key], x)
+            value.block_until_ready()
+
+        return iteration
+
+    def extra(clock: Clock, ablations: dict[str, Clock]) -> dict:
+        return {"parameter_arrays": _number(leaves, "arrays the step takes and returns", abs=0)}
+
+    return Workload(loop("leaves", step_on_leaves), ablations={"one_array": loop("stack", step_on_stack)},
+                    extra=extra)
+
+
+def python_thread_beside_training(big: bool) -> Workload:
+    """A 'tokenizer' thread pre-tokenises the next shard in pure Python, continuously, while the training thread runs
+    bf16 MLP train steps on resident data: the training thread never waits for it, but each time it needs the GIL
+    back (to launch, after a block_until_ready) it waits for the tokenizer to let go. Python tracer on; ablation: no
+    tokenizer thread."""
+    params, train_step, x, y = _mlp_step(big)
+    state = {"params": params}
+    clocks: dict = {}
+    def tokenize_shard(shard: int) -> int:
+        token = shard
+        for position in range(100_000):  # no calls inside: the tracer records one event per shard
+            token = (token * 31 + position) % 1_000_003
+        return token
+
+    def start(running: bool) -> tuple[queue.Queue, threading.Event]:
+        stopping = threading.Event()
+
+        def tokenize() -> None:
+            shard = 0
+            while running and not stopping.is_set():
+                started = time.perf_counter()
+                tokenize_shard(shard)
+                shard += 1
+                if clock := clocks.get("clock"):
+                    clock.call("tokenize_shard", (time.perf_counter() - started) * 1e3)
+
+        threading.Thread(target=tokenize, name="tokenizer", daemon=True).start()
+        return queue.Queue(), stopping
+
+    tokenizers = OneThreadAtATime(start)
+
+    def loop(running: bool):
+        def iteration(i: int, clock: Clock) -> None:
+            clocks["clock"] = clock if running else None
+            tokenizers.queue(running)
+            state["params"], value = train_step(state["params"], x, y)
+            value.block_until_ready()
+
+        return iteration
+
+    return Workload(loop(True), ablations={"no_tokenizer": loop(False)}, stop=tokenizers.stop)
+
+
+def undonated_kv_cache(big: bool) -> Workload:
+    """Token-by-token decode that writes each token's keys and values into a preallocated bf16 cache (16 layers,
+    batch 8, 4096 positions, d 1024 on the chip: 2 GiB) and attends over it, with a jit that does not donate the
+    cache: every step copies the whole cache into a new buffer to change one position. Ablation:
+    ``donate_argnums`` on the cache."""
+    import jax
+    import jax.numpy as jnp
+
+    layers, batch, positions, d = (16, 8, 4096, 1024) if big else (4, 4, 512, 64)
+    w = _normal(jax.random.key(64), (layers, 3, d, d), "bfloat16")
+
+    def decode(cache, x, position):
+        for layer in range(layers):
+            q, k, v = (x @ w[layer, n] for n in range(3))
+            cache = cache.at[layer, 0, :, position].set(k).at[layer, 1, :, position].set(v)
+            scores = jnp.einsum("bd,bpd->bp", q, cache[layer, 0]).astype("float32") / jnp.sqrt(d)
+            scores = jnp.where(jnp.arange(positions) <= position, scores, -jnp.inf)
+            x = x + jnp.einsum("bp,bpd->bd", jax.nn.softmax(scores).astype(x.dtype), cache[layer, 1])
+        return cache, x / jnp.linalg.norm(x.astype("float32"), axis=-1, keepdims=True).astype(x.dtype)
+
+    copying, in_place = jax.jit(decode), jax.jit(decode, donate_argnums=0)
+    state = {"cache": jnp.zeros((layers, 2, batch, positions, d), "bfloat16"),
+             "x": jnp.ones((batch, d), "bfloat16")}
+
+    def loop(step):
+        def iteration(i: int, clock: Clock) -> None:
+            state["cache"], state["x"] = step(state["cache"], state["x"], jnp.int32(i % positions))
+            state["x"].block_until_ready()
+
+        return iteration
+
+    def extra(clock: Clock, ablations: dict[str, Clock]) -> dict:
+        return {"cache_bytes": _number(state["cache"].nbytes, "the cache's nbytes, copied once per step", rel=0.01)}
+
+    return Workload(loop(copying), ablations={"donated_cache": loop(in_place)}, extra=extra)
+
+
+def iterate_device_array(big: bool) -> Workload:
+    """After each annotated bf16 MLP train step, ``sum_losses`` adds up the step's 256 per-example losses one element
+    at a time (``for value in losses: total += float(value)``): an eager slice on the device and a copy back per
+    element. Python tracer on; ablation: one ``np.asarray(losses).sum()``."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    params, _, x, y = _mlp_step(big)
+
+    def per_example(params, x, y):
+        for w in params[:-1]:
+            x = jax.nn.relu(x @ w)
+        return jnp.mean(((x @ params[-1]).astype("float32") - y) ** 2, axis=-1)
+
+    def mean_and_losses(params, x, y):
+        losses = per_example(params, x, y)
+        return jnp.mean(losses), losses[:256]
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def train_step(params, x, y):
+        (_, losses), grads = jax.value_and_grad(mean_and_losses, has_aux=True)(params, x, y)
+        return [(p - 1e-3 * g).astype(p.dtype) for p, g in zip(params, grads)], losses
+
+    state = {"params": params, "total": 0.0}
+
+    def sum_losses(losses) -> float:
+        total = 0.0
+        for value in losses:
+            total += float(value)
+        return total
+
+    def loop(add_up: Callable):
+        def iteration(i: int, clock: Clock) -> None:
+            state["params"], losses = train_step(state["params"], x, y)
+            with clock.part("sum_losses"):
+                state["total"] += add_up(losses)
+
+        return iteration
+
+    return Workload(loop(sum_losses), ablations={"one_copy": loop(lambda losses: float(np.asarray(losses).sum()))})
+
+
+def boolean_mask_selection(big: bool) -> Workload:
+    """Each annotated step keeps the batch's hard examples with a boolean mask (``x[losses > threshold]``, eager: its
+    size is known only once the device has computed it) and trains a jitted bf16 MLP step on them; the threshold
+    follows a schedule, so every step has a new count of hard examples: a copy back for the mask's size and a
+    compile for each new shape. Ablation: the full batch with the easy examples weighted 0 (one shape, no sync)."""
+    import jax
+    import jax.numpy as jnp
+
+    params, _, x, y = _mlp_step(big)
+    x = x * jnp.linspace(0.5, 1.5, x.shape[0], dtype="float32")[:, None].astype(x.dtype)
+
+    def per_example(params, x, y):
+        for w in params[:-1]:
+            x = jax.nn.relu(x @ w)
+        return jnp.mean(((x @ params[-1]).astype("float32") - y) ** 2, axis=-1)
+
+    @jax.jit
+    def losses_of(params, x, y):
+        return per_example(params, x, y)
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def weighted_step(params, x, y, weights):
+        value, grads = jax.value_and_grad(lambda p: jnp.sum(per_example(p, x, y) * weights)
+                                          / jnp.maximum(jnp.sum(weights), 1.0))(params)
+        return [(p - 1e-3 * g).astype(p.dtype) for p, g in zip(params, grads)], value
+
+    state = {"params": params}
+
+    def threshold(losses, i: int):
+        return jnp.quantile(losses, 0.2 + 0.03 * (i % 20))
+
+    def select_hard(i: int, clock: Clock) -> None:
+        losses = losses_of(state["params"], x, y)
+        hard = losses > threshold(losses, i)
+        state["params"], value = weighted_step(state["params"], x[hard], y[hard], jnp.ones(int(hard.sum())))
+        value.block_until_ready()
+
+    def weight_hard(i: int, clock: Clock) -> None:
+        losses = losses_of(state["params"], x, y)
+        weights = (losses > threshold(losses, i)).astype("float32")
+        state["params"], value = weighted_step(state["params"], x, y, weights)
+        value.block_until_ready()
+
+    return Workload(select_hard, ablations={"fixed_shape": weight_hard})
 
 
 SHAPES: dict[str, Shape] = {
@@ -2925,6 +3165,26 @@ SHAPES: dict[str, Shape] = {
     "async_save_waited": Shape(async_save_waited, 20, "every 5th annotated f32 MLP step hands the parameters to a "
                                "saver thread (device_get + np.savez) and waits for it right away; Python tracer on",
                                python_tracer=True, cause="a background save waited on at once: a synchronous save"),
+    "scatter_add_pooling": Shape(scatter_add_pooling, 15, "a bf16 projection of 262,144 rows (on the chip) summed "
+                                 "per segment by .at[ids].add over 1,024 unsorted segment ids; annotated steps",
+                                 cause="a scatter-add the chip serialises, where a one-hot matmul would do"),
+    "many_param_leaves": Shape(many_param_leaves, 20, "a jitted SGD step over 500 small f32 parameter arrays "
+                               "passed as a list; annotated steps",
+                               cause="500 buffers handed over each way per call around microseconds of work"),
+    "python_thread_beside_training": Shape(python_thread_beside_training, 20, "bf16 MLP train steps on resident "
+                                           "data while a 'tokenizer' thread runs pure Python continuously; Python "
+                                           "tracer on", python_tracer=True,
+                                           cause="the GIL: the training thread waits for a busy Python thread"),
+    "undonated_kv_cache": Shape(undonated_kv_cache, 20, "token-by-token decode into a 2 GiB bf16 KV cache (on the "
+                                "chip) under a jit that does not donate it; annotated steps",
+                                cause="a copy of the whole cache every step, for want of donate_argnums"),
+    "iterate_device_array": Shape(iterate_device_array, 10, "after each annotated bf16 MLP train step, sum_losses "
+                                  "reads 256 per-example losses one float() at a time; Python tracer on",
+                                  python_tracer=True, cause="sum_losses: one slice and one copy back per element"),
+    "boolean_mask_selection": Shape(boolean_mask_selection, 10, "each annotated step keeps the hard examples with a "
+                                    "boolean mask (x[losses > threshold]) whose count changes every step, then "
+                                    "trains a jitted bf16 MLP step on them",
+                                    cause="a data-dependent shape: a sync and a compile every step"),
 }
 
 

@@ -215,6 +215,9 @@ class TimeCause(StrEnum):
     DISPATCH = "dispatch"  # the devices idle while the host launched programs
     HOST_WORK = "host_work"  # the devices idle while a host function ran (``name``, on ``thread``)
     WAITING = "waiting"  # the devices idle while the stepping thread waited, with nothing traced to explain it
+    # The devices idle while the stepping thread needed the Python interpreter that another thread held, running
+    # Python code of its own (``name``: that thread's function, on ``thread``).
+    INTERPRETER = "interpreter"
     UNTRACED = "untraced"  # the devices idle and no event on the stepping thread
 
 

@@ -44,6 +44,7 @@ CAUSE_WORDS = {
     TimeCause.DISPATCH: "dispatch",
     TimeCause.HOST_WORK: "host work",
     TimeCause.WAITING: "waiting",
+    TimeCause.INTERPRETER: "waiting for the interpreter",
     TimeCause.UNTRACED: "untraced",
 }
 

@@ -22,7 +22,7 @@ app = typer.Typer(help="The fleet across runs: top-waste, regressions, by-cause.
 
 Since = Annotated[str, typer.Option("--since", help="The window: how long ago, e.g. 7d, 12h.")]
 Limit = Annotated[int, typer.Option("--limit", min=1, max=10_000, help="The most rows.")]
-LOST_CAUSES = ("collectives", "transfers", "compilation", "dispatch", "host_work", "waiting", "untraced")
+LOST_CAUSES = ("collectives", "transfers", "compilation", "dispatch", "host_work", "waiting", "interpreter", "untraced")
 
 
 def _seconds(value: Any) -> str:

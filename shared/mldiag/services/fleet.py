@@ -37,7 +37,7 @@ from mldiag.services.unit_of_work import UnitOfWork
 
 # The causes of loop time a finding's category is about: its cost is their time.
 CATEGORY_CAUSES: dict[FindingCategory, tuple[TimeCause, ...]] = {
-    FindingCategory.INPUT_BOUND: (TimeCause.HOST_WORK, TimeCause.WAITING),
+    FindingCategory.INPUT_BOUND: (TimeCause.HOST_WORK, TimeCause.WAITING, TimeCause.INTERPRETER),
     FindingCategory.DISPATCH_OVERHEAD: (TimeCause.DISPATCH,),
     FindingCategory.RECOMPILATION: (TimeCause.COMPILATION,),
     FindingCategory.COMMUNICATION: (TimeCause.COLLECTIVES,),

@@ -24,7 +24,7 @@ UPLOADS = {  # run -> the fixture its session's file is
     "fleet-input": PROFILES / "input_bound" / "plugins" / "profile" / "input_bound" / "fixture-host.xplane.pb",
     "fleet-healthy": PROFILES / "demo_healthy" / "plugins" / "profile" / "demo_healthy" / "fixture-host.xplane.pb",
 }
-LOST_CAUSES = ("collectives", "transfers", "compilation", "dispatch", "host_work", "waiting", "untraced")
+LOST_CAUSES = ("collectives", "transfers", "compilation", "dispatch", "host_work", "waiting", "interpreter", "untraced")
 CLI = (sys.executable, "-c", "from mldiag.cli.main import run; run()")
 
 

@@ -9,7 +9,7 @@ from mldiag.domain.fleet import CauseTime, FindingCost, FleetRecord, Label
 
 NOW = datetime(2025, 3, 8, 12, tzinfo=timezone.utc)
 RUNS = "projects/p/locations/l/machineLearningRuns"
-LOST_CAUSES = ("collectives", "transfers", "compilation", "dispatch", "host_work", "waiting", "untraced")
+LOST_CAUSES = ("collectives", "transfers", "compilation", "dispatch", "host_work", "waiting", "interpreter", "untraced")
 
 
 def record(run: str = "run1", session: str = "s1", generation: str = "g1", *, at: datetime = NOW,

@@ -27,12 +27,18 @@ last one's work). Each instant of it is decided so:
   device resumes when the copy is done (it waited for the copy rather than
   working untraced meanwhile). Else inside a wait (a queue ``get``,
   ``block_until_ready``) it is what the other host threads did meanwhile
-  (their innermost events, split equally), else ``waiting``; inside any other
-  event it is ``host_work`` of the innermost function or scope (a Python
-  builtin's time stays with the Python function that called it); with no
-  event but the step marker it is a host<->device transfer that another
-  thread runs then (the runtime's copy and relayout threads), else
-  ``untraced``.
+  (their innermost events, split equally), else ``waiting``. Where the
+  thread needs the Python interpreter (inside its own Python code, a jit
+  dispatch, or no event at all: back from a call that let go of the
+  interpreter) while another thread runs Python code of its own (its innermost
+  event a Python function's frame, not a builtin, a wait or a runtime call),
+  it is ``interpreter``: CPython runs one thread's Python at a time, and the
+  thread waits its turn (named by the other thread's function, split
+  equally). Else inside any other event it is ``host_work`` of the innermost
+  function or scope (a Python builtin's time stays with the Python function
+  that called it); with no event but the step marker it is a host<->device
+  transfer that another thread runs then (the runtime's copy and relayout
+  threads), else ``untraced``.
 
 The parts are merged by cause, name and thread, except a host thread's copies,
 which are one part: its calls in both directions (a round trip), the runtime's
@@ -74,6 +80,7 @@ from mldiag.analysis.profile.trace_names import (
     HOST_MEMORY_SPACE,
     NOT_AN_OP,
     PYTHON_BUILTIN,
+    PYTHON_FUNCTION,
     THREAD_WAITING,
     TRANSFER,
     TRANSFER_WORK,
@@ -106,15 +113,17 @@ SAVER_ROLE = "saver thread"
 SAVER_THREAD = f"(unnamed {SAVER_ROLE})"
 
 # Op families by name, first match wins: TPU's dots are convolutions, XLA CPU's YNNPACK fusions are built around a
-# dot, ROCm's Tensile GEMMs are "Cijk_...". Data movement before elementwise so that "copy_bitcast_fusion" moves data.
+# dot, ROCm's Tensile GEMMs are "Cijk_...". Look-ups and scatters by index before data movement: "copy_gather_fusion"
+# spends its time on the look-up. Data movement before elementwise so that "copy_bitcast_fusion" moves data.
 OP_FAMILIES = (
     ("matmul/convolution", re.compile(
         r"\bdot|dot[_.-]|gemm|matmul|conv(?!ert)|cublas|cudnn|cutlass|xmma|Cijk_|Im\dd?2Col|einsum|ynn_fusion|"
         r"output fusion", re.IGNORECASE)),
     ("attention", re.compile(r"attention|fmha|flash|sdpa|mha_", re.IGNORECASE)),
     ("reduce", re.compile(r"reduc|argmax|argmin|softmax|\bsum\b|input fusion|scan", re.IGNORECASE)),
+    ("gather/scatter", re.compile(r"(?<!all[-_])gather|(?<!reduce[-_])scatter", re.IGNORECASE)),
     ("copy/convert", re.compile(
-        r"copy|convert|transpose|reshape|concatenate|\bslice|_slice|dynamic[-_]update|gather|scatter|\bpad\b|"
+        r"copy|convert|transpose|reshape|concatenate|\bslice|_slice|dynamic[-_]update|\bpad\b|"
         r"data formatting|bitcast", re.IGNORECASE)),
     ("elementwise", re.compile(
         r"elementwise|add|subtract|multiply|divide|maximum|minimum|tanh|exp|log|compare|select|negate|abs|sqrt|"
@@ -424,13 +433,18 @@ class _HostPieces:
     tiers: np.ndarray  # _HOST_TIER of the piece's cause
 
 
-# Host tiers, first wins: the stepping thread's compile, transfer and dispatch; its copies to the device in flight
-# (its quiet instants while it waits for them, its callers' own time among them); its other work; then, while it
-# waits, what other threads do; then its waits themselves.
-_HOST_TIER = {_COMPILE: 0, _HOST_TRANSFER: 1, _DISPATCH: 2, _WORK: 4, _WAIT: 6}
-_IN_FLIGHT = 3
-_OTHER_THREADS = 5
-_OTHER_TRANSFERS = 7  # other threads' transfers, for the stepping thread's instants that nothing else explains
+# Host tiers, first wins: the stepping thread's compile and transfer; another thread's Python where the stepping
+# thread needs the interpreter; its dispatch; its copies to the device in flight (its quiet instants while it waits
+# for them, its callers' own time among them); its other work; then, while it waits, what other threads do; then
+# its waits themselves.
+_HOST_TIER = {_COMPILE: 0, _HOST_TRANSFER: 1, _DISPATCH: 3, _WORK: 5, _WAIT: 7}
+_INTERPRETER = 2
+_IN_FLIGHT = 4
+_OTHER_THREADS = 6
+_OTHER_TRANSFERS = 8  # other threads' transfers, for the stepping thread's instants that nothing else explains
+# The stepping thread inside a builtin or C function (a sleep, a read, numpy), which may let go of the interpreter:
+# no other thread's Python keeps it waiting then. Never a cause: it only masks ``_INTERPRETER``.
+_RELEASED = 9
 _AS_CAUSE = {_COMPILE: TimeCause.COMPILATION, _HOST_TRANSFER: TimeCause.TRANSFERS, _DISPATCH: TimeCause.DISPATCH,
              _WAIT: TimeCause.WAITING, _WORK: TimeCause.HOST_WORK}
 
@@ -523,6 +537,31 @@ def _host_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, mark
     key_tier = np.array([_HOST_TIER[key // stride] for key in distinct.tolist()], dtype=np.int64)
     found = np.searchsorted(distinct, keys)
     return _HostPieces(piece_starts, piece_ends, key_label[found], key_tier[found])
+
+
+def _python_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, python: np.ndarray,
+                   markers: np.ndarray, labels: _Labels, loop: tuple[int, int]) -> _HostPieces:
+    """A thread's instants in its own Python code, where it holds the interpreter: its innermost event a Python
+    function's frame (the Python tracer's; not a builtin or C function, a wait or a runtime call, which may let go
+    of it), named by that function."""
+    starts, ends, events = self_pieces(line)
+    ids = line.ids[events]
+    kept = (classes[ids] == _WORK) & ~markers[ids] & python[ids] & (ends > loop[0]) & (starts < loop[1])
+    starts, ends, ids = _merged(starts[kept], ends[kept], ids[kept])
+    thread = line.name or UNNAMED_THREAD
+    named = {int(i): labels.of(TimeCause.INTERPRETER, names[i], thread) for i in np.unique(ids).tolist()}
+    label = np.array([named[int(i)] for i in ids.tolist()], dtype=np.int64)
+    return _HostPieces(starts, ends, label, np.full(len(starts), _INTERPRETER, dtype=np.int64))
+
+
+def _released_pieces(line: LineLike, classes: np.ndarray, loop: tuple[int, int]) -> _HostPieces:
+    """The stepping thread's instants inside a builtin or C function, or a wait: a call that may let go of the
+    interpreter. They mask the interpreter's tier and are never a cause (their label is unused)."""
+    starts, ends, events = self_pieces(line)
+    kind = classes[line.ids[events]]
+    kept = ((kind == _BUILTIN) | (kind == _WAIT)) & (ends > loop[0]) & (starts < loop[1])
+    starts, ends, _ = _merged(starts[kept], ends[kept], np.zeros(int(kept.sum()), dtype=np.int64))
+    return _HostPieces(starts, ends, np.zeros(len(starts), dtype=np.int64), np.full(len(starts), _RELEASED))
 
 
 def _bridged_copies(line: LineLike, event_class: np.ndarray, inside: np.ndarray, starts: np.ndarray,
@@ -693,11 +732,14 @@ class Window:
 
 @dataclass
 class _Host:
-    """The host's pieces, labelled: the stepping thread's and, for its waits, the other threads'."""
+    """The host's pieces, labelled: the stepping thread's and, for its waits, the other threads'; the other threads'
+    own Python code, for its need of the interpreter, and where it needs none."""
 
     stepping: _HostPieces
     in_flight: _HostPieces
     others: list[_HostPieces]
+    python: list[_HostPieces]
+    released: _HostPieces
     untraced: int  # the label of the loop time no host piece explains
 
 
@@ -724,6 +766,7 @@ def attribute(*, names: Sequence[str], windows: list[Window], steps: int, busy_n
     classes = _host_classes(names, markers)
     is_marker = np.zeros(len(names), dtype=bool)
     is_marker[list(markers)] = True
+    python = np.array([bool(PYTHON_FUNCTION.match(name)) for name in names], dtype=bool)
     span = (min(w.loop[0] for w in windows), max(w.loop[1] for w in windows))
     empty = _HostPieces(*(np.zeros(0, np.int64),) * 4)
     callbacks = np.zeros(len(names), dtype=bool) if launches_callbacks is None else launches_callbacks
@@ -740,6 +783,8 @@ def attribute(*, names: Sequence[str], windows: list[Window], steps: int, busy_n
                 for p in others
                 for chosen, tier in ((p.tiers != _HOST_TIER[_WAIT], _OTHER_THREADS),  # a thread waiting explains nothing
                                      (p.tiers == _HOST_TIER[_HOST_TRANSFER], _OTHER_TRANSFERS))],
+        python=[_python_pieces(line, names, classes, python, is_marker, labels, span) for line in other_threads],
+        released=_released_pieces(stepping, classes, span) if stepping else empty,
         untraced=labels.of(TimeCause.UNTRACED, "", thread))
     loop_ns = 0.0
     step_ns = np.zeros(max(len(window.step_starts) for window in windows))
@@ -760,16 +805,19 @@ def attribute(*, names: Sequence[str], windows: list[Window], steps: int, busy_n
 def _host_time(host: _Host, window: Window) -> _Times:
     """The time the host's causes take of the window's instants when its devices idle (their mean), per label and
     step."""
-    pieces = [host.stepping, host.in_flight, *host.others]
+    pieces = [host.stepping, host.in_flight, *host.others, *host.python, host.released]
     tiers = np.concatenate([p.tiers for p in pieces])
     sweep = _Sweep.of(np.concatenate([p.starts for p in pieces]), np.concatenate([p.ends for p in pieces]), tiers,
-                      _OTHER_TRANSFERS + 1, window)
+                      _RELEASED + 1, window)
     idle = sweep.lengths
     if window.devices:
         intervals = np.column_stack((sweep.bounds[:-1], sweep.bounds[1:]))
         idle = idle - np.mean([device.busy.covered(intervals) for device in window.devices], axis=0)
-    sweep.counts[_OTHER_THREADS, sweep.counts[_HOST_TIER[_WAIT]] == 0] = 0  # they explain only the stepping waits
-    weights, unexplained = sweep.shares(idle, range(len(sweep.counts)))
+    waiting = sweep.counts[_HOST_TIER[_WAIT]] > 0
+    sweep.counts[_OTHER_THREADS, ~waiting] = 0  # they explain only the stepping waits
+    # Waiting on something else, or in a call that may let go of the interpreter, the thread needs none.
+    sweep.counts[_INTERPRETER, waiting | (sweep.counts[_RELEASED] > 0) | (sweep.counts[_IN_FLIGHT] > 0)] = 0
+    weights, unexplained = sweep.shares(idle, range(_RELEASED))
     piece, step, time = sweep.per_piece_and_step(weights, tiers)
     steps = len(window.step_starts)
     untraced = np.bincount(sweep.interval_steps, weights=unexplained, minlength=steps)
@@ -789,7 +837,7 @@ def _labels_merged(keys: list[tuple[TimeCause, str, str]], totals: np.ndarray,
     threads: dict[int, list[tuple[float, str]]] = {}
     for label, ((cause, name, thread), total) in enumerate(zip(keys, totals[: len(keys)].tolist())):
         copies = cause is TimeCause.TRANSFERS and bool(thread)
-        pooled = cause is TimeCause.HOST_WORK and bool(thread) and thread != stepping
+        pooled = cause in (TimeCause.HOST_WORK, TimeCause.INTERPRETER) and bool(thread) and thread != stepping
         key = (cause, "", thread) if copies else (cause, name, "") if pooled else (cause, name, thread)
         if key not in index:
             index[key] = len(merged)

@@ -42,6 +42,7 @@ ASYNC_COPY = re.compile(r"^copy-(start|done)\b")  # XLA's asynchronous copy, to 
 # A Python tracer event of a builtin or C function ("$time sleep", "$<unknown> astype"), not of a Python function
 # ("$train.py:12 load_batch"): its time is its caller's.
 PYTHON_BUILTIN = re.compile(r"^\$(?!\S+\.py:\d+ )")
+PYTHON_FUNCTION = re.compile(r"^\$\S+\.py:\d+ ")
 # Ops that move or re-type data rather than compute. A fusion named after a gather or scatter too (XLA CPU's
 # "copy_gather_fusion") spends its time on that look-up, not on the copy fused into it.
 FAMILIES = {

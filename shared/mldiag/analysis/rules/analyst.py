@@ -106,7 +106,8 @@ IDLE_PRIORITIES = ((0.50, Priority.P0), (0.25, Priority.P1), (0.10, Priority.P2)
 # their own): the change it asks for is small and its gain is known.
 NAMED_CAUSE_P0 = 0.10
 NAMED_CAUSES = frozenset({HostCause.CHECKPOINT, HostCause.DEVICE_SYNC, HostCause.LOGGING, HostCause.PRODUCER_THREAD,
-                          HostCause.CONSUMER_THREAD, HostCause.BATCH_MAKING, HostCause.ROUND_TRIP})
+                          HostCause.CONSUMER_THREAD, HostCause.BATCH_MAKING, HostCause.ROUND_TRIP,
+                          HostCause.INTERPRETER_LOCK})
 # Device work per slow step, as a multiple of a normal step's, up to which the slow steps do no more on the devices.
 SAME_DEVICE_WORK = 1.2
 OP_BY_OP_DISPATCHES = 50  # jit dispatches per step that mean the step is not one program
@@ -142,6 +143,8 @@ NOTABLE_SHARE = 0.01  # host activities below this share of a step are not worth
 UNTRACED_SHARE = 1 / 3  # the training thread's untraced time is a cause of its own from this share of the loop
 IN_FLIGHT_SHARE = 0.1  # share of the training thread's copies' time beyond its calls that says they waited in flight
 MANY_PARAMETERS = 32  # a program taking this many arrays pays for handing each over at every launch
+# Eager programs whose shapes are a count the data decides: the gather of boolean-mask indexing, nonzero and argwhere.
+DATA_SIZED = ("jit_gather", "jit_nonzero", "jit__nonzero", "jit_argwhere")
 OWN_SHARE = 0.5  # a function around the step's dispatches whose own time is this share of it is host work
 URGENT_REASON = "a finding needs attention"
 _ORDER = {Priority.P0: 0, Priority.P1: 1, Priority.P2: 2}
@@ -401,6 +404,11 @@ def _cause_evidence(host: HostEvidence, cause: host_causes.Cause, host_work: lis
         return [f"the training thread {quoted(part.thread)} has no event for {part.ms_per_step:.1f} ms of the "
                 f"loop's {host.attribution.loop_ms:.1f} ms ({part.share_of_step:.1%}) while the devices idle: no "
                 "Python tracer frame, TraceMe scope or runtime call covers that time" for part in cause.parts[:1]]
+    if cause.kind is HostCause.INTERPRETER_LOCK:
+        return [f"while the devices idle and the training thread needs the interpreter (in its own Python code, a "
+                f"jit dispatch, or no event: back from a call that let go of it), the host thread "
+                f"{quoted(part.thread)} runs Python code of its own in {quoted(part.name)}: {part.ms_per_step:.2f} ms "
+                f"{per}" for part in cause.parts[:3]]
     stepping = host_causes.stepping_threads(host)
     elsewhere = [part for part in cause.parts if part.thread and part.thread not in stepping]
     lines = []
@@ -484,6 +492,13 @@ def _host_cause_finding(host: HostEvidence, cause: host_causes.Cause, priority: 
 def _host_cause_fix(host: HostEvidence, cause: host_causes.Cause) -> str:
     framework = frameworks.detect([host])
     many = [copy for copy in host.transfers if copy.count_per_step >= MANY_COPIES]
+    if cause.kind is HostCause.TRANSFERS and many and framework in (Framework.JAX, Framework.UNKNOWN) and (
+            transfer_direction(many[0].name) == "device to host"):
+        return (f"Read back in one call what is now read in {many[0].count_per_step:.0f} calls a step: an element "
+                "read on its own (float(x[i]), .item(), iterating over a device array) slices it on the device and "
+                "copies it back, one launch and one wait per element. Take the whole array once (np.asarray(x) or "
+                "jax.device_get of the pytree) and index the numpy result; better still, reduce on the device "
+                "(jnp.sum, jnp.mean inside the jitted step) and read back the one number, every N steps.")
     if cause.kind is HostCause.TRANSFERS and many and framework in (Framework.JAX, Framework.UNKNOWN):
         return (f"Copy in one call what is now copied in {many[0].count_per_step:.0f} calls a step: stack the arrays "
                 "into one (np.stack) or hand the whole pytree to a single jax.device_put, so that the per-call cost "
@@ -536,7 +551,11 @@ def _dispatch_overhead(host: HostEvidence, kernels: list[KernelShare]) -> Findin
         return None
     span = host.step_ms.mean
     idle = 1 - (host.busy_fraction or 0.0)
-    priority = Priority.P0 if idle >= IDLE_PRIORITIES[0][0] else Priority.P1
+    # Compiling inside the launches is a finding of its own: the launches rank by the idle time left beside it.
+    launching = idle - (sum(part.share for part in host.attribution.parts if part.cause is TimeCause.COMPILATION)
+                        if host.attribution is not None else 0.0)
+    priority = (Priority.P0 if launching >= IDLE_PRIORITIES[0][0] else
+                Priority.P1 if launching >= IDLE_PRIORITIES[-1][0] else Priority.P2)
     framework = frameworks.detect([host])
     device = _LANES[host.device_kind.value]
     origins = [origin for origin in host.dispatch_origins[:MAX_DISPATCH_ORIGINS]
@@ -615,11 +634,21 @@ def _launch_bound(host: HostEvidence, programs: dict[str, HloProgram]) -> Findin
                         "end), then launches the next: a sync every step, so no launch overlaps the device's work")
     evidence.append(f"busy fraction {_loop_busy(host):.3f} over the loop")
     launched = {_module_base(run.name) for run in (*host.programs, *host.dispatched)}
-    evidence += [f"{quoted(p.module)} takes {len(p.parameters)} arrays as parameters, each flattened and handed "
-                 "over at every launch" for p in programs.values()
-                 if len(p.parameters) >= MANY_PARAMETERS and _module_base(p.module) in launched][:1]
+    many = max((p for p in programs.values() if _module_base(p.module) in launched),
+               key=lambda p: len(p.parameters), default=None)
+    many = many if many is not None and len(many.parameters) >= MANY_PARAMETERS else None
+    if many is not None:
+        evidence.append(f"{quoted(many.module)} takes {len(many.parameters)} arrays as parameters, each flattened "
+                        "and handed over at every launch")
     lanes = _LANES[host.device_kind.value]
-    if launch.awaited:
+    if many is not None and not launch.awaited:
+        title = (f"Launch-bound: handing {len(many.parameters)} arrays to each launch of a small program takes "
+                 f"{launch.share:.0%} of the loop, {longer}")
+        what = (f"Each step launches a program that runs on the device for a fraction of a millisecond and takes "
+                f"{len(many.parameters)} arrays: at every launch each one is flattened out of its pytree, checked "
+                "and handed over, so the host spends far longer launching than "
+                f"{lanes} spend running the program, and they idle between launches.")
+    elif launch.awaited:
         title = f"Launch-bound: each step launches a small program and waits for it, {launch.share:.0%} of the loop"
         what = ("Each step launches a program that runs on the device for under a millisecond and waits for its "
                 "result before launching the next, so every step pays the launch (dispatching the jitted function, "
@@ -641,17 +670,14 @@ def _launch_bound(host: HostEvidence, programs: dict[str, HloProgram]) -> Findin
         impact=f"{launch.host_ms_per_launch * per_step:.2f} ms of each {iteration:.2f} ms step goes to launching "
                f"({launch.share:.0%} of the loop) against {launch.device_ms_per_launch * per_step:.3f} ms of device "
                "work; with several steps per launch the step could approach its device time.",
-        fix=frameworks.more_work_per_launch_fix(frameworks.detect([host])),
+        fix=frameworks.more_work_per_launch_fix(frameworks.detect([host]), many_arrays=many is not None),
     )
 
 
 def _recompiled(programs: dict[str, HloProgram]) -> list[str]:
     """Functions compiled more than once, with the parameters whose shapes differ between the compilations."""
-    variants: dict[str, list[HloProgram]] = {}
-    for program in programs.values():
-        variants.setdefault(_module_base(program.module), []).append(program)
     lines = []
-    for function, compiled in sorted(variants.items(), key=lambda item: -len(item[1])):
+    for function, compiled in sorted(_by_function(programs).items(), key=lambda item: -len(item[1])):
         signatures = {tuple(p.parameters.items()) for p in compiled}
         if len(signatures) < 2:
             continue
@@ -663,6 +689,14 @@ def _recompiled(programs: dict[str, HloProgram]) -> list[str]:
         lines.append(f"{quoted(function)} compiled {len(signatures)} times with different parameter shapes: "
                      + "; ".join(changing[:3]))
     return lines
+
+
+def _by_function(programs: dict[str, HloProgram]) -> dict[str, list[HloProgram]]:
+    """The compiled programs of each jitted function (``jit_step(1)`` and ``jit_step(7)`` are ``jit_step``'s)."""
+    grouped: dict[str, list[HloProgram]] = {}
+    for program in programs.values():
+        grouped.setdefault(_module_base(program.module), []).append(program)
+    return grouped
 
 
 def _recompilation(host: HostEvidence, programs: dict[str, HloProgram]) -> Finding | None:
@@ -682,13 +716,14 @@ def _recompilation(host: HostEvidence, programs: dict[str, HloProgram]) -> Findi
     # Recompiled, yet the function called in every step has one program in the capture (which holds every
     # executable still alive), or several of one same text: each compilation's program was dropped with the jitted
     # function that made it, or was the same program again.
-    texts: dict[str, set[str]] = {}
-    for program in programs.values():
-        texts.setdefault(_module_base(program.module), set()).add(program.fingerprint or program.module)
+    texts = {name: {p.fingerprint or p.module for p in group} for name, group in _by_function(programs).items()}
     anew = not tensorflow and host.recompiles_in_steps > 1 and any(
         len(texts.get(_module_base(call.name), ())) == 1 for call in host.programs
         if call.calls >= host.recompiles_in_steps)
-    remedy = "one jitted function" if anew else "stable shapes"
+    # An eager gather compiled for many index counts: boolean-mask indexing (x[mask]) or a nonzero whose size is
+    # the data's, so every step's count is a new shape for it and for everything after it.
+    data_sized = not tensorflow and not anew and any(len(texts.get(name, ())) > 1 for name in DATA_SIZED)
+    remedy = "one jitted function" if anew else "shapes that do not follow the data" if data_sized else "stable shapes"
     if cost is None:
         title = f"Recompilation inside steps: {share:.0%} of step time compiling"
         costs = [f"recompilation {host.recompile_ms_per_step:.1f} ms per step of a {step:.1f} ms step"]
@@ -708,6 +743,9 @@ def _recompilation(host: HostEvidence, programs: dict[str, HloProgram]) -> Findi
     if anew:
         evidence.append("yet the capture holds one compiled program of the function called in every step: the "
                         "executables of the earlier compilations are gone or the same program again")
+    if data_sized:
+        evidence.append("eager gathers (or nonzero) compiled for a new number of indices: a size taken from the data "
+                        "(x[mask], jnp.nonzero without size=), read back to the host and new in every step")
     return Finding(
         priority=priority,
         category=FindingCategory.RECOMPILATION,
@@ -715,6 +753,10 @@ def _recompilation(host: HostEvidence, programs: dict[str, HloProgram]) -> Findi
         what=("XLA compiles the step's program again and again although it keeps no other version of it: the "
               "jitted function itself is made anew while the loop runs (jax.jit applied inside the loop, to a new "
               "lambda or functools.partial each step), and its compilation cache goes with it." if anew else
+              "XLA compiles new programs while the loop runs because a shape follows the data: a boolean mask or "
+              "nonzero selects a different number of elements each step, and that count becomes the shape of the "
+              "selection and of every program after it (and is read back to the host to be known)." if data_sized
+              else
               "XLA compiles new programs while the loop runs, usually because input shapes, dtypes or static "
               "arguments change from step to step, so each change costs a full compilation."),
         evidence=evidence,
@@ -725,6 +767,10 @@ def _recompilation(host: HostEvidence, programs: dict[str, HloProgram]) -> Findi
              "module level or before the loop, never jax.jit(lambda ...) or jax.jit(partial(...)) inside it); "
              "JAX's persistent compilation cache (jax.config.update('jax_compilation_cache_dir', ...)) then also "
              "spares the compilation across runs." if anew else
+             "Keep the shapes fixed where the data picks elements: instead of x[mask], weight or mask inside the "
+             "jitted step (jnp.where(mask, loss, 0), or a per-example weight that is 0 for the unselected), or "
+             "select a fixed number (jnp.nonzero(mask, size=k, fill_value=0), jax.lax.top_k on a score); where a "
+             "variable count cannot be avoided, pad it to a few bucket sizes." if data_sized else
              "Keep shapes and static arguments stable: pad or bucket the changing dimension to a few sizes, pass "
              "changing Python scalars as arrays rather than static arguments, and enable JAX's persistent "
              "compilation cache (jax.config.update('jax_compilation_cache_dir', ...))."),
@@ -1013,6 +1059,7 @@ def _kernels(hosts: list[HostEvidence], works: list[KernelWork]) -> list[KernelS
                 host=host.host, name=op.name, hlo_op=instruction if op.expression or ran else "",
                 share_of_device=_fraction(op.share_of_busy), ms_per_step=op.self_ms_per_step,
                 runs_per_step=op.count_per_step, what=describe(ran),
+                updates_per_element=max((w.updates_per_element for w in ran), default=0.0),
                 custom_calls=list(dict.fromkeys(w.custom_call for w in ran if w.custom_call)),
                 programs=sorted({w.module for w in ran}),
             ))

@@ -138,9 +138,24 @@ _BATCHED_CALLS = FrameworkFix(
 )
 
 
-def more_work_per_launch_fix(framework: Framework) -> str:
-    """How to give each launch of a small program more work, so that its cost is paid less often."""
-    return _MORE_WORK_PER_LAUNCH.worded_for(framework)
+def more_work_per_launch_fix(framework: Framework, many_arrays: bool = False) -> str:
+    """How to give each launch of a small program more work, so that its cost is paid less often; with
+    ``many_arrays`` (a program taking many arrays), first how to hand it fewer."""
+    more_work = _MORE_WORK_PER_LAUNCH.worded_for(framework)
+    return f"{_FEWER_ARRAYS.worded_for(framework)} Then: {more_work}" if many_arrays else more_work
+
+
+_FEWER_ARRAYS = FrameworkFix(
+    jax="Hand each launch fewer, larger arrays: keep parameters of the same shape stacked in one array (one per "
+        "kind of layer, with lax.scan over the layers; per-feature scales and biases as rows of one matrix), or "
+        "pass one flat vector (jax.flatten_util.ravel_pytree) and unravel it inside the jitted function; donate "
+        "them (donate_argnums) so the update writes in place.",
+    tensorflow="Hand each tf.function call fewer, larger tensors: concatenate same-shaped variables into one and "
+               "slice inside the function, or keep the state as tf.Variables the function reads rather than "
+               "arguments.",
+    pytorch_xla="Hand each graph fewer, larger tensors: keep same-shaped parameters in one tensor (torch.stack, "
+                "a fused parameter buffer) and index it inside the model.",
+)
 
 
 _MORE_WORK_PER_LAUNCH = FrameworkFix(
@@ -227,6 +242,20 @@ _CAUSE_FIXES = {
         "dropping or aggregating records while the queue is full) or into an unbounded queue, send records in "
         "batches (one call every N steps), and make the slow side faster (an asynchronous client, several sender "
         "threads, or write locally and ship the file in the background)."),
+    HostCause.INTERPRETER_LOCK: FrameworkFix(  # give the other Python work an interpreter of its own
+        tensorflow="Give that Python work an interpreter of its own: run it in another process (multiprocessing, "
+                   "a ProcessPoolExecutor) or inside the tf.data pipeline as TensorFlow ops (tf.py_function keeps "
+                   "it on the interpreter), or make it let go of the interpreter (numpy, a C++ or Rust library such "
+                   "as the tokenizers package); otherwise run it before or after training rather than beside it.",
+        pytorch_xla="Give that Python work an interpreter of its own: a DataLoader with num_workers > 0 (worker "
+                    "processes), multiprocessing or a ProcessPoolExecutor, or make it let go of the interpreter "
+                    "(numpy, a C++ or Rust library such as the tokenizers package); otherwise run it before or "
+                    "after training rather than beside it.",
+        jax="Give that Python work an interpreter of its own: run it in another process (multiprocessing, a "
+            "ProcessPoolExecutor, grain with worker_count > 0), or make it let go of the interpreter (numpy on whole "
+            "arrays, a C++ or Rust library such as the tokenizers package); otherwise run it before or after "
+            "training rather than beside it. Threads do not help here: only one runs Python at a time, and a "
+            "shorter sys.setswitchinterval only moves the wait."),
     HostCause.ROUND_TRIP: FrameworkFix(  # compute where the values are: on the device
         tensorflow="Compute it on the device, inside the tf.function (tf.random.categorical for sampling, tf ops "
                    "for the statistics), so the values never leave the device; where the host must see them, read "

@@ -4,8 +4,9 @@ The host keeps the devices waiting for different reasons, and each has its own
 fix: the training thread makes the batches itself, saves checkpoints
 synchronously, reads device values back every step to log them, formats and
 writes log records itself, waits on a
-loader thread that is slower than the step, or copies data between host and
-device memory. A cause is told from the names the trace gives the work (the
+loader thread that is slower than the step, waits for the Python interpreter
+while another thread runs Python, or copies data between host and device
+memory. A cause is told from the names the trace gives the work (the
 function that owns the time, its thread, the copies it makes) and costs the
 time the devices idle because of it, per iteration of the loop.
 
@@ -33,6 +34,7 @@ class HostCause(StrEnum):
     LOGGING = "logging"  # the training thread formats and writes logs itself, from values already on the host
     PRODUCER_THREAD = "producer_thread"  # the training thread waits on a slower thread that produces its input
     CONSUMER_THREAD = "consumer_thread"  # the training thread waits to hand its output to a slower thread
+    INTERPRETER_LOCK = "interpreter_lock"  # the training thread waits for the interpreter another thread's Python holds
     TRANSFERS = "transfers"  # copies between host and device memory
     ROUND_TRIP = "round_trip"  # the training thread computes on device values it copied back (and copies the result in)
     UNTRACED = "untraced"  # the training thread's time that no event records: its own Python code, or a wait
@@ -63,6 +65,12 @@ WORDS = {
                                 "predictions) to another host thread through a bounded queue, and that thread takes "
                                 "longer per item than a step: the training thread blocks on the hand-over while the "
                                 "devices idle."),
+    HostCause.INTERPRETER_LOCK: ("another thread's Python holds the interpreter",
+                                 "Another host thread runs Python code of its own (its functions' own work, not "
+                                 "numpy, I/O or sleeps, which let go of the interpreter) while the training thread "
+                                 "needs the interpreter to launch the next step and take its result: CPython runs "
+                                 "one thread's Python at a time, so the training thread waits its turn (up to the "
+                                 "5 ms switch interval each time) while the devices idle."),
     HostCause.TRANSFERS: ("data is copied between host and device memory",
                           "Data goes from the device to the host and back (or is copied to the device again every "
                           "step) and the devices wait for the copies."),
@@ -242,6 +250,8 @@ def _from_attribution(host: HostEvidence) -> list[Cause]:
             continue
         if part.cause is TimeCause.TRANSFERS or (part.cause is TimeCause.DISPATCH and part.name in checking):
             kind = HostCause.TRANSFERS  # a call that copies its outputs back: its time is the copies' and checks'
+        elif part.cause is TimeCause.INTERPRETER:
+            kind = HostCause.INTERPRETER_LOCK
         elif part.cause is not TimeCause.HOST_WORK:
             continue
         elif stepping and part.thread and part.thread != stepping:

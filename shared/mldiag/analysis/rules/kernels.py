@@ -2,8 +2,11 @@
 
 A device busy at a small share of the roofline is a fault of the ops it runs, and
 some ops have a cheaper way to the same result that no fusion or tiling finds: a
-full sort where only the top of each row is used. An op whose time is the model's
-own work (an embedding's gather and scatter) has no entry. The kernel's HLO
+full sort where only the top of each row is used; a scatter-add of many updates
+into each element (rows summed into a few segments), which the device applies one
+after another where a matmul would sum them at the chip's rate. An op whose time
+is the model's own work (an embedding's gather, and its gradient's scatter of
+about one update per row) has no entry. The kernel's HLO
 (:func:`mldiag.analysis.xprof.hlo.describe`) says which op it is; the fix names
 that op's alternatives.
 """
@@ -11,17 +14,20 @@ that op's alternatives.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mldiag.analysis.evidence import KernelShare
 
 DOMINANT = 0.5  # share of a host's device op time at which one kernel's op decides the fix
+COLLIDING_UPDATES = 8.0  # a scatter's updates per element from which they queue behind each other
 
 
 @dataclass(frozen=True)
 class KernelFix:
     op: str  # the op in the title's words
     fix: str
+    applies: Callable[[KernelShare], bool] = lambda kernel: True
 
 
 _FIXES = (
@@ -31,6 +37,14 @@ _FIXES = (
         "them without sorting: jax.lax.top_k, or jax.lax.approx_max_k / approx_min_k on a TPU (tf.math.top_k, "
         "torch.topk); otherwise sort fewer elements (a shorter axis, a cheap filter first) or sort the keys once "
         "outside the loop.")),
+    (re.compile(r"\bscatter\b"), KernelFix(
+        "a scatter of many updates per element",
+        "A scatter-add that sums many rows into each element of a small result (segment sums, pooling by id, a "
+        "histogram) applies the updates to one element one after another. Where the segments are few (up to a "
+        "few thousand), sum with a matmul the chip runs at its full rate: jax.nn.one_hot(ids, segments, "
+        "dtype=values.dtype).T @ values; otherwise sort the ids once and call jax.ops.segment_sum(values, ids, "
+        "segments, indices_are_sorted=True) (torch: index_add_ on sorted ids, or a one-hot matmul).",
+        applies=lambda kernel: kernel.updates_per_element >= COLLIDING_UPDATES)),
 )
 
 
@@ -40,7 +54,7 @@ def dominant(kernels: list[KernelShare]) -> tuple[KernelShare, KernelFix] | None
     for kernel in sorted(kernels, key=lambda k: -k.share_of_device):
         if kernel.share_of_device < DOMINANT:
             return None
-        found = next((fix for pattern, fix in _FIXES if pattern.search(kernel.what)), None)
+        found = next((fix for pattern, fix in _FIXES if pattern.search(kernel.what) and fix.applies(kernel)), None)
         if found is not None:
             return kernel, found
     return None

@@ -17,6 +17,11 @@ achieved rates, which are held against the chip's peaks
 * **neither**: far from both limits, held back by something other than the
   hardware (latency, small kernels, waits on copies).
 
+Where the op profile's FLOPs for a program run faster than any peak the chip
+has (``IMPOSSIBLE`` times its fastest), XLA's cost model has miscounted that
+program (seen on TPU programs that copy a large buffer into a new layout): its
+figures are set aside, its FLOPs are its HLO's matmuls and its bytes unknown.
+
 Without a known chip (a CPU, a device type no row names) the achieved rates
 are reported and no verdict is given. MFU is the step's FLOPs per device over
 the step time, as a share of the peak at the dtype of the programs' matmuls.
@@ -38,6 +43,7 @@ from mldiag.analysis.xprof.hlo import KernelWork
 NEAR_ROOFLINE = 0.5  # achieved share of a peak at which a program is bound by that limit
 MIN_PROGRAM_SHARE = 0.01  # programs below this share of the listed device time are not listed
 MAX_PROGRAMS = 8
+IMPOSSIBLE = 1.2  # achieved FLOP/s over the chip's fastest peak beyond which the cost model miscounted
 _HEADLINE_DTYPES = ("bf16", "f16")  # the peak a program without matmuls is held to
 
 
@@ -48,6 +54,7 @@ class _Costs:
     bytes: float | None = 0.0
     copy_ms: float = 0.0  # in asynchronous copies (copy-start / copy-done): waits on transfers, not work
     runs: int | None = None  # runs of the program in the capture (over devices), where the source tells
+    miscounted: bool = False  # the cost model's FLOPs ran faster than the chip can: set aside for the HLO's
 
 
 _COPY = re.compile(r"^copy-(start|done)")
@@ -148,6 +155,18 @@ def _in_hbm(costs: dict[str, _Costs], roofline_model: dict[str, Any], buffers: d
             once = buffer.inputs_bytes + buffer.outputs_bytes + buffer.constants_bytes
             program.bytes = max(program.bytes, float(once * program.runs))
         program.flops = max(program.flops, sum(w.flops for w in works.get(name, [])) * program.runs)
+
+
+def _set_aside_miscounts(costs: dict[str, _Costs], chip: Chip | None, works: dict[str, list[KernelWork]]) -> None:
+    """A program whose FLOPs run faster than the chip's fastest peak: its FLOPs become its HLO's matmuls (with
+    the runs the op profile counts; none without them) and its bytes unknown."""
+    if chip is None or not chip.peak_flops:
+        return
+    fastest = max(chip.peak_flops.values())
+    for name, program in costs.items():
+        if program.ms > 0 and program.flops / (program.ms / 1e3) > IMPOSSIBLE * fastest:
+            program.flops = sum(w.flops for w in works.get(name, [])) * (program.runs or 0)
+            program.bytes, program.miscounted = None, True
 
 
 def timed_kernels(host: HostEvidence, works: list[KernelWork]) -> list[tuple[OpTime, list[KernelWork]]]:
@@ -263,6 +282,9 @@ def _program(name: str, source: str, costs: _Costs, total_ms: float, works: list
     slow = highest and program.matmul_dtype == "f32" and program.peak_dtype not in ("", "f32")
     held_back = COPIES if costs.copy_ms >= 0.5 * costs.ms else SLOW_PRECISION if slow else LATENCY
     program.verdict, program.statement = _verdict(program, held_back)
+    if costs.miscounted:
+        program.statement += ("; XProf's cost model counted more FLOP/s for it than the chip can run, so its FLOPs "
+                              "are its HLO's matmuls and its bytes are not known")
     return program
 
 
@@ -280,6 +302,7 @@ def program_rooflines(hosts: list[HostEvidence], op_profile: dict[str, Any], wor
     costs, source = _op_profile_costs(op_profile), "op_profile"
     if any(c.flops for c in costs.values()):
         _in_hbm(costs, roofline_model or {}, {b.module: b for b in buffers}, by_module)
+        _set_aside_miscounts(costs, chip, by_module)
     else:
         costs, source = _hlo_costs(hosts, works), "hlo"
     timed = {name: c for name, c in costs.items() if c.ms > 0}

@@ -443,6 +443,7 @@ class KernelWork:
     matmul_dtype: str = ""  # the operands' dtype of its dots and convolutions (the widest); "" without any
     precision: str = ""  # the highest operand precision its dots and convolutions ask for; "" for the default
     flops: float = 0.0  # its dots' and convolutions' floating-point operations per run
+    updates_per_element: float = 0.0  # its scatters' updates over the elements they update (the most of any)
 
 
 def _fused(module: HloModule, computation: str) -> list[Instruction]:
@@ -472,6 +473,17 @@ def _matmul_fields(module: HloModule, ops: list[Instruction]) -> dict:
     }
 
 
+def _updates_per_element(module: HloModule, ops: list[Instruction]) -> float:
+    """How many updates a kernel's scatters apply to each element of what they update: 256 where 262,144 rows are
+    summed into 1,024 segments, under 1 where an embedding's gradient rows go into a large table."""
+    ratios = [0.0]
+    for scatter in (i for i in ops if i.opcode == "scatter"):
+        target, updates = module.operand(scatter, 0), module.operand(scatter, len(scatter.operands) - 1)
+        if target is not None and updates is not None and target.shape and updates.shape:
+            ratios.append(math.prod(updates.shape.dims) / max(math.prod(target.shape.dims), 1))
+    return max(ratios)
+
+
 def _fusion_work(module: HloModule, fusion: Instruction) -> KernelWork:
     body = _fused(module, fusion.calls)
     math_ops = [i for i in body if i.opcode not in _MOVES_OR_RETYPES and i.opcode != "fusion"]
@@ -489,7 +501,8 @@ def _fusion_work(module: HloModule, fusion: Instruction) -> KernelWork:
         dtype=dtype, io_dtype=fusion.dtype, computes=bool(math_ops),
         converts="between" if out and into else "after" if out else "",
         root=root.opcode if root is not None else "",
-        dtypes=tuple(sorted(dtypes)), **_matmul_fields(module, body),
+        dtypes=tuple(sorted(dtypes)), updates_per_element=_updates_per_element(module, body),
+        **_matmul_fields(module, body),
     )
 
 
@@ -510,7 +523,8 @@ def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
                     io_dtype=instruction.dtype, computes=instruction.opcode not in _MOVES_OR_RETYPES,
                     custom_call=instruction.target,
                     dtypes=(instruction.dtype,) if instruction.dtype and instruction.opcode not in _MOVES_OR_RETYPES
-                    else (), **_matmul_fields(module, [instruction]),
+                    else (), updates_per_element=_updates_per_element(module, [instruction]),
+                    **_matmul_fields(module, [instruction]),
                 ))
     return found
 
@@ -549,6 +563,8 @@ def describe(works: list[KernelWork]) -> str:
         kind = _words("element-wise", dtype, "math")
     else:
         kind = _words(dtype, next(op for op in ops if op in _NOT_ELEMENTWISE))
+    if kind.endswith("scatter") and (fan_in := max(w.updates_per_element for w in works)) >= 2:
+        kind += f" of {fan_in:.3g} updates per element"
     converts = _most(w.converts for w in works)
     if converts == "between":
         kind += f" between {io_dtype} converts"

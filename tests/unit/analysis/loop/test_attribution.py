@@ -108,7 +108,8 @@ def test_health_follows_the_attribution(evidence):
     ("convolution.3 convolution fusion", "matmul/convolution"), ("FmhaBwdKernel ck_tile", "attention"),
     ("input_reduce_fusion.kd", "reduce"), ("wrapped_reduce-window", "reduce"),
     ("loop_convert_fusion.kd", "copy/convert"), ("copy_bitcast_fusion", "copy/convert"),
-    ("input_transpose_fusion", "copy/convert"), ("multiply_subtract_fusion.3", "elementwise"),
+    ("input_transpose_fusion", "copy/convert"), ("scatter_custom_fusion", "gather/scatter"),
+    ("copy_gather_fusion", "gather/scatter"), ("multiply_subtract_fusion.3", "elementwise"),
     ("fusion.12 loop fusion", "elementwise"), ("custom-call.1", "other ops"),
 ])
 def test_op_families_read_cpu_gpu_and_tpu_names(name, family):
@@ -256,6 +257,29 @@ def test_a_wait_is_what_another_thread_did_meanwhile_else_waiting():
     assert parts == {(TimeCause.HOST_WORK, "$data.py:5 read_file", UNNAMED_THREAD): 3.0,  # alone 2-4, half of 4-6
                      (TimeCause.HOST_WORK, "decode", "pool"): 3.0,  # half of 4-6, alone 6-8 (the loader waits)
                      (TimeCause.WAITING, "", "python"): 4.0}
+
+
+def test_the_training_thread_needing_the_interpreter_while_another_thread_runs_python_waits_for_that_thread():
+    # A tokenizer thread runs pure Python throughout. The training thread's own Python (0-2), its dispatch (2-5) and
+    # its untraced instants (7-10, back from a call that let go of the interpreter) wait for the tokenizer; inside a
+    # builtin (a sleep, 5-7) the training thread needs no interpreter, and its time stays its own.
+    names: list[str] = []
+    host = _line("python", [("$train.py:3 iteration", 0, 7 * MS), ("PjitFunction(step)", 2 * MS, 5 * MS),
+                            ("$time sleep", 5 * MS, 7 * MS)], names)
+    tokenizer = _line("", [("$data.py:9 tokenize_shard", 0, 10 * MS)], names)
+    parts = _attribute(names, (0, 10 * MS), [], stepping=host, others=[tokenizer])
+    assert parts == {(TimeCause.INTERPRETER, "$data.py:9 tokenize_shard", UNNAMED_THREAD): 8.0,
+                     (TimeCause.HOST_WORK, "$time sleep", "python"): 2.0}
+
+
+def test_another_thread_in_a_builtin_or_a_wait_holds_no_interpreter():
+    # The loader's numpy call and its wait let go of the interpreter: the training thread's own Python is its own.
+    names: list[str] = []
+    host = _line("python", [("$train.py:3 iteration", 0, 10 * MS)], names)
+    loader = _line("", [("$data.py:5 make_batch", 0, 6 * MS), ("$<unknown> standard_normal", 0, 6 * MS),
+                        ("$threading.py:295 wait", 6 * MS, 10 * MS)], names)
+    parts = _attribute(names, (0, 10 * MS), [], stepping=host, others=[loader])
+    assert parts == {(TimeCause.HOST_WORK, "$train.py:3 iteration", "python"): 10.0}
 
 
 def test_one_function_on_several_threads_other_than_the_training_thread_is_one_part_of_those_threads():

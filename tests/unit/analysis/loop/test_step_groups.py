@@ -227,7 +227,8 @@ def test_slow_steps_name_what_runs_only_in_them_with_its_share_of_the_loop(tmp_p
 
 def test_slow_steps_that_the_stepping_thread_does_not_explain_name_what_another_thread_runs_in_them(tmp_path):
     # Annotated steps of 10 ms; every 5th lasts 30 ms while the training thread waits in its step (no event says
-    # on what). A saver thread writes the whole time, in a 20 ms copy that holds the interpreter in each slow step.
+    # on what). A saver thread writes the whole time (in the file's C write, which lets go of the interpreter), in a
+    # 20 ms copy that holds the interpreter in each slow step.
     training, saver, lane, start = [], [], [], 0
     for step in range(20):
         length = 30 if step % 5 == 4 else 10
@@ -235,7 +236,11 @@ def test_slow_steps_that_the_stepping_thread_does_not_explain_name_what_another_
                      *jit_calls("step", [start + MS // 2], MS // 2)]
         lane.append(("fusion", start + MS, start + 9 * MS))
         if length == 30:
-            saver.append(("$<unknown> tobytes", start + 5 * MS, start + 25 * MS))
+            saver += [("$<unknown> write", start, start + 5 * MS), ("$<unknown> tobytes", start + 5 * MS,
+                                                                     start + 25 * MS),
+                      ("$<unknown> write", start + 25 * MS, start + 30 * MS)]
+        else:
+            saver.append(("$<unknown> write", start, start + 10 * MS))
         start += length * MS
     saver.append(("$npyio.py:580 savez", 0, start))
     host = (TraceBuild().host(training, markers=("train",)).host(saver, thread="saver")

@@ -675,6 +675,33 @@ def test_recompiling_the_function_called_every_step_into_one_same_program_is_a_j
     assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
 
 
+def _eager_gather(module_id: int, count: int) -> hlo.HloModule:
+    return hlo.parse_module(f"jit_gather({module_id})", f"""HloModule jit_gather
+
+ENTRY %main (x.1: f32[4096,128], i.1: s32[{count},1]) -> f32[{count},128] {{
+  %x.1 = f32[4096,128]{{1,0}} parameter(0)
+  %i.1 = s32[{count},1]{{1,0}} parameter(1)
+  ROOT %g.2 = f32[{count},128]{{1,0}} gather(%x.1, %i.1), offset_dims={{1}}, collapsed_slice_dims={{0}}, start_index_map={{0}}, index_vector_dim=1, slice_sizes={{1,128}}
+}}
+""")
+
+
+def test_a_recompilation_whose_shapes_follow_a_boolean_mask_is_told_to_keep_the_shape_fixed():
+    # Each step keeps the examples a mask selects (x[mask]): the eager gather and the step compile for each count.
+    programs = hlo.program_buffers([_eager_gather(3, 2171), _eager_gather(5, 2294), _step_module(7, 2171),
+                                    _step_module(9, 2294)])
+    host = _host(kind=DeviceKind.TPU, source=StepSource.STEP_MARKERS, steps=10, step_ms=3500.0)
+    host.compiles_in_steps, host.compile_ms_per_step = 20, 3100.0
+    host.recompiles_in_steps, host.recompile_ms_per_step = 18, 3000.0
+    analysis = assessed(host, programs=programs)
+    (finding,) = _of(analysis, FindingCategory.RECOMPILATION)
+    assert "jnp.where(mask" in finding.fix and "size=k" in finding.fix and "x[mask]" in " ".join(finding.evidence)
+    assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
+    without = assessed(host, programs=hlo.program_buffers([_step_module(7, 2171), _step_module(9, 2294)]))
+    (finding,) = _of(without, FindingCategory.RECOMPILATION)
+    assert "jnp.where(mask" not in finding.fix and "pad or bucket" in finding.fix
+
+
 def test_a_host_callback_the_device_waits_on_is_named_and_is_no_communication():
     recv = "%pure_callback.11 = (f32[], token[]) recv-done(...), channel_id=2, is_host_transfer=true"
     host = _host(kind=DeviceKind.TPU, busy=0.8, top_ops=_ops(("pure_callback.11", 0.7), ("fusion.1", 0.1),

@@ -555,3 +555,16 @@ def test_a_program_does_at_least_the_work_of_its_matmuls_where_the_cost_model_co
     (program,) = analysis.roofline
     assert program.flops == pytest.approx(10 * 2 * 4096**3)
     assert analysis.metrics.mfu == pytest.approx(2 * 4096**3 / 0.01 / V5E.peak_flops["bf16"])
+
+
+def test_a_program_whose_cost_model_runs_faster_than_the_chip_can_is_costed_by_its_hlos_matmuls():
+    # XProf's op profile counts 18x the chip's peak for a program that copies a large cache: impossible, so its
+    # FLOPs are its HLO's 4096^3 matmul per run, its bytes unknown, and neither MFU nor bandwidth is claimed near 1.
+    text = TPU_HIGHEST.replace("jit__lambda", "jit_train").replace("precision={highest,highest}", "")
+    analysis = _costed(bytes_accessed=1e15, flops=18 * V5E.peak_flops["bf16"] * 0.1, modules=[("jit_train(2)", text)])
+    (program,) = analysis.roofline
+    assert program.flops == pytest.approx(10 * 2 * 4096**3) and program.bytes_accessed is None
+    assert program.verdict != "compute-bound" and "counted more FLOP/s for it than the chip can run" in (
+        program.statement)
+    assert analysis.metrics.mfu == pytest.approx(2 * 4096**3 / 0.01 / V5E.peak_flops["bf16"])
+    assert analysis.metrics.hbm_bandwidth_fraction is None

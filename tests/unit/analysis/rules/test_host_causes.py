@@ -342,6 +342,19 @@ def test_many_copies_a_step_are_told_to_copy_in_one_call(calls, one_call):
     assert ("single jax.device_put" in first.fix) is one_call
 
 
+def test_many_reads_of_single_elements_a_step_are_told_to_read_the_array_once_and_reduce_on_the_device():
+    attribution = _attributed([
+        TimePart(cause=TimeCause.TRANSFERS, name="np.asarray(jax.Array)", thread="python", ms=800.0, share=0.8),
+        TimePart(cause=TimeCause.DEVICE_COMPUTE, name="matmul/convolution", ms=100.0, share=0.1, useful=True),
+    ])
+    reads = _activity("np.asarray(jax.Array)", 80.0, 80.0, encloses=False)
+    reads.count_per_step = 256.0
+    step = _activity("$train.py:40 iteration", 95.0, 1.0)
+    first, *_ = _findings(_host(busy=0.1, activities=[step], attribution=attribution, transfers=[reads]))
+    assert first.fix.startswith("Read back in one call what is now read in 256 calls a step")
+    assert "np.asarray(x)" in first.fix and "jnp.sum" in first.fix and "device_put" not in first.fix
+
+
 def test_a_runtime_call_the_step_makes_itself_gets_the_fix_for_that_call():
     attribution = _attributed([
         TimePart(cause=TimeCause.DEVICE_COMPUTE, name="matmul/convolution", ms=20.0, share=0.02, useful=True),
@@ -376,7 +389,8 @@ def test_a_loader_of_worker_processes_seen_through_their_pipes_gets_a_cheaper_ha
 
 @pytest.mark.parametrize("framework", list(Framework))
 def test_every_framework_has_a_fix_for_each_cause(framework):
-    for cause in (HostCause.CHECKPOINT, HostCause.DEVICE_SYNC, HostCause.TRANSFERS, HostCause.BATCH_MAKING):
+    for cause in (HostCause.CHECKPOINT, HostCause.DEVICE_SYNC, HostCause.TRANSFERS, HostCause.BATCH_MAKING,
+                  HostCause.INTERPRETER_LOCK):
         fix = frameworks.cause_fix(cause, framework)
         assert fix.endswith(".") and "background thread that prepares" not in fix
 
@@ -505,6 +519,20 @@ def test_a_jit_call_that_reads_its_outputs_back_inside_the_call_costs_the_copies
     assert "compute idle 90% of each step" in first.title
     assert "jax_debug_nans" in first.fix
     assert '"PjitFunction(step)" reads device values back inside the call' in _said(first)
+
+
+def test_the_training_thread_waiting_for_the_interpreter_another_thread_holds_is_named_with_a_process_fix():
+    attribution = _attributed([
+        TimePart(cause=TimeCause.INTERPRETER, name="$data.py:9 tokenize_shard", thread="(unnamed thread)",
+                 ms=700.0, share=0.7),
+        TimePart(cause=TimeCause.DEVICE_COMPUTE, name="matmul/convolution", ms=260.0, share=0.26, useful=True),
+    ])
+    first, *_ = _findings(_host(busy=0.26, activities=[_activity("$train.py:40 iteration", 95.0, 1.0)],
+                                attribution=attribution))
+    assert first.priority is Priority.P0 and first.category is FindingCategory.INPUT_BOUND
+    assert first.title.endswith("while another thread's Python holds the interpreter")
+    assert '"$data.py:9 tokenize_shard"' in _said(first) and '"(unnamed thread)"' in _said(first)
+    assert "another process" in first.fix and "background thread" not in first.fix
 
 
 def test_a_function_the_device_reads_list_reads_the_device_even_when_its_callees_hold_its_time():

@@ -6,8 +6,9 @@ from mldiag.analysis.evidence import KernelShare
 from mldiag.analysis.rules import kernels
 
 
-def _kernel(what: str, share: float) -> KernelShare:
-    return KernelShare(host="h", name="%op.1", share_of_device=share, ms_per_step=1.0, runs_per_step=1.0, what=what)
+def _kernel(what: str, share: float, updates_per_element: float = 0.0) -> KernelShare:
+    return KernelShare(host="h", name="%op.1", share_of_device=share, ms_per_step=1.0, runs_per_step=1.0, what=what,
+                       updates_per_element=updates_per_element)
 
 
 def test_a_sort_that_holds_most_of_the_device_time_gets_top_k_as_its_fix():
@@ -20,6 +21,18 @@ def test_a_sort_that_holds_most_of_the_device_time_gets_top_k_as_its_fix():
 
 def test_an_embedding_s_scatter_is_the_model_s_own_work_with_no_fix_of_its_own():
     assert kernels.dominant([_kernel("bf16 custom-call (custom-call, gather, scatter; root fusion)", 0.56)]) is None
+
+
+def test_a_scatter_summing_many_rows_into_each_element_gets_a_matmul_or_sorted_segment_sum_fix():
+    found = kernels.dominant([_kernel("f32 scatter of 256 updates per element (add, scatter; root fusion)", 0.84,
+                                      updates_per_element=256.0)])
+    assert found is not None
+    _, fix = found
+    assert fix.op == "a scatter of many updates per element"
+    assert "jax.nn.one_hot" in fix.fix and "indices_are_sorted=True" in fix.fix
+    # An embedding's gradient, a quarter of an update per row of its table, is the model's own work.
+    assert kernels.dominant([_kernel("f32 scatter (add, scatter; root fusion)", 0.84, updates_per_element=0.25)]) is (
+        None)
 
 
 def test_no_fix_of_its_own_for_a_kernel_below_half_the_device_time_or_an_op_without_one():

@@ -226,3 +226,36 @@ def test_a_program_compiled_again_has_the_same_fingerprint_and_a_changed_constan
     assert decayed.fingerprint != first.fingerprint
     (program,) = hlo.program_buffers([first])
     assert program.fingerprint == first.fingerprint
+
+
+SEGMENT_SUM = """HloModule jit_pool, entry_computation_layout={(f32[4096,64]{1,0}, s32[4096]{0})->f32[16,64]{1,0}}
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %sum = f32[] add(%a, %b)
+}
+
+%fused_scatter (p0: f32[16,64], p1: s32[4096,1], p2: f32[4096,64]) -> f32[16,64] {
+  %p0 = f32[16,64]{1,0} parameter(0)
+  %p1 = s32[4096,1]{1,0} parameter(1)
+  %p2 = f32[4096,64]{1,0} parameter(2)
+  %t = f32[4096,64]{1,0} tanh(%p2)
+  ROOT %scatter.1 = f32[16,64]{1,0} scatter(%p0, %p1, %t), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%add
+}
+
+ENTRY %main (x: f32[4096,64], ids: s32[4096]) -> f32[16,64] {
+  %x = f32[4096,64]{1,0} parameter(0)
+  %ids = s32[4096]{0} parameter(1)
+  %r = s32[4096,1]{1,0} reshape(%ids)
+  %z = f32[] constant(0)
+  %zeros = f32[16,64]{1,0} broadcast(%z), dimensions={}
+  ROOT %scatter_fusion = f32[16,64]{1,0} fusion(%zeros, %r, %x), kind=kLoop, calls=%fused_scatter
+}
+"""
+
+
+def test_a_scatter_says_how_many_updates_go_into_each_element_it_updates():
+    (work,) = [w for w in hlo.kernel_work([_module("jit_pool(4)", SEGMENT_SUM)]) if w.instruction == "scatter_fusion"]
+    assert work.updates_per_element == 256.0  # 4096 rows summed into 16 segments
+    assert hlo.describe([work]).startswith("f32 scatter of 256 updates per element")
