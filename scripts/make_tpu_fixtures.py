@@ -2943,6 +2943,180 @@ def boolean_mask_selection(big: bool) -> Workload:
     return Workload(select_hard, ablations={"fixed_shape": weight_hard})
 
 
+def python_augment_loader(big: bool) -> Workload:
+    """A 'loader' thread augments each batch in pure Python (a per-row jitter computed in a loop over the rows,
+    then one numpy multiply) and hands it over a queue of two; it is slower than the bf16 MLP step, and its Python
+    also holds the interpreter the training thread needs. Python tracer on; ablation: the batches made before the
+    loop (the same thread, no augmentation)."""
+    import numpy as np
+
+    params, train_step, x, y = _mlp_step(big)
+    rows = x.shape[0]
+    base = np.random.default_rng(0).standard_normal(x.shape, dtype=np.float32)
+    state = {"params": params}
+    clocks: dict[str, Clock] = {}
+
+    def augment(seed: int) -> np.ndarray:
+        jitter, value = [], seed
+        for _ in range(rows):
+            for _ in range(60 if big else 30):  # a per-row random walk, in Python: no calls inside
+                value = (value * 1103515245 + 12345) % 2147483648
+            jitter.append(0.9 + 0.2 * value / 2147483648)
+        return base * np.asarray(jitter, dtype=np.float32)[:, None]
+
+    def start(slow: bool) -> tuple[queue.Queue, threading.Event]:
+        batches: queue.Queue = queue.Queue(maxsize=2)
+        stopping = threading.Event()
+
+        def load() -> None:
+            seed = 0
+            while not stopping.is_set():
+                started = time.perf_counter()
+                batch = augment(seed) if slow else base
+                if slow and "clock" in clocks:
+                    clocks["clock"].call("augment", (time.perf_counter() - started) * 1e3)
+                seed += 1
+                _put(batches, batch, stopping)
+
+        threading.Thread(target=load, name="loader", daemon=True).start()
+        return batches, stopping
+
+    return _fed_by_a_loader(OneThreadAtATime(start), clocks, state, train_step, y,
+                            Path(tempfile.mkdtemp(prefix="augment-")), "no_augmentation")
+
+
+def eager_metrics_each_step(big: bool) -> Workload:
+    """After each annotated bf16 MLP train step, five metrics are updated with eager jnp calls outside the jit (a
+    moving average of the loss, an accuracy from the logits' argmax): a few small launches beside a step of
+    milliseconds, not read back. Ablation: the same metrics computed inside the jitted step."""
+    import jax
+    import jax.numpy as jnp
+
+    params, _, x, y = _mlp_step(big)
+    labels = jnp.argmax(y + jax.random.normal(jax.random.key(70), y.shape), axis=-1)
+
+    def forward(params, x):
+        for w in params[:-1]:
+            x = jax.nn.relu(x @ w)
+        return (x @ params[-1]).astype("float32")
+
+    def loss_and_logits(params, x, y):
+        logits = forward(params, x)
+        return jnp.mean((logits - y) ** 2), logits
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def step(params, x, y):
+        (value, logits), grads = jax.value_and_grad(loss_and_logits, has_aux=True)(params, x, y)
+        return [(p - 1e-3 * g).astype(p.dtype) for p, g in zip(params, grads)], value, logits
+
+    @functools.partial(jax.jit, donate_argnums=(0, 3))
+    def step_with_metrics(params, x, y, metrics):
+        params, value, logits = step.__wrapped__(params, x, y)
+        ema, correct, seen = metrics
+        return params, (0.99 * ema + 0.01 * value, correct + jnp.sum(jnp.argmax(logits, -1) == labels),
+                        seen + labels.shape[0])
+
+    state = {"params": params, "metrics": (jnp.float32(0), jnp.int32(0), jnp.int32(0))}
+
+    def eager(i: int, clock: Clock) -> None:
+        state["params"], value, logits = step(state["params"], x, y)
+        ema, correct, seen = state["metrics"]
+        state["metrics"] = (0.99 * ema + 0.01 * value, correct + jnp.sum(jnp.argmax(logits, -1) == labels),
+                            seen + labels.shape[0])
+        state["metrics"][0].block_until_ready()
+
+    def inside(i: int, clock: Clock) -> None:
+        state["params"], state["metrics"] = step_with_metrics(state["params"], x, y, state["metrics"])
+        state["metrics"][0].block_until_ready()
+
+    return Workload(eager, ablations={"metrics_in_the_step": inside})
+
+
+def uint8_prefetch_healthy(big: bool) -> Workload:
+    """A 'prefetch' thread copies uint8 image batches (numpy, from a pool) to the device two steps ahead of a bf16
+    MLP train step that casts and scales them on the device: the copies overlap the steps and the chip stays
+    busy. Ablation: the batch resident."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    params, _, x_resident, y = (_mlp_step(big, widths=[1024, 8192, 8192, 1024], batch=8192) if big
+                                else _mlp_step(big, "float32", [256, 1024, 1024, 256], 512))
+    pool = [np.random.default_rng(n).integers(0, 256, x_resident.shape, dtype=np.uint8) for n in range(4)]
+    resident = jax.device_put(pool[0])
+
+    def loss(params, images, y):
+        return mlp_loss(params, (images.astype(params[0].dtype) / 255).astype(params[0].dtype), y)
+
+    train_step = sgd(loss)
+    state = {"params": params}
+
+    def start(version: bool) -> tuple[queue.Queue, threading.Event]:
+        batches: queue.Queue = queue.Queue(maxsize=2)
+        stopping = threading.Event()
+
+        def prefetch() -> None:
+            n = 0
+            while not stopping.is_set():
+                on_device = jax.device_put(pool[n % len(pool)])
+                n += 1
+                _put(batches, on_device, stopping)
+
+        threading.Thread(target=prefetch, name="prefetch", daemon=True).start()
+        return batches, stopping
+
+    prefetchers = OneThreadAtATime(start)
+
+    def iteration(i: int, clock: Clock) -> None:
+        batches = prefetchers.queue(True)
+        with clock.part("wait_for_batch"):
+            batch = batches.get()
+        state["params"], value = train_step(state["params"], batch, y)
+        value.block_until_ready()
+
+    def on_device(i: int, clock: Clock) -> None:
+        state["params"], value = train_step(state["params"], resident, y)
+        value.block_until_ready()
+
+    return Workload(iteration, ablations={"data_resident": on_device}, stop=prefetchers.stop)
+
+
+def clip_decided_on_host(big: bool) -> Workload:
+    """Each annotated step computes the gradients in one jitted call, their global norm with eager jnp calls
+    (one per parameter, then a float() that waits for them), decides the clipping scale in Python and applies the
+    update in a second jitted call. Ablation: the clipping inside one jitted step."""
+    import jax
+    import jax.numpy as jnp
+
+    params, _, x, y = _mlp_step(big, widths=[1024] + [2048] * 8 + [1024] if big else [64] + [128] * 8 + [64],
+                                batch=1024 if big else 64)
+    grad_of = jax.jit(jax.grad(mlp_loss))
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def apply(params, grads, scale):
+        return [(p - 1e-3 * scale * g).astype(p.dtype) for p, g in zip(params, grads)]
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def clipped_step(params, x, y):
+        grads = jax.grad(mlp_loss)(params, x, y)
+        norm = jnp.sqrt(sum(jnp.sum(jnp.square(g.astype("float32"))) for g in grads))
+        return [(p - 1e-3 * jnp.minimum(1.0, 1.0 / norm) * g).astype(p.dtype) for p, g in zip(params, grads)]
+
+    state = {"params": params}
+
+    def on_host(i: int, clock: Clock) -> None:
+        grads = grad_of(state["params"], x, y)
+        norm = float(jnp.sqrt(sum(jnp.sum(jnp.square(g.astype("float32"))) for g in grads)))
+        state["params"] = apply(state["params"], grads, min(1.0, 1.0 / norm))
+        jax.block_until_ready(state["params"])
+
+    def in_the_step(i: int, clock: Clock) -> None:
+        state["params"] = clipped_step(state["params"], x, y)
+        jax.block_until_ready(state["params"])
+
+    return Workload(on_host, ablations={"clip_in_the_step": in_the_step})
+
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -3185,6 +3359,20 @@ SHAPES: dict[str, Shape] = {
                                     "boolean mask (x[losses > threshold]) whose count changes every step, then "
                                     "trains a jitted bf16 MLP step on them",
                                     cause="a data-dependent shape: a sync and a compile every step"),
+    "python_augment_loader": Shape(python_augment_loader, 15, "a 'loader' thread augments each batch in pure Python "
+                                   "(a loop over the rows) and hands it over a queue of two to a bf16 MLP train "
+                                   "step; Python tracer on", python_tracer=True,
+                                   cause="augment: pure Python on a loader thread slower than the step"),
+    "eager_metrics_each_step": Shape(eager_metrics_each_step, 20, "after each annotated bf16 MLP train step, five "
+                                     "metrics updated with eager jnp calls outside the jit, not read back",
+                                     cause="none worth a change: a few eager launches beside a step of milliseconds"),
+    "uint8_prefetch_healthy": Shape(uint8_prefetch_healthy, 20, "a 'prefetch' thread copies uint8 image batches to "
+                                    "the device two steps ahead of a bf16 MLP train step that casts them on the "
+                                    "device", cause="none: the copies overlap the steps"),
+    "clip_decided_on_host": Shape(clip_decided_on_host, 15, "each annotated step: a jitted gradient, its global norm "
+                                  "by eager jnp calls and float(), the clipping scale in Python, then a jitted "
+                                  "update", cause="the norm read back and the clipping decided on the host: two "
+                                  "launches, eager calls and a sync per step"),
 }
 
 

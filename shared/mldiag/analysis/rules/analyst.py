@@ -418,6 +418,9 @@ def _cause_evidence(host: HostEvidence, cause: host_causes.Cause, host_work: lis
                   if cause.steps_per_part == 1 else [])
         lines += [f"meanwhile the host thread {quoted(part.thread)} runs {quoted(part.name)}: "
                   f"{part.ms_per_step:.2f} ms {per}" for part in elsewhere[:4]]
+        lines += [f"and for {part.ms_per_step:.2f} ms {per} more, its Python ({quoted(part.name)} on "
+                  f"{quoted(part.thread)}) holds the interpreter the training thread needs to go on"
+                  for part in cause.interpreter[:2]]
     if cause.kind in (HostCause.PRODUCER_THREAD, HostCause.CONSUMER_THREAD):
         return lines
     if cause.kind is HostCause.TRANSFERS:

@@ -185,6 +185,9 @@ class Cause:
     steps_per_part: int = 1  # the parts' times cover this many steps: 1 per step, the loop's steps over the loop
     share: float | None = None  # of the loop's wall time, where the attribution measures it
     copies: list[HostActivity] = field(default_factory=list)  # a round trip's own copies, in its cost
+    # Another thread's function the training thread waits on, in the time its Python held the interpreter the
+    # training thread needed: in the cost, as the loop's milliseconds (``ms_per_step``) and share
+    interpreter: list[HostActivity] = field(default_factory=list)
 
 
 def _owned(activity: HostActivity) -> list[tuple[str, float, bool]]:
@@ -240,7 +243,11 @@ def _from_attribution(host: HostEvidence) -> list[Cause]:
     logging_read = next((read for read in host.device_reads
                          if read.count_per_step >= EVERY_STEP and _SYNC.search(function_name(read.name))), None)
     checking = {call.name for call in checked_calls(host)}
-    found, read_back = [], []
+    # A function another thread runs while the training thread waits on it, and whose Python also holds the
+    # interpreter, is one cause: the interpreter's share of it goes with its thread's kind (a slower loader's).
+    waited_on = {part.name for part in attribution.parts
+                 if part.cause is TimeCause.HOST_WORK and stepping and part.thread and part.thread != stepping}
+    found, read_back, held = [], [], []
     for part in attribution.parts:
         if part.cause is TimeCause.TRANSFERS and not part.thread:
             continue  # a device busy with its own copies: the data-movement rule's, with the ops and their bytes
@@ -250,6 +257,9 @@ def _from_attribution(host: HostEvidence) -> list[Cause]:
             continue
         if part.cause is TimeCause.TRANSFERS or (part.cause is TimeCause.DISPATCH and part.name in checking):
             kind = HostCause.TRANSFERS  # a call that copies its outputs back: its time is the copies' and checks'
+        elif part.cause is TimeCause.INTERPRETER and part.name in waited_on:
+            held.append((other_thread_kind(part.name, part.thread), part))
+            continue
         elif part.cause is TimeCause.INTERPRETER:
             kind = HostCause.INTERPRETER_LOCK
         elif part.cause is not TimeCause.HOST_WORK:
@@ -260,6 +270,15 @@ def _from_attribution(host: HostEvidence) -> list[Cause]:
             kind = kind_of(part.name, _reads_device(host, part.name), round_trip)
         found.append((kind, _part(part.name, part.ms, part.thread, part.share), True))
     merged = _with_its_copies(_merged(found, {}, steps), stepping)
+    for kind, part in held:
+        cause = next((cause for cause in merged if cause.kind is kind), None)
+        if cause is None:
+            cause = Cause(kind, 0.0, steps_per_part=steps, share=0.0)
+            merged.append(cause)
+        cause.ms += part.ms / steps
+        cause.share = (cause.share or 0.0) + part.share
+        cause.interpreter.append(_part(part.name, part.ms, part.thread, part.share))
+    merged.sort(key=lambda cause: -cause.ms)
     if logging_read is not None and read_back:
         merged.append(Cause(HostCause.DEVICE_SYNC, sum(part.ms for part in read_back) / steps,
                             [replace(logging_read, reads_device=True)],

@@ -535,6 +535,23 @@ def test_the_training_thread_waiting_for_the_interpreter_another_thread_holds_is
     assert "another process" in first.fix and "background thread" not in first.fix
 
 
+def test_a_slower_loader_whose_python_also_holds_the_interpreter_is_one_cause_costing_both():
+    attribution = _attributed([
+        TimePart(cause=TimeCause.HOST_WORK, name="$data.py:9 augment", thread="(unnamed loader thread)",
+                 ms=460.0, share=0.46),
+        TimePart(cause=TimeCause.INTERPRETER, name="$data.py:9 augment", thread="(unnamed loader thread)",
+                 ms=330.0, share=0.33),
+        TimePart(cause=TimeCause.DEVICE_COMPUTE, name="matmul/convolution", ms=80.0, share=0.08, useful=True),
+    ])
+    found = _findings(_host(busy=0.08, activities=[_activity("$train.py:40 iteration", 95.0, 1.0)],
+                            attribution=attribution, thread_wait_ms=40.0))
+    (first,) = [f for f in found if f.priority is not Priority.P2]
+    assert "79% of each step while the training thread waits on a slower loader thread" in first.title
+    assert ('and for 330.00 ms over the 10 steps of the loop more, its Python ("$data.py:9 augment" on '
+            '"(unnamed loader thread)") holds the interpreter') in _said(first)
+    assert not any("interpreter" in f.title for f in found)
+
+
 def test_a_function_the_device_reads_list_reads_the_device_even_when_its_callees_hold_its_time():
     # param_histograms calls device_get (a read) and numpy's histogram, which own the time beneath it.
     step = _activity("$train.py:40 iteration", 95.0, 1.0, OwnTime(name="$npy.py:685 histogram", ms_per_step=60.0))
