@@ -32,6 +32,19 @@ T = TypeVar("T")
 # TTL deletes only on a Timestamp field). A store compares datetimes with datetimes in queries;
 # reading back, a timestamp comes as a ``datetime`` or as its ISO 8601 text.
 Document = dict[str, Any]
+
+
+class EncodedDocument(dict[str, Any]):
+    """A document that comes with its JSON text, as the model it was dumped from encoded it (a datetime in it as
+    fixed-width UTC text, :func:`mldiag.domain.clock.format_timestamp`): a store that keeps JSON text stores
+    ``text`` rather than encoding the document again. Not to be changed once made."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, values: Mapping[str, Any], text: str):
+        super().__init__(values)
+        self.text = text
+
 Operator = Literal["==", "!=", "<", "<=", ">", ">=", "in", "array_contains"]
 
 

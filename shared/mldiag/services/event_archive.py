@@ -39,7 +39,7 @@ from mldiag.domain.errors import InvalidArgument, PermanentFailure
 from mldiag.domain.types import CamelModel, Timestamp
 from mldiag.domain.clock import format_timestamp
 from mldiag.logs import get_logger
-from mldiag.ports import BlobStore, DocumentStore, EventHandler, OrderBy, Transaction, Where
+from mldiag.ports import BlobStore, DocumentStore, EncodedDocument, EventHandler, OrderBy, Transaction, Where
 
 if TYPE_CHECKING:
     from mldiag.services.dependencies import Transacting
@@ -250,9 +250,14 @@ class EventArchive:
         return len(expired)
 
 
-def _document(record: ArchivedEvent) -> dict[str, Any]:
+def _document(record: ArchivedEvent) -> EncodedDocument:
+    """The record's document, encoded once by its model (the expiry in the text as the embedded store writes a
+    datetime)."""
+    text = record.model_dump_json(by_alias=True, exclude_none=True)
+    values = pydantic_core.from_json(text)
     # Firestore's TTL deletes only on a Timestamp: any other type silently disables it.
-    return {**record.to_json_dict(), EXPIRE_AT: record.expire_at}
+    values[EXPIRE_AT] = record.expire_at
+    return EncodedDocument(values, text)
 
 
 def handle(archive: EventArchive, function: str, event: CloudEvent, work: EventHandler) -> Outcome:

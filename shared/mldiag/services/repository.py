@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, TypeVar
 
-from pydantic_core import to_json
+from pydantic_core import from_json, to_json
 
 from mldiag.domain.errors import Aborted, AlreadyExists, InvalidArgument, NotFound
 from mldiag.domain.names import parent_of
 from mldiag.domain.resources import Resource
 from mldiag.domain.clock import utcnow
-from mldiag.ports import Document, DocumentStore, OrderBy, Transaction, Where
+from mldiag.ports import Document, DocumentStore, EncodedDocument, OrderBy, Transaction, Where
 
 R = TypeVar("R", bound=Resource)
 T = TypeVar("T")
@@ -41,9 +41,14 @@ def document_key(name: str) -> str:
     return name.replace("/", ":")
 
 
-def compute_etag(document: Document) -> str:
-    # The document as its model dumps it, in the model's field order: the same content, the same etag.
-    return hashlib.sha256(to_json({k: v for k, v in document.items() if k != "etag"})).hexdigest()[:20]
+def encode(resource: Resource) -> EncodedDocument:
+    """The resource's document, encoded once by its model: its etag the hash of that encoding without the etag (in
+    the model's field order: the same content, the same etag), its parent's name in ``_parent``."""
+    body = resource.model_dump_json(by_alias=True, exclude_none=True, exclude={"etag"})
+    etag = hashlib.sha256(body.encode()).hexdigest()[:20]
+    fields = f'"etag":"{etag}","{PARENT_FIELD}":{to_json(parent_of(resource.name)).decode()}'
+    text = f"{body[:-1]},{fields}}}" if body != "{}" else f"{{{fields}}}"
+    return EncodedDocument(from_json(text), text)
 
 
 @dataclass(frozen=True)
@@ -80,12 +85,6 @@ class Repository(Generic[R]):
     def _load(self, document: Document) -> R:
         return self.model.model_validate({k: v for k, v in document.items() if not k.startswith("_")})
 
-    def _dump(self, resource: R) -> Document:
-        document = resource.to_json_dict()
-        document["etag"] = compute_etag(document)
-        document[PARENT_FIELD] = parent_of(resource.name)
-        return document
-
     def find(self, name: str) -> R | None:
         document = self.store.get(self.collection, document_key(name))
         return None if document is None else self._load(document)
@@ -103,7 +102,7 @@ class Repository(Generic[R]):
     def create(self, resource: R) -> R:
         """Store a new resource; :class:`AlreadyExists` if the name is taken."""
         stamped = self._stamp_new(resource)
-        document = self._dump(stamped)
+        document = encode(stamped)
         try:
             self.store.create(self.collection, document_key(stamped.name), document)
         except AlreadyExists:
@@ -112,7 +111,7 @@ class Repository(Generic[R]):
 
     def create_in(self, transaction: Transaction, resource: R) -> R:
         """Stage a create inside a caller's transaction (after its reads)."""
-        document = self._dump(self._stamp_new(resource))
+        document = encode(self._stamp_new(resource))
         transaction.create(self.collection, document_key(resource.name), document)
         return self._load(document)
 
@@ -128,13 +127,13 @@ class Repository(Generic[R]):
     def stage_save_in(self, transaction: Transaction, previous: R | None, resource: R) -> Document:
         """:meth:`save_in` for a caller that needs no resource back: returns the document staged."""
         if previous is None:
-            document = self._dump(self._stamp_new(resource))
+            document = encode(self._stamp_new(resource))
             transaction.create(self.collection, document_key(resource.name), document)
             return document
         resource.check_transition(previous)
         resource.create_time = previous.create_time
         resource.update_time = self._now()
-        document = self._dump(resource)
+        document = encode(resource)
         transaction.set(self.collection, document_key(resource.name), document)
         return document
 
