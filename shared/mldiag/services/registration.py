@@ -48,9 +48,10 @@ from mldiag.domain.resources import (
     ProfilerSession,
     SessionPhase,
     TargetSession,
+    phase_of_targets,
 )
 from mldiag.domain.clock import format_timestamp
-from mldiag.ports import Where
+from mldiag.ports import Document, Where
 from mldiag.services import analysis_requests, unit_of_work
 from mldiag.services.dependencies import Configured, Publishing, Stored
 from mldiag.services.event_archive import Ignored, Transactional
@@ -65,6 +66,8 @@ class RegistrationPorts(Stored, Publishing, Configured, Protocol):
 XPROF_CACHE_SUFFIXES = (".pb", ".SSTABLE", ".json.gz", ".sstable")
 CAPTURED_KINDS = frozenset({Kind.KIND_ON_DEMAND, Kind.KIND_SNAPSHOT})
 MAX_SETTLING_AT_ONCE = 500  # sessions one maintenance pass settles
+# A session document's last fields (the model's last two, then its computed phase), and its store's own.
+_LAST_FIELDS = frozenset({"lastFileTime", "settleAfter", "sessionPhase", "etag", "_parent"})
 
 log = structlog.get_logger(__name__)
 
@@ -200,9 +203,13 @@ class Registrar:
         def work(unit: UnitOfWork) -> str:
             run, new_run = self._run_in(unit, profile)
             name = f"{run.name}/profilerSessions/{session_id}"
-            previous = unit.sessions.find(name)
+            stored = unit.sessions.find_document(name)
             if new_run:
                 unit.runs.create(run)
+            if stored is not None and (appended := self._with_new_host(stored, profile)) is not None:
+                unit.sessions.stage_document(appended)
+                return f"{profile.file_name} registered in {name}"
+            previous = None if stored is None else unit.sessions.load(stored)
             session = self._new_session(name, profile) if previous is None else _to_change(previous)
             replaced = session.host_files.get(host_of(profile.file_name)) if profile.file_name.endswith(
                 XPLANE_SUFFIX) else None
@@ -251,6 +258,36 @@ class Registrar:
         if current is not None and int(profile.generation) < int(current.generation or 0):
             raise Ignored(f"generation {profile.generation} of {profile.file_name} is older than the registered "
                           f"generation {current.generation}")
+
+    def _with_new_host(self, stored: Document, profile: ProfileObject) -> Document | None:
+        """The stored document of a scanned session with the file of a host new to it (not among its files, its
+        targets or their parts) registered, the session's model neither loaded nor dumped: the changes
+        :meth:`_add_file` makes (the file, the host's part and its place among the targets, when the last file came
+        and when the session settles) made to the document, in the model's field order. Nothing else can follow:
+        the file starts the settle window again, and only the maintenance tick settles a scanned session. ``None``
+        for any other file (a known host's, one beside the host files, a session that names its hosts, no settle
+        window), which :meth:`_add_file` registers in the model."""
+        host = host_of(profile.file_name)
+        files, parts, targets = (stored.get(field, ()) for field in ("hostFiles", "targetSessions", "profilerTargets"))
+        if (not profile.file_name.endswith(XPLANE_SUFFIX) or stored.get("kind") != Kind.KIND_SCANNED.value
+                or host in files or host in parts or host in targets or self.settings.settle_seconds <= 0):
+            return None
+        now = self.services.now()
+        part = TargetSession(start_time=now, end_time=now, session_phase=SessionPhase.SUCCEEDED).to_json_dict()
+        # The session's last fields, rewritten below, keep their places at the end of its document.
+        session = {field: value for field, value in stored.items() if field not in _LAST_FIELDS}
+        session["hostFiles"] = {**files, host: HostFile(uri=profile.uri, size_bytes=profile.size,
+                                                          generation=profile.generation).to_json_dict()}
+        session["targetSessions"] = {**parts, host: part}
+        session["profilerTargets"] = [*targets, host]
+        if not session.get("storageFolderUri"):
+            session["storageFolderUri"] = profile.session_folder_uri
+        session["updateTime"] = session["lastFileTime"] = format_timestamp(now)
+        session["settleAfter"] = format_timestamp(now + timedelta(seconds=self.settings.settle_seconds))
+        session["sessionPhase"] = phase_of_targets(
+            SessionPhase(each.get("sessionPhase", SessionPhase.ACTIVE)) for each in session["targetSessions"].values()
+        ).value
+        return session
 
     def _add_file(self, session: ProfilerSession, profile: ProfileObject) -> bool:
         files, key = self._files_of(session, profile)

@@ -44,9 +44,19 @@ def document_key(name: str) -> str:
 def encode(resource: Resource) -> EncodedDocument:
     """The resource's document, encoded once by its model: its etag the hash of that encoding without the etag (in
     the model's field order: the same content, the same etag), its parent's name in ``_parent``."""
-    body = resource.model_dump_json(by_alias=True, exclude_none=True, exclude={"etag"})
+    return _with_etag(resource.model_dump_json(by_alias=True, exclude_none=True, exclude={"etag"}), resource.name)
+
+
+def encode_document(document: Document) -> EncodedDocument:
+    """A resource's document changed as a document, its model not loaded, encoded as :func:`encode` encodes the
+    resource: its fields in the model's order give the same text and etag."""
+    body = to_json({k: v for k, v in document.items() if k != "etag" and not k.startswith("_")}).decode()
+    return _with_etag(body, document["name"])
+
+
+def _with_etag(body: str, name: str) -> EncodedDocument:
     etag = hashlib.sha256(body.encode()).hexdigest()[:20]
-    fields = f'"etag":"{etag}","{PARENT_FIELD}":{to_json(parent_of(resource.name)).decode()}'
+    fields = f'"etag":"{etag}","{PARENT_FIELD}":{to_json(parent_of(name)).decode()}'
     text = f"{body[:-1]},{fields}}}" if body != "{}" else f"{{{fields}}}"
     return EncodedDocument(from_json(text), text)
 
@@ -82,12 +92,13 @@ class Repository(Generic[R]):
         self.collection = model.collection
         self._now = now
 
-    def _load(self, document: Document) -> R:
+    def load(self, document: Document) -> R:
+        """The resource a stored document holds."""
         return self.model.model_validate({k: v for k, v in document.items() if not k.startswith("_")})
 
     def find(self, name: str) -> R | None:
         document = self.store.get(self.collection, document_key(name))
-        return None if document is None else self._load(document)
+        return None if document is None else self.load(document)
 
     def get(self, name: str) -> R:
         resource = self.find(name)
@@ -107,22 +118,28 @@ class Repository(Generic[R]):
             self.store.create(self.collection, document_key(stamped.name), document)
         except AlreadyExists:
             raise AlreadyExists(f"{resource.name} already exists") from None
-        return self._load(document)
+        return self.load(document)
 
     def create_in(self, transaction: Transaction, resource: R) -> R:
         """Stage a create inside a caller's transaction (after its reads)."""
         document = encode(self._stamp_new(resource))
         transaction.create(self.collection, document_key(resource.name), document)
-        return self._load(document)
+        return self.load(document)
 
     def find_in(self, transaction: Transaction, name: str) -> R | None:
         document = transaction.get(self.collection, document_key(name))
-        return None if document is None else self._load(document)
+        return None if document is None else self.load(document)
+
+    def stage_document_in(self, transaction: Transaction, document: Document) -> None:
+        """Stage the write of a stored resource's document that a caller changed as a document (its fields kept in
+        the model's order), with its etag for its new content. No transition is checked: the caller's change is one
+        its resource allows."""
+        transaction.set(self.collection, document_key(document["name"]), encode_document(document))
 
     def save_in(self, transaction: Transaction, previous: R | None, resource: R) -> R:
         """Stage an update of ``previous`` to ``resource`` (transition-checked) in a caller's transaction;
         returns the resource as it will be stored."""
-        return self._load(self.stage_save_in(transaction, previous, resource))
+        return self.load(self.stage_save_in(transaction, previous, resource))
 
     def stage_save_in(self, transaction: Transaction, previous: R | None, resource: R) -> Document:
         """:meth:`save_in` for a caller that needs no resource back: returns the document staged."""
@@ -162,7 +179,7 @@ class Repository(Generic[R]):
 
     def find_where(self, where: Sequence[Where], limit: int = 100) -> list[R]:
         """Resources of this type under any parent that match ``where``."""
-        return [self._load(d) for d in self.store.query(self.collection, where=where, limit=limit)]
+        return [self.load(d) for d in self.store.query(self.collection, where=where, limit=limit)]
 
     def list(
         self,
@@ -183,7 +200,7 @@ class Repository(Generic[R]):
             limit=size + 1,
             offset=offset,
         )
-        items = [self._load(d) for d in documents[:size]]
+        items = [self.load(d) for d in documents[:size]]
         token = _encode_token(offset + size) if len(documents) > size else ""
         return Page(items, token)
 
@@ -196,6 +213,18 @@ class InTransaction(Generic[R]):
 
     def find(self, name: str) -> R | None:
         return self.repository.find_in(self.transaction, name)
+
+    def find_document(self, name: str) -> Document | None:
+        """The stored document of ``name``, not loaded into its model (:meth:`Repository.load` loads it)."""
+        return self.transaction.get(self.repository.collection, document_key(name))
+
+    def load(self, document: Document) -> R:
+        """:meth:`Repository.load`."""
+        return self.repository.load(document)
+
+    def stage_document(self, document: Document) -> None:
+        """:meth:`Repository.stage_document_in`."""
+        self.repository.stage_document_in(self.transaction, document)
 
     def create(self, resource: R) -> R:
         return self.repository.create_in(self.transaction, resource)
