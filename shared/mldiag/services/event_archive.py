@@ -251,13 +251,10 @@ class EventArchive:
 
 
 def _document(record: ArchivedEvent) -> EncodedDocument:
-    """The record's document, encoded once by its model (the expiry in the text as the embedded store writes a
-    datetime)."""
+    """The record's document as its model encodes it; the expiry, there as its text, a datetime for a store that
+    keeps values (Firestore's TTL deletes only on a Timestamp: any other type silently disables it)."""
     text = record.model_dump_json(by_alias=True, exclude_none=True)
-    values = pydantic_core.from_json(text)
-    # Firestore's TTL deletes only on a Timestamp: any other type silently disables it.
-    values[EXPIRE_AT] = record.expire_at
-    return EncodedDocument(values, text)
+    return EncodedDocument(text, {EXPIRE_AT: record.expire_at} if record.expire_at is not None else None)
 
 
 def handle(archive: EventArchive, function: str, event: CloudEvent, work: EventHandler) -> Outcome:

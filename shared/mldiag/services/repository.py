@@ -14,12 +14,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-from pydantic_core import from_json, to_json
+from pydantic_core import to_json
 
 from mldiag.domain.errors import Aborted, AlreadyExists, InvalidArgument, NotFound
 from mldiag.domain.names import parent_of
@@ -58,7 +58,7 @@ def _with_etag(body: str, name: str) -> EncodedDocument:
     etag = hashlib.sha256(body.encode()).hexdigest()[:20]
     fields = f'"etag":"{etag}","{PARENT_FIELD}":{to_json(parent_of(name)).decode()}'
     text = f"{body[:-1]},{fields}}}" if body != "{}" else f"{{{fields}}}"
-    return EncodedDocument(from_json(text), text)
+    return EncodedDocument(text)
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ class Repository(Generic[R]):
         self.collection = model.collection
         self._now = now
 
-    def load(self, document: Document) -> R:
+    def load(self, document: Mapping[str, Any]) -> R:
         """The resource a stored document holds."""
         return self.model.model_validate({k: v for k, v in document.items() if not k.startswith("_")})
 
@@ -141,7 +141,7 @@ class Repository(Generic[R]):
         returns the resource as it will be stored."""
         return self.load(self.stage_save_in(transaction, previous, resource))
 
-    def stage_save_in(self, transaction: Transaction, previous: R | None, resource: R) -> Document:
+    def stage_save_in(self, transaction: Transaction, previous: R | None, resource: R) -> EncodedDocument:
         """:meth:`save_in` for a caller that needs no resource back: returns the document staged."""
         if previous is None:
             document = encode(self._stamp_new(resource))
@@ -218,7 +218,7 @@ class InTransaction(Generic[R]):
         """The stored document of ``name``, not loaded into its model (:meth:`Repository.load` loads it)."""
         return self.transaction.get(self.repository.collection, document_key(name))
 
-    def load(self, document: Document) -> R:
+    def load(self, document: Mapping[str, Any]) -> R:
         """:meth:`Repository.load`."""
         return self.repository.load(document)
 
@@ -233,7 +233,7 @@ class InTransaction(Generic[R]):
         """:meth:`Repository.save_in`."""
         return self.repository.save_in(self.transaction, previous, resource)
 
-    def stage_save(self, previous: R | None, resource: R) -> Document:
+    def stage_save(self, previous: R | None, resource: R) -> EncodedDocument:
         return self.repository.stage_save_in(self.transaction, previous, resource)
 
     def mutate(self, name: str, change: Callable[[R], T], *, new: Callable[[], R] | None = None) -> tuple[R, T]:

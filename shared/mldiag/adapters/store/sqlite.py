@@ -26,7 +26,7 @@ from mldiag.adapters.store.keys import check_key
 from mldiag.adapters.store.queries import KEY, field_segments, result_order
 from mldiag.domain.errors import AlreadyExists
 from mldiag.domain.clock import format_timestamp
-from mldiag.ports import Document, EncodedDocument, OrderBy, Where
+from mldiag.ports import Document, EncodedDocument, OrderBy, Where, Written
 
 T = TypeVar("T")
 
@@ -78,7 +78,7 @@ def _sql_value(value: Any) -> Any:
 class _SqliteTransaction:
     def __init__(self, connection: sqlite3.Connection):
         self._connection = connection
-        self._writes: list[tuple[str, str, str, Document | None]] = []
+        self._writes: list[tuple[str, str, str, Written | None]] = []
 
     def get(self, collection: str, key: str) -> Document | None:
         check_key(collection, key)
@@ -86,11 +86,11 @@ class _SqliteTransaction:
             raise RuntimeError("a transaction must read everything before it writes")
         return _fetch(self._connection, collection, key)
 
-    def set(self, collection: str, key: str, document: Document) -> None:
+    def set(self, collection: str, key: str, document: Written) -> None:
         check_key(collection, key)
         self._writes.append(("set", collection, key, document))
 
-    def create(self, collection: str, key: str, document: Document) -> None:
+    def create(self, collection: str, key: str, document: Written) -> None:
         check_key(collection, key)
         self._writes.append(("create", collection, key, document))
 
@@ -153,10 +153,10 @@ class SqliteStore:
         with self._lock():
             return _fetch(self._connection(), collection, key)
 
-    def create(self, collection: str, key: str, document: Document) -> None:
+    def create(self, collection: str, key: str, document: Written) -> None:
         self.transaction(lambda tx: tx.create(collection, key, document))
 
-    def set(self, collection: str, key: str, document: Document) -> None:
+    def set(self, collection: str, key: str, document: Written) -> None:
         self.transaction(lambda tx: tx.set(collection, key, document))
 
     def delete(self, collection: str, key: str) -> bool:
