@@ -395,8 +395,9 @@ class AnalysisStatus(CamelModel):
     step_time_ms: float | None = None  # the report's key metric
 
 
-def phase_of_targets(phases: Iterable[SessionPhase]) -> SessionPhase:
-    """A session's phase, from its targets': ACTIVE while any is (or there are none), FAILED only if all failed."""
+def phase_of_targets(phases: Iterable[str]) -> SessionPhase:
+    """A session's phase, from its targets' (as members or as stored): ACTIVE while any is (or there are none),
+    FAILED only if all failed."""
     seen = set(phases)
     if not seen or SessionPhase.ACTIVE in seen:
         return SessionPhase.ACTIVE

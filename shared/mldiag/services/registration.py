@@ -163,30 +163,32 @@ class Registrar:
 
     # -- the run --------------------------------------------------------------------
 
-    def _run_in(self, unit: UnitOfWork, profile: ProfileObject) -> tuple[MachineLearningRun, bool]:
-        """The run whose ``gcsPath`` holds this run folder, read in ``unit``, or a new one inferred from the path
-        (``True`` with it: for the caller to stage once its reads are done)."""
-        def holds_folder(run: MachineLearningRun) -> bool:
-            return run.artifacts.gcs_path.rstrip("/") == profile.gcs_path
+    def _run_in(self, unit: UnitOfWork, profile: ProfileObject) -> tuple[str, MachineLearningRun | None]:
+        """The name of the run whose ``gcsPath`` holds this run folder, read in ``unit`` (its stored document: only
+        its name and path are asked), and ``None``; or the name of a new run inferred from the path, and that run,
+        for the caller to stage once its reads are done."""
+        def holds_folder(run: Document) -> bool:
+            return str(run.get("artifacts", {}).get("gcsPath", "")).rstrip("/") == profile.gcs_path
 
         folder_id = _id_for(profile.run_folder, "machineLearningRunId")
-        at_folder_id = unit.runs.find(str(self.location.run(folder_id)))
-        if at_folder_id is not None and at_folder_id.id == profile.run_folder and holds_folder(at_folder_id):
-            return at_folder_id, False
+        at_folder_name = str(self.location.run(folder_id))
+        at_folder_id = unit.runs.find_document(at_folder_name)
+        if at_folder_id is not None and folder_id == profile.run_folder and holds_folder(at_folder_id):
+            return at_folder_name, None
         paths = [profile.gcs_path, profile.gcs_path + "/"]
         for run in self.services.runs.find_where([Where("artifacts.gcsPath", "in", paths)], limit=1000):
-            if run.id == profile.run_folder and holds_folder(run):
-                return run, False
+            if run.id == profile.run_folder and run.artifacts.gcs_path.rstrip("/") == profile.gcs_path:
+                return run.name, None
         candidates = [folder_id, id_from_text(f"{profile.bucket}/{profile.prefix}/{profile.run_folder}")]
         for run_id in dict.fromkeys(candidates):
             name = str(self.location.run(run_id))
-            existing = at_folder_id if run_id == folder_id else unit.runs.find(name)
+            existing = at_folder_id if run_id == folder_id else unit.runs.find_document(name)
             if existing is None:
-                return MachineLearningRun(name=name, display_name=profile.run_folder,
-                                          artifacts={"gcsPath": profile.gcs_path},
-                                          labels={"created_by": "mldiag-scan"}), True
+                return name, MachineLearningRun(name=name, display_name=profile.run_folder,
+                                                artifacts={"gcsPath": profile.gcs_path},
+                                                labels={"created_by": "mldiag-scan"})
             if holds_folder(existing):
-                return existing, False
+                return name, None
         raise PermanentFailure(f"no run id is free for {profile.gcs_path}/{profile.run_folder}")
 
     # -- the session ----------------------------------------------------------------
@@ -201,11 +203,11 @@ class Registrar:
         session_id = _id_for(profile.session_folder, "profilerSessionId")
 
         def work(unit: UnitOfWork) -> str:
-            run, new_run = self._run_in(unit, profile)
-            name = f"{run.name}/profilerSessions/{session_id}"
+            run_name, new_run = self._run_in(unit, profile)
+            name = f"{run_name}/profilerSessions/{session_id}"
             stored = unit.sessions.find_document(name)
-            if new_run:
-                unit.runs.create(run)
+            if new_run is not None:
+                unit.runs.create(new_run)
             if stored is not None and (appended := self._with_new_host(stored, profile)) is not None:
                 unit.sessions.stage_document(appended)
                 return f"{profile.file_name} registered in {name}"
@@ -223,7 +225,7 @@ class Registrar:
             asked = self._settled(session) and analysis_requests.request_analysis(unit, session)
             unit.sessions.stage_save(previous, session)
             if replaced is not None:
-                account = (f"session {session.id} of run {run.id} received a newer profile "
+                account = (f"session {session.id} of run {short_name(run_name)} received a newer profile "
                            f"(generation {profile.generation} of {profile.file_name})")
                 if report_of_replaced:
                     account += f"; the earlier analysis is kept at {report_of_replaced}"
@@ -268,25 +270,28 @@ class Registrar:
         for any other file (a known host's, one beside the host files, a session that names its hosts, no settle
         window), which :meth:`_add_file` registers in the model."""
         host = host_of(profile.file_name)
-        files, parts, targets = (stored.get(field, ()) for field in ("hostFiles", "targetSessions", "profilerTargets"))
+        files, parts, targets = stored.get("hostFiles", {}), stored.get("targetSessions", {}), stored.get(
+            "profilerTargets", [])
         if (not profile.file_name.endswith(XPLANE_SUFFIX) or stored.get("kind") != Kind.KIND_SCANNED.value
                 or host in files or host in parts or host in targets or self.settings.settle_seconds <= 0):
             return None
         now = self.services.now()
-        part = TargetSession(start_time=now, end_time=now, session_phase=SessionPhase.SUCCEEDED).to_json_dict()
-        # The session's last fields, rewritten below, keep their places at the end of its document.
-        session = {field: value for field, value in stored.items() if field not in _LAST_FIELDS}
-        session["hostFiles"] = {**files, host: HostFile(uri=profile.uri, size_bytes=profile.size,
-                                                          generation=profile.generation).to_json_dict()}
-        session["targetSessions"] = {**parts, host: part}
+        arrived = format_timestamp(now)
+        session = dict(stored)
+        for field in _LAST_FIELDS:  # rewritten below, at their places at the end of the document
+            session.pop(field, None)
+        # A HostFile's and a TargetSession's JSON, as their models write them.
+        session["hostFiles"] = {**files, host: {"uri": profile.uri, "sizeBytes": profile.size,
+                                                "generation": profile.generation}}
+        session["targetSessions"] = {**parts, host: {"startTime": arrived, "endTime": arrived,
+                                                     "sessionPhase": SessionPhase.SUCCEEDED.value, "error": ""}}
         session["profilerTargets"] = [*targets, host]
         if not session.get("storageFolderUri"):
             session["storageFolderUri"] = profile.session_folder_uri
-        session["updateTime"] = session["lastFileTime"] = format_timestamp(now)
+        session["updateTime"] = session["lastFileTime"] = arrived
         session["settleAfter"] = format_timestamp(now + timedelta(seconds=self.settings.settle_seconds))
         session["sessionPhase"] = phase_of_targets(
-            SessionPhase(each.get("sessionPhase", SessionPhase.ACTIVE)) for each in session["targetSessions"].values()
-        ).value
+            each.get("sessionPhase", SessionPhase.ACTIVE) for each in session["targetSessions"].values()).value
         return session
 
     def _add_file(self, session: ProfilerSession, profile: ProfileObject) -> bool:

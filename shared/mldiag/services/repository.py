@@ -50,8 +50,10 @@ def encode(resource: Resource) -> EncodedDocument:
 def encode_document(document: Document) -> EncodedDocument:
     """A resource's document changed as a document, its model not loaded, encoded as :func:`encode` encodes the
     resource: its fields in the model's order give the same text and etag."""
-    body = to_json({k: v for k, v in document.items() if k != "etag" and not k.startswith("_")}).decode()
-    return _with_etag(body, document["name"])
+    fields = dict(document)
+    fields.pop("etag", None)
+    fields.pop(PARENT_FIELD, None)
+    return _with_etag(to_json(fields).decode(), document["name"])
 
 
 def _with_etag(body: str, name: str) -> EncodedDocument:
