@@ -178,9 +178,12 @@ class EventArchive:
         record.outcome = Outcome.RECEIVED
         return record
 
-    def received_in(self, transaction: Transaction, function: str, event: CloudEvent) -> ArchivedEvent:
-        """:meth:`received`, read in a caller's transaction and not yet written (:meth:`finish_in` writes it)."""
+    def received_in(self, transaction: Transaction, function: str, event: CloudEvent) -> ArchivedEvent | Outcome:
+        """:meth:`received`, read in a caller's transaction and not yet written (:meth:`finish_in` writes it); for an
+        event already handled, the outcome it was handled with, its record not loaded."""
         document = transaction.get(COLLECTION, archive_key(function, str(event["id"])))
+        if document is not None and document.get("outcome") in FINAL_OUTCOMES:
+            return Outcome(document["outcome"])
         return self._attempt(None if document is None else ArchivedEvent.model_validate(document), function, event)
 
     def finish_in(self, transaction: Transaction, record: ArchivedEvent, outcome: Outcome, detail: str = "") -> None:
@@ -313,21 +316,21 @@ def handle_atomically(archive: EventArchive, services: Transacting, function: st
 
     with event_context(event_id=str(event["id"]), function=function, event_type=_attribute(event, "type"),
                        **_named_in_message(event)):
-        def apply(unit: UnitOfWork) -> tuple[ArchivedEvent, str, bool]:
+        def apply(unit: UnitOfWork) -> tuple[ArchivedEvent | Outcome, str]:
             record = archive.received_in(unit.transaction, function, event)
-            if record.outcome in FINAL_OUTCOMES:  # already handled: nothing to do after the commit either
-                return record, "", False
+            if isinstance(record, Outcome):  # already handled: nothing to do after the commit either
+                return record, ""
             detail = prepare(event)(unit)
             archive.finish_in(unit.transaction, record, Outcome.OK, detail)
-            return record, detail, True
+            return record, detail
 
         try:
             committed = unit_of_work.commit(services, apply)
         except Exception as error:  # noqa: BLE001 - archived and sorted as handle() sorts it
             return handle(archive, function, event, _raising(error))
-        record, detail, applied = committed.result
-        if not applied:
-            log.info("event already handled; skipping", outcome=record.outcome.value)
+        record, detail = committed.result
+        if isinstance(record, Outcome):
+            log.info("event already handled; skipping", outcome=record.value)
             return Outcome.DUPLICATE
         try:
             committed.publish()
