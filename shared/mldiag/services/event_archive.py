@@ -38,8 +38,9 @@ from pydantic import Field
 from mldiag.domain.errors import InvalidArgument, PermanentFailure
 from mldiag.domain.types import CamelModel, Timestamp
 from mldiag.domain.clock import format_timestamp
-from mldiag.logs import get_logger
+from mldiag.logs import event_context, get_logger
 from mldiag.ports import BlobStore, DocumentStore, EncodedDocument, EventHandler, OrderBy, Transaction, Where
+from mldiag.services import unit_of_work
 
 if TYPE_CHECKING:
     from mldiag.services.dependencies import Transacting
@@ -267,8 +268,6 @@ def handle(archive: EventArchive, function: str, event: CloudEvent, work: EventH
     :class:`Ignored` for events it has nothing to do with, and raises
     :class:`PermanentFailure`/:class:`InvalidArgument` for events that can never succeed.
     """
-    from mldiag.logs import event_context
-
     with event_context(event_id=str(event["id"]), function=function, event_type=_attribute(event, "type"),
                        **_named_in_message(event)):
         record = archive.received(function, event)
@@ -311,9 +310,6 @@ def handle_atomically(archive: EventArchive, services: Transacting, function: st
     A handler that raises is archived as :func:`handle` archives it (its own writes undone); one whose messages
     could not be published once committed is recorded FAILED and re-raised, so that its retry publishes them.
     """
-    from mldiag.logs import event_context
-    from mldiag.services import unit_of_work
-
     with event_context(event_id=str(event["id"]), function=function, event_type=_attribute(event, "type"),
                        **_named_in_message(event)):
         def apply(unit: UnitOfWork) -> tuple[ArchivedEvent | Outcome, str]:
