@@ -30,11 +30,13 @@ generation folder) and the new files are analysed afresh.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 import structlog
 from cloudevents.http import CloudEvent
+from pydantic_core import from_json
 
 from mldiag.domain.capture import DEADLINE_GRACE
 from mldiag.domain.envelopes import STORAGE_FINALIZED
@@ -208,8 +210,11 @@ class Registrar:
             stored = unit.sessions.find_document(name)
             if new_run is not None:
                 unit.runs.create(new_run)
-            if stored is not None and (appended := self._with_new_host(stored, profile)) is not None:
-                unit.sessions.stage_document(appended)
+            document = stored if stored is not None else self._new_session_document(name, profile)
+            if (appended := self._with_new_host(document, profile)) is not None:
+                unit.sessions.stage_document(appended, new=stored is None)
+                if stored is None:
+                    self._announce(unit, name, profile)
                 return f"{profile.file_name} registered in {name}"
             previous = None if stored is None else unit.sessions.load(stored)
             session = self._new_session(name, profile) if previous is None else _to_change(previous)
@@ -232,12 +237,23 @@ class Registrar:
             else:
                 account = f"{profile.file_name} registered in {name}"
             if previous is None:
-                unit.on_commit(lambda: log.info(
-                    f"session {short_name(name)} registered from {profile.session_folder_uri}", notice=True,
-                    session=name))
+                self._announce(unit, name, profile)
             return account + (" (analysis requested)" if asked else "")
 
         return work
+
+    @staticmethod
+    def _announce(unit: UnitOfWork, name: str, profile: ProfileObject) -> None:
+        """Say, once it has committed, that the file made a new session."""
+        unit.on_commit(lambda: log.info(f"session {short_name(name)} registered from {profile.session_folder_uri}",
+                                        notice=True, session=name))
+
+    def _new_session_document(self, name: str, profile: ProfileObject) -> Document:
+        """The document :meth:`_new_session` makes, stamped as created now (as :meth:`_with_new_host` reads one)."""
+        created = format_timestamp(self.services.now())
+        document = {"name": name, "createTime": created, "updateTime": created, **from_json(_scanned_session_text())}
+        document["storageFolderUri"] = profile.session_folder_uri
+        return document
 
     def _new_session(self, name: str, profile: ProfileObject) -> ProfilerSession:
         return ProfilerSession(
@@ -363,6 +379,14 @@ class Registrar:
 
             requested += unit_of_work.run(self.services, work)
         return requested
+
+
+@cache
+def _scanned_session_text() -> str:
+    """A new scanned session's fields after its name and times, as its model writes them (the name, the times and
+    the etag left out)."""
+    return ProfilerSession(kind=Kind.KIND_SCANNED).model_dump_json(
+        by_alias=True, exclude_none=True, exclude={"name", "create_time", "update_time", "etag"})
 
 
 def _to_change(session: ProfilerSession) -> ProfilerSession:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from pydantic_core import to_json
+from pydantic_core import from_json, to_json
 
 from mldiag.domain.errors import Aborted, AlreadyExists, InvalidArgument, NotFound
 from mldiag.domain.names import parent_of
@@ -120,28 +120,32 @@ class Repository(Generic[R]):
             self.store.create(self.collection, document_key(stamped.name), document)
         except AlreadyExists:
             raise AlreadyExists(f"{resource.name} already exists") from None
-        return self.load(document)
+        return self.load(from_json(document.text))
 
     def create_in(self, transaction: Transaction, resource: R) -> R:
         """Stage a create inside a caller's transaction (after its reads)."""
         document = encode(self._stamp_new(resource))
         transaction.create(self.collection, document_key(resource.name), document)
-        return self.load(document)
+        return self.load(from_json(document.text))
 
     def find_in(self, transaction: Transaction, name: str) -> R | None:
         document = transaction.get(self.collection, document_key(name))
         return None if document is None else self.load(document)
 
-    def stage_document_in(self, transaction: Transaction, document: Document) -> None:
-        """Stage the write of a stored resource's document that a caller changed as a document (its fields kept in
-        the model's order), with its etag for its new content. No transition is checked: the caller's change is one
-        its resource allows."""
-        transaction.set(self.collection, document_key(document["name"]), encode_document(document))
+    def stage_document_in(self, transaction: Transaction, document: Document, *, new: bool = False) -> None:
+        """Stage the write of a resource's document that a caller made or changed as a document (its fields kept in
+        the model's order), with its etag for its content; a ``new`` one is created (:class:`AlreadyExists` at the
+        commit if the name is taken). No transition is checked: the caller's change is one its resource allows."""
+        encoded = encode_document(document)
+        if new:
+            transaction.create(self.collection, document_key(document["name"]), encoded)
+        else:
+            transaction.set(self.collection, document_key(document["name"]), encoded)
 
     def save_in(self, transaction: Transaction, previous: R | None, resource: R) -> R:
         """Stage an update of ``previous`` to ``resource`` (transition-checked) in a caller's transaction;
         returns the resource as it will be stored."""
-        return self.load(self.stage_save_in(transaction, previous, resource))
+        return self.load(from_json(self.stage_save_in(transaction, previous, resource).text))
 
     def stage_save_in(self, transaction: Transaction, previous: R | None, resource: R) -> EncodedDocument:
         """:meth:`save_in` for a caller that needs no resource back: returns the document staged."""
@@ -224,9 +228,9 @@ class InTransaction(Generic[R]):
         """:meth:`Repository.load`."""
         return self.repository.load(document)
 
-    def stage_document(self, document: Document) -> None:
+    def stage_document(self, document: Document, *, new: bool = False) -> None:
         """:meth:`Repository.stage_document_in`."""
-        self.repository.stage_document_in(self.transaction, document)
+        self.repository.stage_document_in(self.transaction, document, new=new)
 
     def create(self, resource: R) -> R:
         return self.repository.create_in(self.transaction, resource)

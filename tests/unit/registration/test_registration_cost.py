@@ -130,6 +130,8 @@ def _session_texts(services) -> list[str]:
 
 def test_a_new_hosts_file_is_registered_in_the_stored_session_as_the_model_would_register_it(
         embedded, clock, tmp_path, monkeypatch):
+    """Each file of a scanned session, the first (which makes the session) included, is written into its document
+    as registering it in the model writes it: the same text, field order and etag."""
     by_model = dataclasses.replace(embedded, store=SqliteStore(tmp_path / "by_model.sqlite3"))
     for n in range(3):
         event = finalized(f"{RUN_FOLDER}/host{n}.xplane.pb", generation=n + 1)
