@@ -36,10 +36,11 @@ Document = dict[str, Any]
 
 
 class EncodedDocument(Mapping[str, Any]):
-    """A document as the JSON text its model encoded, ``text`` (a datetime in it as fixed-width UTC text,
-    :func:`mldiag.domain.clock.format_timestamp`): a store that keeps JSON text stores ``text`` as it is, one that
-    keeps values reads them here, decoded when first asked for, ``timestamps`` (fields the text holds as the text
-    of a datetime, as their datetimes: Firestore's TTL deletes only on a Timestamp) in place of their text."""
+    """A document as JSON text, ``text``, encoded by the model it was dumped from (a datetime in it written as
+    fixed-width UTC text, :func:`mldiag.domain.clock.format_timestamp`). A store that keeps JSON text stores ``text``
+    as it is; one that keeps values reads them from this mapping, decoded from the text when first asked for, with
+    ``timestamps`` (fields whose text stands for a datetime, as those datetimes: Firestore's TTL deletes only on a
+    Timestamp) in place of their text."""
 
     __slots__ = ("text", "timestamps", "_values")
 

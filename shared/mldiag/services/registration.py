@@ -30,8 +30,8 @@ generation folder) and the new files are analysed afresh.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
 from datetime import datetime, timedelta
+from functools import cache
 from typing import Any, Protocol
 
 import structlog
@@ -249,7 +249,8 @@ class Registrar:
                                         notice=True, session=name))
 
     def _new_session_document(self, name: str, profile: ProfileObject) -> Document:
-        """The document :meth:`_new_session` makes, stamped as created now (as :meth:`_with_new_host` reads one)."""
+        """The document of the session :meth:`_new_session` makes, created now, as its model writes it: what
+        :meth:`_with_new_host` registers a session's first file in."""
         created = format_timestamp(self.services.now())
         document = {"name": name, "createTime": created, "updateTime": created, **from_json(_scanned_session_text())}
         document["storageFolderUri"] = profile.session_folder_uri
@@ -283,8 +284,8 @@ class Registrar:
         :meth:`_add_file` makes (the file, the host's part and its place among the targets, when the last file came
         and when the session settles) made to the document, in the model's field order. Nothing else can follow:
         the file starts the settle window again, and only the maintenance tick settles a scanned session. ``None``
-        for any other file (a known host's, one beside the host files, a session that names its hosts, no settle
-        window), which :meth:`_add_file` registers in the model."""
+        for any other file (a host the session knows, a file beside the host files, a session of another kind, no
+        settle window), which :meth:`_add_file` registers in the model."""
         host = host_of(profile.file_name)
         files, parts, targets = stored.get("hostFiles", {}), stored.get("targetSessions", {}), stored.get(
             "profilerTargets", [])
