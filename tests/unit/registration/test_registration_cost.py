@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 
 import pydantic
 import pytest
@@ -156,3 +157,24 @@ def test_a_new_hosts_file_is_registered_without_loading_the_scanned_session(embe
     assert deliver(embedded, finalized(f"{RUN_FOLDER}/host1.xplane.pb")) is Outcome.OK
     assert ProfilerSession not in loaded
     assert set(embedded.sessions.get(f"{RUN}/profilerSessions/s1").host_files) == {"host0", "host1"}
+
+
+def test_files_of_one_session_registered_at_once_all_land_in_it(embedded):
+    """Each host's file is written into the session's document within its transaction: none is lost to another."""
+    hosts = [f"host{n}" for n in range(8)]
+    errors = []
+
+    def register(host):
+        try:
+            assert deliver(embedded, finalized(f"{RUN_FOLDER}/{host}.xplane.pb")) is Outcome.OK
+        except BaseException as error:  # noqa: BLE001 - surfaced by the assertion below
+            errors.append(error)
+
+    threads = [threading.Thread(target=register, args=(host,)) for host in hosts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    session = embedded.sessions.get(f"{RUN}/profilerSessions/s1")
+    assert sorted(session.host_files) == sorted(session.target_sessions) == sorted(session.profiler_targets) == hosts
