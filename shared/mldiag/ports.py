@@ -11,6 +11,7 @@ runner runs an analysis job in a child process (or, for tests, in this one).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -32,6 +33,40 @@ T = TypeVar("T")
 # TTL deletes only on a Timestamp field). A store compares datetimes with datetimes in queries;
 # reading back, a timestamp comes as a ``datetime`` or as its ISO 8601 text.
 Document = dict[str, Any]
+
+
+class EncodedDocument(Mapping[str, Any]):
+    """A document as JSON text, ``text``, encoded by the model it was dumped from (a datetime in it written as
+    fixed-width UTC text, :func:`mldiag.domain.clock.format_timestamp`). A store that keeps JSON text stores ``text``
+    as it is; one that keeps values reads them from this mapping, decoded from the text when first asked for, with
+    ``timestamps`` (fields whose text stands for a datetime, as those datetimes: Firestore's TTL deletes only on a
+    Timestamp) in place of their text."""
+
+    __slots__ = ("text", "timestamps", "_values")
+
+    def __init__(self, text: str, timestamps: Mapping[str, datetime] | None = None):
+        self.text = text
+        self.timestamps = timestamps or {}
+        self._values: Document | None = None
+
+    def _decoded(self) -> Document:
+        if self._values is None:
+            self._values = {**json.loads(self.text), **self.timestamps}
+        return self._values
+
+    def __getitem__(self, field: str) -> Any:
+        return self._decoded()[field]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._decoded())
+
+    def __len__(self) -> int:
+        return len(self._decoded())
+
+
+# What a store is handed to write: a document, or one as its model encoded it.
+Written = Document | EncodedDocument
+
 Operator = Literal["==", "!=", "<", "<=", ">", ">=", "in", "array_contains"]
 
 
@@ -58,9 +93,9 @@ class Transaction(Protocol):
 
     def get(self, collection: str, key: str) -> Document | None: ...
 
-    def set(self, collection: str, key: str, document: Document) -> None: ...
+    def set(self, collection: str, key: str, document: Written) -> None: ...
 
-    def create(self, collection: str, key: str, document: Document) -> None:
+    def create(self, collection: str, key: str, document: Written) -> None:
         """Write a new document; the commit raises :class:`AlreadyExists` if it is there."""
 
     def delete(self, collection: str, key: str) -> None: ...
@@ -71,10 +106,10 @@ class DocumentStore(Protocol):
 
     def get(self, collection: str, key: str) -> Document | None: ...
 
-    def create(self, collection: str, key: str, document: Document) -> None:
+    def create(self, collection: str, key: str, document: Written) -> None:
         """Insert; raises :class:`mldiag.domain.AlreadyExists` if the key is taken."""
 
-    def set(self, collection: str, key: str, document: Document) -> None: ...
+    def set(self, collection: str, key: str, document: Written) -> None: ...
 
     def delete(self, collection: str, key: str) -> bool:
         """Remove; returns whether the document existed."""

@@ -15,7 +15,7 @@ import pytest
 
 from mldiag.adapters.store.sqlite import SqliteStore
 from mldiag.domain.errors import AlreadyExists, InvalidArgument
-from mldiag.ports import OrderBy, Where
+from mldiag.ports import EncodedDocument, OrderBy, Where
 
 RUNS = "machineLearningRuns"
 KEY = "projects:p:locations:l:machineLearningRuns:r1"
@@ -231,6 +231,20 @@ def test_a_datetime_is_kept_as_a_timestamp_and_compares_as_time(store):
         assert isinstance(stored, datetime) and stored == INSTANT  # a Firestore Timestamp reads back as a datetime
     assert keys(store.query("expiring", where=[Where("expireAt", "<", INSTANT + timedelta(seconds=1))])) == ["a"]
     assert keys(store.query("expiring", where=[Where("expireAt", "<", INSTANT)])) == []
+
+
+def test_an_encoded_document_is_stored_as_the_document_its_text_holds(store):
+    """A model's document comes encoded once: its text, with the timestamps a store must see as such beside it."""
+    text = '{"name":"a","files":{"h0":{"sizeBytes":3,"tags":["x"]}},"expireAt":"2026-03-01T12:00:00.250000Z"}'
+    store.set("expiring", "a", EncodedDocument(text, {"expireAt": INSTANT}))
+    store.transaction(lambda transaction: transaction.create("expiring", "b", EncodedDocument('{"name":"b"}')))
+    stored = store.get("expiring", "a")
+    assert stored["files"] == {"h0": {"sizeBytes": 3, "tags": ["x"]}} and store.get("expiring", "b") == {"name": "b"}
+    if isinstance(store, SqliteStore):
+        assert stored["expireAt"] == "2026-03-01T12:00:00.250000Z"
+    else:
+        assert isinstance(stored["expireAt"], datetime) and stored["expireAt"] == INSTANT
+    assert keys(store.query("expiring", where=[Where("expireAt", "<", INSTANT + timedelta(seconds=1))])) == ["a"]
 
 
 @pytest.mark.parametrize("key", ["a/b", "", ".", "..", "__reserved__", "k" * 1501])

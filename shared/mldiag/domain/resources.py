@@ -10,6 +10,7 @@ wherever it comes from.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Self
 
@@ -394,6 +395,17 @@ class AnalysisStatus(CamelModel):
     step_time_ms: float | None = None  # the report's key metric
 
 
+def phase_of_targets(phases: Iterable[str]) -> SessionPhase:
+    """A session's phase, from its targets' (as members or as stored): ACTIVE while any is (or there are none),
+    FAILED only if all failed."""
+    seen = set(phases)
+    if not seen or SessionPhase.ACTIVE in seen:
+        return SessionPhase.ACTIVE
+    if seen == {SessionPhase.FAILED}:
+        return SessionPhase.FAILED
+    return SessionPhase.SUCCEEDED
+
+
 class ProfilerSession(Resource):
     collection: ClassVar[str] = "profilerSessions"
     MAX_EARLIER_ANALYSES: ClassVar[int] = 50
@@ -455,13 +467,8 @@ class ProfilerSession(Resource):
     @computed_field  # type: ignore[prop-decorator]
     @property
     def session_phase(self) -> SessionPhase:
-        """The session's phase follows its targets: ACTIVE while any is, FAILED only if all failed."""
-        phases = {t.session_phase for t in self.target_sessions.values()}
-        if not phases or SessionPhase.ACTIVE in phases:
-            return SessionPhase.ACTIVE
-        if phases == {SessionPhase.FAILED}:
-            return SessionPhase.FAILED
-        return SessionPhase.SUCCEEDED
+        """The session's phase follows its targets (:func:`phase_of_targets`)."""
+        return phase_of_targets(t.session_phase for t in self.target_sessions.values())
 
     @property
     def capture_failed(self) -> bool:

@@ -38,8 +38,9 @@ from pydantic import Field
 from mldiag.domain.errors import InvalidArgument, PermanentFailure
 from mldiag.domain.types import CamelModel, Timestamp
 from mldiag.domain.clock import format_timestamp
-from mldiag.logs import get_logger
-from mldiag.ports import BlobStore, DocumentStore, EventHandler, OrderBy, Transaction, Where
+from mldiag.logs import event_context, get_logger
+from mldiag.ports import BlobStore, DocumentStore, EncodedDocument, EventHandler, OrderBy, Transaction, Where
+from mldiag.services import unit_of_work
 
 if TYPE_CHECKING:
     from mldiag.services.dependencies import Transacting
@@ -178,9 +179,12 @@ class EventArchive:
         record.outcome = Outcome.RECEIVED
         return record
 
-    def received_in(self, transaction: Transaction, function: str, event: CloudEvent) -> ArchivedEvent:
-        """:meth:`received`, read in a caller's transaction and not yet written (:meth:`finish_in` writes it)."""
+    def received_in(self, transaction: Transaction, function: str, event: CloudEvent) -> ArchivedEvent | Outcome:
+        """:meth:`received`, read in a caller's transaction and not yet written (:meth:`finish_in` writes it); for an
+        event already handled, the outcome it was handled with, its record not loaded."""
         document = transaction.get(COLLECTION, archive_key(function, str(event["id"])))
+        if document is not None and document.get("outcome") in FINAL_OUTCOMES:
+            return Outcome(document["outcome"])
         return self._attempt(None if document is None else ArchivedEvent.model_validate(document), function, event)
 
     def finish_in(self, transaction: Transaction, record: ArchivedEvent, outcome: Outcome, detail: str = "") -> None:
@@ -250,9 +254,11 @@ class EventArchive:
         return len(expired)
 
 
-def _document(record: ArchivedEvent) -> dict[str, Any]:
-    # Firestore's TTL deletes only on a Timestamp: any other type silently disables it.
-    return {**record.to_json_dict(), EXPIRE_AT: record.expire_at}
+def _document(record: ArchivedEvent) -> EncodedDocument:
+    """The record's document as its model encodes it; the expiry, there as its text, a datetime for a store that
+    keeps values (Firestore's TTL deletes only on a Timestamp: any other type silently disables it)."""
+    text = record.model_dump_json(by_alias=True, exclude_none=True)
+    return EncodedDocument(text, {EXPIRE_AT: record.expire_at} if record.expire_at is not None else None)
 
 
 def handle(archive: EventArchive, function: str, event: CloudEvent, work: EventHandler) -> Outcome:
@@ -262,8 +268,6 @@ def handle(archive: EventArchive, function: str, event: CloudEvent, work: EventH
     :class:`Ignored` for events it has nothing to do with, and raises
     :class:`PermanentFailure`/:class:`InvalidArgument` for events that can never succeed.
     """
-    from mldiag.logs import event_context
-
     with event_context(event_id=str(event["id"]), function=function, event_type=_attribute(event, "type"),
                        **_named_in_message(event)):
         record = archive.received(function, event)
@@ -306,26 +310,23 @@ def handle_atomically(archive: EventArchive, services: Transacting, function: st
     A handler that raises is archived as :func:`handle` archives it (its own writes undone); one whose messages
     could not be published once committed is recorded FAILED and re-raised, so that its retry publishes them.
     """
-    from mldiag.logs import event_context
-    from mldiag.services import unit_of_work
-
     with event_context(event_id=str(event["id"]), function=function, event_type=_attribute(event, "type"),
                        **_named_in_message(event)):
-        def apply(unit: UnitOfWork) -> tuple[ArchivedEvent, str, bool]:
+        def apply(unit: UnitOfWork) -> tuple[ArchivedEvent | Outcome, str]:
             record = archive.received_in(unit.transaction, function, event)
-            if record.outcome in FINAL_OUTCOMES:  # already handled: nothing to do after the commit either
-                return record, "", False
+            if isinstance(record, Outcome):  # already handled: nothing to do after the commit either
+                return record, ""
             detail = prepare(event)(unit)
             archive.finish_in(unit.transaction, record, Outcome.OK, detail)
-            return record, detail, True
+            return record, detail
 
         try:
             committed = unit_of_work.commit(services, apply)
         except Exception as error:  # noqa: BLE001 - archived and sorted as handle() sorts it
             return handle(archive, function, event, _raising(error))
-        record, detail, applied = committed.result
-        if not applied:
-            log.info("event already handled; skipping", outcome=record.outcome.value)
+        record, detail = committed.result
+        if isinstance(record, Outcome):
+            log.info("event already handled; skipping", outcome=record.value)
             return Outcome.DUPLICATE
         try:
             committed.publish()

@@ -31,10 +31,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cache
 from typing import Any, Protocol
 
 import structlog
 from cloudevents.http import CloudEvent
+from pydantic_core import from_json
 
 from mldiag.domain.capture import DEADLINE_GRACE
 from mldiag.domain.envelopes import STORAGE_FINALIZED
@@ -48,9 +50,10 @@ from mldiag.domain.resources import (
     ProfilerSession,
     SessionPhase,
     TargetSession,
+    phase_of_targets,
 )
 from mldiag.domain.clock import format_timestamp
-from mldiag.ports import Where
+from mldiag.ports import Document, Where
 from mldiag.services import analysis_requests, unit_of_work
 from mldiag.services.dependencies import Configured, Publishing, Stored
 from mldiag.services.event_archive import Ignored, Transactional
@@ -65,6 +68,8 @@ class RegistrationPorts(Stored, Publishing, Configured, Protocol):
 XPROF_CACHE_SUFFIXES = (".pb", ".SSTABLE", ".json.gz", ".sstable")
 CAPTURED_KINDS = frozenset({Kind.KIND_ON_DEMAND, Kind.KIND_SNAPSHOT})
 MAX_SETTLING_AT_ONCE = 500  # sessions one maintenance pass settles
+# A session document's last fields (the model's last two, then its computed phase), and its store's own.
+_LAST_FIELDS = frozenset({"lastFileTime", "settleAfter", "sessionPhase", "etag", "_parent"})
 
 log = structlog.get_logger(__name__)
 
@@ -160,30 +165,32 @@ class Registrar:
 
     # -- the run --------------------------------------------------------------------
 
-    def _run_in(self, unit: UnitOfWork, profile: ProfileObject) -> tuple[MachineLearningRun, bool]:
-        """The run whose ``gcsPath`` holds this run folder, read in ``unit``, or a new one inferred from the path
-        (``True`` with it: for the caller to stage once its reads are done)."""
-        def holds_folder(run: MachineLearningRun) -> bool:
-            return run.artifacts.gcs_path.rstrip("/") == profile.gcs_path
+    def _run_in(self, unit: UnitOfWork, profile: ProfileObject) -> tuple[str, MachineLearningRun | None]:
+        """The name of the run whose ``gcsPath`` holds this run folder, read in ``unit`` (its stored document: only
+        its name and path are asked), and ``None``; or the name of a new run inferred from the path, and that run,
+        for the caller to stage once its reads are done."""
+        def holds_folder(run: Document) -> bool:
+            return str(run.get("artifacts", {}).get("gcsPath", "")).rstrip("/") == profile.gcs_path
 
         folder_id = _id_for(profile.run_folder, "machineLearningRunId")
-        at_folder_id = unit.runs.find(str(self.location.run(folder_id)))
-        if at_folder_id is not None and at_folder_id.id == profile.run_folder and holds_folder(at_folder_id):
-            return at_folder_id, False
+        at_folder_name = str(self.location.run(folder_id))
+        at_folder_id = unit.runs.find_document(at_folder_name)
+        if at_folder_id is not None and folder_id == profile.run_folder and holds_folder(at_folder_id):
+            return at_folder_name, None
         paths = [profile.gcs_path, profile.gcs_path + "/"]
         for run in self.services.runs.find_where([Where("artifacts.gcsPath", "in", paths)], limit=1000):
-            if run.id == profile.run_folder and holds_folder(run):
-                return run, False
+            if run.id == profile.run_folder and run.artifacts.gcs_path.rstrip("/") == profile.gcs_path:
+                return run.name, None
         candidates = [folder_id, id_from_text(f"{profile.bucket}/{profile.prefix}/{profile.run_folder}")]
         for run_id in dict.fromkeys(candidates):
             name = str(self.location.run(run_id))
-            existing = at_folder_id if run_id == folder_id else unit.runs.find(name)
+            existing = at_folder_id if run_id == folder_id else unit.runs.find_document(name)
             if existing is None:
-                return MachineLearningRun(name=name, display_name=profile.run_folder,
-                                          artifacts={"gcsPath": profile.gcs_path},
-                                          labels={"created_by": "mldiag-scan"}), True
+                return name, MachineLearningRun(name=name, display_name=profile.run_folder,
+                                                artifacts={"gcsPath": profile.gcs_path},
+                                                labels={"created_by": "mldiag-scan"})
             if holds_folder(existing):
-                return existing, False
+                return name, None
         raise PermanentFailure(f"no run id is free for {profile.gcs_path}/{profile.run_folder}")
 
     # -- the session ----------------------------------------------------------------
@@ -198,11 +205,18 @@ class Registrar:
         session_id = _id_for(profile.session_folder, "profilerSessionId")
 
         def work(unit: UnitOfWork) -> str:
-            run, new_run = self._run_in(unit, profile)
-            name = f"{run.name}/profilerSessions/{session_id}"
-            previous = unit.sessions.find(name)
-            if new_run:
-                unit.runs.create(run)
+            run_name, new_run = self._run_in(unit, profile)
+            name = f"{run_name}/profilerSessions/{session_id}"
+            stored = unit.sessions.find_document(name)
+            if new_run is not None:
+                unit.runs.create(new_run)
+            document = stored if stored is not None else self._new_session_document(name, profile)
+            if (appended := self._with_new_host(document, profile)) is not None:
+                unit.sessions.stage_document(appended, new=stored is None)
+                if stored is None:
+                    self._announce(unit, name, profile)
+                return f"{profile.file_name} registered in {name}"
+            previous = None if stored is None else unit.sessions.load(stored)
             session = self._new_session(name, profile) if previous is None else _to_change(previous)
             replaced = session.host_files.get(host_of(profile.file_name)) if profile.file_name.endswith(
                 XPLANE_SUFFIX) else None
@@ -216,19 +230,31 @@ class Registrar:
             asked = self._settled(session) and analysis_requests.request_analysis(unit, session)
             unit.sessions.stage_save(previous, session)
             if replaced is not None:
-                account = (f"session {session.id} of run {run.id} received a newer profile "
+                account = (f"session {session.id} of run {short_name(run_name)} received a newer profile "
                            f"(generation {profile.generation} of {profile.file_name})")
                 if report_of_replaced:
                     account += f"; the earlier analysis is kept at {report_of_replaced}"
             else:
                 account = f"{profile.file_name} registered in {name}"
             if previous is None:
-                unit.on_commit(lambda: log.info(
-                    f"session {short_name(name)} registered from {profile.session_folder_uri}", notice=True,
-                    session=name))
+                self._announce(unit, name, profile)
             return account + (" (analysis requested)" if asked else "")
 
         return work
+
+    @staticmethod
+    def _announce(unit: UnitOfWork, name: str, profile: ProfileObject) -> None:
+        """Say, once it has committed, that the file made a new session."""
+        unit.on_commit(lambda: log.info(f"session {short_name(name)} registered from {profile.session_folder_uri}",
+                                        notice=True, session=name))
+
+    def _new_session_document(self, name: str, profile: ProfileObject) -> Document:
+        """The document of the session :meth:`_new_session` makes, created now, as its model writes it: what
+        :meth:`_with_new_host` registers a session's first file in."""
+        created = format_timestamp(self.services.now())
+        document = {"name": name, "createTime": created, "updateTime": created, **from_json(_scanned_session_text())}
+        document["storageFolderUri"] = profile.session_folder_uri
+        return document
 
     def _new_session(self, name: str, profile: ProfileObject) -> ProfilerSession:
         return ProfilerSession(
@@ -251,6 +277,39 @@ class Registrar:
         if current is not None and int(profile.generation) < int(current.generation or 0):
             raise Ignored(f"generation {profile.generation} of {profile.file_name} is older than the registered "
                           f"generation {current.generation}")
+
+    def _with_new_host(self, stored: Document, profile: ProfileObject) -> Document | None:
+        """The stored document of a scanned session with the file of a host new to it (not among its files, its
+        targets or their parts) registered, the session's model neither loaded nor dumped: the changes
+        :meth:`_add_file` makes (the file, the host's part and its place among the targets, when the last file came
+        and when the session settles) made to the document, in the model's field order. Nothing else can follow:
+        the file starts the settle window again, and only the maintenance tick settles a scanned session. ``None``
+        for any other file (a host the session knows, a file beside the host files, a session of another kind, no
+        settle window), which :meth:`_add_file` registers in the model."""
+        host = host_of(profile.file_name)
+        files, parts, targets = stored.get("hostFiles", {}), stored.get("targetSessions", {}), stored.get(
+            "profilerTargets", [])
+        if (not profile.file_name.endswith(XPLANE_SUFFIX) or stored.get("kind") != Kind.KIND_SCANNED.value
+                or host in files or host in parts or host in targets or self.settings.settle_seconds <= 0):
+            return None
+        now = self.services.now()
+        arrived = format_timestamp(now)
+        session = dict(stored)
+        for field in _LAST_FIELDS:  # rewritten below, at their places at the end of the document
+            session.pop(field, None)
+        # A HostFile's and a TargetSession's JSON, as their models write them.
+        session["hostFiles"] = {**files, host: {"uri": profile.uri, "sizeBytes": profile.size,
+                                                "generation": profile.generation}}
+        session["targetSessions"] = {**parts, host: {"startTime": arrived, "endTime": arrived,
+                                                     "sessionPhase": SessionPhase.SUCCEEDED.value, "error": ""}}
+        session["profilerTargets"] = [*targets, host]
+        if not session.get("storageFolderUri"):
+            session["storageFolderUri"] = profile.session_folder_uri
+        session["updateTime"] = session["lastFileTime"] = arrived
+        session["settleAfter"] = format_timestamp(now + timedelta(seconds=self.settings.settle_seconds))
+        session["sessionPhase"] = phase_of_targets(
+            each.get("sessionPhase", SessionPhase.ACTIVE) for each in session["targetSessions"].values()).value
+        return session
 
     def _add_file(self, session: ProfilerSession, profile: ProfileObject) -> bool:
         files, key = self._files_of(session, profile)
@@ -321,6 +380,14 @@ class Registrar:
 
             requested += unit_of_work.run(self.services, work)
         return requested
+
+
+@cache
+def _scanned_session_text() -> str:
+    """A new scanned session's fields after its name and times, as its model writes them (the name, the times and
+    the etag left out)."""
+    return ProfilerSession(kind=Kind.KIND_SCANNED).model_dump_json(
+        by_alias=True, exclude_none=True, exclude={"name", "create_time", "update_time", "etag"})
 
 
 def _to_change(session: ProfilerSession) -> ProfilerSession:

@@ -14,18 +14,18 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-from pydantic_core import to_json
+from pydantic_core import from_json, to_json
 
 from mldiag.domain.errors import Aborted, AlreadyExists, InvalidArgument, NotFound
 from mldiag.domain.names import parent_of
 from mldiag.domain.resources import Resource
 from mldiag.domain.clock import utcnow
-from mldiag.ports import Document, DocumentStore, OrderBy, Transaction, Where
+from mldiag.ports import Document, DocumentStore, EncodedDocument, OrderBy, Transaction, Where
 
 R = TypeVar("R", bound=Resource)
 T = TypeVar("T")
@@ -41,9 +41,26 @@ def document_key(name: str) -> str:
     return name.replace("/", ":")
 
 
-def compute_etag(document: Document) -> str:
-    # The document as its model dumps it, in the model's field order: the same content, the same etag.
-    return hashlib.sha256(to_json({k: v for k, v in document.items() if k != "etag"})).hexdigest()[:20]
+def encode(resource: Resource) -> EncodedDocument:
+    """The resource's document, encoded once by its model: its etag the hash of that encoding without the etag (in
+    the model's field order: the same content, the same etag), its parent's name in ``_parent``."""
+    return _with_etag(resource.model_dump_json(by_alias=True, exclude_none=True, exclude={"etag"}), resource.name)
+
+
+def encode_document(document: Document) -> EncodedDocument:
+    """A resource's document changed as a document, its model not loaded, encoded as :func:`encode` encodes the
+    resource: its fields in the model's order give the same text and etag."""
+    fields = dict(document)
+    fields.pop("etag", None)
+    fields.pop(PARENT_FIELD, None)
+    return _with_etag(to_json(fields).decode(), document["name"])
+
+
+def _with_etag(body: str, name: str) -> EncodedDocument:
+    etag = hashlib.sha256(body.encode()).hexdigest()[:20]
+    fields = f'"etag":"{etag}","{PARENT_FIELD}":{to_json(parent_of(name)).decode()}'
+    text = f"{body[:-1]},{fields}}}" if body != "{}" else f"{{{fields}}}"
+    return EncodedDocument(text)
 
 
 @dataclass(frozen=True)
@@ -77,18 +94,13 @@ class Repository(Generic[R]):
         self.collection = model.collection
         self._now = now
 
-    def _load(self, document: Document) -> R:
+    def load(self, document: Mapping[str, Any]) -> R:
+        """The resource a stored document holds."""
         return self.model.model_validate({k: v for k, v in document.items() if not k.startswith("_")})
-
-    def _dump(self, resource: R) -> Document:
-        document = resource.to_json_dict()
-        document["etag"] = compute_etag(document)
-        document[PARENT_FIELD] = parent_of(resource.name)
-        return document
 
     def find(self, name: str) -> R | None:
         document = self.store.get(self.collection, document_key(name))
-        return None if document is None else self._load(document)
+        return None if document is None else self.load(document)
 
     def get(self, name: str) -> R:
         resource = self.find(name)
@@ -103,38 +115,48 @@ class Repository(Generic[R]):
     def create(self, resource: R) -> R:
         """Store a new resource; :class:`AlreadyExists` if the name is taken."""
         stamped = self._stamp_new(resource)
-        document = self._dump(stamped)
+        document = encode(stamped)
         try:
             self.store.create(self.collection, document_key(stamped.name), document)
         except AlreadyExists:
             raise AlreadyExists(f"{resource.name} already exists") from None
-        return self._load(document)
+        return self.load(from_json(document.text))
 
     def create_in(self, transaction: Transaction, resource: R) -> R:
         """Stage a create inside a caller's transaction (after its reads)."""
-        document = self._dump(self._stamp_new(resource))
+        document = encode(self._stamp_new(resource))
         transaction.create(self.collection, document_key(resource.name), document)
-        return self._load(document)
+        return self.load(from_json(document.text))
 
     def find_in(self, transaction: Transaction, name: str) -> R | None:
         document = transaction.get(self.collection, document_key(name))
-        return None if document is None else self._load(document)
+        return None if document is None else self.load(document)
+
+    def stage_document_in(self, transaction: Transaction, document: Document, *, new: bool = False) -> None:
+        """Stage the write of a resource's document that a caller made or changed as a document (its fields kept in
+        the model's order), with its etag for its content; a ``new`` one is created (:class:`AlreadyExists` at the
+        commit if the name is taken). No transition is checked: the caller's change is one its resource allows."""
+        encoded = encode_document(document)
+        if new:
+            transaction.create(self.collection, document_key(document["name"]), encoded)
+        else:
+            transaction.set(self.collection, document_key(document["name"]), encoded)
 
     def save_in(self, transaction: Transaction, previous: R | None, resource: R) -> R:
         """Stage an update of ``previous`` to ``resource`` (transition-checked) in a caller's transaction;
         returns the resource as it will be stored."""
-        return self._load(self.stage_save_in(transaction, previous, resource))
+        return self.load(from_json(self.stage_save_in(transaction, previous, resource).text))
 
-    def stage_save_in(self, transaction: Transaction, previous: R | None, resource: R) -> Document:
+    def stage_save_in(self, transaction: Transaction, previous: R | None, resource: R) -> EncodedDocument:
         """:meth:`save_in` for a caller that needs no resource back: returns the document staged."""
         if previous is None:
-            document = self._dump(self._stamp_new(resource))
+            document = encode(self._stamp_new(resource))
             transaction.create(self.collection, document_key(resource.name), document)
             return document
         resource.check_transition(previous)
         resource.create_time = previous.create_time
         resource.update_time = self._now()
-        document = self._dump(resource)
+        document = encode(resource)
         transaction.set(self.collection, document_key(resource.name), document)
         return document
 
@@ -163,7 +185,7 @@ class Repository(Generic[R]):
 
     def find_where(self, where: Sequence[Where], limit: int = 100) -> list[R]:
         """Resources of this type under any parent that match ``where``."""
-        return [self._load(d) for d in self.store.query(self.collection, where=where, limit=limit)]
+        return [self.load(d) for d in self.store.query(self.collection, where=where, limit=limit)]
 
     def list(
         self,
@@ -184,7 +206,7 @@ class Repository(Generic[R]):
             limit=size + 1,
             offset=offset,
         )
-        items = [self._load(d) for d in documents[:size]]
+        items = [self.load(d) for d in documents[:size]]
         token = _encode_token(offset + size) if len(documents) > size else ""
         return Page(items, token)
 
@@ -198,6 +220,18 @@ class InTransaction(Generic[R]):
     def find(self, name: str) -> R | None:
         return self.repository.find_in(self.transaction, name)
 
+    def find_document(self, name: str) -> Document | None:
+        """The stored document of ``name``, not loaded into its model (:meth:`Repository.load` loads it)."""
+        return self.transaction.get(self.repository.collection, document_key(name))
+
+    def load(self, document: Mapping[str, Any]) -> R:
+        """:meth:`Repository.load`."""
+        return self.repository.load(document)
+
+    def stage_document(self, document: Document, *, new: bool = False) -> None:
+        """:meth:`Repository.stage_document_in`."""
+        self.repository.stage_document_in(self.transaction, document, new=new)
+
     def create(self, resource: R) -> R:
         return self.repository.create_in(self.transaction, resource)
 
@@ -205,7 +239,7 @@ class InTransaction(Generic[R]):
         """:meth:`Repository.save_in`."""
         return self.repository.save_in(self.transaction, previous, resource)
 
-    def stage_save(self, previous: R | None, resource: R) -> Document:
+    def stage_save(self, previous: R | None, resource: R) -> EncodedDocument:
         return self.repository.stage_save_in(self.transaction, previous, resource)
 
     def mutate(self, name: str, change: Callable[[R], T], *, new: Callable[[], R] | None = None) -> tuple[R, T]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import cached_property
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from mldiag.ports import Transaction
@@ -40,15 +41,31 @@ STALE_AFTER = timedelta(seconds=60)
 
 
 class Repositories:
-    """One transaction and the repositories read and written within it."""
+    """One transaction and the repositories read and written within it (each made when first used)."""
 
     def __init__(self, services: Stored, transaction: Transaction):
+        self._services = services
         self.transaction = transaction
-        self.runs: InTransaction[MachineLearningRun] = services.runs.within(transaction)
-        self.sessions: InTransaction[ProfilerSession] = services.sessions.within(transaction)
-        self.targets: InTransaction[ProfilerTarget] = services.targets.within(transaction)
-        self.monitored_events: InTransaction[MonitoredEvent] = services.monitored_events.within(transaction)
-        self.operations: InTransaction[Operation] = services.operations.within(transaction)
+
+    @cached_property
+    def runs(self) -> InTransaction[MachineLearningRun]:
+        return self._services.runs.within(self.transaction)
+
+    @cached_property
+    def sessions(self) -> InTransaction[ProfilerSession]:
+        return self._services.sessions.within(self.transaction)
+
+    @cached_property
+    def targets(self) -> InTransaction[ProfilerTarget]:
+        return self._services.targets.within(self.transaction)
+
+    @cached_property
+    def monitored_events(self) -> InTransaction[MonitoredEvent]:
+        return self._services.monitored_events.within(self.transaction)
+
+    @cached_property
+    def operations(self) -> InTransaction[Operation]:
+        return self._services.operations.within(self.transaction)
 
 
 class UnitOfWork(Repositories):

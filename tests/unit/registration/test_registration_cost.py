@@ -3,16 +3,20 @@ the registration together), no deep copy of a model, and the archived payload st
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import threading
 
 import pydantic
 import pytest
 from cloudevents.conversion import to_json
 from test_register_session import RUN_FOLDER, deliver, finalized
 
+from mldiag.adapters.store.sqlite import SqliteStore
 from mldiag.domain import AnalysisState, Kind, MachineLearningRun, ProfilerSession
 from mldiag.services import event_archive
 from mldiag.services.event_archive import Outcome
+from mldiag.services.registration import Registrar
 from mldiag.services.repository import Repository
 
 RUN = "projects/p/locations/l/machineLearningRuns/run1"
@@ -118,3 +122,59 @@ def test_registering_changes_a_copy_and_leaves_the_session_it_read_as_stored(emb
     assert set(after.host_files) == {"host0", "host1"} and set(after.target_sessions) == {"host0", "host1"}
     if kind is Kind.KIND_ON_DEMAND:
         assert after.analysis.state is AnalysisState.PENDING
+
+
+def _session_texts(services) -> list[str]:
+    """The stored sessions as JSON, their field order and etags included."""
+    return [json.dumps(document) for document in services.store.query(ProfilerSession.collection)]
+
+
+def test_a_new_hosts_file_is_registered_in_the_stored_session_as_the_model_would_register_it(
+        embedded, clock, tmp_path, monkeypatch):
+    """Each file of a scanned session, the first (which makes the session) included, is written into its document
+    as registering it in the model writes it: the same text, field order and etag."""
+    by_model = dataclasses.replace(embedded, store=SqliteStore(tmp_path / "by_model.sqlite3"))
+    for n in range(3):
+        event = finalized(f"{RUN_FOLDER}/host{n}.xplane.pb", generation=n + 1)
+        assert deliver(embedded, event) is Outcome.OK
+        with monkeypatch.context() as model_only:
+            model_only.setattr(Registrar, "_with_new_host", lambda self, stored, profile: None)
+            assert deliver(by_model, event) is Outcome.OK
+        assert _session_texts(embedded) == _session_texts(by_model)
+        clock.advance(1.5)
+
+
+def test_a_new_hosts_file_is_registered_without_loading_the_scanned_session(embedded, monkeypatch):
+    deliver(embedded, finalized(f"{RUN_FOLDER}/host0.xplane.pb"))
+    loaded = []
+    load = Repository.load
+
+    def recorded(self, document):
+        loaded.append(self.model)
+        return load(self, document)
+
+    monkeypatch.setattr(Repository, "load", recorded)
+    assert deliver(embedded, finalized(f"{RUN_FOLDER}/host1.xplane.pb")) is Outcome.OK
+    assert ProfilerSession not in loaded
+    assert set(embedded.sessions.get(f"{RUN}/profilerSessions/s1").host_files) == {"host0", "host1"}
+
+
+def test_files_of_one_session_registered_at_once_all_land_in_it(embedded):
+    """Each host's file is written into the session's document within its transaction: none is lost to another."""
+    hosts = [f"host{n}" for n in range(8)]
+    errors = []
+
+    def register(host):
+        try:
+            assert deliver(embedded, finalized(f"{RUN_FOLDER}/{host}.xplane.pb")) is Outcome.OK
+        except BaseException as error:  # noqa: BLE001 - surfaced by the assertion below
+            errors.append(error)
+
+    threads = [threading.Thread(target=register, args=(host,)) for host in hosts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    session = embedded.sessions.get(f"{RUN}/profilerSessions/s1")
+    assert sorted(session.host_files) == sorted(session.target_sessions) == sorted(session.profiler_targets) == hosts

@@ -20,7 +20,7 @@ from google.cloud.firestore_v1.field_path import FieldPath
 from mldiag.adapters.store.keys import check_key
 from mldiag.adapters.store.queries import KEY, field_segments, result_order
 from mldiag.domain.errors import Aborted, AlreadyExists
-from mldiag.ports import Document, OrderBy, Where
+from mldiag.ports import Document, EncodedDocument, OrderBy, Where, Written
 
 T = TypeVar("T")
 
@@ -31,6 +31,11 @@ MAX_TRANSACTION_ATTEMPTS = 10
 def _field_path(field: str) -> str:
     """Firestore's spelling of a dotted field; segments such as ``my-label`` get backquoted."""
     return FieldPath.document_id() if field == KEY else FieldPath(*field_segments(field)).to_api_repr()
+
+
+def _values(document: Written) -> Document:
+    """What the client writes: a document's values (a model's encoded document decoded, its timestamps as datetimes)."""
+    return dict(document) if isinstance(document, EncodedDocument) else document
 
 
 class _FirestoreTransaction:
@@ -49,13 +54,15 @@ class _FirestoreTransaction:
         snapshot = self._client.collection(collection).document(check_key(collection, key)).get(transaction=self._transaction)
         return snapshot.to_dict() if snapshot.exists else None
 
-    def set(self, collection: str, key: str, document: Document) -> None:
+    def set(self, collection: str, key: str, document: Written) -> None:
         self._written = True
-        self._transaction.set(self._client.collection(collection).document(check_key(collection, key)), document)
+        self._transaction.set(self._client.collection(collection).document(check_key(collection, key)),
+                              _values(document))
 
-    def create(self, collection: str, key: str, document: Document) -> None:
+    def create(self, collection: str, key: str, document: Written) -> None:
         self._written = True
-        self._transaction.create(self._client.collection(collection).document(check_key(collection, key)), document)
+        self._transaction.create(self._client.collection(collection).document(check_key(collection, key)),
+                                 _values(document))
 
     def delete(self, collection: str, key: str) -> None:
         self._written = True
@@ -72,14 +79,14 @@ class FirestoreStore:
         snapshot = self._client.collection(collection).document(check_key(collection, key)).get()
         return snapshot.to_dict() if snapshot.exists else None
 
-    def create(self, collection: str, key: str, document: Document) -> None:
+    def create(self, collection: str, key: str, document: Written) -> None:
         try:
-            self._client.collection(collection).document(check_key(collection, key)).create(document)
+            self._client.collection(collection).document(check_key(collection, key)).create(_values(document))
         except google_errors.AlreadyExists:
             raise AlreadyExists(f"{collection}/{key} already exists") from None
 
-    def set(self, collection: str, key: str, document: Document) -> None:
-        self._client.collection(collection).document(check_key(collection, key)).set(document)
+    def set(self, collection: str, key: str, document: Written) -> None:
+        self._client.collection(collection).document(check_key(collection, key)).set(_values(document))
 
     def delete(self, collection: str, key: str) -> bool:
         must_exist = self._client.write_option(exists=True)

@@ -1,7 +1,8 @@
 """``SqliteStore``: the embedded document store, one SQLite file under the data dir.
 
 Documents are JSON text in a single table (a ``datetime`` as its fixed-width UTC ISO
-text, which sorts as time does, and is read back as that text); queries use SQLite's JSON functions
+text, which sorts as time does, and is read back as that text; an :class:`~mldiag.ports.EncodedDocument` as the
+text it comes with), decoded by pydantic-core's parser; queries use SQLite's JSON functions
 and follow Firestore's semantics where they differ from SQL's (a document
 without the ordered-by or compared field is left out). Transactions take the
 write lock up front (``BEGIN IMMEDIATE``), which makes them serialisable across
@@ -19,11 +20,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pydantic_core import from_json
+
 from mldiag.adapters.store.keys import check_key
 from mldiag.adapters.store.queries import KEY, field_segments, result_order
 from mldiag.domain.errors import AlreadyExists
 from mldiag.domain.clock import format_timestamp
-from mldiag.ports import Document, OrderBy, Where
+from mldiag.ports import Document, EncodedDocument, OrderBy, Where, Written
 
 T = TypeVar("T")
 
@@ -63,7 +66,7 @@ _ENCODER = json.JSONEncoder(default=_json_default, separators=(",", ":"))
 
 
 def _encode(value: Any) -> str:
-    return _ENCODER.encode(value)
+    return value.text if isinstance(value, EncodedDocument) else _ENCODER.encode(value)
 
 
 def _sql_value(value: Any) -> Any:
@@ -75,7 +78,7 @@ def _sql_value(value: Any) -> Any:
 class _SqliteTransaction:
     def __init__(self, connection: sqlite3.Connection):
         self._connection = connection
-        self._writes: list[tuple[str, str, str, Document | None]] = []
+        self._writes: list[tuple[str, str, str, Written | None]] = []
 
     def get(self, collection: str, key: str) -> Document | None:
         check_key(collection, key)
@@ -83,11 +86,11 @@ class _SqliteTransaction:
             raise RuntimeError("a transaction must read everything before it writes")
         return _fetch(self._connection, collection, key)
 
-    def set(self, collection: str, key: str, document: Document) -> None:
+    def set(self, collection: str, key: str, document: Written) -> None:
         check_key(collection, key)
         self._writes.append(("set", collection, key, document))
 
-    def create(self, collection: str, key: str, document: Document) -> None:
+    def create(self, collection: str, key: str, document: Written) -> None:
         check_key(collection, key)
         self._writes.append(("create", collection, key, document))
 
@@ -110,7 +113,7 @@ def _fetch(connection: sqlite3.Connection, collection: str, key: str) -> Documen
     row = connection.execute(
         "SELECT body FROM documents WHERE collection=? AND key=?", (collection, key)
     ).fetchone()
-    return json.loads(row[0]) if row else None
+    return from_json(row[0]) if row else None
 
 
 class SqliteStore:
@@ -150,10 +153,10 @@ class SqliteStore:
         with self._lock():
             return _fetch(self._connection(), collection, key)
 
-    def create(self, collection: str, key: str, document: Document) -> None:
+    def create(self, collection: str, key: str, document: Written) -> None:
         self.transaction(lambda tx: tx.create(collection, key, document))
 
-    def set(self, collection: str, key: str, document: Document) -> None:
+    def set(self, collection: str, key: str, document: Written) -> None:
         self.transaction(lambda tx: tx.set(collection, key, document))
 
     def delete(self, collection: str, key: str) -> bool:
@@ -203,7 +206,7 @@ class SqliteStore:
         params.extend([-1 if limit is None else limit, offset])
         with self._lock():
             rows = self._connection().execute(sql, params).fetchall()
-        return [json.loads(row[0]) for row in rows]
+        return [from_json(row[0]) for row in rows]
 
     def transaction(self, work: Callable[[_SqliteTransaction], T]) -> T:
         with self._lock():
