@@ -3117,6 +3117,118 @@ def clip_decided_on_host(big: bool) -> Workload:
     return Workload(on_host, ablations={"clip_in_the_step": in_the_step})
 
 
+def float64_batch_promotes(big: bool) -> Workload:
+    """With ``jax_enable_x64`` on (as a port of numpy code leaves it), each annotated step hands an f32 MLP train
+    step a numpy float64 batch straight from numpy: the batch's dtype promotes every matmul of the step to float64,
+    which the chip emulates. Ablation: the batch cast to float32 on the host first."""
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+    import numpy as np
+
+    widths, batch = ([1024, 2048, 2048, 1024], 2048) if big else ([128, 256, 256, 128], 256)
+    params = _mlp_params(widths, "float32")
+    rng = np.random.default_rng(71)
+    x64 = rng.standard_normal((batch, widths[0]))  # float64, numpy's default
+    y = np.zeros((batch, widths[-1]))
+
+    def loss(params, x, y):
+        for w in params[:-1]:
+            x = jax.nn.relu(x @ w)
+        return jnp.mean((x @ params[-1] - y) ** 2)
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def step(params, x, y):
+        value, grads = jax.value_and_grad(loss)(params, x, y)
+        return [(p - 1e-3 * g).astype(p.dtype) for p, g in zip(params, grads)], value
+
+    state = {"params": params}
+
+    def run(x, y):
+        def iteration(i: int, clock: Clock) -> None:
+            state["params"], value = step(state["params"], x, y)
+            value.block_until_ready()
+
+        return iteration
+
+    return Workload(run(x64, y), ablations={"float32_batch": run(x64.astype(np.float32), y.astype(np.float32))})
+
+
+def callback_in_loop_body(big: bool) -> Workload:
+    """A jitted step whose ``lax.fori_loop`` of 32 refinement iterations calls back to the host in every iteration
+    (``jax.pure_callback`` for a numpy clipping bound): 32 round trips to Python per step. Ablation: the bound
+    computed on the device."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    n = 2048 if big else 256
+    a = _normal(jax.random.key(72), (n, n), "float32")
+    x0 = jnp.ones((n, n // 8), "float32")
+
+    def host_bound(v: np.ndarray) -> np.ndarray:
+        return np.float32(np.percentile(np.abs(np.asarray(v)), 99) + 1e-3)
+
+    def refine(on_host: bool):
+        @jax.jit
+        def run(x):
+            def body(_, x):
+                x = jnp.tanh(a @ x)
+                bound = (jax.pure_callback(host_bound, jax.ShapeDtypeStruct((), jnp.float32), x[:64])
+                         if on_host else jnp.percentile(jnp.abs(x[:64]), 99) + 1e-3)
+                return jnp.clip(x, -bound, bound)
+
+            return jax.lax.fori_loop(0, 32, body, x)
+
+        return lambda i, clock: run(x0).block_until_ready()
+
+    return Workload(refine(True), ablations={"bound_on_device": refine(False)})
+
+
+def grad_accumulation_in_python(big: bool) -> Workload:
+    """Gradient accumulation over 8 micro-batches in a Python loop: a jitted gradient per micro-batch, the sum with
+    eager ``jax.tree.map`` adds, and ``float(loss)`` after each micro-batch for a running average; then a jitted
+    update. Ablation: the 8 micro-batches in one jitted ``lax.scan`` with the update."""
+    import jax
+    import jax.numpy as jnp
+
+    params, _, x, y = _mlp_step(big, widths=[1024, 2048, 2048, 1024] if big else [64, 128, 128, 64],
+                                batch=8 * (512 if big else 32))
+    micro_x, micro_y = x.reshape(8, -1, x.shape[1]), y.reshape(8, -1, y.shape[1])
+    grad_of = jax.jit(jax.value_and_grad(mlp_loss))
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def update(params, grads):
+        return [(p - 1e-3 * g / 8).astype(p.dtype) for p, g in zip(params, grads)]
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def scanned(params, micro_x, micro_y):
+        def accumulate(total, batch):
+            value, grads = jax.value_and_grad(mlp_loss)(params, *batch)
+            return [t + g for t, g in zip(total, grads)], value
+
+        grads, values = jax.lax.scan(accumulate, [jnp.zeros_like(p) for p in params], (micro_x, micro_y))
+        return [(p - 1e-3 * g / 8).astype(p.dtype) for p, g in zip(params, grads)], jnp.mean(values)
+
+    state = {"params": params, "seen": 0.0}
+
+    def in_python(i: int, clock: Clock) -> None:
+        total = None
+        for k in range(8):
+            value, grads = grad_of(state["params"], micro_x[k], micro_y[k])
+            total = grads if total is None else jax.tree.map(jnp.add, total, grads)
+            state["seen"] += float(value)
+        state["params"] = update(state["params"], total)
+        jax.block_until_ready(state["params"])
+
+    def in_one_program(i: int, clock: Clock) -> None:
+        state["params"], value = scanned(state["params"], micro_x, micro_y)
+        state["seen"] += float(value)
+
+    return Workload(in_python, ablations={"one_scan": in_one_program})
+
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -3373,6 +3485,16 @@ SHAPES: dict[str, Shape] = {
                                   "by eager jnp calls and float(), the clipping scale in Python, then a jitted "
                                   "update", cause="the norm read back and the clipping decided on the host: two "
                                   "launches, eager calls and a sync per step"),
+    "float64_batch_promotes": Shape(float64_batch_promotes, 10, "jax_enable_x64 on and a numpy float64 batch handed "
+                                    "to an f32 MLP train step each annotated step",
+                                    cause="a float64 batch that promotes every matmul to float64, emulated"),
+    "callback_in_loop_body": Shape(callback_in_loop_body, 10, "a jitted fori_loop of 32 iterations, each calling "
+                                   "back to the host (jax.pure_callback) for a numpy bound; annotated steps",
+                                   cause="32 host callbacks per step inside the loop body"),
+    "grad_accumulation_in_python": Shape(grad_accumulation_in_python, 10, "8 micro-batches a step in a Python loop: "
+                                         "a jitted gradient each, eager tree_map adds and a float(loss) each, then "
+                                         "a jitted update", cause="8 launches, 8 syncs and eager adds per step "
+                                         "where one scanned program would do"),
 }
 
 

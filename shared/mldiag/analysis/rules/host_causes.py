@@ -99,6 +99,7 @@ ROUND_TRIP_WORK = 0.25
 # on those values rather than waiting for them.
 COMPUTING_READS = 2.0
 EVERY_STEP = 0.9  # calls per step of a function that reads device values back, to sync every step
+WAITED_ON_SHARE = 0.02  # share of the loop another thread's function holds while the training thread waits on it
 _SYNC = re.compile(r"\blog|_log|log_|logging|logger|\bemit|print|metric|summar|wandb|tensorboard|scalar|"
                    r"progress|tqdm|\bwrite", re.IGNORECASE)
 _INPUT = re.compile(r"batch|data|load|input|augment|decode|read|preprocess|sampler|shuffle|collate|next|"
@@ -243,10 +244,12 @@ def _from_attribution(host: HostEvidence) -> list[Cause]:
     logging_read = next((read for read in host.device_reads
                          if read.count_per_step >= EVERY_STEP and _SYNC.search(function_name(read.name))), None)
     checking = {call.name for call in checked_calls(host)}
-    # A function another thread runs while the training thread waits on it, and whose Python also holds the
-    # interpreter, is one cause: the interpreter's share of it goes with its thread's kind (a slower loader's).
+    # A function another thread runs while the training thread waits on it (a queue's get or put), and whose Python
+    # also holds the interpreter, is one cause: the interpreter's share of it goes with its thread's kind (a slower
+    # loader's).
     waited_on = {part.name for part in attribution.parts
-                 if part.cause is TimeCause.HOST_WORK and stepping and part.thread and part.thread != stepping}
+                 if part.cause is TimeCause.HOST_WORK and stepping and part.thread and part.thread != stepping
+                 and part.share >= WAITED_ON_SHARE} if host.thread_wait_ms_per_step > 0 else set()
     found, read_back, held = [], [], []
     for part in attribution.parts:
         if part.cause is TimeCause.TRANSFERS and not part.thread:
