@@ -502,6 +502,13 @@ def _host_cause_fix(host: HostEvidence, cause: host_causes.Cause) -> str:
                 "copies it back, one launch and one wait per element. Take the whole array once (np.asarray(x) or "
                 "jax.device_get of the pytree) and index the numpy result; better still, reduce on the device "
                 "(jnp.sum, jnp.mean inside the jitted step) and read back the one number, every N steps.")
+    if cause.kind is HostCause.TRANSFERS and many and framework in (Framework.JAX, Framework.UNKNOWN) and (
+            _launches_op_by_op(host)):
+        return (f"The step runs op by op, and most of its {many[0].count_per_step:.0f} copies a step are the eager "
+                "calls' own arguments: eager indexing (x[k]) and Python scalars are put on the device at every "
+                "call. One jitted step (lax.scan over the micro-batches or items, indexing inside it), or slices "
+                "made once before the loop, removes them with the launches; copies of arrays of your own go in one "
+                "call (np.stack, or one jax.device_put of the whole pytree).")
     if cause.kind is HostCause.TRANSFERS and many and framework in (Framework.JAX, Framework.UNKNOWN):
         return (f"Copy in one call what is now copied in {many[0].count_per_step:.0f} calls a step: stack the arrays "
                 "into one (np.stack) or hand the whole pytree to a single jax.device_put, so that the per-call cost "

@@ -342,6 +342,23 @@ def test_many_copies_a_step_are_told_to_copy_in_one_call(calls, one_call):
     assert ("single jax.device_put" in first.fix) is one_call
 
 
+def test_many_small_copies_in_a_loop_that_runs_op_by_op_are_the_eager_calls_arguments():
+    attribution = _attributed([
+        TimePart(cause=TimeCause.TRANSFERS, name="DevicePut", thread="python", ms=450.0, share=0.45),
+        TimePart(cause=TimeCause.DISPATCH, name="PjitFunction(dynamic_slice)", thread="python", ms=400.0,
+                 share=0.4),
+        TimePart(cause=TimeCause.DEVICE_COMPUTE, name="matmul/convolution", ms=80.0, share=0.08, useful=True),
+    ])
+    puts = _activity("DevicePut", 45.0, 45.0, encloses=False)
+    puts.count_per_step = 48.0
+    host = _host(busy=0.08, activities=[_activity("$train.py:40 iteration", 95.0, 1.0)], attribution=attribution,
+                 transfers=[puts])
+    host.dispatches_per_step, host.dispatch_ms_per_step = 62.0, 40.0
+    (copies,) = [f for f in _findings(host) if f.category is FindingCategory.DATA_MOVEMENT]
+    assert copies.fix.startswith("The step runs op by op, and most of its 48 copies a step are the eager calls'")
+    assert "lax.scan" in copies.fix
+
+
 def test_many_reads_of_single_elements_a_step_are_told_to_read_the_array_once_and_reduce_on_the_device():
     attribution = _attributed([
         TimePart(cause=TimeCause.TRANSFERS, name="np.asarray(jax.Array)", thread="python", ms=800.0, share=0.8),
