@@ -3229,6 +3229,75 @@ def grad_accumulation_in_python(big: bool) -> Workload:
     return Workload(in_python, ablations={"one_scan": in_one_program})
 
 
+def python_convergence_loop(big: bool) -> Workload:
+    """Each annotated step solves a fixed point from Python: ``while float(change) > tol`` around a small jitted
+    update (one 1024x1024 f32 matvec block on the chip), at most 40 iterations, each reading the change back to
+    decide on the next. Ablation: the same iteration in one ``lax.while_loop``."""
+    import jax
+    import jax.numpy as jnp
+
+    n = 1024 if big else 128
+    most = 40  # iterations
+    a = _normal(jax.random.key(73), (n, n), "float32") * 0.5
+    b = jnp.ones((n, 8), "float32")
+
+    @jax.jit
+    def update(x):
+        new = jnp.tanh(a @ x + b)
+        return new, jnp.max(jnp.abs(new - x))
+
+    @jax.jit
+    def solve(x):
+        def go_on(state):
+            return (state[1] > 1e-4) & (state[2] < most)
+
+        def step(state):
+            return (*update.__wrapped__(state[0]), state[2] + 1)
+
+        return jax.lax.while_loop(go_on, step, (x, jnp.float32(1.0), 0))[0]
+
+    x0 = jnp.zeros((n, 8), "float32")
+
+    def from_python(i: int, clock: Clock) -> None:
+        x, change, iterations = x0, 1.0, 0
+        while change > 1e-4 and iterations < most:  # a fixed point the chip's rounding never reaches
+            x, delta = update(x)
+            change, iterations = float(delta), iterations + 1
+
+    return Workload(from_python, ablations={"one_while_loop": lambda i, clock: solve(x0).block_until_ready()})
+
+
+def closed_over_table(big: bool) -> Workload:
+    """A bf16 MLP train step that closes over a large numpy lookup table (64 MiB of f32 on the chip, a per-class
+    weight), which XLA embeds in the program as a constant: a long first compile, nothing per step. Healthy in the
+    steady state. Ablation: the table passed as an argument."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    params, _, x, y = _mlp_step(big)
+    table = np.random.default_rng(74).random((4096, 4096) if big else (256, 256), dtype=np.float32)
+    rows = x.shape[0]
+
+    def loss(params, x, y, weights):
+        scale = jnp.mean(weights[: rows % weights.shape[0] + 1]) + 0.5
+        return mlp_loss(params, x, y) * scale
+
+    closed = sgd(lambda params, x, y: loss(params, x, y, table))
+    passed = sgd(loss)
+    on_device = jax.device_put(table)
+    state = {"params": params}
+
+    def run(step, *extra):
+        def iteration(i: int, clock: Clock) -> None:
+            state["params"], value = step(state["params"], x, y, *extra)
+            value.block_until_ready()
+
+        return iteration
+
+    return Workload(run(closed), ablations={"table_as_argument": run(passed, on_device)})
+
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -3495,6 +3564,13 @@ SHAPES: dict[str, Shape] = {
                                          "a jitted gradient each, eager tree_map adds and a float(loss) each, then "
                                          "a jitted update", cause="8 launches, 8 syncs and eager adds per step "
                                          "where one scanned program would do"),
+    "python_convergence_loop": Shape(python_convergence_loop, 10, "each annotated step iterates a small jitted update "
+                                     "from Python until float(change) falls below a tolerance (about 40 launches "
+                                     "and reads a step)", cause="a sync per iteration of a loop the device could "
+                                     "run: one launch and one read back each"),
+    "closed_over_table": Shape(closed_over_table, 15, "a bf16 MLP train step closing over a 64 MiB numpy table, "
+                               "embedded in the program as a constant; annotated steps",
+                               cause="none in the steady state: the constant costs the first compile only"),
 }
 
 

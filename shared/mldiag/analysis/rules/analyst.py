@@ -145,6 +145,8 @@ IN_FLIGHT_SHARE = 0.1  # share of the training thread's copies' time beyond its 
 MANY_PARAMETERS = 32  # a program taking this many arrays pays for handing each over at every launch
 # Eager programs whose shapes are a count the data decides: the gather of boolean-mask indexing, nonzero and argwhere.
 DATA_SIZED = ("jit_gather", "jit_nonzero", "jit__nonzero", "jit_argwhere")
+# Launches of one function per read of device values back, from which each launch's result is read before the next.
+EACH_READ = 0.8
 OWN_SHARE = 0.5  # a function around the step's dispatches whose own time is this share of it is host work
 URGENT_REASON = "a finding needs attention"
 _ORDER = {Priority.P0: 0, Priority.P1: 1, Priority.P2: 2}
@@ -495,8 +497,17 @@ def _host_cause_finding(host: HostEvidence, cause: host_causes.Cause, priority: 
 def _host_cause_fix(host: HostEvidence, cause: host_causes.Cause) -> str:
     framework = frameworks.detect([host])
     many = [copy for copy in host.transfers if copy.count_per_step >= MANY_COPIES]
-    if cause.kind is HostCause.TRANSFERS and many and framework in (Framework.JAX, Framework.UNKNOWN) and (
-            transfer_direction(many[0].name) == "device to host"):
+    reading = many[0] if many and transfer_direction(many[0].name) == "device to host" else None
+    decided = next((call for call in host.dispatched if reading is not None
+                    and call.count_per_step >= EACH_READ * reading.count_per_step), None)
+    if cause.kind is HostCause.TRANSFERS and decided is not None and framework in (Framework.JAX, Framework.UNKNOWN):
+        return (f"Each of the {decided.count_per_step:.0f} launches a step of {quoted(decided.name)} is read back "
+                "before the next: a Python loop that decides on the device's result at every iteration (while "
+                "float(change) > tol, a convergence or stopping test), one launch and one wait each. Run the loop "
+                "on the device: jax.lax.while_loop with the test in its condition (or lax.fori_loop with a fixed "
+                "count), inside one jitted call; where Python must decide, test every N iterations, or run N "
+                "iterations per call.")
+    if cause.kind is HostCause.TRANSFERS and reading is not None and framework in (Framework.JAX, Framework.UNKNOWN):
         return (f"Read back in one call what is now read in {many[0].count_per_step:.0f} calls a step: an element "
                 "read on its own (float(x[i]), .item(), iterating over a device array) slices it on the device and "
                 "copies it back, one launch and one wait per element. Take the whole array once (np.asarray(x) or "
