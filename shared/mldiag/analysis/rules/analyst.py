@@ -145,8 +145,6 @@ IN_FLIGHT_SHARE = 0.1  # share of the training thread's copies' time beyond its 
 MANY_PARAMETERS = 32  # a program taking this many arrays pays for handing each over at every launch
 # Eager programs whose shapes are a count the data decides: the gather of boolean-mask indexing, nonzero and argwhere.
 DATA_SIZED = ("jit_gather", "jit_nonzero", "jit__nonzero", "jit_argwhere")
-# Launches of one function per read of device values back, from which each launch's result is read before the next.
-EACH_READ = 0.8
 OWN_SHARE = 0.5  # a function around the step's dispatches whose own time is this share of it is host work
 URGENT_REASON = "a finding needs attention"
 _ORDER = {Priority.P0: 0, Priority.P1: 1, Priority.P2: 2}
@@ -451,9 +449,14 @@ def _cause_evidence(host: HostEvidence, cause: host_causes.Cause, host_work: lis
 def _copies_evidence(host: HostEvidence, cause: host_causes.Cause, per: str, stepping: set[str]) -> list[str]:
     """A copies cause's evidence: each thread's copies, the training thread's calls by direction, and whether the
     copies' time goes beyond the calls (the waits for copies to the device in flight, the runtime's relayout)."""
+    looping = host_causes.read_after_each_launch(host)
+    launches = [part for part in cause.parts if looping is not None and part.name == looping.name]
     lines = [f"copies between host and device memory on "
              f"{'the training thread' if part.thread in stepping else f'the host thread {quoted(part.thread)}'}: "
-             f"{quoted(part.name)}, {part.ms_per_step:.2f} ms {per} while the devices idle" for part in cause.parts[:3]]
+             f"{quoted(part.name)}, {part.ms_per_step:.2f} ms {per} while the devices idle"
+             for part in cause.parts[:3] if part not in launches]
+    lines += [f"each launch of {quoted(part.name)} follows the read of the last one's result: its dispatch, "
+              f"{part.ms_per_step:.2f} ms {per}, goes with the reads" for part in launches]
     lines += [f"{(transfer_direction(t.name) or 'host-device').replace(' ', '-')} copy {quoted(t.name)} on the "
               f"training thread: {t.count_per_step:.1f} calls per step, {t.ms_per_step:.2f} ms per step in the call"
               for t in host.transfers[:3]]
@@ -498,8 +501,7 @@ def _host_cause_fix(host: HostEvidence, cause: host_causes.Cause) -> str:
     framework = frameworks.detect([host])
     many = [copy for copy in host.transfers if copy.count_per_step >= MANY_COPIES]
     reading = many[0] if many and transfer_direction(many[0].name) == "device to host" else None
-    decided = next((call for call in host.dispatched if reading is not None
-                    and call.count_per_step >= EACH_READ * reading.count_per_step), None)
+    decided = host_causes.read_after_each_launch(host)
     if cause.kind is HostCause.TRANSFERS and decided is not None and framework in (Framework.JAX, Framework.UNKNOWN):
         return (f"Each of the {decided.count_per_step:.0f} launches a step of {quoted(decided.name)} is read back "
                 "before the next: a Python loop that decides on the device's result at every iteration (while "
