@@ -121,7 +121,6 @@ COMPILE_PRIORITIES = ((0.25, Priority.P0), (0.05, Priority.P1), (0.0, Priority.P
 COMMUNICATION_PRIORITIES = ((0.30, Priority.P0), (0.15, Priority.P1), (0.05, Priority.P2))
 MEMORY_PRIORITIES = ((0.95, Priority.P0), (0.85, Priority.P1))
 ROOFLINE_PRIORITIES = ((0.10, Priority.P1), (0.30, Priority.P2))
-MANY_COPIES = 20  # copies between host and device per step that cost more in calls than in bytes
 NEAR_PEAK = 0.5  # share of the chip's peak FLOP/s or HBM bandwidth that is near it, whatever a cost model says
 CUSTOM_CALL_SHARE = 30.0  # percent of device time in custom calls worth a kernel finding
 # Ops run at least LOOP_RUNS times a step for at most TINY_OP_US each, together this share of the busy time: a
@@ -499,7 +498,7 @@ def _host_cause_finding(host: HostEvidence, cause: host_causes.Cause, priority: 
 
 def _host_cause_fix(host: HostEvidence, cause: host_causes.Cause) -> str:
     framework = frameworks.detect([host])
-    many = [copy for copy in host.transfers if copy.count_per_step >= MANY_COPIES]
+    many = [copy for copy in host.transfers if copy.count_per_step >= host_causes.MANY_COPIES]
     reading = many[0] if many and transfer_direction(many[0].name) == "device to host" else None
     decided = host_causes.read_after_each_launch(host)
     if cause.kind is HostCause.TRANSFERS and decided is not None and framework in (Framework.JAX, Framework.UNKNOWN):
@@ -575,8 +574,7 @@ def _dispatch_overhead(host: HostEvidence, kernels: list[KernelShare]) -> Findin
     span = host.step_ms.mean
     idle = 1 - (host.busy_fraction or 0.0)
     # Compiling inside the launches is a finding of its own: the launches rank by the idle time left beside it.
-    launching = idle - (sum(part.share for part in host.attribution.parts if part.cause is TimeCause.COMPILATION)
-                        if host.attribution is not None else 0.0)
+    launching = idle - (_attributed(host, TimeCause.COMPILATION) or 0.0)
     priority = (Priority.P0 if launching >= IDLE_PRIORITIES[0][0] else
                 Priority.P1 if launching >= IDLE_PRIORITIES[-1][0] else Priority.P2)
     framework = frameworks.detect([host])

@@ -100,7 +100,7 @@ ROUND_TRIP_WORK = 0.25
 COMPUTING_READS = 2.0
 EVERY_STEP = 0.9  # calls per step of a function that reads device values back, to sync every step
 WAITED_ON_SHARE = 0.02  # share of the loop another thread's function holds while the training thread waits on it
-MANY_READS = 20  # copies off the device a step from which they are a loop's, not a step's own
+MANY_COPIES = 20  # copies between host and device per step that cost more in calls than in bytes
 EACH_READ = 0.8  # launches of one function per copy off the device from which each launch's result is read
 _SYNC = re.compile(r"\blog|_log|log_|logging|logger|\bemit|print|metric|summar|wandb|tensorboard|scalar|"
                    r"progress|tqdm|\bwrite", re.IGNORECASE)
@@ -171,8 +171,8 @@ def checked_calls(host: HostEvidence) -> list[HostActivity]:
 def read_after_each_launch(host: HostEvidence) -> HostActivity | None:
     """The jit call whose every launch the training thread reads back before the next (a Python loop that decides
     on the device's result at each iteration): one launched at least ``EACH_READ`` times per copy off the device,
-    where there are ``MANY_READS`` of those a step or more."""
-    reads = next((copy for copy in host.transfers if copy.count_per_step >= MANY_READS
+    where there are ``MANY_COPIES`` of those a step or more."""
+    reads = next((copy for copy in host.transfers if copy.count_per_step >= MANY_COPIES
                   and transfer_direction(copy.name) == "device to host"), None)
     return None if reads is None else next(
         (call for call in host.dispatched if call.count_per_step >= EACH_READ * reads.count_per_step), None)

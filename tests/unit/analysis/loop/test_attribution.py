@@ -622,17 +622,23 @@ def test_the_short_untraced_gaps_between_back_to_back_copies_are_the_copies_time
     assert parts[(TimeCause.UNTRACED, "", "python3")] == pytest.approx(30.0 - 1.54 - 1.0)
 
 
-def test_a_thread_that_only_takes_from_a_queue_is_named_a_consumer_and_the_training_thread_s_wait_is_its(tmp_path):
-    # The training thread puts a record after each step into a full queue; a writer thread takes them, slowly.
+def _four_steps(tmp_path, waiting, other, thread: str) -> HostEvidence:
+    """Four annotated 10 ms steps on a CPU, each a 1 ms launch and a 1 ms op, then ``waiting(start)``'s events on the
+    training thread while another host thread (``thread``) runs ``other(start)``'s."""
     starts = [i * 10 * MS for i in range(4)]
     steps = [("train", s, s + 10 * MS) for s in starts]
-    puts = [event for s in starts for event in (("$queue.py:122 put", s + 2 * MS, s + 10 * MS),
-                                                ("$threading.py:295 wait", s + 2 * MS + 1000, s + 10 * MS))]
-    build = TraceBuild().host(steps + jit_calls("step", starts, MS) + puts, markers=("train",))
+    build = TraceBuild().host(steps + jit_calls("step", starts, MS) + [e for s in starts for e in waiting(s)],
+                              markers=("train",))
     build.lane("/host:CPU", [("dot.1", s + MS, s + 2 * MS) for s in starts], "tf_XLACpu")
-    build.host([event for s in starts for event in (("$queue.py:154 get", s, s + 1000),
-                                                    ("$sink.py:7 send_record", s + 1000, s + 10 * MS))], thread="")
-    host = build.evidence(tmp_path)
+    return build.host([e for s in starts for e in other(s)], thread=thread).evidence(tmp_path)
+
+
+def test_a_thread_that_only_takes_from_a_queue_is_named_a_consumer_and_the_training_thread_s_wait_is_its(tmp_path):
+    # The training thread puts a record after each step into a full queue; a writer thread takes them, slowly.
+    host = _four_steps(tmp_path, lambda s: [("$queue.py:122 put", s + 2 * MS, s + 10 * MS),
+                                            ("$threading.py:295 wait", s + 2 * MS + 1000, s + 10 * MS)],
+                       lambda s: [("$queue.py:154 get", s, s + 1000),
+                                  ("$sink.py:7 send_record", s + 1000, s + 10 * MS)], "")
     top = host.attribution.parts[0]
     assert (top.cause, top.name, top.thread) == (TimeCause.HOST_WORK, "$sink.py:7 send_record",
                                                  "(unnamed consumer thread)")
@@ -641,16 +647,10 @@ def test_a_thread_that_only_takes_from_a_queue_is_named_a_consumer_and_the_train
 
 def test_a_thread_that_saves_is_named_a_saver_and_the_wait_for_it_is_a_checkpoint(tmp_path):
     # Every step hands the state to a new thread that saves it (np.savez's zip writer), then joins it at once.
-    starts = [i * 10 * MS for i in range(4)]
-    steps = [("train", s, s + 10 * MS) for s in starts]
-    joins = [event for s in starts for event in (("$train.py:9 wait_until_finished", s + 2 * MS, s + 10 * MS),
-                                                 ("$threading.py:1090 join", s + 2 * MS + 1000, s + 10 * MS))]
-    build = TraceBuild().host(steps + jit_calls("step", starts, MS) + joins, markers=("train",))
-    build.lane("/host:CPU", [("dot.1", s + MS, s + 2 * MS) for s in starts], "tf_XLACpu")
-    build.host([event for s in starts for event in (("$train.py:5 save_in_background", s + 2 * MS, s + 10 * MS),
-                                                    ("$zipfile.py:1153 write", s + 3 * MS, s + 10 * MS))],
-               thread="python")
-    host = build.evidence(tmp_path)
+    host = _four_steps(tmp_path, lambda s: [("$train.py:9 wait_until_finished", s + 2 * MS, s + 10 * MS),
+                                            ("$threading.py:1090 join", s + 2 * MS + 1000, s + 10 * MS)],
+                       lambda s: [("$train.py:5 save_in_background", s + 2 * MS, s + 10 * MS),
+                                  ("$zipfile.py:1153 write", s + 3 * MS, s + 10 * MS)], "python")
     top = host.attribution.parts[0]
     assert (top.cause, top.name, top.thread) == (TimeCause.HOST_WORK, "$zipfile.py:1153 write", "python: saver thread")
     finding = analysis_of(host).findings[0]
