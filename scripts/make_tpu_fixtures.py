@@ -3298,6 +3298,162 @@ def closed_over_table(big: bool) -> Workload:
     return Workload(run(closed), ablations={"table_as_argument": run(passed, on_device)})
 
 
+def eager_row_writes(big: bool) -> Workload:
+    """Each annotated step encodes 32 chunks with a small jitted function and writes each result into a preallocated
+    (32, 2M) f32 buffer (256 MiB on the chip) with an eager ``buffer.at[i].set(row)``, a new buffer each time, then
+    trains a bf16 MLP step weighted by the buffer's mean. Ablation: the 32 rows stacked once (``jnp.stack``)."""
+    import jax
+    import jax.numpy as jnp
+
+    params, _, x, y = _mlp_step(big)
+    rows, width = 32, (1 << 21) if big else (1 << 14)
+    chunks = [jax.random.normal(key, (width,)) for key in jax.random.split(jax.random.key(80), rows)]
+    encode = jax.jit(lambda chunk: jnp.tanh(chunk) * 0.5)
+    step = sgd(lambda params, x, y, features: mlp_loss(params, x, y) * (1 + 1e-3 * jnp.mean(features)))
+    state = {"params": params, "buffer": jnp.zeros((rows, width), "float32")}
+
+    def row_by_row(i: int, clock: Clock) -> None:
+        buffer = state["buffer"]
+        for row, chunk in enumerate(chunks):
+            buffer = buffer.at[row].set(encode(chunk))
+        state["buffer"] = buffer
+        state["params"], value = step(state["params"], x, y, buffer)
+        value.block_until_ready()
+
+    def stacked(i: int, clock: Clock) -> None:
+        state["buffer"] = jnp.stack([encode(chunk) for chunk in chunks])
+        state["params"], value = step(state["params"], x, y, state["buffer"])
+        value.block_until_ready()
+
+    return Workload(row_by_row, ablations={"stacked_once": stacked})
+
+
+def params_on_cpu_backend(big: bool) -> Workload:
+    """The parameters and the batch were placed on ``jax.devices("cpu")[0]`` (a loading helper's device left in
+    place), so the jitted f32 MLP train step follows its committed arguments onto the host's CPU while the chip
+    idles. Ablation: the same arrays on the default device."""
+    import jax
+
+    sizes = {"dtype": "float32", "widths": [256, 1024, 1024, 256], "batch": 256}
+    params, step, x, y = _mlp_step(big, **sizes)
+    twin = _mlp_step(big, **sizes)[0]  # its own buffers: each version's step donates its parameters
+    cpu, default = jax.devices("cpu")[0], jax.devices()[0]
+    on_cpu = {"params": jax.device_put(params, cpu), "x": jax.device_put(x, cpu), "y": jax.device_put(y, cpu)}
+    on_default = {"params": jax.device_put(twin, default), "x": x, "y": y}
+
+    def run(state: dict):
+        def iteration(i: int, clock: Clock) -> None:
+            state["params"], value = step(state["params"], state["x"], state["y"])
+            value.block_until_ready()
+
+        return iteration
+
+    return Workload(run(on_cpu), ablations={"on_the_default_device": run(on_default)})
+
+
+def history_stack_each_step(big: bool) -> Workload:
+    """After each annotated bf16 MLP train step the loss is appended to a Python list of device scalars and the
+    running mean over the whole history is recomputed with ``jnp.mean(jnp.stack(history))``: a concatenation of a
+    new number of arrays every step, compiled anew each time. Ablation: a running sum on the device."""
+    import jax.numpy as jnp
+
+    params, step, x, y = _mlp_step(big)
+    state = {"params": params, "history": [], "total": jnp.float32(0), "mean": None}
+
+    def stacked(i: int, clock: Clock) -> None:
+        state["params"], value = step(state["params"], x, y)
+        state["history"].append(value)
+        state["mean"] = jnp.mean(jnp.stack(state["history"]))
+        state["mean"].block_until_ready()
+
+    def running_sum(i: int, clock: Clock) -> None:
+        state["params"], value = step(state["params"], x, y)
+        state["total"] = state["total"] + value
+        state["mean"] = state["total"] / (i + 1)
+        state["mean"].block_until_ready()
+
+    return Workload(stacked, ablations={"running_sum": running_sum})
+
+
+def eigh_each_step(big: bool) -> Workload:
+    """A bf16 MLP train step whose first layer's gradient is whitened by a preconditioner recomputed every step
+    inside the jit: ``jnp.linalg.eigh`` of the 1024x1024 f32 gradient covariance (an iterative eigensolver on the
+    chip). Ablation: the preconditioner recomputed every 10th step and reused in between."""
+    import jax
+    import jax.numpy as jnp
+
+    params, _, x, y = _mlp_step(big)
+    n = params[0].shape[0]
+
+    def preconditioner(g):
+        g = g.astype("float32")
+        values, vectors = jnp.linalg.eigh(g @ g.T / g.shape[1] + 1e-3 * jnp.eye(n))
+        return (vectors * jax.lax.rsqrt(values + 1e-3)) @ vectors.T
+
+    def apply(params, grads, p0):
+        grads = [(p0 @ grads[0].astype("float32")).astype(grads[0].dtype), *grads[1:]]
+        return [(p - 1e-3 * g).astype(p.dtype) for p, g in zip(params, grads)]
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def fresh(params, x, y):
+        value, grads = jax.value_and_grad(mlp_loss)(params, x, y)
+        p0 = preconditioner(grads[0])
+        return apply(params, grads, p0), value, p0
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def reused(params, x, y, p0):
+        value, grads = jax.value_and_grad(mlp_loss)(params, x, y)
+        return apply(params, grads, p0), value
+
+    state = {"params": params, "p0": None}
+
+    def every_step(i: int, clock: Clock) -> None:
+        state["params"], value, state["p0"] = fresh(state["params"], x, y)
+        value.block_until_ready()
+
+    def every_tenth(i: int, clock: Clock) -> None:
+        if i % 10 == 0 or state["p0"] is None:
+            state["params"], value, state["p0"] = fresh(state["params"], x, y)
+        else:
+            state["params"], value = reused(state["params"], x, y, state["p0"])
+        value.block_until_ready()
+
+    return Workload(every_step, ablations={"every_tenth_step": every_tenth})
+
+
+def one_hot_embedding_lookup(big: bool) -> Workload:
+    """A bf16 train step whose embedding lookup is a matmul with a one-hot matrix: ``one_hot(ids, 32768) @ table``
+    for 8192 tokens (on the chip), then a bf16 MLP; the matmuls run near the chip's peak doing multiplications by
+    zero. Ablation: the lookup as ``jnp.take(table, ids)``."""
+    import jax
+    import jax.numpy as jnp
+
+    vocab, tokens = (32768, 8192) if big else (2048, 512)
+    params, _, _, y = _mlp_step(big, batch=tokens)
+    table = _normal(jax.random.key(81), (vocab, params[0].shape[0]), "bfloat16")
+    ids = jax.random.randint(jax.random.key(82), (tokens,), 0, vocab)
+
+    def loss(weights, ids, y, lookup):
+        table, params = weights
+        return mlp_loss(params, lookup(table, ids), y)
+
+    def by_one_hot(table, ids):
+        return jax.nn.one_hot(ids, vocab, dtype=table.dtype) @ table
+
+    one_hot = sgd(lambda weights, ids, y: loss(weights, ids, y, by_one_hot))
+    take = sgd(lambda weights, ids, y: loss(weights, ids, y, lambda table, ids: jnp.take(table, ids, axis=0)))
+    state = {"weights": (table, params)}
+
+    def run(step):
+        def iteration(i: int, clock: Clock) -> None:
+            state["weights"], value = step(state["weights"], ids, y)
+            value.block_until_ready()
+
+        return iteration
+
+    return Workload(run(one_hot), ablations={"take": run(take)})
+
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -3571,6 +3727,24 @@ SHAPES: dict[str, Shape] = {
     "closed_over_table": Shape(closed_over_table, 15, "a bf16 MLP train step closing over a 64 MiB numpy table, "
                                "embedded in the program as a constant; annotated steps",
                                cause="none in the steady state: the constant costs the first compile only"),
+    "eager_row_writes": Shape(eager_row_writes, 10, "each annotated step writes 32 encoded rows into a 256 MiB "
+                              "f32 buffer (on the chip) one eager buffer.at[i].set(row) at a time, then trains a bf16 "
+                              "MLP step on it", cause="each eager .at[i].set makes a new copy of the whole buffer: "
+                              "32 copies of 256 MiB a step"),
+    "params_on_cpu_backend": Shape(params_on_cpu_backend, 10, "parameters and batch placed on jax.devices('cpu')[0], "
+                                   "so the jitted f32 MLP train step runs on the host's CPU; annotated steps",
+                                   cause="the step runs on the CPU backend while the accelerator idles"),
+    "history_stack_each_step": Shape(history_stack_each_step, 20, "after each annotated bf16 MLP train step, "
+                                     "jnp.mean(jnp.stack(history)) over a Python list of every loss so far",
+                                     cause="a stack of a growing number of arrays, compiled anew every step"),
+    "eigh_each_step": Shape(eigh_each_step, 10, "a bf16 MLP train step whose first layer's gradient is whitened by "
+                            "jnp.linalg.eigh of its 1024x1024 f32 covariance every step, inside the jit",
+                            cause="an eigendecomposition every step, where a preconditioner reused for 10 steps "
+                            "would do"),
+    "one_hot_embedding_lookup": Shape(one_hot_embedding_lookup, 10, "a bf16 train step whose embedding lookup is "
+                                      "one_hot(ids, 32768) @ table for 8192 tokens (on the chip), then an MLP",
+                                      cause="a one-hot matmul where a gather would do: FLOPs spent multiplying "
+                                      "by zero"),
 }
 
 
