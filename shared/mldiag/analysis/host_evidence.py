@@ -256,6 +256,7 @@ class HostEvidence:
     device_type: str
     devices: int
     compute_lanes: list[str]  # the lines whose union is "busy"
+    idle_accelerator: str = ""  # with XLA on the host's CPU: the accelerator the process had, doing nothing
     step_source: StepSource
     step_marker: str = ""
     steps: int

@@ -193,6 +193,7 @@ class _Trace:
     names: list[str] = field(default_factory=list)
     device_kind: DeviceKind = DeviceKind.CPU
     device_type: str = "CPU"
+    idle_accelerator: str = ""  # an accelerator the process had while XLA computed on the host's CPU
     lanes: dict[str, list[_Line]] = field(default_factory=dict)  # device -> its compute lines
     host_lines: list[_Line] = field(default_factory=list)
     device_steps: dict[str, _Line] = field(default_factory=dict)  # device -> its own "Steps" line
@@ -337,6 +338,8 @@ def _read(path: Path, timeline: Path | None = None) -> _Trace:
             trace.cpu_devices.add(int(device.group(1)))
 
     xla_runs_on_host = not trace.lanes
+    if xla_runs_on_host:
+        trace.idle_accelerator = _idle_accelerator(planes)
     host_lines = next((plane.lines for plane in planes if plane.name == "/host:CPU"), [])
     for line in host_lines:
         is_lane = xla_runs_on_host and line.name.startswith("tf_XLA")
@@ -355,6 +358,16 @@ def _read(path: Path, timeline: Path | None = None) -> _Trace:
     for plane in planes:  # a line and its plane refer to each other: unlinked, the file's columns go on return
         plane.lines.clear()
     return trace
+
+
+def _idle_accelerator(planes: list[Plane]) -> str:
+    """The accelerator of a profile whose programs all ran on the host's CPU: a device plane without compute
+    lanes, or a chip's own plane (a TPU's "#Chip0 ..." counters) naming its type; "" for a machine without one."""
+    for plane in planes:
+        if plane.name.startswith(("/device:TPU:", "/device:GPU:")) or "device_type_string" in plane.stats:
+            kind = DeviceKind.GPU if plane.name.startswith("/device:GPU:") else DeviceKind.TPU
+            return _device_type(kind, plane.stats)
+    return ""
 
 
 def _inline_program(trace: _Trace, line: _Line) -> _Line:
@@ -865,6 +878,7 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
         events=trace.events,
         device_kind=trace.device_kind,
         device_type=trace.device_type,
+        idle_accelerator=trace.idle_accelerator,
         devices=ops.devices,
         compute_lanes=[line.name for lines in measured.values() for line in lines],
         step_source=steps.source,

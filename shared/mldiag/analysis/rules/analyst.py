@@ -64,6 +64,7 @@ from mldiag.analysis.host_evidence import (
     HostActivity,
     HostEvidence,
     OpTime,
+    ProgramCalls,
     SlowSteps,
     StepSource,
     TimeCause,
@@ -143,6 +144,7 @@ UNTRACED_SHARE = 1 / 3  # the training thread's untraced time is a cause of its 
 IN_FLIGHT_SHARE = 0.1  # share of the training thread's copies' time beyond its calls that says they waited in flight
 MANY_PARAMETERS = 32  # a program taking this many arrays pays for handing each over at every launch
 # Eager programs whose shapes are a count the data decides: the gather of boolean-mask indexing, nonzero and argwhere.
+GROWING_COMPILATIONS = 3  # compilations of one function, one per consecutive size, that tell a growing collection
 DATA_SIZED = ("jit_gather", "jit_nonzero", "jit__nonzero", "jit_argwhere")
 OWN_SHARE = 0.5  # a function around the step's dispatches whose own time is this share of it is host work
 URGENT_REASON = "a finding needs attention"
@@ -712,6 +714,28 @@ def _recompiled(programs: dict[str, HloProgram]) -> list[str]:
     return lines
 
 
+def _growing(programs: dict[str, HloProgram]) -> str:
+    """An evidence line where a function was compiled once for each of at least ``GROWING_COMPILATIONS``
+    consecutive sizes (of its argument count, or of one dimension of an argument): a collection that grows by one
+    every call, such as a Python list of arrays appended to each step and stacked anew; "" where none was."""
+    for function, compiled in _by_function(programs).items():
+        shapes = [[shape.dims for shape in map(Shape.parse, p.parameters.values()) if shape is not None]
+                  for p in compiled]
+        sizes = {"arguments": [len(p.parameters) for p in compiled]}
+        if len({tuple(map(len, dims)) for dims in shapes}) == 1:  # one argument list: compare its dimensions
+            sizes |= {f"dimension {axis} of argument {index}": [dims[index][axis] for dims in shapes]
+                      for index, rank in enumerate(map(len, shapes[0])) for axis in range(rank)}
+        for what, values in sizes.items():
+            distinct = sorted(set(values))
+            if (len(distinct) == len(values) >= GROWING_COMPILATIONS
+                    and distinct[-1] - distinct[0] == len(distinct) - 1):
+                counted = "count of arguments" if what == "arguments" else f"size of {what}"
+                return (f"{quoted(function)} compiled {len(values)} times, for every {counted} from "
+                        f"{distinct[0]} to {distinct[-1]}: a collection that grows by one each call (a Python list "
+                        "of arrays appended to and stacked or concatenated anew)")
+    return ""
+
+
 def _by_function(programs: dict[str, HloProgram]) -> dict[str, list[HloProgram]]:
     """The compiled programs of each jitted function (``jit_step(1)`` and ``jit_step(7)`` are ``jit_step``'s)."""
     grouped: dict[str, list[HloProgram]] = {}
@@ -743,8 +767,11 @@ def _recompilation(host: HostEvidence, programs: dict[str, HloProgram]) -> Findi
         if call.calls >= host.recompiles_in_steps)
     # An eager gather compiled for many index counts: boolean-mask indexing (x[mask]) or a nonzero whose size is
     # the data's, so every step's count is a new shape for it and for everything after it.
-    data_sized = not tensorflow and not anew and any(len(texts.get(name, ())) > 1 for name in DATA_SIZED)
-    remedy = "one jitted function" if anew else "shapes that do not follow the data" if data_sized else "stable shapes"
+    growing = "" if tensorflow or anew else _growing(programs)
+    data_sized = not tensorflow and not anew and not growing and any(
+        len(texts.get(name, ())) > 1 for name in DATA_SIZED)
+    remedy = ("one jitted function" if anew else "a value of fixed size in place of the growing one" if growing
+              else "shapes that do not follow the data" if data_sized else "stable shapes")
     if cost is None:
         title = f"Recompilation inside steps: {share:.0%} of step time compiling"
         costs = [f"recompilation {host.recompile_ms_per_step:.1f} ms per step of a {step:.1f} ms step"]
@@ -764,6 +791,8 @@ def _recompilation(host: HostEvidence, programs: dict[str, HloProgram]) -> Findi
     if anew:
         evidence.append("yet the capture holds one compiled program of the function called in every step: the "
                         "executables of the earlier compilations are gone or the same program again")
+    if growing:
+        evidence.append(growing)
     if data_sized:
         evidence.append("eager gathers (or nonzero) compiled for a new number of indices: a size taken from the data "
                         "(x[mask], jnp.nonzero without size=), read back to the host and new in every step")
@@ -774,6 +803,9 @@ def _recompilation(host: HostEvidence, programs: dict[str, HloProgram]) -> Findi
         what=("XLA compiles the step's program again and again although it keeps no other version of it: the "
               "jitted function itself is made anew while the loop runs (jax.jit applied inside the loop, to a new "
               "lambda or functools.partial each step), and its compilation cache goes with it." if anew else
+              "XLA compiles a new program every step because an argument grows by one element (or one more "
+              "argument) each time: a history kept as a Python list of device arrays and stacked, concatenated or "
+              "reduced whole again every step, a new shape for every length." if growing else
               "XLA compiles new programs while the loop runs because a shape follows the data: a boolean mask or "
               "nonzero selects a different number of elements each step, and that count becomes the shape of the "
               "selection and of every program after it (and is read back to the host to be known)." if data_sized
@@ -788,6 +820,10 @@ def _recompilation(host: HostEvidence, programs: dict[str, HloProgram]) -> Findi
              "module level or before the loop, never jax.jit(lambda ...) or jax.jit(partial(...)) inside it); "
              "JAX's persistent compilation cache (jax.config.update('jax_compilation_cache_dir', ...)) then also "
              "spares the compilation across runs." if anew else
+             "Keep what the loop needs from the history as a value of fixed size on the device: a running total "
+             "(total = total + loss, mean = total / count), or a preallocated array written in place inside the "
+             "jitted step (history.at[step].set(loss), the array donated); stack the list once, after the loop, "
+             "where the whole history is wanted." if growing else
              "Keep the shapes fixed where the data picks elements: instead of x[mask], weight or mask inside the "
              "jitted step (jnp.where(mask, loss, 0), or a per-example weight that is 0 for the unselected), or "
              "select a fixed number (jnp.nonzero(mask, size=k, fill_value=0), jax.lax.top_k on a score); where a "
@@ -818,6 +854,37 @@ def _communication(host: HostEvidence) -> Finding | None:
         impact=f"up to {host.communication_ms_per_step:.1f} ms per step if fully overlapped.",
         fix="Overlap communication with compute (XLA's latency-hiding scheduler, async collectives), use "
             "larger per-device batches, or pick a sharding that moves less data (reduce-scatter / FSDP).",
+    )
+
+
+def _accelerator_idle(host: HostEvidence) -> Finding | None:
+    """Programs that XLA ran on the host's CPU in a process that had an accelerator: arrays committed to the CPU
+    device (a loader's device_put to it, jax.default_device, a jit with backend='cpu'), which the step follows."""
+    if host.device_kind is not DeviceKind.CPU or not host.idle_accelerator or not host.step_ms:
+        return None
+    busy = _loop_busy(host)
+    priority = _rank(busy, IDLE_PRIORITIES)
+    if priority is None:
+        return None
+    iteration = host.step_ms.mean + (host.gap_ms_per_step or 0.0)
+    programs = [p for p in host.programs if p.device_ms_per_call > 0][:3]
+    return Finding(
+        priority=priority,
+        category=FindingCategory.COMPUTE,
+        title=f"The programs ran on the CPU while the {host.idle_accelerator} idled: {busy:.0%} of the loop",
+        what=(f"XLA computed every program of the loop on the host's CPU threads, although the process had a "
+              f"{host.idle_accelerator}, which the profile shows doing nothing: a jitted function runs where its "
+              "arguments are committed, and these were on the CPU device."),
+        evidence=[f"busy fraction {busy:.3f} of the XLA CPU threads over the loop (steps and the gaps between "
+                  f"them), {host.step_ms.mean:.2f} ms per step",
+                  f"the profile holds a {host.idle_accelerator} with no program run on it",
+                  *(f"{quoted(p.name)}: {p.calls} calls, {p.ms_per_call:.3f} ms per call" for p in programs)],
+        impact=(f"{busy * iteration:.1f} ms of each {iteration:.1f} ms step is computing on the CPU ({busy:.0%} of "
+                "the loop); on the accelerator the same programs take a small fraction of it."),
+        fix=("Run the programs on the accelerator: put the parameters and batches on it (jax.device_put(x) without "
+             "a device, or onto jax.devices()[0]) and check where the step's arguments live with x.devices(); "
+             "remove what commits them to the CPU (jax.device_put(x, jax.devices('cpu')[0]), "
+             "jax.default_device(cpu), jax.jit(..., backend='cpu'), JAX_PLATFORMS=cpu)."),
     )
 
 
@@ -1110,20 +1177,28 @@ _CONVERT = re.compile(r"convert", re.IGNORECASE)
 # cuDNN's conversions between channels-first and channels-last.
 _LAYOUT = re.compile(r"transpose|^(\w+_)?copy(_fusion)?([._]\d+)*(\.kd)?$|nchwToNhwc|nhwcToNchw", re.IGNORECASE)
 _HLO_SHAPE = re.compile(r"=\s*(\S+)")
+# A copy of one operand as the device trace prints it: result type, operand type, operand name.
+_COPY_OF = re.compile(r"=\s*(\S+)\s+copy\((\S+)\s+%([\w.\-]+)\)")
 _CONVOLUTION = re.compile(r"conv|Im\dd?2Col|implicit_gemm|cudnn", re.IGNORECASE)
 
 
-def _movement(op: OpTime, computing: frozenset[str] = frozenset()) -> str | None:
-    """Which kind of data movement an op is: a host transfer, a dtype convert, a layout change, or none.
+def _movement(op: OpTime, computing: frozenset[str] = frozenset(), parameters: frozenset[str] = frozenset(),
+              ) -> str | None:
+    """Which kind of data movement an op is: a host transfer, a dtype convert, a copy of a whole argument, a
+    layout change, or none.
 
     ``computing``: the fusions the HLO shows computing, which are none whatever their names (a fusion is named
-    after its root: a sine computed in f32 for bf16 data is a "loop_convert_fusion").
+    after its root: a sine computed in f32 for bf16 data is a "loop_convert_fusion"). ``parameters``: the
+    programs' entry parameters; a copy of one into a buffer of the same type and layout is an out-of-place
+    update's first step, not a layout change.
     """
     if ((ASYNC_COPY.match(op.name) and HOST_MEMORY_SPACE in op.expression) or _MEMCPY.search(op.name)
             or op.name == CPU_HOST_TO_DEVICE):
         return "host_transfer"
     if {op.name, op.name.removesuffix(".kd"), op.expression} & computing:
         return None
+    if (copy := _COPY_OF.search(op.expression)) and copy[1] == copy[2] and copy[3] in parameters:
+        return "argument_copy"
     if _CONVERT.search(op.name):
         return "convert"
     if _LAYOUT.search(op.name):
@@ -1164,6 +1239,11 @@ _MOVEMENT_TEXT = {
     "convert": ("Dtype converts",
                 "Kernels whose work is converting tensors between dtypes (f32 and bf16, for example) hold the "
                 "devices: the data is re-typed rather than computed on, often in a round trip that undoes itself."),
+    "argument_copy": ("Copies of whole arguments",
+                      "Kernels that copy an argument whole, unchanged, into a new buffer hold the devices: a "
+                      "program that updates part of an array it does not own (x.at[i].set(v) called eagerly, a "
+                      "jitted update whose array is not donated) copies all of it first, on every call, however "
+                      "little it changes."),
     "layout": ("Layout transposes",
                "Kernels that transpose tensors or copy them into another layout hold the devices: the data is "
                "rearranged in memory, not computed on. XLA inserts them where a producer's layout differs from "
@@ -1182,6 +1262,11 @@ def _movement_fix(kind: str, framework: Framework, device: DeviceKind, convoluti
                 "on purpose (memory kinds such as 'pinned_host', jax.checkpoint offload policies), offload only "
                 "what does not fit in HBM and overlap the copies with compute; otherwise keep the arrays in "
                 "device memory.")
+    if kind == "argument_copy":
+        return ("Update the array in place: make the updates inside one jax.jit that donates it "
+                "(jax.jit(update, donate_argnums=0); a decode step donating its KV cache), so XLA writes into the "
+                "argument's own buffer; or build the array once from its parts (jnp.stack, jnp.concatenate) "
+                "instead of setting them one eager call at a time.")
     if kind == "convert":
         if tensorflow:
             return ("Set one mixed-precision policy (tf.keras.mixed_precision.set_global_policy('mixed_bfloat16' "
@@ -1213,11 +1298,12 @@ def _movements(hosts: list[HostEvidence], programs: dict[str, HloProgram],
     """Device time in ops that move or re-type data instead of computing (host transfers, converts, transposes):
     each kind on the host where it takes the largest share of device time, with those ops, longest first."""
     computing = frozenset(name for program in programs.values() for name in program.computing_fusions)
+    parameters = frozenset(name for program in programs.values() for name in program.parameters)
     worst: dict[str, tuple[float, HostEvidence, list[OpTime]]] = {}
     for host in hosts:
         by_kind: dict[str, list[OpTime]] = {}
         for op in host.top_ops:
-            if (kind := _movement(op, computing)) is not None:
+            if (kind := _movement(op, computing, parameters)) is not None:
                 by_kind.setdefault(kind, []).append(op)
         for kind, ops in by_kind.items():
             share = sum(op.share_of_busy for op in ops)
@@ -1253,8 +1339,21 @@ def _movement_priority(movement: DataMovement, host: HostEvidence) -> Priority |
     return priority
 
 
+def _updating_programs(host: HostEvidence, copies: list[OpTime], programs: dict[str, HloProgram],
+                       ) -> list[ProgramCalls]:
+    """The launched programs that copy a whole argument first: those with an entry parameter of the copied name,
+    dtype and dimensions. Their device time is what updating in place saves (the copy, and the update written
+    into it)."""
+    copied = {(match[3], shape.dtype, shape.dims) for op in copies
+              if (match := _COPY_OF.search(op.expression)) and (shape := Shape.parse(match[2])) is not None}
+    holding = {_module_base(program.module) for program in programs.values()
+               for name, text in program.parameters.items()
+               if (shape := Shape.parse(text)) is not None and (name, shape.dtype, shape.dims) in copied}
+    return [call for call in host.programs if _module_base(call.name) in holding]
+
+
 def _data_movement(movements: list[tuple[DataMovement, HostEvidence, list[OpTime]]],
-                   hlo_issues: dict[str, list[HloIssue]]) -> list[Finding]:
+                   hlo_issues: dict[str, list[HloIssue]], programs: dict[str, HloProgram]) -> list[Finding]:
     framework = frameworks.detect([host for _, host, _ in movements])
     related = {"convert": ("detect_unnecessary_convert_reduce",),
                "layout": ("detect_layout_mismatch_copies", "detect_unfused_reshapes")}
@@ -1280,14 +1379,28 @@ def _data_movement(movements: list[tuple[DataMovement, HostEvidence, list[OpTime
         evidence += [f"{quoted(i.module)} {quoted(i.instruction)} (runs as {quoted(i.runs_as)}): {i.detail}"
                      for detector in related.get(kind, ()) for i in (hlo_issues.get(detector) or [])[:2]]
         convolutions = any(_CONVOLUTION.search(op.name) for op in host.top_ops)
+        title = f"{label} take {share:.0%} of device time"
+        impact = (f"{ms:.1f} ms of each {device_ms:.1f} ms of device work per {per} computes nothing; without it "
+                  f"the devices would finish {device_ms / max(device_ms - ms, 1e-9):.1f}x sooner.")
+        updating = _updating_programs(host, ops, programs) if kind == "argument_copy" else []
+        steps = max(host.steps, 1)
+        updates_ms = sum(call.device_ms_per_call * call.calls for call in updating) / steps
+        if updates_ms > ms:
+            evidence += [f"program {quoted(call.name)} copies the argument first: {call.calls / steps:g} calls per "
+                         f"{per}, {call.device_ms_per_call:.3f} ms of device work per call "
+                         f"({call.share_of_device:.1%} of device time)" for call in updating[:2]]
+            loop_share = updates_ms / (host.step_ms.mean + (host.gap_ms_per_step or 0.0)) if host.step_ms else 0.0
+            title = f"{label}: the updates that copy them take {updates_ms / device_ms:.0%} of device time"
+            impact = (f"{updates_ms:.1f} ms of device work per {per} ({loop_share:.0%} of the {per}) goes to "
+                      "updates that copy their whole argument first; in place, each costs only what it writes.")
+            priority = _rank(loop_share, DATA_MOVEMENT_PRIORITIES) or priority
         findings.append(Finding(
             priority=priority,
             category=FindingCategory.DATA_MOVEMENT,
-            title=f"{label} take {share:.0%} of device time",
+            title=title,
             what=what,
             evidence=evidence,
-            impact=f"{ms:.1f} ms of each {device_ms:.1f} ms of device work per {per} computes nothing; without it the "
-                   f"devices would finish {device_ms / max(device_ms - ms, 1e-9):.1f}x sooner.",
+            impact=impact,
             fix=_movement_fix(kind, framework, host.device_kind, convolutions),
         ))
     return findings
@@ -1616,7 +1729,7 @@ def _findings(hosts: list[HostEvidence], tools: dict[str, ToolResult], hlo_issue
         finding
         for host in hosts
         for rule in (partial(_dispatch_overhead, kernels=kernels), partial(_launch_bound, programs=programs),
-                     _communication, _host_callbacks, _warmup, _iteration, partial(_no_steps, kernels=kernels),
+                     _communication, _host_callbacks, _accelerator_idle, _warmup, _iteration, partial(_no_steps, kernels=kernels),
                      _tiny_loop_ops)
         if (finding := rule(host)) is not None
     ]
@@ -1629,7 +1742,7 @@ def _findings(hosts: list[HostEvidence], tools: dict[str, ToolResult], hlo_issue
         per_host = list(best.values())
     session_wide = [_memory(metrics), _temporaries(hosts, metrics, tools, programs),
                     _compute(hosts, metrics, tools, kernels), _kernel(tools)]
-    findings = (per_host + [f for f in session_wide if f is not None] + _data_movement(movements, hlo_issues)
+    findings = (per_host + [f for f in session_wide if f is not None] + _data_movement(movements, hlo_issues, programs)
                 + _compiler(hosts, hlo_issues) + hardware)
     if not health.optimal and all(f.priority is Priority.P2 for f in findings):
         findings.append(_low_utilisation(hosts, health))

@@ -14,6 +14,7 @@ from pydantic import TypeAdapter, ValidationError
 from mldiag.analysis.host_evidence import DeviceKind, HostEvidence, StepSource
 from mldiag.analysis.loop.raw_events import (
     _has_ancestor,
+    _idle_accelerator,
     _inline_program,
     _Line,
     _parents,
@@ -22,6 +23,7 @@ from mldiag.analysis.loop.raw_events import (
 )
 from mldiag.analysis.profile.profiles import UnreadableProfile
 from mldiag.analysis.profile.wire import delimited
+from mldiag.analysis.profile.xspace import Plane
 
 
 def test_union_covers_overlaps_once_and_clips_to_each_window():
@@ -34,6 +36,17 @@ def test_nesting_finds_each_events_parent_and_self_time():
     starts = np.array([0, 1, 2, 5, 20])
     ends = np.array([10, 4, 3, 9, 21])
     assert _parents(starts, ends).tolist() == [-1, 0, 1, 0, -1]
+
+
+def _plane(name: str, **stats: str) -> Plane:
+    return Plane(name=name, stats=stats, lines=[], event_names={}, _event_metadata={}, _stat_names={})
+
+
+def test_an_accelerator_that_ran_nothing_is_named_from_its_chip_or_device_plane():
+    host = _plane("/host:CPU")
+    assert _idle_accelerator([host, _plane("#Chip0 Misc", device_type_string="TPU v5 Lite")]) == "TPU v5 Lite"
+    assert _idle_accelerator([host, _plane("/device:GPU:0", device_vendor="NVIDIA")]) == "NVIDIA GPU"
+    assert _idle_accelerator([_plane("/host:metadata", cpu_version="cpu"), host]) == ""
 
 
 def test_steps_come_from_the_step_markers():

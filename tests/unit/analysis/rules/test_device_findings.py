@@ -241,6 +241,65 @@ def test_data_movement_is_told_by_the_op_name(name, kind):
     assert finding.title == f"{kind} take 30% of device time"
 
 
+ROW_WRITE = hlo.parse_module("jit_scatter(11)", """HloModule jit_scatter
+
+ENTRY %main (args_0_.1: f32[32,2097152], args_1_.1: f32[2097152]) -> f32[32,2097152] {
+  %args_0_.1 = f32[32,2097152]{1,0} parameter(0)
+  %args_1_.1 = f32[2097152]{0} parameter(1)
+  %copy.3 = f32[32,2097152]{1,0} copy(%args_0_.1)
+  %row.2 = f32[1,2097152]{1,0} bitcast(%args_1_.1)
+  %zero.4 = s32[] constant(0)
+  %at.5 = s32[] constant(3)
+  ROOT %dynamic-update-slice.1 = f32[32,2097152]{1,0} dynamic-update-slice(%copy.3, %row.2, %at.5, %zero.4)
+}
+""")
+WHOLE_COPY = "%copy.3 = f32[32,2097152]{1,0:T(8,128)} copy(f32[32,2097152]{1,0:T(8,128)} %args_0_.1)"
+
+
+def test_an_update_that_copies_its_whole_argument_first_is_told_to_update_in_place():
+    # 32 eager x.at[i].set(row) a step: each run copies the 256 MiB array, then writes one row into the copy.
+    ops = _ops(("copy.3", 0.6), ("dynamic-update-slice.1", 0.2), ("fusion", 0.2),
+               expression={"copy.3": WHOLE_COPY})
+    programs = hlo.program_buffers([ROW_WRITE])
+    host = _host(kind=DeviceKind.TPU, busy=1.0, top_ops=ops, steps=10, programs=[
+        ProgramCalls(name="jit_scatter(11)", calls=320, ms_per_call=0.25, device_ms_per_call=0.25,
+                     share_of_device=0.8),
+        ProgramCalls(name="jit_step(12)", calls=10, ms_per_call=2.0, device_ms_per_call=2.0, share_of_device=0.2)])
+    analysis = assessed(host, programs=programs)
+    (finding,) = _of(analysis, FindingCategory.DATA_MOVEMENT)
+    assert finding.priority is Priority.P0
+    assert finding.title == "Copies of whole arguments: the updates that copy them take 80% of device time"
+    assert finding.impact.startswith("8.0 ms of device work per step (80% of the step)")
+    assert 'program "jit_scatter(11)" copies the argument first' in " ".join(finding.evidence)
+    assert "donate_argnums" in finding.fix and "jnp.stack" in finding.fix
+    assert [movement.kind for movement in analysis.data_movement] == ["argument_copy"]
+    assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
+    # A copy into another layout, or of what is not an argument, stays a layout change.
+    relaid = WHOLE_COPY.replace("{1,0:T(8,128)} %args", "{0,1:T(8,128)} %args")
+    for expression in (relaid, WHOLE_COPY.replace("%args_0_.1", "%gte.7")):
+        host.top_ops = _ops(("copy.3", 0.6), ("dynamic-update-slice.1", 0.2), ("fusion", 0.2),
+                            expression={"copy.3": expression})
+        (finding,) = _of(assessed(host, programs=programs), FindingCategory.DATA_MOVEMENT)
+        assert finding.title == "Layout transposes take 60% of device time"
+
+
+@pytest.mark.parametrize(("accelerator", "busy", "priority"), [
+    ("TPU v5 Lite", 0.96, Priority.P0), ("TPU v5 Lite", 0.3, Priority.P1), ("", 0.96, None)])
+def test_programs_run_on_the_cpu_beside_an_idle_accelerator_are_told_to_move_to_it(accelerator, busy, priority):
+    host = _host(kind=DeviceKind.CPU, busy=busy, steps=10, step_ms=8.8, programs=[
+        ProgramCalls(name="PjitFunction(step)", calls=10, ms_per_call=0.13, device_ms_per_call=8.4,
+                     share_of_device=1.0)])
+    host.idle_accelerator = accelerator
+    analysis = assessed(host)
+    found = [f for f in analysis.findings if f.title.startswith("The programs ran on the CPU")]
+    assert [f.priority for f in found] == ([priority] if priority else [])
+    if priority:
+        (finding,) = found
+        assert finding.title == f"The programs ran on the CPU while the TPU v5 Lite idled: {busy:.0%} of the loop"
+        assert "jax.devices('cpu')" in finding.fix and "x.devices()" in finding.fix
+        assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
+
+
 def test_tensorflow_host_to_device_memcpy_gets_a_tensorflow_fix():
     host = _host(top_ops=_ops(("MemcpyHtoD", 0.6), ("void tensorflow::functor::FillPhiloxRandomKernelLaunch", 0.4)))
     (finding,) = _of(assessed(host), FindingCategory.DATA_MOVEMENT)
@@ -700,6 +759,38 @@ def test_a_recompilation_whose_shapes_follow_a_boolean_mask_is_told_to_keep_the_
     without = assessed(host, programs=hlo.program_buffers([_step_module(7, 2171), _step_module(9, 2294)]))
     (finding,) = _of(without, FindingCategory.RECOMPILATION)
     assert "jnp.where(mask" not in finding.fix and "pad or bucket" in finding.fix
+
+
+def _mean_of_history(module_id: int, length: int) -> hlo.HloModule:
+    return hlo.parse_module(f"jit__mean({module_id})", f"""HloModule jit__mean
+
+ENTRY %main (a.1: f32[{length}]) -> f32[] {{
+  %a.1 = f32[{length}]{{0}} parameter(0)
+  %zero.2 = f32[] constant(0)
+  ROOT %sum.3 = f32[] reduce(%a.1, %zero.2), dimensions={{0}}, to_apply=%add
+}}
+""")
+
+
+@pytest.mark.parametrize(("lengths", "growing"), [
+    ((5, 6, 7, 8), True),  # jnp.mean(jnp.stack(history)) with one more loss each step
+    ((8, 6, 5, 7), True),  # in whatever order the capture lists them
+    ((5, 6, 8), False),  # a length that skips: not one more each call
+    ((5, 6), False),  # two compilations tell no trend
+])
+def test_a_recompilation_for_one_more_element_each_step_is_told_to_keep_a_running_value(lengths, growing):
+    programs = hlo.program_buffers([_mean_of_history(module_id, length) for module_id, length in enumerate(lengths)])
+    host = _host(kind=DeviceKind.TPU, source=StepSource.STEP_MARKERS, steps=10, step_ms=150.0)
+    host.compiles_in_steps, host.compile_ms_per_step = 10, 130.0
+    host.recompiles_in_steps, host.recompile_ms_per_step = 9, 120.0
+    analysis = assessed(host, programs=programs)
+    (finding,) = _of(analysis, FindingCategory.RECOMPILATION)
+    assert ("running total" in finding.fix) is growing
+    assert ("pad or bucket" in finding.fix) is not growing
+    if growing:
+        assert (f'"jit__mean" compiled {len(lengths)} times, for every size of dimension 0 of argument 0 from '
+                f"{min(lengths)} to {max(lengths)}") in " ".join(finding.evidence)
+    assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
 
 
 def test_a_host_callback_the_device_waits_on_is_named_and_is_no_communication():
