@@ -98,6 +98,7 @@ class KernelShare(Evidence):
     runs_per_step: float
     what: str = ""  # what that instruction computes, from the HLO; "" where the profile holds none for it
     updates_per_element: float = 0.0  # a scatter's updates per element of what it updates; 0 for other ops
+    one_hot_classes: int = 0  # the classes of a one-hot matrix its matmuls multiply by; 0 for other ops
     custom_calls: list[str] = Field(default_factory=list)  # the targets of the custom calls it is
     programs: list[str] = Field(default_factory=list)  # the launched programs whose HLO holds the instruction
 

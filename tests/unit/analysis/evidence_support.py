@@ -77,3 +77,29 @@ def allocations(*modules: tuple[str, float]) -> ToolResult:
         "summary": {"top_modules": [{"module_name": n, "total_hbm_mib": mib} for n, mib in modules]},
         "modules": [{"module_name": n, "total_hbm_mib": mib, "top_buffers": [{"instruction": "dot.1", "size_mib": mib}]}
                     for n, mib in modules]})
+
+
+# A kernel that looks rows up by a matmul with a one-hot matrix of 8192 classes (jax.nn.one_hot(ids) @ table).
+ONE_HOT_LOOKUP = """HloModule jit_lookup
+
+%fused_one_hot (p.1: s32[64]) -> pred[64,8192] {
+  %p.1 = s32[64]{0} parameter(0)
+  %b.2 = s32[64,8192]{1,0} broadcast(%p.1), dimensions={0}
+  %iota.3 = s32[64,8192]{1,0} iota(), iota_dimension=1
+  ROOT %eq.4 = pred[64,8192]{1,0} compare(%b.2, %iota.3), direction=EQ
+}
+
+%fused_lookup (p.5: s32[64], p.6: bf16[8192,128]) -> bf16[64,128] {
+  %p.5 = s32[64]{0} parameter(0)
+  %p.6 = bf16[8192,128]{1,0} parameter(1)
+  %one_hot.7 = pred[64,8192]{1,0} fusion(%p.5), kind=kLoop, calls=%fused_one_hot
+  %c.8 = bf16[64,8192]{1,0} convert(%one_hot.7)
+  ROOT %dot.9 = bf16[64,128]{1,0} dot(%c.8, %p.6), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+ENTRY %main (ids.1: s32[64], table.2: bf16[8192,128]) -> bf16[64,128] {
+  %ids.1 = s32[64]{0} parameter(0)
+  %table.2 = bf16[8192,128]{1,0} parameter(1)
+  ROOT %fusion = bf16[64,128]{1,0} fusion(%ids.1, %table.2), kind=kOutput, calls=%fused_lookup
+}
+"""

@@ -1129,29 +1129,68 @@ def _kernels(hosts: list[HostEvidence], works: list[KernelWork]) -> list[KernelS
     described from the programs the host launched that hold an instruction of that name, or from every program
     that does when the launches do not tell.
     """
-    by_instruction: dict[str, list[KernelWork]] = {}
-    for work in works:
-        by_instruction.setdefault(work.instruction, []).append(work)
     found = []
     for host in hosts:
+        timed = roofline.timed_kernels(host, works)
         ops = host.top_ops[:MAX_KERNELS_NAMED]
-        if not ops or ops[0].share_of_busy < DOMINANT_KERNEL:
-            continue
-        launched = {_module_base(name) for name in (*(p.name for p in host.programs),
-                                                     *(a.name for a in host.dispatched))}
-        for op in [ops[0], *(op for op in ops[1:] if op.share_of_busy >= NAMED_BESIDE)]:
-            instruction = _instruction(op)
-            holding = by_instruction.get(instruction, [])
-            ran = [w for w in holding if _module_base(w.module) in launched] or holding
+        named = [ops[0], *(op for op in ops[1:] if op.share_of_busy >= NAMED_BESIDE)] if (
+            ops and ops[0].share_of_busy >= DOMINANT_KERNEL) else []
+        # A matmul by a wide one-hot matrix is named at any share: its finding adds up every such kernel.
+        named += [op for op, ran in timed if op not in named
+                  and max((w.one_hot_classes for w in ran), default=0) >= kernel_ops.ONE_HOT_CLASSES]
+        ran_by_op = {id(op): ran for op, ran in timed}
+        for op in named:
+            ran = ran_by_op.get(id(op), [])
             found.append(KernelShare(
-                host=host.host, name=op.name, hlo_op=instruction if op.expression or ran else "",
+                host=host.host, name=op.name, hlo_op=_instruction(op) if op.expression or ran else "",
                 share_of_device=_fraction(op.share_of_busy), ms_per_step=op.self_ms_per_step,
                 runs_per_step=op.count_per_step, what=describe(ran),
                 updates_per_element=max((w.updates_per_element for w in ran), default=0.0),
+                one_hot_classes=max((w.one_hot_classes for w in ran), default=0),
                 custom_calls=list(dict.fromkeys(w.custom_call for w in ran if w.custom_call)),
                 programs=sorted({w.module for w in ran}),
             ))
     return found
+
+
+def _one_hot_matmuls(hosts: list[HostEvidence], kernels: list[KernelShare]) -> Finding | None:
+    """Matmuls by a one-hot matrix of many classes (an embedding lookup, or a sum by id, written as
+    ``one_hot(ids) @ table``): nearly every multiplication is by zero, where a gather or a scatter-add moves only
+    the rows it needs. The host where they take the largest share of device time."""
+    worst: tuple[float, HostEvidence, list[KernelShare]] | None = None
+    for host in hosts:
+        wide = [k for k in kernels if k.host == host.host and k.one_hot_classes >= kernel_ops.ONE_HOT_CLASSES]
+        share = sum(k.share_of_device for k in wide)
+        if wide and (worst is None or share > worst[0]):
+            worst = share, host, wide
+    if worst is None:
+        return None
+    share, host, wide = worst
+    loop_share = share * _loop_busy(host)
+    priority = _rank(loop_share, DATA_MOVEMENT_PRIORITIES)
+    if priority is None:
+        return None
+    per = _per(host)
+    classes = max(k.one_hot_classes for k in wide)
+    ms = sum(k.ms_per_step for k in wide)
+    return Finding(
+        priority=priority,
+        category=FindingCategory.COMPUTE,
+        title=f"Matmuls by a one-hot matrix of {classes:,} classes take {share:.0%} of device time",
+        what=("Kernels multiply by a one-hot matrix (ids == iota, as jax.nn.one_hot builds it): a lookup of rows, or "
+              "its gradient's sum of rows by id, computed as a matmul in which all but one product of each row is "
+              "a multiplication by zero. The matrix unit runs them at its full rate, so the device looks busy and "
+              "efficient while it computes nothing the result needs."),
+        evidence=[f"{quoted(k.name)}: {k.ms_per_step:.2f} ms per {per} ({k.share_of_device:.1%} of device time), "
+                  f"{k.runs_per_step:g} run{'' if k.runs_per_step == 1 else 's'} per {per}, {k.what}"
+                  for k in sorted(wide, key=lambda k: -k.ms_per_step)[:3]],
+        impact=(f"{ms:.1f} ms of device time per {per} ({loop_share:.0%} of the loop) multiplies by zero; a gather "
+                "and its scatter-add cost a small part of it."),
+        fix=("Look the rows up instead: jnp.take(table, ids, axis=0) or table[ids] (torch: nn.Embedding, "
+             "F.embedding), whose gradient is a scatter-add of one row per id; for a sum by id, "
+             "jax.ops.segment_sum(values, ids, num_segments). Keep the one-hot matmul only for a few thousand "
+             "classes or fewer, where the matrix unit beats a gather."),
+    )
 
 
 def _device_time(host: HostEvidence, kernels: list[KernelShare]) -> list[str]:
@@ -1741,7 +1780,7 @@ def _findings(hosts: list[HostEvidence], tools: dict[str, ToolResult], hlo_issue
                 best[finding.category] = finding
         per_host = list(best.values())
     session_wide = [_memory(metrics), _temporaries(hosts, metrics, tools, programs),
-                    _compute(hosts, metrics, tools, kernels), _kernel(tools)]
+                    _compute(hosts, metrics, tools, kernels), _kernel(tools), _one_hot_matmuls(hosts, kernels)]
     findings = (per_host + [f for f in session_wide if f is not None] + _data_movement(movements, hlo_issues, programs)
                 + _compiler(hosts, hlo_issues) + hardware)
     if not health.optimal and all(f.priority is Priority.P2 for f in findings):

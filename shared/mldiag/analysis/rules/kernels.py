@@ -21,6 +21,9 @@ from mldiag.analysis.evidence import KernelShare
 
 DOMINANT = 0.5  # share of a host's device op time at which one kernel's op decides the fix
 COLLIDING_UPDATES = 8.0  # a scatter's updates per element from which they queue behind each other
+# The classes of a one-hot matrix from which a matmul by it costs more than the gather (or scatter-add) it stands
+# for: the scatter's fix recommends the one-hot matmul up to "a few thousand" segments.
+ONE_HOT_CLASSES = 4096
 
 
 @dataclass(frozen=True)

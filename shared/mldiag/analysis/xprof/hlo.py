@@ -48,6 +48,8 @@ _CALLS = re.compile(r"calls=%?([^\s,}]+)")
 _TO_APPLY = re.compile(r"to_apply=%?([^\s,}]+)")
 _FUSION_KIND = re.compile(r"\bkind=k(\w+)")
 _TARGET = re.compile(r'custom_call_target="([^"]*)"')
+_DIRECTION = re.compile(r"\bdirection=(\w+)")
+_IOTA_DIMENSION = re.compile(r"\biota_dimension=(\d+)")
 # HLO's own attribute, and a library GEMM's backend config ("operand_precision":["HIGHEST","HIGHEST"]).
 _PRECISION = re.compile(r"operand_precision=\{([^}]*)\}|\"operand_precision\":\[([^\]]*)\]")
 _CONTRACTING = re.compile(r"lhs_contracting_dims=\{([\d,]*)\}")
@@ -102,6 +104,8 @@ class Instruction:
     target: str = ""  # a custom call's target
     precision: str = ""  # a dot's or convolution's operand precision, where it is not the default ("highest")
     flops: float = 0.0  # a dot's or convolution's floating-point operations per run (a multiply-add is two)
+    direction: str = ""  # a compare's: "EQ", "LT", ...
+    iota_dimension: int = 0  # an iota's: the dimension it counts along
 
 
 @dataclass
@@ -194,6 +198,10 @@ def parse_module(name: str, text: str) -> HloModule:
         if instruction.opcode in ("dot", "convolution") or _MATMUL_TARGET.search(instruction.target):
             instruction.precision = _precision(attributes)
             instruction.flops = _matmul_flops(module, instruction, attributes)
+        elif instruction.opcode == "compare" and (direction := _DIRECTION.search(attributes)):
+            instruction.direction = direction.group(1)
+        elif instruction.opcode == "iota" and (dimension := _IOTA_DIMENSION.search(attributes)):
+            instruction.iota_dimension = int(dimension.group(1))
         module.instructions[instruction.name] = instruction
         module.computations[computation].append(instruction.name)
         if match["root"]:
@@ -444,6 +452,7 @@ class KernelWork:
     precision: str = ""  # the highest operand precision its dots and convolutions ask for; "" for the default
     flops: float = 0.0  # its dots' and convolutions' floating-point operations per run
     updates_per_element: float = 0.0  # its scatters' updates over the elements they update (the most of any)
+    one_hot_classes: int = 0  # the classes of a one-hot matrix its dots or convolutions multiply (the most of any)
 
 
 def _fused(module: HloModule, computation: str) -> list[Instruction]:
@@ -484,6 +493,45 @@ def _updates_per_element(module: HloModule, ops: list[Instruction]) -> float:
     return max(ratios)
 
 
+_PASSES_VALUES = frozenset({"convert", "bitcast", "broadcast", "reshape", "copy", "transpose"})
+
+
+def _origin(module: HloModule, instruction: Instruction | None) -> Instruction | None:
+    """Where an operand's values come from: past converts, broadcasts and reshapes, into a fusion's root, and to
+    the predicate of a select between constants."""
+    for _ in range(64):  # a chain of value-preserving ops is short; the bound guards a malformed module
+        if instruction is None:
+            return None
+        if instruction.opcode in _PASSES_VALUES:
+            instruction = module.operand(instruction)
+        elif instruction.opcode == "fusion" and instruction.calls in module.roots:
+            instruction = module.instructions.get(module.roots[instruction.calls])
+        elif instruction.opcode == "select" and all(
+                (branch := module.operand(instruction, index)) is not None and branch.opcode in ("constant", "broadcast")
+                for index in (1, 2)):
+            instruction = module.operand(instruction)
+        else:
+            return instruction
+    return None
+
+
+def _one_hot_classes(module: HloModule, ops: list[Instruction]) -> int:
+    """The classes of the widest one-hot matrix a kernel's dots and convolutions multiply: an operand equal to
+    ``ids == iota`` (``jax.nn.one_hot``, ``F.one_hot``), whose matmul is a lookup (or a sum by id) paid in FLOPs."""
+    widest = 0
+    for matmul in (i for i in ops if i.opcode in ("dot", "convolution")):
+        for index in (0, 1):
+            compare = _origin(module, module.operand(matmul, index))
+            if compare is None or compare.opcode != "compare" or compare.direction != "EQ":
+                continue
+            for side in (0, 1):
+                iota = _origin(module, module.operand(compare, side))
+                if iota is not None and iota.opcode == "iota" and iota.shape and iota.iota_dimension < len(
+                        iota.shape.dims):
+                    widest = max(widest, iota.shape.dims[iota.iota_dimension])
+    return widest
+
+
 def _fusion_work(module: HloModule, fusion: Instruction) -> KernelWork:
     body = _fused(module, fusion.calls)
     math_ops = [i for i in body if i.opcode not in _MOVES_OR_RETYPES and i.opcode != "fusion"]
@@ -502,7 +550,7 @@ def _fusion_work(module: HloModule, fusion: Instruction) -> KernelWork:
         converts="between" if out and into else "after" if out else "",
         root=root.opcode if root is not None else "",
         dtypes=tuple(sorted(dtypes)), updates_per_element=_updates_per_element(module, body),
-        **_matmul_fields(module, body),
+        one_hot_classes=_one_hot_classes(module, body), **_matmul_fields(module, body),
     )
 
 
@@ -524,7 +572,7 @@ def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
                     custom_call=instruction.target,
                     dtypes=(instruction.dtype,) if instruction.dtype and instruction.opcode not in _MOVES_OR_RETYPES
                     else (), updates_per_element=_updates_per_element(module, [instruction]),
-                    **_matmul_fields(module, [instruction]),
+                    one_hot_classes=_one_hot_classes(module, [instruction]), **_matmul_fields(module, [instruction]),
                 ))
     return found
 
@@ -565,6 +613,8 @@ def describe(works: list[KernelWork]) -> str:
         kind = _words(dtype, next(op for op in ops if op in _NOT_ELEMENTWISE))
     if kind.endswith("scatter") and (fan_in := max(w.updates_per_element for w in works)) >= 2:
         kind += f" of {fan_in:.3g} updates per element"
+    if classes := max(w.one_hot_classes for w in works):
+        kind += f" by a one-hot matrix of {classes} classes"
     converts = _most(w.converts for w in works)
     if converts == "between":
         kind += f" between {io_dtype} converts"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from evidence_support import allocations, assessed, tool
+from evidence_support import ONE_HOT_LOOKUP, allocations, assessed, tool
 
 from mldiag.analysis.host_evidence import (
     Attribution,
@@ -297,6 +297,24 @@ def test_programs_run_on_the_cpu_beside_an_idle_accelerator_are_told_to_move_to_
         (finding,) = found
         assert finding.title == f"The programs ran on the CPU while the TPU v5 Lite idled: {busy:.0%} of the loop"
         assert "jax.devices('cpu')" in finding.fix and "x.devices()" in finding.fix
+        assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
+
+
+@pytest.mark.parametrize(("classes", "named"), [(32768, True), (4096, True), (1024, False)])
+def test_matmuls_by_a_wide_one_hot_matrix_are_told_to_look_the_rows_up(classes, named):
+    module = hlo.parse_module("jit_step(5)", ONE_HOT_LOOKUP.replace("8192", str(classes)))
+    host = _host(kind=DeviceKind.TPU, busy=0.9, top_ops=_ops(("fusion.7", 0.54), ("fusion", 0.46)), programs=[
+        ProgramCalls(name="jit_step(5)", calls=10, ms_per_call=10.0, device_ms_per_call=10.0, share_of_device=1.0)])
+    analysis = assessed(host, kernels=hlo.kernel_work([module]))
+    found = [f for f in analysis.findings if f.title.startswith("Matmuls by a one-hot matrix")]
+    assert len(found) == named
+    if named:
+        (finding,) = found
+        assert finding.priority is Priority.P1
+        assert finding.title == f"Matmuls by a one-hot matrix of {classes:,} classes take 46% of device time"
+        assert finding.impact.startswith("4.6 ms of device time per step (41% of the loop)")
+        assert "jnp.take(table, ids, axis=0)" in finding.fix
+        assert [(k.name, k.one_hot_classes) for k in analysis.kernels] == [("fusion.7", 0), ("fusion", classes)]
         assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
 
 

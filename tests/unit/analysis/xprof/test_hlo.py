@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from evidence_support import ONE_HOT_LOOKUP
+
 from mldiag.analysis.xprof import hlo
 
 LAYOUT_COPY = """HloModule jit_transpose, entry_computation_layout={(f32[32,128]{1,0})->f32[128,32]{1,0}}
@@ -259,3 +261,14 @@ def test_a_scatter_says_how_many_updates_go_into_each_element_it_updates():
     (work,) = [w for w in hlo.kernel_work([_module("jit_pool(4)", SEGMENT_SUM)]) if w.instruction == "scatter_fusion"]
     assert work.updates_per_element == 256.0  # 4096 rows summed into 16 segments
     assert hlo.describe([work]).startswith("f32 scatter of 256 updates per element")
+
+
+def test_a_matmul_by_ids_equal_to_an_iota_says_how_many_classes_its_one_hot_has():
+    (work,) = [w for w in hlo.kernel_work([_module("jit_lookup(5)", ONE_HOT_LOOKUP)]) if w.instruction == "fusion"]
+    assert work.one_hot_classes == 8192
+    assert "by a one-hot matrix of 8192 classes" in hlo.describe([work])
+    # ids < iota is a mask, not a one-hot: its matmul is no lookup.
+    (masked,) = [w for w in hlo.kernel_work([_module("jit_lookup(6)", ONE_HOT_LOOKUP.replace("direction=EQ",
+                                                                                           "direction=LT"))])
+                 if w.instruction == "fusion"]
+    assert masked.one_hot_classes == 0
