@@ -135,6 +135,7 @@ TEMPORARIES_FLOOR = 16 * MIB
 MAX_TITLE_RATIO = 1000  # a larger ratio is said in words, with the sizes: its denominator is near nothing
 # Share of device op time in ops that only move or re-type data at which they are a P0 / P1 / P2 problem.
 DATA_MOVEMENT_PRIORITIES = ((0.50, Priority.P0), (0.25, Priority.P1), (0.10, Priority.P2))
+COPY_SHARE_OF_AN_UPDATE = 0.5  # of a program's device time in copies of its arguments: an out-of-place update
 DOMINANT_KERNEL = 0.30  # share of a host's device op time at which a kernel is named where device time is explained
 NAMED_BESIDE = 0.10  # the kernels after a dominant one named with it, down to this share
 MAX_KERNELS_NAMED = 3
@@ -1137,7 +1138,7 @@ def _kernels(hosts: list[HostEvidence], works: list[KernelWork]) -> list[KernelS
             ops and ops[0].share_of_busy >= DOMINANT_KERNEL) else []
         # A matmul by a wide one-hot matrix is named at any share: its finding adds up every such kernel.
         named += [op for op, ran in timed if op not in named
-                  and max((w.one_hot_classes for w in ran), default=0) >= kernel_ops.ONE_HOT_CLASSES]
+                  and kernel_ops.wide_one_hot(host.device_kind, max((w.one_hot_classes for w in ran), default=0))]
         ran_by_op = {id(op): ran for op, ran in timed}
         for op in named:
             ran = ran_by_op.get(id(op), [])
@@ -1159,7 +1160,8 @@ def _one_hot_matmuls(hosts: list[HostEvidence], kernels: list[KernelShare]) -> F
     the rows it needs. The host where they take the largest share of device time."""
     worst: tuple[float, HostEvidence, list[KernelShare]] | None = None
     for host in hosts:
-        wide = [k for k in kernels if k.host == host.host and k.one_hot_classes >= kernel_ops.ONE_HOT_CLASSES]
+        wide = [k for k in kernels if k.host == host.host and kernel_ops.wide_one_hot(host.device_kind,
+                                                                                      k.one_hot_classes)]
         share = sum(k.share_of_device for k in wide)
         if wide and (worst is None or share > worst[0]):
             worst = share, host, wide
@@ -1179,8 +1181,8 @@ def _one_hot_matmuls(hosts: list[HostEvidence], kernels: list[KernelShare]) -> F
         title=f"Matmuls by a one-hot matrix of {classes:,} classes take {share:.0%} of device time",
         what=("Kernels multiply by a one-hot matrix (ids == iota, as jax.nn.one_hot builds it): a lookup of rows, or "
               "its gradient's sum of rows by id, computed as a matmul in which all but one product of each row is "
-              "a multiplication by zero. The matrix unit runs them at its full rate, so the device looks busy and "
-              "efficient while it computes nothing the result needs."),
+              "a multiplication by zero: the device stays busy, and its matmuls' FLOPs count as useful work, while it "
+              "computes nothing the result needs."),
         evidence=[f"{quoted(k.name)}: {k.ms_per_step:.2f} ms per {per} ({k.share_of_device:.1%} of device time), "
                   f"{k.runs_per_step:g} run{'' if k.runs_per_step == 1 else 's'} per {per}, {k.what}"
                   for k in sorted(wide, key=lambda k: -k.ms_per_step)[:3]],
@@ -1188,8 +1190,9 @@ def _one_hot_matmuls(hosts: list[HostEvidence], kernels: list[KernelShare]) -> F
                 "and its scatter-add cost a small part of it."),
         fix=("Look the rows up instead: jnp.take(table, ids, axis=0) or table[ids] (torch: nn.Embedding, "
              "F.embedding), whose gradient is a scatter-add of one row per id; for a sum by id, "
-             "jax.ops.segment_sum(values, ids, num_segments). Keep the one-hot matmul only for a few thousand "
-             "classes or fewer, where the matrix unit beats a gather."),
+             "jax.ops.segment_sum(values, ids, num_segments)."
+             + (" Keep the one-hot matmul only for a few thousand classes or fewer, where the matrix unit beats a "
+                "gather." if host.device_kind is DeviceKind.TPU else "")),
     )
 
 
@@ -1222,21 +1225,23 @@ _CONVOLUTION = re.compile(r"conv|Im\dd?2Col|implicit_gemm|cudnn", re.IGNORECASE)
 
 
 def _movement(op: OpTime, computing: frozenset[str] = frozenset(), parameters: frozenset[str] = frozenset(),
-              ) -> str | None:
+              copies_argument: bool = False) -> str | None:
     """Which kind of data movement an op is: a host transfer, a dtype convert, a copy of a whole argument, a
     layout change, or none.
 
     ``computing``: the fusions the HLO shows computing, which are none whatever their names (a fusion is named
     after its root: a sine computed in f32 for bf16 data is a "loop_convert_fusion"). ``parameters``: the
     programs' entry parameters; a copy of one into a buffer of the same type and layout is an out-of-place
-    update's first step, not a layout change.
+    update's first step, not a layout change. ``copies_argument``: the HLO says the op's instruction is such a
+    copy, in every launched program that has one of its name (a CPU's trace prints no HLO for its ops).
     """
     if ((ASYNC_COPY.match(op.name) and HOST_MEMORY_SPACE in op.expression) or _MEMCPY.search(op.name)
             or op.name == CPU_HOST_TO_DEVICE):
         return "host_transfer"
     if {op.name, op.name.removesuffix(".kd"), op.expression} & computing:
         return None
-    if (copy := _COPY_OF.search(op.expression)) and copy[1] == copy[2] and copy[3] in parameters:
+    if copies_argument or ((copy := _COPY_OF.search(op.expression)) and copy[1] == copy[2]
+                           and copy[3] in parameters):
         return "argument_copy"
     if _CONVERT.search(op.name):
         return "convert"
@@ -1332,7 +1337,7 @@ def _movement_fix(kind: str, framework: Framework, device: DeviceKind, convoluti
     return "Choose layouts that need no transpose: " + "; ".join(layouts) + "."
 
 
-def _movements(hosts: list[HostEvidence], programs: dict[str, HloProgram],
+def _movements(hosts: list[HostEvidence], programs: dict[str, HloProgram], works: list[KernelWork],
                ) -> list[tuple[DataMovement, HostEvidence, list[OpTime]]]:
     """Device time in ops that move or re-type data instead of computing (host transfers, converts, transposes):
     each kind on the host where it takes the largest share of device time, with those ops, longest first."""
@@ -1341,8 +1346,10 @@ def _movements(hosts: list[HostEvidence], programs: dict[str, HloProgram],
     worst: dict[str, tuple[float, HostEvidence, list[OpTime]]] = {}
     for host in hosts:
         by_kind: dict[str, list[OpTime]] = {}
+        copying = {id(op) for op, ran in roofline.timed_kernels(host, works) if ran
+                   and all(w.copies_argument for w in ran)}
         for op in host.top_ops:
-            if (kind := _movement(op, computing, parameters)) is not None:
+            if (kind := _movement(op, computing, parameters, id(op) in copying)) is not None:
                 by_kind.setdefault(kind, []).append(op)
         for kind, ops in by_kind.items():
             share = sum(op.share_of_busy for op in ops)
@@ -1379,20 +1386,23 @@ def _movement_priority(movement: DataMovement, host: HostEvidence) -> Priority |
 
 
 def _updating_programs(host: HostEvidence, copies: list[OpTime], programs: dict[str, HloProgram],
-                       ) -> list[ProgramCalls]:
+                       works: list[KernelWork]) -> list[ProgramCalls]:
     """The launched programs that copy a whole argument first: those with an entry parameter of the copied name,
-    dtype and dimensions. Their device time is what updating in place saves (the copy, and the update written
-    into it)."""
+    dtype and dimensions, or whose HLO holds the copy. Their device time is what updating in place saves (the
+    copy, and the update written into it)."""
     copied = {(match[3], shape.dtype, shape.dims) for op in copies
               if (match := _COPY_OF.search(op.expression)) and (shape := Shape.parse(match[2])) is not None}
     holding = {_module_base(program.module) for program in programs.values()
                for name, text in program.parameters.items()
                if (shape := Shape.parse(text)) is not None and (name, shape.dtype, shape.dims) in copied}
+    holding |= {_module_base(w.module) for op, ran in roofline.timed_kernels(host, works) if op in copies
+                for w in ran if w.copies_argument}
     return [call for call in host.programs if _module_base(call.name) in holding]
 
 
 def _data_movement(movements: list[tuple[DataMovement, HostEvidence, list[OpTime]]],
-                   hlo_issues: dict[str, list[HloIssue]], programs: dict[str, HloProgram]) -> list[Finding]:
+                   hlo_issues: dict[str, list[HloIssue]], programs: dict[str, HloProgram],
+                   works: list[KernelWork]) -> list[Finding]:
     framework = frameworks.detect([host for _, host, _ in movements])
     related = {"convert": ("detect_unnecessary_convert_reduce",),
                "layout": ("detect_layout_mismatch_copies", "detect_unfused_reshapes")}
@@ -1421,10 +1431,12 @@ def _data_movement(movements: list[tuple[DataMovement, HostEvidence, list[OpTime
         title = f"{label} take {share:.0%} of device time"
         impact = (f"{ms:.1f} ms of each {device_ms:.1f} ms of device work per {per} computes nothing; without it "
                   f"the devices would finish {device_ms / max(device_ms - ms, 1e-9):.1f}x sooner.")
-        updating = _updating_programs(host, ops, programs) if kind == "argument_copy" else []
+        updating = _updating_programs(host, ops, programs, works) if kind == "argument_copy" else []
         steps = max(host.steps, 1)
-        updates_ms = sum(call.device_ms_per_call * call.calls for call in updating) / steps
-        if updates_ms > ms:
+        updates_ms = min(sum(call.device_ms_per_call * call.calls for call in updating) / steps, device_ms)
+        # The programs are the updates only where the copies are most of their time: a step that also copies an
+        # argument it does not donate is the model's work, not an update.
+        if ms < updates_ms <= ms / COPY_SHARE_OF_AN_UPDATE:
             evidence += [f"program {quoted(call.name)} copies the argument first: {call.calls / steps:g} calls per "
                          f"{per}, {call.device_ms_per_call:.3f} ms of device work per call "
                          f"({call.share_of_device:.1%} of device time)" for call in updating[:2]]
@@ -1763,13 +1775,13 @@ def _low_utilisation(hosts: list[HostEvidence], health: Health) -> Finding:
 def _findings(hosts: list[HostEvidence], tools: dict[str, ToolResult], hlo_issues: dict[str, list[HloIssue]],
               metrics: Metrics, health: Health, programs: dict[str, HloProgram],
               movements: list[tuple[DataMovement, HostEvidence, list[OpTime]]],
-              kernels: list[KernelShare], hardware: list[Finding]) -> list[Finding]:
+              kernels: list[KernelShare], hardware: list[Finding], works: list[KernelWork]) -> list[Finding]:
     per_host = [finding for host in hosts for finding in _slow_steps_and_causes(host, programs)] + [
         finding
         for host in hosts
         for rule in (partial(_dispatch_overhead, kernels=kernels), partial(_launch_bound, programs=programs),
-                     _communication, _host_callbacks, _accelerator_idle, _warmup, _iteration, partial(_no_steps, kernels=kernels),
-                     _tiny_loop_ops)
+                     _communication, _host_callbacks, _accelerator_idle, _warmup, _iteration,
+                     partial(_no_steps, kernels=kernels), _tiny_loop_ops)
         if (finding := rule(host)) is not None
     ]
     if len(hosts) > 1:  # one finding per category: the worst host's
@@ -1781,7 +1793,8 @@ def _findings(hosts: list[HostEvidence], tools: dict[str, ToolResult], hlo_issue
         per_host = list(best.values())
     session_wide = [_memory(metrics), _temporaries(hosts, metrics, tools, programs),
                     _compute(hosts, metrics, tools, kernels), _kernel(tools), _one_hot_matmuls(hosts, kernels)]
-    findings = (per_host + [f for f in session_wide if f is not None] + _data_movement(movements, hlo_issues, programs)
+    findings = (per_host + [f for f in session_wide if f is not None]
+                + _data_movement(movements, hlo_issues, programs, works)
                 + _compiler(hosts, hlo_issues) + hardware)
     if not health.optimal and all(f.priority is Priority.P2 for f in findings):
         findings.append(_low_utilisation(hosts, health))
@@ -1873,10 +1886,11 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
     roofline.fill_metrics(metrics, hosts, rooflines, chip)
     health = _health(hosts, metrics)
     programs = {program.module: program for program in hlo_programs or []}
-    movements = _movements(hosts, programs)
+    movements = _movements(hosts, programs, hlo_kernels or [])
     kernels = _kernels(hosts, hlo_kernels or [])
     slow_precision, hardware = precision.findings(hosts, hlo_kernels or [], lambda host: chip, hlo_programs or [])
-    findings = _findings(hosts, by_name, hlo_issues, metrics, health, programs, movements, kernels, hardware)
+    findings = _findings(hosts, by_name, hlo_issues, metrics, health, programs, movements, kernels, hardware,
+                         hlo_kernels or [])
     status = decide_status(health, findings)
     return Analysis(
         status=status,

@@ -18,12 +18,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mldiag.analysis.evidence import KernelShare
+from mldiag.analysis.host_evidence import DeviceKind
 
 DOMINANT = 0.5  # share of a host's device op time at which one kernel's op decides the fix
 COLLIDING_UPDATES = 8.0  # a scatter's updates per element from which they queue behind each other
 # The classes of a one-hot matrix from which a matmul by it costs more than the gather (or scatter-add) it stands
-# for: the scatter's fix recommends the one-hot matmul up to "a few thousand" segments.
-ONE_HOT_CLASSES = 4096
+# for. A TPU's matrix unit runs a one-hot matmul of a few thousand classes faster than its gathers and scatters
+# (the scatter's fix recommends it up to that); a CPU's gather costs far less than a matmul of 2,048 classes (a
+# jnp.take saves 0.40 of a CPU loop whose lookup is one), and a GPU's is no slower.
+ONE_HOT_CLASSES = {DeviceKind.TPU: 4096}
+ONE_HOT_CLASSES_ELSEWHERE = 512
+
+
+def wide_one_hot(device: DeviceKind, classes: int) -> bool:
+    """Whether a matmul by a one-hot matrix of ``classes`` costs more on ``device`` than the gather it stands for."""
+    return classes >= ONE_HOT_CLASSES.get(device, ONE_HOT_CLASSES_ELSEWHERE)
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ _FUSION_KIND = re.compile(r"\bkind=k(\w+)")
 _TARGET = re.compile(r'custom_call_target="([^"]*)"')
 _DIRECTION = re.compile(r"\bdirection=(\w+)")
 _IOTA_DIMENSION = re.compile(r"\biota_dimension=(\d+)")
+_NUMBER = re.compile(r"\s*(\d+)")
 # HLO's own attribute, and a library GEMM's backend config ("operand_precision":["HIGHEST","HIGHEST"]).
 _PRECISION = re.compile(r"operand_precision=\{([^}]*)\}|\"operand_precision\":\[([^\]]*)\]")
 _CONTRACTING = re.compile(r"lhs_contracting_dims=\{([\d,]*)\}")
@@ -105,6 +106,7 @@ class Instruction:
     precision: str = ""  # a dot's or convolution's operand precision, where it is not the default ("highest")
     flops: float = 0.0  # a dot's or convolution's floating-point operations per run (a multiply-add is two)
     direction: str = ""  # a compare's: "EQ", "LT", ...
+    parameter_number: int = -1  # a parameter's place in its computation's arguments
     iota_dimension: int = 0  # an iota's: the dimension it counts along
 
 
@@ -202,6 +204,8 @@ def parse_module(name: str, text: str) -> HloModule:
             instruction.direction = direction.group(1)
         elif instruction.opcode == "iota" and (dimension := _IOTA_DIMENSION.search(attributes)):
             instruction.iota_dimension = int(dimension.group(1))
+        elif instruction.opcode == "parameter" and (number := _NUMBER.match(after, opcode.end())):
+            instruction.parameter_number = int(number.group(1))
         module.instructions[instruction.name] = instruction
         module.computations[computation].append(instruction.name)
         if match["root"]:
@@ -452,7 +456,8 @@ class KernelWork:
     precision: str = ""  # the highest operand precision its dots and convolutions ask for; "" for the default
     flops: float = 0.0  # its dots' and convolutions' floating-point operations per run
     updates_per_element: float = 0.0  # its scatters' updates over the elements they update (the most of any)
-    one_hot_classes: int = 0  # the classes of a one-hot matrix its dots or convolutions multiply (the most of any)
+    one_hot_classes: int = 0  # the classes of a one-hot matrix its dots multiply, or it makes for them (the widest)
+    copies_argument: bool = False  # a copy of an entry parameter into a buffer of the same shape and layout
 
 
 def _fused(module: HloModule, computation: str) -> list[Instruction]:
@@ -497,39 +502,55 @@ _PASSES_VALUES = frozenset({"convert", "bitcast", "broadcast", "reshape", "copy"
 
 
 def _origin(module: HloModule, instruction: Instruction | None) -> Instruction | None:
-    """Where an operand's values come from: past converts, broadcasts and reshapes, into a fusion's root, and to
-    the predicate of a select between constants."""
+    """Where an operand's values come from: past converts, broadcasts and reshapes, into a fusion's root, out of a
+    fused computation's parameter to what the fusion was given, and to the predicate of a select between
+    constants."""
     for _ in range(64):  # a chain of value-preserving ops is short; the bound guards a malformed module
         if instruction is None:
             return None
         if instruction.opcode in _PASSES_VALUES:
             instruction = module.operand(instruction)
+        elif instruction.opcode == "parameter" and instruction.computation in module.runs_as:
+            fusion = module.instructions.get(module.runs_as[instruction.computation])
+            instruction = module.operand(fusion, instruction.parameter_number) if fusion is not None else None
         elif instruction.opcode == "fusion" and instruction.calls in module.roots:
             instruction = module.instructions.get(module.roots[instruction.calls])
         elif instruction.opcode == "select" and all(
-                (branch := module.operand(instruction, index)) is not None and branch.opcode in ("constant", "broadcast")
-                for index in (1, 2)):
+                (branch := module.operand(instruction, index)) is not None
+                and branch.opcode in ("constant", "broadcast") for index in (1, 2)):
             instruction = module.operand(instruction)
         else:
             return instruction
     return None
 
 
-def _one_hot_classes(module: HloModule, ops: list[Instruction]) -> int:
-    """The classes of the widest one-hot matrix a kernel's dots and convolutions multiply: an operand equal to
-    ``ids == iota`` (``jax.nn.one_hot``, ``F.one_hot``), whose matmul is a lookup (or a sum by id) paid in FLOPs."""
-    widest = 0
-    for matmul in (i for i in ops if i.opcode in ("dot", "convolution")):
-        for index in (0, 1):
-            compare = _origin(module, module.operand(matmul, index))
-            if compare is None or compare.opcode != "compare" or compare.direction != "EQ":
-                continue
-            for side in (0, 1):
-                iota = _origin(module, module.operand(compare, side))
-                if iota is not None and iota.opcode == "iota" and iota.shape and iota.iota_dimension < len(
-                        iota.shape.dims):
-                    widest = max(widest, iota.shape.dims[iota.iota_dimension])
-    return widest
+def _one_hot(module: HloModule, values: Instruction | None) -> int:
+    """The classes of the one-hot matrix ``values`` holds (``ids == iota``, as ``jax.nn.one_hot`` builds it); 0
+    where it holds none."""
+    compare = _origin(module, values)
+    if compare is None or compare.opcode != "compare" or compare.direction != "EQ":
+        return 0
+    for side in (0, 1):
+        iota = _origin(module, module.operand(compare, side))
+        if iota is not None and iota.opcode == "iota" and iota.shape and iota.iota_dimension < len(iota.shape.dims):
+            return iota.shape.dims[iota.iota_dimension]
+    return 0
+
+
+def _one_hot_classes(module: HloModule, ops: list[Instruction], root: Instruction | None) -> int:
+    """The classes of the widest one-hot matrix a kernel's dots and convolutions multiply, or that it makes for
+    one (its result): a lookup (or a sum by id) paid in FLOPs."""
+    operands = [module.operand(matmul, index) for matmul in ops if matmul.opcode in ("dot", "convolution")
+                for index in (0, 1)]
+    return max((_one_hot(module, values) for values in (*operands, root)), default=0)
+
+
+def _copies_argument(module: HloModule, instruction: Instruction) -> bool:
+    """Whether ``instruction`` copies one of the program's arguments, unchanged, into a new buffer: the first step
+    of an update made out of place."""
+    source = module.operand(instruction)
+    return (instruction.opcode == "copy" and source is not None and source.opcode == "parameter"
+            and source.computation == module.entry and source.shape is not None and source.shape == instruction.shape)
 
 
 def _fusion_work(module: HloModule, fusion: Instruction) -> KernelWork:
@@ -550,7 +571,7 @@ def _fusion_work(module: HloModule, fusion: Instruction) -> KernelWork:
         converts="between" if out and into else "after" if out else "",
         root=root.opcode if root is not None else "",
         dtypes=tuple(sorted(dtypes)), updates_per_element=_updates_per_element(module, body),
-        one_hot_classes=_one_hot_classes(module, body), **_matmul_fields(module, body),
+        one_hot_classes=_one_hot_classes(module, body, root), **_matmul_fields(module, body),
     )
 
 
@@ -572,7 +593,8 @@ def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
                     custom_call=instruction.target,
                     dtypes=(instruction.dtype,) if instruction.dtype and instruction.opcode not in _MOVES_OR_RETYPES
                     else (), updates_per_element=_updates_per_element(module, [instruction]),
-                    one_hot_classes=_one_hot_classes(module, [instruction]), **_matmul_fields(module, [instruction]),
+                    one_hot_classes=_one_hot_classes(module, [instruction], None),
+                    copies_argument=_copies_argument(module, instruction), **_matmul_fields(module, [instruction]),
                 ))
     return found
 
@@ -600,8 +622,11 @@ def describe(works: list[KernelWork]) -> str:
         return ("custom call " + ", ".join(json.dumps(t, ensure_ascii=False) for t in targets)
                 + (f" returning {io_dtype}" if io_dtype else ""))
     ops = list(dict.fromkeys(op for w in works for op in w.ops))
+    classes = max(w.one_hot_classes for w in works)
+    one_hot = "" if not classes else f" {'by' if any(w.flops for w in works) else 'making'} a one-hot matrix of " \
+        f"{classes} classes"
     if not any(w.root for w in works):  # an op of its own: a transpose, an all-reduce, a copy-done
-        return _words(dtype, ", ".join(ops))
+        return _words(dtype, ", ".join(ops)) + one_hot
     structured = [_STRUCTURED[op] for op in ops if op in _STRUCTURED]
     if not any(w.computes for w in works):
         kind = "no math, only data movement"
@@ -613,8 +638,7 @@ def describe(works: list[KernelWork]) -> str:
         kind = _words(dtype, next(op for op in ops if op in _NOT_ELEMENTWISE))
     if kind.endswith("scatter") and (fan_in := max(w.updates_per_element for w in works)) >= 2:
         kind += f" of {fan_in:.3g} updates per element"
-    if classes := max(w.one_hot_classes for w in works):
-        kind += f" by a one-hot matrix of {classes} classes"
+    kind += one_hot
     converts = _most(w.converts for w in works)
     if converts == "between":
         kind += f" between {io_dtype} converts"

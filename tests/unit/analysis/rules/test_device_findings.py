@@ -274,6 +274,10 @@ def test_an_update_that_copies_its_whole_argument_first_is_told_to_update_in_pla
     assert "donate_argnums" in finding.fix and "jnp.stack" in finding.fix
     assert [movement.kind for movement in analysis.data_movement] == ["argument_copy"]
     assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
+    # A program whose copies are a small part of it is a step that also copies an argument, not an update.
+    host.top_ops = _ops(("copy.3", 0.12), ("fusion", 0.88), expression={"copy.3": WHOLE_COPY})
+    (finding,) = _of(assessed(host, programs=programs), FindingCategory.DATA_MOVEMENT)
+    assert (finding.title, finding.priority) == ("Copies of whole arguments take 12% of device time", Priority.P2)
     # A copy into another layout, or of what is not an argument, stays a layout change.
     relaid = WHOLE_COPY.replace("{1,0:T(8,128)} %args", "{0,1:T(8,128)} %args")
     for expression in (relaid, WHOLE_COPY.replace("%args_0_.1", "%gte.7")):
