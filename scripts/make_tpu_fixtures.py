@@ -3454,6 +3454,102 @@ def one_hot_embedding_lookup(big: bool) -> Workload:
     return Workload(run(one_hot), ablations={"take": run(take)})
 
 
+def static_config_object(big: bool) -> Workload:
+    """Each annotated step builds a fresh ``TrainConfig`` (a plain class, hashed by identity) and passes it to a
+    bf16 MLP train step as a static argument: every call is a new static value, so the step is traced and compiled
+    again each time. Ablation: one config object made before the loop."""
+    import jax
+
+    params, _, x, y = _mlp_step(big)
+
+    class TrainConfig:
+        def __init__(self, learning_rate: float) -> None:
+            self.learning_rate = learning_rate
+
+    @functools.partial(jax.jit, static_argnums=3, donate_argnums=0)
+    def step(params, x, y, config):
+        value, grads = jax.value_and_grad(mlp_loss)(params, x, y)
+        return [(p - config.learning_rate * g).astype(p.dtype) for p, g in zip(params, grads)], value
+
+    state = {"params": params}
+    once = TrainConfig(1e-3)
+
+    def run(config_of):
+        def iteration(i: int, clock: Clock) -> None:
+            state["params"], value = step(state["params"], x, y, config_of())
+            value.block_until_ready()
+
+        return iteration
+
+    return Workload(run(lambda: TrainConfig(1e-3)), ablations={"one_config": run(lambda: once)})
+
+
+def healthy_bf16_inference(big: bool) -> Workload:
+    """Batched bf16 inference of a 6-layer MLP (d 4096, batch 8192 on the chip) on resident inputs, each result
+    read before the next call: nothing to fix. Ablation: a result read only every fourth call, the launches queued
+    ahead of the device, which a loop whose device is busy gains nothing from."""
+    import jax
+    import jax.numpy as jnp
+
+    widths = [4096] * 7 if big else [256] * 7
+    params = _mlp_params(widths, "bfloat16")
+    x = jax.random.normal(jax.random.key(90), (8192 if big else 256, widths[0])).astype("bfloat16")
+
+    @jax.jit
+    def infer(params, x):
+        for w in params:
+            x = jax.nn.gelu(x @ w)
+        return jnp.mean(x.astype("float32"))
+
+    def read_each(i: int, clock: Clock) -> None:
+        infer(params, x).block_until_ready()
+
+    def read_every_fourth(i: int, clock: Clock) -> None:
+        result = infer(params, x)
+        if i % 4 == 3:
+            result.block_until_ready()
+
+    return Workload(read_each, ablations={"queued_ahead": read_every_fourth})
+
+
+def eager_random_augment(big: bool) -> Workload:
+    """Each annotated step augments a resident bf16 image batch outside the jit, op by op: a key split, a random
+    flip decided per image, a random brightness and a random crop by eager jax.random and jnp calls (some 20
+    launches), then a jitted bf16 MLP train step. Ablation: the same augmentation inside the jitted step."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, side = (4096, 32) if big else (256, 16)
+    params, _, _, y = _mlp_step(big, widths=[side * side, 4096, 4096, 1024] if big else [side * side, 512, 512, 256],
+                                batch=batch)
+    images = jax.random.normal(jax.random.key(91), (batch, side + 4, side + 4)).astype("bfloat16")
+
+    def augment(key, images):
+        flip_key, bright_key, crop_key = jax.random.split(key, 3)
+        flips = jax.random.bernoulli(flip_key, 0.5, (batch, 1, 1))
+        images = jnp.where(flips, images[:, :, ::-1], images)
+        images = images * jax.random.uniform(bright_key, (batch, 1, 1), minval=0.8, maxval=1.2).astype(images.dtype)
+        dx, dy = jax.random.randint(crop_key, (2,), 0, 5)
+        images = jax.lax.dynamic_slice(images, (0, dx, dy), (batch, side, side))
+        return jnp.clip(images, -3, 3).reshape(batch, -1)
+
+    plain = sgd(mlp_loss)
+    inside = sgd(lambda params, key, images, y: mlp_loss(params, augment(key, images), y))
+    state = {"params": params, "key": jax.random.key(92)}
+
+    def eager(i: int, clock: Clock) -> None:
+        state["key"], key = jax.random.split(state["key"])
+        state["params"], value = plain(state["params"], augment(key, images), y)
+        value.block_until_ready()
+
+    def jitted(i: int, clock: Clock) -> None:
+        state["key"], key = jax.random.split(state["key"])
+        state["params"], value = inside(state["params"], key, images, y)
+        value.block_until_ready()
+
+    return Workload(eager, ablations={"augment_in_the_step": jitted})
+
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -3745,6 +3841,17 @@ SHAPES: dict[str, Shape] = {
                                       "one_hot(ids, 32768) @ table for 8192 tokens (on the chip), then an MLP",
                                       cause="a one-hot matmul where a gather would do: FLOPs spent multiplying "
                                       "by zero"),
+    "static_config_object": Shape(static_config_object, 10, "a fresh TrainConfig object (hashed by identity) passed "
+                                  "as a static argument to a bf16 MLP train step each annotated step",
+                                  cause="a static argument that is a new object every call: a trace and a compile "
+                                  "each step"),
+    "healthy_bf16_inference": Shape(healthy_bf16_inference, 15, "batched bf16 inference of a 6-layer MLP (d 4096, "
+                                    "batch 8192 on the chip) on resident inputs; annotated steps",
+                                    cause="none: healthy, compute-bound"),
+    "eager_random_augment": Shape(eager_random_augment, 15, "each annotated step augments a resident bf16 image batch "
+                                  "by eager jax.random and jnp calls (flip, brightness, crop) before a jitted bf16 "
+                                  "MLP train step", cause="the augmentation's eager launches and their small "
+                                  "programs, outside the jit"),
 }
 
 
