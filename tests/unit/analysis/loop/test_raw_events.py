@@ -181,6 +181,7 @@ def test_a_program_the_xla_cpu_client_runs_inline_on_the_launching_thread_is_a_c
     assert [build.trace.names[i] for i in inline.ids] == [
         "ThunkExecutor::Execute", "dot.1", "pure_callback.1", "shard_args"]
     assert inline.name == "/host:CPU/python (inline)"
+    assert [build.trace.modules[m] for m in inline.modules] == ["jit_step"] * 4  # what its dispatch launched
 
 
 def test_a_host_callback_run_inline_on_the_training_thread_keeps_the_devices_waiting_on_it():
