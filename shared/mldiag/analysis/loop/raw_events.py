@@ -204,6 +204,7 @@ class _Trace:
     markers: set[int] = field(default_factory=set)  # name ids of step markers
     cpu_devices: set[int] = field(default_factory=set)  # devices the XLA CPU client executed programs on
     modules: list[str] = field(default_factory=list)  # programs the compute lanes' events name, as program_base
+    xla_ops: set[int] = field(default_factory=set)  # name ids of the XLA CPU client's ops (events with an hlo_op)
     hlo_op_of: dict[int, str] = field(default_factory=dict)  # GPU kernel -> the HLO op it runs
     hlo_category_of: dict[int, str] = field(default_factory=dict)  # TPU op -> its HLO category ("convolution", ...)
 
@@ -358,6 +359,8 @@ def _read(path: Path, timeline: Path | None = None) -> _Trace:
             trace.markers.add(index)
         if (device := CPU_DEVICE_EXECUTION.match(trace.names[index])) is not None:
             trace.cpu_devices.add(int(device.group(1)))
+        if stats.get("hlo_op"):
+            trace.xla_ops.add(index)
 
     xla_runs_on_host = not trace.lanes
     host_lines = next((plane.lines for plane in planes if plane.name == "/host:CPU"), [])
@@ -382,9 +385,10 @@ def _read(path: Path, timeline: Path | None = None) -> _Trace:
 
 def _inline_program(trace: _Trace, line: _Line) -> _Line:
     """The programs the XLA CPU client runs inline on a host thread (the thread that launched them, rather than
-    one of its own): each :data:`INLINE_PROGRAM` run with what it encloses, as a compute lane of its own, each
-    event's program the one its enclosing jit dispatch launched."""
+    one of its own): each :data:`INLINE_PROGRAM` run, or op run outside one, with what it encloses, as a compute
+    lane of its own, each event's program the one its enclosing jit dispatch launched."""
     names = np.array([name == INLINE_PROGRAM for name in trace.names], dtype=bool)
+    names[list(trace.xla_ops)] = True
     root = names[line.ids]
     keep = (root | _has_ancestor(line, root)) & (line.ends > line.starts)
     dispatch = _nearest_ancestor(line, np.array([name.startswith(DISPATCH_PREFIX) for name in trace.names],

@@ -111,6 +111,7 @@ NAMED_CAUSES = frozenset({HostCause.CHECKPOINT, HostCause.DEVICE_SYNC, HostCause
 # Device work per slow step, as a multiple of a normal step's, up to which the slow steps do no more on the devices.
 SAME_DEVICE_WORK = 1.2
 OP_BY_OP_DISPATCHES = 50  # jit dispatches per step that mean the step is not one program
+SMALL_LAUNCHES = 0.5  # share of those dispatches, launching programs shorter than their launch, that is op by op
 DISPATCH_ORIGIN_FLOOR = 0.1  # share of the dispatches a function makes for the op-by-op finding to name it
 # Share of a step's dispatches that launch one function for them to be that function called over and over (once
 # per example), not op-by-op execution of many different operations.
@@ -561,10 +562,22 @@ def _dispatch_share(host: HostEvidence) -> float:
 
 def _launches_op_by_op(host: HostEvidence) -> bool:
     """Many dispatches per step, or several whose measured dispatch time holds much of it, of programs that run
-    shorter on the devices than the host takes to launch them: longer ones queue ahead and cost nothing."""
+    shorter on the devices than the host takes to launch them: longer ones queue ahead and cost nothing. Where
+    each program's device work is known apart, many dispatches per step of which most launch such small programs
+    are op by op too, whatever the few large ones compute."""
     computing_ms = (host.busy_fraction or 0.0) * host.step_ms.mean if host.step_ms else 0.0
-    return host.dispatches_per_step >= OFTEN_DISPATCHED and computing_ms < host.dispatch_ms_per_step and (
-        host.dispatches_per_step >= OP_BY_OP_DISPATCHES or _dispatch_share(host) >= IDLE_PRIORITIES[1][0])
+    return host.dispatches_per_step >= OFTEN_DISPATCHED and (
+        computing_ms < host.dispatch_ms_per_step and (
+            host.dispatches_per_step >= OP_BY_OP_DISPATCHES or _dispatch_share(host) >= IDLE_PRIORITIES[1][0])
+        or host.dispatches_per_step >= OP_BY_OP_DISPATCHES
+        and _small_launches_per_step(host) >= SMALL_LAUNCHES * host.dispatches_per_step)
+
+
+def _small_launches_per_step(host: HostEvidence) -> float:
+    """Jit dispatches per step of programs whose device work per call is shorter than their launch."""
+    small = sum(p.calls for p in host.programs
+                if p.name.startswith(DISPATCH_PREFIX) and p.device_ms_per_call < p.ms_per_call)
+    return small / host.steps if host.steps else 0.0
 
 
 def _dispatch_overhead(host: HostEvidence, kernels: list[KernelShare]) -> Finding | None:
@@ -824,7 +837,11 @@ def _communication(host: HostEvidence) -> Finding | None:
 def _host_callbacks(host: HostEvidence) -> Finding | None:
     """A callback into Python inside the step (jax.pure_callback, io_callback, jax.debug.print): the device sends
     data to the host and waits, idle for the model, until the host's answer comes back; and the program that holds
-    it launches slower. Its cost is the attribution's (the callback ops and those launches) where there is one."""
+    it launches slower. Its cost is the attribution's (the callback ops and those launches) where there is one.
+
+    On a CPU the device's threads and the callback's Python share the host's cores: the callback's work moved into
+    the program costs about what it costs in Python (a sort is a sort), so its time says nothing of what a change
+    saves, and the finding is ranked no higher than P2 with a fix of its own."""
     callbacks = [op for op in host.top_ops if HOST_CALLBACK.search(f"{op.name} {op.expression}")]
     ms = sum(op.self_ms_per_step for op in callbacks)
     if not host.step_ms or not ms:
@@ -835,6 +852,8 @@ def _host_callbacks(host: HostEvidence) -> Finding | None:
     if priority is None:
         return None
     debug = all(_DEBUG_CALLBACK.match(op.name) for op in callbacks)
+    on_cpu = host.device_kind is DeviceKind.CPU and not debug
+    priority = Priority.P2 if on_cpu else priority
     return Finding(
         priority=priority,
         category=FindingCategory.DATA_MOVEMENT,
@@ -842,14 +861,14 @@ def _host_callbacks(host: HostEvidence) -> Finding | None:
         what="The step calls back into Python on the host (jax.pure_callback, io_callback or debug.callback): "
              "the device sends the callback's inputs to the host, then waits, doing no model work, until the "
              "host has run the Python function and sent its result back; and the program that holds a callback "
-             "takes longer to launch.",
+             "takes longer to launch." + (_CALLBACK_ON_CPU if on_cpu else ""),
         evidence=[*(f"{quoted(op.name)}: {op.self_ms_per_step:.2f} ms per step of {host.step_ms.mean:.2f} ms"
                     for op in callbacks[:3]),
                   *(f"the loop's time waiting on host callbacks, the launches of the programs that hold them "
                     f"included: {part.ms:.1f} ms of {host.attribution.loop_ms:.1f} ms ({part.share:.1%})"
                     for part in attributed)],
         impact=f"up to {share * host.step_ms.mean:.1f} ms per step ({share:.0%} of it).",
-        fix=_DEBUG_CALLBACK_FIX if debug else _CALLBACK_FIX,
+        fix=_DEBUG_CALLBACK_FIX if debug else _CALLBACK_ON_CPU_FIX if on_cpu else _CALLBACK_FIX,
     )
 
 
@@ -862,6 +881,16 @@ _CALLBACK_FIX = (
     "Compute the callback's result on the device with jax.numpy (jnp.sort, jnp.histogram, ... run inside the "
     "jitted step), or take it off the step's critical path: call it every N steps, on values the step no longer "
     "needs, or after the step on the host.")
+
+
+_CALLBACK_ON_CPU = (
+    " On a CPU the program's threads and the callback's Python share the host's cores: the same work done inside "
+    "the program costs about as much, so this time is what the callback's work takes, not what moving it saves.")
+_CALLBACK_ON_CPU_FIX = (
+    "Measure before moving it: on a CPU, computing the callback's result with jax.numpy inside the step runs the "
+    "same work on the same cores and may save nothing. What saves time is less work in the callback (vectorized "
+    "numpy instead of Python loops, on fewer values) or fewer calls: call it every N steps, or after the step on "
+    "values the step no longer needs.")
 
 
 def _parts_named(host: HostEvidence, cause: TimeCause, name: str) -> list[TimePart]:
@@ -1631,7 +1660,9 @@ def _findings(hosts: list[HostEvidence], tools: dict[str, ToolResult], hlo_issue
                     _compute(hosts, metrics, tools, kernels), _kernel(tools)]
     findings = (per_host + [f for f in session_wide if f is not None] + _data_movement(movements, hlo_issues)
                 + _compiler(hosts, hlo_issues) + hardware)
-    if not health.optimal and all(f.priority is Priority.P2 for f in findings):
+    # A host callback on a CPU holds the idle time it names, at P2 for want of a measure of what moving it saves.
+    if not health.optimal and all(f.priority is Priority.P2 for f in findings) and not any(
+            f.fix == _CALLBACK_ON_CPU_FIX for f in findings):
         findings.append(_low_utilisation(hosts, health))
     return sorted(findings, key=lambda f: _ORDER[f.priority])
 

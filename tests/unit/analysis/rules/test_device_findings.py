@@ -312,6 +312,26 @@ def test_one_small_function_called_over_and_over_each_step_is_told_to_batch_its_
     assert any('"PjitFunction(forward)": 64 per step' in line for line in finding.evidence)
 
 
+@pytest.mark.parametrize(("eager_device_ms", "op_by_op"), [(0.005, True), (0.1, False)])
+def test_many_launches_of_small_programs_beside_a_few_large_ones_are_op_by_op(eager_device_ms, op_by_op):
+    # 8 micro-batch gradients a step that compute longer than the whole step's dispatch, and 54 eager slices and
+    # adds; op by op only where those eager programs run shorter on the devices than their launch.
+    def program(name, calls, ms_per_call, device_ms_per_call):
+        return ProgramCalls(name=f"PjitFunction({name})", calls=calls, ms_per_call=ms_per_call,
+                            device_ms_per_call=device_ms_per_call, share_of_device=0.0)
+
+    host = _host(kind=DeviceKind.CPU, busy=0.36, steps=10, step_ms=5.8, dispatches=62, ms_per_dispatch=0.027,
+                 dispatched=[HostActivity(name="PjitFunction(dynamic_slice)", count_per_step=16, ms_per_step=0.82,
+                                          share_of_step=0.14)],
+                 programs=[program("mlp_loss", 80, 0.04, 0.23), program("update", 10, 0.04, 0.1),
+                           program("dynamic_slice", 160, 0.05, eager_device_ms),
+                           program("squeeze", 160, 0.02, eager_device_ms), program("add", 210, 0.01, eager_device_ms)])
+    found = _of(assessed(host), FindingCategory.DISPATCH_OVERHEAD)
+    assert bool(found) is op_by_op
+    if op_by_op:
+        assert found[0].title == "Op-by-op execution: 62 jit dispatches per step" and "lax.scan" in found[0].fix
+
+
 def test_op_by_op_on_cpu_gets_no_gpu_advice():
     (finding,) = _of(assessed(_op_by_op(kind=DeviceKind.CPU)), FindingCategory.DISPATCH_OVERHEAD)
     assert "CUDA" not in finding.fix and "XLA CPU threads" in finding.what
@@ -712,6 +732,14 @@ def test_a_host_callback_the_device_waits_on_is_named_and_is_no_communication():
     assert "callback" in top.title.lower() and "pure_callback.11" in " ".join(top.evidence)
     assert "jnp" in top.fix or "jax.numpy" in top.fix
     assert not [f for f in analysis.findings if f.category is FindingCategory.COMMUNICATION]
+
+
+def test_a_host_callback_on_a_cpu_is_named_without_promising_that_the_device_would_do_it_for_less():
+    # The CPU's device threads and the callback's Python share the same cores: its time is its work's.
+    host = _host(kind=DeviceKind.CPU, busy=0.95, top_ops=_ops(("pure_callback.0", 0.7), ("ynn_fusion", 0.2)))
+    (top,) = assessed(host).findings
+    assert top.priority is Priority.P2 and "callback" in top.title.lower()
+    assert top.fix.startswith("Measure before moving it") and "share the host's cores" in top.what
 
 
 def test_launches_of_programs_longer_than_their_launch_queue_ahead_and_are_not_op_by_op():
