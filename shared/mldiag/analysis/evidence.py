@@ -70,6 +70,9 @@ class HloProgram(Evidence):
     # Its kernels (entry-level fusions) that compute, whatever their names say: XLA names a fusion after its
     # root, so a bf16 sine computed in f32 runs as "loop_convert_fusion".
     computing_fusions: list[str] = Field(default_factory=list)
+    # Entry parameters updated in place into an output without being donated, each copied whole every call:
+    # parameter -> the kernels that run its updates.
+    undonated: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class DataMovement(Evidence):

@@ -1197,6 +1197,11 @@ _MOVEMENT_TEXT = {
                "Kernels that transpose tensors or copy them into another layout hold the devices: the data is "
                "rearranged in memory, not computed on. XLA inserts them where a producer's layout differs from "
                "the one its consumer (a convolution, a matmul) wants."),
+    "undonated": ("In-place updates of undonated arguments",
+                  "The program updates an argument in place into one of its outputs (a dynamic_update_slice or "
+                  ".at[].set into a cache or buffer), but the argument's buffer is not donated: the caller may "
+                  "still read it, so every call first copies the whole buffer and then writes the few new "
+                  "elements into the copy. The kernels that run those updates move the whole buffer."),
 }
 
 
@@ -1211,6 +1216,11 @@ def _movement_fix(kind: str, framework: Framework, device: DeviceKind, convoluti
                 "on purpose (memory kinds such as 'pinned_host', jax.checkpoint offload policies), offload only "
                 "what does not fit in HBM and overlap the copies with compute; otherwise keep the arrays in "
                 "device memory.")
+    if kind == "undonated":
+        return ("Donate the argument the program updates: jax.jit(f, donate_argnums=(i,)) (or donate_argnames) "
+                "on the function that takes and returns it, and use the returned array from then on (the donated "
+                "one is invalid after the call), so the update writes into the same buffer instead of a copy of "
+                "it; keep the updated array on the device between calls.")
     if kind == "convert":
         if tensorflow:
             return ("Set one mixed-precision policy (tf.keras.mixed_precision.set_global_policy('mixed_bfloat16' "
@@ -1242,11 +1252,13 @@ def _movements(hosts: list[HostEvidence], programs: dict[str, HloProgram],
     """Device time in ops that move or re-type data instead of computing (host transfers, converts, transposes):
     each kind on the host where it takes the largest share of device time, with those ops, longest first."""
     computing = frozenset(name for program in programs.values() for name in program.computing_fusions)
+    updating = frozenset(name for program in programs.values() for writers in program.undonated.values()
+                         for name in writers)
     worst: dict[str, tuple[float, HostEvidence, list[OpTime]]] = {}
     for host in hosts:
         by_kind: dict[str, list[OpTime]] = {}
         for op in host.top_ops:
-            if (kind := _movement(op, computing)) is not None:
+            if (kind := "undonated" if op.name.removesuffix(".kd") in updating else _movement(op, computing)):
                 by_kind.setdefault(kind, []).append(op)
         for kind, ops in by_kind.items():
             share = sum(op.share_of_busy for op in ops)
@@ -1283,8 +1295,9 @@ def _movement_priority(movement: DataMovement, host: HostEvidence) -> Priority |
 
 
 def _data_movement(movements: list[tuple[DataMovement, HostEvidence, list[OpTime]]],
-                   hlo_issues: dict[str, list[HloIssue]]) -> list[Finding]:
+                   hlo_issues: dict[str, list[HloIssue]], programs: dict[str, HloProgram]) -> list[Finding]:
     framework = frameworks.detect([host for _, host, _ in movements])
+    undonated = [program for program in programs.values() if program.undonated]
     related = {"convert": ("detect_unnecessary_convert_reduce",),
                "layout": ("detect_layout_mismatch_copies", "detect_unfused_reshapes")}
     findings = []
@@ -1308,6 +1321,11 @@ def _data_movement(movements: list[tuple[DataMovement, HostEvidence, list[OpTime
                             f"{size(movement.to_host_bytes_per_step)} device to host (from the copies' HLO shapes)")
         evidence += [f"{quoted(i.module)} {quoted(i.instruction)} (runs as {quoted(i.runs_as)}): {i.detail}"
                      for detector in related.get(kind, ()) for i in (hlo_issues.get(detector) or [])[:2]]
+        if kind == "undonated":
+            evidence += [f"{quoted(program.module)} updates its argument {quoted(argument)} in place into an "
+                         f"output without donating it: the kernels {', '.join(map(quoted, writers[:3]))}"
+                         f"{' and more' if len(writers) > 3 else ''} write into a copy of it each call"
+                         for program in undonated for argument, writers in program.undonated.items()][:2]
         convolutions = any(_CONVOLUTION.search(op.name) for op in host.top_ops)
         findings.append(Finding(
             priority=priority,
@@ -1658,7 +1676,7 @@ def _findings(hosts: list[HostEvidence], tools: dict[str, ToolResult], hlo_issue
         per_host = list(best.values())
     session_wide = [_memory(metrics), _temporaries(hosts, metrics, tools, programs),
                     _compute(hosts, metrics, tools, kernels), _kernel(tools)]
-    findings = (per_host + [f for f in session_wide if f is not None] + _data_movement(movements, hlo_issues)
+    findings = (per_host + [f for f in session_wide if f is not None] + _data_movement(movements, hlo_issues, programs)
                 + _compiler(hosts, hlo_issues) + hardware)
     # A host callback on a CPU holds the idle time it names, at P2 for want of a measure of what moving it saves.
     if not health.optimal and all(f.priority is Priority.P2 for f in findings) and not any(

@@ -20,6 +20,7 @@ from mldiag.analysis.host_evidence import (
     TimeCause,
     TimePart,
 )
+from mldiag.analysis.evidence import HloProgram
 from mldiag.analysis.profile.trace_names import program_base
 from mldiag.analysis.reasoning import prompts
 from mldiag.analysis.reasoning.validation import EvidenceIndex, why_unsupported
@@ -732,6 +733,22 @@ def test_a_host_callback_the_device_waits_on_is_named_and_is_no_communication():
     assert "callback" in top.title.lower() and "pure_callback.11" in " ".join(top.evidence)
     assert "jnp" in top.fix or "jax.numpy" in top.fix
     assert not [f for f in analysis.findings if f.category is FindingCategory.COMMUNICATION]
+
+
+@pytest.mark.parametrize("donated", [False, True])
+def test_the_kernels_updating_an_undonated_argument_in_place_are_its_whole_copy_with_a_donation_fix(donated):
+    # A decode step's cache update: XLA names the kernel after its root, a convert, but it moves the whole cache.
+    writer = "dynamic-update-slice_convert_fusion"
+    host = _host(kind=DeviceKind.CPU, busy=0.9, top_ops=_ops((writer, 0.7), ("ynn_fusion", 0.3)))
+    program = HloProgram(module="jit_decode(18)", inputs_bytes=1, outputs_bytes=1,
+                         undonated={} if donated else {"cache.1": [writer]})
+    found = [f for f in assessed(host, programs=[program]).findings if "donate_argnums" in f.fix]
+    assert bool(found) is not donated
+    if not donated:
+        (finding,) = found
+        assert finding.priority is Priority.P0 and finding.category is FindingCategory.DATA_MOVEMENT
+        assert finding.title == "In-place updates of undonated arguments take 70% of device time"
+        assert '"jit_decode(18)" updates its argument "cache.1" in place' in " ".join(finding.evidence)
 
 
 def test_a_host_callback_on_a_cpu_is_named_without_promising_that_the_device_would_do_it_for_less():
