@@ -237,13 +237,30 @@ class _Reader:
     def line(self, line: Line, first_seen: FirstSeen | None = None, *, timed_only: bool = False,
              with_modules: bool = False) -> _Line:
         """The line's events as arrays; ``timed_only`` drops instant events (markers that take no time), and
-        ``with_modules`` reads the program each event runs (:func:`_with_modules`)."""
+        ``with_modules`` reads the program each event runs (:meth:`_runs_modules`)."""
         every_id = self._events(line, first_seen, timed_only=timed_only)
         evidence = every_id >= 0
-        begin = line.starts_ns[evidence]
-        modules = self._modules(line, np.flatnonzero(evidence)) if with_modules else None
-        read = _Line(line.name, begin, begin + line.durations_ns[evidence], every_id[evidence], modules)
-        return _with_modules(read) if with_modules else read
+        begin, end = line.starts_ns[evidence], line.starts_ns[evidence] + line.durations_ns[evidence]
+        read = _Line(line.name, begin, end, every_id[evidence])
+        if with_modules:  # the line's positions in the order _Line sorts its events
+            read.modules = self._runs_modules(line, read, np.flatnonzero(evidence)[np.lexsort((-end, begin))])
+            read = _with_modules(read)
+        return read
+
+    def _runs_modules(self, line: Line, read: _Line, positions: np.ndarray) -> np.ndarray:
+        """The program of each outermost event of ``read`` (a run of a program's thunks, or an op run alone), from
+        its own ``hlo_module`` stat or else from its first child's, -1 elsewhere: everything a run encloses
+        belongs to its program (:func:`_with_modules`), so a line of millions of ops is read a few events per
+        run, not an event at a time."""
+        modules = np.full(len(read), -1, dtype=np.int64)
+        outermost = np.flatnonzero(read.parents < 0)
+        modules[outermost] = self._modules(line, positions[outermost])
+        unnamed = outermost[modules[outermost] < 0]
+        first_child = unnamed + 1  # events sorted by start, the longest first: a child follows its parent
+        inside = first_child < len(read)
+        inside[inside] = read.parents[first_child[inside]] == unnamed[inside]
+        modules[first_child[inside]] = self._modules(line, positions[first_child[inside]])
+        return modules
 
     def _modules(self, line: Line, positions: np.ndarray) -> np.ndarray:
         """The program each event at ``positions`` runs, by its ``hlo_module`` stat, as an index into the

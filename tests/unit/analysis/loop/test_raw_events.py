@@ -204,3 +204,12 @@ def test_a_host_callback_run_inline_on_the_training_thread_keeps_the_devices_wai
     assert "/host:CPU/python (inline)" in host.compute_lanes
     (callback,) = [part for part in host.attribution.parts if part.name == "host callback"]
     assert callback.share > 0.69  # the callback's own clock: 0.69 of the loop
+
+
+def test_each_programs_device_work_on_the_xla_cpu_threads_is_read_from_the_runs_hlo_module():
+    # Eight micro-batch gradients a step, beside eager slices, squeezes and adds launched while they run.
+    host = read_host_evidence(xplane("cpu/grad_accumulation_in_python"))
+    work = {p.name: p for p in host.programs}
+    assert work["PjitFunction(mlp_loss)"].device_ms_per_call == pytest.approx(0.231, abs=0.01)
+    assert work["PjitFunction(mlp_loss)"].share_of_device > 0.8
+    assert all(work[f"PjitFunction({name})"].device_ms_per_call < 0.01 for name in ("add", "dynamic_slice", "squeeze"))
