@@ -111,7 +111,6 @@ NAMED_CAUSES = frozenset({HostCause.CHECKPOINT, HostCause.DEVICE_SYNC, HostCause
 # Device work per slow step, as a multiple of a normal step's, up to which the slow steps do no more on the devices.
 SAME_DEVICE_WORK = 1.2
 OP_BY_OP_DISPATCHES = 50  # jit dispatches per step that mean the step is not one program
-SMALL_LAUNCHES = 0.5  # share of those dispatches, launching programs shorter than their launch, that is op by op
 DISPATCH_ORIGIN_FLOOR = 0.1  # share of the dispatches a function makes for the op-by-op finding to name it
 # Share of a step's dispatches that launch one function for them to be that function called over and over (once
 # per example), not op-by-op execution of many different operations.
@@ -564,20 +563,24 @@ def _launches_op_by_op(host: HostEvidence) -> bool:
     """Many dispatches per step, or several whose measured dispatch time holds much of it, of programs that run
     shorter on the devices than the host takes to launch them: longer ones queue ahead and cost nothing. Where
     each program's device work is known apart, many dispatches per step of which most launch such small programs
-    are op by op too, whatever the few large ones compute."""
+    are op by op too, whatever the few large ones compute: often enough, or for enough of the step."""
     computing_ms = (host.busy_fraction or 0.0) * host.step_ms.mean if host.step_ms else 0.0
+    small, small_ms = _small_launches_per_step(host)
+    step_ms = host.step_ms.mean if host.step_ms else 0.0
     return host.dispatches_per_step >= OFTEN_DISPATCHED and (
         computing_ms < host.dispatch_ms_per_step and (
             host.dispatches_per_step >= OP_BY_OP_DISPATCHES or _dispatch_share(host) >= IDLE_PRIORITIES[1][0])
-        or host.dispatches_per_step >= OP_BY_OP_DISPATCHES
-        and _small_launches_per_step(host) >= SMALL_LAUNCHES * host.dispatches_per_step)
+        or small >= OFTEN_DISPATCHED and (
+            small >= OP_BY_OP_DISPATCHES or step_ms > 0 and small_ms / step_ms >= IDLE_PRIORITIES[1][0]))
 
 
-def _small_launches_per_step(host: HostEvidence) -> float:
-    """Jit dispatches per step of programs whose device work per call is shorter than their launch."""
-    small = sum(p.calls for p in host.programs
-                if p.name.startswith(DISPATCH_PREFIX) and p.device_ms_per_call < p.ms_per_call)
-    return small / host.steps if host.steps else 0.0
+def _small_launches_per_step(host: HostEvidence) -> tuple[float, float]:
+    """Jit dispatches per step of programs whose device work per call is shorter than their launch, and the
+    host's time launching them per step."""
+    small = [p for p in host.programs if p.name.startswith(DISPATCH_PREFIX) and p.device_ms_per_call < p.ms_per_call]
+    if not host.steps:
+        return 0.0, 0.0
+    return sum(p.calls for p in small) / host.steps, sum(p.calls * p.ms_per_call for p in small) / host.steps
 
 
 def _dispatch_overhead(host: HostEvidence, kernels: list[KernelShare]) -> Finding | None:

@@ -751,6 +751,21 @@ def test_the_kernels_updating_an_undonated_argument_in_place_are_its_whole_copy_
         assert '"jit_decode(18)" updates its argument "cache.1" in place' in " ".join(finding.evidence)
 
 
+@pytest.mark.parametrize(("launch_ms", "op_by_op"), [(0.07, True), (0.02, False)])
+def test_fewer_small_launches_that_hold_much_of_the_step_are_op_by_op(launch_ms, op_by_op):
+    # A gradient and an update a step that compute longer than their launch, and 28 eager launches of a norm:
+    # op by op where launching those takes a quarter of the step or more.
+    def program(name, calls, ms_per_call, device_ms_per_call):
+        return ProgramCalls(name=f"PjitFunction({name})", calls=calls, ms_per_call=ms_per_call,
+                            device_ms_per_call=device_ms_per_call, share_of_device=0.0)
+
+    host = _host(kind=DeviceKind.CPU, busy=0.7, steps=15, step_ms=2.5, dispatches=39, ms_per_dispatch=0.033,
+                 programs=[program("mlp_loss", 15, 0.1, 1.35), program("apply", 15, 0.1, 0.11),
+                           *(program(name, 135, launch_ms, 0.002) for name in ("square", "add", "_reduce_sum")),
+                           program("sqrt", 15, launch_ms, 0.001)])
+    assert bool(_of(assessed(host), FindingCategory.DISPATCH_OVERHEAD)) is op_by_op
+
+
 def test_a_host_callback_on_a_cpu_is_named_without_promising_that_the_device_would_do_it_for_less():
     # The CPU's device threads and the callback's Python share the same cores: its time is its work's.
     host = _host(kind=DeviceKind.CPU, busy=0.95, top_ops=_ops(("pure_callback.0", 0.7), ("ynn_fusion", 0.2)))
