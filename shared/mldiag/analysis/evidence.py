@@ -79,7 +79,7 @@ class DataMovement(Evidence):
     """``analysis.json.data_movement``: device time in one kind of op that moves or re-types data, on the host where
     it weighs most (per step, or per capture without steps), as its finding quotes it."""
 
-    kind: str  # "host_transfer", "convert" or "layout"
+    kind: str  # "host_transfer", "convert", "layout" or "undonated" (an in-place update copying its argument)
     host: str
     ms_per_step: float  # per device
     device_ms_per_step: float  # all device op time, per device

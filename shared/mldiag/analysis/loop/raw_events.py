@@ -937,7 +937,8 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
 
     ops = _ops(trace, measured, steps.device_windows, count)
     host = _host_side(trace, steps, is_dispatch, count, busy_unions)
-    programs, distinct_programs, launch_count, launch_idle = _programs(trace, launches, measured, busy_unions, busy_name)
+    programs, distinct_programs, launch_count, launch_idle = _programs(trace, launches, measured, busy_unions,
+                                                                       busy_name)
     launched = _launched(trace, steps, is_dispatch)
     compiles = _compiles(trace, launched, is_dispatch)
     is_marker = _marker_mask(trace, steps)
