@@ -1015,6 +1015,8 @@ def measure(xplane: Path, name: str, wall_ms: list[float]) -> dict:
                 steps.append(span)
             elif line.name.startswith("tf_XLA") and not event.name.startswith("ThreadpoolListener"):
                 xla.append(span)
+            elif event.duration_ns and "hlo_op" in dict(event.stats):  # an op the client ran on the calling thread
+                xla.append(span)
             if event.name.startswith("PjitFunction("):
                 dispatches.append(span[0])
             if event.name.startswith("backend_compile"):
@@ -1049,7 +1051,8 @@ def measure(xplane: Path, name: str, wall_ms: list[float]) -> dict:
         "step_ms_from_markers": _summary([(end - start) / 1e6 for start, end in steps]),
         "step_ms_wallclock": _summary(wall_ms),
         # Share of each step during which any XLA CPU runtime thread (lines tf_XLA*) had an
-        # event open, ThreadpoolListener markers excepted; averaged over steps.
+        # event open, ThreadpoolListener markers excepted, or another thread ran an op inline (an
+        # event with an hlo_op); averaged over steps.
         "xla_busy_fraction_mean": round(statistics.mean(busy), 3),
         "dispatches_per_step": round(statistics.mean(inside(s, e, dispatches) for s, e in steps), 1),
         "compiles_in_steps": sum(inside(s, e, compiles) for s, e in steps),

@@ -70,13 +70,16 @@ class HloProgram(Evidence):
     # Its kernels (entry-level fusions) that compute, whatever their names say: XLA names a fusion after its
     # root, so a bf16 sine computed in f32 runs as "loop_convert_fusion".
     computing_fusions: list[str] = Field(default_factory=list)
+    # Entry parameters updated in place into an output without being donated, each copied whole every call:
+    # parameter -> the kernels that run its updates.
+    undonated: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class DataMovement(Evidence):
     """``analysis.json.data_movement``: device time in one kind of op that moves or re-types data, on the host where
     it weighs most (per step, or per capture without steps), as its finding quotes it."""
 
-    kind: str  # "host_transfer", "convert", "argument_copy" or "layout"
+    kind: str  # "host_transfer", "convert", "layout" or "undonated" (an in-place update copying its argument)
     host: str
     ms_per_step: float  # per device
     device_ms_per_step: float  # all device op time, per device

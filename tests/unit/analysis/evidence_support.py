@@ -7,7 +7,7 @@ import numpy as np
 
 from mldiag.analysis.evidence import ProfileInput, ToolResult, ToolStatus
 from mldiag.analysis.host_evidence import DeviceKind, HostEvidence
-from mldiag.analysis.loop.raw_events import _evidence, _Line, _Trace
+from mldiag.analysis.loop.raw_events import _evidence, _Line, _Trace, _with_modules
 from mldiag.analysis.rules.analyst import assess
 
 MS = 1_000_000
@@ -21,19 +21,29 @@ class TraceBuild:
         self.trace = _Trace(device_kind=kind, device_type=kind.value.upper())
         self.ids: dict[str, int] = {}
 
-    def _line(self, name: str, events: Events) -> _Line:
+    def _line(self, name: str, events: Events, modules: np.ndarray | None = None) -> _Line:
         ids = [self.ids.setdefault(event, len(self.ids)) for event, _, _ in events]
         self.trace.names = list(self.ids)
         return _Line(name, np.array([s for _, s, _ in events], dtype=np.int64),
-                     np.array([e for _, _, e in events], dtype=np.int64), np.array(ids, dtype=np.int64))
+                     np.array([e for _, _, e in events], dtype=np.int64), np.array(ids, dtype=np.int64), modules)
 
     def host(self, events: Events, *, markers: tuple[str, ...] = (), thread: str = "python") -> TraceBuild:
         self.trace.host_lines.append(self._line(thread, events))
         self.trace.markers |= {self.ids[m] for m in markers}
         return self
 
-    def lane(self, device: str, events: Events, name: str = "Stream #1") -> TraceBuild:
-        self.trace.lanes.setdefault(device, []).append(self._line(f"{device}/{name}", events))
+    def lane(self, device: str, events: Events, name: str = "Stream #1",
+             programs: list[str | None] | None = None) -> TraceBuild:
+        """A compute lane; ``programs``, where given, names the program each event runs as the XLA CPU client's
+        lanes do (None: the event names none, as the thunk executor's run that encloses a program's ops)."""
+        modules = None
+        if programs is not None:
+            for program in programs:
+                if program is not None and program not in self.trace.modules:
+                    self.trace.modules.append(program)
+            modules = np.array([self.trace.modules.index(p) if p else -1 for p in programs], dtype=np.int64)
+        line = self._line(f"{device}/{name}", events, modules)
+        self.trace.lanes.setdefault(device, []).append(line if modules is None else _with_modules(line))
         return self
 
     def device_steps(self, device: str, events: Events) -> TraceBuild:

@@ -143,11 +143,15 @@ class _Line:
     starts: np.ndarray
     ends: np.ndarray
     ids: np.ndarray  # index into _Trace.names
+    # A compute lane's: the program each event runs, as an index into _Trace.modules (-1 where unknown).
+    modules: np.ndarray | None = None
     parents: np.ndarray = field(init=False)  # index of the enclosing event, -1 at the top
 
     def __post_init__(self) -> None:
         order = np.lexsort((-self.ends, self.starts))
         self.starts, self.ends, self.ids = self.starts[order], self.ends[order], self.ids[order]
+        if self.modules is not None:
+            self.modules = self.modules[order]
         self.parents = _parents(self.starts, self.ends)
 
     def __len__(self) -> int:
@@ -200,6 +204,8 @@ class _Trace:
     program_runs: dict[str, _Line] = field(default_factory=dict)  # device -> its "XLA Modules" line (TPU)
     markers: set[int] = field(default_factory=set)  # name ids of step markers
     cpu_devices: set[int] = field(default_factory=set)  # devices the XLA CPU client executed programs on
+    modules: list[str] = field(default_factory=list)  # programs the compute lanes' events name, as program_base
+    xla_ops: set[int] = field(default_factory=set)  # name ids of the XLA CPU client's ops (events with an hlo_op)
     hlo_op_of: dict[int, str] = field(default_factory=dict)  # GPU kernel -> the HLO op it runs
     hlo_category_of: dict[int, str] = field(default_factory=dict)  # TPU op -> its HLO category ("convolution", ...)
 
@@ -229,12 +235,47 @@ class _Reader:
         self.timeline_ids: dict[str, int] = {}  # names of events only the timeline keeps -> -1, -2, ...
         self.kept: dict[int, np.ndarray] = {}  # id(line) -> every event's name id
 
-    def line(self, line: Line, first_seen: FirstSeen | None = None, *, timed_only: bool = False) -> _Line:
-        """The line's events as arrays; ``timed_only`` drops instant events (markers that take no time)."""
+    def line(self, line: Line, first_seen: FirstSeen | None = None, *, timed_only: bool = False,
+             with_modules: bool = False) -> _Line:
+        """The line's events as arrays; ``timed_only`` drops instant events (markers that take no time), and
+        ``with_modules`` reads the program each event runs (:meth:`_runs_modules`)."""
         every_id = self._events(line, first_seen, timed_only=timed_only)
         evidence = every_id >= 0
-        begin = line.starts_ns[evidence]
-        return _Line(line.name, begin, begin + line.durations_ns[evidence], every_id[evidence])
+        begin, end = line.starts_ns[evidence], line.starts_ns[evidence] + line.durations_ns[evidence]
+        read = _Line(line.name, begin, end, every_id[evidence])
+        if with_modules:  # the line's positions in the order _Line sorts its events
+            read.modules = self._runs_modules(line, read, np.flatnonzero(evidence)[np.lexsort((-end, begin))])
+            read = _with_modules(read)
+        return read
+
+    def _runs_modules(self, line: Line, read: _Line, positions: np.ndarray) -> np.ndarray:
+        """The program of each outermost event of ``read`` (a run of a program's thunks, or an op run alone), from
+        its own ``hlo_module`` stat or else from its first child's, -1 elsewhere: everything a run encloses
+        belongs to its program (:func:`_with_modules`), so a line of millions of ops is read a few events per
+        run, not an event at a time."""
+        modules = np.full(len(read), -1, dtype=np.int64)
+        outermost = np.flatnonzero(read.parents < 0)
+        modules[outermost] = self._modules(line, positions[outermost])
+        unnamed = outermost[modules[outermost] < 0]
+        first_child = unnamed + 1  # events sorted by start, the longest first: a child follows its parent
+        inside = first_child < len(read)
+        inside[inside] = read.parents[first_child[inside]] == unnamed[inside]
+        modules[first_child[inside]] = self._modules(line, positions[first_child[inside]])
+        return modules
+
+    def _modules(self, line: Line, positions: np.ndarray) -> np.ndarray:
+        """The program each event at ``positions`` runs, by its ``hlo_module`` stat, as an index into the
+        trace's modules (-1 where the event names none)."""
+        index: dict[str, int] = {name: i for i, name in enumerate(self.trace.modules)}
+        modules = np.full(len(positions), -1, dtype=np.int64)
+        for row, module in enumerate(line.own_stat("hlo_module", positions)):
+            if module:
+                base = program_base(str(module))
+                if base not in index:
+                    index[base] = len(self.trace.modules)
+                    self.trace.modules.append(base)
+                modules[row] = index[base]
+        return modules
 
     def _events(self, line: Line, first_seen: FirstSeen | None = None, *, timed_only: bool = False,
                 timeline_only: bool = False) -> np.ndarray:
@@ -336,6 +377,8 @@ def _read(path: Path, timeline: Path | None = None) -> _Trace:
             trace.markers.add(index)
         if (device := CPU_DEVICE_EXECUTION.match(trace.names[index])) is not None:
             trace.cpu_devices.add(int(device.group(1)))
+        if stats.get("hlo_op"):
+            trace.xla_ops.add(index)
 
     xla_runs_on_host = not trace.lanes
     if xla_runs_on_host:
@@ -343,7 +386,7 @@ def _read(path: Path, timeline: Path | None = None) -> _Trace:
     host_lines = next((plane.lines for plane in planes if plane.name == "/host:CPU"), [])
     for line in host_lines:
         is_lane = xla_runs_on_host and line.name.startswith("tf_XLA")
-        events = reader.line(line, note_marker, timed_only=is_lane)
+        events = reader.line(line, note_marker, timed_only=is_lane, with_modules=is_lane)
         if is_lane:
             events.name = f"/host:CPU/{line.name}"
             trace.lanes.setdefault("/host:CPU", []).append(events)
@@ -372,11 +415,40 @@ def _idle_accelerator(planes: list[Plane]) -> str:
 
 def _inline_program(trace: _Trace, line: _Line) -> _Line:
     """The programs the XLA CPU client runs inline on a host thread (the thread that launched them, rather than
-    one of its own): each :data:`INLINE_PROGRAM` run with what it encloses, as a compute lane of its own."""
+    one of its own): each :data:`INLINE_PROGRAM` run, or op run outside one, with what it encloses, as a compute
+    lane of its own, each event's program the one its enclosing jit dispatch launched."""
     names = np.array([name == INLINE_PROGRAM for name in trace.names], dtype=bool)
+    names[list(trace.xla_ops)] = True
     root = names[line.ids]
     keep = (root | _has_ancestor(line, root)) & (line.ends > line.starts)
-    return _Line(f"/host:CPU/{line.name} (inline)", line.starts[keep], line.ends[keep], line.ids[keep])
+    dispatch = _nearest_ancestor(line, np.array([name.startswith(DISPATCH_PREFIX) for name in trace.names],
+                                                dtype=bool)[line.ids])[keep]
+    launched = np.unique(line.ids[dispatch[dispatch >= 0]])
+    index = {name: i for i, name in enumerate(trace.modules)}
+    module_of = np.full(len(trace.names), -1, dtype=np.int64)
+    for launch in launched.tolist():
+        base = program_base(trace.names[launch])
+        if base not in index:
+            index[base] = len(trace.modules)
+            trace.modules.append(base)
+        module_of[launch] = index[base]
+    modules = np.where(dispatch >= 0, module_of[line.ids[np.maximum(dispatch, 0)]], -1)
+    return _Line(f"/host:CPU/{line.name} (inline)", line.starts[keep], line.ends[keep], line.ids[keep], modules)
+
+
+def _with_modules(line: _Line) -> _Line:
+    """``line`` with its events' programs completed: an event that names none runs the program of the event
+    enclosing it, or, enclosing events of one program (the thunk executor's run), that program."""
+    assert line.modules is not None
+    modules = line.modules
+    nested = np.flatnonzero(line.parents >= 0)
+    while True:
+        up = nested[(modules[nested] >= 0) & (modules[line.parents[nested]] < 0)]
+        down = nested[(modules[nested] < 0) & (modules[line.parents[nested]] >= 0)]
+        if not len(up) and not len(down):
+            return line
+        modules[line.parents[up]] = modules[up]
+        modules[down] = modules[line.parents[down]]
 
 
 def _name_threads_apart(trace: _Trace, is_dispatch: np.ndarray) -> None:
@@ -569,7 +641,7 @@ def _steps(trace: _Trace, launches: dict[str, _Launches], busy_name: np.ndarray)
         return _Steps(StepSource.STEP_MARKERS, trace.names[marker], windows, dict.fromkeys(devices, windows))
     reference = launches.get("") or next(iter(launches.values()), None)
     all_lanes = [line for lines in trace.lanes.values() for line in lines]
-    iteration = _iteration(reference, _device_ns_by_program(reference, all_lanes, busy_name)) if (
+    iteration = _iteration(reference, _device_ns_by_program(trace, reference, all_lanes, busy_name)) if (
         reference is not None) else None
     own = {device: np.column_stack((steps.starts, steps.ends))
            for device, steps in trace.device_steps.items() if device in trace.lanes}
@@ -671,13 +743,41 @@ def _launch_windows(launches: _Launches, lanes: list[_Line]) -> np.ndarray:
     return windows
 
 
-def _device_ns_by_program(launches: _Launches, lanes: list[_Line], busy_name: np.ndarray) -> dict[int, float]:
-    """Per program id: the device work (the lanes' busy union) from each of its launches to the next launch."""
+def _device_ns_by_program(trace: _Trace, launches: _Launches, lanes: list[_Line],
+                          busy_name: np.ndarray) -> dict[int, float]:
+    """Per program id: the device work of its launches (:func:`_work_by_program`)."""
     if not len(launches):
         return {}
-    covered = _union_of(lanes, busy_name).covered(_launch_windows(launches, lanes))
-    names, inverse = np.unique(launches.ids, return_inverse=True)
-    return dict(zip(names.tolist(), np.bincount(inverse, weights=covered).tolist()))
+    names = np.unique(launches.ids)
+    return dict(zip(names.tolist(), _work_by_program(trace, launches, names, [lanes], busy_name).tolist()))
+
+
+def _work_by_program(trace: _Trace, launches: _Launches, names: np.ndarray, devices: list[list[_Line]],
+                     busy_name: np.ndarray) -> np.ndarray:
+    """For each program id of ``names``, its device work over the launches, averaged over ``devices`` (each
+    device's compute lanes).
+
+    Where the lanes name the program each event runs (the XLA CPU client's), a program's work is the cover of
+    its own events: dispatch runs ahead of the device, so the next launch often comes while the previous
+    program still runs. Elsewhere the work from each launch to the next is the launched program's.
+    """
+    every = [line for lanes in devices for line in lanes]
+    if any(line.modules is not None and (line.modules >= 0).any() for line in every):
+        module_of = {name: index for index, name in enumerate(trace.modules)}
+        span = np.array([[int(launches.starts[0]), _last_lane_end(every, int(launches.starts[0]))]], dtype=np.int64)
+        work = np.zeros(len(names))
+        for row, program in enumerate(names.tolist()):
+            module = module_of.get(program_base(trace.names[program]), -2)
+            for lanes in devices:
+                own = [_Line(line.name, *(column[chosen] for column in (line.starts, line.ends, line.ids)))
+                       for line in lanes if line.modules is not None
+                       and (chosen := (line.modules == module) & busy_name[line.ids]).any()]
+                work[row] += _union_of(own, busy_name).covered(span)[0] / len(devices)
+        return work
+    windows = _launch_windows(launches, every)
+    covered = np.mean([_union_of(lanes, busy_name).covered(windows) for lanes in devices], axis=0)
+    inverse = np.searchsorted(names, launches.ids)
+    return np.bincount(inverse, weights=covered, minlength=len(names))
 
 
 def _period_windows(launches: _Launches, runs: np.ndarray, lanes: list[_Line]) -> np.ndarray:
@@ -850,7 +950,8 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
 
     ops = _ops(trace, measured, steps.device_windows, count)
     host = _host_side(trace, steps, is_dispatch, count, busy_unions)
-    programs, distinct_programs, launch_count, launch_idle = _programs(trace, launches, measured, busy_unions)
+    programs, distinct_programs, launch_count, launch_idle = _programs(trace, launches, measured, busy_unions,
+                                                                       busy_name)
     launched = _launched(trace, steps, is_dispatch)
     compiles = _compiles(trace, launched, is_dispatch)
     is_marker = _marker_mask(trace, steps)
@@ -1343,8 +1444,8 @@ def _own_of(names: int, parts: list[list[np.ndarray]]) -> _Own:
 
 
 def _programs(trace: _Trace, launches: dict[str, _Launches], measured: dict[str, list[_Line]],
-              busy_unions: list[_Union]) -> tuple[list[ProgramCalls], int, int, float | None]:
-    """Per program: its launches, their mean time, and the device work from each launch to the next;
+              busy_unions: list[_Union], busy_name: np.ndarray) -> tuple[list[ProgramCalls], int, int, float | None]:
+    """Per program: its launches, their mean time, and their device work (:func:`_work_by_program`);
     with the count of launches and the devices' idle share between the first launch and the last work."""
     reference = launches.get("") or next(iter(launches.values()), None)
     if reference is None or not len(reference):
@@ -1354,7 +1455,8 @@ def _programs(trace: _Trace, launches: dict[str, _Launches], measured: dict[str,
         len(windows))
     names, inverse, calls = np.unique(reference.ids, return_inverse=True, return_counts=True)
     launch_ns = np.bincount(inverse, weights=reference.ends - reference.starts)
-    device_ns = np.bincount(inverse, weights=busy)
+    device_ns = _work_by_program(trace, reference, names, list(measured.values()), busy_name) if measured else (
+        np.zeros(len(names)))
     total_device = float(device_ns.sum()) or 1.0
     programs = [
         ProgramCalls(name=trace.names[int(names[i])], calls=int(calls[i]), ms_per_call=launch_ns[i] / calls[i] / 1e6,
@@ -1687,6 +1789,20 @@ def _has_descendant(line: _Line, flagged: np.ndarray) -> np.ndarray:
         reached = line.parents[reached]
         reached = reached[reached >= 0]
     return result
+
+
+def _nearest_ancestor(line: _Line, flagged: np.ndarray) -> np.ndarray:
+    """For each event, the nearest event enclosing it that is ``flagged``, -1 where none is (one pass per
+    nesting level)."""
+    nearest = np.full(len(line), -1, dtype=np.int64)
+    looking = np.flatnonzero(line.parents >= 0)
+    up = line.parents[looking]
+    while len(looking):
+        found = flagged[up]
+        nearest[looking[found]] = up[found]
+        looking, up = looking[~found], line.parents[up[~found]]
+        looking, up = looking[up >= 0], up[up >= 0]
+    return nearest
 
 
 def _has_ancestor(line: _Line, flagged: np.ndarray) -> np.ndarray:

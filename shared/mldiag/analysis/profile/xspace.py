@@ -231,6 +231,21 @@ class Line:
         event = _messages()["XEvent"].FromString(self._source[start:start + length])
         return self.plane.resolve(self.plane.metadata_stats(int(self.metadata_ids[index])), event.stats)
 
+    def own_stat(self, name: str, positions: np.ndarray) -> list[Any]:
+        """The value of the stat called ``name`` among the own stats of each event at ``positions`` (its
+        metadata's aside), None where the event has none: each event parsed alone, only for that stat."""
+        wanted = next((key for key, stat_name in self.plane._stat_names.items() if stat_name == name), None)
+        if wanted is None:
+            return [None] * len(positions)
+        parse = _messages()["XEvent"].FromString
+        values: list[Any] = []
+        for index in positions.tolist():
+            length, start = varint(self._source, int(self._offsets[index]) + 1)
+            found = next((stat for stat in parse(self._source[start:start + length]).stats
+                          if stat.metadata_id == wanted), None)
+            values.append(None if found is None else _value(found, self.plane._stat_names))
+        return values
+
 
 @dataclass
 class Plane:

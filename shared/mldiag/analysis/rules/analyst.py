@@ -564,10 +564,26 @@ def _dispatch_share(host: HostEvidence) -> float:
 
 def _launches_op_by_op(host: HostEvidence) -> bool:
     """Many dispatches per step, or several whose measured dispatch time holds much of it, of programs that run
-    shorter on the devices than the host takes to launch them: longer ones queue ahead and cost nothing."""
+    shorter on the devices than the host takes to launch them: longer ones queue ahead and cost nothing. Where
+    each program's device work is known apart, many dispatches per step of which most launch such small programs
+    are op by op too, whatever the few large ones compute: often enough, or for enough of the step."""
     computing_ms = (host.busy_fraction or 0.0) * host.step_ms.mean if host.step_ms else 0.0
-    return host.dispatches_per_step >= OFTEN_DISPATCHED and computing_ms < host.dispatch_ms_per_step and (
-        host.dispatches_per_step >= OP_BY_OP_DISPATCHES or _dispatch_share(host) >= IDLE_PRIORITIES[1][0])
+    small, small_ms = _small_launches_per_step(host)
+    step_ms = host.step_ms.mean if host.step_ms else 0.0
+    return host.dispatches_per_step >= OFTEN_DISPATCHED and (
+        computing_ms < host.dispatch_ms_per_step and (
+            host.dispatches_per_step >= OP_BY_OP_DISPATCHES or _dispatch_share(host) >= IDLE_PRIORITIES[1][0])
+        or small >= OFTEN_DISPATCHED and (
+            small >= OP_BY_OP_DISPATCHES or step_ms > 0 and small_ms / step_ms >= IDLE_PRIORITIES[1][0]))
+
+
+def _small_launches_per_step(host: HostEvidence) -> tuple[float, float]:
+    """Jit dispatches per step of programs whose device work per call is shorter than their launch, and the
+    host's time launching them per step."""
+    small = [p for p in host.programs if p.name.startswith(DISPATCH_PREFIX) and p.device_ms_per_call < p.ms_per_call]
+    if not host.steps:
+        return 0.0, 0.0
+    return sum(p.calls for p in small) / host.steps, sum(p.calls * p.ms_per_call for p in small) / host.steps
 
 
 def _dispatch_overhead(host: HostEvidence, kernels: list[KernelShare]) -> Finding | None:
@@ -892,7 +908,11 @@ def _accelerator_idle(host: HostEvidence) -> Finding | None:
 def _host_callbacks(host: HostEvidence) -> Finding | None:
     """A callback into Python inside the step (jax.pure_callback, io_callback, jax.debug.print): the device sends
     data to the host and waits, idle for the model, until the host's answer comes back; and the program that holds
-    it launches slower. Its cost is the attribution's (the callback ops and those launches) where there is one."""
+    it launches slower. Its cost is the attribution's (the callback ops and those launches) where there is one.
+
+    On a CPU the device's threads and the callback's Python share the host's cores: the callback's work moved into
+    the program costs about what it costs in Python (a sort is a sort), so its time says nothing of what a change
+    saves, and the finding is ranked no higher than P2 with a fix of its own."""
     callbacks = [op for op in host.top_ops if HOST_CALLBACK.search(f"{op.name} {op.expression}")]
     ms = sum(op.self_ms_per_step for op in callbacks)
     if not host.step_ms or not ms:
@@ -903,6 +923,8 @@ def _host_callbacks(host: HostEvidence) -> Finding | None:
     if priority is None:
         return None
     debug = all(_DEBUG_CALLBACK.match(op.name) for op in callbacks)
+    on_cpu = host.device_kind is DeviceKind.CPU and not debug
+    priority = Priority.P2 if on_cpu else priority
     return Finding(
         priority=priority,
         category=FindingCategory.DATA_MOVEMENT,
@@ -910,14 +932,14 @@ def _host_callbacks(host: HostEvidence) -> Finding | None:
         what="The step calls back into Python on the host (jax.pure_callback, io_callback or debug.callback): "
              "the device sends the callback's inputs to the host, then waits, doing no model work, until the "
              "host has run the Python function and sent its result back; and the program that holds a callback "
-             "takes longer to launch.",
+             "takes longer to launch." + (_CALLBACK_ON_CPU if on_cpu else ""),
         evidence=[*(f"{quoted(op.name)}: {op.self_ms_per_step:.2f} ms per step of {host.step_ms.mean:.2f} ms"
                     for op in callbacks[:3]),
                   *(f"the loop's time waiting on host callbacks, the launches of the programs that hold them "
                     f"included: {part.ms:.1f} ms of {host.attribution.loop_ms:.1f} ms ({part.share:.1%})"
                     for part in attributed)],
         impact=f"up to {share * host.step_ms.mean:.1f} ms per step ({share:.0%} of it).",
-        fix=_DEBUG_CALLBACK_FIX if debug else _CALLBACK_FIX,
+        fix=_DEBUG_CALLBACK_FIX if debug else _CALLBACK_ON_CPU_FIX if on_cpu else _CALLBACK_FIX,
     )
 
 
@@ -930,6 +952,16 @@ _CALLBACK_FIX = (
     "Compute the callback's result on the device with jax.numpy (jnp.sort, jnp.histogram, ... run inside the "
     "jitted step), or take it off the step's critical path: call it every N steps, on values the step no longer "
     "needs, or after the step on the host.")
+
+
+_CALLBACK_ON_CPU = (
+    " On a CPU the program's threads and the callback's Python share the host's cores: the same work done inside "
+    "the program costs about as much, so this time is what the callback's work takes, not what moving it saves.")
+_CALLBACK_ON_CPU_FIX = (
+    "Measure before moving it: on a CPU, computing the callback's result with jax.numpy inside the step runs the "
+    "same work on the same cores and may save nothing. What saves time is less work in the callback (vectorized "
+    "numpy instead of Python loops, on fewer values) or fewer calls: call it every N steps, or after the step on "
+    "values the step no longer needs.")
 
 
 def _parts_named(host: HostEvidence, cause: TimeCause, name: str) -> list[TimePart]:
@@ -1242,7 +1274,7 @@ def _movement(op: OpTime, computing: frozenset[str] = frozenset(), parameters: f
         return None
     if copies_argument or ((copy := _COPY_OF.search(op.expression)) and copy[1] == copy[2]
                            and copy[3] in parameters):
-        return "argument_copy"
+        return "undonated"
     if _CONVERT.search(op.name):
         return "convert"
     if _LAYOUT.search(op.name):
@@ -1283,15 +1315,15 @@ _MOVEMENT_TEXT = {
     "convert": ("Dtype converts",
                 "Kernels whose work is converting tensors between dtypes (f32 and bf16, for example) hold the "
                 "devices: the data is re-typed rather than computed on, often in a round trip that undoes itself."),
-    "argument_copy": ("Copies of whole arguments",
-                      "Kernels that copy an argument whole, unchanged, into a new buffer hold the devices: a "
-                      "program that updates part of an array it does not own (x.at[i].set(v) called eagerly, a "
-                      "jitted update whose array is not donated) copies all of it first, on every call, however "
-                      "little it changes."),
     "layout": ("Layout transposes",
                "Kernels that transpose tensors or copy them into another layout hold the devices: the data is "
                "rearranged in memory, not computed on. XLA inserts them where a producer's layout differs from "
                "the one its consumer (a convolution, a matmul) wants."),
+    "undonated": ("Copies of undonated arguments",
+                  "Kernels copy an argument whole into a new buffer before writing a few elements into it: the "
+                  "program updates part of an array (a dynamic_update_slice, x.at[i].set(v) into a cache or "
+                  "buffer) whose buffer is not donated, so the caller may still read it and every call copies all "
+                  "of it first, however little it changes; eager calls (x.at[i].set one at a time) never donate."),
 }
 
 
@@ -1306,11 +1338,12 @@ def _movement_fix(kind: str, framework: Framework, device: DeviceKind, convoluti
                 "on purpose (memory kinds such as 'pinned_host', jax.checkpoint offload policies), offload only "
                 "what does not fit in HBM and overlap the copies with compute; otherwise keep the arrays in "
                 "device memory.")
-    if kind == "argument_copy":
-        return ("Update the array in place: make the updates inside one jax.jit that donates it "
-                "(jax.jit(update, donate_argnums=0); a decode step donating its KV cache), so XLA writes into the "
-                "argument's own buffer; or build the array once from its parts (jnp.stack, jnp.concatenate) "
-                "instead of setting them one eager call at a time.")
+    if kind == "undonated":
+        return ("Update the array in place: donate it to the jitted function that takes and returns it "
+                "(jax.jit(f, donate_argnums=(i,)) or donate_argnames; a decode step donating its KV cache) and use "
+                "the returned array from then on (the donated one is invalid after the call), so XLA writes into "
+                "the argument's own buffer; where the updates are eager calls (x.at[i].set(v) one at a time), make "
+                "them inside one such jit, or build the array once from its parts (jnp.stack, jnp.concatenate).")
     if kind == "convert":
         if tensorflow:
             return ("Set one mixed-precision policy (tf.keras.mixed_precision.set_global_policy('mixed_bfloat16' "
@@ -1343,13 +1376,16 @@ def _movements(hosts: list[HostEvidence], programs: dict[str, HloProgram], works
     each kind on the host where it takes the largest share of device time, with those ops, longest first."""
     computing = frozenset(name for program in programs.values() for name in program.computing_fusions)
     parameters = frozenset(name for program in programs.values() for name in program.parameters)
+    updating = frozenset(name for program in programs.values() for writers in program.undonated.values()
+                         for name in writers)
     worst: dict[str, tuple[float, HostEvidence, list[OpTime]]] = {}
     for host in hosts:
         by_kind: dict[str, list[OpTime]] = {}
         copying = {id(op) for op, ran in roofline.timed_kernels(host, works) if ran
                    and all(w.copies_argument for w in ran)}
         for op in host.top_ops:
-            if (kind := _movement(op, computing, parameters, id(op) in copying)) is not None:
+            if (kind := "undonated" if op.name.removesuffix(".kd") in updating
+                    else _movement(op, computing, parameters, id(op) in copying)) is not None:
                 by_kind.setdefault(kind, []).append(op)
         for kind, ops in by_kind.items():
             share = sum(op.share_of_busy for op in ops)
@@ -1388,7 +1424,7 @@ def _movement_priority(movement: DataMovement, host: HostEvidence) -> Priority |
 def _updating_programs(host: HostEvidence, copies: list[OpTime], programs: dict[str, HloProgram],
                        works: list[KernelWork]) -> list[ProgramCalls]:
     """The launched programs that copy a whole argument first: those with an entry parameter of the copied name,
-    dtype and dimensions, or whose HLO holds the copy. Their device time is what updating in place saves (the
+    dtype and dimensions, or whose HLO holds the copy or updates an undonated argument. Their device time is what updating in place saves (the
     copy, and the update written into it)."""
     copied = {(match[3], shape.dtype, shape.dims) for op in copies
               if (match := _COPY_OF.search(op.expression)) and (shape := Shape.parse(match[2])) is not None}
@@ -1397,6 +1433,9 @@ def _updating_programs(host: HostEvidence, copies: list[OpTime], programs: dict[
                if (shape := Shape.parse(text)) is not None and (name, shape.dtype, shape.dims) in copied}
     holding |= {_module_base(w.module) for op, ran in roofline.timed_kernels(host, works) if op in copies
                 for w in ran if w.copies_argument}
+    names = {op.name.removesuffix(".kd") for op in copies}
+    holding |= {_module_base(program.module) for program in programs.values()
+                if any(names.intersection(writers) for writers in program.undonated.values())}
     return [call for call in host.programs if _module_base(call.name) in holding]
 
 
@@ -1404,6 +1443,7 @@ def _data_movement(movements: list[tuple[DataMovement, HostEvidence, list[OpTime
                    hlo_issues: dict[str, list[HloIssue]], programs: dict[str, HloProgram],
                    works: list[KernelWork]) -> list[Finding]:
     framework = frameworks.detect([host for _, host, _ in movements])
+    undonated = [program for program in programs.values() if program.undonated]
     related = {"convert": ("detect_unnecessary_convert_reduce",),
                "layout": ("detect_layout_mismatch_copies", "detect_unfused_reshapes")}
     findings = []
@@ -1427,11 +1467,16 @@ def _data_movement(movements: list[tuple[DataMovement, HostEvidence, list[OpTime
                             f"{size(movement.to_host_bytes_per_step)} device to host (from the copies' HLO shapes)")
         evidence += [f"{quoted(i.module)} {quoted(i.instruction)} (runs as {quoted(i.runs_as)}): {i.detail}"
                      for detector in related.get(kind, ()) for i in (hlo_issues.get(detector) or [])[:2]]
+        if kind == "undonated":
+            evidence += [f"{quoted(program.module)} updates its argument {quoted(argument)} in place into an "
+                         f"output without donating it: the kernels {', '.join(map(quoted, writers[:3]))}"
+                         f"{' and more' if len(writers) > 3 else ''} write into a copy of it each call"
+                         for program in undonated for argument, writers in program.undonated.items()][:2]
         convolutions = any(_CONVOLUTION.search(op.name) for op in host.top_ops)
         title = f"{label} take {share:.0%} of device time"
         impact = (f"{ms:.1f} ms of each {device_ms:.1f} ms of device work per {per} computes nothing; without it "
                   f"the devices would finish {device_ms / max(device_ms - ms, 1e-9):.1f}x sooner.")
-        updating = _updating_programs(host, ops, programs, works) if kind == "argument_copy" else []
+        updating = _updating_programs(host, ops, programs, works) if kind == "undonated" else []
         steps = max(host.steps, 1)
         updates_ms = min(sum(call.device_ms_per_call * call.calls for call in updating) / steps, device_ms)
         # The programs are the updates only where the copies are most of their time: a step that also copies an
@@ -1796,7 +1841,9 @@ def _findings(hosts: list[HostEvidence], tools: dict[str, ToolResult], hlo_issue
     findings = (per_host + [f for f in session_wide if f is not None]
                 + _data_movement(movements, hlo_issues, programs, works)
                 + _compiler(hosts, hlo_issues) + hardware)
-    if not health.optimal and all(f.priority is Priority.P2 for f in findings):
+    # A host callback on a CPU holds the idle time it names, at P2 for want of a measure of what moving it saves.
+    if not health.optimal and all(f.priority is Priority.P2 for f in findings) and not any(
+            f.fix == _CALLBACK_ON_CPU_FIX for f in findings):
         findings.append(_low_utilisation(hosts, health))
     return sorted(findings, key=lambda f: _ORDER[f.priority])
 

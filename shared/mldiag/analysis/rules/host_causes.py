@@ -102,6 +102,8 @@ EVERY_STEP = 0.9  # calls per step of a function that reads device values back, 
 WAITED_ON_SHARE = 0.02  # share of the loop another thread's function holds while the training thread waits on it
 MANY_COPIES = 20  # copies between host and device per step that cost more in calls than in bytes
 EACH_READ = 0.8  # launches of one function per copy off the device from which each launch's result is read
+LOOPED_READS = 4  # reads a step, each after a launch of one function, that make a loop rather than a sync a step
+LOOP_LAUNCHES = 0.5  # share of the step's launches that one function's make, for a loop of launch and read alone
 _SYNC = re.compile(r"\blog|_log|log_|logging|logger|\bemit|print|metric|summar|wandb|tensorboard|scalar|"
                    r"progress|tqdm|\bwrite", re.IGNORECASE)
 _INPUT = re.compile(r"batch|data|load|input|augment|decode|read|preprocess|sampler|shuffle|collate|next|"
@@ -171,11 +173,14 @@ def checked_calls(host: HostEvidence) -> list[HostActivity]:
 def read_after_each_launch(host: HostEvidence) -> HostActivity | None:
     """The jit call whose every launch the training thread reads back before the next (a Python loop that decides
     on the device's result at each iteration): one launched at least ``EACH_READ`` times per copy off the device,
-    where there are ``MANY_COPIES`` of those a step or more."""
-    reads = next((copy for copy in host.transfers if copy.count_per_step >= MANY_COPIES
+    where there are ``MANY_COPIES`` of those a step or more, or ``LOOPED_READS`` when that call's launches are
+    most of the step's (the loop does little else)."""
+    reads = next((copy for copy in host.transfers if copy.count_per_step >= LOOPED_READS
                   and transfer_direction(copy.name) == "device to host"), None)
     return None if reads is None else next(
-        (call for call in host.dispatched if call.count_per_step >= EACH_READ * reads.count_per_step), None)
+        (call for call in host.dispatched if call.count_per_step >= EACH_READ * reads.count_per_step and (
+            reads.count_per_step >= MANY_COPIES or call.count_per_step >= LOOP_LAUNCHES * host.dispatches_per_step)),
+        None)
 
 
 def other_thread_kind(name: str, thread: str = "") -> HostCause:

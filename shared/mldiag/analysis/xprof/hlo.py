@@ -44,13 +44,18 @@ _INSTRUCTION = re.compile(r"^\s*(?P<root>ROOT\s+)?%?(?P<name>[^\s=]+)\s*=\s*(?P<
 _COMPUTATION = re.compile(r"^(?P<entry>ENTRY\s+)?%?(?P<name>[^\s(]+)\s*\(.*\{\s*$")
 _OPCODE = re.compile(r"\s*(?P<opcode>[a-z][\w\-]*)\(")
 _OPERAND = re.compile(r"%([^\s,)]+)")
+# A module's header names the entry parameters whose buffers its outputs reuse (donated): "{0}: (2, {}, may-alias)".
+_ALIASES = "input_output_alias="
+_ALIASED_PARAMETER = re.compile(r"\((\d+), \{[^}]*\}, (?:may|must)-alias\)")
+_IN_PLACE_UPDATES = frozenset({"dynamic-update-slice", "scatter"})
+_PASSES_THROUGH = frozenset({"convert", "bitcast", "copy", "reshape"})  # between a buffer and its update, in a fusion
+MIN_UNDONATED_BYTES = 1 << 20  # a buffer updated in place that is copied whole each call, below which it is noise
 _CALLS = re.compile(r"calls=%?([^\s,}]+)")
 _TO_APPLY = re.compile(r"to_apply=%?([^\s,}]+)")
 _FUSION_KIND = re.compile(r"\bkind=k(\w+)")
 _TARGET = re.compile(r'custom_call_target="([^"]*)"')
 _DIRECTION = re.compile(r"\bdirection=(\w+)")
 _IOTA_DIMENSION = re.compile(r"\biota_dimension=(\d+)")
-_NUMBER = re.compile(r"\s*(\d+)")
 # HLO's own attribute, and a library GEMM's backend config ("operand_precision":["HIGHEST","HIGHEST"]).
 _PRECISION = re.compile(r"operand_precision=\{([^}]*)\}|\"operand_precision\":\[([^\]]*)\]")
 _CONTRACTING = re.compile(r"lhs_contracting_dims=\{([\d,]*)\}")
@@ -105,8 +110,8 @@ class Instruction:
     target: str = ""  # a custom call's target
     precision: str = ""  # a dot's or convolution's operand precision, where it is not the default ("highest")
     flops: float = 0.0  # a dot's or convolution's floating-point operations per run (a multiply-add is two)
+    parameter: int = -1  # a parameter's number
     direction: str = ""  # a compare's: "EQ", "LT", ...
-    parameter_number: int = -1  # a parameter's place in its computation's arguments
     iota_dimension: int = 0  # an iota's: the dimension it counts along
 
 
@@ -120,6 +125,7 @@ class HloModule:
     roots: dict[str, str] = field(default_factory=dict)  # computation -> its ROOT instruction
     applied: set[str] = field(default_factory=set)  # computations an op applies per element (a reduce's sum)
     fingerprint: str = ""  # of its text without the module's name: two compilations of the same program match
+    donated: set[int] = field(default_factory=set)  # entry parameters whose buffers the outputs reuse
 
     def operand(self, instruction: Instruction, index: int = 0) -> Instruction | None:
         if index >= len(instruction.operands):
@@ -162,6 +168,10 @@ def parse_module(name: str, text: str) -> HloModule:
     module = HloModule(name)
     body = text.split("\n", 1)[1] if text.startswith("HloModule ") and "\n" in text else text
     module.fingerprint = hashlib.sha256(body.encode()).hexdigest()[:16]
+    header = text.split("\n", 1)[0] if text.startswith("HloModule ") else ""
+    if (aliases := header.find(_ALIASES)) >= 0:
+        start = aliases + len(_ALIASES)
+        module.donated = {int(n) for n in _ALIASED_PARAMETER.findall(header[start:_balanced(header, start)])}
     computation = ""
     for line in text.splitlines():
         header = _COMPUTATION.match(line)
@@ -197,6 +207,8 @@ def parse_module(name: str, text: str) -> HloModule:
             kind=kind.group(1) if kind else "",
             target=target.group(1) if target else "",
         )
+        if instruction.opcode == "parameter" and after[opcode.end():operands_end - 1].strip().isdigit():
+            instruction.parameter = int(after[opcode.end():operands_end - 1])
         if instruction.opcode in ("dot", "convolution") or _MATMUL_TARGET.search(instruction.target):
             instruction.precision = _precision(attributes)
             instruction.flops = _matmul_flops(module, instruction, attributes)
@@ -204,8 +216,6 @@ def parse_module(name: str, text: str) -> HloModule:
             instruction.direction = direction.group(1)
         elif instruction.opcode == "iota" and (dimension := _IOTA_DIMENSION.search(attributes)):
             instruction.iota_dimension = int(dimension.group(1))
-        elif instruction.opcode == "parameter" and (number := _NUMBER.match(after, opcode.end())):
-            instruction.parameter_number = int(number.group(1))
         module.instructions[instruction.name] = instruction
         module.computations[computation].append(instruction.name)
         if match["root"]:
@@ -388,6 +398,47 @@ def detect_unnecessary_convert_reduce(modules: list[HloModule]) -> list[HloIssue
 _NOT_A_BUFFER = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast"})
 
 
+def _updated_operand(module: HloModule, instruction: Instruction) -> Instruction | None:
+    """The operand whose buffer ``instruction`` updates in place (a dynamic-update-slice's or scatter's first; a
+    fusion's whose fused update writes into a fused parameter of the fusion's own shape), None for other work."""
+    if instruction.opcode in _IN_PLACE_UPDATES:
+        return module.operand(instruction)
+    if instruction.opcode != "fusion" or instruction.shape is None:
+        return None
+    for name in module.computations.get(instruction.calls, []):
+        update = module.instructions[name]
+        source = module.operand(update) if update.opcode in _IN_PLACE_UPDATES else None
+        while source is not None and source.opcode in _PASSES_THROUGH:
+            source = module.operand(source)
+        if (source is not None and source.opcode == "parameter" and source.shape is not None
+                and source.shape.dims == instruction.shape.dims):
+            return module.operand(instruction, source.parameter)
+    return None
+
+
+def undonated_updates(module: HloModule) -> dict[str, list[str]]:
+    """The entry parameters of at least ``MIN_UNDONATED_BYTES`` that the program updates in place into one of its
+    outputs without their buffers being donated: each call then copies the whole buffer before updating it (a
+    KV cache written one token at a time, a replay buffer). Each parameter's name -> the instructions that run
+    its updates, in program order."""
+    root = module.instructions.get(module.roots.get(module.entry, ""))
+    if root is None:
+        return {}
+    outputs = [module.instructions[n] for n in root.operands if n in module.instructions] \
+        if root.opcode == "tuple" else [root]
+    found = {}
+    for output in outputs:
+        writers, current = [], output
+        while (source := _updated_operand(module, current)) is not None:
+            writers.append(current.name)
+            current = source
+        if (writers and current.opcode == "parameter" and current.computation == module.entry
+                and current.parameter not in module.donated and current.shape is not None
+                and current.shape.bytes >= MIN_UNDONATED_BYTES):
+            found[current.name] = writers[::-1]
+    return found
+
+
 def program_buffers(modules: list[HloModule]) -> list[HloProgram]:
     """Each module's parameters, results (the ROOT, or a ROOT tuple's elements), constants, largest intermediate
     and computing fusions."""
@@ -414,6 +465,7 @@ def program_buffers(modules: list[HloModule]) -> list[HloProgram]:
             fingerprint=module.fingerprint,
             computing_fusions=[i.name for i in _kernels(module) if i.opcode == "fusion" and any(
                 module.instructions[n].opcode not in _MOVES_OR_RETYPES for n in module.computations.get(i.calls, []))],
+            undonated=undonated_updates(module),
         ))
     return found
 
@@ -512,7 +564,7 @@ def _origin(module: HloModule, instruction: Instruction | None) -> Instruction |
             instruction = module.operand(instruction)
         elif instruction.opcode == "parameter" and instruction.computation in module.runs_as:
             fusion = module.instructions.get(module.runs_as[instruction.computation])
-            instruction = module.operand(fusion, instruction.parameter_number) if fusion is not None else None
+            instruction = module.operand(fusion, instruction.parameter) if fusion is not None else None
         elif instruction.opcode == "fusion" and instruction.calls in module.roots:
             instruction = module.instructions.get(module.roots[instruction.calls])
         elif instruction.opcode == "select" and all(

@@ -194,6 +194,21 @@ def test_a_program_the_xla_cpu_client_runs_inline_on_the_launching_thread_is_a_c
     assert [build.trace.names[i] for i in inline.ids] == [
         "ThunkExecutor::Execute", "dot.1", "pure_callback.1", "shard_args"]
     assert inline.name == "/host:CPU/python (inline)"
+    assert [build.trace.modules[m] for m in inline.modules] == ["jit_step"] * 4  # what its dispatch launched
+
+
+def test_ops_the_xla_cpu_client_runs_inline_without_a_thunk_executor_run_are_a_compute_lane():
+    # A program whose loop calls back to the host runs its ops straight under the launch, no executor run around.
+    build = TraceBuild().host([
+        ("train", 0, 10 * MS), ("PjitFunction(run)", MS, 9 * MS),
+        ("CommonPjRtLoadedExecutable::ExecuteHelperOnSingleDevice", MS, 9 * MS), ("while.5", 2 * MS, 8 * MS),
+        ("ynn_fusion", 2 * MS, 3 * MS), ("pure_callback.0", 3 * MS, 7 * MS), ("shard_args", 4 * MS, 5 * MS)],
+        markers=("train",))
+    build.trace.xla_ops = {build.ids[name] for name in ("while.5", "ynn_fusion", "pure_callback.0")}
+    (python,) = build.trace.host_lines
+    inline = _inline_program(build.trace, python)
+    assert [build.trace.names[i] for i in inline.ids] == ["while.5", "ynn_fusion", "pure_callback.0", "shard_args"]
+    assert [build.trace.modules[m] for m in inline.modules] == ["jit_run"] * 4
 
 
 def test_a_host_callback_run_inline_on_the_training_thread_keeps_the_devices_waiting_on_it():
@@ -202,3 +217,12 @@ def test_a_host_callback_run_inline_on_the_training_thread_keeps_the_devices_wai
     assert "/host:CPU/python (inline)" in host.compute_lanes
     (callback,) = [part for part in host.attribution.parts if part.name == "host callback"]
     assert callback.share > 0.69  # the callback's own clock: 0.69 of the loop
+
+
+def test_each_programs_device_work_on_the_xla_cpu_threads_is_read_from_the_runs_hlo_module():
+    # Eight micro-batch gradients a step, beside eager slices, squeezes and adds launched while they run.
+    host = read_host_evidence(xplane("cpu/grad_accumulation_in_python"))
+    work = {p.name: p for p in host.programs}
+    assert work["PjitFunction(mlp_loss)"].device_ms_per_call == pytest.approx(0.231, abs=0.01)
+    assert work["PjitFunction(mlp_loss)"].share_of_device > 0.8
+    assert all(work[f"PjitFunction({name})"].device_ms_per_call < 0.01 for name in ("add", "dynamic_slice", "squeeze"))

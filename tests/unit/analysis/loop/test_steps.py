@@ -319,3 +319,20 @@ def test_a_launch_after_the_last_run_ends_the_loop_there(tmp_path):
     # once more: the loop ends with the save before that launch.
     host = _saving_loop(6, 3, launch_after=True).evidence(tmp_path)
     assert host.attribution.loop_ms == pytest.approx(6 * 5 + 2 * 20.1 - 1)
+
+
+def test_a_programs_device_work_is_that_of_its_own_events_when_dispatch_runs_ahead(tmp_path):
+    # Each step's program runs 8 of every 10 ms; the eager add is launched while the step still runs, and its
+    # op runs for 0.1 ms after the step's. From each launch to the next, the add would hold most of the work.
+    starts = [i * 10 * MS for i in range(6)]
+    events = [event for s in starts for event in (*jit_calls("step", [s], MS), *jit_calls("add", [s + 2 * MS], MS))]
+    lane, programs = [], []
+    for s in starts:
+        lane += [("ThunkExecutor::Execute", s + MS // 2, s + 8 * MS), ("fusion", s + MS, s + 8 * MS),
+                 ("wrapped_add", s + 8 * MS + 100_000, s + 8 * MS + 200_000)]
+        programs += [None, "jit_step", "jit_add"]
+    host = TraceBuild().host(events).lane("/host:CPU", lane, "tf_XLAEigen", programs).evidence(tmp_path)
+    work = {p.name: p for p in host.programs}
+    assert work["PjitFunction(step)"].device_ms_per_call == pytest.approx(7.5, abs=0.01)
+    assert work["PjitFunction(add)"].device_ms_per_call == pytest.approx(0.1, abs=0.01)
+    assert work["PjitFunction(step)"].share_of_device == pytest.approx(7.5 / 7.6, abs=0.001)

@@ -20,6 +20,7 @@ from mldiag.analysis.host_evidence import (
     TimeCause,
     TimePart,
 )
+from mldiag.analysis.evidence import HloProgram
 from mldiag.analysis.profile.trace_names import program_base
 from mldiag.analysis.reasoning import prompts
 from mldiag.analysis.reasoning.validation import EvidenceIndex, why_unsupported
@@ -268,16 +269,16 @@ def test_an_update_that_copies_its_whole_argument_first_is_told_to_update_in_pla
     analysis = assessed(host, programs=programs)
     (finding,) = _of(analysis, FindingCategory.DATA_MOVEMENT)
     assert finding.priority is Priority.P0
-    assert finding.title == "Copies of whole arguments: the updates that copy them take 80% of device time"
+    assert finding.title == "Copies of undonated arguments: the updates that copy them take 80% of device time"
     assert finding.impact.startswith("8.0 ms of device work per step (80% of the step)")
     assert 'program "jit_scatter(11)" copies the argument first' in " ".join(finding.evidence)
     assert "donate_argnums" in finding.fix and "jnp.stack" in finding.fix
-    assert [movement.kind for movement in analysis.data_movement] == ["argument_copy"]
+    assert [movement.kind for movement in analysis.data_movement] == ["undonated"]
     assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
     # A program whose copies are a small part of it is a step that also copies an argument, not an update.
     host.top_ops = _ops(("copy.3", 0.12), ("fusion", 0.88), expression={"copy.3": WHOLE_COPY})
     (finding,) = _of(assessed(host, programs=programs), FindingCategory.DATA_MOVEMENT)
-    assert (finding.title, finding.priority) == ("Copies of whole arguments take 12% of device time", Priority.P2)
+    assert (finding.title, finding.priority) == ("Copies of undonated arguments take 12% of device time", Priority.P2)
     # A copy into another layout, or of what is not an argument, stays a layout change.
     relaid = WHOLE_COPY.replace("{1,0:T(8,128)} %args", "{0,1:T(8,128)} %args")
     for expression in (relaid, WHOLE_COPY.replace("%args_0_.1", "%gte.7")):
@@ -391,6 +392,26 @@ def test_one_small_function_called_over_and_over_each_step_is_told_to_batch_its_
     assert finding.title == "Many calls of one small jitted function: 64 jit dispatches per step"
     assert "jax.vmap" in finding.fix and "Wrap the whole step" not in finding.fix
     assert any('"PjitFunction(forward)": 64 per step' in line for line in finding.evidence)
+
+
+@pytest.mark.parametrize(("eager_device_ms", "op_by_op"), [(0.005, True), (0.1, False)])
+def test_many_launches_of_small_programs_beside_a_few_large_ones_are_op_by_op(eager_device_ms, op_by_op):
+    # 8 micro-batch gradients a step that compute longer than the whole step's dispatch, and 54 eager slices and
+    # adds; op by op only where those eager programs run shorter on the devices than their launch.
+    def program(name, calls, ms_per_call, device_ms_per_call):
+        return ProgramCalls(name=f"PjitFunction({name})", calls=calls, ms_per_call=ms_per_call,
+                            device_ms_per_call=device_ms_per_call, share_of_device=0.0)
+
+    host = _host(kind=DeviceKind.CPU, busy=0.36, steps=10, step_ms=5.8, dispatches=62, ms_per_dispatch=0.027,
+                 dispatched=[HostActivity(name="PjitFunction(dynamic_slice)", count_per_step=16, ms_per_step=0.82,
+                                          share_of_step=0.14)],
+                 programs=[program("mlp_loss", 80, 0.04, 0.23), program("update", 10, 0.04, 0.1),
+                           program("dynamic_slice", 160, 0.05, eager_device_ms),
+                           program("squeeze", 160, 0.02, eager_device_ms), program("add", 210, 0.01, eager_device_ms)])
+    found = _of(assessed(host), FindingCategory.DISPATCH_OVERHEAD)
+    assert bool(found) is op_by_op
+    if op_by_op:
+        assert found[0].title == "Op-by-op execution: 62 jit dispatches per step" and "lax.scan" in found[0].fix
 
 
 def test_op_by_op_on_cpu_gets_no_gpu_advice():
@@ -825,6 +846,45 @@ def test_a_host_callback_the_device_waits_on_is_named_and_is_no_communication():
     assert "callback" in top.title.lower() and "pure_callback.11" in " ".join(top.evidence)
     assert "jnp" in top.fix or "jax.numpy" in top.fix
     assert not [f for f in analysis.findings if f.category is FindingCategory.COMMUNICATION]
+
+
+@pytest.mark.parametrize("donated", [False, True])
+def test_the_kernels_updating_an_undonated_argument_in_place_are_its_whole_copy_with_a_donation_fix(donated):
+    # A decode step's cache update: XLA names the kernel after its root, a convert, but it moves the whole cache.
+    writer = "dynamic-update-slice_convert_fusion"
+    host = _host(kind=DeviceKind.CPU, busy=0.9, top_ops=_ops((writer, 0.7), ("ynn_fusion", 0.3)))
+    program = HloProgram(module="jit_decode(18)", inputs_bytes=1, outputs_bytes=1,
+                         undonated={} if donated else {"cache.1": [writer]})
+    found = [f for f in assessed(host, programs=[program]).findings if "donate_argnums" in f.fix]
+    assert bool(found) is not donated
+    if not donated:
+        (finding,) = found
+        assert finding.priority is Priority.P0 and finding.category is FindingCategory.DATA_MOVEMENT
+        assert finding.title == "Copies of undonated arguments take 70% of device time"
+        assert '"jit_decode(18)" updates its argument "cache.1" in place' in " ".join(finding.evidence)
+
+
+@pytest.mark.parametrize(("launch_ms", "op_by_op"), [(0.07, True), (0.02, False)])
+def test_fewer_small_launches_that_hold_much_of_the_step_are_op_by_op(launch_ms, op_by_op):
+    # A gradient and an update a step that compute longer than their launch, and 28 eager launches of a norm:
+    # op by op where launching those takes a quarter of the step or more.
+    def program(name, calls, ms_per_call, device_ms_per_call):
+        return ProgramCalls(name=f"PjitFunction({name})", calls=calls, ms_per_call=ms_per_call,
+                            device_ms_per_call=device_ms_per_call, share_of_device=0.0)
+
+    host = _host(kind=DeviceKind.CPU, busy=0.7, steps=15, step_ms=2.5, dispatches=39, ms_per_dispatch=0.033,
+                 programs=[program("mlp_loss", 15, 0.1, 1.35), program("apply", 15, 0.1, 0.11),
+                           *(program(name, 135, launch_ms, 0.002) for name in ("square", "add", "_reduce_sum")),
+                           program("sqrt", 15, launch_ms, 0.001)])
+    assert bool(_of(assessed(host), FindingCategory.DISPATCH_OVERHEAD)) is op_by_op
+
+
+def test_a_host_callback_on_a_cpu_is_named_without_promising_that_the_device_would_do_it_for_less():
+    # The CPU's device threads and the callback's Python share the same cores: its time is its work's.
+    host = _host(kind=DeviceKind.CPU, busy=0.95, top_ops=_ops(("pure_callback.0", 0.7), ("ynn_fusion", 0.2)))
+    (top,) = assessed(host).findings
+    assert top.priority is Priority.P2 and "callback" in top.title.lower()
+    assert top.fix.startswith("Measure before moving it") and "share the host's cores" in top.what
 
 
 def test_launches_of_programs_longer_than_their_launch_queue_ahead_and_are_not_op_by_op():

@@ -342,22 +342,32 @@ def test_many_copies_a_step_are_told_to_copy_in_one_call(calls, one_call):
     assert ("single jax.device_put" in first.fix) is one_call
 
 
-def test_a_read_back_after_every_launch_of_one_function_is_a_python_loop_to_run_on_the_device():
+@pytest.mark.parametrize(("reads_per_step", "dispatches_per_step", "a_loop"), [
+    (40.0, 40.0, True),  # many reads: a loop whatever else the step launches
+    (9.0, 9.0, True),  # a few reads, of the launches that make the whole step: a loop of launch and read alone
+    (9.0, 60.0, False),  # a few reads among many other launches (micro-batches read one by one): not that loop
+])
+def test_a_read_back_after_every_launch_of_one_function_is_a_python_loop_to_run_on_the_device(
+        reads_per_step, dispatches_per_step, a_loop):
     attribution = _attributed([
         TimePart(cause=TimeCause.TRANSFERS, name="np.asarray(jax.Array)", thread="python", ms=860.0, share=0.86),
         TimePart(cause=TimeCause.DISPATCH, name="PjitFunction(update)", thread="python", ms=110.0, share=0.11),
     ])
     reads = _activity("np.asarray(jax.Array)", 86.0, 86.0, encloses=False)
-    reads.count_per_step = 40.0
+    reads.count_per_step = reads_per_step
     host = _host(busy=0.004, activities=[_activity("$solve.py:9 iteration", 99.0, 1.0)], attribution=attribution,
                  transfers=[reads])
-    host.dispatched = [HostActivity(name="PjitFunction(update)", count_per_step=40.0, ms_per_step=11.0,
+    host.dispatched = [HostActivity(name="PjitFunction(update)", count_per_step=reads_per_step, ms_per_step=11.0,
                                     share_of_step=0.11)]
+    host.dispatches_per_step = dispatches_per_step
     first, *_ = _findings(host)
-    assert first.fix.startswith('Each of the 40 launches a step of "PjitFunction(update)" is read back before the next')
-    assert "jax.lax.while_loop" in first.fix and "Read back in one call" not in first.fix
-    assert "compute idle 97% of each step" in first.title  # the launches' dispatch goes with the reads
-    assert 'each launch of "PjitFunction(update)" follows the read of the last one\'s result' in _said(first)
+    assert ("jax.lax.while_loop" in first.fix) is a_loop
+    if a_loop:
+        assert first.fix.startswith(f'Each of the {reads_per_step:.0f} launches a step of "PjitFunction(update)" '
+                                    "is read back before the next")
+        assert "Read back in one call" not in first.fix
+        assert "compute idle 97% of each step" in first.title  # the launches' dispatch goes with the reads
+        assert 'each launch of "PjitFunction(update)" follows the read of the last one\'s result' in _said(first)
 
 
 def test_many_small_copies_in_a_loop_that_runs_op_by_op_are_the_eager_calls_arguments():
