@@ -818,8 +818,10 @@ def _recompilation(host: HostEvidence, programs: dict[str, HloProgram]) -> Findi
         category=FindingCategory.RECOMPILATION,
         title=title,
         what=("XLA compiles the step's program again and again although it keeps no other version of it: the "
-              "jitted function itself is made anew while the loop runs (jax.jit applied inside the loop, to a new "
-              "lambda or functools.partial each step), and its compilation cache goes with it." if anew else
+              "jit's cache never finds the call it has seen, because the jitted function itself is made anew while "
+              "the loop runs (jax.jit applied inside the loop, to a new lambda or functools.partial each step), or "
+              "a static argument is a new object each call that hashes by identity (an instance of a plain class "
+              "made in the loop)." if anew else
               "XLA compiles a new program every step because an argument grows by one element (or one more "
               "argument) each time: a history kept as a Python list of device arrays and stacked, concatenated or "
               "reduced whole again every step, a new shape for every length." if growing else
@@ -834,9 +836,11 @@ def _recompilation(host: HostEvidence, programs: dict[str, HloProgram]) -> Findi
         fix=("Keep shapes stable: give tf.function an input_signature with None for the varying dimension, or pad "
              "batches to a few fixed sizes." if tensorflow else
              "Make the jitted function once, outside the loop, and call that one every step (jax.jit(step) at "
-             "module level or before the loop, never jax.jit(lambda ...) or jax.jit(partial(...)) inside it); "
-             "JAX's persistent compilation cache (jax.config.update('jax_compilation_cache_dir', ...)) then also "
-             "spares the compilation across runs." if anew else
+             "module level or before the loop, never jax.jit(lambda ...) or jax.jit(partial(...)) inside it), and "
+             "give it static arguments that compare and hash by value (a frozen dataclass, a tuple, a number), or "
+             "make the config once before the loop; JAX's persistent compilation cache "
+             "(jax.config.update('jax_compilation_cache_dir', ...)) then also spares the compilation across runs."
+             if anew else
              "Keep what the loop needs from the history as a value of fixed size on the device: a running total "
              "(total = total + loss, mean = total / count), or a preallocated array written in place inside the "
              "jitted step (history.at[step].set(loss), the array donated); stack the list once, after the loop, "
