@@ -3550,6 +3550,89 @@ def eager_random_augment(big: bool) -> Workload:
     return Workload(eager, ablations={"augment_in_the_step": jitted})
 
 
+def json_loader_thread(big: bool) -> Workload:
+    """A 'loader' thread parses each batch from JSON lines (json.loads of one record per row, a C builtin that holds
+    the interpreter) into a numpy array and hands it over a queue of two to a bf16 MLP train step; the parsing is
+    slower than the step. Python tracer on; ablation: the batches parsed before the loop (the same thread)."""
+    import json
+
+    import numpy as np
+
+    params, train_step, x, y = _mlp_step(big)
+    rows, width = x.shape
+    rng = np.random.default_rng(93)
+    lines = [json.dumps({"id": row, "features": rng.standard_normal(width).round(4).tolist()})
+             for row in range(rows)]
+    parsed = np.asarray([json.loads(line)["features"] for line in lines], dtype=np.float32)
+    state = {"params": params}
+    clocks: dict[str, Clock] = {}
+
+    def parse_batch() -> np.ndarray:
+        return np.asarray([json.loads(line)["features"] for line in lines], dtype=np.float32)
+
+    def start(slow: bool) -> tuple[queue.Queue, threading.Event]:
+        batches: queue.Queue = queue.Queue(maxsize=2)
+        stopping = threading.Event()
+
+        def load() -> None:
+            while not stopping.is_set():
+                started = time.perf_counter()
+                batch = parse_batch() if slow else parsed
+                if slow and "clock" in clocks:
+                    clocks["clock"].call("parse_batch", (time.perf_counter() - started) * 1e3)
+                _put(batches, batch, stopping)
+
+        threading.Thread(target=load, name="loader", daemon=True).start()
+        return batches, stopping
+
+    return _fed_by_a_loader(OneThreadAtATime(start), clocks, state, train_step, y,
+                            Path(tempfile.mkdtemp(prefix="json-")), "parsed_ahead")
+
+
+def unique_ids_each_step(big: bool) -> Workload:
+    """Each annotated step deduplicates the batch's token ids with an eager ``jnp.unique`` (a size taken from the
+    data, read back to the host) and gathers those rows of an embedding table for a bf16 MLP train step on their
+    mean: a sync and a compile for every new count. Ablation: ``jnp.unique(ids, size=k, fill_value=0)``."""
+    import jax
+    import jax.numpy as jnp
+
+    params, _, _, y = _mlp_step(big, batch=1)
+    vocab, tokens = (65536, 16384) if big else (4096, 1024)
+    table = _normal(jax.random.key(94), (vocab, params[0].shape[0]), "bfloat16")
+    keys = jax.random.split(jax.random.key(95), 64)
+    step = sgd(lambda params, rows, y: mlp_loss(params, jnp.mean(rows, axis=0, keepdims=True), y))
+    state = {"params": params}
+
+    def run(unique):
+        def iteration(i: int, clock: Clock) -> None:
+            ids = jax.random.randint(keys[i % len(keys)], (tokens,), 0, vocab)
+            state["params"], value = step(state["params"], table[unique(ids)], y)
+            value.block_until_ready()
+
+        return iteration
+
+    return Workload(run(jnp.unique), ablations={
+        "fixed_size": run(lambda ids: jnp.unique(ids, size=tokens, fill_value=0))})
+
+
+def float16_on_tpu(big: bool) -> Workload:
+    """An MLP train step (1024-4096-4096-1024, batch 4096 on the chip) in float16, as code written for GPUs runs it:
+    a TPU has no float16 matrix path. Ablation: the same step in bfloat16."""
+    import jax
+
+    def run(dtype: str):
+        params, step, x, y = _mlp_step(big, dtype=dtype)
+        state = {"params": params}
+
+        def iteration(i: int, clock: Clock) -> None:
+            state["params"], value = step(state["params"], x, y)
+            value.block_until_ready()
+
+        return iteration
+
+    return Workload(run("float16"), ablations={"bfloat16": run("bfloat16")})
+
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -3852,6 +3935,17 @@ SHAPES: dict[str, Shape] = {
                                   "by eager jax.random and jnp calls (flip, brightness, crop) before a jitted bf16 "
                                   "MLP train step", cause="the augmentation's eager launches and their small "
                                   "programs, outside the jit"),
+    "json_loader_thread": Shape(json_loader_thread, 15, "a 'loader' thread parses each batch from JSON lines "
+                                "(json.loads per row) and hands it over a queue of two to a bf16 MLP train step; "
+                                "Python tracer on", python_tracer=True,
+                                cause="parse_batch: json.loads on a loader thread slower than the step"),
+    "unique_ids_each_step": Shape(unique_ids_each_step, 12, "each annotated step deduplicates 16384 token ids with an "
+                                  "eager jnp.unique, gathers those embedding rows and trains a bf16 MLP step on "
+                                  "their mean", cause="jnp.unique without size=: a sync and a compile for every "
+                                  "new count"),
+    "float16_on_tpu": Shape(float16_on_tpu, 10, "a float16 MLP train step (1024-4096-4096-1024, batch 4096 on the "
+                            "chip); annotated steps", cause="float16, which the chip has no matrix path for, where "
+                            "bfloat16 would do"),
 }
 
 
