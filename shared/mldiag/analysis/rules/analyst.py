@@ -147,6 +147,9 @@ MANY_PARAMETERS = 32  # a program taking this many arrays pays for handing each 
 # Eager programs whose shapes are a count the data decides: the gather of boolean-mask indexing, nonzero and argwhere.
 GROWING_COMPILATIONS = 3  # compilations of one function, one per consecutive size, that tell a growing collection
 DATA_SIZED = ("jit_gather", "jit_nonzero", "jit__nonzero", "jit_argwhere")
+# The jnp functions whose result's size is the data's unless given size=, by a word of the programs they compile.
+SIZED_BY_DATA = {"unique": "jnp.unique(x, size=k, fill_value=...)", "nonzero": "jnp.nonzero(mask, size=k)",
+                 "argwhere": "jnp.argwhere(mask, size=k)"}
 OWN_SHARE = 0.5  # a function around the step's dispatches whose own time is this share of it is host work
 URGENT_REASON = "a finding needs attention"
 _ORDER = {Priority.P0: 0, Priority.P1: 1, Priority.P2: 2}
@@ -810,9 +813,13 @@ def _recompilation(host: HostEvidence, programs: dict[str, HloProgram]) -> Findi
                         "executables of the earlier compilations are gone or the same program again")
     if growing:
         evidence.append(growing)
+    # The function that took the size from the data, where its program is in the capture: jnp.unique's.
+    sizers = {word: call for word, call in SIZED_BY_DATA.items() if any(word in name for name in texts)}
     if data_sized:
         evidence.append("eager gathers (or nonzero) compiled for a new number of indices: a size taken from the data "
                         "(x[mask], jnp.nonzero without size=), read back to the host and new in every step")
+        evidence += [f"{quoted(name)} in the capture: jnp.{word} without size=, whose result is as long as the "
+                     "data says" for word in sizers for name in sorted(texts) if word in name][:2]
     return Finding(
         priority=priority,
         category=FindingCategory.RECOMPILATION,
@@ -845,6 +852,8 @@ def _recompilation(host: HostEvidence, programs: dict[str, HloProgram]) -> Findi
              "(total = total + loss, mean = total / count), or a preallocated array written in place inside the "
              "jitted step (history.at[step].set(loss), the array donated); stack the list once, after the loop, "
              "where the whole history is wanted." if growing else
+             ("Give the function that takes its size from the data a fixed one: " + ", ".join(sizers.values())
+              + " (the size the most it can return, padded with fill_value). " if sizers else "") +
              "Keep the shapes fixed where the data picks elements: instead of x[mask], weight or mask inside the "
              "jitted step (jnp.where(mask, loss, 0), or a per-example weight that is 0 for the unselected), or "
              "select a fixed number (jnp.nonzero(mask, size=k, fill_value=0), jax.lax.top_k on a score); where a "

@@ -800,6 +800,20 @@ def test_a_recompilation_whose_shapes_follow_a_boolean_mask_is_told_to_keep_the_
     (finding,) = _of(analysis, FindingCategory.RECOMPILATION)
     assert "jnp.where(mask" in finding.fix and "size=k" in finding.fix and "x[mask]" in " ".join(finding.evidence)
     assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
+    assert "jnp.unique" not in finding.fix
+    # Where the capture holds the program of the function that took its size from the data, the fix names it.
+    unique = hlo.parse_module("jit__unique_sorted_mask(11)", """HloModule jit__unique_sorted_mask
+
+ENTRY %main (ids.1: s32[4096]) -> s32[4096] {
+  %ids.1 = s32[4096]{0} parameter(0)
+  ROOT %sorted.2 = s32[4096]{0} sort(%ids.1), dimensions={0}, to_apply=%less
+}
+""")
+    analysis = assessed(host, programs=programs + hlo.program_buffers([unique]))
+    (finding,) = _of(analysis, FindingCategory.RECOMPILATION)
+    assert finding.fix.startswith("Give the function that takes its size from the data a fixed one: "
+                                  "jnp.unique(x, size=k, fill_value=...)")
+    assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
     without = assessed(host, programs=hlo.program_buffers([_step_module(7, 2171), _step_module(9, 2294)]))
     (finding,) = _of(without, FindingCategory.RECOMPILATION)
     assert "jnp.where(mask" not in finding.fix and "pad or bucket" in finding.fix
