@@ -3633,6 +3633,108 @@ def float16_on_tpu(big: bool) -> Workload:
     return Workload(run("float16"), ablations={"bfloat16": run("bfloat16")})
 
 
+def numpy_scalar_promotes_bf16(big: bool) -> Workload:
+    """A bf16 MLP train step whose hidden activations are divided by ``np.sqrt(width)``: a numpy float64 scalar is
+    not weakly typed, so each layer's bf16 activations promote to float32 and every matmul after the first runs in
+    f32. Ablation: the same scale as a Python float, which keeps bf16."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    params, _, x, y = _mlp_step(big)
+
+    def loss_with(scale_of):
+        def loss(params, x, y):
+            for w in params[:-1]:
+                x = jax.nn.relu(x @ w) / scale_of(w.shape[1])
+            return jnp.mean(((x @ params[-1]).astype("float32") - y) ** 2)
+
+        return loss
+
+    promoted, kept = sgd(loss_with(np.sqrt)), sgd(loss_with(lambda width: float(np.sqrt(width))))
+    state = {"params": params}
+
+    def run(step):
+        def iteration(i: int, clock: Clock) -> None:
+            state["params"], value = step(state["params"], x, y)
+            value.block_until_ready()
+
+        return iteration
+
+    return Workload(run(promoted), ablations={"python_float_scale": run(kept)})
+
+
+def activation_offload_to_host(big: bool) -> Workload:
+    """A 9-layer bf16 MLP (d 4096, batch 8192 on the chip) trained with each layer under jax.checkpoint whose policy
+    offloads the saved activations to pinned host memory and brings them back for the backward pass, where the 512
+    MiB they take fit in HBM many times over. Ablation: the same policy saving them in device memory."""
+    import jax
+    import jax.numpy as jnp
+    from jax.ad_checkpoint import checkpoint_name
+
+    params, _, x, y = _mlp_step(big, widths=[4096] * 10 if big else [256] * 10, batch=8192 if big else 256)
+    policies = jax.checkpoint_policies
+    offloaded = policies.save_and_offload_only_these_names(
+        names_which_can_be_saved=[], names_which_can_be_offloaded=["activation"], offload_src="device",
+        offload_dst="pinned_host")
+    on_device = policies.save_only_these_names("activation")
+
+    def loss_with(policy):
+        layer = jax.checkpoint(lambda x, w: checkpoint_name(jax.nn.relu(x @ w), "activation"), policy=policy)
+
+        def loss(params, x, y):
+            for w in params[:-1]:
+                x = layer(x, w)
+            return jnp.mean(((x @ params[-1]).astype("float32") - y) ** 2)
+
+        return loss
+
+    state = {"params": params}
+
+    def run(step):
+        def iteration(i: int, clock: Clock) -> None:
+            state["params"], value = step(state["params"], x, y)
+            value.block_until_ready()
+
+        return iteration
+
+    return Workload(run(sgd(loss_with(offloaded))), ablations={"saved_on_device": run(sgd(loss_with(on_device)))})
+
+
+def int64_index_math(big: bool) -> Workload:
+    """With ``jax_enable_x64`` on, an embedding-bag step hashes numpy's int64 ids into a 65,536-row bf16 table with
+    int64 arithmetic (a multiply-add modulo the rows), gathers 64 rows per bag for 16,384 bags and trains a bf16
+    MLP on the bags' means, all in one jit: the chip has no 64-bit integer unit. Ablation: the ids as int32."""
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+    import numpy as np
+
+    params, _, _, y = _mlp_step(big, batch=16384 if big else 512)
+    rows = 65536 if big else 4096
+    table = _normal(jax.random.key(96), (rows, params[0].shape[0]), "bfloat16")
+    ids64 = np.random.default_rng(97).integers(0, 1 << 40, (y.shape[0], 64))  # int64, numpy's default
+
+    def loss(weights, ids, y):
+        table, params = weights
+        bags = jnp.take(table, (ids * 40503 + 12345) % rows, axis=0)
+        return mlp_loss(params, jnp.mean(bags, axis=1), y)
+
+    step = sgd(loss)
+    state = {"weights": (table, params)}
+
+    def run(ids):
+        def iteration(i: int, clock: Clock) -> None:
+            state["weights"], value = step(state["weights"], ids, y)
+            value.block_until_ready()
+
+        return iteration
+
+    return Workload(run(jax.device_put(ids64)), ablations={
+        "int32_ids": run(jax.device_put((ids64 % rows).astype(np.int32)))})
+
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -3945,6 +4047,17 @@ SHAPES: dict[str, Shape] = {
                                   "new count"),
     "float16_on_tpu": Shape(float16_on_tpu, 10, "a float16 MLP train step (1024-4096-4096-1024, batch 4096 on the "
                             "chip); annotated steps", cause="none: float16 runs as fast as bfloat16 on the chip"),
+    "numpy_scalar_promotes_bf16": Shape(numpy_scalar_promotes_bf16, 15, "a bf16 MLP train step whose hidden "
+                                        "activations are divided by np.sqrt(width), a numpy float64 scalar; "
+                                        "annotated steps", cause="a numpy scalar that promotes the bf16 activations "
+                                        "and the matmuls after them to float32"),
+    "activation_offload_to_host": Shape(activation_offload_to_host, 8, "a 9-layer bf16 MLP (d 4096, batch 8192 on "
+                                        "the chip) whose checkpointed activations are offloaded to pinned host "
+                                        "memory; annotated steps", cause="activations copied to host memory and "
+                                        "back every step, where they fit in HBM"),
+    "int64_index_math": Shape(int64_index_math, 10, "jax_enable_x64 on: int64 ids hashed with int64 arithmetic into a "
+                              "bf16 embedding table, 64 rows per bag, then a bf16 MLP train step; annotated steps",
+                              cause="64-bit integer arithmetic the chip emulates, where int32 would do"),
 }
 
 
