@@ -70,6 +70,7 @@ from mldiag.analysis.host_evidence import (
     TimeCause,
     TimePart,
 )
+from mldiag.analysis.loop import read_loops
 from mldiag.analysis.profile.trace_names import (
     ASYNC_COPY,
     COMPILE,
@@ -451,14 +452,14 @@ def _cause_evidence(host: HostEvidence, cause: host_causes.Cause, host_work: lis
 def _copies_evidence(host: HostEvidence, cause: host_causes.Cause, per: str, stepping: set[str]) -> list[str]:
     """A copies cause's evidence: each thread's copies, the training thread's calls by direction, and whether the
     copies' time goes beyond the calls (the waits for copies to the device in flight, the runtime's relayout)."""
-    looping = host_causes.read_after_each_launch(host)
-    launches = [part for part in cause.parts if looping is not None and part.name == looping.name]
+    looping = read_loops.read_after_each_launch(host)
     lines = [f"copies between host and device memory on "
              f"{'the training thread' if part.thread in stepping else f'the host thread {quoted(part.thread)}'}: "
              f"{quoted(part.name)}, {part.ms_per_step:.2f} ms {per} while the devices idle"
-             for part in cause.parts[:3] if part not in launches]
-    lines += [f"each launch of {quoted(part.name)} follows the read of the last one's result: its dispatch, "
-              f"{part.ms_per_step:.2f} ms {per}, goes with the reads" for part in launches]
+             for part in cause.parts[:3]]
+    lines += [f"each launch of {quoted(looping.name)} follows the read of the last one's result: its dispatch goes "
+              "with the reads" for part in cause.parts[:3]
+              if looping is not None and looping.name in part.name.split(" + ")][:1]
     lines += [f"{(transfer_direction(t.name) or 'host-device').replace(' ', '-')} copy {quoted(t.name)} on the "
               f"training thread: {t.count_per_step:.1f} calls per step, {t.ms_per_step:.2f} ms per step in the call"
               for t in host.transfers[:3]]
@@ -501,9 +502,9 @@ def _host_cause_finding(host: HostEvidence, cause: host_causes.Cause, priority: 
 
 def _host_cause_fix(host: HostEvidence, cause: host_causes.Cause) -> str:
     framework = frameworks.detect([host])
-    many = [copy for copy in host.transfers if copy.count_per_step >= host_causes.MANY_COPIES]
+    many = [copy for copy in host.transfers if copy.count_per_step >= read_loops.MANY_COPIES]
     reading = many[0] if many and transfer_direction(many[0].name) == "device to host" else None
-    decided = host_causes.read_after_each_launch(host)
+    decided = read_loops.read_after_each_launch(host)
     if cause.kind is HostCause.TRANSFERS and decided is not None and framework in (Framework.JAX, Framework.UNKNOWN):
         return (f"Each of the {decided.count_per_step:.0f} launches a step of {quoted(decided.name)} is read back "
                 "before the next: a Python loop that decides on the device's result at every iteration (while "
