@@ -87,6 +87,10 @@ class DataMovement(Evidence):
     share_of_loop: float  # of the loop's wall time: the mean step and the gap after it (the capture, without steps)
     to_device_bytes_per_step: float = 0.0  # host transfers: what the finished copies moved, from their HLO shapes
     to_host_bytes_per_step: float = 0.0
+    # Undonated arguments: the device time of the programs that copy one first, where the copies are most of it
+    # (out-of-place updates): the copy and the update written into it, what donating the argument saves.
+    updates_ms_per_step: float = 0.0
+    updates_share_of_loop: float = 0.0  # of the loop's wall time, as share_of_loop
 
 
 class KernelShare(Evidence):

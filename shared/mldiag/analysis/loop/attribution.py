@@ -16,7 +16,9 @@ last one's work). Each instant of it is decided so:
   is ``compilation``, else inside a host<->device transfer call ``transfers``
   (unless a call the step makes copies as a lesser part of its own work: a
   save's copy of the state off the device is the save's), else inside a jit
-  dispatch ``dispatch`` (each named by its outermost call).
+  dispatch ``dispatch`` (each named by its outermost call; the dispatch of a
+  function whose every launch is read back before the next is the thread's
+  copies: each launch waits for that read, one cost with it).
   Right after a call that copies arrays of known shapes to the device, until
   the copy is done (a device runs again, the runtime's threads end their work
   on it, or a copy of that size must be done), the thread's quiet time (no
@@ -42,7 +44,8 @@ last one's work). Each instant of it is decided so:
 
 The parts are merged by cause, name and thread, except a host thread's copies,
 which are one part: its calls in both directions (a round trip), the runtime's
-relayout on its behalf and the copies in flight, named by its calls; and the
+relayout on its behalf, the copies in flight and the launches each read back
+before the next, named by its calls; and the
 same work on several threads other than the training thread (a pool of readers),
 which is one part of those threads.
 
@@ -477,8 +480,8 @@ def enclosed(subtree_end: np.ndarray, flagged: np.ndarray) -> np.ndarray:
 
 
 def _host_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, markers: np.ndarray,
-                 labels: _Labels, loop: tuple[int, int], launches_callbacks: np.ndarray, *,
-                 nested_calls: bool) -> _HostPieces:
+                 labels: _Labels, loop: tuple[int, int], launches_callbacks: np.ndarray,
+                 launches_read_back: np.ndarray, *, nested_calls: bool) -> _HostPieces:
     """A host line's time by cause, as labelled pieces with their host tier.
 
     An event of a class (compile, transfer, dispatch, wait) owns the time of all it encloses, named by itself, the
@@ -489,7 +492,9 @@ def _host_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, mark
     such call that launches nothing itself (``make_batch``, ``save_checkpoint``) owns the time of every function
     it calls in turn (numpy's, the zip writer's), as the work a person wrote and can move, and of its copies to
     or from the device where they are the lesser part of its time (:func:`_copies_are_a_part`). A builtin it calls
-    directly (``gc.collect``) is named by itself, as the step's own code names nothing but the step.
+    directly (``gc.collect``) is named by itself, as the step's own code names nothing but the step. The dispatch of
+    a launch that calls back to the host is the callbacks' (``launches_callbacks``), and of one whose result is read
+    back before the next launch the thread's copies' (``launches_read_back``), each named by the launch.
     """
     event_class = classes[line.ids]
     subtree_end = subtree_ends(line)
@@ -532,6 +537,8 @@ def _host_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, mark
     thread = line.name or UNNAMED_THREAD
     key_label = np.array([labels.of(TimeCause.TRANSFERS, HOST_CALLBACK_PART)
                           if key // stride == _DISPATCH and launches_callbacks[key % stride] else
+                          labels.of(TimeCause.TRANSFERS, names[key % stride], thread)
+                          if key // stride == _DISPATCH and launches_read_back[key % stride] else
                           labels.of(_AS_CAUSE[key // stride], "" if key // stride == _WAIT else names[key % stride],
                                     thread) for key in distinct.tolist()], dtype=np.int64)
     key_tier = np.array([_HOST_TIER[key // stride] for key in distinct.tolist()], dtype=np.int64)
@@ -746,12 +753,16 @@ class _Host:
 def attribute(*, names: Sequence[str], windows: list[Window], steps: int, busy_name: np.ndarray,
               runtime_name: np.ndarray, hints: dict[int, str], stepping: LineLike | None,
               other_threads: list[LineLike], markers: set[int],
-              launches_callbacks: np.ndarray | None = None) -> Attribution:
+              launches_callbacks: np.ndarray | None = None,
+              launches_read_back: np.ndarray | None = None) -> Attribution:
     """The loop's wall time by cause (see the module's docstring); ``busy_name`` and ``runtime_name`` are masks
     over name ids: what counts as a device being busy, and which busy events are the runtime's rather than ops.
     ``launches_callbacks`` marks the jit dispatches of programs that call back to the host: their launch time is the
     callbacks' (such a launch takes milliseconds where one without callbacks takes tens of microseconds, and goes
-    with them).
+    with them). ``launches_read_back`` marks the jit dispatches of a function whose every launch the thread reads
+    back before the next (:mod:`~mldiag.analysis.loop.read_loops`): their time is that thread's copies', one cost
+    with the reads (each launch waits for the read of the last one's result, and running the loop on the device
+    removes both).
 
     Each device is attributed over its own window and the parts averaged over the devices (a window without
     devices counts as one), so that they sum to the mean window.
@@ -769,12 +780,15 @@ def attribute(*, names: Sequence[str], windows: list[Window], steps: int, busy_n
     python = np.array([bool(PYTHON_FUNCTION.match(name)) for name in names], dtype=bool)
     span = (min(w.loop[0] for w in windows), max(w.loop[1] for w in windows))
     empty = _HostPieces(*(np.zeros(0, np.int64),) * 4)
-    callbacks = np.zeros(len(names), dtype=bool) if launches_callbacks is None else launches_callbacks
-    others = [_host_pieces(line, names, classes, is_marker, labels, span, callbacks, nested_calls=False)
+    unmarked = np.zeros(len(names), dtype=bool)
+    callbacks = unmarked if launches_callbacks is None else launches_callbacks
+    read_back = unmarked if launches_read_back is None else launches_read_back
+    others = [_host_pieces(line, names, classes, is_marker, labels, span, callbacks, read_back, nested_calls=False)
               for line in other_threads]
     thread = stepping.name if stepping else ""
     host = _Host(
-        stepping=_host_pieces(stepping, names, classes, is_marker, labels, span, callbacks, nested_calls=True)
+        stepping=_host_pieces(stepping, names, classes, is_marker, labels, span, callbacks, read_back,
+                              nested_calls=True)
         if stepping else empty,
         in_flight=_in_flight(stepping, names, classes, is_marker, labels,
                              _distinct(np.concatenate([d.busy.starts for d in devices] or [np.zeros(0, np.int64)])),

@@ -81,6 +81,7 @@ from mldiag.analysis.loop.attribution import (
     Window,
     attribute,
 )
+from mldiag.analysis.loop.read_loops import read_after_each_launch
 from mldiag.analysis.loop.step_groups import (
     MAX_MICRO_BATCHES,
     MIN_REPEATS,
@@ -957,7 +958,6 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
     is_marker = _marker_mask(trace, steps)
     slow_steps = _slow_steps(trace, steps, _stepping_lines(trace, is_marker, is_dispatch), is_marker, busy_unions,
                              compiles.warmup_steps)
-    attribution = _attribution(trace, steps, is_dispatch, busy_name, measured, busy_unions, compiles.warmup_steps)
     awaited = _awaited_launches(trace, steps, _stepping_lines(trace, is_marker, is_dispatch), is_marker, is_dispatch)
     families = {}
     for family, pattern in FAMILIES.items():
@@ -972,7 +972,7 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
                 examples=sorted(members, key=lambda m: -ops.labelled[m][0])[:5],
             )
     has_lanes = bool(measured)
-    return HostEvidence(
+    evidence = HostEvidence(
         host=host_of(path),
         file=path.name,
         bytes=path.stat().st_size,
@@ -1044,8 +1044,12 @@ def _evidence(path: Path, trace: _Trace) -> HostEvidence:
             truncated=count > MAX_SERIES,
             last_partial=_ends_partial(steps),
         ),
-        attribution=attribution,
     )
+    looping = read_after_each_launch(evidence)
+    evidence.attribution = _attribution(
+        trace, steps, is_dispatch, busy_name, measured, busy_unions, compiles.warmup_steps,
+        is_dispatch & trace.mask(lambda name: name == looping.name) if looping is not None else None)
+    return evidence
 
 
 @dataclass
@@ -1409,9 +1413,11 @@ def _launches_with_callbacks(trace: _Trace, is_dispatch: np.ndarray) -> np.ndarr
 
 
 def _attribution(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, busy_name: np.ndarray,
-                 measured: dict[str, list[_Line]], busy_unions: list[_Union], warmup_steps: int) -> Attribution:
+                 measured: dict[str, list[_Line]], busy_unions: list[_Union], warmup_steps: int,
+                 launches_read_back: np.ndarray | None) -> Attribution:
     """The steady loop's wall time by cause (:mod:`~mldiag.analysis.loop.attribution`), on the stepping thread's
-    timeline: from the first step after the warm-up (whose cost the evidence states apart) to the last step's end."""
+    timeline: from the first step after the warm-up (whose cost the evidence states apart) to the last step's end.
+    ``launches_read_back``: the dispatches of a function whose every launch is read back before the next."""
     is_marker = _marker_mask(trace, steps)
     stepping = _stepping_lines(trace, is_marker, is_dispatch)
     first = warmup_steps if warmup_steps < len(steps.windows) else 0
@@ -1429,6 +1435,7 @@ def _attribution(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, busy_nam
         steps=len(steps.windows) - first,
         busy_name=busy_name, runtime_name=runtime, hints={**trace.hlo_op_of, **trace.hlo_category_of},
         launches_callbacks=_launches_with_callbacks(trace, is_dispatch) if trace.program_runs else None,
+        launches_read_back=launches_read_back,
         stepping=stepping[0] if stepping else None,
         other_threads=[line for line in trace.host_lines if not (stepping and line is stepping[0])],
         markers={int(i) for i in np.flatnonzero(is_marker)},

@@ -70,6 +70,7 @@ from mldiag.analysis.host_evidence import (
     TimeCause,
     TimePart,
 )
+from mldiag.analysis.loop import read_loops
 from mldiag.analysis.profile.trace_names import (
     ASYNC_COPY,
     COMPILE,
@@ -454,14 +455,14 @@ def _cause_evidence(host: HostEvidence, cause: host_causes.Cause, host_work: lis
 def _copies_evidence(host: HostEvidence, cause: host_causes.Cause, per: str, stepping: set[str]) -> list[str]:
     """A copies cause's evidence: each thread's copies, the training thread's calls by direction, and whether the
     copies' time goes beyond the calls (the waits for copies to the device in flight, the runtime's relayout)."""
-    looping = host_causes.read_after_each_launch(host)
-    launches = [part for part in cause.parts if looping is not None and part.name == looping.name]
+    looping = read_loops.read_after_each_launch(host)
     lines = [f"copies between host and device memory on "
              f"{'the training thread' if part.thread in stepping else f'the host thread {quoted(part.thread)}'}: "
              f"{quoted(part.name)}, {part.ms_per_step:.2f} ms {per} while the devices idle"
-             for part in cause.parts[:3] if part not in launches]
-    lines += [f"each launch of {quoted(part.name)} follows the read of the last one's result: its dispatch, "
-              f"{part.ms_per_step:.2f} ms {per}, goes with the reads" for part in launches]
+             for part in cause.parts[:3]]
+    lines += [f"each launch of {quoted(looping.name)} follows the read of the last one's result: its dispatch goes "
+              "with the reads" for part in cause.parts[:3]
+              if looping is not None and looping.name in part.name.split(" + ")][:1]
     lines += [f"{(transfer_direction(t.name) or 'host-device').replace(' ', '-')} copy {quoted(t.name)} on the "
               f"training thread: {t.count_per_step:.1f} calls per step, {t.ms_per_step:.2f} ms per step in the call"
               for t in host.transfers[:3]]
@@ -504,9 +505,9 @@ def _host_cause_finding(host: HostEvidence, cause: host_causes.Cause, priority: 
 
 def _host_cause_fix(host: HostEvidence, cause: host_causes.Cause) -> str:
     framework = frameworks.detect([host])
-    many = [copy for copy in host.transfers if copy.count_per_step >= host_causes.MANY_COPIES]
+    many = [copy for copy in host.transfers if copy.count_per_step >= read_loops.MANY_COPIES]
     reading = many[0] if many and transfer_direction(many[0].name) == "device to host" else None
-    decided = host_causes.read_after_each_launch(host)
+    decided = read_loops.read_after_each_launch(host)
     if cause.kind is HostCause.TRANSFERS and decided is not None and framework in (Framework.JAX, Framework.UNKNOWN):
         return (f"Each of the {decided.count_per_step:.0f} launches a step of {quoted(decided.name)} is read back "
                 "before the next: a Python loop that decides on the device's result at every iteration (while "
@@ -1409,10 +1410,13 @@ def _movements(hosts: list[HostEvidence], programs: dict[str, HloProgram], works
         ms = sum(op.self_ms_per_step for op in ops)
         to_device, to_host = _transferred(ops) if kind == "host_transfer" else (0.0, 0.0)
         iteration = host.step_ms.mean + (host.gap_ms_per_step or 0.0) if host.step_ms else 0.0
+        updates_ms = _updates_ms(host, ops, programs, works, ms, ms / share) if kind == "undonated" else 0.0
         movement = DataMovement(kind=kind, host=host.host, ms_per_step=ms, device_ms_per_step=ms / share,
                                 share_of_device=_fraction(share),
                                 share_of_loop=_fraction(ms / iteration) if iteration > 0 else _fraction(share),
-                                to_device_bytes_per_step=to_device, to_host_bytes_per_step=to_host)
+                                to_device_bytes_per_step=to_device, to_host_bytes_per_step=to_host,
+                                updates_ms_per_step=updates_ms,
+                                updates_share_of_loop=_fraction(updates_ms / iteration) if iteration > 0 else 0.0)
         movements.append((movement, host, sorted(ops, key=lambda op: -op.self_ms_per_step)))
     return movements
 
@@ -1452,6 +1456,16 @@ def _updating_programs(host: HostEvidence, copies: list[OpTime], programs: dict[
     return [call for call in host.programs if _module_base(call.name) in holding]
 
 
+def _updates_ms(host: HostEvidence, copies: list[OpTime], programs: dict[str, HloProgram], works: list[KernelWork],
+                copies_ms: float, device_ms: float) -> float:
+    """The device time per step of the programs that copy an undonated argument first (:func:`_updating_programs`),
+    where they are the updates: the copies (``copies_ms`` of them per step) are most of that time. A step that also
+    copies an argument it does not donate is the model's work, not an update: 0 then."""
+    updating = _updating_programs(host, copies, programs, works)
+    updates_ms = min(sum(call.device_ms_per_call * call.calls for call in updating) / max(host.steps, 1), device_ms)
+    return updates_ms if copies_ms < updates_ms <= copies_ms / COPY_SHARE_OF_AN_UPDATE else 0.0
+
+
 def _data_movement(movements: list[tuple[DataMovement, HostEvidence, list[OpTime]]],
                    hlo_issues: dict[str, list[HloIssue]], programs: dict[str, HloProgram],
                    works: list[KernelWork]) -> list[Finding]:
@@ -1489,16 +1503,13 @@ def _data_movement(movements: list[tuple[DataMovement, HostEvidence, list[OpTime
         title = f"{label} take {share:.0%} of device time"
         impact = (f"{ms:.1f} ms of each {device_ms:.1f} ms of device work per {per} computes nothing; without it "
                   f"the devices would finish {device_ms / max(device_ms - ms, 1e-9):.1f}x sooner.")
-        updating = _updating_programs(host, ops, programs, works) if kind == "undonated" else []
-        steps = max(host.steps, 1)
-        updates_ms = min(sum(call.device_ms_per_call * call.calls for call in updating) / steps, device_ms)
-        # The programs are the updates only where the copies are most of their time: a step that also copies an
-        # argument it does not donate is the model's work, not an update.
-        if ms < updates_ms <= ms / COPY_SHARE_OF_AN_UPDATE:
+        updates_ms = movement.updates_ms_per_step
+        if updates_ms > 0:
+            updating, steps = _updating_programs(host, ops, programs, works), max(host.steps, 1)
             evidence += [f"program {quoted(call.name)} copies the argument first: {call.calls / steps:g} calls per "
                          f"{per}, {call.device_ms_per_call:.3f} ms of device work per call "
                          f"({call.share_of_device:.1%} of device time)" for call in updating[:2]]
-            loop_share = updates_ms / (host.step_ms.mean + (host.gap_ms_per_step or 0.0)) if host.step_ms else 0.0
+            loop_share = movement.updates_share_of_loop
             title = f"{label}: the updates that copy them take {updates_ms / device_ms:.0%} of device time"
             impact = (f"{updates_ms:.1f} ms of device work per {per} ({loop_share:.0%} of the {per}) goes to "
                       "updates that copy their whole argument first; in place, each costs only what it writes.")

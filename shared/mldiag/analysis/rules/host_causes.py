@@ -100,10 +100,6 @@ ROUND_TRIP_WORK = 0.25
 COMPUTING_READS = 2.0
 EVERY_STEP = 0.9  # calls per step of a function that reads device values back, to sync every step
 WAITED_ON_SHARE = 0.02  # share of the loop another thread's function holds while the training thread waits on it
-MANY_COPIES = 20  # copies between host and device per step that cost more in calls than in bytes
-EACH_READ = 0.8  # launches of one function per copy off the device from which each launch's result is read
-LOOPED_READS = 4  # reads a step, each after a launch of one function, that make a loop rather than a sync a step
-LOOP_LAUNCHES = 0.5  # share of the step's launches that one function's make, for a loop of launch and read alone
 _SYNC = re.compile(r"\blog|_log|log_|logging|logger|\bemit|print|metric|summar|wandb|tensorboard|scalar|"
                    r"progress|tqdm|\bwrite", re.IGNORECASE)
 _INPUT = re.compile(r"batch|data|load|input|augment|decode|read|preprocess|sampler|shuffle|collate|next|"
@@ -168,19 +164,6 @@ def checked_calls(host: HostEvidence) -> list[HostActivity]:
     """The jit calls that read device values back inside the call, in (nearly) every step: a call whose outputs
     are copied to the host and checked as it returns (JAX's debug_nans or debug_infs)."""
     return [call for call in host.dispatched if call.reads_device and call.count_per_step >= EVERY_STEP]
-
-
-def read_after_each_launch(host: HostEvidence) -> HostActivity | None:
-    """The jit call whose every launch the training thread reads back before the next (a Python loop that decides
-    on the device's result at each iteration): one launched at least ``EACH_READ`` times per copy off the device,
-    where there are ``MANY_COPIES`` of those a step or more, or ``LOOPED_READS`` when that call's launches are
-    most of the step's (the loop does little else)."""
-    reads = next((copy for copy in host.transfers if copy.count_per_step >= LOOPED_READS
-                  and transfer_direction(copy.name) == "device to host"), None)
-    return None if reads is None else next(
-        (call for call in host.dispatched if call.count_per_step >= EACH_READ * reads.count_per_step and (
-            reads.count_per_step >= MANY_COPIES or call.count_per_step >= LOOP_LAUNCHES * host.dispatches_per_step)),
-        None)
 
 
 def other_thread_kind(name: str, thread: str = "") -> HostCause:
@@ -261,8 +244,6 @@ def _from_attribution(host: HostEvidence) -> list[Cause]:
     logging_read = next((read for read in host.device_reads
                          if read.count_per_step >= EVERY_STEP and _SYNC.search(function_name(read.name))), None)
     checking = {call.name for call in checked_calls(host)}
-    looping = read_after_each_launch(host)
-    read_launches = {looping.name} if looping is not None else set()
     # A function another thread runs while the training thread waits on it (a queue's get or put), and whose Python
     # also holds the interpreter, is one cause: the interpreter's share of it goes with its thread's kind (a slower
     # loader's).
@@ -279,8 +260,6 @@ def _from_attribution(host: HostEvidence) -> list[Cause]:
             continue
         if part.cause is TimeCause.TRANSFERS or (part.cause is TimeCause.DISPATCH and part.name in checking):
             kind = HostCause.TRANSFERS  # a call that copies its outputs back: its time is the copies' and checks'
-        elif part.cause is TimeCause.DISPATCH and part.name in read_launches:
-            kind = HostCause.TRANSFERS  # each launch waits for the read of the last one's result: the loop's cost
         elif part.cause is TimeCause.INTERPRETER and part.name in waited_on:
             held.append((other_thread_kind(part.name, part.thread), part))
             continue

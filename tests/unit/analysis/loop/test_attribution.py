@@ -132,12 +132,14 @@ def _device(lanes: list[_Line]) -> Device:
 
 def _attribute(names: list[str], loop: tuple[int, int], lanes: list[list[_Line]], stepping: _Line | None = None,
                others: list[_Line] = (), markers: set[int] = frozenset(),
-               launches_callbacks: set[str] = frozenset()) -> dict[tuple[TimeCause, str, str], float]:
+               launches_callbacks: set[str] = frozenset(),
+               launches_read_back: set[str] = frozenset()) -> dict[tuple[TimeCause, str, str], float]:
     attribution = attribute(names=names, windows=[Window(loop, [_device(d) for d in lanes], np.array([loop[0]]))],
                             steps=1,
                             busy_name=np.ones(len(names), dtype=bool), runtime_name=np.zeros(len(names), dtype=bool),
                             hints={}, stepping=stepping, other_threads=list(others), markers=set(markers),
-                            launches_callbacks=np.array([name in launches_callbacks for name in names], dtype=bool))
+                            launches_callbacks=np.array([name in launches_callbacks for name in names], dtype=bool),
+                            launches_read_back=np.array([name in launches_read_back for name in names], dtype=bool))
     assert sum(p.ms for p in attribution.parts) == pytest.approx(attribution.loop_ms, rel=1e-9)
     return {(p.cause, p.name, p.thread): round(p.ms, 6) for p in attribution.parts}
 
@@ -215,6 +217,50 @@ def test_a_function_the_step_calls_owns_the_library_calls_it_makes():
     assert parts == {(TimeCause.HOST_WORK, "$train.py:20 save_checkpoint", "python"): 8.0,
                      (TimeCause.DISPATCH, "PjitFunction(step)", "python"): 1.0,
                      (TimeCause.HOST_WORK, "$train.py:40 iteration", "python"): 1.0}
+
+
+def test_the_launches_each_read_back_before_the_next_are_one_part_with_the_threads_copies():
+    names: list[str] = []
+    host = _line("python", [("train", 0, 10 * MS), ("PjitFunction(update)", 0, 2 * MS),
+                            ("np.asarray(jax.Array)", 2 * MS, 5 * MS), ("PjitFunction(update)", 5 * MS, 7 * MS),
+                            ("np.asarray(jax.Array)", 7 * MS, 9 * MS), ("PjitFunction(other)", 9 * MS, 10 * MS)],
+                 names)
+    lane = _line("XLA Ops", [("fusion.1", 2 * MS, 3 * MS), ("fusion.1", 7 * MS, 8 * MS)], names)
+    parts = _attribute(names, (0, 10 * MS), [[lane]], stepping=host, markers={names.index("train")},
+                       launches_read_back={"PjitFunction(update)"})
+    assert parts == {(TimeCause.TRANSFERS, "PjitFunction(update) + np.asarray(jax.Array)", "python"): 7.0,
+                     (TimeCause.DISPATCH, "PjitFunction(other)", "python"): 1.0,
+                     (TimeCause.DEVICE_COMPUTE, "fusion", ""): 2.0}
+
+
+@pytest.mark.parametrize(("reads_per_step", "one_part"), [
+    (4, True),  # a loop of launch and read: the launches' dispatch goes with the reads
+    (2, False),  # a read or two a step: a sync per step, the dispatch a cause of its own
+])
+def test_a_python_loop_that_reads_each_launch_back_holds_its_dispatch_and_reads_in_one_part(
+        tmp_path, reads_per_step, one_part):
+    # Each 10 ms step launches update and reads its result back (float(change)), so many times; the rest is
+    # untraced.
+    starts = [i * 10 * MS for i in range(5)]
+    events, ops = [], []
+    for step in starts:
+        events.append(("train", step, step + 10 * MS))
+        for k in range(reads_per_step):
+            at = step + 2 * k * MS
+            events += [*jit_calls("update", [at], MS), ("np.asarray(jax.Array)", at + MS, at + 2 * MS)]
+            ops.append(("dot.1", at + MS, at + MS + MS // 5))
+    build = TraceBuild().host(events, markers=("train",))
+    build.lane("/host:CPU", ops, "tf_XLACpu")
+    attribution = build.evidence(tmp_path).attribution
+    top = attribution.parts[0]
+    reads_and_launches = reads_per_step * 1.8 / 10
+    if one_part:
+        assert (top.cause, top.name, top.thread) == (
+            TimeCause.TRANSFERS, "PjitFunction(update) + np.asarray(jax.Array)", "python")
+        assert top.share == pytest.approx(reads_and_launches, abs=0.01)
+    else:
+        assert _share(attribution, TimeCause.DISPATCH, "PjitFunction(update)") == pytest.approx(
+            reads_per_step * 0.1, abs=0.01)
 
 
 def test_a_save_owns_its_copy_off_the_device_and_a_call_that_mostly_copies_is_the_copy():
