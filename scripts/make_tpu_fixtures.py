@@ -238,6 +238,16 @@ def sgd(loss):
     return jax.jit(step, donate_argnums=0)
 
 
+def _training(state: dict, step, *batch, key: str = "params") -> Callable[[int, Clock], None]:
+    """An iteration that updates ``state[key]`` with the train step ``step`` on ``batch`` and waits for its loss."""
+
+    def iteration(i: int, clock: Clock) -> None:
+        state[key], value = step(state[key], *batch)
+        value.block_until_ready()
+
+    return iteration
+
+
 def _program_stats(jitted, *args) -> dict:
     """The compiled program's FLOPs, bytes accessed and memory, from XLA's own analyses."""
     compiled = jitted.lower(*args).compile()
@@ -3342,11 +3352,7 @@ def params_on_cpu_backend(big: bool) -> Workload:
     on_default = {"params": jax.device_put(twin, default), "x": x, "y": y}
 
     def run(state: dict):
-        def iteration(i: int, clock: Clock) -> None:
-            state["params"], value = step(state["params"], state["x"], state["y"])
-            value.block_until_ready()
-
-        return iteration
+        return _training(state, step, state["x"], state["y"])
 
     return Workload(run(on_cpu), ablations={"on_the_default_device": run(on_default)})
 
@@ -3443,15 +3449,8 @@ def one_hot_embedding_lookup(big: bool) -> Workload:
     one_hot = sgd(lambda weights, ids, y: loss(weights, ids, y, by_one_hot))
     take = sgd(lambda weights, ids, y: loss(weights, ids, y, lambda table, ids: jnp.take(table, ids, axis=0)))
     state = {"weights": (table, params)}
-
-    def run(step):
-        def iteration(i: int, clock: Clock) -> None:
-            state["weights"], value = step(state["weights"], ids, y)
-            value.block_until_ready()
-
-        return iteration
-
-    return Workload(run(one_hot), ablations={"take": run(take)})
+    return Workload(_training(state, one_hot, ids, y, key="weights"),
+                    ablations={"take": _training(state, take, ids, y, key="weights")})
 
 
 def static_config_object(big: bool) -> Workload:
@@ -3622,13 +3621,7 @@ def float16_on_tpu(big: bool) -> Workload:
 
     def run(dtype: str):
         params, step, x, y = _mlp_step(big, dtype=dtype)
-        state = {"params": params}
-
-        def iteration(i: int, clock: Clock) -> None:
-            state["params"], value = step(state["params"], x, y)
-            value.block_until_ready()
-
-        return iteration
+        return _training({"params": params}, step, x, y)
 
     return Workload(run("float16"), ablations={"bfloat16": run("bfloat16")})
 
@@ -3653,15 +3646,7 @@ def numpy_scalar_promotes_bf16(big: bool) -> Workload:
 
     promoted, kept = sgd(loss_with(np.sqrt)), sgd(loss_with(lambda width: float(np.sqrt(width))))
     state = {"params": params}
-
-    def run(step):
-        def iteration(i: int, clock: Clock) -> None:
-            state["params"], value = step(state["params"], x, y)
-            value.block_until_ready()
-
-        return iteration
-
-    return Workload(run(promoted), ablations={"python_float_scale": run(kept)})
+    return Workload(_training(state, promoted, x, y), ablations={"python_float_scale": _training(state, kept, x, y)})
 
 
 def activation_offload_to_host(big: bool) -> Workload:
@@ -3691,15 +3676,8 @@ def activation_offload_to_host(big: bool) -> Workload:
         return loss
 
     state = {"params": params}
-
-    def run(step):
-        def iteration(i: int, clock: Clock) -> None:
-            state["params"], value = step(state["params"], x, y)
-            value.block_until_ready()
-
-        return iteration
-
-    return Workload(run(sgd(loss_with(offloaded))), ablations={"saved_on_device": run(sgd(loss_with(on_device)))})
+    return Workload(_training(state, sgd(loss_with(offloaded)), x, y),
+                    ablations={"saved_on_device": _training(state, sgd(loss_with(on_device)), x, y)})
 
 
 def int64_index_math(big: bool) -> Workload:
@@ -3723,18 +3701,9 @@ def int64_index_math(big: bool) -> Workload:
         bags = jnp.take(table, (ids * 40503 + 12345) % rows, axis=0)
         return mlp_loss(params, jnp.mean(bags, axis=1), y)
 
-    step = sgd(loss)
-    state = {"weights": (table, params)}
-
-    def run(ids):
-        def iteration(i: int, clock: Clock) -> None:
-            state["weights"], value = step(state["weights"], ids, y)
-            value.block_until_ready()
-
-        return iteration
-
-    return Workload(run(jax.device_put(ids64)), ablations={
-        "int32_ids": run(jax.device_put((ids64 % rows).astype(np.int32)))})
+    step, state = sgd(loss), {"weights": (table, params)}
+    return Workload(_training(state, step, jax.device_put(ids64), y, key="weights"), ablations={
+        "int32_ids": _training(state, step, jax.device_put((ids64 % rows).astype(np.int32)), y, key="weights")})
 
 
 SHAPES: dict[str, Shape] = {

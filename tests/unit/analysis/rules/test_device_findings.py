@@ -43,6 +43,12 @@ def _ops(*ops: tuple[str, float], expression: dict[str, str] | None = None, step
                    expression=(expression or {}).get(name, "")) for name, share in ops]
 
 
+
+def _launched(name: str, calls: int, ms_per_call: float, device_ms_per_call: float) -> ProgramCalls:
+    """A jitted function's launches: ``ms_per_call`` on the host, ``device_ms_per_call`` of device work each."""
+    return ProgramCalls(name=f"PjitFunction({name})", calls=calls, ms_per_call=ms_per_call,
+                        device_ms_per_call=device_ms_per_call, share_of_device=0.0)
+
 def _host(*, kind=DeviceKind.GPU, busy=0.9, top_ops=(), source=StepSource.PROGRAM_RUNS, steps=10, step_ms=10.0,
           dispatches=1.0, dispatched=(), programs=(), activities=(), launches=0, device_type="",
           ms_per_dispatch=0.04) -> HostEvidence:
@@ -403,16 +409,12 @@ def test_one_small_function_called_over_and_over_each_step_is_told_to_batch_its_
 def test_many_launches_of_small_programs_beside_a_few_large_ones_are_op_by_op(eager_device_ms, op_by_op):
     # 8 micro-batch gradients a step that compute longer than the whole step's dispatch, and 54 eager slices and
     # adds; op by op only where those eager programs run shorter on the devices than their launch.
-    def program(name, calls, ms_per_call, device_ms_per_call):
-        return ProgramCalls(name=f"PjitFunction({name})", calls=calls, ms_per_call=ms_per_call,
-                            device_ms_per_call=device_ms_per_call, share_of_device=0.0)
-
     host = _host(kind=DeviceKind.CPU, busy=0.36, steps=10, step_ms=5.8, dispatches=62, ms_per_dispatch=0.027,
                  dispatched=[HostActivity(name="PjitFunction(dynamic_slice)", count_per_step=16, ms_per_step=0.82,
                                           share_of_step=0.14)],
-                 programs=[program("mlp_loss", 80, 0.04, 0.23), program("update", 10, 0.04, 0.1),
-                           program("dynamic_slice", 160, 0.05, eager_device_ms),
-                           program("squeeze", 160, 0.02, eager_device_ms), program("add", 210, 0.01, eager_device_ms)])
+                 programs=[_launched("mlp_loss", 80, 0.04, 0.23), _launched("update", 10, 0.04, 0.1),
+                           _launched("dynamic_slice", 160, 0.05, eager_device_ms),
+                           _launched("squeeze", 160, 0.02, eager_device_ms), _launched("add", 210, 0.01, eager_device_ms)])
     found = _of(assessed(host), FindingCategory.DISPATCH_OVERHEAD)
     assert bool(found) is op_by_op
     if op_by_op:
@@ -888,14 +890,10 @@ def test_the_kernels_updating_an_undonated_argument_in_place_are_its_whole_copy_
 def test_fewer_small_launches_that_hold_much_of_the_step_are_op_by_op(launch_ms, op_by_op):
     # A gradient and an update a step that compute longer than their launch, and 28 eager launches of a norm:
     # op by op where launching those takes a quarter of the step or more.
-    def program(name, calls, ms_per_call, device_ms_per_call):
-        return ProgramCalls(name=f"PjitFunction({name})", calls=calls, ms_per_call=ms_per_call,
-                            device_ms_per_call=device_ms_per_call, share_of_device=0.0)
-
     host = _host(kind=DeviceKind.CPU, busy=0.7, steps=15, step_ms=2.5, dispatches=39, ms_per_dispatch=0.033,
-                 programs=[program("mlp_loss", 15, 0.1, 1.35), program("apply", 15, 0.1, 0.11),
-                           *(program(name, 135, launch_ms, 0.002) for name in ("square", "add", "_reduce_sum")),
-                           program("sqrt", 15, launch_ms, 0.001)])
+                 programs=[_launched("mlp_loss", 15, 0.1, 1.35), _launched("apply", 15, 0.1, 0.11),
+                           *(_launched(name, 135, launch_ms, 0.002) for name in ("square", "add", "_reduce_sum")),
+                           _launched("sqrt", 15, launch_ms, 0.001)])
     assert bool(_of(assessed(host), FindingCategory.DISPATCH_OVERHEAD)) is op_by_op
 
 
