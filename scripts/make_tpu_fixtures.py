@@ -3706,6 +3706,90 @@ def int64_index_math(big: bool) -> Workload:
         "int32_ids": _training(state, step, jax.device_put((ids64 % rows).astype(np.int32)), y, key="weights")})
 
 
+def one_hot_labels_loss(big: bool) -> Workload:
+    """A bf16 LM-head train step (8192 tokens, vocab 32768 on the chip) whose cross-entropy multiplies the log-softmax
+    by one_hot(labels) and sums: the one-hot only selects, fused into the reduction, never multiplied in a matmul.
+    Healthy. Ablation: the labels' log-probabilities taken with jnp.take_along_axis."""
+    import jax
+    import jax.numpy as jnp
+
+    vocab, tokens, d = (32768, 8192, 1024) if big else (2048, 512, 128)
+    head = _normal(jax.random.key(98), (d, vocab), "bfloat16")
+    x = jax.random.normal(jax.random.key(99), (tokens, d)).astype("bfloat16")
+    labels = jax.random.randint(jax.random.key(100), (tokens,), 0, vocab)
+
+    def loss_with(pick):
+        def loss(head, x, labels):
+            logp = jax.nn.log_softmax((x @ head).astype("float32"))
+            return -jnp.mean(pick(logp, labels))
+
+        return loss
+
+    by_one_hot = sgd(loss_with(lambda logp, labels: jnp.sum(jax.nn.one_hot(labels, vocab) * logp, axis=-1)))
+    taken = sgd(loss_with(lambda logp, labels: jnp.take_along_axis(logp, labels[:, None], axis=-1)[:, 0]))
+    state = {"params": head}
+    return Workload(_training(state, by_one_hot, x, labels),
+                    ablations={"take_along_axis": _training(state, taken, x, labels)})
+
+
+def small_vocab_one_hot_lookup(big: bool) -> Workload:
+    """A bf16 train step whose lookup of 8192 tokens in a 1,024-row table is one_hot(ids, 1024) @ table, then an
+    MLP: on a TPU the matrix unit runs a one-hot matmul of so few classes about as fast as a gather. Ablation: the
+    lookup as jnp.take."""
+    import jax
+    import jax.numpy as jnp
+
+    vocab, tokens = (1024, 8192) if big else (256, 512)
+    params, _, _, y = _mlp_step(big, batch=tokens)
+    table = _normal(jax.random.key(101), (vocab, params[0].shape[0]), "bfloat16")
+    ids = jax.random.randint(jax.random.key(102), (tokens,), 0, vocab)
+
+    def loss_with(lookup):
+        def loss(weights, ids, y):
+            table, params = weights
+            return mlp_loss(params, lookup(table, ids), y)
+
+        return loss
+
+    one_hot = sgd(loss_with(lambda table, ids: jax.nn.one_hot(ids, vocab, dtype=table.dtype) @ table))
+    take = sgd(loss_with(lambda table, ids: jnp.take(table, ids, axis=0)))
+    state = {"weights": (table, params)}
+    return Workload(_training(state, one_hot, ids, y, key="weights"),
+                    ablations={"take": _training(state, take, ids, y, key="weights")})
+
+
+def donated_row_writes(big: bool) -> Workload:
+    """Each annotated step writes 32 encoded rows into a 256 MiB f32 buffer (on the chip) inside one jitted
+    function that donates the buffer (a fori_loop of dynamic_update_slice), then trains a bf16 MLP step on it: the
+    writes land in place. Healthy. Ablation: the rows stacked into a new buffer (jnp.stack)."""
+    import jax
+    import jax.numpy as jnp
+
+    params, _, x, y = _mlp_step(big)
+    rows, width = 32, (1 << 21) if big else (1 << 14)
+    chunks = jax.random.normal(jax.random.key(103), (rows, width))
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def write_rows(buffer, chunks):
+        return jax.lax.fori_loop(0, rows, lambda row, buffer: jax.lax.dynamic_update_slice(
+            buffer, jnp.tanh(chunks[row])[None] * 0.5, (row, 0)), buffer)
+
+    stack = jax.jit(lambda chunks: jnp.stack([jnp.tanh(chunks[row]) * 0.5 for row in range(rows)]))
+    step = sgd(lambda params, x, y, features: mlp_loss(params, x, y) * (1 + 1e-3 * jnp.mean(features)))
+    state = {"params": params, "buffer": jnp.zeros((rows, width), "float32")}
+
+    def run(fill):
+        def iteration(i: int, clock: Clock) -> None:
+            state["buffer"] = fill(state["buffer"])
+            state["params"], value = step(state["params"], x, y, state["buffer"])
+            value.block_until_ready()
+
+        return iteration
+
+    return Workload(run(lambda buffer: write_rows(buffer, chunks)),
+                    ablations={"stacked": run(lambda buffer: stack(chunks))})
+
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -4029,6 +4113,16 @@ SHAPES: dict[str, Shape] = {
     "int64_index_math": Shape(int64_index_math, 10, "jax_enable_x64 on: int64 ids hashed with int64 arithmetic into a "
                               "bf16 embedding table, 64 rows per bag, then a bf16 MLP train step; annotated steps",
                               cause="none: the int64 arithmetic is small beside the gathers"),
+    "one_hot_labels_loss": Shape(one_hot_labels_loss, 10, "a bf16 LM-head train step (8192 tokens, vocab 32768 on "
+                                 "the chip) whose cross-entropy sums one_hot(labels) * log_softmax; annotated steps",
+                                 cause="none: the one-hot only selects inside a fused reduction"),
+    "small_vocab_one_hot_lookup": Shape(small_vocab_one_hot_lookup, 10, "a bf16 train step whose lookup of 8192 "
+                                        "tokens is one_hot(ids, 1024) @ table, then an MLP; annotated steps",
+                                        cause="none: a one-hot matmul of 1,024 classes costs the matrix unit "
+                                        "little"),
+    "donated_row_writes": Shape(donated_row_writes, 10, "each annotated step writes 32 rows into a donated 256 MiB "
+                                "f32 buffer inside one jit (dynamic_update_slice in a fori_loop), then trains a bf16 "
+                                "MLP step on it", cause="none: the writes land in place"),
 }
 
 
