@@ -4,7 +4,8 @@ A device busy at a small share of the roofline is a fault of the ops it runs, an
 some ops have a cheaper way to the same result that no fusion or tiling finds: a
 full sort where only the top of each row is used; a scatter-add of many updates
 into each element (rows summed into a few segments), which the device applies one
-after another where a matmul would sum them at the chip's rate. An op whose time
+after another where a matmul would sum them at the chip's rate; a loop that writes
+a buffer one slice at a time, where one vectorised write would do. An op whose time
 is the model's own work (an embedding's gather, and its gradient's scatter of
 about one update per row) has no entry. The kernel's HLO
 (:func:`mldiag.analysis.xprof.hlo.describe`) says which op it is; the fix names
@@ -22,6 +23,7 @@ from mldiag.analysis.host_evidence import DeviceKind
 
 DOMINANT = 0.5  # share of a host's device op time at which one kernel's op decides the fix
 COLLIDING_UPDATES = 8.0  # a scatter's updates per element from which they queue behind each other
+SLICE_WRITES = 8  # runs a step of one slice-writing kernel that tell a loop of writes, not a cache's one update
 # The classes of a one-hot matrix from which a matmul by it costs more than the gather (or scatter-add) it stands
 # for. A TPU's matrix unit runs a one-hot matmul of a few thousand classes faster than its gathers and scatters
 # (the scatter's fix recommends it up to that); a CPU's gather costs far less than a matmul of 2,048 classes (a
@@ -57,6 +59,15 @@ _FIXES = (
         "dtype=values.dtype).T @ values; otherwise sort the ids once and call jax.ops.segment_sum(values, ids, "
         "segments, indices_are_sorted=True) (torch: index_add_ on sorted ids, or a one-hot matmul).",
         applies=lambda kernel: kernel.updates_per_element >= COLLIDING_UPDATES)),
+    (re.compile(r"\bdynamic-update-slice\b"), KernelFix(
+        "writes of one slice at a time",
+        "The device spends its time writing one slice at a time into a larger buffer, in a loop (the body of a "
+        "fori_loop or scan writing with dynamic_update_slice or x.at[i].set): each write is a kernel of its own, "
+        "and on a TPU a slice thinner than the buffer's tiles (8 rows of f32, 16 of bf16) rewrites whole tiles. "
+        "Where the slices are all known in the step, compute them together and write them at once: return them as "
+        "lax.scan's stacked outputs, or build them with one vectorised op (jax.vmap, jnp.stack) instead of a loop "
+        "of writes.",
+        applies=lambda kernel: kernel.runs_per_step >= SLICE_WRITES)),
 )
 
 

@@ -6,9 +6,9 @@ from mldiag.analysis.evidence import KernelShare
 from mldiag.analysis.rules import kernels
 
 
-def _kernel(what: str, share: float, updates_per_element: float = 0.0) -> KernelShare:
-    return KernelShare(host="h", name="%op.1", share_of_device=share, ms_per_step=1.0, runs_per_step=1.0, what=what,
-                       updates_per_element=updates_per_element)
+def _kernel(what: str, share: float, updates_per_element: float = 0.0, runs_per_step: float = 1.0) -> KernelShare:
+    return KernelShare(host="h", name="%op.1", share_of_device=share, ms_per_step=1.0, runs_per_step=runs_per_step,
+                       what=what, updates_per_element=updates_per_element)
 
 
 def test_a_sort_that_holds_most_of_the_device_time_gets_top_k_as_its_fix():
@@ -33,6 +33,16 @@ def test_a_scatter_summing_many_rows_into_each_element_gets_a_matmul_or_sorted_s
     # An embedding's gradient, a quarter of an update per row of its table, is the model's own work.
     assert kernels.dominant([_kernel("f32 scatter (add, scatter; root fusion)", 0.84, updates_per_element=0.25)]) is (
         None)
+
+
+def test_a_loop_writing_a_buffer_one_slice_at_a_time_is_told_to_write_at_once():
+    found = kernels.dominant([_kernel("f32 dynamic-update-slice", 0.52, runs_per_step=32)])
+    assert found is not None
+    _, fix = found
+    assert fix.op == "writes of one slice at a time"
+    assert "stacked outputs" in fix.fix and "jnp.stack" in fix.fix
+    # One write a step (a KV cache's new position) is the update the loop exists for.
+    assert kernels.dominant([_kernel("f32 dynamic-update-slice", 0.52, runs_per_step=1)]) is None
 
 
 def test_no_fix_of_its_own_for_a_kernel_below_half_the_device_time_or_an_op_without_one():
