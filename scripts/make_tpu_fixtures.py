@@ -3791,6 +3791,91 @@ def donated_row_writes(big: bool) -> Workload:
                     ablations={"stacked": run(lambda buffer: stack(chunks))})
 
 
+def scan_stacked_rows(big: bool) -> Workload:
+    """Each annotated step computes 32 encoded rows (256 MiB of f32 on the chip) as the stacked outputs of a
+    lax.scan, then trains a bf16 MLP step weighted by their mean: the rows are written at once. Healthy. Ablation:
+    the rows built by one jnp.stack."""
+    import jax
+    import jax.numpy as jnp
+
+    params, _, x, y = _mlp_step(big)
+    rows, width = 32, (1 << 21) if big else (1 << 14)
+    chunks = jax.random.normal(jax.random.key(104), (rows, width))
+    scanned = jax.jit(lambda chunks: jax.lax.scan(lambda carry, chunk: (carry, jnp.tanh(chunk) * 0.5), 0, chunks)[1])
+    stacked = jax.jit(lambda chunks: jnp.stack([jnp.tanh(chunks[row]) * 0.5 for row in range(rows)]))
+    step = sgd(lambda params, x, y, features: mlp_loss(params, x, y) * (1 + 1e-3 * jnp.mean(features)))
+    state = {"params": params}
+
+    def run(build):
+        def iteration(i: int, clock: Clock) -> None:
+            state["params"], value = step(state["params"], x, y, build(chunks))
+            value.block_until_ready()
+
+        return iteration
+
+    return Workload(run(scanned), ablations={"stacked": run(stacked)})
+
+
+def donated_kv_cache_decode(big: bool) -> Workload:
+    """Token-by-token decode through 16 bf16 layers (batch 8, d 1024 on the chip) that writes each token's keys and
+    values into a preallocated cache of 2048 positions, donated to the jitted step: one in-place write per layer and
+    token, attention over the cache. Healthy. Ablation: the same decode with the writes' position fixed at 0, which
+    changes nothing the device does per token."""
+    import jax
+    import jax.numpy as jnp
+
+    layers, batch, positions, d = (16, 8, 2048, 1024) if big else (4, 4, 256, 64)
+    w = _normal(jax.random.key(105), (layers, 3, d, d), "bfloat16")
+
+    def decode(cache, x, position):
+        for layer in range(layers):
+            q, k, v = (x @ w[layer, n] for n in range(3))
+            cache = cache.at[layer, 0, :, position].set(k).at[layer, 1, :, position].set(v)
+            scores = jnp.einsum("bd,bpd->bp", q, cache[layer, 0]).astype("float32") / jnp.sqrt(d)
+            scores = jnp.where(jnp.arange(positions) <= position, scores, -jnp.inf)
+            x = x + jnp.einsum("bp,bpd->bd", jax.nn.softmax(scores).astype(x.dtype), cache[layer, 1])
+        return cache, x / jnp.linalg.norm(x.astype("float32"), axis=-1, keepdims=True).astype(x.dtype)
+
+    step = jax.jit(decode, donate_argnums=0)
+    state = {"cache": jnp.zeros((layers, 2, batch, positions, d), "bfloat16"), "x": jnp.ones((batch, d), "bfloat16")}
+
+    def run(position_of):
+        def iteration(i: int, clock: Clock) -> None:
+            state["cache"], state["x"] = step(state["cache"], state["x"], jnp.int32(position_of(i)))
+            state["x"].block_until_ready()
+
+        return iteration
+
+    return Workload(run(lambda i: i % positions), ablations={"fixed_position": run(lambda i: 0)})
+
+
+def lax_map_per_example(big: bool) -> Workload:
+    """Inference that scores 512 examples with jax.lax.map over a per-example bf16 MLP (d 2048 on the chip): the
+    device runs the examples one after another, each a matrix-vector product. Ablation: jax.vmap, one batched
+    matmul per layer."""
+    import jax
+    import jax.numpy as jnp
+
+    widths = [2048, 2048, 2048, 2048] if big else [128, 128, 128, 128]
+    params = _mlp_params(widths, "bfloat16")
+    examples = jax.random.normal(jax.random.key(106), (512 if big else 64, widths[0])).astype("bfloat16")
+
+    def score(x):
+        for w in params:
+            x = jax.nn.relu(x @ w)
+        return jnp.sum(x.astype("float32"))
+
+    mapped, vmapped = jax.jit(lambda xs: jax.lax.map(score, xs)), jax.jit(jax.vmap(score))
+
+    def run(scores):
+        def iteration(i: int, clock: Clock) -> None:
+            scores(examples).block_until_ready()
+
+        return iteration
+
+    return Workload(run(mapped), ablations={"vmap": run(vmapped)})
+
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -4125,6 +4210,16 @@ SHAPES: dict[str, Shape] = {
                                 "f32 buffer inside one jit (dynamic_update_slice in a fori_loop), then trains a bf16 "
                                 "MLP step on it", cause="a loop of one-row writes, each rewriting the "
                                 "buffer's 8-row tiles, where one stacked write would do"),
+    "scan_stacked_rows": Shape(scan_stacked_rows, 10, "each annotated step builds 32 rows (256 MiB of f32 on the "
+                               "chip) as a lax.scan's stacked outputs, then trains a bf16 MLP step on them",
+                               cause="none: the scan's outputs are written at once"),
+    "donated_kv_cache_decode": Shape(donated_kv_cache_decode, 30, "token-by-token decode through 16 bf16 layers "
+                                     "into a donated KV cache of 2048 positions, one in-place write per layer and "
+                                     "token; annotated steps", cause="none: healthy decode"),
+    "lax_map_per_example": Shape(lax_map_per_example, 15, "inference scoring 512 examples with jax.lax.map over a "
+                                 "per-example bf16 MLP (d 2048 on the chip); annotated steps",
+                                 cause="lax.map runs the examples one after another where jax.vmap would batch "
+                                 "them"),
 }
 
 
