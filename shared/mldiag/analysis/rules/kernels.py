@@ -64,9 +64,9 @@ _FIXES = (
         "The device spends its time writing one slice at a time into a larger buffer, in a loop (the body of a "
         "fori_loop or scan writing with dynamic_update_slice or x.at[i].set): each write is a kernel of its own, "
         "and on a TPU a slice thinner than the buffer's tiles (8 rows of f32, 16 of bf16) rewrites whole tiles. "
-        "Where the slices are all known in the step, compute them together and write them at once: return them as "
-        "lax.scan's stacked outputs, or build them with one vectorised op (jax.vmap, jnp.stack) instead of a loop "
-        "of writes.",
+        "Where the slices are all known in the step, compute them together, not in a loop: one vectorised op over "
+        "all of them (jax.vmap of the loop's body, or the body written over the whole array), whose result is "
+        "written at once; a lax.scan's stacked outputs are written one slice per iteration too.",
         applies=lambda kernel: kernel.runs_per_step >= SLICE_WRITES)),
 )
 

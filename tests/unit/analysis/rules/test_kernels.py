@@ -40,7 +40,7 @@ def test_a_loop_writing_a_buffer_one_slice_at_a_time_is_told_to_write_at_once():
     assert found is not None
     _, fix = found
     assert fix.op == "writes of one slice at a time"
-    assert "stacked outputs" in fix.fix and "jnp.stack" in fix.fix
+    assert "jax.vmap" in fix.fix and "lax.scan's stacked outputs are written one slice per iteration" in fix.fix
     # One write a step (a KV cache's new position) is the update the loop exists for.
     assert kernels.dominant([_kernel("f32 dynamic-update-slice", 0.52, runs_per_step=1)]) is None
 
