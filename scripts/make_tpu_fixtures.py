@@ -3876,6 +3876,48 @@ def lax_map_per_example(big: bool) -> Workload:
     return Workload(run(mapped), ablations={"vmap": run(vmapped)})
 
 
+def kv_cache_layout(big: bool) -> Workload:
+    """The decode of ``donated_kv_cache_decode`` (16 bf16 layers, batch 8, d 1024, 2048 positions on the chip, the
+    cache donated) with the cache laid out [layers, 2, batch, positions, d]: each token's write and the attention's
+    einsums cut across the positions axis. Ablation: the cache laid out [layers, 2, positions, batch, d], each
+    token's keys and values one contiguous slab."""
+    import jax
+    import jax.numpy as jnp
+
+    layers, batch, positions, d = (16, 8, 2048, 1024) if big else (4, 4, 256, 64)
+    w = _normal(jax.random.key(105), (layers, 3, d, d), "bfloat16")
+
+    def decode_with(batch_major: bool):
+        def decode(cache, x, position):
+            for layer in range(layers):
+                q, k, v = (x @ w[layer, n] for n in range(3))
+                if batch_major:
+                    cache = cache.at[layer, 0, :, position].set(k).at[layer, 1, :, position].set(v)
+                    keys, values = cache[layer, 0], cache[layer, 1]
+                else:
+                    cache = cache.at[layer, 0, position].set(k).at[layer, 1, position].set(v)
+                    keys, values = cache[layer, 0].swapaxes(0, 1), cache[layer, 1].swapaxes(0, 1)
+                scores = jnp.einsum("bd,bpd->bp", q, keys).astype("float32") / jnp.sqrt(d)
+                scores = jnp.where(jnp.arange(positions) <= position, scores, -jnp.inf)
+                x = x + jnp.einsum("bp,bpd->bd", jax.nn.softmax(scores).astype(x.dtype), values)
+            return cache, x / jnp.linalg.norm(x.astype("float32"), axis=-1, keepdims=True).astype(x.dtype)
+
+        return jax.jit(decode, donate_argnums=0)
+
+    def run(batch_major: bool):
+        step = decode_with(batch_major)
+        shape = (layers, 2, batch, positions, d) if batch_major else (layers, 2, positions, batch, d)
+        state = {"cache": jnp.zeros(shape, "bfloat16"), "x": jnp.ones((batch, d), "bfloat16")}
+
+        def iteration(i: int, clock: Clock) -> None:
+            state["cache"], state["x"] = step(state["cache"], state["x"], jnp.int32(i % positions))
+            state["x"].block_until_ready()
+
+        return iteration
+
+    return Workload(run(True), ablations={"positions_major": run(False)})
+
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -4222,6 +4264,10 @@ SHAPES: dict[str, Shape] = {
                                  "per-example bf16 MLP (d 2048 on the chip); annotated steps",
                                  cause="lax.map runs the examples one after another where jax.vmap would batch "
                                  "them"),
+    "kv_cache_layout": Shape(kv_cache_layout, 20, "token-by-token decode through 16 bf16 layers into a donated KV "
+                             "cache laid out [layers, 2, batch, positions, d]; annotated steps",
+                             cause="the cache stored batch-major, copied whole into the positions-major layout "
+                             "the program reads and back every token"),
 }
 
 

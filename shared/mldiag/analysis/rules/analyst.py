@@ -1441,8 +1441,8 @@ def _movement_priority(movement: DataMovement, host: HostEvidence) -> Priority |
 def _updating_programs(host: HostEvidence, copies: list[OpTime], programs: dict[str, HloProgram],
                        works: list[KernelWork]) -> list[ProgramCalls]:
     """The launched programs that copy a whole argument first: those with an entry parameter of the copied name,
-    dtype and dimensions, or whose HLO holds the copy or updates an undonated argument. Their device time is what updating in place saves (the
-    copy, and the update written into it)."""
+    dtype and dimensions, or whose HLO holds the copy or updates an undonated argument. Their device time is what
+    updating in place saves (the copy, and the update written into it)."""
     copied = {(match[3], shape.dtype, shape.dims) for op in copies
               if (match := _COPY_OF.search(op.expression)) and (shape := Shape.parse(match[2])) is not None}
     holding = {_module_base(program.module) for program in programs.values()
@@ -1500,6 +1500,16 @@ def _data_movement(movements: list[tuple[DataMovement, HostEvidence, list[OpTime
                          f"{' and more' if len(writers) > 3 else ''} write into a copy of it each call"
                          for program in undonated for argument, writers in program.undonated.items()][:2]
         convolutions = any(_CONVOLUTION.search(op.name) for op in host.top_ops)
+        fix = _movement_fix(kind, framework, host.device_kind, convolutions)
+        relaid = _relaid_arguments(ops, programs) if kind == "layout" else []
+        if relaid:
+            evidence += [f"{quoted(op.name)} copies the argument {quoted(argument)} whole into another layout, "
+                         f"{op.count_per_step:g} time{'' if op.count_per_step == 1 else 's'} per {per}"
+                         for op, argument in relaid[:2]]
+            fix = ("Store the argument in the layout the program reads, so it is not copied whole into another "
+                   "layout (and back) on every call: order its axes as the program's reads and writes use them (a "
+                   "KV cache with the written position's axis ahead of the batch's, each token's keys and values one "
+                   "contiguous slab), and donate it. " + fix)
         title = f"{label} take {share:.0%} of device time"
         impact = (f"{ms:.1f} ms of each {device_ms:.1f} ms of device work per {per} computes nothing; without it "
                   f"the devices would finish {device_ms / max(device_ms - ms, 1e-9):.1f}x sooner.")
@@ -1521,9 +1531,23 @@ def _data_movement(movements: list[tuple[DataMovement, HostEvidence, list[OpTime
             what=what,
             evidence=evidence,
             impact=impact,
-            fix=_movement_fix(kind, framework, host.device_kind, convolutions),
+            fix=fix,
         ))
     return findings
+
+
+def _relaid_arguments(ops: list[OpTime], programs: dict[str, HloProgram]) -> list[tuple[OpTime, str]]:
+    """The layout copies of a program's argument, whole, into another layout: the argument is stored in a layout
+    the program does not read it in. Each with the argument's name."""
+    parameters = {name for program in programs.values() for name in program.parameters}
+    relaid = []
+    for op in ops:
+        match = _COPY_OF.search(op.expression)
+        result, source = (Shape.parse(match[1]), Shape.parse(match[2])) if match else (None, None)
+        if (match and match[3] in parameters and result is not None and source is not None
+                and result.dims == source.dims and result.layout != source.layout):
+            relaid.append((op, match[3]))
+    return relaid
 
 
 _COMPILER_CHECKS = {

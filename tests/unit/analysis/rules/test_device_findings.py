@@ -295,8 +295,12 @@ def test_an_update_that_copies_its_whole_argument_first_is_told_to_update_in_pla
     for expression in (relaid, WHOLE_COPY.replace("%args_0_.1", "%gte.7")):
         host.top_ops = _ops(("copy.3", 0.6), ("dynamic-update-slice.1", 0.2), ("fusion", 0.2),
                             expression={"copy.3": expression})
-        (finding,) = _of(assessed(host, programs=programs), FindingCategory.DATA_MOVEMENT)
+        analysis = assessed(host, programs=programs)
+        (finding,) = _of(analysis, FindingCategory.DATA_MOVEMENT)
         assert finding.title == "Layout transposes take 60% of device time"
+        # An argument copied whole into another layout is stored in a layout the program does not read it in.
+        assert finding.fix.startswith("Store the argument in the layout the program reads") is (expression == relaid)
+        assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
 
 
 @pytest.mark.parametrize(("accelerator", "busy", "priority"), [
@@ -414,7 +418,8 @@ def test_many_launches_of_small_programs_beside_a_few_large_ones_are_op_by_op(ea
                                           share_of_step=0.14)],
                  programs=[_launched("mlp_loss", 80, 0.04, 0.23), _launched("update", 10, 0.04, 0.1),
                            _launched("dynamic_slice", 160, 0.05, eager_device_ms),
-                           _launched("squeeze", 160, 0.02, eager_device_ms), _launched("add", 210, 0.01, eager_device_ms)])
+                           _launched("squeeze", 160, 0.02, eager_device_ms),
+                           _launched("add", 210, 0.01, eager_device_ms)])
     found = _of(assessed(host), FindingCategory.DISPATCH_OVERHEAD)
     assert bool(found) is op_by_op
     if op_by_op:
