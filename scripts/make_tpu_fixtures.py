@@ -2827,6 +2827,32 @@ def python_thread_beside_training(big: bool) -> Workload:
     return Workload(loop(True), ablations={"no_tokenizer": loop(False)}, stop=tokenizers.stop)
 
 
+def _kv_decode(layers: int, positions: int, d: int, *, batch_major: bool, seed: int):
+    """A decode step ``(cache, x, position) -> (cache, x)`` through ``layers`` bf16 blocks that write each token's
+    keys and values into the cache, laid out [layers, 2, batch, positions, d] (``batch_major``) or [layers, 2,
+    positions, batch, d], and attend over it."""
+    import jax
+    import jax.numpy as jnp
+
+    w = _normal(jax.random.key(seed), (layers, 3, d, d), "bfloat16")
+
+    def decode(cache, x, position):
+        for layer in range(layers):
+            q, k, v = (x @ w[layer, n] for n in range(3))
+            if batch_major:
+                cache = cache.at[layer, 0, :, position].set(k).at[layer, 1, :, position].set(v)
+                keys, values = cache[layer, 0], cache[layer, 1]
+            else:
+                cache = cache.at[layer, 0, position].set(k).at[layer, 1, position].set(v)
+                keys, values = cache[layer, 0].swapaxes(0, 1), cache[layer, 1].swapaxes(0, 1)
+            scores = jnp.einsum("bd,bpd->bp", q, keys).astype("float32") / jnp.sqrt(d)
+            scores = jnp.where(jnp.arange(positions) <= position, scores, -jnp.inf)
+            x = x + jnp.einsum("bp,bpd->bd", jax.nn.softmax(scores).astype(x.dtype), values)
+        return cache, x / jnp.linalg.norm(x.astype("float32"), axis=-1, keepdims=True).astype(x.dtype)
+
+    return decode
+
+
 def undonated_kv_cache(big: bool) -> Workload:
     """Token-by-token decode that writes each token's keys and values into a preallocated bf16 cache (16 layers,
     batch 8, 4096 positions, d 1024 on the chip: 2 GiB) and attends over it, with a jit that does not donate the
@@ -2836,17 +2862,7 @@ def undonated_kv_cache(big: bool) -> Workload:
     import jax.numpy as jnp
 
     layers, batch, positions, d = (16, 8, 4096, 1024) if big else (4, 4, 512, 64)
-    w = _normal(jax.random.key(64), (layers, 3, d, d), "bfloat16")
-
-    def decode(cache, x, position):
-        for layer in range(layers):
-            q, k, v = (x @ w[layer, n] for n in range(3))
-            cache = cache.at[layer, 0, :, position].set(k).at[layer, 1, :, position].set(v)
-            scores = jnp.einsum("bd,bpd->bp", q, cache[layer, 0]).astype("float32") / jnp.sqrt(d)
-            scores = jnp.where(jnp.arange(positions) <= position, scores, -jnp.inf)
-            x = x + jnp.einsum("bp,bpd->bd", jax.nn.softmax(scores).astype(x.dtype), cache[layer, 1])
-        return cache, x / jnp.linalg.norm(x.astype("float32"), axis=-1, keepdims=True).astype(x.dtype)
-
+    decode = _kv_decode(layers, positions, d, batch_major=True, seed=64)
     copying, in_place = jax.jit(decode), jax.jit(decode, donate_argnums=0)
     state = {"cache": jnp.zeros((layers, 2, batch, positions, d), "bfloat16"),
              "x": jnp.ones((batch, d), "bfloat16")}
@@ -3816,39 +3832,6 @@ def scan_stacked_rows(big: bool) -> Workload:
     return Workload(run(scanned), ablations={"stacked": run(stacked)})
 
 
-def donated_kv_cache_decode(big: bool) -> Workload:
-    """Token-by-token decode through 16 bf16 layers (batch 8, d 1024 on the chip) that writes each token's keys and
-    values into a preallocated cache of 2048 positions, donated to the jitted step: one in-place write per layer and
-    token, attention over the cache. Ablation: the same decode with the writes' position fixed at 0, which changes
-    nothing the device does per token (what the cache's layout costs is not ablated)."""
-    import jax
-    import jax.numpy as jnp
-
-    layers, batch, positions, d = (16, 8, 2048, 1024) if big else (4, 4, 256, 64)
-    w = _normal(jax.random.key(105), (layers, 3, d, d), "bfloat16")
-
-    def decode(cache, x, position):
-        for layer in range(layers):
-            q, k, v = (x @ w[layer, n] for n in range(3))
-            cache = cache.at[layer, 0, :, position].set(k).at[layer, 1, :, position].set(v)
-            scores = jnp.einsum("bd,bpd->bp", q, cache[layer, 0]).astype("float32") / jnp.sqrt(d)
-            scores = jnp.where(jnp.arange(positions) <= position, scores, -jnp.inf)
-            x = x + jnp.einsum("bp,bpd->bd", jax.nn.softmax(scores).astype(x.dtype), cache[layer, 1])
-        return cache, x / jnp.linalg.norm(x.astype("float32"), axis=-1, keepdims=True).astype(x.dtype)
-
-    step = jax.jit(decode, donate_argnums=0)
-    state = {"cache": jnp.zeros((layers, 2, batch, positions, d), "bfloat16"), "x": jnp.ones((batch, d), "bfloat16")}
-
-    def run(position_of):
-        def iteration(i: int, clock: Clock) -> None:
-            state["cache"], state["x"] = step(state["cache"], state["x"], jnp.int32(position_of(i)))
-            state["x"].block_until_ready()
-
-        return iteration
-
-    return Workload(run(lambda i: i % positions), ablations={"fixed_position": run(lambda i: 0)})
-
-
 def lax_map_per_example(big: bool) -> Workload:
     """Inference that scores 512 examples with jax.lax.map over a per-example bf16 MLP (d 2048 on the chip): the
     device runs the examples one after another, each a matrix-vector product. Ablation: jax.vmap, one batched
@@ -3877,35 +3860,17 @@ def lax_map_per_example(big: bool) -> Workload:
 
 
 def kv_cache_layout(big: bool) -> Workload:
-    """The decode of ``donated_kv_cache_decode`` (16 bf16 layers, batch 8, d 1024, 2048 positions on the chip, the
-    cache donated) with the cache laid out [layers, 2, batch, positions, d]: each token's write and the attention's
+    """Token-by-token decode (16 bf16 layers, batch 8, d 1024, 2048 positions on the chip, the cache donated) with
+    the cache laid out [layers, 2, batch, positions, d]: each token's write and the attention's
     einsums cut across the positions axis. Ablation: the cache laid out [layers, 2, positions, batch, d], each
     token's keys and values one contiguous slab."""
     import jax
     import jax.numpy as jnp
 
     layers, batch, positions, d = (16, 8, 2048, 1024) if big else (4, 4, 256, 64)
-    w = _normal(jax.random.key(105), (layers, 3, d, d), "bfloat16")
-
-    def decode_with(batch_major: bool):
-        def decode(cache, x, position):
-            for layer in range(layers):
-                q, k, v = (x @ w[layer, n] for n in range(3))
-                if batch_major:
-                    cache = cache.at[layer, 0, :, position].set(k).at[layer, 1, :, position].set(v)
-                    keys, values = cache[layer, 0], cache[layer, 1]
-                else:
-                    cache = cache.at[layer, 0, position].set(k).at[layer, 1, position].set(v)
-                    keys, values = cache[layer, 0].swapaxes(0, 1), cache[layer, 1].swapaxes(0, 1)
-                scores = jnp.einsum("bd,bpd->bp", q, keys).astype("float32") / jnp.sqrt(d)
-                scores = jnp.where(jnp.arange(positions) <= position, scores, -jnp.inf)
-                x = x + jnp.einsum("bp,bpd->bd", jax.nn.softmax(scores).astype(x.dtype), values)
-            return cache, x / jnp.linalg.norm(x.astype("float32"), axis=-1, keepdims=True).astype(x.dtype)
-
-        return jax.jit(decode, donate_argnums=0)
 
     def run(batch_major: bool):
-        step = decode_with(batch_major)
+        step = jax.jit(_kv_decode(layers, positions, d, batch_major=batch_major, seed=105), donate_argnums=0)
         shape = (layers, 2, batch, positions, d) if batch_major else (layers, 2, positions, batch, d)
         state = {"cache": jnp.zeros(shape, "bfloat16"), "x": jnp.ones((batch, d), "bfloat16")}
 
@@ -4256,10 +4221,6 @@ SHAPES: dict[str, Shape] = {
                                "chip) as a lax.scan's stacked outputs, then trains a bf16 MLP step on them",
                                cause="a scan writing its stacked outputs one row at a time, each rewriting "
                                "8-row tiles, where one vectorised op would do"),
-    "donated_kv_cache_decode": Shape(donated_kv_cache_decode, 30, "token-by-token decode through 16 bf16 layers "
-                                     "into a donated KV cache of 2048 positions, one in-place write per layer and "
-                                     "token; annotated steps",
-                                     cause="no cause ablated: the writes cost nothing a fixed position saves"),
     "lax_map_per_example": Shape(lax_map_per_example, 15, "inference scoring 512 examples with jax.lax.map over a "
                                  "per-example bf16 MLP (d 2048 on the chip); annotated steps",
                                  cause="lax.map runs the examples one after another where jax.vmap would batch "
