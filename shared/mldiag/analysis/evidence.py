@@ -145,6 +145,21 @@ class SlowPrecision(Evidence):
     kernels: list[str] = Field(default_factory=list)  # as the device trace names them, longest first
 
 
+class NarrowMatmuls(Evidence):
+    """``analysis.json.narrow_matmuls``: batched matmuls narrower than a TPU's matrix unit (attention heads of 64 on
+    a 128-wide unit), with the kernels that run them or read or write their score matrices, on the host where wider
+    ones would save the most, as its finding quotes it."""
+
+    host: str
+    width: int  # the narrowest rows, contracted size or columns of the batched matmuls
+    matrix_unit: int  # the chip's matrix unit's side
+    fill: float  # width / matrix_unit
+    ms_per_step: float  # of those kernels, per device (per capture without steps)
+    share_of_device: float  # of the host's device op time
+    saved_share_of_loop: float  # the part of the loop that heads as wide as the unit would save
+    kernels: list[str] = Field(default_factory=list)  # as the device trace names them, longest first
+
+
 class Metrics(Evidence):
     step_time_ms: float | None = None
     steps: int = 0
@@ -268,6 +283,7 @@ class Analysis(Evidence):
     kernels: list[KernelShare] = Field(default_factory=list)
     roofline: list[ProgramRoofline] = Field(default_factory=list)
     slow_precision: list[SlowPrecision] = Field(default_factory=list)
+    narrow_matmuls: list[NarrowMatmuls] = Field(default_factory=list)
     followups: list[Followup] = Field(default_factory=list)
     investigation: Investigation | None = None
     comparison: Comparison | None = None

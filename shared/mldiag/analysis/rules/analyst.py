@@ -42,10 +42,12 @@ quoted, so they stay data wherever the report goes.
 
 from __future__ import annotations
 
+import math
 import re
+from collections import Counter
 from collections.abc import Iterable
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from mldiag.analysis.evidence import (
     Analysis,
@@ -86,7 +88,8 @@ from mldiag.analysis.profile.trace_names import (
 )
 from mldiag.analysis.profile.trace_names import hlo_instruction as _instruction
 from mldiag.analysis.profile.trace_names import program_base as _module_base
-from mldiag.analysis.rules import frameworks, host_causes, kernels as kernel_ops, launches, precision, roofline
+from mldiag.analysis.rules import frameworks, host_causes, launches, matrix_unit, precision, roofline
+from mldiag.analysis.rules import kernels as kernel_ops
 from mldiag.analysis.rules.frameworks import Framework
 from mldiag.analysis.rules.host_causes import HostCause
 from mldiag.analysis.rules.wording import quoted
@@ -109,7 +112,7 @@ IDLE_PRIORITIES = ((0.50, Priority.P0), (0.25, Priority.P1), (0.10, Priority.P2)
 NAMED_CAUSE_P0 = 0.10
 NAMED_CAUSES = frozenset({HostCause.CHECKPOINT, HostCause.DEVICE_SYNC, HostCause.LOGGING, HostCause.PRODUCER_THREAD,
                           HostCause.CONSUMER_THREAD, HostCause.BATCH_MAKING, HostCause.ROUND_TRIP,
-                          HostCause.INTERPRETER_LOCK})
+                          HostCause.INTERPRETER_LOCK, HostCause.HOST_RANDOM})
 # Device work per slow step, as a multiple of a normal step's, up to which the slow steps do no more on the devices.
 SAME_DEVICE_WORK = 1.2
 OP_BY_OP_DISPATCHES = 50  # jit dispatches per step that mean the step is not one program
@@ -146,11 +149,15 @@ UNTRACED_SHARE = 1 / 3  # the training thread's untraced time is a cause of its 
 IN_FLIGHT_SHARE = 0.1  # share of the training thread's copies' time beyond its calls that says they waited in flight
 MANY_PARAMETERS = 32  # a program taking this many arrays pays for handing each over at every launch
 # Eager programs whose shapes are a count the data decides: the gather of boolean-mask indexing, nonzero and argwhere.
+GROWING_STEPS = 8  # steps from which a count of dispatches that grows each step tells a growing list
+STEADY_GROWTH = 0.8  # share of the steps whose dispatches grow by the same count for the growth to be steady
+SHAPES_LISTED = 4  # a parameter's shapes across compilations quoted in full up to this many
 GROWING_COMPILATIONS = 3  # compilations of one function, one per consecutive size, that tell a growing collection
 DATA_SIZED = ("jit_gather", "jit_nonzero", "jit__nonzero", "jit_argwhere")
 # The jnp functions whose result's size is the data's unless given size=, by a word of the programs they compile.
 SIZED_BY_DATA = {"unique": "jnp.unique(x, size=k, fill_value=...)", "nonzero": "jnp.nonzero(mask, size=k)",
                  "argwhere": "jnp.argwhere(mask, size=k)"}
+MANY_WORKERS = 64  # input workers beyond which a host's cores run out
 OWN_SHARE = 0.5  # a function around the step's dispatches whose own time is this share of it is host work
 URGENT_REASON = "a finding needs attention"
 _ORDER = {Priority.P0: 0, Priority.P1: 1, Priority.P2: 2}
@@ -545,9 +552,30 @@ def _host_cause_fix(host: HostEvidence, cause: host_causes.Cause) -> str:
         return ("The save already runs on another thread, yet the training thread waits for it: wait for a save "
                 "only before the next one starts (or at exit), not right after starting it. "
                 + (frameworks.cause_fix(cause.kind, framework) or ""))
-    if fix := frameworks.cause_fix(cause.kind, framework):
-        return fix
     if cause.kind is HostCause.HOST_WORK and cause.parts and (fix := host_causes.known_call_fix(cause.parts[0].name)):
+        return fix
+    if ratio := host_causes.outpaces_device(host, cause):
+        return _cheaper_first(host, cause, ratio) + " " + _overlap_fix(host, cause, framework)
+    return _overlap_fix(host, cause, framework)
+
+
+def _cheaper_first(host: HostEvidence, cause: host_causes.Cause, ratio: float) -> str:
+    """Host work many times the devices' step: overlapping it with the step hides only the devices' time."""
+    names = " and ".join(quoted(host_causes.function_name(part.name)) for part in cause.parts[:2])
+    device_ms = host_causes.device_ms_per_step(host)
+    workers = (f"{math.ceil(round(ratio, 1))} workers share it" if ratio <= MANY_WORKERS
+               else "it is split over more workers than a host has cores")
+    return (f"Make {names} cheaper first: it takes {cause.ms:.1f} ms a step, {ratio:.0f}x the devices' "
+            f"{device_ms:.1f} ms of work, so running it ahead of the step hides at most those {device_ms:.1f} ms "
+            f"and the loop stays host-bound unless {workers}. Look in it for "
+            "work done every step that is needed once, or on far less data than it touches: a shuffle, copy or "
+            "conversion of the whole dataset to take one batch (shuffle the indices once per epoch and gather only "
+            "the batch's rows), a file read or parsed again, a table rebuilt. Then:")
+
+
+def _overlap_fix(host: HostEvidence, cause: host_causes.Cause, framework: Framework) -> str:
+    """How to run the host work of ``cause`` beside the devices' work instead of between their steps."""
+    if fix := frameworks.cause_fix(cause.kind, framework):
         return fix
     # Threads seen working while the training thread waits are a pipeline already, and untraced waiting may be
     # one the trace cannot show: advise adding a thread only where the host's own named work is the wait.
@@ -607,6 +635,7 @@ def _dispatch_overhead(host: HostEvidence, kernels: list[KernelShare]) -> Findin
     repeated = bool(host.dispatched) and host.dispatched[0].count_per_step >= (
         ONE_FUNCTION_SHARE * host.dispatches_per_step)
     kind = "Many calls of one small jitted function" if repeated else "Op-by-op execution"
+    growth = _growing_dispatches(host)
     if host.step_source is StepSource.PROFILE_WINDOW:
         per = "capture"
         count = f"{host.launches} jit dispatches in the capture, no steps"
@@ -615,6 +644,8 @@ def _dispatch_overhead(host: HostEvidence, kernels: list[KernelShare]) -> Findin
         per = "step"
         count = f"{host.dispatches_per_step:.0f} jit dispatches (PjitFunction) per step over {host.steps} steps"
         title = f"{kind}: {host.dispatches_per_step:.0f} jit dispatches per step"
+        if growth is not None:
+            title = f"{kind}: jit dispatches per step growing every step, from {growth.first} to {growth.last}"
     what = ("One small compiled function is called many times per step (once per example or item, from a Python "
             "loop): each call is a launch of its own, with the host's per-call overhead, so that overhead, not "
             f"compute, sets the pace and {device} idle between calls." if repeated else
@@ -624,6 +655,15 @@ def _dispatch_overhead(host: HostEvidence, kernels: list[KernelShare]) -> Findin
     fix = (frameworks.batched_calls_fix(framework) if repeated else
            frameworks.one_program_fix(framework, on_gpu=host.device_kind is DeviceKind.GPU,
                                       named_function=bool(origins)))
+    if growth is not None:
+        what += (" Each step launches more of them than the last: a Python loop over a collection of device values "
+                 "that grows every step (sum(losses), a mean or max over the whole history, a metric over every past "
+                 "value) reduces it op by op, so this cost grows with the run.")
+        fix = ("Keep a running value on the device instead of reducing the whole history every step: total = total + "
+               "loss (mean = total / count), best = jnp.minimum(best, loss); Python's sum(list) adds one device "
+               "array at a time, one launch each. Where the history itself is wanted, write each value into a "
+               "preallocated device array at its step and reduce it in one jitted call, or read the values back "
+               "once and reduce them with numpy.")
     return Finding(
         priority=priority,
         category=FindingCategory.DISPATCH_OVERHEAD,
@@ -631,6 +671,8 @@ def _dispatch_overhead(host: HostEvidence, kernels: list[KernelShare]) -> Findin
         what=what,
         evidence=[
             count,
+            *([f"the dispatches grow by {growth.by} every step: {growth.first} in the first step, {growth.last} in "
+               f"step {len(host.series.dispatches)}"] if growth is not None else []),
             *(f"the dispatches come from {quoted(origin.name)} ({origin.count_per_step:.0f} per {per}, "
               f"{origin.ms_per_step:.2f} ms per {per})" for origin in origins),
             f"compute busy {host.busy_fraction or 0.0:.1%} of the {span:.2f} ms {per}",
@@ -642,6 +684,25 @@ def _dispatch_overhead(host: HostEvidence, kernels: list[KernelShare]) -> Findin
                f"{span:.1f} ms {per} leaves compute idle; one fused program usually removes most of it.",
         fix=fix,
     )
+
+
+class _DispatchGrowth(NamedTuple):
+    first: int
+    last: int
+    by: int
+
+
+def _growing_dispatches(host: HostEvidence) -> _DispatchGrowth | None:
+    """Dispatches per step that grow by the same count from step to step (in ``STEADY_GROWTH`` of the steps) to at
+    least twice the first step's: a Python loop over a list that grows every step, launching one op per element."""
+    counts = host.series.dispatches
+    if len(counts) < GROWING_STEPS or host.series.truncated:
+        return None
+    rises = Counter(b - a for a, b in zip(counts, counts[1:]))
+    by, steady = rises.most_common(1)[0]
+    if by < 1 or steady < STEADY_GROWTH * (len(counts) - 1) or counts[-1] < 2 * max(counts[0], 1):
+        return None
+    return _DispatchGrowth(counts[0], counts[-1], by)
 
 
 def _launch_bound(host: HostEvidence, programs: dict[str, HloProgram]) -> Finding | None:
@@ -719,42 +780,62 @@ def _launch_bound(host: HostEvidence, programs: dict[str, HloProgram]) -> Findin
 
 
 def _recompiled(programs: dict[str, HloProgram]) -> list[str]:
-    """Functions compiled more than once, with the parameters whose shapes differ between the compilations."""
+    """Functions compiled more than once, with the parameters whose shapes differ between the compilations (the
+    first and last few of many, in order)."""
     lines = []
     for function, compiled in sorted(_by_function(programs).items(), key=lambda item: -len(item[1])):
         signatures = {tuple(p.parameters.items()) for p in compiled}
         if len(signatures) < 2:
             continue
-        changing = [
-            f"{quoted(name)} {' / '.join(dict.fromkeys(p.parameters.get(name, '-') for p in compiled))}"
-            for name in dict.fromkeys(name for p in compiled for name in p.parameters)
-            if len({p.parameters.get(name) for p in compiled}) > 1
-        ]
+        changing = []
+        for name in dict.fromkeys(name for p in compiled for name in p.parameters):
+            shapes = sorted({p.parameters.get(name, "-") for p in compiled}, key=_by_size)
+            if len(shapes) > 1:
+                listed = shapes if len(shapes) <= SHAPES_LISTED else [*shapes[:2], "…", shapes[-1]]
+                changing.append(f"{quoted(name)} {' / '.join(listed)}"
+                                + (f" ({len(shapes)} shapes)" if len(shapes) > SHAPES_LISTED else ""))
         lines.append(f"{quoted(function)} compiled {len(signatures)} times with different parameter shapes: "
                      + "; ".join(changing[:3]))
     return lines
 
 
-def _growing(programs: dict[str, HloProgram]) -> str:
-    """An evidence line where a function was compiled once for each of at least ``GROWING_COMPILATIONS``
-    consecutive sizes (of its argument count, or of one dimension of an argument): a collection that grows by one
-    every call, such as a Python list of arrays appended to each step and stacked anew; "" where none was."""
+def _by_size(shape: str) -> tuple:
+    """A sort key that orders HLO shapes by their dimensions (``f32[8,9]`` before ``f32[8,10]``)."""
+    parsed = Shape.parse(shape)
+    return (0, parsed.dtype, parsed.dims, shape) if parsed is not None else (1, "", (), shape)
+
+
+class _Growth(NamedTuple):
+    line: str  # the evidence line
+    along_dimension: bool  # an array grows along a dimension, not a list of arrays by one more
+
+
+def _growing(programs: dict[str, HloProgram]) -> _Growth | None:
+    """Where a function was compiled once for each of at least ``GROWING_COMPILATIONS`` consecutive sizes (of its
+    argument count, or of one dimension of an argument): a collection that grows by one every call, such as a
+    Python list of arrays appended to each step and stacked anew, or an array extended by one row each call."""
+    # A list that grows makes the function that stacks it take one more argument each call, and the functions
+    # after it one longer array: the list is the cause, wherever the capture lists it.
+    counts, dimensions = [], []
     for function, compiled in _by_function(programs).items():
         shapes = [[shape.dims for shape in map(Shape.parse, p.parameters.values()) if shape is not None]
                   for p in compiled]
-        sizes = {"arguments": [len(p.parameters) for p in compiled]}
+        counts.append((function, "arguments", [len(p.parameters) for p in compiled]))
         if len({tuple(map(len, dims)) for dims in shapes}) == 1:  # one argument list: compare its dimensions
-            sizes |= {f"dimension {axis} of argument {index}": [dims[index][axis] for dims in shapes]
-                      for index, rank in enumerate(map(len, shapes[0])) for axis in range(rank)}
-        for what, values in sizes.items():
-            distinct = sorted(set(values))
-            if (len(distinct) == len(values) >= GROWING_COMPILATIONS
-                    and distinct[-1] - distinct[0] == len(distinct) - 1):
-                counted = "count of arguments" if what == "arguments" else f"size of {what}"
-                return (f"{quoted(function)} compiled {len(values)} times, for every {counted} from "
-                        f"{distinct[0]} to {distinct[-1]}: a collection that grows by one each call (a Python list "
-                        "of arrays appended to and stacked or concatenated anew)")
-    return ""
+            dimensions += [(function, f"dimension {axis} of argument {index}", [dims[index][axis] for dims in shapes])
+                           for index, rank in enumerate(map(len, shapes[0])) for axis in range(rank)]
+    for function, what, values in (*counts, *dimensions):
+        distinct = sorted(set(values))
+        if len(distinct) == len(values) >= GROWING_COMPILATIONS and distinct[-1] - distinct[0] == len(distinct) - 1:
+            if what == "arguments":
+                return _Growth(f"{quoted(function)} compiled {len(values)} times, for every count of arguments "
+                               f"from {distinct[0]} to {distinct[-1]}: a collection that grows by one each call "
+                               "(a Python list of arrays appended to and stacked anew)", False)
+            return _Growth(f"{quoted(function)} compiled {len(values)} times, for every size of {what} from "
+                           f"{distinct[0]} to {distinct[-1]}: an array that grows by one along that dimension "
+                           "each call (extended with jnp.concatenate, jnp.append or a pad, or a list stacked "
+                           "anew)", True)
+    return None
 
 
 def _by_function(programs: dict[str, HloProgram]) -> dict[str, list[HloProgram]]:
@@ -788,7 +869,7 @@ def _recompilation(host: HostEvidence, programs: dict[str, HloProgram]) -> Findi
         if call.calls >= host.recompiles_in_steps)
     # An eager gather compiled for many index counts: boolean-mask indexing (x[mask]) or a nonzero whose size is
     # the data's, so every step's count is a new shape for it and for everything after it.
-    growing = "" if tensorflow or anew else _growing(programs)
+    growing = None if tensorflow or anew else _growing(programs)
     data_sized = not tensorflow and not anew and not growing and any(
         len(texts.get(name, ())) > 1 for name in DATA_SIZED)
     remedy = ("one jitted function" if anew else "a value of fixed size in place of the growing one" if growing
@@ -813,7 +894,7 @@ def _recompilation(host: HostEvidence, programs: dict[str, HloProgram]) -> Findi
         evidence.append("yet the capture holds one compiled program of the function called in every step: the "
                         "executables of the earlier compilations are gone or the same program again")
     if growing:
-        evidence.append(growing)
+        evidence.append(growing.line)
     # The function that took the size from the data, where its program is in the capture: jnp.unique's.
     sizers = {word: call for word, call in SIZED_BY_DATA.items() if any(word in name for name in texts)}
     if data_sized:
@@ -829,7 +910,12 @@ def _recompilation(host: HostEvidence, programs: dict[str, HloProgram]) -> Findi
               "jit's cache never finds the call it has seen, because the jitted function itself is made anew while "
               "the loop runs (jax.jit applied inside the loop, to a new lambda or functools.partial each step), or "
               "a static argument is a new object each call that hashes by identity (an instance of a plain class "
-              "made in the loop)." if anew else
+              "made in the loop), or the loop clears JAX's caches (jax.clear_caches(), called to free host memory, "
+              "drops every compiled program)." if anew else
+              "XLA compiles a new program every step because an argument grows by one along a dimension each "
+              "time: an array extended every step (a KV cache or a generated sequence concatenated with the new "
+              "token's entries, a history stacked anew), a new shape for every length."
+              if growing and growing.along_dimension else
               "XLA compiles a new program every step because an argument grows by one element (or one more "
               "argument) each time: a history kept as a Python list of device arrays and stacked, concatenated or "
               "reduced whole again every step, a new shape for every length." if growing else
@@ -846,9 +932,18 @@ def _recompilation(host: HostEvidence, programs: dict[str, HloProgram]) -> Findi
              "Make the jitted function once, outside the loop, and call that one every step (jax.jit(step) at "
              "module level or before the loop, never jax.jit(lambda ...) or jax.jit(partial(...)) inside it), and "
              "give it static arguments that compare and hash by value (a frozen dataclass, a tuple, a number), or "
-             "make the config once before the loop; JAX's persistent compilation cache "
+             "make the config once before the loop; take jax.clear_caches() out of the loop (free host memory by "
+             "dropping references to arrays instead); JAX's persistent compilation cache "
              "(jax.config.update('jax_compilation_cache_dir', ...)) then also spares the compilation across runs."
              if anew else
+             "Allocate the array once at the length it will reach and write each step's new entries in place "
+             "inside the jitted step (lax.dynamic_update_slice(cache, new, (0, position, 0)) or "
+             "cache.at[:, position].set(new), the array donated), with the position passed as an array and the "
+             "entries not yet written masked out (jnp.arange(length) <= position); where the final length is not "
+             "known, grow the array in a few large steps (double its capacity) rather than by one. For a history of "
+             "values (a loss a step, stacked anew), keep a running total on the device instead (total = total + "
+             "loss, mean = total / count)."
+             if growing and growing.along_dimension else
              "Keep what the loop needs from the history as a value of fixed size on the device: a running total "
              "(total = total + loss, mean = total / count), or a preallocated array written in place inside the "
              "jitted step (history.at[step].set(loss), the array donated); stack the list once, after the loop, "
@@ -1984,6 +2079,9 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
     movements = _movements(hosts, programs, hlo_kernels or [])
     kernels = _kernels(hosts, hlo_kernels or [])
     slow_precision, hardware = precision.findings(hosts, hlo_kernels or [], lambda host: chip, hlo_programs or [])
+    narrow = matrix_unit.narrow_matmuls(hosts, hlo_kernels or [], chip)
+    if narrow is not None:
+        hardware.append(narrow[1])
     findings = _findings(hosts, by_name, hlo_issues, metrics, health, programs, movements, kernels, hardware,
                          hlo_kernels or [])
     status = decide_status(health, findings)
@@ -2001,6 +2099,7 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
         kernels=kernels,
         roofline=rooflines,
         slow_precision=slow_precision,
+        narrow_matmuls=[narrow[0]] if narrow is not None else [],
         profile=profile,
         versions=versions,
         seconds=seconds,

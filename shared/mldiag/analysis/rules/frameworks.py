@@ -266,6 +266,18 @@ _CAUSE_FIXES = {
         jax="Compute it on the device, inside the jitted step (jnp, jax.random.categorical for sampling, optax "
             "for an optimizer's update), so the values never leave the device and the host only launches steps; "
             "where the host must see them, read them back every N steps."),
+    HostCause.HOST_RANDOM: FrameworkFix(  # draw the step's random numbers on the device
+        jax="Draw the random numbers inside the jitted step with jax.random: pass a key (jax.random.fold_in(key, "
+            "step), or split one each step) and call jax.random.bernoulli for dropout masks, jax.random.normal or "
+            "uniform for noise, so nothing is drawn on the host or copied to the device; flax's nn.Dropout does this "
+            "with its 'dropout' rng.",
+        tensorflow="Draw the random numbers inside the tf.function with tf.random.stateless_* ops (or a "
+                   "tf.random.Generator) instead of numpy, so they are made on the device; Keras's Dropout layer "
+                   "does this for masks.",
+        pytorch_xla="Draw the random numbers on the XLA device (torch.rand(..., device=xla_device), "
+                    "torch.nn.functional.dropout) instead of numpy, so they are part of the graph and nothing is "
+                    "copied in.",
+    ),
     HostCause.UNTRACED: FrameworkFix(  # name the untraced time before moving it
         tensorflow="Name the time first: capture again with the Python tracer on "
                    "(tf.profiler.experimental.ProfilerOptions(python_tracer_level=1)) or wrap the loop's parts in "

@@ -42,6 +42,10 @@ class Chip:
     names: re.Pattern[str]  # device type strings that name this chip
     architecture: str = ""  # an architecture name that profiles give instead of the product (AMD's gfx942)
     fast_f32: str = ""  # the peak an f32 matmul at default precision runs against, where not "f32"
+    # The side of a TPU's matrix unit (its systolic array): a matmul narrower than this in any of its rows,
+    # contracted size or columns leaves part of it idle: 128 x 128 through v5p, 256 x 256 from Trillium
+    # (https://cloud.google.com/tpu/docs/system-architecture-tpu-vm, and the v6e page). 0 where the chip has none.
+    matrix_unit: int = 0
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -80,13 +84,13 @@ _MI300_FLOPS = {"bf16": 1307.4 * TERA, "f16": 1307.4 * TERA, "tf32": 653.7 * TER
 
 CHIPS: tuple[Chip, ...] = (
     Chip("TPU v4", "Google", {"bf16": 275 * TERA, "int8": 275 * TERA}, 1200 * GIGA, 32 * GIB, _TPU_V4,
-         _names(r"\bTPU\s*v4\b(?!\s*(lite|i\b))"), fast_f32="bf16"),
+         _names(r"\bTPU\s*v4\b(?!\s*(lite|i\b))"), fast_f32="bf16", matrix_unit=128),
     Chip("TPU v5e", "Google", {"bf16": 197 * TERA, "int8": 394 * TERA}, 819 * GIGA, 16 * GIB, _TPU_V5E,
-         _names(r"\bTPU\s*v5\s*(lite|e)\b"), fast_f32="bf16"),
+         _names(r"\bTPU\s*v5\s*(lite|e)\b"), fast_f32="bf16", matrix_unit=128),
     Chip("TPU v5p", "Google", {"bf16": 459 * TERA, "int8": 918 * TERA}, 2765 * GIGA, 95 * GIB, _TPU_V5P,
-         _names(r"\bTPU\s*v5p?\b(?!\s*(lite|e\b))"), fast_f32="bf16"),
+         _names(r"\bTPU\s*v5p?\b(?!\s*(lite|e\b))"), fast_f32="bf16", matrix_unit=128),
     Chip("TPU v6e (Trillium)", "Google", {"bf16": 918 * TERA, "int8": 1836 * TERA}, 1640 * GIGA, 32 * GIB, _TPU_V6E,
-         _names(r"\bTPU\s*v6\s*(lite|e)\b|trillium"), fast_f32="bf16"),
+         _names(r"\bTPU\s*v6\s*(lite|e)\b|trillium"), fast_f32="bf16", matrix_unit=256),
     Chip("NVIDIA V100 SXM2", "NVIDIA", {"f16": 125 * TERA, "f32": 15.7 * TERA, "f64": 7.8 * TERA}, 900 * GIGA,
          32 * GIB, _V100, _names(r"V100.*SXM")),
     Chip("NVIDIA V100 PCIe", "NVIDIA", {"f16": 112 * TERA, "f32": 14 * TERA, "f64": 7 * TERA}, 900 * GIGA,

@@ -37,6 +37,7 @@ class HostCause(StrEnum):
     INTERPRETER_LOCK = "interpreter_lock"  # the training thread waits for the interpreter another thread's Python holds
     TRANSFERS = "transfers"  # copies between host and device memory
     ROUND_TRIP = "round_trip"  # the training thread computes on device values it copied back (and copies the result in)
+    HOST_RANDOM = "host_random"  # the training thread draws random numbers (masks, noise) for the step on the host
     UNTRACED = "untraced"  # the training thread's time that no event records: its own Python code, or a wait
     HOST_WORK = "host_work"  # host work none of the above names
 
@@ -78,6 +79,11 @@ WORDS = {
                            "Every step the host copies values off the device and computes on them with numpy or "
                            "Python (and copies the result back to the device, where it goes on); the devices wait "
                            "for all of it."),
+    HostCause.HOST_RANDOM: ("the training thread draws random numbers for the step",
+                            "The thread that runs the steps draws the step's random numbers (dropout masks, noise, "
+                            "random choices) on the host, and they are copied to the device every step, while the "
+                            "devices wait: the device can draw them itself, inside the step, in a fraction of the "
+                            "time."),
     HostCause.UNTRACED: ("the training thread runs untraced",
                          "The thread that runs the steps spends this time with no event in the trace: its own Python "
                          "code (loading, decoding or tokenising the next batch, padding it with Python or numpy), or "
@@ -98,12 +104,17 @@ ROUND_TRIP_WORK = 0.25
 # Host work per step after a read of device values, over the devices' compute per step, at which it is computing
 # on those values rather than waiting for them.
 COMPUTING_READS = 2.0
+# Host work per step over the devices' compute per step from which running it ahead of the step (a pipeline, a
+# background thread) hides too little of it: the loop stays host-bound unless the work itself gets cheaper.
+OUTPACES = 4.0
 EVERY_STEP = 0.9  # calls per step of a function that reads device values back, to sync every step
 WAITED_ON_SHARE = 0.02  # share of the loop another thread's function holds while the training thread waits on it
 _SYNC = re.compile(r"\blog|_log|log_|logging|logger|\bemit|print|metric|summar|wandb|tensorboard|scalar|"
                    r"progress|tqdm|\bwrite", re.IGNORECASE)
 _INPUT = re.compile(r"batch|data|load|input|augment|decode|read|preprocess|sampler|shuffle|collate|next|"
                     r"iter(?!ation)|fetch|tokeni|prefetch|feed|^Iterator::|tf_data", re.IGNORECASE)
+# Random numbers drawn for the step, as the function that draws them is named: the step's randomness, not its data.
+_RANDOM = re.compile(r"random|rng|noise|dropout|bernoulli|gumbel", re.IGNORECASE)
 _FUNCTION = re.compile(r"^\$\S+:\d+ (.+)$")
 
 
@@ -124,6 +135,8 @@ def kind_of(name: str, reads_device: bool, round_trip: bool = False) -> HostCaus
         return HostCause.DEVICE_SYNC if reads_device else HostCause.LOGGING
     if _INPUT.search(function):
         return HostCause.BATCH_MAKING
+    if _RANDOM.search(function):
+        return HostCause.HOST_RANDOM
     # Its own time is computation; a read of device values is only where that computation starts.
     if round_trip:
         return HostCause.ROUND_TRIP
@@ -387,15 +400,32 @@ def _sync_every_step(host: HostEvidence, found: list[Cause]) -> Cause | None:
                  share=overlap_ms * steps / attribution.loop_ms if attribution.loop_ms > 0 else None)
 
 
+def device_ms_per_step(host: HostEvidence) -> float:
+    """The devices' useful work per step: the attribution's useful parts, else the busy share of the step."""
+    attribution = host.attribution
+    if attribution is not None:
+        return sum(part.ms for part in attribution.parts if part.useful) / max(1, attribution.steps)
+    return host.busy_fraction * host.step_ms.mean if host.step_ms else 0.0
+
+
+def outpaces_device(host: HostEvidence, cause: Cause) -> float:
+    """How many times the devices' work per step the training thread's own work for ``cause`` takes, where that is
+    at least ``OUTPACES``; 0 otherwise, and for work on other threads or waits."""
+    if cause.kind not in (HostCause.BATCH_MAKING, HostCause.HOST_WORK) or not cause.parts:
+        return 0.0
+    stepping = stepping_threads(host)
+    if any(part.thread not in stepping for part in cause.parts):
+        return 0.0
+    device_ms = device_ms_per_step(host)
+    ratio = cause.ms / device_ms if device_ms > 0 else 0.0
+    return ratio if ratio >= OUTPACES else 0.0
+
+
 def _computing_on_reads(host: HostEvidence, found: list[Cause]) -> list[Cause]:
     """A function that reads device values back every step and then works on them longer than the devices compute
     in a step (``COMPUTING_READS`` times) is computing on them, not waiting: syncing less often would hide at most
     the devices' time. It is a trip through the host, unless its name says it logs."""
-    attribution = host.attribution
-    if attribution is not None:
-        device_ms = sum(part.ms for part in attribution.parts if part.useful) / max(1, attribution.steps)
-    else:
-        device_ms = host.busy_fraction * host.step_ms.mean if host.step_ms else 0.0
+    device_ms = device_ms_per_step(host)
     return [replace(cause, kind=HostCause.ROUND_TRIP)
             if cause.kind is HostCause.DEVICE_SYNC and cause.parts and cause.ms >= COMPUTING_READS * device_ms
             and not any(_SYNC.search(function_name(part.name)) for part in cause.parts) else cause

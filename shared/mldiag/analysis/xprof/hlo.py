@@ -59,6 +59,8 @@ _IOTA_DIMENSION = re.compile(r"\biota_dimension=(\d+)")
 # HLO's own attribute, and a library GEMM's backend config ("operand_precision":["HIGHEST","HIGHEST"]).
 _PRECISION = re.compile(r"operand_precision=\{([^}]*)\}|\"operand_precision\":\[([^\]]*)\]")
 _CONTRACTING = re.compile(r"lhs_contracting_dims=\{([\d,]*)\}")
+_DOT_DIMS = re.compile(r"\b(lhs_batch|lhs_contracting|rhs_batch|rhs_contracting)_dims=\{([\d,]*)\}")
+_ALL_LABELS = re.compile(r"dim_labels=([^_\s]+)_([^-\s]+)->")
 _KERNEL_LABELS = re.compile(r"dim_labels=[^_\s]*_([^-\s]*)->")
 _WINDOW_SIZE = re.compile(r"window=\{[^}]*\bsize=([\dx]+)")
 _LHS_DILATE = re.compile(r"window=\{[^}]*\blhs_dilate=([\dx]+)")
@@ -110,6 +112,8 @@ class Instruction:
     target: str = ""  # a custom call's target
     precision: str = ""  # a dot's or convolution's operand precision, where it is not the default ("highest")
     flops: float = 0.0  # a dot's or convolution's floating-point operations per run (a multiply-add is two)
+    # A batched matmul's (one matmul per batch element: attention's, per head) rows, contracted size and columns.
+    batched_mkn: tuple[int, int, int] | None = None
     parameter: int = -1  # a parameter's number
     direction: str = ""  # a compare's: "EQ", "LT", ...
     iota_dimension: int = 0  # an iota's: the dimension it counts along
@@ -212,6 +216,7 @@ def parse_module(name: str, text: str) -> HloModule:
         if instruction.opcode in ("dot", "convolution") or _MATMUL_TARGET.search(instruction.target):
             instruction.precision = _precision(attributes)
             instruction.flops = _matmul_flops(module, instruction, attributes)
+            instruction.batched_mkn = _batched_mkn(module, instruction, attributes)
         elif instruction.opcode == "compare" and (direction := _DIRECTION.search(attributes)):
             instruction.direction = direction.group(1)
         elif instruction.opcode == "iota" and (dimension := _IOTA_DIMENSION.search(attributes)):
@@ -263,6 +268,36 @@ def _matmul_flops(module: HloModule, instruction: Instruction, attributes: str) 
         for size, dilation in zip(sizes.group(1).split("x"), dilations.group(1).split("x")):
             per_output *= math.ceil(int(size) / max(int(dilation), 1)) / max(int(size), 1)
     return 2.0 * results * per_output
+
+
+def _batched_mkn(module: HloModule, instruction: Instruction, attributes: str) -> tuple[int, int, int] | None:
+    """The rows, contracted size and columns of each matmul of a batched matmul: a dot with batch dimensions, or
+    the convolution a TPU compiler makes of one (its batch dimensions become windows over a dilated input, its
+    rows the convolution's batch, its contracted size the input features, its columns the output features)."""
+    lhs, rhs = (module.operand(instruction, i) for i in (0, 1))
+    if lhs is None or rhs is None or lhs.shape is None or rhs.shape is None:
+        return None
+    if instruction.opcode == "dot":
+        dims = {name: [int(d) for d in found.split(",") if d] for name, found in _DOT_DIMS.findall(attributes)}
+        if not dims.get("lhs_batch") or any(d >= len(shape.dims) for side, shape in (("lhs", lhs.shape),
+                                                                                     ("rhs", rhs.shape))
+                                            for kind in ("batch", "contracting") for d in dims.get(f"{side}_{kind}",
+                                                                                                     [])):
+            return None
+        free = [
+            math.prod(size for axis, size in enumerate(shape.dims)
+                      if axis not in dims.get(f"{side}_batch", []) and axis not in dims.get(f"{side}_contracting", []))
+            for side, shape in (("lhs", lhs.shape), ("rhs", rhs.shape))]
+        return free[0], math.prod(lhs.shape.dims[d] for d in dims.get("lhs_contracting", [])), free[1]
+    labels = _ALL_LABELS.search(attributes)
+    if not _LHS_DILATE.search(attributes) or labels is None:
+        return None
+    inputs, kernel = labels.groups()
+    if (len(inputs) != len(lhs.shape.dims) or len(kernel) != len(rhs.shape.dims)
+            or not {"b", "f"} <= set(inputs) or "o" not in kernel):
+        return None
+    return (lhs.shape.dims[inputs.index("b")], lhs.shape.dims[inputs.index("f")],
+            rhs.shape.dims[kernel.index("o")])
 
 
 def load_modules(names: Iterable[str], text_of: Callable[[str], str]) -> list[HloModule]:
@@ -510,6 +545,9 @@ class KernelWork:
     updates_per_element: float = 0.0  # its scatters' updates over the elements they update (the most of any)
     one_hot_classes: int = 0  # the classes of a one-hot matrix its dots multiply, or it makes for them (the widest)
     copies_argument: bool = False  # a copy of an entry parameter into a buffer of the same shape and layout
+    # The narrowest rows, contracted size or columns of its batched matmuls (attention's per-head dims); 0 without.
+    matmul_width: int = 0
+    largest_elements: int = 0  # elements of the largest array it reads or writes
 
 
 def _fused(module: HloModule, computation: str) -> list[Instruction]:
@@ -597,6 +635,14 @@ def _one_hot_classes(module: HloModule, ops: list[Instruction], root: Instructio
     return max((_one_hot(module, values) for values in (*operands, root)), default=0)
 
 
+def _batched_fields(module: HloModule, ops: list[Instruction], arrays: list[Instruction]) -> dict:
+    """A kernel's narrowest batched-matmul dimension and the elements of the largest of ``arrays`` (the
+    instructions whose results it reads or writes)."""
+    widths = [min(i.batched_mkn) for i in ops if i.batched_mkn]
+    return {"matmul_width": min(widths, default=0),
+            "largest_elements": max((math.prod(i.shape.dims) for i in arrays if i.shape is not None), default=0)}
+
+
 def _copies_argument(module: HloModule, instruction: Instruction) -> bool:
     """Whether ``instruction`` copies one of the program's arguments, unchanged, into a new buffer: the first step
     of an update made out of place."""
@@ -624,6 +670,7 @@ def _fusion_work(module: HloModule, fusion: Instruction) -> KernelWork:
         root=root.opcode if root is not None else "",
         dtypes=tuple(sorted(dtypes)), updates_per_element=_updates_per_element(module, body),
         one_hot_classes=_one_hot_classes(module, body, root), **_matmul_fields(module, body),
+        **_batched_fields(module, body, body),
     )
 
 
@@ -647,6 +694,8 @@ def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
                     else (), updates_per_element=_updates_per_element(module, [instruction]),
                     one_hot_classes=_one_hot_classes(module, [instruction], None),
                     copies_argument=_copies_argument(module, instruction), **_matmul_fields(module, [instruction]),
+                    **_batched_fields(module, [instruction], [instruction, *filter(None, (
+                        module.instructions.get(name) for name in instruction.operands))]),
                 ))
     return found
 

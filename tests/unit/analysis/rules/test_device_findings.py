@@ -409,6 +409,32 @@ def test_one_small_function_called_over_and_over_each_step_is_told_to_batch_its_
     assert any('"PjitFunction(forward)": 64 per step' in line for line in finding.evidence)
 
 
+@pytest.mark.parametrize(("counts", "growing"), [
+    (list(range(4, 34)), True),  # sum(losses) over a list of device scalars one longer each step
+    ([4, 6, 8, 10, 12, 14, 16, 18, 20, 22], True),  # two values appended a step
+    ([18] * 30, False),  # as many every step
+    ([4, 30, 5, 31, 6, 29, 7, 33, 4, 30], False),  # alternating steps, no trend
+])
+def test_dispatches_that_grow_every_step_are_a_list_reduced_op_by_op_and_told_to_keep_a_running_value(counts,
+                                                                                                     growing):
+    name = "PjitFunction(add)"
+    host = _host(kind=DeviceKind.TPU, busy=0.4, steps=len(counts), step_ms=7.4, dispatches=sum(counts) / len(counts),
+                 ms_per_dispatch=0.25,
+                 dispatched=[HostActivity(name=name, count_per_step=16, ms_per_step=4.6, share_of_step=0.6)],
+                 programs=[ProgramCalls(name=name, calls=480, ms_per_call=0.25, device_ms_per_call=0.002,
+                                        share_of_device=0.01)])
+    host.series.dispatches = counts
+    analysis = assessed(host)
+    (finding,) = _of(analysis, FindingCategory.DISPATCH_OVERHEAD)
+    assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
+    assert ("growing every step" in finding.title) is growing
+    assert finding.fix.startswith("Keep a running value on the device") is growing
+    if growing:
+        assert finding.title.endswith(f"from {counts[0]} to {counts[-1]}")
+        assert (f"the dispatches grow by {counts[1] - counts[0]} every step: {counts[0]} in the first step, "
+                f"{counts[-1]} in step {len(counts)}") in finding.evidence
+
+
 @pytest.mark.parametrize(("eager_device_ms", "op_by_op"), [(0.005, True), (0.1, False)])
 def test_many_launches_of_small_programs_beside_a_few_large_ones_are_op_by_op(eager_device_ms, op_by_op):
     # 8 micro-batch gradients a step that compute longer than the whole step's dispatch, and 54 eager slices and
@@ -786,6 +812,7 @@ def test_recompiling_the_function_called_every_step_into_one_same_program_is_a_j
     (finding,) = _of(analysis, FindingCategory.RECOMPILATION)
     assert ("outside the loop" in finding.fix) is anew
     assert ("hash by value" in finding.fix) is anew  # or a static argument made anew each call
+    assert ("jax.clear_caches()" in finding.fix) is anew  # or the caches cleared in the loop
     assert ("pad or bucket" in finding.fix) is not anew
     assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
 
@@ -860,6 +887,56 @@ def test_a_recompilation_for_one_more_element_each_step_is_told_to_keep_a_runnin
     if growing:
         assert (f'"jit__mean" compiled {len(lengths)} times, for every size of dimension 0 of argument 0 from '
                 f"{min(lengths)} to {max(lengths)}") in " ".join(finding.evidence)
+    assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
+
+
+def _decode_with_cache(module_id: int, length: int) -> hlo.HloModule:
+    return hlo.parse_module(f"jit_decode({module_id})", f"""HloModule jit_decode
+
+ENTRY %main (x.1: bf16[8,1,1024], cache.2: bf16[8,{length},1024]) -> bf16[8,{length + 1},1024] {{
+  %x.1 = bf16[8,1,1024]{{2,1,0}} parameter(0)
+  %cache.2 = bf16[8,{length},1024]{{2,1,0}} parameter(1)
+  ROOT %concatenate.3 = bf16[8,{length + 1},1024]{{2,1,0}} concatenate(%cache.2, %x.1), dimensions={{1}}
+}}
+""")
+
+
+def _stack(module_id: int, count: int) -> hlo.HloModule:
+    parameters = ", ".join(f"a.{n}: f32[]" for n in range(count))
+    lines = "\n".join(f"  %a.{n} = f32[] parameter({n})" for n in range(count))
+    operands = ", ".join(f"%a.{n}" for n in range(count))
+    return hlo.parse_module(f"jit_stack({module_id})", f"""HloModule jit_stack
+
+ENTRY %main ({parameters}) -> f32[{count}] {{
+{lines}
+  ROOT %s.{count} = f32[{count}]{{0}} concatenate({operands}), dimensions={{0}}
+}}
+""")
+
+
+@pytest.mark.parametrize("stacked_list", [False, True])
+def test_a_cache_extended_by_one_each_step_is_told_to_be_preallocated_and_written_in_place(stacked_list):
+    # A KV cache concatenated with each token's entries inside the jitted step: one longer argument each call. A
+    # list stacked anew (one more argument each call, then one longer array) is a history, not a cache.
+    modules = [_decode_with_cache(module_id, length) for module_id, length in enumerate(range(256, 261))]
+    if stacked_list:
+        modules += [_mean_of_history(10 + count, count) for count in range(2, 7)]
+        modules += [_stack(20 + count, count) for count in range(2, 7)]
+    host = _host(kind=DeviceKind.TPU, source=StepSource.STEP_MARKERS, steps=5, step_ms=750.0)
+    host.compiles_in_steps, host.compile_ms_per_step = 5, 700.0
+    host.recompiles_in_steps, host.recompile_ms_per_step = 4, 690.0
+    analysis = assessed(host, programs=hlo.program_buffers(modules))
+    (finding,) = _of(analysis, FindingCategory.RECOMPILATION)
+    said = " ".join(finding.evidence)
+    if stacked_list:
+        assert '"jit_stack" compiled 5 times, for every count of arguments from 2 to 6' in said
+        assert finding.fix.startswith("Keep what the loop needs from the history")
+    else:
+        assert '"jit_decode" compiled 5 times, for every size of dimension 1 of argument 1 from 256 to 260' in said
+        assert finding.fix.startswith("Allocate the array once") and "dynamic_update_slice" in finding.fix
+        # The changing shapes, in order, the middle ones left out.
+        assert ('"cache.2" bf16[8,256,1024]{2,1,0} / bf16[8,257,1024]{2,1,0} / … / bf16[8,260,1024]{2,1,0} '
+                "(5 shapes)") in said
     assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
 
 

@@ -568,3 +568,94 @@ def test_a_program_whose_cost_model_runs_faster_than_the_chip_can_is_costed_by_i
         program.statement)
     assert analysis.metrics.mfu == pytest.approx(2 * 4096**3 / 0.01 / V5E.peak_flops["bf16"])
     assert analysis.metrics.hbm_bandwidth_fraction is None
+
+
+# --- batched matmuls narrower than a TPU's matrix unit ---------------------------------------------
+
+
+def _attention(head: int, width: int = 512, seq: int = 4096, batch: int = 2) -> str:
+    """A TPU's compiled attention of ``width / head`` heads of ``head`` as XLA prints it: the queries-by-keys
+    batched matmul as a convolution over dilated windows, a softmax over its scores, and the MLP's plain matmul."""
+    heads = width // head
+    qk = f"bf16[{batch},{seq},{heads},{head}]{{1,3,2,0}}"
+    scores = f"[{batch},{heads},{seq},{seq}]{{2,3,1,0}}"
+    return f"""HloModule jit_step, is_scheduled=true
+
+%fused_scores (param_0: bf16[{batch},{seq},{heads},{head}], param_1: bf16[{batch},{seq},{heads},{head}]) -> f32{scores} {{
+  %param_0 = {qk} parameter(0)
+  %param_1 = {qk} parameter(1)
+  %convolution-base-dilated.1 = bf16{scores} convolution(%param_0, %param_1), window={{size={batch}x{heads} stride=1x{heads - 1} lhs_dilate={batch}x{heads}}}, dim_labels=0b1f_0o1i->01bf
+  ROOT %convert.2 = f32{scores} convert(%convolution-base-dilated.1)
+}}
+
+%fused_softmax (param_0.1: f32{scores}) -> f32{scores} {{
+  %param_0.1 = f32{scores} parameter(0)
+  ROOT %exponential.3 = f32{scores} exponential(%param_0.1)
+}}
+
+%fused_mlp (param_0.2: bf16[8192,{width}], param_1.2: bf16[{width},2048]) -> bf16[8192,2048] {{
+  %param_0.2 = bf16[8192,{width}]{{1,0}} parameter(0)
+  %param_1.2 = bf16[{width},2048]{{1,0}} parameter(1)
+  ROOT %convolution.4 = bf16[8192,2048]{{1,0}} convolution(%param_0.2, %param_1.2), dim_labels=bf_io->bf
+}}
+
+ENTRY %main (q: {qk}, k: {qk}, x: bf16[8192,{width}], w: bf16[{width},2048]) -> f32{scores} {{
+  %q = {qk} parameter(0)
+  %k = {qk} parameter(1)
+  %x = bf16[8192,{width}]{{1,0}} parameter(2)
+  %w = bf16[{width},2048]{{1,0}} parameter(3)
+  %fusion.1 = f32{scores} fusion(%q, %k), kind=kOutput, calls=%fused_scores
+  %fusion.3 = bf16[8192,2048]{{1,0}} fusion(%x, %w), kind=kOutput, calls=%fused_mlp
+  ROOT %fusion.2 = f32{scores} fusion(%fusion.1), kind=kLoop, calls=%fused_softmax
+}}
+"""
+
+
+CPU_BATCHED_DOT = """HloModule jit_attend
+
+ENTRY %main (q.1: f32[4,16,256,64], k.2: f32[4,16,256,64], w.3: f32[64,64]) -> f32[4,16,256,256] {
+  %q.1 = f32[4,16,256,64]{3,2,1,0} parameter(0)
+  %k.2 = f32[4,16,256,64]{3,2,1,0} parameter(1)
+  %w.3 = f32[64,64]{1,0} parameter(2)
+  %dot.4 = f32[4,16,256,64]{3,2,1,0} dot(%q.1, %w.3), lhs_contracting_dims={3}, rhs_contracting_dims={0}
+  ROOT %dot.5 = f32[4,16,256,256]{3,2,1,0} dot(%dot.4, %k.2), lhs_batch_dims={0,1}, lhs_contracting_dims={3}, rhs_batch_dims={0,1}, rhs_contracting_dims={3}
+}
+"""
+
+
+def test_a_batched_matmuls_rows_contracted_size_and_columns_are_read_from_a_dot_and_a_tpu_convolution():
+    dot = hlo.parse_module("jit_attend(1)", CPU_BATCHED_DOT)
+    assert dot.instructions["dot.5"].batched_mkn == (256, 64, 256)
+    assert dot.instructions["dot.4"].batched_mkn is None  # no batch dimensions: a plain matmul
+    tpu = hlo.parse_module("jit_step(2)", _attention(64))
+    assert tpu.instructions["convolution-base-dilated.1"].batched_mkn == (4096, 64, 4096)
+    assert tpu.instructions["convolution.4"].batched_mkn is None
+    works = {w.instruction: w for w in hlo.kernel_work([tpu])}
+    assert (works["fusion.1"].matmul_width, works["fusion.1"].largest_elements) == (64, 2 * 8 * 4096 * 4096)
+    assert (works["fusion.2"].matmul_width, works["fusion.2"].largest_elements) == (0, 2 * 8 * 4096 * 4096)
+    assert works["fusion.3"].matmul_width == 0
+
+
+@pytest.mark.parametrize(("device_type", "kind", "head", "flagged"), [
+    ("TPU v5 lite", DeviceKind.TPU, 64, "Heads of 64 on a 128-wide matrix unit"),
+    ("TPU v5 lite", DeviceKind.TPU, 128, ""),  # as wide as the unit
+    ("TPU v6 lite", DeviceKind.TPU, 128, "Heads of 128 on a 256-wide matrix unit"),
+    ("NVIDIA A100-SXM4-80GB", DeviceKind.GPU, 64, ""),  # tensor cores take tiles of 16
+])
+def test_attention_heads_narrower_than_the_matrix_unit_cost_what_wider_heads_would_save(device_type, kind, head,
+                                                                                         flagged):
+    host = _host(kind=kind, device_type=device_type, program="PjitFunction(step)", busy=0.95,
+                 top_ops=[_op("fusion.1", 0.3), _op("fusion.2", 0.5), _op("fusion.3", 0.2)])
+    analysis = _analysis(host, modules=[("jit_step(2)", _attention(head))])
+    found = [f for f in analysis.findings if f.title.startswith("Heads of")]
+    assert bool(found) is bool(flagged) and bool(analysis.narrow_matmuls) is bool(flagged)
+    if flagged:
+        (finding,) = found
+        assert finding.title == f"{flagged}: their matmuls and score matrices take 80% of device time"
+        assert finding.priority is Priority.P1 and finding.category is FindingCategory.COMPUTE
+        (narrow,) = analysis.narrow_matmuls
+        # The scores' kernels and the matmul's, not the MLP's: half their time scales with the number of heads.
+        assert narrow.kernels == ["fusion.2", "fusion.1"]
+        assert narrow.saved_share_of_loop == pytest.approx(0.8 * 0.5 * 0.95)
+        assert "fewer, wider heads" in finding.fix
+        assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
