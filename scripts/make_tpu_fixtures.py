@@ -794,9 +794,29 @@ def conv_net_bf16(big: bool) -> Workload:
                                                                               "conv train step"))
 
 
+def _causal_attention(q, k, v, fused: bool):
+    """Causal attention of ``[batch, seq, heads, head_dim]`` queries, keys and values: the scores materialised (an
+    einsum, a masked softmax in f32, an einsum), or fused in Pallas's TPU flash attention, which keeps them on chip."""
+    import jax
+    import jax.numpy as jnp
+
+    scale = q.shape[-1] ** -0.5
+    if fused:
+        from jax.experimental.pallas.ops.tpu.flash_attention import flash_attention
+
+        heads_first = [a.transpose(0, 2, 1, 3) for a in (q, k, v)]
+        return flash_attention(*heads_first, causal=True, sm_scale=scale).transpose(0, 2, 1, 3)
+    seq = q.shape[1]
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype("float32") * scale
+    weights = jax.nn.softmax(jnp.where(jnp.tril(jnp.ones((seq, seq), bool)), scores, -1e9), -1).astype(q.dtype)
+    return jnp.einsum("bhqk,bkhd->bqhd", weights, v)
+
+
 def long_attention(big: bool) -> Workload:
     """Two transformer blocks over a long sequence (4096 on the chip), trained in bf16: the attention's
-    sequence-squared scores take most of the time; ablation: the same blocks without attention."""
+    sequence-squared scores take most of the time; ablations: the same blocks without attention, and on the chip the
+    attention fused (Pallas's flash attention), its scores never written to memory; half as many heads, twice as
+    wide (128 on the chip)."""
     import jax
     import jax.numpy as jnp
 
@@ -808,17 +828,11 @@ def long_attention(big: bool) -> Workload:
               for _ in range(layers)]
     x = jax.random.normal(next(keys), (batch, seq, d)).astype(dtype)
 
-    def block(attend: bool):
+    def block(attend: bool, fused: bool = False, heads: int = heads):
         def loss(params, x):
-            mask = jnp.tril(jnp.ones((seq, seq), bool))
             for layer in params:
                 q, k, v = jnp.split((x @ layer["qkv"]).reshape(batch, seq, 3 * heads, d // heads), 3, axis=2)
-                if attend:
-                    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype("float32") / (d // heads) ** 0.5
-                    weights = jax.nn.softmax(jnp.where(mask, scores, -1e9), -1).astype(dtype)
-                    mixed = jnp.einsum("bhqk,bkhd->bqhd", weights, v)
-                else:
-                    mixed = q + k + v
+                mixed = _causal_attention(q, k, v, fused) if attend else q + k + v
                 x = x + mixed.reshape(batch, seq, d) @ layer["out"]
                 x = x + jax.nn.gelu(x @ layer["up"]) @ layer["down"]
             return jnp.mean(x.astype("float32") ** 2)
@@ -827,6 +841,8 @@ def long_attention(big: bool) -> Workload:
 
     with_attention, without = block(True), block(False)
     stats = _program_stats(with_attention, params, x)
+    ablations = {"no_attention": without, "wide_heads": block(True, heads=heads // 2)} | (
+        {"fused_attention": block(True, fused=True)} if big else {})
     state = {"params": params}
 
     def run(step):
@@ -843,7 +859,7 @@ def long_attention(big: bool) -> Workload:
                                            "1 - the same blocks without attention's median iteration / median "
                                            "iteration", abs=0.1)}
 
-    return Workload(run(with_attention), ablations={"no_attention": run(without)}, extra=extra)
+    return Workload(run(with_attention), ablations={name: run(step) for name, step in ablations.items()}, extra=extra)
 
 
 def embedding_gather(big: bool) -> Workload:
@@ -3883,6 +3899,270 @@ def kv_cache_layout(big: bool) -> Workload:
     return Workload(run(True), ablations={"positions_major": run(False)})
 
 
+def clear_caches_each_step(big: bool) -> Workload:
+    """After each annotated bf16 MLP train step ``jax.clear_caches()`` frees what JAX keeps between calls (to hold
+    host memory down): the next call traces and compiles the same step, with the same shapes, again. Ablation: no
+    clearing."""
+    import jax
+
+    params, step, x, y = _mlp_step(big)
+    state = {"params": params}
+
+    def run(clear: bool):
+        def iteration(i: int, clock: Clock) -> None:
+            state["params"], value = step(state["params"], x, y)
+            value.block_until_ready()
+            if clear:
+                jax.clear_caches()
+
+        return iteration
+
+    return Workload(run(True), ablations={"no_clearing": run(False)})
+
+
+def narrow_heads_attention(big: bool) -> Workload:
+    """Two transformer blocks trained in bf16 (d 1024, 2048 tokens on the chip) whose attention splits the width
+    into 16 heads of 64, its scores materialised. Ablations: 8 heads of 128, the same parameters and FLOPs; on the
+    chip, the same 16 heads in Pallas's flash attention."""
+    import jax
+    import jax.numpy as jnp
+
+    d, seq, batch, layers = (1024, 2048, 4, 2) if big else (128, 256, 1, 1)
+    narrow, wide = (64, 128) if big else (16, 32)
+    dtype = "bfloat16" if big else "float32"  # bf16 matmuls are slow on a CPU
+    keys = iter(jax.random.split(jax.random.key(110), 4 * layers + 1))
+    params = [{"qkv": _normal(next(keys), (d, 3 * d), dtype), "out": _normal(next(keys), (d, d), dtype),
+               "up": _normal(next(keys), (d, 4 * d), dtype), "down": _normal(next(keys), (4 * d, d), dtype)}
+              for _ in range(layers)]
+    x = jax.random.normal(next(keys), (batch, seq, d)).astype(dtype)
+
+    def train_step(head_dim: int, fused: bool = False):
+        heads = d // head_dim
+
+        def loss(params, x):
+            for layer in params:
+                q, k, v = jnp.split((x @ layer["qkv"]).reshape(batch, seq, 3 * heads, head_dim), 3, axis=2)
+                x = x + _causal_attention(q, k, v, fused).reshape(batch, seq, d) @ layer["out"]
+                x = x + jax.nn.gelu(x @ layer["up"]) @ layer["down"]
+            return jnp.mean(x.astype("float32") ** 2)
+
+        return sgd(loss)
+
+    state = {"params": params}
+
+    def run(step):
+        def iteration(i: int, clock: Clock) -> None:
+            state["params"], value = step(state["params"], x)
+            value.block_until_ready()
+
+        return iteration
+
+    ablations = {"wide_heads": train_step(wide)} | ({"fused_attention": train_step(narrow, fused=True)} if big else {})
+    return Workload(run(train_step(narrow)), ablations={name: run(step) for name, step in ablations.items()})
+
+
+def full_shuffle_each_step(big: bool) -> Workload:
+    """Each annotated step's ``next_batch`` shuffles the whole host dataset (a fancy-indexed copy of 512 MiB of f32
+    rows on the chip's host) to take the first 4096 rows of it for a bf16 MLP train step. Ablation: one permutation
+    made before the loop, and only each batch's rows indexed."""
+    import jax
+    import numpy as np
+
+    params, step, x, y = _mlp_step(big)
+    batch, width = x.shape
+    rows = 131072 if big else 65536
+    data = np.random.default_rng(0).standard_normal((rows, width), dtype=np.float32)
+    rng = np.random.default_rng(1)
+    order = rng.permutation(rows)
+    state = {"params": params}
+
+    def next_batch(i: int) -> np.ndarray:
+        shuffled = data[rng.permutation(rows)]
+        return shuffled[:batch]
+
+    def batch_rows(i: int) -> np.ndarray:
+        start = (i * batch) % (rows - batch)
+        return data[order[start:start + batch]]
+
+    def run(make):
+        def iteration(i: int, clock: Clock) -> None:
+            with clock.part("next_batch"):
+                rows_ = make(i)
+            state["params"], value = step(state["params"], jax.device_put(rows_), y)
+            value.block_until_ready()
+
+        return iteration
+
+    return Workload(run(next_batch), ablations={"batch_rows_only": run(batch_rows)})
+
+
+def growing_kv_concat_decode(big: bool) -> Workload:
+    """Token-by-token decode through 4 bf16 layers (d 1024, batch 8 on the chip) whose KV cache grows by one
+    position each token with ``jnp.concatenate`` inside the jitted step: every token hands the step a cache one
+    longer, so it compiles again. Ablation: a cache preallocated to its final length, written in place with
+    ``lax.dynamic_update_slice`` and masked past the current position."""
+    import jax
+    import jax.numpy as jnp
+
+    layers, d, batch, prompt, tokens = (4, 1024, 8, 256, 64) if big else (2, 128, 2, 32, 64)
+    dtype = "bfloat16" if big else "float32"
+    keys = iter(jax.random.split(jax.random.key(111), 2 * layers + 2))
+    params = [{"qkv": _normal(next(keys), (d, 3 * d), dtype), "out": _normal(next(keys), (d, d), dtype)}
+              for _ in range(layers)]
+    prefix = jax.random.normal(next(keys), (layers, 2, batch, prompt, d)).astype(dtype)
+
+    def attend(q, k, v, mask=None):
+        scores = jnp.einsum("bqd,bkd->bqk", q, k).astype("float32") / d**0.5
+        if mask is not None:
+            scores = jnp.where(mask, scores, -1e9)
+        return jnp.einsum("bqk,bkd->bqd", jax.nn.softmax(scores, -1).astype(dtype), v)
+
+    @jax.jit
+    def grow(params, x, caches):
+        grown = []
+        for layer, (k, v) in zip(params, caches):
+            q, k_new, v_new = jnp.split(x @ layer["qkv"], 3, -1)
+            k, v = jnp.concatenate([k, k_new], 1), jnp.concatenate([v, v_new], 1)
+            x = x + attend(q, k, v) @ layer["out"]
+            grown.append((k, v))
+        return x, grown
+
+    @functools.partial(jax.jit, donate_argnums=2)
+    def write(params, x, cache, position):
+        mask = jnp.arange(cache.shape[3]) <= position
+        for n, layer in enumerate(params):
+            q, k_new, v_new = jnp.split(x @ layer["qkv"], 3, -1)
+            cache = jax.lax.dynamic_update_slice(cache, jnp.stack([k_new, v_new])[None], (n, 0, 0, position, 0))
+            x = x + attend(q, cache[n, 0], cache[n, 1], mask) @ layer["out"]
+        return x, cache
+
+    x0 = jnp.ones((batch, 1, d), dtype)
+    state = {"x": x0, "caches": [(prefix[n, 0], prefix[n, 1]) for n in range(layers)],
+             "cache": jnp.concatenate([prefix, jnp.zeros((layers, 2, batch, tokens, d), dtype)], 3)}
+
+    def growing(i: int, clock: Clock) -> None:
+        state["x"], state["caches"] = grow(params, state["x"], state["caches"])
+        state["x"].block_until_ready()
+
+    def in_place(i: int, clock: Clock) -> None:
+        state["x"], state["cache"] = write(params, state["x"], state["cache"], jnp.int32(prompt + i % tokens))
+        state["x"].block_until_ready()
+
+    return Workload(growing, ablations={"preallocated": in_place})
+
+
+def nchw_conv_net(big: bool) -> Workload:
+    """A convolutional net's training step in bf16 (six 3x3 convolutions of 128 channels on the chip) written
+    channels-first: images NCHW, kernels OIHW. Ablation: the same net channels-last (NHWC, HWIO)."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, side, channels, convs = (32, 64, 128, 6) if big else (8, 32, 32, 3)
+    dtype = "bfloat16" if big else "float32"
+    keys = jax.random.split(jax.random.key(112), convs + 2)
+    hwio = {"stem": _normal(keys[0], (3, 3, 3, channels), dtype),
+            "convs": [_normal(k, (3, 3, channels, channels), dtype) * 0.3 for k in keys[1:-1]],
+            "head": _normal(keys[-1], (channels, 10), dtype)}
+    # Each layout's parameters are arrays of their own: the train steps donate them.
+    oihw = {"stem": hwio["stem"].transpose(3, 2, 0, 1), "convs": [k.transpose(3, 2, 0, 1) for k in hwio["convs"]],
+            "head": jnp.copy(hwio["head"])}
+    nhwc = jax.random.normal(keys[-1], (batch, side, side, 3)).astype(dtype)
+    labels = jax.nn.one_hot(jnp.arange(batch) % 10, 10)
+
+    def train_step(layout: tuple[str, str, str]):
+        spatial = (2, 3) if layout[0] == "NCHW" else (1, 2)
+
+        def loss(params, images, labels):
+            def conv(x, kernel):
+                return jax.lax.conv_general_dilated(x, kernel, (1, 1), "SAME", dimension_numbers=layout)
+
+            x = jax.nn.relu(conv(images, params["stem"]))
+            for kernel in params["convs"]:
+                x = x + jax.nn.relu(conv(x, kernel))
+            logits = (jnp.mean(x, axis=spatial) @ params["head"]).astype("float32")
+            return -jnp.mean(jnp.sum(jax.nn.log_softmax(logits) * labels, -1))
+
+        return sgd(loss)
+
+    def run(step, params, images):
+        state = {"params": params}
+
+        def iteration(i: int, clock: Clock) -> None:
+            state["params"], value = step(state["params"], images, labels)
+            value.block_until_ready()
+
+        return iteration
+
+    return Workload(run(train_step(("NCHW", "OIHW", "NCHW")), oihw, nhwc.transpose(0, 3, 1, 2)),
+                    ablations={"channels_last": run(train_step(("NHWC", "HWIO", "NHWC")), hwio, nhwc)})
+
+
+def python_sum_of_losses(big: bool) -> Workload:
+    """After each annotated bf16 MLP train step the loss joins a Python list of device scalars, and the running
+    mean for the log is ``sum(losses) / len(losses)``: Python's sum adds the scalars one eager add at a time, one
+    more each step. Ablation: a running total on the device, one add a step."""
+    params, step, x, y = _mlp_step(big)
+    state = {"params": params, "losses": [], "total": None}
+
+    def summed(i: int, clock: Clock) -> None:
+        state["params"], value = step(state["params"], x, y)
+        state["losses"].append(value)
+        with clock.part("log_mean"):
+            print(f"step {i}: mean loss {float(sum(state['losses']) / len(state['losses'])):.4f}", file=sys.stderr)
+
+    def running(i: int, clock: Clock) -> None:
+        state["params"], value = step(state["params"], x, y)
+        state["total"] = value if state["total"] is None else state["total"] + value
+        print(f"step {i}: mean loss {float(state['total'] / (i + 2)):.4f}", file=sys.stderr)
+
+    return Workload(summed, ablations={"running_total": running})
+
+
+def host_dropout_masks(big: bool) -> Workload:
+    """Each annotated step's ``make_dropout_masks`` draws the dropout masks of a bf16 MLP's two hidden layers with
+    numpy on the host (4096 x 4096 each on the chip) and hands them to the jitted train step. Ablation: the masks
+    drawn inside the jit with ``jax.random.bernoulli``."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    params, _, x, y = _mlp_step(big)
+    rows, hidden = x.shape[0], params[0].shape[1]
+    rng = np.random.default_rng(0)
+
+    def loss(params, x, y, masks):
+        h = x
+        for w, mask in zip(params[:-1], masks):
+            h = jax.nn.relu(h @ w) * mask.astype(h.dtype) / 0.9
+        return jnp.mean(((h @ params[-1]).astype("float32") - y) ** 2)
+
+    host_step = sgd(loss)
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def device_step(params, x, y, key):
+        keys = jax.random.split(key, len(params) - 1)
+        masks = [jax.random.bernoulli(k, 0.9, (rows, hidden)) for k in keys]
+        value, grads = jax.value_and_grad(loss)(params, x, y, masks)
+        return jax.tree.map(lambda p, g: (p - 1e-3 * g).astype(p.dtype), params, grads), value
+
+    def make_dropout_masks() -> list:
+        return [rng.random((rows, hidden), dtype=np.float32) < 0.9 for _ in params[:-1]]
+
+    state = {"params": params}
+
+    def on_host(i: int, clock: Clock) -> None:
+        with clock.part("make_dropout_masks"):
+            masks = make_dropout_masks()
+        state["params"], value = host_step(state["params"], x, y, masks)
+        value.block_until_ready()
+
+    def on_device(i: int, clock: Clock) -> None:
+        state["params"], value = device_step(state["params"], x, y, jax.random.key(i))
+        value.block_until_ready()
+
+    return Workload(on_host, ablations={"masks_in_the_jit": on_device})
+
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -3926,7 +4206,8 @@ SHAPES: dict[str, Shape] = {
                            "convolutions"),
     "long_attention": Shape(long_attention, 10, "two transformer blocks trained in bf16 over a 4096-token sequence "
                             "(d 512, 8 heads, batch 2 on the chip), data resident",
-                            cause="none: healthy, attention over the long sequence takes most of the step"),
+                            cause="heads of 64 on a 128-wide matrix unit in the attention that takes most of the "
+                            "step (a fused flash attention saves 0.04)"),
     "embedding_gather": Shape(embedding_gather, 20, "sparse embedding step: gathers 16384 bags of 16 rows from a "
                               "2^20 x 256 bf16 table, a small head, scatter-add of the rows' gradients into the "
                               "donated table; no step markers", annotate=False,
@@ -4229,6 +4510,33 @@ SHAPES: dict[str, Shape] = {
                              "cache laid out [layers, 2, batch, positions, d]; annotated steps",
                              cause="the cache stored batch-major, copied whole into the positions-major layout "
                              "the program reads and back every token"),
+    "clear_caches_each_step": Shape(clear_caches_each_step, 12, "jax.clear_caches() after each annotated bf16 "
+                                    "MLP train step", cause="the step traced and compiled again after every "
+                                    "clearing, with the same shapes"),
+    "narrow_heads_attention": Shape(narrow_heads_attention, 10, "two bf16 transformer blocks (d 1024, 2048 tokens "
+                                    "on the chip) whose attention has 16 heads of 64; annotated steps",
+                                    cause="heads of 64 on a 128-wide matrix unit: each head's matmuls fill half of "
+                                    "it, and twice the heads make twice the score matrices"),
+    "full_shuffle_each_step": Shape(full_shuffle_each_step, 10, "next_batch shuffles the whole 512 MiB host "
+                                    "dataset each annotated step to take one batch of a bf16 MLP step",
+                                    python_tracer=True, cause="next_batch copies the whole dataset in a new order "
+                                    "every step to take 4096 rows of it"),
+    "growing_kv_concat_decode": Shape(growing_kv_concat_decode, 8, "token-by-token decode through 4 bf16 layers "
+                                      "whose KV cache grows by jnp.concatenate inside the jitted step; annotated "
+                                      "steps", cause="a cache one position longer every token, so the step "
+                                      "compiles again every token"),
+    "nchw_conv_net": Shape(nchw_conv_net, 15, "a bf16 conv net train step (six 3x3 convolutions of 128 channels on "
+                           "the chip) written NCHW/OIHW; annotated steps",
+                           cause="none: the compiler lays the convolutions out for the chip whatever layout the "
+                           "code names"),
+    "python_sum_of_losses": Shape(python_sum_of_losses, 30, "each annotated bf16 MLP train step logs "
+                                  "sum(losses) / len(losses) over a Python list of device scalars",
+                                  python_tracer=True, cause="Python's sum adds the device scalars with one eager add "
+                                  "each, one more every step"),
+    "host_dropout_masks": Shape(host_dropout_masks, 15, "make_dropout_masks draws a bf16 MLP's dropout masks with "
+                                "numpy each annotated step and hands them to the jitted step", python_tracer=True,
+                                cause="masks drawn on the host and copied in every step, where the jit could draw "
+                                "them"),
 }
 
 
