@@ -575,6 +575,10 @@ def _cheaper_first(host: HostEvidence, cause: host_causes.Cause, ratio: float) -
 
 def _overlap_fix(host: HostEvidence, cause: host_causes.Cause, framework: Framework) -> str:
     """How to run the host work of ``cause`` beside the devices' work instead of between their steps."""
+    if cause.kind is HostCause.HOST_RANDOM and host.device_kind is DeviceKind.CPU:
+        return ("On a CPU the jit draws random numbers on the same cores, at about numpy's cost: draw the next "
+                "step's numbers ahead instead, beside the current step. "
+                + frameworks.host_work_fix(framework, input_pipeline=False))
     if fix := frameworks.cause_fix(cause.kind, framework):
         return fix
     # Threads seen working while the training thread waits are a pipeline already, and untraced waiting may be
@@ -659,11 +663,7 @@ def _dispatch_overhead(host: HostEvidence, kernels: list[KernelShare]) -> Findin
         what += (" Each step launches more of them than the last: a Python loop over a collection of device values "
                  "that grows every step (sum(losses), a mean or max over the whole history, a metric over every past "
                  "value) reduces it op by op, so this cost grows with the run.")
-        fix = ("Keep a running value on the device instead of reducing the whole history every step: total = total + "
-               "loss (mean = total / count), best = jnp.minimum(best, loss); Python's sum(list) adds one device "
-               "array at a time, one launch each. Where the history itself is wanted, write each value into a "
-               "preallocated device array at its step and reduce it in one jitted call, or read the values back "
-               "once and reduce them with numpy.")
+        fix = _GROWING_LIST_FIX
     return Finding(
         priority=priority,
         category=FindingCategory.DISPATCH_OVERHEAD,
@@ -683,6 +683,42 @@ def _dispatch_overhead(host: HostEvidence, kernels: list[KernelShare]) -> Findin
         impact=f"{host.dispatch_ms_per_step:.1f} ms per {per} is spent dispatching and {idle * span:.1f} ms of the "
                f"{span:.1f} ms {per} leaves compute idle; one fused program usually removes most of it.",
         fix=fix,
+    )
+
+
+_GROWING_LIST_FIX = (
+    "Keep a running value on the device instead of reducing the whole history every step: total = total + loss "
+    "(mean = total / count), best = jnp.minimum(best, loss); Python's sum(list) adds one device array at a time, one "
+    "launch each. Where the history itself is wanted, write each value into a preallocated device array at its step "
+    "and reduce it in one jitted call, or read the values back once and reduce them with numpy.")
+
+
+def _growing_launches(host: HostEvidence) -> Finding | None:
+    """Launches per step that grow every step in a loop that is not op by op (a CPU, whose eager ops run as device
+    work, or a busy device): a cost that grows with the run, ranked a level above what it costs now."""
+    growth = _growing_dispatches(host)
+    if growth is None or not host.step_ms or not host.dispatched or _launches_op_by_op(host):
+        return None
+    step = host.step_ms.mean
+    growing = host.dispatched[0]
+    share = growing.ms_per_step / step if step > 0 else 0.0
+    priority = _rank(share, IDLE_PRIORITIES)
+    if priority is None:
+        return None
+    return Finding(
+        priority=Priority.P0 if priority is Priority.P0 else Priority.P1,
+        category=FindingCategory.DISPATCH_OVERHEAD,
+        title=f"Launches that grow every step: {growth.first} jit dispatches in the first step, {growth.last} in the "
+              f"last, {share:.0%} of the step",
+        what=("Each step launches more small programs than the last: a Python loop over a collection of device "
+              "values that grows every step (sum(losses), a mean or max over the whole history) reduces it one "
+              "launch per element, so this cost grows with the run."),
+        evidence=[f"the dispatches grow by {growth.by} every step: {growth.first} in the first step, {growth.last} in "
+                  f"step {len(host.series.dispatches)}",
+                  f"{quoted(growing.name)}: {growing.count_per_step:.1f} per step, {growing.ms_per_step:.2f} ms per "
+                  f"step of a {step:.2f} ms step"],
+        impact=f"{growing.ms_per_step:.2f} ms of each {step:.2f} ms step ({share:.0%}) now, and more every step.",
+        fix=_GROWING_LIST_FIX,
     )
 
 
@@ -1968,7 +2004,7 @@ def _findings(hosts: list[HostEvidence], tools: dict[str, ToolResult], hlo_issue
         finding
         for host in hosts
         for rule in (partial(_dispatch_overhead, kernels=kernels), partial(_launch_bound, programs=programs),
-                     _communication, _host_callbacks, _accelerator_idle, _warmup, _iteration,
+                     _growing_launches, _communication, _host_callbacks, _accelerator_idle, _warmup, _iteration,
                      partial(_no_steps, kernels=kernels), _tiny_loop_ops)
         if (finding := rule(host)) is not None
     ]

@@ -106,7 +106,7 @@ ROUND_TRIP_WORK = 0.25
 COMPUTING_READS = 2.0
 # Host work per step over the devices' compute per step from which running it ahead of the step (a pipeline, a
 # background thread) hides too little of it: the loop stays host-bound unless the work itself gets cheaper.
-OUTPACES = 4.0
+OUTPACES = 2.0
 EVERY_STEP = 0.9  # calls per step of a function that reads device values back, to sync every step
 WAITED_ON_SHARE = 0.02  # share of the loop another thread's function holds while the training thread waits on it
 _SYNC = re.compile(r"\blog|_log|log_|logging|logger|\bemit|print|metric|summar|wandb|tensorboard|scalar|"

@@ -435,6 +435,24 @@ def test_dispatches_that_grow_every_step_are_a_list_reduced_op_by_op_and_told_to
                 f"{counts[-1]} in step {len(counts)}") in finding.evidence
 
 
+@pytest.mark.parametrize(("growing", "priority"), [(True, Priority.P1), (False, None)])
+def test_launches_that_grow_every_step_in_a_busy_loop_are_a_cost_that_grows_with_the_run(growing, priority):
+    # On a CPU the eager adds of sum(losses) run as device work: the loop is busy, not op by op, yet their launches
+    # take 18 % of the step now and one more every step.
+    counts = list(range(4, 34)) if growing else [18] * 30
+    host = _host(kind=DeviceKind.CPU, busy=0.9, steps=30, step_ms=8.28, dispatches=18.5, ms_per_dispatch=0.1,
+                 dispatched=[HostActivity(name="PjitFunction(add)", count_per_step=16.5, ms_per_step=1.48,
+                                          share_of_step=0.18)])
+    host.series.dispatches = counts
+    analysis = assessed(host)
+    found = [f for f in analysis.findings if f.title.startswith("Launches that grow every step")]
+    assert [f.priority for f in found] == ([priority] if growing else [])
+    if growing:
+        assert found[0].title.endswith("4 jit dispatches in the first step, 33 in the last, 18% of the step")
+        assert found[0].fix.startswith("Keep a running value on the device")
+        assert why_unsupported(found[0], EvidenceIndex(analysis)) == ""
+
+
 @pytest.mark.parametrize(("eager_device_ms", "op_by_op"), [(0.005, True), (0.1, False)])
 def test_many_launches_of_small_programs_beside_a_few_large_ones_are_op_by_op(eager_device_ms, op_by_op):
     # 8 micro-batch gradients a step that compute longer than the whole step's dispatch, and 54 eager slices and
