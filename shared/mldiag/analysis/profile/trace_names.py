@@ -68,7 +68,7 @@ QUEUE_PUT = re.compile(r"\bqueues?\.py:\d+ put(_nowait)?$")
 QUEUE_GET = re.compile(r"\bqueues?\.py:\d+ get(_nowait)?$")
 # Saving state (a checkpoint), as a function, its module or a library's scope names it (not a lock's
 # Condition._release_save, which every waiting thread runs).
-SAVING = re.compile(r"checkpoint|ckpt|\bsave|(?<!_release)_save|save_|orbax|serializ|pickle|torch\.save",
+SAVING = re.compile(r"checkpoint|ckpt|\bsave|(?<!_release)_save|save_|snapshot|orbax|serializ|pickle|torch\.save",
                     re.IGNORECASE)
 # Copies between host and device memory as the host or a device records them: JAX's device_put (DevicePut, and
 # shard_args, its placement of host arrays on devices), jnp.asarray of a numpy array (the jitted ``stage``), reads

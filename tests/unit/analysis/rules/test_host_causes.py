@@ -273,6 +273,7 @@ def test_a_sync_every_step_that_keeps_host_work_from_overlapping_the_devices_is_
     ("$train.py:20 step_end", True, HostCause.DEVICE_SYNC),
     ("$ckpt.py:9 save_state", True, HostCause.CHECKPOINT),
     ("$orbax_utils.py:9 write", False, HostCause.CHECKPOINT),
+    ("$train.py:9 snapshot_state", True, HostCause.CHECKPOINT),  # a pickle of the state every few steps
     ("$train.py:20 recompute_schedule", False, HostCause.HOST_WORK),
     ("$train.py:20 make_dropout_masks", False, HostCause.HOST_RANDOM),
     ("$train.py:20 add_noise", False, HostCause.HOST_RANDOM),
