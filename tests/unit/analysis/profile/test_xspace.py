@@ -185,3 +185,24 @@ def test_no_copy_of_the_whole_file_is_kept(monkeypatch):
     largest = max(len(line) for plane in planes for line in plane.lines)
     assert largest < sum(len(line) for plane in planes for line in plane.lines)
     assert planes[1].lines[0].stats(0) is not None
+
+
+def test_events_decoded_a_few_at_a_time_read_as_all_at_once(tmp_path, monkeypatch):
+    """A line of events whose fields come and go (absent where zero), cut into groups of 3, 4 and 64K events."""
+    from mldiag.analysis.profile import xspace
+
+    events = [(_tag(1, 0) + encode_varint(1 + index % 5) if index % 4 else b"")
+              + (_tag(2, 0) + encode_varint(10**index % 2**40) if index % 3 else b"")
+              + (_tag(3, 0) + encode_varint(index * 997) if index % 7 else b"") for index in range(50)]
+    path = tmp_path / "host.xplane.pb"
+    path.write_bytes(_space(*events))
+
+    def columns() -> list[list[int]]:
+        (line,) = read_planes(path)[0].lines
+        return [line.metadata_ids.tolist(), line.starts_ns.tolist(), line.durations_ps.tolist()]
+
+    whole = columns()
+    assert whole[0][:5] == [0, 2, 3, 4, 0] and whole[2][:8] == [0, 997, 1994, 2991, 3988, 4985, 5982, 0]
+    for at_once in (3, 4):
+        monkeypatch.setattr(xspace, "_EVENTS_AT_ONCE", at_once)
+        assert columns() == whole, at_once
