@@ -77,22 +77,30 @@ def test_a_file_past_the_protobuf_limit_that_slices_cannot_bring_under_it_is_nev
 
 
 
-@pytest.fixture(scope="module")
-def sliced():
-    """ondemand_mlp (a CPU training loop, 119 steps as XProf counts them) under a ceiling its whole op_stats
-    conversion does not fit but slices of it do (the conversion is said to need 512 MiB, the budget is 460 MiB;
-    30% of the file is metadata every slice carries), and every conversion XProf was asked for."""
+def _analysed_in_slices(name: str):
+    """Profile ``name`` under a ceiling its whole op_stats conversion does not fit but slices of it do (the
+    conversion is said to need 512 MiB, the budget is 460 MiB), every conversion XProf was asked for, and each
+    overview XProf made from copies without events beside the one it makes from every slice (the slices, the
+    merged op_stats beside them, are there while the analysis runs)."""
     from xprof.convert import raw_to_tool_data
 
     from mldiag.analysis.xprof import op_stats_apart
     from mldiag.analysis.xprof.budget import PROCESS_GROWTH, resident_memory
 
-    profile = xplane("ondemand_mlp")
+    profile = xplane(name)
     convert, convert_apart, conversions = raw_to_tool_data.xspace_to_tool_data, op_stats_apart.op_stats_apart, []
+    overviews = []
 
     def recorded(paths, tool, options):
         conversions.append((tool, [Path(path) for path in paths]))
-        return convert(paths, tool, options)
+        converted = convert(paths, tool, options)
+        folder = Path(paths[0]).parent
+        if tool == "overview_page" and folder.name.endswith(".without-events"):
+            slices = folder.with_name(folder.name.replace(".without-events", ".op-stats-slices"))
+            every_slice = sorted(map(str, slices.glob("*.slice-*.xplane.pb")), key=lambda path: int(
+                path.rsplit(".slice-", 1)[1].split(".")[0]))
+            overviews.append((converted, convert(every_slice, tool, options)))
+        return converted
 
     def recorded_apart(paths):
         conversions.extend(("op_stats apart", [path]) for path in paths)
@@ -104,11 +112,19 @@ def sliced():
         patch.setattr(raw_to_tool_data, "xspace_to_tool_data", recorded)
         patch.setattr(op_stats_apart, "op_stats_apart", recorded_apart)
         analysis = analyze_profile([profile], memory_ceiling_bytes=resident_memory() + PROCESS_GROWTH + (460 << 20))
+    return analysis, conversions, overviews
+
+
+@pytest.fixture(scope="module")
+def sliced():
+    """ondemand_mlp (a CPU training loop, 119 steps as XProf counts them; 30% of the file is metadata every slice
+    carries) analysed in time slices (:func:`_analysed_in_slices`)."""
+    analysis, conversions, _ = _analysed_in_slices("ondemand_mlp")
     return analysis, conversions
 
 
 def _slices_of(conversions) -> int:
-    (count,) = {len(paths) for tool, paths in conversions if tool == "overview_page"}
+    (count,) = {len(paths) for tool, paths in conversions if tool == "op_profile"}
     return count
 
 
@@ -176,6 +192,18 @@ def test_smart_suggestions_reads_no_event_again_where_the_raw_events_show_it_wou
     _, conversions = sliced
     (paths,) = [paths for tool, paths in conversions if tool == "smart_suggestion"]
     assert [path.parent.name for path in paths] == ["ondemand_mlp.without-events"]
+
+
+@pytest.mark.parametrize("name", ["ondemand_mlp", "unfused_small_ops"])
+def test_the_overview_from_slices_reads_no_event_again_and_says_what_it_says_from_every_slice(name):
+    """unfused_small_ops, ops dispatched one by one, is not a training profile: the overview's inference latency
+    would read every slice again, for a table no tool reads."""
+    analysis, conversions, overviews = _analysed_in_slices(name)
+    (paths,) = [paths for tool, paths in conversions if tool == "overview_page"]
+    assert [path.parent.name for path in paths] == [f"{name}.without-events"]
+    ((without_events, from_every_slice),) = overviews
+    assert without_events == from_every_slice
+    assert {tool.name: tool.status for tool in analysis.tools}["get_xprof_overview"] is ToolStatus.OK
 
 
 @pytest.mark.parametrize("name", ["input_bound", "ondemand_mlp", "unfused_small_ops", "collectives"])

@@ -323,13 +323,11 @@ class _Sweep:
         first, last = np.searchsorted(bounds, starts), np.searchsorted(bounds, ends)
         intervals = len(bounds) - 1
         present = [int(t) for t in np.flatnonzero(np.bincount(tiers, minlength=n_tiers))]
-        row = np.zeros(n_tiers, dtype=np.int64)
-        row[present] = np.arange(len(present))
-        size = len(present) * (intervals + 1)
-        delta = (np.bincount(row[tiers] * (intervals + 1) + first, minlength=size)
-                 - np.bincount(row[tiers] * (intervals + 1) + last, minlength=size)).reshape(-1, intervals + 1)
         counts = np.zeros((n_tiers, intervals), dtype=np.int64)
-        counts[present] = np.cumsum(delta, axis=1)[:, :intervals]
+        for tier in present:  # a row at a time: the intervals are up to millions, each row as long
+            of_tier = tiers == tier
+            counts[tier] = np.cumsum(np.bincount(first[of_tier], minlength=intervals + 1)
+                                     - np.bincount(last[of_tier], minlength=intervals + 1))[:intervals]
         step_at = np.append(np.searchsorted(bounds, step_starts), intervals)
         return cls(bounds, counts, present, first, last, step_at)
 
@@ -359,14 +357,15 @@ class _Sweep:
         step = np.repeat(step_first, spans) + np.arange(int(spans.sum())) - np.repeat(np.cumsum(spans) - spans, spans)
         begin = np.maximum(first[piece], self.step_at[step])
         end = np.minimum(last[piece], self.step_at[step + 1])
-        # Prefix sums of the tiers some piece has, and a row of zeros for any other: a sweep has few of its tiers,
-        # and each row is as long as the intervals.
-        row = np.full(len(tier_weights), len(self.present))
-        row[self.present] = np.arange(len(self.present))
-        prefix = np.zeros((len(self.present) + 1, intervals + 1))
-        np.cumsum(tier_weights[self.present], axis=1, out=prefix[:-1, 1:])
-        tier = row[tiers[piece]]
-        return piece, step, prefix[tier, end] - prefix[tier, begin]
+        # The prefix sums of one tier at a time, for its pieces (a row is as long as the intervals); a piece of a
+        # tier no piece has gets none.
+        tier, time = tiers[piece], np.zeros(len(piece))
+        prefix = np.zeros(intervals + 1)
+        for present in self.present:
+            of_tier = np.flatnonzero(tier == present)
+            np.cumsum(tier_weights[present], out=prefix[1:])
+            time[of_tier] = prefix[end[of_tier]] - prefix[begin[of_tier]]
+        return piece, step, time
 
     def shares(self, lengths: np.ndarray, order: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """Per tier and interval, the time each covering piece gets: the first tier of ``order`` that covers an

@@ -268,14 +268,18 @@ class _Reader:
         """The program each event at ``positions`` runs, by its ``hlo_module`` stat, as an index into the
         trace's modules (-1 where the event names none)."""
         index: dict[str, int] = {name: i for i, name in enumerate(self.trace.modules)}
+        of_stat: dict[Any, int] = {}  # each stat value's index: a program runs its ops again and again
         modules = np.full(len(positions), -1, dtype=np.int64)
         for row, module in enumerate(line.own_stat("hlo_module", positions)):
-            if module:
+            if not module:
+                continue
+            if module not in of_stat:
                 base = program_base(str(module))
                 if base not in index:
                     index[base] = len(self.trace.modules)
                     self.trace.modules.append(base)
-                modules[row] = index[base]
+                of_stat[module] = index[base]
+            modules[row] = of_stat[module]
         return modules
 
     def _events(self, line: Line, first_seen: FirstSeen | None = None, *, timed_only: bool = False,
@@ -1816,14 +1820,16 @@ def _has_ancestor(line: _Line, flagged: np.ndarray) -> np.ndarray:
     """For each event, whether any event enclosing it is ``flagged``.
 
     Each pass doubles how far up it has looked (and where it looks from), so a
-    chain of n nested events takes log2(n) passes rather than n.
+    chain of n nested events takes log2(n) passes rather than n; an event that has
+    found one, or has looked up to the top, is done.
     """
     up = line.parents.copy()  # after k passes: the ancestor 2**k levels up, or -1
     result = (up >= 0) & flagged[np.maximum(up, 0)]  # after k passes: any flagged within 2**k levels
-    while (looking := up >= 0).any():
-        above = np.maximum(up, 0)
-        result = result | (looking & result[above])
-        up = np.where(looking, up[above], -1)
+    looking = np.flatnonzero((up >= 0) & ~result)
+    while len(looking):
+        above = up[looking]
+        result[looking], up[looking] = result[above], up[above]
+        looking = looking[~result[looking] & (up[looking] >= 0)]
     return result
 
 

@@ -39,7 +39,15 @@ from typing import Any
 
 import numpy as np
 
-from mldiag.analysis.profile.wire import VARINT, MalformedXSpace, fields, varint
+from mldiag.analysis.profile.wire import (
+    FIXED32,
+    FIXED64,
+    LENGTH_DELIMITED,
+    VARINT,
+    MalformedXSpace,
+    fields,
+    varint,
+)
 
 METADATA_PLANE = "/host:metadata"
 XSPACE_PLANES = 1  # XSpace.planes
@@ -50,6 +58,7 @@ PLANE_STAT_METADATA = 5  # XPlane.stat_metadata
 _EVENT_TAG = LINE_EVENTS << 3 | 2  # length-delimited
 _LEADING_FIELDS = (1, 2, 3)  # XEvent.metadata_id, offset_ps, duration_ps
 _MAX_VARINT_BYTES = 10
+_EVENTS_AT_ONCE = 1 << 16  # events decoded together (:func:`_leading_fields`)
 
 
 # --- finding planes --------------------------------------------------------------------------
@@ -175,10 +184,18 @@ def _varints(buffer: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray
 def _leading_fields(buffer: np.ndarray, at: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Fields 1 to 3 of each serialized event ``buffer[at:ends]`` (zero where absent), one row per field.
 
-    ``buffer`` must extend at least 10 bytes past the last event.
+    ``buffer`` must extend at least 10 bytes past the last event. The events are decoded
+    :data:`_EVENTS_AT_ONCE` at a time: the dozen arrays a varint's decoding makes then stay in the
+    processor's cache, where a line's millions of events would have each one go through memory.
     """
-    at = at.copy()
     columns = np.zeros((len(_LEADING_FIELDS), len(at)), dtype=np.uint64)
+    for first in range(0, len(at), _EVENTS_AT_ONCE):
+        chosen = slice(first, first + _EVENTS_AT_ONCE)
+        _decode_leading_fields(buffer, at[chosen].copy(), ends[chosen], columns[:, chosen])
+    return columns
+
+
+def _decode_leading_fields(buffer: np.ndarray, at: np.ndarray, ends: np.ndarray, columns: np.ndarray) -> None:
     for row, number in enumerate(_LEADING_FIELDS):
         present = np.flatnonzero((at < ends) & (buffer[at] == (number << 3 | VARINT)))
         values, after = _varints(buffer, at[present] + 1)
@@ -186,7 +203,64 @@ def _leading_fields(buffer: np.ndarray, at: np.ndarray, ends: np.ndarray) -> np.
             raise MalformedXSpace(f"field {number} of an event runs past the event")
         columns[row, present] = values
         at[present] = after
-    return columns
+
+
+_NO_STAT, _PARSE_ALONE = -1, -2
+_STAT_TAG = 4 << 3 | LENGTH_DELIMITED  # XEvent.stats
+_STAT_ID_TAG = 1 << 3 | VARINT  # XStat.metadata_id
+_REF_VALUE_TAG = 7 << 3 | VARINT  # XStat.ref_value
+_SKIPPED_BYTES = {FIXED64: 8, FIXED32: 4}
+
+
+def _referenced_stat(buffer: np.ndarray, tags_at: np.ndarray, wanted: int) -> np.ndarray:
+    """For each event whose field starts at ``tags_at`` (its tag) in ``buffer``: the ``ref_value`` of its first
+    own stat whose metadata id is ``wanted``, :data:`_NO_STAT` where it has none, :data:`_PARSE_ALONE` where the
+    walk cannot tell (the stat holds another kind of value or leads with another field, a field number past 15,
+    a field past its event, an event within 10 bytes of the buffer's end)."""
+    found = np.full(len(tags_at), _PARSE_ALONE, dtype=np.int64)
+    rows = np.flatnonzero(tags_at + 1 + 2 * _MAX_VARINT_BYTES < len(buffer))
+    if not wanted or not len(rows):
+        return found
+    try:
+        lengths, at = _varints(buffer, tags_at[rows] + 1)
+        ends = at + lengths.astype(np.int64)
+        walkable = (ends >= at) & (ends + _MAX_VARINT_BYTES < len(buffer))
+        rows, at, ends = rows[walkable], at[walkable], ends[walkable]
+        while len(rows):  # a field of every event still walked at a time
+            done = at == ends
+            found[rows[done]] = _NO_STAT
+            rows, at, ends = rows[~done], at[~done], ends[~done]
+            tag = buffer[at].astype(np.int64)
+            wire = tag & 7
+            after, value_at = at + 1, np.zeros(len(rows), dtype=np.int64)
+            varints = np.flatnonzero(wire == VARINT)
+            after[varints] = _varints(buffer, at[varints] + 1)[1]
+            for kind, size in _SKIPPED_BYTES.items():
+                after[wire == kind] += size
+            delimited = np.flatnonzero(wire == LENGTH_DELIMITED)
+            length, value_at[delimited] = _varints(buffer, at[delimited] + 1)
+            after[delimited] = value_at[delimited] + length.astype(np.int64)
+            unknown = (tag >= 0x80) | ~np.isin(wire, (VARINT, FIXED64, LENGTH_DELIMITED, FIXED32)) | (after > ends)
+            unknown[delimited] |= after[delimited] < value_at[delimited]
+            stats = delimited[(tag[delimited] == _STAT_TAG) & ~unknown[delimited]]
+            led = (value_at[stats] < after[stats]) & (buffer[value_at[stats]] == _STAT_ID_TAG)
+            unknown[stats[~led]] = True
+            stats = stats[led]
+            stat_ids, id_end = _varints(buffer, value_at[stats] + 1)
+            unknown[stats[id_end > after[stats]]] = True
+            mine = (stat_ids == wanted) & (id_end <= after[stats])
+            stats, id_end = stats[mine], id_end[mine]
+            refs, ref_end = _varints(buffer, id_end + 1)
+            plain = (id_end < after[stats]) & (buffer[id_end] == _REF_VALUE_TAG) & (ref_end == after[stats])
+            found[rows[stats[plain]]] = refs[plain].astype(np.int64)
+            unknown[stats[~plain]] = True
+            found[rows[unknown]] = _PARSE_ALONE
+            going = ~unknown
+            going[stats[plain]] = False
+            rows, at, ends = rows[going], after[going], ends[going]
+    except MalformedXSpace:  # a varint longer than 10 bytes: parsing says what is wrong
+        found[:] = _PARSE_ALONE
+    return found
 
 
 def _text(name: bytes) -> str:
@@ -233,17 +307,25 @@ class Line:
 
     def own_stat(self, name: str, positions: np.ndarray) -> list[Any]:
         """The value of the stat called ``name`` among the own stats of each event at ``positions`` (its
-        metadata's aside), None where the event has none: each event parsed alone, only for that stat."""
+        metadata's aside), None where the event has none.
+
+        The events' fields are walked in place, a field of every event at once (:func:`_referenced_stat`), for a
+        stat that refers to its value by id, as XProf writes the ones that repeat; an event whose stat is
+        written otherwise, or whose fields are not laid out as every serializer writes them, is parsed alone.
+        """
         wanted = next((key for key, stat_name in self.plane._stat_names.items() if stat_name == name), None)
         if wanted is None:
             return [None] * len(positions)
+        refs = _referenced_stat(np.frombuffer(self._source, dtype=np.uint8), self._offsets[positions], wanted)
+        values: list[Any] = [None] * len(positions)
+        for row in np.flatnonzero(refs >= 0).tolist():
+            values[row] = self.plane._stat_names.get(int(refs[row]), "")
         parse = _messages()["XEvent"].FromString
-        values: list[Any] = []
-        for index in positions.tolist():
-            length, start = varint(self._source, int(self._offsets[index]) + 1)
+        for row in np.flatnonzero(refs == _PARSE_ALONE).tolist():
+            length, start = varint(self._source, int(self._offsets[positions[row]]) + 1)
             found = next((stat for stat in parse(self._source[start:start + length]).stats
                           if stat.metadata_id == wanted), None)
-            values.append(None if found is None else _value(found, self.plane._stat_names))
+            values[row] = None if found is None else _value(found, self.plane._stat_names)
         return values
 
 

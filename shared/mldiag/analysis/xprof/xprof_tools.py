@@ -88,11 +88,8 @@ OP_STATS_CONVERTERS = frozenset({
 })
 # Peak memory of one conversion, in multiples of the profile's size (xprof 2.24, measured on CPU
 # and device profiles; op_stats 17x for a 41 MB training loop, 41x for a 42 MB op-by-op one, whose
-# events are many and small). smart_suggestion reads the whole profile again even with op_stats built, and so
-# does overview_page, for its inference latency, where the profile is not of training (24x each file it reads at
-# once, measured on time slices of 2.4 MB read two at a time).
+# events are many and small). smart_suggestion reads the whole profile again even with op_stats built.
 CONVERTER_COST = {"op_stats": 41, "memory_profile": 19, "utilization_viewer": 26, "smart_suggestion": 28,
-                  "overview_page": 24,
                   "tool_names": 7}  # tool_names: of what it is given (the metadata planes, to dump the HLO modules)
 # XProf parses each host file as one protobuf message, which protobuf refuses past 2 GiB.
 PROTOBUF_LIMIT = (1 << 31) - 1
@@ -154,6 +151,12 @@ CAN_BE_ABSENT = frozenset({"memory_profile", "utilization_viewer"})
 SMART_SUGGESTION_EVENTS = ("barrier-cores", "debug_print")  # XProf's kEventTimeFractionAnalyzerEvents
 SMART_SUGGESTION_REREADS = "smart_suggestion's reads of the profile"
 KNOWN_FROM_RAW_EVENTS = CAN_BE_ABSENT | {SMART_SUGGESTION_REREADS}
+# Converters that, given op_stats, read the profile's events again only for what no tool reads: the overview, for
+# its inference latency table where the profile is not of training (the overview and step trace tools read its
+# sections' properties and its run environment, all from op_stats). Where op_stats is merged from time slices,
+# they are given the op_stats beside copies of the files without their events, instead of every slice again
+# (24x a slice, two at a time, for as long as a third of the slices' conversions).
+EVENTS_UNREAD = frozenset({"overview_page"})
 
 
 def conversion_threads() -> int:
@@ -342,7 +345,8 @@ def _client_class() -> type:
                             state.slicing_failed = error
                             raise
                         state.op_stats_built = True
-                if converter == "smart_suggestion" and state.absent.reason(SMART_SUGGESTION_REREADS):
+                if (converter == "smart_suggestion" and state.absent.reason(SMART_SUGGESTION_REREADS)
+                        or converter in EVENTS_UNREAD and state.sliced is not None):
                     with state.budget.reserve(LIGHT_COST * state.profile_bytes, what):
                         yield _without_events(state)
                     return

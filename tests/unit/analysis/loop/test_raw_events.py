@@ -140,6 +140,31 @@ def test_finding_flagged_ancestors_in_a_deep_chain_is_not_quadratic():
     assert _has_ancestor(chain, flagged).tolist() == [False] * (count // 2 + 1) + [True] * (count // 2 - 1)
 
 
+
+def test_flagged_ancestors_are_those_a_walk_up_each_event_finds():
+    """Events nested in trees of every depth (a random parent before each), a few of them flagged."""
+    rng = np.random.default_rng(7)
+    count = 3000
+    parents = np.array([-1 if i == 0 or rng.random() < 0.05 else int(rng.integers(max(0, i - 40), i))
+                        for i in range(count)])
+    depth = np.zeros(count, dtype=np.int64)
+    for i in range(count):
+        depth[i] = depth[parents[i]] + 1 if parents[i] >= 0 else 0
+    line = _Line("trees", np.arange(count), np.arange(count) + 1, np.zeros(count, dtype=np.int64))
+    line.parents = parents
+    for share in (0.002, 0.02, 0.3):
+        flagged = rng.random(count) < share
+
+        def walked(event: int) -> bool:
+            event = parents[event]
+            while event >= 0 and not flagged[event]:
+                event = parents[event]
+            return event >= 0
+
+        assert _has_ancestor(line, flagged).tolist() == [walked(i) for i in range(count)], share
+    assert depth.max() > 40
+
+
 @pytest.mark.slow
 def test_reading_one_line_of_overlapping_events_grows_linearly(tmp_path):
     def seconds_to_read(count: int) -> float:

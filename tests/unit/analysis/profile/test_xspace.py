@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from analysis_support import xplane
 
@@ -185,3 +186,85 @@ def test_no_copy_of_the_whole_file_is_kept(monkeypatch):
     largest = max(len(line) for plane in planes for line in plane.lines)
     assert largest < sum(len(line) for plane in planes for line in plane.lines)
     assert planes[1].lines[0].stats(0) is not None
+
+
+def test_events_decoded_a_few_at_a_time_read_as_all_at_once(tmp_path, monkeypatch):
+    """A line of events whose fields come and go (absent where zero), cut into groups of 3, 4 and 64K events."""
+    from mldiag.analysis.profile import xspace
+
+    events = [(_tag(1, 0) + encode_varint(1 + index % 5) if index % 4 else b"")
+              + (_tag(2, 0) + encode_varint(10**index % 2**40) if index % 3 else b"")
+              + (_tag(3, 0) + encode_varint(index * 997) if index % 7 else b"") for index in range(50)]
+    path = tmp_path / "host.xplane.pb"
+    path.write_bytes(_space(*events))
+
+    def columns() -> list[list[int]]:
+        (line,) = read_planes(path)[0].lines
+        return [line.metadata_ids.tolist(), line.starts_ns.tolist(), line.durations_ps.tolist()]
+
+    whole = columns()
+    assert whole[0][:5] == [0, 2, 3, 4, 0] and whole[2][:8] == [0, 997, 1994, 2991, 3988, 4985, 5982, 0]
+    for at_once in (3, 4):
+        monkeypatch.setattr(xspace, "_EVENTS_AT_ONCE", at_once)
+        assert columns() == whole, at_once
+
+
+def _parsed_alone(line, name: str, positions) -> list:
+    """What each event parsed as a message holds for the stat called ``name``: the walk's oracle."""
+    from mldiag.analysis.profile import xspace
+
+    wanted = next((key for key, stat_name in line.plane._stat_names.items() if stat_name == name), None)
+    values = []
+    for index in positions:
+        length, start = xspace.varint(line._source, int(line._offsets[index]) + 1)
+        event = xspace._messages()["XEvent"].FromString(line._source[start:start + length])
+        found = next((stat for stat in event.stats if stat.metadata_id == wanted), None)
+        values.append(None if found is None else xspace._value(found, line.plane._stat_names))
+    return values
+
+
+def test_a_stat_walked_in_place_reads_as_the_event_parsed_alone(tmp_path):
+    """Stats by reference (walked), by value or laid out otherwise (parsed alone), after another field, twice."""
+    def stat(stat_id: int, value: bytes) -> bytes:
+        return delimited(4, _tag(1, 0) + encode_varint(stat_id) + value)
+
+    ref = lambda key: _tag(7, 0) + encode_varint(key)  # noqa: E731
+    events = [
+        _tag(1, 0) + encode_varint(9),
+        _tag(1, 0) + encode_varint(9) + stat(2, ref(3)) + stat(1, ref(3)),
+        _tag(1, 0) + encode_varint(9) + stat(1, delimited(5, b"jit_text(2)")),
+        _tag(1, 0) + encode_varint(9) + _tag(5, 0) + encode_varint(4) + stat(1, ref(4)),
+        _tag(1, 0) + encode_varint(9) + delimited(4, ref(3) + _tag(1, 0) + encode_varint(1)),  # the id last
+        _tag(1, 0) + encode_varint(9) + stat(1, ref(4)) + stat(1, ref(3)),
+        _tag(1, 0) + encode_varint(9) + stat(2, _tag(4, 0) + encode_varint(2**64 - 1)) + stat(1, ref(99)),
+    ]
+    stat_names = b"".join(delimited(5, _tag(1, 0) + encode_varint(key) + delimited(2, _tag(1, 0) + encode_varint(key)
+                                                                                     + delimited(2, name)))
+                          for key, name in {1: b"hlo_module", 2: b"other", 3: b"jit_step(1)", 4: b"jit_eval(3)"}.items())
+    space = _space(*events)  # then the plane's stat metadata
+    path = tmp_path / "host.xplane.pb"
+    path.write_bytes(_with_stat_names(space, stat_names))
+    (line,) = read_planes(path)[0].lines
+    positions = list(range(len(events)))
+    expected = [None, "jit_step(1)", "jit_text(2)", "jit_eval(3)", "jit_step(1)", "jit_eval(3)", ""]
+    assert _parsed_alone(line, "hlo_module", positions) == expected
+    assert line.own_stat("hlo_module", np.array(positions)) == expected
+    assert line.own_stat("other", np.array(positions)) == _parsed_alone(line, "other", positions)
+    assert line.own_stat("no such stat", np.array(positions)) == [None] * len(events)
+
+
+def _with_stat_names(space: bytes, stat_names: bytes) -> bytes:
+    from mldiag.analysis.profile.wire import fields
+
+    ((_, _, start, end),) = list(fields(space, 0, len(space)))
+    return delimited(1, space[start:end] + stat_names)
+
+
+@pytest.mark.parametrize("name", ["unfused_small_ops", "hostile", "tpu_v6e4_inference", "mi300x_gemm"])
+def test_every_stat_walked_in_place_reads_as_each_event_parsed_alone(name):
+    for plane in read_planes(xplane(name)):
+        for line in plane.lines:
+            positions = np.arange(0, len(line), max(1, len(line) // 3000))
+            for stat_name in set(plane._stat_names.values()):
+                assert line.own_stat(stat_name, positions) == _parsed_alone(line, stat_name, positions), (
+                    plane.name, line.name, stat_name)
