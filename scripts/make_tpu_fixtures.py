@@ -4163,6 +4163,103 @@ def host_dropout_masks(big: bool) -> Workload:
     return Workload(on_host, ablations={"masks_in_the_jit": on_device})
 
 
+def host_ema_each_step(big: bool) -> Workload:
+    """After each annotated f32 MLP train step ``update_ema`` copies the parameters to the host with
+    ``jax.device_get`` and updates an exponential moving average of them with numpy. Ablation: the average kept on
+    the device, updated by a jitted function."""
+    import jax
+    import numpy as np
+
+    params, step, x, y = _mlp_step(big, "float32")
+    state = {"params": params, "ema": [np.array(p) for p in params], "device_ema": [p * 1 for p in params]}
+
+    def update_ema(params) -> None:
+        for average, value in zip(state["ema"], jax.device_get(params)):
+            average *= 0.999
+            average += 0.001 * value
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def device_update(ema, params):
+        return [0.999 * a + 0.001 * p for a, p in zip(ema, params)]
+
+    def on_host(i: int, clock: Clock) -> None:
+        state["params"], value = step(state["params"], x, y)
+        with clock.part("update_ema"):
+            update_ema(state["params"])
+        value.block_until_ready()
+
+    def on_device(i: int, clock: Clock) -> None:
+        state["params"], value = step(state["params"], x, y)
+        state["device_ema"] = device_update(state["device_ema"], state["params"])
+        value.block_until_ready()
+
+    return Workload(on_host, ablations={"ema_on_the_device": on_device})
+
+
+def pickle_snapshot_every_5(big: bool) -> Workload:
+    """Every 5th annotated f32 MLP train step ``snapshot_state`` pickles the parameters (device arrays, copied to
+    the host as they are pickled) into a file. Ablation: no snapshot."""
+    import pickle
+
+    params, step, x, y = _mlp_step(big, "float32", [4096] * 5 if big else [1024] * 5, 2048 if big else 64)
+    folder = Path(tempfile.mkdtemp(prefix="snapshot-"))
+    state = {"params": params}
+
+    def snapshot_state(i: int) -> None:
+        (folder / f"state-{i}.pkl").write_bytes(pickle.dumps(state["params"]))
+
+    def run(snapshot: bool):
+        def iteration(i: int, clock: Clock) -> None:
+            state["params"], value = step(state["params"], x, y)
+            value.block_until_ready()
+            if snapshot and i % 5 == 4:
+                with clock.part("snapshot_state"):
+                    snapshot_state(i)
+
+        return iteration
+
+    return Workload(run(True), ablations={"no_snapshot": run(False)},
+                    stop=lambda: shutil.rmtree(folder, ignore_errors=True))
+
+
+def replay_buffer_concat(big: bool) -> Workload:
+    """Each annotated step ``add_to_buffer`` appends the step's 4096 new f32 rows to a host replay buffer with
+    ``np.concatenate``, copying the whole buffer, one batch longer each step, then trains a bf16 MLP step on a batch
+    sampled from it. Ablation: a buffer preallocated for every row, written in place."""
+    import jax
+    import numpy as np
+
+    params, step, x, y = _mlp_step(big)
+    rows, width = x.shape
+    capacity = rows * 64
+    rng = np.random.default_rng(0)
+    fresh = rng.standard_normal((rows, width), dtype=np.float32)
+    state = {"params": params, "buffer": np.empty((0, width), np.float32),
+             "ring": np.empty((capacity, width), np.float32), "filled": 0}
+
+    def add_to_buffer(new: np.ndarray) -> np.ndarray:
+        state["buffer"] = np.concatenate([state["buffer"], new])
+        return state["buffer"]
+
+    def write_in_place(new: np.ndarray) -> np.ndarray:
+        start = state["filled"] % capacity
+        state["ring"][start:start + len(new)] = new
+        state["filled"] += len(new)
+        return state["ring"][:min(state["filled"], capacity)]
+
+    def run(add):
+        def iteration(i: int, clock: Clock) -> None:
+            with clock.part("add_to_buffer"):
+                buffer = add(fresh)
+            batch = buffer[rng.integers(0, len(buffer), rows)]
+            state["params"], value = step(state["params"], jax.device_put(batch), y)
+            value.block_until_ready()
+
+        return iteration
+
+    return Workload(run(add_to_buffer), ablations={"preallocated": run(write_in_place)})
+
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -4537,6 +4634,17 @@ SHAPES: dict[str, Shape] = {
                                 "numpy each annotated step and hands them to the jitted step", python_tracer=True,
                                 cause="masks drawn on the host and copied in every step, where the jit could draw "
                                 "them"),
+    "host_ema_each_step": Shape(host_ema_each_step, 15, "after each annotated f32 MLP train step update_ema "
+                                "copies the parameters to the host and averages them with numpy",
+                                python_tracer=True, cause="update_ema: the parameters copied off the device and "
+                                "averaged on the host every step"),
+    "pickle_snapshot_every_5": Shape(pickle_snapshot_every_5, 20, "every 5th annotated f32 MLP train step "
+                                     "snapshot_state pickles the parameters to a file", python_tracer=True,
+                                     cause="snapshot_state: a synchronous save every 5th step"),
+    "replay_buffer_concat": Shape(replay_buffer_concat, 20, "add_to_buffer grows a host replay buffer by one "
+                                  "batch each annotated step with np.concatenate, then a bf16 MLP step trains on a "
+                                  "sample of it", python_tracer=True, cause="add_to_buffer copies the whole "
+                                  "buffer, one batch longer, every step"),
 }
 
 

@@ -149,8 +149,10 @@ UNTRACED_SHARE = 1 / 3  # the training thread's untraced time is a cause of its 
 IN_FLIGHT_SHARE = 0.1  # share of the training thread's copies' time beyond its calls that says they waited in flight
 MANY_PARAMETERS = 32  # a program taking this many arrays pays for handing each over at every launch
 # Eager programs whose shapes are a count the data decides: the gather of boolean-mask indexing, nonzero and argwhere.
-GROWING_STEPS = 8  # steps from which a count of dispatches that grows each step tells a growing list
-STEADY_GROWTH = 0.8  # share of the steps whose dispatches grow by the same count for the growth to be steady
+GROWING_STEPS = 8  # steps from which dispatches or step times that grow each step tell work that grows with the run
+STEADY_GROWTH = 0.8  # share of the steps that grow (by the same count of dispatches) for the growth to be steady
+# Host causes whose work can grow with the run (a buffer or list the training thread copies whole every step).
+GROWING_WORK = frozenset({HostCause.BATCH_MAKING, HostCause.HOST_WORK, HostCause.ROUND_TRIP, HostCause.LOGGING})
 SHAPES_LISTED = 4  # a parameter's shapes across compilations quoted in full up to this many
 GROWING_COMPILATIONS = 3  # compilations of one function, one per consecutive size, that tell a growing collection
 DATA_SIZED = ("jit_gather", "jit_nonzero", "jit__nonzero", "jit_argwhere")
@@ -498,6 +500,18 @@ def _host_cause_finding(host: HostEvidence, cause: host_causes.Cause, priority: 
                                                        f"{words}")
     remaining = iteration - cause.ms
     faster = (f" ({iteration / remaining:.1f}x faster)" if remaining >= NOTABLE_SHARE * iteration else "")
+    growth = _growing_steps(host) if cause.kind in GROWING_WORK else None
+    fix = _host_cause_fix(host, cause)
+    if growth is not None:
+        first, last, per_step = growth
+        evidence = [*evidence, f"the steps grow longer every step: {first:.1f} ms in the first, {last:.1f} ms in the "
+                               f"last of {len(host.series.step_ms)}"]
+        names = " and ".join(quoted(host_causes.function_name(part.name)) for part in cause.parts[:2])
+        fix = (f"The work grows with the run: each step takes about {per_step:.1f} ms longer than the last, so the "
+               f"work of {names or 'the host'} scales with how far the run has gone (a buffer concatenated anew "
+               "each step, a list scanned or copied whole, a cache that is never emptied). Give it a fixed cost per "
+               "step: a buffer preallocated at its final size (or a ring buffer) written in place, a running value. "
+               + fix)
     return Finding(
         priority=priority,
         category=FindingCategory.DATA_MOVEMENT if cause.kind is HostCause.TRANSFERS else FindingCategory.INPUT_BOUND,
@@ -506,8 +520,20 @@ def _host_cause_finding(host: HostEvidence, cause: host_causes.Cause, priority: 
         evidence=evidence,
         impact=f"{cause.ms:.1f} ms of each {iteration:.1f} ms {loop} is idle for this cause ({share:.0%} of the "
                f"loop); without it the {loop} could approach {max(remaining, 0.0):.1f} ms{faster}.",
-        fix=_host_cause_fix(host, cause),
+        fix=fix,
     )
+
+
+def _growing_steps(host: HostEvidence) -> tuple[float, float, float] | None:
+    """The first and last step times and the growth per step, where the steps grow longer step after step (in
+    ``STEADY_GROWTH`` of them) to at least twice the first."""
+    times = host.series.step_ms
+    if len(times) < GROWING_STEPS or host.series.truncated:
+        return None
+    rising = sum(later > earlier for earlier, later in zip(times, times[1:]))
+    if rising < STEADY_GROWTH * (len(times) - 1) or times[-1] < 2 * times[0]:
+        return None
+    return times[0], times[-1], (times[-1] - times[0]) / (len(times) - 1)
 
 
 def _host_cause_fix(host: HostEvidence, cause: host_causes.Cause) -> str:

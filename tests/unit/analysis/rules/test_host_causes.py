@@ -133,6 +133,19 @@ def test_batch_making_many_times_the_devices_step_is_told_to_get_cheaper_before_
     assert "grain" in finding.fix  # and then run it ahead of the step
 
 
+@pytest.mark.parametrize("growing", [True, False])
+def test_host_work_whose_steps_grow_longer_every_step_is_told_to_get_a_fixed_cost(growing):
+    # A replay buffer concatenated anew each step: every step copies one batch more than the last.
+    step = _activity("$train.py:40 iteration", 95.0, 5.0, OwnTime(name="$train.py:30 add_to_buffer",
+                                                                  ms_per_step=90.0))
+    host = _host(activities=[step], busy=0.02)
+    host.series.step_ms = [10.0 * (n + 1) for n in range(STEPS)] if growing else [100.0] * STEPS
+    (finding,) = _findings(host)
+    assert finding.fix.startswith("The work grows with the run: each step takes about 10.0 ms longer") is growing
+    assert any(line.startswith("the steps grow longer every step: 10.0 ms in the first, 100.0 ms in the last of 10")
+               for line in finding.evidence) is growing
+
+
 def test_random_numbers_drawn_on_the_host_for_the_step_are_told_to_be_drawn_in_the_jit():
     step = _activity("$train.py:40 on_host", 95.0, 90.0, OwnTime(name="$train.py:30 make_dropout_masks",
                                                                  ms_per_step=90.0))
