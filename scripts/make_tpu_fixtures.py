@@ -4260,6 +4260,77 @@ def replay_buffer_concat(big: bool) -> Workload:
     return Workload(run(add_to_buffer), ablations={"preallocated": run(write_in_place)})
 
 
+def python_row_loop_preprocess(big: bool) -> Workload:
+    """Each annotated step's ``normalize_rows`` standardises the 4096 rows of a fresh f32 host batch in a Python
+    loop, one numpy call per row, before a bf16 MLP train step. Ablation: the same normalisation in one vectorised
+    numpy expression."""
+    import jax
+    import numpy as np
+
+    params, step, x, y = _mlp_step(big)
+    rows, width = x.shape
+    raw = np.random.default_rng(0).standard_normal((rows, width), dtype=np.float32) * 3 + 1
+    state = {"params": params}
+
+    def normalize_rows(batch: np.ndarray) -> np.ndarray:
+        out = np.empty_like(batch)
+        for n in range(len(batch)):
+            row = batch[n]
+            out[n] = (row - row.mean()) / (row.std() + 1e-6)
+        return out
+
+    def vectorised(batch: np.ndarray) -> np.ndarray:
+        return (batch - batch.mean(1, keepdims=True)) / (batch.std(1, keepdims=True) + 1e-6)
+
+    def run(normalize):
+        def iteration(i: int, clock: Clock) -> None:
+            with clock.part("normalize_rows"):
+                batch = normalize(raw)
+            state["params"], value = step(state["params"], jax.device_put(batch), y)
+            value.block_until_ready()
+
+        return iteration
+
+    return Workload(run(normalize_rows), ablations={"vectorised": run(vectorised)})
+
+
+def eager_param_cast(big: bool) -> Workload:
+    """f32 master parameters (4 x 4096 x 4096 on the chip) cast to bf16 by eager ``astype`` calls before each
+    annotated step's jitted bf16 train step, whose f32 gradients update the masters in a second jit. Ablation: the
+    cast inside the jitted step."""
+    import jax
+    import jax.numpy as jnp
+
+    widths = [4096] * 5 if big else [512] * 5
+    masters = _mlp_params(widths, "float32")
+    x = jax.random.normal(jax.random.key(113), (2048 if big else 64, widths[0])).astype("bfloat16")
+    y = jnp.zeros((x.shape[0], widths[-1]), "float32")
+    grad = jax.jit(jax.value_and_grad(mlp_loss))
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def apply(masters, grads):
+        return [m - 1e-3 * g.astype("float32") for m, g in zip(masters, grads)]
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def fused_step(masters, x, y):
+        value, grads = jax.value_and_grad(mlp_loss)([m.astype("bfloat16") for m in masters], x, y)
+        return [m - 1e-3 * g.astype("float32") for m, g in zip(masters, grads)], value
+
+    state = {"masters": masters}
+
+    def eager(i: int, clock: Clock) -> None:
+        compute = [m.astype("bfloat16") for m in state["masters"]]
+        value, grads = grad(compute, x, y)
+        state["masters"] = apply(state["masters"], grads)
+        value.block_until_ready()
+
+    def fused(i: int, clock: Clock) -> None:
+        state["masters"], value = fused_step(state["masters"], x, y)
+        value.block_until_ready()
+
+    return Workload(eager, ablations={"cast_in_the_jit": fused})
+
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -4645,6 +4716,13 @@ SHAPES: dict[str, Shape] = {
                                   "batch each annotated step with np.concatenate, then a bf16 MLP step trains on a "
                                   "sample of it", python_tracer=True, cause="add_to_buffer copies the whole "
                                   "buffer, one batch longer, every step"),
+    "python_row_loop_preprocess": Shape(python_row_loop_preprocess, 10, "normalize_rows standardises a host batch "
+                                        "row by row in a Python loop each annotated step before a bf16 MLP step",
+                                        python_tracer=True, cause="normalize_rows: a Python loop of numpy calls per "
+                                        "row where one vectorised expression would do"),
+    "eager_param_cast": Shape(eager_param_cast, 15, "f32 master parameters cast to bf16 by eager astype calls before "
+                              "each annotated step's jitted train step and master update",
+                              cause="none: the eager casts cost what the same casts inside the jit do"),
 }
 
 

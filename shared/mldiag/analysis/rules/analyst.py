@@ -596,7 +596,8 @@ def _cheaper_first(host: HostEvidence, cause: host_causes.Cause, ratio: float) -
             f"and the loop stays host-bound unless {workers}. Look in it for "
             "work done every step that is needed once, or on far less data than it touches: a shuffle, copy or "
             "conversion of the whole dataset to take one batch (shuffle the indices once per epoch and gather only "
-            "the batch's rows), a file read or parsed again, a table rebuilt. Then:")
+            "the batch's rows), a file read or parsed again, a table rebuilt; and for Python loops over rows or "
+            "elements that one vectorised numpy call would do. Then:")
 
 
 def _overlap_fix(host: HostEvidence, cause: host_causes.Cause, framework: Framework) -> str:

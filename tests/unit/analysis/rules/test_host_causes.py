@@ -130,6 +130,7 @@ def test_batch_making_many_times_the_devices_step_is_told_to_get_cheaper_before_
     assert finding.fix.startswith('Make "next_batch" cheaper first') is cheaper_first
     if cheaper_first:
         assert "30x the devices' 2.0 ms of work" in finding.fix and "unless 30 workers share it" in finding.fix
+        assert "Python loops over rows or elements" in finding.fix
     assert "grain" in finding.fix  # and then run it ahead of the step
 
 
