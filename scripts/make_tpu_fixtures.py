@@ -4331,6 +4331,77 @@ def eager_param_cast(big: bool) -> Workload:
     return Workload(eager, ablations={"cast_in_the_jit": fused})
 
 
+def variable_length_requests(big: bool) -> Workload:
+    """Inference on requests of random lengths (128 to 1024 tokens on the chip, batch 8) through a jitted bf16
+    two-layer transformer block, each request at its own length: most lengths are new to the jit, so it compiles
+    again. Ablation: each request padded up to the next of four bucket lengths, its padding masked."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    d, batch, shortest, longest = (1024, 8, 128, 1024) if big else (64, 2, 16, 128)
+    dtype = "bfloat16" if big else "float32"
+    keys = iter(jax.random.split(jax.random.key(114), 4))
+    params = {"qkv": _normal(next(keys), (d, 3 * d), dtype), "out": _normal(next(keys), (d, d), dtype),
+              "up": _normal(next(keys), (d, 4 * d), dtype), "down": _normal(next(keys), (4 * d, d), dtype)}
+    lengths = np.random.default_rng(114).integers(shortest, longest + 1, 64)
+    buckets = [longest // 8, longest // 4, longest // 2, longest]
+
+    @jax.jit
+    def infer(params, x, valid):
+        q, k, v = jnp.split(x @ params["qkv"], 3, -1)
+        scores = jnp.einsum("bqd,bkd->bqk", q, k).astype("float32") / d**0.5
+        weights = jax.nn.softmax(jnp.where(valid[:, None, :], scores, -1e9), -1).astype(x.dtype)
+        x = x + jnp.einsum("bqk,bkd->bqd", weights, v) @ params["out"]
+        x = x + jax.nn.gelu(x @ params["up"]) @ params["down"]
+        return jnp.sum(jnp.where(valid[..., None], x, 0).astype("float32"), 1)
+
+    def request(length: int, padded: int):
+        x = jnp.ones((batch, padded, d), dtype)
+        return x, jnp.arange(padded)[None, :].repeat(batch, 0) < length
+
+    def run(bucketed: bool):
+        def iteration(i: int, clock: Clock) -> None:
+            length = int(lengths[i % len(lengths)])
+            padded = next(b for b in buckets if b >= length) if bucketed else length
+            infer(params, *request(length, padded)).block_until_ready()
+
+        return iteration
+
+    return Workload(run(False), ablations={"bucketed": run(True)})
+
+
+def unannotated_inference(big: bool) -> Workload:
+    """Batched bf16 inference of a 6-layer MLP (d 4096, batch 4096 on the chip) called 30 times, each result read
+    before the next call, with no step markers (as under xprof's capture of a serving loop): nothing to fix.
+    Ablation: the results read only every fourth call."""
+    import jax
+    import jax.numpy as jnp
+
+    widths = [4096] * 7 if big else [256] * 7
+    params = _mlp_params(widths, "bfloat16")
+    x = jax.random.normal(jax.random.key(115), (4096 if big else 256, widths[0])).astype("bfloat16")
+
+    @jax.jit
+    def infer(params, x):
+        for w in params:
+            x = jax.nn.gelu(x @ w)
+        return jnp.mean(x.astype("float32"))
+
+    pending: list = []
+
+    def read_each(i: int, clock: Clock) -> None:
+        infer(params, x).block_until_ready()
+
+    def read_every_fourth(i: int, clock: Clock) -> None:
+        pending.append(infer(params, x))
+        if len(pending) == 4:
+            pending.pop().block_until_ready()
+            pending.clear()
+
+    return Workload(read_each, ablations={"read_every_fourth": read_every_fourth})
+
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -4723,6 +4794,13 @@ SHAPES: dict[str, Shape] = {
     "eager_param_cast": Shape(eager_param_cast, 15, "f32 master parameters cast to bf16 by eager astype calls before "
                               "each annotated step's jitted train step and master update",
                               cause="none: the eager casts cost what the same casts inside the jit do"),
+    "variable_length_requests": Shape(variable_length_requests, 20, "inference on requests of random lengths "
+                                      "(128 to 1024 tokens) through a jitted bf16 transformer block at each "
+                                      "request's own length; annotated steps", warm=False,
+                                      cause="a compilation for every new request length"),
+    "unannotated_inference": Shape(unannotated_inference, 30, "batched bf16 inference of a 6-layer MLP (d 4096) "
+                                   "called 30 times, each result read, no step markers", annotate=False,
+                                   cause="none: one program, back to back on the device"),
 }
 
 
