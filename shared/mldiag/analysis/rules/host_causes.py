@@ -3,8 +3,8 @@
 The host keeps the devices waiting for different reasons, and each has its own
 fix: the training thread makes the batches itself, saves checkpoints
 synchronously, reads device values back every step to log them, formats and
-writes log records itself, waits on a
-loader thread that is slower than the step, waits for the Python interpreter
+writes log records itself, draws the step's random numbers with numpy, waits on
+a loader thread that is slower than the step, waits for the Python interpreter
 while another thread runs Python, or copies data between host and device
 memory. A cause is told from the names the trace gives the work (the
 function that owns the time, its thread, the copies it makes) and costs the

@@ -278,17 +278,15 @@ def _batched_mkn(module: HloModule, instruction: Instruction, attributes: str) -
     if lhs is None or rhs is None or lhs.shape is None or rhs.shape is None:
         return None
     if instruction.opcode == "dot":
-        dims = {name: [int(d) for d in found.split(",") if d] for name, found in _DOT_DIMS.findall(attributes)}
-        if not dims.get("lhs_batch") or any(d >= len(shape.dims) for side, shape in (("lhs", lhs.shape),
-                                                                                     ("rhs", rhs.shape))
-                                            for kind in ("batch", "contracting") for d in dims.get(f"{side}_{kind}",
-                                                                                                     [])):
+        axes = {name: [int(d) for d in found.split(",") if d] for name, found in _DOT_DIMS.findall(attributes)}
+        sides = {"lhs": lhs.shape.dims, "rhs": rhs.shape.dims}
+        if not axes.get("lhs_batch") or any(axis >= len(sides[name[:3]]) for name, listed in axes.items()
+                                            for axis in listed):
             return None
-        free = [
-            math.prod(size for axis, size in enumerate(shape.dims)
-                      if axis not in dims.get(f"{side}_batch", []) and axis not in dims.get(f"{side}_contracting", []))
-            for side, shape in (("lhs", lhs.shape), ("rhs", rhs.shape))]
-        return free[0], math.prod(lhs.shape.dims[d] for d in dims.get("lhs_contracting", [])), free[1]
+        free = [math.prod(size for axis, size in enumerate(sides[side])
+                          if axis not in axes.get(f"{side}_batch", []) + axes.get(f"{side}_contracting", []))
+                for side in ("lhs", "rhs")]
+        return free[0], math.prod(sides["lhs"][axis] for axis in axes.get("lhs_contracting", [])), free[1]
     labels = _ALL_LABELS.search(attributes)
     if not _LHS_DILATE.search(attributes) or labels is None:
         return None
@@ -635,7 +633,7 @@ def _one_hot_classes(module: HloModule, ops: list[Instruction], root: Instructio
     return max((_one_hot(module, values) for values in (*operands, root)), default=0)
 
 
-def _batched_fields(module: HloModule, ops: list[Instruction], arrays: list[Instruction]) -> dict:
+def _batched_fields(ops: list[Instruction], arrays: list[Instruction]) -> dict:
     """A kernel's narrowest batched-matmul dimension and the elements of the largest of ``arrays`` (the
     instructions whose results it reads or writes)."""
     widths = [min(i.batched_mkn) for i in ops if i.batched_mkn]
@@ -670,7 +668,7 @@ def _fusion_work(module: HloModule, fusion: Instruction) -> KernelWork:
         root=root.opcode if root is not None else "",
         dtypes=tuple(sorted(dtypes)), updates_per_element=_updates_per_element(module, body),
         one_hot_classes=_one_hot_classes(module, body, root), **_matmul_fields(module, body),
-        **_batched_fields(module, body, body),
+        **_batched_fields(body, body),
     )
 
 
@@ -694,7 +692,7 @@ def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
                     else (), updates_per_element=_updates_per_element(module, [instruction]),
                     one_hot_classes=_one_hot_classes(module, [instruction], None),
                     copies_argument=_copies_argument(module, instruction), **_matmul_fields(module, [instruction]),
-                    **_batched_fields(module, [instruction], [instruction, *filter(None, (
+                    **_batched_fields([instruction], [instruction, *filter(None, (
                         module.instructions.get(name) for name in instruction.operands))]),
                 ))
     return found
