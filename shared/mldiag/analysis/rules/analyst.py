@@ -160,6 +160,7 @@ DATA_SIZED = ("jit_gather", "jit_nonzero", "jit__nonzero", "jit_argwhere")
 SIZED_BY_DATA = {"unique": "jnp.unique(x, size=k, fill_value=...)", "nonzero": "jnp.nonzero(mask, size=k)",
                  "argwhere": "jnp.argwhere(mask, size=k)"}
 MANY_WORKERS = 64  # input workers beyond which a host's cores run out
+_IDENTIFIER = re.compile(r"[\w.<>]+")  # a Python function's name as the tracer gives it (<listcomp>, Class.method)
 OWN_SHARE = 0.5  # a function around the step's dispatches whose own time is this share of it is host work
 URGENT_REASON = "a finding needs attention"
 _ORDER = {Priority.P0: 0, Priority.P1: 1, Priority.P2: 2}
@@ -506,7 +507,7 @@ def _host_cause_finding(host: HostEvidence, cause: host_causes.Cause, priority: 
         first, last, per_step = growth
         evidence = [*evidence, f"the steps grow longer every step: {first:.1f} ms in the first, {last:.1f} ms in the "
                                f"last of {len(host.series.step_ms)}"]
-        names = " and ".join(quoted(host_causes.function_name(part.name)) for part in cause.parts[:2])
+        names = _functions_in_prose(cause)
         fix = (f"The work grows with the run: each step takes about {per_step:.1f} ms longer than the last, so the "
                f"work of {names or 'the host'} scales with how far the run has gone (a buffer concatenated anew "
                "each step, a list scanned or copied whole, a cache that is never emptied). Give it a fixed cost per "
@@ -585,9 +586,16 @@ def _host_cause_fix(host: HostEvidence, cause: host_causes.Cause) -> str:
     return _overlap_fix(host, cause, framework)
 
 
+def _functions_in_prose(cause: host_causes.Cause) -> str:
+    """The cause's first functions, quoted, for a fix's words: only names a function can have, so that no profile
+    text that reads as a sentence leaves the evidence."""
+    names = [host_causes.function_name(part.name) for part in cause.parts[:2]]
+    return " and ".join(quoted(name) for name in names if _IDENTIFIER.fullmatch(name))
+
+
 def _cheaper_first(host: HostEvidence, cause: host_causes.Cause, ratio: float) -> str:
     """Host work many times the devices' step: overlapping it with the step hides only the devices' time."""
-    names = " and ".join(quoted(host_causes.function_name(part.name)) for part in cause.parts[:2])
+    names = _functions_in_prose(cause) or "the host work named above"
     device_ms = host_causes.device_ms_per_step(host)
     workers = (f"{math.ceil(round(ratio, 1))} workers share it" if ratio <= MANY_WORKERS
                else "it is split over more workers than a host has cores")
