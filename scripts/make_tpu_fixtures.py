@@ -4402,6 +4402,34 @@ def unannotated_inference(big: bool) -> Workload:
     return Workload(read_each, ablations={"read_every_fourth": read_every_fourth})
 
 
+def split_jit_forward(big: bool) -> Workload:
+    """Each annotated step runs the bf16 MLP's forward pass in one jit to log its loss, then its gradient in a
+    second (which computes the forward again) and the update in a third. Ablation: one jitted step returning the
+    loss with the update."""
+    import jax
+
+    params, step, x, y = _mlp_step(big)
+    forward = jax.jit(mlp_loss)
+    gradient = jax.jit(jax.grad(mlp_loss))
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def apply(params, grads):
+        return [(p - 1e-3 * g).astype(p.dtype) for p, g in zip(params, grads)]
+
+    state = {"params": params}
+
+    def split(i: int, clock: Clock) -> None:
+        value = forward(state["params"], x, y)
+        state["params"] = apply(state["params"], gradient(state["params"], x, y))
+        value.block_until_ready()
+
+    def fused(i: int, clock: Clock) -> None:
+        state["params"], value = step(state["params"], x, y)
+        value.block_until_ready()
+
+    return Workload(split, ablations={"one_jit": fused})
+
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -4801,6 +4829,9 @@ SHAPES: dict[str, Shape] = {
     "unannotated_inference": Shape(unannotated_inference, 30, "batched bf16 inference of a 6-layer MLP (d 4096) "
                                    "called 30 times, each result read, no step markers", annotate=False,
                                    cause="none: one program, back to back on the device"),
+    "split_jit_forward": Shape(split_jit_forward, 15, "each annotated step jits the bf16 MLP's forward for the "
+                               "loss, its gradient and the update separately", cause="none on the chip: the "
+                               "forward computed again for the logged loss costs it little"),
 }
 
 
