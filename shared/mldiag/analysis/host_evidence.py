@@ -319,6 +319,16 @@ class HostEvidence:
     iteration_programs: list[str] = field(default_factory=list)  # without step markers, one iteration's program
     # launches in order, when the loop repeats a sequence of several programs
 
+    def per(self) -> str:
+        """What its per-step figures are per: "step", or "capture" where the profile has no steps."""
+        return "capture" if self.step_source is StepSource.PROFILE_WINDOW else "step"
+
+    def loop_busy(self) -> float:
+        """Busy over the whole loop, the steps and the host's gaps between them (the steps' busy share where the
+        loop's is not known), within 0 and 1."""
+        busy = self.loop_busy_fraction if self.loop_busy_fraction is not None else self.busy_fraction
+        return min(1.0, max(0.0, busy or 0.0))
+
     def to_json(self) -> str:
         """The evidence as the reader prints it: JSON, refusing NaN and infinities (the engine would too)."""
         return json.dumps(dataclasses.asdict(self), allow_nan=False, ensure_ascii=False)

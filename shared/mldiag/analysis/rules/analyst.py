@@ -261,12 +261,6 @@ def _fraction(value: float) -> float:
     return min(1.0, max(0.0, value))
 
 
-def _loop_busy(host: HostEvidence) -> float:
-    """Busy over the whole loop: the steps and the host's gaps between them."""
-    busy = host.loop_busy_fraction if host.loop_busy_fraction is not None else host.busy_fraction
-    return _fraction(busy or 0.0)
-
-
 def _share_of_step(host: HostEvidence, ms: float) -> float:
     return _fraction(ms / host.step_ms.mean) if host.step_ms and host.step_ms.mean > 0 else 0.0
 
@@ -282,7 +276,7 @@ def _computing(host: HostEvidence) -> float:
     """The share of the loop the devices compute (collectives included; a device waiting for a copy between host
     and device memory, such as a TPU copy-done, is busy but not computing)."""
     attributed = _attributed(host, TimeCause.DEVICE_COMPUTE, TimeCause.COLLECTIVES)
-    return _loop_busy(host) * (1 - _transfer_share(host)) if attributed is None else attributed
+    return host.loop_busy() * (1 - _transfer_share(host)) if attributed is None else attributed
 
 
 def _health(hosts: list[HostEvidence], metrics: Metrics) -> Health:
@@ -346,7 +340,7 @@ def _input_bound(host: HostEvidence) -> list[tuple[host_causes.Cause, Finding]]:
     step = host.step_ms.mean
     gap = host.gap_ms_per_step or 0.0
     iteration = step + gap
-    idle = 1 - _loop_busy(host)
+    idle = 1 - host.loop_busy()
     idle_ms = idle * iteration
     host_work = [a for a in host.host_activities if _is_host_work(a) and a.share_of_step >= NOTABLE_SHARE]
     between = [a for a in host.between_steps if _is_host_work(a) and a.share_of_step >= NOTABLE_SHARE]
@@ -378,7 +372,7 @@ def _input_bound(host: HostEvidence) -> list[tuple[host_causes.Cause, Finding]]:
         named.insert(0, host_causes.Cause(HostCause.HOST_WORK, explained_ms if not named else unnamed_ms))
     lanes = _LANES[host.device_kind.value]
     context = [
-        f"busy fraction {_loop_busy(host):.3f} of {lanes} over the loop (steps and the "
+        f"busy fraction {host.loop_busy():.3f} of {lanes} over the loop (steps and the "
         f"gaps between them): compute is idle {1 - _computing(host):.1%} of each {loop} (mean of {host.steps} steps, "
         f"{host.step_source.value})",
         f"step time {step:.2f} ms (median {host.step_ms.median:.2f}, p90 {host.step_ms.p90:.2f})",
@@ -529,12 +523,17 @@ def _growing_steps(host: HostEvidence) -> tuple[float, float, float] | None:
     """The first and last step times and the growth per step, where the steps grow longer step after step (in
     ``STEADY_GROWTH`` of them) to at least twice the first."""
     times = host.series.step_ms
-    if len(times) < GROWING_STEPS or host.series.truncated:
-        return None
     rising = sum(later > earlier for earlier, later in zip(times, times[1:]))
-    if rising < STEADY_GROWTH * (len(times) - 1) or times[-1] < 2 * times[0]:
+    if not _steady_growth(times, rising, host.series.truncated):
         return None
     return times[0], times[-1], (times[-1] - times[0]) / (len(times) - 1)
+
+
+def _steady_growth(values: list[float] | list[int], rises: int, truncated: bool) -> bool:
+    """Whether a per-step series grows with the run: ``GROWING_STEPS`` steps or more, all of them in the series,
+    ``rises`` of the steps after the first rising (``STEADY_GROWTH`` of them or more), the last twice the first."""
+    return (len(values) >= GROWING_STEPS and not truncated and rises >= STEADY_GROWTH * (len(values) - 1)
+            and values[-1] >= 2 * values[0] and values[-1] > 0)
 
 
 def _host_cause_fix(host: HostEvidence, cause: host_causes.Cause) -> str:
@@ -695,9 +694,7 @@ def _dispatch_overhead(host: HostEvidence, kernels: list[KernelShare]) -> Findin
            frameworks.one_program_fix(framework, on_gpu=host.device_kind is DeviceKind.GPU,
                                       named_function=bool(origins)))
     if growth is not None:
-        what += (" Each step launches more of them than the last: a Python loop over a collection of device values "
-                 "that grows every step (sum(losses), a mean or max over the whole history, a metric over every past "
-                 "value) reduces it op by op, so this cost grows with the run.")
+        what += " " + _GROWING_LIST_WHAT
         fix = _GROWING_LIST_FIX
     return Finding(
         priority=priority,
@@ -706,8 +703,7 @@ def _dispatch_overhead(host: HostEvidence, kernels: list[KernelShare]) -> Findin
         what=what,
         evidence=[
             count,
-            *([f"the dispatches grow by {growth.by} every step: {growth.first} in the first step, {growth.last} in "
-               f"step {len(host.series.dispatches)}"] if growth is not None else []),
+            *([growth.line(host)] if growth is not None else []),
             *(f"the dispatches come from {quoted(origin.name)} ({origin.count_per_step:.0f} per {per}, "
               f"{origin.ms_per_step:.2f} ms per {per})" for origin in origins),
             f"compute busy {host.busy_fraction or 0.0:.1%} of the {span:.2f} ms {per}",
@@ -721,6 +717,9 @@ def _dispatch_overhead(host: HostEvidence, kernels: list[KernelShare]) -> Findin
     )
 
 
+_GROWING_LIST_WHAT = ("Each step launches more small programs than the last: a Python loop over a collection of "
+                      "device values that grows every step (sum(losses), a mean or max over the whole history) "
+                      "reduces it one launch per element, so this cost grows with the run.")
 _GROWING_LIST_FIX = (
     "Keep a running value on the device instead of reducing the whole history every step: total = total + loss "
     "(mean = total / count), best = jnp.minimum(best, loss); Python's sum(list) adds one device array at a time, one "
@@ -745,11 +744,8 @@ def _growing_launches(host: HostEvidence) -> Finding | None:
         category=FindingCategory.DISPATCH_OVERHEAD,
         title=f"Launches that grow every step: {growth.first} jit dispatches in the first step, {growth.last} in the "
               f"last, {share:.0%} of the step",
-        what=("Each step launches more small programs than the last: a Python loop over a collection of device "
-              "values that grows every step (sum(losses), a mean or max over the whole history) reduces it one "
-              "launch per element, so this cost grows with the run."),
-        evidence=[f"the dispatches grow by {growth.by} every step: {growth.first} in the first step, {growth.last} in "
-                  f"step {len(host.series.dispatches)}",
+        what=_GROWING_LIST_WHAT,
+        evidence=[growth.line(host),
                   f"{quoted(growing.name)}: {growing.count_per_step:.1f} per step, {growing.ms_per_step:.2f} ms per "
                   f"step of a {step:.2f} ms step"],
         impact=f"{growing.ms_per_step:.2f} ms of each {step:.2f} ms step ({share:.0%}) now, and more every step.",
@@ -762,16 +758,17 @@ class _DispatchGrowth(NamedTuple):
     last: int
     by: int
 
+    def line(self, host: HostEvidence) -> str:
+        return (f"the dispatches grow by {self.by} every step: {self.first} in the first step, {self.last} in step "
+                f"{len(host.series.dispatches)}")
+
 
 def _growing_dispatches(host: HostEvidence) -> _DispatchGrowth | None:
     """Dispatches per step that grow by the same count from step to step (in ``STEADY_GROWTH`` of the steps) to at
     least twice the first step's: a Python loop over a list that grows every step, launching one op per element."""
     counts = host.series.dispatches
-    if len(counts) < GROWING_STEPS or host.series.truncated:
-        return None
-    rises = Counter(b - a for a, b in zip(counts, counts[1:]))
-    by, steady = rises.most_common(1)[0]
-    if by < 1 or steady < STEADY_GROWTH * (len(counts) - 1) or counts[-1] < 2 * max(counts[0], 1):
+    by, rises = Counter(b - a for a, b in zip(counts, counts[1:])).most_common(1)[0] if len(counts) > 1 else (0, 0)
+    if by < 1 or not _steady_growth(counts, rises, host.series.truncated):
         return None
     return _DispatchGrowth(counts[0], counts[-1], by)
 
@@ -808,7 +805,7 @@ def _launch_bound(host: HostEvidence, programs: dict[str, HloProgram]) -> Findin
                         f"more until the runtime reports the program complete, {host.launch_wait_ms_per_step:.2f} ms "
                         "per step from the launch (the launch's latency, the program's run and the notice of its "
                         "end), then launches the next: a sync every step, so no launch overlaps the device's work")
-    evidence.append(f"busy fraction {_loop_busy(host):.3f} over the loop")
+    evidence.append(f"busy fraction {host.loop_busy():.3f} over the loop")
     launched = {_module_base(run.name) for run in (*host.programs, *host.dispatched)}
     many = max((p for p in programs.values() if _module_base(p.module) in launched),
                key=lambda p: len(p.parameters), default=None)
@@ -1059,7 +1056,7 @@ def _accelerator_idle(host: HostEvidence) -> Finding | None:
     device (a loader's device_put to it, jax.default_device, a jit with backend='cpu'), which the step follows."""
     if host.device_kind is not DeviceKind.CPU or not host.idle_accelerator or not host.step_ms:
         return None
-    busy = _loop_busy(host)
+    busy = host.loop_busy()
     priority = _rank(busy, IDLE_PRIORITIES)
     if priority is None:
         return None
@@ -1380,11 +1377,11 @@ def _one_hot_matmuls(hosts: list[HostEvidence], kernels: list[KernelShare]) -> F
     if worst is None:
         return None
     share, host, wide = worst
-    loop_share = share * _loop_busy(host)
+    loop_share = share * host.loop_busy()
     priority = _rank(loop_share, DATA_MOVEMENT_PRIORITIES)
     if priority is None:
         return None
-    per = _per(host)
+    per = host.per()
     classes = max(k.one_hot_classes for k in wide)
     ms = sum(k.ms_per_step for k in wide)
     return Finding(
@@ -1414,7 +1411,7 @@ def _device_time(host: HostEvidence, kernels: list[KernelShare]) -> list[str]:
     The kernel's name comes last, after a custom call's quoted target: a library kernel's name can be longer than
     a quoted name is read (validation), and a quote left open must not swallow the target.
     """
-    per = _per(host)
+    per = host.per()
     return [f"device time: {k.share_of_device:.1%} of device op time ({k.ms_per_step:.2f} ms per {per}, "
             f"{k.runs_per_step:.4g} run{'' if k.runs_per_step == 1 else 's'}) in "
             + (f"{k.what}, kernel " if k.what else "kernel ") + quoted(k.name)
@@ -1465,10 +1462,6 @@ def _movement(op: OpTime, computing: frozenset[str] = frozenset(), parameters: f
 def _transfer_share(host: HostEvidence) -> float:
     """The share of device op time spent on copies between host memory and the device's."""
     return sum(op.share_of_busy for op in host.top_ops if _movement(op) == "host_transfer")
-
-
-def _per(host: HostEvidence) -> str:
-    return "capture" if host.step_source is StepSource.PROFILE_WINDOW else "step"
 
 
 def _transferred(ops: list[OpTime]) -> tuple[float, float]:
@@ -1599,7 +1592,7 @@ def _movement_priority(movement: DataMovement, host: HostEvidence) -> Priority |
         # Launched op by op, the devices mostly wait for the next launch (the dispatch finding's cause); these ops
         # cost the loop only their own time, and a fused program folds most of them into their consumers.
         return _rank(movement.share_of_loop, DATA_MOVEMENT_PRIORITIES) or Priority.P2
-    if priority is Priority.P0 and _loop_busy(host) < 0.5:  # devices mostly idle: their own time matters less
+    if priority is Priority.P0 and host.loop_busy() < 0.5:  # devices mostly idle: their own time matters less
         return Priority.P1
     return priority
 
@@ -1647,7 +1640,7 @@ def _data_movement(movements: list[tuple[DataMovement, HostEvidence, list[OpTime
         kind, share = movement.kind, movement.share_of_device
         ms, device_ms = movement.ms_per_step, movement.device_ms_per_step
         label, what = _MOVEMENT_TEXT[kind]
-        per = _per(host)
+        per = host.per()
         evidence = [f"{label.lower()}: {ms:.2f} ms per {per} of {device_ms:.2f} ms of device op time "
                     f"({share:.1%}, per device, {host.devices} device{'s' if host.devices != 1 else ''}; "
                     f"{movement.share_of_loop:.1%} of the {per})"]

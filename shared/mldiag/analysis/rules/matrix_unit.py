@@ -20,7 +20,7 @@ the ops the trace timed; what wider heads would save is their time times
 from __future__ import annotations
 
 from mldiag.analysis.evidence import NarrowMatmuls
-from mldiag.analysis.host_evidence import HostEvidence, OpTime, StepSource
+from mldiag.analysis.host_evidence import HostEvidence, OpTime
 from mldiag.analysis.rules.hardware import Chip
 from mldiag.analysis.rules.roofline import timed_kernels
 from mldiag.analysis.rules.wording import quoted
@@ -58,8 +58,7 @@ def narrow_matmuls(hosts: list[HostEvidence], works: list[KernelWork],
     worst: tuple[float, HostEvidence, int, list[tuple[OpTime, KernelWork]]] | None = None
     for host in hosts:
         width, kernels = _narrow(host, works, unit)
-        busy = host.loop_busy_fraction if host.loop_busy_fraction is not None else host.busy_fraction
-        saved = sum(op.share_of_busy for op, _ in kernels) * (1 - width / unit) * (busy or 0.0)
+        saved = sum(op.share_of_busy for op, _ in kernels) * (1 - width / unit) * host.loop_busy()
         if kernels and (worst is None or saved > worst[0]):
             worst = saved, host, width, kernels
     if worst is None:
@@ -69,7 +68,7 @@ def narrow_matmuls(hosts: list[HostEvidence], works: list[KernelWork],
     if priority is None:
         return None
     kernels.sort(key=lambda kernel: -kernel[0].self_ms_per_step)
-    per = "capture" if host.step_source is StepSource.PROFILE_WINDOW else "step"
+    per = host.per()
     share = sum(op.share_of_busy for op, _ in kernels)
     ms = sum(op.self_ms_per_step for op, _ in kernels)
     narrow = NarrowMatmuls(host=host.host, width=width, matrix_unit=unit, fill=width / unit, ms_per_step=ms,

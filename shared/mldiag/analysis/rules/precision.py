@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from mldiag.analysis.evidence import HloProgram, SlowPrecision
-from mldiag.analysis.host_evidence import DeviceKind, HostEvidence, OpTime, ProgramCalls, StepSource
+from mldiag.analysis.host_evidence import DeviceKind, HostEvidence, OpTime, ProgramCalls
 from mldiag.analysis.rules import frameworks
 from mldiag.analysis.rules.frameworks import Framework
 from mldiag.analysis.rules.hardware import Chip
@@ -57,13 +57,9 @@ def _fast_path_is_narrower(host: HostEvidence, chip: Chip | None) -> bool:
     return host.device_kind is DeviceKind.TPU or (chip is not None and bool(chip.fast_f32))
 
 
-def _per(host: HostEvidence) -> str:
-    return "capture" if host.step_source is StepSource.PROFILE_WINDOW else "step"
-
-
 def _evidence(host: HostEvidence, slow: SlowPrecision, matched: list[tuple[OpTime, KernelWork]],
               label: str, whole: list[ProgramCalls]) -> list[str]:
-    per = _per(host)
+    per = host.per()
     lines = [f"{label}: {slow.ms_per_step:.2f} ms per {per} ({slow.share_of_device:.1%} of device op time, per "
              f"device) in {len(matched)} kernel{'s' if len(matched) != 1 else ''}, measured from the trace and "
              "matched to their HLO" + (", and every other kernel of the programs below" if whole else "")]
@@ -116,7 +112,7 @@ def _finding(host: HostEvidence, kind: str, matched: list[tuple[OpTime, KernelWo
         title=title.format(share=slow.share_of_device),
         what=what,
         evidence=_evidence(host, slow, matched, label, list(whole)),
-        impact=f"{slow.ms_per_step:.1f} ms of device time per {_per(host)} ({slow.share_of_device:.0%}) runs in the "
+        impact=f"{slow.ms_per_step:.1f} ms of device time per {host.per()} ({slow.share_of_device:.0%}) runs in the "
                f"slow mode; {why}",
         fix=fix,
     )
