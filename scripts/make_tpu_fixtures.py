@@ -4430,6 +4430,245 @@ def split_jit_forward(big: bool) -> Workload:
     return Workload(split, ablations={"one_jit": fused})
 
 
+def fft_long_filter_conv(big: bool) -> Workload:
+    """A 1-D signal model of four layers, each convolving the f32 signal (batch 16, 32 channels, 16384 samples on
+    the chip) with a learned 1024-tap filter per channel by FFT (``jnp.fft.rfft``, a product, ``irfft``) and a
+    tanh, trained, data resident. Ablation: the same convolutions as a depthwise ``lax.conv_general_dilated``."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, channels, length, taps = (16, 32, 16384, 1024) if big else (4, 8, 4096, 256)
+    x = jax.random.normal(jax.random.key(70), (batch, channels, length))
+    filters = [_normal(jax.random.key(71 + layer), (channels, taps), "float32") for layer in range(4)]
+    size = 2 * length
+
+    def by_fft(x, h):
+        spectrum = jnp.fft.rfft(x, n=size, axis=-1) * jnp.fft.rfft(h, n=size, axis=-1)[None]
+        return jnp.fft.irfft(spectrum, n=size, axis=-1)[..., :length]
+
+    def direct(x, h):
+        return jax.lax.conv_general_dilated(x, h[:, None, ::-1], window_strides=(1,), padding=[(taps - 1, 0)],
+                                            feature_group_count=channels, dimension_numbers=("NCH", "OIH", "NCH"))
+
+    def make_step(convolve):
+        def loss(filters, x):
+            for h in filters:
+                x = jnp.tanh(convolve(x, h))
+            return jnp.mean(x ** 2)
+
+        @jax.jit
+        def step(filters, x):
+            value, grads = jax.value_and_grad(loss)(filters, x)
+            return [h - 1e-3 * g for h, g in zip(filters, grads)], value
+
+        return step
+
+    state = {"filters": filters}
+
+    def loop(convolve):
+        step = make_step(convolve)
+
+        def iteration(i: int, clock: Clock) -> None:
+            state["filters"], value = step(state["filters"], x)
+            value.block_until_ready()
+
+        return iteration
+
+    return Workload(loop(by_fft), ablations={"direct_conv": loop(direct)})
+
+
+def exact_top_k_retrieval(big: bool) -> Workload:
+    """A retrieval step: 256 bf16 queries scored against a table of a million 128-wide item embeddings on the chip,
+    then the exact top 100 of each row with ``lax.top_k``, data resident. Ablation: ``lax.approx_max_k`` at a
+    recall target of 0.95."""
+    import jax
+
+    queries, items, width, k = (256, 1 << 20, 128, 100) if big else (32, 1 << 16, 64, 100)
+    table = _normal(jax.random.key(80), (items, width), "bfloat16")
+    q = _normal(jax.random.key(81), (queries, width), "bfloat16")
+
+    @jax.jit
+    def exact(q, table):
+        return jax.lax.top_k((q @ table.T).astype("float32"), k)
+
+    @jax.jit
+    def approximate(q, table):
+        return jax.lax.approx_max_k((q @ table.T).astype("float32"), k, recall_target=0.95)
+
+    def loop(retrieve):
+        def iteration(i: int, clock: Clock) -> None:
+            jax.block_until_ready(retrieve(q, table))
+
+        return iteration
+
+    return Workload(loop(exact), ablations={"approx_max_k": loop(approximate)})
+
+
+def log_grad_norms_each_leaf(big: bool) -> Workload:
+    """Each annotated step of a 12-layer bf16 MLP returns its gradients from one jit; ``log_grad_norms`` reads each
+    of the 12 leaves' norms with ``float(jnp.linalg.norm(g))`` for the log, then a second jit applies them.
+    Ablation: the norms computed in the jitted step and read as one array after it."""
+    import jax
+    import jax.numpy as jnp
+
+    width = 1024 if big else 256
+    params = _mlp_params([width] * 13, "bfloat16")
+    x = jax.random.normal(jax.random.key(3), (4096 if big else 256, width)).astype("bfloat16")
+    y = jnp.zeros((x.shape[0], width), "float32")
+    gradient = jax.jit(jax.value_and_grad(mlp_loss))
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def apply(params, grads):
+        return [(p - 1e-3 * g).astype(p.dtype) for p, g in zip(params, grads)]
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def step_with_norms(params, x, y):
+        value, grads = jax.value_and_grad(mlp_loss)(params, x, y)
+        norms = jnp.stack([jnp.linalg.norm(g.astype("float32")) for g in grads])
+        return apply(params, grads), value, norms
+
+    def log_grad_norms(grads) -> list[float]:
+        return [float(jnp.linalg.norm(g.astype("float32"))) for g in grads]
+
+    state = {"params": params}
+
+    def per_leaf(i: int, clock: Clock) -> None:
+        value, grads = gradient(state["params"], x, y)
+        with clock.part("log_grad_norms"):
+            log_grad_norms(grads)
+        state["params"] = apply(state["params"], grads)
+        value.block_until_ready()
+
+    def in_the_jit(i: int, clock: Clock) -> None:
+        state["params"], value, norms = step_with_norms(state["params"], x, y)
+        jax.device_get(norms)
+        value.block_until_ready()
+
+    return Workload(per_leaf, ablations={"norms_in_the_jit": in_the_jit})
+
+
+def labels_from_python_list(big: bool) -> Workload:
+    """Each annotated step's labels (32 per row of a 4096-row batch on the chip) come from the dataset as a Python
+    list of lists of ints and go to the device with ``jnp.asarray(labels)`` before a bf16 MLP classifier's train
+    step. Ablations: the list converted with ``np.asarray(labels, np.int32)`` first; the dataset's labels stored
+    as a numpy array."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    params, _, x, _ = _mlp_step(big)
+    rows, classes, per_row = x.shape[0], params[-1].shape[1], 32
+    stored = np.random.default_rng(0).integers(0, classes, (4, rows, per_row), dtype=np.int32)
+    as_lists = [batch.tolist() for batch in stored]
+
+    def loss(params, x, labels):
+        h = x
+        for w in params[:-1]:
+            h = jax.nn.relu(h @ w)
+        logits = jax.nn.log_softmax((h @ params[-1]).astype("float32"))
+        return -jnp.mean(jnp.take_along_axis(logits, labels, axis=-1))
+
+    step = sgd(loss)
+    state = {"params": params}
+
+    def loop(to_device):
+        def iteration(i: int, clock: Clock) -> None:
+            with clock.part("labels_to_device"):
+                labels = to_device(i % len(stored))
+            state["params"], value = step(state["params"], x, labels)
+            value.block_until_ready()
+
+        return iteration
+
+    return Workload(loop(lambda b: jnp.asarray(as_lists[b])),
+                    ablations={"numpy_convert": loop(lambda b: jnp.asarray(np.asarray(as_lists[b], np.int32))),
+                               "stored_as_array": loop(lambda b: jnp.asarray(stored[b]))})
+
+
+def gan_unannotated(big: bool) -> Workload:
+    """A GAN's iteration without step markers: two discriminator train steps, then one generator train step, each
+    its own jit (bf16 MLPs, 4096 wide on the chip), the noise and real batch resident. The truth is each
+    program's share of the iteration."""
+    import jax
+    import jax.numpy as jnp
+
+    width, rows = (4096, 2048) if big else (512, 128)
+    generator = _mlp_params([256, width, width, 512], "bfloat16", seed=1)
+    discriminator = _mlp_params([512, width, width, 1], "bfloat16", seed=2)
+    noise = jax.random.normal(jax.random.key(90), (rows, 256)).astype("bfloat16")
+    real = jax.random.normal(jax.random.key(91), (rows, 512)).astype("bfloat16")
+
+    def forward(params, x):
+        for w in params[:-1]:
+            x = jax.nn.relu(x @ w)
+        return (x @ params[-1]).astype("float32")
+
+    def discriminator_loss(d, g, noise, real):
+        fake = forward(g, noise).astype("bfloat16")
+        return jnp.mean(jax.nn.softplus(forward(d, fake))) + jnp.mean(jax.nn.softplus(-forward(d, real)))
+
+    def generator_loss(g, d, noise):
+        return jnp.mean(jax.nn.softplus(-forward(d, forward(g, noise).astype("bfloat16"))))
+
+    d_step, g_step = sgd(discriminator_loss), sgd(generator_loss)
+    state = {"d": discriminator, "g": generator}
+
+    def iteration(i: int, clock: Clock) -> None:
+        with clock.part("discriminator_steps"):
+            for _ in range(2):
+                state["d"], value = d_step(state["d"], state["g"], noise, real)
+            value.block_until_ready()
+        with clock.part("generator_step"):
+            state["g"], value = g_step(state["g"], state["d"], noise)
+            value.block_until_ready()
+
+    return Workload(iteration)
+
+
+def dense_embedding_update(big: bool) -> Workload:
+    """A bf16 embedding table (262144 x 512 on the chip) trained with a small MLP on each annotated step's 4096
+    looked-up rows: the gradient of ``jnp.take`` is a table-sized scatter-add into zeros, and SGD's
+    ``p - lr * g`` rewrites the whole table every step. Ablation: only the looked-up rows updated, in place
+    (``table.at[ids].add``, the table donated)."""
+    import jax
+    import jax.numpy as jnp
+
+    vocab, width, rows = (262144, 512, 4096) if big else (32768, 128, 256)
+    table = _normal(jax.random.key(95), (vocab, width), "bfloat16")
+    mlp = _mlp_params([width, 4 * width, width], "bfloat16", seed=4)
+    ids = jax.random.randint(jax.random.key(96), (rows,), 0, vocab)
+    y = jnp.zeros((rows, width), "float32")
+
+    def loss(mlp, embedded, y):
+        return mlp_loss(mlp, embedded, y)
+
+    def dense_loss(params, ids, y):
+        table, mlp = params
+        return loss(mlp, jnp.take(table, ids, axis=0), y)
+
+    dense_step = sgd(dense_loss)
+
+    @functools.partial(jax.jit, donate_argnums=(0, 1))
+    def sparse_step(table, mlp, ids, y):
+        value, (mlp_grads, row_grads) = jax.value_and_grad(loss, argnums=(0, 1))(mlp, jnp.take(table, ids, axis=0),
+                                                                                  y)
+        mlp = [(p - 1e-3 * g).astype(p.dtype) for p, g in zip(mlp, mlp_grads)]
+        return table.at[ids].add((-1e-3 * row_grads).astype(table.dtype)), mlp, value
+
+    state = {"params": (table, mlp)}
+
+    def dense(i: int, clock: Clock) -> None:
+        state["params"], value = dense_step(state["params"], ids, y)
+        value.block_until_ready()
+
+    def sparse(i: int, clock: Clock) -> None:
+        table, mlp, value = sparse_step(*state["params"], ids, y)
+        state["params"] = (table, mlp)
+        value.block_until_ready()
+
+    return Workload(dense, ablations={"rows_updated_in_place": sparse})
+
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -4832,6 +5071,28 @@ SHAPES: dict[str, Shape] = {
     "split_jit_forward": Shape(split_jit_forward, 15, "each annotated step jits the bf16 MLP's forward for the "
                                "loss, its gradient and the update separately", cause="none on the chip: the "
                                "forward computed again for the logged loss costs it little"),
+    "fft_long_filter_conv": Shape(fft_long_filter_conv, 10, "four layers of f32 1-D convolutions with 1024-tap "
+                                  "filters by FFT (batch 16, 32 channels, 16384 samples on the chip), trained",
+                                  cause="none: the FFT is the fast way to these convolutions (a direct "
+                                  "depthwise convolution takes 7x as long)"),
+    "exact_top_k_retrieval": Shape(exact_top_k_retrieval, 15, "256 queries scored against a million 128-wide bf16 "
+                                   "items, then the exact top 100 of each with lax.top_k",
+                                   cause="an exact top-k over a million scores a query"),
+    "log_grad_norms_each_leaf": Shape(log_grad_norms_each_leaf, 20, "a 12-layer bf16 MLP's step reads each "
+                                      "gradient leaf's norm to the host with float() for the log",
+                                      cause="log_grad_norms: a device read per gradient "
+                                      "leaf, each after eager launches of its own"),
+    "labels_from_python_list": Shape(labels_from_python_list, 15, "each step's labels converted from a Python list "
+                                     "of lists (4096 x 32 ints on the chip) with jnp.asarray",
+                                     cause="jnp.asarray of a nested Python list, untraced "
+                                     "host work on the training thread"),
+    "gan_unannotated": Shape(gan_unannotated, 12, "a GAN's iteration (two discriminator steps, one generator step, "
+                             "bf16 MLPs 4096 wide on the chip) without step markers", annotate=False,
+                             cause="none: device-bound, three programs an iteration"),
+    "dense_embedding_update": Shape(dense_embedding_update, 15, "a bf16 embedding table (262144 x 512 on the chip) "
+                                    "updated whole each step by SGD on a dense gradient",
+                                    cause="the dense gradient of a lookup: the whole table zeroed, scattered into and "
+                                    "rewritten every step"),
 }
 
 
