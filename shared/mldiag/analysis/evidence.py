@@ -160,6 +160,20 @@ class NarrowMatmuls(Evidence):
     kernels: list[str] = Field(default_factory=list)  # as the device trace names them, longest first
 
 
+class DenseTableUpdates(Evidence):
+    """``analysis.json.dense_updates``: a lookup's gradient scattered into zeros as large as its table and applied
+    whole every step, with the kernels that zero, scatter into, read or write arrays of the table's size, on the
+    host where updating only the looked-up rows would save the most, as its finding quotes it."""
+
+    host: str
+    table_shape: list[int]  # of the gradient, as large as the table looked up
+    updates_per_element: float  # the scatter's updates over the table's elements: the share the step's rows are
+    ms_per_step: float  # of those kernels, per device (per capture without steps)
+    share_of_device: float  # of the host's device op time
+    saved_share_of_loop: float  # the part of the loop an update of the looked-up rows alone would save
+    kernels: list[str] = Field(default_factory=list)  # as the device trace names them, longest first
+
+
 class Metrics(Evidence):
     step_time_ms: float | None = None
     steps: int = 0
@@ -284,6 +298,7 @@ class Analysis(Evidence):
     roofline: list[ProgramRoofline] = Field(default_factory=list)
     slow_precision: list[SlowPrecision] = Field(default_factory=list)
     narrow_matmuls: list[NarrowMatmuls] = Field(default_factory=list)
+    dense_updates: list[DenseTableUpdates] = Field(default_factory=list)
     followups: list[Followup] = Field(default_factory=list)
     investigation: Investigation | None = None
     comparison: Comparison | None = None

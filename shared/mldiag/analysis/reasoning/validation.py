@@ -97,7 +97,7 @@ def profile_names(analysis: Analysis) -> set[str]:
     for kernel in analysis.kernels:
         names.update((kernel.name, kernel.hlo_op, *kernel.custom_calls, *kernel.programs))
     names.update(program.program for program in analysis.roofline)
-    for slow in (*analysis.slow_precision, *analysis.narrow_matmuls):
+    for slow in (*analysis.slow_precision, *analysis.narrow_matmuls, *analysis.dense_updates):
         names.update(slow.kernels)
     names.update(analysis.profile.files)
     return names - {""}

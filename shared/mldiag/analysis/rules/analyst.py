@@ -88,7 +88,8 @@ from mldiag.analysis.profile.trace_names import (
 )
 from mldiag.analysis.profile.trace_names import hlo_instruction as _instruction
 from mldiag.analysis.profile.trace_names import program_base as _module_base
-from mldiag.analysis.rules import frameworks, host_causes, launches, matrix_unit, precision, roofline
+from mldiag.analysis.rules import (frameworks, host_causes, launches, matrix_unit, precision, roofline,
+                                   sparse_updates)
 from mldiag.analysis.rules import kernels as kernel_ops
 from mldiag.analysis.rules.frameworks import Framework
 from mldiag.analysis.rules.host_causes import HostCause
@@ -491,8 +492,11 @@ def _host_cause_finding(host: HostEvidence, cause: host_causes.Cause, priority: 
     title = (f"Host-bound: compute idle {share:.0%} of each {loop} waiting for the host"
              if cause.kind is HostCause.HOST_WORK else
              f"Host-bound: the training thread's own Python code or waits, untraced: {share:.0%} of the loop"
-             if cause.kind is HostCause.UNTRACED else f"Host-bound: compute idle {share:.0%} of each {loop} while "
-                                                       f"{words}")
+             if cause.kind is HostCause.UNTRACED else
+             f"Host-bound: compute idle {share:.0%} of each {loop} while the host reads device values back "
+             f"{reads.count_per_step:.0f} times a step, one by one"
+             if cause.kind is HostCause.TRANSFERS and (reads := _reads_a_step(host)) else
+             f"Host-bound: compute idle {share:.0%} of each {loop} while {words}")
     remaining = iteration - cause.ms
     faster = (f" ({iteration / remaining:.1f}x faster)" if remaining >= NOTABLE_SHARE * iteration else "")
     growth = _growing_steps(host) if cause.kind in GROWING_WORK else None
@@ -507,14 +511,24 @@ def _host_cause_finding(host: HostEvidence, cause: host_causes.Cause, priority: 
                "each step, a list scanned or copied whole, a cache that is never emptied). Give it a fixed cost per "
                "step: a buffer preallocated at its final size (or a ring buffer) written in place, a running value. "
                + fix)
+    impact = (f"{cause.ms:.1f} ms of each {iteration:.1f} ms {loop} is idle for this cause ({share:.0%} of the "
+              f"loop); without it the {loop} could approach {max(remaining, 0.0):.1f} ms{faster}.")
+    if cause.kind is HostCause.TRANSFERS and (reads := _reads_a_step(host)) and (
+            computing := [call for call in host.dispatched if abs(call.count_per_step - reads.count_per_step) < 0.5]):
+        launches_ms = sum(call.ms_per_step for call in computing)
+        evidence = [*evidence, *(f"launched as often as the reads, to compute what they read: {quoted(call.name)}, "
+                                 f"{call.count_per_step:.0f} calls per step, {call.ms_per_step:.2f} ms per step"
+                                 for call in computing[:3])]
+        impact += (f" With the {sum(call.count_per_step for call in computing):.0f} launches a step that compute "
+                   f"what is read ({launches_ms:.1f} ms), {min(1.0, (cause.ms + launches_ms) / iteration):.0%} of "
+                   "the loop.")
     return Finding(
         priority=priority,
         category=FindingCategory.DATA_MOVEMENT if cause.kind is HostCause.TRANSFERS else FindingCategory.INPUT_BOUND,
         title=title,
         what=f"{lanes[0].upper()}{lanes[1:]} wait for the host. {what}",
         evidence=evidence,
-        impact=f"{cause.ms:.1f} ms of each {iteration:.1f} ms {loop} is idle for this cause ({share:.0%} of the "
-               f"loop); without it the {loop} could approach {max(remaining, 0.0):.1f} ms{faster}.",
+        impact=impact,
         fix=fix,
     )
 
@@ -554,6 +568,14 @@ def _host_cause_fix(host: HostEvidence, cause: host_causes.Cause) -> str:
                 "copies it back, one launch and one wait per element. Take the whole array once (np.asarray(x) or "
                 "jax.device_get of the pytree) and index the numpy result; better still, reduce on the device "
                 "(jnp.sum, jnp.mean inside the jitted step) and read back the one number, every N steps.")
+    if cause.kind is HostCause.TRANSFERS and (reads := _reads_a_step(host)) and framework in (
+            Framework.JAX, Framework.UNKNOWN):
+        return (f"Read back in one call what is now read in {reads.count_per_step:.0f} calls a step: each read of "
+                "a device value (float(x), .item(), np.asarray) waits for the work that makes it and copies it back "
+                "on its own, and what is computed eagerly for it (a norm, a mean, a cast outside the jit) adds "
+                "launches of its own. Compute the values inside the jitted step, return them with its result (one "
+                "array or one pytree), and read them together with one jax.device_get, every N steps where the log "
+                "does not need each one.")
     if cause.kind is HostCause.TRANSFERS and many and framework in (Framework.JAX, Framework.UNKNOWN) and (
             _launches_op_by_op(host)):
         return (f"The step runs op by op, and most of its {many[0].count_per_step:.0f} copies a step are the eager "
@@ -583,6 +605,16 @@ def _host_cause_fix(host: HostEvidence, cause: host_causes.Cause) -> str:
     if ratio := host_causes.outpaces_device(host, cause):
         return _cheaper_first(host, cause, ratio) + " " + _overlap_fix(host, cause, framework)
     return _overlap_fix(host, cause, framework)
+
+
+def _reads_a_step(host: HostEvidence) -> HostActivity | None:
+    """The training thread's reads of device values when it makes several a step, fewer than an element-by-element
+    read's: values read one by one (a norm per gradient leaf, a metric per name), each waiting for its own work;
+    None where the reads are a jit call's own (a NaN check of its outputs)."""
+    if host_causes.checked_calls(host):
+        return None
+    return next((copy for copy in host.transfers if transfer_direction(copy.name) == "device to host"
+                 and read_loops.LOOPED_READS <= copy.count_per_step < read_loops.MANY_COPIES), None)
 
 
 def _functions_in_prose(cause: host_causes.Cause) -> str:
@@ -2144,8 +2176,8 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
     kernels = _kernels(hosts, hlo_kernels or [])
     slow_precision, hardware = precision.findings(hosts, hlo_kernels or [], lambda host: chip, hlo_programs or [])
     narrow = matrix_unit.narrow_matmuls(hosts, hlo_kernels or [], chip)
-    if narrow is not None:
-        hardware.append(narrow[1])
+    dense = sparse_updates.dense_table_updates(hosts, hlo_kernels or [])
+    hardware += [found[1] for found in (narrow, dense) if found is not None]
     findings = _findings(hosts, by_name, hlo_issues, metrics, health, programs, movements, kernels, hardware,
                          hlo_kernels or [])
     status = decide_status(health, findings)
@@ -2164,6 +2196,7 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
         roofline=rooflines,
         slow_precision=slow_precision,
         narrow_matmuls=[narrow[0]] if narrow is not None else [],
+        dense_updates=[dense[0]] if dense is not None else [],
         profile=profile,
         versions=versions,
         seconds=seconds,

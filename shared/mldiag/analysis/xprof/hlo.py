@@ -546,6 +546,9 @@ class KernelWork:
     # The narrowest rows, contracted size or columns of its batched matmuls (attention's per-head dims); 0 without.
     matmul_width: int = 0
     largest_elements: int = 0  # elements of the largest array it reads or writes
+    # The shape of the array its scatters add into that starts as a constant (zeros): a gather's gradient, an
+    # embedding table's, made as large as the table; () without.
+    scatters_into_constant: tuple[int, ...] = ()
 
 
 def _fused(module: HloModule, computation: str) -> list[Instruction]:
@@ -612,6 +615,18 @@ def _origin(module: HloModule, instruction: Instruction | None) -> Instruction |
     return None
 
 
+def _scatters_into_constant(module: HloModule, ops: list[Instruction]) -> tuple[int, ...]:
+    """The shape of the largest array ``ops``' scatters add into whose values start as a constant (a broadcast
+    zero): the gradient of a gather, which is as large as the array gathered from; () where none does."""
+    shapes = [()]
+    for scatter in (i for i in ops if i.opcode == "scatter"):
+        target = module.operand(scatter, 0)
+        origin = _origin(module, target)
+        if target is not None and target.shape and origin is not None and origin.opcode == "constant":
+            shapes.append(target.shape.dims)
+    return max(shapes, key=math.prod)
+
+
 def _one_hot(module: HloModule, values: Instruction | None) -> int:
     """The classes of the one-hot matrix ``values`` holds (``ids == iota``, as ``jax.nn.one_hot`` builds it); 0
     where it holds none."""
@@ -666,7 +681,9 @@ def _fusion_work(module: HloModule, fusion: Instruction) -> KernelWork:
         dtype=dtype, io_dtype=fusion.dtype, computes=bool(math_ops),
         converts="between" if out and into else "after" if out else "",
         root=root.opcode if root is not None else "",
+        custom_call=next((i.target for i in body if i.opcode == "custom-call" and i.target), ""),
         dtypes=tuple(sorted(dtypes)), updates_per_element=_updates_per_element(module, body),
+        scatters_into_constant=_scatters_into_constant(module, body),
         one_hot_classes=_one_hot_classes(module, body, root), **_matmul_fields(module, body),
         **_batched_fields(body, body),
     )
@@ -690,6 +707,7 @@ def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
                     custom_call=instruction.target,
                     dtypes=(instruction.dtype,) if instruction.dtype and instruction.opcode not in _MOVES_OR_RETYPES
                     else (), updates_per_element=_updates_per_element(module, [instruction]),
+                    scatters_into_constant=_scatters_into_constant(module, [instruction]),
                     one_hot_classes=_one_hot_classes(module, [instruction], None),
                     copies_argument=_copies_argument(module, instruction), **_matmul_fields(module, [instruction]),
                     **_batched_fields([instruction], [instruction, *filter(None, (

@@ -659,3 +659,81 @@ def test_attention_heads_narrower_than_the_matrix_unit_cost_what_wider_heads_wou
         assert narrow.saved_share_of_loop == pytest.approx(0.8 * 0.5 * 0.95)
         assert "fewer, wider heads" in finding.fix
         assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
+
+
+# --- a lookup's gradient applied to the whole table ---------------------------------------------
+
+DENSE_TABLE_UPDATE = """HloModule jit_step
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %sum = f32[] add(%a, %b)
+}
+
+%fused_lookup (param_0.1: bf16[262144,512], param_1.1: s32[4096,1]) -> bf16[4096,512] {
+  %param_0.1 = bf16[262144,512]{1,0} parameter(0)
+  %param_1.1 = s32[4096,1]{1,0} parameter(1)
+  ROOT %gather.1 = bf16[4096,512]{1,0} gather(%param_0.1, %param_1.1), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, index_vector_dim=1, slice_sizes={1,512}
+}
+
+%fused_mlp (param_0.2: bf16[4096,512], param_1.2: bf16[512,512]) -> bf16[4096,512] {
+  %param_0.2 = bf16[4096,512]{1,0} parameter(0)
+  %param_1.2 = bf16[512,512]{1,0} parameter(1)
+  ROOT %dot.1 = bf16[4096,512]{1,0} dot(%param_0.2, %param_1.2), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+%fused_scatter (param_0.3: bf16[262144,512], param_1.3: s32[4096,1], param_2.3: bf16[4096,512]) -> bf16[262144,512] {
+  %param_0.3 = bf16[262144,512]{1,0} parameter(0)
+  %param_1.3 = s32[4096,1]{1,0} parameter(1)
+  %param_2.3 = bf16[4096,512]{1,0} parameter(2)
+  ROOT %scatter.1 = bf16[262144,512]{1,0} scatter(%param_0.3, %param_1.3, %param_2.3), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%add
+}
+
+%fused_update (param_0.4: bf16[262144,512], param_1.4: bf16[262144,512]) -> bf16[262144,512] {
+  %param_0.4 = bf16[262144,512]{1,0} parameter(0)
+  %param_1.4 = bf16[262144,512]{1,0} parameter(1)
+  ROOT %subtract.1 = bf16[262144,512]{1,0} subtract(%param_0.4, %param_1.4)
+}
+
+ENTRY %main (table: bf16[262144,512], ids: s32[4096,1], w: bf16[512,512]) -> (bf16[262144,512], bf16[4096,512]) {
+  %table = bf16[262144,512]{1,0} parameter(0)
+  %ids = s32[4096,1]{1,0} parameter(1)
+  %w = bf16[512,512]{1,0} parameter(2)
+  %lookup = bf16[4096,512]{1,0} fusion(%table, %ids), kind=kLoop, calls=%fused_lookup
+  %mlp = bf16[4096,512]{1,0} fusion(%lookup, %w), kind=kOutput, calls=%fused_mlp
+  %zero = bf16[] constant(0)
+  %zeros = bf16[262144,512]{1,0} broadcast(%zero), dimensions={}
+  %gradient = bf16[262144,512]{1,0} fusion(%zeros, %ids, %mlp), kind=kLoop, calls=%fused_scatter
+  %update = bf16[262144,512]{1,0} fusion(%table, %gradient), kind=kLoop, calls=%fused_update
+  ROOT %out = (bf16[262144,512]{1,0}, bf16[4096,512]{1,0}) tuple(%update, %mlp)
+}
+"""
+
+
+@pytest.mark.parametrize(("update_share", "priority"), [(0.5, Priority.P0), (0.2, Priority.P1), (0.0, Priority.P2),
+                                                        (None, None)])
+def test_a_lookups_gradient_applied_to_the_whole_table_costs_what_updating_its_rows_would_save(update_share,
+                                                                                              priority):
+    shares = {"gradient": 0.05, "zeros": 0.05, "update": update_share, "lookup": 0.05, "mlp": 0.3}
+    host = _host(kind=DeviceKind.TPU, device_type="TPU v5 lite", busy=0.9,
+                 top_ops=[_op(name, share) for name, share in shares.items() if share])
+    module = DENSE_TABLE_UPDATE if update_share is not None else DENSE_TABLE_UPDATE.replace(
+        "broadcast(%zero), dimensions={}", "parameter(3)")  # rows summed into an array given to the program
+    analysis = _analysis(host, modules=[("jit_step(2)", module)])
+    found = [f for f in analysis.findings if f.title.startswith("A lookup's gradient")]
+    assert [f.priority for f in found] == ([priority] if priority else [])
+    if priority:
+        (finding,) = found
+        (dense,) = analysis.dense_updates
+        # The zeros, the scatter into them and the table's update; not the lookup, nor the model's matmul.
+        assert set(dense.kernels) == {name for name in ("gradient", "zeros", "update") if shares[name]}
+        assert dense.table_shape == [262144, 512] and dense.updates_per_element == pytest.approx(4096 / 262144)
+        kernels_share = 0.1 + update_share
+        assert dense.saved_share_of_loop == pytest.approx(kernels_share * (1 - 4096 / 262144) * 0.9)
+        assert finding.title == (f"A lookup's gradient applied to a whole table of 262,144 rows of 512: "
+                                 f"{kernels_share:.0%} of device time for the 1.6% of it the step looked up")
+        assert "table.at[ids].add" in finding.fix and finding.category is FindingCategory.COMPUTE
+        assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
+    else:
+        assert analysis.dense_updates == []

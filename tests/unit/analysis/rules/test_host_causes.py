@@ -654,3 +654,29 @@ def test_a_function_the_device_reads_list_reads_the_device_even_when_its_callees
     ])
     first, *_ = _findings(_host(activities=[step], attribution=attribution, device_reads=[reads]))
     assert first.title.endswith("while the host computes on values copied off the device")
+
+
+def test_a_few_reads_of_device_values_a_step_each_after_eager_work_of_its_own_are_told_to_read_them_together():
+    attribution = _attributed([
+        TimePart(cause=TimeCause.TRANSFERS, name="np.asarray(jax.Array)", thread="python", ms=530.0, share=0.53),
+        TimePart(cause=TimeCause.DISPATCH, name="PjitFunction(norm)", thread="python", ms=240.0, share=0.24),
+        TimePart(cause=TimeCause.DEVICE_COMPUTE, name="matmul/convolution", ms=150.0, share=0.15, useful=True),
+    ])
+    reads = _activity("np.asarray(jax.Array)", 53.0, 53.0, encloses=False)
+    reads.count_per_step = 12.0
+    host = _host(busy=0.15, activities=[_activity("$train.py:40 iteration", 95.0, 1.0)], attribution=attribution,
+                 transfers=[reads])
+    # A cast and a norm per gradient leaf, launched eagerly before each read: not a loop of one call and its read.
+    host.dispatched = [HostActivity(name="PjitFunction(convert_element_type)", count_per_step=12.0, ms_per_step=12.0,
+                                    share_of_step=0.12),
+                       HostActivity(name="PjitFunction(norm)", count_per_step=12.0, ms_per_step=12.0,
+                                    share_of_step=0.12),
+                       HostActivity(name="PjitFunction(step)", count_per_step=1.0, ms_per_step=1.0, share_of_step=0.01)]
+    host.dispatches_per_step = 26.0
+    (copies,) = [f for f in _findings(host) if f.category is FindingCategory.DATA_MOVEMENT]
+    assert "while the host reads device values back 12 times a step, one by one" in copies.title
+    assert copies.fix.startswith("Read back in one call what is now read in 12 calls a step")
+    assert "inside the jitted step" in copies.fix and "jax.lax.while_loop" not in copies.fix
+    assert "With the 24 launches a step that compute what is read (24.0 ms), 77% of the loop." in copies.impact
+    assert '"PjitFunction(norm)", 12 calls per step' in _said(copies)
+    assert '"PjitFunction(step)"' not in _said(copies)

@@ -49,3 +49,11 @@ def test_no_fix_of_its_own_for_a_kernel_below_half_the_device_time_or_an_op_with
     assert kernels.dominant([_kernel("f32 sort", 0.4), _kernel("bf16 matmul", 0.6)]) is None
     assert kernels.dominant([_kernel("bf16 matmul", 0.9)]) is None
     assert kernels.dominant([]) is None
+
+
+def test_an_exact_top_k_that_holds_most_of_the_device_time_gets_approx_max_k_as_its_fix():
+    found = kernels.dominant([_kernel('custom call "TopK" returning f32', 0.98)])
+    assert found is not None
+    _, fix = found
+    assert fix.op == "an exact top-k"
+    assert "jax.lax.approx_max_k" in fix.fix and "recall_target" in fix.fix

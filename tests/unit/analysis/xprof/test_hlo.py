@@ -309,3 +309,56 @@ def test_an_argument_updated_in_place_into_an_output_without_being_donated_is_co
     # Below a mebibyte the copy is noise: the same update of a small buffer is not named.
     small = hlo.parse_module("jit_decode(3)", _DECODE.format(alias="").replace("32,512,64", "32,8,64"))
     assert hlo.undonated_updates(small) == {}
+
+
+TOP_K_AND_A_LOOKUP_GRADIENT = """HloModule jit_step
+
+%fused_top_k (param_0.1: f32[256,1048576]) -> (f32[256,100], s32[256,100]) {
+  %param_0.1 = f32[256,1048576]{1,0} parameter(0)
+  ROOT %custom-call.2 = (f32[256,100]{1,0}, s32[256,100]{1,0}) custom-call(%param_0.1), custom_call_target="TopK"
+}
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %sum = f32[] add(%a, %b)
+}
+
+%fused_scatter (param_0.2: f32[65536,128], param_1.2: s32[1024,1], param_2.2: f32[1024,128]) -> f32[65536,128] {
+  %param_0.2 = f32[65536,128]{1,0} parameter(0)
+  %param_1.2 = s32[1024,1]{1,0} parameter(1)
+  %param_2.2 = f32[1024,128]{1,0} parameter(2)
+  ROOT %scatter.1 = f32[65536,128]{1,0} scatter(%param_0.2, %param_1.2, %param_2.2), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%add
+}
+
+%fused_segments (param_0.3: f32[64,128], param_1.3: s32[1024,1], param_2.3: f32[1024,128]) -> f32[64,128] {
+  %param_0.3 = f32[64,128]{1,0} parameter(0)
+  %param_1.3 = s32[1024,1]{1,0} parameter(1)
+  %param_2.3 = f32[1024,128]{1,0} parameter(2)
+  ROOT %scatter.2 = f32[64,128]{1,0} scatter(%param_0.3, %param_1.3, %param_2.3), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%add
+}
+
+ENTRY %main (scores: f32[256,1048576], ids: s32[1024,1], rows: f32[1024,128], sums: f32[64,128]) -> (f32[256,100], f32[65536,128], f32[64,128]) {
+  %scores = f32[256,1048576]{1,0} parameter(0)
+  %ids = s32[1024,1]{1,0} parameter(1)
+  %rows = f32[1024,128]{1,0} parameter(2)
+  %sums = f32[64,128]{1,0} parameter(3)
+  %top = (f32[256,100]{1,0}, s32[256,100]{1,0}) fusion(%scores), kind=kCustom, calls=%fused_top_k
+  %values = f32[256,100]{1,0} get-tuple-element(%top), index=0
+  %zero = f32[] constant(0)
+  %zeros = f32[65536,128]{1,0} broadcast(%zero), dimensions={}
+  %gradient = f32[65536,128]{1,0} fusion(%zeros, %ids, %rows), kind=kLoop, calls=%fused_scatter
+  %segments = f32[64,128]{1,0} fusion(%sums, %ids, %rows), kind=kLoop, calls=%fused_segments
+  ROOT %out = (f32[256,100]{1,0}, f32[65536,128]{1,0}, f32[64,128]{1,0}) tuple(%values, %gradient, %segments)
+}
+"""
+
+
+def test_a_custom_call_inside_a_fusion_names_the_fusion_and_a_scatter_into_zeros_is_a_lookup_s_gradient():
+    works = {w.instruction: w for w in hlo.kernel_work([_module("jit_step(4)", TOP_K_AND_A_LOOKUP_GRADIENT)])}
+    assert hlo.describe([works["top"]]) == 'custom call "TopK" returning f32'
+    # A gather's gradient: its rows scattered into zeros as large as the table.
+    assert works["gradient"].scatters_into_constant == (65536, 128)
+    assert works["gradient"].updates_per_element == 1024 / 65536
+    # Rows summed into an array the program was given is not a gradient made from zeros.
+    assert works["segments"].scatters_into_constant == ()
