@@ -86,7 +86,9 @@ _HIGHEST_FIX = ("Use the default matmul precision: drop precision=jax.lax.Precis
                 "jax.default_matmul_precision('highest') / jax_default_matmul_precision='float32'), or give the "
                 "matmuls bf16 inputs with preferred_element_type=jnp.float32 to keep an f32 accumulator; where a "
                 "computation needs more accuracy, scope it with the jax.default_matmul_precision context manager "
-                "around that code only ('high' is three bf16 passes on TPU instead of six).")
+                "around that code only ('high' is three bf16 passes on TPU instead of six). Where the program asks "
+                "for no precision, these matmuls are the compiler's own: a TPU computes an FFT (jnp.fft) as f32 "
+                "matmuls at HIGHEST, and that time is the FFT's.")
 
 
 def _finding(host: HostEvidence, kind: str, matched: list[tuple[OpTime, KernelWork]], *, title: str, what: str,
