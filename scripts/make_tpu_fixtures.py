@@ -4669,6 +4669,189 @@ def dense_embedding_update(big: bool) -> Workload:
     return Workload(dense, ablations={"rows_updated_in_place": sparse})
 
 
+def large_vocab_loss(big: bool) -> Workload:
+    """An LM head's train step: 4096 bf16 hidden states (1024 wide on the chip) times a 1024 x 65536 bf16 output
+    matrix, the f32 logits' log-softmax and cross-entropy against integer labels, data resident. Ablation: the
+    loss over the vocabulary in 8 chunks of a ``lax.scan`` with a running logsumexp, no full logits kept."""
+    import jax
+    import jax.numpy as jnp
+
+    tokens, width, vocab, chunks = (4096, 1024, 65536, 8) if big else (256, 128, 8192, 8)
+    hidden = _normal(jax.random.key(100), (tokens, width), "bfloat16")
+    head = _normal(jax.random.key(101), (width, vocab), "bfloat16")
+    labels = jax.random.randint(jax.random.key(102), (tokens,), 0, vocab)
+
+    def full_loss(head, hidden, labels):
+        logits = (hidden @ head).astype("float32")
+        picked = jnp.take_along_axis(logits, labels[:, None], axis=-1)[:, 0]
+        return jnp.mean(jax.nn.logsumexp(logits, axis=-1) - picked)
+
+    def chunked_loss(head, hidden, labels):
+        pieces = head.reshape(width, chunks, vocab // chunks).transpose(1, 0, 2)
+
+        def chunk(carry, piece_and_offset):
+            total, picked = carry
+            piece, offset = piece_and_offset
+            logits = (hidden @ piece).astype("float32")
+            local = labels - offset
+            inside = (local >= 0) & (local < piece.shape[1])
+            here = jnp.take_along_axis(logits, jnp.clip(local, 0, piece.shape[1] - 1)[:, None], axis=-1)[:, 0]
+            total = jnp.logaddexp(total, jax.nn.logsumexp(logits, axis=-1))
+            return (total, picked + jnp.where(inside, here, 0.0)), None
+
+        start = (jnp.full((tokens,), -jnp.inf), jnp.zeros((tokens,)))
+        (total, picked), _ = jax.lax.scan(jax.checkpoint(chunk), start,
+                                          (pieces, jnp.arange(chunks) * (vocab // chunks)))
+        return jnp.mean(total - picked)
+
+    full_step, chunked_step = sgd(full_loss), sgd(chunked_loss)
+    state = {"params": head}
+
+    def extra(clock: Clock, ablations: dict[str, Clock]) -> dict:
+        stats = _program_stats(full_step, state["params"], hidden, labels)
+        return _compute_truth(stats["flops"], _steady_ms(clock), "train step")
+
+    return Workload(_training(state, full_step, hidden, labels),
+                    ablations={"chunked_vocab": _training(state, chunked_step, hidden, labels)}, extra=extra)
+
+
+def static_lr_schedule(big: bool) -> Workload:
+    """A bf16 MLP train step whose learning rate, decayed every annotated step, is a static argument
+    (``static_argnums``): each new value traces and compiles the step again. Ablation: the learning rate as an
+    ordinary (traced) argument."""
+    import jax
+
+    params, _, x, y = _mlp_step(big)
+
+    def step(params, x, y, lr):
+        value, grads = jax.value_and_grad(mlp_loss)(params, x, y)
+        return [(p - lr * g).astype(p.dtype) for p, g in zip(params, grads)], value
+
+    static = jax.jit(step, static_argnums=3, donate_argnums=0)
+    traced = jax.jit(step, donate_argnums=0)
+    state = {"params": params}
+
+    def loop(train):
+        def iteration(i: int, clock: Clock) -> None:
+            state["params"], value = train(state["params"], x, y, 1e-3 * 0.99 ** (i + 1))
+            value.block_until_ready()
+
+        return iteration
+
+    return Workload(loop(static), ablations={"traced_lr": loop(traced)})
+
+
+def stem_conv_rgb(big: bool) -> Workload:
+    """A small bf16 NHWC conv net on RGB images (batch 64, 224 x 224 on the chip): a 7x7 stride-2 stem from the 3
+    input channels to 64, three 3x3 convolutions of 64 channels at 112 x 112, pooling and a dense head, trained,
+    data resident. Ablation: a stem of the same output on a space-to-depth input (2x2 pixel blocks as 12
+    channels, a 4x4 kernel)."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, side = (64, 224) if big else (8, 64)
+    images = jax.random.normal(jax.random.key(110), (batch, side, side, 3)).astype("bfloat16")
+    blocks = images.reshape(batch, side // 2, 2, side // 2, 2, 3).transpose(0, 1, 3, 2, 4, 5).reshape(
+        batch, side // 2, side // 2, 12)
+    y = jnp.zeros((batch, 10), "float32")
+
+    def conv(x, w, stride=1):
+        return jax.lax.conv_general_dilated(x, w, (stride, stride), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    def body(params, h):
+        for w in params["body"]:
+            h = jax.nn.relu(conv(h, w))
+        return (jnp.mean(h, axis=(1, 2)) @ params["head"]).astype("float32")
+
+    def rgb_loss(params, images, y):
+        return jnp.mean((body(params, jax.nn.relu(conv(images, params["stem"], 2))) - y) ** 2)
+
+    def blocks_loss(params, blocks, y):
+        return jnp.mean((body(params, jax.nn.relu(conv(blocks, params["stem"]))) - y) ** 2)
+
+    def make(stem_shape):
+        keys = jax.random.split(jax.random.key(111), 5)
+        return {"stem": _normal(keys[0], stem_shape, "bfloat16"),
+                "body": [_normal(k, (3, 3, 64, 64), "bfloat16") for k in keys[1:4]],
+                "head": _normal(keys[4], (64, 10), "bfloat16")}
+
+    rgb_step, blocks_step = sgd(rgb_loss), sgd(blocks_loss)
+    state = {"rgb": make((7, 7, 3, 64)), "blocks": make((4, 4, 12, 64))}
+    return Workload(_training(state, rgb_step, images, y, key="rgb"),
+                    ablations={"space_to_depth": _training(state, blocks_step, blocks, y, key="blocks")})
+
+
+def top_p_sort_decode(big: bool) -> Workload:
+    """Token-by-token sampling over a 262144-token vocabulary (batch 32 on the chip): each annotated step's jitted
+    call runs two bf16 layers (2048 wide) and the output head, then samples by nucleus (top-p 0.9) after a full
+    ``jnp.sort`` of the probabilities. Ablation: the nucleus taken among the top 64 of ``lax.top_k``."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, width, vocab = (32, 2048, 262144) if big else (4, 256, 16384)
+    layers = _mlp_params([width, width, width], "bfloat16", seed=7)
+    head = _normal(jax.random.key(120), (width, vocab), "bfloat16")
+    start = _normal(jax.random.key(121), (batch, width), "bfloat16")
+
+    def logits_of(h):
+        for w in layers:
+            h = jnp.tanh(h @ w)
+        return (h @ head).astype("float32"), h
+
+    @jax.jit
+    def by_sort(h, key):
+        logits, h = logits_of(h)
+        probs = jax.nn.softmax(logits)
+        ranked = jnp.sort(probs, axis=-1)[:, ::-1]
+        kept = jnp.sum(jnp.cumsum(ranked, axis=-1) < 0.9, axis=-1, keepdims=True)
+        cutoff = jnp.take_along_axis(ranked, kept, axis=-1)
+        return jax.random.categorical(key, jnp.where(probs >= cutoff, logits, -jnp.inf)), h
+
+    @jax.jit
+    def by_top_k(h, key):
+        logits, h = logits_of(h)
+        top, ids = jax.lax.top_k(logits, 64)
+        probs = jax.nn.softmax(top)
+        keep = jnp.cumsum(probs, axis=-1) - probs < 0.9
+        choice = jax.random.categorical(key, jnp.where(keep, top, -jnp.inf))
+        return jnp.take_along_axis(ids, choice[:, None], axis=-1)[:, 0], h
+
+    state = {"h": start}
+
+    def loop(sample):
+        def iteration(i: int, clock: Clock) -> None:
+            token, state["h"] = sample(state["h"], jax.random.key(i))
+            token.block_until_ready()
+
+        return iteration
+
+    return Workload(loop(by_sort), ablations={"top_k_nucleus": loop(by_top_k)})
+
+
+def params_numpy_each_step(big: bool) -> Workload:
+    """A bf16 MLP whose parameters live in numpy arrays on the host, as loaded from a checkpoint: each annotated
+    step hands them to the jitted train step, which copies them to the device, and ``np.asarray`` copies the
+    updated ones back for the next step. Ablation: the parameters put on the device once."""
+    import jax
+    import numpy as np
+
+    params, donated, x, y = _mlp_step(big)
+
+    def step(params, x, y):
+        value, grads = jax.value_and_grad(mlp_loss)(params, x, y)
+        return [(p - 1e-3 * g).astype(p.dtype) for p, g in zip(params, grads)], value
+
+    train = jax.jit(step)
+    state = {"host": [np.asarray(p) for p in params], "device": params}
+
+    def on_host(i: int, clock: Clock) -> None:
+        updated, value = train(state["host"], x, y)
+        state["host"] = [np.asarray(p) for p in updated]
+        value.block_until_ready()
+
+    return Workload(on_host, ablations={"params_on_device": _training(state, donated, x, y, key="device")})
+
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -5093,6 +5276,21 @@ SHAPES: dict[str, Shape] = {
                                     "updated whole each step by SGD on a dense gradient",
                                     cause="the dense gradient of a lookup: the whole table zeroed, scattered into and "
                                     "rewritten every step"),
+    "large_vocab_loss": Shape(large_vocab_loss, 10, "an LM head's train step (4096 tokens and a 1024 x 65536 "
+                              "bf16 output matrix on the chip): f32 logits, log-softmax and cross-entropy",
+                              cause="none: a compute-bound step at 0.69 of the chip's bf16 peak (a vocabulary "
+                              "chunked in a scan is slower)"),
+    "static_lr_schedule": Shape(static_lr_schedule, 10, "a bf16 MLP train step whose decayed learning rate is a "
+                                "static argument", cause="a static argument that changes every step: a compile each"),
+    "stem_conv_rgb": Shape(stem_conv_rgb, 10, "a bf16 NHWC conv net on 224 x 224 RGB images (batch 64 on the chip) "
+                           "whose 7x7 stride-2 stem reads 3 channels",
+                           cause="none: the 3-channel stem costs little (a space-to-depth stem saves 0.02)"),
+    "top_p_sort_decode": Shape(top_p_sort_decode, 20, "token-by-token nucleus sampling over a 262144-token "
+                               "vocabulary after a full jnp.sort of the probabilities",
+                               cause="a full sort of the vocabulary's probabilities each token"),
+    "params_numpy_each_step": Shape(params_numpy_each_step, 15, "a bf16 MLP's parameters kept in numpy on the host "
+                                    "and copied to the device and back every step",
+                                    cause="the parameters' copies to the device and back every step"),
 }
 
 
