@@ -4852,6 +4852,142 @@ def params_numpy_each_step(big: bool) -> Workload:
     return Workload(on_host, ablations={"params_on_device": _training(state, donated, x, y, key="device")})
 
 
+def cumsum_long_sequence(big: bool) -> Workload:
+    """A sequence model's step built on running sums: each of 4 layers takes ``jnp.cumsum`` of its f32 input (batch
+    16, 32768 positions, 256 channels on the chip) along the positions, mixes channels with a bf16 matmul and a
+    tanh, trained, data resident. Ablation: the running sums as ``lax.associative_scan``."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, length, width = (16, 32768, 256) if big else (2, 4096, 64)
+    x = jax.random.normal(jax.random.key(130), (batch, length, width))
+    params = _mlp_params([width] * 5, "bfloat16", seed=8)
+    y = jnp.zeros((batch, length, width), "float32")
+
+    def make_step(running_sum):
+        def loss(params, x, y):
+            for w in params:
+                x = jnp.tanh((running_sum(x) / length).astype("bfloat16") @ w).astype("float32")
+            return jnp.mean((x - y) ** 2)
+
+        return sgd(loss)
+
+    state = {"params": params}
+    by_cumsum = make_step(lambda x: jnp.cumsum(x, axis=1))
+    by_scan = make_step(lambda x: jax.lax.associative_scan(jnp.add, x, axis=1))
+    return Workload(_training(state, by_cumsum, x, y), ablations={"associative_scan": _training(state, by_scan, x, y)})
+
+
+def host_causal_mask_each_step(big: bool) -> Workload:
+    """Each annotated step's ``make_attention_mask`` builds the causal mask of a two-block bf16 transformer's
+    attention (batch 8, 2048 tokens on the chip) with numpy (``np.tril`` of ones, broadcast over the batch) and
+    hands it to the jitted train step. Ablation: the mask made inside the jit (``jnp.tril``), where it fuses."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    batch, tokens, width, heads = (8, 2048, 1024, 8) if big else (2, 256, 128, 2)
+    keys = jax.random.split(jax.random.key(140), 5)
+    params = [_normal(k, (width, width), "bfloat16") for k in keys[:4]]
+    x = jax.random.normal(keys[4], (batch, tokens, width)).astype("bfloat16")
+    y = jnp.zeros((batch, tokens, width), "float32")
+
+    def attend(params, x, mask):
+        q, k, v, o = params
+        split = lambda t: t.reshape(batch, tokens, heads, width // heads).transpose(0, 2, 1, 3)  # noqa: E731
+        scores = (split(x @ q) @ split(x @ k).transpose(0, 1, 3, 2)).astype("float32") / np.sqrt(width // heads)
+        scores = jnp.where(mask[:, None], scores, -1e9)
+        out = (jax.nn.softmax(scores).astype("bfloat16") @ split(x @ v)).transpose(0, 2, 1, 3).reshape(x.shape)
+        return x + out @ o
+
+    def loss(params, x, y, mask):
+        for _ in range(2):
+            x = attend(params, x, mask)
+        return jnp.mean((x.astype("float32") - y) ** 2)
+
+    host_step = sgd(loss)
+    device_step = sgd(lambda params, x, y: loss(params, x, y, jnp.tril(jnp.ones((batch, tokens, tokens), bool))))
+
+    def make_attention_mask() -> np.ndarray:
+        return np.broadcast_to(np.tril(np.ones((tokens, tokens), dtype=bool)), (batch, tokens, tokens)).copy()
+
+    state = {"params": params}
+
+    def on_host(i: int, clock: Clock) -> None:
+        with clock.part("make_attention_mask"):
+            mask = make_attention_mask()
+        state["params"], value = host_step(state["params"], x, y, mask)
+        value.block_until_ready()
+
+    return Workload(on_host, ablations={"mask_in_the_jit": _training(state, device_step, x, y)})
+
+
+def per_example_grads_dp(big: bool) -> Workload:
+    """A differentially private SGD step: per-example gradients of a bf16 MLP (``jax.vmap`` of ``jax.grad`` over
+    256 examples, 512 wide on the chip), each clipped to norm 1, summed and noised, data resident. Ablation: the
+    batch's one gradient (what per-example clipping costs; not the same algorithm)."""
+    import jax
+    import jax.numpy as jnp
+
+    width, rows = (512, 256) if big else (128, 64)
+    params, _, x, y = _mlp_step(big, widths=[width] * 4, batch=rows)
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def private(params, x, y, key):
+        grads = jax.vmap(jax.grad(mlp_loss), in_axes=(None, 0, 0))(params, x[:, None], y[:, None])
+        norms = jnp.sqrt(sum(jnp.sum(g.astype("float32") ** 2, axis=tuple(range(1, g.ndim))) for g in grads))
+        scale = jnp.minimum(1.0, 1.0 / (norms + 1e-6))
+        keys = jax.random.split(key, len(params))
+        noisy = [(jnp.einsum("n,n...->...", scale, g.astype("float32")) + jax.random.normal(k, p.shape)) / rows
+                 for g, k, p in zip(grads, keys, params)]
+        return [(p - 1e-3 * g).astype(p.dtype) for p, g in zip(params, noisy)], mlp_loss(params, x, y)
+
+    batch_step = sgd(mlp_loss)
+    state = {"params": params}
+
+    def dp(i: int, clock: Clock) -> None:
+        state["params"], value = private(state["params"], x, y, jax.random.key(i))
+        value.block_until_ready()
+
+    return Workload(dp, ablations={"batch_gradient": _training(state, batch_step, x, y)})
+
+
+def rolling_history_scan(big: bool) -> Workload:
+    """A recurrent model over 256 time steps as a ``lax.scan`` whose carry is a history of the last 256 states
+    (256 x 4096 f32 on the chip), shifted each step with ``jnp.roll`` before the new state is written at its end;
+    each step's state is a bf16 matmul of the history's mean, trained. Ablation: the history written in place at
+    the step's index (``dynamic_update_slice``), no roll."""
+    import jax
+    import jax.numpy as jnp
+
+    steps, width = (256, 4096) if big else (64, 256)
+    w = _normal(jax.random.key(150), (width, width), "bfloat16")
+    xs = jax.random.normal(jax.random.key(151), (steps, width))
+
+    def make_step(rolled: bool):
+        def loss(w, xs):
+            def cell(history, step):
+                t, x = step
+                state = jnp.tanh((jnp.mean(history, axis=0) + x).astype("bfloat16") @ w).astype("float32")
+                if rolled:
+                    return jnp.roll(history, -1, axis=0).at[-1].set(state), None
+                return jax.lax.dynamic_update_slice(history, state[None], (t, 0)), None
+
+            history, _ = jax.lax.scan(cell, jnp.zeros((steps, width)), (jnp.arange(steps), xs))
+            return jnp.mean(history ** 2)
+
+        @jax.jit
+        def step(w, xs):
+            value, grad = jax.value_and_grad(loss)(w, xs)
+            return (w - 1e-3 * grad).astype(w.dtype), value
+
+        return step
+
+    state = {"w": w}
+    return Workload(_training(state, make_step(True), xs, key="w"),
+                    ablations={"written_in_place": _training(state, make_step(False), xs, key="w")})
+
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -5291,6 +5427,16 @@ SHAPES: dict[str, Shape] = {
     "params_numpy_each_step": Shape(params_numpy_each_step, 15, "a bf16 MLP's parameters kept in numpy on the host "
                                     "and copied to the device and back every step",
                                     cause="the parameters' copies to the device and back every step"),
+    "cumsum_long_sequence": Shape(cumsum_long_sequence, 10, "four layers of jnp.cumsum over 32768 positions (f32, "
+                                  "256 channels on the chip) and a bf16 matmul each, trained", cause="to be measured"),
+    "host_causal_mask_each_step": Shape(host_causal_mask_each_step, 10, "each step's causal attention mask built "
+                                        "with numpy on the host (8 x 2048 x 2048 on the chip); Python tracer on",
+                                        python_tracer=True, cause="to be measured"),
+    "per_example_grads_dp": Shape(per_example_grads_dp, 15, "a DP-SGD step: per-example gradients of a bf16 MLP "
+                                  "by vmap, clipped, summed and noised", cause="none: per-example gradients are "
+                                  "the algorithm"),
+    "rolling_history_scan": Shape(rolling_history_scan, 8, "a scan over 256 steps whose carry, a 256 x 4096 f32 "
+                                  "history on the chip, is rolled by one each step", cause="to be measured"),
 }
 
 
