@@ -489,7 +489,11 @@ def _copies_evidence(host: HostEvidence, cause: host_causes.Cause, per: str, ste
 def _host_cause_finding(host: HostEvidence, cause: host_causes.Cause, priority: Priority, evidence: list[str],
                         share: float, iteration: float, loop: str, lanes: str) -> Finding:
     words, what = host_causes.WORDS[cause.kind]
-    title = (f"Host-bound: compute idle {share:.0%} of each {loop} waiting for the host"
+    stepping = host_causes.stepping_threads(host)
+    named = _functions_in_prose([part for part in cause.parts if not part.thread or part.thread in stepping]) if (
+        cause.kind is HostCause.HOST_WORK) else ""
+    title = (f"Host-bound: compute idle {share:.0%} of each {loop} in {named} on the training thread" if named else
+             f"Host-bound: compute idle {share:.0%} of each {loop} waiting for the host"
              if cause.kind is HostCause.HOST_WORK else
              f"Host-bound: the training thread's own Python code or waits, untraced: {share:.0%} of the loop"
              if cause.kind is HostCause.UNTRACED else
@@ -505,7 +509,7 @@ def _host_cause_finding(host: HostEvidence, cause: host_causes.Cause, priority: 
         first, last, per_step = growth
         evidence = [*evidence, f"the steps grow longer every step: {first:.1f} ms in the first, {last:.1f} ms in the "
                                f"last of {len(host.series.step_ms)}"]
-        names = _functions_in_prose(cause)
+        names = _functions_in_prose(cause.parts)
         fix = (f"The work grows with the run: each step takes about {per_step:.1f} ms longer than the last, so the "
                f"work of {names or 'the host'} scales with how far the run has gone (a buffer concatenated anew "
                "each step, a list scanned or copied whole, a cache that is never emptied). Give it a fixed cost per "
@@ -602,9 +606,25 @@ def _host_cause_fix(host: HostEvidence, cause: host_causes.Cause) -> str:
                 + (frameworks.cause_fix(cause.kind, framework) or ""))
     if cause.kind is HostCause.HOST_WORK and cause.parts and (fix := host_causes.known_call_fix(cause.parts[0].name)):
         return fix
+    fix = _overlap_fix(host, cause, framework)
     if ratio := host_causes.outpaces_device(host, cause):
-        return _cheaper_first(host, cause, ratio) + " " + _overlap_fix(host, cause, framework)
-    return _overlap_fix(host, cause, framework)
+        fix = _cheaper_first(host, cause, ratio) + " " + fix
+    if first := _made_on_the_device_first(host, cause):
+        return first + fix[:1].lower() + fix[1:]
+    return fix
+
+
+def _made_on_the_device_first(host: HostEvidence, cause: host_causes.Cause) -> str:
+    """For named host work of no known kind in a loop that copies arrays to the device every step: the check that
+    comes before any overlap, whether the device could make what it makes."""
+    names = _functions_in_prose(cause.parts)
+    if cause.kind is not HostCause.HOST_WORK or not names or not any(
+            transfer_direction(copy.name) == "host to device" and copy.count_per_step >= host_causes.EVERY_STEP
+            for copy in host.transfers):
+        return ""
+    return (f"First, if what {names} makes depends only on shapes or the step number (an attention mask, position "
+            "ids, a schedule, a constant), make it inside the jitted step (jnp.tril, jnp.arange: fused into its "
+            "consumers, never copied) or once before the loop, kept on the device. Otherwise, ")
 
 
 def _reads_a_step(host: HostEvidence) -> HostActivity | None:
@@ -617,16 +637,16 @@ def _reads_a_step(host: HostEvidence) -> HostActivity | None:
                  and read_loops.LOOPED_READS <= copy.count_per_step < read_loops.MANY_COPIES), None)
 
 
-def _functions_in_prose(cause: host_causes.Cause) -> str:
-    """The cause's first functions, quoted, for a fix's words: only names a function can have, so that no profile
-    text that reads as a sentence leaves the evidence."""
-    names = [host_causes.function_name(part.name) for part in cause.parts[:2]]
+def _functions_in_prose(parts: list[HostActivity]) -> str:
+    """The first functions of a cause's parts, quoted, for a title's or a fix's words: only names a function can
+    have, so that no profile text that reads as a sentence leaves the evidence."""
+    names = [host_causes.function_name(part.name) for part in parts[:2]]
     return " and ".join(quoted(name) for name in names if _IDENTIFIER.fullmatch(name))
 
 
 def _cheaper_first(host: HostEvidence, cause: host_causes.Cause, ratio: float) -> str:
     """Host work many times the devices' step: overlapping it with the step hides only the devices' time."""
-    names = _functions_in_prose(cause) or "the host work named above"
+    names = _functions_in_prose(cause.parts) or "the host work named above"
     device_ms = host_causes.device_ms_per_step(host)
     workers = (f"{math.ceil(round(ratio, 1))} workers share it" if ratio <= MANY_WORKERS
                else "it is split over more workers than a host has cores")
