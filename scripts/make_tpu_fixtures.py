@@ -4988,6 +4988,82 @@ def rolling_history_scan(big: bool) -> Workload:
                     ablations={"written_in_place": _training(state, make_step(False), xs, key="w")})
 
 
+def preconditioner_inverse_each_step(big: bool) -> Workload:
+    """A Shampoo-like step on one f32 2048 x 2048 layer (on the chip): each annotated step's jitted update keeps a
+    running Gram matrix of the gradient and preconditions the gradient by its inverse, computed every step with
+    ``jnp.linalg.inv``. Ablation: the inverse computed every 10th step and reused in between."""
+    import jax
+    import jax.numpy as jnp
+
+    width, rows = (2048, 4096) if big else (128, 256)
+    x = jax.random.normal(jax.random.key(160), (rows, width))
+    eye = jnp.eye(width)
+
+    def loss(w, x):
+        return jnp.mean(jnp.tanh(x @ w) ** 2)
+
+    @jax.jit
+    def every_step(w, gram, x):
+        g = jax.grad(loss)(w, x)
+        gram = 0.9 * gram + 0.1 * g @ g.T + 1e-3 * eye
+        return w - 1e-3 * jnp.linalg.inv(gram) @ g, gram
+
+    @jax.jit
+    def with_inverse(w, gram, inverse, x):
+        g = jax.grad(loss)(w, x)
+        return w - 1e-3 * inverse @ g, 0.9 * gram + 0.1 * g @ g.T + 1e-3 * eye
+
+    refresh = jax.jit(jnp.linalg.inv)
+    state = {"w": _normal(jax.random.key(161), (width, width), "float32"), "gram": eye, "inverse": eye}
+
+    def each_step(i: int, clock: Clock) -> None:
+        state["w"], state["gram"] = every_step(state["w"], state["gram"], x)
+        state["w"].block_until_ready()
+
+    def every_10th(i: int, clock: Clock) -> None:
+        if i % 10 == 0 or i < 0:  # the warm-up iteration (-1) compiles the refresh too
+            state["inverse"] = refresh(state["gram"])
+        state["w"], state["gram"] = with_inverse(state["w"], state["gram"], state["inverse"], x)
+        state["w"].block_until_ready()
+
+    return Workload(each_step, ablations={"inverse_every_10th": every_10th})
+
+
+def im2col_by_hand(big: bool) -> Workload:
+    """A 1-D conv net of three bf16 layers (batch 32, 8192 positions, 512 channels on the chip) whose convolutions
+    are written by hand: the 9 shifted slices of the padded input concatenated along the channels (an im2col)
+    and multiplied by a (9 x 512) x 512 matrix, trained, data resident. Ablation: the same convolutions as
+    ``lax.conv_general_dilated``."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, length, channels, taps = (32, 8192, 512, 9) if big else (4, 1024, 64, 9)
+    x = jax.random.normal(jax.random.key(170), (batch, length, channels)).astype("bfloat16")
+    y = jnp.zeros((batch, length, channels), "float32")
+    keys = jax.random.split(jax.random.key(171), 3)
+    params = [_normal(k, (taps * channels, channels), "bfloat16") for k in keys]
+
+    def by_hand(x, w):
+        padded = jnp.pad(x, ((0, 0), (taps // 2, taps // 2), (0, 0)))
+        return jnp.concatenate([padded[:, k:k + length] for k in range(taps)], axis=-1) @ w
+
+    def by_conv(x, w):
+        return jax.lax.conv_general_dilated(x, w.reshape(taps, channels, channels), (1,), "SAME",
+                                            dimension_numbers=("NWC", "WIO", "NWC"))
+
+    def make_step(convolve):
+        def loss(params, x, y):
+            for w in params:
+                x = jax.nn.relu(convolve(x, w))
+            return jnp.mean((x.astype("float32") - y) ** 2)
+
+        return sgd(loss)
+
+    state = {"params": params}
+    return Workload(_training(state, make_step(by_hand), x, y),
+                    ablations={"lax_conv": _training(state, make_step(by_conv), x, y)})
+
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -5441,6 +5517,12 @@ SHAPES: dict[str, Shape] = {
     "rolling_history_scan": Shape(rolling_history_scan, 8, "a scan over 256 steps whose carry, a 256 x 4096 f32 "
                                   "history on the chip, is rolled by one each step",
                                   cause="none: XLA turns the roll into no more work than a write in place"),
+    "preconditioner_inverse_each_step": Shape(preconditioner_inverse_each_step, 20, "a Shampoo-like update whose "
+                                              "2048 x 2048 f32 preconditioner is inverted with jnp.linalg.inv every "
+                                              "step", cause="to be measured"),
+    "im2col_by_hand": Shape(im2col_by_hand, 10, "three bf16 1-D convolutions (batch 32, 8192 positions, 512 channels "
+                            "on the chip) written as an im2col: shifted slices concatenated, then a matmul",
+                            cause="to be measured"),
 }
 
 
