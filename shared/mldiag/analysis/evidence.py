@@ -174,6 +174,19 @@ class DenseTableUpdates(Evidence):
     kernels: list[str] = Field(default_factory=list)  # as the device trace names them, longest first
 
 
+class MatrixDecompositions(Evidence):
+    """``analysis.json.decompositions``: the library kernels of a matrix decomposition (LU, Cholesky, QR, an
+    eigendecomposition) the steps run, on the host where they take the largest share of the loop, as its finding
+    quotes them."""
+
+    host: str
+    targets: list[str]  # the custom calls' targets, longest-running first
+    ms_per_step: float  # per device (per capture without steps)
+    share_of_device: float  # of the host's device op time
+    share_of_loop: float
+    kernels: list[str] = Field(default_factory=list)  # as the device trace names them, longest first
+
+
 class Metrics(Evidence):
     step_time_ms: float | None = None
     steps: int = 0
@@ -299,6 +312,7 @@ class Analysis(Evidence):
     slow_precision: list[SlowPrecision] = Field(default_factory=list)
     narrow_matmuls: list[NarrowMatmuls] = Field(default_factory=list)
     dense_updates: list[DenseTableUpdates] = Field(default_factory=list)
+    decompositions: list[MatrixDecompositions] = Field(default_factory=list)
     followups: list[Followup] = Field(default_factory=list)
     investigation: Investigation | None = None
     comparison: Comparison | None = None

@@ -125,6 +125,7 @@ def evidence_digest(analysis: Analysis, modules: list[str]) -> dict[str, Any]:
         "slow_precision": collected["slow_precision"],
         "narrow_matmuls": collected["narrow_matmuls"],
         "dense_updates": collected["dense_updates"],
+        "decompositions": collected["decompositions"],
         "tools": [{"name": t["name"], "status": t["status"], "reason": t["reason"]} for t in collected["tools"]],
         "tool_data": {t["name"]: t["data"] for t in collected["tools"]
                       if t["name"] in PROMPT_TOOLS and t["status"] == ToolStatus.OK.value},

@@ -99,6 +99,8 @@ def profile_names(analysis: Analysis) -> set[str]:
     names.update(program.program for program in analysis.roofline)
     for slow in (*analysis.slow_precision, *analysis.narrow_matmuls, *analysis.dense_updates):
         names.update(slow.kernels)
+    for decomposition in analysis.decompositions:
+        names.update((*decomposition.kernels, *decomposition.targets))
     names.update(analysis.profile.files)
     return names - {""}
 

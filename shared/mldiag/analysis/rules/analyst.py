@@ -88,8 +88,8 @@ from mldiag.analysis.profile.trace_names import (
 )
 from mldiag.analysis.profile.trace_names import hlo_instruction as _instruction
 from mldiag.analysis.profile.trace_names import program_base as _module_base
-from mldiag.analysis.rules import (frameworks, host_causes, launches, matrix_unit, precision, roofline,
-                                   sparse_updates)
+from mldiag.analysis.rules import (frameworks, host_causes, launches, linear_algebra, matrix_unit, precision,
+                                   roofline, sparse_updates)
 from mldiag.analysis.rules import kernels as kernel_ops
 from mldiag.analysis.rules.frameworks import Framework
 from mldiag.analysis.rules.host_causes import HostCause
@@ -2197,7 +2197,8 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
     slow_precision, hardware = precision.findings(hosts, hlo_kernels or [], lambda host: chip, hlo_programs or [])
     narrow = matrix_unit.narrow_matmuls(hosts, hlo_kernels or [], chip)
     dense = sparse_updates.dense_table_updates(hosts, hlo_kernels or [])
-    hardware += [found[1] for found in (narrow, dense) if found is not None]
+    decompositions = linear_algebra.decompositions_every_step(hosts, hlo_kernels or [])
+    hardware += [found[1] for found in (narrow, dense, decompositions) if found is not None]
     findings = _findings(hosts, by_name, hlo_issues, metrics, health, programs, movements, kernels, hardware,
                          hlo_kernels or [])
     status = decide_status(health, findings)
@@ -2217,6 +2218,7 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
         slow_precision=slow_precision,
         narrow_matmuls=[narrow[0]] if narrow is not None else [],
         dense_updates=[dense[0]] if dense is not None else [],
+        decompositions=[decompositions[0]] if decompositions is not None else [],
         profile=profile,
         versions=versions,
         seconds=seconds,

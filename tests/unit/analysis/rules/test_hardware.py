@@ -737,3 +737,34 @@ def test_a_lookups_gradient_applied_to_the_whole_table_costs_what_updating_its_r
         assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
     else:
         assert analysis.dense_updates == []
+
+
+# --- a matrix decomposition every step ---------------------------------------------------------
+
+DECOMPOSITION = """HloModule jit_step
+
+ENTRY %main (g: f32[2048,2048], w: f32[2048,2048]) -> f32[2048,2048] {
+  %g = f32[2048,2048]{1,0} parameter(0)
+  %w = f32[2048,2048]{1,0} parameter(1)
+  %custom-call.1 = (f32[2048,128]{1,0}, s32[128]{0}) custom-call(%g), custom_call_target="LuDecompositionBlock"
+  %custom-call.2 = f32[16,128,128]{2,1,0} custom-call(%g), custom_call_target="InvertDiagBlocksLowerTriangular"
+  ROOT %dot.1 = f32[2048,2048]{1,0} dot(%g, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"""
+
+
+@pytest.mark.parametrize(("lu_share", "priority"), [(0.7, Priority.P0), (0.3, Priority.P1), (0.1, Priority.P2), (0.01, None)])
+def test_a_matrix_decomposition_every_step_is_named_by_its_library_kernels_share_of_the_loop(lu_share, priority):
+    host = _host(kind=DeviceKind.TPU, device_type="TPU v5 lite", busy=0.8,
+                 top_ops=[_op("custom-call.1", lu_share), _op("custom-call.2", 0.05),
+                          _op("dot.1", 0.95 - lu_share)])
+    analysis = _analysis(host, modules=[("jit_step(3)", DECOMPOSITION)])
+    found = [f for f in analysis.findings if f.title.startswith("A matrix decomposition every step")]
+    assert [f.priority for f in found] == ([priority] if priority else [])
+    if priority:
+        (finding,) = found
+        share = (lu_share + 0.05) * 0.8
+        assert finding.title == f"A matrix decomposition every step: its library kernels take {share:.0%} of the loop"
+        assert '"LuDecompositionBlock", "InvertDiagBlocksLowerTriangular"' in " ".join(finding.evidence)
+        assert "every N steps" in finding.fix and "cho_solve" in finding.fix
+        assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
