@@ -1093,6 +1093,23 @@ def _ops(trace: _Trace, measured: dict[str, list[_Line]], device_windows: dict[s
 
 
 @dataclass
+class _ByName:
+    """Time and count by event name, summed a line at a time."""
+
+    ns: np.ndarray
+    count: np.ndarray
+
+    @classmethod
+    def zeros(cls, names: int) -> _ByName:
+        return cls(np.zeros(names), np.zeros(names))
+
+    def add(self, ids: np.ndarray, keep: np.ndarray, ns: np.ndarray) -> None:
+        """The events ``keep`` selects, each name id of ``ids`` with its ``ns``."""
+        np.add.at(self.ns, ids[keep], ns[keep])
+        self.count += np.bincount(ids[keep], minlength=len(self.count))
+
+
+@dataclass
 class _HostSide:
     dispatches: np.ndarray  # per step
     dispatched: np.ndarray  # per name: outermost dispatches within steps
@@ -1177,8 +1194,10 @@ def _stepping_own(trace: _Trace, line: _Line, calls: _Calls, busy_unions: list[_
     """For each selection of top-level events: their name ids, own idle time within the loop and whether they read
     device values back, and the rows of the functions that hold that time (top's name id, name id, own ns, reads)."""
     starts = np.clip(line.starts, *loop)
-    idle = _idle_cover(busy_unions, np.column_stack((starts, np.clip(line.ends, starts, loop[1]))))
-    own = host_time.own_idle(line.parents, idle, calls.outermost, calls.inside)
+    spans = np.column_stack((starts, np.clip(line.ends, starts, loop[1])))
+    del starts
+    own = host_time.own_idle(line.parents, _idle_cover(busy_unions, spans), calls.outermost, calls.inside)
+    del spans
     reads = is_read[line.ids]
     inclusive_reads = reads | _has_descendant(line, reads)
     found = []
@@ -1240,53 +1259,66 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
     busy_or_moving = [_Union(np.concatenate((union.starts, moving.starts)), np.concatenate((union.ends, moving.ends)))
                       for union in busy_unions] or [moving]
     stepping = _stepping_lines(trace, is_marker, is_dispatch)
+    names = len(trace.names)
     dispatches = np.zeros(count, dtype=np.int64)
     compile_starts, compile_ends = [], []
     compiles_in_steps = allocator_events = 0
-    activity_keep, between_keep, outer_dispatch, durations, driving, reading_calls = [], [], [], [], [], []
+    dispatched, activity, between, transfers, reads = (_ByName.zeros(names) for _ in range(5))
+    transfer_idle_ns = np.zeros(names)
+    dispatching, dispatch_reads = np.zeros(names, dtype=bool), np.zeros(names, dtype=bool)
     owned: dict[str, list[list[np.ndarray]]] = {"activity": [], "between": []}
-    transfer_keep, transfer_idle, read_keep = [], [], []
-    origin_count, origin_ns = np.zeros(len(trace.names)), np.zeros(len(trace.names))
+    origin_count, origin_ns = np.zeros(names), np.zeros(names)
+    # A line holds up to millions of events: what is summed by name from its per-event arrays is summed at once,
+    # and an array is let go once used, so that few of them are held together.
     for line in trace.host_lines:
         step = _step_of(windows, line.starts)
+        in_step = step >= 0
         calls = _outermost(line, is_dispatch)
-        outermost = calls & (step >= 0)
+        outermost = calls & in_step
         dispatches += np.bincount(step[outermost], minlength=count)
-        compiling = is_compile[line.ids] & (step >= 0)
+        del step
+        compiling = is_compile[line.ids] & in_step
         compile_starts.append(line.starts[compiling])
         compile_ends.append(line.ends[compiling])
         compiles_in_steps += int(is_backend_compile[line.ids[compiling]].sum())
         allocator_events += int(is_allocator[line.ids].sum())
-        is_stepping = any(line is chosen for chosen in stepping)
+        # What an event spends in the loop: a call begun in the last step may go on after the loop's end.
+        starts = np.clip(line.starts, windows[0, 0], windows[-1, 1])
+        durations = (np.clip(line.ends, starts, windows[-1, 1]) - starts).astype(np.float64)
+        del starts
+        dispatched.add(line.ids, outermost, durations)
+        driving = _has_descendant(line, calls)
+        dispatching |= np.bincount(line.ids[driving], minlength=names) > 0
+        reading_calls = outermost & _has_descendant(line, is_read[line.ids])
+        dispatch_reads |= np.bincount(line.ids[reading_calls], minlength=names) > 0
+        del reading_calls
+        if not any(line is chosen for chosen in stepping):
+            continue
         parent_ids = np.where(line.parents >= 0, line.ids[np.maximum(line.parents, 0)], -1)
         top_level = (line.parents < 0) | ((parent_ids >= 0) & is_marker[np.maximum(parent_ids, 0)])
-        activity_keep.append(top_level & ~is_marker[line.ids] & (step >= 0) & is_stepping)
-        driving.append(_has_descendant(line, calls))
-        read_keep.append(_calls_that_read(line, driving[-1], is_named, is_read) & (step >= 0) & is_stepping)
+        del parent_ids
+        activity_keep = top_level & ~is_marker[line.ids] & in_step
+        reads.add(line.ids, _calls_that_read(line, driving, is_named, is_read) & in_step, durations)
         gap = _step_of(gap_windows, line.starts) if len(gap_windows) else np.full(len(line), -1)
         within_gap = (gap >= 0) & (gap == _step_of(gap_windows, np.maximum(line.ends - 1, line.starts))) \
             if len(gap_windows) else gap >= 0
-        between_keep.append(within_gap & ~_has_ancestor(line, within_gap) & is_stepping)
-        outer_dispatch.append(outermost)
-        reading_calls.append(outermost & _has_descendant(line, is_read[line.ids]))
-        transfer_keep.append(_outermost(line, is_transfer) & (step >= 0) & is_stepping)
-        transfer_idle.append(_idle_cover(busy_unions, np.column_stack((line.starts, line.ends))) if is_stepping
-                             else np.zeros(len(line)))
-        if is_stepping:
-            activity, between = _stepping_own(trace, line, _Calls.of(line, is_call, is_named), busy_or_moving,
-                                              is_read, [activity_keep[-1], between_keep[-1]],
-                                              (int(windows[0, 0]), int(windows[-1, 1])))
-            owned["activity"].append(activity)
-            owned["between"].append(between)
-        # What an event spends in the loop: a call begun in the last step may go on after the loop's end.
-        starts = np.clip(line.starts, windows[0, 0], windows[-1, 1])
-        durations.append((np.clip(line.ends, starts, windows[-1, 1]) - starts).astype(np.float64))
-        if is_stepping:
-            origin = _dispatch_origins(line, outermost, is_marker)
-            made = outermost & (origin >= 0)
-            origin_count += np.bincount(line.ids[origin[made]], minlength=len(trace.names))
-            origin_ns += np.bincount(line.ids[origin[made]], weights=durations[-1][made], minlength=len(trace.names))
-    ones = [np.ones(len(d)) for d in durations]
+        del gap
+        between_keep = within_gap & ~_has_ancestor(line, within_gap)
+        transfer_keep = _outermost(line, is_transfer) & in_step
+        transfers.add(line.ids, transfer_keep, durations)
+        np.add.at(transfer_idle_ns, line.ids[transfer_keep],
+                  _idle_cover(busy_unions, np.column_stack((line.starts[transfer_keep], line.ends[transfer_keep]))))
+        activity.add(line.ids, activity_keep, durations)
+        between.add(line.ids, between_keep, durations)
+        found_activity, found_between = _stepping_own(trace, line, _Calls.of(line, is_call, is_named), busy_or_moving,
+                                                      is_read, [activity_keep, between_keep],
+                                                      (int(windows[0, 0]), int(windows[-1, 1])))
+        owned["activity"].append(found_activity)
+        owned["between"].append(found_between)
+        origin = _dispatch_origins(line, outermost, is_marker)
+        made = outermost & (origin >= 0)
+        origin_count += np.bincount(line.ids[origin[made]], minlength=names)
+        origin_ns += np.bincount(line.ids[origin[made]], weights=durations[made], minlength=names)
     compile_ns = _Union(np.concatenate(compile_starts or [np.zeros(0, np.int64)]),
                         np.concatenate(compile_ends or [np.zeros(0, np.int64)])).covered(windows)
     loop = np.array([[windows[0, 0], windows[-1, 1]]])
@@ -1305,30 +1337,30 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
     in_loop = _Union(*host_time.intersection(any_wait.starts, any_wait.ends, loop[:, 0], loop[:, 1]))
     return _HostSide(
         dispatches=dispatches,
-        dispatched=_per_name(trace, trace.host_lines, ones, outer_dispatch),
-        dispatched_ns=_per_name(trace, trace.host_lines, durations, outer_dispatch),
+        dispatched=dispatched.count,
+        dispatched_ns=dispatched.ns,
         compile_ns=compile_ns,
         compiles_in_steps=compiles_in_steps,
         allocator_events=allocator_events,
-        activity_ns=_per_name(trace, trace.host_lines, durations, activity_keep),
-        activity_count=_per_name(trace, trace.host_lines, ones, activity_keep),
-        between_ns=_per_name(trace, trace.host_lines, durations, between_keep),
-        between_count=_per_name(trace, trace.host_lines, ones, between_keep),
-        dispatching=_per_name(trace, trace.host_lines, ones, driving) > 0,
-        dispatch_reads=_per_name(trace, trace.host_lines, ones, reading_calls) > 0,
+        activity_ns=activity.ns,
+        activity_count=activity.count,
+        between_ns=between.ns,
+        between_count=between.count,
+        dispatching=dispatching,
+        dispatch_reads=dispatch_reads,
         untraced_ns=float(loop[0, 1] - loop[0, 0] - traced.covered(loop)[0]) if stepping else 0.0,
         waiting_idle_ns=waited_ns - float(np.mean(busy_while_waiting)),
-        activity_own=_own_of(len(trace.names), owned["activity"]),
-        between_own=_own_of(len(trace.names), owned["between"]),
+        activity_own=_own_of(names, owned["activity"]),
+        between_own=_own_of(names, owned["between"]),
         thread_wait_idle_ns=float(_idle_cover(busy_unions, thread_waits).sum()),
         while_waiting=_other_threads(trace, stepping, in_loop, busy_unions, is_call, is_named),
-        transfer_ns=_per_name(trace, trace.host_lines, durations, transfer_keep),
-        transfer_count=_per_name(trace, trace.host_lines, ones, transfer_keep),
-        transfer_idle_ns=_per_name(trace, trace.host_lines, transfer_idle, transfer_keep),
-        read_ns=_per_name(trace, trace.host_lines, durations, read_keep),
+        transfer_ns=transfers.ns,
+        transfer_count=transfers.count,
+        transfer_idle_ns=transfer_idle_ns,
+        read_ns=reads.ns,
         origin_count=origin_count,
         origin_ns=origin_ns,
-        read_count=_per_name(trace, trace.host_lines, ones, read_keep),
+        read_count=reads.count,
         thread=stepping[0].name if stepping else "",
         moving_idle_ns=float(_idle_cover(busy_unions, np.column_stack(
             host_time.intersection(moving.starts, moving.ends, loop[:, 0], loop[:, 1]))).sum()),
