@@ -271,24 +271,29 @@ def self_pieces(line: LineLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     count = len(starts)
     if count == 0:
         return starts, ends, np.zeros(0, dtype=np.int64)
-    index = np.arange(count)
+    # A line holds up to millions of events: each array is let go once used, and pieces that take no time are
+    # dropped before the heads and tails are joined.
     head_end = ends.copy()
-    has_child = parents[1:] == index[:-1]
-    head_end[:-1][has_child] = starts[1:][has_child]
+    has_child = np.flatnonzero(parents[1:] == np.arange(count - 1))
+    head_end[has_child] = starts[has_child + 1]
+    del has_child
     nested = np.flatnonzero(parents >= 0)
     owner = parents[nested]
     # The next child of the same parent: children sorted by (parent, index), the following one where it shares it.
-    by_parent = nested[np.lexsort((nested, owner))]
+    by_parent = nested[np.argsort(owner, kind="stable")]
     following = np.full(count, -1, dtype=np.int64)
     same = parents[by_parent[1:]] == parents[by_parent[:-1]]
     following[by_parent[:-1][same]] = by_parent[1:][same]
+    del by_parent, same
     sibling = following[nested]
+    del following
     tail_end = np.where(sibling >= 0, starts[np.maximum(sibling, 0)], ends[owner])
-    piece_starts = np.concatenate((starts, ends[nested]))
-    piece_ends = np.concatenate((head_end, tail_end))
-    piece_events = np.concatenate((index, owner))
-    keep = piece_ends > piece_starts
-    return piece_starts[keep], piece_ends[keep], piece_events[keep]
+    del sibling
+    tail_start = ends[nested]
+    del nested
+    head, tail = head_end > starts, tail_end > tail_start
+    return (np.concatenate((starts[head], tail_start[tail])), np.concatenate((head_end[head], tail_end[tail])),
+            np.concatenate((np.flatnonzero(head), owner[tail])))
 
 
 # --- the sweep ---------------------------------------------------------------------------------
@@ -323,7 +328,7 @@ class _Sweep:
         first, last = np.searchsorted(bounds, starts), np.searchsorted(bounds, ends)
         intervals = len(bounds) - 1
         present = [int(t) for t in np.flatnonzero(np.bincount(tiers, minlength=n_tiers))]
-        counts = np.zeros((n_tiers, intervals), dtype=np.int64)
+        counts = np.zeros((n_tiers, intervals), dtype=np.int32)  # a row is as long as the intervals
         for tier in present:  # a row at a time: the intervals are up to millions, each row as long
             of_tier = tiers == tier
             counts[tier] = np.cumsum(np.bincount(first[of_tier], minlength=intervals + 1)
@@ -826,10 +831,14 @@ def _host_time(host: _Host, window: Window) -> _Times:
     if window.devices:
         intervals = np.column_stack((sweep.bounds[:-1], sweep.bounds[1:]))
         idle = idle - np.mean([device.busy.covered(intervals) for device in window.devices], axis=0)
+        del intervals
     waiting = sweep.counts[_HOST_TIER[_WAIT]] > 0
-    sweep.counts[_OTHER_THREADS, ~waiting] = 0  # they explain only the stepping waits
-    # Waiting on something else, or in a call that may let go of the interpreter, the thread needs none.
-    sweep.counts[_INTERPRETER, waiting | (sweep.counts[_RELEASED] > 0) | (sweep.counts[_IN_FLIGHT] > 0)] = 0
+    # Other threads explain only the stepping waits; waiting on something else, or in a call that may let go of
+    # the interpreter, the thread needs none (the row of a tier no piece has is zero, and left untouched).
+    if _OTHER_THREADS in sweep.present:
+        sweep.counts[_OTHER_THREADS, ~waiting] = 0
+    if _INTERPRETER in sweep.present:
+        sweep.counts[_INTERPRETER, waiting | (sweep.counts[_RELEASED] > 0) | (sweep.counts[_IN_FLIGHT] > 0)] = 0
     weights, unexplained = sweep.shares(idle, range(_RELEASED))
     piece, step, time = sweep.per_piece_and_step(weights, tiers)
     steps = len(window.step_starts)
