@@ -149,10 +149,11 @@ class _Line:
     parents: np.ndarray = field(init=False)  # index of the enclosing event, -1 at the top
 
     def __post_init__(self) -> None:
-        order = np.lexsort((-self.ends, self.starts))
-        self.starts, self.ends, self.ids = self.starts[order], self.ends[order], self.ids[order]
-        if self.modules is not None:
-            self.modules = self.modules[order]
+        if not _in_order(self.starts, self.ends):
+            order = np.lexsort((-self.ends, self.starts))
+            self.starts, self.ends, self.ids = self.starts[order], self.ends[order], self.ids[order]
+            if self.modules is not None:
+                self.modules = self.modules[order]
         self.parents = _parents(self.starts, self.ends)
 
     def __len__(self) -> int:
@@ -164,6 +165,12 @@ class _Line:
         nested = self.parents >= 0
         np.subtract.at(own, self.parents[nested], (self.ends - self.starts)[nested])
         return own
+
+
+def _in_order(starts: np.ndarray, ends: np.ndarray) -> bool:
+    """Whether events are in (start, -end) order already, as a stable sort would leave them."""
+    later = starts[1:] > starts[:-1]
+    return bool((later | ((starts[1:] == starts[:-1]) & (ends[1:] <= ends[:-1]))).all())
 
 
 def _parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -230,22 +237,31 @@ class _Reader:
     stays that of the events it reads.
     """
 
-    def __init__(self, trace: _Trace):
+    def __init__(self, trace: _Trace, *, keeps_timeline: bool):
         self.trace = trace
         self.ids: dict[str, int] = {}
         self.timeline_ids: dict[str, int] = {}  # names of events only the timeline keeps -> -1, -2, ...
-        self.kept: dict[int, np.ndarray] = {}  # id(line) -> every event's name id
+        self.keeps_timeline = keeps_timeline
+        # id(line) -> every event's name id, and its duration as the timeline keeps it (:meth:`timeline`)
+        self.kept: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def line(self, line: Line, first_seen: FirstSeen | None = None, *, timed_only: bool = False,
              with_modules: bool = False) -> _Line:
         """The line's events as arrays; ``timed_only`` drops instant events (markers that take no time), and
         ``with_modules`` reads the program each event runs (:meth:`_runs_modules`)."""
         every_id = self._events(line, first_seen, timed_only=timed_only)
-        evidence = every_id >= 0
-        begin, end = line.starts_ns[evidence], line.starts_ns[evidence] + line.durations_ns[evidence]
-        read = _Line(line.name, begin, end, every_id[evidence])
-        if with_modules:  # the line's positions in the order _Line sorts its events
-            read.modules = self._runs_modules(line, read, np.flatnonzero(evidence)[np.lexsort((-end, begin))])
+        evidence = np.flatnonzero(every_id >= 0)
+        begin = line.starts_ns[evidence]
+        end = begin + line.durations_ns[evidence]
+        # Sorted here, as _Line sorts its events, each column replaced by its sorted copy at once: a line holds up
+        # to millions of events.
+        order = np.lexsort((-end, begin))
+        begin, end, positions = begin[order], end[order], evidence[order]  # the line's positions in that order
+        del order, evidence
+        read = _Line(line.name, begin, end, every_id[positions])
+        del every_id
+        if with_modules:
+            read.modules = self._runs_modules(line, read, positions)
             read = _with_modules(read)
         return read
 
@@ -299,7 +315,9 @@ class _Reader:
                 name = line.plane.event_names.get(int(metadata_ids[distinct]), "")
                 ids[distinct] = numbered(name, line, int(positions[first[distinct]]), first_seen)
             every_id[positions] = ids[inverse]
-        self.kept[id(line)] = every_id
+        if self.keeps_timeline:
+            # As XProf computes it: its reader's nanoseconds (picoseconds / 1000.0) times 1000, truncated.
+            self.kept[id(line)] = (every_id.astype(np.int32), (line.durations_ps / 1000.0 * 1000).astype(np.int64))
         return every_id
 
     def _numbered(self, name: str, line: Line, position: int, first_seen: FirstSeen | None) -> int:
@@ -318,27 +336,32 @@ class _Reader:
         return index
 
     def timeline(self, planes: list[Plane]) -> Timeline:
-        """Every event of ``planes``, lines the evidence skipped included."""
-        for plane in planes:
-            for line in plane.lines:
-                if id(line) not in self.kept:
-                    self._events(line, timeline_only=True)
+        """Every event of ``planes``, lines the evidence skipped included; the planes' lines are let go on the
+        way (:meth:`_every_line`)."""
+        kept = self._every_line(planes)
         names = list(self.trace.names)
         index_of = dict(self.ids)
         for name in self.timeline_ids:
             if name not in index_of:
                 index_of[name] = len(names)
                 names.append(name)
-        apart = np.array([index_of[name] for name in self.timeline_ids] or [0], dtype=np.int64)
-        lines = []
+        apart = np.array([index_of[name] for name in self.timeline_ids] or [0], dtype=np.int32)
+        for _, _, ids, _ in kept:
+            numbered_apart = ids < 0
+            ids[numbered_apart] = apart[-1 - ids[numbered_apart]]
+        return Timeline(names, [TimelineLine(*line) for line in kept])
+
+    def _every_line(self, planes: list[Plane]) -> list[tuple[str, str, np.ndarray, np.ndarray]]:
+        """What the timeline keeps of each line of ``planes``, in file order: (plane, line, name ids, durations);
+        each plane's lines unlinked once kept."""
+        kept = []
         for plane in planes:
             for line in plane.lines:
-                ids = self.kept[id(line)]
-                ids = np.where(ids >= 0, ids, apart[np.maximum(-1 - ids, 0)])
-                # As XProf computes it: its reader's nanoseconds (picoseconds / 1000.0) times 1000, truncated.
-                as_xprof_computes = (line.durations_ps / 1000.0 * 1000).astype(np.int64)
-                lines.append(TimelineLine(plane.name, line.name, ids, as_xprof_computes))
-        return Timeline(names, lines)
+                if id(line) not in self.kept:
+                    self._events(line, timeline_only=True)
+                kept.append((plane.name, line.name, *self.kept.pop(id(line))))
+            plane.lines.clear()
+        return kept
 
 
 def _read(path: Path, timeline: Path | None = None) -> _Trace:
@@ -347,7 +370,20 @@ def _read(path: Path, timeline: Path | None = None) -> _Trace:
     except MalformedXSpace as error:
         raise UnreadableProfile(f"{path.name}: not a readable XSpace protobuf ({error})") from error
     trace = _Trace()
-    reader = _Reader(trace)
+    reader = _Reader(trace, keeps_timeline=timeline is not None)
+    _read_lines(planes, trace, reader)
+    if trace.events == 0:
+        raise UnreadableProfile(f"{path.name}: the profile has no trace events")
+    if timeline is not None:
+        reader.timeline(planes).save(timeline)
+    for plane in planes:  # a line and its plane refer to each other: unlinked, the file's columns go on return
+        plane.lines.clear()
+    return trace
+
+
+def _read_lines(planes: list[Plane], trace: _Trace, reader: _Reader) -> None:
+    """The lines the evidence reads, by role: each device's compute lanes, steps and program runs, then the
+    host's threads (and its compute lanes, where XLA runs on the host's CPU)."""
 
     def note_hlo_op(index: int, stats: dict[str, Any]) -> None:
         if stats.get("hlo_op"):
@@ -399,13 +435,6 @@ def _read(path: Path, timeline: Path | None = None) -> _Trace:
             trace.host_lines.append(events)
             if xla_runs_on_host and len(inline := _inline_program(trace, events)):
                 trace.lanes.setdefault("/host:CPU", []).append(inline)
-    if trace.events == 0:
-        raise UnreadableProfile(f"{path.name}: the profile has no trace events")
-    if timeline is not None:
-        reader.timeline(planes).save(timeline)
-    for plane in planes:  # a line and its plane refer to each other: unlinked, the file's columns go on return
-        plane.lines.clear()
-    return trace
 
 
 def _idle_accelerator(planes: list[Plane]) -> str:
