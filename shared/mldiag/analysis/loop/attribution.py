@@ -345,15 +345,20 @@ class _Sweep:
         """Per interval, the step it lies in."""
         return np.searchsorted(self.step_at[:-1], np.arange(len(self.bounds) - 1), side="right") - 1
 
-    def per_piece_and_step(self, tier_weights: np.ndarray, tiers: np.ndarray,
-                           count: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The time of each of the first ``count`` pieces (all by default) in each step it lies in: the sum over
-        its intervals there of its tier's weight (``tier_weights[tier]``); as (piece, step, time) rows."""
+    def per_piece_and_step(self, lengths: np.ndarray, order: Sequence[int], tiers: np.ndarray,
+                           count: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The time of each of the first ``count`` pieces (all by default) in each step it lies in, as (piece,
+        step, time) rows, and the time of each interval no tier covers.
+
+        Each interval's ``lengths`` goes to the first tier of ``order`` that covers it, split equally among its
+        pieces (:meth:`_shares`); a piece's time in a step is the sum of its shares over its intervals there.
+        """
         first, last = self.first[:count], self.last[:count]
         intervals = len(self.bounds) - 1
+        free = lengths.copy()
         if not intervals:
             empty = np.zeros(0, dtype=np.int64)
-            return empty, empty, np.zeros(0)
+            return empty, empty, np.zeros(0), free
         steps = self.interval_steps
         timed = last > first
         step_first = steps[np.minimum(first, intervals - 1)]
@@ -362,26 +367,23 @@ class _Sweep:
         step = np.repeat(step_first, spans) + np.arange(int(spans.sum())) - np.repeat(np.cumsum(spans) - spans, spans)
         begin = np.maximum(first[piece], self.step_at[step])
         end = np.minimum(last[piece], self.step_at[step + 1])
-        # The prefix sums of one tier at a time, for its pieces (a row is as long as the intervals); a piece of a
-        # tier no piece has gets none.
+        # The prefix sums of one tier's shares at a time, for its pieces (a row is as long as the intervals); a piece
+        # of a tier outside ``order`` gets none.
         tier, time = tiers[piece], np.zeros(len(piece))
         prefix = np.zeros(intervals + 1)
-        for present in self.present:
+        for present in (tier for tier in order if tier in self.present):
             of_tier = np.flatnonzero(tier == present)
-            np.cumsum(tier_weights[present], out=prefix[1:])
+            np.cumsum(self._shares(present, free), out=prefix[1:])
             time[of_tier] = prefix[end[of_tier]] - prefix[begin[of_tier]]
-        return piece, step, time
+        return piece, step, time, free
 
-    def shares(self, lengths: np.ndarray, order: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Per tier and interval, the time each covering piece gets: the first tier of ``order`` that covers an
-        interval takes it, split equally among its pieces; and the time no tier covers."""
-        weights = np.zeros(self.counts.shape)
-        free = lengths.copy()
-        for tier in (tier for tier in order if tier in self.present):
-            takes = (self.counts[tier] > 0) & (free > 0)
-            weights[tier, takes] = free[takes] / self.counts[tier, takes]
-            free[takes] = 0.0
-        return weights, free
+    def _shares(self, tier: int, free: np.ndarray) -> np.ndarray:
+        """Per interval, the time each piece of ``tier`` gets of the time still ``free``, which it takes."""
+        shares = np.zeros(len(free))
+        takes = (self.counts[tier] > 0) & (free > 0)
+        shares[takes] = free[takes] / self.counts[tier, takes]
+        free[takes] = 0.0
+        return shares
 
 
 # --- the attribution ---------------------------------------------------------------------------
@@ -427,8 +429,8 @@ def _device_time(device: Device, device_label: np.ndarray, label_tier: np.ndarra
         sweep = _Sweep.of(np.concatenate((starts, starts[own])), np.concatenate((ends, ends[own])),
                           np.concatenate((label_tier[labels], np.full(int(own.sum()), 4))), 5, window)
         busy = np.where(sweep.counts[4] > 0, sweep.lengths, 0.0)
-    weights, _ = sweep.shares(busy, (_COMPUTE, _COLLECTIVE, _TRANSFER, _RUNTIME))
-    piece, step, time = sweep.per_piece_and_step(weights, label_tier[labels], len(labels))
+    piece, step, time, _ = sweep.per_piece_and_step(busy, (_COMPUTE, _COLLECTIVE, _TRANSFER, _RUNTIME),
+                                                    label_tier[labels], len(labels))
     return _Times(labels[piece], step, time)
 
 
@@ -839,8 +841,7 @@ def _host_time(host: _Host, window: Window) -> _Times:
         sweep.counts[_OTHER_THREADS, ~waiting] = 0
     if _INTERPRETER in sweep.present:
         sweep.counts[_INTERPRETER, waiting | (sweep.counts[_RELEASED] > 0) | (sweep.counts[_IN_FLIGHT] > 0)] = 0
-    weights, unexplained = sweep.shares(idle, range(_RELEASED))
-    piece, step, time = sweep.per_piece_and_step(weights, tiers)
+    piece, step, time, unexplained = sweep.per_piece_and_step(idle, range(_RELEASED), tiers)
     steps = len(window.step_starts)
     untraced = np.bincount(sweep.interval_steps, weights=unexplained, minlength=steps)
     return _Times(np.concatenate((np.concatenate([p.labels for p in pieces])[piece], np.full(steps, host.untraced))),

@@ -1235,6 +1235,7 @@ def _stepping_own(trace: _Trace, line: _Line, calls: _Calls, busy_unions: list[_
         rows = np.flatnonzero(held.holder)
         found.append([line.ids[keep], own[keep], inclusive_reads[keep], line.ids[held.top[rows]], line.ids[rows],
                       held.exclusive[rows], held.reads[rows]])
+        del held  # a column per event of the line: gone before the next selection's are made
     return found
 
 
