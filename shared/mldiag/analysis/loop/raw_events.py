@@ -258,12 +258,14 @@ class _Reader:
         order = np.lexsort((-end, begin))
         begin, end, positions = begin[order], end[order], evidence[order]  # the line's positions in that order
         del order, evidence
-        read = _Line(line.name, begin, end, every_id[positions])
+        ids = every_id[positions]
         del every_id
-        if with_modules:
-            read.modules = self._runs_modules(line, read, positions)
-            read = _with_modules(read)
-        return read
+        if not with_modules:
+            del positions
+            return _Line(line.name, begin, end, ids)
+        read = _Line(line.name, begin, end, ids)
+        read.modules = self._runs_modules(line, read, positions)
+        return _with_modules(read)
 
     def _runs_modules(self, line: Line, read: _Line, positions: np.ndarray) -> np.ndarray:
         """The program of each outermost event of ``read`` (a run of a program's thunks, or an op run alone), from
@@ -307,13 +309,15 @@ class _Reader:
             apart = line.durations_ns == 0 if timed_only else np.zeros(len(line), dtype=bool)
         every_id = np.empty(len(line), dtype=np.int64)
         for chosen, numbered in ((~apart, self._numbered), (apart, self._numbered_apart)):
-            positions = np.flatnonzero(chosen)
+            # Mostly every event of the line is chosen (a host thread's millions): then taken whole, not copied.
+            positions: slice | np.ndarray = slice(None) if chosen.all() else np.flatnonzero(chosen)
             metadata_ids, first, inverse = np.unique(line.metadata_ids[positions], return_index=True,
                                                      return_inverse=True)
             ids = np.empty(len(metadata_ids), dtype=np.int64)
             for distinct in np.argsort(first):  # names are numbered in the order their first events come
                 name = line.plane.event_names.get(int(metadata_ids[distinct]), "")
-                ids[distinct] = numbered(name, line, int(positions[first[distinct]]), first_seen)
+                position = int(first[distinct]) if isinstance(positions, slice) else int(positions[first[distinct]])
+                ids[distinct] = numbered(name, line, position, first_seen)
             every_id[positions] = ids[inverse]
         if self.keeps_timeline:
             # As XProf computes it: its reader's nanoseconds (picoseconds / 1000.0) times 1000, truncated.
@@ -1299,8 +1303,9 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
     owned: dict[str, list[list[np.ndarray]]] = {"activity": [], "between": []}
     origin_count, origin_ns = np.zeros(names), np.zeros(names)
     # A line holds up to millions of events: what is summed by name from its per-event arrays is summed at once,
-    # and an array is let go once used, so that few of them are held together.
-    for line in trace.host_lines:
+    # and an array is let go once used, so that few of them are held together (a line's are gone once it is read).
+    def read_line(line: _Line) -> None:
+        nonlocal dispatches, compiles_in_steps, allocator_events, dispatching, dispatch_reads, origin_count, origin_ns
         step = _step_of(windows, line.starts)
         in_step = step >= 0
         calls = _outermost(line, is_dispatch)
@@ -1323,7 +1328,7 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
         dispatch_reads |= np.bincount(line.ids[reading_calls], minlength=names) > 0
         del reading_calls
         if not any(line is chosen for chosen in stepping):
-            continue
+            return
         parent_ids = np.where(line.parents >= 0, line.ids[np.maximum(line.parents, 0)], -1)
         top_level = (line.parents < 0) | ((parent_ids >= 0) & is_marker[np.maximum(parent_ids, 0)])
         del parent_ids
@@ -1349,6 +1354,9 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
         made = outermost & (origin >= 0)
         origin_count += np.bincount(line.ids[origin[made]], minlength=names)
         origin_ns += np.bincount(line.ids[origin[made]], weights=durations[made], minlength=names)
+
+    for line in trace.host_lines:
+        read_line(line)
     compile_ns = _Union(np.concatenate(compile_starts or [np.zeros(0, np.int64)]),
                         np.concatenate(compile_ends or [np.zeros(0, np.int64)])).covered(windows)
     loop = np.array([[windows[0, 0], windows[-1, 1]]])
