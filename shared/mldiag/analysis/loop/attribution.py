@@ -257,8 +257,9 @@ def subtree_ends(line: LineLike) -> np.ndarray:
     return np.maximum(np.searchsorted(line.starts, line.ends, side="left"), index + 1)
 
 
-def self_pieces(line: LineLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The intervals where each event is the innermost one open: ``(starts, ends, event)``.
+def self_pieces(line: LineLike, of: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The intervals where each event (each that ``of`` flags, when given) is the innermost one open:
+    ``(starts, ends, event)``.
 
     Events are in (start, -end) order, so an event's first child, if any, comes
     right after it. An event owns the time from its start to its first child,
@@ -292,6 +293,9 @@ def self_pieces(line: LineLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     tail_start = ends[nested]
     del nested
     head, tail = head_end > starts, tail_end > tail_start
+    if of is not None:
+        head &= of
+        tail &= of[owner]
     return (np.concatenate((starts[head], tail_start[tail])), np.concatenate((head_end[head], tail_end[tail])),
             np.concatenate((np.flatnonzero(head), owner[tail])))
 
@@ -391,10 +395,9 @@ class _Sweep:
 
 def _lane_pieces(lane: LineLike, device_label: np.ndarray, busy_name: np.ndarray) -> tuple[np.ndarray, ...]:
     """A lane's innermost busy events, as (starts, ends, labels) in time order."""
-    piece_starts, piece_ends, events = self_pieces(lane)
-    owner = host_time.nearest(lane.parents, busy_name[lane.ids])[events]
-    kept = owner >= 0
-    return _merged(piece_starts[kept], piece_ends[kept], device_label[lane.ids[owner[kept]]])
+    owner = host_time.nearest(lane.parents, busy_name[lane.ids])
+    piece_starts, piece_ends, events = self_pieces(lane, owner >= 0)
+    return _merged(piece_starts, piece_ends, device_label[lane.ids[owner[events]]])
 
 
 @dataclass
@@ -406,7 +409,9 @@ class _Times:
     ns: np.ndarray
 
     def scaled(self, weight: float) -> _Times:
-        return _Times(self.labels, self.steps, self.ns * weight)
+        """These times, each multiplied by ``weight`` in place."""
+        self.ns *= weight
+        return self
 
     @classmethod
     def joined(cls, times: list[_Times]) -> _Times:
@@ -511,8 +516,8 @@ def _host_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, mark
     outside = _Events.of(line, kept)
     outside_class = event_class[~inside]
     is_marker = markers[outside.ids]
-    piece_starts, piece_ends, events = self_pieces(outside)
-    in_loop = (piece_ends > loop[0]) & (piece_starts < loop[1]) & ~is_marker[events]
+    piece_starts, piece_ends, events = self_pieces(outside, ~is_marker)
+    in_loop = (piece_ends > loop[0]) & (piece_starts < loop[1])
     piece_starts, piece_ends, events = piece_starts[in_loop], piece_ends[in_loop], events[in_loop]
     work = outside_class <= _BUILTIN
     named = ~is_marker & (outside_class != _BUILTIN)
@@ -557,9 +562,9 @@ def _python_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, py
     """A thread's instants in its own Python code, where it holds the interpreter: its innermost event a Python
     function's frame (the Python tracer's; not a builtin or C function, a wait or a runtime call, which may let go
     of it), named by that function."""
-    starts, ends, events = self_pieces(line)
+    starts, ends, events = self_pieces(line, (classes[line.ids] == _WORK) & ~markers[line.ids] & python[line.ids])
     ids = line.ids[events]
-    kept = (classes[ids] == _WORK) & ~markers[ids] & python[ids] & (ends > loop[0]) & (starts < loop[1])
+    kept = (ends > loop[0]) & (starts < loop[1])
     starts, ends, ids = _merged(starts[kept], ends[kept], ids[kept])
     thread = line.name or UNNAMED_THREAD
     named = {int(i): labels.of(TimeCause.INTERPRETER, names[i], thread) for i in np.unique(ids).tolist()}
@@ -570,9 +575,9 @@ def _python_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, py
 def _released_pieces(line: LineLike, classes: np.ndarray, loop: tuple[int, int]) -> _HostPieces:
     """The stepping thread's instants inside a builtin or C function, or a wait: a call that may let go of the
     interpreter. They mask the interpreter's tier and are never a cause (their label is unused)."""
-    starts, ends, events = self_pieces(line)
-    kind = classes[line.ids[events]]
-    kept = ((kind == _BUILTIN) | (kind == _WAIT)) & (ends > loop[0]) & (starts < loop[1])
+    kind = classes[line.ids]
+    starts, ends, _ = self_pieces(line, (kind == _BUILTIN) | (kind == _WAIT))
+    kept = (ends > loop[0]) & (starts < loop[1])
     starts, ends, _ = _merged(starts[kept], ends[kept], np.zeros(int(kept.sum()), dtype=np.int64))
     return _HostPieces(starts, ends, np.zeros(len(starts), dtype=np.int64), np.full(len(starts), _RELEASED))
 
@@ -654,10 +659,9 @@ def _in_flight(line: LineLike, names: Sequence[str], classes: np.ndarray, marker
     while len(callers := callers[callers >= 0]):
         quiet[callers] = True
         callers = line.parents[callers]
-    piece_starts, piece_ends, events = self_pieces(line)
-    loud = ~quiet[events]
-    order = np.argsort(piece_starts[loud], kind="stable")
-    loud_starts, loud_ends = piece_starts[loud][order], np.maximum.accumulate(piece_ends[loud][order])
+    piece_starts, piece_ends, _ = self_pieces(line, ~quiet)
+    order = np.argsort(piece_starts, kind="stable")
+    loud_starts, loud_ends = piece_starts[order], np.maximum.accumulate(piece_ends[order])
     starts, call_ends = line.starts[calls], line.ends[calls]
     next_call = np.append(starts[1:], np.iinfo(np.int64).max)
     # Calls in a burst (each within a moment of the last: the arrays of one batch) are in flight together: a call
@@ -817,9 +821,12 @@ def attribute(*, names: Sequence[str], windows: list[Window], steps: int, busy_n
         rows.append(_host_time(host, window).scaled(weight))
         rows += [_device_time(device, device_label, label_tier, busy_name, window).scaled(weight_of)
                  for device in window.devices]
+    # The pieces and each window's rows, up to millions apiece, go before the parts are made of the rows joined.
+    del host
+    times = _Times.joined(rows)
+    rows.clear()
     return Attribution(loop_ms=loop_ns / 1e6, steps=steps,
-                       parts=_parts(labels.keys, _Times.joined(rows), loop_ns, step_ns,
-                                    (thread or UNNAMED_THREAD) if stepping else ""))
+                       parts=_parts(labels.keys, times, loop_ns, step_ns, (thread or UNNAMED_THREAD) if stepping else ""))
 
 
 def _host_time(host: _Host, window: Window) -> _Times:

@@ -553,13 +553,19 @@ class _Union:
         if len(self.starts) == 0:
             return np.zeros(len(windows), dtype=np.int64)
         start, end = windows[:, 0], windows[:, 1]
+        # Windows are up to a line's millions of events: each array is worked in place and let go once used.
         first = np.searchsorted(self.ends, start, side="right")
         last = np.searchsorted(self.starts, end, side="left")
         total = self.covered_before[last] - self.covered_before[first]
-        some = first < last
-        clip_first = np.where(some, np.maximum(0, start - self.starts[np.minimum(first, len(self.starts) - 1)]), 0)
-        clip_last = np.where(some, np.maximum(0, self.ends[np.maximum(last - 1, 0)] - end), 0)
-        return np.where(some, total - clip_first - clip_last, 0)
+        none = first >= last
+        clip = self.starts[np.minimum(first, len(self.starts) - 1, out=first)]
+        del first
+        total -= np.maximum(np.subtract(start, clip, out=clip), 0, out=clip)
+        clip = self.ends[np.maximum(np.subtract(last, 1, out=last), 0, out=last)]
+        del last
+        total -= np.maximum(np.subtract(clip, end, out=clip), 0, out=clip)
+        total[none] = 0
+        return total
 
 
 def _union_of(lines: list[_Line], keep: np.ndarray) -> _Union:
@@ -1218,8 +1224,14 @@ class _Calls:
 
 def _idle_cover(unions: list[_Union], spans: np.ndarray) -> np.ndarray:
     """For each ``[start, end)`` row, the nanoseconds the devices idle (mean over devices; all of it without any)."""
-    busy = np.mean([union.covered(spans) for union in unions], axis=0) if unions else 0.0
-    return np.maximum((spans[:, 1] - spans[:, 0]) - busy, 0.0)
+    if not unions:
+        return np.maximum((spans[:, 1] - spans[:, 0]) - 0.0, 0.0)
+    busy = unions[0].covered(spans).astype(np.float64)  # their mean, summed a device at a time
+    for union in unions[1:]:
+        busy += union.covered(spans)
+    busy /= len(unions)
+    np.subtract(spans[:, 1] - spans[:, 0], busy, out=busy)
+    return np.maximum(busy, 0.0, out=busy)
 
 
 def _stepping_own(trace: _Trace, line: _Line, calls: _Calls, busy_unions: list[_Union], is_read: np.ndarray,
