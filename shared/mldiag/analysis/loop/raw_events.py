@@ -262,9 +262,11 @@ class _Reader:
         del every_id
         if not with_modules:
             del positions
+            line.release()  # read: its file's columns go before the _Line finds how its events nest
             return _Line(line.name, begin, end, ids)
         read = _Line(line.name, begin, end, ids)
         read.modules = self._runs_modules(line, read, positions)
+        line.release()
         return _with_modules(read)
 
     def _runs_modules(self, line: Line, read: _Line, positions: np.ndarray) -> np.ndarray:
@@ -363,6 +365,7 @@ class _Reader:
             for line in plane.lines:
                 if id(line) not in self.kept:
                     self._events(line, timeline_only=True)
+                    line.release()
                 kept.append((plane.name, line.name, *self.kept.pop(id(line))))
             plane.lines.clear()
         return kept

@@ -302,6 +302,10 @@ class Line:
         """Whole nanoseconds, as ``jax.profiler.ProfileData`` gives them."""
         return self.durations_ps // 1000
 
+    def release(self) -> None:
+        """Let go of the events' columns, once read: the line stays, named, without events."""
+        self.metadata_ids = self.starts_ns = self.durations_ps = self._offsets = np.zeros(0, dtype=np.int64)
+
     def stats(self, index: int) -> dict[str, Any]:
         """The stats of event ``index`` by name, its metadata's stats included (the event's own win).
 
