@@ -826,7 +826,8 @@ def attribute(*, names: Sequence[str], windows: list[Window], steps: int, busy_n
     times = _Times.joined(rows)
     rows.clear()
     return Attribution(loop_ms=loop_ns / 1e6, steps=steps,
-                       parts=_parts(labels.keys, times, loop_ns, step_ns, (thread or UNNAMED_THREAD) if stepping else ""))
+                       parts=_parts(labels.keys, times, loop_ns, step_ns,
+                                    (thread or UNNAMED_THREAD) if stepping else ""))
 
 
 def _host_time(host: _Host, window: Window) -> _Times:
