@@ -231,10 +231,10 @@ class _Trace:
 class _Reader:
     """Reads lines into arrays, numbering names and noticing each name's first event.
 
-    Every event of every line it reads, instant ones included, is also kept for
-    the :class:`~mldiag.analysis.profile.timeline.Timeline`; names that only such events
-    carry are numbered apart (negative ids), so that the evidence's numbering
-    stays that of the events it reads.
+    With ``keeps_timeline``, every event of every line it reads, instant ones
+    included, is also kept for the :class:`~mldiag.analysis.profile.timeline.Timeline`;
+    names that only such events carry are numbered apart (negative ids), so that
+    the evidence's numbering stays that of the events it reads.
     """
 
     def __init__(self, trace: _Trace, *, keeps_timeline: bool):
