@@ -71,12 +71,14 @@ Progress = Callable[[str], None]
 # Runs after the analyst, while the private copy and XProf's conversions of it are still there.
 Investigate = Callable[["Analysis", ToolContext], "Analysis"]
 TIMELINE_SUFFIX = ".timeline.npz"
-RAW_EVENTS_COST = 9  # the reader process's peak, interpreter included, in multiples of the file's size (3x-8.5x)
-# The same by the file's events, where cutting it into time slices has counted them: its interpreter and modules,
-# and bytes per event (beyond those, 133 to 160 measured on CPU profiles of 1.2 to 8.5 million events, 4.2x to 8.5x
-# their size: few bytes an event reads as a large multiple, many as a small one).
+RAW_EVENTS_COST = 7  # the reader process's peak, interpreter included, in multiples of the file's size (3.6x-6.9x)
+# The same by the file's events and bytes, where cutting it into time slices has counted the events: its interpreter
+# and modules, bytes per event (the evidence's arrays) and per byte of the file (a line's copy and its framing while
+# it is read). Measured peaks: 292 MiB for 1.93 million events in 44.4 MB (op by op), 202 MiB for 0.79 million in
+# 44.1 MB (a training loop), 1,052 MiB for 5.5 million in 307 MB; this reserves 8-16 % more.
 RAW_EVENTS_BASE = 64 << 20
-RAW_EVENTS_PER_EVENT = 200
+RAW_EVENTS_PER_EVENT = 80
+RAW_EVENTS_PER_BYTE = 2.5
 DETECTORS = ("detect_layout_mismatch_copies", "detect_unfused_reshapes", "detect_unnecessary_convert_reduce")
 
 
@@ -89,6 +91,14 @@ def _private_folder(scratch_dir: Path | None) -> Iterator[Path]:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def raw_events_cost(events: int, file_bytes: int) -> int:
+    """What the raw-event read of a file needs at its peak, its process included: by the file's events and bytes
+    where its events are counted (0: not counted), else a multiple of its size."""
+    if not events:
+        return RAW_EVENTS_COST * file_bytes
+    return RAW_EVENTS_BASE + RAW_EVENTS_PER_EVENT * events + int(RAW_EVENTS_PER_BYTE * file_bytes)
 
 
 def timeline_of(xplane: Path) -> Path:
@@ -323,8 +333,7 @@ def start_analysis(
             # Behind op_stats in the budget's line: when both cannot run at once, the conversions (on every core)
             # go first and the read (on one) overlaps the tools' work on their op_stats.
             state.op_stats_conversions_queued.wait()
-            cost = RAW_EVENTS_BASE + RAW_EVENTS_PER_EVENT * state.events if state.events else (
-                RAW_EVENTS_COST * xplane.stat().st_size)
+            cost = raw_events_cost(state.events, xplane.stat().st_size)
             with budget.reserve_all_needed(cost):
                 say(f"reading the events of {xplane.name} ({xplane.stat().st_size / 1e6:.1f} MB)")
                 return read_events_apart(xplane)

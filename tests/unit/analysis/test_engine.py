@@ -12,7 +12,7 @@ import pytest
 from analysis_support import xplane
 
 from mldiag.analysis import MANAGED_TOOLS, analyze_profile
-from mldiag.analysis.engine import start_analysis
+from mldiag.analysis.engine import raw_events_cost, start_analysis
 from mldiag.analysis.evidence import ToolStatus
 from mldiag.analysis.xprof import xprof_tools
 from mldiag.analysis.xprof.budget import PROCESS_GROWTH, MemoryBudget, OverBudget, default_ceiling
@@ -218,3 +218,21 @@ def test_a_module_on_the_way_to_the_conversions_loads_only_what_they_need(module
         capture_output=True, text=True, timeout=60, check=True,
     )
     assert shown.stdout.strip() == "[]"
+
+
+# The raw-event read's peak resident memory on scripts/bench_analysis.py's profiles: (events, file bytes, peak).
+MEASURED_READS = {
+    "large_op_by_op": (1_934_240, 44_355_926, 292 << 20),
+    "large": (787_389, 44_073_782, 202 << 20),
+    "scaled_300mb": (5_511_723, 307_238_478, 1_052 << 20),
+}
+
+
+@pytest.mark.parametrize("events, file_bytes, peak", MEASURED_READS.values(), ids=MEASURED_READS)
+def test_the_raw_event_read_reserves_its_measured_peak_and_not_much_more(events, file_bytes, peak):
+    # Reserving much more keeps it from running beside a conversion where both would fit.
+    assert peak <= raw_events_cost(events, file_bytes) <= 1.2 * peak
+
+
+def test_a_raw_event_read_whose_events_are_not_counted_reserves_by_its_size():
+    assert raw_events_cost(0, 10 << 20) == 70 << 20

@@ -257,8 +257,9 @@ def subtree_ends(line: LineLike) -> np.ndarray:
     return np.maximum(np.searchsorted(line.starts, line.ends, side="left"), index + 1)
 
 
-def self_pieces(line: LineLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The intervals where each event is the innermost one open: ``(starts, ends, event)``.
+def self_pieces(line: LineLike, of: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The intervals where each event (each that ``of`` flags, when given) is the innermost one open:
+    ``(starts, ends, event)``.
 
     Events are in (start, -end) order, so an event's first child, if any, comes
     right after it. An event owns the time from its start to its first child,
@@ -271,24 +272,32 @@ def self_pieces(line: LineLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     count = len(starts)
     if count == 0:
         return starts, ends, np.zeros(0, dtype=np.int64)
-    index = np.arange(count)
+    # A line holds up to millions of events: each array is let go once used, and pieces that take no time are
+    # dropped before the heads and tails are joined.
     head_end = ends.copy()
-    has_child = parents[1:] == index[:-1]
-    head_end[:-1][has_child] = starts[1:][has_child]
+    has_child = np.flatnonzero(parents[1:] == np.arange(count - 1))
+    head_end[has_child] = starts[has_child + 1]
+    del has_child
     nested = np.flatnonzero(parents >= 0)
     owner = parents[nested]
     # The next child of the same parent: children sorted by (parent, index), the following one where it shares it.
-    by_parent = nested[np.lexsort((nested, owner))]
+    by_parent = nested[np.argsort(owner, kind="stable")]
     following = np.full(count, -1, dtype=np.int64)
     same = parents[by_parent[1:]] == parents[by_parent[:-1]]
     following[by_parent[:-1][same]] = by_parent[1:][same]
+    del by_parent, same
     sibling = following[nested]
+    del following
     tail_end = np.where(sibling >= 0, starts[np.maximum(sibling, 0)], ends[owner])
-    piece_starts = np.concatenate((starts, ends[nested]))
-    piece_ends = np.concatenate((head_end, tail_end))
-    piece_events = np.concatenate((index, owner))
-    keep = piece_ends > piece_starts
-    return piece_starts[keep], piece_ends[keep], piece_events[keep]
+    del sibling
+    tail_start = ends[nested]
+    del nested
+    head, tail = head_end > starts, tail_end > tail_start
+    if of is not None:
+        head &= of
+        tail &= of[owner]
+    return (np.concatenate((starts[head], tail_start[tail])), np.concatenate((head_end[head], tail_end[tail])),
+            np.concatenate((np.flatnonzero(head), owner[tail])))
 
 
 # --- the sweep ---------------------------------------------------------------------------------
@@ -323,7 +332,7 @@ class _Sweep:
         first, last = np.searchsorted(bounds, starts), np.searchsorted(bounds, ends)
         intervals = len(bounds) - 1
         present = [int(t) for t in np.flatnonzero(np.bincount(tiers, minlength=n_tiers))]
-        counts = np.zeros((n_tiers, intervals), dtype=np.int64)
+        counts = np.zeros((n_tiers, intervals), dtype=np.int32)  # a row is as long as the intervals
         for tier in present:  # a row at a time: the intervals are up to millions, each row as long
             of_tier = tiers == tier
             counts[tier] = np.cumsum(np.bincount(first[of_tier], minlength=intervals + 1)
@@ -340,15 +349,20 @@ class _Sweep:
         """Per interval, the step it lies in."""
         return np.searchsorted(self.step_at[:-1], np.arange(len(self.bounds) - 1), side="right") - 1
 
-    def per_piece_and_step(self, tier_weights: np.ndarray, tiers: np.ndarray,
-                           count: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The time of each of the first ``count`` pieces (all by default) in each step it lies in: the sum over
-        its intervals there of its tier's weight (``tier_weights[tier]``); as (piece, step, time) rows."""
+    def per_piece_and_step(self, lengths: np.ndarray, order: Sequence[int], tiers: np.ndarray,
+                           count: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The time of each of the first ``count`` pieces (all by default) in each step it lies in, as (piece,
+        step, time) rows, and the time of each interval no tier covers.
+
+        Each interval's ``lengths`` goes to the first tier of ``order`` that covers it, split equally among its
+        pieces (:meth:`_shares`); a piece's time in a step is the sum of its shares over its intervals there.
+        """
         first, last = self.first[:count], self.last[:count]
         intervals = len(self.bounds) - 1
+        free = lengths.copy()
         if not intervals:
             empty = np.zeros(0, dtype=np.int64)
-            return empty, empty, np.zeros(0)
+            return empty, empty, np.zeros(0), free
         steps = self.interval_steps
         timed = last > first
         step_first = steps[np.minimum(first, intervals - 1)]
@@ -357,26 +371,23 @@ class _Sweep:
         step = np.repeat(step_first, spans) + np.arange(int(spans.sum())) - np.repeat(np.cumsum(spans) - spans, spans)
         begin = np.maximum(first[piece], self.step_at[step])
         end = np.minimum(last[piece], self.step_at[step + 1])
-        # The prefix sums of one tier at a time, for its pieces (a row is as long as the intervals); a piece of a
-        # tier no piece has gets none.
+        # The prefix sums of one tier's shares at a time, for its pieces (a row is as long as the intervals); a piece
+        # of a tier outside ``order`` gets none.
         tier, time = tiers[piece], np.zeros(len(piece))
         prefix = np.zeros(intervals + 1)
-        for present in self.present:
+        for present in (tier for tier in order if tier in self.present):
             of_tier = np.flatnonzero(tier == present)
-            np.cumsum(tier_weights[present], out=prefix[1:])
+            np.cumsum(self._shares(present, free), out=prefix[1:])
             time[of_tier] = prefix[end[of_tier]] - prefix[begin[of_tier]]
-        return piece, step, time
+        return piece, step, time, free
 
-    def shares(self, lengths: np.ndarray, order: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-        """Per tier and interval, the time each covering piece gets: the first tier of ``order`` that covers an
-        interval takes it, split equally among its pieces; and the time no tier covers."""
-        weights = np.zeros(self.counts.shape)
-        free = lengths.copy()
-        for tier in (tier for tier in order if tier in self.present):
-            takes = (self.counts[tier] > 0) & (free > 0)
-            weights[tier, takes] = free[takes] / self.counts[tier, takes]
-            free[takes] = 0.0
-        return weights, free
+    def _shares(self, tier: int, free: np.ndarray) -> np.ndarray:
+        """Per interval, the time each piece of ``tier`` gets of the time still ``free``, which it takes."""
+        shares = np.zeros(len(free))
+        takes = (self.counts[tier] > 0) & (free > 0)
+        shares[takes] = free[takes] / self.counts[tier, takes]
+        free[takes] = 0.0
+        return shares
 
 
 # --- the attribution ---------------------------------------------------------------------------
@@ -384,10 +395,9 @@ class _Sweep:
 
 def _lane_pieces(lane: LineLike, device_label: np.ndarray, busy_name: np.ndarray) -> tuple[np.ndarray, ...]:
     """A lane's innermost busy events, as (starts, ends, labels) in time order."""
-    piece_starts, piece_ends, events = self_pieces(lane)
-    owner = host_time.nearest(lane.parents, busy_name[lane.ids])[events]
-    kept = owner >= 0
-    return _merged(piece_starts[kept], piece_ends[kept], device_label[lane.ids[owner[kept]]])
+    owner = host_time.nearest(lane.parents, busy_name[lane.ids])
+    piece_starts, piece_ends, events = self_pieces(lane, owner >= 0)
+    return _merged(piece_starts, piece_ends, device_label[lane.ids[owner[events]]])
 
 
 @dataclass
@@ -399,7 +409,9 @@ class _Times:
     ns: np.ndarray
 
     def scaled(self, weight: float) -> _Times:
-        return _Times(self.labels, self.steps, self.ns * weight)
+        """These times, each multiplied by ``weight`` in place."""
+        self.ns *= weight
+        return self
 
     @classmethod
     def joined(cls, times: list[_Times]) -> _Times:
@@ -422,8 +434,8 @@ def _device_time(device: Device, device_label: np.ndarray, label_tier: np.ndarra
         sweep = _Sweep.of(np.concatenate((starts, starts[own])), np.concatenate((ends, ends[own])),
                           np.concatenate((label_tier[labels], np.full(int(own.sum()), 4))), 5, window)
         busy = np.where(sweep.counts[4] > 0, sweep.lengths, 0.0)
-    weights, _ = sweep.shares(busy, (_COMPUTE, _COLLECTIVE, _TRANSFER, _RUNTIME))
-    piece, step, time = sweep.per_piece_and_step(weights, label_tier[labels], len(labels))
+    piece, step, time, _ = sweep.per_piece_and_step(busy, (_COMPUTE, _COLLECTIVE, _TRANSFER, _RUNTIME),
+                                                    label_tier[labels], len(labels))
     return _Times(labels[piece], step, time)
 
 
@@ -504,8 +516,8 @@ def _host_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, mark
     outside = _Events.of(line, kept)
     outside_class = event_class[~inside]
     is_marker = markers[outside.ids]
-    piece_starts, piece_ends, events = self_pieces(outside)
-    in_loop = (piece_ends > loop[0]) & (piece_starts < loop[1]) & ~is_marker[events]
+    piece_starts, piece_ends, events = self_pieces(outside, ~is_marker)
+    in_loop = (piece_ends > loop[0]) & (piece_starts < loop[1])
     piece_starts, piece_ends, events = piece_starts[in_loop], piece_ends[in_loop], events[in_loop]
     work = outside_class <= _BUILTIN
     named = ~is_marker & (outside_class != _BUILTIN)
@@ -550,9 +562,9 @@ def _python_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, py
     """A thread's instants in its own Python code, where it holds the interpreter: its innermost event a Python
     function's frame (the Python tracer's; not a builtin or C function, a wait or a runtime call, which may let go
     of it), named by that function."""
-    starts, ends, events = self_pieces(line)
+    starts, ends, events = self_pieces(line, (classes[line.ids] == _WORK) & ~markers[line.ids] & python[line.ids])
     ids = line.ids[events]
-    kept = (classes[ids] == _WORK) & ~markers[ids] & python[ids] & (ends > loop[0]) & (starts < loop[1])
+    kept = (ends > loop[0]) & (starts < loop[1])
     starts, ends, ids = _merged(starts[kept], ends[kept], ids[kept])
     thread = line.name or UNNAMED_THREAD
     named = {int(i): labels.of(TimeCause.INTERPRETER, names[i], thread) for i in np.unique(ids).tolist()}
@@ -563,9 +575,9 @@ def _python_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, py
 def _released_pieces(line: LineLike, classes: np.ndarray, loop: tuple[int, int]) -> _HostPieces:
     """The stepping thread's instants inside a builtin or C function, or a wait: a call that may let go of the
     interpreter. They mask the interpreter's tier and are never a cause (their label is unused)."""
-    starts, ends, events = self_pieces(line)
-    kind = classes[line.ids[events]]
-    kept = ((kind == _BUILTIN) | (kind == _WAIT)) & (ends > loop[0]) & (starts < loop[1])
+    kind = classes[line.ids]
+    starts, ends, _ = self_pieces(line, (kind == _BUILTIN) | (kind == _WAIT))
+    kept = (ends > loop[0]) & (starts < loop[1])
     starts, ends, _ = _merged(starts[kept], ends[kept], np.zeros(int(kept.sum()), dtype=np.int64))
     return _HostPieces(starts, ends, np.zeros(len(starts), dtype=np.int64), np.full(len(starts), _RELEASED))
 
@@ -647,10 +659,9 @@ def _in_flight(line: LineLike, names: Sequence[str], classes: np.ndarray, marker
     while len(callers := callers[callers >= 0]):
         quiet[callers] = True
         callers = line.parents[callers]
-    piece_starts, piece_ends, events = self_pieces(line)
-    loud = ~quiet[events]
-    order = np.argsort(piece_starts[loud], kind="stable")
-    loud_starts, loud_ends = piece_starts[loud][order], np.maximum.accumulate(piece_ends[loud][order])
+    piece_starts, piece_ends, _ = self_pieces(line, ~quiet)
+    order = np.argsort(piece_starts, kind="stable")
+    loud_starts, loud_ends = piece_starts[order], np.maximum.accumulate(piece_ends[order])
     starts, call_ends = line.starts[calls], line.ends[calls]
     next_call = np.append(starts[1:], np.iinfo(np.int64).max)
     # Calls in a burst (each within a moment of the last: the arrays of one batch) are in flight together: a call
@@ -810,8 +821,12 @@ def attribute(*, names: Sequence[str], windows: list[Window], steps: int, busy_n
         rows.append(_host_time(host, window).scaled(weight))
         rows += [_device_time(device, device_label, label_tier, busy_name, window).scaled(weight_of)
                  for device in window.devices]
+    # The pieces and each window's rows, up to millions apiece, go before the parts are made of the rows joined.
+    del host
+    times = _Times.joined(rows)
+    rows.clear()
     return Attribution(loop_ms=loop_ns / 1e6, steps=steps,
-                       parts=_parts(labels.keys, _Times.joined(rows), loop_ns, step_ns,
+                       parts=_parts(labels.keys, times, loop_ns, step_ns,
                                     (thread or UNNAMED_THREAD) if stepping else ""))
 
 
@@ -826,12 +841,15 @@ def _host_time(host: _Host, window: Window) -> _Times:
     if window.devices:
         intervals = np.column_stack((sweep.bounds[:-1], sweep.bounds[1:]))
         idle = idle - np.mean([device.busy.covered(intervals) for device in window.devices], axis=0)
+        del intervals
     waiting = sweep.counts[_HOST_TIER[_WAIT]] > 0
-    sweep.counts[_OTHER_THREADS, ~waiting] = 0  # they explain only the stepping waits
-    # Waiting on something else, or in a call that may let go of the interpreter, the thread needs none.
-    sweep.counts[_INTERPRETER, waiting | (sweep.counts[_RELEASED] > 0) | (sweep.counts[_IN_FLIGHT] > 0)] = 0
-    weights, unexplained = sweep.shares(idle, range(_RELEASED))
-    piece, step, time = sweep.per_piece_and_step(weights, tiers)
+    # Other threads explain only the stepping waits; waiting on something else, or in a call that may let go of
+    # the interpreter, the thread needs none (the row of a tier no piece has is zero, and left untouched).
+    if _OTHER_THREADS in sweep.present:
+        sweep.counts[_OTHER_THREADS, ~waiting] = 0
+    if _INTERPRETER in sweep.present:
+        sweep.counts[_INTERPRETER, waiting | (sweep.counts[_RELEASED] > 0) | (sweep.counts[_IN_FLIGHT] > 0)] = 0
+    piece, step, time, unexplained = sweep.per_piece_and_step(idle, range(_RELEASED), tiers)
     steps = len(window.step_starts)
     untraced = np.bincount(sweep.interval_steps, weights=unexplained, minlength=steps)
     return _Times(np.concatenate((np.concatenate([p.labels for p in pieces])[piece], np.full(steps, host.untraced))),

@@ -74,7 +74,8 @@ def nearest(parents: np.ndarray, flagged: np.ndarray) -> np.ndarray:
 
     Pointer doubling: after k passes each unresolved event looks 2**k levels up.
     """
-    found = np.where(flagged, np.arange(len(parents)), -1)
+    found = np.full(len(parents), -1, dtype=np.int64)
+    found[flagged] = np.flatnonzero(flagged)
     up = parents.copy()
     todo = np.flatnonzero((found < 0) & (up >= 0))
     while len(todo):
@@ -87,7 +88,9 @@ def nearest(parents: np.ndarray, flagged: np.ndarray) -> np.ndarray:
 
 def nearest_flagged(parents: np.ndarray, flagged: np.ndarray) -> np.ndarray:
     """For each event, the nearest event enclosing it that is ``flagged`` (itself not counted), -1 when none."""
-    return np.where(parents >= 0, nearest(parents, flagged)[np.maximum(parents, 0)], -1)
+    found = nearest(parents, flagged)[np.maximum(parents, 0)]
+    found[parents < 0] = -1
+    return found
 
 
 @dataclass
@@ -106,8 +109,8 @@ def owners(parents: np.ndarray, ids: np.ndarray, names: int, own: np.ndarray, na
     """Split each top-level event's own time among the functions that hold it: a step function that makes its
     batch and then logs is owned by both, each with its share; a function too small to matter stays with the
     one that called it. ``reads`` flags the events that read device values back."""
-    index = np.arange(len(parents), dtype=np.int64)
-    top = np.where(tops, index, nearest_flagged(parents, tops))
+    top = nearest_flagged(parents, tops)
+    top[tops] = np.flatnonzero(tops)
     inside = (top >= 0) & ~tops & named & (own > 0)
     keys = ids[top[inside]] * names + ids[inside]
     distinct, inverse = np.unique(keys, return_inverse=True)
@@ -121,7 +124,8 @@ def owners(parents: np.ndarray, ids: np.ndarray, names: int, own: np.ndarray, na
     taken = np.zeros(len(parents), dtype=np.float64)
     np.add.at(taken, above[inner], own[inner])
     exclusive = np.where(holder, np.maximum(own - taken, 0.0), 0.0)
-    read_by = np.where(holder, index, above)[reads & (top >= 0)]
+    reading = np.flatnonzero(reads & (top >= 0))
+    read_by = np.where(holder[reading], reading, above[reading])
     read = np.zeros(len(parents), dtype=bool)
     read[read_by[read_by >= 0]] = True
     return Owners(top, holder, exclusive, read)

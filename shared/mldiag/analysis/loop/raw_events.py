@@ -149,10 +149,11 @@ class _Line:
     parents: np.ndarray = field(init=False)  # index of the enclosing event, -1 at the top
 
     def __post_init__(self) -> None:
-        order = np.lexsort((-self.ends, self.starts))
-        self.starts, self.ends, self.ids = self.starts[order], self.ends[order], self.ids[order]
-        if self.modules is not None:
-            self.modules = self.modules[order]
+        if not _in_order(self.starts, self.ends):
+            order = np.lexsort((-self.ends, self.starts))
+            self.starts, self.ends, self.ids = self.starts[order], self.ends[order], self.ids[order]
+            if self.modules is not None:
+                self.modules = self.modules[order]
         self.parents = _parents(self.starts, self.ends)
 
     def __len__(self) -> int:
@@ -164,6 +165,12 @@ class _Line:
         nested = self.parents >= 0
         np.subtract.at(own, self.parents[nested], (self.ends - self.starts)[nested])
         return own
+
+
+def _in_order(starts: np.ndarray, ends: np.ndarray) -> bool:
+    """Whether events are in (start, -end) order already, as a stable sort would leave them."""
+    later = starts[1:] > starts[:-1]
+    return bool((later | ((starts[1:] == starts[:-1]) & (ends[1:] <= ends[:-1]))).all())
 
 
 def _parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -224,30 +231,43 @@ class _Trace:
 class _Reader:
     """Reads lines into arrays, numbering names and noticing each name's first event.
 
-    Every event of every line it reads, instant ones included, is also kept for
-    the :class:`~mldiag.analysis.profile.timeline.Timeline`; names that only such events
-    carry are numbered apart (negative ids), so that the evidence's numbering
-    stays that of the events it reads.
+    With ``keeps_timeline``, every event of every line it reads, instant ones
+    included, is also kept for the :class:`~mldiag.analysis.profile.timeline.Timeline`;
+    names that only such events carry are numbered apart (negative ids), so that
+    the evidence's numbering stays that of the events it reads.
     """
 
-    def __init__(self, trace: _Trace):
+    def __init__(self, trace: _Trace, *, keeps_timeline: bool):
         self.trace = trace
         self.ids: dict[str, int] = {}
         self.timeline_ids: dict[str, int] = {}  # names of events only the timeline keeps -> -1, -2, ...
-        self.kept: dict[int, np.ndarray] = {}  # id(line) -> every event's name id
+        self.keeps_timeline = keeps_timeline
+        # id(line) -> every event's name id, and its duration as the timeline keeps it (:meth:`timeline`)
+        self.kept: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def line(self, line: Line, first_seen: FirstSeen | None = None, *, timed_only: bool = False,
              with_modules: bool = False) -> _Line:
         """The line's events as arrays; ``timed_only`` drops instant events (markers that take no time), and
         ``with_modules`` reads the program each event runs (:meth:`_runs_modules`)."""
         every_id = self._events(line, first_seen, timed_only=timed_only)
-        evidence = every_id >= 0
-        begin, end = line.starts_ns[evidence], line.starts_ns[evidence] + line.durations_ns[evidence]
-        read = _Line(line.name, begin, end, every_id[evidence])
-        if with_modules:  # the line's positions in the order _Line sorts its events
-            read.modules = self._runs_modules(line, read, np.flatnonzero(evidence)[np.lexsort((-end, begin))])
-            read = _with_modules(read)
-        return read
+        evidence = np.flatnonzero(every_id >= 0)
+        begin = line.starts_ns[evidence]
+        end = begin + line.durations_ns[evidence]
+        # Sorted here, as _Line sorts its events, each column replaced by its sorted copy at once: a line holds up
+        # to millions of events.
+        order = np.lexsort((-end, begin))
+        begin, end, positions = begin[order], end[order], evidence[order]  # the line's positions in that order
+        del order, evidence
+        ids = every_id[positions]
+        del every_id
+        if not with_modules:
+            del positions
+            line.release()  # read: its file's columns go before the _Line finds how its events nest
+            return _Line(line.name, begin, end, ids)
+        read = _Line(line.name, begin, end, ids)
+        read.modules = self._runs_modules(line, read, positions)
+        line.release()
+        return _with_modules(read)
 
     def _runs_modules(self, line: Line, read: _Line, positions: np.ndarray) -> np.ndarray:
         """The program of each outermost event of ``read`` (a run of a program's thunks, or an op run alone), from
@@ -291,15 +311,19 @@ class _Reader:
             apart = line.durations_ns == 0 if timed_only else np.zeros(len(line), dtype=bool)
         every_id = np.empty(len(line), dtype=np.int64)
         for chosen, numbered in ((~apart, self._numbered), (apart, self._numbered_apart)):
-            positions = np.flatnonzero(chosen)
+            # Mostly every event of the line is chosen (a host thread's millions): then taken whole, not copied.
+            positions: slice | np.ndarray = slice(None) if chosen.all() else np.flatnonzero(chosen)
             metadata_ids, first, inverse = np.unique(line.metadata_ids[positions], return_index=True,
                                                      return_inverse=True)
             ids = np.empty(len(metadata_ids), dtype=np.int64)
             for distinct in np.argsort(first):  # names are numbered in the order their first events come
                 name = line.plane.event_names.get(int(metadata_ids[distinct]), "")
-                ids[distinct] = numbered(name, line, int(positions[first[distinct]]), first_seen)
+                position = int(first[distinct]) if isinstance(positions, slice) else int(positions[first[distinct]])
+                ids[distinct] = numbered(name, line, position, first_seen)
             every_id[positions] = ids[inverse]
-        self.kept[id(line)] = every_id
+        if self.keeps_timeline:
+            # As XProf computes it: its reader's nanoseconds (picoseconds / 1000.0) times 1000, truncated.
+            self.kept[id(line)] = (every_id.astype(np.int32), (line.durations_ps / 1000.0 * 1000).astype(np.int64))
         return every_id
 
     def _numbered(self, name: str, line: Line, position: int, first_seen: FirstSeen | None) -> int:
@@ -318,27 +342,33 @@ class _Reader:
         return index
 
     def timeline(self, planes: list[Plane]) -> Timeline:
-        """Every event of ``planes``, lines the evidence skipped included."""
-        for plane in planes:
-            for line in plane.lines:
-                if id(line) not in self.kept:
-                    self._events(line, timeline_only=True)
+        """Every event of ``planes``, lines the evidence skipped included; the planes' lines are let go on the
+        way (:meth:`_every_line`)."""
+        kept = self._every_line(planes)
         names = list(self.trace.names)
         index_of = dict(self.ids)
         for name in self.timeline_ids:
             if name not in index_of:
                 index_of[name] = len(names)
                 names.append(name)
-        apart = np.array([index_of[name] for name in self.timeline_ids] or [0], dtype=np.int64)
-        lines = []
+        apart = np.array([index_of[name] for name in self.timeline_ids] or [0], dtype=np.int32)
+        for _, _, ids, _ in kept:
+            numbered_apart = ids < 0
+            ids[numbered_apart] = apart[-1 - ids[numbered_apart]]
+        return Timeline(names, [TimelineLine(*line) for line in kept])
+
+    def _every_line(self, planes: list[Plane]) -> list[tuple[str, str, np.ndarray, np.ndarray]]:
+        """What the timeline keeps of each line of ``planes``, in file order: (plane, line, name ids, durations);
+        each plane's lines unlinked once kept."""
+        kept = []
         for plane in planes:
             for line in plane.lines:
-                ids = self.kept[id(line)]
-                ids = np.where(ids >= 0, ids, apart[np.maximum(-1 - ids, 0)])
-                # As XProf computes it: its reader's nanoseconds (picoseconds / 1000.0) times 1000, truncated.
-                as_xprof_computes = (line.durations_ps / 1000.0 * 1000).astype(np.int64)
-                lines.append(TimelineLine(plane.name, line.name, ids, as_xprof_computes))
-        return Timeline(names, lines)
+                if id(line) not in self.kept:
+                    self._events(line, timeline_only=True)
+                    line.release()
+                kept.append((plane.name, line.name, *self.kept.pop(id(line))))
+            plane.lines.clear()
+        return kept
 
 
 def _read(path: Path, timeline: Path | None = None) -> _Trace:
@@ -347,7 +377,20 @@ def _read(path: Path, timeline: Path | None = None) -> _Trace:
     except MalformedXSpace as error:
         raise UnreadableProfile(f"{path.name}: not a readable XSpace protobuf ({error})") from error
     trace = _Trace()
-    reader = _Reader(trace)
+    reader = _Reader(trace, keeps_timeline=timeline is not None)
+    _read_lines(planes, trace, reader)
+    if trace.events == 0:
+        raise UnreadableProfile(f"{path.name}: the profile has no trace events")
+    if timeline is not None:
+        reader.timeline(planes).save(timeline)
+    for plane in planes:  # a line and its plane refer to each other: unlinked, the file's columns go on return
+        plane.lines.clear()
+    return trace
+
+
+def _read_lines(planes: list[Plane], trace: _Trace, reader: _Reader) -> None:
+    """The lines the evidence reads, by role: each device's compute lanes, steps and program runs, then the
+    host's threads (and its compute lanes, where XLA runs on the host's CPU)."""
 
     def note_hlo_op(index: int, stats: dict[str, Any]) -> None:
         if stats.get("hlo_op"):
@@ -399,13 +442,6 @@ def _read(path: Path, timeline: Path | None = None) -> _Trace:
             trace.host_lines.append(events)
             if xla_runs_on_host and len(inline := _inline_program(trace, events)):
                 trace.lanes.setdefault("/host:CPU", []).append(inline)
-    if trace.events == 0:
-        raise UnreadableProfile(f"{path.name}: the profile has no trace events")
-    if timeline is not None:
-        reader.timeline(planes).save(timeline)
-    for plane in planes:  # a line and its plane refer to each other: unlinked, the file's columns go on return
-        plane.lines.clear()
-    return trace
 
 
 def _idle_accelerator(planes: list[Plane]) -> str:
@@ -520,13 +556,19 @@ class _Union:
         if len(self.starts) == 0:
             return np.zeros(len(windows), dtype=np.int64)
         start, end = windows[:, 0], windows[:, 1]
+        # Windows are up to a line's millions of events: each array is worked in place and let go once used.
         first = np.searchsorted(self.ends, start, side="right")
         last = np.searchsorted(self.starts, end, side="left")
         total = self.covered_before[last] - self.covered_before[first]
-        some = first < last
-        clip_first = np.where(some, np.maximum(0, start - self.starts[np.minimum(first, len(self.starts) - 1)]), 0)
-        clip_last = np.where(some, np.maximum(0, self.ends[np.maximum(last - 1, 0)] - end), 0)
-        return np.where(some, total - clip_first - clip_last, 0)
+        none = first >= last
+        clip = self.starts[np.minimum(first, len(self.starts) - 1, out=first)]
+        del first
+        total -= np.maximum(np.subtract(start, clip, out=clip), 0, out=clip)
+        clip = self.ends[np.maximum(np.subtract(last, 1, out=last), 0, out=last)]
+        del last
+        total -= np.maximum(np.subtract(clip, end, out=clip), 0, out=clip)
+        total[none] = 0
+        return total
 
 
 def _union_of(lines: list[_Line], keep: np.ndarray) -> _Union:
@@ -1093,6 +1135,23 @@ def _ops(trace: _Trace, measured: dict[str, list[_Line]], device_windows: dict[s
 
 
 @dataclass
+class _ByName:
+    """Time and count by event name, summed a line at a time."""
+
+    ns: np.ndarray
+    count: np.ndarray
+
+    @classmethod
+    def zeros(cls, names: int) -> _ByName:
+        return cls(np.zeros(names), np.zeros(names))
+
+    def add(self, ids: np.ndarray, keep: np.ndarray, ns: np.ndarray) -> None:
+        """The events ``keep`` selects, each name id of ``ids`` with its ``ns``."""
+        np.add.at(self.ns, ids[keep], ns[keep])
+        self.count += np.bincount(ids[keep], minlength=len(self.count))
+
+
+@dataclass
 class _HostSide:
     dispatches: np.ndarray  # per step
     dispatched: np.ndarray  # per name: outermost dispatches within steps
@@ -1168,8 +1227,14 @@ class _Calls:
 
 def _idle_cover(unions: list[_Union], spans: np.ndarray) -> np.ndarray:
     """For each ``[start, end)`` row, the nanoseconds the devices idle (mean over devices; all of it without any)."""
-    busy = np.mean([union.covered(spans) for union in unions], axis=0) if unions else 0.0
-    return np.maximum((spans[:, 1] - spans[:, 0]) - busy, 0.0)
+    if not unions:
+        return np.maximum((spans[:, 1] - spans[:, 0]) - 0.0, 0.0)
+    busy = unions[0].covered(spans).astype(np.float64)  # their mean, summed a device at a time
+    for union in unions[1:]:
+        busy += union.covered(spans)
+    busy /= len(unions)
+    np.subtract(spans[:, 1] - spans[:, 0], busy, out=busy)
+    return np.maximum(busy, 0.0, out=busy)
 
 
 def _stepping_own(trace: _Trace, line: _Line, calls: _Calls, busy_unions: list[_Union], is_read: np.ndarray,
@@ -1177,8 +1242,10 @@ def _stepping_own(trace: _Trace, line: _Line, calls: _Calls, busy_unions: list[_
     """For each selection of top-level events: their name ids, own idle time within the loop and whether they read
     device values back, and the rows of the functions that hold that time (top's name id, name id, own ns, reads)."""
     starts = np.clip(line.starts, *loop)
-    idle = _idle_cover(busy_unions, np.column_stack((starts, np.clip(line.ends, starts, loop[1]))))
-    own = host_time.own_idle(line.parents, idle, calls.outermost, calls.inside)
+    spans = np.column_stack((starts, np.clip(line.ends, starts, loop[1])))
+    del starts
+    own = host_time.own_idle(line.parents, _idle_cover(busy_unions, spans), calls.outermost, calls.inside)
+    del spans
     reads = is_read[line.ids]
     inclusive_reads = reads | _has_descendant(line, reads)
     found = []
@@ -1187,6 +1254,7 @@ def _stepping_own(trace: _Trace, line: _Line, calls: _Calls, busy_unions: list[_
         rows = np.flatnonzero(held.holder)
         found.append([line.ids[keep], own[keep], inclusive_reads[keep], line.ids[held.top[rows]], line.ids[rows],
                       held.exclusive[rows], held.reads[rows]])
+        del held  # a column per event of the line: gone before the next selection's are made
     return found
 
 
@@ -1240,53 +1308,70 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
     busy_or_moving = [_Union(np.concatenate((union.starts, moving.starts)), np.concatenate((union.ends, moving.ends)))
                       for union in busy_unions] or [moving]
     stepping = _stepping_lines(trace, is_marker, is_dispatch)
+    names = len(trace.names)
     dispatches = np.zeros(count, dtype=np.int64)
     compile_starts, compile_ends = [], []
     compiles_in_steps = allocator_events = 0
-    activity_keep, between_keep, outer_dispatch, durations, driving, reading_calls = [], [], [], [], [], []
+    dispatched, activity, between, transfers, reads = (_ByName.zeros(names) for _ in range(5))
+    transfer_idle_ns = np.zeros(names)
+    dispatching, dispatch_reads = np.zeros(names, dtype=bool), np.zeros(names, dtype=bool)
     owned: dict[str, list[list[np.ndarray]]] = {"activity": [], "between": []}
-    transfer_keep, transfer_idle, read_keep = [], [], []
-    origin_count, origin_ns = np.zeros(len(trace.names)), np.zeros(len(trace.names))
-    for line in trace.host_lines:
+    origin_count, origin_ns = np.zeros(names), np.zeros(names)
+    # A line holds up to millions of events: what is summed by name from its per-event arrays is summed at once,
+    # and an array is let go once used, so that few of them are held together (a line's are gone once it is read).
+    def read_line(line: _Line) -> None:
+        nonlocal dispatches, compiles_in_steps, allocator_events, dispatching, dispatch_reads, origin_count, origin_ns
         step = _step_of(windows, line.starts)
+        in_step = step >= 0
         calls = _outermost(line, is_dispatch)
-        outermost = calls & (step >= 0)
+        outermost = calls & in_step
         dispatches += np.bincount(step[outermost], minlength=count)
-        compiling = is_compile[line.ids] & (step >= 0)
+        del step
+        compiling = is_compile[line.ids] & in_step
         compile_starts.append(line.starts[compiling])
         compile_ends.append(line.ends[compiling])
         compiles_in_steps += int(is_backend_compile[line.ids[compiling]].sum())
         allocator_events += int(is_allocator[line.ids].sum())
-        is_stepping = any(line is chosen for chosen in stepping)
+        # What an event spends in the loop: a call begun in the last step may go on after the loop's end.
+        starts = np.clip(line.starts, windows[0, 0], windows[-1, 1])
+        durations = (np.clip(line.ends, starts, windows[-1, 1]) - starts).astype(np.float64)
+        del starts
+        dispatched.add(line.ids, outermost, durations)
+        driving = _has_descendant(line, calls)
+        dispatching |= np.bincount(line.ids[driving], minlength=names) > 0
+        reading_calls = outermost & _has_descendant(line, is_read[line.ids])
+        dispatch_reads |= np.bincount(line.ids[reading_calls], minlength=names) > 0
+        del reading_calls
+        if not any(line is chosen for chosen in stepping):
+            return
         parent_ids = np.where(line.parents >= 0, line.ids[np.maximum(line.parents, 0)], -1)
         top_level = (line.parents < 0) | ((parent_ids >= 0) & is_marker[np.maximum(parent_ids, 0)])
-        activity_keep.append(top_level & ~is_marker[line.ids] & (step >= 0) & is_stepping)
-        driving.append(_has_descendant(line, calls))
-        read_keep.append(_calls_that_read(line, driving[-1], is_named, is_read) & (step >= 0) & is_stepping)
+        del parent_ids
+        activity_keep = top_level & ~is_marker[line.ids] & in_step
+        reads.add(line.ids, _calls_that_read(line, driving, is_named, is_read) & in_step, durations)
         gap = _step_of(gap_windows, line.starts) if len(gap_windows) else np.full(len(line), -1)
         within_gap = (gap >= 0) & (gap == _step_of(gap_windows, np.maximum(line.ends - 1, line.starts))) \
             if len(gap_windows) else gap >= 0
-        between_keep.append(within_gap & ~_has_ancestor(line, within_gap) & is_stepping)
-        outer_dispatch.append(outermost)
-        reading_calls.append(outermost & _has_descendant(line, is_read[line.ids]))
-        transfer_keep.append(_outermost(line, is_transfer) & (step >= 0) & is_stepping)
-        transfer_idle.append(_idle_cover(busy_unions, np.column_stack((line.starts, line.ends))) if is_stepping
-                             else np.zeros(len(line)))
-        if is_stepping:
-            activity, between = _stepping_own(trace, line, _Calls.of(line, is_call, is_named), busy_or_moving,
-                                              is_read, [activity_keep[-1], between_keep[-1]],
-                                              (int(windows[0, 0]), int(windows[-1, 1])))
-            owned["activity"].append(activity)
-            owned["between"].append(between)
-        # What an event spends in the loop: a call begun in the last step may go on after the loop's end.
-        starts = np.clip(line.starts, windows[0, 0], windows[-1, 1])
-        durations.append((np.clip(line.ends, starts, windows[-1, 1]) - starts).astype(np.float64))
-        if is_stepping:
-            origin = _dispatch_origins(line, outermost, is_marker)
-            made = outermost & (origin >= 0)
-            origin_count += np.bincount(line.ids[origin[made]], minlength=len(trace.names))
-            origin_ns += np.bincount(line.ids[origin[made]], weights=durations[-1][made], minlength=len(trace.names))
-    ones = [np.ones(len(d)) for d in durations]
+        del gap
+        between_keep = within_gap & ~_has_ancestor(line, within_gap)
+        transfer_keep = _outermost(line, is_transfer) & in_step
+        transfers.add(line.ids, transfer_keep, durations)
+        np.add.at(transfer_idle_ns, line.ids[transfer_keep],
+                  _idle_cover(busy_unions, np.column_stack((line.starts[transfer_keep], line.ends[transfer_keep]))))
+        activity.add(line.ids, activity_keep, durations)
+        between.add(line.ids, between_keep, durations)
+        found_activity, found_between = _stepping_own(trace, line, _Calls.of(line, is_call, is_named), busy_or_moving,
+                                                      is_read, [activity_keep, between_keep],
+                                                      (int(windows[0, 0]), int(windows[-1, 1])))
+        owned["activity"].append(found_activity)
+        owned["between"].append(found_between)
+        origin = _dispatch_origins(line, outermost, is_marker)
+        made = outermost & (origin >= 0)
+        origin_count += np.bincount(line.ids[origin[made]], minlength=names)
+        origin_ns += np.bincount(line.ids[origin[made]], weights=durations[made], minlength=names)
+
+    for line in trace.host_lines:
+        read_line(line)
     compile_ns = _Union(np.concatenate(compile_starts or [np.zeros(0, np.int64)]),
                         np.concatenate(compile_ends or [np.zeros(0, np.int64)])).covered(windows)
     loop = np.array([[windows[0, 0], windows[-1, 1]]])
@@ -1305,30 +1390,30 @@ def _host_side(trace: _Trace, steps: _Steps, is_dispatch: np.ndarray, count: int
     in_loop = _Union(*host_time.intersection(any_wait.starts, any_wait.ends, loop[:, 0], loop[:, 1]))
     return _HostSide(
         dispatches=dispatches,
-        dispatched=_per_name(trace, trace.host_lines, ones, outer_dispatch),
-        dispatched_ns=_per_name(trace, trace.host_lines, durations, outer_dispatch),
+        dispatched=dispatched.count,
+        dispatched_ns=dispatched.ns,
         compile_ns=compile_ns,
         compiles_in_steps=compiles_in_steps,
         allocator_events=allocator_events,
-        activity_ns=_per_name(trace, trace.host_lines, durations, activity_keep),
-        activity_count=_per_name(trace, trace.host_lines, ones, activity_keep),
-        between_ns=_per_name(trace, trace.host_lines, durations, between_keep),
-        between_count=_per_name(trace, trace.host_lines, ones, between_keep),
-        dispatching=_per_name(trace, trace.host_lines, ones, driving) > 0,
-        dispatch_reads=_per_name(trace, trace.host_lines, ones, reading_calls) > 0,
+        activity_ns=activity.ns,
+        activity_count=activity.count,
+        between_ns=between.ns,
+        between_count=between.count,
+        dispatching=dispatching,
+        dispatch_reads=dispatch_reads,
         untraced_ns=float(loop[0, 1] - loop[0, 0] - traced.covered(loop)[0]) if stepping else 0.0,
         waiting_idle_ns=waited_ns - float(np.mean(busy_while_waiting)),
-        activity_own=_own_of(len(trace.names), owned["activity"]),
-        between_own=_own_of(len(trace.names), owned["between"]),
+        activity_own=_own_of(names, owned["activity"]),
+        between_own=_own_of(names, owned["between"]),
         thread_wait_idle_ns=float(_idle_cover(busy_unions, thread_waits).sum()),
         while_waiting=_other_threads(trace, stepping, in_loop, busy_unions, is_call, is_named),
-        transfer_ns=_per_name(trace, trace.host_lines, durations, transfer_keep),
-        transfer_count=_per_name(trace, trace.host_lines, ones, transfer_keep),
-        transfer_idle_ns=_per_name(trace, trace.host_lines, transfer_idle, transfer_keep),
-        read_ns=_per_name(trace, trace.host_lines, durations, read_keep),
+        transfer_ns=transfers.ns,
+        transfer_count=transfers.count,
+        transfer_idle_ns=transfer_idle_ns,
+        read_ns=reads.ns,
         origin_count=origin_count,
         origin_ns=origin_ns,
-        read_count=_per_name(trace, trace.host_lines, ones, read_keep),
+        read_count=reads.count,
         thread=stepping[0].name if stepping else "",
         moving_idle_ns=float(_idle_cover(busy_unions, np.column_stack(
             host_time.intersection(moving.starts, moving.ends, loop[:, 0], loop[:, 1]))).sum()),

@@ -60,9 +60,9 @@ class Timeline:
                 file,
                 labels=np.frombuffer(json.dumps(labels).encode("utf-8"), dtype=np.uint8),
                 lengths=np.array([len(line.ids) for line in self.lines], dtype=np.int64),
-                ids=np.concatenate([line.ids for line in self.lines] or [np.zeros(0)]).astype(np.int32),
-                durations_ps=np.concatenate([line.durations_ps for line in self.lines] or [np.zeros(0)]).astype(
-                    np.int64),
+                ids=np.concatenate([line.ids for line in self.lines] or [np.zeros(0, np.int32)], dtype=np.int32),
+                durations_ps=np.concatenate([line.durations_ps for line in self.lines] or [np.zeros(0, np.int64)],
+                                            dtype=np.int64),
             )
 
     @staticmethod

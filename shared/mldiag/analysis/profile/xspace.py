@@ -59,6 +59,11 @@ _EVENT_TAG = LINE_EVENTS << 3 | 2  # length-delimited
 _LEADING_FIELDS = (1, 2, 3)  # XEvent.metadata_id, offset_ps, duration_ps
 _MAX_VARINT_BYTES = 10
 _EVENTS_AT_ONCE = 1 << 16  # events decoded together (:func:`_leading_fields`)
+# After a line's bytes, as long as the longest varint and its tag: a field of its own (XLine has no field 15), whose
+# first byte ends any varint read past the line's last event. Parsed back whole, it says no field of the line ran
+# past the line's end.
+_PADDING_FIELD = 15
+_LINE_PADDING = bytes((_PADDING_FIELD << 3 | LENGTH_DELIMITED, 9)) + bytes(9)
 
 
 # --- finding planes --------------------------------------------------------------------------
@@ -127,7 +132,7 @@ def _messages() -> dict[str, Any]:
                               "repeated XPlane.StatMetadataEntry stat_metadata = 5; repeated XStat stats = 6")
     map_entry(plane, "EventMetadataEntry", "XEventMetadata")
     map_entry(plane, "StatMetadataEntry", "XStatMetadata")
-    message("XLine", "bytes name = 2; int64 timestamp_ns = 3; repeated bytes events = 4")
+    message("XLine", "bytes name = 2; int64 timestamp_ns = 3; repeated bytes events = 4; bytes padding = 15")
     message("XEvent", "repeated XStat stats = 4")
     stat = message("XStat", "int64 metadata_id = 1; double double_value = 2; uint64 uint64_value = 3; "
                             "int64 int64_value = 4; bytes str_value = 5; bytes bytes_value = 6; uint64 ref_value = 7")
@@ -181,27 +186,28 @@ def _varints(buffer: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return value, at + length
 
 
-def _leading_fields(buffer: np.ndarray, at: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Fields 1 to 3 of each serialized event ``buffer[at:ends]`` (zero where absent), one row per field.
+def _leading_fields(buffer: np.ndarray, at: np.ndarray, ends: np.ndarray) -> list[np.ndarray]:
+    """Fields 1 to 3 of each serialized event ``buffer[at:ends]`` (zero where absent), a column per field, as
+    int64 (a value past 2**63 wraps, as protobuf's int64 reads it).
 
     ``buffer`` must extend at least 10 bytes past the last event. The events are decoded
     :data:`_EVENTS_AT_ONCE` at a time: the dozen arrays a varint's decoding makes then stay in the
     processor's cache, where a line's millions of events would have each one go through memory.
     """
-    columns = np.zeros((len(_LEADING_FIELDS), len(at)), dtype=np.uint64)
+    columns = [np.zeros(len(at), dtype=np.int64) for _ in _LEADING_FIELDS]
     for first in range(0, len(at), _EVENTS_AT_ONCE):
         chosen = slice(first, first + _EVENTS_AT_ONCE)
-        _decode_leading_fields(buffer, at[chosen].copy(), ends[chosen], columns[:, chosen])
+        _decode_leading_fields(buffer, at[chosen].copy(), ends[chosen], [column[chosen] for column in columns])
     return columns
 
 
-def _decode_leading_fields(buffer: np.ndarray, at: np.ndarray, ends: np.ndarray, columns: np.ndarray) -> None:
-    for row, number in enumerate(_LEADING_FIELDS):
+def _decode_leading_fields(buffer: np.ndarray, at: np.ndarray, ends: np.ndarray, columns: list[np.ndarray]) -> None:
+    for column, number in zip(columns, _LEADING_FIELDS):
         present = np.flatnonzero((at < ends) & (buffer[at] == (number << 3 | VARINT)))
         values, after = _varints(buffer, at[present] + 1)
         if (after > ends[present]).any():
             raise MalformedXSpace(f"field {number} of an event runs past the event")
-        columns[row, present] = values
+        column[present] = values
         at[present] = after
 
 
@@ -295,6 +301,10 @@ class Line:
     def durations_ns(self) -> np.ndarray:
         """Whole nanoseconds, as ``jax.profiler.ProfileData`` gives them."""
         return self.durations_ps // 1000
+
+    def release(self) -> None:
+        """Let go of the events' columns, once read: the line stays, named, without events."""
+        self.metadata_ids = self.starts_ns = self.durations_ps = self._offsets = np.zeros(0, dtype=np.int64)
 
     def stats(self, index: int) -> dict[str, Any]:
         """The stats of event ``index`` by name, its metadata's stats included (the event's own win).
@@ -419,25 +429,30 @@ class LineEvents:
 
 def line_events(source: mmap.mmap, start: int, end: int) -> LineEvents:
     """The line at ``source[start:end]``, read from one copy of its bytes: protobuf frames its events, numpy
-    decodes them in place."""
+    decodes them in place.
+
+    The copy is immutable, with :data:`_LINE_PADDING` after the line: protobuf then frames the events where
+    they are (it copies each event of a mutable buffer), and numpy's varint reads past an event's end stop in
+    the padding.
+    """
     from google.protobuf.message import DecodeError
 
-    copy = bytearray(end - start + _MAX_VARINT_BYTES + 1)  # zeros past the line, for the varint reads
     with memoryview(source) as view:
-        copy[:end - start] = view[start:end]
-    with memoryview(copy) as line_bytes:
-        try:
-            line = _messages()["XLine"].FromString(line_bytes[:end - start])
-        except DecodeError as error:
-            raise MalformedXSpace(f"a line at byte {start}: {error}") from error
+        line_bytes = b"".join((view[start:end], _LINE_PADDING))
+    try:
+        line = _messages()["XLine"].FromString(line_bytes)
+    except DecodeError as error:
+        raise MalformedXSpace(f"a line at byte {start}: {error}") from error
+    if line.padding != _LINE_PADDING[2:]:
+        raise MalformedXSpace(f"a line at byte {start}: its last field runs past the line")
     name, timestamp_ns = _text(line.name), line.timestamp_ns
     lengths = np.fromiter(map(len, line.events), dtype=np.int64, count=len(line.events))
     del line
     length_bytes = _varint_sizes(lengths)
     offsets = _event_offsets(source, start, end, lengths, length_bytes)
     at = offsets - start + 1 + length_bytes
-    buffer = np.frombuffer(copy, dtype=np.uint8)
-    metadata_ids, offsets_ps, durations_ps = _leading_fields(buffer, at, at + lengths).astype(np.int64)
+    metadata_ids, offsets_ps, durations_ps = _leading_fields(np.frombuffer(line_bytes, dtype=np.uint8), at,
+                                                              at + lengths)
     return LineEvents(name, timestamp_ns, metadata_ids, offsets_ps, durations_ps, offsets, 1 + length_bytes + lengths)
 
 

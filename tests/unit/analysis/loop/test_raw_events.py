@@ -251,3 +251,18 @@ def test_each_programs_device_work_on_the_xla_cpu_threads_is_read_from_the_runs_
     assert work["PjitFunction(mlp_loss)"].device_ms_per_call == pytest.approx(0.231, abs=0.01)
     assert work["PjitFunction(mlp_loss)"].share_of_device > 0.8
     assert all(work[f"PjitFunction({name})"].device_ms_per_call < 0.01 for name in ("add", "dynamic_slice", "squeeze"))
+
+
+def test_the_read_holds_few_of_a_lines_arrays_at_once(tmp_path):
+    """Its peak, as tracemalloc counts numpy's arrays and Python's objects, in bytes per event of the file: each
+    array of a line's events is let go once used, and a line's file columns once it is read."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        evidence = read_host_evidence(xplane("tpu_v5e/eager_optimizer"), tmp_path / "timeline.npz")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert evidence.events > 50_000
+    assert peak <= 270 * evidence.events

@@ -151,6 +151,24 @@ def test_an_event_not_in_the_wire_format_is_malformed(tmp_path, event, reason):
         read_planes(path)
 
 
+@pytest.mark.parametrize("missing", [1, 10, 11, 12])
+def test_an_event_that_runs_past_its_line_is_malformed(tmp_path, missing):
+    event = _tag(1, 0) + encode_varint(1)
+    cut = _tag(4, 2) + encode_varint(len(event) + missing) + event  # its length counts bytes past the line
+    line = delimited(2, b"l") + _tag(3, 0) + encode_varint(1000) + delimited(4, event) + cut
+    path = tmp_path / "host.xplane.pb"
+    path.write_bytes(delimited(1, delimited(2, b"p") + delimited(3, line)))
+    with pytest.raises(MalformedXSpace, match="a line at byte"):
+        read_planes(path)
+
+
+def test_a_released_line_keeps_its_name_and_no_events():
+    line = max((line for plane in read_planes(xplane("input_bound")) for line in plane.lines), key=len)
+    name = line.name
+    line.release()
+    assert name and line.name == name and len(line) == 0 and len(line.starts_ns) == len(line.durations_ps) == 0
+
+
 @pytest.mark.parametrize("cut", [0, 1, 2])
 def test_a_cut_or_empty_file_is_malformed(tmp_path, cut):
     profile = xplane("input_bound").read_bytes()
