@@ -80,6 +80,16 @@ def test_a_convert_holding_most_of_the_device_is_named_with_its_share_and_a_dtyp
     assert any(e.startswith('"loop_convert_fusion.kd": 8.60 ms per step (86.0% of device time)')
                for e in finding.evidence)
     assert "astype" in finding.fix and "jax.jit" in finding.fix and "tf.data" not in finding.fix
+    assert "On a CPU" not in finding.fix
+
+
+def test_converts_on_a_cpu_are_told_to_compute_in_float32_first():
+    host = _host(kind=DeviceKind.CPU, busy=0.9, top_ops=_ops(("loop_convert_fusion.kd", 0.86),
+                                                             ("input_reduce_fusion.kd", 0.14)))
+    (finding,) = _of(assessed(host), FindingCategory.DATA_MOVEMENT)
+    assert finding.fix.startswith("On a CPU, where the converts are to and from bfloat16 or float16, compute in "
+                                  "float32")
+    assert "Otherwise: keep parameters and activations in the compute dtype" in finding.fix
 
 
 def test_data_movement_on_mostly_idle_devices_is_at_most_p1():

@@ -71,6 +71,9 @@ def test_op_by_op_converts_reshapes_and_layout_copies_are_detected_in_the_hlo(an
     assert {i.module.split("(")[0] for i in issues["detect_unfused_reshapes"]} == {"jit_reshape", "jit_transpose"}
     (copy,) = issues["detect_layout_mismatch_copies"]
     assert copy.runs_as == "transpose_copy_fusion" and copy.shapes == ["f32[128,32]{0,1}", "f32[128,32]{1,0}"]
+    # On a CPU, a bf16 round trip's first fix is to compute in float32.
+    (converts,) = [f for f in analysis_of("unfused_small_ops").findings if f.title.startswith("Dtype conversions")]
+    assert converts.fix.startswith("On a CPU, where the converts are to and from bfloat16 or float16")
 
 
 def test_compiling_every_step_is_a_recompilation_finding_not_an_input_one(analysis_of):
