@@ -187,6 +187,19 @@ class MatrixDecompositions(Evidence):
     kernels: list[str] = Field(default_factory=list)  # as the device trace names them, longest first
 
 
+class UnfoldedInputs(Evidence):
+    """``analysis.json.unfolded_inputs``: an input copied as shifted windows side by side and multiplied (a
+    convolution written by hand), with the kernels that write or read the copies, on the host where they take the
+    largest share of the loop, as its finding quotes it."""
+
+    host: str
+    windows: int  # slices side by side in the copies' buffer
+    ms_per_step: float  # of those kernels, per device (per capture without steps)
+    share_of_device: float  # of the host's device op time
+    share_of_loop: float
+    kernels: list[str] = Field(default_factory=list)  # as the device trace names them, longest first
+
+
 class Metrics(Evidence):
     step_time_ms: float | None = None
     steps: int = 0
@@ -313,6 +326,7 @@ class Analysis(Evidence):
     narrow_matmuls: list[NarrowMatmuls] = Field(default_factory=list)
     dense_updates: list[DenseTableUpdates] = Field(default_factory=list)
     decompositions: list[MatrixDecompositions] = Field(default_factory=list)
+    unfolded_inputs: list[UnfoldedInputs] = Field(default_factory=list)
     followups: list[Followup] = Field(default_factory=list)
     investigation: Investigation | None = None
     comparison: Comparison | None = None

@@ -89,7 +89,7 @@ from mldiag.analysis.profile.trace_names import (
 from mldiag.analysis.profile.trace_names import hlo_instruction as _instruction
 from mldiag.analysis.profile.trace_names import program_base as _module_base
 from mldiag.analysis.rules import (frameworks, host_causes, launches, linear_algebra, matrix_unit, precision,
-                                   roofline, sparse_updates)
+                                   roofline, sparse_updates, unfold)
 from mldiag.analysis.rules import kernels as kernel_ops
 from mldiag.analysis.rules.frameworks import Framework
 from mldiag.analysis.rules.host_causes import HostCause
@@ -2107,9 +2107,10 @@ def _findings(hosts: list[HostEvidence], tools: dict[str, ToolResult], hlo_issue
         per_host = list(best.values())
     session_wide = [_memory(metrics), _temporaries(hosts, metrics, tools, programs),
                     _compute(hosts, metrics, tools, kernels), _kernel(tools), _one_hot_matmuls(hosts, kernels)]
-    findings = (per_host + [f for f in session_wide if f is not None]
+    # A named op with a cheaper way to its result goes before the memory and roofline findings its work causes.
+    findings = (per_host + hardware + [f for f in session_wide if f is not None]
                 + _data_movement(movements, hlo_issues, programs, works)
-                + _compiler(hosts, hlo_issues) + hardware)
+                + _compiler(hosts, hlo_issues))
     # A host callback on a CPU holds the idle time it names, at P2 for want of a measure of what moving it saves.
     if not health.optimal and all(f.priority is Priority.P2 for f in findings) and not any(
             f.fix == _CALLBACK_ON_CPU_FIX for f in findings):
@@ -2208,7 +2209,8 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
     narrow = matrix_unit.narrow_matmuls(hosts, hlo_kernels or [], chip)
     dense = sparse_updates.dense_table_updates(hosts, hlo_kernels or [])
     decompositions = linear_algebra.decompositions_every_step(hosts, hlo_kernels or [])
-    hardware += [found[1] for found in (narrow, dense, decompositions) if found is not None]
+    unfolded = unfold.hand_written_convolutions(hosts, hlo_kernels or [])
+    hardware += [found[1] for found in (narrow, dense, decompositions, unfolded) if found is not None]
     findings = _findings(hosts, by_name, hlo_issues, metrics, health, programs, movements, kernels, hardware,
                          hlo_kernels or [])
     status = decide_status(health, findings)
@@ -2229,6 +2231,7 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
         narrow_matmuls=[narrow[0]] if narrow is not None else [],
         dense_updates=[dense[0]] if dense is not None else [],
         decompositions=[decompositions[0]] if decompositions is not None else [],
+        unfolded_inputs=[unfolded[0]] if unfolded is not None else [],
         profile=profile,
         versions=versions,
         seconds=seconds,

@@ -549,6 +549,9 @@ class KernelWork:
     # The shape of the array its scatters add into that starts as a constant (zeros): a gather's gradient, an
     # embedding table's, made as large as the table; () without.
     scatters_into_constant: tuple[int, ...] = ()
+    # A fusion that writes a window of another array into a buffer that many such windows fill side by side (an
+    # im2col or unfold, a convolution written by hand): how many windows fit along the buffer's widened dimension.
+    windows_side_by_side: int = 0
 
 
 def _fused(module: HloModule, computation: str) -> list[Instruction]:
@@ -613,6 +616,23 @@ def _origin(module: HloModule, instruction: Instruction | None) -> Instruction |
         else:
             return instruction
     return None
+
+
+def _windows_side_by_side(module: HloModule, root: Instruction | None) -> int:
+    """How many windows of the array a fusion's root writes a slice of (a dynamic-update-slice of a slice) fit
+    side by side along the one dimension the buffer is wider in; 0 for any other root."""
+    if root is None or root.opcode != "dynamic-update-slice" or root.shape is None:
+        return 0
+    update = module.operand(root, 1)
+    while update is not None and update.opcode in ("bitcast", "reshape", "convert"):
+        update = module.operand(update)
+    if update is None or update.opcode != "slice" or update.shape is None:
+        return 0
+    widened = [(whole, part) for whole, part in zip(root.shape.dims, update.shape.dims) if whole != part]
+    if len(root.shape.dims) != len(update.shape.dims) or len(widened) != 1:
+        return 0
+    whole, part = widened[0]
+    return whole // part if part and whole % part == 0 else 0
 
 
 def _scatters_into_constant(module: HloModule, ops: list[Instruction]) -> tuple[int, ...]:
@@ -684,6 +704,7 @@ def _fusion_work(module: HloModule, fusion: Instruction) -> KernelWork:
         custom_call=next((i.target for i in body if i.opcode == "custom-call" and i.target), ""),
         dtypes=tuple(sorted(dtypes)), updates_per_element=_updates_per_element(module, body),
         scatters_into_constant=_scatters_into_constant(module, body),
+        windows_side_by_side=_windows_side_by_side(module, root),
         one_hot_classes=_one_hot_classes(module, body, root), **_matmul_fields(module, body),
         **_batched_fields(body, body),
     )

@@ -768,3 +768,56 @@ def test_a_matrix_decomposition_every_step_is_named_by_its_library_kernels_share
         assert '"LuDecompositionBlock", "InvertDiagBlocksLowerTriangular"' in " ".join(finding.evidence)
         assert "every N steps" in finding.fix and "cho_solve" in finding.fix
         assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
+
+
+# --- a convolution written by hand -------------------------------------------------------------
+
+def _unfolded(windows: int) -> str:
+    """A program that copies 3-wide windows of its input side by side (``windows`` of them) and multiplies them:
+    the first window into a fresh buffer, the others into the buffer the last one wrote."""
+    width = 512 * windows
+    fusions, chain = [], "%buffer"
+    for k in range(windows):
+        fusions.append(f"""%fused_window.{k} (param_0.{k}: bf16[32,8192,{width}], param_1.{k}: bf16[32,8192,512]) -> bf16[32,8192,{width}] {{
+  %param_0.{k} = bf16[32,8192,{width}]{{2,1,0}} parameter(0)
+  %param_1.{k} = bf16[32,8192,512]{{2,1,0}} parameter(1)
+  %zero.{k} = bf16[] constant(0)
+  %pad.{k} = bf16[32,8194,512]{{2,1,0}} pad(%param_1.{k}, %zero.{k}), padding=0_0x1_1x0_0
+  %slice.{k} = bf16[32,8192,512]{{2,1,0}} slice(%pad.{k}), slice={{[0:32], [{k}:{8192 + k}], [0:512]}}
+  %start.{k} = s32[] constant(0)
+  %offset.{k} = s32[] constant({512 * k})
+  ROOT %dynamic-update-slice.{k} = bf16[32,8192,{width}]{{2,1,0}} dynamic-update-slice(%param_0.{k}, %slice.{k}, %start.{k}, %start.{k}, %offset.{k})
+}}
+""")
+    entry = [f"  %window.{k} = bf16[32,8192,{width}]{{2,1,0}} fusion({'%buffer' if k == 0 else f'%window.{k - 1}'}, "
+             f"%x), kind=kLoop, calls=%fused_window.{k}" for k in range(windows)]
+    return (f"HloModule jit_step\n\n{''.join(fusions)}\n%fused_matmul (param_0.m: bf16[32,8192,{width}], param_1.m: "
+            f"bf16[{width},512]) -> bf16[32,8192,512] {{\n  %param_0.m = bf16[32,8192,{width}]{{2,1,0}} parameter(0)\n"
+            f"  %param_1.m = bf16[{width},512]{{1,0}} parameter(1)\n  ROOT %dot.m = bf16[32,8192,512]{{2,1,0}} "
+            f"dot(%param_0.m, %param_1.m), lhs_contracting_dims={{2}}, rhs_contracting_dims={{0}}\n}}\n\n"
+            f"ENTRY %main (x: bf16[32,8192,512], w: bf16[{width},512], buffer: bf16[32,8192,{width}]) -> "
+            f"bf16[32,8192,512] {{\n  %x = bf16[32,8192,512]{{2,1,0}} parameter(0)\n  %w = bf16[{width},512]{{1,0}} "
+            f"parameter(1)\n  %buffer = bf16[32,8192,{width}]{{2,1,0}} parameter(2)\n" + "\n".join(entry)
+            + f"\n  ROOT %matmul = bf16[32,8192,512]{{2,1,0}} fusion(%window.{windows - 1}, %w), kind=kOutput, "
+              "calls=%fused_matmul\n}\n")
+
+
+@pytest.mark.parametrize(("windows", "flagged"), [(3, True), (2, False)])
+def test_an_input_copied_as_shifted_windows_side_by_side_and_multiplied_is_a_convolution_written_by_hand(
+        windows, flagged):
+    module = hlo.parse_module("jit_step(5)", _unfolded(windows))
+    works = {w.instruction: w for w in hlo.kernel_work([module])}
+    assert works["window.1"].windows_side_by_side == windows and works["matmul"].windows_side_by_side == 0
+    host = _host(kind=DeviceKind.TPU, device_type="TPU v5 lite", busy=0.9,
+                 top_ops=[_op("matmul", 0.6), _op("window.0", 0.1), _op("window.1", 0.1)])
+    analysis = _analysis(host, modules=[("jit_step(5)", _unfolded(windows))])
+    found = [f for f in analysis.findings if f.title.startswith("A convolution written by hand")]
+    assert bool(found) is flagged and bool(analysis.unfolded_inputs) is flagged
+    if flagged:
+        (finding,) = found
+        assert finding.title == ("A convolution written by hand: an input copied as 3 shifted windows side by side, "
+                                 "in kernels that take 72% of the loop")
+        assert analysis.findings[0] is finding  # before the memory and roofline findings its copies cause
+        assert analysis.unfolded_inputs[0].kernels == ["matmul", "window.0", "window.1"]
+        assert "jax.lax.conv_general_dilated" in finding.fix
+        assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
