@@ -5064,6 +5064,82 @@ def im2col_by_hand(big: bool) -> Workload:
                     ablations={"lax_conv": _training(state, make_step(by_conv), x, y)})
 
 
+def vit_patch_embedding(big: bool) -> Workload:
+    """A ViT's patch embedding and two MLP blocks in bf16 (batch 64, 224 x 224 RGB images in 16 x 16 patches on the
+    chip): the image is cut into patches with a reshape and a transpose, each patch flattened and multiplied by
+    the embedding matrix, trained, data resident. Ablation: the embedding as a stride-16 ``lax.conv_general_dilated``
+    (the same arithmetic)."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, side, patch, width = (64, 224, 16, 768) if big else (8, 64, 16, 128)
+    grid = side // patch
+    images = jax.random.normal(jax.random.key(180), (batch, side, side, 3)).astype("bfloat16")
+    keys = jax.random.split(jax.random.key(181), 5)
+    params = {"embed": _normal(keys[0], (patch * patch * 3, width), "bfloat16"),
+              "blocks": [_normal(k, shape, "bfloat16") for k, shape in zip(
+                  keys[1:], [(width, 4 * width), (4 * width, width)] * 2)]}
+    y = jnp.zeros((batch, grid * grid, width), "float32")
+
+    def by_reshape(images, embed):
+        patches = images.reshape(batch, grid, patch, grid, patch, 3).transpose(0, 1, 3, 2, 4, 5)
+        return patches.reshape(batch, grid * grid, patch * patch * 3) @ embed
+
+    def by_conv(images, embed):
+        kernel = embed.reshape(patch, patch, 3, width)
+        out = jax.lax.conv_general_dilated(images, kernel, (patch, patch), "VALID",
+                                           dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return out.reshape(batch, grid * grid, width)
+
+    def make_step(embedding):
+        def loss(params, images, y):
+            h = embedding(images, params["embed"])
+            for up, down in zip(params["blocks"][::2], params["blocks"][1::2]):
+                h = h + jax.nn.gelu(h @ up) @ down
+            return jnp.mean((h.astype("float32") - y) ** 2)
+
+        return sgd(loss)
+
+    state = {"params": params}
+    return Workload(_training(state, make_step(by_reshape), images, y),
+                    ablations={"conv_embedding": _training(state, make_step(by_conv), images, y)})
+
+
+def conv_patches_matmul(big: bool) -> Workload:
+    """A 2-D conv net of three bf16 layers (batch 32, 64 x 64 images, 128 channels on the chip) whose 3 x 3
+    convolutions are ``lax.conv_general_dilated_patches`` (each pixel's 9 neighbours as 1152 channels) followed by
+    a matmul, trained, data resident. Ablation: the same convolutions as ``lax.conv_general_dilated``."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, side, channels = (32, 64, 128) if big else (4, 16, 32)
+    x = jax.random.normal(jax.random.key(190), (batch, side, side, channels)).astype("bfloat16")
+    y = jnp.zeros((batch, side, side, channels), "float32")
+    keys = jax.random.split(jax.random.key(191), 3)
+    params = [_normal(k, (3, 3, channels, channels), "bfloat16") for k in keys]
+
+    def by_patches(x, w):
+        patches = jax.lax.conv_general_dilated_patches(x, (3, 3), (1, 1), "SAME",
+                                                       dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        # The patches' channels run input channel first, then the window's rows and columns.
+        return patches @ w.transpose(2, 0, 1, 3).reshape(9 * channels, channels)
+
+    def by_conv(x, w):
+        return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    def make_step(convolve):
+        def loss(params, x, y):
+            for w in params:
+                x = jax.nn.relu(convolve(x, w))
+            return jnp.mean((x.astype("float32") - y) ** 2)
+
+        return sgd(loss)
+
+    state = {"params": params}
+    return Workload(_training(state, make_step(by_patches), x, y),
+                    ablations={"lax_conv": _training(state, make_step(by_conv), x, y)})
+
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -5523,6 +5599,12 @@ SHAPES: dict[str, Shape] = {
     "im2col_by_hand": Shape(im2col_by_hand, 10, "three bf16 1-D convolutions (batch 32, 8192 positions, 512 channels "
                             "on the chip) written as an im2col: shifted slices concatenated, then a matmul",
                             cause="the im2col's 9x copies of each layer's input, built and read every step"),
+    "vit_patch_embedding": Shape(vit_patch_embedding, 10, "a ViT's patch embedding by reshape and transpose (224 x "
+                                 "224 images in 16 x 16 patches on the chip) and two MLP blocks in bf16",
+                                 cause="to be measured"),
+    "conv_patches_matmul": Shape(conv_patches_matmul, 10, "three bf16 3 x 3 convolutions as "
+                                 "lax.conv_general_dilated_patches and a matmul (batch 32, 64 x 64, 128 channels "
+                                 "on the chip)", cause="to be measured"),
 }
 
 
