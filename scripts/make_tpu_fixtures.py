@@ -5601,10 +5601,12 @@ SHAPES: dict[str, Shape] = {
                             cause="the im2col's 9x copies of each layer's input, built and read every step"),
     "vit_patch_embedding": Shape(vit_patch_embedding, 10, "a ViT's patch embedding by reshape and transpose (224 x "
                                  "224 images in 16 x 16 patches on the chip) and two MLP blocks in bf16",
-                                 cause="to be measured"),
+                                 cause="none: patches by reshape are the fast way (a stride-16 convolution is "
+                                 "slower)"),
     "conv_patches_matmul": Shape(conv_patches_matmul, 10, "three bf16 3 x 3 convolutions as "
                                  "lax.conv_general_dilated_patches and a matmul (batch 32, 64 x 64, 128 channels "
-                                 "on the chip)", cause="to be measured"),
+                                 "on the chip)", cause="patches extracted as 9x copies of each layer's input, "
+                                 "relaid and read every step"),
 }
 
 
