@@ -102,6 +102,7 @@ MAX_THREAD_NAMES = 3  # a part of several threads' work names this many of them
 MIN_COPY_BYTES_PER_NS = 1.0
 RESUMES_WITHIN_NS = 1_000_000  # a thread or device that resumes this soon after a copy is done was waiting for it
 BETWEEN_COPIES_NS = 250_000  # an untraced gap between two copy calls this short is the next call's own overhead
+ROWS_AT_ONCE = 1 << 16  # the sweep's (piece, step) rows timed at once: a block's columns are a few MB
 OTHER = "(other)"  # the name of a cause's parts beyond the top ones, summed
 UNNAMED_THREAD = "(unnamed thread)"  # a host line without a name (a Python thread the tracer did not name)
 LOADER_ROLE = "loader thread"  # a line that puts into a queue and launches nothing: it feeds another thread its input
@@ -303,9 +304,12 @@ def self_pieces(line: LineLike, of: np.ndarray | None = None) -> tuple[np.ndarra
 # --- the sweep ---------------------------------------------------------------------------------
 
 
-def _distinct(values: np.ndarray) -> np.ndarray:
-    """The distinct values, sorted (a sort beats ``np.unique``'s hashing on millions of timestamps)."""
-    ordered = np.sort(values)
+def _distinct(values: np.ndarray, *, in_place: bool = False) -> np.ndarray:
+    """The distinct values, sorted (a sort beats ``np.unique``'s hashing on millions of timestamps); ``in_place``
+    sorts ``values`` itself, an array the caller made for it."""
+    ordered = values if in_place else np.sort(values)
+    if in_place:
+        ordered.sort()
     keep = np.ones(len(ordered), dtype=bool)
     keep[1:] = ordered[1:] != ordered[:-1]
     return ordered[keep]
@@ -324,12 +328,21 @@ class _Sweep:
     step_at: np.ndarray  # per step: its first interval, and after them the number of intervals
 
     @classmethod
-    def of(cls, starts: np.ndarray, ends: np.ndarray, tiers: np.ndarray, n_tiers: int, window: Window) -> _Sweep:
+    def of(cls, starts: list[np.ndarray], ends: list[np.ndarray], tiers: np.ndarray, n_tiers: int,
+           window: Window) -> _Sweep:
+        """The sweep of the pieces whose starts and ends are ``starts`` and ``ends`` joined (the pieces are up to
+        millions: joined here, each column's copy is clipped in place and let go once its intervals are found)."""
         loop = window.loop
-        starts, ends = np.clip(starts, *loop), np.clip(ends, *loop)
+        joined_starts, joined_ends = np.concatenate(starts), np.concatenate(ends)
+        np.clip(joined_starts, *loop, out=joined_starts)
+        np.clip(joined_ends, *loop, out=joined_ends)
         step_starts = np.clip(window.step_starts, *loop)
-        bounds = _distinct(np.concatenate((starts, ends, step_starts, np.array(loop, dtype=np.int64))))
-        first, last = np.searchsorted(bounds, starts), np.searchsorted(bounds, ends)
+        bounds = _distinct(np.concatenate((joined_starts, joined_ends, step_starts, np.array(loop, dtype=np.int64))),
+                           in_place=True)
+        first = np.searchsorted(bounds, joined_starts)
+        del joined_starts
+        last = np.searchsorted(bounds, joined_ends)
+        del joined_ends
         intervals = len(bounds) - 1
         present = [int(t) for t in np.flatnonzero(np.bincount(tiers, minlength=n_tiers))]
         counts = np.zeros((n_tiers, intervals), dtype=np.int32)  # a row is as long as the intervals
@@ -364,21 +377,26 @@ class _Sweep:
             empty = np.zeros(0, dtype=np.int64)
             return empty, empty, np.zeros(0), free
         steps = self.interval_steps
-        timed = last > first
         step_first = steps[np.minimum(first, intervals - 1)]
-        spans = np.where(timed, steps[np.maximum(last - 1, 0)] - step_first + 1, 0)
+        spans = np.where(last > first, steps[np.maximum(last - 1, 0)] - step_first + 1, 0)
+        del steps
         piece = np.repeat(np.arange(len(first)), spans)
-        step = np.repeat(step_first, spans) + np.arange(int(spans.sum())) - np.repeat(np.cumsum(spans) - spans, spans)
-        begin = np.maximum(first[piece], self.step_at[step])
-        end = np.minimum(last[piece], self.step_at[step + 1])
+        # A piece's rows are its steps in turn: the first, then one more each row.
+        step = np.repeat(step_first - (np.cumsum(spans) - spans), spans)
+        del step_first, spans
+        step += np.arange(len(step))
         # The prefix sums of one tier's shares at a time, for its pieces (a row is as long as the intervals); a piece
-        # of a tier outside ``order`` gets none.
-        tier, time = tiers[piece], np.zeros(len(piece))
+        # of a tier outside ``order`` gets none. Its rows are timed a block at a time: they are up to millions.
+        tier, time = tiers.astype(np.int8)[piece], np.zeros(len(piece))
         prefix = np.zeros(intervals + 1)
         for present in (tier for tier in order if tier in self.present):
             of_tier = np.flatnonzero(tier == present)
             np.cumsum(self._shares(present, free), out=prefix[1:])
-            time[of_tier] = prefix[end[of_tier]] - prefix[begin[of_tier]]
+            for at in range(0, len(of_tier), ROWS_AT_ONCE):
+                rows = of_tier[at: at + ROWS_AT_ONCE]
+                pieces, in_step = piece[rows], step[rows]
+                time[rows] = (prefix[np.minimum(last[pieces], self.step_at[in_step + 1])]
+                              - prefix[np.maximum(first[pieces], self.step_at[in_step])])
         return piece, step, time, free
 
     def _shares(self, tier: int, free: np.ndarray) -> np.ndarray:
@@ -425,14 +443,16 @@ def _device_time(device: Device, device_label: np.ndarray, label_tier: np.ndarra
     if not pieces:
         empty = np.zeros(0, dtype=np.int64)
         return _Times(empty, empty, np.zeros(0))
-    starts, ends, labels = (np.concatenate(column) for column in zip(*pieces))
+    starts, ends = [p[0] for p in pieces], [p[1] for p in pieces]
+    labels = np.concatenate([p[2] for p in pieces])
     if not device.helpers:
         sweep = _Sweep.of(starts, ends, label_tier[labels], 4, window)
         busy = sweep.lengths
     else:  # the device's own lanes, again as tier 4, say when it is busy
-        own = np.repeat([index < len(device.lanes) for index in range(len(pieces))], [len(p[0]) for p in pieces])
-        sweep = _Sweep.of(np.concatenate((starts, starts[own])), np.concatenate((ends, ends[own])),
-                          np.concatenate((label_tier[labels], np.full(int(own.sum()), 4))), 5, window)
+        own = len(device.lanes)
+        sweep = _Sweep.of(starts + starts[:own], ends + ends[:own],
+                          np.concatenate((label_tier[labels], np.full(sum(len(p[0]) for p in pieces[:own]), 4))),
+                          5, window)
         busy = np.where(sweep.counts[4] > 0, sweep.lengths, 0.0)
     piece, step, time, _ = sweep.per_piece_and_step(busy, (_COMPUTE, _COLLECTIVE, _TRANSFER, _RUNTIME),
                                                     label_tier[labels], len(labels))
@@ -835,8 +855,7 @@ def _host_time(host: _Host, window: Window) -> _Times:
     step."""
     pieces = [host.stepping, host.in_flight, *host.others, *host.python, host.released]
     tiers = np.concatenate([p.tiers for p in pieces])
-    sweep = _Sweep.of(np.concatenate([p.starts for p in pieces]), np.concatenate([p.ends for p in pieces]), tiers,
-                      _RELEASED + 1, window)
+    sweep = _Sweep.of([p.starts for p in pieces], [p.ends for p in pieces], tiers, _RELEASED + 1, window)
     idle = sweep.lengths
     if window.devices:
         intervals = np.column_stack((sweep.bounds[:-1], sweep.bounds[1:]))
