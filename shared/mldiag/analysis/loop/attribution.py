@@ -339,9 +339,10 @@ class _Sweep:
         step_starts = np.clip(window.step_starts, *loop)
         bounds = _distinct(np.concatenate((joined_starts, joined_ends, step_starts, np.array(loop, dtype=np.int64))),
                            in_place=True)
-        first = np.searchsorted(bounds, joined_starts)
+        # Interval numbers fit in int32: half the memory of searchsorted's int64, for each piece.
+        first = np.searchsorted(bounds, joined_starts).astype(np.int32)
         del joined_starts
-        last = np.searchsorted(bounds, joined_ends)
+        last = np.searchsorted(bounds, joined_ends).astype(np.int32)
         del joined_ends
         intervals = len(bounds) - 1
         present = [int(t) for t in np.flatnonzero(np.bincount(tiers, minlength=n_tiers))]
@@ -461,10 +462,16 @@ def _device_time(device: Device, device_label: np.ndarray, label_tier: np.ndarra
 
 @dataclass
 class _HostPieces:
+    """A host line's labelled pieces: int64 times, int32 labels and int8 tiers (a line holds up to millions)."""
+
     starts: np.ndarray
     ends: np.ndarray
     labels: np.ndarray
     tiers: np.ndarray  # _HOST_TIER of the piece's cause
+
+    @classmethod
+    def empty(cls) -> _HostPieces:
+        return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int8))
 
 
 # Host tiers, first wins: the stepping thread's compile and transfer; another thread's Python where the stepping
@@ -571,8 +578,8 @@ def _host_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, mark
                           labels.of(TimeCause.TRANSFERS, names[key % stride], thread)
                           if key // stride == _DISPATCH and launches_read_back[key % stride] else
                           labels.of(_AS_CAUSE[key // stride], "" if key // stride == _WAIT else names[key % stride],
-                                    thread) for key in distinct.tolist()], dtype=np.int64)
-    key_tier = np.array([_HOST_TIER[key // stride] for key in distinct.tolist()], dtype=np.int64)
+                                    thread) for key in distinct.tolist()], dtype=np.int32)
+    key_tier = np.array([_HOST_TIER[key // stride] for key in distinct.tolist()], dtype=np.int8)
     found = np.searchsorted(distinct, keys)
     return _HostPieces(piece_starts, piece_ends, key_label[found], key_tier[found])
 
@@ -588,8 +595,8 @@ def _python_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, py
     starts, ends, ids = _merged(starts[kept], ends[kept], ids[kept])
     thread = line.name or UNNAMED_THREAD
     named = {int(i): labels.of(TimeCause.INTERPRETER, names[i], thread) for i in np.unique(ids).tolist()}
-    label = np.array([named[int(i)] for i in ids.tolist()], dtype=np.int64)
-    return _HostPieces(starts, ends, label, np.full(len(starts), _INTERPRETER, dtype=np.int64))
+    label = np.array([named[int(i)] for i in ids.tolist()], dtype=np.int32)
+    return _HostPieces(starts, ends, label, np.full(len(starts), _INTERPRETER, dtype=np.int8))
 
 
 def _released_pieces(line: LineLike, classes: np.ndarray, loop: tuple[int, int]) -> _HostPieces:
@@ -599,7 +606,8 @@ def _released_pieces(line: LineLike, classes: np.ndarray, loop: tuple[int, int])
     starts, ends, _ = self_pieces(line, (kind == _BUILTIN) | (kind == _WAIT))
     kept = (ends > loop[0]) & (starts < loop[1])
     starts, ends, _ = _merged(starts[kept], ends[kept], np.zeros(int(kept.sum()), dtype=np.int64))
-    return _HostPieces(starts, ends, np.zeros(len(starts), dtype=np.int64), np.full(len(starts), _RELEASED))
+    return _HostPieces(starts, ends, np.zeros(len(starts), dtype=np.int32),
+                       np.full(len(starts), _RELEASED, dtype=np.int8))
 
 
 def _bridged_copies(line: LineLike, event_class: np.ndarray, inside: np.ndarray, starts: np.ndarray,
@@ -670,7 +678,7 @@ def _in_flight(line: LineLike, names: Sequence[str], classes: np.ndarray, marker
     """
     subtree_end = subtree_ends(line)
     calls, copied, waiting = _copies_to_device(line, names, classes, subtree_end)
-    empty = _HostPieces(*(np.zeros(0, np.int64),) * 4)
+    empty = _HostPieces.empty()
     if not len(calls):
         return empty
     # Quiet: the marker, waits on the device and what they enclose, and the code around the calls (their callers).
@@ -718,8 +726,9 @@ def _in_flight(line: LineLike, names: Sequence[str], classes: np.ndarray, marker
     window = np.searchsorted(windows_starts, held_starts, side="right") - 1
     thread = line.name or UNNAMED_THREAD
     call_labels = np.array([labels.of(TimeCause.TRANSFERS, names[line.ids[call]], thread)
-                            for call in calls[kept].tolist()], dtype=np.int64)
-    return _HostPieces(held_starts, held_ends, call_labels[window], np.full(len(held_starts), _IN_FLIGHT))
+                            for call in calls[kept].tolist()], dtype=np.int32)
+    return _HostPieces(held_starts, held_ends, call_labels[window],
+                       np.full(len(held_starts), _IN_FLIGHT, dtype=np.int8))
 
 
 def _runtime_copies(others: list[_HostPieces]) -> tuple[np.ndarray, np.ndarray]:
@@ -809,12 +818,19 @@ def attribute(*, names: Sequence[str], windows: list[Window], steps: int, busy_n
     is_marker[list(markers)] = True
     python = np.array([bool(PYTHON_FUNCTION.match(name)) for name in names], dtype=bool)
     span = (min(w.loop[0] for w in windows), max(w.loop[1] for w in windows))
-    empty = _HostPieces(*(np.zeros(0, np.int64),) * 4)
+    empty = _HostPieces.empty()
     unmarked = np.zeros(len(names), dtype=bool)
     callbacks = unmarked if launches_callbacks is None else launches_callbacks
     read_back = unmarked if launches_read_back is None else launches_read_back
-    others = [_host_pieces(line, names, classes, is_marker, labels, span, callbacks, read_back, nested_calls=False)
-              for line in other_threads]
+    of_others = [_host_pieces(line, names, classes, is_marker, labels, span, callbacks, read_back,
+                              nested_calls=False) for line in other_threads]
+    runtime_copies = _runtime_copies(of_others)
+    others = [_HostPieces(p.starts[chosen], p.ends[chosen], p.labels[chosen],
+                          np.full(int(chosen.sum()), tier, dtype=np.int8))
+              for p in of_others
+              for chosen, tier in ((p.tiers != _HOST_TIER[_WAIT], _OTHER_THREADS),  # a thread waiting explains nothing
+                                   (p.tiers == _HOST_TIER[_HOST_TRANSFER], _OTHER_TRANSFERS))]
+    del of_others  # the other threads' pieces are held once, as the tiers they take
     thread = stepping.name if stepping else ""
     host = _Host(
         stepping=_host_pieces(stepping, names, classes, is_marker, labels, span, callbacks, read_back,
@@ -822,11 +838,8 @@ def attribute(*, names: Sequence[str], windows: list[Window], steps: int, busy_n
         if stepping else empty,
         in_flight=_in_flight(stepping, names, classes, is_marker, labels,
                              _distinct(np.concatenate([d.busy.starts for d in devices] or [np.zeros(0, np.int64)])),
-                             _runtime_copies(others)) if stepping else empty,
-        others=[_HostPieces(p.starts[chosen], p.ends[chosen], p.labels[chosen], np.full(int(chosen.sum()), tier))
-                for p in others
-                for chosen, tier in ((p.tiers != _HOST_TIER[_WAIT], _OTHER_THREADS),  # a thread waiting explains nothing
-                                     (p.tiers == _HOST_TIER[_HOST_TRANSFER], _OTHER_TRANSFERS))],
+                             runtime_copies) if stepping else empty,
+        others=others,
         python=[_python_pieces(line, names, classes, python, is_marker, labels, span) for line in other_threads],
         released=_released_pieces(stepping, classes, span) if stepping else empty,
         untraced=labels.of(TimeCause.UNTRACED, "", thread))
