@@ -71,14 +71,19 @@ Progress = Callable[[str], None]
 # Runs after the analyst, while the private copy and XProf's conversions of it are still there.
 Investigate = Callable[["Analysis", ToolContext], "Analysis"]
 TIMELINE_SUFFIX = ".timeline.npz"
-RAW_EVENTS_COST = 7  # the reader process's peak, interpreter included, in multiples of the file's size (3.6x-6.9x)
-# The same by the file's events and bytes, where cutting it into time slices has counted the events: its interpreter
-# and modules, bytes per event (the evidence's arrays) and per byte of the file (a line's copy and its framing while
-# it is read). Measured peaks: 292 MiB for 1.93 million events in 44.4 MB (op by op), 202 MiB for 0.79 million in
-# 44.1 MB (a training loop), 1,052 MiB for 5.5 million in 307 MB; this reserves 8-16 % more.
+# The reader process's peak by the file's events and bytes, where cutting it into time slices has counted the
+# events: its interpreter and modules, bytes per event (the evidence's arrays) and per byte of the file (a line's
+# copy and its framing while it is read). Measured peaks: 292 MiB for 1.93 million events in 44.4 MB (op by op),
+# 202 MiB for 0.79 million in 44.1 MB (a training loop), 1,052 MiB for 5.5 million in 307 MB; this reserves 8-16 %
+# more.
 RAW_EVENTS_BASE = 64 << 20
 RAW_EVENTS_PER_EVENT = 80
 RAW_EVENTS_PER_BYTE = 2.5
+# Where the events are not counted (a file small enough to convert whole), its interpreter and modules and this
+# much per byte of the file: the most a fixture's read takes, a TPU host whose 26 threads' Python the attribution
+# sweeps (tpu_v5e/worker_process_loader: 126-129 MiB for 3.8 MB, 233,000 events), with 12-15 % to spare. A small
+# file's read costs its interpreter first, whatever its size.
+RAW_EVENTS_PER_UNCOUNTED_BYTE = 22
 DETECTORS = ("detect_layout_mismatch_copies", "detect_unfused_reshapes", "detect_unnecessary_convert_reduce")
 
 
@@ -95,9 +100,9 @@ def _private_folder(scratch_dir: Path | None) -> Iterator[Path]:
 
 def raw_events_cost(events: int, file_bytes: int) -> int:
     """What the raw-event read of a file needs at its peak, its process included: by the file's events and bytes
-    where its events are counted (0: not counted), else a multiple of its size."""
+    where its events are counted (0: not counted), else by its bytes alone."""
     if not events:
-        return RAW_EVENTS_COST * file_bytes
+        return RAW_EVENTS_BASE + RAW_EVENTS_PER_UNCOUNTED_BYTE * file_bytes
     return RAW_EVENTS_BASE + RAW_EVENTS_PER_EVENT * events + int(RAW_EVENTS_PER_BYTE * file_bytes)
 
 

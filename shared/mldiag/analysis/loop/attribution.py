@@ -102,6 +102,7 @@ MAX_THREAD_NAMES = 3  # a part of several threads' work names this many of them
 MIN_COPY_BYTES_PER_NS = 1.0
 RESUMES_WITHIN_NS = 1_000_000  # a thread or device that resumes this soon after a copy is done was waiting for it
 BETWEEN_COPIES_NS = 250_000  # an untraced gap between two copy calls this short is the next call's own overhead
+ROWS_AT_ONCE = 1 << 16  # the sweep's (piece, step) rows timed at once: a block's columns are a few MB
 OTHER = "(other)"  # the name of a cause's parts beyond the top ones, summed
 UNNAMED_THREAD = "(unnamed thread)"  # a host line without a name (a Python thread the tracer did not name)
 LOADER_ROLE = "loader thread"  # a line that puts into a queue and launches nothing: it feeds another thread its input
@@ -303,9 +304,12 @@ def self_pieces(line: LineLike, of: np.ndarray | None = None) -> tuple[np.ndarra
 # --- the sweep ---------------------------------------------------------------------------------
 
 
-def _distinct(values: np.ndarray) -> np.ndarray:
-    """The distinct values, sorted (a sort beats ``np.unique``'s hashing on millions of timestamps)."""
-    ordered = np.sort(values)
+def _distinct(values: np.ndarray, *, in_place: bool = False) -> np.ndarray:
+    """The distinct values, sorted (a sort beats ``np.unique``'s hashing on millions of timestamps); ``in_place``
+    sorts ``values`` itself, an array the caller made for it."""
+    ordered = values if in_place else np.sort(values)
+    if in_place:
+        ordered.sort()
     keep = np.ones(len(ordered), dtype=bool)
     keep[1:] = ordered[1:] != ordered[:-1]
     return ordered[keep]
@@ -324,12 +328,22 @@ class _Sweep:
     step_at: np.ndarray  # per step: its first interval, and after them the number of intervals
 
     @classmethod
-    def of(cls, starts: np.ndarray, ends: np.ndarray, tiers: np.ndarray, n_tiers: int, window: Window) -> _Sweep:
+    def of(cls, starts: list[np.ndarray], ends: list[np.ndarray], tiers: np.ndarray, n_tiers: int,
+           window: Window) -> _Sweep:
+        """The sweep of the pieces whose starts and ends are ``starts`` and ``ends`` joined (the pieces are up to
+        millions: joined here, each column's copy is clipped in place and let go once its intervals are found)."""
         loop = window.loop
-        starts, ends = np.clip(starts, *loop), np.clip(ends, *loop)
+        joined_starts, joined_ends = np.concatenate(starts), np.concatenate(ends)
+        np.clip(joined_starts, *loop, out=joined_starts)
+        np.clip(joined_ends, *loop, out=joined_ends)
         step_starts = np.clip(window.step_starts, *loop)
-        bounds = _distinct(np.concatenate((starts, ends, step_starts, np.array(loop, dtype=np.int64))))
-        first, last = np.searchsorted(bounds, starts), np.searchsorted(bounds, ends)
+        bounds = _distinct(np.concatenate((joined_starts, joined_ends, step_starts, np.array(loop, dtype=np.int64))),
+                           in_place=True)
+        # Interval numbers fit in int32: half the memory of searchsorted's int64, for each piece.
+        first = np.searchsorted(bounds, joined_starts).astype(np.int32)
+        del joined_starts
+        last = np.searchsorted(bounds, joined_ends).astype(np.int32)
+        del joined_ends
         intervals = len(bounds) - 1
         present = [int(t) for t in np.flatnonzero(np.bincount(tiers, minlength=n_tiers))]
         counts = np.zeros((n_tiers, intervals), dtype=np.int32)  # a row is as long as the intervals
@@ -364,21 +378,26 @@ class _Sweep:
             empty = np.zeros(0, dtype=np.int64)
             return empty, empty, np.zeros(0), free
         steps = self.interval_steps
-        timed = last > first
         step_first = steps[np.minimum(first, intervals - 1)]
-        spans = np.where(timed, steps[np.maximum(last - 1, 0)] - step_first + 1, 0)
+        spans = np.where(last > first, steps[np.maximum(last - 1, 0)] - step_first + 1, 0)
+        del steps
         piece = np.repeat(np.arange(len(first)), spans)
-        step = np.repeat(step_first, spans) + np.arange(int(spans.sum())) - np.repeat(np.cumsum(spans) - spans, spans)
-        begin = np.maximum(first[piece], self.step_at[step])
-        end = np.minimum(last[piece], self.step_at[step + 1])
+        # A piece's rows are its steps in turn: the first, then one more each row.
+        step = np.repeat(step_first - (np.cumsum(spans) - spans), spans)
+        del step_first, spans
+        step += np.arange(len(step))
         # The prefix sums of one tier's shares at a time, for its pieces (a row is as long as the intervals); a piece
-        # of a tier outside ``order`` gets none.
-        tier, time = tiers[piece], np.zeros(len(piece))
+        # of a tier outside ``order`` gets none. Its rows are timed a block at a time: they are up to millions.
+        tier, time = tiers.astype(np.int8)[piece], np.zeros(len(piece))
         prefix = np.zeros(intervals + 1)
         for present in (tier for tier in order if tier in self.present):
             of_tier = np.flatnonzero(tier == present)
             np.cumsum(self._shares(present, free), out=prefix[1:])
-            time[of_tier] = prefix[end[of_tier]] - prefix[begin[of_tier]]
+            for at in range(0, len(of_tier), ROWS_AT_ONCE):
+                rows = of_tier[at: at + ROWS_AT_ONCE]
+                pieces, in_step = piece[rows], step[rows]
+                time[rows] = (prefix[np.minimum(last[pieces], self.step_at[in_step + 1])]
+                              - prefix[np.maximum(first[pieces], self.step_at[in_step])])
         return piece, step, time, free
 
     def _shares(self, tier: int, free: np.ndarray) -> np.ndarray:
@@ -425,14 +444,16 @@ def _device_time(device: Device, device_label: np.ndarray, label_tier: np.ndarra
     if not pieces:
         empty = np.zeros(0, dtype=np.int64)
         return _Times(empty, empty, np.zeros(0))
-    starts, ends, labels = (np.concatenate(column) for column in zip(*pieces))
+    starts, ends = [p[0] for p in pieces], [p[1] for p in pieces]
+    labels = np.concatenate([p[2] for p in pieces])
     if not device.helpers:
         sweep = _Sweep.of(starts, ends, label_tier[labels], 4, window)
         busy = sweep.lengths
     else:  # the device's own lanes, again as tier 4, say when it is busy
-        own = np.repeat([index < len(device.lanes) for index in range(len(pieces))], [len(p[0]) for p in pieces])
-        sweep = _Sweep.of(np.concatenate((starts, starts[own])), np.concatenate((ends, ends[own])),
-                          np.concatenate((label_tier[labels], np.full(int(own.sum()), 4))), 5, window)
+        own = len(device.lanes)
+        sweep = _Sweep.of(starts + starts[:own], ends + ends[:own],
+                          np.concatenate((label_tier[labels], np.full(sum(len(p[0]) for p in pieces[:own]), 4))),
+                          5, window)
         busy = np.where(sweep.counts[4] > 0, sweep.lengths, 0.0)
     piece, step, time, _ = sweep.per_piece_and_step(busy, (_COMPUTE, _COLLECTIVE, _TRANSFER, _RUNTIME),
                                                     label_tier[labels], len(labels))
@@ -441,10 +462,16 @@ def _device_time(device: Device, device_label: np.ndarray, label_tier: np.ndarra
 
 @dataclass
 class _HostPieces:
+    """A host line's labelled pieces: int64 times, int32 labels and int8 tiers (a line holds up to millions)."""
+
     starts: np.ndarray
     ends: np.ndarray
     labels: np.ndarray
     tiers: np.ndarray  # _HOST_TIER of the piece's cause
+
+    @classmethod
+    def empty(cls) -> _HostPieces:
+        return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int8))
 
 
 # Host tiers, first wins: the stepping thread's compile and transfer; another thread's Python where the stepping
@@ -551,8 +578,8 @@ def _host_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, mark
                           labels.of(TimeCause.TRANSFERS, names[key % stride], thread)
                           if key // stride == _DISPATCH and launches_read_back[key % stride] else
                           labels.of(_AS_CAUSE[key // stride], "" if key // stride == _WAIT else names[key % stride],
-                                    thread) for key in distinct.tolist()], dtype=np.int64)
-    key_tier = np.array([_HOST_TIER[key // stride] for key in distinct.tolist()], dtype=np.int64)
+                                    thread) for key in distinct.tolist()], dtype=np.int32)
+    key_tier = np.array([_HOST_TIER[key // stride] for key in distinct.tolist()], dtype=np.int8)
     found = np.searchsorted(distinct, keys)
     return _HostPieces(piece_starts, piece_ends, key_label[found], key_tier[found])
 
@@ -568,8 +595,8 @@ def _python_pieces(line: LineLike, names: Sequence[str], classes: np.ndarray, py
     starts, ends, ids = _merged(starts[kept], ends[kept], ids[kept])
     thread = line.name or UNNAMED_THREAD
     named = {int(i): labels.of(TimeCause.INTERPRETER, names[i], thread) for i in np.unique(ids).tolist()}
-    label = np.array([named[int(i)] for i in ids.tolist()], dtype=np.int64)
-    return _HostPieces(starts, ends, label, np.full(len(starts), _INTERPRETER, dtype=np.int64))
+    label = np.array([named[int(i)] for i in ids.tolist()], dtype=np.int32)
+    return _HostPieces(starts, ends, label, np.full(len(starts), _INTERPRETER, dtype=np.int8))
 
 
 def _released_pieces(line: LineLike, classes: np.ndarray, loop: tuple[int, int]) -> _HostPieces:
@@ -579,7 +606,8 @@ def _released_pieces(line: LineLike, classes: np.ndarray, loop: tuple[int, int])
     starts, ends, _ = self_pieces(line, (kind == _BUILTIN) | (kind == _WAIT))
     kept = (ends > loop[0]) & (starts < loop[1])
     starts, ends, _ = _merged(starts[kept], ends[kept], np.zeros(int(kept.sum()), dtype=np.int64))
-    return _HostPieces(starts, ends, np.zeros(len(starts), dtype=np.int64), np.full(len(starts), _RELEASED))
+    return _HostPieces(starts, ends, np.zeros(len(starts), dtype=np.int32),
+                       np.full(len(starts), _RELEASED, dtype=np.int8))
 
 
 def _bridged_copies(line: LineLike, event_class: np.ndarray, inside: np.ndarray, starts: np.ndarray,
@@ -650,7 +678,7 @@ def _in_flight(line: LineLike, names: Sequence[str], classes: np.ndarray, marker
     """
     subtree_end = subtree_ends(line)
     calls, copied, waiting = _copies_to_device(line, names, classes, subtree_end)
-    empty = _HostPieces(*(np.zeros(0, np.int64),) * 4)
+    empty = _HostPieces.empty()
     if not len(calls):
         return empty
     # Quiet: the marker, waits on the device and what they enclose, and the code around the calls (their callers).
@@ -698,8 +726,9 @@ def _in_flight(line: LineLike, names: Sequence[str], classes: np.ndarray, marker
     window = np.searchsorted(windows_starts, held_starts, side="right") - 1
     thread = line.name or UNNAMED_THREAD
     call_labels = np.array([labels.of(TimeCause.TRANSFERS, names[line.ids[call]], thread)
-                            for call in calls[kept].tolist()], dtype=np.int64)
-    return _HostPieces(held_starts, held_ends, call_labels[window], np.full(len(held_starts), _IN_FLIGHT))
+                            for call in calls[kept].tolist()], dtype=np.int32)
+    return _HostPieces(held_starts, held_ends, call_labels[window],
+                       np.full(len(held_starts), _IN_FLIGHT, dtype=np.int8))
 
 
 def _runtime_copies(others: list[_HostPieces]) -> tuple[np.ndarray, np.ndarray]:
@@ -789,12 +818,19 @@ def attribute(*, names: Sequence[str], windows: list[Window], steps: int, busy_n
     is_marker[list(markers)] = True
     python = np.array([bool(PYTHON_FUNCTION.match(name)) for name in names], dtype=bool)
     span = (min(w.loop[0] for w in windows), max(w.loop[1] for w in windows))
-    empty = _HostPieces(*(np.zeros(0, np.int64),) * 4)
+    empty = _HostPieces.empty()
     unmarked = np.zeros(len(names), dtype=bool)
     callbacks = unmarked if launches_callbacks is None else launches_callbacks
     read_back = unmarked if launches_read_back is None else launches_read_back
-    others = [_host_pieces(line, names, classes, is_marker, labels, span, callbacks, read_back, nested_calls=False)
-              for line in other_threads]
+    of_others = [_host_pieces(line, names, classes, is_marker, labels, span, callbacks, read_back,
+                              nested_calls=False) for line in other_threads]
+    runtime_copies = _runtime_copies(of_others)
+    others = [_HostPieces(p.starts[chosen], p.ends[chosen], p.labels[chosen],
+                          np.full(int(chosen.sum()), tier, dtype=np.int8))
+              for p in of_others
+              for chosen, tier in ((p.tiers != _HOST_TIER[_WAIT], _OTHER_THREADS),  # a thread waiting explains nothing
+                                   (p.tiers == _HOST_TIER[_HOST_TRANSFER], _OTHER_TRANSFERS))]
+    del of_others  # the other threads' pieces are held once, as the tiers they take
     thread = stepping.name if stepping else ""
     host = _Host(
         stepping=_host_pieces(stepping, names, classes, is_marker, labels, span, callbacks, read_back,
@@ -802,11 +838,8 @@ def attribute(*, names: Sequence[str], windows: list[Window], steps: int, busy_n
         if stepping else empty,
         in_flight=_in_flight(stepping, names, classes, is_marker, labels,
                              _distinct(np.concatenate([d.busy.starts for d in devices] or [np.zeros(0, np.int64)])),
-                             _runtime_copies(others)) if stepping else empty,
-        others=[_HostPieces(p.starts[chosen], p.ends[chosen], p.labels[chosen], np.full(int(chosen.sum()), tier))
-                for p in others
-                for chosen, tier in ((p.tiers != _HOST_TIER[_WAIT], _OTHER_THREADS),  # a thread waiting explains nothing
-                                     (p.tiers == _HOST_TIER[_HOST_TRANSFER], _OTHER_TRANSFERS))],
+                             runtime_copies) if stepping else empty,
+        others=others,
         python=[_python_pieces(line, names, classes, python, is_marker, labels, span) for line in other_threads],
         released=_released_pieces(stepping, classes, span) if stepping else empty,
         untraced=labels.of(TimeCause.UNTRACED, "", thread))
@@ -835,8 +868,7 @@ def _host_time(host: _Host, window: Window) -> _Times:
     step."""
     pieces = [host.stepping, host.in_flight, *host.others, *host.python, host.released]
     tiers = np.concatenate([p.tiers for p in pieces])
-    sweep = _Sweep.of(np.concatenate([p.starts for p in pieces]), np.concatenate([p.ends for p in pieces]), tiers,
-                      _RELEASED + 1, window)
+    sweep = _Sweep.of([p.starts for p in pieces], [p.ends for p in pieces], tiers, _RELEASED + 1, window)
     idle = sweep.lengths
     if window.devices:
         intervals = np.column_stack((sweep.bounds[:-1], sweep.bounds[1:]))

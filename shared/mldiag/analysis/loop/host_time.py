@@ -74,7 +74,7 @@ def nearest(parents: np.ndarray, flagged: np.ndarray) -> np.ndarray:
 
     Pointer doubling: after k passes each unresolved event looks 2**k levels up.
     """
-    found = np.full(len(parents), -1, dtype=np.int64)
+    found = np.full(len(parents), -1, dtype=parents.dtype)
     found[flagged] = np.flatnonzero(flagged)
     up = parents.copy()
     todo = np.flatnonzero((found < 0) & (up >= 0))
@@ -112,7 +112,7 @@ def owners(parents: np.ndarray, ids: np.ndarray, names: int, own: np.ndarray, na
     top = nearest_flagged(parents, tops)
     top[tops] = np.flatnonzero(tops)
     inside = (top >= 0) & ~tops & named & (own > 0)
-    keys = ids[top[inside]] * names + ids[inside]
+    keys = ids[top[inside]].astype(np.int64) * names + ids[inside]
     distinct, inverse = np.unique(keys, return_inverse=True)
     inclusive = np.bincount(inverse, weights=own[inside], minlength=len(distinct))
     total = np.bincount(ids[tops], weights=own[tops], minlength=names)

@@ -143,7 +143,7 @@ class _Line:
     name: str
     starts: np.ndarray
     ends: np.ndarray
-    ids: np.ndarray  # index into _Trace.names
+    ids: np.ndarray  # index into _Trace.names, int32 (as ``parents``: a line holds up to millions of events)
     # A compute lane's: the program each event runs, as an index into _Trace.modules (-1 where unknown).
     modules: np.ndarray | None = None
     parents: np.ndarray = field(init=False)  # index of the enclosing event, -1 at the top
@@ -185,7 +185,7 @@ def _parents(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     grow with the nesting depth and the logarithm of the count.
     """
     count = len(starts)
-    parents = np.arange(count, dtype=np.int64) - 1
+    parents = np.arange(-1, count - 1, dtype=np.int32)
     # An instant event needs a parent open past its time; one that closes at that moment is not.
     needed = ends + (ends == starts)
     pending = np.arange(count, dtype=np.int64)
@@ -309,13 +309,13 @@ class _Reader:
             apart = np.ones(len(line), dtype=bool)
         else:
             apart = line.durations_ns == 0 if timed_only else np.zeros(len(line), dtype=bool)
-        every_id = np.empty(len(line), dtype=np.int64)
+        every_id = np.empty(len(line), dtype=np.int32)
         for chosen, numbered in ((~apart, self._numbered), (apart, self._numbered_apart)):
             # Mostly every event of the line is chosen (a host thread's millions): then taken whole, not copied.
             positions: slice | np.ndarray = slice(None) if chosen.all() else np.flatnonzero(chosen)
             metadata_ids, first, inverse = np.unique(line.metadata_ids[positions], return_index=True,
                                                      return_inverse=True)
-            ids = np.empty(len(metadata_ids), dtype=np.int64)
+            ids = np.empty(len(metadata_ids), dtype=np.int32)
             for distinct in np.argsort(first):  # names are numbered in the order their first events come
                 name = line.plane.event_names.get(int(metadata_ids[distinct]), "")
                 position = int(first[distinct]) if isinstance(positions, slice) else int(positions[first[distinct]])
@@ -886,7 +886,7 @@ def _repeated_tail(line: _Line, loop: tuple[int, int], is_dispatch: np.ndarray) 
     in_loop = (line.starts >= loop[0]) & ~begun_after
     nested = np.flatnonzero(line.parents >= 0)
     callers = line.ids[line.parents[nested]]
-    calls = callers * (int(line.ids.max()) + 1) + line.ids[nested]  # (caller's name, callee's name) of each call
+    calls = callers.astype(np.int64) * (int(line.ids.max()) + 1) + line.ids[nested]  # (caller's name, callee's name) of each call
     from_tail = np.isin(line.parents[nested], tail)
     unseen_call = np.zeros(len(line), dtype=bool)
     unseen_call[line.parents[nested[from_tail & ~np.isin(calls, calls[in_loop[line.parents[nested]]])]]] = True
@@ -1198,7 +1198,7 @@ class _Own:
         """From the top-level events (name ids, own ns, reads) and the holders' rows (top's name id, name id, ns,
         reads)."""
         top_ids, holder_ids, holder_ns, holder_reads = holders
-        pairs, inverse = np.unique(top_ids * names + holder_ids, return_inverse=True)
+        pairs, inverse = np.unique(top_ids.astype(np.int64) * names + holder_ids, return_inverse=True)
         ns = np.bincount(inverse, weights=holder_ns, minlength=len(pairs))
         read = np.bincount(inverse, weights=holder_reads, minlength=len(pairs)) > 0
         parts: dict[int, list[tuple[int, float, bool]]] = {}
@@ -1444,7 +1444,7 @@ def _dispatch_origins(line: _Line, dispatches: np.ndarray, is_excluded: np.ndarr
         return origin
     row, ancestor = np.concatenate(rows), np.concatenate(ancestors)  # each dispatch's ancestors, innermost first
     programs = line.ids[flagged[row]]
-    pairs = np.unique(ancestor * (int(line.ids.max()) + 1) + programs)
+    pairs = np.unique(ancestor.astype(np.int64) * (int(line.ids.max()) + 1) + programs)
     kinds = np.bincount(pairs // (int(line.ids.max()) + 1), minlength=len(line))
     candidate = (kinds[ancestor] > 1) & ~is_excluded[line.ids[ancestor]]
     found, first = np.unique(row[candidate], return_index=True)
