@@ -10,8 +10,10 @@ convolution computes the same from the input in place: measured on a TPU v5e, th
 ``lax.conv_general_dilated``.
 
 A compiled program shows the copies as fusions that write a slice of one array into
-a buffer that many such slices fill side by side; the kernels counted are those that
-write or read an array of that buffer's size. What a convolution saves is not known
+a buffer that many such slices fill side by side, or as a convolution by an identity
+kernel (``lax.conv_general_dilated_patches``: one output channel per window position
+and input channel); the kernels counted are those that write or read an array of
+that buffer's size. What a convolution saves is not known
 from them (it depends on the convolution's own kernels), so their share is stated,
 not a saving.
 """
@@ -41,7 +43,7 @@ def _copied_windows(host: HostEvidence, works: list[KernelWork]) -> tuple[int, l
     largest = max(builders, key=lambda work: work.largest_elements)
     programs = {work.module for work in builders if work.largest_elements == largest.largest_elements}
     return largest.windows_side_by_side, [(op, work) for op, work in timed if work.module in programs
-                                          and work.largest_elements == largest.largest_elements]
+                               and work.largest_elements == largest.largest_elements]
 
 
 def hand_written_convolutions(hosts: list[HostEvidence],

@@ -618,9 +618,24 @@ def _origin(module: HloModule, instruction: Instruction | None) -> Instruction |
     return None
 
 
+def _identity_size(module: HloModule, values: Instruction | None) -> int:
+    """The size of the identity matrix ``values`` holds (``iota == iota``, one-hot over positions, as
+    ``conv_general_dilated_patches`` builds its kernel); 0 where it holds none."""
+    compare = _origin(module, values)
+    if compare is None or compare.opcode != "compare" or compare.direction != "EQ":
+        return 0
+    sides = [_origin(module, module.operand(compare, side)) for side in (0, 1)]
+    if not all(side is not None and side.opcode == "iota" and side.shape for side in sides):
+        return 0
+    return sides[0].shape.dims[sides[0].iota_dimension] if sides[0].iota_dimension < len(sides[0].shape.dims) else 0
+
+
 def _windows_side_by_side(module: HloModule, root: Instruction | None) -> int:
-    """How many windows of the array a fusion's root writes a slice of (a dynamic-update-slice of a slice) fit
-    side by side along the one dimension the buffer is wider in; 0 for any other root."""
+    """How many windows of an array a fusion's root copies side by side: slices written into a buffer (a
+    dynamic-update-slice of a slice), counted along the one dimension the buffer is wider in, or a convolution by
+    an identity kernel (one output per window position); 0 for any other root."""
+    if root is not None and root.opcode == "convolution":
+        return _identity_size(module, module.operand(root, 1))
     if root is None or root.opcode != "dynamic-update-slice" or root.shape is None:
         return 0
     update = module.operand(root, 1)

@@ -821,3 +821,39 @@ def test_an_input_copied_as_shifted_windows_side_by_side_and_multiplied_is_a_con
         assert analysis.unfolded_inputs[0].kernels == ["matmul", "window.0", "window.1"]
         assert "jax.lax.conv_general_dilated" in finding.fix
         assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
+
+
+PATCHES_BY_AN_IDENTITY_CONVOLUTION = """HloModule jit_step
+
+%fused_identity () -> bf16[9,9] {
+  %iota.a = s32[9,9]{0,1} iota(), iota_dimension=0
+  %iota.b = s32[9,9]{0,1} iota(), iota_dimension=1
+  %eq.i = pred[9,9]{0,1} compare(%iota.a, %iota.b), direction=EQ
+  ROOT %convert.i = bf16[9,9]{0,1} convert(%eq.i)
+}
+
+%fused_patches (param_0.p: bf16[32,64,64,128], param_1.p: bf16[9,9]) -> bf16[32,64,64,128,9] {
+  %param_0.p = bf16[32,64,64,128]{3,2,1,0} parameter(0)
+  %param_1.p = bf16[9,9]{0,1} parameter(1)
+  %kernel.p = bf16[3,3,1,128,9]{4,3,2,1,0} broadcast(%param_1.p), dimensions={}
+  ROOT %convolution.p = bf16[32,64,64,128,9]{4,3,2,1,0} convolution(%param_0.p, %kernel.p), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f
+}
+
+ENTRY %main (x: bf16[32,64,64,128]) -> bf16[32,64,64,128,9] {
+  %x = bf16[32,64,64,128]{3,2,1,0} parameter(0)
+  %identity = bf16[9,9]{0,1} fusion(), kind=kLoop, calls=%fused_identity
+  ROOT %patches = bf16[32,64,64,128,9]{4,3,2,1,0} fusion(%x, %identity), kind=kOutput, calls=%fused_patches
+}
+"""
+
+
+def test_patches_made_by_a_convolution_with_an_identity_kernel_are_copied_windows_too():
+    host = _host(kind=DeviceKind.TPU, device_type="TPU v5 lite", busy=0.9, top_ops=[_op("patches", 0.5)])
+    analysis = _analysis(host, modules=[("jit_step(6)", PATCHES_BY_AN_IDENTITY_CONVOLUTION)])
+    (unfolded,) = analysis.unfolded_inputs
+    assert unfolded.windows == 9 and unfolded.kernels == ["patches"]
+    assert unfolded.share_of_loop == pytest.approx(0.45)
+    # A one-hot of ids (an embedding's lookup as a matmul) is not an identity: no windows.
+    lookup = PATCHES_BY_AN_IDENTITY_CONVOLUTION.replace("%iota.b = s32[9,9]{0,1} iota(), iota_dimension=1",
+                                                        "%iota.b = s32[9,9]{0,1} constant(3)")
+    assert not _analysis(host, modules=[("jit_step(6)", lookup)]).unfolded_inputs
