@@ -18,6 +18,7 @@ import re
 
 from mldiag.analysis.evidence import MatrixDecompositions
 from mldiag.analysis.host_evidence import HostEvidence, OpTime
+from mldiag.analysis.rules.kernel_groups import costliest
 from mldiag.analysis.rules.roofline import timed_kernels
 from mldiag.analysis.rules.wording import quoted
 from mldiag.analysis.xprof.hlo import KernelWork
@@ -41,25 +42,20 @@ def decompositions_every_step(hosts: list[HostEvidence],
                               works: list[KernelWork]) -> tuple[MatrixDecompositions, Finding] | None:
     """A matrix decomposition's kernels, on the host where they take the largest share of the loop: what they take
     and their finding."""
-    worst: tuple[float, HostEvidence, list[tuple[OpTime, str]]] | None = None
-    for host in hosts:
+    def find(host: HostEvidence) -> tuple[list[tuple[OpTime, str]], float, None]:
         kernels = _decompositions(host, works)
-        share = sum(op.share_of_busy for op, _ in kernels) * host.loop_busy()
-        if kernels and (worst is None or share > worst[0]):
-            worst = share, host, kernels
-    if worst is None:
+        return kernels, sum(op.share_of_busy for op, _ in kernels) * host.loop_busy(), None
+
+    costly = costliest(hosts, find, PRIORITIES)
+    if costly is None:
         return None
-    share, host, kernels = worst
-    priority = next((p for threshold, p in PRIORITIES if share >= threshold), None)
-    if priority is None:
-        return None
-    kernels.sort(key=lambda kernel: -kernel[0].self_ms_per_step)
+    group, priority = costly
+    host, share, kernels = group.host, group.share_of_loop, group.kernels
     targets = list(dict.fromkeys(target for _, target in kernels))
     per = host.per()
-    ms = sum(op.self_ms_per_step for op, _ in kernels)
-    device_share = sum(op.share_of_busy for op, _ in kernels)
+    ms, device_share = group.ms_per_step, group.share_of_device
     found = MatrixDecompositions(host=host.host, targets=targets, ms_per_step=ms, share_of_device=device_share,
-                                 share_of_loop=share, kernels=[op.name for op, _ in kernels])
+                                 share_of_loop=share, kernels=group.names)
     return found, Finding(
         priority=priority,
         category=FindingCategory.COMPUTE,

@@ -22,6 +22,7 @@ from __future__ import annotations
 from mldiag.analysis.evidence import NarrowMatmuls
 from mldiag.analysis.host_evidence import HostEvidence, OpTime
 from mldiag.analysis.rules.hardware import Chip
+from mldiag.analysis.rules.kernel_groups import costliest
 from mldiag.analysis.rules.roofline import timed_kernels
 from mldiag.analysis.rules.wording import quoted
 from mldiag.analysis.xprof.hlo import KernelWork, describe
@@ -55,25 +56,19 @@ def narrow_matmuls(hosts: list[HostEvidence], works: list[KernelWork],
     unit = chip.matrix_unit if chip is not None else 0
     if not unit:
         return None
-    worst: tuple[float, HostEvidence, int, list[tuple[OpTime, KernelWork]]] | None = None
-    for host in hosts:
+    def find(host: HostEvidence) -> tuple[list[tuple[OpTime, KernelWork]], float, int]:
         width, kernels = _narrow(host, works, unit)
-        saved = sum(op.share_of_busy for op, _ in kernels) * (1 - width / unit) * host.loop_busy()
-        if kernels and (worst is None or saved > worst[0]):
-            worst = saved, host, width, kernels
-    if worst is None:
+        return kernels, sum(op.share_of_busy for op, _ in kernels) * (1 - width / unit) * host.loop_busy(), width
+
+    costly = costliest(hosts, find, PRIORITIES)
+    if costly is None:
         return None
-    saved, host, width, kernels = worst
-    priority = next((p for threshold, p in PRIORITIES if saved >= threshold), None)
-    if priority is None:
-        return None
-    kernels.sort(key=lambda kernel: -kernel[0].self_ms_per_step)
+    group, priority = costly
+    host, saved, kernels, width = group.host, group.share_of_loop, group.kernels, group.detail
     per = host.per()
-    share = sum(op.share_of_busy for op, _ in kernels)
-    ms = sum(op.self_ms_per_step for op, _ in kernels)
+    share, ms = group.share_of_device, group.ms_per_step
     narrow = NarrowMatmuls(host=host.host, width=width, matrix_unit=unit, fill=width / unit, ms_per_step=ms,
-                           share_of_device=min(1.0, share), saved_share_of_loop=saved,
-                           kernels=[op.name for op, _ in kernels])
+                           share_of_device=share, saved_share_of_loop=saved, kernels=group.names)
     return narrow, Finding(
         priority=priority,
         category=FindingCategory.COMPUTE,

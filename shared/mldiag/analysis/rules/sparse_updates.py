@@ -21,6 +21,7 @@ import math
 
 from mldiag.analysis.evidence import DenseTableUpdates
 from mldiag.analysis.host_evidence import HostEvidence, OpTime
+from mldiag.analysis.rules.kernel_groups import costliest
 from mldiag.analysis.rules.roofline import timed_kernels
 from mldiag.analysis.rules.wording import quoted
 from mldiag.analysis.xprof.hlo import KernelWork, describe
@@ -56,25 +57,20 @@ def dense_table_updates(hosts: list[HostEvidence],
                         works: list[KernelWork]) -> tuple[DenseTableUpdates, Finding] | None:
     """A lookup's gradient made as large as its table and applied whole, on the host where updating only the
     looked-up rows would save the most: the time it takes and its finding."""
-    worst: tuple[float, HostEvidence, tuple[int, ...], float, list[tuple[OpTime, KernelWork]]] | None = None
-    for host in hosts:
+    def find(host: HostEvidence) -> tuple[list[tuple[OpTime, KernelWork]], float, tuple[tuple[int, ...], float]]:
         table, fill, kernels = _table_sized(host, works)
-        saved = sum(op.share_of_busy for op, _ in kernels) * (1 - fill) * host.loop_busy()
-        if kernels and (worst is None or saved > worst[0]):
-            worst = saved, host, table, fill, kernels
-    if worst is None:
+        return kernels, sum(op.share_of_busy for op, _ in kernels) * (1 - fill) * host.loop_busy(), (table, fill)
+
+    costly = costliest(hosts, find, PRIORITIES)
+    if costly is None:
         return None
-    saved, host, table, fill, kernels = worst
+    group, priority = costly
+    host, saved, kernels, (table, fill) = group.host, group.share_of_loop, group.kernels, group.detail
     rows = f"{table[0]:,} rows" + (f" of {math.prod(table[1:]):,}" if len(table) > 1 else "")
-    priority = next((p for threshold, p in PRIORITIES if saved >= threshold), None)
-    if priority is None:
-        return None
-    kernels.sort(key=lambda kernel: -kernel[0].self_ms_per_step)
     per = host.per()
-    share = min(1.0, sum(op.share_of_busy for op, _ in kernels))
-    ms = sum(op.self_ms_per_step for op, _ in kernels)
+    share, ms = group.share_of_device, group.ms_per_step
     dense = DenseTableUpdates(host=host.host, table_shape=list(table), updates_per_element=fill, ms_per_step=ms,
-                              share_of_device=share, saved_share_of_loop=saved, kernels=[op.name for op, _ in kernels])
+                              share_of_device=share, saved_share_of_loop=saved, kernels=group.names)
     return dense, Finding(
         priority=priority,
         category=FindingCategory.COMPUTE,

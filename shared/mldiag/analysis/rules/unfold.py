@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from mldiag.analysis.evidence import UnfoldedInputs
 from mldiag.analysis.host_evidence import HostEvidence, OpTime
+from mldiag.analysis.rules.kernel_groups import costliest
 from mldiag.analysis.rules.roofline import timed_kernels
 from mldiag.analysis.rules.wording import quoted
 from mldiag.analysis.xprof.hlo import KernelWork, describe
@@ -50,24 +51,19 @@ def hand_written_convolutions(hosts: list[HostEvidence],
                               works: list[KernelWork]) -> tuple[UnfoldedInputs, Finding] | None:
     """Inputs copied as shifted windows side by side and multiplied, on the host where the kernels that write or
     read the copies take the largest share of the loop: that share and its finding."""
-    worst: tuple[float, HostEvidence, int, list[tuple[OpTime, KernelWork]]] | None = None
-    for host in hosts:
+    def find(host: HostEvidence) -> tuple[list[tuple[OpTime, KernelWork]], float, int]:
         windows, kernels = _copied_windows(host, works)
-        share = sum(op.share_of_busy for op, _ in kernels) * host.loop_busy()
-        if kernels and (worst is None or share > worst[0]):
-            worst = share, host, windows, kernels
-    if worst is None:
+        return kernels, sum(op.share_of_busy for op, _ in kernels) * host.loop_busy(), windows
+
+    costly = costliest(hosts, find, PRIORITIES)
+    if costly is None:
         return None
-    share, host, windows, kernels = worst
-    priority = next((p for threshold, p in PRIORITIES if share >= threshold), None)
-    if priority is None:
-        return None
-    kernels.sort(key=lambda kernel: -kernel[0].self_ms_per_step)
+    group, priority = costly
+    host, share, kernels, windows = group.host, group.share_of_loop, group.kernels, group.detail
     per = host.per()
-    ms = sum(op.self_ms_per_step for op, _ in kernels)
-    device_share = min(1.0, sum(op.share_of_busy for op, _ in kernels))
+    ms, device_share = group.ms_per_step, group.share_of_device
     unfolded = UnfoldedInputs(host=host.host, windows=windows, ms_per_step=ms, share_of_device=device_share,
-                              share_of_loop=share, kernels=[op.name for op, _ in kernels])
+                              share_of_loop=share, kernels=group.names)
     return unfolded, Finding(
         priority=priority,
         category=FindingCategory.COMPUTE,
