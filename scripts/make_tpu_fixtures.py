@@ -5140,6 +5140,424 @@ def conv_patches_matmul(big: bool) -> Workload:
                     ablations={"lax_conv": _training(state, make_step(by_conv), x, y)})
 
 
+def linear_attention_quadratic(big: bool) -> Workload:
+    """Four layers of linear (kernelised) attention, bf16, trained, data resident (batch 2, 8 heads of 128, 4096
+    tokens on the chip): each computes ``phi(q) @ phi(k).T``, normalises it and multiplies by ``v``, an n x n
+    matrix per head where no softmax needs one. Ablation: the same attention as ``phi(q) @ (phi(k).T @ v)``."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, seq, heads, head_dim, layers = (2, 4096, 8, 128, 4) if big else (2, 512, 4, 32, 2)
+    width = heads * head_dim
+    keys = jax.random.split(jax.random.key(200), layers)
+    params = [{"qkv": _normal(k, (width, 3 * width), "bfloat16"), "out": _normal(k, (width, width), "bfloat16")}
+              for k in keys]
+    x = jax.random.normal(jax.random.key(201), (batch, seq, width)).astype("bfloat16")
+    y = jnp.zeros((batch, seq, width), "float32")
+
+    def quadratic(q, k, v):
+        scores = jnp.einsum("bhnd,bhmd->bhnm", q, k)
+        return jnp.einsum("bhnm,bhmd->bhnd", scores / jnp.sum(scores, -1, keepdims=True), v)
+
+    def linear(q, k, v):
+        context = jnp.einsum("bhmd,bhme->bhde", k, v)
+        normaliser = jnp.einsum("bhnd,bhd->bhn", q, jnp.sum(k, 2))
+        return jnp.einsum("bhnd,bhde->bhne", q, context) / normaliser[..., None]
+
+    def make_step(attend):
+        def loss(params, x, y):
+            for layer in params:
+                q, k, v = jnp.split((x @ layer["qkv"]).reshape(batch, seq, 3 * heads, head_dim).transpose(
+                    0, 2, 1, 3), 3, axis=1)
+                q, k = jax.nn.elu(q) + 1, jax.nn.elu(k) + 1
+                mixed = attend(q, k, v).transpose(0, 2, 1, 3).reshape(batch, seq, width)
+                x = x + mixed.astype("bfloat16") @ layer["out"]
+            return jnp.mean((x.astype("float32") - y) ** 2)
+
+        return sgd(loss)
+
+    state = {"params": params}
+    return Workload(_training(state, make_step(quadratic), x, y),
+                    ablations={"reassociated": _training(state, make_step(linear), x, y)})
+
+
+def moe_dense_dispatch(big: bool) -> Workload:
+    """Two mixture-of-experts layers (8 experts, top-1 routing, capacity 1.25, bf16), trained, data resident (4096
+    tokens of 1024 on the chip): tokens reach their experts and come back through one-hot dispatch and combine
+    tensors [tokens, experts, capacity] contracted by einsum, as in GShard. Ablation: the same routing by index:
+    tokens scattered into the experts' slots and gathered back."""
+    import jax
+    import jax.numpy as jnp
+
+    tokens, width, hidden, experts = (4096, 1024, 4096, 8) if big else (256, 64, 128, 4)
+    capacity = int(1.25 * tokens / experts)
+    keys = jax.random.split(jax.random.key(210), 4)
+    params = [{"router": _normal(keys[2 * n], (width, experts), "float32"),
+               "w_in": _normal(keys[2 * n + 1], (experts, width, hidden), "bfloat16"),
+               "w_out": _normal(keys[2 * n + 1], (experts, hidden, width), "bfloat16") * 0.5} for n in range(2)]
+    x = jax.random.normal(jax.random.key(211), (tokens, width)).astype("bfloat16")
+    y = jnp.zeros((tokens, width), "float32")
+
+    def route(layer, x):
+        probabilities = jax.nn.softmax(x.astype("float32") @ layer["router"])
+        expert = jnp.argmax(probabilities, -1)
+        gate = jnp.max(probabilities, -1)
+        chosen = jax.nn.one_hot(expert, experts, dtype="int32")
+        slot = jnp.sum(jnp.cumsum(chosen, 0) * chosen, -1) - 1
+        return expert, slot, jnp.where(slot < capacity, gate, 0.0)
+
+    def experts_ffn(layer, inputs):
+        hidden_states = jax.nn.relu(jnp.einsum("ecd,edf->ecf", inputs, layer["w_in"]))
+        return jnp.einsum("ecf,efd->ecd", hidden_states, layer["w_out"])
+
+    def by_einsum(layer, x):
+        expert, slot, gate = route(layer, x)
+        dispatch = (jax.nn.one_hot(expert, experts, dtype="bfloat16")[:, :, None]
+                    * jax.nn.one_hot(slot, capacity, dtype="bfloat16")[:, None, :])
+        outputs = experts_ffn(layer, jnp.einsum("tec,td->ecd", dispatch, x))
+        return jnp.einsum("tec,ecd->td", dispatch * gate[:, None, None].astype("bfloat16"), outputs)
+
+    def by_index(layer, x):
+        expert, slot, gate = route(layer, x)
+        flat = jnp.where(slot < capacity, expert * capacity + slot, experts * capacity)
+        inputs = jnp.zeros((experts * capacity + 1, width), x.dtype).at[flat].set(x)[:-1]
+        outputs = experts_ffn(layer, inputs.reshape(experts, capacity, width)).reshape(-1, width)
+        outputs = jnp.concatenate([outputs, jnp.zeros((1, width), outputs.dtype)])
+        return outputs[flat] * gate[:, None].astype("bfloat16")
+
+    def make_step(moe):
+        def loss(params, x, y):
+            for layer in params:
+                x = x + moe(layer, x)
+            return jnp.mean((x.astype("float32") - y) ** 2)
+
+        return sgd(loss)
+
+    state = {"params": params}
+    return Workload(_training(state, make_step(by_einsum), x, y),
+                    ablations={"by_index": _training(state, make_step(by_index), x, y)})
+
+
+def int32_count_matmul(big: bool) -> Workload:
+    """Word co-occurrence counts of a document shard, ``counts.T @ counts`` with the counts (0-3 per word and
+    document, 8192 documents x 8192 words on the chip) held as int32, then a PMI-like normalisation in f32; the
+    same shard each step. Ablation: the counts in bf16 (exact for such small integers), multiplied with an f32
+    accumulator."""
+    import jax
+    import jax.numpy as jnp
+
+    documents, vocabulary = (8192, 8192) if big else (512, 512)
+    counts = jax.random.randint(jax.random.key(220), (documents, vocabulary), 0, 4, dtype="int32")
+
+    def normalised(cooccurrence):
+        totals = jnp.diagonal(cooccurrence).astype("float32") + 1
+        return jnp.sum(jnp.log1p(cooccurrence.astype("float32")) - 0.5 * jnp.log(totals[:, None] * totals))
+
+    as_int = jax.jit(lambda c: normalised(c.T @ c))
+    as_bf16 = jax.jit(lambda c: normalised(
+        jax.lax.dot_general(c, c, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32).astype("int32")))
+    counts16 = counts.astype("bfloat16")
+    return Workload(lambda i, clock: as_int(counts).block_until_ready(),
+                    ablations={"bf16_counts": lambda i, clock: as_bf16(counts16).block_until_ready()})
+
+
+def strided_conv_by_slicing(big: bool) -> Workload:
+    """A bf16 conv net of four 3 x 3 convolutions (batch 32, 128 x 128 images, 128 channels on the chip) whose
+    last three halve the resolution by computing the convolution at full resolution and keeping every second row
+    and column (``y[:, ::2, ::2]``), trained, data resident. Ablation: the same convolutions with stride 2."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, side, channels = (32, 128, 128) if big else (4, 32, 32)
+    keys = jax.random.split(jax.random.key(230), 4)
+    params = [_normal(k, (3, 3, channels, channels), "bfloat16") for k in keys]
+    x = jax.random.normal(jax.random.key(231), (batch, side, side, channels)).astype("bfloat16")
+    y = jnp.zeros((batch, side // 8, side // 8, channels), "float32")
+
+    def conv(x, w, stride):
+        return jax.lax.conv_general_dilated(x, w, (stride, stride), "SAME",
+                                            dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    def make_step(downsample):
+        def loss(params, x, y):
+            x = jax.nn.relu(conv(x, params[0], 1))
+            for w in params[1:]:
+                x = jax.nn.relu(downsample(x, w))
+            return jnp.mean((x.astype("float32") - y) ** 2)
+
+        return sgd(loss)
+
+    state = {"params": params}
+    by_slicing = make_step(lambda x, w: conv(x, w, 1)[:, ::2, ::2, :])
+    by_stride = make_step(lambda x, w: conv(x, w, 2))
+    return Workload(_training(state, by_slicing, x, y), ablations={"strided": _training(state, by_stride, x, y)})
+
+
+def subprocess_each_step(big: bool) -> Workload:
+    """After each bf16 MLP train step the training thread calls ``report_usage``, which starts a Python
+    subprocess to read the machine's load and waits for its output (as a shell-out to a monitoring command
+    would). Python tracer on; ablation: a report every 50th step."""
+    params, train_step, x, y = _mlp_step(big)
+    state = {"params": params}
+
+    def report_usage() -> str:
+        return subprocess.run([sys.executable, "-c", "import os; print(os.getloadavg())"], capture_output=True,
+                              text=True, check=True).stdout
+
+    def loop(every: int):
+        def iteration(i: int, clock: Clock) -> None:
+            state["params"], value = train_step(state["params"], x, y)
+            value.block_until_ready()
+            if i % every == every - 1:
+                with clock.part("report_usage"):
+                    report_usage()
+
+        return iteration
+
+    return Workload(loop(1), ablations={"every_50": loop(50)})
+
+
+def attention_heads_python_loop(big: bool) -> Workload:
+    """Four self-attention layers (batch 8, 1024 tokens, 16 heads of 64, bf16), trained, data resident, whose
+    heads are a Python loop inside the jit: each head's projections, softmax attention and output are separate
+    small matmuls, concatenated at the end. Ablation: the heads as one batched einsum."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, seq, heads, head_dim, layers = (8, 1024, 16, 64, 4) if big else (2, 128, 4, 16, 2)
+    width = heads * head_dim
+    keys = jax.random.split(jax.random.key(240), layers)
+    params = [{"qkv": _normal(k, (width, 3 * width), "bfloat16"), "out": _normal(k, (width, width), "bfloat16")}
+              for k in keys]
+    x = jax.random.normal(jax.random.key(241), (batch, seq, width)).astype("bfloat16")
+    y = jnp.zeros((batch, seq, width), "float32")
+
+    def attend(q, k, v):
+        scores = jnp.einsum("...nd,...md->...nm", q, k).astype("float32") / head_dim ** 0.5
+        return jnp.einsum("...nm,...md->...nd", jax.nn.softmax(scores).astype("bfloat16"), v)
+
+    def head_by_head(x, layer):
+        q, k, v = jnp.split(layer["qkv"], 3, axis=1)
+        columns = [slice(h * head_dim, (h + 1) * head_dim) for h in range(heads)]
+        return jnp.concatenate([attend(x @ q[:, c], x @ k[:, c], x @ v[:, c]) for c in columns], -1)
+
+    def all_heads(x, layer):
+        q, k, v = jnp.split((x @ layer["qkv"]).reshape(batch, seq, 3 * heads, head_dim).transpose(0, 2, 1, 3), 3,
+                            axis=1)
+        return attend(q, k, v).transpose(0, 2, 1, 3).reshape(batch, seq, width)
+
+    def make_step(attention):
+        def loss(params, x, y):
+            for layer in params:
+                x = x + attention(x, layer) @ layer["out"]
+            return jnp.mean((x.astype("float32") - y) ** 2)
+
+        return sgd(loss)
+
+    state = {"params": params}
+    return Workload(_training(state, make_step(head_by_head), x, y),
+                    ablations={"batched_heads": _training(state, make_step(all_heads), x, y)})
+
+
+def logits_for_every_position(big: bool) -> Workload:
+    """A prompt's prefill for generation (batch 8, 1024 tokens of 1024, two bf16 MLP blocks): the vocabulary's logits
+    (32768 words) are computed for every position and only the last position's are kept to pick the next token.
+    Ablation: the last position's hidden state alone multiplied by the vocabulary."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, seq, width, vocabulary = (8, 1024, 1024, 32768) if big else (2, 128, 128, 4096)
+    keys = jax.random.split(jax.random.key(250), 3)
+    blocks = [_normal(k, (width, width), "bfloat16") for k in keys[:2]]
+    unembed = _normal(keys[2], (width, vocabulary), "bfloat16")
+    prompt = jax.random.normal(jax.random.key(251), (batch, seq, width)).astype("bfloat16")
+
+    def hidden(blocks, x):
+        for w in blocks:
+            x = x + jax.nn.gelu(x @ w)
+        return x
+
+    @jax.jit
+    def every_position(blocks, unembed, x):
+        return jnp.argmax((hidden(blocks, x) @ unembed)[:, -1].astype("float32"), -1)
+
+    @jax.jit
+    def last_position(blocks, unembed, x):
+        return jnp.argmax((hidden(blocks, x)[:, -1] @ unembed).astype("float32"), -1)
+
+    return Workload(lambda i, clock: every_position(blocks, unembed, prompt).block_until_ready(),
+                    ablations={"last_only": lambda i, clock: last_position(blocks, unembed, prompt)
+                               .block_until_ready()})
+
+
+def strided_conv_downsampling(big: bool) -> Workload:
+    """A bf16 conv net of four 3 x 3 convolutions (batch 32, 128 x 128 images, 128 channels on the chip) whose last
+    three halve the resolution with stride 2, as a ResNet's stages do, trained, data resident. Ablation: the same
+    net with every convolution at stride 1 and full resolution, four times the work of the last three."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, side, channels = (32, 128, 128) if big else (4, 32, 32)
+    keys = jax.random.split(jax.random.key(260), 4)
+    params = [_normal(k, (3, 3, channels, channels), "bfloat16") for k in keys]
+    x = jax.random.normal(jax.random.key(261), (batch, side, side, channels)).astype("bfloat16")
+
+    def conv(x, w, stride):
+        return jax.lax.conv_general_dilated(x, w, (stride, stride), "SAME",
+                                            dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    def make_step(stride: int):
+        def loss(params, x):
+            x = jax.nn.relu(conv(x, params[0], 1))
+            for w in params[1:]:
+                x = jax.nn.relu(conv(x, w, stride))
+            return jnp.mean(x.astype("float32") ** 2)
+
+        return sgd(loss)
+
+    state = {"params": params}
+    return Workload(_training(state, make_step(2), x), ablations={"full_resolution": _training(state, make_step(1), x)})
+
+
+def conv_transpose_decoder(big: bool) -> Workload:
+    """A bf16 decoder of three 4 x 4 transposed convolutions of stride 2 (``lax.conv_transpose``; batch 32, 16 x 16
+    up to 128 x 128, 128 channels on the chip), trained, data resident. Ablation: nearest-neighbour upsampling
+    (``jnp.repeat``) then a 3 x 3 convolution."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, side, channels = (32, 16, 128) if big else (4, 8, 32)
+    keys = jax.random.split(jax.random.key(270), 6)
+    x = jax.random.normal(jax.random.key(271), (batch, side, side, channels)).astype("bfloat16")
+    transposed = [_normal(k, (4, 4, channels, channels), "bfloat16") for k in keys[:3]]
+    resized = [_normal(k, (3, 3, channels, channels), "bfloat16") for k in keys[3:]]
+    numbers = ("NHWC", "HWIO", "NHWC")
+
+    def by_transpose(x, w):
+        return jax.lax.conv_transpose(x, w, (2, 2), "SAME", dimension_numbers=numbers)
+
+    def by_resize(x, w):
+        up = jnp.repeat(jnp.repeat(x, 2, axis=1), 2, axis=2)
+        return jax.lax.conv_general_dilated(up, w, (1, 1), "SAME", dimension_numbers=numbers)
+
+    def make_step(upsample):
+        def loss(params, x):
+            for w in params:
+                x = jax.nn.relu(upsample(x, w))
+            return jnp.mean(x.astype("float32") ** 2)
+
+        return sgd(loss)
+
+    state = {"transposed": transposed, "resized": resized}
+    return Workload(_training(state, make_step(by_transpose), x, key="transposed"),
+                    ablations={"resize_then_conv": _training(state, make_step(by_resize), x, key="resized")})
+
+
+def depthwise_separable_net(big: bool) -> Workload:
+    """A MobileNet-like bf16 net: six blocks of a 3 x 3 depthwise convolution (``feature_group_count`` = channels)
+    and a 1 x 1 pointwise one (batch 64, 56 x 56, 256 channels on the chip), trained, data resident; nothing else
+    in the loop. Depthwise convolutions do little math per byte: the step is bound by memory, not the MXU."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, side, channels, blocks = (64, 56, 256, 6) if big else (4, 16, 32, 2)
+    keys = jax.random.split(jax.random.key(280), 2 * blocks)
+    params = [{"depthwise": _normal(keys[2 * b], (3, 3, 1, channels), "bfloat16"),
+               "pointwise": _normal(keys[2 * b + 1], (1, 1, channels, channels), "bfloat16")} for b in range(blocks)]
+    x = jax.random.normal(jax.random.key(281), (batch, side, side, channels)).astype("bfloat16")
+    numbers = ("NHWC", "HWIO", "NHWC")
+
+    def loss(params, x):
+        for block in params:
+            y = jax.lax.conv_general_dilated(x, block["depthwise"], (1, 1), "SAME", dimension_numbers=numbers,
+                                             feature_group_count=channels)
+            x = x + jax.nn.relu(jax.lax.conv_general_dilated(jax.nn.relu(y), block["pointwise"], (1, 1), "SAME",
+                                                             dimension_numbers=numbers))
+        return jnp.mean(x.astype("float32") ** 2)
+
+    state = {"params": params}
+    return Workload(_training(state, sgd(loss), x))
+
+
+def metrics_push_waits_for_ack(big: bool) -> Workload:
+    """After each bf16 MLP train step, ``push_metrics`` sends the step's host-side statistics over a socket pair to
+    a collector thread and waits for its acknowledgement, which the collector sends after aggregating them (a sort
+    of the run's history, tens of milliseconds). Python tracer on; ablation: the push sent without waiting for the acknowledgement."""
+    import socket
+
+    params, train_step, x, y = _mlp_step(big)
+    state = {"params": params}
+    ours, theirs = socket.socketpair()
+    stopping = threading.Event()
+
+    history = [float((n * 7919) % 100_003) for n in range(150_000)]
+
+    def collector() -> None:
+        while not stopping.is_set():
+            try:
+                message = theirs.recv(65536)
+            except OSError:
+                return
+            if not message:
+                return
+            sorted(history)  # the aggregation: percentiles over the run so far
+            if message.startswith(b"wait"):
+                theirs.sendall(b"ok")
+
+    threading.Thread(target=collector, daemon=True, name="metrics_collector").start()
+
+    def push_metrics(step: int, wait: bool) -> None:
+        ours.sendall((b"wait " if wait else b"push ") + str(step).encode())
+        if wait:
+            ours.recv(16)
+
+    def loop(wait: bool):
+        def iteration(i: int, clock: Clock) -> None:
+            state["params"], value = train_step(state["params"], x, y)
+            value.block_until_ready()
+            with clock.part("push_metrics"):
+                push_metrics(i, wait)
+
+        return iteration
+
+    def stop() -> None:
+        stopping.set()
+        ours.close()
+        theirs.close()
+
+    return Workload(loop(True), ablations={"no_ack": loop(False)}, stop=stop)
+
+
+def int8_weights_dequantised(big: bool) -> Workload:
+    """Weight-only int8 inference: a chain of four 8192 x 8192 layers whose weights are stored as int8 with a scale
+    per output column and dequantised to bf16 inside the jit (``w.astype(bf16) * scale``) before each matmul,
+    batch 256. Ablation: the same chain on bf16 weights."""
+    import jax
+    import jax.numpy as jnp
+
+    n, links, batch = (8192, 4, 256) if big else (256, 4, 16)
+    keys = jax.random.split(jax.random.key(290), links + 1)
+    weights = [jax.random.randint(k, (n, n), -127, 128, dtype=jnp.int8) for k in keys[1:]]
+    scales = [jnp.full((n,), 1.0 / (127 * n ** 0.5), "bfloat16") for _ in keys[1:]]
+    x = jax.random.normal(keys[0], (batch, n)).astype("bfloat16")
+    dense = [w.astype("bfloat16") * s for w, s in zip(weights, scales)]
+
+    @jax.jit
+    def quantised(x, weights, scales):
+        for w, s in zip(weights, scales):
+            x = jnp.tanh(x @ (w.astype("bfloat16") * s))
+        return x
+
+    @jax.jit
+    def plain(x, weights):
+        for w in weights:
+            x = jnp.tanh(x @ w)
+        return x
+
+    return Workload(lambda i, clock: quantised(x, weights, scales).block_until_ready(),
+                    ablations={"bf16_weights": lambda i, clock: plain(x, dense).block_until_ready()})
+
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -5607,6 +6025,52 @@ SHAPES: dict[str, Shape] = {
                                  "lax.conv_general_dilated_patches and a matmul (batch 32, 64 x 64, 128 channels "
                                  "on the chip)", cause="patches extracted as 9x copies of each layer's input, "
                                  "relaid and read every step"),
+    "linear_attention_quadratic": Shape(
+        linear_attention_quadratic, 10, "four layers of linear attention computed as phi(q) @ phi(k).T, normalised, "
+        "@ v (batch 2, 8 heads of 128, 4096 tokens on the chip), bf16, trained",
+        cause="the n x n product phi(q) @ phi(k).T, made and read in every layer and its gradient, where phi(q) @ "
+        "(phi(k).T @ v) makes none"),
+    "moe_dense_dispatch": Shape(
+        moe_dense_dispatch, 10, "two top-1 mixture-of-experts layers (8 experts, 4096 tokens of 1024 on the chip) "
+        "dispatched and combined by one-hot einsums, bf16, trained",
+        cause="the one-hot dispatch and combine einsums over [tokens, experts, capacity]"),
+    "int32_count_matmul": Shape(
+        int32_count_matmul, 10, "co-occurrence counts counts.T @ counts of an int32 8192 x 8192 count matrix on the "
+        "chip, then a log normalisation in f32",
+        cause="int32 matmuls, which no matrix unit takes (bf16 counts with an f32 accumulator are exact)"),
+    "strided_conv_by_slicing": Shape(
+        strided_conv_by_slicing, 10, "four bf16 3 x 3 convolutions (batch 32, 128 x 128, 128 channels on the chip), "
+        "three of them downsampling by y[:, ::2, ::2] after a full-resolution convolution, trained",
+        cause="convolutions at full resolution then subsampled by y[:, ::2, ::2], and their gradients at full "
+        "resolution over zeros"),
+    "subprocess_each_step": Shape(
+        subprocess_each_step, 15, "a bf16 MLP train step, then report_usage starts a Python subprocess and waits for "
+        "its output, every step; Python tracer on", python_tracer=True,
+        cause="report_usage (waiting for a subprocess every step)"),
+    "attention_heads_python_loop": Shape(
+        attention_heads_python_loop, 10, "four self-attention layers (batch 8, 1024 tokens, 16 heads of 64 on the "
+        "chip) whose heads are a Python loop of small matmuls inside the jit, bf16, trained",
+        cause="none: XLA merges the per-head matmuls (a batched einsum saves nothing)"),
+    "logits_for_every_position": Shape(
+        logits_for_every_position, 10, "a prefill computing the 32768-word vocabulary's logits for all 1024 positions "
+        "of 8 prompts and keeping the last position's (two bf16 MLP blocks of 1024 on the chip)",
+        cause="to be measured"),
+    "strided_conv_downsampling": Shape(
+        strided_conv_downsampling, 10, "four bf16 3 x 3 convolutions (batch 32, 128 x 128, 128 channels on the "
+        "chip), the last three of stride 2, trained", cause="to be measured"),
+    "conv_transpose_decoder": Shape(
+        conv_transpose_decoder, 10, "three bf16 4 x 4 transposed convolutions of stride 2 (batch 32, 16 x 16 up to "
+        "128 x 128, 128 channels on the chip), trained", cause="to be measured"),
+    "depthwise_separable_net": Shape(
+        depthwise_separable_net, 10, "six MobileNet-like blocks of a 3 x 3 depthwise and a 1 x 1 pointwise bf16 "
+        "convolution (batch 64, 56 x 56, 256 channels on the chip), trained", cause="to be measured"),
+    "metrics_push_waits_for_ack": Shape(
+        metrics_push_waits_for_ack, 15, "a bf16 MLP train step, then push_metrics sends statistics over a socket "
+        "pair to a collector thread and waits for its acknowledgement; Python tracer on", python_tracer=True,
+        cause="to be measured"),
+    "int8_weights_dequantised": Shape(
+        int8_weights_dequantised, 10, "weight-only int8 inference: four 8192 x 8192 int8 layers dequantised to bf16 "
+        "in the jit before each matmul, batch 256", cause="to be measured"),
 }
 
 

@@ -138,7 +138,9 @@ class SlowPrecision(Evidence):
     """``analysis.json.slow_precision``: device time in a slow dtype or precision, on the host where it weighs most,
     as its finding quotes it."""
 
-    kind: str  # "float64" (math in f64) or "highest" (f32 matmuls at precision HIGHEST on a bf16/TF32 chip)
+    # "float64" (math in f64), "highest" (f32 matmuls at precision HIGHEST on a bf16/TF32 chip) or "wide_integer"
+    # (matmuls of int32 or int64 operands)
+    kind: str
     host: str
     ms_per_step: float  # per device (per capture without steps)
     share_of_device: float  # of the host's device op time
@@ -184,6 +186,19 @@ class MatrixDecompositions(Evidence):
     ms_per_step: float  # per device (per capture without steps)
     share_of_device: float  # of the host's device op time
     share_of_loop: float
+    kernels: list[str] = Field(default_factory=list)  # as the device trace names them, longest first
+
+
+class SubsampledResults(Evidence):
+    """``analysis.json.subsampled_results``: matmul or convolution results computed in full and kept one element in
+    N by strided slices, with the kernels that compute them or their gradients, on the host where the work on the
+    discarded elements takes the largest share of the loop, as its finding quotes it."""
+
+    host: str
+    kept_one_in: int  # N: elements computed per element kept (the strides' product)
+    ms_per_step: float  # of those kernels, per device (per capture without steps)
+    share_of_device: float  # of the host's device op time
+    share_of_loop_discarded: float  # of the loop, the kernels' time on the discarded elements
     kernels: list[str] = Field(default_factory=list)  # as the device trace names them, longest first
 
 
@@ -327,6 +342,7 @@ class Analysis(Evidence):
     dense_updates: list[DenseTableUpdates] = Field(default_factory=list)
     decompositions: list[MatrixDecompositions] = Field(default_factory=list)
     unfolded_inputs: list[UnfoldedInputs] = Field(default_factory=list)
+    subsampled_results: list[SubsampledResults] = Field(default_factory=list)
     followups: list[Followup] = Field(default_factory=list)
     investigation: Investigation | None = None
     comparison: Comparison | None = None

@@ -89,7 +89,7 @@ from mldiag.analysis.profile.trace_names import (
 from mldiag.analysis.profile.trace_names import hlo_instruction as _instruction
 from mldiag.analysis.profile.trace_names import program_base as _module_base
 from mldiag.analysis.rules import (frameworks, host_causes, launches, linear_algebra, matrix_unit, precision,
-                                   roofline, sparse_updates, unfold)
+                                   roofline, sparse_updates, subsampling, unfold)
 from mldiag.analysis.rules import kernels as kernel_ops
 from mldiag.analysis.rules.frameworks import Framework
 from mldiag.analysis.rules.host_causes import HostCause
@@ -606,6 +606,9 @@ def _host_cause_fix(host: HostEvidence, cause: host_causes.Cause) -> str:
                 + (frameworks.cause_fix(cause.kind, framework) or ""))
     if cause.kind is HostCause.HOST_WORK and cause.parts and (fix := host_causes.known_call_fix(cause.parts[0].name)):
         return fix
+    if cause.kind is HostCause.HOST_WORK and (blocked := host_causes.blocked_on(host, cause)):
+        who = _functions_in_prose(cause.parts) or "The training thread"
+        return host_causes.BLOCKED_FIXES[blocked].format(who=who) + host_causes.BLOCKED_REMEDY
     fix = _overlap_fix(host, cause, framework)
     if ratio := host_causes.outpaces_device(host, cause):
         fix = _cheaper_first(host, cause, ratio) + " " + fix
@@ -1451,7 +1454,10 @@ def _one_hot_matmuls(hosts: list[HostEvidence], kernels: list[KernelShare]) -> F
                 "and its scatter-add cost a small part of it."),
         fix=("Look the rows up instead: jnp.take(table, ids, axis=0) or table[ids] (torch: nn.Embedding, "
              "F.embedding), whose gradient is a scatter-add of one row per id; for a sum by id, "
-             "jax.ops.segment_sum(values, ids, num_segments)."
+             "jax.ops.segment_sum(values, ids, num_segments); for a mixture of experts' dispatch and combine (a "
+             "one-hot of expert and slot contracted by einsum), route by index: scatter each token into its "
+             "expert's slot (.at[expert * capacity + slot].set(x)) and gather the outputs back, or sort the tokens "
+             "by expert for a grouped matmul (jax.lax.ragged_dot)."
              + (" Keep the one-hot matmul only for a few thousand classes or fewer, where the matrix unit beats a "
                 "gather." if host.device_kind is DeviceKind.TPU else "")),
     )
@@ -2210,7 +2216,8 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
     dense = sparse_updates.dense_table_updates(hosts, hlo_kernels or [])
     decompositions = linear_algebra.decompositions_every_step(hosts, hlo_kernels or [])
     unfolded = unfold.hand_written_convolutions(hosts, hlo_kernels or [])
-    hardware += [found[1] for found in (narrow, dense, decompositions, unfolded) if found is not None]
+    subsampled = subsampling.computed_then_subsampled(hosts, hlo_kernels or [])
+    hardware += [found[1] for found in (narrow, dense, decompositions, unfolded, subsampled) if found is not None]
     findings = _findings(hosts, by_name, hlo_issues, metrics, health, programs, movements, kernels, hardware,
                          hlo_kernels or [])
     status = decide_status(health, findings)
@@ -2232,6 +2239,7 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
         dense_updates=[dense[0]] if dense is not None else [],
         decompositions=[decompositions[0]] if decompositions is not None else [],
         unfolded_inputs=[unfolded[0]] if unfolded is not None else [],
+        subsampled_results=[subsampled[0]] if subsampled is not None else [],
         profile=profile,
         versions=versions,
         seconds=seconds,

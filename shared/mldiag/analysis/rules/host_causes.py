@@ -162,6 +162,38 @@ def known_call_fix(name: str) -> str | None:
     return next((fix for pattern, fix in _KNOWN_CALLS if pattern.match(name)), None)
 
 
+# A child process started and waited for, as the Python tracer names the calls (``$subprocess.py:506 run``,
+# ``$os system``), and the waits on a file descriptor a thread blocks in meanwhile (``$selectors.py:402 select``).
+_SUBPROCESS = re.compile(r"^\$(subprocess\.py:\d+ |os (system|popen)$|posix (system|waitpid)$)")
+_BLOCKED = re.compile(r"^\$(subprocess\.py:\d+ |selectors\.py:\d+ |select (select|poll|epoll)$|os (system|popen|"
+                      r"waitpid)$|posix (system|waitpid)$|_socket |socket\.py:\d+ (recv|recv_into|accept)$)")
+BLOCKED_SHARE = 0.5  # of a cause's time, held in those calls, for the cause to be a wait on another process
+
+
+def blocked_on(host: HostEvidence, cause: Cause) -> str:
+    """What most of a host-work cause's time is the training thread blocked on: "subprocess" (a child process it
+    starts and waits for), "descriptor" (a pipe's or socket's output, the caller unseen), or "" (neither): the calls
+    that hold the time in the loop's activities on the cause's thread."""
+    threads = {part.thread for part in cause.parts} - {""}
+    held = [(name, ms) for activity in (*host.host_activities, *host.between_steps)
+            if not threads or activity.thread in threads for name, ms, _ in _owned(activity)]
+    if sum(ms for name, ms in held if _BLOCKED.match(name)) < BLOCKED_SHARE * cause.ms:
+        return ""
+    return "subprocess" if any(_SUBPROCESS.match(name) for name, _ in held) else "descriptor"
+
+
+BLOCKED_FIXES = {
+    "subprocess": "{who} spends most of its time waiting for a child process it starts (subprocess.run, os.system): "
+                  "starting a process and waiting for its output costs tens of milliseconds whatever it runs.",
+    "descriptor": "{who} spends most of its time blocked in select(), waiting for a pipe or socket to answer: the "
+                  "output of a child process it starts (subprocess.run with captured output, os.popen) or a "
+                  "network call (a metrics or storage service).",
+}
+BLOCKED_REMEDY = (" Get the figure in-process (os.getloadavg, psutil, a library call instead of a command), make the "
+                  "call every N steps, or make it without waiting (subprocess.Popen or the request on a background "
+                  "thread, its answer reported at a later step).")
+
+
 def _reads_back_only(name: str) -> bool:
     """Whether a copies part (its calls joined by `` + ``) only copies from the device to the host."""
     return {transfer_direction(call) for call in name.split(" + ")} == {"device to host"}

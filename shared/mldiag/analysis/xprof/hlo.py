@@ -33,7 +33,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from mldiag.analysis.evidence import HloIssue, HloProgram
 
@@ -64,6 +64,8 @@ _ALL_LABELS = re.compile(r"dim_labels=([^_\s]+)_([^-\s]+)->")
 _KERNEL_LABELS = re.compile(r"dim_labels=[^_\s]*_([^-\s]*)->")
 _WINDOW_SIZE = re.compile(r"window=\{[^}]*\bsize=([\dx]+)")
 _LHS_DILATE = re.compile(r"window=\{[^}]*\blhs_dilate=([\dx]+)")
+_SLICE_STRIDES = re.compile(r"\bslice=\{([^}]*)\}")
+_PADDING = re.compile(r"\bpadding=(-?\d+_-?\d+(?:_\d+)?(?:x-?\d+_-?\d+(?:_\d+)?)*)")
 _DTYPE = re.compile(r"^\(*(?P<dtype>[a-z]+\d*)\[")
 _ARRAY_SHAPE = re.compile(r"^(?P<dtype>[a-z]+\d*)\[(?P<dims>[\d,]*)\](?:\{(?P<layout>[\d,]*)[^}]*\})?")
 _DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4,
@@ -117,6 +119,9 @@ class Instruction:
     parameter: int = -1  # a parameter's number
     direction: str = ""  # a compare's: "EQ", "LT", ...
     iota_dimension: int = 0  # an iota's: the dimension it counts along
+    # A slice's, and a pad's: the elements it keeps (a slice's strides) or takes (a pad's zeros put between two
+    # elements, plus one) per element of the larger side, multiplied over the dimensions; 1 for neither.
+    thins: int = 1
 
 
 @dataclass
@@ -221,6 +226,12 @@ def parse_module(name: str, text: str) -> HloModule:
             instruction.direction = direction.group(1)
         elif instruction.opcode == "iota" and (dimension := _IOTA_DIMENSION.search(attributes)):
             instruction.iota_dimension = int(dimension.group(1))
+        elif instruction.opcode == "slice" and (ranges := _SLICE_STRIDES.search(attributes)):
+            instruction.thins = math.prod(int(r.split(":")[2]) for r in re.findall(r"\[([^\]]*)\]", ranges.group(1))
+                                          if r.count(":") == 2 and r.split(":")[2].isdigit())
+        elif instruction.opcode == "pad" and (padding := _PADDING.search(attributes)):
+            instruction.thins = math.prod(int(d.split("_")[2]) + 1 for d in padding.group(1).split("x")
+                                          if d.count("_") == 2)
         module.instructions[instruction.name] = instruction
         module.computations[computation].append(instruction.name)
         if match["root"]:
@@ -552,6 +563,10 @@ class KernelWork:
     # A fusion that writes a window of another array into a buffer that many such windows fill side by side (an
     # im2col or unfold, a convolution written by hand): how many windows fit along the buffer's widened dimension.
     windows_side_by_side: int = 0
+    # The elements it computes (or works on) per one the program keeps: a matmul's or convolution's result of which
+    # strided slices keep one in N (y[:, ::2, ::2]), or, for its gradient, the zeros put between the kept elements'
+    # gradients and the matmuls that read them; 1 otherwise.
+    computed_per_kept: int = 1
 
 
 def _fused(module: HloModule, computation: str) -> list[Instruction]:
@@ -592,7 +607,8 @@ def _updates_per_element(module: HloModule, ops: list[Instruction]) -> float:
     return max(ratios)
 
 
-_PASSES_VALUES = frozenset({"convert", "bitcast", "broadcast", "reshape", "copy", "transpose"})
+_PASSES_VALUES = frozenset({"convert", "bitcast", "broadcast", "reshape", "copy", "transpose", "copy-start",
+                            "copy-done"})
 
 
 def _origin(module: HloModule, instruction: Instruction | None) -> Instruction | None:
@@ -662,10 +678,19 @@ def _scatters_into_constant(module: HloModule, ops: list[Instruction]) -> tuple[
     return max(shapes, key=math.prod)
 
 
-def _one_hot(module: HloModule, values: Instruction | None) -> int:
-    """The classes of the one-hot matrix ``values`` holds (``ids == iota``, as ``jax.nn.one_hot`` builds it); 0
-    where it holds none."""
+def _one_hot(module: HloModule, values: Instruction | None, depth: int = 0) -> int:
+    """The classes of the one-hot matrix ``values`` holds (``ids == iota``, as ``jax.nn.one_hot`` builds it; the
+    product of two, one class of each, as a mixture of experts' dispatch to an expert's slot; or one scaled per
+    row, as its combine weights); 0 where it holds none."""
     compare = _origin(module, values)
+    if compare is not None and compare.opcode in ("multiply", "and") and depth < 4:
+        sides = [_one_hot(module, module.operand(compare, side), depth + 1) for side in (0, 1)]
+        if all(sides):
+            return sides[0] * sides[1]
+        scale = next((module.operand(compare, side) for side in (0, 1) if not sides[side]), None)
+        while scale is not None and scale.opcode == "convert":
+            scale = module.operand(scale)
+        return max(sides) if compare.opcode == "multiply" and scale is not None and scale.opcode == "broadcast" else 0
     if compare is None or compare.opcode != "compare" or compare.direction != "EQ":
         return 0
     for side in (0, 1):
@@ -699,6 +724,74 @@ def _copies_argument(module: HloModule, instruction: Instruction) -> bool:
             and source.computation == module.entry and source.shape is not None and source.shape == instruction.shape)
 
 
+_READ_AS_IS = frozenset({"bitcast", "reshape", "copy", "convert"})
+
+
+def _readers(module: HloModule) -> dict[str, list[Instruction]]:
+    """Each instruction's readers (the instructions that take it as an operand)."""
+    readers: dict[str, list[Instruction]] = {}
+    for instruction in module.instructions.values():
+        for operand in instruction.operands:
+            readers.setdefault(operand, []).append(instruction)
+    return readers
+
+
+def _kept_one_in(module: HloModule, readers: dict[str, list[Instruction]], name: str, depth: int = 0) -> int:
+    """Of how many elements of ``name``'s result its readers keep one: the smallest stride product of the strided
+    slices it is read through (past value-passing ops, into fusions); 1 where any reader uses every element."""
+    kept = []
+    for reader in readers.get(name, []):
+        if reader.opcode == "slice" and reader.thins > 1:
+            kept.append(reader.thins)
+        elif depth < 8 and reader.opcode in _READ_AS_IS:
+            kept.append(_kept_one_in(module, readers, reader.name, depth + 1))
+        elif depth < 8 and reader.opcode == "fusion" and reader.calls in module.computations:
+            parameters = [p for n in module.computations[reader.calls]
+                          if (p := module.instructions[n]).opcode == "parameter"
+                          and 0 <= p.parameter < len(reader.operands) and reader.operands[p.parameter] == name]
+            kept += [_kept_one_in(module, readers, p.name, depth + 1) for p in parameters] or [1]
+        else:
+            return 1
+    return min(kept, default=1)
+
+
+def _body(module: HloModule, instruction: Instruction) -> list[Instruction]:
+    """What an entry-level instruction computes: a fusion's instructions, or the instruction itself."""
+    if instruction.opcode == "fusion" and instruction.calls in module.computations:
+        return _fused(module, instruction.calls)
+    return [instruction]
+
+
+def _computed_per_kept(module: HloModule) -> dict[str, int]:
+    """The entry-level kernels that compute more than the program keeps: a matmul or convolution whose result only
+    strided slices read (one element in N kept), and on the gradient's side the zeros put between the kept
+    elements' gradients (a pad with interior padding, as large as such a result) and the matmuls that read them:
+    kernel -> N."""
+    readers = _readers(module)
+    entry = [module.instructions[name] for name in module.computations.get(module.entry, [])]
+    found: dict[str, int] = {}
+    thinned: dict[tuple[int, ...], int] = {}
+    for kernel in entry:
+        if kernel.shape is not None and any(i.opcode in ("dot", "convolution") for i in _body(module, kernel)) and (
+                kept := _kept_one_in(module, readers, kernel.name)) > 1:
+            found[kernel.name] = thinned[kernel.shape.dims] = kept
+    if not thinned:
+        return found
+
+    def zeros_between(instruction: Instruction | None) -> int:
+        padded = instruction is not None and instruction.opcode == "pad" and instruction.shape is not None
+        return thinned.get(instruction.shape.dims, 1) if padded and instruction.thins > 1 else 1
+
+    for kernel in entry:
+        body = _body(module, kernel)
+        spread = [zeros_between(i) for i in body] + [
+            zeros_between(_origin(module, module.operand(matmul, side)))
+            for matmul in body if matmul.opcode in ("dot", "convolution") for side in (0, 1)]
+        if max(spread, default=1) > 1:
+            found[kernel.name] = max(found.get(kernel.name, 1), *spread)
+    return found
+
+
 def _fusion_work(module: HloModule, fusion: Instruction) -> KernelWork:
     body = _fused(module, fusion.calls)
     math_ops = [i for i in body if i.opcode not in _MOVES_OR_RETYPES and i.opcode != "fusion"]
@@ -729,12 +822,14 @@ def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
     """What every instruction outside a fusion computes: the kernels (and ops) a device trace names."""
     found = []
     for module in modules:
+        computed_per_kept = _computed_per_kept(module)
         for instruction in module.instructions.values():
             if (instruction.opcode in _NOT_A_BUFFER or instruction.computation in module.runs_as
                     or instruction.computation in module.applied):
                 continue
             if instruction.opcode == "fusion" and instruction.calls in module.computations:
-                found.append(_fusion_work(module, instruction))
+                found.append(replace(_fusion_work(module, instruction),
+                                     computed_per_kept=computed_per_kept.get(instruction.name, 1)))
             else:
                 found.append(KernelWork(
                     module=module.name, instruction=instruction.name,
@@ -745,7 +840,9 @@ def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
                     else (), updates_per_element=_updates_per_element(module, [instruction]),
                     scatters_into_constant=_scatters_into_constant(module, [instruction]),
                     one_hot_classes=_one_hot_classes(module, [instruction], None),
-                    copies_argument=_copies_argument(module, instruction), **_matmul_fields(module, [instruction]),
+                    copies_argument=_copies_argument(module, instruction),
+                    computed_per_kept=computed_per_kept.get(instruction.name, 1),
+                    **_matmul_fields(module, [instruction]),
                     **_batched_fields([instruction], [instruction, *filter(None, (
                         module.instructions.get(name) for name in instruction.operands))]),
                 ))

@@ -857,3 +857,98 @@ def test_patches_made_by_a_convolution_with_an_identity_kernel_are_copied_window
     lookup = PATCHES_BY_AN_IDENTITY_CONVOLUTION.replace("%iota.b = s32[9,9]{0,1} iota(), iota_dimension=1",
                                                         "%iota.b = s32[9,9]{0,1} constant(3)")
     assert not _analysis(host, modules=[("jit_step(6)", lookup)]).unfolded_inputs
+
+
+# --- matmuls of 32-bit integers ----------------------------------------------------------------
+
+INT32_COUNTS = """HloModule jit_counts
+
+%fused_counts (param_0.c: s32[8192,8192]) -> s32[8192,8192] {
+  %param_0.c = s32[8192,8192]{1,0} parameter(0)
+  ROOT %convolution.c = s32[8192,8192]{1,0} convolution(%param_0.c, %param_0.c), dim_labels=fb_io->bf
+}
+
+ENTRY %main (c: s32[8192,8192]) -> s32[8192,8192] {
+  %c = s32[8192,8192]{1,0} parameter(0)
+  ROOT %fusion = s32[8192,8192]{1,0} fusion(%c), kind=kOutput, calls=%fused_counts
+}
+"""
+
+
+@pytest.mark.parametrize(("kind", "device_type", "priority"), [(DeviceKind.TPU, "TPU v5 lite", Priority.P0),
+                                                                (DeviceKind.CPU, "CPU", Priority.P1)])
+def test_matmuls_of_int32_operands_are_a_dtype_finding_with_a_bf16_fix(kind, device_type, priority):
+    host = _host(kind=kind, device_type=device_type, top_ops=[_op("fusion", 0.9), _op("reduce", 0.1)])
+    analysis = _analysis(host, modules=[("jit_counts(1)", INT32_COUNTS)])
+    (finding,) = [f for f in analysis.findings if "integers" in f.title]
+    assert finding.title == "Matmuls of 32-bit integers take 90% of device time"
+    assert finding.priority is priority and "preferred_element_type=jnp.float32" in finding.fix
+    assert [(s.kind, s.kernels) for s in analysis.slow_precision] == [("wide_integer", ["fusion"])]
+    assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
+    # int8 operands accumulating in int32 are what the matrix unit takes: no finding.
+    int8 = INT32_COUNTS.replace("(param_0.c: s32", "(param_0.c: s8").replace("%param_0.c = s32", "%param_0.c = s8")
+    int8 = int8.replace("(c: s32[8192,8192]) -> s32", "(c: s8[8192,8192]) -> s32").replace("%c = s32", "%c = s8")
+    assert not [f for f in _analysis(host, modules=[("jit_counts(1)", int8)]).findings if "integers" in f.title]
+
+
+# --- results computed in full and subsampled ---------------------------------------------------
+
+def _subsampled(stride: int) -> str:
+    """A stride-1 convolution whose result a fusion reads through a ``stride`` slice, and on the gradient's side
+    the slice's transpose (a pad with ``stride - 1`` zeros between elements) convolved at full size."""
+    small = 64 // stride
+    return f"""HloModule jit_step
+
+%fused_conv (param_0.f: bf16[32,64,64,128], param_1.f: bf16[3,3,128,128]) -> bf16[32,64,64,128] {{
+  %param_0.f = bf16[32,64,64,128]{{3,2,1,0}} parameter(0)
+  %param_1.f = bf16[3,3,128,128]{{3,2,1,0}} parameter(1)
+  ROOT %conv.f = bf16[32,64,64,128]{{3,2,1,0}} convolution(%param_0.f, %param_1.f), window={{size=3x3 pad=1_1x1_1}}, dim_labels=b01f_01io->b01f
+}}
+
+%fused_relu (param_0.r: bf16[32,64,64,128]) -> bf16[32,{small},{small},128] {{
+  %param_0.r = bf16[32,64,64,128]{{3,2,1,0}} parameter(0)
+  %slice.r = bf16[32,{small},{small},128]{{3,2,1,0}} slice(%param_0.r), slice={{[0:32:1], [0:64:{stride}], [0:64:{stride}], [0:128:1]}}
+  %zero.r = bf16[] constant(0)
+  %zeros.r = bf16[32,{small},{small},128]{{3,2,1,0}} broadcast(%zero.r), dimensions={{}}
+  ROOT %max.r = bf16[32,{small},{small},128]{{3,2,1,0}} maximum(%slice.r, %zeros.r)
+}}
+
+%fused_input_grad (param_0.g: bf16[32,64,64,128], param_1.g: bf16[3,3,128,128]) -> bf16[32,64,64,128] {{
+  %param_0.g = bf16[32,64,64,128]{{3,2,1,0}} parameter(0)
+  %param_1.g = bf16[3,3,128,128]{{3,2,1,0}} parameter(1)
+  ROOT %conv.g = bf16[32,64,64,128]{{3,2,1,0}} convolution(%param_0.g, %param_1.g), window={{size=3x3 pad=1_1x1_1}}, dim_labels=b01f_01oi->b01f
+}}
+
+ENTRY %main (x: bf16[32,64,64,128], w: bf16[3,3,128,128], g: bf16[32,{small},{small},128]) -> (bf16[32,{small},{small},128], bf16[32,64,64,128]) {{
+  %x = bf16[32,64,64,128]{{3,2,1,0}} parameter(0)
+  %w = bf16[3,3,128,128]{{3,2,1,0}} parameter(1)
+  %g = bf16[32,{small},{small},128]{{3,2,1,0}} parameter(2)
+  %conv = bf16[32,64,64,128]{{3,2,1,0}} fusion(%x, %w), kind=kOutput, calls=%fused_conv
+  %relu = bf16[32,{small},{small},128]{{3,2,1,0}} fusion(%conv), kind=kLoop, calls=%fused_relu
+  %zero = bf16[] constant(0)
+  %pad.g = bf16[32,64,64,128]{{3,2,1,0}} pad(%g, %zero), padding=0_0_0x0_{stride - 1}_{stride - 1}x0_{stride - 1}_{stride - 1}x0_0_0
+  %input_grad = bf16[32,64,64,128]{{3,2,1,0}} fusion(%pad.g, %w), kind=kOutput, calls=%fused_input_grad
+  ROOT %out = (bf16[32,{small},{small},128], bf16[32,64,64,128]) tuple(%relu, %input_grad)
+}}
+"""
+
+
+@pytest.mark.parametrize(("stride", "flagged"), [(2, True), (1, False)])
+def test_a_convolution_kept_one_output_in_four_by_a_strided_slice_is_work_thrown_away(stride, flagged):
+    module = hlo.parse_module("jit_step(7)", _subsampled(stride))
+    works = {w.instruction: w.computed_per_kept for w in hlo.kernel_work([module])}
+    expected = 4 if flagged else 1
+    assert (works["conv"], works["pad.g"], works["input_grad"], works["relu"]) == (expected, expected, expected, 1)
+    host = _host(kind=DeviceKind.TPU, device_type="TPU v5 lite", busy=0.9,
+                 top_ops=[_op("conv", 0.3), _op("input_grad", 0.3), _op("pad.g", 0.1), _op("relu", 0.3)])
+    analysis = _analysis(host, modules=[("jit_step(7)", _subsampled(stride))])
+    found = [f for f in analysis.findings if "subsampled" in f.title]
+    assert bool(found) is flagged and bool(analysis.subsampled_results) is flagged
+    if flagged:
+        (finding,) = found
+        assert finding.priority is Priority.P0  # 0.7 of device time x 3/4 thrown away x 0.9 busy
+        assert finding.title == ("Convolutions or matmuls computed in full and then subsampled (one output in 4 "
+                                 "kept): 47% of the loop computes what is thrown away")
+        assert analysis.subsampled_results[0].kernels == ["conv", "input_grad", "pad.g"]
+        assert "window_strides" in finding.fix
+        assert why_unsupported(finding, EvidenceIndex(analysis)) == ""

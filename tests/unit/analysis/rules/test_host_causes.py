@@ -472,6 +472,27 @@ def test_a_runtime_call_the_step_makes_itself_gets_the_fix_for_that_call():
     assert "gc.freeze()" in first.fix and "batch" not in first.title
 
 
+@pytest.mark.parametrize(("owners", "words"), [
+    ([OwnTime(name="$selectors.py:402 select", ms_per_step=60.0),
+      OwnTime(name="$subprocess.py:506 run", ms_per_step=20.0)], "waiting for a child process it starts"),
+    ([OwnTime(name="$selectors.py:402 select", ms_per_step=80.0)], "blocked in select()"),
+    ([OwnTime(name="$stats.py:12 summarise", ms_per_step=80.0)], None),
+])
+def test_a_step_that_waits_for_a_subprocess_or_a_socket_is_told_to_stop_waiting_not_to_compute_less(owners, words):
+    attribution = _attributed([
+        TimePart(cause=TimeCause.DEVICE_COMPUTE, name="dot", ms=200.0, share=0.2, useful=True),
+        TimePart(cause=TimeCause.HOST_WORK, name="$train.py:50 report_usage", thread="python", ms=800.0, share=0.8),
+    ])
+    iteration = _activity("$train.py:40 iteration", 100.0, 80.0, *owners)
+    (finding,) = _findings(_host(activities=[iteration], attribution=attribution))
+    assert '"report_usage"' in finding.title
+    if words:
+        assert finding.fix.startswith(f'"report_usage" spends most of its time {words}')
+        assert "in-process" in finding.fix and "every N steps" in finding.fix
+    else:
+        assert "child process" not in finding.fix and "select()" not in finding.fix
+
+
 @pytest.mark.parametrize(("framework", "words"), [
     (Framework.JAX, "grain"), (Framework.TENSORFLOW, "tf.data"), (Framework.PYTORCH_XLA, "num_workers"),
 ])

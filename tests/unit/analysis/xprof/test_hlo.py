@@ -274,6 +274,60 @@ def test_a_matmul_by_ids_equal_to_an_iota_says_how_many_classes_its_one_hot_has(
     assert masked.one_hot_classes == 0
 
 
+MOE_DISPATCH = """HloModule jit_moe
+
+%fused_expert (p.e: s32[4096]) -> bf16[4096,8] {
+  %p.e = s32[4096]{0} parameter(0)
+  %b.e = s32[4096,8]{1,0} broadcast(%p.e), dimensions={0}
+  %iota.e = s32[4096,8]{1,0} iota(), iota_dimension=1
+  %eq.e = pred[4096,8]{1,0} compare(%b.e, %iota.e), direction=EQ
+  ROOT %c.e = bf16[4096,8]{1,0} convert(%eq.e)
+}
+
+%fused_slot (p.s: s32[4096]) -> bf16[4096,640] {
+  %p.s = s32[4096]{0} parameter(0)
+  %b.s = s32[4096,640]{1,0} broadcast(%p.s), dimensions={0}
+  %iota.s = s32[4096,640]{1,0} iota(), iota_dimension=1
+  %eq.s = pred[4096,640]{1,0} compare(%b.s, %iota.s), direction=EQ
+  ROOT %c.s = bf16[4096,640]{1,0} convert(%eq.s)
+}
+
+%fused_combine (p.0: bf16[4096,8], p.1: bf16[4096,640], p.2: bf16[4096], p.3: bf16[8,640,1024]) -> bf16[4096,1024] {
+  %p.0 = bf16[4096,8]{1,0} parameter(0)
+  %p.1 = bf16[4096,640]{1,0} parameter(1)
+  %p.2 = bf16[4096]{0} parameter(2)
+  %p.3 = bf16[8,640,1024]{2,1,0} parameter(3)
+  %e.3 = bf16[4096,8,640]{2,1,0} broadcast(%p.0), dimensions={0,1}
+  %s.3 = bf16[4096,8,640]{2,1,0} broadcast(%p.1), dimensions={0,2}
+  %dispatch = bf16[4096,8,640]{2,1,0} multiply(%e.3, %s.3)
+  %g.3 = bf16[4096,8,640]{2,1,0} broadcast(%p.2), dimensions={0}
+  %combine = bf16[4096,8,640]{2,1,0} multiply(%dispatch, %g.3)
+  ROOT %dot.3 = bf16[4096,1024]{1,0} dot(%combine, %p.3), lhs_contracting_dims={1,2}, rhs_contracting_dims={0,1}
+}
+
+ENTRY %main (expert: s32[4096], slot: s32[4096], gate: bf16[4096], outputs: bf16[8,640,1024]) -> bf16[4096,1024] {
+  %expert = s32[4096]{0} parameter(0)
+  %slot = s32[4096]{0} parameter(1)
+  %gate = bf16[4096]{0} parameter(2)
+  %outputs = bf16[8,640,1024]{2,1,0} parameter(3)
+  %expert_one_hot = bf16[4096,8]{1,0} fusion(%expert), kind=kLoop, calls=%fused_expert
+  %slot_one_hot = bf16[4096,640]{1,0} fusion(%slot), kind=kLoop, calls=%fused_slot
+  %copy-start = (bf16[4096,640]{1,0}, bf16[4096,640]{1,0}, u32[]) copy-start(%slot_one_hot)
+  %copy-done = bf16[4096,640]{1,0} copy-done(%copy-start)
+  ROOT %fusion = bf16[4096,1024]{1,0} fusion(%expert_one_hot, %copy-done, %gate, %outputs), kind=kOutput, calls=%fused_combine
+}
+"""
+
+
+def test_a_mixture_of_experts_dispatch_is_a_one_hot_of_expert_and_slot_scaled_by_its_gate():
+    works = {w.instruction: w for w in hlo.kernel_work([_module("jit_moe(1)", MOE_DISPATCH)])}
+    assert works["fusion"].one_hot_classes == 8 * 640  # through the chip's asynchronous copy of the slot one-hot
+    # Multiplied by values of its own size (not one per row), it is no one-hot any more.
+    dense = MOE_DISPATCH.replace("%g.3 = bf16[4096,8,640]{2,1,0} broadcast(%p.2), dimensions={0}",
+                                 "%g.3 = bf16[4096,8,640]{2,1,0} exponential(%e.3)")
+    assert {w.instruction: w for w in hlo.kernel_work([_module("jit_moe(2)", dense)])}["fusion"].one_hot_classes == 0
+
+
 _DECODE = """HloModule jit_decode, is_scheduled=true{alias}, entry_computation_layout={{(bf16[32,512,64]{{2,1,0}}, bf16[64]{{0}}, s32[])->(bf16[32,512,64]{{2,1,0}})}}
 
 %fused_update (param_0.1: bf16[32,512,64], param_1.1: bf16[64], param_2.1: s32[]) -> bf16[32,512,64] {{
