@@ -190,12 +190,12 @@ class MatrixDecompositions(Evidence):
 
 
 class SubsampledResults(Evidence):
-    """``analysis.json.subsampled_results``: matmul or convolution results computed in full and kept one element in
-    N by strided slices, with the kernels that compute them or their gradients, on the host where the work on the
+    """``analysis.json.subsampled_results``: matmul or convolution results computed in full and read one element in
+    N or fewer through slices, with the kernels that compute them or their gradients, on the host where the work on the
     discarded elements takes the largest share of the loop, as its finding quotes it."""
 
     host: str
-    kept_one_in: int  # N: elements computed per element kept (the strides' product)
+    kept_one_in: int  # N: elements computed per element read
     ms_per_step: float  # of those kernels, per device (per capture without steps)
     share_of_device: float  # of the host's device op time
     share_of_loop_discarded: float  # of the loop, the kernels' time on the discarded elements

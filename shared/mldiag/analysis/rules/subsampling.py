@@ -1,17 +1,19 @@
-"""Results computed in full and then subsampled: a convolution or matmul whose output only strided slices read.
+"""Results computed in full and mostly dropped: a matmul or convolution whose result only small slices read.
 
-Code that downsamples by computing at full resolution and keeping every second
-row and column (``conv(x, w)[:, ::2, ::2]``, a stride applied after the fact)
-computes N outputs for each it keeps, N the product of the strides; the gradient
-then puts zeros between the kept outputs' gradients and convolves them at full
-resolution too. A strided convolution (``window_strides``) or a strided matmul's
-input computes only what is kept: measured on a TPU v5e, four 3 x 3 convolutions
-of which three downsampled by slicing took 0.47 more of the loop than the same
-convolutions with stride 2.
+Code that multiplies every position and keeps one (a prefill's vocabulary logits
+for all positions, ``(h @ w_vocab)[:, -1]``), or downsamples by computing at full
+resolution and keeping every second row and column (``conv(x, w)[:, ::2, ::2]``, a
+stride applied after the fact), computes N elements for each it reads; a gradient
+then puts zeros around or between the read elements' gradients and multiplies them
+at full size too. Slicing the input first, or a strided convolution, computes only
+what is read: measured on a TPU v5e, four 3 x 3 convolutions of which three
+downsampled by slicing took 0.47 more of the loop than the same convolutions with
+stride 2.
 
 A compiled program shows the waste as kernels whose matmul or convolution result is
-read only through strided slices, and, for the gradient, pads with interior
-padding as large as such a result and the matmuls that read them
+read only through slices that keep one element in N or fewer (distinct slices'
+shares added up, so a split into q, k and v reads everything), and, for the
+gradient, pads as large as such a result and the matmuls that read them
 (:attr:`mldiag.analysis.xprof.hlo.KernelWork.computed_per_kept`). Of their time,
 ``1 - 1/N`` computes what is thrown away: that share of the loop is the saving
 stated and ranked.
@@ -38,7 +40,7 @@ def _thrown_away(kernels: list[tuple[OpTime, KernelWork]]) -> float:
 
 def computed_then_subsampled(hosts: list[HostEvidence],
                              works: list[KernelWork]) -> tuple[SubsampledResults, Finding] | None:
-    """Matmul and convolution results computed in full and kept one element in N, on the host where the work on
+    """Matmul and convolution results computed in full and read one element in N, on the host where the work on
     the discarded elements takes the largest share of the loop: that work and its finding."""
     def find(host: HostEvidence) -> tuple[list[tuple[OpTime, KernelWork]], float, int]:
         kernels = [(op, ran[0]) for op, ran in timed_kernels(host, works) if ran and ran[0].computed_per_kept > 1]
@@ -57,21 +59,23 @@ def computed_then_subsampled(hosts: list[HostEvidence],
     return subsampled, Finding(
         priority=priority,
         category=FindingCategory.COMPUTE,
-        title=f"Convolutions or matmuls computed in full and then subsampled (one output in {kept_one_in} kept): "
-              f"{saved:.0%} of the loop computes what is thrown away",
-        what=(f"The program computes matmul or convolution results of which it keeps one element in {kept_one_in} "
-              "(strided slices such as y[:, ::2, ::2] after a stride-1 convolution), and its gradient puts zeros "
-              "between the kept elements' gradients and convolves those at full size too."),
+        title=f"Matmul or convolution results computed in full and mostly dropped (one element in {kept_one_in} "
+              f"read): {saved:.0%} of the loop computes what is thrown away",
+        what=(f"The program computes matmul or convolution results of which it reads one element in {kept_one_in} "
+              "or fewer: slices of the result (logits[:, -1] after multiplying every position, y[:, ::2, ::2] after "
+              "a stride-1 convolution); a gradient then puts zeros around or between the read elements' gradients "
+              "and multiplies those at full size too."),
         evidence=[f"{op.share_of_busy:.1%} of device op time ({op.self_ms_per_step:.2f} ms per {per}) in "
                   f"{describe([work])}, kernel {quoted(op.name)}, which computes {work.computed_per_kept} elements "
-                  "per one kept" for op, work in kernels[:MAX_KERNELS_QUOTED]]
-        + [f"{len(kernels)} kernels compute results subsampled afterwards or their gradients: "
+                  "per one read" for op, work in kernels[:MAX_KERNELS_QUOTED]]
+        + [f"{len(kernels)} kernels compute results mostly dropped afterwards, or their gradients: "
            f"{group.ms_per_step:.2f} ms per {per}, {group.share_of_device:.1%} of device op time"],
-        impact=(f"About {saved:.0%} of the loop computes elements that are thrown away; a strided convolution "
-                "computes only the kept ones."),
-        fix=("Downsample inside the convolution instead of after it: pass the stride to the convolution "
+        impact=(f"About {saved:.0%} of the loop computes elements that are thrown away; computing only the read ones "
+                "saves it."),
+        fix=("Compute only what is read. Slice the inputs before the matmul rather than its result: "
+             "h[:, -1] @ w_vocab, not (h @ w_vocab)[:, -1] (a prefill needs the last position's logits only). "
+             "Downsample inside a convolution rather than after it: pass the stride "
              "(jax.lax.conv_general_dilated(x, w, window_strides=(2, 2), ...), flax.linen.Conv(strides=2), "
-             "tf.nn.conv2d(strides=2), torch.nn.Conv2d(stride=2)) rather than slicing its output with [::2]; for "
-             "a matmul, slice its input rows before multiplying. Where the padding must match the sliced version, "
-             "give the strided convolution explicit padding."),
+             "tf.nn.conv2d(strides=2), torch.nn.Conv2d(stride=2)) instead of slicing its output with [::2], with "
+             "explicit padding where it must match the sliced version."),
     )

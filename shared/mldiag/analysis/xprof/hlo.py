@@ -64,8 +64,7 @@ _ALL_LABELS = re.compile(r"dim_labels=([^_\s]+)_([^-\s]+)->")
 _KERNEL_LABELS = re.compile(r"dim_labels=[^_\s]*_([^-\s]*)->")
 _WINDOW_SIZE = re.compile(r"window=\{[^}]*\bsize=([\dx]+)")
 _LHS_DILATE = re.compile(r"window=\{[^}]*\blhs_dilate=([\dx]+)")
-_SLICE_STRIDES = re.compile(r"\bslice=\{([^}]*)\}")
-_PADDING = re.compile(r"\bpadding=(-?\d+_-?\d+(?:_\d+)?(?:x-?\d+_-?\d+(?:_\d+)?)*)")
+_SLICE_WINDOW = re.compile(r"\bslice=\{([^}]*)\}")
 _DTYPE = re.compile(r"^\(*(?P<dtype>[a-z]+\d*)\[")
 _ARRAY_SHAPE = re.compile(r"^(?P<dtype>[a-z]+\d*)\[(?P<dims>[\d,]*)\](?:\{(?P<layout>[\d,]*)[^}]*\})?")
 _DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4,
@@ -119,9 +118,10 @@ class Instruction:
     parameter: int = -1  # a parameter's number
     direction: str = ""  # a compare's: "EQ", "LT", ...
     iota_dimension: int = 0  # an iota's: the dimension it counts along
-    # A slice's, and a pad's: the elements it keeps (a slice's strides) or takes (a pad's zeros put between two
-    # elements, plus one) per element of the larger side, multiplied over the dimensions; 1 for neither.
-    thins: int = 1
+    # A slice's elements over its operand's (what it keeps), a pad's operand's over its own (what is not zeros); 1
+    # for other instructions.
+    kept_share: float = 1.0
+    window: str = ""  # a slice's ranges, as written: two slices of the same ranges read the same elements
 
 
 @dataclass
@@ -226,12 +226,9 @@ def parse_module(name: str, text: str) -> HloModule:
             instruction.direction = direction.group(1)
         elif instruction.opcode == "iota" and (dimension := _IOTA_DIMENSION.search(attributes)):
             instruction.iota_dimension = int(dimension.group(1))
-        elif instruction.opcode == "slice" and (ranges := _SLICE_STRIDES.search(attributes)):
-            instruction.thins = math.prod(int(r.split(":")[2]) for r in re.findall(r"\[([^\]]*)\]", ranges.group(1))
-                                          if r.count(":") == 2 and r.split(":")[2].isdigit())
-        elif instruction.opcode == "pad" and (padding := _PADDING.search(attributes)):
-            instruction.thins = math.prod(int(d.split("_")[2]) + 1 for d in padding.group(1).split("x")
-                                          if d.count("_") == 2)
+        elif instruction.opcode in ("slice", "pad"):
+            instruction.kept_share = _kept_share(module, instruction)
+            instruction.window = window.group(1) if (window := _SLICE_WINDOW.search(attributes)) else ""
         module.instructions[instruction.name] = instruction
         module.computations[computation].append(instruction.name)
         if match["root"]:
@@ -240,6 +237,16 @@ def parse_module(name: str, text: str) -> HloModule:
             module.runs_as[instruction.calls] = instruction.name
         module.applied.update(_TO_APPLY.findall(attributes))
     return module
+
+
+def _kept_share(module: HloModule, instruction: Instruction) -> float:
+    """Of a slice's operand, the share of elements it keeps; of a pad's result, the share that is not padding."""
+    source = module.operand(instruction)
+    if instruction.shape is None or source is None or source.shape is None:
+        return 1.0
+    small, large = (instruction, source) if instruction.opcode == "slice" else (source, instruction)
+    elements = math.prod(large.shape.dims)
+    return min(1.0, math.prod(small.shape.dims) / elements) if elements else 1.0
 
 
 _PRECISION_ORDER = ("highest", "high")
@@ -563,9 +570,9 @@ class KernelWork:
     # A fusion that writes a window of another array into a buffer that many such windows fill side by side (an
     # im2col or unfold, a convolution written by hand): how many windows fit along the buffer's widened dimension.
     windows_side_by_side: int = 0
-    # The elements it computes (or works on) per one the program keeps: a matmul's or convolution's result of which
-    # strided slices keep one in N (y[:, ::2, ::2]), or, for its gradient, the zeros put between the kept elements'
-    # gradients and the matmuls that read them; 1 otherwise.
+    # The elements it computes (or works on) per one the program reads: a matmul's or convolution's result of which
+    # slices keep one in N (y[:, ::2, ::2], logits[:, -1]), or, for its gradient, the zeros put around or between
+    # the kept elements' gradients and the matmuls that read them; 1 otherwise.
     computed_per_kept: int = 1
 
 
@@ -736,23 +743,37 @@ def _readers(module: HloModule) -> dict[str, list[Instruction]]:
     return readers
 
 
-def _kept_one_in(module: HloModule, readers: dict[str, list[Instruction]], name: str, depth: int = 0) -> int:
-    """Of how many elements of ``name``'s result its readers keep one: the smallest stride product of the strided
-    slices it is read through (past value-passing ops, into fusions); 1 where any reader uses every element."""
-    kept = []
+def _slices_read(module: HloModule, readers: dict[str, list[Instruction]], name: str,
+                 depth: int = 0) -> dict[str, float] | None:
+    """The slices ``name``'s result is read through (past value-passing ops, into fusions): each window, as
+    written, with the share of elements it keeps; None where a reader reads every element."""
+    windows: dict[str, float] = {}
     for reader in readers.get(name, []):
-        if reader.opcode == "slice" and reader.thins > 1:
-            kept.append(reader.thins)
-        elif depth < 8 and reader.opcode in _READ_AS_IS:
-            kept.append(_kept_one_in(module, readers, reader.name, depth + 1))
+        if reader.opcode == "slice":
+            windows[reader.window] = reader.kept_share
+            continue
+        if depth < 8 and reader.opcode in _READ_AS_IS:
+            inner = [reader]
         elif depth < 8 and reader.opcode == "fusion" and reader.calls in module.computations:
-            parameters = [p for n in module.computations[reader.calls]
-                          if (p := module.instructions[n]).opcode == "parameter"
-                          and 0 <= p.parameter < len(reader.operands) and reader.operands[p.parameter] == name]
-            kept += [_kept_one_in(module, readers, p.name, depth + 1) for p in parameters] or [1]
+            inner = [p for n in module.computations[reader.calls] if (p := module.instructions[n]).opcode ==
+                     "parameter" and 0 <= p.parameter < len(reader.operands) and reader.operands[p.parameter] == name]
         else:
-            return 1
-    return min(kept, default=1)
+            return None
+        for through in inner:
+            read = _slices_read(module, readers, through.name, depth + 1)
+            if read is None:
+                return None
+            windows.update(read)
+    return windows if readers.get(name) else None
+
+
+def _share_read(module: HloModule, readers: dict[str, list[Instruction]], name: str) -> float:
+    """The share of ``name``'s elements its readers read, up to 1: all of them where any reader reads every one."""
+    windows = _slices_read(module, readers, name)
+    return 1.0 if windows is None else min(1.0, sum(windows.values()))
+
+
+MIN_COMPUTED_PER_KEPT = 2  # elements computed per element read, from which a result is computed mostly to be dropped
 
 
 def _body(module: HloModule, instruction: Instruction) -> list[Instruction]:
@@ -763,29 +784,32 @@ def _body(module: HloModule, instruction: Instruction) -> list[Instruction]:
 
 
 def _computed_per_kept(module: HloModule) -> dict[str, int]:
-    """The entry-level kernels that compute more than the program keeps: a matmul or convolution whose result only
-    strided slices read (one element in N kept), and on the gradient's side the zeros put between the kept
-    elements' gradients (a pad with interior padding, as large as such a result) and the matmuls that read them:
-    kernel -> N."""
+    """The entry-level kernels that compute more than the program reads: a matmul or convolution whose result is
+    read only through slices that keep one element in N or fewer (``y[:, ::2, ::2]``, ``logits[:, -1]``), and on
+    the gradient's side the zeros put around or between the kept elements' gradients (a pad as large as such a
+    result) and the matmuls that read them: kernel -> N."""
     readers = _readers(module)
     entry = [module.instructions[name] for name in module.computations.get(module.entry, [])]
     found: dict[str, int] = {}
     thinned: dict[tuple[int, ...], int] = {}
     for kernel in entry:
-        if kernel.shape is not None and any(i.opcode in ("dot", "convolution") for i in _body(module, kernel)) and (
-                kept := _kept_one_in(module, readers, kernel.name)) > 1:
-            found[kernel.name] = thinned[kernel.shape.dims] = kept
+        if kernel.shape is None or not any(i.opcode in ("dot", "convolution") for i in _body(module, kernel)):
+            continue
+        if (per_kept := int(1 / max(_share_read(module, readers, kernel.name), 1e-9))) >= MIN_COMPUTED_PER_KEPT:
+            found[kernel.name] = thinned[kernel.shape.dims] = per_kept
     if not thinned:
         return found
 
-    def zeros_between(instruction: Instruction | None) -> int:
-        padded = instruction is not None and instruction.opcode == "pad" and instruction.shape is not None
-        return thinned.get(instruction.shape.dims, 1) if padded and instruction.thins > 1 else 1
+    def zeros_around(instruction: Instruction | None) -> int:
+        if instruction is None or instruction.opcode != "pad" or instruction.shape is None:
+            return 1
+        per_kept = thinned.get(instruction.shape.dims, 1)
+        return per_kept if int(1 / max(instruction.kept_share, 1e-9)) >= per_kept else 1
 
     for kernel in entry:
         body = _body(module, kernel)
-        spread = [zeros_between(i) for i in body] + [
-            zeros_between(_origin(module, module.operand(matmul, side)))
+        spread = [zeros_around(i) for i in body] + [
+            zeros_around(_origin(module, module.operand(matmul, side)))
             for matmul in body if matmul.opcode in ("dot", "convolution") for side in (0, 1)]
         if max(spread, default=1) > 1:
             found[kernel.name] = max(found.get(kernel.name, 1), *spread)

@@ -942,13 +942,13 @@ def test_a_convolution_kept_one_output_in_four_by_a_strided_slice_is_work_thrown
     host = _host(kind=DeviceKind.TPU, device_type="TPU v5 lite", busy=0.9,
                  top_ops=[_op("conv", 0.3), _op("input_grad", 0.3), _op("pad.g", 0.1), _op("relu", 0.3)])
     analysis = _analysis(host, modules=[("jit_step(7)", _subsampled(stride))])
-    found = [f for f in analysis.findings if "subsampled" in f.title]
+    found = [f for f in analysis.findings if "mostly dropped" in f.title]
     assert bool(found) is flagged and bool(analysis.subsampled_results) is flagged
     if flagged:
         (finding,) = found
         assert finding.priority is Priority.P0  # 0.7 of device time x 3/4 thrown away x 0.9 busy
-        assert finding.title == ("Convolutions or matmuls computed in full and then subsampled (one output in 4 "
-                                 "kept): 47% of the loop computes what is thrown away")
+        assert finding.title == ("Matmul or convolution results computed in full and mostly dropped (one element in "
+                                 "4 read): 47% of the loop computes what is thrown away")
         assert analysis.subsampled_results[0].kernels == ["conv", "input_grad", "pad.g"]
         assert "window_strides" in finding.fix
         assert why_unsupported(finding, EvidenceIndex(analysis)) == ""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from evidence_support import ONE_HOT_LOOKUP
 
 from mldiag.analysis.xprof import hlo
@@ -326,6 +328,38 @@ def test_a_mixture_of_experts_dispatch_is_a_one_hot_of_expert_and_slot_scaled_by
     dense = MOE_DISPATCH.replace("%g.3 = bf16[4096,8,640]{2,1,0} broadcast(%p.2), dimensions={0}",
                                  "%g.3 = bf16[4096,8,640]{2,1,0} exponential(%e.3)")
     assert {w.instruction: w for w in hlo.kernel_work([_module("jit_moe(2)", dense)])}["fusion"].one_hot_classes == 0
+
+
+def _sliced_logits(slices: list[str]) -> str:
+    """A matmul of every position by a vocabulary whose result only the given slices read."""
+    reads = "\n".join(f"  %read.{n} = f32[8,{limit},32768]{{2,1,0}} slice(%logits), slice={{[0:8], [{start}:{stop}], "
+                      f"[0:32768]}}" for n, (start, stop, limit) in enumerate(_ranges(slices)))
+    outputs = ", ".join(f"%read.{n}" for n in range(len(slices)))
+    return f"""HloModule jit_prefill
+
+ENTRY %main (h: f32[8,1024,1024], w: f32[1024,32768]) -> f32[8,1,32768] {{
+  %h = f32[8,1024,1024]{{2,1,0}} parameter(0)
+  %w = f32[1024,32768]{{1,0}} parameter(1)
+  %logits = f32[8,1024,32768]{{2,1,0}} dot(%h, %w), lhs_contracting_dims={{2}}, rhs_contracting_dims={{0}}
+{reads}
+  ROOT %out = tuple({outputs})
+}}
+"""
+
+
+def _ranges(slices: list[str]) -> list[tuple[int, int, int]]:
+    return [(int(a), int(b), int(b) - int(a)) for a, b in (s.split(":") for s in slices)]
+
+
+@pytest.mark.parametrize(("slices", "per_kept"), [
+    (["1023:1024"], 1024),  # the last position's logits only: a prefill's
+    (["0:512"], 2),
+    (["0:512", "0:512"], 2),  # the same window read twice is read once
+    (["0:341", "341:682", "682:1024"], 1),  # a split into parts (q, k, v) reads everything
+])
+def test_a_matmul_result_read_only_through_small_slices_computes_more_than_is_read(slices, per_kept):
+    works = {w.instruction: w for w in hlo.kernel_work([_module("jit_prefill(1)", _sliced_logits(slices))])}
+    assert works["logits"].computed_per_kept == per_kept
 
 
 _DECODE = """HloModule jit_decode, is_scheduled=true{alias}, entry_computation_layout={{(bf16[32,512,64]{{2,1,0}}, bf16[64]{{0}}, s32[])->(bf16[32,512,64]{{2,1,0}})}}
