@@ -119,7 +119,7 @@ from mldiag.analysis.profile.trace_names import (
 from mldiag.analysis.profile.xspace import Line, MalformedXSpace, Plane, read_planes
 
 MAX_SERIES = 1000
-TOP_OPS = 15
+TOP_OPS = 60
 TOP_ACTIVITIES = 10
 TOP_PROGRAMS = 10
 MAX_OWNERS = 5  # functions named as holding a host activity's own time

@@ -592,13 +592,26 @@ _WIDTH = ("f64", "f32", "bf16", "f16")
 _MATMUL_TARGET = re.compile(r"gemm|matmul|conv", re.IGNORECASE)  # library matmuls and convolutions (cuBLAS, cuDNN)
 
 
+def _dft_matrix(module: HloModule, values: Instruction | None) -> bool:
+    """Whether ``values`` is a discrete Fourier transform's matrix the compiler builds for an FFT: made from nothing
+    but an iota's cosines or sines (a TPU computes ``jnp.fft`` as matmuls by such matrices, at HIGHEST precision)."""
+    while values is not None and values.opcode in _PASSES_VALUES:
+        values = module.operand(values)
+    if values is None or values.opcode != "fusion" or values.calls not in module.computations:
+        return False
+    body = {i.opcode for i in _fused(module, values.calls)}
+    return not values.operands and "iota" in body and bool(body & {"cosine", "sine"})
+
+
 def _matmul_fields(module: HloModule, ops: list[Instruction]) -> dict:
-    """What a kernel's dots and convolutions take and cost: their operands' widest dtype, precision and FLOPs."""
+    """What a kernel's dots and convolutions take and cost: their operands' widest dtype, precision (that of a
+    compiler's FFT, a matmul by a DFT matrix, set apart) and FLOPs."""
     matmuls = [i for i in ops if i.opcode in ("dot", "convolution") or _MATMUL_TARGET.search(i.target)]
     operands = {o.dtype for i in matmuls for o in (module.operand(i, 0), module.operand(i, 1)) if o is not None}
+    asked = [i for i in matmuls if not any(_dft_matrix(module, module.operand(i, side)) for side in (0, 1))]
     return {
         "matmul_dtype": next((d for d in _WIDTH if d in operands), min(operands, default="")),
-        "precision": next((p for p in _PRECISION_ORDER if any(i.precision == p for i in matmuls)), ""),
+        "precision": next((p for p in _PRECISION_ORDER if any(i.precision == p for i in asked)), ""),
         "flops": sum((i.flops for i in matmuls), 0.0),
     }
 

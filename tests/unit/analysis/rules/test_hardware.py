@@ -952,3 +952,39 @@ def test_a_convolution_kept_one_output_in_four_by_a_strided_slice_is_work_thrown
         assert analysis.subsampled_results[0].kernels == ["conv", "input_grad", "pad.g"]
         assert "window_strides" in finding.fix
         assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
+
+
+DFT_BY_MATMUL = """HloModule jit_step
+
+%fused_dft () -> f32[256,256] {
+  %iota.r = s32[256,256]{1,0} iota(), iota_dimension=0
+  %iota.c = s32[256,256]{1,0} iota(), iota_dimension=1
+  %product = s32[256,256]{1,0} multiply(%iota.r, %iota.c)
+  %angle = f32[256,256]{1,0} convert(%product)
+  ROOT %cosine.d = f32[256,256]{1,0} cosine(%angle)
+}
+
+%fused_transform (param_0.t: f32[512,256]) -> f32[512,256] {
+  %param_0.t = f32[512,256]{1,0} parameter(0)
+  %dft = f32[256,256]{1,0} fusion(), kind=kLoop, calls=%fused_dft
+  ROOT %dot.t = f32[512,256]{1,0} dot(%param_0.t, %dft), lhs_contracting_dims={1}, rhs_contracting_dims={0}, operand_precision={highest,highest}
+}
+
+ENTRY %main (x: f32[512,256]) -> f32[512,256] {
+  %x = f32[512,256]{1,0} parameter(0)
+  ROOT %transform = f32[512,256]{1,0} fusion(%x), kind=kOutput, calls=%fused_transform
+}
+"""
+
+
+def test_a_tpu_s_fft_lowered_to_matmuls_by_a_dft_matrix_is_not_a_precision_the_program_asked_for():
+    host = _host(kind=DeviceKind.TPU, device_type="TPU v5 lite", top_ops=[_op("transform", 0.9)])
+    analysis = _analysis(host, modules=[("jit_step(8)", DFT_BY_MATMUL)])
+    assert not analysis.slow_precision and not [f for f in analysis.findings if "HIGHEST" in f.title]
+    # The same matmul by a matrix the program passes in is the precision it asked for.
+    asked = DFT_BY_MATMUL.replace("%dft = f32[256,256]{1,0} fusion(), kind=kLoop, calls=%fused_dft",
+                                  "%dft = f32[256,256]{1,0} parameter(1)").replace(
+        "(param_0.t: f32[512,256])", "(param_0.t: f32[512,256], dft: f32[256,256])").replace(
+        "fusion(%x), kind=kOutput", "fusion(%x, %w), kind=kOutput").replace(
+        "%x = f32[512,256]{1,0} parameter(0)", "%x = f32[512,256]{1,0} parameter(0)\n  %w = f32[256,256]{1,0} parameter(1)")
+    assert [s.kind for s in _analysis(host, modules=[("jit_step(8)", asked)]).slow_precision] == ["highest"]
