@@ -134,6 +134,7 @@ INLINE_PROGRAM = "ThunkExecutor::Execute"
 RESUMES_WITHIN_WAIT = 0.1  # a thread that resumes this share of its wait after a program completes waited for it
 FirstSeen = Callable[[int, dict[str, Any]], None]  # told each new name's id and the stats of its first event
 _HLO_NAME = re.compile(r"^%?([^\s=]+)\s+=")
+_TIMES_AT_ONCE = 1 << 16  # durations converted together (:func:`_as_xprof_times`)
 
 
 @dataclass
@@ -250,21 +251,33 @@ class _Reader:
         """The line's events as arrays; ``timed_only`` drops instant events (markers that take no time), and
         ``with_modules`` reads the program each event runs (:meth:`_runs_modules`)."""
         every_id = self._events(line, first_seen, timed_only=timed_only)
-        evidence = np.flatnonzero(every_id >= 0)
+        # Each of the line's file columns goes as soon as it is read, and none is copied where a view serves: a
+        # line holds up to millions of events.
+        line.release("metadata_ids")
+        is_evidence = every_id >= 0
+        evidence: slice | np.ndarray = slice(None) if is_evidence.all() else np.flatnonzero(is_evidence)
+        del is_evidence
         begin = line.starts_ns[evidence]
-        end = begin + line.durations_ns[evidence]
-        # Sorted here, as _Line sorts its events, each column replaced by its sorted copy at once: a line holds up
-        # to millions of events.
-        order = np.lexsort((-end, begin))
-        begin, end, positions = begin[order], end[order], evidence[order]  # the line's positions in that order
-        del order, evidence
+        end = line.durations_ps[evidence]
+        end = end // 1000 if isinstance(evidence, slice) else np.floor_divide(end, 1000, out=end)
+        end += begin
+        line.release("starts_ns", "durations_ps")
+        positions: slice | np.ndarray = evidence  # the line's positions in the order read
+        if not _in_order(begin, end):  # sorted here, as _Line sorts its events, each column replaced at once
+            order = np.lexsort((-end, begin))
+            begin, end = begin[order], end[order]
+            positions = order if isinstance(evidence, slice) else evidence[order]
+            del order
+        del evidence
         ids = every_id[positions]
         del every_id
         if not with_modules:
             del positions
-            line.release()  # read: its file's columns go before the _Line finds how its events nest
+            line.release()  # read: its events' places in the file go before the _Line finds how its events nest
             return _Line(line.name, begin, end, ids)
         read = _Line(line.name, begin, end, ids)
+        if isinstance(positions, slice):
+            positions = np.arange(len(line))
         read.modules = self._runs_modules(line, read, positions)
         line.release()
         return _with_modules(read)
@@ -307,8 +320,10 @@ class _Reader:
         """Each event's name id (negative for events only the timeline keeps)."""
         if timeline_only:
             apart = np.ones(len(line), dtype=bool)
+        elif timed_only:  # under a whole nanosecond, without a nanosecond column
+            apart = (0 <= line.durations_ps) & (line.durations_ps < 1000)
         else:
-            apart = line.durations_ns == 0 if timed_only else np.zeros(len(line), dtype=bool)
+            apart = np.zeros(len(line), dtype=bool)
         every_id = np.empty(len(line), dtype=np.int32)
         for chosen, numbered in ((~apart, self._numbered), (apart, self._numbered_apart)):
             # Mostly every event of the line is chosen (a host thread's millions): then taken whole, not copied.
@@ -323,7 +338,7 @@ class _Reader:
             every_id[positions] = ids[inverse]
         if self.keeps_timeline:
             # As XProf computes it: its reader's nanoseconds (picoseconds / 1000.0) times 1000, truncated.
-            self.kept[id(line)] = (every_id.astype(np.int32), (line.durations_ps / 1000.0 * 1000).astype(np.int64))
+            self.kept[id(line)] = (every_id, _as_xprof_times(line.durations_ps))
         return every_id
 
     def _numbered(self, name: str, line: Line, position: int, first_seen: FirstSeen | None) -> int:
@@ -369,6 +384,16 @@ class _Reader:
                 kept.append((plane.name, line.name, *self.kept.pop(id(line))))
             plane.lines.clear()
         return kept
+
+
+def _as_xprof_times(durations_ps: np.ndarray) -> np.ndarray:
+    """Durations as XProf computes them: its reader's nanoseconds (picoseconds / 1000.0) times 1000, truncated;
+    a block at a time, so that no float column of a whole line is held."""
+    times = np.empty(len(durations_ps), dtype=np.int64)
+    for first in range(0, len(durations_ps), _TIMES_AT_ONCE):
+        block = slice(first, first + _TIMES_AT_ONCE)
+        times[block] = durations_ps[block] / 1000.0 * 1000
+    return times
 
 
 def _read(path: Path, timeline: Path | None = None) -> _Trace:
