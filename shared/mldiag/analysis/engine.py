@@ -81,12 +81,12 @@ RAW_EVENTS_PER_EVENT = 64
 RAW_EVENTS_PER_BYTE = 1.5
 # And, where the programs run on devices, per event of the host's threads: the attribution cuts a thread's events
 # into pieces of time, up to 2.6 an event on a thread that does not step (tpu_v5e/worker_process_loader: 612,000
-# pieces of 233,000 events, 129.4 MiB for 3.8 MB, 9 % under what this reserves), and which thread steps is known
-# only once the events are read.
+# pieces of 233,000 events, 129.4-129.5 MiB for 3.8 MB, 9 % under what this reserves), and which thread steps is
+# known only once the events are read.
 RAW_EVENTS_PER_HOST_THREAD_EVENT = 260
 # Where the events are not counted (a file small enough to convert whole), its interpreter and modules and this
 # much per byte of the file: the most a fixture's read takes, a TPU host whose 26 threads' Python the attribution
-# sweeps (tpu_v5e/worker_process_loader: 129.4 MiB for 3.8 MB, 233,000 events), with 12 % to spare. A small
+# sweeps (tpu_v5e/worker_process_loader: 129.4-129.5 MiB for 3.8 MB, 233,000 events), with 12 % to spare. A small
 # file's read costs its interpreter first, whatever its size.
 RAW_EVENTS_PER_UNCOUNTED_BYTE = 22
 DETECTORS = ("detect_layout_mismatch_copies", "detect_unfused_reshapes", "detect_unnecessary_convert_reduce")
