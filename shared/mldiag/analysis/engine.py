@@ -73,15 +73,20 @@ Investigate = Callable[["Analysis", ToolContext], "Analysis"]
 TIMELINE_SUFFIX = ".timeline.npz"
 # The reader process's peak by the file's events and bytes, where cutting it into time slices has counted the
 # events: its interpreter and modules, bytes per event (the evidence's arrays) and per byte of the file (a line's
-# copy and its framing while it is read). Measured peaks: 292 MiB for 1.93 million events in 44.4 MB (op by op),
-# 202 MiB for 0.79 million in 44.1 MB (a training loop), 1,052 MiB for 5.5 million in 307 MB; this reserves 8-16 %
-# more.
+# copy and its framing while it is read). Measured peaks: 222.6 MiB for 1.93 million events in 44.4 MB (op by op),
+# 158.4 MiB for 0.79 million in 44.1 MB (a training loop), 741.6 MiB for 5.5 million in 307 MB; this reserves
+# 10-13 % more.
 RAW_EVENTS_BASE = 64 << 20
-RAW_EVENTS_PER_EVENT = 80
-RAW_EVENTS_PER_BYTE = 2.5
+RAW_EVENTS_PER_EVENT = 64
+RAW_EVENTS_PER_BYTE = 1.5
+# And, where the programs run on devices, per event of the host's threads: the attribution cuts a thread's events
+# into pieces of time, up to 2.6 an event on a thread that does not step (tpu_v5e/worker_process_loader: 612,000
+# pieces of 233,000 events, 129.4-129.5 MiB for 3.8 MB, 9 % under what this reserves), and which thread steps is
+# known only once the events are read.
+RAW_EVENTS_PER_HOST_THREAD_EVENT = 260
 # Where the events are not counted (a file small enough to convert whole), its interpreter and modules and this
 # much per byte of the file: the most a fixture's read takes, a TPU host whose 26 threads' Python the attribution
-# sweeps (tpu_v5e/worker_process_loader: 126-129 MiB for 3.8 MB, 233,000 events), with 12-15 % to spare. A small
+# sweeps (tpu_v5e/worker_process_loader: 129.4-129.5 MiB for 3.8 MB, 233,000 events), with 12 % to spare. A small
 # file's read costs its interpreter first, whatever its size.
 RAW_EVENTS_PER_UNCOUNTED_BYTE = 22
 DETECTORS = ("detect_layout_mismatch_copies", "detect_unfused_reshapes", "detect_unnecessary_convert_reduce")
@@ -98,12 +103,14 @@ def _private_folder(scratch_dir: Path | None) -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def raw_events_cost(events: int, file_bytes: int) -> int:
-    """What the raw-event read of a file needs at its peak, its process included: by the file's events and bytes
-    where its events are counted (0: not counted), else by its bytes alone."""
+def raw_events_cost(events: int, file_bytes: int, host_thread_events: int = 0) -> int:
+    """What the raw-event read of a file needs at its peak, its process included: by the file's events, those on
+    its host's threads where its programs run on devices, and its bytes where its events are counted (0: not
+    counted), else by its bytes alone."""
     if not events:
         return RAW_EVENTS_BASE + RAW_EVENTS_PER_UNCOUNTED_BYTE * file_bytes
-    return RAW_EVENTS_BASE + RAW_EVENTS_PER_EVENT * events + int(RAW_EVENTS_PER_BYTE * file_bytes)
+    return (RAW_EVENTS_BASE + RAW_EVENTS_PER_EVENT * events + RAW_EVENTS_PER_HOST_THREAD_EVENT * host_thread_events
+            + int(RAW_EVENTS_PER_BYTE * file_bytes))
 
 
 def timeline_of(xplane: Path) -> Path:
@@ -338,7 +345,7 @@ def start_analysis(
             # Behind op_stats in the budget's line: when both cannot run at once, the conversions (on every core)
             # go first and the read (on one) overlaps the tools' work on their op_stats.
             state.op_stats_conversions_queued.wait()
-            cost = raw_events_cost(state.events, xplane.stat().st_size)
+            cost = raw_events_cost(state.events, xplane.stat().st_size, state.host_thread_events)
             with budget.reserve_all_needed(cost):
                 say(f"reading the events of {xplane.name} ({xplane.stat().st_size / 1e6:.1f} MB)")
                 return read_events_apart(xplane)

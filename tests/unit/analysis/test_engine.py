@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from analysis_support import xplane
@@ -14,6 +15,7 @@ from analysis_support import xplane
 from mldiag.analysis import MANAGED_TOOLS, analyze_profile
 from mldiag.analysis.engine import raw_events_cost, start_analysis
 from mldiag.analysis.evidence import ToolStatus
+from mldiag.analysis.profile.slices import slice_by_time
 from mldiag.analysis.xprof import xprof_tools
 from mldiag.analysis.xprof.budget import PROCESS_GROWTH, MemoryBudget, OverBudget, default_ceiling
 from mldiag.domain.sizes import parse_size
@@ -222,9 +224,9 @@ def test_a_module_on_the_way_to_the_conversions_loads_only_what_they_need(module
 
 # The raw-event read's peak resident memory on scripts/bench_analysis.py's profiles: (events, file bytes, peak).
 MEASURED_READS = {
-    "large_op_by_op": (1_934_240, 44_355_926, 292 << 20),
-    "large": (787_389, 44_073_782, 202 << 20),
-    "scaled_300mb": (5_511_723, 307_238_478, 1_052 << 20),
+    "large_op_by_op": (1_934_240, 44_355_926, 227_952 << 10),
+    "large": (787_389, 44_073_782, 162_164 << 10),
+    "scaled_300mb": (5_511_723, 307_238_478, 759_344 << 10),
 }
 
 
@@ -238,18 +240,34 @@ def test_a_raw_event_read_whose_events_are_not_counted_reserves_by_its_size():
     assert raw_events_cost(0, 10 << 20) == 284 << 20
 
 
-@pytest.mark.parametrize("fixture", ["tpu_v5e/worker_process_loader", "tpu_v5e/eager_optimizer", "input_bound"])
-def test_a_small_files_raw_event_read_holds_no_more_than_it_reserves(tmp_path, fixture):
-    """Its process's peak resident memory, measured: a file converted whole has its events uncounted, and its read
-    costs an interpreter, numpy and, on a host of many Python threads, the attribution's sweep over them. (The
-    kernel's high-water mark of the process's own memory: ``ru_maxrss`` would carry this process's across exec.)"""
-    path = xplane(fixture)
+def _read_peak(path: Path, timeline: Path) -> int:
+    """The peak resident memory of a process that reads ``path``'s raw events. (The kernel's high-water mark of
+    the process's own memory: ``ru_maxrss`` would carry this process's across exec.)"""
     peak = subprocess.run(
         [sys.executable, "-c", "import sys; from pathlib import Path; "
          "from mldiag.analysis.loop.raw_events import read_host_evidence; "
          "read_host_evidence(Path(sys.argv[1]), Path(sys.argv[2])); "
          "print(next(int(line.split()[1]) * 1024 for line in open('/proc/self/status') if line.startswith('VmHWM')))",
-         str(path), str(tmp_path / "timeline.npz")],
+         str(path), str(timeline)],
         capture_output=True, text=True, timeout=120, check=True,
     )
-    assert int(peak.stdout) <= raw_events_cost(0, path.stat().st_size)
+    return int(peak.stdout)
+
+
+@pytest.mark.parametrize("fixture", ["tpu_v5e/worker_process_loader", "tpu_v5e/eager_optimizer", "input_bound"])
+def test_a_small_files_raw_event_read_holds_no_more_than_it_reserves(tmp_path, fixture):
+    """Measured: a file converted whole has its events uncounted, and its read costs an interpreter, numpy and, on
+    a host of many Python threads, the attribution's sweep over them."""
+    path = xplane(fixture)
+    assert _read_peak(path, tmp_path / "timeline.npz") <= raw_events_cost(0, path.stat().st_size)
+
+
+@pytest.mark.parametrize("fixture", ["tpu_v5e/worker_process_loader", "tpu_v5e/eager_optimizer"])
+def test_a_sliced_files_raw_event_read_holds_no_more_than_what_cutting_it_counted_reserves(tmp_path, fixture):
+    """Measured: a host whose threads' Python the attribution cuts into a few pieces an event (a loader thread
+    that does not step), reserved by the events cutting the file into slices counted, before any is read."""
+    path = xplane(fixture)
+    sliced = slice_by_time(path, 2, tmp_path)
+    assert sliced.host_thread_events > 0
+    reserved = raw_events_cost(sliced.events, path.stat().st_size, sliced.host_thread_events)
+    assert _read_peak(path, tmp_path / "timeline.npz") <= reserved

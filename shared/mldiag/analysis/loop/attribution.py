@@ -289,8 +289,10 @@ def self_pieces(line: LineLike, of: np.ndarray | None = None) -> tuple[np.ndarra
     del by_parent, same
     sibling = following[nested]
     del following
-    tail_end = np.where(sibling >= 0, starts[np.maximum(sibling, 0)], ends[owner])
-    del sibling
+    tail_end = ends[owner]  # the parent's end, or the next sibling's start
+    has_sibling = np.flatnonzero(sibling >= 0)
+    tail_end[has_sibling] = starts[sibling[has_sibling]]
+    del sibling, has_sibling
     tail_start = ends[nested]
     del nested
     head, tail = head_end > starts, tail_end > tail_start
@@ -347,10 +349,12 @@ class _Sweep:
         intervals = len(bounds) - 1
         present = [int(t) for t in np.flatnonzero(np.bincount(tiers, minlength=n_tiers))]
         counts = np.zeros((n_tiers, intervals), dtype=np.int32)  # a row is as long as the intervals
-        for tier in present:  # a row at a time: the intervals are up to millions, each row as long
+        for tier in present:  # a row at a time, summed into it: the intervals are up to millions, each row as long
             of_tier = tiers == tier
-            counts[tier] = np.cumsum(np.bincount(first[of_tier], minlength=intervals + 1)
-                                     - np.bincount(last[of_tier], minlength=intervals + 1))[:intervals]
+            opened = np.bincount(first[of_tier], minlength=intervals + 1)
+            opened -= np.bincount(last[of_tier], minlength=intervals + 1)
+            np.cumsum(opened[:intervals], out=counts[tier])
+            del opened
         step_at = np.append(np.searchsorted(bounds, step_starts), intervals)
         return cls(bounds, counts, present, first, last, step_at)
 

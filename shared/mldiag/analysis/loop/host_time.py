@@ -65,8 +65,12 @@ def _add_to_ancestors(parents: np.ndarray, chosen: np.ndarray, amounts: np.ndarr
 def own_idle(parents: np.ndarray, idle: np.ndarray, outermost_calls: np.ndarray, calls: np.ndarray) -> np.ndarray:
     """Each event's idle time (``idle``: the devices idle while it runs) less that of the device calls and waits
     it encloses (``outermost_calls``); zero for those calls and everything inside them (``calls``)."""
-    inside = _add_to_ancestors(parents, outermost_calls, idle)
-    return np.where(calls, 0.0, np.maximum(idle - inside, 0.0))
+    # Computed in the array of what the calls take: a column per event of a line of up to millions.
+    own = _add_to_ancestors(parents, outermost_calls, idle)
+    np.subtract(idle, own, out=own)
+    np.maximum(own, 0.0, out=own)
+    own[calls] = 0.0
+    return own
 
 
 def nearest(parents: np.ndarray, flagged: np.ndarray) -> np.ndarray:
@@ -123,7 +127,10 @@ def owners(parents: np.ndarray, ids: np.ndarray, names: int, own: np.ndarray, na
     inner = holder & ~tops
     taken = np.zeros(len(parents), dtype=np.float64)
     np.add.at(taken, above[inner], own[inner])
-    exclusive = np.where(holder, np.maximum(own - taken, 0.0), 0.0)
+    exclusive = taken  # computed in place: a column per event of a line of up to millions
+    np.subtract(own, taken, out=exclusive)
+    np.maximum(exclusive, 0.0, out=exclusive)
+    exclusive[~holder] = 0.0
     reading = np.flatnonzero(reads & (top >= 0))
     read_by = np.where(holder[reading], reading, above[reading])
     read = np.zeros(len(parents), dtype=bool)

@@ -134,6 +134,7 @@ INLINE_PROGRAM = "ThunkExecutor::Execute"
 RESUMES_WITHIN_WAIT = 0.1  # a thread that resumes this share of its wait after a program completes waited for it
 FirstSeen = Callable[[int, dict[str, Any]], None]  # told each new name's id and the stats of its first event
 _HLO_NAME = re.compile(r"^%?([^\s=]+)\s+=")
+_EVENTS_AT_ONCE = 1 << 16  # events worked on together where each needs columns of its own (:func:`_idle_within`)
 
 
 @dataclass
@@ -250,21 +251,33 @@ class _Reader:
         """The line's events as arrays; ``timed_only`` drops instant events (markers that take no time), and
         ``with_modules`` reads the program each event runs (:meth:`_runs_modules`)."""
         every_id = self._events(line, first_seen, timed_only=timed_only)
-        evidence = np.flatnonzero(every_id >= 0)
+        # Each of the line's file columns goes as soon as it is read, and none is copied where a view serves: a
+        # line holds up to millions of events.
+        line.release("metadata_ids")
+        is_evidence = every_id >= 0
+        evidence: slice | np.ndarray = slice(None) if is_evidence.all() else np.flatnonzero(is_evidence)
+        del is_evidence
         begin = line.starts_ns[evidence]
-        end = begin + line.durations_ns[evidence]
-        # Sorted here, as _Line sorts its events, each column replaced by its sorted copy at once: a line holds up
-        # to millions of events.
-        order = np.lexsort((-end, begin))
-        begin, end, positions = begin[order], end[order], evidence[order]  # the line's positions in that order
-        del order, evidence
+        end = line.durations_ps[evidence]
+        end = end // 1000 if isinstance(evidence, slice) else np.floor_divide(end, 1000, out=end)
+        end += begin
+        line.release("starts_ns", "durations_ps")
+        positions: slice | np.ndarray = evidence  # the line's positions in the order read
+        if not _in_order(begin, end):  # sorted here, as _Line sorts its events, each column replaced at once
+            order = np.lexsort((-end, begin))
+            begin, end = begin[order], end[order]
+            positions = order if isinstance(evidence, slice) else evidence[order]
+            del order
+        del evidence
         ids = every_id[positions]
         del every_id
         if not with_modules:
             del positions
-            line.release()  # read: its file's columns go before the _Line finds how its events nest
+            line.release()  # read: its events' places in the file go before the _Line finds how its events nest
             return _Line(line.name, begin, end, ids)
         read = _Line(line.name, begin, end, ids)
+        if isinstance(positions, slice):
+            positions = np.arange(len(line))
         read.modules = self._runs_modules(line, read, positions)
         line.release()
         return _with_modules(read)
@@ -307,8 +320,10 @@ class _Reader:
         """Each event's name id (negative for events only the timeline keeps)."""
         if timeline_only:
             apart = np.ones(len(line), dtype=bool)
+        elif timed_only:  # under a whole nanosecond, without a nanosecond column
+            apart = (0 <= line.durations_ps) & (line.durations_ps < 1000)
         else:
-            apart = line.durations_ns == 0 if timed_only else np.zeros(len(line), dtype=bool)
+            apart = np.zeros(len(line), dtype=bool)
         every_id = np.empty(len(line), dtype=np.int32)
         for chosen, numbered in ((~apart, self._numbered), (apart, self._numbered_apart)):
             # Mostly every event of the line is chosen (a host thread's millions): then taken whole, not copied.
@@ -323,7 +338,7 @@ class _Reader:
             every_id[positions] = ids[inverse]
         if self.keeps_timeline:
             # As XProf computes it: its reader's nanoseconds (picoseconds / 1000.0) times 1000, truncated.
-            self.kept[id(line)] = (every_id.astype(np.int32), (line.durations_ps / 1000.0 * 1000).astype(np.int64))
+            self.kept[id(line)] = (every_id, _as_xprof_times(line.durations_ps))
         return every_id
 
     def _numbered(self, name: str, line: Line, position: int, first_seen: FirstSeen | None) -> int:
@@ -369,6 +384,16 @@ class _Reader:
                 kept.append((plane.name, line.name, *self.kept.pop(id(line))))
             plane.lines.clear()
         return kept
+
+
+def _as_xprof_times(durations_ps: np.ndarray) -> np.ndarray:
+    """Durations as XProf computes them: its reader's nanoseconds (picoseconds / 1000.0) times 1000, truncated;
+    a block of events at a time, so that no float column of a whole line is held."""
+    times = np.empty(len(durations_ps), dtype=np.int64)
+    for first in range(0, len(durations_ps), _EVENTS_AT_ONCE):
+        block = slice(first, first + _EVENTS_AT_ONCE)
+        times[block] = durations_ps[block] / 1000.0 * 1000
+    return times
 
 
 def _read(path: Path, timeline: Path | None = None) -> _Trace:
@@ -541,14 +566,20 @@ class _Union:
     """Intervals merged into disjoint ones, to ask how much of each window they cover."""
 
     def __init__(self, starts: np.ndarray, ends: np.ndarray):
+        # The intervals are up to a host's millions of events: each column is replaced by its sorted copy at once,
+        # and a block's end is the running maximum of the ends at its last interval.
         order = np.argsort(starts, kind="stable")
-        starts, ends = starts[order], np.maximum.accumulate(ends[order]) if len(ends) else ends[order]
+        starts = starts[order]
+        ends = ends[order]
+        del order
+        if len(ends):
+            np.maximum.accumulate(ends, out=ends)
         opens_block = np.ones(len(starts), dtype=bool)
         opens_block[1:] = starts[1:] > ends[:-1]
-        block_of = np.cumsum(opens_block) - 1
+        closes_block = np.ones(len(starts), dtype=bool)
+        closes_block[:-1] = opens_block[1:]
         self.starts = starts[opens_block]
-        self.ends = np.zeros(len(self.starts), dtype=np.int64)
-        np.maximum.at(self.ends, block_of, ends)
+        self.ends = ends[closes_block]
         self.covered_before = np.concatenate(([0], np.cumsum(self.ends - self.starts)))
 
     def covered(self, windows: np.ndarray) -> np.ndarray:
@@ -572,9 +603,9 @@ class _Union:
 
 
 def _union_of(lines: list[_Line], keep: np.ndarray) -> _Union:
-    starts = np.concatenate([line.starts[keep[line.ids]] for line in lines] or [np.zeros(0, np.int64)])
-    ends = np.concatenate([line.ends[keep[line.ids]] for line in lines] or [np.zeros(0, np.int64)])
-    return _Union(starts, ends)
+    # Handed over without a name here, so that the union lets go of each column once sorted.
+    return _Union(np.concatenate([line.starts[keep[line.ids]] for line in lines] or [np.zeros(0, np.int64)]),
+                  np.concatenate([line.ends[keep[line.ids]] for line in lines] or [np.zeros(0, np.int64)]))
 
 
 def _devices_on_plane(trace: _Trace) -> int:
@@ -899,9 +930,14 @@ def _repeated_tail(line: _Line, loop: tuple[int, int], is_dispatch: np.ndarray) 
 
 def _step_of(windows: np.ndarray, times: np.ndarray) -> np.ndarray:
     """The index of the step each time falls in, -1 outside every step."""
-    index = np.searchsorted(windows[:, 0], times, side="right") - 1
-    inside = (index >= 0) & (times < windows[np.maximum(index, 0), 1])
-    return np.where(inside, index, -1)
+    # Worked in place: the times are up to a line's millions of events.
+    index = np.searchsorted(windows[:, 0], times, side="right")
+    index -= 1
+    outside = index < 0
+    index[outside] = 0
+    outside |= times >= windows[index, 1]
+    index[outside] = -1
+    return index
 
 
 def _time_weighted(part_ns: np.ndarray, whole_ns: np.ndarray) -> float:
@@ -1237,15 +1273,22 @@ def _idle_cover(unions: list[_Union], spans: np.ndarray) -> np.ndarray:
     return np.maximum(busy, 0.0, out=busy)
 
 
+def _idle_within(unions: list[_Union], line: _Line, loop: tuple[int, int]) -> np.ndarray:
+    """For each event of ``line``, the nanoseconds the devices idle (:func:`_idle_cover`) while it runs within
+    ``loop``; a block of events at a time, as each needs a few columns of its own and a line holds millions."""
+    idle = np.empty(len(line))
+    for first in range(0, len(line), _EVENTS_AT_ONCE):
+        block = slice(first, first + _EVENTS_AT_ONCE)
+        starts = np.clip(line.starts[block], *loop)
+        idle[block] = _idle_cover(unions, np.column_stack((starts, np.clip(line.ends[block], starts, loop[1]))))
+    return idle
+
+
 def _stepping_own(trace: _Trace, line: _Line, calls: _Calls, busy_unions: list[_Union], is_read: np.ndarray,
                   keeps: list[np.ndarray], loop: tuple[int, int]) -> list[list[np.ndarray]]:
     """For each selection of top-level events: their name ids, own idle time within the loop and whether they read
     device values back, and the rows of the functions that hold that time (top's name id, name id, own ns, reads)."""
-    starts = np.clip(line.starts, *loop)
-    spans = np.column_stack((starts, np.clip(line.ends, starts, loop[1])))
-    del starts
-    own = host_time.own_idle(line.parents, _idle_cover(busy_unions, spans), calls.outermost, calls.inside)
-    del spans
+    own = host_time.own_idle(line.parents, _idle_within(busy_unions, line, loop), calls.outermost, calls.inside)
     reads = is_read[line.ids]
     inclusive_reads = reads | _has_descendant(line, reads)
     found = []

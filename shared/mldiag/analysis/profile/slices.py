@@ -49,6 +49,7 @@ from mldiag.analysis.profile.xspace import (
 
 DEVICE_PLANE_PREFIX = "/device:"
 HOST_PLANE = "/host:CPU"
+ACCELERATOR_PLANE_PREFIXES = ("/device:TPU:", "/device:GPU:")  # the planes of devices that run programs
 STEPS_LINE = "Steps"  # the line of a device plane whose events are its steps
 PROGRAMS_LINE = "XLA Modules"  # the line of a device plane whose events are its program runs
 STEP_MARKER = "step_num"  # the stat of a host event that marks a step
@@ -65,6 +66,10 @@ class TimeSlices:
     op_extents_ns: dict[str, np.ndarray] = field(default_factory=dict)
     cut_at: str = ""  # what marks the starts the cuts moved to: STEPS_LINE, STEP_MARKER or PROGRAMS_LINE ("" none)
     events: int = 0  # every event of the file, nested and instant ones included
+    # Those of its host plane where its programs run on a TPU or GPU plane: its host lines are then all threads (a
+    # host whose CPU runs the programs has its compute lanes there too), whose events the raw-event read cuts into
+    # pieces of time, up to a few an event.
+    host_thread_events: int = 0
 
     def gaps_ns(self, plane_prefix: str, *, ops_only: bool = False) -> int:
         """The time between the slices on the planes whose names start with ``plane_prefix``, summed over those
@@ -108,8 +113,8 @@ def slice_by_time(path: Path, count: int, folder: Path) -> TimeSlices:
             count = len(cuts) + 1
             extents: dict[str, np.ndarray] = {}
             op_extents: dict[str, np.ndarray] = {}
-            for plane, lines in planes:
-                name = plane_name(source, plane.start, plane.end)
+            names = [plane_name(source, plane.start, plane.end) for plane, _ in planes]
+            for name, (plane, lines) in zip(names, planes):
                 plane_extents = extents.setdefault(name, _no_extents(count))
                 for line in lines:
                     line.widen(plane_extents, cuts)
@@ -118,8 +123,11 @@ def slice_by_time(path: Path, count: int, folder: Path) -> TimeSlices:
             stem = path.name.removesuffix(".xplane.pb")
             targets = [folder / f"{stem}.slice-{index}.xplane.pb" for index in range(count)]
             _write(source, cuts, planes, targets)
+    on_devices = any(name.startswith(ACCELERATOR_PLANE_PREFIXES) for name in names)
     return TimeSlices(targets, extents, op_extents, cut_at if len(cuts) else "",
-                      sum(line.events for _, lines in planes for line in lines))
+                      sum(line.events for _, lines in planes for line in lines),
+                      sum(line.events for name, (_, lines) in zip(names, planes) if on_devices and name == HOST_PLANE
+                          for line in lines))
 
 
 def shared_bytes(path: Path) -> int:

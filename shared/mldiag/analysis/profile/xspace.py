@@ -295,16 +295,18 @@ class Line:
     _offsets: np.ndarray = field(repr=False)  # where each event's field starts in the file (its tag)
 
     def __len__(self) -> int:
-        return len(self.metadata_ids)
+        return len(self._offsets)
 
     @property
     def durations_ns(self) -> np.ndarray:
         """Whole nanoseconds, as ``jax.profiler.ProfileData`` gives them."""
         return self.durations_ps // 1000
 
-    def release(self) -> None:
-        """Let go of the events' columns, once read: the line stays, named, without events."""
-        self.metadata_ids = self.starts_ns = self.durations_ps = self._offsets = np.zeros(0, dtype=np.int64)
+    def release(self, *columns: str) -> None:
+        """Let go of the events' columns named (``metadata_ids``, ``starts_ns``, ``durations_ps``) once read, or
+        of every one and of where the events are in the file: the line stays, named, without events."""
+        for column in columns or ("metadata_ids", "starts_ns", "durations_ps", "_offsets"):
+            setattr(self, column, np.zeros(0, dtype=np.int64))
 
     def stats(self, index: int) -> dict[str, Any]:
         """The stats of event ``index`` by name, its metadata's stats included (the event's own win).
@@ -448,18 +450,33 @@ def line_events(source: mmap.mmap, start: int, end: int) -> LineEvents:
     name, timestamp_ns = _text(line.name), line.timestamp_ns
     lengths = np.fromiter(map(len, line.events), dtype=np.int64, count=len(line.events))
     del line
-    length_bytes = _varint_sizes(lengths)
-    offsets = _event_offsets(source, start, end, lengths, length_bytes)
-    at = offsets - start + 1 + length_bytes
-    metadata_ids, offsets_ps, durations_ps = _leading_fields(np.frombuffer(line_bytes, dtype=np.uint8), at,
-                                                              at + lengths)
-    return LineEvents(name, timestamp_ns, metadata_ids, offsets_ps, durations_ps, offsets, 1 + length_bytes + lengths)
+    # Each column computed in place of one no longer needed: a line holds up to millions of events.
+    sizes = _varint_sizes(lengths)
+    sizes += 1  # the tag (field 4 is one byte) and the length: the event's head
+    offsets = _event_offsets(source, start, end, lengths, sizes)
+    at = offsets - start
+    at += sizes
+    sizes += lengths  # the whole field
+    ends = lengths
+    ends += at
+    del lengths
+    metadata_ids, offsets_ps, durations_ps = _leading_fields(np.frombuffer(line_bytes, dtype=np.uint8), at, ends)
+    return LineEvents(name, timestamp_ns, metadata_ids, offsets_ps, durations_ps, offsets, sizes)
 
 
 def _line(source: mmap.mmap, start: int, end: int, plane: Plane) -> Line:
     events = line_events(source, start, end)
-    return Line(events.name, events.metadata_ids, events.timestamp_ns + events.offsets_ps // 1000,
-                events.durations_ps, plane, source, events.at)
+    starts_ns = events.offsets_ps
+    starts_ns //= 1000
+    starts_ns += events.timestamp_ns
+    return Line(events.name, _narrowed(events.metadata_ids), starts_ns, events.durations_ps, plane, source, events.at)
+
+
+def _narrowed(ids: np.ndarray) -> np.ndarray:
+    """``ids`` as int32 where every one fits (a plane's metadata ids count its distinct names), else as they are."""
+    if not len(ids) or (ids.min() >= np.iinfo(np.int32).min and ids.max() <= np.iinfo(np.int32).max):
+        return ids.astype(np.int32)
+    return ids
 
 
 def _varint_sizes(values: np.ndarray) -> np.ndarray:
@@ -470,16 +487,17 @@ def _varint_sizes(values: np.ndarray) -> np.ndarray:
     return sizes
 
 
-def _event_offsets(source: mmap.mmap, start: int, end: int, lengths: np.ndarray,
-                   length_bytes: np.ndarray) -> np.ndarray:
-    """Where each of a line's events starts in the file (its tag), from their lengths.
+def _event_offsets(source: mmap.mmap, start: int, end: int, lengths: np.ndarray, heads: np.ndarray) -> np.ndarray:
+    """Where each of a line's events starts in the file (its tag), from their lengths and their heads' sizes.
 
     Every serializer writes a line's fields in field-number order, so its events follow one another;
     where they do not, the line's fields are walked one by one.
     """
-    sizes = 1 + length_bytes + lengths  # the tag (field 4 is one byte), the length, the event
+    sizes = heads + lengths  # the tag (field 4 is one byte), the length, the event
     first = next((tag_at for number, tag_at, _, _ in fields(source, start, end) if number == LINE_EVENTS), end)
-    offsets = first + np.cumsum(sizes) - sizes
+    offsets = np.cumsum(sizes)
+    offsets -= sizes
+    offsets += first
     if (np.frombuffer(source, dtype=np.uint8)[offsets] == _EVENT_TAG).all():
         with contextlib.suppress(MalformedXSpace):  # past the last event, mid-field if they were not contiguous
             if all(number != LINE_EVENTS for number, *_ in fields(source, first + int(sizes.sum()), end)):

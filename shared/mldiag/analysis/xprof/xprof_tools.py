@@ -247,6 +247,7 @@ class SessionState:
     hlo_module_bytes: dict[str, int] = field(default_factory=dict)  # each dumped module's proto size, by name
     shared_bytes: int = 0  # what every time slice of the (one) host file would carry
     events: int = 0  # every event of the (one) host file, once cutting it into time slices has counted them
+    host_thread_events: int = 0  # and those on its host threads, where its programs run on devices (TimeSlices)
     sliced: SlicedHost | None = None  # once op_stats is built from time slices
     slicing_failed: Exception | None = None
 
@@ -432,7 +433,7 @@ def _build_sliced_op_stats(state: SessionState, count: int, processes: int) -> S
         with state.budget.reserve(SLICING_COST * state.largest_file_bytes, "cutting the profile into time slices",
                                   queued=state.op_stats_queued.set):
             sliced = slice_by_time(source, count, folder)
-        state.events = sliced.events
+        state.events, state.host_thread_events = sliced.events, sliced.host_thread_events
         per_slice = _slices_op_stats(state, sliced.paths, min(processes, len(sliced.paths)))
     finally:
         state.op_stats_queued.set()

@@ -53,6 +53,15 @@ def test_every_event_is_in_exactly_one_slice_and_every_slice_keeps_every_plane_a
     assert all(path.stat().st_size < profile.stat().st_size for path in slices)
 
 
+@pytest.mark.parametrize("name, on_devices", [("tpu_v5e/worker_process_loader", True), ("input_bound", False)])
+def test_cutting_counts_the_events_of_the_host_threads_where_the_programs_run_on_devices(tmp_path, name, on_devices):
+    # What the raw-event read of the file will cost depends on them (its attribution's pieces of their time).
+    profile = xplane(name)
+    host = sum(len(line) for plane in read_planes(profile) if plane.name == "/host:CPU" for line in plane.lines)
+    assert host > 0
+    assert slice_by_time(profile, 2, tmp_path).host_thread_events == (host if on_devices else 0)
+
+
 def _top_level_starts(line) -> np.ndarray:
     """Start times of the line's events that are nested in no earlier event of the line."""
     ends = line.starts_ns * 1000 + line.durations_ps
