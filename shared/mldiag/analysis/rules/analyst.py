@@ -832,8 +832,11 @@ def _launch_bound(host: HostEvidence, programs: dict[str, HloProgram]) -> Findin
     """A few launches per step of a program so small that launching it costs more than running it."""
     launch = launches.launch_bound(host, OFTEN_DISPATCHED)
     priority = _rank(launch.share, IDLE_PRIORITIES) if launch is not None and host.step_ms else None
-    if priority is None:
+    if priority is None or launch is None:
         return None
+    if launch.device_ms_per_launch >= launches.SMALL_PROGRAM_MS:
+        # A program of milliseconds pays the round trip once per step: what not waiting for it saves is unmeasured.
+        priority = Priority.P2
     step = host.step_ms.mean
     iteration = step + (host.gap_ms_per_step or 0.0)
     per_step = launch.launches_per_step
@@ -877,8 +880,11 @@ def _launch_bound(host: HostEvidence, programs: dict[str, HloProgram]) -> Findin
                 "and handed over, so the host spends far longer launching than "
                 f"{lanes} spend running the program, and they idle between launches.")
     elif launch.awaited:
-        title = f"Launch-bound: each step launches a small program and waits for it, {launch.share:.0%} of the loop"
-        what = ("Each step launches a program that runs on the device for under a millisecond and waits for its "
+        small = launch.device_ms_per_launch < launches.SMALL_PROGRAM_MS
+        title = (f"Launch-bound: each step launches {'a small program' if small else 'its program'} and waits for "
+                 f"it, {launch.share:.0%} of the loop")
+        what = (f"Each step launches a program that runs on the device for "
+                f"{'under a millisecond' if small else f'{launch.device_ms_per_launch:.1f} ms'} and waits for its "
                 "result before launching the next, so every step pays the launch (dispatching the jitted function, "
                 "handing over its arguments, the runtime's latency to start it) and the sync on its end in full, "
                 f"on top of the program's run: {lanes} idle for that time every step.")
@@ -2117,9 +2123,10 @@ def _findings(hosts: list[HostEvidence], tools: dict[str, ToolResult], hlo_issue
     findings = (per_host + hardware + [f for f in session_wide if f is not None]
                 + _data_movement(movements, hlo_issues, programs, works)
                 + _compiler(hosts, hlo_issues))
-    # A host callback on a CPU holds the idle time it names, at P2 for want of a measure of what moving it saves.
+    # A host callback on a CPU holds the idle time it names, at P2 for want of a measure of what moving it saves;
+    # so do launches waited for, the round trip of a program of milliseconds.
     if not health.optimal and all(f.priority is Priority.P2 for f in findings) and not any(
-            f.fix == _CALLBACK_ON_CPU_FIX for f in findings):
+            f.fix == _CALLBACK_ON_CPU_FIX or f.category is FindingCategory.DISPATCH_OVERHEAD for f in findings):
         findings.append(_low_utilisation(hosts, health))
     return sorted(findings, key=lambda f: _ORDER[f.priority])
 

@@ -85,7 +85,7 @@ def launch_bound(host: HostEvidence, op_by_op_dispatches: float) -> LaunchBound 
     around_ms = max(AROUND_PER_DISPATCH * dispatch_ms,
                     host.launch_wait_ms_per_step * attribution.steps if awaited else 0.0)
     if (dispatch_ms <= 0 or untraced_ms + sync_ms > around_ms
-            or device_ms / launches >= SMALL_PROGRAM_MS
+            or (not awaited and device_ms / launches >= SMALL_PROGRAM_MS)
             or (not awaited and dispatch_ms + untraced_ms + sync_ms < OVER_THE_PROGRAM * device_ms)
             or dispatch_share + untraced_share + sync_share <= max(others, default=0.0)):
         return None

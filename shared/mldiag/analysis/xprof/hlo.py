@@ -60,7 +60,7 @@ _IOTA_DIMENSION = re.compile(r"\biota_dimension=(\d+)")
 _PRECISION = re.compile(r"operand_precision=\{([^}]*)\}|\"operand_precision\":\[([^\]]*)\]")
 _CONTRACTING = re.compile(r"lhs_contracting_dims=\{([\d,]*)\}")
 _DOT_DIMS = re.compile(r"\b(lhs_batch|lhs_contracting|rhs_batch|rhs_contracting)_dims=\{([\d,]*)\}")
-_ALL_LABELS = re.compile(r"dim_labels=([^_\s]+)_([^-\s]+)->")
+_ALL_LABELS = re.compile(r"dim_labels=([^_\s]+)_([^-\s]+)->([^,\s]+)")
 _KERNEL_LABELS = re.compile(r"dim_labels=[^_\s]*_([^-\s]*)->")
 _WINDOW_SIZE = re.compile(r"window=\{[^}]*\bsize=([\dx]+)")
 _LHS_DILATE = re.compile(r"window=\{[^}]*\blhs_dilate=([\dx]+)")
@@ -305,10 +305,16 @@ def _batched_mkn(module: HloModule, instruction: Instruction, attributes: str) -
                           if axis not in axes.get(f"{side}_batch", []) + axes.get(f"{side}_contracting", []))
                 for side in ("lhs", "rhs")]
         return free[0], math.prod(sides["lhs"][axis] for axis in axes.get("lhs_contracting", [])), free[1]
-    labels = _ALL_LABELS.search(attributes)
-    if not _LHS_DILATE.search(attributes) or labels is None:
+    labels, sizes = _ALL_LABELS.search(attributes), _WINDOW_SIZE.search(attributes)
+    if not _LHS_DILATE.search(attributes) or labels is None or sizes is None or instruction.shape is None:
         return None
-    inputs, kernel = labels.groups()
+    inputs, kernel, output = labels.groups()
+    # The batch dimensions are windows as large as themselves, one output each; a transposed convolution (also an
+    # input dilated) makes outputs far more than its window.
+    spatial = [instruction.shape.dims[at] for at, label in enumerate(output) if label.isdigit()
+               and at < len(instruction.shape.dims)]
+    if spatial != [int(size) for size in sizes.group(1).split("x")]:
+        return None
     if (len(inputs) != len(lhs.shape.dims) or len(kernel) != len(rhs.shape.dims)
             or not {"b", "f"} <= set(inputs) or "o" not in kernel):
         return None

@@ -475,6 +475,16 @@ def test_a_batched_matmul_over_a_dilated_input_counts_only_the_taps_that_meet_an
     assert work.flops == 2 * (8 * 8 * 512 * 512) * 128
 
 
+def test_a_transposed_convolution_dilates_its_input_too_but_is_no_batched_matmul():
+    (batched,) = [i for i in hlo.parse_module("m", TPU_BATCHED_MATMUL).instructions.values() if i.batched_mkn]
+    assert batched.batched_mkn == (512, 128, 512)
+    # lax.conv_transpose of stride 2: its outputs are far more than its 4 x 4 window, not one per window.
+    transposed = TPU_BATCHED_MATMUL.replace(
+        "bf16[8,8,512,512]{2,3,1,0} convolution(%q, %k), window={size=8x8 stride=7x7 lhs_dilate=8x8}",
+        "bf16[8,1024,1024,128]{2,3,1,0} convolution(%q, %k), window={size=4x4 pad=2_2x2_2 lhs_dilate=2x2}")
+    assert not [i for i in hlo.parse_module("m", transposed).instructions.values() if i.batched_mkn]
+
+
 def _listed(program: str, category: str, ms: float, flops: float, bytes_accessed: float, runs: int = 10) -> dict:
     return {"name": f"by_program/{program}/{category}/op", "total_self_time_ms": ms, "flops": flops,
             "bytes_accessed": bytes_accessed, "occurrences": runs}

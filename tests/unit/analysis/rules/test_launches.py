@@ -107,3 +107,19 @@ def test_a_short_program_launched_and_awaited_every_step_is_launch_bound_whateve
     # Untraced time beyond the wait for the launches is the thread's own code, awaited or not.
     (top,) = _urgent(assessed(_loop(device_ms=0.71, dispatch_ms=0.001, untraced_ms=5.0, awaited_ms=1.19)))
     assert top.category is FindingCategory.INPUT_BOUND
+
+
+def test_a_program_of_milliseconds_launched_and_awaited_every_step_pays_the_round_trip_every_step():
+    # A 2.06 ms program launched and synced every step (a TPU v5e's transposed-convolution decoder): 0.78 ms a step
+    # untraced around each launch, which the thread waits 2.78 ms for; no Python tracer, so nothing else is named.
+    # What not waiting saves is not measured, so it ranks P2 whatever its share, and it is the idle time's cause.
+    analysis = assessed(_loop(device_ms=2.06, dispatch_ms=0.17, untraced_ms=0.78, awaited_ms=2.78))
+    assert not _urgent(analysis)
+    (top,) = [f for f in analysis.findings if f.category is FindingCategory.DISPATCH_OVERHEAD]
+    assert top.priority is Priority.P2
+    assert top.title == "Launch-bound: each step launches its program and waits for it, 32% of the loop"
+    assert "2.1 ms" in top.what and "every N steps" in top.fix
+    assert not [f for f in analysis.findings if "no single cause" in f.title]
+    # Launched ahead of the device, the same program is not launch-bound: its untraced time is the thread's own.
+    assert not [f for f in assessed(_loop(device_ms=2.06, dispatch_ms=0.17, untraced_ms=0.78)).findings
+                if f.category is FindingCategory.DISPATCH_OVERHEAD]
