@@ -135,6 +135,7 @@ class HloModule:
     applied: set[str] = field(default_factory=set)  # computations an op applies per element (a reduce's sum)
     fingerprint: str = ""  # of its text without the module's name: two compilations of the same program match
     donated: set[int] = field(default_factory=set)  # entry parameters whose buffers the outputs reuse
+    _consumers: dict[str, list[Instruction]] | None = field(default=None, repr=False, compare=False)
 
     def operand(self, instruction: Instruction, index: int = 0) -> Instruction | None:
         if index >= len(instruction.operands):
@@ -142,7 +143,14 @@ class HloModule:
         return self.instructions.get(instruction.operands[index])
 
     def consumers(self, name: str) -> list[Instruction]:
-        return [i for i in self.instructions.values() if name in i.operands]
+        """The instructions that take ``name`` as an operand, in program order (an index built on first use: a
+        module is not changed once parsed)."""
+        if self._consumers is None:
+            self._consumers = {}
+            for instruction in self.instructions.values():
+                for operand in dict.fromkeys(instruction.operands):
+                    self._consumers.setdefault(operand, []).append(instruction)
+        return self._consumers.get(name, [])
 
     def executor(self, instruction: Instruction) -> str:
         """The entry-level instruction that runs this one: itself, or the fusion it is inside."""
@@ -753,21 +761,11 @@ def _copies_argument(module: HloModule, instruction: Instruction) -> bool:
 _READ_AS_IS = frozenset({"bitcast", "reshape", "copy", "convert"})
 
 
-def _readers(module: HloModule) -> dict[str, list[Instruction]]:
-    """Each instruction's readers (the instructions that take it as an operand)."""
-    readers: dict[str, list[Instruction]] = {}
-    for instruction in module.instructions.values():
-        for operand in instruction.operands:
-            readers.setdefault(operand, []).append(instruction)
-    return readers
-
-
-def _slices_read(module: HloModule, readers: dict[str, list[Instruction]], name: str,
-                 depth: int = 0) -> dict[str, float] | None:
+def _slices_read(module: HloModule, name: str, depth: int = 0) -> dict[str, float] | None:
     """The slices ``name``'s result is read through (past value-passing ops, into fusions): each window, as
     written, with the share of elements it keeps; None where a reader reads every element."""
     windows: dict[str, float] = {}
-    for reader in readers.get(name, []):
+    for reader in module.consumers(name):
         if reader.opcode == "slice":
             windows[reader.window] = reader.kept_share
             continue
@@ -779,16 +777,16 @@ def _slices_read(module: HloModule, readers: dict[str, list[Instruction]], name:
         else:
             return None
         for through in inner:
-            read = _slices_read(module, readers, through.name, depth + 1)
+            read = _slices_read(module, through.name, depth + 1)
             if read is None:
                 return None
             windows.update(read)
-    return windows if readers.get(name) else None
+    return windows if module.consumers(name) else None
 
 
-def _share_read(module: HloModule, readers: dict[str, list[Instruction]], name: str) -> float:
+def _share_read(module: HloModule, name: str) -> float:
     """The share of ``name``'s elements its readers read, up to 1: all of them where any reader reads every one."""
-    windows = _slices_read(module, readers, name)
+    windows = _slices_read(module, name)
     return 1.0 if windows is None else min(1.0, sum(windows.values()))
 
 
@@ -807,14 +805,14 @@ def _computed_per_kept(module: HloModule) -> dict[str, int]:
     read only through slices that keep one element in N or fewer (``y[:, ::2, ::2]``, ``logits[:, -1]``), and on
     the gradient's side the zeros put around or between the kept elements' gradients (a pad as large as such a
     result) and the matmuls that read them: kernel -> N."""
-    readers = _readers(module)
     entry = [module.instructions[name] for name in module.computations.get(module.entry, [])]
+    bodies = {kernel.name: _body(module, kernel) for kernel in entry}
     found: dict[str, int] = {}
     thinned: dict[tuple[int, ...], int] = {}
     for kernel in entry:
-        if kernel.shape is None or not any(i.opcode in ("dot", "convolution") for i in _body(module, kernel)):
+        if kernel.shape is None or not any(i.opcode in ("dot", "convolution") for i in bodies[kernel.name]):
             continue
-        if (per_kept := int(1 / max(_share_read(module, readers, kernel.name), 1e-9))) >= MIN_COMPUTED_PER_KEPT:
+        if (per_kept := int(1 / max(_share_read(module, kernel.name), 1e-9))) >= MIN_COMPUTED_PER_KEPT:
             found[kernel.name] = thinned[kernel.shape.dims] = per_kept
     if not thinned:
         return found
@@ -826,7 +824,7 @@ def _computed_per_kept(module: HloModule) -> dict[str, int]:
         return per_kept if int(1 / max(instruction.kept_share, 1e-9)) >= per_kept else 1
 
     for kernel in entry:
-        body = _body(module, kernel)
+        body = bodies[kernel.name]
         spread = [zeros_around(i) for i in body] + [
             zeros_around(_origin(module, module.operand(matmul, side)))
             for matmul in body if matmul.opcode in ("dot", "convolution") for side in (0, 1)]
