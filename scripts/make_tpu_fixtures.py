@@ -5560,6 +5560,296 @@ def int8_weights_dequantised(big: bool) -> Workload:
                     ablations={"bf16_weights": lambda i, clock: plain(x, dense).block_until_ready()})
 
 
+def two_hop_propagation_order(big: bool) -> Workload:
+    """A two-hop graph layer trained on fixed node features (8192 nodes, 128 features, bf16 on the chip): each step
+    propagates over a dense adjacency matrix as ``(adj @ adj) @ (h @ w)``, an n x n x n product, where
+    ``adj @ (adj @ (h @ w))`` needs two n x n x 128 ones. Ablation: the reassociated product."""
+    import jax
+    import jax.numpy as jnp
+
+    nodes, features = (8192, 128) if big else (1024, 32)
+    keys = jax.random.split(jax.random.key(300), 3)
+    adjacency = (jax.random.uniform(keys[0], (nodes, nodes)) < 0.01).astype("bfloat16") / (0.01 * nodes)
+    h = jax.random.normal(keys[1], (nodes, features)).astype("bfloat16")
+    params = [_normal(keys[2], (features, features), "bfloat16")]
+    y = jnp.zeros((nodes, features), "float32")
+
+    def make_step(propagate):
+        def loss(params, adjacency, h, y):
+            return jnp.mean((propagate(adjacency, h @ params[0]).astype("float32") - y) ** 2)
+
+        return sgd(loss)
+
+    state = {"params": params}
+    squared_first = make_step(lambda a, x: (a @ a) @ x)
+    reassociated = make_step(lambda a, x: a @ (a @ x))
+    return Workload(_training(state, squared_first, adjacency, h, y),
+                    ablations={"reassociated": _training(state, reassociated, adjacency, h, y)})
+
+
+def memmap_random_rows(big: bool) -> Workload:
+    """Each step reads a batch of 128 random uint8 images from a memory-mapped file of 4096 (``read_batch``: fancy
+    indexing of an ``np.memmap`` and scaling to float32 on the training thread), puts it on the device and trains a
+    patch-embedding MLP on it (bf16). Python tracer on; ablation: the batch's rows read by a background thread two
+    batches ahead."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    rows, batch, side, patch, width = (4096, 128, 224, 16, 768) if big else (1024, 64, 128, 16, 128)
+    grid = side // patch
+    folder = Path(tempfile.mkdtemp(prefix="images-"))
+    path = folder / "images.u8"
+    images = np.memmap(path, dtype=np.uint8, mode="w+", shape=(rows, side, side, 3))
+    for start in range(0, rows, 256):
+        images[start:start + 256] = np.random.default_rng(start).integers(0, 256, images[start:start + 256].shape,
+                                                                          dtype=np.uint8)
+    images.flush()
+    del images
+    dataset = np.memmap(path, dtype=np.uint8, mode="r", shape=(rows, side, side, 3))
+    keys = jax.random.split(jax.random.key(310), 3)
+    params = {"embed": _normal(keys[0], (patch * patch * 3, width), "bfloat16"),
+              "up": _normal(keys[1], (width, 4 * width), "bfloat16"),
+              "down": _normal(keys[2], (4 * width, width), "bfloat16")}
+    y = jnp.zeros((batch, grid * grid, width), "float32")
+
+    def loss(params, images, y):
+        patches = images.reshape(batch, grid, patch, grid, patch, 3).transpose(0, 1, 3, 2, 4, 5)
+        h = patches.reshape(batch, grid * grid, patch * patch * 3).astype("bfloat16") @ params["embed"]
+        h = h + jax.nn.gelu(h @ params["up"]) @ params["down"]
+        return jnp.mean((h.astype("float32") - y) ** 2)
+
+    train_step = sgd(loss)
+    state = {"params": params}
+
+    def read_batch(step: int) -> np.ndarray:
+        chosen = np.sort(np.random.default_rng(step % 1000 + 1000).choice(rows, batch, replace=False))
+        return dataset[chosen].astype(np.float32) / 255.0
+
+    def start_reader(version: object):
+        batches: queue.Queue = queue.Queue(maxsize=2)
+        stopping = threading.Event()
+
+        def read() -> None:
+            step = 0
+            while not stopping.is_set():
+                _put(batches, read_batch(step), stopping)
+                step += 1
+
+        threading.Thread(target=read, daemon=True, name="reader").start()
+        return batches, stopping
+
+    readers = OneThreadAtATime(start_reader)
+
+    def inline(i: int, clock: Clock) -> None:
+        with clock.part("read_batch"):
+            batch_images = read_batch(i)
+        state["params"], value = train_step(state["params"], jax.device_put(batch_images), y)
+        value.block_until_ready()
+
+    def ahead(i: int, clock: Clock) -> None:
+        batch_images = readers.queue(True).get()
+        state["params"], value = train_step(state["params"], jax.device_put(batch_images), y)
+        value.block_until_ready()
+
+    def stop() -> None:
+        readers.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+    return Workload(inline, ablations={"read_ahead": ahead}, stop=stop)
+
+
+def grouped_query_repeat_kv(big: bool) -> Workload:
+    """Grouped-query attention prefill in bf16 (batch 4, 2048 tokens, 32 query heads sharing 4 key/value heads of
+    128, two layers, causal, on the chip), the key/value heads widened to 32 with ``jnp.repeat`` before the score
+    and value einsums. Ablation: the query heads grouped under their key/value head instead (no repeat)."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, seq, heads, kv_heads, head_dim, layers = (4, 2048, 32, 4, 128, 2) if big else (2, 256, 8, 2, 32, 2)
+    width, group = heads * head_dim, heads // kv_heads
+    keys = jax.random.split(jax.random.key(320), 4 * layers + 1)
+    params = [{"q": _normal(keys[4 * l], (width, width), "bfloat16"),
+               "k": _normal(keys[4 * l + 1], (width, kv_heads * head_dim), "bfloat16"),
+               "v": _normal(keys[4 * l + 2], (width, kv_heads * head_dim), "bfloat16"),
+               "out": _normal(keys[4 * l + 3], (width, width), "bfloat16")} for l in range(layers)]
+    x = jax.random.normal(keys[-1], (batch, seq, width)).astype("bfloat16")
+    causal = jnp.tril(jnp.ones((seq, seq), bool))
+
+    def repeated(q, k, v):
+        k, v = jnp.repeat(k, group, axis=1), jnp.repeat(v, group, axis=1)
+        scores = jnp.einsum("bhqd,bhkd->bhqk", q, k) / head_dim ** 0.5
+        weights = jax.nn.softmax(jnp.where(causal, scores.astype("float32"), -1e30), -1).astype("bfloat16")
+        return jnp.einsum("bhqk,bhkd->bhqd", weights, v)
+
+    def grouped(q, k, v):
+        q = q.reshape(batch, kv_heads, group, seq, head_dim)
+        scores = jnp.einsum("bgmqd,bgkd->bgmqk", q, k) / head_dim ** 0.5
+        weights = jax.nn.softmax(jnp.where(causal, scores.astype("float32"), -1e30), -1).astype("bfloat16")
+        return jnp.einsum("bgmqk,bgkd->bgmqd", weights, v).reshape(batch, heads, seq, head_dim)
+
+    def make_prefill(attend):
+        @jax.jit
+        def prefill(params, x):
+            for layer in params:
+                q = (x @ layer["q"]).reshape(batch, seq, heads, head_dim).transpose(0, 2, 1, 3)
+                k = (x @ layer["k"]).reshape(batch, seq, kv_heads, head_dim).transpose(0, 2, 1, 3)
+                v = (x @ layer["v"]).reshape(batch, seq, kv_heads, head_dim).transpose(0, 2, 1, 3)
+                x = x + attend(q, k, v).transpose(0, 2, 1, 3).reshape(batch, seq, width) @ layer["out"]
+            return x
+
+        return lambda i, clock: prefill(params, x).block_until_ready()
+
+    return Workload(make_prefill(repeated), ablations={"grouped": make_prefill(grouped)})
+
+
+def periodic_weight_reload(big: bool) -> Workload:
+    """bf16 MLP train steps; every 8th step evaluates a reference model whose f32 weights (4 x 4096 x 4096, 256 MiB)
+    ``load_reference`` reads from an .npz on disk and puts on the device each time. Python tracer on; ablation: the
+    reference weights loaded once and kept on the device."""
+    import jax
+    import numpy as np
+
+    params, train_step, x, y = _mlp_step(big)
+    widths = [4096] * 5 if big else [2048] * 5
+    folder = Path(tempfile.mkdtemp(prefix="reference-"))
+    reference = [np.asarray(w) for w in _mlp_params(widths, "float32", seed=330)]
+    np.savez(folder / "reference.npz", *reference)
+    probe = jax.random.normal(jax.random.key(331), (256, widths[0]))
+    state = {"params": params}
+
+    @jax.jit
+    def evaluate(weights, probe):
+        for w in weights:
+            probe = jax.nn.relu(probe @ w)
+        return probe.mean()
+
+    def load_reference() -> list:
+        with np.load(folder / "reference.npz") as saved:
+            return [jax.device_put(saved[name]) for name in saved.files]
+
+    resident = load_reference()
+
+    def loop(reload: bool):
+        def iteration(i: int, clock: Clock) -> None:
+            state["params"], value = train_step(state["params"], x, y)
+            value.block_until_ready()
+            if i % 8 == 7:
+                with clock.part("load_reference"):
+                    weights = load_reference() if reload else resident
+                evaluate(weights, probe).block_until_ready()
+
+        return iteration
+
+    return Workload(loop(True), ablations={"kept_on_device": loop(False)},
+                    stop=lambda: shutil.rmtree(folder, ignore_errors=True))
+
+
+def decode_without_kv_cache(big: bool) -> Workload:
+    """Greedy decoding from a 4-layer bf16 transformer (d 1024, batch 8, a 1024-token buffer on the chip), one
+    token per step, each step running the whole causal forward over the buffer and reading the logits at the current
+    position: no key/value cache. Ablation: the same model decoding with a key/value cache (one token's projections
+    per step, attention over the cache)."""
+    import jax
+    import jax.numpy as jnp
+
+    d, layers, heads, length, batch, vocab = (1024, 4, 8, 1024, 8, 8192) if big else (128, 2, 4, 128, 4, 256)
+    head_dim = d // heads
+    keys = iter(jax.random.split(jax.random.key(340), 4 * layers + 1))
+    params = {"embed": _normal(next(keys), (vocab, d), "bfloat16") * 16,
+              "layers": [{"qkv": _normal(next(keys), (d, 3 * d), "bfloat16"),
+                          "out": _normal(next(keys), (d, d), "bfloat16"),
+                          "up": _normal(next(keys), (d, 4 * d), "bfloat16"),
+                          "down": _normal(next(keys), (4 * d, d), "bfloat16")} for _ in range(layers)]}
+
+    def norm(x):
+        x32 = x.astype("float32")
+        return (x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, -1, keepdims=True) + 1e-6)).astype("bfloat16")
+
+    def mlp(layer, x):
+        return x + jax.nn.gelu(norm(x) @ layer["up"]) @ layer["down"]
+
+    def next_token(params, x, tokens, t):
+        logits = norm(x) @ params["embed"].T
+        return tokens.at[:, t + 1].set(jnp.argmax(logits, -1).astype(tokens.dtype))
+
+    @jax.jit
+    def full_forward(params, tokens, t):
+        x = params["embed"][tokens]
+        causal = jnp.tril(jnp.ones((length, length), bool))
+        for layer in params["layers"]:
+            q, k, v = jnp.split((norm(x) @ layer["qkv"]).reshape(batch, length, 3 * heads, head_dim), 3, axis=2)
+            scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype("float32") / head_dim ** 0.5
+            weights = jax.nn.softmax(jnp.where(causal, scores, -1e30), -1).astype("bfloat16")
+            x = x + jnp.einsum("bhqk,bkhd->bqhd", weights, v).reshape(batch, length, d) @ layer["out"]
+            x = mlp(layer, x)
+        return next_token(params, jax.lax.dynamic_index_in_dim(x, t, axis=1, keepdims=False), tokens, t)
+
+    def decode_cached(params, cache, tokens, t):
+        x = params["embed"][jax.lax.dynamic_index_in_dim(tokens, t, axis=1, keepdims=False)]
+        visible = jnp.arange(length) <= t
+        updated = []
+        for layer, (keys_cache, values_cache) in zip(params["layers"], cache):
+            q, k, v = jnp.split((norm(x) @ layer["qkv"]).reshape(batch, 3 * heads, head_dim), 3, axis=1)
+            keys_cache = jax.lax.dynamic_update_index_in_dim(keys_cache, k, t, axis=1)
+            values_cache = jax.lax.dynamic_update_index_in_dim(values_cache, v, t, axis=1)
+            scores = jnp.einsum("bhd,bkhd->bhk", q, keys_cache).astype("float32") / head_dim ** 0.5
+            weights = jax.nn.softmax(jnp.where(visible, scores, -1e30), -1).astype("bfloat16")
+            x = x + jnp.einsum("bhk,bkhd->bhd", weights, values_cache).reshape(batch, d) @ layer["out"]
+            x = mlp(layer, x)
+            updated.append((keys_cache, values_cache))
+        return next_token(params, x, tokens, t), updated
+
+    cached = jax.jit(decode_cached, donate_argnums=1)
+    state = {"tokens": jnp.zeros((batch, length), "int32"),
+             "cache": [tuple(jnp.zeros((batch, length, heads, head_dim), "bfloat16") for _ in "kv")
+                       for _ in range(layers)]}
+
+    def full(i: int, clock: Clock) -> None:
+        state["tokens"] = full_forward(params, state["tokens"], i % (length - 1)).block_until_ready()
+
+    def with_cache(i: int, clock: Clock) -> None:
+        state["tokens"], state["cache"] = cached(params, state["cache"], state["tokens"], i % (length - 1))
+        state["tokens"].block_until_ready()
+
+    return Workload(full, ablations={"kv_cache": with_cache})
+
+
+def video_conv3d_bf16(big: bool) -> Workload:
+    """A 3-D conv net on video clips in bf16 (batch 8, 16 frames of 112 x 112 RGB on the chip; three 3 x 3 x 3
+    convolutions of 64, 128 and 256 channels, strided, then a linear head), trained, data resident. Ablation: the
+    clips' 3 channels zero-padded to 8, the stem's weights with them."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, frames, side, widths = (8, 16, 112, (64, 128, 256)) if big else (2, 8, 32, (16, 32, 64))
+    keys = jax.random.split(jax.random.key(350), 5)
+    clips = jax.random.normal(keys[0], (batch, frames, side, side, 3)).astype("bfloat16")
+    y = jnp.zeros((batch, 16), "float32")
+
+    def make(channels: int):
+        stem = jnp.pad(_normal(keys[1], (3, 3, 3, 3, widths[0]), "bfloat16"),
+                       ((0, 0),) * 3 + ((0, channels - 3), (0, 0)))
+        params = [stem, _normal(keys[2], (3, 3, 3, widths[0], widths[1]), "bfloat16"),
+                  _normal(keys[3], (3, 3, 3, widths[1], widths[2]), "bfloat16"),
+                  _normal(keys[4], (widths[2], 16), "bfloat16")]
+        inputs = jnp.pad(clips, ((0, 0),) * 4 + ((0, channels - 3),))
+
+        def loss(params, clips, y):
+            h = clips
+            for kernel, strides in zip(params[:3], [(1, 2, 2), (2, 2, 2), (2, 2, 2)]):
+                h = jax.nn.relu(jax.lax.conv_general_dilated(h, kernel, strides, "SAME",
+                                                             dimension_numbers=("NDHWC", "DHWIO", "NDHWC")))
+            return jnp.mean(((h.mean(axis=(1, 2, 3)) @ params[3]).astype("float32") - y) ** 2)
+
+        return {"params": params}, sgd(loss), inputs
+
+    state, step, inputs = make(3)
+    padded_state, padded_step, padded_inputs = make(8)
+    return Workload(_training(state, step, inputs, y),
+                    ablations={"stem_padded_to_8": _training(padded_state, padded_step, padded_inputs, y)})
+
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -6079,6 +6369,27 @@ SHAPES: dict[str, Shape] = {
         "in the jit before each matmul, batch 256",
         cause="none in the dequantisation (fused into the matmuls); the loop is launch-bound, a 0.7 ms program "
         "launched and waited for each step"),
+    "two_hop_propagation_order": Shape(
+        two_hop_propagation_order, 20, "two-hop graph layer over a dense 8192-node adjacency computed as "
+        "(adj @ adj) @ (h @ w), bf16, trained, data resident", cause="to be measured"),
+    "memmap_random_rows": Shape(
+        memmap_random_rows, 20, "read_batch: 128 random uint8 images fancy-indexed from an np.memmap and scaled to "
+        "f32 on the training thread before a bf16 patch-MLP train step; Python tracer on", python_tracer=True,
+        cause="to be measured"),
+    "grouped_query_repeat_kv": Shape(
+        grouped_query_repeat_kv, 20, "grouped-query attention prefill (32 query heads, 4 key/value heads widened "
+        "by jnp.repeat), bf16, two layers, 2048 tokens", cause="to be measured"),
+    "periodic_weight_reload": Shape(
+        periodic_weight_reload, 32, "bf16 MLP train steps; every 8th step load_reference reads 256 MiB of f32 "
+        "weights from an .npz and puts them on the device for an evaluation; Python tracer on",
+        python_tracer=True, cause="to be measured"),
+    "decode_without_kv_cache": Shape(
+        decode_without_kv_cache, 30, "greedy decoding, one token per step, each step the full causal forward over "
+        "a 1024-token buffer (no key/value cache), 4 bf16 layers of 1024, batch 8", annotate=False,
+        cause="to be measured"),
+    "video_conv3d_bf16": Shape(
+        video_conv3d_bf16, 15, "3-D conv net on 16-frame 112 x 112 RGB clips (three strided 3 x 3 x 3 convs of "
+        "64/128/256 channels), bf16, trained, data resident", cause="to be measured"),
 }
 
 
