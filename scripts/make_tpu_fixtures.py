@@ -5745,15 +5745,24 @@ def periodic_weight_reload(big: bool) -> Workload:
                     stop=lambda: shutil.rmtree(folder, ignore_errors=True))
 
 
-def decode_without_kv_cache(big: bool) -> Workload:
-    """Greedy decoding from a 4-layer bf16 transformer (d 1024, batch 8, a 1024-token buffer on the chip), one
-    token per step, each step running the whole causal forward over the buffer and reading the logits at the current
-    position: no key/value cache. Ablation: the same model decoding with a key/value cache (one token's projections
-    per step, attention over the cache)."""
+@dataclass
+class _Decoder:
+    """A 4-layer bf16 transformer decoding into a fixed-length token buffer, one token per call: ``full`` runs the
+    whole causal forward over the buffer (no key/value cache), ``cached`` one token against a key/value cache."""
+
+    full: Callable
+    cached: Callable
+    state: dict
+    length: int
+
+
+def _decoder(big: bool, batch: int, choose: Callable) -> _Decoder:
+    """The decoder of width 1024 with a 1024-token buffer on the chip; ``choose(logits, t)`` picks each next
+    token on the device."""
     import jax
     import jax.numpy as jnp
 
-    d, layers, heads, length, batch, vocab = (1024, 4, 8, 1024, 8, 8192) if big else (128, 2, 4, 128, 4, 256)
+    d, layers, heads, length, vocab = (1024, 4, 8, 1024, 8192) if big else (128, 2, 4, 128, 256)
     head_dim = d // heads
     keys = iter(jax.random.split(jax.random.key(340), 4 * layers + 1))
     params = {"embed": _normal(next(keys), (vocab, d), "bfloat16") * 16,
@@ -5771,7 +5780,7 @@ def decode_without_kv_cache(big: bool) -> Workload:
 
     def next_token(params, x, tokens, t):
         logits = norm(x) @ params["embed"].T
-        return tokens.at[:, t + 1].set(jnp.argmax(logits, -1).astype(tokens.dtype))
+        return tokens.at[:, t + 1].set(choose(logits, t).astype(tokens.dtype))
 
     @jax.jit
     def full_forward(params, tokens, t):
@@ -5812,7 +5821,160 @@ def decode_without_kv_cache(big: bool) -> Workload:
         state["tokens"], state["cache"] = cached(params, state["cache"], state["tokens"], i % (length - 1))
         state["tokens"].block_until_ready()
 
-    return Workload(full, ablations={"kv_cache": with_cache})
+    return _Decoder(full, with_cache, state, length)
+
+
+def _greedy(logits, t):
+    import jax.numpy as jnp
+
+    return jnp.argmax(logits, -1)
+
+
+def _top_k_sample(logits, t, k: int = 40):
+    import jax
+    import jax.numpy as jnp
+
+    top, indices = jax.lax.top_k(logits.astype("float32"), k)
+    chosen = jax.random.categorical(jax.random.fold_in(jax.random.key(341), t), top)
+    return jnp.take_along_axis(indices, chosen[:, None], axis=1)[:, 0]
+
+
+def decode_without_kv_cache(big: bool) -> Workload:
+    """Greedy decoding from a 4-layer bf16 transformer (d 1024, batch 8, a 1024-token buffer on the chip), one
+    token per step, each step running the whole causal forward over the buffer and reading the logits at the current
+    position: no key/value cache. Ablation: the same model decoding with a key/value cache (one token's projections
+    per step, attention over the cache)."""
+    decoder = _decoder(big, 8 if big else 4, _greedy)
+    return Workload(decoder.full, ablations={"kv_cache": decoder.cached})
+
+
+def cached_decode_top_k(big: bool) -> Workload:
+    """Top-k sampling (k 40, on the device) from the same 4-layer bf16 transformer with a key/value cache, batch 8:
+    each step runs one token through the model and attends over the cache, the next step waiting on it. Ablation:
+    batch 32 (4x), which a loop bound by reading the weights and the cache runs in nearly the same time."""
+    decoder, wide = _decoder(big, 8 if big else 4, _top_k_sample), _decoder(big, 32 if big else 16, _top_k_sample)
+    return Workload(decoder.cached, ablations={"batch_x4": wide.cached})
+
+
+def cross_attention_recomputed(big: bool) -> Workload:
+    """Decoding against an encoder's output (batch 8, 2048 encoder positions of 1024, four bf16 layers of
+    cross-attention and MLP on the chip), one token per step: each step projects the encoder's output to each
+    layer's keys and values again, though the encoder's output does not change while decoding. Ablation: the keys
+    and values projected once, before the loop, and passed to each step."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, memory_length, d, layers, heads = (8, 2048, 1024, 4, 8) if big else (4, 256, 128, 2, 4)
+    head_dim = d // heads
+    keys = jax.random.split(jax.random.key(360), 5 * layers + 1)
+    params = [{name: _normal(keys[5 * l + n], shape, "bfloat16") for n, (name, shape) in enumerate(
+        [("q", (d, d)), ("kv", (d, 2 * d)), ("out", (d, d)), ("up", (d, 4 * d)), ("down", (4 * d, d))])}
+        for l in range(layers)]
+    memory = jax.random.normal(keys[-1], (batch, memory_length, d)).astype("bfloat16")
+
+    def project(layer, memory):
+        return jnp.split((memory @ layer["kv"]).reshape(batch, memory_length, 2 * heads, head_dim), 2, axis=2)
+
+    def attend(params, x, projected):
+        for layer, (k, v) in zip(params, projected):
+            q = (x @ layer["q"]).reshape(batch, heads, head_dim)
+            scores = jnp.einsum("bhd,bkhd->bhk", q, k).astype("float32") / head_dim ** 0.5
+            weights = jax.nn.softmax(scores, -1).astype("bfloat16")
+            x = x + jnp.einsum("bhk,bkhd->bhd", weights, v).reshape(batch, d) @ layer["out"]
+            x = x + jax.nn.gelu(x @ layer["up"]) @ layer["down"]
+        return x / jnp.linalg.norm(x.astype("float32"), axis=-1, keepdims=True).astype(x.dtype)
+
+    @jax.jit
+    def step_projecting(params, x, memory):
+        return attend(params, x, [project(layer, memory) for layer in params])
+
+    @jax.jit
+    def step_cached(params, x, projected):
+        return attend(params, x, projected)
+
+    projected = jax.jit(lambda params, memory: [project(layer, memory) for layer in params])(params, memory)
+    state = {"x": jnp.ones((batch, d), "bfloat16"), "y": jnp.ones((batch, d), "bfloat16")}
+
+    def iteration(i: int, clock: Clock) -> None:
+        state["x"] = step_projecting(params, state["x"], memory).block_until_ready()
+
+    def once(i: int, clock: Clock) -> None:
+        state["y"] = step_cached(params, state["y"], projected).block_until_ready()
+
+    return Workload(iteration, ablations={"projected_once": once})
+
+
+def contrastive_similarity_loss(big: bool) -> Workload:
+    """A CLIP-style contrastive step in bf16 (batch 8192 image and text embeddings from two 2-layer towers of 1024,
+    a 512-wide joint space on the chip): the loss is the cross-entropy of the batch x batch similarity matrix both
+    ways, trained, data resident. Ablation: the similarity matrix's softmax in bf16 instead of float32."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, width, joint = (8192, 1024, 512) if big else (512, 128, 64)
+    keys = jax.random.split(jax.random.key(370), 6)
+    params = {tower: [_normal(k, shape, "bfloat16") for k, shape in zip(tower_keys, [(width, width), (width, joint)])]
+              for tower, tower_keys in (("image", keys[:2]), ("text", keys[2:4]))}
+    images = jax.random.normal(keys[4], (batch, width)).astype("bfloat16")
+    texts = jax.random.normal(keys[5], (batch, width)).astype("bfloat16")
+
+    def make_step(logits_dtype: str):
+        def embed(tower, x):
+            x = jax.nn.gelu(x @ tower[0]) @ tower[1]
+            return x / jnp.linalg.norm(x.astype("float32"), axis=-1, keepdims=True).astype(x.dtype)
+
+        def loss(params, images, texts):
+            logits = (embed(params["image"], images) @ embed(params["text"], texts).T).astype(logits_dtype) * 20
+            diagonal = jnp.arange(batch)
+            image_to_text = jax.nn.log_softmax(logits, -1)[diagonal, diagonal]
+            text_to_image = jax.nn.log_softmax(logits, 0)[diagonal, diagonal]
+            return -(image_to_text.astype("float32").mean() + text_to_image.astype("float32").mean()) / 2
+
+        return sgd(loss)
+
+    state = {"params": params}
+    return Workload(_training(state, make_step("float32"), images, texts),
+                    ablations={"bf16_logits": _training(state, make_step("bfloat16"), images, texts)})
+
+
+def masked_lm_all_positions(big: bool) -> Workload:
+    """A masked-language-model step in bf16 (batch 32 x 512 tokens, two encoder MLP blocks of 768, a 30,522-token
+    vocabulary on the chip): the vocabulary logits are computed for every position and the 76 masked positions of
+    each sequence then gathered for the loss, trained, data resident. Ablation: the masked positions' hidden states
+    gathered first and only those multiplied by the vocabulary."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, length, width, vocab, masked = (32, 512, 768, 30522, 76) if big else (8, 128, 128, 2048, 19)
+    keys = jax.random.split(jax.random.key(380), 7)
+    params = {"embed": _normal(keys[0], (vocab, width), "bfloat16") * 16,
+              "blocks": [_normal(k, shape, "bfloat16") for k, shape in zip(
+                  keys[1:5], [(width, 4 * width), (4 * width, width)] * 2)]}
+    tokens = jax.random.randint(keys[5], (batch, length), 0, vocab)
+    positions = jnp.sort(jax.random.permutation(keys[6], length)[:masked])[None, :].repeat(batch, 0)
+    labels = jnp.take_along_axis(tokens, positions, axis=1)
+
+    def encode(params, tokens):
+        h = params["embed"][tokens]
+        for up, down in zip(params["blocks"][::2], params["blocks"][1::2]):
+            h = h + jax.nn.gelu(h @ up) @ down
+        return h
+
+    def cross_entropy(logits, labels):
+        logits = logits.astype("float32")
+        return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits, -1), labels[..., None], -1))
+
+    def every_position(params, tokens, positions, labels):
+        logits = encode(params, tokens) @ params["embed"].T
+        return cross_entropy(jnp.take_along_axis(logits, positions[..., None], axis=1), labels)
+
+    def masked_first(params, tokens, positions, labels):
+        h = jnp.take_along_axis(encode(params, tokens), positions[..., None], axis=1)
+        return cross_entropy(h @ params["embed"].T, labels)
+
+    state = {"params": params}
+    return Workload(_training(state, sgd(every_position), tokens, positions, labels),
+                    ablations={"masked_first": _training(state, sgd(masked_first), tokens, positions, labels)})
 
 
 def video_conv3d_bf16(big: bool) -> Workload:
@@ -6400,6 +6562,19 @@ SHAPES: dict[str, Shape] = {
         "64/128/256 channels), bf16, trained, data resident",
         cause="none in the convolutions (padding the stem to 8 channels saves 0); on the chip a 2.2 ms program "
         "launched and waited for each step (busy 0.69)"),
+    "cached_decode_top_k": Shape(
+        cached_decode_top_k, 30, "top-k sampling on the device from a 4-layer bf16 transformer with a key/value "
+        "cache, batch 8, one token per step", annotate=False, cause="to be measured"),
+    "cross_attention_recomputed": Shape(
+        cross_attention_recomputed, 30, "decoding against a 2048-position encoder output, four bf16 layers of "
+        "cross-attention and MLP, each step projecting the encoder output to keys and values again",
+        annotate=False, cause="to be measured"),
+    "contrastive_similarity_loss": Shape(
+        contrastive_similarity_loss, 15, "CLIP-style contrastive step: batch 8192, the 8192 x 8192 similarity "
+        "matrix's cross-entropy both ways, bf16 towers, trained, data resident", cause="to be measured"),
+    "masked_lm_all_positions": Shape(
+        masked_lm_all_positions, 15, "masked-LM step: vocabulary logits (30,522) for all 32 x 512 positions, the 76 "
+        "masked positions per sequence gathered after, bf16, trained, data resident", cause="to be measured"),
 }
 
 

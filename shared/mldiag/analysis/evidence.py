@@ -202,6 +202,19 @@ class SubsampledResults(Evidence):
     kernels: list[str] = Field(default_factory=list)  # as the device trace names them, longest first
 
 
+class UncachedDecoding(Evidence):
+    """``analysis.json.uncached_decoding``: a decoding program that recomputes every position of its buffer at each
+    call to add one token (no key/value cache), with the kernels that span every position, on the host where the
+    recomputation takes the largest share of the loop, as its finding quotes it."""
+
+    host: str
+    positions: int  # the buffer's positions, each recomputed at every call
+    ms_per_step: float  # of those kernels, per device (per capture without steps)
+    share_of_device: float  # of the host's device op time
+    share_of_loop_recomputed: float  # of the loop, the kernels' time on the positions the calls before computed
+    kernels: list[str] = Field(default_factory=list)  # as the device trace names them, longest first
+
+
 class UnfoldedInputs(Evidence):
     """``analysis.json.unfolded_inputs``: an input copied as shifted windows side by side and multiplied (a
     convolution written by hand), with the kernels that write or read the copies, on the host where they take the
@@ -343,6 +356,7 @@ class Analysis(Evidence):
     decompositions: list[MatrixDecompositions] = Field(default_factory=list)
     unfolded_inputs: list[UnfoldedInputs] = Field(default_factory=list)
     subsampled_results: list[SubsampledResults] = Field(default_factory=list)
+    uncached_decoding: list[UncachedDecoding] = Field(default_factory=list)
     followups: list[Followup] = Field(default_factory=list)
     investigation: Investigation | None = None
     comparison: Comparison | None = None

@@ -88,7 +88,7 @@ from mldiag.analysis.profile.trace_names import (
 )
 from mldiag.analysis.profile.trace_names import hlo_instruction as _instruction
 from mldiag.analysis.profile.trace_names import program_base as _module_base
-from mldiag.analysis.rules import (frameworks, host_causes, launches, linear_algebra, matrix_unit, precision,
+from mldiag.analysis.rules import (decoding, frameworks, host_causes, launches, linear_algebra, matrix_unit, precision,
                                    roofline, sparse_updates, subsampling, unfold)
 from mldiag.analysis.rules import kernels as kernel_ops
 from mldiag.analysis.rules.frameworks import Framework
@@ -606,9 +606,10 @@ def _host_cause_fix(host: HostEvidence, cause: host_causes.Cause) -> str:
                 + (frameworks.cause_fix(cause.kind, framework) or ""))
     if cause.kind is HostCause.HOST_WORK and cause.parts and (fix := host_causes.known_call_fix(cause.parts[0].name)):
         return fix
-    if cause.kind is HostCause.HOST_WORK and (blocked := host_causes.blocked_on(host, cause)):
+    blocked = host_causes.blocked_on(host, cause) if cause.kind in (HostCause.HOST_WORK, HostCause.BATCH_MAKING) else ""
+    if blocked == "disk" or (blocked and cause.kind is HostCause.HOST_WORK):
         who = _functions_in_prose(cause.parts) or "The training thread"
-        return host_causes.BLOCKED_FIXES[blocked].format(who=who) + host_causes.BLOCKED_REMEDY
+        return host_causes.BLOCKED_FIXES[blocked].format(who=who)
     fix = _overlap_fix(host, cause, framework)
     if ratio := host_causes.outpaces_device(host, cause):
         fix = _cheaper_first(host, cause, ratio) + " " + fix
@@ -1878,6 +1879,12 @@ _SLOW_CAUSES = (
      "garbage collection",
      "Keep Python's garbage collector out of the loop: gc.freeze() after setup, or gc.disable() with a "
      "gc.collect() every N steps outside the timed part."),
+    (re.compile(r"(?<![a-z])(?:re)?load|read_array|fromfile|restore", re.IGNORECASE),
+     "arrays read from disk again",
+     "Read what does not change between uses once and keep it, on the device if the program uses it there "
+     "(weights, a reference model, a table: load them before the loop and pass the device arrays to each call); "
+     "what must be read again (a new shard), read and device_put ahead on a background thread so the steps do "
+     "not wait for the disk."),
     (re.compile(r"eval|valid|predict", re.IGNORECASE),
      "an evaluation",
      "Evaluate less often, on fewer batches, or in a separate job on its own devices."),
@@ -1886,6 +1893,9 @@ _SLOW_CAUSES = (
      "Fetch metrics every N steps without blocking (keep them on the device and read them a step later), and "
      "write logs from a background thread."),
 )
+
+
+_UNNAMED_SLOW_CAUSES = ("host work", "untraced host work")  # too vague for a title: the evidence names the work
 
 
 def _stepping_explains(slow: SlowSteps) -> bool:
@@ -1969,7 +1979,8 @@ def _slow_steps(host: HostEvidence) -> Finding | None:
     return Finding(
         priority=priority or Priority.P2,
         category=FindingCategory.OTHER,
-        title=f"Slow steps: {slow.steps} of {slow.compared} steps cost {slow.cost_fraction:.0%} of the loop's time",
+        title=f"Slow steps: {slow.steps} of {slow.compared} steps cost {slow.cost_fraction:.0%} of the loop's time"
+              + ("" if what in _UNNAMED_SLOW_CAUSES else f" ({what})"),
         what=f"A few steps take far longer than the rest, and the difference looks like {what}: "
              + ("another host thread runs the work named below, and the training thread stalls while it runs."
                 if what == "another thread's work" else
@@ -2224,7 +2235,9 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
     decompositions = linear_algebra.decompositions_every_step(hosts, hlo_kernels or [])
     unfolded = unfold.hand_written_convolutions(hosts, hlo_kernels or [])
     subsampled = subsampling.computed_then_subsampled(hosts, hlo_kernels or [])
-    hardware += [found[1] for found in (narrow, dense, decompositions, unfolded, subsampled) if found is not None]
+    uncached = decoding.decoding_without_a_cache(hosts, hlo_kernels or [])
+    hardware += [found[1] for found in (narrow, dense, decompositions, unfolded, subsampled, uncached)
+                 if found is not None]
     findings = _findings(hosts, by_name, hlo_issues, metrics, health, programs, movements, kernels, hardware,
                          hlo_kernels or [])
     status = decide_status(health, findings)
@@ -2247,6 +2260,7 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
         decompositions=[decompositions[0]] if decompositions is not None else [],
         unfolded_inputs=[unfolded[0]] if unfolded is not None else [],
         subsampled_results=[subsampled[0]] if subsampled is not None else [],
+        uncached_decoding=[uncached[0]] if uncached is not None else [],
         profile=profile,
         versions=versions,
         seconds=seconds,

@@ -167,31 +167,43 @@ def known_call_fix(name: str) -> str | None:
 _SUBPROCESS = re.compile(r"^\$(subprocess\.py:\d+ |os (system|popen)$|posix (system|waitpid)$)")
 _BLOCKED = re.compile(r"^\$(subprocess\.py:\d+ |selectors\.py:\d+ |select (select|poll|epoll)$|os (system|popen|"
                       r"waitpid)$|posix (system|waitpid)$|_socket |socket\.py:\d+ (recv|recv_into|accept)$)")
-BLOCKED_SHARE = 0.5  # of a cause's time, held in those calls, for the cause to be a wait on another process
+# Arrays read from files: numpy's .npy/.npz readers (np.load unzips, checks the CRC and reads each array), fromfile,
+# and the raw reads of Python's io under them.
+_DISK_READ = re.compile(r"^\$((_format_impl|format)\.py:\d+ read_array|(_npyio_impl|npyio)\.py:\d+ load$|zipfile\.py:"
+                        r"\d+ |numpy fromfile$|_io\.\w+ read(into|line|lines)?$|io\.py:\d+ read)")
+BLOCKED_SHARE = 0.5  # of a cause's time, held in those calls, for the cause to be a wait on another process or a file
 
 
 def blocked_on(host: HostEvidence, cause: Cause) -> str:
     """What most of a host-work cause's time is the training thread blocked on: "subprocess" (a child process it
-    starts and waits for), "descriptor" (a pipe's or socket's output, the caller unseen), or "" (neither): the calls
-    that hold the time in the loop's activities on the cause's thread."""
+    starts and waits for), "descriptor" (a pipe's or socket's output, the caller unseen), "disk" (arrays read from
+    files), or "" (none): the calls that hold the time in the loop's activities on the cause's thread."""
     threads = {part.thread for part in cause.parts} - {""}
     held = [(name, ms) for activity in (*host.host_activities, *host.between_steps)
             if not threads or activity.thread in threads for name, ms, _ in _owned(activity)]
+    if sum(ms for name, ms in held if _DISK_READ.match(name)) >= BLOCKED_SHARE * cause.ms:
+        return "disk"
     if sum(ms for name, ms in held if _BLOCKED.match(name)) < BLOCKED_SHARE * cause.ms:
         return ""
     return "subprocess" if any(_SUBPROCESS.match(name) for name, _ in held) else "descriptor"
 
 
+_WITHOUT_WAITING = (" Get the figure in-process (os.getloadavg, psutil, a library call instead of a command), make "
+                    "the call every N steps, or make it without waiting (subprocess.Popen or the request on a "
+                    "background thread, its answer reported at a later step).")
 BLOCKED_FIXES = {
     "subprocess": "{who} spends most of its time waiting for a child process it starts (subprocess.run, os.system): "
-                  "starting a process and waiting for its output costs tens of milliseconds whatever it runs.",
+                  "starting a process and waiting for its output costs tens of milliseconds whatever it runs."
+                  + _WITHOUT_WAITING,
     "descriptor": "{who} spends most of its time blocked in select(), waiting for a pipe or socket to answer: the "
                   "output of a child process it starts (subprocess.run with captured output, os.popen) or a "
-                  "network call (a metrics or storage service).",
+                  "network call (a metrics or storage service)." + _WITHOUT_WAITING,
+    "disk": "{who} spends most of its time reading arrays from files (np.load: unzipping, checking and copying "
+            "each array). What does not change between uses (weights, a reference model, a table): load it once "
+            "before the loop and keep the device arrays. What must be read again (the next shard or batch): read it "
+            "ahead, off the training thread (a background thread, or an input pipeline such as grain with worker "
+            "processes), and put it on the device there.",
 }
-BLOCKED_REMEDY = (" Get the figure in-process (os.getloadavg, psutil, a library call instead of a command), make the "
-                  "call every N steps, or make it without waiting (subprocess.Popen or the request on a background "
-                  "thread, its answer reported at a later step).")
 
 
 def _reads_back_only(name: str) -> bool:

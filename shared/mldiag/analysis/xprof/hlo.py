@@ -588,6 +588,10 @@ class KernelWork:
     # slices keep one in N (y[:, ::2, ::2], logits[:, -1]), or, for its gradient, the zeros put around or between
     # the kept elements' gradients and the matmuls that read them; 1 otherwise.
     computed_per_kept: int = 1
+    # Of a program that writes one position of a buffer per call and computes it from one row of activations it
+    # computes at every position (decoding without a key/value cache): the positions this kernel works on, where
+    # its result spans them all; 0 otherwise.
+    recomputed_positions: int = 0
 
 
 def _fused(module: HloModule, computation: str) -> list[Instruction]:
@@ -833,6 +837,104 @@ def _computed_per_kept(module: HloModule) -> dict[str, int]:
     return found
 
 
+MIN_DECODE_POSITIONS = 64  # a buffer's positions from which one written per call is a decoding loop's
+# Of the row a decoding program reads, the elements a kernel's result has per position, at least, to be the work
+# done at every position (a key or value projection of a few heads, narrower than the model, included).
+PER_POSITION_SHARE = 1 / 8
+
+
+def _entry_level(module: HloModule, instruction: Instruction) -> Instruction | None:
+    """The entry computation's instruction that runs ``instruction``: itself, or the outermost fusion it is in;
+    None for one in a loop's body or another called computation."""
+    for _ in range(16):
+        if instruction.computation == module.entry:
+            return instruction
+        runner = module.instructions.get(module.runs_as.get(instruction.computation, ""))
+        if runner is None:
+            return None
+        instruction = runner
+    return None
+
+
+def _made_by_matmul(module: HloModule, instruction: Instruction | None, depth: int = 0) -> bool:
+    """Whether ``instruction``'s values come out of a kernel that runs a matmul or convolution, or out of a few
+    ops on such a kernel's result (a residual add fused with the read)."""
+    source = _origin(module, instruction)
+    if source is not None and source.opcode == "get-tuple-element":
+        source = module.operand(source)
+    runner = _entry_level(module, source) if source is not None else None
+    if source is None or runner is None:
+        return False
+    if any(i.opcode in ("dot", "convolution") or _MATMUL_TARGET.search(i.target) for i in _body(module, runner)):
+        return True
+    return depth < 3 and any(_made_by_matmul(module, module.instructions.get(name), depth + 1)
+                             for name in source.operands)
+
+
+def _one_row(module: HloModule, whole: Shape | None, row: Shape | None, indices: list[str]) -> int:
+    """The length of the one dimension along which ``row`` is a single position of ``whole``, taken at an index
+    the program computes (a constant index is a fixed slice, not a loop's position); 0 where it is not one."""
+    if whole is None or row is None or len(whole.dims) != len(row.dims) or len(indices) < len(whole.dims):
+        return 0
+    differ = [axis for axis, (size, kept) in enumerate(zip(whole.dims, row.dims)) if size != kept]
+    if len(differ) != 1 or row.dims[differ[0]] != 1 or whole.dims[differ[0]] < MIN_DECODE_POSITIONS:
+        return 0
+    index = _origin(module, module.instructions.get(indices[differ[0]]))
+    return whole.dims[differ[0]] if index is not None and index.opcode != "constant" else 0
+
+
+def _decoding_row(module: HloModule) -> tuple[int, int]:
+    """A program that computes activations at every position of a buffer and reads one row of them, at the
+    position it then writes one element of the buffer at (``tokens.at[:, t + 1].set(argmax(f(tokens)[:, t]))``):
+    the buffer's positions and the row's elements; (0, 0) for any other program. Only the entry computation and its
+    fusions count: a loop's body reading and writing one position per iteration is a scan, not a decoding call."""
+    read: dict[int, int] = {}
+    written: set[int] = set()
+    for instruction in module.instructions.values():
+        if instruction.opcode not in ("dynamic-slice", "dynamic-update-slice") or _entry_level(
+                module, instruction) is None:
+            continue
+        if instruction.opcode == "dynamic-slice":
+            source = module.operand(instruction)
+            positions = _one_row(module, source.shape if source else None, instruction.shape, instruction.operands[1:])
+            if positions and instruction.shape is not None and _made_by_matmul(module, source):
+                read[positions] = max(read.get(positions, 0), math.prod(instruction.shape.dims))
+        else:
+            buffer, update = module.operand(instruction, 0), module.operand(instruction, 1)
+            if positions := _one_row(module, buffer.shape if buffer else None, update.shape if update else None,
+                                     instruction.operands[2:]):
+                written.add(positions)
+    positions = max(set(read) & written, default=0)
+    return positions, read.get(positions, 0)
+
+
+def _output_elements(module: HloModule, kernel: Instruction) -> int:
+    """The elements of a kernel's result, the largest of a multi-output fusion's."""
+    if kernel.shape is not None:
+        return math.prod(kernel.shape.dims)
+    root = module.instructions.get(module.roots.get(kernel.calls, ""))
+    if root is None or root.opcode != "tuple":
+        return 0
+    return max((math.prod(part.shape.dims) for part in filter(None, (module.instructions.get(name)
+                                                                    for name in root.operands)) if part.shape),
+               default=0)
+
+
+def _recomputed_positions(module: HloModule) -> dict[str, int]:
+    """In a decoding program without a key/value cache (:func:`_decoding_row`), the entry-level kernels whose math
+    spans every position: kernel -> the positions."""
+    positions, row = _decoding_row(module)
+    if not positions:
+        return {}
+    found = {}
+    for name in module.computations.get(module.entry, []):
+        kernel = module.instructions[name]
+        if any(i.opcode not in _MOVES_OR_RETYPES and i.opcode != "fusion" for i in _body(module, kernel)) and (
+                _output_elements(module, kernel) >= PER_POSITION_SHARE * positions * row):
+            found[name] = positions
+    return found
+
+
 def _fusion_work(module: HloModule, fusion: Instruction) -> KernelWork:
     body = _fused(module, fusion.calls)
     math_ops = [i for i in body if i.opcode not in _MOVES_OR_RETYPES and i.opcode != "fusion"]
@@ -863,14 +965,15 @@ def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
     """What every instruction outside a fusion computes: the kernels (and ops) a device trace names."""
     found = []
     for module in modules:
-        computed_per_kept = _computed_per_kept(module)
+        computed_per_kept, recomputed = _computed_per_kept(module), _recomputed_positions(module)
         for instruction in module.instructions.values():
             if (instruction.opcode in _NOT_A_BUFFER or instruction.computation in module.runs_as
                     or instruction.computation in module.applied):
                 continue
             if instruction.opcode == "fusion" and instruction.calls in module.computations:
                 found.append(replace(_fusion_work(module, instruction),
-                                     computed_per_kept=computed_per_kept.get(instruction.name, 1)))
+                                     computed_per_kept=computed_per_kept.get(instruction.name, 1),
+                                     recomputed_positions=recomputed.get(instruction.name, 0)))
             else:
                 found.append(KernelWork(
                     module=module.name, instruction=instruction.name,
@@ -883,6 +986,7 @@ def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
                     one_hot_classes=_one_hot_classes(module, [instruction], None),
                     copies_argument=_copies_argument(module, instruction),
                     computed_per_kept=computed_per_kept.get(instruction.name, 1),
+                    recomputed_positions=recomputed.get(instruction.name, 0),
                     **_matmul_fields(module, [instruction]),
                     **_batched_fields([instruction], [instruction, *filter(None, (
                         module.instructions.get(name) for name in instruction.operands))]),

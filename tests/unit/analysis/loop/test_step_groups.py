@@ -280,9 +280,17 @@ def test_slow_steps_costing_most_of_the_loop_are_a_p0_with_the_async_checkpoint_
     analysis = analysis_of(_saving_loop().evidence(tmp_path))
     assert analysis.status is HealthStatus.NEEDS_ATTENTION
     top = analysis.findings[0]
-    assert top.priority is Priority.P0 and top.title == "Slow steps: 4 of 20 steps cost 76% of the loop's time"
+    assert top.priority is Priority.P0
+    assert top.title == "Slow steps: 4 of 20 steps cost 76% of the loop's time (a synchronous save)"
     assert any('"$ckpt.py:10 save_checkpoint" 160.00 ms per slow step against 0.00 ms' in line for line in top.evidence)
     assert "AsyncCheckpointer" in top.fix and "save less often" in top.fix
+
+
+def test_slow_steps_reading_arrays_from_disk_again_say_so_and_get_a_keep_it_fix(tmp_path):
+    loop = _saving_loop(save_name="$eval.py:7 load_reference", inner="$_format_impl.py:780 read_array")
+    (slow,) = [f for f in analysis_of(loop.evidence(tmp_path)).findings if f.title.startswith("Slow steps")]
+    assert slow.title.endswith("(arrays read from disk again)") and "arrays read from disk again" in slow.what
+    assert "load them before the loop" in slow.fix and "AsyncCheckpointer" not in slow.fix
 
 
 def test_slow_steps_of_other_host_work_get_a_fix_to_move_it_off_the_training_thread(tmp_path):
@@ -291,6 +299,7 @@ def test_slow_steps_of_other_host_work_get_a_fix_to_move_it_off_the_training_thr
     (slow,) = [f for f in analysis.findings if f.title.startswith("Slow steps")]
     assert slow.priority is Priority.P0 and "AsyncCheckpointer" not in slow.fix
     assert "off the training thread" in slow.fix
+    assert slow.title.endswith("of the loop's time")  # "host work" names nothing: the evidence does
 
 
 def test_slow_steps_that_run_more_device_work_say_so(tmp_path):

@@ -964,6 +964,65 @@ def test_a_convolution_kept_one_output_in_four_by_a_strided_slice_is_work_thrown
         assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
 
 
+def _decoding(read_at: str = "%t", writes: bool = True) -> str:
+    """A step that runs a matmul over every position of a 1024-position buffer, reads one position's row at
+    ``read_at`` and, where ``writes``, writes the next token into the buffer at a computed position."""
+    written = ("%written = s32[8,1024]{1,0} dynamic-update-slice(%tokens, %next, %zero, %position)" if writes
+               else "%written = s32[8,1024]{1,0} copy(%tokens)")
+    return f"""HloModule jit_decode
+
+%fused_read (param_0.r: f32[8,1024,512], param_1.r: s32[]) -> f32[8,1,512] {{
+  %param_0.r = f32[8,1024,512]{{2,1,0}} parameter(0)
+  %param_1.r = s32[] parameter(1)
+  %zero.r = s32[] constant(0)
+  ROOT %row.r = f32[8,1,512]{{2,1,0}} dynamic-slice(%param_0.r, %zero.r, %param_1.r, %zero.r), dynamic_slice_sizes={{8,1,512}}
+}}
+
+ENTRY %main (tokens: s32[8,1024], h: f32[8,1024,512], w: f32[512,512], t: s32[], head: f32[512,4096]) -> s32[8,1024] {{
+  %tokens = s32[8,1024]{{1,0}} parameter(0)
+  %h = f32[8,1024,512]{{2,1,0}} parameter(1)
+  %w = f32[512,512]{{1,0}} parameter(2)
+  %t = s32[] parameter(3)
+  %head = f32[512,4096]{{1,0}} parameter(4)
+  %last = s32[] constant(1023)
+  %hidden = f32[8,1024,512]{{2,1,0}} dot(%h, %w), lhs_contracting_dims={{2}}, rhs_contracting_dims={{0}}
+  %row = f32[8,1,512]{{2,1,0}} fusion(%hidden, {read_at}), kind=kLoop, calls=%fused_read
+  %row2 = f32[8,512]{{1,0}} bitcast(%row)
+  %logits = f32[8,4096]{{1,0}} dot(%row2, %head), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  %first = f32[8,1]{{1,0}} slice(%logits), slice={{[0:8], [0:1]}}
+  %next = s32[8,1]{{1,0}} convert(%first)
+  %one = s32[] constant(1)
+  %zero = s32[] constant(0)
+  %position = s32[] add(%t, %one)
+  ROOT {written}
+}}
+"""
+
+
+@pytest.mark.parametrize(("read_at", "writes", "flagged"), [
+    ("%t", True, True),
+    ("%last", True, False),  # a fixed position (a prefill's last token) is a slice, not a decoding step's read
+    ("%t", False, False),  # no position of a buffer written: one row read, no decoding loop
+])
+def test_a_decoding_step_that_recomputes_every_position_is_decoding_without_a_cache(read_at, writes, flagged):
+    module = hlo.parse_module("jit_decode(3)", _decoding(read_at, writes))
+    works = {w.instruction: w.recomputed_positions for w in hlo.kernel_work([module])}
+    assert (works["hidden"], works["row"], works["logits"]) == ((1024 if flagged else 0), 0, 0)
+    host = _host(kind=DeviceKind.TPU, device_type="TPU v5 lite", busy=0.9,
+                 top_ops=[_op("hidden", 0.9), _op("logits", 0.1)])
+    analysis = _analysis(host, modules=[("jit_decode(3)", _decoding(read_at, writes))])
+    found = [f for f in analysis.findings if "key/value cache" in f.title]
+    assert bool(found) is flagged and bool(analysis.uncached_decoding) is flagged
+    if flagged:
+        (finding,) = found
+        assert finding.priority is Priority.P0  # 0.9 of device time x 1023/1024 recomputed x 0.9 busy
+        assert finding.title == ("Decoding without a key/value cache: each call recomputes all 1,024 positions to "
+                                 "add one token, 81% of the loop")
+        assert analysis.uncached_decoding[0].kernels == ["hidden"]
+        assert "dynamic_update_slice" in finding.fix and "past_key_values" in finding.fix
+        assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
+
+
 DFT_BY_MATMUL = """HloModule jit_step
 
 %fused_dft () -> f32[256,256] {

@@ -493,6 +493,21 @@ def test_a_step_that_waits_for_a_subprocess_or_a_socket_is_told_to_stop_waiting_
         assert "child process" not in finding.fix and "select()" not in finding.fix
 
 
+@pytest.mark.parametrize("function", ["$eval.py:50 load_reference", "$train.py:50 refresh_table"])
+def test_a_function_that_mostly_reads_arrays_from_files_is_told_to_load_once_or_read_ahead(function):
+    attribution = _attributed([
+        TimePart(cause=TimeCause.DEVICE_COMPUTE, name="dot", ms=200.0, share=0.2, useful=True),
+        TimePart(cause=TimeCause.HOST_WORK, name=function, thread="python", ms=800.0, share=0.8),
+    ])
+    iteration = _activity("$train.py:40 iteration", 100.0, 80.0,
+                          OwnTime(name="$zipfile.py:965 _update_crc", ms_per_step=40.0),
+                          OwnTime(name="$_format_impl.py:780 read_array", ms_per_step=30.0))
+    (finding,) = _findings(_host(activities=[iteration], attribution=attribution))
+    name = function.split()[-1]
+    assert finding.fix.startswith(f'"{name}" spends most of its time reading arrays from files')
+    assert "load it once before the loop" in finding.fix and "read it ahead" in finding.fix
+
+
 @pytest.mark.parametrize(("framework", "words"), [
     (Framework.JAX, "grain"), (Framework.TENSORFLOW, "tf.data"), (Framework.PYTORCH_XLA, "num_workers"),
 ])
