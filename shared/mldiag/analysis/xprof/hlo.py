@@ -706,12 +706,17 @@ def _windows_side_by_side(module: HloModule, root: Instruction | None) -> int:
 
 def _scatters_into_constant(module: HloModule, ops: list[Instruction]) -> tuple[int, ...]:
     """The shape of the largest array ``ops``' scatters add into whose values start as a constant (a broadcast
-    zero): the gradient of a gather, which is as large as the array gathered from; () where none does."""
+    zero) and which has the shape of an array the program is given: the gradient of a lookup in a table passed in
+    (an embedding's), which is as large as the table; () where none does. The gradient of a gather from values the
+    program computes (the diagonal of a similarity matrix) is not a table's: it flows on into the backward pass."""
+    given = {instruction.shape.dims for name in module.computations.get(module.entry, [])
+             if (instruction := module.instructions[name]).opcode == "parameter" and instruction.shape is not None}
     shapes = [()]
     for scatter in (i for i in ops if i.opcode == "scatter"):
         target = module.operand(scatter, 0)
         origin = _origin(module, target)
-        if target is not None and target.shape and origin is not None and origin.opcode == "constant":
+        if (target is not None and target.shape and target.shape.dims in given and origin is not None
+                and origin.opcode == "constant"):
             shapes.append(target.shape.dims)
     return max(shapes, key=math.prod)
 
@@ -773,6 +778,11 @@ def _slices_read(module: HloModule, name: str, depth: int = 0) -> dict[str, floa
         if reader.opcode == "slice":
             windows[reader.window] = reader.kept_share
             continue
+        if reader.opcode == "gather" and reader.operands[0] == name and reader.operands.count(name) == 1:
+            # Rows picked at positions the program computes (take_along_axis of the masked positions): each
+            # gather its own window, its share the rows it keeps.
+            windows[f"gather {reader.name}"] = _elements_over(reader, module.instructions.get(name))
+            continue
         if depth < 8 and reader.opcode in _READ_AS_IS:
             inner = [reader]
         elif depth < 8 and reader.opcode == "fusion" and reader.calls in module.computations:
@@ -786,6 +796,13 @@ def _slices_read(module: HloModule, name: str, depth: int = 0) -> dict[str, floa
                 return None
             windows.update(read)
     return windows if module.consumers(name) else None
+
+
+def _elements_over(part: Instruction, whole: Instruction | None) -> float:
+    """``part``'s elements over ``whole``'s, up to 1 (1 where either shape is unknown)."""
+    if part.shape is None or whole is None or whole.shape is None or not math.prod(whole.shape.dims):
+        return 1.0
+    return min(1.0, math.prod(part.shape.dims) / math.prod(whole.shape.dims))
 
 
 def _share_read(module: HloModule, name: str) -> float:
@@ -808,32 +825,57 @@ def _computed_per_kept(module: HloModule) -> dict[str, int]:
     """The entry-level kernels that compute more than the program reads: a matmul or convolution whose result is
     read only through slices that keep one element in N or fewer (``y[:, ::2, ::2]``, ``logits[:, -1]``), and on
     the gradient's side the zeros put around or between the kept elements' gradients (a pad as large as such a
-    result) and the matmuls that read them: kernel -> N."""
+    result, or the zeros a gather's gradient scatters the kept rows' gradients into) and the matmuls that read them:
+    kernel -> N."""
     entry = [module.instructions[name] for name in module.computations.get(module.entry, [])]
     bodies = {kernel.name: _body(module, kernel) for kernel in entry}
     found: dict[str, int] = {}
-    thinned: dict[tuple[int, ...], int] = {}
+    thinned: dict[tuple[int, ...], int] = {}  # a thinned result's shape -> N
+    thinned_elements: dict[int, int] = {}  # its elements: a scatter's zeros may be laid out otherwise
     for kernel in entry:
         if kernel.shape is None or not any(i.opcode in ("dot", "convolution") for i in bodies[kernel.name]):
             continue
         if (per_kept := int(1 / max(_share_read(module, kernel.name), 1e-9))) >= MIN_COMPUTED_PER_KEPT:
             found[kernel.name] = thinned[kernel.shape.dims] = per_kept
+            thinned_elements[math.prod(kernel.shape.dims)] = per_kept
     if not thinned:
         return found
 
     def zeros_around(instruction: Instruction | None) -> int:
-        if instruction is None or instruction.opcode != "pad" or instruction.shape is None:
+        if instruction is None or instruction.shape is None:
             return 1
-        per_kept = thinned.get(instruction.shape.dims, 1)
-        return per_kept if int(1 / max(instruction.kept_share, 1e-9)) >= per_kept else 1
+        if instruction.opcode == "pad":
+            per_kept, not_zeros = thinned.get(instruction.shape.dims, 1), instruction.kept_share
+        elif instruction.opcode == "scatter" and (target := _origin(module, module.operand(instruction))) and (
+                target.opcode == "constant") and (updates := module.operand(instruction, 2)) is not None:
+            per_kept = thinned_elements.get(math.prod(instruction.shape.dims), 1)
+            not_zeros = _elements_over(updates, instruction)
+        else:
+            return 1
+        return per_kept if int(1 / max(not_zeros, 1e-9)) >= per_kept else 1
 
+    moves = []
     for kernel in entry:
         body = bodies[kernel.name]
+        if all(i.opcode in _MOVES_OR_RETYPES and i.opcode not in ("slice", "dynamic-slice", "gather", "pad")
+               for i in body if i.opcode not in _NOT_A_BUFFER):
+            moves.append(kernel)
+            continue
         spread = [zeros_around(i) for i in body] + [
             zeros_around(_origin(module, module.operand(matmul, side)))
             for matmul in body if matmul.opcode in ("dot", "convolution") for side in (0, 1)]
         if max(spread, default=1) > 1:
             found[kernel.name] = max(found.get(kernel.name, 1), *spread)
+    # Copies and relayouts of those results, and the zeros a found scatter adds into.
+    for kernel in moves:
+        source = _origin(module, module.operand(kernel))
+        runner = _entry_level(module, source) if source is not None else None
+        if runner is not None and runner.name in found:
+            found[kernel.name] = found[runner.name]
+        elif per_kept := max((found.get(reader.name, 0) for reader in module.consumers(kernel.name)
+                              if reader.operands[:1] == [kernel.name] and any(
+                                  i.opcode == "scatter" for i in bodies.get(reader.name, []))), default=0):
+            found[kernel.name] = per_kept
     return found
 
 

@@ -347,6 +347,43 @@ ENTRY %main (h: f32[8,1024,1024], w: f32[1024,32768]) -> f32[8,1,32768] {{
 """
 
 
+def _gathered_logits(rows: int) -> str:
+    """A matmul of every position by a vocabulary of which a gather keeps ``rows`` of 512 positions (a masked
+    LM's masked positions), and its gradient: the kept rows' gradients scattered into zeros, relaid out, and
+    multiplied at full size."""
+    return f"""HloModule jit_mlm
+
+%add (a: f32[], b: f32[]) -> f32[] {{
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %sum = f32[] add(%a, %b)
+}}
+
+ENTRY %main (h: f32[8,512,64], w: f32[64,4096], idx: s32[8,{rows},2], g: f32[8,{rows},4096]) -> (f32[8,{rows},4096], f32[8,512,64], f32[4096,8,512]) {{
+  %h = f32[8,512,64]{{2,1,0}} parameter(0)
+  %w = f32[64,4096]{{1,0}} parameter(1)
+  %idx = s32[8,{rows},2]{{2,1,0}} parameter(2)
+  %g = f32[8,{rows},4096]{{2,1,0}} parameter(3)
+  %logits = f32[8,512,4096]{{2,1,0}} dot(%h, %w), lhs_contracting_dims={{2}}, rhs_contracting_dims={{0}}
+  %picked = f32[8,{rows},4096]{{2,1,0}} gather(%logits, %idx), offset_dims={{2}}, collapsed_slice_dims={{0,1}}, start_index_map={{0,1}}, index_vector_dim=2, slice_sizes={{1,1,4096}}
+  %zero = f32[] constant(0)
+  %zeros = f32[8,512,4096]{{2,1,0}} broadcast(%zero), dimensions={{}}
+  %spread = f32[8,512,4096]{{2,1,0}} scatter(%zeros, %idx, %g), update_window_dims={{2}}, inserted_window_dims={{0,1}}, scatter_dims_to_operand_dims={{0,1}}, index_vector_dim=2, to_apply=%add
+  %moved = f32[4096,8,512]{{2,1,0}} transpose(%spread), dimensions={{2,0,1}}
+  %dh = f32[8,512,64]{{2,1,0}} dot(%spread, %w), lhs_contracting_dims={{2}}, rhs_contracting_dims={{1}}
+  ROOT %out = (f32[8,{rows},4096], f32[8,512,64], f32[4096,8,512]) tuple(%picked, %dh, %moved)
+}}
+"""
+
+
+@pytest.mark.parametrize(("rows", "per_kept"), [(76, 6), (512, 1)])
+def test_a_matmul_result_of_which_a_gather_keeps_a_few_rows_is_computed_mostly_to_be_dropped(rows, per_kept):
+    works = {w.instruction: w.computed_per_kept for w in hlo.kernel_work([_module("jit_mlm(1)", _gathered_logits(rows))])}
+    # The logits, the zeros of their gradient, the scatter into them, its relayout and the matmul that reads it.
+    assert [works[name] for name in ("logits", "zeros", "spread", "moved", "dh")] == [per_kept] * 5
+    assert works["picked"] == 1
+
+
 def _ranges(slices: list[str]) -> list[tuple[int, int, int]]:
     return [(int(a), int(b), int(b) - int(a)) for a, b in (s.split(":") for s in slices)]
 
@@ -426,11 +463,12 @@ TOP_K_AND_A_LOOKUP_GRADIENT = """HloModule jit_step
   ROOT %scatter.2 = f32[64,128]{1,0} scatter(%param_0.3, %param_1.3, %param_2.3), update_window_dims={1}, inserted_window_dims={0}, scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%add
 }
 
-ENTRY %main (scores: f32[256,1048576], ids: s32[1024,1], rows: f32[1024,128], sums: f32[64,128]) -> (f32[256,100], f32[65536,128], f32[64,128]) {
+ENTRY %main (scores: f32[256,1048576], ids: s32[1024,1], rows: f32[1024,128], sums: f32[64,128], table: f32[65536,128]) -> (f32[256,100], f32[65536,128], f32[64,128]) {
   %scores = f32[256,1048576]{1,0} parameter(0)
   %ids = s32[1024,1]{1,0} parameter(1)
   %rows = f32[1024,128]{1,0} parameter(2)
   %sums = f32[64,128]{1,0} parameter(3)
+  %table = f32[65536,128]{1,0} parameter(4)
   %top = (f32[256,100]{1,0}, s32[256,100]{1,0}) fusion(%scores), kind=kCustom, calls=%fused_top_k
   %values = f32[256,100]{1,0} get-tuple-element(%top), index=0
   %zero = f32[] constant(0)
@@ -450,3 +488,9 @@ def test_a_custom_call_inside_a_fusion_names_the_fusion_and_a_scatter_into_zeros
     assert works["gradient"].updates_per_element == 1024 / 65536
     # Rows summed into an array the program was given is not a gradient made from zeros.
     assert works["segments"].scatters_into_constant == ()
+    # Without a table of that shape passed in, the zeros are the gradient of a gather from computed values (the
+    # diagonal of a similarity matrix), which flows on into the backward pass: no table's.
+    computed = TOP_K_AND_A_LOOKUP_GRADIENT.replace(", table: f32[65536,128])", ")").replace(
+        "  %table = f32[65536,128]{1,0} parameter(4)\n", "")
+    works = {w.instruction: w for w in hlo.kernel_work([_module("jit_step(4)", computed)])}
+    assert works["gradient"].scatters_into_constant == ()
