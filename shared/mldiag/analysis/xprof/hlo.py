@@ -947,11 +947,43 @@ def _chain(first: Instruction, second: Instruction, side: int) -> MatmulChain | 
     return MatmulChain(batch=batch, m=kept, k=k, n=contracted, p=other)
 
 
+def _kernel_running(module: HloModule, instruction: Instruction) -> str:
+    """The kernel that runs ``instruction``: itself, or the outermost fusion it is nested in."""
+    for _ in range(16):
+        if instruction.computation not in module.runs_as:
+            break
+        instruction = module.instructions[module.runs_as[instruction.computation]]
+    return instruction.name
+
+
+def _joined_by_arrays(module: HloModule, seeds: set[str], elements: int) -> set[str]:
+    """The kernels ``seeds`` reach through arrays of ``elements`` elements, one kernel writing and another reading
+    each (a product's intermediate, and in training its gradient), in either direction."""
+    kernels = {k.name: k for k in _kernels(module) if k.opcode not in ("parameter", "constant")}
+
+    def sized(instruction: Instruction) -> bool:
+        return instruction.shape is not None and math.prod(instruction.shape.dims) == elements
+
+    joined: dict[str, set[str]] = {}
+    for reader in kernels.values():
+        for written in filter(None, map(kernels.get, reader.operands)):
+            # A tuple's element has the size; the tuple itself is not parsed as one array.
+            if sized(written) or (reader.opcode in ("get-tuple-element", "copy-done") and sized(reader)):
+                joined.setdefault(reader.name, set()).add(written.name)
+                joined.setdefault(written.name, set()).add(reader.name)
+    reached, frontier = set(seeds), list(seeds)
+    while frontier:
+        for neighbour in joined.get(frontier.pop(), set()) - reached:
+            reached.add(neighbour)
+            frontier.append(neighbour)
+    return reached
+
+
 def _costly_chains(module: HloModule) -> dict[str, MatmulChain]:
-    """The kernels that make or read the intermediate of a matmul chain multiplied in the order that costs at least
-    ``MIN_REASSOCIATED_GAIN`` times the FLOPs of the other (``(adj @ adj) @ x`` for ``adj @ (adj @ x)``), or an
-    array as large in the same program (the gradient's): kernel -> the chain."""
-    chains: list[MatmulChain] = []
+    """The kernels of a matmul chain multiplied in the order that costs at least ``MIN_REASSOCIATED_GAIN`` times
+    the FLOPs of the other (``(adj @ adj) @ x`` for ``adj @ (adj @ x)``): those of its two products, and those
+    joined to them by arrays of the intermediate's size (its gradient's, in training): kernel -> the chain."""
+    found: dict[str, MatmulChain] = {}
     for first in module.instructions.values():
         if first.matmul_mkn is None or first.shape is None:
             continue
@@ -959,16 +991,12 @@ def _costly_chains(module: HloModule) -> dict[str, MatmulChain]:
                 first.matmul_mkn[0], first.matmul_mkn[2])
         for second, side in _products_fed(module, first.name, size):
             chain = _chain(first, second, side)
-            if chain is not None and chain.flops >= MIN_REASSOCIATED_GAIN * chain.reassociated_flops:
-                chains.append(chain)
-    if not chains:
-        return {}
-    largest = {kernel.name: max((math.prod(i.shape.dims) for i in (
-        *_body(module, kernel), kernel, *filter(None, map(module.instructions.get, kernel.operands)))
-        if i.shape is not None), default=0) for kernel in _kernels(module)}
-    found: dict[str, MatmulChain] = {}
-    for chain in sorted(chains, key=lambda c: c.flops):
-        found.update({kernel: chain for kernel, elements in largest.items() if elements == chain.intermediate_elements})
+            if chain is None or chain.flops < MIN_REASSOCIATED_GAIN * chain.reassociated_flops:
+                continue
+            seeds = {_kernel_running(module, first), _kernel_running(module, second)}
+            for kernel in _joined_by_arrays(module, seeds, chain.intermediate_elements):
+                if kernel not in found or found[kernel].flops < chain.flops:
+                    found[kernel] = chain
     return found
 
 

@@ -967,7 +967,8 @@ def test_a_convolution_kept_one_output_in_four_by_a_strided_slice_is_work_thrown
 # --- matmul chains multiplied in the costly order -----------------------------------------------
 
 def _two_hops(cheap_order: bool) -> str:
-    """A graph layer's two hops over a 1024-node adjacency: (adj @ adj) @ x, or adj @ (adj @ x)."""
+    """A graph layer's two hops over a 1024-node adjacency: (adj @ adj) @ x, or adj @ (adj @ x); beside them a
+    kernel that reads the first product, and one of the same size that does not."""
     first, first_shape = ("%adj, %x", "f32[1024,32]") if cheap_order else ("%adj, %adj", "f32[1024,1024]")
     second = "%adj, %first" if cheap_order else "%first, %x"
     return f"""HloModule jit_step
@@ -985,11 +986,14 @@ def _two_hops(cheap_order: bool) -> str:
   ROOT %dot.b = f32[1024,32]{{1,0}} dot(%param_0.b, %copy.b), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
 }}
 
-ENTRY %main (adj: f32[1024,1024], x: f32[1024,32]) -> f32[1024,32] {{
+ENTRY %main (adj: f32[1024,1024], x: f32[1024,32], other: f32[1024,1024]) -> f32[1024,32] {{
   %adj = f32[1024,1024]{{1,0}} parameter(0)
   %x = f32[1024,32]{{1,0}} parameter(1)
+  %other = f32[1024,1024]{{1,0}} parameter(2)
+  %unrelated = f32[1024,1024]{{1,0}} exponential(%other)
   %first = {first_shape}{{1,0}} fusion({first}), kind=kOutput, calls=%fused_first
   %bitcast.f = {first_shape}{{1,0}} bitcast(%first)
+  %squared = {first_shape}{{1,0}} multiply(%bitcast.f, %bitcast.f)
   ROOT %second = f32[1024,32]{{1,0}} fusion({second.replace("%first", "%bitcast.f")}), kind=kOutput, calls=%fused_second
 }}
 """
@@ -1058,8 +1062,10 @@ MASK_MULTIPLIED = """  %mask.m = f32[512,512]{1,0} constant({...})
         "causal_linear_attention", "mask_multiplied"])
 def test_a_matmul_chain_is_in_the_costly_order_only_when_linear_ops_join_its_products(module, chain):
     works = {w.instruction: w.costly_chain for w in hlo.kernel_work([hlo.parse_module("jit_step(3)", module)])}
-    kernels = ("first", "second") if "%fused_first" in module else ("scores", "mix")
-    assert [works[name] for name in kernels] == [chain, chain]
+    if "%fused_first" in module:
+        assert [works[name] for name in ("first", "second", "squared", "unrelated")] == [chain, chain, chain, None]
+    else:
+        assert [works[name] for name in ("scores", "mix")] == [chain, chain]
 
 
 def test_two_hops_multiplied_adjacency_first_are_a_compute_finding_that_says_to_reassociate():
