@@ -956,8 +956,8 @@ def _kernel_running(module: HloModule, instruction: Instruction) -> str:
     return instruction.name
 
 
-def _joined_by_arrays(module: HloModule, seeds: set[str], elements: int) -> set[str]:
-    """The kernels ``seeds`` reach through arrays of ``elements`` elements, one kernel writing and another reading
+def _joined_by_arrays(module: HloModule, elements: int) -> dict[str, set[str]]:
+    """Each kernel's neighbours through arrays of ``elements`` elements, one kernel writing and the other reading
     each (a product's intermediate, and in training its gradient), in either direction."""
     kernels = {k.name: k for k in _kernels(module) if k.opcode not in ("parameter", "constant")}
 
@@ -971,6 +971,10 @@ def _joined_by_arrays(module: HloModule, seeds: set[str], elements: int) -> set[
             if sized(written) or (reader.opcode in ("get-tuple-element", "copy-done") and sized(reader)):
                 joined.setdefault(reader.name, set()).add(written.name)
                 joined.setdefault(written.name, set()).add(reader.name)
+    return joined
+
+
+def _reached(joined: dict[str, set[str]], seeds: set[str]) -> set[str]:
     reached, frontier = set(seeds), list(seeds)
     while frontier:
         for neighbour in joined.get(frontier.pop(), set()) - reached:
@@ -984,6 +988,7 @@ def _costly_chains(module: HloModule) -> dict[str, MatmulChain]:
     the FLOPs of the other (``(adj @ adj) @ x`` for ``adj @ (adj @ x)``): those of its two products, and those
     joined to them by arrays of the intermediate's size (its gradient's, in training): kernel -> the chain."""
     found: dict[str, MatmulChain] = {}
+    graphs: dict[int, dict[str, set[str]]] = {}  # by the intermediate's elements
     for first in module.instructions.values():
         if first.matmul_mkn is None or first.shape is None:
             continue
@@ -994,7 +999,9 @@ def _costly_chains(module: HloModule) -> dict[str, MatmulChain]:
             if chain is None or chain.flops < MIN_REASSOCIATED_GAIN * chain.reassociated_flops:
                 continue
             seeds = {_kernel_running(module, first), _kernel_running(module, second)}
-            for kernel in _joined_by_arrays(module, seeds, chain.intermediate_elements):
+            if chain.intermediate_elements not in graphs:
+                graphs[chain.intermediate_elements] = _joined_by_arrays(module, chain.intermediate_elements)
+            for kernel in _reached(graphs[chain.intermediate_elements], seeds):
                 if kernel not in found or found[kernel].flops < chain.flops:
                     found[kernel] = chain
     return found
