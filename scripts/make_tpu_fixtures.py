@@ -5754,6 +5754,8 @@ class _Decoder:
     cached: Callable
     state: dict
     length: int
+    params: dict
+    logits_at: Callable  # (params, tokens, t) -> the logits at position t, from the whole forward over the buffer
 
 
 def _decoder(big: bool, batch: int, choose: Callable) -> _Decoder:
@@ -5782,8 +5784,7 @@ def _decoder(big: bool, batch: int, choose: Callable) -> _Decoder:
         logits = norm(x) @ params["embed"].T
         return tokens.at[:, t + 1].set(choose(logits, t).astype(tokens.dtype))
 
-    @jax.jit
-    def full_forward(params, tokens, t):
+    def hidden_at(params, tokens, t):
         x = params["embed"][tokens]
         causal = jnp.tril(jnp.ones((length, length), bool))
         for layer in params["layers"]:
@@ -5792,7 +5793,14 @@ def _decoder(big: bool, batch: int, choose: Callable) -> _Decoder:
             weights = jax.nn.softmax(jnp.where(causal, scores, -1e30), -1).astype("bfloat16")
             x = x + jnp.einsum("bhqk,bkhd->bqhd", weights, v).reshape(batch, length, d) @ layer["out"]
             x = mlp(layer, x)
-        return next_token(params, jax.lax.dynamic_index_in_dim(x, t, axis=1, keepdims=False), tokens, t)
+        return jax.lax.dynamic_index_in_dim(x, t, axis=1, keepdims=False)
+
+    def logits_at(params, tokens, t):
+        return norm(hidden_at(params, tokens, t)) @ params["embed"].T
+
+    @jax.jit
+    def full_forward(params, tokens, t):
+        return next_token(params, hidden_at(params, tokens, t), tokens, t)
 
     def decode_cached(params, cache, tokens, t):
         x = params["embed"][jax.lax.dynamic_index_in_dim(tokens, t, axis=1, keepdims=False)]
@@ -5821,7 +5829,7 @@ def _decoder(big: bool, batch: int, choose: Callable) -> _Decoder:
         state["tokens"], state["cache"] = cached(params, state["cache"], state["tokens"], i % (length - 1))
         state["tokens"].block_until_ready()
 
-    return _Decoder(full, with_cache, state, length)
+    return _Decoder(full, with_cache, state, length, params, logits_at)
 
 
 def _greedy(logits, t):
@@ -5975,6 +5983,143 @@ def masked_lm_all_positions(big: bool) -> Workload:
     state = {"params": params}
     return Workload(_training(state, sgd(every_position), tokens, positions, labels),
                     ablations={"masked_first": _training(state, sgd(masked_first), tokens, positions, labels)})
+
+
+def gram_matrix_first(big: bool) -> Workload:
+    """A least-squares fit by gradient steps in bf16 on the chip: each step forms the Gram matrix of the 65,536 x
+    512 design matrix and multiplies it by the 512 x 8 coefficients, ``(x.T @ x) @ w - x.T @ y``, where
+    ``x.T @ (x @ w)`` needs two thin products. Ablation: the reassociated product."""
+    import jax
+    import jax.numpy as jnp
+
+    rows, features, targets = (65536, 512, 8) if big else (8192, 128, 8)
+    keys = jax.random.split(jax.random.key(390), 3)
+    x = (jax.random.normal(keys[0], (rows, features)) / rows ** 0.5).astype("bfloat16")
+    y = (jax.random.normal(keys[1], (rows, targets)) / rows ** 0.5).astype("bfloat16")
+
+    def make_step(gram_first: bool):
+        @jax.jit
+        def step(w, x, y):
+            fitted = (x.T @ x) @ w if gram_first else x.T @ (x @ w)
+            return w - 0.1 * (fitted - x.T @ y)
+
+        return step
+
+    state = {"w": jnp.zeros((features, targets), "bfloat16"), "v": jnp.zeros((features, targets), "bfloat16")}
+    first, reassociated = make_step(True), make_step(False)
+
+    def iteration(i: int, clock: Clock) -> None:
+        state["w"] = first(state["w"], x, y).block_until_ready()
+
+    def ablation(i: int, clock: Clock) -> None:
+        state["v"] = reassociated(state["v"], x, y).block_until_ready()
+
+    return Workload(iteration, ablations={"reassociated": ablation})
+
+
+def decode_logits_to_host(big: bool) -> Workload:
+    """Greedy decoding from the 4-layer bf16 transformer without a key/value cache, the host keeping the tokens:
+    each step runs the whole causal forward over the 1024-token buffer, returns the current position's logits,
+    and the host picks the argmax with numpy and writes it into its buffer. Ablation: the same steps with a
+    key/value cache on the device."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    decoder = _decoder(big, 8 if big else 4, _greedy)
+    tokens = np.zeros(decoder.state["tokens"].shape, np.int32)
+
+    position_logits = jax.jit(decoder.logits_at)
+
+    def iteration(i: int, clock: Clock) -> None:
+        t = i % (decoder.length - 1)
+        logits = np.asarray(position_logits(decoder.params, jnp.asarray(tokens), t))
+        tokens[:, t + 1] = logits.argmax(-1)
+
+    return Workload(iteration, ablations={"kv_cache": decoder.cached})
+
+
+def shard_reload_every_n(big: bool) -> Workload:
+    """bf16 MLP train steps on batches cut from a data shard on disk: every 10th step ``next_shard`` reads the
+    next 192 MiB shard (np.load of an .npy) and puts it on the device. Python tracer on; ablation: the shards
+    read ahead by a background thread and put on the device there."""
+    import jax
+    import numpy as np
+
+    params, train_step, x, y = _mlp_step(big)
+    batch, width = x.shape
+    shard_rows = 12 * batch if big else 40 * batch
+    folder = Path(tempfile.mkdtemp(prefix="shards-"))
+    for n in range(3):
+        np.save(folder / f"shard-{n}.npy", np.random.default_rng(n).standard_normal((shard_rows, width),
+                                                                                 dtype=np.float32))
+    state = {"params": params, "shard": None}
+
+    def next_shard(step: int):
+        return jax.device_put(np.load(folder / f"shard-{(step // 10) % 3}.npy"))
+
+    def start_reader(version: object):
+        shards: queue.Queue = queue.Queue(maxsize=1)
+        stopping = threading.Event()
+
+        def read() -> None:
+            step = 0
+            while not stopping.is_set():
+                _put(shards, next_shard(step), stopping)
+                step += 10
+
+        threading.Thread(target=read, daemon=True, name="shard_reader").start()
+        return shards, stopping
+
+    readers = OneThreadAtATime(start_reader)
+
+    def loop(ahead: bool):
+        def iteration(i: int, clock: Clock) -> None:
+            if i % 10 == 0 or state["shard"] is None:
+                with clock.part("next_shard"):
+                    state["shard"] = readers.queue(True).get() if ahead else next_shard(i)
+            rows = state["shard"][(i % 10) * batch:(i % 10 + 1) * batch]
+            state["params"], value = train_step(state["params"], rows, y)
+            value.block_until_ready()
+
+        return iteration
+
+    def stop() -> None:
+        readers.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+    return Workload(loop(False), ablations={"read_ahead": loop(True)}, stop=stop)
+
+
+def outer_product_then_sum(big: bool) -> Workload:
+    """A bilinear layer in bf16 on the chip (batch 256, 256 x 256 features, 64 outputs), written with broadcasting:
+    ``(x[:, :, None] * z[:, None, :])`` materialises each example's 256 x 256 outer product, multiplied by the
+    weights and summed. Trained, data resident. Ablation: the same layer as ``jnp.einsum("bi,bj,ijo->bo")``."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, width, outputs = (256, 256, 64) if big else (64, 64, 16)
+    keys = jax.random.split(jax.random.key(400), 3)
+    x = jax.random.normal(keys[0], (batch, width)).astype("bfloat16")
+    z = jax.random.normal(keys[1], (batch, width)).astype("bfloat16")
+    params = [_normal(keys[2], (width * width, outputs), "bfloat16")]
+    y = jnp.zeros((batch, outputs), "float32")
+
+    def broadcast(w, x, z):
+        return (x[:, :, None] * z[:, None, :]).reshape(batch, width * width) @ w
+
+    def einsum(w, x, z):
+        return jnp.einsum("bi,bj,ijo->bo", x, z, w.reshape(width, width, outputs))
+
+    def make_step(bilinear):
+        def loss(params, x, z, y):
+            return jnp.mean((bilinear(params[0], x, z).astype("float32") - y) ** 2)
+
+        return sgd(loss)
+
+    state = {"params": params}
+    return Workload(_training(state, make_step(broadcast), x, z, y),
+                    ablations={"einsum": _training(state, make_step(einsum), x, z, y)})
 
 
 def video_conv3d_bf16(big: bool) -> Workload:
@@ -6583,6 +6728,20 @@ SHAPES: dict[str, Shape] = {
         "masked positions per sequence gathered after, bf16, trained, data resident",
         cause="vocabulary logits for every position, 76 of 512 kept: gathering the masked positions first saves "
         "0.70 on the chip, 0.51 on a CPU"),
+    "gram_matrix_first": Shape(
+        gram_matrix_first, 20, "least squares by gradient steps: (x.T @ x) @ w over a 65,536 x 512 design matrix "
+        "and 8 targets, bf16, data resident", cause="to be measured"),
+    "decode_logits_to_host": Shape(
+        decode_logits_to_host, 20, "greedy decoding without a key/value cache, the full forward over a "
+        "1024-token buffer each step returning the current logits, argmax and the token buffer on the host",
+        annotate=False, cause="to be measured"),
+    "shard_reload_every_n": Shape(
+        shard_reload_every_n, 30, "bf16 MLP train steps on batches cut from a shard; every 10th step next_shard "
+        "np.loads a 192 MiB .npy and puts it on the device; Python tracer on", python_tracer=True,
+        cause="to be measured"),
+    "outer_product_then_sum": Shape(
+        outer_product_then_sum, 20, "bilinear layer written as (x[:, :, None] * z[:, None, :]) @ w over 256 x 256 "
+        "outer products, batch 256, bf16, trained, data resident", cause="to be measured"),
 }
 
 

@@ -215,6 +215,27 @@ class UncachedDecoding(Evidence):
     kernels: list[str] = Field(default_factory=list)  # as the device trace names them, longest first
 
 
+class CostlyProductOrders(Evidence):
+    """``analysis.json.costly_product_orders``: a matmul chain ``(a @ b) @ c`` multiplied in the order that makes a
+    large [m, n] intermediate, where ``a @ (b @ c)`` takes several times fewer FLOPs, with the kernels that make or
+    read arrays of the intermediate's size (its gradient's too), on the host where reassociating saves the largest
+    share of the loop, as its finding quotes it."""
+
+    host: str
+    batch: int  # products of each shape the chain makes at once (batch elements x heads)
+    m: int  # a: [m, k]
+    k: int  # b: [k, n]
+    n: int  # c: [n, p]
+    p: int
+    flops: float  # of the chain per run, in the order the program multiplies in
+    reassociated_flops: float  # of the chain per run, in the other order
+    fewer_flops: float  # flops / reassociated_flops
+    ms_per_step: float  # of those kernels, per device (per capture without steps)
+    share_of_device: float  # of the host's device op time
+    share_of_loop_saved: float  # of the loop, the kernels' time less its share the reassociated chain still takes
+    kernels: list[str] = Field(default_factory=list)  # as the device trace names them, longest first
+
+
 class UnfoldedInputs(Evidence):
     """``analysis.json.unfolded_inputs``: an input copied as shifted windows side by side and multiplied (a
     convolution written by hand), with the kernels that write or read the copies, on the host where they take the
@@ -357,6 +378,7 @@ class Analysis(Evidence):
     unfolded_inputs: list[UnfoldedInputs] = Field(default_factory=list)
     subsampled_results: list[SubsampledResults] = Field(default_factory=list)
     uncached_decoding: list[UncachedDecoding] = Field(default_factory=list)
+    costly_product_orders: list[CostlyProductOrders] = Field(default_factory=list)
     followups: list[Followup] = Field(default_factory=list)
     investigation: Investigation | None = None
     comparison: Comparison | None = None

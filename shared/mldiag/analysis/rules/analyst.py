@@ -89,7 +89,7 @@ from mldiag.analysis.profile.trace_names import (
 from mldiag.analysis.profile.trace_names import hlo_instruction as _instruction
 from mldiag.analysis.profile.trace_names import program_base as _module_base
 from mldiag.analysis.rules import (decoding, frameworks, host_causes, launches, linear_algebra, matrix_unit, precision,
-                                   roofline, sparse_updates, subsampling, unfold)
+                                   product_order, roofline, sparse_updates, subsampling, unfold)
 from mldiag.analysis.rules import kernels as kernel_ops
 from mldiag.analysis.rules.frameworks import Framework
 from mldiag.analysis.rules.host_causes import HostCause
@@ -2236,7 +2236,8 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
     unfolded = unfold.hand_written_convolutions(hosts, hlo_kernels or [])
     subsampled = subsampling.computed_then_subsampled(hosts, hlo_kernels or [])
     uncached = decoding.decoding_without_a_cache(hosts, hlo_kernels or [])
-    hardware += [found[1] for found in (narrow, dense, decompositions, unfolded, subsampled, uncached)
+    reordered = product_order.chains_in_the_costly_order(hosts, hlo_kernels or [])
+    hardware += [found[1] for found in (narrow, dense, decompositions, unfolded, subsampled, uncached, reordered)
                  if found is not None]
     findings = _findings(hosts, by_name, hlo_issues, metrics, health, programs, movements, kernels, hardware,
                          hlo_kernels or [])
@@ -2261,6 +2262,7 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
         unfolded_inputs=[unfolded[0]] if unfolded is not None else [],
         subsampled_results=[subsampled[0]] if subsampled is not None else [],
         uncached_decoding=[uncached[0]] if uncached is not None else [],
+        costly_product_orders=[reordered[0]] if reordered is not None else [],
         profile=profile,
         versions=versions,
         seconds=seconds,

@@ -64,6 +64,8 @@ _ALL_LABELS = re.compile(r"dim_labels=([^_\s]+)_([^-\s]+)->([^,\s]+)")
 _KERNEL_LABELS = re.compile(r"dim_labels=[^_\s]*_([^-\s]*)->")
 _WINDOW_SIZE = re.compile(r"window=\{[^}]*\bsize=([\dx]+)")
 _LHS_DILATE = re.compile(r"window=\{[^}]*\blhs_dilate=([\dx]+)")
+_GROUPED = re.compile(r"\b(?:feature|batch)_group_count=(?!1\b)\d+")
+_TUPLE_INDEX = re.compile(r"\bindex=(\d+)")
 _SLICE_WINDOW = re.compile(r"\bslice=\{([^}]*)\}")
 _DTYPE = re.compile(r"^\(*(?P<dtype>[a-z]+\d*)\[")
 _ARRAY_SHAPE = re.compile(r"^(?P<dtype>[a-z]+\d*)\[(?P<dims>[\d,]*)\](?:\{(?P<layout>[\d,]*)[^}]*\})?")
@@ -115,6 +117,9 @@ class Instruction:
     flops: float = 0.0  # a dot's or convolution's floating-point operations per run (a multiply-add is two)
     # A batched matmul's (one matmul per batch element: attention's, per head) rows, contracted size and columns.
     batched_mkn: tuple[int, int, int] | None = None
+    # Any dot's or matmul-like convolution's rows, contracted size and columns, per batch element.
+    matmul_mkn: tuple[int, int, int] | None = None
+    tuple_index: int = -1  # a get-tuple-element's index
     parameter: int = -1  # a parameter's number
     direction: str = ""  # a compare's: "EQ", "LT", ...
     iota_dimension: int = 0  # an iota's: the dimension it counts along
@@ -229,9 +234,13 @@ def parse_module(name: str, text: str) -> HloModule:
         if instruction.opcode in ("dot", "convolution") or _MATMUL_TARGET.search(instruction.target):
             instruction.precision = _precision(attributes)
             instruction.flops = _matmul_flops(module, instruction, attributes)
-            instruction.batched_mkn = _batched_mkn(module, instruction, attributes)
+            if (mkn := _matmul_mkn(module, instruction, attributes)) is not None:
+                instruction.matmul_mkn, batched = mkn
+                instruction.batched_mkn = instruction.matmul_mkn if batched else None
         elif instruction.opcode == "compare" and (direction := _DIRECTION.search(attributes)):
             instruction.direction = direction.group(1)
+        elif instruction.opcode == "get-tuple-element" and (index := _TUPLE_INDEX.search(attributes)):
+            instruction.tuple_index = int(index.group(1))
         elif instruction.opcode == "iota" and (dimension := _IOTA_DIMENSION.search(attributes)):
             instruction.iota_dimension = int(dimension.group(1))
         elif instruction.opcode in ("slice", "pad"):
@@ -296,38 +305,45 @@ def _matmul_flops(module: HloModule, instruction: Instruction, attributes: str) 
     return 2.0 * results * per_output
 
 
-def _batched_mkn(module: HloModule, instruction: Instruction, attributes: str) -> tuple[int, int, int] | None:
-    """The rows, contracted size and columns of each matmul of a batched matmul: a dot with batch dimensions, or
-    the convolution a TPU compiler makes of one (its batch dimensions become windows over a dilated input, its
-    rows the convolution's batch, its contracted size the input features, its columns the output features)."""
+def _matmul_mkn(module: HloModule, instruction: Instruction,
+                attributes: str) -> tuple[tuple[int, int, int], bool] | None:
+    """The rows, contracted size and columns of each matmul a dot or convolution makes, and whether it makes one per
+    batch element: a dot, the convolution a TPU compiler makes of a batched matmul, or a convolution by a 1 x 1
+    kernel (a matmul whose rows are the batch and spatial positions); None for another convolution."""
     lhs, rhs = (module.operand(instruction, i) for i in (0, 1))
     if lhs is None or rhs is None or lhs.shape is None or rhs.shape is None:
         return None
     if instruction.opcode == "dot":
         axes = {name: [int(d) for d in found.split(",") if d] for name, found in _DOT_DIMS.findall(attributes)}
         sides = {"lhs": lhs.shape.dims, "rhs": rhs.shape.dims}
-        if not axes.get("lhs_batch") or any(axis >= len(sides[name[:3]]) for name, listed in axes.items()
-                                            for axis in listed):
+        if any(axis >= len(sides[name[:3]]) for name, listed in axes.items() for axis in listed):
             return None
         free = [math.prod(size for axis, size in enumerate(sides[side])
                           if axis not in axes.get(f"{side}_batch", []) + axes.get(f"{side}_contracting", []))
                 for side in ("lhs", "rhs")]
-        return free[0], math.prod(sides["lhs"][axis] for axis in axes.get("lhs_contracting", [])), free[1]
+        contracted = math.prod(sides["lhs"][axis] for axis in axes.get("lhs_contracting", []))
+        return (free[0], contracted, free[1]), bool(axes.get("lhs_batch"))
     labels, sizes = _ALL_LABELS.search(attributes), _WINDOW_SIZE.search(attributes)
-    if not _LHS_DILATE.search(attributes) or labels is None or sizes is None or instruction.shape is None:
+    if labels is None or instruction.shape is None:
         return None
     inputs, kernel, output = labels.groups()
-    # The batch dimensions are windows as large as themselves, one output each; a transposed convolution (also an
-    # input dilated) makes outputs far more than its window.
-    spatial = [instruction.shape.dims[at] for at, label in enumerate(output) if label.isdigit()
-               and at < len(instruction.shape.dims)]
-    if spatial != [int(size) for size in sizes.group(1).split("x")]:
-        return None
     if (len(inputs) != len(lhs.shape.dims) or len(kernel) != len(rhs.shape.dims)
-            or not {"b", "f"} <= set(inputs) or "o" not in kernel):
+            or not {"b", "f"} <= set(inputs) or not {"i", "o"} <= set(kernel)):
         return None
-    return (lhs.shape.dims[inputs.index("b")], lhs.shape.dims[inputs.index("f")],
-            rhs.shape.dims[kernel.index("o")])
+    rows, contracted, columns = (lhs.shape.dims[inputs.index("b")], lhs.shape.dims[inputs.index("f")],
+                                 rhs.shape.dims[kernel.index("o")])
+    if _LHS_DILATE.search(attributes):
+        # The batch dimensions are windows as large as themselves, one output each; a transposed convolution (also
+        # an input dilated) makes outputs far more than its window.
+        spatial = [instruction.shape.dims[at] for at, label in enumerate(output) if label.isdigit()
+                   and at < len(instruction.shape.dims)]
+        if sizes is None or spatial != [int(size) for size in sizes.group(1).split("x")]:
+            return None
+        return (rows, contracted, columns), True
+    pointwise = sizes is None or all(size == "1" for size in sizes.group(1).split("x"))
+    if not pointwise or _GROUPED.search(attributes) or math.prod(rhs.shape.dims) != contracted * columns:
+        return None
+    return (math.prod(lhs.shape.dims) // max(contracted, 1), contracted, columns), False
 
 
 def load_modules(names: Iterable[str], text_of: Callable[[str], str]) -> list[HloModule]:
@@ -592,6 +608,8 @@ class KernelWork:
     # computes at every position (decoding without a key/value cache): the positions this kernel works on, where
     # its result spans them all; 0 otherwise.
     recomputed_positions: int = 0
+    # A matmul chain multiplied in its costly order whose intermediate (or an array as large) the kernel makes or reads.
+    costly_chain: MatmulChain | None = None
 
 
 def _fused(module: HloModule, computation: str) -> list[Instruction]:
@@ -977,6 +995,162 @@ def _recomputed_positions(module: HloModule) -> dict[str, int]:
     return found
 
 
+@dataclass(frozen=True)
+class MatmulChain:
+    """Two matmuls where the first's result, an [m, n] matrix made from [m, k] @ [k, n], is contracted over n against
+    an [n, p] matrix by the second (``batch`` times each): ``(a @ b) @ c``, or its mirror ``c @ (a @ b)``."""
+
+    batch: int
+    m: int
+    k: int
+    n: int
+    p: int
+
+    @property
+    def flops(self) -> float:
+        """Of the order the program multiplies in: the [m, n] intermediate, then its product with [n, p]."""
+        return 2.0 * self.batch * self.m * self.n * (self.k + self.p)
+
+    @property
+    def reassociated_flops(self) -> float:
+        """Of the other order, ``a @ (b @ c)``: a [k, p] intermediate, then [m, k] @ [k, p]."""
+        return 2.0 * self.batch * self.k * self.p * (self.m + self.n)
+
+    @property
+    def intermediate_elements(self) -> int:
+        return self.batch * self.m * self.n
+
+
+MIN_REASSOCIATED_GAIN = 4  # times fewer FLOPs in the other order, from which a chain is multiplied in the costly one
+# Ops a product's values pass through unchanged (up to dtype and layout), so that the product they feed reassociates.
+_REASSOCIATES = frozenset({"convert", "copy", "bitcast", "reshape", "transpose", "copy-start", "copy-done"})
+_SCALES = frozenset({"multiply", "divide"})
+
+
+def _scale_spans_one_dimension(module: HloModule, scale: Instruction | None, chain_size: tuple[int, int, int]) -> bool:
+    """Whether ``scale`` is a broadcast of a scalar or of a vector per row or column (a normaliser), not of a
+    matrix such as a mask: its source holds no more elements than ``batch`` x the larger of m and n, for a product
+    of ``chain_size`` (batch, m, n)."""
+    while scale is not None and scale.opcode in ("convert", "bitcast", "reshape", "copy"):
+        scale = module.operand(scale)
+    if scale is None or scale.opcode != "broadcast":
+        return False
+    source = module.operand(scale)
+    batch, m, n = chain_size
+    return source is not None and source.shape is not None and math.prod(source.shape.dims) <= batch * max(m, n)
+
+
+def _products_fed(module: HloModule, name: str, chain_size: tuple[int, int, int],
+                  seen: set[str] | None = None) -> list[tuple[Instruction, int]]:
+    """The dots and convolutions ``name``'s values reach only through ops that commute with reassociating a product:
+    converts, copies and reshapes, transposes, a fusion's boundaries and tuple elements, and a scaling by a
+    broadcast vector or scalar; each with the operand it reads them as."""
+    seen = set() if seen is None else seen
+    if name in seen:
+        return []
+    seen.add(name)
+    instruction = module.instructions[name]
+    passed_to: list[str] = []
+    if module.roots.get(instruction.computation) == name and instruction.computation in module.runs_as:
+        passed_to.append(module.runs_as[instruction.computation])
+    found: list[tuple[Instruction, int]] = []
+    for reader in module.consumers(name):
+        if reader.matmul_mkn is not None:
+            found += [(reader, side) for side in (0, 1) if reader.operands[side:side + 1] == [name]]
+        elif reader.opcode in _REASSOCIATES:
+            passed_to.append(reader.name)
+        elif reader.opcode in _SCALES and len(reader.operands) == 2 and reader.operands[0] != reader.operands[1]:
+            other = 1 if reader.operands[0] == name else 0
+            if (reader.opcode == "multiply" or other == 1) and _scale_spans_one_dimension(
+                    module, module.operand(reader, other), chain_size):
+                passed_to.append(reader.name)
+        elif reader.opcode == "fusion" and reader.calls in module.computations:
+            passed_to += [p.name for n in module.computations[reader.calls]
+                          if (p := module.instructions[n]).opcode == "parameter"
+                          and reader.operands[p.parameter:p.parameter + 1] == [name]]
+        elif reader.opcode == "tuple" and module.roots.get(reader.computation) == reader.name:
+            indices = {index for index, operand in enumerate(reader.operands) if operand == name}
+            passed_to += [element.name for element in module.consumers(module.runs_as.get(reader.computation, ""))
+                          if element.opcode == "get-tuple-element" and element.tuple_index in indices]
+    for through in passed_to:
+        found += _products_fed(module, through, chain_size, seen)
+    return found
+
+
+def _chain(first: Instruction, second: Instruction, side: int) -> MatmulChain | None:
+    """The chain ``first``'s result makes with ``second``, which reads it as operand ``side``: None where the second
+    does not contract one of the first's result dimensions against the same batch."""
+    if first.matmul_mkn is None or second.matmul_mkn is None or first.shape is None or second.shape is None:
+        return None
+    (m, k, n), (rows, contracted, columns) = first.matmul_mkn, second.matmul_mkn
+    batch, second_batch = (math.prod(i.shape.dims) // max(i.matmul_mkn[0] * i.matmul_mkn[2], 1)
+                           for i in (first, second) if i.matmul_mkn is not None)
+    kept, other = (rows, columns) if side == 0 else (columns, rows)
+    if batch != second_batch or (kept, contracted) not in ((m, n), (n, m)):
+        return None
+    return MatmulChain(batch=batch, m=kept, k=k, n=contracted, p=other)
+
+
+def _kernel_running(module: HloModule, instruction: Instruction) -> str:
+    """The kernel that runs ``instruction``: itself, or the outermost fusion it is nested in."""
+    for _ in range(16):
+        if instruction.computation not in module.runs_as:
+            break
+        instruction = module.instructions[module.runs_as[instruction.computation]]
+    return instruction.name
+
+
+def _joined_by_arrays(module: HloModule, elements: int) -> dict[str, set[str]]:
+    """Each kernel's neighbours through arrays of ``elements`` elements, one kernel writing and the other reading
+    each (a product's intermediate, and in training its gradient), in either direction."""
+    kernels = {k.name: k for k in _kernels(module) if k.opcode not in ("parameter", "constant")}
+
+    def sized(instruction: Instruction) -> bool:
+        return instruction.shape is not None and math.prod(instruction.shape.dims) == elements
+
+    joined: dict[str, set[str]] = {}
+    for reader in kernels.values():
+        for written in filter(None, map(kernels.get, reader.operands)):
+            # A tuple's element has the size; the tuple itself is not parsed as one array.
+            if sized(written) or (reader.opcode in ("get-tuple-element", "copy-done") and sized(reader)):
+                joined.setdefault(reader.name, set()).add(written.name)
+                joined.setdefault(written.name, set()).add(reader.name)
+    return joined
+
+
+def _reached(joined: dict[str, set[str]], seeds: set[str]) -> set[str]:
+    reached, frontier = set(seeds), list(seeds)
+    while frontier:
+        for neighbour in joined.get(frontier.pop(), set()) - reached:
+            reached.add(neighbour)
+            frontier.append(neighbour)
+    return reached
+
+
+def _costly_chains(module: HloModule) -> dict[str, MatmulChain]:
+    """The kernels of a matmul chain multiplied in the order that costs at least ``MIN_REASSOCIATED_GAIN`` times
+    the FLOPs of the other (``(adj @ adj) @ x`` for ``adj @ (adj @ x)``): those of its two products, and those
+    joined to them by arrays of the intermediate's size (its gradient's, in training): kernel -> the chain."""
+    found: dict[str, MatmulChain] = {}
+    graphs: dict[int, dict[str, set[str]]] = {}  # by the intermediate's elements
+    for first in module.instructions.values():
+        if first.matmul_mkn is None or first.shape is None:
+            continue
+        size = (math.prod(first.shape.dims) // max(first.matmul_mkn[0] * first.matmul_mkn[2], 1),
+                first.matmul_mkn[0], first.matmul_mkn[2])
+        for second, side in _products_fed(module, first.name, size):
+            chain = _chain(first, second, side)
+            if chain is None or chain.flops < MIN_REASSOCIATED_GAIN * chain.reassociated_flops:
+                continue
+            seeds = {_kernel_running(module, first), _kernel_running(module, second)}
+            if chain.intermediate_elements not in graphs:
+                graphs[chain.intermediate_elements] = _joined_by_arrays(module, chain.intermediate_elements)
+            for kernel in _reached(graphs[chain.intermediate_elements], seeds):
+                if kernel not in found or found[kernel].flops < chain.flops:
+                    found[kernel] = chain
+    return found
+
+
 def _fusion_work(module: HloModule, fusion: Instruction) -> KernelWork:
     body = _fused(module, fusion.calls)
     math_ops = [i for i in body if i.opcode not in _MOVES_OR_RETYPES and i.opcode != "fusion"]
@@ -1008,6 +1182,7 @@ def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
     found = []
     for module in modules:
         computed_per_kept, recomputed = _computed_per_kept(module), _recomputed_positions(module)
+        costly_chains = _costly_chains(module)
         for instruction in module.instructions.values():
             if (instruction.opcode in _NOT_A_BUFFER or instruction.computation in module.runs_as
                     or instruction.computation in module.applied):
@@ -1015,7 +1190,8 @@ def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
             if instruction.opcode == "fusion" and instruction.calls in module.computations:
                 found.append(replace(_fusion_work(module, instruction),
                                      computed_per_kept=computed_per_kept.get(instruction.name, 1),
-                                     recomputed_positions=recomputed.get(instruction.name, 0)))
+                                     recomputed_positions=recomputed.get(instruction.name, 0),
+                                     costly_chain=costly_chains.get(instruction.name)))
             else:
                 found.append(KernelWork(
                     module=module.name, instruction=instruction.name,
@@ -1029,6 +1205,7 @@ def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
                     copies_argument=_copies_argument(module, instruction),
                     computed_per_kept=computed_per_kept.get(instruction.name, 1),
                     recomputed_positions=recomputed.get(instruction.name, 0),
+                    costly_chain=costly_chains.get(instruction.name),
                     **_matmul_fields(module, [instruction]),
                     **_batched_fields([instruction], [instruction, *filter(None, (
                         module.instructions.get(name) for name in instruction.operands))]),

@@ -964,6 +964,140 @@ def test_a_convolution_kept_one_output_in_four_by_a_strided_slice_is_work_thrown
         assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
 
 
+# --- matmul chains multiplied in the costly order -----------------------------------------------
+
+def _two_hops(cheap_order: bool) -> str:
+    """A graph layer's two hops over a 1024-node adjacency: (adj @ adj) @ x, or adj @ (adj @ x); beside them a
+    kernel that reads the first product, and one of the same size that does not."""
+    first, first_shape = ("%adj, %x", "f32[1024,32]") if cheap_order else ("%adj, %adj", "f32[1024,1024]")
+    second = "%adj, %first" if cheap_order else "%first, %x"
+    return f"""HloModule jit_step
+
+%fused_first (param_0.a: f32[1024,1024], param_1.a: {"f32[1024,32]" if cheap_order else "f32[1024,1024]"}) -> {first_shape} {{
+  %param_0.a = f32[1024,1024]{{1,0}} parameter(0)
+  %param_1.a = {"f32[1024,32]" if cheap_order else "f32[1024,1024]"}{{1,0}} parameter(1)
+  ROOT %dot.a = {first_shape}{{1,0}} dot(%param_0.a, %param_1.a), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+}}
+
+%fused_second (param_0.b: f32[1024,1024], param_1.b: {first_shape if cheap_order else "f32[1024,32]"}) -> f32[1024,32] {{
+  %param_0.b = f32[1024,1024]{{1,0}} parameter(0)
+  %param_1.b = {first_shape if cheap_order else "f32[1024,32]"}{{1,0}} parameter(1)
+  %copy.b = {first_shape if cheap_order else "f32[1024,32]"}{{1,0}} copy(%param_1.b)
+  ROOT %dot.b = f32[1024,32]{{1,0}} dot(%param_0.b, %copy.b), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+}}
+
+ENTRY %main (adj: f32[1024,1024], x: f32[1024,32], other: f32[1024,1024]) -> f32[1024,32] {{
+  %adj = f32[1024,1024]{{1,0}} parameter(0)
+  %x = f32[1024,32]{{1,0}} parameter(1)
+  %other = f32[1024,1024]{{1,0}} parameter(2)
+  %unrelated = f32[1024,1024]{{1,0}} exponential(%other)
+  %first = {first_shape}{{1,0}} fusion({first}), kind=kOutput, calls=%fused_first
+  %bitcast.f = {first_shape}{{1,0}} bitcast(%first)
+  %squared = {first_shape}{{1,0}} multiply(%bitcast.f, %bitcast.f)
+  ROOT %second = f32[1024,32]{{1,0}} fusion({second.replace("%first", "%bitcast.f")}), kind=kOutput, calls=%fused_second
+}}
+"""
+
+
+def _scores_then_mix(weights: str) -> str:
+    """Per-head scores q @ k.T (16 heads, 512 tokens, head dim 64) turned into weights by ``weights``, a fused
+    computation's instructions from %param_0.m to %weights.m, and multiplied with v."""
+    return f"""HloModule jit_step
+
+%add (a.r: f32[], b.r: f32[]) -> f32[] {{
+  %a.r = f32[] parameter(0)
+  %b.r = f32[] parameter(1)
+  ROOT %sum.r = f32[] add(%a.r, %b.r)
+}}
+
+%fused_scores (param_0.s: f32[16,512,64], param_1.s: f32[16,512,64]) -> f32[16,512,512] {{
+  %param_0.s = f32[16,512,64]{{2,1,0}} parameter(0)
+  %param_1.s = f32[16,512,64]{{2,1,0}} parameter(1)
+  ROOT %dot.s = f32[16,512,512]{{2,1,0}} dot(%param_0.s, %param_1.s), lhs_batch_dims={{0}}, lhs_contracting_dims={{2}}, rhs_batch_dims={{0}}, rhs_contracting_dims={{2}}
+}}
+
+%fused_mix (param_0.m: f32[16,512,512], param_1.m: f32[16,512,64]) -> f32[16,512,64] {{
+  %param_0.m = f32[16,512,512]{{2,1,0}} parameter(0)
+  %param_1.m = f32[16,512,64]{{2,1,0}} parameter(1)
+{weights}
+  ROOT %dot.m = f32[16,512,64]{{2,1,0}} dot(%weights.m, %param_1.m), lhs_batch_dims={{0}}, lhs_contracting_dims={{2}}, rhs_batch_dims={{0}}, rhs_contracting_dims={{1}}
+}}
+
+ENTRY %main (q: f32[16,512,64], k: f32[16,512,64], v: f32[16,512,64]) -> f32[16,512,64] {{
+  %q = f32[16,512,64]{{2,1,0}} parameter(0)
+  %k = f32[16,512,64]{{2,1,0}} parameter(1)
+  %v = f32[16,512,64]{{2,1,0}} parameter(2)
+  %scores = f32[16,512,512]{{2,1,0}} fusion(%q, %k), kind=kOutput, calls=%fused_scores
+  ROOT %mix = f32[16,512,64]{{2,1,0}} fusion(%scores, %v), kind=kOutput, calls=%fused_mix
+}}
+"""
+
+
+ROW_SUMS = """  %zero.m = f32[] constant(0)
+  %rowsum.m = f32[16,512]{1,0} reduce(%values.m, %zero.m), dimensions={2}, to_apply=%add
+  %norm.m = f32[16,512,512]{2,1,0} broadcast(%rowsum.m), dimensions={0,1}"""
+LINEAR_ATTENTION = ("  %values.m = f32[16,512,512]{2,1,0} copy(%param_0.m)\n" + ROW_SUMS
+                    + "\n  %weights.m = f32[16,512,512]{2,1,0} divide(%values.m, %norm.m)")
+SOFTMAX_ATTENTION = ("  %values.m = f32[16,512,512]{2,1,0} exponential(%param_0.m)\n" + ROW_SUMS
+                     + "\n  %weights.m = f32[16,512,512]{2,1,0} divide(%values.m, %norm.m)")
+CAUSAL_LINEAR_ATTENTION = """  %rows.m = s32[16,512,512]{2,1,0} iota(), iota_dimension=1
+  %columns.m = s32[16,512,512]{2,1,0} iota(), iota_dimension=2
+  %causal.m = pred[16,512,512]{2,1,0} compare(%rows.m, %columns.m), direction=GE
+  %zero.m = f32[] constant(0)
+  %zeros.m = f32[16,512,512]{2,1,0} broadcast(%zero.m), dimensions={}
+  %weights.m = f32[16,512,512]{2,1,0} select(%causal.m, %param_0.m, %zeros.m)"""
+MASK_MULTIPLIED = """  %mask.m = f32[512,512]{1,0} constant({...})
+  %masks.m = f32[16,512,512]{2,1,0} broadcast(%mask.m), dimensions={1,2}
+  %weights.m = f32[16,512,512]{2,1,0} multiply(%param_0.m, %masks.m)"""
+
+
+@pytest.mark.parametrize(("module", "chain"), [
+    (_two_hops(cheap_order=False), hlo.MatmulChain(batch=1, m=1024, k=1024, n=1024, p=32)),
+    (_two_hops(cheap_order=True), None),
+    (_scores_then_mix(LINEAR_ATTENTION), hlo.MatmulChain(batch=16, m=512, k=64, n=512, p=64)),
+    (_scores_then_mix(SOFTMAX_ATTENTION), None),
+    (_scores_then_mix(CAUSAL_LINEAR_ATTENTION), None),
+    (_scores_then_mix(MASK_MULTIPLIED), None),
+], ids=["two_hops", "two_hops_in_the_cheap_order", "row_scaled_linear_attention", "softmax_attention",
+        "causal_linear_attention", "mask_multiplied"])
+def test_a_matmul_chain_is_in_the_costly_order_only_when_linear_ops_join_its_products(module, chain):
+    works = {w.instruction: w.costly_chain for w in hlo.kernel_work([hlo.parse_module("jit_step(3)", module)])}
+    if "%fused_first" in module:
+        assert [works[name] for name in ("first", "second", "squared", "unrelated")] == [chain, chain, chain, None]
+    else:
+        assert [works[name] for name in ("scores", "mix")] == [chain, chain]
+
+
+def test_two_hops_multiplied_adjacency_first_are_a_compute_finding_that_says_to_reassociate():
+    host = _host(kind=DeviceKind.CPU, device_type="CPU", busy=0.9, top_ops=[_op("first", 0.9), _op("second", 0.1)])
+    analysis = _analysis(host, modules=[("jit_step(3)", _two_hops(cheap_order=False))])
+    (finding,) = [f for f in analysis.findings if "costly order" in f.title]
+    # (0.9 + 0.1) of device time x (1 - 1/16.5) fewer FLOPs x 0.9 busy
+    assert finding.title == ("A matmul chain multiplied in the costly order: [1024,1024] @ [1024,1024] then @ "
+                             "[1024,32]; reassociating saves about 85% of the loop")
+    assert finding.priority is Priority.P0 and finding.category is FindingCategory.COMPUTE
+    assert "16.5x fewer FLOPs" in finding.what and "a @ (b @ x)" in finding.fix
+    (chain,) = analysis.costly_product_orders
+    assert (chain.m, chain.k, chain.n, chain.p, chain.kernels) == (1024, 1024, 1024, 32, ["first", "second"])
+    assert chain.share_of_loop_saved == pytest.approx(0.9 * (1 - 1 / 16.5))
+    assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
+    cheap = _analysis(host, modules=[("jit_step(3)", _two_hops(cheap_order=True))])
+    assert not cheap.costly_product_orders and not [f for f in cheap.findings if "costly order" in f.title]
+
+
+def test_linear_attention_normalised_between_its_products_names_the_batched_chain():
+    host = _host(kind=DeviceKind.TPU, device_type="TPU v5 lite", busy=0.95,
+                 top_ops=[_op("scores", 0.3), _op("mix", 0.2), _op("other", 0.5)])
+    analysis = _analysis(host, modules=[("jit_step(3)", _scores_then_mix(LINEAR_ATTENTION))])
+    (finding,) = [f for f in analysis.findings if "costly order" in f.title]
+    assert finding.title == ("A matmul chain multiplied in the costly order: [512,64] @ [64,512] then @ [512,64] "
+                             "(16 such products at once); reassociating saves about 42% of the loop")
+    assert "phi(q) @ (phi(k).T @ v)" in finding.fix
+    assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
+    softmax = _analysis(host, modules=[("jit_step(3)", _scores_then_mix(SOFTMAX_ATTENTION))])
+    assert not [f for f in softmax.findings if "costly order" in f.title]
+
+
 def _decoding(read_at: str = "%t", writes: bool = True) -> str:
     """A step that runs a matmul over every position of a 1024-position buffer, reads one position's row at
     ``read_at`` and, where ``writes``, writes the next token into the buffer at a computed position."""
