@@ -609,7 +609,10 @@ def _host_cause_fix(host: HostEvidence, cause: host_causes.Cause) -> str:
     blocked = host_causes.blocked_on(host, cause) if cause.kind in (HostCause.HOST_WORK, HostCause.BATCH_MAKING) else ""
     if blocked == "disk" or (blocked and cause.kind is HostCause.HOST_WORK):
         who = _functions_in_prose(cause.parts) or "The training thread"
-        return host_causes.BLOCKED_FIXES[blocked].format(who=who)
+        fix = host_causes.BLOCKED_FIXES[blocked].format(who=who)
+        if blocked == "disk" and (ratio := host_causes.outpaces_device(host, cause)):
+            return _cheaper_first(host, cause, ratio) + " " + fix
+        return fix
     fix = _overlap_fix(host, cause, framework)
     if ratio := host_causes.outpaces_device(host, cause):
         fix = _cheaper_first(host, cause, ratio) + " " + fix
@@ -2236,7 +2239,7 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
     unfolded = unfold.hand_written_convolutions(hosts, hlo_kernels or [])
     subsampled = subsampling.computed_then_subsampled(hosts, hlo_kernels or [])
     uncached = decoding.decoding_without_a_cache(hosts, hlo_kernels or [])
-    reordered = product_order.chains_in_the_costly_order(hosts, hlo_kernels or [])
+    reordered = product_order.chains_in_the_costly_order(hosts, hlo_kernels or [], chip)
     hardware += [found[1] for found in (narrow, dense, decompositions, unfolded, subsampled, uncached, reordered)
                  if found is not None]
     findings = _findings(hosts, by_name, hlo_issues, metrics, health, programs, movements, kernels, hardware,

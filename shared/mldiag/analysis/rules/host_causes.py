@@ -198,11 +198,11 @@ BLOCKED_FIXES = {
     "descriptor": "{who} spends most of its time blocked in select(), waiting for a pipe or socket to answer: the "
                   "output of a child process it starts (subprocess.run with captured output, os.popen) or a "
                   "network call (a metrics or storage service)." + _WITHOUT_WAITING,
-    "disk": "{who} spends most of its time reading arrays from files (np.load: unzipping, checking and copying "
-            "each array). What does not change between uses (weights, a reference model, a table): load it once "
-            "before the loop and keep the device arrays. What must be read again (the next shard or batch): read it "
-            "ahead, off the training thread (a background thread, or an input pipeline such as grain with worker "
-            "processes), and put it on the device there.",
+    "disk": "{who} spends most of its time reading arrays from files (np.load and the copies it makes). What does "
+            "not change between uses (weights, a reference model, a table): load it once before the loop and keep "
+            "the device arrays. What must be read again (the next shard or batch): read it ahead, off the training "
+            "thread (a background thread, or an input pipeline such as grain with worker processes), and put it on "
+            "the device there.",
 }
 
 

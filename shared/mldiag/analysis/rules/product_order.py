@@ -24,10 +24,11 @@ from __future__ import annotations
 
 from mldiag.analysis.evidence import CostlyProductOrders
 from mldiag.analysis.host_evidence import HostEvidence, OpTime
+from mldiag.analysis.rules.hardware import Chip
 from mldiag.analysis.rules.kernel_groups import costliest
 from mldiag.analysis.rules.roofline import timed_kernels
 from mldiag.analysis.rules.wording import quoted
-from mldiag.analysis.xprof.hlo import KernelWork, MatmulChain, describe
+from mldiag.analysis.xprof.hlo import MIN_REASSOCIATED_GAIN, KernelWork, MatmulChain, describe
 from mldiag.domain.resources import Finding, FindingCategory, Priority
 
 PRIORITIES = ((0.3, Priority.P0), (0.1, Priority.P1), (0.03, Priority.P2))  # of the loop reassociating would save
@@ -39,19 +40,23 @@ def _chain(work: KernelWork) -> MatmulChain:
     return work.costly_chain
 
 
-def _saved(kernels: list[tuple[OpTime, KernelWork]]) -> float:
+def _saved(kernels: list[tuple[OpTime, KernelWork]], unit: int) -> float:
     """The share of device op time the kernels would no longer take with the chain multiplied in the other order."""
-    return sum(op.share_of_busy * (1 - _chain(work).reassociated_flops / _chain(work).flops) for op, work in kernels)
+    return sum(op.share_of_busy * (1 - 1 / _chain(work).fewer_on(unit)) for op, work in kernels)
 
 
-def chains_in_the_costly_order(hosts: list[HostEvidence],
-                               works: list[KernelWork]) -> tuple[CostlyProductOrders, Finding] | None:
-    """Matmul chains multiplied in the order that costs several times the FLOPs of the other, on the host where
-    reassociating them saves the largest share of the loop: the costliest chain, its kernels and its finding."""
+def chains_in_the_costly_order(hosts: list[HostEvidence], works: list[KernelWork],
+                               chip: Chip | None) -> tuple[CostlyProductOrders, Finding] | None:
+    """Matmul chains multiplied in the order that costs several times the FLOPs of the other on the chip's matrix
+    unit (a thin product costs there as if it were as wide as the unit), on the host where reassociating them saves
+    the largest share of the loop: the costliest chain, its kernels and its finding."""
+    unit = chip.matrix_unit if chip is not None else 0
+
     def find(host: HostEvidence) -> tuple[list[tuple[OpTime, KernelWork]], float, MatmulChain | None]:
-        kernels = [(op, ran[0]) for op, ran in timed_kernels(host, works) if ran and ran[0].costly_chain is not None]
+        kernels = [(op, ran[0]) for op, ran in timed_kernels(host, works) if ran and ran[0].costly_chain is not None
+                   and ran[0].costly_chain.fewer_on(unit) >= MIN_REASSOCIATED_GAIN]
         chain = max((_chain(work) for _, work in kernels), key=lambda c: c.flops, default=None)
-        return kernels, _saved(kernels) * host.loop_busy(), chain
+        return kernels, _saved(kernels, unit) * host.loop_busy(), chain
 
     costly = costliest(hosts, find, PRIORITIES)
     if costly is None or costly[0].detail is None:
