@@ -1,6 +1,6 @@
 """Where the quality harness's files are, and the analyses it checks: offline as the CLI runs it, and with Gemini.
 
-The analyses can be computed ahead in worker processes (``prefetch``), while the
+The analyses can be computed ahead in worker processes (``Prefetch``), while the
 tests before them run; a test then takes the finished result, or computes it
 itself where the worker failed, so that an analysis that raises fails its tests
 with its own error.
@@ -157,7 +157,9 @@ def _computed(name: str, arguments: tuple[Any, ...]) -> Any:
 
 
 def _start_worker(parent: int) -> None:
-    """Ctrl-C is for the test run (it stops the workers at its end); a worker whose test run died exits."""
+    """A worker takes the CPU the tests leave idle, not theirs; Ctrl-C is for the test run (which stops the
+    workers at its end); a worker whose test run died exits."""
+    os.nice(10)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def exit_with_parent() -> None:
