@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "quality"))
 
 from quality_checks import INVARIANTS, at_path, check_kind, run_check  # noqa: E402
-from quality_support import GEMINI_RECORDINGS, load_expectations, offline_analysis  # noqa: E402
+from quality_support import GEMINI_RECORDINGS, baseline_source, load_expectations, offline_analysis  # noqa: E402
 
 DOC = REPO / "docs" / "accuracy.md"
 DIGEST_MARK = "<!-- expectations digest: "
@@ -99,8 +99,7 @@ def _verdict(check: str, problem: str | None, known_wrong: str | None) -> Verdic
 def check_fixture(fixture: str, documents: dict[str, dict[str, Any]]) -> FixtureResult:
     """``fixture``'s analysis, checked as the quality suite checks it (``documents``: every expectation file)."""
     document = documents[fixture]
-    baseline = documents[document["baseline"]]["source"] if "baseline" in document else None
-    analysis = offline_analysis(document["source"], baseline)
+    analysis = offline_analysis(document["source"], baseline_source(fixture, documents))
     truth = document.get("truth") or {}
     result = FixtureResult(fixture, document, analysis)
     for spec in document.get("expectations") or []:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from quality_checks import INVARIANTS, check_kind, run_check
-from quality_support import GEMINI_RECORDINGS, REPO, load_expectations
+from quality_support import GEMINI_RECORDINGS, REPO, baseline_source, load_expectations
 
 pytestmark = pytest.mark.quality
 
@@ -49,8 +49,8 @@ def _gemini_params():
 def test_expectation(fixture: str, check: str, spec: dict[str, Any], analyses, record_property) -> None:
     record_property("quality", (fixture, check))
     document = EXPECTATIONS[fixture]
-    baseline = EXPECTATIONS[document["baseline"]]["source"] if "baseline" in document else None
-    problem = run_check(analyses(document["source"], baseline), spec, document.get("truth") or {})
+    problem = run_check(analyses(document["source"], baseline_source(fixture, EXPECTATIONS)), spec,
+                        document.get("truth") or {})
     assert problem is None, problem
 
 
