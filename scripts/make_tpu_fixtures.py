@@ -179,6 +179,25 @@ def _put(batches: queue.Queue, batch, stopping: threading.Event) -> None:
             return
 
 
+def _read_ahead(produce: Callable[[int], object], every: int, ahead: int, name: str) -> OneThreadAtATime:
+    """A thread per version of a loop, named ``name``, that puts ``produce(0)``, ``produce(every)``, ... into a
+    queue of ``ahead`` items, for the loop to take them read ahead."""
+    def start(version: object) -> tuple[queue.Queue, threading.Event]:
+        items: queue.Queue = queue.Queue(maxsize=ahead)
+        stopping = threading.Event()
+
+        def produce_all() -> None:
+            step = 0
+            while not stopping.is_set():
+                _put(items, produce(step), stopping)
+                step += every
+
+        threading.Thread(target=produce_all, daemon=True, name=name).start()
+        return items, stopping
+
+    return OneThreadAtATime(start)
+
+
 def _fed_by_a_loader(loaders: OneThreadAtATime, clocks: dict, state: dict, train_step, y, folder: Path,
                      ablation: str) -> Workload:
     """A loop whose training thread takes each batch from a loader thread's queue (``loaders``' version True
@@ -5626,20 +5645,7 @@ def memmap_random_rows(big: bool) -> Workload:
         chosen = np.sort(np.random.default_rng(step % 1000 + 1000).choice(rows, batch, replace=False))
         return dataset[chosen].astype(np.float32) / 255.0
 
-    def start_reader(version: object):
-        batches: queue.Queue = queue.Queue(maxsize=2)
-        stopping = threading.Event()
-
-        def read() -> None:
-            step = 0
-            while not stopping.is_set():
-                _put(batches, read_batch(step), stopping)
-                step += 1
-
-        threading.Thread(target=read, daemon=True, name="reader").start()
-        return batches, stopping
-
-    readers = OneThreadAtATime(start_reader)
+    readers = _read_ahead(read_batch, every=1, ahead=2, name="reader")
 
     def inline(i: int, clock: Clock) -> None:
         with clock.part("read_batch"):
@@ -6058,20 +6064,7 @@ def shard_reload_every_n(big: bool) -> Workload:
     def next_shard(step: int):
         return jax.device_put(np.load(folder / f"shard-{(step // 10) % 3}.npy"))
 
-    def start_reader(version: object):
-        shards: queue.Queue = queue.Queue(maxsize=1)
-        stopping = threading.Event()
-
-        def read() -> None:
-            step = 0
-            while not stopping.is_set():
-                _put(shards, next_shard(step), stopping)
-                step += 10
-
-        threading.Thread(target=read, daemon=True, name="shard_reader").start()
-        return shards, stopping
-
-    readers = OneThreadAtATime(start_reader)
+    readers = _read_ahead(next_shard, every=10, ahead=1, name="shard_reader")
 
     def loop(ahead: bool):
         def iteration(i: int, clock: Clock) -> None:
