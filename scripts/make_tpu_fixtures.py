@@ -6115,6 +6115,38 @@ def outer_product_then_sum(big: bool) -> Workload:
                     ablations={"einsum": _training(state, make_step(einsum), x, z, y)})
 
 
+def sequence_classifier_dynamic_position(big: bool) -> Workload:
+    """A sequence classifier's train step in bf16 (batch 32 x 512 positions, two MLP blocks of 768, 16 classes on
+    the chip) that pools the hidden state at a position passed in as an array (the same for the batch), trained,
+    data resident: one position read by a dynamic slice, its gradient written back into zeros. Ablation: the pooled
+    position fixed at 0 (a static slice)."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, length, width, classes = (32, 512, 768, 16) if big else (8, 128, 128, 4)
+    keys = jax.random.split(jax.random.key(500), 6)
+    params = {"blocks": [_normal(k, shape, "bfloat16") for k, shape in zip(
+                  keys[:4], [(width, 4 * width), (4 * width, width)] * 2)],
+              "head": _normal(keys[4], (width, classes), "bfloat16")}
+    x = jax.random.normal(keys[5], (batch, length, width)).astype("bfloat16")
+    labels = jnp.arange(batch) % classes
+
+    def make_step(dynamic: bool):
+        def loss(params, x, labels, t):
+            h = x
+            for up, down in zip(params["blocks"][::2], params["blocks"][1::2]):
+                h = h + jax.nn.gelu(h @ up) @ down
+            pooled = jax.lax.dynamic_index_in_dim(h, t, axis=1, keepdims=False) if dynamic else h[:, 0]
+            logits = (pooled @ params["head"]).astype("float32")
+            return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), labels[:, None], 1))
+
+        return sgd(loss)
+
+    state, position = {"params": params}, jnp.int32(length - 1)
+    return Workload(_training(state, make_step(True), x, labels, position),
+                    ablations={"static_position": _training(state, make_step(False), x, labels, position)})
+
+
 def video_conv3d_bf16(big: bool) -> Workload:
     """A 3-D conv net on video clips in bf16 (batch 8, 16 frames of 112 x 112 RGB on the chip; three 3 x 3 x 3
     convolutions of 64, 128 and 256 channels, strided, then a linear head), trained, data resident. Ablation: the
@@ -6742,6 +6774,11 @@ SHAPES: dict[str, Shape] = {
         "outer products, batch 256, bf16, trained, data resident",
         cause="a 0.17 ms program launched and waited for each step (launch-bound, busy 0.15); the einsum saves "
         "0.23"),
+    "sequence_classifier_dynamic_position": Shape(
+        sequence_classifier_dynamic_position, 15, "sequence classifier pooling the hidden state at a position "
+        "passed in as an array, two bf16 MLP blocks of 768 over 32 x 512 positions, trained, data resident",
+        cause="none: healthy (a static pooled position saves 0); a 4.6 ms program launched and waited for each "
+        "step (busy 0.82)"),
 }
 
 

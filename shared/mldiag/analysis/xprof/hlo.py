@@ -944,10 +944,12 @@ def _one_row(module: HloModule, whole: Shape | None, row: Shape | None, indices:
 
 
 def _decoding_row(module: HloModule) -> tuple[int, int]:
-    """A program that computes activations at every position of a buffer and reads one row of them, at the
-    position it then writes one element of the buffer at (``tokens.at[:, t + 1].set(argmax(f(tokens)[:, t]))``):
-    the buffer's positions and the row's elements; (0, 0) for any other program. Only the entry computation and its
-    fusions count: a loop's body reading and writing one position per iteration is a scan, not a decoding call."""
+    """A program that computes activations at every position of a buffer it is given and reads one row of them,
+    at the position it then writes one element of that buffer at (``tokens.at[:, t + 1].set(argmax(f(tokens)[:,
+    t]))``): the buffer's positions and the row's elements; (0, 0) for any other program. Only the entry computation
+    and its fusions count: a loop's body reading and writing one position per iteration is a scan, not a decoding
+    call; and a training step that reads one position (a classifier's pooled token) writes that position's gradient
+    into zeros, not into a buffer it is given."""
     read: dict[int, int] = {}
     written: set[int] = set()
     for instruction in module.instructions.values():
@@ -961,6 +963,9 @@ def _decoding_row(module: HloModule) -> tuple[int, int]:
                 read[positions] = max(read.get(positions, 0), math.prod(instruction.shape.dims))
         else:
             buffer, update = module.operand(instruction, 0), module.operand(instruction, 1)
+            origin = _origin(module, buffer)
+            if origin is None or origin.opcode != "parameter" or origin.computation != module.entry:
+                continue  # not a buffer the program is given: a dynamic slice's gradient, written into zeros
             if positions := _one_row(module, buffer.shape if buffer else None, update.shape if update else None,
                                      instruction.operands[2:]):
                 written.add(positions)

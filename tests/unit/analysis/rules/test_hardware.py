@@ -1107,11 +1107,13 @@ def test_linear_attention_normalised_between_its_products_names_the_batched_chai
     assert not [f for f in softmax.findings if "costly order" in f.title]
 
 
-def _decoding(read_at: str = "%t", writes: bool = True) -> str:
+def _decoding(read_at: str = "%t", writes: str = "tokens") -> str:
     """A step that runs a matmul over every position of a 1024-position buffer, reads one position's row at
-    ``read_at`` and, where ``writes``, writes the next token into the buffer at a computed position."""
-    written = ("%written = s32[8,1024]{1,0} dynamic-update-slice(%tokens, %next, %zero, %position)" if writes
-               else "%written = s32[8,1024]{1,0} copy(%tokens)")
+    ``read_at`` and writes the next token at a computed position into ``writes``: the buffer it is given
+    (``tokens``), an array of zeros (``zeros``: a dynamic slice's gradient), or nowhere (``""``)."""
+    written = {"tokens": "%written = s32[8,1024]{1,0} dynamic-update-slice(%tokens, %next, %zero, %position)",
+               "zeros": "%written = s32[8,1024]{1,0} dynamic-update-slice(%zeros, %next, %zero, %position)",
+               "": "%written = s32[8,1024]{1,0} copy(%tokens)"}[writes]
     return f"""HloModule jit_decode
 
 %fused_read (param_0.r: f32[8,1024,512], param_1.r: s32[]) -> f32[8,1,512] {{
@@ -1136,6 +1138,7 @@ ENTRY %main (tokens: s32[8,1024], h: f32[8,1024,512], w: f32[512,512], t: s32[],
   %next = s32[8,1]{{1,0}} convert(%first)
   %one = s32[] constant(1)
   %zero = s32[] constant(0)
+  %zeros = s32[8,1024]{{1,0}} broadcast(%zero), dimensions={{}}
   %position = s32[] add(%t, %one)
   ROOT {written}
 }}
@@ -1143,9 +1146,10 @@ ENTRY %main (tokens: s32[8,1024], h: f32[8,1024,512], w: f32[512,512], t: s32[],
 
 
 @pytest.mark.parametrize(("read_at", "writes", "flagged"), [
-    ("%t", True, True),
-    ("%last", True, False),  # a fixed position (a prefill's last token) is a slice, not a decoding step's read
-    ("%t", False, False),  # no position of a buffer written: one row read, no decoding loop
+    ("%t", "tokens", True),
+    ("%last", "tokens", False),  # a fixed position (a prefill's last token) is a slice, not a decoding step's read
+    ("%t", "", False),  # no position of a buffer written: one row read, no decoding loop
+    ("%t", "zeros", False),  # a training step's gradient of the row it read, written into zeros
 ])
 def test_a_decoding_step_that_recomputes_every_position_is_decoding_without_a_cache(read_at, writes, flagged):
     module = hlo.parse_module("jit_decode(3)", _decoding(read_at, writes))
