@@ -622,14 +622,16 @@ def _host_cause_fix(host: HostEvidence, cause: host_causes.Cause) -> str:
 
 
 def _made_on_the_device_first(host: HostEvidence, cause: host_causes.Cause) -> str:
-    """For named host work of no known kind in a loop that copies arrays to the device every step: the check that
-    comes before any overlap, whether the device could make what it makes."""
-    names = _functions_in_prose(cause.parts)
-    if cause.kind is not HostCause.HOST_WORK or not names or not any(
-            transfer_direction(copy.name) == "host to device" and copy.count_per_step >= host_causes.EVERY_STEP
-            for copy in host.transfers):
+    """For named host work of no known kind, or the training thread's untraced time, in a loop that copies arrays
+    to the device every step: the check that comes before any overlap, whether the device could make what the host
+    makes."""
+    names = _functions_in_prose(cause.parts) if cause.kind is HostCause.HOST_WORK else ""
+    what = (f"what {names} makes" if names else "what the training thread copies to the device every step"
+            if cause.kind is HostCause.UNTRACED else "")
+    if not what or not any(transfer_direction(copy.name) == "host to device"
+                           and copy.count_per_step >= host_causes.EVERY_STEP for copy in host.transfers):
         return ""
-    return (f"First, if what {names} makes depends only on shapes or the step number (an attention mask, position "
+    return (f"First, if {what} depends only on shapes or the step number (an attention mask or bias, position "
             "ids, a schedule, a constant), make it inside the jitted step (jnp.tril, jnp.arange: fused into its "
             "consumers, never copied) or once before the loop, kept on the device. Otherwise, ")
 

@@ -572,6 +572,20 @@ def test_the_training_threads_untraced_time_is_named_with_its_cost_and_how_to_tr
 
 
 
+def test_untraced_time_in_a_loop_that_copies_to_the_device_every_step_is_first_asked_whether_the_device_can_make_it(
+        tmp_path):
+    from evidence_support import analysis_of
+
+    host = _tpu_loop(tmp_path, host_ms=40)
+    assert not analysis_of(host).findings[0].fix.startswith("First, if")  # nothing copied to the device
+    host.transfers = [_activity("DevicePut", 5.0, 5.0, encloses=False)]
+    top = analysis_of(host).findings[0]
+    assert "untraced" in top.title
+    assert top.fix.startswith("First, if what the training thread copies to the device every step depends only on "
+                              "shapes or the step number (an attention mask or bias")
+    assert "python_tracer_level=1" in top.fix
+
+
 def test_host_work_between_a_copy_off_the_device_and_a_copy_back_is_a_round_trip_to_compute_on_the_device():
     # Each step copies the logits to the host, samples them with numpy, and copies the tokens back.
     def attribution(*copies: str) -> Attribution:
