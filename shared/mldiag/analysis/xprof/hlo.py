@@ -262,8 +262,7 @@ def _kept_share(module: HloModule, instruction: Instruction) -> float:
     if instruction.shape is None or source is None or source.shape is None:
         return 1.0
     small, large = (instruction, source) if instruction.opcode == "slice" else (source, instruction)
-    elements = math.prod(large.shape.dims)
-    return min(1.0, math.prod(small.shape.dims) / elements) if elements else 1.0
+    return _elements_over(small, large)
 
 
 _PRECISION_ORDER = ("highest", "high")
@@ -727,10 +726,13 @@ def _scatters_into_constant(module: HloModule, ops: list[Instruction]) -> tuple[
     zero) and which has the shape of an array the program is given: the gradient of a lookup in a table passed in
     (an embedding's), which is as large as the table; () where none does. The gradient of a gather from values the
     program computes (the diagonal of a similarity matrix) is not a table's: it flows on into the backward pass."""
+    scatters = [i for i in ops if i.opcode == "scatter"]
+    if not scatters:
+        return ()
     given = {instruction.shape.dims for name in module.computations.get(module.entry, [])
              if (instruction := module.instructions[name]).opcode == "parameter" and instruction.shape is not None}
     shapes = [()]
-    for scatter in (i for i in ops if i.opcode == "scatter"):
+    for scatter in scatters:
         target = module.operand(scatter, 0)
         origin = _origin(module, target)
         if (target is not None and target.shape and target.shape.dims in given and origin is not None
@@ -903,17 +905,21 @@ MIN_DECODE_POSITIONS = 64  # a buffer's positions from which one written per cal
 PER_POSITION_SHARE = 1 / 8
 
 
-def _entry_level(module: HloModule, instruction: Instruction) -> Instruction | None:
-    """The entry computation's instruction that runs ``instruction``: itself, or the outermost fusion it is in;
-    None for one in a loop's body or another called computation."""
-    for _ in range(16):
-        if instruction.computation == module.entry:
-            return instruction
+def _outermost(module: HloModule, instruction: Instruction) -> Instruction:
+    """The kernel that runs ``instruction``: itself, or the outermost fusion it is nested in."""
+    for _ in range(16):  # fusions nest a few deep; the bound guards a malformed module
         runner = module.instructions.get(module.runs_as.get(instruction.computation, ""))
         if runner is None:
-            return None
+            break
         instruction = runner
-    return None
+    return instruction
+
+
+def _entry_level(module: HloModule, instruction: Instruction) -> Instruction | None:
+    """The entry computation's instruction that runs ``instruction`` (:func:`_outermost`); None for one in a
+    loop's body or another called computation."""
+    runner = _outermost(module, instruction)
+    return runner if runner.computation == module.entry else None
 
 
 def _made_by_matmul(module: HloModule, instruction: Instruction | None, depth: int = 0) -> bool:
@@ -1103,15 +1109,6 @@ def _chain(first: Instruction, second: Instruction, side: int) -> MatmulChain | 
     return MatmulChain(batch=batch, m=kept, k=k, n=contracted, p=other)
 
 
-def _kernel_running(module: HloModule, instruction: Instruction) -> str:
-    """The kernel that runs ``instruction``: itself, or the outermost fusion it is nested in."""
-    for _ in range(16):
-        if instruction.computation not in module.runs_as:
-            break
-        instruction = module.instructions[module.runs_as[instruction.computation]]
-    return instruction.name
-
-
 def _joined_by_arrays(module: HloModule, elements: int) -> dict[str, set[str]]:
     """Each kernel's neighbours through arrays of ``elements`` elements, one kernel writing and the other reading
     each (a product's intermediate, and in training its gradient), in either direction."""
@@ -1154,7 +1151,7 @@ def _costly_chains(module: HloModule) -> dict[str, MatmulChain]:
             chain = _chain(first, second, side)
             if chain is None or chain.flops < MIN_REASSOCIATED_GAIN * chain.reassociated_flops:
                 continue
-            seeds = {_kernel_running(module, first), _kernel_running(module, second)}
+            seeds = {_outermost(module, first).name, _outermost(module, second).name}
             if chain.intermediate_elements not in graphs:
                 graphs[chain.intermediate_elements] = _joined_by_arrays(module, chain.intermediate_elements)
             for kernel in _reached(graphs[chain.intermediate_elements], seeds):
