@@ -1058,11 +1058,24 @@ def _scale_spans_one_dimension(module: HloModule, scale: Instruction | None, cha
     return source is not None and source.shape is not None and math.prod(source.shape.dims) <= batch * max(m, n)
 
 
+def _only_summed(module: HloModule, product: Instruction) -> bool:
+    """Whether an elementwise product is only summed (an inner product, as a normaliser's gradient takes one with
+    the intermediate), through converts and copies, and a fusion's boundary where it is its root."""
+    readers = module.consumers(product.name)
+    if module.roots.get(product.computation) == product.name and product.computation in module.runs_as:
+        readers = [*readers, *module.consumers(module.runs_as[product.computation])]
+    return bool(readers) and all(reader.opcode == "reduce" or (reader.opcode in _REASSOCIATES
+                                                               and _only_summed(module, reader))
+                                 for reader in readers)
+
+
 def _products_fed(module: HloModule, name: str, chain_size: tuple[int, int, int],
-                  seen: set[str] | None = None) -> list[tuple[Instruction, int]]:
+                  seen: set[str] | None = None) -> list[tuple[Instruction, int]] | None:
     """The dots and convolutions ``name``'s values reach only through ops that commute with reassociating a product:
     converts, copies and reshapes, transposes, a fusion's boundaries and tuple elements, and a scaling by a
-    broadcast vector or scalar; each with the operand it reads them as."""
+    broadcast vector or scalar; each with the operand it reads them as. None where the values are also needed
+    otherwise (an elementwise op, a mask, a program output): the product is then made whatever the order of the
+    others. A sum over the values (a normaliser's row sums) is a product by a vector, and reassociates too."""
     seen = set() if seen is None else seen
     if name in seen:
         return []
@@ -1082,16 +1095,24 @@ def _products_fed(module: HloModule, name: str, chain_size: tuple[int, int, int]
             if (reader.opcode == "multiply" or other == 1) and _scale_spans_one_dimension(
                     module, module.operand(reader, other), chain_size):
                 passed_to.append(reader.name)
+            elif not _only_summed(module, reader):
+                return None
         elif reader.opcode == "fusion" and reader.calls in module.computations:
             passed_to += [p.name for n in module.computations[reader.calls]
                           if (p := module.instructions[n]).opcode == "parameter"
                           and reader.operands[p.parameter:p.parameter + 1] == [name]]
-        elif reader.opcode == "tuple" and module.roots.get(reader.computation) == reader.name:
+        elif (reader.opcode == "tuple" and module.roots.get(reader.computation) == reader.name
+              and reader.computation in module.runs_as):
             indices = {index for index, operand in enumerate(reader.operands) if operand == name}
-            passed_to += [element.name for element in module.consumers(module.runs_as.get(reader.computation, ""))
+            passed_to += [element.name for element in module.consumers(module.runs_as[reader.computation])
                           if element.opcode == "get-tuple-element" and element.tuple_index in indices]
+        elif reader.opcode != "reduce":
+            return None
     for through in passed_to:
-        found += _products_fed(module, through, chain_size, seen)
+        fed = _products_fed(module, through, chain_size, seen)
+        if fed is None:
+            return None
+        found += fed
     return found
 
 
@@ -1147,10 +1168,12 @@ def _costly_chains(module: HloModule) -> dict[str, MatmulChain]:
             continue
         size = (math.prod(first.shape.dims) // max(first.matmul_mkn[0] * first.matmul_mkn[2], 1),
                 first.matmul_mkn[0], first.matmul_mkn[2])
-        for second, side in _products_fed(module, first.name, size):
-            chain = _chain(first, second, side)
-            if chain is None or chain.flops < MIN_REASSOCIATED_GAIN * chain.reassociated_flops:
-                continue
+        fed = _products_fed(module, first.name, size) or []
+        chains = [(second, _chain(first, second, side)) for second, side in fed]
+        if any(chain is None or chain.flops < MIN_REASSOCIATED_GAIN * chain.reassociated_flops for _, chain in chains):
+            continue  # a product that reads the intermediate as it is: it is made in either order
+        for second, chain in chains:
+            assert chain is not None
             seeds = {_outermost(module, first).name, _outermost(module, second).name}
             if chain.intermediate_elements not in graphs:
                 graphs[chain.intermediate_elements] = _joined_by_arrays(module, chain.intermediate_elements)

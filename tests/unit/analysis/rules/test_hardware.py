@@ -966,9 +966,15 @@ def test_a_convolution_kept_one_output_in_four_by_a_strided_slice_is_work_thrown
 
 # --- matmul chains multiplied in the costly order -----------------------------------------------
 
-def _two_hops(cheap_order: bool) -> str:
-    """A graph layer's two hops over a 1024-node adjacency: (adj @ adj) @ x, or adj @ (adj @ x); beside them a
-    kernel that reads the first product, and one of the same size that does not."""
+TRANSPOSED_BACK = """  %squared = f32[1024,1024]{0,1} transpose(%bitcast.f), dimensions={1,0}
+  %back = f32[1024,32]{1,0} dot(%squared, %x), lhs_contracting_dims={1}, rhs_contracting_dims={0}"""
+ADDED_TO_A_RESIDUAL = """  %squared = f32[1024,1024]{1,0} add(%bitcast.f, %other)"""
+
+
+def _two_hops(cheap_order: bool, beside: str = TRANSPOSED_BACK) -> str:
+    """A graph layer's two hops over a 1024-node adjacency: (adj @ adj) @ x, or adj @ (adj @ x); beside them
+    ``beside``, kernels that read the first product (by default its transpose's product, as a gradient's), and one
+    of the same size that does not."""
     first, first_shape = ("%adj, %x", "f32[1024,32]") if cheap_order else ("%adj, %adj", "f32[1024,1024]")
     second = "%adj, %first" if cheap_order else "%first, %x"
     return f"""HloModule jit_step
@@ -993,7 +999,7 @@ ENTRY %main (adj: f32[1024,1024], x: f32[1024,32], other: f32[1024,1024]) -> f32
   %unrelated = f32[1024,1024]{{1,0}} exponential(%other)
   %first = {first_shape}{{1,0}} fusion({first}), kind=kOutput, calls=%fused_first
   %bitcast.f = {first_shape}{{1,0}} bitcast(%first)
-  %squared = {first_shape}{{1,0}} multiply(%bitcast.f, %bitcast.f)
+{beside if not cheap_order else ""}
   ROOT %second = f32[1024,32]{{1,0}} fusion({second.replace("%first", "%bitcast.f")}), kind=kOutput, calls=%fused_second
 }}
 """
@@ -1038,6 +1044,11 @@ ROW_SUMS = """  %zero.m = f32[] constant(0)
   %norm.m = f32[16,512,512]{2,1,0} broadcast(%rowsum.m), dimensions={0,1}"""
 LINEAR_ATTENTION = ("  %values.m = f32[16,512,512]{2,1,0} copy(%param_0.m)\n" + ROW_SUMS
                     + "\n  %weights.m = f32[16,512,512]{2,1,0} divide(%values.m, %norm.m)")
+INNER_PRODUCT_SUMMED = """
+  %pairs.m = f32[16,512,512]{2,1,0} dot(%param_1.m, %param_1.m), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={2}
+  %inner.m = f32[16,512,512]{2,1,0} multiply(%values.m, %pairs.m)
+  %narrow.m = bf16[16,512,512]{2,1,0} convert(%inner.m)
+  %inner_sum.m = bf16[16,512]{1,0} reduce(%narrow.m, %zero.m), dimensions={2}, to_apply=%add"""
 SOFTMAX_ATTENTION = ("  %values.m = f32[16,512,512]{2,1,0} exponential(%param_0.m)\n" + ROW_SUMS
                      + "\n  %weights.m = f32[16,512,512]{2,1,0} divide(%values.m, %norm.m)")
 CAUSAL_LINEAR_ATTENTION = """  %rows.m = s32[16,512,512]{2,1,0} iota(), iota_dimension=1
@@ -1054,16 +1065,19 @@ MASK_MULTIPLIED = """  %mask.m = f32[512,512]{1,0} constant({...})
 @pytest.mark.parametrize(("module", "chain"), [
     (_two_hops(cheap_order=False), hlo.MatmulChain(batch=1, m=1024, k=1024, n=1024, p=32)),
     (_two_hops(cheap_order=True), None),
+    (_two_hops(cheap_order=False, beside=ADDED_TO_A_RESIDUAL), None),
     (_scores_then_mix(LINEAR_ATTENTION), hlo.MatmulChain(batch=16, m=512, k=64, n=512, p=64)),
+    (_scores_then_mix(LINEAR_ATTENTION + INNER_PRODUCT_SUMMED), hlo.MatmulChain(batch=16, m=512, k=64, n=512, p=64)),
     (_scores_then_mix(SOFTMAX_ATTENTION), None),
     (_scores_then_mix(CAUSAL_LINEAR_ATTENTION), None),
     (_scores_then_mix(MASK_MULTIPLIED), None),
-], ids=["two_hops", "two_hops_in_the_cheap_order", "row_scaled_linear_attention", "softmax_attention",
+], ids=["two_hops", "two_hops_in_the_cheap_order", "two_hops_whose_square_is_also_added",
+        "row_scaled_linear_attention", "linear_attention_whose_scores_are_also_in_an_inner_product", "softmax_attention",
         "causal_linear_attention", "mask_multiplied"])
 def test_a_matmul_chain_is_in_the_costly_order_only_when_linear_ops_join_its_products(module, chain):
     works = {w.instruction: w.costly_chain for w in hlo.kernel_work([hlo.parse_module("jit_step(3)", module)])}
     if "%fused_first" in module:
-        assert [works[name] for name in ("first", "second", "squared", "unrelated")] == [chain, chain, chain, None]
+        assert [works.get(name) for name in ("first", "second", "squared", "unrelated")] == [chain, chain, chain, None]
     else:
         assert [works[name] for name in ("scores", "mix")] == [chain, chain]
 
