@@ -215,6 +215,20 @@ class UncachedDecoding(Evidence):
     kernels: list[str] = Field(default_factory=list)  # as the device trace names them, longest first
 
 
+class PerExampleWeights(Evidence):
+    """``analysis.json.per_example_weights``: batched matmuls that multiply each batch element by its own copy of
+    one matrix broadcast along the batch, with the kernels that multiply, make or read the copies, on the host where
+    one product over the batch saves the largest share of the loop, as its finding quotes it."""
+
+    host: str
+    batch: int  # copies of the matrix, one per batch element
+    matrix: list[int] = Field(default_factory=list)  # the copied matrix's dimensions
+    ms_per_step: float  # of those kernels, per device (per capture without steps)
+    share_of_device: float  # of the host's device op time
+    share_of_loop_saved: float  # of the loop, what one product over the batch would save
+    kernels: list[str] = Field(default_factory=list)  # as the device trace names them, longest first
+
+
 class CostlyProductOrders(Evidence):
     """``analysis.json.costly_product_orders``: a matmul chain ``(a @ b) @ c`` multiplied in the order that makes a
     large [m, n] intermediate, where ``a @ (b @ c)`` takes several times fewer FLOPs, with the kernels that make or
@@ -379,6 +393,7 @@ class Analysis(Evidence):
     subsampled_results: list[SubsampledResults] = Field(default_factory=list)
     uncached_decoding: list[UncachedDecoding] = Field(default_factory=list)
     costly_product_orders: list[CostlyProductOrders] = Field(default_factory=list)
+    per_example_weights: list[PerExampleWeights] = Field(default_factory=list)
     followups: list[Followup] = Field(default_factory=list)
     investigation: Investigation | None = None
     comparison: Comparison | None = None

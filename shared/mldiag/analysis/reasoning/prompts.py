@@ -130,6 +130,7 @@ def evidence_digest(analysis: Analysis, modules: list[str]) -> dict[str, Any]:
         "subsampled_results": collected["subsampled_results"],
         "uncached_decoding": collected["uncached_decoding"],
         "costly_product_orders": collected["costly_product_orders"],
+        "per_example_weights": collected["per_example_weights"],
         "tools": [{"name": t["name"], "status": t["status"], "reason": t["reason"]} for t in collected["tools"]],
         "tool_data": {t["name"]: t["data"] for t in collected["tools"]
                       if t["name"] in PROMPT_TOOLS and t["status"] == ToolStatus.OK.value},

@@ -88,8 +88,9 @@ from mldiag.analysis.profile.trace_names import (
 )
 from mldiag.analysis.profile.trace_names import hlo_instruction as _instruction
 from mldiag.analysis.profile.trace_names import program_base as _module_base
-from mldiag.analysis.rules import (decoding, frameworks, host_causes, launches, linear_algebra, matrix_unit, precision,
-                                   product_order, roofline, sparse_updates, subsampling, unfold)
+from mldiag.analysis.rules import (decoding, frameworks, host_causes, launches, linear_algebra, matrix_unit,
+                                   per_example_weights, precision, product_order, roofline, sparse_updates,
+                                   subsampling, unfold)
 from mldiag.analysis.rules import kernels as kernel_ops
 from mldiag.analysis.rules.frameworks import Framework
 from mldiag.analysis.rules.host_causes import HostCause
@@ -2242,8 +2243,9 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
     subsampled = subsampling.computed_then_subsampled(hosts, hlo_kernels or [])
     uncached = decoding.decoding_without_a_cache(hosts, hlo_kernels or [])
     reordered = product_order.chains_in_the_costly_order(hosts, hlo_kernels or [], chip)
-    hardware += [found[1] for found in (narrow, dense, decompositions, unfolded, subsampled, uncached, reordered)
-                 if found is not None]
+    copied = per_example_weights.weights_copied_per_example(hosts, hlo_kernels or [])
+    hardware += [found[1] for found in (narrow, dense, decompositions, unfolded, subsampled, uncached, reordered,
+                                        copied) if found is not None]
     findings = _findings(hosts, by_name, hlo_issues, metrics, health, programs, movements, kernels, hardware,
                          hlo_kernels or [])
     status = decide_status(health, findings)
@@ -2268,6 +2270,7 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
         subsampled_results=[subsampled[0]] if subsampled is not None else [],
         uncached_decoding=[uncached[0]] if uncached is not None else [],
         costly_product_orders=[reordered[0]] if reordered is not None else [],
+        per_example_weights=[copied[0]] if copied is not None else [],
         profile=profile,
         versions=versions,
         seconds=seconds,

@@ -609,6 +609,10 @@ class KernelWork:
     recomputed_positions: int = 0
     # A matmul chain multiplied in its costly order whose intermediate (or an array as large) the kernel makes or reads.
     costly_chain: MatmulChain | None = None
+    # Batched matmuls that multiply each batch element by its own copy of one matrix, broadcast along the batch
+    # (a vmap that batched the weights): the copies, where the kernel runs such matmuls or makes or reads an array
+    # of the copies' size (the broadcast itself, the per-example weight gradients).
+    shared_matrix_copies: SharedMatrixCopies | None = None
 
 
 def _fused(module: HloModule, computation: str) -> list[Instruction]:
@@ -1183,6 +1187,78 @@ def _costly_chains(module: HloModule) -> dict[str, MatmulChain]:
     return found
 
 
+@dataclass(frozen=True)
+class SharedMatrixCopies:
+    """A batched matmul's operand that is one matrix broadcast along the batch: ``batch`` copies of ``matrix``."""
+
+    batch: int
+    matrix: tuple[int, ...]
+
+
+MIN_COPIES = 8  # batch elements from which a matrix broadcast along the batch is copied per example
+_PASSES_ARRAY = frozenset({"convert", "bitcast", "reshape", "copy", "transpose", "copy-start", "copy-done"})
+
+
+def _broadcast_source(module: HloModule, instruction: Instruction | None) -> Instruction | None:
+    """The broadcast an operand's values come from, past converts, copies and reshapes and across fusion
+    boundaries; None where they come from anything else."""
+    for _ in range(64):  # a chain of value-preserving ops is short; the bound guards a malformed module
+        if instruction is None or instruction.opcode == "broadcast":
+            return instruction
+        if instruction.opcode in _PASSES_ARRAY:
+            instruction = module.operand(instruction)
+        elif instruction.opcode == "parameter" and instruction.computation in module.runs_as:
+            fusion = module.instructions.get(module.runs_as[instruction.computation])
+            instruction = module.operand(fusion, instruction.parameter) if fusion is not None else None
+        elif instruction.opcode == "fusion" and instruction.calls in module.roots:
+            instruction = module.instructions.get(module.roots[instruction.calls])
+        else:
+            return None
+    return None
+
+
+def _copies_of_one_matrix(module: HloModule, product: Instruction) -> SharedMatrixCopies | None:
+    """Where a batched matmul multiplies each of at least ``MIN_COPIES`` batch elements by a copy of one matrix: an
+    operand broadcast from an array of at least two dimensions that lacks the batch (a vmap that batched the
+    weights with the inputs, as a ``lax.cond`` on a per-example predicate does)."""
+    if product.matmul_mkn is None or product.shape is None:
+        return None
+    m, _, n = product.matmul_mkn
+    batch = math.prod(product.shape.dims) // max(m * n, 1)
+    if batch < MIN_COPIES:
+        return None
+    for side in (0, 1):
+        broadcast = _broadcast_source(module, module.operand(product, side))
+        source = module.operand(broadcast) if broadcast is not None else None
+        if broadcast is None or broadcast.shape is None or source is None or source.shape is None:
+            continue
+        matrix = tuple(size for size in source.shape.dims if size > 1)
+        if len(matrix) >= 2 and math.prod(broadcast.shape.dims) >= batch * math.prod(source.shape.dims):
+            return SharedMatrixCopies(batch=batch, matrix=matrix)
+    return None
+
+
+def _shared_matrix_copies(module: HloModule) -> dict[str, SharedMatrixCopies]:
+    """The kernels of batched matmuls that multiply per-example copies of one matrix (:func:`_copies_of_one_matrix`),
+    those joined to them by arrays of the copies' size (the broadcast), and those that compute such an array inside
+    them (the per-example weight gradients, summed over the batch in the same fusion): kernel -> the copies."""
+    found: dict[str, SharedMatrixCopies] = {}
+    by_size: dict[int, SharedMatrixCopies] = {}
+    for product in module.instructions.values():
+        if (copies := _copies_of_one_matrix(module, product)) is not None:
+            by_size.setdefault(copies.batch * math.prod(copies.matrix), copies)
+            found[_outermost(module, product).name] = copies
+    for elements, copies in by_size.items():
+        joined = _joined_by_arrays(module, elements)
+        for kernel in _reached(joined, {name for name, seen in found.items() if seen == copies}):
+            found.setdefault(kernel, copies)
+        for name in module.computations.get(module.entry, []):
+            if any(i.shape is not None and math.prod(i.shape.dims) == elements
+                   for i in _body(module, module.instructions[name])):
+                found.setdefault(name, copies)
+    return found
+
+
 def _fusion_work(module: HloModule, fusion: Instruction) -> KernelWork:
     body = _fused(module, fusion.calls)
     math_ops = [i for i in body if i.opcode not in _MOVES_OR_RETYPES and i.opcode != "fusion"]
@@ -1214,7 +1290,7 @@ def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
     found = []
     for module in modules:
         computed_per_kept, recomputed = _computed_per_kept(module), _recomputed_positions(module)
-        costly_chains = _costly_chains(module)
+        costly_chains, copies = _costly_chains(module), _shared_matrix_copies(module)
         for instruction in module.instructions.values():
             if (instruction.opcode in _NOT_A_BUFFER or instruction.computation in module.runs_as
                     or instruction.computation in module.applied):
@@ -1223,7 +1299,8 @@ def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
                 found.append(replace(_fusion_work(module, instruction),
                                      computed_per_kept=computed_per_kept.get(instruction.name, 1),
                                      recomputed_positions=recomputed.get(instruction.name, 0),
-                                     costly_chain=costly_chains.get(instruction.name)))
+                                     costly_chain=costly_chains.get(instruction.name),
+                                     shared_matrix_copies=copies.get(instruction.name)))
             else:
                 found.append(KernelWork(
                     module=module.name, instruction=instruction.name,
@@ -1238,6 +1315,7 @@ def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
                     computed_per_kept=computed_per_kept.get(instruction.name, 1),
                     recomputed_positions=recomputed.get(instruction.name, 0),
                     costly_chain=costly_chains.get(instruction.name),
+                    shared_matrix_copies=copies.get(instruction.name),
                     **_matmul_fields(module, [instruction]),
                     **_batched_fields([instruction], [instruction, *filter(None, (
                         module.instructions.get(name) for name in instruction.operands))]),

@@ -1218,3 +1218,77 @@ def test_a_tpu_s_fft_lowered_to_matmuls_by_a_dft_matrix_is_not_a_precision_the_p
         "fusion(%x), kind=kOutput", "fusion(%x, %w), kind=kOutput").replace(
         "%x = f32[512,256]{1,0} parameter(0)", "%x = f32[512,256]{1,0} parameter(0)\n  %w = f32[256,256]{1,0} parameter(1)")
     assert [s.kind for s in _analysis(host, modules=[("jit_step(8)", asked)]).slow_precision] == ["highest"]
+
+
+# --- the same weights multiplied once per example -----------------------------------------------
+
+def _experts_per_example(weights: str, batch: int = 256) -> str:
+    """A vmapped per-example product of 128 features by ``weights`` (the broadcast's source: a [128,512] matrix, a
+    [512] bias, or a [batch,128,512] stack of its own per example), as a batched dot of width 1, and the
+    per-example weight gradient summed over the batch in one fusion."""
+    copies = f"f32[{batch},128,512]{{2,1,0}}"
+    made = (f"%copies = {copies} parameter(1)" if weights == "stack" else
+            f"%w = f32[128,512]{{1,0}} parameter(1)\n  %copies = {copies} broadcast(%w), dimensions={{1,2}}"
+            if weights == "matrix" else
+            f"%w = f32[512]{{0}} parameter(1)\n  %copies = {copies} broadcast(%w), dimensions={{2}}")
+    parameter = f"{copies}" if weights == "stack" else "f32[128,512]" if weights == "matrix" else "f32[512]"
+    return f"""HloModule jit_step
+
+%add (a.r: f32[], b.r: f32[]) -> f32[] {{
+  %a.r = f32[] parameter(0)
+  %b.r = f32[] parameter(1)
+  ROOT %sum.r = f32[] add(%a.r, %b.r)
+}}
+
+%fused_grad (param_0.g: f32[{batch},128], param_1.g: f32[{batch},512]) -> f32[128,512] {{
+  %param_0.g = f32[{batch},128]{{1,0}} parameter(0)
+  %param_1.g = f32[{batch},512]{{1,0}} parameter(1)
+  %rows.g = {copies} broadcast(%param_0.g), dimensions={{0,1}}
+  %columns.g = {copies} broadcast(%param_1.g), dimensions={{0,2}}
+  %outer.g = {copies} multiply(%rows.g, %columns.g)
+  %zero.g = f32[] constant(0)
+  ROOT %sum.g = f32[128,512]{{1,0}} reduce(%outer.g, %zero.g), dimensions={{0}}, to_apply=%add
+}}
+
+ENTRY %main (x: f32[{batch},1,128], w: {parameter}, dy: f32[{batch},512]) -> f32[{batch},1,512] {{
+  %x = f32[{batch},1,128]{{2,1,0}} parameter(0)
+  {made}
+  %dy = f32[{batch},512]{{1,0}} parameter(2)
+  %product = f32[{batch},1,512]{{2,1,0}} dot(%x, %copies), lhs_batch_dims={{0}}, lhs_contracting_dims={{2}}, rhs_batch_dims={{0}}, rhs_contracting_dims={{1}}
+  %rows = f32[{batch},128]{{1,0}} bitcast(%x)
+  %grad = f32[128,512]{{1,0}} fusion(%rows, %dy), kind=kLoop, calls=%fused_grad
+  ROOT %out = f32[{batch},1,512]{{2,1,0}} copy(%product)
+}}
+"""
+
+
+@pytest.mark.parametrize(("weights", "batch", "copies"), [
+    ("matrix", 256, hlo.SharedMatrixCopies(batch=256, matrix=(128, 512))),
+    ("matrix", 4, None),
+    ("bias", 256, None),
+    ("stack", 256, None),
+], ids=["one_matrix_broadcast_per_example", "a_batch_too_small_to_say", "a_bias_broadcast", "a_matrix_per_example"])
+def test_a_batched_matmul_copies_the_weights_per_example_only_when_one_matrix_is_broadcast_along_its_batch(
+        weights, batch, copies):
+    works = {w.instruction: w.shared_matrix_copies
+             for w in hlo.kernel_work([hlo.parse_module("jit_step(3)", _experts_per_example(weights, batch))])}
+    assert [works.get(name) for name in ("product", "copies", "grad", "out")] == [
+        copies, copies if weights == "matrix" else None, copies, None]
+
+
+def test_weights_copied_per_example_are_a_compute_finding_that_says_to_multiply_the_batch_once():
+    host = _host(kind=DeviceKind.TPU, device_type="TPU v5 lite", busy=0.9,
+                 top_ops=[_op("product", 0.5), _op("grad", 0.3), _op("copies", 0.1), _op("out", 0.1)])
+    analysis = _analysis(host, modules=[("jit_step(3)", _experts_per_example("matrix"))])
+    (finding,) = [f for f in analysis.findings if "once per example" in f.title]
+    # (0.5 + 0.3 + 0.1) of device time x (1 - 1/256) x 0.9 busy
+    assert finding.title == ("The same weights multiplied once per example: 256 copies of a [128x512] matrix, "
+                             "81% of the loop")
+    assert finding.priority is Priority.P0 and finding.category is FindingCategory.COMPUTE
+    assert "lax.cond" in finding.what and "jnp.where" in finding.fix
+    (copied,) = analysis.per_example_weights
+    assert (copied.batch, copied.matrix, copied.kernels) == (256, [128, 512], ["product", "grad", "copies"])
+    assert copied.share_of_loop_saved == pytest.approx(0.9 * 0.9 * (1 - 1 / 256))
+    assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
+    stacked = _analysis(host, modules=[("jit_step(3)", _experts_per_example("stack"))])
+    assert not stacked.per_example_weights and not [f for f in stacked.findings if "once per example" in f.title]
