@@ -609,6 +609,9 @@ class KernelWork:
     recomputed_positions: int = 0
     # A matmul chain multiplied in its costly order whose intermediate (or an array as large) the kernel makes or reads.
     costly_chain: MatmulChain | None = None
+    # Matmuls by a triangular matrix of ones (a running sum written as ``tril(ones) @ x``), or kernels that make or
+    # read that matrix: the positions summed over; 0 otherwise.
+    running_sum_positions: int = 0
     # Batched matmuls that multiply each batch element by its own copy of one matrix, broadcast along the batch
     # (a vmap that batched the weights): the copies, where the kernel runs such matmuls or makes or reads an array
     # of the copies' size (the broadcast itself, the per-example weight gradients).
@@ -703,6 +706,41 @@ def _identity_size(module: HloModule, values: Instruction | None) -> int:
     if not all(side is not None and side.opcode == "iota" and side.shape for side in sides):
         return 0
     return sides[0].shape.dims[sides[0].iota_dimension] if sides[0].iota_dimension < len(sides[0].shape.dims) else 0
+
+
+_TRIANGLE = frozenset({"GE", "GT", "LE", "LT"})
+MIN_SUMMED = 64  # positions from which a running sum by a triangular matmul costs many times a cumulative sum
+
+
+def _triangle_size(module: HloModule, values: Instruction | None) -> int:
+    """The size of the triangular matrix of ones ``values`` holds (``iota >= iota`` along its two dimensions,
+    ``jnp.tril(jnp.ones((n, n)))``), a running sum's as a matmul; 0 where it holds none."""
+    compare = _origin(module, values)
+    if compare is None or compare.opcode != "compare" or compare.direction not in _TRIANGLE:
+        return 0
+    sides = [_origin(module, module.operand(compare, side)) for side in (0, 1)]
+    if not all(side is not None and side.opcode == "iota" and side.shape and len(side.shape.dims) == 2
+               for side in sides) or sides[0].iota_dimension == sides[1].iota_dimension:
+        return 0
+    rows, columns = sides[0].shape.dims
+    return rows if rows == columns else 0
+
+
+def _running_sums(module: HloModule) -> dict[str, int]:
+    """The kernels of matmuls by a triangular matrix of ones, which sum each position's predecessors (a cumulative
+    sum written as ``tril(ones) @ x``), and those joined to them by arrays of the matrix's size (the kernel that
+    makes it): kernel -> the positions summed over."""
+    found: dict[str, int] = {}
+    for product in module.instructions.values():
+        if product.opcode not in ("dot", "convolution"):
+            continue
+        if (positions := max(_triangle_size(module, module.operand(product, side)) for side in (0, 1))) >= MIN_SUMMED:
+            found[_outermost(module, product).name] = positions
+    for positions in set(found.values()):
+        joined = _joined_by_arrays(module, positions * positions)
+        for kernel in _reached(joined, {name for name, summed in found.items() if summed == positions}):
+            found.setdefault(kernel, positions)
+    return found
 
 
 def _windows_side_by_side(module: HloModule, root: Instruction | None) -> int:
@@ -1291,6 +1329,7 @@ def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
     for module in modules:
         computed_per_kept, recomputed = _computed_per_kept(module), _recomputed_positions(module)
         costly_chains, copies = _costly_chains(module), _shared_matrix_copies(module)
+        running_sums = _running_sums(module)
         for instruction in module.instructions.values():
             if (instruction.opcode in _NOT_A_BUFFER or instruction.computation in module.runs_as
                     or instruction.computation in module.applied):
@@ -1300,7 +1339,8 @@ def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
                                      computed_per_kept=computed_per_kept.get(instruction.name, 1),
                                      recomputed_positions=recomputed.get(instruction.name, 0),
                                      costly_chain=costly_chains.get(instruction.name),
-                                     shared_matrix_copies=copies.get(instruction.name)))
+                                     shared_matrix_copies=copies.get(instruction.name),
+                                     running_sum_positions=running_sums.get(instruction.name, 0)))
             else:
                 found.append(KernelWork(
                     module=module.name, instruction=instruction.name,
@@ -1316,6 +1356,7 @@ def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
                     recomputed_positions=recomputed.get(instruction.name, 0),
                     costly_chain=costly_chains.get(instruction.name),
                     shared_matrix_copies=copies.get(instruction.name),
+                    running_sum_positions=running_sums.get(instruction.name, 0),
                     **_matmul_fields(module, [instruction]),
                     **_batched_fields([instruction], [instruction, *filter(None, (
                         module.instructions.get(name) for name in instruction.operands))]),
