@@ -606,8 +606,9 @@ class KernelWork:
     # im2col or unfold, a convolution written by hand): how many windows fit along the buffer's widened dimension.
     windows_side_by_side: int = 0
     # The elements it computes (or works on) per one the program reads: a matmul's or convolution's result of which
-    # slices keep one in N (y[:, ::2, ::2], logits[:, -1]), or, for its gradient, the zeros put around or between
-    # the kept elements' gradients and the matmuls that read them; 1 otherwise.
+    # slices keep one in N (y[:, ::2, ::2], logits[:, -1]), its copies and the kernels that pick the kept elements
+    # out of it, or, for its gradient, the zeros put around or between the kept elements' gradients and the matmuls
+    # that read them; 1 otherwise.
     computed_per_kept: int = 1
     # Of a program that writes one position of a buffer per call and computes it from one row of activations it
     # computes at every position (decoding without a key/value cache): the positions this kernel works on, where
@@ -865,9 +866,10 @@ def _body(module: HloModule, instruction: Instruction) -> list[Instruction]:
 
 def _computed_per_kept(module: HloModule) -> dict[str, int]:
     """The entry-level kernels that compute more than the program reads: a matmul or convolution whose result is
-    read only through slices that keep one element in N or fewer (``y[:, ::2, ::2]``, ``logits[:, -1]``), and on
-    the gradient's side the zeros put around or between the kept elements' gradients (a pad as large as such a
-    result, or the zeros a gather's gradient scatters the kept rows' gradients into) and the matmuls that read them:
+    read only through slices that keep one element in N or fewer (``y[:, ::2, ::2]``, ``logits[:, -1]``), its copies
+    and relayouts and the kernels that only pick the kept elements out of it (a gather, a slice), and on the
+    gradient's side the zeros put around or between the kept elements' gradients (a pad as large as such a result,
+    or the zeros a gather's gradient scatters the kept rows' gradients into) and the matmuls that read them:
     kernel -> N."""
     entry = [module.instructions[name] for name in module.computations.get(module.entry, [])]
     bodies = {kernel.name: _body(module, kernel) for kernel in entry}
