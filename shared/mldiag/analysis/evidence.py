@@ -245,8 +245,11 @@ class CostlyProductOrders(Evidence):
     reassociated_flops: float  # of the chain per run, in the other order
     fewer_flops: float  # flops / reassociated_flops
     ms_per_step: float  # of those kernels, per device (per capture without steps)
+    # The least time per step the other order's products take in those kernels' place: their roofline at the chip's
+    # peaks, or, where none is known, at the FLOP rate the kernels achieved.
+    reassociated_ms_per_step: float
     share_of_device: float  # of the host's device op time
-    share_of_loop_saved: float  # of the loop, the kernels' time less its share the reassociated chain still takes
+    share_of_loop_saved: float  # of the loop, the kernels' time less what the other order's products take
     kernels: list[str] = Field(default_factory=list)  # as the device trace names them, longest first
 
 

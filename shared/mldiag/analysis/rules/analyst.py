@@ -2240,7 +2240,7 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
     dense = sparse_updates.dense_table_updates(hosts, hlo_kernels or [])
     decompositions = linear_algebra.decompositions_every_step(hosts, hlo_kernels or [])
     unfolded = unfold.hand_written_convolutions(hosts, hlo_kernels or [])
-    subsampled = subsampling.computed_then_subsampled(hosts, hlo_kernels or [])
+    subsampled = subsampling.computed_then_subsampled(hosts, hlo_kernels or [], chip)
     uncached = decoding.decoding_without_a_cache(hosts, hlo_kernels or [])
     reordered = product_order.chains_in_the_costly_order(hosts, hlo_kernels or [], chip)
     copied = per_example_weights.weights_copied_per_example(hosts, hlo_kernels or [])

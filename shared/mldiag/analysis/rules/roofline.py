@@ -183,6 +183,39 @@ def timed_kernels(host: HostEvidence, works: list[KernelWork]) -> list[tuple[OpT
     return found
 
 
+@dataclass(frozen=True)
+class Rates:
+    """The fastest a device runs work: its FLOP/s and, where memory traffic bounds it, its bytes/s."""
+
+    flops_per_s: float
+    bytes_per_s: float | None = None
+
+    def least_ms(self, flops: float, moved: float) -> float:
+        """The least time work of ``flops`` FLOPs that moves ``moved`` bytes takes at these rates: its roofline."""
+        seconds = flops / self.flops_per_s if self.flops_per_s > 0 else 0.0
+        if self.bytes_per_s:
+            seconds = max(seconds, moved / self.bytes_per_s)
+        return seconds * 1e3
+
+
+def peak_rates(chip: Chip | None, works: list[KernelWork]) -> Rates | None:
+    """The chip's peak FLOP/s for the dtype of ``works``' matmuls (its headline peak without any) and its HBM
+    bandwidth; None without a chip, or where it publishes no peak for that dtype."""
+    dtype = _peak_dtype(chip, works) if chip is not None else None
+    if chip is None or dtype is None:
+        return None
+    return Rates(chip.peak_flops[dtype], chip.hbm_bytes_per_s)
+
+
+def achieved_rates(kernels: list[tuple[OpTime, KernelWork]]) -> Rates | None:
+    """The FLOP/s the kernels achieved (their HLO's FLOPs over the time the trace measured for them), not bound by
+    bytes: the rate new work is held to where no peak is known (a CPU, whose caches keep a product's operands near,
+    so the bytes its HLO names are not memory traffic). None where they do no FLOPs or took no time."""
+    flops = sum(work.flops * op.count_per_step for op, work in kernels)
+    ms = sum(op.self_ms_per_step for op, _ in kernels)
+    return Rates(flops / (ms / 1e3)) if flops > 0 and ms > 0 else None
+
+
 def _hlo_costs(hosts: list[HostEvidence], works: list[KernelWork]) -> dict[str, _Costs]:
     """Device time and matmul FLOPs per program, from the ops the trace timed and their instructions' HLO."""
     costs: dict[str, _Costs] = {}

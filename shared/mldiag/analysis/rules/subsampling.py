@@ -12,19 +12,26 @@ stride 2.
 
 A compiled program shows the waste as kernels whose matmul or convolution result is
 read only through slices that keep one element in N or fewer (distinct slices'
-shares added up, so a split into q, k and v reads everything), and, for the
-gradient, pads as large as such a result and the matmuls that read them
-(:attr:`mldiag.analysis.xprof.hlo.KernelWork.computed_per_kept`). Of their time,
-``1 - 1/N`` computes what is thrown away: that share of the loop is the saving
-stated and ranked.
+shares added up, so a split into q, k and v reads everything), the kernels that
+copy, lay out or pick from such a result, and, for the gradient, pads or zeros as
+large as such a result and the matmuls that read them
+(:attr:`mldiag.analysis.xprof.hlo.KernelWork.computed_per_kept`). Computing only what
+is read leaves each of them a 1/N share of its work, which takes at least its
+roofline: its FLOPs at the chip's peak or the bytes it reads and writes at its
+memory bandwidth, whichever is longer (a scatter into a zeroed full-size gradient
+that runs far below the bandwidth leaves a share far below 1/N of its time). Where
+no peak is known (a CPU) that share runs at the rate the kernel itself achieved:
+1/N of its time. The kernels' time less what is left is the saving stated and
+ranked as a share of the loop.
 """
 
 from __future__ import annotations
 
 from mldiag.analysis.evidence import SubsampledResults
 from mldiag.analysis.host_evidence import HostEvidence, OpTime
+from mldiag.analysis.rules.hardware import Chip
 from mldiag.analysis.rules.kernel_groups import costliest
-from mldiag.analysis.rules.roofline import timed_kernels
+from mldiag.analysis.rules.roofline import peak_rates, timed_kernels
 from mldiag.analysis.rules.wording import quoted
 from mldiag.analysis.xprof.hlo import KernelWork, describe
 from mldiag.domain.resources import Finding, FindingCategory, Priority
@@ -33,18 +40,29 @@ PRIORITIES = ((0.3, Priority.P0), (0.1, Priority.P1), (0.03, Priority.P2))  # of
 MAX_KERNELS_QUOTED = 3
 
 
-def _thrown_away(kernels: list[tuple[OpTime, KernelWork]]) -> float:
-    """The share of device op time the kernels spend on elements the program throws away."""
-    return sum(op.share_of_busy * (1 - 1 / work.computed_per_kept) for op, work in kernels)
+def _kept_ms(op: OpTime, work: KernelWork, chip: Chip | None) -> float:
+    """The least time per step the kernel's work on the read elements alone takes: its 1/N share of its FLOPs and
+    bytes at the chip's roofline, or of its own time where no peak is known; never more than its time."""
+    rates = peak_rates(chip, [work])
+    if rates is None:
+        return op.self_ms_per_step / work.computed_per_kept
+    runs = op.count_per_step / work.computed_per_kept
+    return min(op.self_ms_per_step, rates.least_ms(work.flops * runs, work.bytes_accessed * runs))
 
 
-def computed_then_subsampled(hosts: list[HostEvidence],
-                             works: list[KernelWork]) -> tuple[SubsampledResults, Finding] | None:
+def _thrown_away(kernels: list[tuple[OpTime, KernelWork]], chip: Chip | None) -> float:
+    """The share of device op time the kernels would no longer take computing only the elements the program reads."""
+    return sum(op.share_of_busy * (1 - _kept_ms(op, work, chip) / op.self_ms_per_step)
+               for op, work in kernels if op.self_ms_per_step > 0)
+
+
+def computed_then_subsampled(hosts: list[HostEvidence], works: list[KernelWork],
+                             chip: Chip | None) -> tuple[SubsampledResults, Finding] | None:
     """Matmul and convolution results computed in full and read one element in N, on the host where the work on
     the discarded elements takes the largest share of the loop: that work and its finding."""
     def find(host: HostEvidence) -> tuple[list[tuple[OpTime, KernelWork]], float, int]:
         kernels = [(op, ran[0]) for op, ran in timed_kernels(host, works) if ran and ran[0].computed_per_kept > 1]
-        return kernels, _thrown_away(kernels) * host.loop_busy(), max((w.computed_per_kept for _, w in kernels),
+        return kernels, _thrown_away(kernels, chip) * host.loop_busy(), max((w.computed_per_kept for _, w in kernels),
                                                                       default=1)
 
     costly = costliest(hosts, find, PRIORITIES)

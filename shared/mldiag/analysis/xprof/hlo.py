@@ -78,6 +78,11 @@ _MOVES_OR_RETYPES = _SHAPE_ONLY | {"constant", "convert", "bitcast-convert", "br
                                    "concatenate", "pad"}
 
 
+def element_bytes(dtype: str) -> int:
+    """The bytes of one element of an HLO element type (4 for a type not known)."""
+    return _DTYPE_BYTES.get(dtype, 4)
+
+
 @dataclass(frozen=True)
 class Shape:
     dtype: str
@@ -95,7 +100,7 @@ class Shape:
 
     @property
     def bytes(self) -> int:
-        return math.prod(self.dims) * _DTYPE_BYTES.get(self.dtype, 4)
+        return math.prod(self.dims) * element_bytes(self.dtype)
 
     def __str__(self) -> str:
         layout = "{" + ",".join(map(str, self.layout)) + "}" if self.layout is not None else ""
@@ -593,6 +598,7 @@ class KernelWork:
     # The narrowest rows, contracted size or columns of its batched matmuls (attention's per-head dims); 0 without.
     matmul_width: int = 0
     largest_elements: int = 0  # elements of the largest array it reads or writes
+    bytes_accessed: int = 0  # the arrays it reads and writes, each once: the least memory traffic one run makes
     # The shape of the array its scatters add into that starts as a constant (zeros): a gather's gradient, an
     # embedding table's, made as large as the table; () without.
     scatters_into_constant: tuple[int, ...] = ()
@@ -600,8 +606,9 @@ class KernelWork:
     # im2col or unfold, a convolution written by hand): how many windows fit along the buffer's widened dimension.
     windows_side_by_side: int = 0
     # The elements it computes (or works on) per one the program reads: a matmul's or convolution's result of which
-    # slices keep one in N (y[:, ::2, ::2], logits[:, -1]), or, for its gradient, the zeros put around or between
-    # the kept elements' gradients and the matmuls that read them; 1 otherwise.
+    # slices keep one in N (y[:, ::2, ::2], logits[:, -1]), its copies and the kernels that pick the kept elements
+    # out of it, or, for its gradient, the zeros put around or between the kept elements' gradients and the matmuls
+    # that read them; 1 otherwise.
     computed_per_kept: int = 1
     # Of a program that writes one position of a buffer per call and computes it from one row of activations it
     # computes at every position (decoding without a key/value cache): the positions this kernel works on, where
@@ -821,6 +828,19 @@ def _batched_fields(ops: list[Instruction], arrays: list[Instruction]) -> dict:
             "largest_elements": max((math.prod(i.shape.dims) for i in arrays if i.shape is not None), default=0)}
 
 
+def _bytes_accessed(module: HloModule, kernel: Instruction) -> int:
+    """The bytes of the arrays an entry-level kernel reads (its operands) and writes (its result, a multi-output
+    fusion's every part), each counted once."""
+    root = module.instructions.get(module.roots.get(kernel.calls, "")) if kernel.shape is None else None
+    written = [kernel.shape] if kernel.shape is not None else [
+        part.shape for part in (module.instructions.get(name) for name in (root.operands if root is not None
+                                                                             and root.opcode == "tuple" else []))
+        if part is not None]
+    read = [operand.shape for operand in (module.instructions.get(name) for name in dict.fromkeys(kernel.operands))
+            if operand is not None]
+    return sum(shape.bytes for shape in (*read, *written) if shape is not None)
+
+
 def _copies_argument(module: HloModule, instruction: Instruction) -> bool:
     """Whether ``instruction`` copies one of the program's arguments, unchanged, into a new buffer: the first step
     of an update made out of place."""
@@ -874,6 +894,9 @@ def _share_read(module: HloModule, name: str) -> float:
 
 
 MIN_COMPUTED_PER_KEPT = 2  # elements computed per element read, from which a result is computed mostly to be dropped
+# What a kernel may do to floating-point values and still only pick elements of an array: gather, slice, select
+# between them and a fill value, and lay them out.
+_PICKS = (_MOVES_OR_RETYPES - {"convert", "bitcast-convert"}) | {"gather", "select"}
 
 
 def _body(module: HloModule, instruction: Instruction) -> list[Instruction]:
@@ -885,9 +908,10 @@ def _body(module: HloModule, instruction: Instruction) -> list[Instruction]:
 
 def _computed_per_kept(module: HloModule) -> dict[str, int]:
     """The entry-level kernels that compute more than the program reads: a matmul or convolution whose result is
-    read only through slices that keep one element in N or fewer (``y[:, ::2, ::2]``, ``logits[:, -1]``), and on
-    the gradient's side the zeros put around or between the kept elements' gradients (a pad as large as such a
-    result, or the zeros a gather's gradient scatters the kept rows' gradients into) and the matmuls that read them:
+    read only through slices that keep one element in N or fewer (``y[:, ::2, ::2]``, ``logits[:, -1]``), its copies
+    and relayouts and the kernels that only pick the kept elements out of it (a gather, a slice), and on the
+    gradient's side the zeros put around or between the kept elements' gradients (a pad as large as such a result,
+    or the zeros a gather's gradient scatters the kept rows' gradients into) and the matmuls that read them:
     kernel -> N."""
     entry = [module.instructions[name] for name in module.computations.get(module.entry, [])]
     bodies = {kernel.name: _body(module, kernel) for kernel in entry}
@@ -916,13 +940,15 @@ def _computed_per_kept(module: HloModule) -> dict[str, int]:
             return 1
         return per_kept if int(1 / max(not_zeros, 1e-9)) >= per_kept else 1
 
-    moves = []
+    moves, picks = [], []
     for kernel in entry:
         body = bodies[kernel.name]
         if all(i.opcode in _MOVES_OR_RETYPES and i.opcode not in ("slice", "dynamic-slice", "gather", "pad")
                for i in body if i.opcode not in _NOT_A_BUFFER):
             moves.append(kernel)
             continue
+        if all(i.opcode in _PICKS for i in body if i.opcode not in _NOT_A_BUFFER and i.dtype in _WIDTH):
+            picks.append(kernel)
         spread = [zeros_around(i) for i in body] + [
             zeros_around(_origin(module, module.operand(matmul, side)))
             for matmul in body if matmul.opcode in ("dot", "convolution") for side in (0, 1)]
@@ -938,6 +964,14 @@ def _computed_per_kept(module: HloModule) -> dict[str, int]:
                               if reader.operands[:1] == [kernel.name] and any(
                                   i.opcode == "scatter" for i in bodies.get(reader.name, []))), default=0):
             found[kernel.name] = per_kept
+    # The kernels that pick the read elements out of such a result (a gather or slice with, at most, math on their
+    # indices): computing only what is read leaves nothing to pick.
+    for kernel in picks:
+        if per_kept := max((found.get(runner.name, 0) for name in kernel.operands
+                            if (source := _origin(module, module.instructions.get(name))) is not None
+                            and (runner := _entry_level(module, source)) is not None
+                            and source.shape is not None and source.shape.dims in thinned), default=0):
+            found[kernel.name] = max(found.get(kernel.name, 1), per_kept)
     return found
 
 
@@ -1069,12 +1103,34 @@ class MatmulChain:
         """Of the other order, ``a @ (b @ c)``: a [k, p] intermediate, then [m, k] @ [k, p]."""
         return 2.0 * self.batch * self.k * self.p * (self.m + self.n)
 
-    def fewer_on(self, matrix_unit: int) -> float:
-        """How many times fewer FLOPs the other order takes on a matrix unit ``matrix_unit`` wide (0: none), which
-        computes a dimension narrower than itself at its own width: a product by an [n, 8] matrix costs there what
-        a product by an [n, 128] one does."""
+    def _on(self, matrix_unit: int) -> tuple[int, int, int, int]:
+        """m, k, n and p as a matrix unit ``matrix_unit`` wide (0: none) computes them: a dimension narrower than
+        the unit at the unit's width (a product by an [n, 8] matrix costs there what one by an [n, 128] does)."""
         m, k, n, p = (max(size, matrix_unit) for size in (self.m, self.k, self.n, self.p))
-        return (m * n * (k + p)) / max(k * p * (m + n), 1)
+        return m, k, n, p
+
+    def reassociated_flops_on(self, matrix_unit: int) -> float:
+        """The other order's FLOPs as a matrix unit ``matrix_unit`` wide computes them."""
+        m, k, n, p = self._on(matrix_unit)
+        return 2.0 * self.batch * k * p * (m + n)
+
+    def fewer_on(self, matrix_unit: int) -> float:
+        """How many times fewer FLOPs the other order takes on a matrix unit ``matrix_unit`` wide (0: none)."""
+        m, k, n, p = self._on(matrix_unit)
+        return 2.0 * self.batch * m * n * (k + p) / max(self.reassociated_flops_on(matrix_unit), 1)
+
+    @property
+    def reassociated_elements(self) -> int:
+        """The elements the other order's two products read and write: ``b`` [k, n] and ``c`` [n, p] into a [k, p]
+        product, then ``a`` [m, k] and that into the [m, p] result."""
+        k_by_p = self.k * self.p
+        return self.batch * (self.k * self.n + self.n * self.p + k_by_p + self.m * self.k + k_by_p + self.m * self.p)
+
+    @property
+    def through_intermediate_flops(self) -> float:
+        """The FLOPs of a product of the intermediate [m, n] with an [n, p] matrix: the chain's second product, or
+        in training one of its gradient's that reads the intermediate (or an array of its size) the same way."""
+        return 2.0 * self.batch * self.m * self.n * self.p
 
     @property
     def intermediate_elements(self) -> int:
@@ -1340,7 +1396,8 @@ def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
                                      recomputed_positions=recomputed.get(instruction.name, 0),
                                      costly_chain=costly_chains.get(instruction.name),
                                      shared_matrix_copies=copies.get(instruction.name),
-                                     running_sum_positions=running_sums.get(instruction.name, 0)))
+                                     running_sum_positions=running_sums.get(instruction.name, 0),
+                                     bytes_accessed=_bytes_accessed(module, instruction)))
             else:
                 found.append(KernelWork(
                     module=module.name, instruction=instruction.name,
@@ -1357,6 +1414,7 @@ def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
                     costly_chain=costly_chains.get(instruction.name),
                     shared_matrix_copies=copies.get(instruction.name),
                     running_sum_positions=running_sums.get(instruction.name, 0),
+                    bytes_accessed=_bytes_accessed(module, instruction),
                     **_matmul_fields(module, [instruction]),
                     **_batched_fields([instruction], [instruction, *filter(None, (
                         module.instructions.get(name) for name in instruction.operands))]),

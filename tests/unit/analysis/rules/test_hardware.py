@@ -956,12 +956,25 @@ def test_a_convolution_kept_one_output_in_four_by_a_strided_slice_is_work_thrown
     assert bool(found) is flagged and bool(analysis.subsampled_results) is flagged
     if flagged:
         (finding,) = found
-        assert finding.priority is Priority.P0  # 0.7 of device time x 3/4 thrown away x 0.9 busy
+        assert finding.priority is Priority.P0
+        # A quarter of each kernel's FLOPs and bytes at the chip's roofline: the convolutions' FLOPs at the bf16
+        # peak, the pad's bytes at the HBM bandwidth, far below the 3 and 1 ms the kernels took.
+        convolution_ms = 32 * 64 * 64 * 128 * 3 * 3 * 128 * 2 / 4 / V5E.peak_flops["bf16"] * 1e3
+        pad_ms = 2 * (32 * 32 * 32 * 128 + 1 + 32 * 64 * 64 * 128) / 4 / V5E.hbm_bytes_per_s * 1e3
+        kept = 0.3 * convolution_ms / 3.0 * 2 + 0.1 * pad_ms / 1.0
+        assert analysis.subsampled_results[0].share_of_loop_discarded == pytest.approx(0.9 * (0.7 - kept))
         assert finding.title == ("Matmul or convolution results computed in full and mostly dropped (one element in "
-                                 "4 read): 47% of the loop computes what is thrown away")
+                                 "4 read): 62% of the loop computes what is thrown away")
         assert analysis.subsampled_results[0].kernels == ["conv", "input_grad", "pad.g"]
         assert "window_strides" in finding.fix
         assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
+
+
+def test_on_a_cpu_the_read_elements_alone_take_their_share_of_each_kernels_time():
+    host = _host(kind=DeviceKind.CPU, device_type="CPU", busy=0.9,
+                 top_ops=[_op("conv", 0.3), _op("input_grad", 0.3), _op("pad.g", 0.1), _op("relu", 0.3)])
+    (subsampled,) = _analysis(host, modules=[("jit_step(7)", _subsampled(2))]).subsampled_results
+    assert subsampled.share_of_loop_discarded == pytest.approx(0.7 * 3 / 4 * 0.9)  # no peaks: 1/4 of their time
 
 
 # --- matmul chains multiplied in the costly order -----------------------------------------------
@@ -1099,6 +1112,44 @@ def test_two_hops_multiplied_adjacency_first_are_a_compute_finding_that_says_to_
     assert not cheap.costly_product_orders and not [f for f in cheap.findings if "costly order" in f.title]
 
 
+def _two_hops_trained() -> str:
+    """Two hops multiplied adjacency first, trained: the forward's second product and the gradient's product of
+    the transposed intermediate with the loss's gradient both read the [1024,1024] intermediate."""
+    return _two_hops(cheap_order=False).replace(
+        "ENTRY %main (adj: f32[1024,1024], x: f32[1024,32], other: f32[1024,1024]) -> f32[1024,32] {",
+        "ENTRY %main (adj: f32[1024,1024], x: f32[1024,32], other: f32[1024,1024], g: f32[1024,32]) -> "
+        "(f32[1024,32], f32[1024,32]) {\n  %g = f32[1024,32]{1,0} parameter(3)").replace(
+        "  ROOT %second = f32[1024,32]{1,0} fusion(%bitcast.f, %x), kind=kOutput, calls=%fused_second",
+        "  %second = f32[1024,32]{1,0} fusion(%bitcast.f, %x), kind=kOutput, calls=%fused_second\n"
+        "  %grad = f32[1024,32]{1,0} dot(%bitcast.f, %g), lhs_contracting_dims={0}, rhs_contracting_dims={0}\n"
+        "  ROOT %out = (f32[1024,32], f32[1024,32]) tuple(%second, %grad)")
+
+
+def test_on_a_chip_the_other_order_takes_at_least_the_time_its_thin_products_take_to_read_their_operands():
+    host = _host(kind=DeviceKind.TPU, device_type="TPU v5 lite", busy=0.9,
+                 top_ops=[_op("first", 0.8), _op("second", 0.1), _op("grad", 0.1)])
+    analysis = _analysis(host, modules=[("jit_step(3)", _two_hops_trained())])
+    (chain,) = analysis.costly_product_orders
+    assert chain.kernels == ["first", "second", "grad"]
+    # Two kernels read the intermediate: in the other order each is adj @ x then adj @ that, reading the f32
+    # adjacency twice; 16 MiB at 819 GB/s, far longer than their FLOPs at the peak.
+    pair_bytes = 4 * (2 * 1024 * 1024 + 4 * 1024 * 32)
+    assert chain.reassociated_ms_per_step == pytest.approx(2 * pair_bytes / V5E.hbm_bytes_per_s * 1e3)
+    assert chain.share_of_loop_saved == pytest.approx(0.9 * (1 - chain.reassociated_ms_per_step / 10.0))
+    (finding,) = [f for f in analysis.findings if "costly order" in f.title]
+    assert "at least 0.02 ms per step" in finding.evidence[-1]
+    assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
+
+
+def test_on_a_cpu_the_other_order_runs_at_the_flop_rate_the_chains_kernels_achieved():
+    host = _host(kind=DeviceKind.CPU, device_type="CPU", busy=0.9,
+                 top_ops=[_op("first", 0.8), _op("second", 0.1), _op("grad", 0.1)])
+    (chain,) = _analysis(host, modules=[("jit_step(3)", _two_hops_trained())]).costly_product_orders
+    pair = 2 * 1024 * 32 * 2048
+    current = 2 * 1024 ** 3 + 2 * (2 * 1024 * 1024 * 32)
+    assert chain.reassociated_ms_per_step == pytest.approx(10.0 * 2 * pair / current)
+
+
 def test_a_thin_product_costs_on_a_matrix_unit_what_one_as_wide_as_the_unit_does():
     # A Gram matrix first, (x.T @ x) @ w with w of 8 columns: 32x fewer FLOPs reassociated on a CPU, but on a
     # 128-wide matrix unit both thin products of x.T @ (x @ w) cost as if w had 128 columns: 2x, not worth saying.
@@ -1113,8 +1164,12 @@ def test_linear_attention_normalised_between_its_products_names_the_batched_chai
                  top_ops=[_op("scores", 0.3), _op("mix", 0.2), _op("other", 0.5)])
     analysis = _analysis(host, modules=[("jit_step(3)", _scores_then_mix(LINEAR_ATTENTION))])
     (finding,) = [f for f in analysis.findings if "costly order" in f.title]
+    # Both kernels read the [512,512] scores: two pairs of thin products, padded to the 128-wide matrix unit, whose
+    # bytes bound them at about 0.02 ms against the 5 ms the kernels took.
+    other_order_ms = 2 * 4 * 16 * (4 * 512 * 64 + 2 * 64 * 64) / V5E.hbm_bytes_per_s * 1e3
+    assert analysis.costly_product_orders[0].reassociated_ms_per_step == pytest.approx(other_order_ms)
     assert finding.title == ("A matmul chain multiplied in the costly order: [512,64] @ [64,512] then @ [512,64] "
-                             "(16 such products at once); reassociating saves about 36% of the loop")
+                             "(16 such products at once); reassociating saves about 47% of the loop")
     assert "phi(q) @ (phi(k).T @ v)" in finding.fix
     assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
     softmax = _analysis(host, modules=[("jit_step(3)", _scores_then_mix(SOFTMAX_ATTENTION))])

@@ -379,9 +379,25 @@ ENTRY %main (h: f32[8,512,64], w: f32[64,4096], idx: s32[8,{rows},2], g: f32[8,{
 @pytest.mark.parametrize(("rows", "per_kept"), [(76, 6), (512, 1)])
 def test_a_matmul_result_of_which_a_gather_keeps_a_few_rows_is_computed_mostly_to_be_dropped(rows, per_kept):
     works = {w.instruction: w.computed_per_kept for w in hlo.kernel_work([_module("jit_mlm(1)", _gathered_logits(rows))])}
-    # The logits, the zeros of their gradient, the scatter into them, its relayout and the matmul that reads it.
-    assert [works[name] for name in ("logits", "zeros", "spread", "moved", "dh")] == [per_kept] * 5
-    assert works["picked"] == 1
+    # The logits, the gather that picks the kept rows out of them (gathering first leaves nothing to pick), the
+    # zeros of their gradient, the scatter into them, its relayout and the matmul that reads it.
+    assert [works[name] for name in ("logits", "picked", "zeros", "spread", "moved", "dh")] == [per_kept] * 6
+
+
+def test_a_kernel_that_computes_on_the_kept_elements_is_not_counted_with_those_that_pick_them():
+    # Scaled after the gather, the kept rows are math that computing only them still does.
+    scaled = _gathered_logits(76).replace(
+        "  %zero = f32[] constant(0)\n",
+        "  %zero = f32[] constant(0)\n  %half = f32[8,76,4096]{2,1,0} multiply(%picked, %picked)\n")
+    works = {w.instruction: w.computed_per_kept for w in hlo.kernel_work([_module("jit_mlm(1)", scaled)])}
+    assert (works["picked"], works["half"]) == (6, 1)
+
+
+def test_a_kernel_reads_and_writes_its_operands_and_result_once_each():
+    works = {w.instruction: w for w in hlo.kernel_work([_module("jit_mlm(1)", _gathered_logits(76))])}
+    # logits: h [8,512,64] and w [64,4096] read, [8,512,4096] written, in f32; dh reads spread and w.
+    assert works["logits"].bytes_accessed == 4 * (8 * 512 * 64 + 64 * 4096 + 8 * 512 * 4096)
+    assert works["dh"].bytes_accessed == 4 * (8 * 512 * 4096 + 64 * 4096 + 8 * 512 * 64)
 
 
 def _ranges(slices: list[str]) -> list[tuple[int, int, int]]:
