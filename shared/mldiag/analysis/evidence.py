@@ -229,6 +229,21 @@ class PerExampleWeights(Evidence):
     kernels: list[str] = Field(default_factory=list)  # as the device trace names them, longest first
 
 
+class TriangularRunningSums(Evidence):
+    """``analysis.json.triangular_running_sums``: matmuls by a triangular matrix of ones (running sums written as
+    ``tril(ones) @ x``), with the kernels that run them or make the matrix, on the host where summing in chunks saves
+    the largest share of the loop, as its finding quotes it."""
+
+    host: str
+    positions: int  # the triangular matrix's size: the positions each running sum spans
+    chunk: int  # positions per chunk of the chunked form the saving is estimated for
+    ms_per_step: float  # of those kernels, per device (per capture without steps)
+    chunked_ms_per_step: float  # the least time the chunked form takes in their place
+    share_of_device: float  # of the host's device op time
+    share_of_loop_saved: float  # of the loop, what summing in chunks would save
+    kernels: list[str] = Field(default_factory=list)  # as the device trace names them, longest first
+
+
 class CostlyProductOrders(Evidence):
     """``analysis.json.costly_product_orders``: a matmul chain ``(a @ b) @ c`` multiplied in the order that makes a
     large [m, n] intermediate, where ``a @ (b @ c)`` takes several times fewer FLOPs, with the kernels that make or
@@ -397,6 +412,7 @@ class Analysis(Evidence):
     uncached_decoding: list[UncachedDecoding] = Field(default_factory=list)
     costly_product_orders: list[CostlyProductOrders] = Field(default_factory=list)
     per_example_weights: list[PerExampleWeights] = Field(default_factory=list)
+    triangular_running_sums: list[TriangularRunningSums] = Field(default_factory=list)
     followups: list[Followup] = Field(default_factory=list)
     investigation: Investigation | None = None
     comparison: Comparison | None = None

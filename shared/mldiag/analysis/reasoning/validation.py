@@ -99,7 +99,8 @@ def profile_names(analysis: Analysis) -> set[str]:
     names.update(program.program for program in analysis.roofline)
     for slow in (*analysis.slow_precision, *analysis.narrow_matmuls, *analysis.dense_updates,
                  *analysis.unfolded_inputs, *analysis.subsampled_results, *analysis.uncached_decoding,
-                 *analysis.costly_product_orders, *analysis.per_example_weights):
+                 *analysis.costly_product_orders, *analysis.per_example_weights,
+                 *analysis.triangular_running_sums):
         names.update(slow.kernels)
     for decomposition in analysis.decompositions:
         names.update((*decomposition.kernels, *decomposition.targets))

@@ -1347,3 +1347,67 @@ def test_weights_copied_per_example_are_a_compute_finding_that_says_to_multiply_
     assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
     stacked = _analysis(host, modules=[("jit_step(3)", _experts_per_example("stack"))])
     assert not stacked.per_example_weights and not [f for f in stacked.findings if "once per example" in f.title]
+
+
+# --- running sums as a matmul by a triangular matrix of ones ---------------------------------------
+
+def _running_means(direction: str, ones: str = "%one.t", positions: int = 1024) -> str:
+    """A [positions, positions] matrix selecting ``ones`` where ``iota(0) <direction> iota(1)`` (zeros elsewhere),
+    made by one fusion and multiplied by a [positions, 64] sequence in another."""
+    n = positions
+    return f"""HloModule jit_step
+
+%fused_triangle (param_0.t: f32[{n},{n}]) -> f32[{n},{n}] {{
+  %param_0.t = f32[{n},{n}]{{1,0}} parameter(0)
+  %rows.t = s32[{n},{n}]{{1,0}} iota(), iota_dimension=0
+  %columns.t = s32[{n},{n}]{{1,0}} iota(), iota_dimension=1
+  %lower.t = pred[{n},{n}]{{1,0}} compare(%rows.t, %columns.t), direction={direction}
+  %constant_one.t = f32[] constant(1)
+  %one.t = f32[{n},{n}]{{1,0}} broadcast(%constant_one.t), dimensions={{}}
+  %constant_zero.t = f32[] constant(0)
+  %zero.t = f32[{n},{n}]{{1,0}} broadcast(%constant_zero.t), dimensions={{}}
+  ROOT %triangle.t = f32[{n},{n}]{{1,0}} select(%lower.t, {ones}, %zero.t)
+}}
+
+%fused_sums (param_0.s: f32[{n},{n}], param_1.s: f32[{n},64]) -> f32[{n},64] {{
+  %param_0.s = f32[{n},{n}]{{1,0}} parameter(0)
+  %param_1.s = f32[{n},64]{{1,0}} parameter(1)
+  ROOT %dot.s = f32[{n},64]{{1,0}} dot(%param_0.s, %param_1.s), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+}}
+
+ENTRY %main (x: f32[{n},64], scores: f32[{n},{n}]) -> f32[{n},64] {{
+  %x = f32[{n},64]{{1,0}} parameter(0)
+  %scores = f32[{n},{n}]{{1,0}} parameter(1)
+  %triangle = f32[{n},{n}]{{1,0}} fusion(%scores), kind=kLoop, calls=%fused_triangle
+  ROOT %sums = f32[{n},64]{{1,0}} fusion(%triangle, %x), kind=kOutput, calls=%fused_sums
+}}
+"""
+
+
+@pytest.mark.parametrize(("module", "positions"), [
+    (_running_means("GE"), 1024),
+    (_running_means("LT"), 1024),
+    (_running_means("EQ"), 0),
+    (_running_means("GE", ones="%param_0.t"), 0),
+], ids=["lower_triangle", "strictly_upper_triangle", "identity", "a_causal_mask_of_scores"])
+def test_a_matmul_sums_running_positions_only_by_a_triangle_of_ones(module, positions):
+    works = {w.instruction: w.running_sum_positions
+             for w in hlo.kernel_work([hlo.parse_module("jit_step(3)", module)])}
+    assert [works[name] for name in ("sums", "triangle")] == [positions, positions]
+
+
+def test_triangular_running_sums_are_a_compute_finding_that_says_to_sum_in_chunks():
+    host = _host(kind=DeviceKind.CPU, device_type="CPU", busy=0.9, top_ops=[_op("sums", 0.8), _op("triangle", 0.2)])
+    analysis = _analysis(host, modules=[("jit_step(3)", _running_means("GE"))])
+    (finding,) = [f for f in analysis.findings if "triangular matrix of ones" in f.title]
+    assert finding.title.startswith("Running sums as a matmul by a triangular matrix of ones over 1,024 positions")
+    assert finding.category is FindingCategory.COMPUTE and "jnp.cumsum" in finding.fix and "[chunks, 128" in finding.fix
+    (summed,) = analysis.triangular_running_sums
+    assert (summed.positions, summed.chunk, summed.kernels) == (1024, 128, ["sums", "triangle"])
+    # At the rate the kernels achieved (their FLOPs over both kernels' time), an eighth of the FLOPs takes an eighth
+    # of that time.
+    assert summed.chunked_ms_per_step == pytest.approx(summed.ms_per_step / 8)
+    assert summed.share_of_loop_saved == pytest.approx(0.9 * (1.0 - 1 / 8))
+    assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
+    short = _analysis(host, modules=[("jit_step(3)", _running_means("GE", positions=128))])
+    assert not short.triangular_running_sums
