@@ -135,6 +135,7 @@ CUSTOM_CALL_SHARE = 30.0  # percent of device time in custom calls worth a kerne
 LOOP_RUNS = 100
 TINY_OP_US = 20.0
 TINY_LOOP_SHARE = 0.5
+TINY_LOOP_P0 = 0.8  # of the loop's time in a loop's tiny ops, from which they are its main problem
 # A program whose temporaries at its peak are this many times its inputs and outputs, and at least this big.
 TEMPORARIES_RATIO = 4.0
 TEMPORARIES_FLOOR = 16 * MIB
@@ -1365,7 +1366,7 @@ def _tiny_loop_ops(host: HostEvidence) -> Finding | None:
     runs = max(op.count_per_step for op in repeated)
     mean_us = sum(op.self_ms_per_step for op in repeated) / sum(op.count_per_step for op in repeated) * 1e3
     return Finding(
-        priority=Priority.P1,
+        priority=Priority.P0 if share * host.loop_busy() >= TINY_LOOP_P0 else Priority.P1,
         category=FindingCategory.COMPUTE,
         title=f"Tiny ops in a loop: {share:.0%} of device time in ops run {runs:.0f} times a step, "
               f"{mean_us:.1f} us each",

@@ -35,6 +35,11 @@ def test_a_scan_body_of_microsecond_ops_run_hundreds_of_times_a_step_gets_an_unr
     assert "unroll" in finding.fix and '"dot.4": 256 runs per step' in finding.evidence[0]
 
 
+def test_a_loop_of_tiny_ops_that_holds_nearly_all_of_the_loop_is_its_main_problem():
+    (finding,) = _findings([_op("fusion.3", 256, 0.9, 0.6), _op("fusion.4", 256, 0.57, 0.38)], busy=0.91)
+    assert finding.priority is Priority.P0  # 0.98 of busy time x 0.91 busy: a lax.map over a batch's examples
+
+
 def test_a_short_loop_of_large_ops_and_an_idle_device_are_not_tiny_loop_ops():
     assert not _findings([_op("fusion.1", 16, 40.0, 0.9)])  # sixteen layers of a scan: each op large
     assert not _findings([_op("dot.1", 256, 2.0, 0.9)], busy=0.3)  # the devices wait: another finding's
