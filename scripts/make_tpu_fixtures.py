@@ -6182,6 +6182,190 @@ def video_conv3d_bf16(big: bool) -> Workload:
                     ablations={"stem_padded_to_8": _training(padded_state, padded_step, padded_inputs, y)})
 
 
+
+def lax_map_training_loss(big: bool) -> Workload:
+    """A bf16 MLP (1024-4096-1024 on the chip, batch 256) trained with its loss computed one example at a time by
+    ``jax.lax.map`` over the batch (a device loop of vector-matrix products), data resident. Ablation: the same
+    per-example loss under ``jax.vmap``."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, width, hidden = (256, 1024, 4096) if big else (64, 128, 512)
+    keys = jax.random.split(jax.random.key(600), 4)
+    params = [_normal(keys[0], (width, hidden), "bfloat16"), _normal(keys[1], (hidden, width), "bfloat16")]
+    x = jax.random.normal(keys[2], (batch, width)).astype("bfloat16")
+    y = jax.random.normal(keys[3], (batch, width))
+
+    def example_loss(params, x, y):
+        return jnp.mean(((jax.nn.gelu(x @ params[0]) @ params[1]).astype("float32") - y) ** 2)
+
+    def mapped(params, x, y):
+        return jnp.mean(jax.lax.map(lambda xy: example_loss(params, *xy), (x, y)))
+
+    def vmapped(params, x, y):
+        return jnp.mean(jax.vmap(example_loss, in_axes=(None, 0, 0))(params, x, y))
+
+    state = {"params": params}
+    return Workload(_training(state, sgd(mapped), x, y), ablations={"vmap": _training(state, sgd(vmapped), x, y)})
+
+
+def vmap_cond_both_branches(big: bool) -> Workload:
+    """Two bf16 MLP experts (1024-4096-1024 on the chip, batch 2048), each example choosing its expert by
+    ``lax.cond`` under ``vmap``: with a batched predicate both experts run on every example and a select keeps one.
+    7 in 8 examples choose the first. Trained, data resident. Ablation: the examples grouped by expert (the counts
+    are fixed), each expert run on its own group."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, width, hidden = (2048, 1024, 4096) if big else (256, 128, 512)
+    first = batch * 7 // 8
+    keys = jax.random.split(jax.random.key(610), 6)
+    params = {"a": [_normal(keys[0], (width, hidden), "bfloat16"), _normal(keys[1], (hidden, width), "bfloat16")],
+              "b": [_normal(keys[2], (width, hidden), "bfloat16"), _normal(keys[3], (hidden, width), "bfloat16")]}
+    x = jax.random.normal(keys[4], (batch, width)).astype("bfloat16")
+    y = jax.random.normal(keys[5], (batch, width))
+    choice = jnp.arange(batch) >= first
+
+    def expert(w, x):
+        return jax.nn.gelu(x @ w[0]) @ w[1]
+
+    def by_cond(params, x, y, choice):
+        def one(x, pick):
+            return jax.lax.cond(pick, lambda x: expert(params["b"], x), lambda x: expert(params["a"], x), x)
+
+        out = jax.vmap(one)(x, choice)
+        return jnp.mean((out.astype("float32") - y) ** 2)
+
+    def grouped(params, x, y, choice):
+        out = jnp.concatenate([expert(params["a"], x[:first]), expert(params["b"], x[first:])])
+        return jnp.mean((out.astype("float32") - y) ** 2)
+
+    state = {"params": params}
+    return Workload(_training(state, sgd(by_cond), x, y, choice),
+                    ablations={"grouped_by_expert": _training(state, sgd(grouped), x, y, choice)})
+
+
+def linear_rnn_sequential_scan(big: bool) -> Workload:
+    """A diagonal linear recurrence ``h_t = a * h_(t-1) + x_t @ w`` over 2048 positions (batch 8 x 1024 channels on
+    the chip, f32 state), trained, data resident: the inputs projected by one bf16 matmul, then a ``lax.scan`` of one
+    elementwise update per position (and its gradient's reverse scan). Ablation: the same recurrence by
+    ``jax.lax.associative_scan``."""
+    import jax
+    import jax.numpy as jnp
+
+    length, batch, width = (2048, 8, 1024) if big else (256, 4, 128)
+    keys = jax.random.split(jax.random.key(620), 3)
+    params = {"w": _normal(keys[0], (width, width), "bfloat16"), "a": jnp.full((width,), 2.0, "float32")}
+    x = jax.random.normal(keys[1], (length, batch, width)).astype("bfloat16")
+    y = jnp.zeros((length, batch, width), "float32")
+
+    def inputs(params, x):
+        return (x @ params["w"]).astype("float32"), jax.nn.sigmoid(params["a"])
+
+    def sequential(params, x, y, unroll: int = 1):
+        u, a = inputs(params, x)
+
+        def cell(h, u_t):
+            h = a * h + u_t
+            return h, h
+
+        _, states = jax.lax.scan(cell, jnp.zeros((batch, width), "float32"), u, unroll=unroll)
+        return jnp.mean((states - y) ** 2)
+
+    def associative(params, x, y):
+        u, a = inputs(params, x)
+
+        def combine(left, right):
+            return left[0] * right[0], right[0] * left[1] + right[1]
+
+        _, states = jax.lax.associative_scan(combine, (jnp.broadcast_to(a, u.shape), u))
+        return jnp.mean((states - y) ** 2)
+
+    state = {"params": params}
+    return Workload(_training(state, sgd(sequential), x, y),
+                    ablations={"associative_scan": _training(state, sgd(associative), x, y),
+                               "unrolled_8": _training(state, sgd(functools.partial(sequential, unroll=8)), x, y)})
+
+
+def frozen_backbone_masked_grads(big: bool) -> Workload:
+    """Fine-tuning a classifier head on a frozen bf16 MLP backbone (three residual blocks 2048-8192-2048 on the chip,
+    batch 1024): the step takes the gradient of every parameter and multiplies the backbone's by trainable masks of
+    0.0 passed in beside them (the head's is 1.0). Data resident. Ablation: the backbone under ``stop_gradient``."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, width, hidden, classes = (1024, 2048, 8192, 128) if big else (128, 256, 1024, 16)
+    keys = jax.random.split(jax.random.key(630), 8)
+    params = {"backbone": [(_normal(keys[2 * i], (width, hidden), "bfloat16"),
+                            _normal(keys[2 * i + 1], (hidden, width), "bfloat16")) for i in range(3)],
+              "head": _normal(keys[6], (width, classes), "bfloat16")}
+    masks = jax.tree.map(lambda p: jnp.zeros((), "float32"), params)
+    masks["head"] = jnp.ones((), "float32")
+    x = jax.random.normal(keys[7], (batch, width)).astype("bfloat16")
+    labels = jnp.arange(batch) % classes
+
+    def loss(params, x, labels, frozen: bool):
+        backbone = jax.lax.stop_gradient(params["backbone"]) if frozen else params["backbone"]
+        h = x
+        for up, down in backbone:
+            h = h + jax.nn.gelu(h @ up) @ down
+        logits = (h @ params["head"]).astype("float32")
+        return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), labels[:, None], axis=1))
+
+    def make_step(frozen: bool):
+        def step(params, masks, x, labels):
+            value, grads = jax.value_and_grad(loss)(params, x, labels, frozen)
+            return jax.tree.map(lambda p, g, m: (p - 1e-3 * g * m).astype(p.dtype), params, grads, masks), value
+
+        return jax.jit(step, donate_argnums=0)
+
+    state = {"params": params}
+    return Workload(_training(state, make_step(False), masks, x, labels),
+                    ablations={"stop_gradient": _training(state, make_step(True), masks, x, labels)})
+
+
+def tril_matmul_prefix_sum(big: bool) -> Workload:
+    """Running means over 8192 positions (batch 8 x 256 channels on the chip, bf16) computed as a lower-triangular
+    matrix of ones times the sequence, an n x n x channels product, in each of four layers, trained with data
+    resident. Ablation: the running sums by ``jnp.cumsum``."""
+    import jax
+    import jax.numpy as jnp
+
+    length, batch, width = (8192, 8, 256) if big else (1024, 4, 64)
+    keys = jax.random.split(jax.random.key(640), 5)
+    params = [_normal(k, (width, width), "bfloat16") for k in keys[:4]]
+    x = jax.random.normal(keys[4], (batch, length, width)).astype("bfloat16")
+    y = jnp.zeros((batch, length, width), "float32")
+    counts = jnp.arange(1, length + 1, dtype="float32")[:, None]
+
+    def by_triangle(h):
+        return (jnp.tril(jnp.ones((length, length), h.dtype)) @ h / counts).astype(h.dtype)
+
+    def by_cumsum(h):
+        return (jnp.cumsum(h.astype("float32"), axis=1) / counts).astype(h.dtype)
+
+    def by_chunks(h):
+        chunk = 256 if big else 64
+        blocks = h.reshape(batch, length // chunk, chunk, width)
+        within = jnp.einsum("ij,bkjc->bkic", jnp.tril(jnp.ones((chunk, chunk), h.dtype)), blocks).astype("float32")
+        totals = within[:, :, -1, :]
+        before = jnp.cumsum(totals, axis=1) - totals
+        return ((within + before[:, :, None, :]).reshape(batch, length, width) / counts).astype(h.dtype)
+
+    def make_step(running_mean):
+        def loss(params, x, y):
+            h = x
+            for w in params:
+                h = h + running_mean(jax.nn.gelu(h @ w))
+            return jnp.mean((h.astype("float32") - y) ** 2)
+
+        return sgd(loss)
+
+    state = {"params": params}
+    return Workload(_training(state, make_step(by_triangle), x, y),
+                    ablations={"cumsum": _training(state, make_step(by_cumsum), x, y),
+                               "chunked": _training(state, make_step(by_chunks), x, y)})
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -6521,7 +6705,7 @@ SHAPES: dict[str, Shape] = {
                                "chip) as a lax.scan's stacked outputs, then trains a bf16 MLP step on them",
                                cause="a scan writing its stacked outputs one row at a time, each rewriting "
                                "8-row tiles, where one vectorised op would do"),
-    "lax_map_per_example": Shape(lax_map_per_example, 15, "inference scoring 512 examples with jax.lax.map over a "
+    "lax_map_per_example": Shape(lax_map_per_example, 5, "inference scoring 512 examples with jax.lax.map over a "
                                  "per-example bf16 MLP (d 2048 on the chip); annotated steps",
                                  cause="lax.map runs the examples one after another where jax.vmap would batch "
                                  "them"),
@@ -6779,6 +6963,30 @@ SHAPES: dict[str, Shape] = {
         "passed in as an array, two bf16 MLP blocks of 768 over 32 x 512 positions, trained, data resident",
         cause="none: healthy (a static pooled position saves 0); a 4.6 ms program launched and waited for each "
         "step (busy 0.82)"),
+    "lax_map_training_loss": Shape(lax_map_training_loss, 5, "a bf16 MLP (1024-4096-1024, batch 256 on the chip) "
+                                 "trained with its loss computed one example at a time by jax.lax.map; annotated "
+                                 "steps", cause="jax.lax.map runs the 256 examples one after another, a device loop "
+                                 "of vector-matrix products (busy 0.91); jax.vmap saves 0.94 (on a CPU 0.88)"),
+    "vmap_cond_both_branches": Shape(vmap_cond_both_branches, 15, "two bf16 MLP experts chosen per example by "
+                                     "lax.cond under vmap (both run, a select keeps one); annotated steps",
+                                     cause="both experts run on every example, each against its own copy of the "
+                                     "weights (vmap batches every operand of a per-example lax.cond); the examples "
+                                     "grouped by expert save 0.98 (on a CPU 0.99)"),
+    "linear_rnn_sequential_scan": Shape(linear_rnn_sequential_scan, 5, "a diagonal linear recurrence over 2048 "
+                                        "positions by lax.scan, trained; annotated steps",
+                                        cause="a scan of 2048 elementwise steps of 0.2 us (0.72 of device time) and a "
+                                        "launch each step (0.33 of the loop); unroll=8 saves 0.32 (on a CPU 0.71), "
+                                        "an associative scan takes 1.9x as long on the chip"),
+    "frozen_backbone_masked_grads": Shape(frozen_backbone_masked_grads, 15, "a head fine-tuned on a frozen bf16 "
+                                          "backbone whose gradients are computed and multiplied by masks of 0.0; "
+                                          "annotated steps", cause="the frozen backbone's gradients computed and "
+                                          "multiplied by 0.0, masks the compiled program only sees as values passed "
+                                          "in; stop_gradient saves 0.43 (on a CPU 0.68)"),
+    "tril_matmul_prefix_sum": Shape(tril_matmul_prefix_sum, 10, "running means as a lower-triangular matrix of ones "
+                                    "times the sequence, four layers, trained; annotated steps",
+                                    cause="running sums as 8192 x 8192 triangular matmuls (0.93 of device time); "
+                                    "summing in chunks of 256 saves 0.65, jnp.cumsum 0.29 (on a CPU, at 1024 "
+                                    "positions, 0.67 and 0.61)"),
 }
 
 
