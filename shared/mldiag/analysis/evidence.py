@@ -244,6 +244,22 @@ class TriangularRunningSums(Evidence):
     kernels: list[str] = Field(default_factory=list)  # as the device trace names them, longest first
 
 
+class PairwiseByBroadcast(Evidence):
+    """``analysis.json.pairwise_by_broadcast``: every row of one matrix combined with every row of another feature
+    by feature (pairwise distances by broadcasting), with the kernels that make or read the [n, m, d] differences,
+    on the host where the matmul form saves the largest share of the loop, as its finding quotes it."""
+
+    host: str
+    rows: int  # n: rows of the first matrix
+    other_rows: int  # m: rows of the second
+    features: int  # d: the features each pair is combined over
+    ms_per_step: float  # of those kernels, per device (per capture without steps)
+    matmul_ms_per_step: float  # the least time the matmul form takes in their place
+    share_of_device: float  # of the host's device op time
+    share_of_loop_saved: float  # of the loop, what the matmul form would save
+    kernels: list[str] = Field(default_factory=list)  # as the device trace names them, longest first
+
+
 class CostlyProductOrders(Evidence):
     """``analysis.json.costly_product_orders``: a matmul chain ``(a @ b) @ c`` multiplied in the order that makes a
     large [m, n] intermediate, where ``a @ (b @ c)`` takes several times fewer FLOPs, with the kernels that make or
@@ -413,6 +429,7 @@ class Analysis(Evidence):
     costly_product_orders: list[CostlyProductOrders] = Field(default_factory=list)
     per_example_weights: list[PerExampleWeights] = Field(default_factory=list)
     triangular_running_sums: list[TriangularRunningSums] = Field(default_factory=list)
+    pairwise_by_broadcast: list[PairwiseByBroadcast] = Field(default_factory=list)
     followups: list[Followup] = Field(default_factory=list)
     investigation: Investigation | None = None
     comparison: Comparison | None = None

@@ -89,8 +89,8 @@ from mldiag.analysis.profile.trace_names import (
 from mldiag.analysis.profile.trace_names import hlo_instruction as _instruction
 from mldiag.analysis.profile.trace_names import program_base as _module_base
 from mldiag.analysis.rules import (decoding, frameworks, host_causes, launches, linear_algebra, matrix_unit,
-                                   per_example_weights, precision, product_order, roofline, running_sums,
-                                   sparse_updates, subsampling, unfold)
+                                   pairwise, per_example_weights, precision, product_order, roofline,
+                                   running_sums, sparse_updates, subsampling, unfold)
 from mldiag.analysis.rules import kernels as kernel_ops
 from mldiag.analysis.rules.frameworks import Framework
 from mldiag.analysis.rules.host_causes import HostCause
@@ -2246,8 +2246,9 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
     reordered = product_order.chains_in_the_costly_order(hosts, hlo_kernels or [], chip)
     copied = per_example_weights.weights_copied_per_example(hosts, hlo_kernels or [])
     summed = running_sums.triangular_running_sums(hosts, hlo_kernels or [], chip)
+    pairs = pairwise.pairwise_by_broadcast(hosts, hlo_kernels or [], chip)
     hardware += [found[1] for found in (narrow, dense, decompositions, unfolded, subsampled, uncached, reordered,
-                                        copied, summed) if found is not None]
+                                        copied, summed, pairs) if found is not None]
     findings = _findings(hosts, by_name, hlo_issues, metrics, health, programs, movements, kernels, hardware,
                          hlo_kernels or [])
     status = decide_status(health, findings)
@@ -2274,6 +2275,7 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
         costly_product_orders=[reordered[0]] if reordered is not None else [],
         per_example_weights=[copied[0]] if copied is not None else [],
         triangular_running_sums=[summed[0]] if summed is not None else [],
+        pairwise_by_broadcast=[pairs[0]] if pairs is not None else [],
         profile=profile,
         versions=versions,
         seconds=seconds,

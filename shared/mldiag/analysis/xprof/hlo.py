@@ -56,6 +56,7 @@ _FUSION_KIND = re.compile(r"\bkind=k(\w+)")
 _TARGET = re.compile(r'custom_call_target="([^"]*)"')
 _DIRECTION = re.compile(r"\bdirection=(\w+)")
 _IOTA_DIMENSION = re.compile(r"\biota_dimension=(\d+)")
+_DIMENSIONS = re.compile(r"\bdimensions=\{([\d,]*)\}")
 # HLO's own attribute, and a library GEMM's backend config ("operand_precision":["HIGHEST","HIGHEST"]).
 _PRECISION = re.compile(r"operand_precision=\{([^}]*)\}|\"operand_precision\":\[([^\]]*)\]")
 _CONTRACTING = re.compile(r"lhs_contracting_dims=\{([\d,]*)\}")
@@ -128,6 +129,7 @@ class Instruction:
     parameter: int = -1  # a parameter's number
     direction: str = ""  # a compare's: "EQ", "LT", ...
     iota_dimension: int = 0  # an iota's: the dimension it counts along
+    broadcast_dimensions: tuple[int, ...] = ()  # a broadcast's: the result's dimensions its operand's map to
     # A slice's elements over its operand's (what it keeps), a pad's operand's over its own (what is not zeros); 1
     # for other instructions.
     kept_share: float = 1.0
@@ -248,6 +250,8 @@ def parse_module(name: str, text: str) -> HloModule:
             instruction.tuple_index = int(index.group(1))
         elif instruction.opcode == "iota" and (dimension := _IOTA_DIMENSION.search(attributes)):
             instruction.iota_dimension = int(dimension.group(1))
+        elif instruction.opcode == "broadcast" and (dimensions := _DIMENSIONS.search(attributes)):
+            instruction.broadcast_dimensions = tuple(int(d) for d in dimensions.group(1).split(",") if d)
         elif instruction.opcode in ("slice", "pad"):
             instruction.kept_share = _kept_share(module, instruction)
             instruction.window = window.group(1) if (window := _SLICE_WINDOW.search(attributes)) else ""
@@ -619,6 +623,9 @@ class KernelWork:
     # Matmuls by a triangular matrix of ones (a running sum written as ``tril(ones) @ x``), or kernels that make or
     # read that matrix: the positions summed over; 0 otherwise.
     running_sum_positions: int = 0
+    # Every row of one matrix combined with every row of another feature by feature, an [n, m, d] elementwise
+    # computation (pairwise distances by broadcasting): (n, m, d); () otherwise.
+    pairs_combined: tuple[int, ...] = ()
     # Batched matmuls that multiply each batch element by its own copy of one matrix, broadcast along the batch
     # (a vmap that batched the weights): the copies, where the kernel runs such matmuls or makes or reads an array
     # of the copies' size (the broadcast itself, the per-example weight gradients).
@@ -731,6 +738,50 @@ def _triangle_size(module: HloModule, values: Instruction | None) -> int:
         return 0
     rows, columns = sides[0].shape.dims
     return rows if rows == columns else 0
+
+
+MIN_PAIRS = 1 << 16  # pairs from which combining every pair feature by feature is worth a finding
+_PAIRWISE = frozenset({"subtract", "add"})
+
+
+def _pairs_combined(module: HloModule, instruction: Instruction) -> tuple[int, int, int] | None:
+    """Where ``instruction`` combines two matrices row by row, every row of one with every row of the other,
+    feature by feature: the difference (or sum) of an [n, d] and an [m, d] array broadcast to [n, m, d] along
+    different dimensions (``a[:, None, :] - b[None, :, :]``), as pairwise distances by broadcasting compute;
+    (n, m, d)."""
+    if instruction.opcode not in _PAIRWISE or instruction.shape is None or len(instruction.shape.dims) != 3:
+        return None
+    kept = []
+    for side in (0, 1):
+        broadcast = module.operand(instruction, side)
+        while broadcast is not None and broadcast.opcode in ("convert", "bitcast", "copy"):
+            broadcast = module.operand(broadcast)
+        if broadcast is None or broadcast.opcode != "broadcast" or (source := module.operand(broadcast)) is None:
+            return None
+        if source.shape is None or len(source.shape.dims) != 2:
+            return None
+        kept.append(set(broadcast.broadcast_dimensions))
+    shared = kept[0] & kept[1]
+    if len(shared) != 1 or len(kept[0] | kept[1]) != 3:
+        return None
+    features = shared.pop()
+    n, m = (instruction.shape.dims[next(iter(dims - {features}))] for dims in kept)
+    return (n, m, instruction.shape.dims[features]) if n * m >= MIN_PAIRS else None
+
+
+def _pairwise_kernels(module: HloModule) -> dict[str, tuple[int, int, int]]:
+    """The entry-level kernels that combine every pair of two matrices' rows feature by feature
+    (:func:`_pairs_combined`), and those joined to them by arrays of the [n, m, d] size (the squares and sums of a
+    difference materialised by one kernel and read by others): kernel -> (n, m, d)."""
+    found: dict[str, tuple[int, int, int]] = {}
+    for instruction in module.instructions.values():
+        if (pairs := _pairs_combined(module, instruction)) is not None:
+            found.setdefault(_outermost(module, instruction).name, pairs)
+    for pairs in set(found.values()):
+        joined = _joined_by_arrays(module, math.prod(pairs))
+        for kernel in _reached(joined, {name for name, seen in found.items() if seen == pairs}):
+            found.setdefault(kernel, pairs)
+    return found
 
 
 def _running_sums(module: HloModule) -> dict[str, int]:
@@ -1385,7 +1436,7 @@ def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
     for module in modules:
         computed_per_kept, recomputed = _computed_per_kept(module), _recomputed_positions(module)
         costly_chains, copies = _costly_chains(module), _shared_matrix_copies(module)
-        running_sums = _running_sums(module)
+        running_sums, pairwise = _running_sums(module), _pairwise_kernels(module)
         for instruction in module.instructions.values():
             if (instruction.opcode in _NOT_A_BUFFER or instruction.computation in module.runs_as
                     or instruction.computation in module.applied):
@@ -1397,6 +1448,7 @@ def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
                                      costly_chain=costly_chains.get(instruction.name),
                                      shared_matrix_copies=copies.get(instruction.name),
                                      running_sum_positions=running_sums.get(instruction.name, 0),
+                                     pairs_combined=pairwise.get(instruction.name, ()),
                                      bytes_accessed=_bytes_accessed(module, instruction)))
             else:
                 found.append(KernelWork(
@@ -1414,6 +1466,7 @@ def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
                     costly_chain=costly_chains.get(instruction.name),
                     shared_matrix_copies=copies.get(instruction.name),
                     running_sum_positions=running_sums.get(instruction.name, 0),
+                    pairs_combined=pairwise.get(instruction.name, ()),
                     bytes_accessed=_bytes_accessed(module, instruction),
                     **_matmul_fields(module, [instruction]),
                     **_batched_fields([instruction], [instruction, *filter(None, (
