@@ -6366,6 +6366,135 @@ def tril_matmul_prefix_sum(big: bool) -> Workload:
                     ablations={"cumsum": _training(state, make_step(by_cumsum), x, y),
                                "chunked": _training(state, make_step(by_chunks), x, y)})
 
+
+def pairwise_distances_broadcast(big: bool) -> Workload:
+    """A metric-learning loss over all pairs of 2048 projected queries and 2048 keys (128 features, bf16 on the
+    chip), the squared distances written with broadcasting, ``((q[:, None, :] - k[None, :, :]) ** 2).sum(-1)``,
+    trained, data resident. Ablation: the same distances as ``|q|^2 + |k|^2 - 2 q @ k.T``."""
+    import jax
+    import jax.numpy as jnp
+
+    count, features = (2048, 128) if big else (512, 32)
+    keys = jax.random.split(jax.random.key(700), 3)
+    params = [_normal(keys[0], (features, features), "bfloat16")]
+    queries = jax.random.normal(keys[1], (count, features)).astype("bfloat16")
+    targets = jax.random.normal(keys[2], (count, features)).astype("bfloat16")
+
+    def broadcast(q, k):
+        return ((q[:, None, :].astype("float32") - k[None, :, :].astype("float32")) ** 2).sum(-1)
+
+    def expanded(q, k):
+        q, k = q.astype("float32"), k.astype("float32")
+        return (q ** 2).sum(-1)[:, None] + (k ** 2).sum(-1)[None, :] - 2 * q @ k.T
+
+    def make_step(distances):
+        def loss(params, queries, targets):
+            d = distances(queries @ params[0], targets)
+            return -jnp.mean(jnp.diagonal(jax.nn.log_softmax(-d / features, axis=1)))
+
+        return sgd(loss)
+
+    state = {"params": params}
+    return Workload(_training(state, make_step(broadcast), queries, targets),
+                    ablations={"expanded": _training(state, make_step(expanded), queries, targets)})
+
+
+def segment_mean_one_hot(big: bool) -> Workload:
+    """Per-segment means of 65,536 projected rows over 2,048 segments (256 features, bf16 on the chip) computed as
+    ``one_hot(ids, 2048).T @ h / counts``, trained, data resident. Ablation: ``jax.ops.segment_sum``."""
+    import jax
+    import jax.numpy as jnp
+
+    rows, segments, features = (65536, 2048, 256) if big else (8192, 256, 64)
+    keys = jax.random.split(jax.random.key(710), 4)
+    params = [_normal(keys[0], (features, features), "bfloat16")]
+    x = jax.random.normal(keys[1], (rows, features)).astype("bfloat16")
+    ids = jax.random.randint(keys[2], (rows,), 0, segments)
+    y = jax.random.normal(keys[3], (segments, features))
+    counts = jnp.maximum(jnp.bincount(ids, length=segments), 1).astype("float32")[:, None]
+
+    def by_one_hot(h, ids):
+        return (jax.nn.one_hot(ids, segments, dtype=h.dtype).T @ h).astype("float32") / counts
+
+    def by_segment_sum(h, ids):
+        return jax.ops.segment_sum(h.astype("float32"), ids, num_segments=segments) / counts
+
+    def make_step(means):
+        def loss(params, x, ids, y):
+            return jnp.mean((means(jax.nn.gelu(x @ params[0]), ids) - y) ** 2)
+
+        return sgd(loss)
+
+    state = {"params": params}
+    return Workload(_training(state, make_step(by_one_hot), x, ids, y),
+                    ablations={"segment_sum": _training(state, make_step(by_segment_sum), x, ids, y)})
+
+
+def per_example_clipped_grads(big: bool) -> Workload:
+    """DP-SGD on a bf16 MLP (1024-4096-1024 on the chip, batch 256): each example's gradient by ``jax.vmap(jax.grad)``
+    with the weights unbatched, clipped to norm 1, averaged and applied; data resident. Ablation: the batch's mean
+    gradient without per-example clipping (a different method: what the privacy costs)."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, width, hidden = (256, 1024, 4096) if big else (64, 128, 512)
+    keys = jax.random.split(jax.random.key(720), 4)
+    params = [_normal(keys[0], (width, hidden), "bfloat16"), _normal(keys[1], (hidden, width), "bfloat16")]
+    x = jax.random.normal(keys[2], (batch, width)).astype("bfloat16")
+    y = jax.random.normal(keys[3], (batch, width))
+
+    def example_loss(params, x, y):
+        return jnp.mean(((jax.nn.gelu(x @ params[0]) @ params[1]).astype("float32") - y) ** 2)
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def private_step(params, x, y):
+        grads = jax.vmap(jax.grad(example_loss), in_axes=(None, 0, 0))(params, x, y)
+        norms = jnp.sqrt(sum(jnp.sum(g.astype("float32") ** 2, axis=tuple(range(1, g.ndim))) for g in grads))
+        scale = jnp.minimum(1.0, 1.0 / (norms + 1e-6))
+        mean = [jnp.mean(g * scale.reshape((-1,) + (1,) * (g.ndim - 1)).astype(g.dtype), axis=0) for g in grads]
+        return [(p - 1e-3 * g).astype(p.dtype) for p, g in zip(params, mean)], jnp.mean(norms)
+
+    def plain(params, x, y):
+        return jnp.mean(jax.vmap(example_loss, in_axes=(None, 0, 0))(params, x, y))
+
+    state = {"params": params}
+    return Workload(_training(state, private_step, x, y), ablations={"batch_gradient": _training(state, sgd(plain),
+                                                                                                  x, y)})
+
+
+def switch_experts_vmap(big: bool) -> Workload:
+    """Four bf16 MLP experts (1024-2048-1024 on the chip, batch 2048), each example choosing one by ``lax.switch``
+    under ``vmap``, a quarter of the batch each. Trained, data resident. Ablation: the examples grouped by expert
+    (the counts are fixed), each expert run on its own group."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, width, hidden, experts = (2048, 1024, 2048, 4) if big else (256, 128, 256, 4)
+    keys = jax.random.split(jax.random.key(730), 2 * experts + 2)
+    params = [[_normal(keys[2 * e], (width, hidden), "bfloat16"), _normal(keys[2 * e + 1], (hidden, width), "bfloat16")]
+              for e in range(experts)]
+    x = jax.random.normal(keys[-2], (batch, width)).astype("bfloat16")
+    y = jax.random.normal(keys[-1], (batch, width))
+    choice = jnp.arange(batch) * experts // batch
+    group = batch // experts
+
+    def expert(w, x):
+        return jax.nn.gelu(x @ w[0]) @ w[1]
+
+    def by_switch(params, x, y, choice):
+        def one(x, pick):
+            return jax.lax.switch(pick, [functools.partial(expert, w) for w in params], x)
+
+        return jnp.mean((jax.vmap(one)(x, choice).astype("float32") - y) ** 2)
+
+    def grouped(params, x, y, choice):
+        out = jnp.concatenate([expert(w, x[e * group:(e + 1) * group]) for e, w in enumerate(params)])
+        return jnp.mean((out.astype("float32") - y) ** 2)
+
+    state = {"params": params}
+    return Workload(_training(state, sgd(by_switch), x, y, choice),
+                    ablations={"grouped_by_expert": _training(state, sgd(grouped), x, y, choice)})
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -6987,6 +7116,24 @@ SHAPES: dict[str, Shape] = {
                                     cause="running sums as 8192 x 8192 triangular matmuls (0.93 of device time); "
                                     "summing in chunks of 256 saves 0.65, jnp.cumsum 0.29 (on a CPU, at 1024 "
                                     "positions, 0.67 and 0.61)"),
+    "pairwise_distances_broadcast": Shape(pairwise_distances_broadcast, 10, "all-pairs squared distances by "
+                                          "broadcasting, trained; annotated steps",
+                                          cause="an [n, n, d] array of differences by broadcasting, element-wise on "
+                                          "the vector units; |q|^2 + |k|^2 - 2 q @ k.T saves 0.68 (on a CPU "
+                                          "0.94)"),
+    "segment_mean_one_hot": Shape(segment_mean_one_hot, 10, "segment means as one_hot(ids).T @ h, trained; "
+                                  "annotated steps",
+                                  cause="a 0.84 ms program launched and waited for each step (busy 0.48); "
+                                  "jax.ops.segment_sum is no faster on the chip (saves 0; on a CPU 0.74)"),
+    "per_example_clipped_grads": Shape(per_example_clipped_grads, 10, "DP-SGD: per-example gradients by "
+                                       "vmap(grad), clipped and averaged; annotated steps",
+                                       cause="the method's per-example weight gradients, made and clipped: a plain "
+                                       "batch gradient (another method) takes 0.13 of the time"),
+    "switch_experts_vmap": Shape(switch_experts_vmap, 10, "four bf16 MLP experts chosen per example by lax.switch "
+                                 "under vmap; annotated steps",
+                                 cause="every expert runs on every example against its own copy of the weights (vmap "
+                                 "batches every operand of a per-example lax.switch); the examples grouped by "
+                                 "expert save 0.98 (on a CPU 0.99)"),
 }
 
 

@@ -76,7 +76,7 @@ def pairwise_by_broadcast(hosts: list[HostEvidence], works: list[KernelWork],
     return evidence, Finding(
         priority=priority,
         category=FindingCategory.COMPUTE,
-        title=f"Pairwise differences by broadcasting: {n:,} x {m:,} pairs of {d} features element by element; the "
+        title=f"Pairwise differences by broadcasting: {n:,} by {m:,} pairs of {d} features element by element; the "
               f"matmul form saves about {saved:.0%} of the loop",
         what=(f"The program subtracts every row of a [{n},{d}] matrix from every row of a [{m},{d}] one, an "
               f"[{n},{m},{d}] array of differences (a[:, None, :] - b[None, :, :]), and reduces it: element-wise "

@@ -1471,7 +1471,7 @@ def test_pairwise_differences_are_a_compute_finding_that_says_to_expand_the_squa
                  top_ops=[_op("differences", 0.5), _op("distances", 0.499), _op("projected", 0.001)])
     analysis = _analysis(host, modules=[("jit_step(3)", _pairwise())])
     (finding,) = [f for f in analysis.findings if "Pairwise differences" in f.title]
-    assert finding.title.startswith("Pairwise differences by broadcasting: 512 x 512 pairs of 32 features")
+    assert finding.title.startswith("Pairwise differences by broadcasting: 512 by 512 pairs of 32 features")
     assert finding.priority is Priority.P0 and "- 2 * a @ b.T" in finding.fix
     (pairwise,) = analysis.pairwise_by_broadcast
     assert (pairwise.rows, pairwise.other_rows, pairwise.features) == (512, 512, 32)
