@@ -687,14 +687,15 @@ _PASSES_VALUES = frozenset({"convert", "bitcast", "broadcast", "reshape", "copy"
                             "copy-done"})
 
 
-def _origin(module: HloModule, instruction: Instruction | None) -> Instruction | None:
-    """Where an operand's values come from: past converts, broadcasts and reshapes, into a fusion's root, out of a
-    fused computation's parameter to what the fusion was given, and to the predicate of a select between
-    constants."""
+def _origin(module: HloModule, instruction: Instruction | None,
+            passes: frozenset[str] = _PASSES_VALUES) -> Instruction | None:
+    """Where an operand's values come from: past converts, broadcasts and reshapes (``passes``), into a fusion's
+    root, out of a fused computation's parameter to what the fusion was given, and to the predicate of a select
+    between constants."""
     for _ in range(64):  # a chain of value-preserving ops is short; the bound guards a malformed module
         if instruction is None:
             return None
-        if instruction.opcode in _PASSES_VALUES:
+        if instruction.opcode in passes:
             instruction = module.operand(instruction)
         elif instruction.opcode == "parameter" and instruction.computation in module.runs_as:
             fusion = module.instructions.get(module.runs_as[instruction.computation])
@@ -1341,25 +1342,11 @@ class SharedMatrixCopies:
 
 
 MIN_COPIES = 8  # batch elements from which a matrix broadcast along the batch is copied per example
-_PASSES_ARRAY = frozenset({"convert", "bitcast", "reshape", "copy", "transpose", "copy-start", "copy-done"})
-
-
 def _broadcast_source(module: HloModule, instruction: Instruction | None) -> Instruction | None:
     """The broadcast an operand's values come from, past converts, copies and reshapes and across fusion
     boundaries; None where they come from anything else."""
-    for _ in range(64):  # a chain of value-preserving ops is short; the bound guards a malformed module
-        if instruction is None or instruction.opcode == "broadcast":
-            return instruction
-        if instruction.opcode in _PASSES_ARRAY:
-            instruction = module.operand(instruction)
-        elif instruction.opcode == "parameter" and instruction.computation in module.runs_as:
-            fusion = module.instructions.get(module.runs_as[instruction.computation])
-            instruction = module.operand(fusion, instruction.parameter) if fusion is not None else None
-        elif instruction.opcode == "fusion" and instruction.calls in module.roots:
-            instruction = module.instructions.get(module.roots[instruction.calls])
-        else:
-            return None
-    return None
+    origin = _origin(module, instruction, passes=_PASSES_VALUES - {"broadcast"})
+    return origin if origin is not None and origin.opcode == "broadcast" else None
 
 
 def _copies_of_one_matrix(module: HloModule, product: Instruction) -> SharedMatrixCopies | None:
