@@ -188,21 +188,46 @@ def _slices_and_read(patch: pytest.MonkeyPatch):
     return analysis, steps
 
 
-def test_where_the_raw_event_read_fits_beside_one_process_converting_slices_it_runs_beside_the_first():
+@pytest.mark.parametrize("events_a_step", [0, 1 << 40])
+def test_where_the_raw_event_read_fits_beside_one_process_it_runs_beside_the_first_if_it_is_the_longer_work(
+        events_a_step):
     """Six slices for two processes: two processes converting slices (200 MiB each) and the read (200 MiB) do
-    not fit in the 460 MiB budget together, one process and the read do. The read begins with the first process's
-    slices, and a second process starts only once the read has ended, to take the slices still waiting."""
+    not fit in the 460 MiB budget together, one process and the read do. Where the profile has more events a
+    step than READ_FIRST_EVENTS_PER_STEP (the read outlasts the tools' work on op_stats) the read begins with the
+    first process's slices, and a second process starts only once the read has ended, to take the slices still
+    waiting; where it has fewer, both processes go first."""
     from mldiag.analysis import engine
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(xprof_tools, "slicing_plan", lambda *planned, **by: (6, 2))
         patch.setattr(xprof_tools, "op_stats_cost", lambda largest_file_bytes: 200 * MIB)
         patch.setattr(engine, "raw_events_cost", lambda *counted: 200 * MIB)
+        patch.setattr(xprof_tools, "READ_FIRST_EVENTS_PER_STEP", events_a_step)
         analysis, steps = _slices_and_read(patch)
     assert analysis.metrics.steps > 0
-    assert steps.index("raw-event read") < steps.index("process ends"), steps
-    assert steps[:steps.index("read ends")].count("process begins") == 1, steps  # never two beside the read
     assert steps.count("op_stats of slices") == _slices_of_analysis(analysis)
+    if events_a_step:
+        assert steps[:2] == ["process begins", "process begins"], steps
+        assert steps.index("raw-event read") > steps.index("process ends"), steps
+    else:
+        assert steps.index("raw-event read") < steps.index("process ends"), steps
+        assert steps[:steps.index("read ends")].count("process begins") == 1, steps  # never two beside the read
+
+
+def test_where_the_processes_converting_slices_take_every_core_the_read_waits_for_them_to_end():
+    """Both processes and the read fit in the budget together (10 MiB each), but the two processes take the two
+    cores and the read is not the longer work (few events a step): it begins once they have ended."""
+    from mldiag.analysis import engine
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(xprof_tools, "slicing_plan", lambda *planned, **by: (6, 2))
+        patch.setattr(xprof_tools, "op_stats_cost", lambda largest_file_bytes: 10 * MIB)
+        patch.setattr(engine, "raw_events_cost", lambda *counted: 10 * MIB)
+        patch.setattr(xprof_tools, "READ_FIRST_EVENTS_PER_STEP", 1 << 40)
+        analysis, steps = _slices_and_read(patch)
+    assert analysis.metrics.steps > 0
+    assert steps.count("process begins") == 2 and steps.index("raw-event read") > max(
+        at for at, step in enumerate(steps) if step == "process ends"), steps
 
 
 def _slices_of_analysis(analysis) -> int:

@@ -242,7 +242,8 @@ class SessionState:
     op_stats_queued: threading.Event = field(default_factory=threading.Event)
     hlo_queued: threading.Event = field(default_factory=threading.Event)
     # Set once every process that builds op_stats has its place in the budget's line (or none will run): the
-    # whole file's conversion, or each process converting time slices, which queue only once the file is cut.
+    # whole file's conversion, or each process converting time slices, which queue only once the file is cut (and,
+    # where they take every core the analysis may use, once they end). The raw-event read queues then.
     op_stats_conversions_queued: threading.Event = field(default_factory=threading.Event)
     # What the raw-event read of the (one) host file reserves once cutting it has counted its events, and set once
     # the read has its place in the budget's line: where it fits beside the first process converting slices, it
@@ -259,6 +260,7 @@ class SessionState:
     shared_bytes: int = 0  # what every time slice of the (one) host file would carry
     events: int = 0  # every event of the (one) host file, once cutting it into time slices has counted them
     host_thread_events: int = 0  # and those on its host threads, where its programs run on devices (TimeSlices)
+    steps: int = 0  # and the starts of its steps, or of its program runs where nothing marks a step (TimeSlices)
     sliced: SlicedHost | None = None  # once op_stats is built from time slices
     slicing_failed: Exception | None = None
 
@@ -444,7 +446,7 @@ def _build_sliced_op_stats(state: SessionState, count: int, processes: int) -> S
         with state.budget.reserve(SLICING_COST * state.largest_file_bytes, "cutting the profile into time slices",
                                   queued=state.op_stats_queued.set):
             sliced = slice_by_time(source, count, folder)
-        state.events, state.host_thread_events = sliced.events, sliced.host_thread_events
+        state.events, state.host_thread_events, state.steps = sliced.events, sliced.host_thread_events, sliced.steps
         per_slice = _slices_op_stats(state, sliced.paths, min(processes, len(sliced.paths)))
     finally:
         state.op_stats_queued.set()
@@ -479,27 +481,39 @@ def _without_events(state: SessionState) -> list[str]:
         return [str(folder / Path(xplane).name) for xplane in state.files]
 
 
+# Once op_stats is built, the raw-event read (about 1 to 1.6 us an event) and the tools' own work on op_stats
+# (decoding XProf's step trace above all: about 130 us a step) run beside each other. The read goes before the
+# slices' conversions only where it takes more than twice as long as that work: with more events a step than this.
+# Measured on two cores: 3,777 events a step (large_op_by_op), the read first took 0.69-0.83x the time; 154
+# (large), 1.02-1.08x.
+READ_FIRST_EVENTS_PER_STEP = 300
+
+
 def _slices_op_stats(state: SessionState, paths: list[Path], workers: int) -> list[bytes]:
     """XProf's op_stats of each slice, serialized, in the order of ``paths``: built by up to ``workers`` processes
     at once, each reserving, for as long as it runs, what converting the largest slice holds, and converting the
     next slice not yet taken until none is left.
 
-    Where the raw-event read fits beside the first process, it queues right behind it and the other processes
-    behind the read: the read (on one core, the analysis's longest step) then overlaps the conversions, and a
-    process that starts once it ends takes only the slices still waiting. Where it does not fit, every process
-    queues before it, as the conversions then run on every core and the read on one."""
+    Where the raw-event read fits beside the first process and is the longer of what is left once op_stats is
+    built (:data:`READ_FIRST_EVENTS_PER_STEP`), it queues right behind that process and the other processes
+    behind the read: the read (on one core) then overlaps the conversions, and a process that starts once it ends
+    takes only the slices still waiting. Otherwise every process queues before it, and where they take every core
+    the read waits for them to end: the conversions run on every core, then the read on one beside the tools' own
+    work on op_stats."""
     from mldiag.analysis.xprof.op_stats_apart import op_stats_process
 
     waiting = list(reversed(paths))
     taken = threading.Lock()
     built: dict[Path, bytes] = {}
     cost = op_stats_cost(max(path.stat().st_size for path in paths))
-    read_beside = state.read_cost is not None and state.budget.fits(cost + state.read_cost(state))
+    read_beside = (state.read_cost is not None and state.events > READ_FIRST_EVENTS_PER_STEP * state.steps
+                   and state.budget.fits(cost + state.read_cost(state)))
+    read_after = not read_beside and workers >= usable_cores()
     unqueued = [workers]
 
     def queued() -> None:  # called under the budget's lock, one process at a time
         unqueued[0] -= 1
-        if read_beside or not unqueued[0]:
+        if read_beside or not unqueued[0] and not read_after:
             state.op_stats_conversions_queued.set()
 
     def next_slice() -> Path | None:
@@ -529,9 +543,12 @@ def _slices_op_stats(state: SessionState, paths: list[Path], workers: int) -> li
                     waiting.clear()
                 raise
 
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mldiag-op-stats-slices") as pool:
-        for done in [pool.submit(convert, worker) for worker in range(workers)]:
-            done.result()
+    try:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mldiag-op-stats-slices") as pool:
+            for done in [pool.submit(convert, worker) for worker in range(workers)]:
+                done.result()
+    finally:
+        state.op_stats_conversions_queued.set()
     return [built[path] for path in paths]
 
 
