@@ -113,6 +113,11 @@ def raw_events_cost(events: int, file_bytes: int, host_thread_events: int = 0) -
             + int(RAW_EVENTS_PER_BYTE * file_bytes))
 
 
+def _sliced_file_read_cost(state: SessionState) -> int:
+    """What the raw-event read of a session's one host file reserves, once cutting it has counted its events."""
+    return raw_events_cost(state.events, state.largest_file_bytes, state.host_thread_events)
+
+
 def timeline_of(xplane: Path) -> Path:
     """Where the raw-event read of ``xplane`` saves its every event (beside it, in the private copy)."""
     return xplane.with_name(host_of(xplane) + TIMELINE_SUFFIX)
@@ -339,16 +344,20 @@ def start_analysis(
         client = shared_converters()
         state = SessionState(files=[str(f) for f in session.files], budget=budget, profile_bytes=profile_bytes,
                              largest_file_bytes=max(f.stat().st_size for f in session.files),
-                             shared_bytes=_shared_bytes(session.files))
+                             shared_bytes=_shared_bytes(session.files), read_cost=_sliced_file_read_cost)
 
         def read(xplane: Path) -> HostEvidence:
             # Behind op_stats in the budget's line: when both cannot run at once, the conversions (on every core)
-            # go first and the read (on one) overlaps the tools' work on their op_stats.
-            state.op_stats_conversions_queued.wait()
-            cost = raw_events_cost(state.events, xplane.stat().st_size, state.host_thread_events)
-            with budget.reserve_all_needed(cost):
-                say(f"reading the events of {xplane.name} ({xplane.stat().st_size / 1e6:.1f} MB)")
-                return read_events_apart(xplane)
+            # go first and the read (on one) overlaps the tools' work on their op_stats. Time slices' conversions
+            # let it in behind the first of their processes where it fits beside it.
+            try:
+                state.op_stats_conversions_queued.wait()
+                cost = raw_events_cost(state.events, xplane.stat().st_size, state.host_thread_events)
+                with budget.reserve_all_needed(cost, queued=state.read_queued.set):
+                    say(f"reading the events of {xplane.name} ({xplane.stat().st_size / 1e6:.1f} MB)")
+                    return read_events_apart(xplane)
+            finally:  # whatever happened, no conversion waits for the read to queue any more
+                state.read_queued.set()
 
         # Leaving the pools waits for every step they started, so nothing runs once the copy is removed.
         with client.session(folder, state):

@@ -3,6 +3,7 @@ report lacks, and the evidence and findings are still there."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -88,7 +89,7 @@ def _analysed_in_slices(name: str):
     from mldiag.analysis.xprof.budget import PROCESS_GROWTH, resident_memory
 
     profile = xplane(name)
-    convert, convert_apart, conversions = raw_to_tool_data.xspace_to_tool_data, op_stats_apart.op_stats_apart, []
+    convert, process, conversions = raw_to_tool_data.xspace_to_tool_data, op_stats_apart.op_stats_process, []
     overviews = []
 
     def recorded(paths, tool, options):
@@ -102,15 +103,20 @@ def _analysed_in_slices(name: str):
             overviews.append((converted, convert(every_slice, tool, options)))
         return converted
 
-    def recorded_apart(paths):
-        conversions.extend(("op_stats apart", [path]) for path in paths)
-        return convert_apart(paths)
+    @contextlib.contextmanager
+    def recorded_process():
+        with process() as op_stats:
+            def recorded_op_stats(path):
+                conversions.append(("op_stats apart", [path]))
+                return op_stats(path)
+
+            yield recorded_op_stats
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setitem(xprof_tools.CONVERTER_COST, "op_stats", (512 << 20) // profile.stat().st_size)
         patch.setattr(xprof_tools, "MIN_SLICE_BYTES", 1 << 10)
         patch.setattr(raw_to_tool_data, "xspace_to_tool_data", recorded)
-        patch.setattr(op_stats_apart, "op_stats_apart", recorded_apart)
+        patch.setattr(op_stats_apart, "op_stats_process", recorded_process)
         analysis = analyze_profile([profile], memory_ceiling_bytes=resident_memory() + PROCESS_GROWTH + (460 << 20))
     return analysis, conversions, overviews
 
@@ -136,26 +142,97 @@ def test_where_the_raw_event_read_needs_the_whole_budget_the_slices_op_stats_are
     from mldiag.analysis.xprof.budget import PROCESS_GROWTH, resident_memory
 
     profile = xplane("ondemand_mlp")
-    convert_apart, read_apart, steps = op_stats_apart.op_stats_apart, engine.read_events_apart, []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(engine, "RAW_EVENTS_BASE", 1 << 40)  # more than the budget: the read runs alone
+        analysis, steps = _slices_and_read(patch)
+    assert analysis.metrics.steps > 0
+    assert steps.count("op_stats of slices") >= 1
+    assert steps.index("raw-event read") > max(at for at, step in enumerate(steps) if step == "process ends"), steps
 
-    def recorded_apart(paths):
-        converted = convert_apart(paths)
-        steps.append("op_stats of slices")
-        return converted
+
+def _slices_and_read(patch: pytest.MonkeyPatch):
+    """ondemand_mlp analysed in time slices (:func:`_analysed_in_slices`) by up to two processes at once, and
+    when each process and the raw-event read began and ended and each slice's conversion ended, in order."""
+    from mldiag.analysis import engine
+    from mldiag.analysis.xprof import op_stats_apart
+    from mldiag.analysis.xprof.budget import PROCESS_GROWTH, resident_memory
+
+    profile = xplane("ondemand_mlp")
+    process, read_apart, steps = op_stats_apart.op_stats_process, engine.read_events_apart, []
+
+    @contextlib.contextmanager
+    def recorded_process():
+        steps.append("process begins")
+        with process() as op_stats:
+            def recorded_op_stats(path):
+                converted = op_stats(path)
+                steps.append("op_stats of slices")
+                return converted
+
+            yield recorded_op_stats
+        steps.append("process ends")
 
     def recorded_read(xplane):
         steps.append("raw-event read")
-        return read_apart(xplane)
+        try:
+            return read_apart(xplane)
+        finally:
+            steps.append("read ends")
+
+    patch.setitem(xprof_tools.CONVERTER_COST, "op_stats", (512 << 20) // profile.stat().st_size)
+    patch.setattr(xprof_tools, "MIN_SLICE_BYTES", 1 << 10)
+    patch.setattr(xprof_tools, "usable_cores", lambda: 2)
+    patch.setattr(op_stats_apart, "op_stats_process", recorded_process)
+    patch.setattr(engine, "read_events_apart", recorded_read)
+    analysis = analyze_profile([profile], memory_ceiling_bytes=resident_memory() + PROCESS_GROWTH + (460 << 20))
+    return analysis, steps
+
+
+@pytest.mark.parametrize("events_a_step", [0, 1 << 40])
+def test_where_the_raw_event_read_fits_beside_one_process_it_runs_beside_the_first_if_it_is_the_longer_work(
+        events_a_step):
+    """Six slices for two processes: two processes converting slices (200 MiB each) and the read (200 MiB) do
+    not fit in the 460 MiB budget together, one process and the read do. Where the profile has more events a
+    step than READ_FIRST_EVENTS_PER_STEP (the read outlasts the tools' work on op_stats) the read begins with the
+    first process's slices, and a second process starts only once the read has ended, to take the slices still
+    waiting; where it has fewer, both processes go first."""
+    from mldiag.analysis import engine
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setitem(xprof_tools.CONVERTER_COST, "op_stats", (512 << 20) // profile.stat().st_size)
-        patch.setattr(xprof_tools, "MIN_SLICE_BYTES", 1 << 10)
-        patch.setattr(engine, "RAW_EVENTS_BASE", 1 << 40)  # more than the budget: the read runs alone
-        patch.setattr(op_stats_apart, "op_stats_apart", recorded_apart)
-        patch.setattr(engine, "read_events_apart", recorded_read)
-        analysis = analyze_profile([profile], memory_ceiling_bytes=resident_memory() + PROCESS_GROWTH + (460 << 20))
+        patch.setattr(xprof_tools, "slicing_plan", lambda *planned, **by: (6, 2))
+        patch.setattr(xprof_tools, "op_stats_cost", lambda largest_file_bytes: 200 * MIB)
+        patch.setattr(engine, "raw_events_cost", lambda *counted: 200 * MIB)
+        patch.setattr(xprof_tools, "READ_FIRST_EVENTS_PER_STEP", events_a_step)
+        analysis, steps = _slices_and_read(patch)
     assert analysis.metrics.steps > 0
-    assert steps.count("op_stats of slices") >= 1 and steps[-1] == "raw-event read", steps
+    assert steps.count("op_stats of slices") == _slices_of_analysis(analysis)
+    if events_a_step:
+        assert steps[:2] == ["process begins", "process begins"], steps
+        assert steps.index("raw-event read") > steps.index("process ends"), steps
+    else:
+        assert steps.index("raw-event read") < steps.index("process ends"), steps
+        assert steps[:steps.index("read ends")].count("process begins") == 1, steps  # never two beside the read
+
+
+def test_where_the_processes_converting_slices_take_every_core_the_read_waits_for_them_to_end():
+    """Both processes and the read fit in the budget together (10 MiB each), but the two processes take the two
+    cores and the read is not the longer work (few events a step): it begins once they have ended."""
+    from mldiag.analysis import engine
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(xprof_tools, "slicing_plan", lambda *planned, **by: (6, 2))
+        patch.setattr(xprof_tools, "op_stats_cost", lambda largest_file_bytes: 10 * MIB)
+        patch.setattr(engine, "raw_events_cost", lambda *counted: 10 * MIB)
+        patch.setattr(xprof_tools, "READ_FIRST_EVENTS_PER_STEP", 1 << 40)
+        analysis, steps = _slices_and_read(patch)
+    assert analysis.metrics.steps > 0
+    assert steps.count("process begins") == 2 and steps.index("raw-event read") > max(
+        at for at, step in enumerate(steps) if step == "process ends"), steps
+
+
+def _slices_of_analysis(analysis) -> int:
+    note = {tool.name: tool.note for tool in analysis.tools}["get_kpi_metrics"]
+    return int(note.removeprefix("from XProf's op_stats of ").split()[0])
 
 
 def test_op_stats_too_large_for_the_ceiling_is_built_from_time_slices_and_every_tool_runs(sliced):
@@ -251,7 +328,7 @@ def test_how_many_slices_the_budget_and_the_protobuf_limit_ask_for_and_how_many_
     from mldiag.analysis.xprof.budget import MemoryBudget
 
     monkeypatch.setattr(xprof_tools, "usable_cores", lambda: 2)
-    monkeypatch.setattr(xprof_tools, "PROCESS_COST", 64 * MIB)
+    monkeypatch.setattr(xprof_tools, "PLANNED_PROCESS_COST", 64 * MIB)
     monkeypatch.setitem(xprof_tools.CONVERTER_COST, "op_stats", 10)
     plan = xprof_tools.slicing_plan
     assert plan(1, 100 * MIB, MemoryBudget(1000 * MIB)) == (1, 1)  # the whole conversion fits
@@ -293,3 +370,29 @@ def test_the_report_says_which_tools_were_built_from_time_slices(sliced, tmp_pat
     note = f"from XProf&#39;s op_stats of {_slices_of(conversions)} time slices of the profile, merged"
     assert note in (tmp_path / "summary.html").read_text()
     assert '"note": "from XProf\'s op_stats of' in (tmp_path / "analysis.json").read_text()
+
+
+@pytest.mark.parametrize("fixture", ["tpu_v5e/lm_train_bf16", "tpu_v5e/worker_process_loader", "ondemand_mlp"])
+def test_a_process_converting_a_slice_holds_no_more_than_it_reserves(tmp_path, fixture):
+    """Measured: the child's own high-water mark (``ru_maxrss`` would carry this process's across exec) while
+    XProf builds the op_stats of the larger of two slices (lm_train_bf16's is the most by the byte of those
+    measured: 45 MiB of interpreter and XProf, and 23x its slice)."""
+    import subprocess
+    import sys
+
+    from mldiag.analysis.profile.slices import slice_by_time
+    from mldiag.analysis.xprof.op_stats_apart import op_stats_cost
+
+    largest = max(slice_by_time(xplane(fixture), 2, tmp_path).paths, key=lambda path: path.stat().st_size)
+    alone = tmp_path / "alone" / largest.name
+    alone.parent.mkdir()
+    largest.rename(alone)
+    peak = subprocess.run(
+        [sys.executable, "-c", "import sys; from xprof.convert import raw_to_tool_data; "
+         "raw_to_tool_data.xspace_to_tool_data([sys.argv[1]], 'op_profile', {'use_saved_result': True}); "
+         "print(next(int(line.split()[1]) * 1024 for line in open('/proc/self/status') if line.startswith('VmHWM')))",
+         str(alone)],
+        capture_output=True, text=True, timeout=120, check=True,
+    )
+    assert (alone.parent / "ALL_HOSTS.op_stats_v2.pb").is_file()
+    assert int(peak.stdout) <= op_stats_cost(alone.stat().st_size)

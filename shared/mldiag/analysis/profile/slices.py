@@ -70,6 +70,7 @@ class TimeSlices:
     # host whose CPU runs the programs has its compute lanes there too), whose events the raw-event read cuts into
     # pieces of time, up to a few an event.
     host_thread_events: int = 0
+    steps: int = 0  # the starts of steps (or of program runs, where nothing marks a step) the cuts could move to
 
     def gaps_ns(self, plane_prefix: str, *, ops_only: bool = False) -> int:
         """The time between the slices on the planes whose names start with ``plane_prefix``, summed over those
@@ -127,7 +128,7 @@ def slice_by_time(path: Path, count: int, folder: Path) -> TimeSlices:
     return TimeSlices(targets, extents, op_extents, cut_at if len(cuts) else "",
                       sum(line.events for _, lines in planes for line in lines),
                       sum(line.events for name, (_, lines) in zip(names, planes) if on_devices and name == HOST_PLANE
-                          for line in lines))
+                          for line in lines), len(boundaries))
 
 
 def shared_bytes(path: Path) -> int:

@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mldiag.analysis.xprof.budget import MemoryBudget, OverBudget, beyond_ceiling, gib
-from mldiag.analysis.xprof.op_stats_apart import OP_STATS_CACHE, PROCESS_COST
+from mldiag.analysis.xprof.op_stats_apart import OP_STATS_CACHE, op_stats_cost
 
 if TYPE_CHECKING:
     from mldiag.analysis.evidence import ToolResult
@@ -99,6 +99,12 @@ SLICING_COST = 4
 # The most a slice holds, in multiples of an equal share of the events: its cuts move to the nearest step start.
 UNEVEN_SLICES = 1.25
 MIN_SLICE_BYTES = 1 << 20  # below this a slice's conversion costs mostly XProf's own overhead
+# What the slicing plan counts a conversion process at beside its slice's op_stats (which it counts at the whole
+# file's cost per byte in this process, the overview's): more than a process converting slices holds
+# (:func:`mldiag.analysis.xprof.op_stats_apart.op_stats_cost`, 48 MiB and 28x its slice). Slices so sized leave
+# room for the raw-event read beside a process, and cost no more CPU in all (4 slices of `large_op_by_op` took
+# 3.4 s, as 19 did).
+PLANNED_PROCESS_COST = 64 << 20
 MAX_SLICES = 512
 # Converters that show one HLO module, read from its dumped proto, and what one reserves, in multiples of that
 # proto's size: the converter's own peak is 3x to 7x (xprof 2.24, modules of 8 KB to 6.7 MB), and the tool then
@@ -199,7 +205,7 @@ def slicing_plan(host_files: int, largest_file_bytes: int, budget: MemoryBudget,
     events = largest_file_bytes - shared_bytes
     plans = []
     for processes in range(usable_cores(), 0, -1):
-        room = budget.limit - processes * (PROCESS_COST + cost * shared_bytes)  # for the events converted at once
+        room = budget.limit - processes * (PLANNED_PROCESS_COST + cost * shared_bytes)  # for the events converted at once
         if room <= 0:
             continue
         count = max(math.ceil(processes * cost * events * UNEVEN_SLICES / room),
@@ -236,8 +242,14 @@ class SessionState:
     op_stats_queued: threading.Event = field(default_factory=threading.Event)
     hlo_queued: threading.Event = field(default_factory=threading.Event)
     # Set once every process that builds op_stats has its place in the budget's line (or none will run): the
-    # whole file's conversion, or each process converting time slices, which queue only once the file is cut.
+    # whole file's conversion, or each process converting time slices, which queue only once the file is cut (and,
+    # where they take every core the analysis may use, once they end). The raw-event read queues then.
     op_stats_conversions_queued: threading.Event = field(default_factory=threading.Event)
+    # What the raw-event read of the (one) host file reserves once cutting it has counted its events, and set once
+    # the read has its place in the budget's line: where it fits beside the first process converting slices, it
+    # queues before the others (:func:`_slices_op_stats`).
+    read_cost: Callable[[SessionState], int] | None = None
+    read_queued: threading.Event = field(default_factory=threading.Event)
     results: dict[str, Any] = field(default_factory=dict)
     key_locks: dict[str, threading.Lock] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -248,6 +260,7 @@ class SessionState:
     shared_bytes: int = 0  # what every time slice of the (one) host file would carry
     events: int = 0  # every event of the (one) host file, once cutting it into time slices has counted them
     host_thread_events: int = 0  # and those on its host threads, where its programs run on devices (TimeSlices)
+    steps: int = 0  # and the starts of its steps, or of its program runs where nothing marks a step (TimeSlices)
     sliced: SlicedHost | None = None  # once op_stats is built from time slices
     slicing_failed: Exception | None = None
 
@@ -433,7 +446,7 @@ def _build_sliced_op_stats(state: SessionState, count: int, processes: int) -> S
         with state.budget.reserve(SLICING_COST * state.largest_file_bytes, "cutting the profile into time slices",
                                   queued=state.op_stats_queued.set):
             sliced = slice_by_time(source, count, folder)
-        state.events, state.host_thread_events = sliced.events, sliced.host_thread_events
+        state.events, state.host_thread_events, state.steps = sliced.events, sliced.host_thread_events, sliced.steps
         per_slice = _slices_op_stats(state, sliced.paths, min(processes, len(sliced.paths)))
     finally:
         state.op_stats_queued.set()
@@ -468,38 +481,75 @@ def _without_events(state: SessionState) -> list[str]:
         return [str(folder / Path(xplane).name) for xplane in state.files]
 
 
+# Once op_stats is built, the raw-event read (about 1 to 1.6 us an event) and the tools' own work on op_stats
+# (decoding XProf's step trace above all: about 130 us a step) run beside each other. The read goes before the
+# slices' conversions only where it takes more than twice as long as that work: with more events a step than this.
+# Measured on two cores: 3,777 events a step (large_op_by_op), the read first took 0.69-0.83x the time; 154
+# (large), 1.02-1.08x.
+READ_FIRST_EVENTS_PER_STEP = 300
+
+
 def _slices_op_stats(state: SessionState, paths: list[Path], workers: int) -> list[bytes]:
     """XProf's op_stats of each slice, serialized, in the order of ``paths``: built by up to ``workers`` processes
-    at once, each converting its share of the slices one after the other and reserving, for as long as it runs,
-    its own cost and the largest conversion of its share."""
-    from mldiag.analysis.xprof.op_stats_apart import op_stats_apart
+    at once, each reserving, for as long as it runs, what converting the largest slice holds, and converting the
+    next slice not yet taken until none is left.
 
-    shares = [paths[first::workers] for first in range(workers)]
-    unqueued = [len(shares)]
+    Where the raw-event read fits beside the first process and is the longer of what is left once op_stats is
+    built (:data:`READ_FIRST_EVENTS_PER_STEP`), it queues right behind that process and the other processes
+    behind the read: the read (on one core) then overlaps the conversions, and a process that starts once it ends
+    takes only the slices still waiting. Otherwise every process queues before it, and where they take every core
+    the read waits for them to end: the conversions run on every core, then the read on one beside the tools' own
+    work on op_stats."""
+    from mldiag.analysis.xprof.op_stats_apart import op_stats_process
 
-    def queued() -> None:  # called under the budget's lock, one share at a time
+    waiting = list(reversed(paths))
+    taken = threading.Lock()
+    built: dict[Path, bytes] = {}
+    cost = op_stats_cost(max(path.stat().st_size for path in paths))
+    read_beside = (state.read_cost is not None and state.events > READ_FIRST_EVENTS_PER_STEP * state.steps
+                   and state.budget.fits(cost + state.read_cost(state)))
+    read_after = not read_beside and workers >= usable_cores()
+    unqueued = [workers]
+
+    def queued() -> None:  # called under the budget's lock, one process at a time
         unqueued[0] -= 1
-        if not unqueued[0]:
+        if read_beside or not unqueued[0] and not read_after:
             state.op_stats_conversions_queued.set()
 
-    def convert(share: list[Path]) -> list[bytes]:
-        alone = [path.parent / f".{path.name}.alone" / path.name for path in share]  # XProf caches beside each
-        try:
-            for path, copy in zip(share, alone):
-                copy.parent.mkdir()
-                os.link(path, copy)
-            largest = max(path.stat().st_size for path in share)
-            with state.budget.reserve(PROCESS_COST + CONVERTER_COST["op_stats"] * largest,
-                                      f"XProf's op_stats converter on {len(share)} time slices", queued=queued):
-                return op_stats_apart(alone)
-        finally:
-            for copy in alone:
-                shutil.rmtree(copy.parent, ignore_errors=True)
+    def next_slice() -> Path | None:
+        with taken:
+            return waiting.pop() if waiting else None
 
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mldiag-op-stats-slices") as pool:
-        built = list(pool.map(convert, shares))
-    by_path = {path: data for share, datas in zip(shares, built) for path, data in zip(share, datas)}
-    return [by_path[path] for path in paths]
+    def convert(worker: int) -> None:
+        if worker and read_beside:
+            state.read_queued.wait()
+        with state.budget.reserve(cost, "XProf's op_stats converter on time slices", queued=queued):
+            path = next_slice()
+            if path is None:
+                return
+            try:
+                with op_stats_process() as op_stats:
+                    while path is not None:
+                        alone = path.parent / f".{path.name}.alone" / path.name  # XProf caches beside each
+                        try:
+                            alone.parent.mkdir()
+                            os.link(path, alone)
+                            built[path] = op_stats(alone)
+                        finally:
+                            shutil.rmtree(alone.parent, ignore_errors=True)
+                        path = next_slice()
+            except BaseException:
+                with taken:  # one failure is the whole op_stats': the other processes take nothing more
+                    waiting.clear()
+                raise
+
+    try:
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mldiag-op-stats-slices") as pool:
+            for done in [pool.submit(convert, worker) for worker in range(workers)]:
+                done.result()
+    finally:
+        state.op_stats_conversions_queued.set()
+    return [built[path] for path in paths]
 
 
 def _module_of(converter: str, params: dict[str, Any]) -> str:

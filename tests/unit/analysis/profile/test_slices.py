@@ -185,7 +185,7 @@ def test_a_cut_moves_to_the_start_of_the_devices_step_nearest_to_it(tmp_path):
 
     sliced = slice_by_time(profile, 2, tmp_path)
 
-    assert sliced.cut_at == "Steps"
+    assert (sliced.cut_at, sliced.steps) == ("Steps", 5)
     step_starts = _slice_of_each(sliced.paths, "/device:TPU:0", "Steps")
     op_starts = _slice_of_each(sliced.paths, "/device:TPU:0", "XLA Ops")
     cut = step_starts[1][0]
@@ -205,7 +205,7 @@ def test_the_hosts_step_markers_are_where_cuts_fall_when_no_device_marks_steps(t
 
     sliced = slice_by_time(profile, 3, tmp_path)
 
-    assert sliced.cut_at == "step_num"
+    assert (sliced.cut_at, sliced.steps) == ("step_num", 6)
     for markers, works in zip(_slice_of_each(sliced.paths, "/host:CPU", "python"),
                               _slice_of_each(sliced.paths, "/host:CPU", "worker")):
         assert {start // 10_000 for start in works} == {start // 10_000 for start in markers}
@@ -217,4 +217,4 @@ def test_without_any_step_or_program_marked_the_cuts_stay_where_the_bytes_share_
 
     sliced = slice_by_time(profile, 2, tmp_path)
 
-    assert sliced.cut_at == "" and [len(starts) for starts in _slice_of_each(sliced.paths, "/host:CPU", "a")] == [5, 5]
+    assert (sliced.cut_at, sliced.steps) == ("", 0) and [len(starts) for starts in _slice_of_each(sliced.paths, "/host:CPU", "a")] == [5, 5]
