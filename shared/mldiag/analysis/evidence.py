@@ -260,6 +260,20 @@ class PairwiseByBroadcast(Evidence):
     kernels: list[str] = Field(default_factory=list)  # as the device trace names them, longest first
 
 
+class KroneckerProducts(Evidence):
+    """``analysis.json.kronecker_products``: matmuls by a Kronecker product made in full (``x @ jnp.kron(a, b)``),
+    with the kernels that make, multiply by or differentiate it, on the host where applying its factors in turn
+    saves the largest share of the loop, as its finding quotes it."""
+
+    host: str
+    factors: list[list[int]] = Field(default_factory=list)  # the two factors' shapes, [[p, q], [r, s]]
+    ms_per_step: float  # of those kernels, per device (per capture without steps)
+    factored_ms_per_step: float  # the least time the factors applied in turn take in their place
+    share_of_device: float  # of the host's device op time
+    share_of_loop_saved: float  # of the loop, what the factored form would save
+    kernels: list[str] = Field(default_factory=list)  # as the device trace names them, longest first
+
+
 class CostlyProductOrders(Evidence):
     """``analysis.json.costly_product_orders``: a matmul chain ``(a @ b) @ c`` multiplied in the order that makes a
     large [m, n] intermediate, where ``a @ (b @ c)`` takes several times fewer FLOPs, with the kernels that make or
@@ -430,6 +444,7 @@ class Analysis(Evidence):
     per_example_weights: list[PerExampleWeights] = Field(default_factory=list)
     triangular_running_sums: list[TriangularRunningSums] = Field(default_factory=list)
     pairwise_by_broadcast: list[PairwiseByBroadcast] = Field(default_factory=list)
+    kronecker_products: list[KroneckerProducts] = Field(default_factory=list)
     followups: list[Followup] = Field(default_factory=list)
     investigation: Investigation | None = None
     comparison: Comparison | None = None

@@ -100,7 +100,8 @@ def profile_names(analysis: Analysis) -> set[str]:
     for slow in (*analysis.slow_precision, *analysis.narrow_matmuls, *analysis.dense_updates,
                  *analysis.unfolded_inputs, *analysis.subsampled_results, *analysis.uncached_decoding,
                  *analysis.costly_product_orders, *analysis.per_example_weights,
-                 *analysis.triangular_running_sums, *analysis.pairwise_by_broadcast):
+                 *analysis.triangular_running_sums, *analysis.pairwise_by_broadcast,
+                 *analysis.kronecker_products):
         names.update(slow.kernels)
     for decomposition in analysis.decompositions:
         names.update((*decomposition.kernels, *decomposition.targets))

@@ -88,8 +88,8 @@ from mldiag.analysis.profile.trace_names import (
 )
 from mldiag.analysis.profile.trace_names import hlo_instruction as _instruction
 from mldiag.analysis.profile.trace_names import program_base as _module_base
-from mldiag.analysis.rules import (decoding, frameworks, host_causes, launches, linear_algebra, matrix_unit,
-                                   pairwise, per_example_weights, precision, product_order, roofline,
+from mldiag.analysis.rules import (decoding, frameworks, host_causes, kronecker, launches, linear_algebra,
+                                   matrix_unit, pairwise, per_example_weights, precision, product_order, roofline,
                                    running_sums, sparse_updates, subsampling, unfold)
 from mldiag.analysis.rules import kernels as kernel_ops
 from mldiag.analysis.rules.frameworks import Framework
@@ -2247,8 +2247,9 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
     copied = per_example_weights.weights_copied_per_example(hosts, hlo_kernels or [])
     summed = running_sums.triangular_running_sums(hosts, hlo_kernels or [], chip)
     pairs = pairwise.pairwise_by_broadcast(hosts, hlo_kernels or [], chip)
+    kron = kronecker.kronecker_products_made_in_full(hosts, hlo_kernels or [], chip)
     hardware += [found[1] for found in (narrow, dense, decompositions, unfolded, subsampled, uncached, reordered,
-                                        copied, summed, pairs) if found is not None]
+                                        copied, summed, pairs, kron) if found is not None]
     findings = _findings(hosts, by_name, hlo_issues, metrics, health, programs, movements, kernels, hardware,
                          hlo_kernels or [])
     status = decide_status(health, findings)
@@ -2276,6 +2277,7 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
         per_example_weights=[copied[0]] if copied is not None else [],
         triangular_running_sums=[summed[0]] if summed is not None else [],
         pairwise_by_broadcast=[pairs[0]] if pairs is not None else [],
+        kronecker_products=[kron[0]] if kron is not None else [],
         profile=profile,
         versions=versions,
         seconds=seconds,

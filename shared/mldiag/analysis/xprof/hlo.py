@@ -623,6 +623,9 @@ class KernelWork:
     # Matmuls by a triangular matrix of ones (a running sum written as ``tril(ones) @ x``), or kernels that make or
     # read that matrix: the positions summed over; 0 otherwise.
     running_sum_positions: int = 0
+    # Matmuls by a Kronecker product made in full (``x @ jnp.kron(a, b)``), or kernels that make or read arrays of
+    # its size: the factors' shapes (p, q, r, s); () otherwise.
+    kronecker_factors: tuple[int, ...] = ()
     # Every row of one matrix combined with every row of another feature by feature, an [n, m, d] elementwise
     # computation (pairwise distances by broadcasting): (n, m, d); () otherwise.
     pairs_combined: tuple[int, ...] = ()
@@ -782,6 +785,50 @@ def _pairwise_kernels(module: HloModule) -> dict[str, tuple[int, int, int]]:
         joined = _joined_by_arrays(module, math.prod(pairs))
         for kernel in _reached(joined, {name for name, seen in found.items() if seen == pairs}):
             found.setdefault(kernel, pairs)
+    return found
+
+
+def _kronecker_factors(module: HloModule, values: Instruction | None) -> tuple[int, ...]:
+    """The two factors' shapes, (p, q, r, s), where ``values`` is the Kronecker product of a [p, q] and an [r, s]
+    matrix (``jnp.kron(a, b)``: their broadcasts to [p, r, q, s] multiplied); () where it is not one."""
+    product = _origin(module, values, passes=_PASSES_VALUES - {"broadcast"})
+    if product is None or product.opcode != "multiply" or product.shape is None or len(product.shape.dims) != 4:
+        return ()
+    factors: dict[tuple[int, ...], tuple[int, ...]] = {}
+    for side in (0, 1):
+        broadcast = _broadcast_source(module, module.operand(product, side))
+        source = module.operand(broadcast) if broadcast is not None else None
+        if source is None or source.shape is None or len(source.shape.dims) != 2:
+            return ()
+        factors[tuple(sorted(broadcast.broadcast_dimensions))] = source.shape.dims
+    if set(factors) != {(0, 2), (1, 3)}:
+        return ()
+    (p, q), (r, s) = factors[(0, 2)], factors[(1, 3)]
+    return (p, q, r, s) if min(p, q, r, s) > 1 else ()
+
+
+def _kronecker_products(module: HloModule) -> dict[str, tuple[int, ...]]:
+    """The kernels of matmuls by a Kronecker product made in full (``x @ jnp.kron(a, b)``), and, where no array the
+    program is given is as large as the product (an activation of that size would join the whole model), those
+    joined to them by arrays of its size (the kernel that makes it) and the matmuls that make an array of its size
+    (its gradient): kernel -> (p, q, r, s)."""
+    found: dict[str, tuple[int, ...]] = {}
+    for product in module.instructions.values():
+        if product.opcode not in ("dot", "convolution"):
+            continue
+        if factors := next(filter(None, (_kronecker_factors(module, module.operand(product, side))
+                                         for side in (0, 1))), ()):
+            found[_outermost(module, product).name] = factors
+    given = {math.prod(i.shape.dims) for name in module.computations.get(module.entry, [])
+             if (i := module.instructions[name]).opcode == "parameter" and i.shape is not None}
+    for factors in set(found.values()) - {f for f in set(found.values()) if math.prod(f) in given}:
+        joined = _joined_by_arrays(module, math.prod(factors))
+        for kernel in _reached(joined, {name for name, seen in found.items() if seen == factors}):
+            found.setdefault(kernel, factors)
+        for name in module.computations.get(module.entry, []):
+            if any(i.opcode in ("dot", "convolution") and i.shape is not None
+                   and math.prod(i.shape.dims) == math.prod(factors) for i in _body(module, module.instructions[name])):
+                found.setdefault(name, factors)
     return found
 
 
@@ -1424,6 +1471,7 @@ def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
         computed_per_kept, recomputed = _computed_per_kept(module), _recomputed_positions(module)
         costly_chains, copies = _costly_chains(module), _shared_matrix_copies(module)
         running_sums, pairwise = _running_sums(module), _pairwise_kernels(module)
+        kronecker = _kronecker_products(module)
         for instruction in module.instructions.values():
             if (instruction.opcode in _NOT_A_BUFFER or instruction.computation in module.runs_as
                     or instruction.computation in module.applied):
@@ -1436,6 +1484,7 @@ def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
                                      shared_matrix_copies=copies.get(instruction.name),
                                      running_sum_positions=running_sums.get(instruction.name, 0),
                                      pairs_combined=pairwise.get(instruction.name, ()),
+                                     kronecker_factors=kronecker.get(instruction.name, ()),
                                      bytes_accessed=_bytes_accessed(module, instruction)))
             else:
                 found.append(KernelWork(
@@ -1454,6 +1503,7 @@ def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
                     shared_matrix_copies=copies.get(instruction.name),
                     running_sum_positions=running_sums.get(instruction.name, 0),
                     pairs_combined=pairwise.get(instruction.name, ()),
+                    kronecker_factors=kronecker.get(instruction.name, ()),
                     bytes_accessed=_bytes_accessed(module, instruction),
                     **_matmul_fields(module, [instruction]),
                     **_batched_fields([instruction], [instruction, *filter(None, (

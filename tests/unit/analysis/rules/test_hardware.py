@@ -1481,3 +1481,64 @@ def test_pairwise_differences_are_a_compute_finding_that_says_to_expand_the_squa
     assert pairwise.matmul_ms_per_step == pytest.approx(0.32)
     assert pairwise.share_of_loop_saved == pytest.approx(0.999 * (1 - 0.32 / 9.99) * 0.9)
     assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
+
+
+# --- a Kronecker product made in full ------------------------------------------------------------
+
+def _kron_layer(dimensions: tuple[str, str] = ("{0,2}", "{1,3}")) -> str:
+    """x [256,1024] @ kron(a, b) for two [32,32] factors, their broadcasts to [32,32,32,32] along ``dimensions``
+    multiplied in one fusion, the product reshaped to [1024,1024] and multiplied in another, and the gradient's
+    [1024,1024] product of x and the upstream gradient."""
+    first, second = dimensions
+    return f"""HloModule jit_step
+
+%fused_kron (param_0.k: f32[32,32], param_1.k: f32[32,32]) -> f32[32,32,32,32] {{
+  %param_0.k = f32[32,32]{{1,0}} parameter(0)
+  %param_1.k = f32[32,32]{{1,0}} parameter(1)
+  %left.k = f32[32,32,32,32]{{3,2,1,0}} broadcast(%param_0.k), dimensions={first}
+  %right.k = f32[32,32,32,32]{{3,2,1,0}} broadcast(%param_1.k), dimensions={second}
+  ROOT %product.k = f32[32,32,32,32]{{3,2,1,0}} multiply(%left.k, %right.k)
+}}
+
+%fused_layer (param_0.l: f32[256,1024], param_1.l: f32[32,32,32,32]) -> f32[256,1024] {{
+  %param_0.l = f32[256,1024]{{1,0}} parameter(0)
+  %param_1.l = f32[32,32,32,32]{{3,2,1,0}} parameter(1)
+  %matrix.l = f32[1024,1024]{{1,0}} reshape(%param_1.l)
+  ROOT %dot.l = f32[256,1024]{{1,0}} dot(%param_0.l, %matrix.l), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+}}
+
+ENTRY %main (a: f32[32,32], b: f32[32,32], x: f32[256,1024], g: f32[256,1024]) -> f32[256,1024] {{
+  %a = f32[32,32]{{1,0}} parameter(0)
+  %b = f32[32,32]{{1,0}} parameter(1)
+  %x = f32[256,1024]{{1,0}} parameter(2)
+  %g = f32[256,1024]{{1,0}} parameter(3)
+  %kron = f32[32,32,32,32]{{3,2,1,0}} fusion(%a, %b), kind=kLoop, calls=%fused_kron
+  %layer = f32[256,1024]{{1,0}} fusion(%x, %kron), kind=kOutput, calls=%fused_layer
+  %kron_grad = f32[1024,1024]{{1,0}} dot(%x, %g), lhs_contracting_dims={{0}}, rhs_contracting_dims={{0}}
+  ROOT %out = f32[256,1024]{{1,0}} add(%layer, %g)
+}}
+"""
+
+
+@pytest.mark.parametrize(("module", "factors"), [
+    (_kron_layer(), (32, 32, 32, 32)),
+    (_kron_layer(("{0,1}", "{2,3}")), ()),
+], ids=["interleaved_broadcasts_a_kronecker_product", "an_outer_product_of_matrices"])
+def test_a_matmul_by_a_kronecker_product_is_found_only_where_its_factors_interleave(module, factors):
+    works = {w.instruction: w.kronecker_factors for w in hlo.kernel_work([hlo.parse_module("jit_step(3)", module)])}
+    assert [works[name] for name in ("layer", "kron", "kron_grad", "out")] == [factors, factors, factors, ()]
+
+
+def test_a_kronecker_product_made_in_full_is_a_compute_finding_that_says_to_apply_the_factors_in_turn():
+    host = _host(kind=DeviceKind.CPU, device_type="CPU", busy=0.9,
+                 top_ops=[_op("layer", 0.45), _op("kron_grad", 0.45), _op("kron", 0.05), _op("out", 0.05)])
+    analysis = _analysis(host, modules=[("jit_step(3)", _kron_layer())])
+    (finding,) = [f for f in analysis.findings if "Kronecker" in f.title]
+    assert finding.title.startswith("A Kronecker product made in full and multiplied: [32,32] (x) [32,32] as a "
+                                    "[1024,1024] matrix")
+    assert finding.priority is Priority.P0 and "jnp.einsum('npr,pq,rs->nqs'" in finding.fix
+    (kron,) = analysis.kronecker_products
+    assert kron.factors == [[32, 32], [32, 32]] and kron.kernels == ["layer", "kron_grad", "kron"]
+    # At the rate the kernels achieved, the factors in turn take 1/32 + 1/32 of their FLOPs' time.
+    assert kron.factored_ms_per_step == pytest.approx(kron.ms_per_step / 16)
+    assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
