@@ -274,6 +274,19 @@ class KroneckerProducts(Evidence):
     kernels: list[str] = Field(default_factory=list)  # as the device trace names them, longest first
 
 
+class MaskedResults(Evidence):
+    """``analysis.json.masked_results``: matmul results a mask of positions mostly discards (sliding-window attention
+    written as full attention), with the kernels that compute, mask or read them, on the host where computing only
+    the kept blocks saves the largest share of the loop, as its finding quotes it."""
+
+    host: str
+    kept_one_in: int  # N: elements computed per element the mask keeps
+    ms_per_step: float  # of those kernels, per device (per capture without steps)
+    share_of_device: float  # of the host's device op time
+    share_of_loop_saved: float  # of the loop, what the blocked form would save
+    kernels: list[str] = Field(default_factory=list)  # as the device trace names them, longest first
+
+
 class CostlyProductOrders(Evidence):
     """``analysis.json.costly_product_orders``: a matmul chain ``(a @ b) @ c`` multiplied in the order that makes a
     large [m, n] intermediate, where ``a @ (b @ c)`` takes several times fewer FLOPs, with the kernels that make or
@@ -445,6 +458,7 @@ class Analysis(Evidence):
     triangular_running_sums: list[TriangularRunningSums] = Field(default_factory=list)
     pairwise_by_broadcast: list[PairwiseByBroadcast] = Field(default_factory=list)
     kronecker_products: list[KroneckerProducts] = Field(default_factory=list)
+    masked_results: list[MaskedResults] = Field(default_factory=list)
     followups: list[Followup] = Field(default_factory=list)
     investigation: Investigation | None = None
     comparison: Comparison | None = None

@@ -89,8 +89,8 @@ from mldiag.analysis.profile.trace_names import (
 from mldiag.analysis.profile.trace_names import hlo_instruction as _instruction
 from mldiag.analysis.profile.trace_names import program_base as _module_base
 from mldiag.analysis.rules import (decoding, frameworks, host_causes, kronecker, launches, linear_algebra,
-                                   matrix_unit, pairwise, per_example_weights, precision, product_order, roofline,
-                                   running_sums, sparse_updates, subsampling, unfold)
+                                   masked_results, matrix_unit, pairwise, per_example_weights, precision,
+                                   product_order, roofline, running_sums, sparse_updates, subsampling, unfold)
 from mldiag.analysis.rules import kernels as kernel_ops
 from mldiag.analysis.rules.frameworks import Framework
 from mldiag.analysis.rules.host_causes import HostCause
@@ -2248,8 +2248,9 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
     summed = running_sums.triangular_running_sums(hosts, hlo_kernels or [], chip)
     pairs = pairwise.pairwise_by_broadcast(hosts, hlo_kernels or [], chip)
     kron = kronecker.kronecker_products_made_in_full(hosts, hlo_kernels or [], chip)
+    masked = masked_results.mostly_masked_results(hosts, hlo_kernels or [])
     hardware += [found[1] for found in (narrow, dense, decompositions, unfolded, subsampled, uncached, reordered,
-                                        copied, summed, pairs, kron) if found is not None]
+                                        copied, summed, pairs, kron, masked) if found is not None]
     findings = _findings(hosts, by_name, hlo_issues, metrics, health, programs, movements, kernels, hardware,
                          hlo_kernels or [])
     status = decide_status(health, findings)
@@ -2278,6 +2279,7 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
         triangular_running_sums=[summed[0]] if summed is not None else [],
         pairwise_by_broadcast=[pairs[0]] if pairs is not None else [],
         kronecker_products=[kron[0]] if kron is not None else [],
+        masked_results=[masked[0]] if masked is not None else [],
         profile=profile,
         versions=versions,
         seconds=seconds,

@@ -30,6 +30,7 @@ import hashlib
 
 import json
 import math
+import operator
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -134,6 +135,7 @@ class Instruction:
     # for other instructions.
     kept_share: float = 1.0
     window: str = ""  # a slice's ranges, as written: two slices of the same ranges read the same elements
+    scalar: float | None = None  # a scalar constant's value
 
 
 @dataclass
@@ -236,6 +238,8 @@ def parse_module(name: str, text: str) -> HloModule:
             kind=kind.group(1) if kind else "",
             target=target.group(1) if target else "",
         )
+        if instruction.opcode == "constant" and instruction.shape is not None and not instruction.shape.dims:
+            instruction.scalar = _number(after[opcode.end():operands_end - 1])
         if instruction.opcode == "parameter" and after[opcode.end():operands_end - 1].strip().isdigit():
             instruction.parameter = int(after[opcode.end():operands_end - 1])
         if instruction.opcode in ("dot", "convolution") or _MATMUL_TARGET.search(instruction.target):
@@ -263,6 +267,13 @@ def parse_module(name: str, text: str) -> HloModule:
             module.runs_as[instruction.calls] = instruction.name
         module.applied.update(_TO_APPLY.findall(attributes))
     return module
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text.strip())
+    except ValueError:
+        return None  # a literal of another kind (true/false, a tuple, an array)
 
 
 def _kept_share(module: HloModule, instruction: Instruction) -> float:
@@ -623,6 +634,9 @@ class KernelWork:
     # Matmuls by a triangular matrix of ones (a running sum written as ``tril(ones) @ x``), or kernels that make or
     # read that matrix: the positions summed over; 0 otherwise.
     running_sum_positions: int = 0
+    # A matmul whose result a mask of positions mostly discards (a sliding window's band over full attention
+    # scores), or a kernel joined to it by arrays of that size: one element kept in N; 0 otherwise.
+    masked_per_kept: int = 0
     # Matmuls by a Kronecker product made in full (``x @ jnp.kron(a, b)``), or kernels that make or read arrays of
     # its size: the factors' shapes (p, q, r, s); () otherwise.
     kronecker_factors: tuple[int, ...] = ()
@@ -829,6 +843,115 @@ def _kronecker_products(module: HloModule) -> dict[str, tuple[int, ...]]:
             if any(i.opcode in ("dot", "convolution") and i.shape is not None
                    and math.prod(i.shape.dims) == math.prod(factors) for i in _body(module, module.instructions[name])):
                 found.setdefault(name, factors)
+    return found
+
+
+MASK_SAMPLES = 97  # positions sampled along each dimension of a mask but the last to measure what it keeps
+MASK_ROW_SAMPLES = 16384  # along its last: all of a row up to this many, so that a row's count is exact
+MAX_MASKED_KEPT = 0.25  # of a matmul's result, the share a mask keeps below which most of it is computed to be dropped
+_MASK_BINARY = {"add": operator.add, "subtract": operator.sub, "multiply": operator.mul, "and": operator.and_,
+                "or": operator.or_}
+_MASK_COMPARE = {"EQ": operator.eq, "NE": operator.ne, "LT": operator.lt, "LE": operator.le, "GT": operator.gt,
+                 "GE": operator.ge}
+
+
+_POSITION_OPS = frozenset({"iota", "constant", "broadcast", "convert", "copy", "parameter", "fusion", "bitcast",
+                           "reshape", "compare", "not", *_MASK_BINARY})
+MAX_MASK_OPS = 128  # a mask of positions is a handful of ops; a longer computation (a random hash) is not one
+
+
+def _position_values(module: HloModule, instruction: Instruction | None, at: list,
+                     budget: list[int] | None = None) -> object:
+    """The values of a computation of positions alone (iotas, scalar constants, their broadcasts, arithmetic,
+    comparisons, and/or) at the sampled positions ``at`` (one index array per dimension); None for anything that
+    depends on data, or that takes more than ``MAX_MASK_OPS`` ops to evaluate."""
+    import numpy as np
+
+    budget = [MAX_MASK_OPS] if budget is None else budget
+    budget[0] -= 1
+    if (instruction is None or budget[0] < 0 or instruction.opcode not in _POSITION_OPS
+            or instruction.shape is None or len(at) != len(instruction.shape.dims)):
+        return None
+    opcode, operand = instruction.opcode, module.operand(instruction)
+    if opcode == "iota":
+        return at[instruction.iota_dimension] if instruction.iota_dimension < len(at) else None
+    if opcode == "constant":
+        return None if instruction.scalar is None else np.asarray(instruction.scalar)
+    if opcode == "broadcast" and operand is not None and operand.shape is not None:
+        return _position_values(module, operand, [at[d] for d in instruction.broadcast_dimensions
+                                                  if d < len(at)], budget)
+    if opcode in ("convert", "copy") or (opcode == "parameter" and instruction.computation in module.runs_as):
+        if opcode == "parameter":
+            fusion = module.instructions.get(module.runs_as[instruction.computation])
+            operand = module.operand(fusion, instruction.parameter) if fusion is not None else None
+        return _position_values(module, operand, at, budget)
+    if opcode == "fusion" and instruction.calls in module.roots:
+        return _position_values(module, module.instructions.get(module.roots[instruction.calls]), at, budget)
+    if opcode in ("bitcast", "reshape") and operand is not None and operand.shape and instruction.shape:
+        kept = [index for index, size in zip(at, instruction.shape.dims) if size != 1]
+        if [size for size in operand.shape.dims if size != 1] != [s for s in instruction.shape.dims if s != 1]:
+            return None
+        kept_iter = iter(kept)
+        return _position_values(module, operand, [np.zeros(1, dtype=np.int64) if size == 1 else next(kept_iter)
+                                                  for size in operand.shape.dims], budget)
+    sides = []
+    for index in range(len(instruction.operands)):
+        if (side := _position_values(module, module.operand(instruction, index), at, budget)) is None:
+            return None
+        sides.append(side)
+    try:
+        if opcode in _MASK_BINARY and len(sides) == 2:
+            return _MASK_BINARY[opcode](*sides)
+        if opcode == "compare" and len(sides) == 2 and instruction.direction in _MASK_COMPARE:
+            return _MASK_COMPARE[instruction.direction](*sides)
+    except (TypeError, ValueError):  # operands that do not broadcast, or a float and a boolean op
+        return None
+    if opcode == "not" and len(sides) == 1:
+        return ~np.asarray(sides[0], dtype=bool)
+    return None
+
+
+def _mask_kept_share(module: HloModule, predicate: Instruction | None) -> float | None:
+    """The share of positions a mask made from positions alone keeps (``(j <= i) & (j > i - w)``: a band), measured
+    on whole rows at ``MASK_SAMPLES`` evenly spread positions along each other dimension; None for a mask that
+    depends on data."""
+    import numpy as np
+
+    if predicate is None or predicate.shape is None or not predicate.shape.dims:
+        return None
+    *outer, row = predicate.shape.dims
+    axes = [np.unique(np.linspace(0, size - 1, min(size, samples)).astype(np.int64))
+            for size, samples in [*((size, MASK_SAMPLES) for size in outer), (row, MASK_ROW_SAMPLES)]]
+    grid = np.meshgrid(*axes, indexing="ij", sparse=True)
+    values = _position_values(module, predicate, list(grid))
+    if values is None:
+        return None
+    return float(np.mean(np.broadcast_to(np.asarray(values, dtype=bool), tuple(len(a) for a in axes))))
+
+
+def _masked_results(module: HloModule) -> dict[str, int]:
+    """The kernels of matmuls whose result a mask of positions mostly discards (a select keeping at most
+    ``MAX_MASKED_KEPT`` of it, as a sliding window's band keeps w of n keys), and those joined to them by arrays of
+    the result's size (the softmax, the gradient's): kernel -> N, one element kept in N."""
+    found: dict[str, int] = {}
+    sizes: dict[int, int] = {}
+    for select in module.instructions.values():
+        if select.opcode != "select" or select.shape is None or not _made_by_matmul(module, module.operand(select, 1)):
+            continue
+        kept = _mask_kept_share(module, module.operand(select))
+        # A diagonal (one element a row: a grouped convolution's weights picked from a dense product) is a layout of
+        # the work, not a band of it.
+        if kept is None or not 0 < kept <= MAX_MASKED_KEPT or kept * select.shape.dims[-1] < 2:
+            continue
+        per_kept = int(1 / kept)
+        source = _origin(module, module.operand(select, 1))
+        runner = _entry_level(module, source) if source is not None else None
+        for kernel in filter(None, (runner, _entry_level(module, select))):
+            found[kernel.name] = max(found.get(kernel.name, 0), per_kept)
+        sizes[math.prod(select.shape.dims)] = max(sizes.get(math.prod(select.shape.dims), 0), per_kept)
+    for elements, per_kept in sizes.items():
+        for kernel in _reached(_joined_by_arrays(module, elements), set(found)):
+            found.setdefault(kernel, per_kept)
     return found
 
 
@@ -1471,7 +1594,7 @@ def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
         computed_per_kept, recomputed = _computed_per_kept(module), _recomputed_positions(module)
         costly_chains, copies = _costly_chains(module), _shared_matrix_copies(module)
         running_sums, pairwise = _running_sums(module), _pairwise_kernels(module)
-        kronecker = _kronecker_products(module)
+        kronecker, masked = _kronecker_products(module), _masked_results(module)
         for instruction in module.instructions.values():
             if (instruction.opcode in _NOT_A_BUFFER or instruction.computation in module.runs_as
                     or instruction.computation in module.applied):
@@ -1485,6 +1608,7 @@ def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
                                      running_sum_positions=running_sums.get(instruction.name, 0),
                                      pairs_combined=pairwise.get(instruction.name, ()),
                                      kronecker_factors=kronecker.get(instruction.name, ()),
+                                     masked_per_kept=masked.get(instruction.name, 0),
                                      bytes_accessed=_bytes_accessed(module, instruction)))
             else:
                 found.append(KernelWork(
@@ -1504,6 +1628,7 @@ def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
                     running_sum_positions=running_sums.get(instruction.name, 0),
                     pairs_combined=pairwise.get(instruction.name, ()),
                     kronecker_factors=kronecker.get(instruction.name, ()),
+                    masked_per_kept=masked.get(instruction.name, 0),
                     bytes_accessed=_bytes_accessed(module, instruction),
                     **_matmul_fields(module, [instruction]),
                     **_batched_fields([instruction], [instruction, *filter(None, (

@@ -1542,3 +1542,70 @@ def test_a_kronecker_product_made_in_full_is_a_compute_finding_that_says_to_appl
     # At the rate the kernels achieved, the factors in turn take 1/32 + 1/32 of their FLOPs' time.
     assert kron.factored_ms_per_step == pytest.approx(kron.ms_per_step / 16)
     assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
+
+
+# --- matmul results computed in full and mostly masked ---------------------------------------------
+
+def _banded_scores(mask: str) -> str:
+    """Scores q @ k.T over 256 tokens, ``mask`` (instructions ending in %keep.m, a pred[256,256]) selecting them
+    against -1e9 in one fusion, and their exponential read by a second."""
+    return f"""HloModule jit_step
+
+%fused_mask (param_0.m: f32[256,256], param_1.m: pred[256,256]) -> f32[256,256] {{
+  %param_0.m = f32[256,256]{{1,0}} parameter(0)
+  %param_1.m = pred[256,256]{{1,0}} parameter(1)
+  %rows.m = s32[256,256]{{1,0}} iota(), iota_dimension=0
+  %columns.m = s32[256,256]{{1,0}} iota(), iota_dimension=1
+{mask}
+  %low.m = f32[] constant(-1e+09)
+  %lows.m = f32[256,256]{{1,0}} broadcast(%low.m), dimensions={{}}
+  ROOT %masked.m = f32[256,256]{{1,0}} select(%keep.m, %param_0.m, %lows.m)
+}}
+
+%fused_exp (param_0.e: f32[256,256]) -> f32[256,256] {{
+  %param_0.e = f32[256,256]{{1,0}} parameter(0)
+  ROOT %exp.e = f32[256,256]{{1,0}} exponential(%param_0.e)
+}}
+
+ENTRY %main (q: f32[256,64], k: f32[256,64], data: pred[256,256]) -> f32[256,256] {{
+  %q = f32[256,64]{{1,0}} parameter(0)
+  %k = f32[256,64]{{1,0}} parameter(1)
+  %data = pred[256,256]{{1,0}} parameter(2)
+  %scores = f32[256,256]{{1,0}} dot(%q, %k), lhs_contracting_dims={{1}}, rhs_contracting_dims={{1}}
+  %masked = f32[256,256]{{1,0}} fusion(%scores, %data), kind=kLoop, calls=%fused_mask
+  ROOT %weights = f32[256,256]{{1,0}} fusion(%masked), kind=kLoop, calls=%fused_exp
+}}
+"""
+
+
+BAND = """  %causal.m = pred[256,256]{1,0} compare(%columns.m, %rows.m), direction=LE
+  %window.m = s32[] constant(-16)
+  %windows.m = s32[256,256]{1,0} broadcast(%window.m), dimensions={}
+  %start.m = s32[256,256]{1,0} add(%rows.m, %windows.m)
+  %recent.m = pred[256,256]{1,0} compare(%columns.m, %start.m), direction=GT
+  %keep.m = pred[256,256]{1,0} and(%causal.m, %recent.m)"""
+CAUSAL = """  %keep.m = pred[256,256]{1,0} compare(%columns.m, %rows.m), direction=LE"""
+FROM_DATA = """  %keep.m = pred[256,256]{1,0} and(%param_1.m, %param_1.m)"""
+DIAGONAL = """  %keep.m = pred[256,256]{1,0} compare(%columns.m, %rows.m), direction=EQ"""
+
+
+@pytest.mark.parametrize(("mask", "per_kept"), [(BAND, 16), (CAUSAL, 0), (FROM_DATA, 0), (DIAGONAL, 0)],
+                         ids=["a_band_of_16", "causal", "a_mask_from_data", "a_diagonal"])
+def test_a_matmul_result_is_mostly_masked_only_by_a_mask_of_positions_that_keeps_little(mask, per_kept):
+    works = {w.instruction: w.masked_per_kept
+             for w in hlo.kernel_work([hlo.parse_module("jit_step(3)", _banded_scores(mask))])}
+    assert [works[name] for name in ("scores", "masked", "weights")] == [per_kept] * 3
+
+
+def test_mostly_masked_results_are_a_compute_finding_that_says_to_compute_the_band_in_blocks():
+    host = _host(kind=DeviceKind.CPU, device_type="CPU", busy=0.9,
+                 top_ops=[_op("scores", 0.5), _op("masked", 0.2), _op("weights", 0.3)])
+    analysis = _analysis(host, modules=[("jit_step(3)", _banded_scores(BAND))])
+    (finding,) = [f for f in analysis.findings if "mostly masked" in f.title]
+    # (0.5 + 0.2 + 0.3) of device time x (1 - 2/16) x 0.9 busy
+    assert finding.title == ("Matmul results computed in full and mostly masked (one element in 16 kept): computing "
+                             "only the kept blocks saves about 79% of the loop")
+    assert finding.priority is Priority.P0 and "local_window_size" in finding.fix
+    (masked,) = analysis.masked_results
+    assert masked.kept_one_in == 16 and masked.share_of_loop_saved == pytest.approx(0.9 * (1 - 2 / 16))
+    assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
