@@ -218,14 +218,17 @@ def _hlo_programs(context: ToolContext) -> list:
         return []
 
 
-def _hlo_kernels(context: ToolContext) -> list:
-    """What each kernel of the HLO programs computes; none when the modules cannot be read."""
+def _hlo_kernels(context: ToolContext) -> tuple[list, dict[str, str]]:
+    """What each kernel of the HLO programs computes, and the detectors that failed on a program (what -> why);
+    no kernels when the modules cannot be read (the tools that read them record why)."""
     from mldiag.analysis.xprof import hlo
 
     try:
-        return hlo.kernel_work(context.hlo())
+        modules = context.hlo()
     except Exception:  # noqa: BLE001 - the detectors already recorded why the modules are unreadable
-        return []
+        return [], {}
+    failures: dict[str, str] = {}
+    return hlo.kernel_work(modules, failures), failures
 
 
 @dataclass(frozen=True)
@@ -276,12 +279,14 @@ class RunningAnalysis:
             result.name: [HloIssue.model_validate(issue) for issue in result.data or []]
             for result in tools if result.name in DETECTORS
         }
+        kernels, failures = _hlo_kernels(context)
         analysis = analyst.assess(
             hosts=hosts,
             tools=tools,
             hlo_issues=hlo_issues,
             hlo_programs=_hlo_programs(context),
-            hlo_kernels=_hlo_kernels(context),
+            hlo_kernels=kernels,
+            missing_evidence={f"kernel detector {what}": why for what, why in failures.items()},
             profile=ProfileInput(
                 source=source or str(self.origin), session=session.name,
                 files=[f.name for f in session.files], bytes=state.profile_bytes,
@@ -415,4 +420,4 @@ def analyze_host(
     with start_analysis([path], scratch_dir, progress=progress, memory_ceiling_bytes=memory_ceiling_bytes,
                         owned_inputs=owned_inputs) as running:
         alone = running.finish()
-        return HostAnalysis.of(alone, hlo_kernels=_hlo_kernels(running.context))
+        return HostAnalysis.of(alone, hlo_kernels=_hlo_kernels(running.context)[0])

@@ -463,6 +463,9 @@ class Analysis(Evidence):
     investigation: Investigation | None = None
     comparison: Comparison | None = None
     missing_hosts: dict[str, str] = Field(default_factory=dict)  # host -> why its evidence is not in this analysis
+    # Evidence the analysis could not collect (a kernel detector that failed on a program) -> why; the findings that
+    # would read it are not made.
+    missing_evidence: dict[str, str] = Field(default_factory=dict)
     profile: ProfileInput
     versions: dict[str, str] = Field(default_factory=dict)
     seconds: float = 0.0

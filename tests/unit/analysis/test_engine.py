@@ -16,7 +16,8 @@ from mldiag.analysis import MANAGED_TOOLS, analyze_profile
 from mldiag.analysis.engine import raw_events_cost, start_analysis
 from mldiag.analysis.evidence import ToolStatus
 from mldiag.analysis.profile.slices import slice_by_time
-from mldiag.analysis.xprof import xprof_tools
+from mldiag.analysis.report import render_summary
+from mldiag.analysis.xprof import hlo, xprof_tools
 from mldiag.analysis.xprof.budget import PROCESS_GROWTH, MemoryBudget, OverBudget, default_ceiling
 from mldiag.domain.sizes import parse_size
 
@@ -36,6 +37,22 @@ def test_a_failing_tool_is_recorded_and_the_analysis_goes_on(monkeypatch, tmp_pa
     assert analysis.findings and analysis.findings[0].category.value == "input_bound"
     assert any(m.startswith("get_roofline_model: error") for m in messages)
     assert list((tmp_path / "scratch").iterdir()) == []  # the private copy is gone
+
+
+def test_a_failing_kernel_detector_is_recorded_and_only_its_findings_are_lost(monkeypatch, tmp_path):
+    def broken(module):
+        raise RuntimeError("<mask> evaluator crashed")
+
+    monkeypatch.setitem(hlo._MODULE_DETECTORS, "computed_per_kept", broken)
+    analysis = analyze_profile([xplane("cpu/diag_of_full_product")], tmp_path / "scratch")
+    assert analysis.missing_evidence  # one entry a program
+    for what, why in analysis.missing_evidence.items():
+        assert what.startswith("kernel detector computed_per_kept in jit_")
+        assert why == "RuntimeError: <mask> evaluator crashed"
+    assert not analysis.subsampled_results  # the one finding that reads it
+    assert analysis.kernels and analysis.roofline  # every other use of the kernels' HLO remains
+    page = render_summary(analysis)
+    assert 'id="missing-evidence"' in page and "&lt;mask&gt; evaluator crashed" in page
 
 
 def test_a_session_of_two_hosts_reads_each_and_runs_the_tools_on_both(tmp_path):

@@ -2219,11 +2219,13 @@ def _name_amd_architecture(hosts: list[HostEvidence], tools: dict[str, ToolResul
 
 def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: dict[str, list[HloIssue]],
            profile: ProfileInput, versions: dict[str, str], seconds: float,
-           hlo_programs: list[HloProgram] | None = None, hlo_kernels: list[KernelWork] | None = None) -> Analysis:
+           hlo_programs: list[HloProgram] | None = None, hlo_kernels: list[KernelWork] | None = None,
+           missing_evidence: dict[str, str] | None = None) -> Analysis:
     """Turn the evidence into metrics, health, findings, status and summary.
 
     ``hlo_programs``: each HLO program's parameters, results and largest intermediate (:func:`hlo.program_buffers`).
     ``hlo_kernels``: what each kernel of the HLO programs computes (:func:`hlo.kernel_work`).
+    ``missing_evidence``: evidence that could not be collected (what -> why), recorded in the analysis.
     """
     by_name = {tool.name: tool for tool in tools}
     _name_amd_architecture(hosts, by_name)
@@ -2280,6 +2282,7 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
         pairwise_by_broadcast=[pairs[0]] if pairs is not None else [],
         kronecker_products=[kron[0]] if kron is not None else [],
         masked_results=[masked[0]] if masked is not None else [],
+        missing_evidence=missing_evidence or {},
         profile=profile,
         versions=versions,
         seconds=seconds,

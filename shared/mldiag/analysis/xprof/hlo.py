@@ -35,6 +35,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from mldiag.analysis.evidence import HloIssue, HloProgram
 
@@ -1587,28 +1588,50 @@ def _fusion_work(module: HloModule, fusion: Instruction) -> KernelWork:
     )
 
 
-def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
-    """What every instruction outside a fusion computes: the kernels (and ops) a device trace names."""
+# The detectors that look at a whole module and mark its kernels: each gives kernel -> the KernelWork field's value.
+_MODULE_DETECTORS: dict[str, Callable[[HloModule], dict[str, Any]]] = {
+    "computed_per_kept": _computed_per_kept,
+    "recomputed_positions": _recomputed_positions,
+    "costly_chain": _costly_chains,
+    "shared_matrix_copies": _shared_matrix_copies,
+    "running_sum_positions": _running_sums,
+    "pairs_combined": _pairwise_kernels,
+    "kronecker_factors": _kronecker_products,
+    "masked_per_kept": _masked_results,
+}
+
+
+def _detected(module: HloModule, failures: dict[str, str] | None) -> dict[str, dict[str, Any]]:
+    """Each module detector's marks on ``module``'s kernels. Given ``failures``, a detector that raises marks
+    nothing and its error is recorded there; without it, the error propagates."""
+    marks: dict[str, dict[str, Any]] = {}
+    for field_name, detect in _MODULE_DETECTORS.items():
+        try:
+            marks[field_name] = detect(module)
+        except Exception as error:
+            if failures is None:
+                raise
+            marks[field_name] = {}
+            failures[f"{field_name} in {module.name}"] = f"{type(error).__name__}: {error}"[:300]
+    return marks
+
+
+def kernel_work(modules: list[HloModule], failures: dict[str, str] | None = None) -> list[KernelWork]:
+    """What every instruction outside a fusion computes: the kernels (and ops) a device trace names.
+
+    ``failures``, where given, collects the module detectors that raised (``"<field> in <module>"`` -> the error),
+    and the kernels are described without their marks; without it, a detector's error propagates.
+    """
     found = []
     for module in modules:
-        computed_per_kept, recomputed = _computed_per_kept(module), _recomputed_positions(module)
-        costly_chains, copies = _costly_chains(module), _shared_matrix_copies(module)
-        running_sums, pairwise = _running_sums(module), _pairwise_kernels(module)
-        kronecker, masked = _kronecker_products(module), _masked_results(module)
+        marks = _detected(module, failures)
         for instruction in module.instructions.values():
             if (instruction.opcode in _NOT_A_BUFFER or instruction.computation in module.runs_as
                     or instruction.computation in module.applied):
                 continue
+            marked = {name: values[instruction.name] for name, values in marks.items() if instruction.name in values}
             if instruction.opcode == "fusion" and instruction.calls in module.computations:
-                found.append(replace(_fusion_work(module, instruction),
-                                     computed_per_kept=computed_per_kept.get(instruction.name, 1),
-                                     recomputed_positions=recomputed.get(instruction.name, 0),
-                                     costly_chain=costly_chains.get(instruction.name),
-                                     shared_matrix_copies=copies.get(instruction.name),
-                                     running_sum_positions=running_sums.get(instruction.name, 0),
-                                     pairs_combined=pairwise.get(instruction.name, ()),
-                                     kronecker_factors=kronecker.get(instruction.name, ()),
-                                     masked_per_kept=masked.get(instruction.name, 0),
+                found.append(replace(_fusion_work(module, instruction), **marked,
                                      bytes_accessed=_bytes_accessed(module, instruction)))
             else:
                 found.append(KernelWork(
@@ -1621,15 +1644,7 @@ def kernel_work(modules: list[HloModule]) -> list[KernelWork]:
                     scatters_into_constant=_scatters_into_constant(module, [instruction]),
                     one_hot_classes=_one_hot_classes(module, [instruction], None),
                     copies_argument=_copies_argument(module, instruction),
-                    computed_per_kept=computed_per_kept.get(instruction.name, 1),
-                    recomputed_positions=recomputed.get(instruction.name, 0),
-                    costly_chain=costly_chains.get(instruction.name),
-                    shared_matrix_copies=copies.get(instruction.name),
-                    running_sum_positions=running_sums.get(instruction.name, 0),
-                    pairs_combined=pairwise.get(instruction.name, ()),
-                    kronecker_factors=kronecker.get(instruction.name, ()),
-                    masked_per_kept=masked.get(instruction.name, 0),
-                    bytes_accessed=_bytes_accessed(module, instruction),
+                    bytes_accessed=_bytes_accessed(module, instruction), **marked,
                     **_matmul_fields(module, [instruction]),
                     **_batched_fields([instruction], [instruction, *filter(None, (
                         module.instructions.get(name) for name in instruction.operands))]),

@@ -384,6 +384,20 @@ def test_a_matmul_result_of_which_a_gather_keeps_a_few_rows_is_computed_mostly_t
     assert [works[name] for name in ("logits", "picked", "zeros", "spread", "moved", "dh")] == [per_kept] * 6
 
 
+def test_a_module_detector_that_raises_is_recorded_and_leaves_the_others_marks(monkeypatch):
+    def broken(module):
+        raise IndexError("tuple index out of range")
+
+    monkeypatch.setitem(hlo._MODULE_DETECTORS, "recomputed_positions", broken)
+    modules = [_module("jit_mlm(1)", _gathered_logits(76))]
+    failures: dict[str, str] = {}
+    works = {w.instruction: w for w in hlo.kernel_work(modules, failures)}
+    assert failures == {"recomputed_positions in jit_mlm(1)": "IndexError: tuple index out of range"}
+    assert works["logits"].computed_per_kept == 6 and works["logits"].flops  # the other detectors' marks remain
+    with pytest.raises(IndexError):  # without a place to record it, a detector's bug is not hidden
+        hlo.kernel_work(modules)
+
+
 def test_a_kernel_that_computes_on_the_kept_elements_is_not_counted_with_those_that_pick_them():
     # Scaled after the gather, the kept rows are math that computing only them still does.
     scaled = _gathered_logits(76).replace(
