@@ -274,6 +274,20 @@ class KroneckerProducts(Evidence):
     kernels: list[str] = Field(default_factory=list)  # as the device trace names them, longest first
 
 
+class FullJacobians(Evidence):
+    """``analysis.json.full_jacobians``: Jacobians built in full, derivatives seeded by an n x n identity
+    (``jax.jacrev`` / ``jax.jacfwd``), with the kernels that seed them and compute on them, on the host where
+    products with vectors instead (``jax.vjp`` / ``jax.jvp``) save the largest share of the loop, as its finding
+    quotes it."""
+
+    host: str
+    basis: int  # n: the identity's size, the derivatives computed where a product with one vector needs one
+    ms_per_step: float  # of those kernels, per device (per capture without steps)
+    share_of_device: float  # of the host's device op time
+    share_of_loop_saved: float  # of the loop, what products with one vector would save
+    kernels: list[str] = Field(default_factory=list)  # as the device trace names them, longest first
+
+
 class MaskedResults(Evidence):
     """``analysis.json.masked_results``: matmul results a mask of positions mostly discards (sliding-window attention
     written as full attention), with the kernels that compute, mask or read them, on the host where computing only
@@ -459,6 +473,7 @@ class Analysis(Evidence):
     pairwise_by_broadcast: list[PairwiseByBroadcast] = Field(default_factory=list)
     kronecker_products: list[KroneckerProducts] = Field(default_factory=list)
     masked_results: list[MaskedResults] = Field(default_factory=list)
+    full_jacobians: list[FullJacobians] = Field(default_factory=list)
     followups: list[Followup] = Field(default_factory=list)
     investigation: Investigation | None = None
     comparison: Comparison | None = None

@@ -648,6 +648,9 @@ class KernelWork:
     # (a vmap that batched the weights): the copies, where the kernel runs such matmuls or makes or reads an array
     # of the copies' size (the broadcast itself, the per-example weight gradients).
     shared_matrix_copies: SharedMatrixCopies | None = None
+    # Kernels of a Jacobian built in full: matmuls seeding derivatives by an n x n identity (``jax.jacrev`` and
+    # ``jax.jacfwd`` push its rows through the program) and every kernel computing on their results: n; 0 otherwise.
+    jacobian_basis: int = 0
 
 
 def _fused(module: HloModule, computation: str) -> list[Instruction]:
@@ -850,14 +853,20 @@ def _kronecker_products(module: HloModule) -> dict[str, tuple[int, ...]]:
 MASK_SAMPLES = 97  # positions sampled along each dimension of a mask but the last to measure what it keeps
 MASK_ROW_SAMPLES = 16384  # along its last: all of a row up to this many, so that a row's count is exact
 MAX_MASKED_KEPT = 0.25  # of a matmul's result, the share a mask keeps below which most of it is computed to be dropped
-_MASK_BINARY = {"add": operator.add, "subtract": operator.sub, "multiply": operator.mul, "and": operator.and_,
-                "or": operator.or_}
+# HLO's elementwise ops on positions, by the numpy function that computes each; XLA's integer division and
+# remainder truncate towards zero, as C's do (numpy's fix of the quotient, and fmod).
+_POSITION_ELEMENTWISE = {
+    "add": "add", "subtract": "subtract", "multiply": "multiply", "and": "bitwise_and", "or": "bitwise_or",
+    "maximum": "maximum", "minimum": "minimum", "shift-left": "left_shift", "shift-right-arithmetic": "right_shift",
+    "shift-right-logical": "right_shift", "divide": "true_divide", "remainder": "fmod",
+    "negate": "negative", "abs": "absolute", "sign": "sign", "not": "logical_not",
+}
 _MASK_COMPARE = {"EQ": operator.eq, "NE": operator.ne, "LT": operator.lt, "LE": operator.le, "GT": operator.gt,
                  "GE": operator.ge}
 
 
 _POSITION_OPS = frozenset({"iota", "constant", "broadcast", "convert", "copy", "parameter", "fusion", "bitcast",
-                           "reshape", "compare", "not", *_MASK_BINARY})
+                           "reshape", "compare", "select", *_POSITION_ELEMENTWISE})
 MAX_MASK_OPS = 128  # a mask of positions is a handful of ops; a longer computation (a random hash) is not one
 
 
@@ -877,7 +886,10 @@ def _position_values(module: HloModule, instruction: Instruction | None, at: lis
     if opcode == "iota":
         return at[instruction.iota_dimension] if instruction.iota_dimension < len(at) else None
     if opcode == "constant":
-        return None if instruction.scalar is None else np.asarray(instruction.scalar)
+        if instruction.scalar is None:
+            return None
+        integral = instruction.dtype.startswith(("s", "u")) or instruction.dtype == "pred"
+        return np.asarray(int(instruction.scalar) if integral else instruction.scalar)
     if opcode == "broadcast" and operand is not None and operand.shape is not None:
         return _position_values(module, operand, [at[d] for d in instruction.broadcast_dimensions
                                                   if d < len(at)], budget)
@@ -900,16 +912,21 @@ def _position_values(module: HloModule, instruction: Instruction | None, at: lis
         if (side := _position_values(module, module.operand(instruction, index), at, budget)) is None:
             return None
         sides.append(side)
-    try:
-        if opcode in _MASK_BINARY and len(sides) == 2:
-            return _MASK_BINARY[opcode](*sides)
-        if opcode == "compare" and len(sides) == 2 and instruction.direction in _MASK_COMPARE:
-            return _MASK_COMPARE[instruction.direction](*sides)
-    except (TypeError, ValueError):  # operands that do not broadcast, or a float and a boolean op
+    if opcode == "compare" and len(sides) == 2 and instruction.direction in _MASK_COMPARE:
+        return _MASK_COMPARE[instruction.direction](*sides)
+    if opcode == "select" and len(sides) == 3:
+        return np.where(np.asarray(sides[0], dtype=bool), sides[1], sides[2])
+    if opcode in ("divide", "remainder") and np.any(np.asarray(sides[-1]) == 0):
         return None
-    if opcode == "not" and len(sides) == 1:
-        return ~np.asarray(sides[0], dtype=bool)
-    return None
+    if opcode == "shift-right-logical" and np.any(np.asarray(sides[0]) < 0):  # arithmetic only where they agree
+        return None
+    try:
+        value = getattr(np, _POSITION_ELEMENTWISE[opcode])(*sides)
+    except (KeyError, TypeError, ValueError):  # operands that do not broadcast, or a float and a bitwise op
+        return None
+    if opcode == "divide" and all(np.issubdtype(np.asarray(side).dtype, np.integer) for side in sides):
+        return np.fix(value).astype(np.int64)
+    return value
 
 
 def _mask_kept_share(module: HloModule, predicate: Instruction | None) -> float | None:
@@ -953,6 +970,50 @@ def _masked_results(module: HloModule) -> dict[str, int]:
     for elements, per_kept in sizes.items():
         for kernel in _reached(_joined_by_arrays(module, elements), set(found)):
             found.setdefault(kernel, per_kept)
+    return found
+
+
+MIN_JACOBIAN_BASIS = 64  # an identity this large in a matmul seeds a Jacobian; a smaller one is an algorithm's block
+
+
+def _identity_matrix_size(module: HloModule, values: Instruction | None) -> int:
+    """n where ``values`` holds the n x n identity made from positions (``jnp.eye(n)``: iota == iota) in its last two
+    dimensions, checked on whole sampled rows; 0 otherwise."""
+    import numpy as np
+
+    if values is None or values.shape is None or len(values.shape.dims) < 2:
+        return 0
+    *outer, n, columns = values.shape.dims
+    if n != columns or n < MIN_JACOBIAN_BASIS:
+        return 0
+    rows = np.unique(np.linspace(0, n - 1, min(n, MASK_SAMPLES)).astype(np.int64))
+    cols = np.unique(np.linspace(0, n - 1, min(n, MASK_ROW_SAMPLES)).astype(np.int64))
+    at = [np.zeros(1, dtype=np.int64) for _ in outer] + list(np.meshgrid(rows, cols, indexing="ij", sparse=True))
+    got = _position_values(module, values, at)
+    if got is None:
+        return 0
+    got = np.broadcast_to(np.asarray(got, dtype=float), (*[1] * len(outer), len(rows), len(cols)))
+    return n if np.array_equal(got.reshape(len(rows), len(cols)), rows[:, None] == cols[None, :]) else 0
+
+
+def _jacobian_kernels(module: HloModule) -> dict[str, int]:
+    """The kernels of Jacobians built in full: those of matmuls by an n x n identity, a reverse- or forward-mode
+    derivative's seed (``jax.jacrev`` pulls back each of its rows, ``jax.jacfwd`` pushes each forward), and every
+    kernel that reads their results, directly or through others: kernel -> n."""
+    found: dict[str, int] = {}
+    for product in module.instructions.values():
+        if product.opcode not in ("dot", "convolution"):
+            continue
+        basis = max(_identity_matrix_size(module, module.operand(product, side)) for side in (0, 1))
+        if basis and (runner := _entry_level(module, product)) is not None:
+            found[runner.name] = max(found.get(runner.name, 0), basis)
+    frontier = list(found)
+    while frontier:
+        written = frontier.pop()
+        for reader in module.consumers(written):
+            if reader.computation == module.entry and reader.name not in found:
+                found[reader.name] = found[written]
+                frontier.append(reader.name)
     return found
 
 
@@ -1598,6 +1659,7 @@ _MODULE_DETECTORS: dict[str, Callable[[HloModule], dict[str, Any]]] = {
     "pairs_combined": _pairwise_kernels,
     "kronecker_factors": _kronecker_products,
     "masked_per_kept": _masked_results,
+    "jacobian_basis": _jacobian_kernels,
 }
 
 

@@ -1587,10 +1587,29 @@ BAND = """  %causal.m = pred[256,256]{1,0} compare(%columns.m, %rows.m), directi
 CAUSAL = """  %keep.m = pred[256,256]{1,0} compare(%columns.m, %rows.m), direction=LE"""
 FROM_DATA = """  %keep.m = pred[256,256]{1,0} and(%param_1.m, %param_1.m)"""
 DIAGONAL = """  %keep.m = pred[256,256]{1,0} compare(%columns.m, %rows.m), direction=EQ"""
+# Blocks of 32 along the diagonal, (i // 32) == (j // 32): by a division, and as XLA lowers a floor division of
+# positions by a power of two (a shift, with a select for negative values that positions never take).
+BLOCKS = """  %size.m = s32[] constant(32)
+  %sizes.m = s32[256,256]{1,0} broadcast(%size.m), dimensions={}
+  %row_block.m = s32[256,256]{1,0} divide(%rows.m, %sizes.m)
+  %column_block.m = s32[256,256]{1,0} divide(%columns.m, %sizes.m)
+  %keep.m = pred[256,256]{1,0} compare(%row_block.m, %column_block.m), direction=EQ"""
+BLOCKS_BY_SHIFTS = """  %five.m = s32[] constant(5)
+  %fives.m = s32[256,256]{1,0} broadcast(%five.m), dimensions={}
+  %zero.m = s32[] constant(0)
+  %zeros.m = s32[256,256]{1,0} broadcast(%zero.m), dimensions={}
+  %negative.m = pred[256,256]{1,0} compare(%rows.m, %zeros.m), direction=LT
+  %shifted.m = s32[256,256]{1,0} shift-right-logical(%rows.m, %fives.m)
+  %lowered.m = s32[256,256]{1,0} negate(%shifted.m)
+  %row_block.m = s32[256,256]{1,0} select(%negative.m, %lowered.m, %shifted.m)
+  %column_block.m = s32[256,256]{1,0} shift-right-logical(%columns.m, %fives.m)
+  %keep.m = pred[256,256]{1,0} compare(%row_block.m, %column_block.m), direction=EQ"""
 
 
-@pytest.mark.parametrize(("mask", "per_kept"), [(BAND, 16), (CAUSAL, 0), (FROM_DATA, 0), (DIAGONAL, 0)],
-                         ids=["a_band_of_16", "causal", "a_mask_from_data", "a_diagonal"])
+@pytest.mark.parametrize(("mask", "per_kept"), [(BAND, 16), (CAUSAL, 0), (FROM_DATA, 0), (DIAGONAL, 0),
+                                                (BLOCKS, 8), (BLOCKS_BY_SHIFTS, 8)],
+                         ids=["a_band_of_16", "causal", "a_mask_from_data", "a_diagonal", "diagonal_blocks",
+                              "diagonal_blocks_by_shifts"])
 def test_a_matmul_result_is_mostly_masked_only_by_a_mask_of_positions_that_keeps_little(mask, per_kept):
     works = {w.instruction: w.masked_per_kept
              for w in hlo.kernel_work([hlo.parse_module("jit_step(3)", _banded_scores(mask))])}
@@ -1608,4 +1627,66 @@ def test_mostly_masked_results_are_a_compute_finding_that_says_to_compute_the_ba
     assert finding.priority is Priority.P0 and "local_window_size" in finding.fix
     (masked,) = analysis.masked_results
     assert masked.kept_one_in == 16 and masked.share_of_loop_saved == pytest.approx(0.9 * (1 - 2 / 16))
+    assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
+
+
+# --- a Jacobian built in full ---------------------------------------------------------------------
+
+def _jacobian_by_identity(seed: str = "compare(%rows.e, %cols.e), direction=EQ", n: int = 128) -> str:
+    """jax.jacrev of x @ w for a batch of 16: an [n,n] matrix made from positions by ``seed`` (the identity where
+    rows == cols) multiplied by w.T, each example's Jacobian scaled, contracted with v, and an unrelated kernel."""
+    return f"""HloModule jit_step
+
+%fused_seed () -> f32[{n},{n}] {{
+  %rows.e = s32[{n},{n}]{{1,0}} iota(), iota_dimension=0
+  %cols.e = s32[{n},{n}]{{1,0}} iota(), iota_dimension=1
+  %eq.e = pred[{n},{n}]{{1,0}} {seed}
+  ROOT %convert.e = f32[{n},{n}]{{1,0}} convert(%eq.e)
+}}
+
+%fused_scale (param_0.s: f32[{n},256], param_1.s: f32[16,256]) -> f32[16,{n},256] {{
+  %param_0.s = f32[{n},256]{{1,0}} parameter(0)
+  %param_1.s = f32[16,256]{{1,0}} parameter(1)
+  %rows.s = f32[16,{n},256]{{2,1,0}} broadcast(%param_0.s), dimensions={{1,2}}
+  %scales.s = f32[16,{n},256]{{2,1,0}} broadcast(%param_1.s), dimensions={{0,2}}
+  ROOT %product.s = f32[16,{n},256]{{2,1,0}} multiply(%rows.s, %scales.s)
+}}
+
+ENTRY %main (w: f32[256,{n}], d: f32[16,256], v: f32[16,{n}], x: f32[16,256]) -> (f32[16,1,256], f32[16,256]) {{
+  %w = f32[256,{n}]{{1,0}} parameter(0)
+  %d = f32[16,256]{{1,0}} parameter(1)
+  %v = f32[16,{n}]{{1,0}} parameter(2)
+  %x = f32[16,256]{{1,0}} parameter(3)
+  %seed = f32[{n},{n}]{{1,0}} fusion(), kind=kLoop, calls=%fused_seed
+  %pulled = f32[{n},256]{{1,0}} dot(%seed, %w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{1}}
+  %jacobians = f32[16,{n},256]{{2,1,0}} fusion(%pulled, %d), kind=kLoop, calls=%fused_scale
+  %vjp = f32[16,1,256]{{2,1,0}} dot(%v, %jacobians), lhs_batch_dims={{0}}, lhs_contracting_dims={{1}}, rhs_batch_dims={{0}}, rhs_contracting_dims={{1}}
+  %other = f32[16,256]{{1,0}} multiply(%x, %d)
+  ROOT %out = (f32[16,1,256]{{2,1,0}}, f32[16,256]{{1,0}}) tuple(%vjp, %other)
+}}
+"""
+
+
+@pytest.mark.parametrize(("module", "basis"), [
+    (_jacobian_by_identity(), 128),
+    (_jacobian_by_identity("compare(%rows.e, %cols.e), direction=GE"), 0),
+    (_jacobian_by_identity("compare(%cols.e, %rows.e), direction=NE"), 0),
+    (_jacobian_by_identity(n=32), 0),
+], ids=["an_identity_seeds_a_jacobian", "a_triangle_is_no_identity", "its_complement_is_none", "a_small_identity"])
+def test_a_matmul_by_an_identity_made_from_positions_and_all_it_feeds_are_a_jacobian_built_in_full(module, basis):
+    works = {w.instruction: w.jacobian_basis for w in hlo.kernel_work([hlo.parse_module("jit_step(3)", module)])}
+    assert [works[name] for name in ("pulled", "jacobians", "vjp", "other", "seed")] == [basis, basis, basis, 0, 0]
+
+
+def test_a_jacobian_built_in_full_is_a_compute_finding_that_says_to_use_vjp_or_jvp():
+    host = _host(kind=DeviceKind.CPU, device_type="CPU", busy=0.9,
+                 top_ops=[_op("jacobians", 0.5), _op("vjp", 0.3), _op("pulled", 0.1), _op("other", 0.1)])
+    analysis = _analysis(host, modules=[("jit_step(3)", _jacobian_by_identity())])
+    (finding,) = [f for f in analysis.findings if "Jacobian" in f.title]
+    assert finding.title.startswith("A Jacobian built in full: derivatives seeded by a 128 by 128 identity")
+    assert finding.priority is Priority.P0 and "jax.vjp(f, x)[1](v)" in finding.fix
+    (jacobian,) = analysis.full_jacobians
+    assert jacobian.basis == 128 and jacobian.kernels == ["jacobians", "vjp", "pulled"]
+    # 0.9 of the device time of a loop busy 0.9, all but 1/128 of it.
+    assert jacobian.share_of_loop_saved == pytest.approx(0.9 * 0.9 * (1 - 1 / 128))
     assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
