@@ -6641,6 +6641,140 @@ def sliding_window_attention_dense(big: bool) -> Workload:
     return Workload(_training(state, make_step(dense), x, y),
                     ablations={"blocked": _training(state, make_step(blocked), x, y)})
 
+
+def jacobian_then_product(big: bool) -> Workload:
+    """Each example's vector-Jacobian product v^T J of a small network (1024 -> 2048 -> 1024, tanh, bf16 on the chip;
+    batch 64) computed as the full Jacobian (``vmap(jax.jacrev)``) and then multiplied by v, inside a trained loss,
+    data resident. Ablation: the same product by ``jax.vjp``."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, width, hidden = (64, 1024, 2048) if big else (16, 128, 256)
+    keys = jax.random.split(jax.random.key(930), 5)
+    params = [_normal(keys[0], (width, hidden), "bfloat16"), _normal(keys[1], (hidden, width), "bfloat16")]
+    x = jax.random.normal(keys[2], (batch, width)).astype("bfloat16")
+    v = jax.random.normal(keys[3], (batch, width)).astype("bfloat16")
+    y = jax.random.normal(keys[4], (batch, width))
+
+    def net(params, x):
+        return jnp.tanh(x @ params[0]) @ params[1]
+
+    def by_jacobian(params, x, v):
+        jacobians = jax.vmap(jax.jacrev(lambda row: net(params, row)))(x)
+        return jnp.einsum("bo,boi->bi", v, jacobians)
+
+    def by_vjp(params, x, v):
+        _, pull = jax.vjp(lambda rows: net(params, rows), x)
+        return pull(v)[0]
+
+    def make_step(product):
+        def loss(params, x, v, y):
+            return jnp.mean((product(params, x, v).astype("float32") - y) ** 2)
+
+        return sgd(loss)
+
+    state = {"params": params}
+    return Workload(_training(state, make_step(by_jacobian), x, v, y),
+                    ablations={"vjp": _training(state, make_step(by_vjp), x, v, y)})
+
+
+def inverse_then_matmul(big: bool) -> Workload:
+    """A loss that solves a 2048 x 2048 f32 system each step, ``jnp.linalg.inv(A) @ b`` with 16 right-hand sides,
+    where A = M + diag(exp(d)) changes with the trained vector d, data resident.
+    Ablation: ``jnp.linalg.solve(A, b)``."""
+    import jax
+    import jax.numpy as jnp
+
+    n, sides = (2048, 16) if big else (256, 8)
+    keys = jax.random.split(jax.random.key(940), 3)
+    params = [jnp.zeros((n,), "float32")]
+    m = jax.random.normal(keys[0], (n, n)) / jnp.sqrt(n) + 2.0 * jnp.eye(n)
+    b = jax.random.normal(keys[1], (n, sides))
+    y = jax.random.normal(keys[2], (n, sides))
+
+    def make_step(solve):
+        def loss(params, m, b, y):
+            a = m + jnp.diag(jnp.exp(params[0]))
+            return jnp.mean((solve(a, b) - y) ** 2)
+
+        return sgd(loss)
+
+    state = {"params": params}
+    return Workload(_training(state, make_step(lambda a, b: jnp.linalg.inv(a) @ b), m, b, y),
+                    ablations={"solve": _training(state, make_step(jnp.linalg.solve), m, b, y)})
+
+
+def ensemble_members_in_a_python_loop(big: bool) -> Workload:
+    """An ensemble of 16 small MLPs (256 -> 512 -> 256, bf16 on the chip, batch 128), each trained by its own call of
+    one jitted step in a Python loop every iteration (16 small programs an iteration), data resident. Ablation: the
+    members stacked and trained by one vmapped step."""
+    import jax
+    import jax.numpy as jnp
+
+    members, width, hidden, batch = (16, 256, 512, 128) if big else (8, 64, 128, 32)
+    keys = jax.random.split(jax.random.key(950), 2 * members + 2)
+    ensemble = [[_normal(keys[2 * m], (width, hidden), "bfloat16"), _normal(keys[2 * m + 1], (hidden, width),
+                                                                            "bfloat16")] for m in range(members)]
+    x = jax.random.normal(keys[-2], (batch, width)).astype("bfloat16")
+    y = jax.random.normal(keys[-1], (batch, width))
+
+    def loss(params, x, y):
+        return jnp.mean(((jnp.tanh(x @ params[0]) @ params[1]).astype("float32") - y) ** 2)
+
+    def update(params, x, y):
+        value, grads = jax.value_and_grad(loss)(params, x, y)
+        return jax.tree.map(lambda p, g: (p - 1e-3 * g).astype(p.dtype), params, grads), value
+
+    one = jax.jit(update, donate_argnums=0)
+    every = jax.jit(jax.vmap(update, in_axes=(0, None, None)), donate_argnums=0)
+    state = {"members": ensemble, "stacked": jax.tree.map(lambda *a: jnp.stack(a), *ensemble)}
+
+    def iteration(i: int, clock: Clock) -> None:
+        values = []
+        for m in range(members):
+            state["members"][m], value = one(state["members"][m], x, y)
+            values.append(value)
+        jax.block_until_ready(values)
+
+    def vmapped(i: int, clock: Clock) -> None:
+        state["stacked"], values = every(state["stacked"], x, y)
+        values.block_until_ready()
+
+    return Workload(iteration, ablations={"vmapped_members": vmapped})
+
+
+def upsample_by_selection_matmul(big: bool) -> Workload:
+    """A decoder block's nearest-neighbour 2x upsampling of feature maps (batch 8, 256 x 256, 64 channels, bf16 on the
+    chip) written as two einsums by a 0/1 selection matrix made from iotas (``j // 2 == i``), then a 1x1 convolution,
+    trained, data resident. Ablation: ``jnp.repeat`` along both axes."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, side, channels = (8, 256, 64) if big else (2, 64, 16)
+    keys = jax.random.split(jax.random.key(960), 3)
+    params = [_normal(keys[0], (channels, channels), "bfloat16")]
+    x = jax.random.normal(keys[1], (batch, side, side, channels)).astype("bfloat16")
+    y = jax.random.normal(keys[2], (batch, 2 * side, 2 * side, channels))
+
+    def by_selection(h):
+        select = (jnp.arange(2 * side)[None, :] // 2 == jnp.arange(side)[:, None]).astype(h.dtype)
+        h = jnp.einsum("bhwc,hH->bHwc", h, select)
+        return jnp.einsum("bhwc,wW->bhWc", h, select)
+
+    def by_repeat(h):
+        return jnp.repeat(jnp.repeat(h, 2, axis=1), 2, axis=2)
+
+    def make_step(upsample):
+        def loss(params, x, y):
+            h = upsample(x @ params[0])
+            return jnp.mean(((h @ params[0]).astype("float32") - y) ** 2)
+
+        return sgd(loss)
+
+    state = {"params": params}
+    return Workload(_training(state, make_step(by_selection), x, y),
+                    ablations={"repeat": _training(state, make_step(by_repeat), x, y)})
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -7297,6 +7431,26 @@ SHAPES: dict[str, Shape] = {
                                             cause="the full n x n scores, softmax and gradients computed and all "
                                             "but a 512-key band masked; blocks of queries against two blocks of "
                                             "keys save 0.79 (on a CPU 0.85)"),
+    "jacobian_then_product": Shape(jacobian_then_product, 10, "per-example vector-Jacobian products by the full "
+                                   "Jacobian (vmap(jax.jacrev)) then a product with v, in a trained loss",
+                                   cause="each example's full Jacobian built (its derivatives seeded by an identity, "
+                                   "one backward pass per output) to be multiplied by one vector; jax.vjp saves 0.86 "
+                                   "(on a CPU 0.97)"),
+    "inverse_then_matmul": Shape(inverse_then_matmul, 10, "jnp.linalg.inv(A) @ b (2048 x 2048 f32, 16 right-hand "
+                                 "sides) in a trained loss, A changing every step",
+                                 cause="the inverse computed (its triangular solves against the n x n identity, its "
+                                 "gradient's n x n products) where only its product with 16 columns is used; "
+                                 "jnp.linalg.solve saves 0.31 (on a CPU 0.61-0.79, unstable: not kept)"),
+    "ensemble_members_in_a_python_loop": Shape(ensemble_members_in_a_python_loop, 20, "16 small MLPs each trained by "
+                                               "its own jitted step call in a Python loop every iteration",
+                                               cause="16 small programs launched one after another each iteration; "
+                                               "one vmapped step over the stacked members saves 0.79 (on a CPU "
+                                               "0.54)"),
+    "upsample_by_selection_matmul": Shape(upsample_by_selection_matmul, 10, "nearest-neighbour 2x upsampling by "
+                                          "einsums with a 0/1 selection matrix made from iotas, trained",
+                                          cause="none on the chip: the matmuls by a 0/1 selection matrix run "
+                                          "as fast as jnp.repeat there (it saves 0.00; on a CPU 0.09-0.57 from run "
+                                          "to run: not kept)"),
 }
 
 

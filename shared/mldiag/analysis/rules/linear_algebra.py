@@ -32,6 +32,12 @@ PRIORITIES = ((0.5, Priority.P0), (0.2, Priority.P1), (0.05, Priority.P2))
 MAX_KERNELS_QUOTED = 3
 
 
+def solver_programs(works: list[KernelWork]) -> set[str]:
+    """The programs that run a matrix decomposition's library calls: a TPU expands the rest of the solver (an LU's
+    trailing updates, a triangular solve's blocks) into f32 matmuls at HIGHEST precision of its own."""
+    return {work.module for work in works if work.custom_call and _DECOMPOSITION.search(work.custom_call)}
+
+
 def _decompositions(host: HostEvidence, works: list[KernelWork]) -> list[tuple[OpTime, str]]:
     """The host's timed kernels that are a matrix decomposition's library calls, with their targets."""
     return [(op, ran[0].custom_call) for op, ran in timed_kernels(host, works)

@@ -17,7 +17,10 @@ check names is measured, not estimated from the HLO:
   an f32 matmul at default precision is one bf16 pass and at HIGHEST six; on
   NVIDIA Ampere and later, default f32 matmuls run as TF32 on the tensor cores
   and HIGHEST keeps them in full f32. On a CPU HIGHEST changes nothing and is
-  not flagged.
+  not flagged, nor are the matmuls of a program that runs a matrix
+  decomposition's library calls: a TPU expands the rest of an LU or a
+  triangular solve into f32 matmuls at HIGHEST of its own, which the program
+  did not ask for and which are the solver's time.
 * **wide integer matmuls**: dots and convolutions of int32 (or int64)
   operands. No matrix unit multiplies them: a TPU's MXU takes bf16 and int8,
   tensor cores take int8, and a CPU's optimised matmuls are float; the
@@ -33,7 +36,7 @@ from collections.abc import Callable
 
 from mldiag.analysis.evidence import HloProgram, SlowPrecision
 from mldiag.analysis.host_evidence import DeviceKind, HostEvidence, OpTime, ProgramCalls
-from mldiag.analysis.rules import frameworks
+from mldiag.analysis.rules import frameworks, linear_algebra
 from mldiag.analysis.rules.frameworks import Framework
 from mldiag.analysis.rules.hardware import Chip
 from mldiag.analysis.rules.roofline import timed_kernels
@@ -160,11 +163,11 @@ def _float64(host: HostEvidence, timed: list[tuple[OpTime, KernelWork]], framewo
         fix=_float64_fix(framework))
 
 
-def _highest(host: HostEvidence, timed: list[tuple[OpTime, KernelWork]], chip: Chip | None):
+def _highest(host: HostEvidence, timed: list[tuple[OpTime, KernelWork]], chip: Chip | None, solvers: set[str]):
     if not _fast_path_is_narrower(host, chip):
         return None
     return _finding(
-        host, "highest", [(op, w) for op, w in timed if _is_highest_f32_matmul(w)],
+        host, "highest", [(op, w) for op, w in timed if _is_highest_f32_matmul(w) and w.module not in solvers],
         title="Float32 matmuls at HIGHEST precision take {share:.0%} of device time",
         what="Float32 matmuls ask for precision=HIGHEST, which turns off the chip's fast matmul path: "
              + ("on a TPU an f32 matmul at default precision is one bf16 pass through the MXU, at HIGHEST six."
@@ -206,10 +209,11 @@ def findings(hosts: list[HostEvidence], works: list[KernelWork], chip_of: Callab
     most device time: the device time they take and their findings."""
     framework = frameworks.detect(hosts)
     emulating = _emulating_float64(list(programs))
+    solvers = linear_algebra.solver_programs(works)
     worst: dict[str, tuple[SlowPrecision, Finding]] = {}
     for host in hosts:
         timed = _timed_work(host, works)
-        for found in (_float64(host, timed, framework, emulating), _highest(host, timed, chip_of(host)),
+        for found in (_float64(host, timed, framework, emulating), _highest(host, timed, chip_of(host), solvers),
                       _wide_integers(host, timed)):
             if found is not None and (found[0].kind not in worst
                                       or found[0].share_of_device > worst[found[0].kind][0].share_of_device):

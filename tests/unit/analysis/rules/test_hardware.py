@@ -366,6 +366,20 @@ def test_highest_precision_f32_matmuls_on_a_tpu_are_a_finding_with_their_share()
     assert analysis.slow_precision[0].kind == "highest"
 
 
+def test_highest_precision_matmuls_of_a_program_running_a_decomposition_are_the_solver_s_own():
+    # The same program with an LU's library call in it: a TPU expands the rest of the solver into f32 matmuls at
+    # HIGHEST, which the program never asked for.
+    with_lu = TPU_HIGHEST.replace(
+        "  ROOT %convolution_tanh_fusion",
+        "  %lu = (f32[4096,128]{1,0}, s32[128]{0}, s32[4096]{0}) custom-call(%x.1), "
+        'custom_call_target="LuDecompositionBlock"\n  ROOT %convolution_tanh_fusion')
+    host = _host(kind=DeviceKind.TPU, device_type="TPU v5 lite", program="jit__lambda(113)",
+                 top_ops=[_op("convolution_tanh_fusion", 0.8, expression=TPU_FUSION_TEXT), _op("lu", 0.2)])
+    analysis = _analysis(host, modules=[("jit__lambda(113)", with_lu)])
+    assert not [f for f in analysis.findings if "HIGHEST" in f.title] and not analysis.slow_precision
+    assert [f for f in analysis.findings if f.title.startswith("A matrix decomposition every step")]
+
+
 @pytest.mark.parametrize(("kind", "device_type", "flagged"), [
     (DeviceKind.CPU, "CPU", False),  # HIGHEST changes nothing on a CPU
     (DeviceKind.GPU, "Tesla V100-SXM2-16GB", False),  # no TF32 before Ampere
