@@ -6775,6 +6775,154 @@ def upsample_by_selection_matmul(big: bool) -> Workload:
     return Workload(_training(state, make_step(by_selection), x, y),
                     ablations={"repeat": _training(state, make_step(by_repeat), x, y)})
 
+
+def full_hessian_newton_step(big: bool) -> Workload:
+    """A Newton step on a logistic regression's 2048 weights (8192 examples, f32): each step the full Hessian by
+    ``jax.hessian`` (2048 x 2048), then 8 conjugate-gradient iterations by products with it, data resident.
+    Ablation: the same 8 iterations by Hessian-vector products (``jax.jvp`` of ``jax.grad``), no Hessian made."""
+    import jax
+    import jax.numpy as jnp
+
+    examples, features, iterations = (8192, 2048, 8) if big else (1024, 256, 8)
+    keys = jax.random.split(jax.random.key(970), 3)
+    x = jax.random.normal(keys[0], (examples, features)) / jnp.sqrt(features)
+    y = (jax.random.uniform(keys[1], (examples,)) > 0.5).astype("float32")
+    w = jnp.zeros((features,), "float32")
+
+    def loss(w):
+        logits = x @ w
+        return jnp.mean(jnp.logaddexp(0.0, logits) - y * logits) + 1e-3 * jnp.sum(w * w)
+
+    def conjugate_gradient(product, g):
+        def body(_, state):
+            u, r, p = state
+            hp = product(p)
+            alpha = (r @ r) / (p @ hp)
+            u, r_new = u + alpha * p, r - alpha * hp
+            return u, r_new, r_new + (r_new @ r_new) / (r @ r) * p
+
+        u, _, _ = jax.lax.fori_loop(0, iterations, body, (jnp.zeros_like(g), g, g))
+        return u
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def by_hessian(w):
+        h = jax.hessian(loss)(w)
+        return w - conjugate_gradient(lambda p: h @ p, jax.grad(loss)(w))
+
+    @functools.partial(jax.jit, donate_argnums=0)
+    def by_products(w):
+        return w - conjugate_gradient(lambda p: jax.jvp(jax.grad(loss), (w,), (p,))[1], jax.grad(loss)(w))
+
+    state = {"w": w}
+
+    def stepping(step):
+        def iteration(i: int, clock: Clock) -> None:
+            state["w"] = step(state["w"])
+            state["w"].block_until_ready()
+
+        return iteration
+
+    return Workload(stepping(by_hessian), ablations={"hessian_vector_products": stepping(by_products)})
+
+
+def auxiliary_loss_weighted_zero(big: bool) -> Workload:
+    """A bf16 MLP regressor (1024 -> 4096 -> 1024, batch 4096) trained with an auxiliary head as large as the trunk
+    (1024 -> 4096 -> 1024) whose loss weight is a constant 0.0 left in the config: the head's forward and backward
+    computed every step and multiplied by zero. Ablation: the auxiliary head left out of the loss."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, width, hidden = (4096, 1024, 4096) if big else (256, 128, 512)
+    keys = jax.random.split(jax.random.key(980), 6)
+    params = {"trunk": [_normal(keys[0], (width, hidden), "bfloat16"), _normal(keys[1], (hidden, width), "bfloat16")],
+              "aux": [_normal(keys[2], (width, hidden), "bfloat16"), _normal(keys[3], (hidden, width), "bfloat16")]}
+    x = jax.random.normal(keys[4], (batch, width)).astype("bfloat16")
+    y = jax.random.normal(keys[5], (batch, width))
+    aux_weight = 0.0
+
+    def mlp(layers, h):
+        return jax.nn.relu(h @ layers[0]) @ layers[1]
+
+    def make_step(with_aux):
+        def loss(params, x, y):
+            h = mlp(params["trunk"], x)
+            main = jnp.mean((h.astype("float32") - y) ** 2)
+            if not with_aux:
+                return main
+            reconstruction = mlp(params["aux"], h)
+            return main + aux_weight * jnp.mean((reconstruction.astype("float32") - x.astype("float32")) ** 2)
+
+        return sgd(loss)
+
+    state = {"params": params}
+    return Workload(_training(state, make_step(True), x, y),
+                    ablations={"no_aux_head": _training(state, make_step(False), x, y)})
+
+
+def grouped_conv_by_python_loop(big: bool) -> Workload:
+    """A ResNeXt-style grouped 3x3 convolution (32 groups of 8 channels, 256 channels, 28 x 28, batch 32, bf16 on the
+    chip) written as a Python loop of 32 convolutions over channel slices, concatenated, 4 layers, trained, data
+    resident. Ablation: one convolution per layer with ``feature_group_count=32``."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, side, channels, groups, layers = (32, 28, 256, 32, 4) if big else (4, 14, 64, 8, 2)
+    width = channels // groups
+    keys = jax.random.split(jax.random.key(990), layers + 2)
+    params = [_normal(k, (3, 3, width, channels), "bfloat16") for k in keys[:layers]]
+    x = jax.random.normal(keys[-2], (batch, side, side, channels)).astype("bfloat16")
+    y = jax.random.normal(keys[-1], (batch, side, side, channels))
+    numbers = ("NHWC", "HWIO", "NHWC")
+
+    def looped(h, kernel):
+        return jnp.concatenate([jax.lax.conv_general_dilated(
+            h[..., g * width:(g + 1) * width], kernel[..., g * width:(g + 1) * width], (1, 1), "SAME",
+            dimension_numbers=numbers) for g in range(groups)], axis=-1)
+
+    def grouped(h, kernel):
+        return jax.lax.conv_general_dilated(h, kernel, (1, 1), "SAME", dimension_numbers=numbers,
+                                            feature_group_count=groups)
+
+    def make_step(conv):
+        def loss(params, x, y):
+            h = x
+            for kernel in params:
+                h = jax.nn.relu(conv(h, kernel)) + h
+            return jnp.mean((h.astype("float32") - y) ** 2)
+
+        return sgd(loss)
+
+    state = {"params": params}
+    return Workload(_training(state, make_step(looped), x, y),
+                    ablations={"feature_groups": _training(state, make_step(grouped), x, y)})
+
+
+def per_timestep_projection_loop(big: bool) -> Workload:
+    """A projection applied to each of 128 time steps by a Python loop inside the jitted step (``x[:, t] @ w``,
+    stacked), batch 64, 1024 wide, bf16 on the chip, trained, data resident. Ablation: one matmul over every time
+    step."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, steps, width = (64, 128, 1024) if big else (8, 32, 128)
+    keys = jax.random.split(jax.random.key(1000), 3)
+    params = [_normal(keys[0], (width, width), "bfloat16")]
+    x = jax.random.normal(keys[1], (batch, steps, width)).astype("bfloat16")
+    y = jax.random.normal(keys[2], (batch, steps, width))
+
+    def make_step(project):
+        def loss(params, x, y):
+            return jnp.mean((project(x, params[0]).astype("float32") - y) ** 2)
+
+        return sgd(loss)
+
+    def looped(x, w):
+        return jnp.stack([jnp.tanh(x[:, t] @ w) for t in range(steps)], axis=1)
+
+    state = {"params": params}
+    return Workload(_training(state, make_step(looped), x, y),
+                    ablations={"one_matmul": _training(state, make_step(lambda x, w: jnp.tanh(x @ w)), x, y)})
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -7451,6 +7599,25 @@ SHAPES: dict[str, Shape] = {
                                           cause="none on the chip: the matmuls by a 0/1 selection matrix run "
                                           "as fast as jnp.repeat there (it saves 0.00; on a CPU 0.09-0.57 from run "
                                           "to run: not kept)"),
+    "full_hessian_newton_step": Shape(full_hessian_newton_step, 10, "a Newton step by the full Hessian "
+                                      "(jax.hessian) and 8 conjugate-gradient products with it",
+                                      cause="none on the chip: the Hessian, one large matmul, costs less than the "
+                                      "8 Hessian-vector products that replace it (they save 0.00); on a CPU they "
+                                      "save 0.88"),
+    "auxiliary_loss_weighted_zero": Shape(auxiliary_loss_weighted_zero, 10, "an auxiliary head as large as the "
+                                          "trunk whose loss weight is a constant 0.0, trained",
+                                          cause="the auxiliary head's forward and backward computed every step and "
+                                          "multiplied by a constant 0.0; leaving it out saves 0.39 (on a CPU 0.65)"),
+    "grouped_conv_by_python_loop": Shape(grouped_conv_by_python_loop, 10, "a grouped 3x3 convolution as a Python "
+                                         "loop of 32 convolutions over channel slices, trained",
+                                         cause="32 small convolutions a layer where one grouped convolution "
+                                         "(feature_group_count) saves 0.24; on a CPU the grouped form is far slower "
+                                         "(not kept)"),
+    "per_timestep_projection_loop": Shape(per_timestep_projection_loop, 10, "a projection applied to each of 128 "
+                                          "time steps by a Python loop inside the jitted step, trained",
+                                          cause="a 0.96 ms launch gap a step around 0.42 ms of device work, and 128 "
+                                          "small matmuls where one over every time step saves 0.22 (on a CPU 0.83, "
+                                          "its bf16 converts in the way: not kept)"),
 }
 
 

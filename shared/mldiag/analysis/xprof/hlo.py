@@ -996,24 +996,38 @@ def _identity_matrix_size(module: HloModule, values: Instruction | None) -> int:
     return n if np.array_equal(got.reshape(len(rows), len(cols)), rows[:, None] == cols[None, :]) else 0
 
 
+def _read_after(module: HloModule, kernel: str) -> set[str]:
+    """``kernel`` and every entry-level instruction that reads its result, directly or through others."""
+    reached, frontier = {kernel}, [kernel]
+    while frontier:
+        for reader in module.consumers(frontier.pop()):
+            if reader.computation == module.entry and reader.name not in reached:
+                reached.add(reader.name)
+                frontier.append(reader.name)
+    return reached
+
+
 def _jacobian_kernels(module: HloModule) -> dict[str, int]:
     """The kernels of Jacobians built in full: those of matmuls by an n x n identity, a reverse- or forward-mode
     derivative's seed (``jax.jacrev`` pulls back each of its rows, ``jax.jacfwd`` pushes each forward), and every
-    kernel that reads their results, directly or through others: kernel -> n."""
-    found: dict[str, int] = {}
+    kernel that reads their results, directly or through others: kernel -> n. A Jacobian a loop reads (a Newton or
+    conjugate-gradient iteration's Hessian) is left out: reused at each iteration, it can cost less than the
+    products would (a TPU v5e built a 2048-square Hessian for eight conjugate-gradient steps faster than eight
+    Hessian-vector products took)."""
+    seeds: dict[str, int] = {}
     for product in module.instructions.values():
         if product.opcode not in ("dot", "convolution"):
             continue
         basis = max(_identity_matrix_size(module, module.operand(product, side)) for side in (0, 1))
         if basis and (runner := _entry_level(module, product)) is not None:
-            found[runner.name] = max(found.get(runner.name, 0), basis)
-    frontier = list(found)
-    while frontier:
-        written = frontier.pop()
-        for reader in module.consumers(written):
-            if reader.computation == module.entry and reader.name not in found:
-                found[reader.name] = found[written]
-                frontier.append(reader.name)
+            seeds[runner.name] = max(seeds.get(runner.name, 0), basis)
+    found: dict[str, int] = {}
+    for seed, basis in seeds.items():
+        reached = _read_after(module, seed)
+        if any(module.instructions[name].opcode == "while" for name in reached):
+            continue
+        for name in reached:
+            found[name] = max(found.get(name, 0), basis)
     return found
 
 

@@ -1692,6 +1692,29 @@ def test_a_matmul_by_an_identity_made_from_positions_and_all_it_feeds_are_a_jaco
     assert [works[name] for name in ("pulled", "jacobians", "vjp", "other", "seed")] == [basis, basis, basis, 0, 0]
 
 
+# The Hessian of a Newton step read by its conjugate-gradient loop: %pulled's result is the loop's state.
+_HESSIAN_IN_A_LOOP = _jacobian_by_identity().replace("ENTRY %main", """%cg_body (state.b: (f32[128,256], s32[])) -> (f32[128,256], s32[]) {
+  %state.b = (f32[128,256]{1,0}, s32[]) parameter(0)
+  ROOT %same.b = (f32[128,256]{1,0}, s32[]) copy(%state.b)
+}
+
+%cg_condition (state.c: (f32[128,256], s32[])) -> pred[] {
+  %state.c = (f32[128,256]{1,0}, s32[]) parameter(0)
+  ROOT %more.c = pred[] constant(true)
+}
+
+ENTRY %main""").replace("  %other = ", """  %zero = s32[] constant(0)
+  %start = (f32[128,256]{1,0}, s32[]) tuple(%pulled, %zero)
+  %cg = (f32[128,256]{1,0}, s32[]) while(%start), condition=%cg_condition, body=%cg_body
+  %other = """)
+
+
+def test_a_jacobian_a_loop_reads_is_reused_there_and_not_counted():
+    works = {w.instruction: w.jacobian_basis
+             for w in hlo.kernel_work([hlo.parse_module("jit_step(3)", _HESSIAN_IN_A_LOOP)])}
+    assert [works[name] for name in ("pulled", "jacobians", "vjp", "cg")] == [0, 0, 0, 0]
+
+
 def test_a_jacobian_built_in_full_is_a_compute_finding_that_says_to_use_vjp_or_jvp():
     host = _host(kind=DeviceKind.CPU, device_type="CPU", busy=0.9,
                  top_ops=[_op("jacobians", 0.5), _op("vjp", 0.3), _op("pulled", 0.1), _op("other", 0.1)])
