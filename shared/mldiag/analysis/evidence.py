@@ -288,6 +288,18 @@ class FullJacobians(Evidence):
     kernels: list[str] = Field(default_factory=list)  # as the device trace names them, longest first
 
 
+class ZeroedWork(Evidence):
+    """``analysis.json.zeroed_work``: kernels computing what a constant zero throws away (a loss term weighted 0.0:
+    its forward pass multiplied by zero, its backward pass multiplying gradients of zeros), on the host where they
+    take the largest share of the loop, as its finding quotes it."""
+
+    host: str
+    ms_per_step: float  # of those kernels' zeroed work, per device (per capture without steps)
+    share_of_device: float  # of the host's device op time
+    share_of_loop_saved: float  # of the loop, what leaving the term out would save
+    kernels: list[str] = Field(default_factory=list)  # as the device trace names them, longest first
+
+
 class MaskedResults(Evidence):
     """``analysis.json.masked_results``: matmul results a mask of positions mostly discards (sliding-window attention
     written as full attention), with the kernels that compute, mask or read them, on the host where computing only
@@ -474,6 +486,7 @@ class Analysis(Evidence):
     kronecker_products: list[KroneckerProducts] = Field(default_factory=list)
     masked_results: list[MaskedResults] = Field(default_factory=list)
     full_jacobians: list[FullJacobians] = Field(default_factory=list)
+    zeroed_work: list[ZeroedWork] = Field(default_factory=list)
     followups: list[Followup] = Field(default_factory=list)
     investigation: Investigation | None = None
     comparison: Comparison | None = None

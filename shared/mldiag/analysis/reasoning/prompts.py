@@ -136,6 +136,7 @@ def evidence_digest(analysis: Analysis, modules: list[str]) -> dict[str, Any]:
         "kronecker_products": collected["kronecker_products"],
         "masked_results": collected["masked_results"],
         "full_jacobians": collected["full_jacobians"],
+        "zeroed_work": collected["zeroed_work"],
         "tools": [{"name": t["name"], "status": t["status"], "reason": t["reason"]} for t in collected["tools"]],
         "tool_data": {t["name"]: t["data"] for t in collected["tools"]
                       if t["name"] in PROMPT_TOOLS and t["status"] == ToolStatus.OK.value},

@@ -101,7 +101,8 @@ def profile_names(analysis: Analysis) -> set[str]:
                  *analysis.unfolded_inputs, *analysis.subsampled_results, *analysis.uncached_decoding,
                  *analysis.costly_product_orders, *analysis.per_example_weights,
                  *analysis.triangular_running_sums, *analysis.pairwise_by_broadcast,
-                 *analysis.kronecker_products, *analysis.masked_results, *analysis.full_jacobians):
+                 *analysis.kronecker_products, *analysis.masked_results, *analysis.full_jacobians,
+                 *analysis.zeroed_work):
         names.update(slow.kernels)
     for decomposition in analysis.decompositions:
         names.update((*decomposition.kernels, *decomposition.targets))

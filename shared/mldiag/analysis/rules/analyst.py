@@ -91,7 +91,7 @@ from mldiag.analysis.profile.trace_names import program_base as _module_base
 from mldiag.analysis.rules import (decoding, frameworks, host_causes, jacobians, kronecker, launches,
                                    linear_algebra, masked_results, matrix_unit, pairwise, per_example_weights,
                                    precision, product_order, roofline, running_sums, sparse_updates, subsampling,
-                                   unfold)
+                                   unfold, zeroed_work)
 from mldiag.analysis.rules import kernels as kernel_ops
 from mldiag.analysis.rules.frameworks import Framework
 from mldiag.analysis.rules.host_causes import HostCause
@@ -2253,8 +2253,9 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
     kron = kronecker.kronecker_products_made_in_full(hosts, hlo_kernels or [], chip)
     masked = masked_results.mostly_masked_results(hosts, hlo_kernels or [])
     jacobian = jacobians.jacobians_built_in_full(hosts, hlo_kernels or [])
+    zeroed = zeroed_work.work_multiplied_by_zero(hosts, hlo_kernels or [])
     hardware += [found[1] for found in (narrow, dense, decompositions, unfolded, subsampled, uncached, reordered,
-                                        copied, summed, pairs, kron, masked, jacobian) if found is not None]
+                                        copied, summed, pairs, kron, masked, jacobian, zeroed) if found is not None]
     findings = _findings(hosts, by_name, hlo_issues, metrics, health, programs, movements, kernels, hardware,
                          hlo_kernels or [])
     status = decide_status(health, findings)
@@ -2285,6 +2286,7 @@ def assess(*, hosts: list[HostEvidence], tools: list[ToolResult], hlo_issues: di
         kronecker_products=[kron[0]] if kron is not None else [],
         masked_results=[masked[0]] if masked is not None else [],
         full_jacobians=[jacobian[0]] if jacobian is not None else [],
+        zeroed_work=[zeroed[0]] if zeroed is not None else [],
         missing_evidence=missing_evidence or {},
         profile=profile,
         versions=versions,

@@ -651,6 +651,9 @@ class KernelWork:
     # Kernels of a Jacobian built in full: matmuls seeding derivatives by an n x n identity (``jax.jacrev`` and
     # ``jax.jacfwd`` push its rows through the program) and every kernel computing on their results: n; 0 otherwise.
     jacobian_basis: int = 0
+    # Work a constant zero throws away (an auxiliary loss weighted 0.0): 1.0 for a kernel whose result only feeds
+    # products with zero, else the share of its matmul FLOPs that multiply an all-zero operand; 0 otherwise.
+    zeroed_share: float = 0.0
 
 
 def _fused(module: HloModule, computation: str) -> list[Instruction]:
@@ -1028,6 +1031,103 @@ def _jacobian_kernels(module: HloModule) -> dict[str, int]:
             continue
         for name in reached:
             found[name] = max(found.get(name, 0), basis)
+    return found
+
+
+# Ops whose result is all zeros where their first operand is (a zero moved, reshaped, converted or sliced), where
+# any operand is (products), and where every operand is (sums, a select's two branches).
+_ZERO_KEEPING = frozenset({"broadcast", "convert", "copy", "bitcast", "reshape", "transpose", "slice", "dynamic-slice",
+                           "reverse", "copy-start", "copy-done", "negate"})
+_ZERO_ANNIHILATING = frozenset({"multiply", "dot", "convolution"})
+_ZERO_SUMMING = frozenset({"add", "subtract", "maximum", "minimum"})
+MAX_ZERO_DEPTH = 256  # an operand chain longer than this is taken to hold values
+
+
+class _Zeros:
+    """Which instructions of a module hold only zeros: a zero constant and what keeps, multiplies or sums it."""
+
+    def __init__(self, module: HloModule):
+        self._module = module
+        self._known: dict[str, bool] = {}
+
+    def __call__(self, instruction: Instruction | None, depth: int = 0) -> bool:
+        if instruction is None or depth > MAX_ZERO_DEPTH:
+            return False
+        if instruction.name not in self._known:
+            self._known[instruction.name] = False  # a cycle through a loop's state is not a zero
+            self._known[instruction.name] = self._holds_zeros(instruction, depth)
+        return self._known[instruction.name]
+
+    def _holds_zeros(self, instruction: Instruction, depth: int) -> bool:
+        module, opcode = self._module, instruction.opcode
+        operands = [module.operand(instruction, index) for index in range(len(instruction.operands))]
+        if opcode == "constant":
+            return instruction.scalar == 0
+        if opcode == "parameter" and instruction.computation in module.runs_as:
+            fusion = module.instructions.get(module.runs_as[instruction.computation])
+            return fusion is not None and self(module.operand(fusion, instruction.parameter), depth + 1)
+        if opcode == "fusion" and instruction.calls in module.roots:
+            return self(module.instructions.get(module.roots[instruction.calls]), depth + 1)
+        if opcode in _ZERO_KEEPING:
+            return bool(operands) and self(operands[0], depth + 1)
+        if opcode in _ZERO_ANNIHILATING:
+            return any(self(operand, depth + 1) for operand in operands)
+        if opcode in _ZERO_SUMMING or (opcode == "reduce" and len(operands) == 2):
+            return bool(operands) and all(self(operand, depth + 1) for operand in operands)
+        if opcode == "select" and len(operands) == 3:
+            return self(operands[1], depth + 1) and self(operands[2], depth + 1)
+        return False
+
+    def annihilates(self, instruction: Instruction) -> bool:
+        """Whether ``instruction`` is a product by an all-zero operand."""
+        return instruction.opcode in _ZERO_ANNIHILATING and any(
+            self(self._module.operand(instruction, index)) for index in range(len(instruction.operands)))
+
+
+def _needed(module: HloModule, zeros: _Zeros) -> set[str]:
+    """The instructions the entry computation's results need: those its root reads, directly or through others,
+    except through an instruction that holds only zeros (its value is known without its operands)."""
+    needed, waiting = set(), [module.roots.get(module.entry, "")]
+    while waiting:
+        name = waiting.pop()
+        instruction = module.instructions.get(name)
+        if instruction is None or name in needed:
+            continue
+        needed.add(name)
+        if zeros(instruction):
+            continue
+        if instruction.opcode == "fusion" and instruction.calls in module.roots:
+            waiting.append(module.roots[instruction.calls])
+        elif instruction.opcode == "parameter" and instruction.computation in module.runs_as:
+            fusion = module.instructions.get(module.runs_as[instruction.computation])
+            if fusion is not None and instruction.parameter < len(fusion.operands):
+                waiting.append(fusion.operands[instruction.parameter])
+        else:
+            waiting.extend(instruction.operands)
+    return needed
+
+
+def _zeroed_work(module: HloModule) -> dict[str, float]:
+    """Where the program multiplies by a constant zero, the kernels whose work it throws away: kernel -> 1.0 for one
+    whose result nothing needs (it only feeds products with zero), else the share of its matmul FLOPs whose operand
+    holds only zeros (a gradient of zeros multiplied through a layer)."""
+    zeros = _Zeros(module)
+    if not any(zeros.annihilates(i) for i in module.instructions.values()):
+        return {}
+    needed = _needed(module, zeros)
+    found: dict[str, float] = {}
+    for kernel in _kernels(module):
+        if kernel.computation != module.entry or kernel.opcode in _NOT_A_BUFFER:
+            continue
+        body = _body(module, kernel)
+        if kernel.name not in needed:
+            # One nothing reads is there for its effect (a host callback, an outfeed), not for a zero.
+            if module.consumers(kernel.name) and any(i.opcode not in _MOVES_OR_RETYPES for i in body):
+                found[kernel.name] = 1.0
+            continue
+        matmuls = [i for i in body if i.opcode in ("dot", "convolution")]
+        if zeroed := sum(i.flops for i in matmuls if zeros.annihilates(i)):
+            found[kernel.name] = zeroed / sum(i.flops for i in matmuls)
     return found
 
 
@@ -1674,6 +1774,7 @@ _MODULE_DETECTORS: dict[str, Callable[[HloModule], dict[str, Any]]] = {
     "kronecker_factors": _kronecker_products,
     "masked_per_kept": _masked_results,
     "jacobian_basis": _jacobian_kernels,
+    "zeroed_share": _zeroed_work,
 }
 
 

@@ -1727,3 +1727,77 @@ def test_a_jacobian_built_in_full_is_a_compute_finding_that_says_to_use_vjp_or_j
     # 0.9 of the device time of a loop busy 0.9, all but 1/128 of it.
     assert jacobian.share_of_loop_saved == pytest.approx(0.9 * 0.9 * (1 - 1 / 128))
     assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
+
+
+# --- work multiplied by zero ----------------------------------------------------------------------
+
+def _auxiliary_head(weight: str = "0") -> str:
+    """A main loss and an auxiliary head's: the head's forward (%head), its loss multiplied by ``weight`` in the
+    kernel that sums the two (%total), and its backward: the loss's gradient times the weight (%scaled) through the
+    head's matmul (%head_grad) into a parameter update (%update)."""
+    return f"""HloModule jit_step
+
+%fused_total (param_0.t: f32[], param_1.t: f32[]) -> f32[] {{
+  %param_0.t = f32[] parameter(0)
+  %param_1.t = f32[] parameter(1)
+  %weight.t = f32[] constant({weight})
+  %weighted.t = f32[] multiply(%param_1.t, %weight.t)
+  ROOT %sum.t = f32[] add(%param_0.t, %weighted.t)
+}}
+
+%fused_scaled (param_0.s: f32[256,128]) -> f32[256,128] {{
+  %param_0.s = f32[256,128]{{1,0}} parameter(0)
+  %weight.s = f32[] constant({weight})
+  %weights.s = f32[256,128]{{1,0}} broadcast(%weight.s), dimensions={{}}
+  ROOT %scaled.s = f32[256,128]{{1,0}} multiply(%param_0.s, %weights.s)
+}}
+
+%fused_update (param_0.u: f32[128,128], param_1.u: f32[256,128], param_2.u: f32[256,128]) -> f32[128,128] {{
+  %param_0.u = f32[128,128]{{1,0}} parameter(0)
+  %param_1.u = f32[256,128]{{1,0}} parameter(1)
+  %param_2.u = f32[256,128]{{1,0}} parameter(2)
+  %grad.u = f32[128,128]{{1,0}} dot(%param_1.u, %param_2.u), lhs_contracting_dims={{0}}, rhs_contracting_dims={{0}}
+  ROOT %new.u = f32[128,128]{{1,0}} subtract(%param_0.u, %grad.u)
+}}
+
+ENTRY %main (x: f32[256,128], w: f32[128,128], a: f32[128,128], main_loss: f32[]) -> (f32[], f32[128,128], f32[256,128]) {{
+  %x = f32[256,128]{{1,0}} parameter(0)
+  %w = f32[128,128]{{1,0}} parameter(1)
+  %a = f32[128,128]{{1,0}} parameter(2)
+  %main_loss = f32[] parameter(3)
+  %head = f32[256,128]{{1,0}} dot(%x, %a), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  %zero = f32[] constant(0)
+  %head_loss = f32[] reduce(%head, %zero), dimensions={{0,1}}, to_apply=%fused_total
+  %total = f32[] fusion(%main_loss, %head_loss), kind=kLoop, calls=%fused_total
+  %scaled = f32[256,128]{{1,0}} fusion(%head), kind=kLoop, calls=%fused_scaled
+  %head_grad = f32[256,128]{{1,0}} dot(%scaled, %a), lhs_contracting_dims={{1}}, rhs_contracting_dims={{1}}
+  %update = f32[128,128]{{1,0}} fusion(%a, %x, %head_grad), kind=kOutput, calls=%fused_update
+  %trunk = f32[256,128]{{1,0}} dot(%x, %w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  %callback = () custom-call(%head), custom_call_target="xla_python_cpu_callback", custom_call_has_side_effect=true
+  ROOT %out = (f32[], f32[128,128]{{1,0}}, f32[256,128]{{1,0}}) tuple(%total, %update, %trunk)
+}}
+"""
+
+
+@pytest.mark.parametrize(("weight", "zeroed"), [
+    ("0", {"head": 1.0, "head_loss": 1.0, "scaled": 1.0, "head_grad": 1.0, "update": 1.0}),
+    ("0.5", {}),
+], ids=["weighted_zero", "weighted_a_half"])
+def test_what_only_feeds_a_product_with_a_constant_zero_and_the_matmuls_of_zeros_are_zeroed_work(weight, zeroed):
+    works = {w.instruction: w.zeroed_share
+             for w in hlo.kernel_work([hlo.parse_module("jit_step(3)", _auxiliary_head(weight))])}
+    assert {name: share for name, share in works.items() if share} == zeroed
+    assert works["total"] == works["trunk"] == 0  # the sum and the unrelated matmul hold values
+    assert works["callback"] == 0  # nothing reads it: it runs for its effect
+
+
+def test_work_multiplied_by_zero_is_a_compute_finding_that_says_to_leave_the_term_out():
+    host = _host(kind=DeviceKind.CPU, device_type="CPU", busy=0.9,
+                 top_ops=[_op("head", 0.3), _op("head_grad", 0.3), _op("update", 0.2), _op("total", 0.2)])
+    analysis = _analysis(host, modules=[("jit_step(3)", _auxiliary_head())])
+    (finding,) = [f for f in analysis.findings if f.title.startswith("Work multiplied by zero")]
+    assert finding.priority is Priority.P0 and "jax.lax.cond" in finding.fix
+    (zeroed,) = analysis.zeroed_work
+    assert zeroed.kernels == ["head", "head_grad", "update"]
+    assert zeroed.share_of_loop_saved == pytest.approx(0.8 * 0.9)
+    assert why_unsupported(finding, EvidenceIndex(analysis)) == ""
