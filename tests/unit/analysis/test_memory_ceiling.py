@@ -376,12 +376,12 @@ def test_the_report_says_which_tools_were_built_from_time_slices(sliced, tmp_pat
 def test_a_process_converting_a_slice_holds_no_more_than_it_reserves(tmp_path, fixture):
     """Measured: the child's own high-water mark (``ru_maxrss`` would carry this process's across exec) while
     XProf builds the op_stats of the larger of two slices (lm_train_bf16's is the most by the byte of those
-    measured: 45 MiB of interpreter and XProf, and 23x its slice)."""
+    measured: 45 MiB of interpreter and XProf, and 23x its slice), on the allocator the children preload."""
     import subprocess
     import sys
 
     from mldiag.analysis.profile.slices import slice_by_time
-    from mldiag.analysis.xprof.op_stats_apart import op_stats_cost
+    from mldiag.analysis.xprof.op_stats_apart import child_environment, op_stats_cost
 
     largest = max(slice_by_time(xplane(fixture), 2, tmp_path).paths, key=lambda path: path.stat().st_size)
     alone = tmp_path / "alone" / largest.name
@@ -392,7 +392,7 @@ def test_a_process_converting_a_slice_holds_no_more_than_it_reserves(tmp_path, f
          "raw_to_tool_data.xspace_to_tool_data([sys.argv[1]], 'op_profile', {'use_saved_result': True}); "
          "print(next(int(line.split()[1]) * 1024 for line in open('/proc/self/status') if line.startswith('VmHWM')))",
          str(alone)],
-        capture_output=True, text=True, timeout=120, check=True,
+        capture_output=True, text=True, timeout=120, check=True, env=child_environment(),
     )
     assert (alone.parent / "ALL_HOSTS.op_stats_v2.pb").is_file()
     assert int(peak.stdout) <= op_stats_cost(alone.stat().st_size)
