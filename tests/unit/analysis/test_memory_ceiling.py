@@ -150,9 +150,10 @@ def test_where_the_raw_event_read_needs_the_whole_budget_the_slices_op_stats_are
     assert steps.index("raw-event read") > max(at for at, step in enumerate(steps) if step == "process ends"), steps
 
 
-def _slices_and_read(patch: pytest.MonkeyPatch):
+def _slices_and_read(patch: pytest.MonkeyPatch, around_op_stats=lambda op_stats: op_stats):
     """ondemand_mlp analysed in time slices (:func:`_analysed_in_slices`) by up to two processes at once, and
-    when each process and the raw-event read began and ended and each slice's conversion ended, in order."""
+    when each process and the raw-event read began and ended and each slice's conversion ended, in order;
+    ``around_op_stats`` wraps each process's conversion of a slice."""
     from mldiag.analysis import engine
     from mldiag.analysis.xprof import op_stats_apart
     from mldiag.analysis.xprof.budget import PROCESS_GROWTH, resident_memory
@@ -164,8 +165,10 @@ def _slices_and_read(patch: pytest.MonkeyPatch):
     def recorded_process():
         steps.append("process begins")
         with process() as op_stats:
+            convert = around_op_stats(op_stats)
+
             def recorded_op_stats(path):
-                converted = op_stats(path)
+                converted = convert(path)
                 steps.append("op_stats of slices")
                 return converted
 
@@ -214,20 +217,38 @@ def test_where_the_raw_event_read_fits_beside_one_process_it_runs_beside_the_fir
         assert steps[:steps.index("read ends")].count("process begins") == 1, steps  # never two beside the read
 
 
-def test_where_the_processes_converting_slices_take_every_core_the_read_waits_for_them_to_end():
+def test_where_the_processes_converting_slices_take_every_core_the_read_waits_for_the_first_to_end():
     """Both processes and the read fit in the budget together (10 MiB each), but the two processes take the two
-    cores and the read is not the longer work (few events a step): it begins once they have ended."""
+    cores and the read is not the longer work (few events a step): it begins once one of them has no slice left
+    and has ended, while the other converts its last slice (held here until the read begins, 30 s at most)."""
+    import threading
+
     from mldiag.analysis import engine
+
+    read_began, holding = threading.Event(), threading.Lock()
+    held = []
+
+    def slice_held_for_the_read(op_stats):
+        def converted(path):
+            if holding.acquire(blocking=False):  # the first slice: its process waits, the other takes the rest
+                held.append(read_began.wait(timeout=30))
+            return op_stats(path)
+
+        return converted
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(xprof_tools, "slicing_plan", lambda *planned, **by: (6, 2))
         patch.setattr(xprof_tools, "op_stats_cost", lambda largest_file_bytes: 10 * MIB)
         patch.setattr(engine, "raw_events_cost", lambda *counted: 10 * MIB)
         patch.setattr(xprof_tools, "READ_FIRST_EVENTS_PER_STEP", 1 << 40)
-        analysis, steps = _slices_and_read(patch)
+        read = engine.read_events_apart
+        patch.setattr(engine, "read_events_apart", lambda xplane: (read_began.set(), read(xplane))[1])
+        analysis, steps = _slices_and_read(patch, around_op_stats=slice_held_for_the_read)
     assert analysis.metrics.steps > 0
-    assert steps.count("process begins") == 2 and steps.index("raw-event read") > max(
-        at for at, step in enumerate(steps) if step == "process ends"), steps
+    assert held == [True], "the read waited for both processes"
+    assert steps.count("process begins") == 2, steps
+    assert steps.index("process ends") < steps.index("raw-event read") < len(steps) - 1 - steps[::-1].index(
+        "process ends"), steps
 
 
 def _slices_of_analysis(analysis) -> int:
@@ -376,12 +397,12 @@ def test_the_report_says_which_tools_were_built_from_time_slices(sliced, tmp_pat
 def test_a_process_converting_a_slice_holds_no_more_than_it_reserves(tmp_path, fixture):
     """Measured: the child's own high-water mark (``ru_maxrss`` would carry this process's across exec) while
     XProf builds the op_stats of the larger of two slices (lm_train_bf16's is the most by the byte of those
-    measured: 45 MiB of interpreter and XProf, and 23x its slice)."""
+    measured: 45 MiB of interpreter and XProf, and 23x its slice), on the allocator the children preload."""
     import subprocess
     import sys
 
     from mldiag.analysis.profile.slices import slice_by_time
-    from mldiag.analysis.xprof.op_stats_apart import op_stats_cost
+    from mldiag.analysis.xprof.op_stats_apart import child_environment, op_stats_cost
 
     largest = max(slice_by_time(xplane(fixture), 2, tmp_path).paths, key=lambda path: path.stat().st_size)
     alone = tmp_path / "alone" / largest.name
@@ -392,7 +413,7 @@ def test_a_process_converting_a_slice_holds_no_more_than_it_reserves(tmp_path, f
          "raw_to_tool_data.xspace_to_tool_data([sys.argv[1]], 'op_profile', {'use_saved_result': True}); "
          "print(next(int(line.split()[1]) * 1024 for line in open('/proc/self/status') if line.startswith('VmHWM')))",
          str(alone)],
-        capture_output=True, text=True, timeout=120, check=True,
+        capture_output=True, text=True, timeout=120, check=True, env=child_environment(),
     )
     assert (alone.parent / "ALL_HOSTS.op_stats_v2.pb").is_file()
     assert int(peak.stdout) <= op_stats_cost(alone.stat().st_size)

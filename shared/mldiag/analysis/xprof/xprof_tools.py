@@ -243,7 +243,8 @@ class SessionState:
     hlo_queued: threading.Event = field(default_factory=threading.Event)
     # Set once every process that builds op_stats has its place in the budget's line (or none will run): the
     # whole file's conversion, or each process converting time slices, which queue only once the file is cut (and,
-    # where they take every core the analysis may use, once they end). The raw-event read queues then.
+    # where they take every core the analysis may use, once the first of them has no slice left). The raw-event read
+    # queues then.
     op_stats_conversions_queued: threading.Event = field(default_factory=threading.Event)
     # What the raw-event read of the (one) host file reserves once cutting it has counted its events, and set once
     # the read has its place in the budget's line: where it fits beside the first process converting slices, it
@@ -498,8 +499,9 @@ def _slices_op_stats(state: SessionState, paths: list[Path], workers: int) -> li
     built (:data:`READ_FIRST_EVENTS_PER_STEP`), it queues right behind that process and the other processes
     behind the read: the read (on one core) then overlaps the conversions, and a process that starts once it ends
     takes only the slices still waiting. Otherwise every process queues before it, and where they take every core
-    the read waits for them to end: the conversions run on every core, then the read on one beside the tools' own
-    work on op_stats."""
+    the read waits until a process finds no slice left to take and ends: the conversions run on every core, then
+    the read on the core that process leaves, beside the other processes' last slices and then the tools' own work
+    on op_stats."""
     from mldiag.analysis.xprof.op_stats_apart import op_stats_process
 
     waiting = list(reversed(paths))
@@ -523,25 +525,28 @@ def _slices_op_stats(state: SessionState, paths: list[Path], workers: int) -> li
     def convert(worker: int) -> None:
         if worker and read_beside:
             state.read_queued.wait()
-        with state.budget.reserve(cost, "XProf's op_stats converter on time slices", queued=queued):
-            path = next_slice()
-            if path is None:
-                return
-            try:
-                with op_stats_process() as op_stats:
-                    while path is not None:
-                        alone = path.parent / f".{path.name}.alone" / path.name  # XProf caches beside each
-                        try:
-                            alone.parent.mkdir()
-                            os.link(path, alone)
-                            built[path] = op_stats(alone)
-                        finally:
-                            shutil.rmtree(alone.parent, ignore_errors=True)
-                        path = next_slice()
-            except BaseException:
-                with taken:  # one failure is the whole op_stats': the other processes take nothing more
-                    waiting.clear()
-                raise
+        try:
+            with state.budget.reserve(cost, "XProf's op_stats converter on time slices", queued=queued):
+                path = next_slice()
+                if path is None:
+                    return
+                try:
+                    with op_stats_process() as op_stats:
+                        while path is not None:
+                            alone = path.parent / f".{path.name}.alone" / path.name  # XProf caches beside each
+                            try:
+                                alone.parent.mkdir()
+                                os.link(path, alone)
+                                built[path] = op_stats(alone)
+                            finally:
+                                shutil.rmtree(alone.parent, ignore_errors=True)
+                            path = next_slice()
+                except BaseException:
+                    with taken:  # one failure is the whole op_stats': the other processes take nothing more
+                        waiting.clear()
+                    raise
+        finally:  # every slice is taken and this core is free: the read may use it beside the last slices
+            state.op_stats_conversions_queued.set()
 
     try:
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mldiag-op-stats-slices") as pool:
