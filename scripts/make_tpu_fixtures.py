@@ -6923,6 +6923,110 @@ def per_timestep_projection_loop(big: bool) -> Workload:
     return Workload(_training(state, make_step(looped), x, y),
                     ablations={"one_matmul": _training(state, make_step(lambda x, w: jnp.tanh(x @ w)), x, y)})
 
+
+def toeplitz_conv1d_matmul(big: bool) -> Workload:
+    """A causal 1-D convolution (one 64-tap filter applied to each of 256 channels over 4096 steps, batch 16, bf16 on
+    the chip) written as a matmul by a Toeplitz matrix made from the filter: ``t[i, j] = w[i - j]`` where
+    ``0 <= i - j < 64``, else 0, a 4096 x 4096 matrix, trained, data resident. Ablation: the same convolution by
+    ``jax.lax.conv_general_dilated``, one group per channel."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, steps, channels, taps = (16, 4096, 256, 64) if big else (2, 512, 16, 16)
+    keys = jax.random.split(jax.random.key(1010), 3)
+    params = [(jax.random.normal(keys[0], (taps,)) / taps).astype("bfloat16")]
+    x = jax.random.normal(keys[1], (batch, steps, channels)).astype("bfloat16")
+    y = jax.random.normal(keys[2], (batch, steps, channels))
+
+    def by_toeplitz(x, w):
+        lag = jnp.arange(steps)[:, None] - jnp.arange(steps)[None, :]
+        toeplitz = jnp.where((lag >= 0) & (lag < taps), w[jnp.clip(lag, 0, taps - 1)], jnp.zeros((), w.dtype))
+        return jnp.einsum("ij,bjc->bic", toeplitz, x)
+
+    def by_convolution(x, w):
+        kernel = jnp.broadcast_to(w[::-1][:, None, None], (taps, 1, channels))  # HIO, one input channel a group
+        padded = jnp.pad(x, ((0, 0), (taps - 1, 0), (0, 0)))
+        return jax.lax.conv_general_dilated(padded, kernel, (1,), "VALID", dimension_numbers=("NHC", "HIO", "NHC"),
+                                            feature_group_count=channels)
+
+    def make_step(conv):
+        def loss(params, x, y):
+            return jnp.mean((conv(x, params[0]).astype("float32") - y) ** 2)
+
+        return sgd(loss)
+
+    state = {"params": params}
+    return Workload(_training(state, make_step(by_toeplitz), x, y),
+                    ablations={"convolution": _training(state, make_step(by_convolution), x, y)})
+
+
+def softmax_then_argmax_decode(big: bool) -> Workload:
+    """Greedy decoding of 32 tokens a call (batch 64, a 2048-wide bf16 model of 4 layers, vocabulary 32768) that
+    picks each token as ``jnp.argmax(jax.nn.softmax(logits))`` over f32 logits, inside one jitted ``lax.scan``.
+    Ablation: ``jnp.argmax(logits)``, the same token without the softmax."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, width, layers, vocab, tokens = (64, 2048, 4, 32768, 32) if big else (8, 128, 2, 2048, 16)
+    keys = jax.random.split(jax.random.key(1020), layers + 3)
+    params = {"layers": [_normal(k, (width, width), "bfloat16") for k in keys[:layers]],
+              "embed": _normal(keys[-3], (vocab, width), "bfloat16"),
+              "out": _normal(keys[-2], (width, vocab), "bfloat16")}
+    first = jax.random.randint(keys[-1], (batch,), 0, vocab)
+
+    def make_decode(pick):
+        @jax.jit
+        def decode(params, token):
+            def step(token, _):
+                h = params["embed"][token]
+                for w in params["layers"]:
+                    h = h + jnp.tanh(h @ w)
+                token = pick((h @ params["out"]).astype("float32"))
+                return token, token
+
+            return jax.lax.scan(step, token, None, length=tokens)[1]
+
+        def iteration(i: int, clock: Clock) -> None:
+            decode(params, first).block_until_ready()
+
+        return iteration
+
+    return Workload(make_decode(lambda logits: jnp.argmax(jax.nn.softmax(logits, axis=-1), axis=-1)),
+                    ablations={"argmax_of_logits": make_decode(lambda logits: jnp.argmax(logits, axis=-1))})
+
+
+def polynomial_features_by_powers(big: bool) -> Workload:
+    """Polynomial features of degree 16 computed as ``sum(c[k] * x ** k)`` over a [4096, 4096] f32 input each step,
+    then a bf16 matmul layer, trained, data resident. Ablation: the same polynomial by Horner's rule."""
+    import jax
+    import jax.numpy as jnp
+
+    rows, width, degree = (4096, 4096, 16) if big else (256, 256, 16)
+    keys = jax.random.split(jax.random.key(1030), 4)
+    params = [jax.random.normal(keys[0], (degree + 1,)) / degree, _normal(keys[1], (width, width), "bfloat16")]
+    x = jax.random.uniform(keys[2], (rows, width), minval=-1.0, maxval=1.0)
+    y = jax.random.normal(keys[3], (rows, width))
+
+    def by_powers(c, x):
+        return sum(c[k] * x ** k for k in range(degree + 1))
+
+    def by_horner(c, x):
+        value = jnp.full_like(x, c[degree])
+        for k in range(degree - 1, -1, -1):
+            value = value * x + c[k]
+        return value
+
+    def make_step(polynomial):
+        def loss(params, x, y):
+            features = polynomial(params[0], x).astype("bfloat16")
+            return jnp.mean(((features @ params[1]).astype("float32") - y) ** 2)
+
+        return sgd(loss)
+
+    state = {"params": params}
+    return Workload(_training(state, make_step(by_powers), x, y),
+                    ablations={"horner": _training(state, make_step(by_horner), x, y)})
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -7618,6 +7722,21 @@ SHAPES: dict[str, Shape] = {
                                           cause="a 0.96 ms launch gap a step around 0.42 ms of device work, and 128 "
                                           "small matmuls where one over every time step saves 0.22 (on a CPU 0.83, "
                                           "its bf16 converts in the way: not kept)"),
+    "toeplitz_conv1d_matmul": Shape(toeplitz_conv1d_matmul, 10, "a causal 64-tap 1-D convolution as a matmul by "
+                                    "a Toeplitz matrix made from the filter, trained",
+                                    cause="a 1-D convolution as a matmul by a 4096-square Toeplitz matrix, all but a "
+                                    "64-wide band zeros; its gradient's scatter of the band into the 64 taps holds "
+                                    "0.99 of the device time; conv_general_dilated saves 0.99 (on a CPU 0.70)"),
+    "softmax_then_argmax_decode": Shape(softmax_then_argmax_decode, 10, "greedy decoding of 32 tokens a call that "
+                                        "picks each by argmax(softmax(logits)), in one jitted scan",
+                                        cause="none: the softmax before the argmax costs 0.05 of the loop on the "
+                                        "chip (0.15 on a CPU, not kept)"),
+    "polynomial_features_by_powers": Shape(polynomial_features_by_powers, 10, "degree-16 polynomial features as "
+                                           "sum(c[k] * x ** k), then a matmul layer, trained",
+                                           cause="none that matters on the chip: the powers fuse into memory-bound "
+                                           "elementwise work, and Horner's rule saves 0.10 (the launch gap takes 0.24 "
+                                           "of the loop); on a CPU, where the powers' multiplies are the cost, Horner "
+                                           "saves 0.45"),
 }
 
 
