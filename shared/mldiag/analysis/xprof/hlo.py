@@ -868,8 +868,8 @@ _MASK_COMPARE = {"EQ": operator.eq, "NE": operator.ne, "LT": operator.lt, "LE": 
                  "GE": operator.ge}
 
 
-_POSITION_OPS = frozenset({"iota", "constant", "broadcast", "convert", "copy", "parameter", "fusion", "bitcast",
-                           "reshape", "compare", "select", *_POSITION_ELEMENTWISE})
+_POSITION_OPS = frozenset({"iota", "constant", "broadcast", "convert", "copy", "copy-done", "parameter", "fusion",
+                           "bitcast", "reshape", "compare", "select", *_POSITION_ELEMENTWISE})
 MAX_MASK_OPS = 128  # a mask of positions is a handful of ops; a longer computation (a random hash) is not one
 
 
@@ -901,6 +901,8 @@ def _position_values(module: HloModule, instruction: Instruction | None, at: lis
             fusion = module.instructions.get(module.runs_as[instruction.computation])
             operand = module.operand(fusion, instruction.parameter) if fusion is not None else None
         return _position_values(module, operand, at, budget)
+    if opcode == "copy-done":  # an asynchronous copy (to another memory space): the copy-start's operand's values
+        return _position_values(module, module.operand(operand) if operand is not None else None, at, budget)
     if opcode == "fusion" and instruction.calls in module.roots:
         return _position_values(module, module.instructions.get(module.roots[instruction.calls]), at, budget)
     if opcode in ("bitcast", "reshape") and operand is not None and operand.shape and instruction.shape:

@@ -1620,6 +1620,23 @@ BLOCKS_BY_SHIFTS = """  %five.m = s32[] constant(5)
   %keep.m = pred[256,256]{1,0} compare(%row_block.m, %column_block.m), direction=EQ"""
 
 
+def test_a_mask_of_positions_made_once_and_copied_to_the_kernel_that_masks_is_still_measured():
+    # XLA makes a mask two layers share once and copies it asynchronously (another memory space) to each.
+    module = _banded_scores(FROM_DATA).replace("ENTRY %main", """%fused_band () -> pred[256,256] {
+  %rows.b = s32[256,256]{1,0} iota(), iota_dimension=0
+  %columns.b = s32[256,256]{1,0} iota(), iota_dimension=1
+""" + BAND.replace(".m", ".b") + """
+  ROOT %band.b = pred[256,256]{1,0} copy(%keep.b)
+}
+
+ENTRY %main""").replace("  %masked = f32[256,256]{1,0} fusion(%scores, %data)", """  %band = pred[256,256]{1,0} fusion(), kind=kLoop, calls=%fused_band
+  %band_start = (pred[256,256]{1,0}, pred[256,256]{1,0}, u32[]) copy-start(%band)
+  %band_done = pred[256,256]{1,0} copy-done(%band_start)
+  %masked = f32[256,256]{1,0} fusion(%scores, %band_done)""")
+    works = {w.instruction: w.masked_per_kept for w in hlo.kernel_work([hlo.parse_module("jit_step(3)", module)])}
+    assert works["scores"] == works["masked"] == 16
+
+
 @pytest.mark.parametrize(("mask", "per_kept"), [(BAND, 16), (CAUSAL, 0), (FROM_DATA, 0), (DIAGONAL, 0),
                                                 (BLOCKS, 8), (BLOCKS_BY_SHIFTS, 8)],
                          ids=["a_band_of_16", "causal", "a_mask_from_data", "a_diagonal", "diagonal_blocks",
