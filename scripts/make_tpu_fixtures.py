@@ -7027,6 +7027,117 @@ def polynomial_features_by_powers(big: bool) -> Workload:
     return Workload(_training(state, make_step(by_powers), x, y),
                     ablations={"horner": _training(state, make_step(by_horner), x, y)})
 
+
+def sliding_window_by_multiplied_mask(big: bool) -> Workload:
+    """Local attention (a 256-token window over 4096 tokens, 8 heads of 128, bf16 on the chip) written as full
+    attention whose band is applied by multiplying: ``scores * band + (1 - band) * -1e9`` with a float band made from
+    positions, two layers, trained, data resident. Ablation: blocks of 256 queries against their block's and the
+    previous block's keys."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, tokens, heads, width, window = (1, 4096, 8, 128, 256) if big else (1, 512, 2, 32, 32)
+    model, blocks = heads * width, tokens // window
+    keys = jax.random.split(jax.random.key(1040), 4)
+    params = [_normal(k, (model, 3 * model), "bfloat16") for k in keys[:2]]
+    x = jax.random.normal(keys[2], (batch, tokens, model)).astype("bfloat16")
+    y = jax.random.normal(keys[3], (batch, tokens, model))
+    scale = 1.0 / float(width) ** 0.5
+
+    def dense(q, k, v):
+        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) * scale
+        i, j = jnp.arange(tokens)[:, None], jnp.arange(tokens)[None, :]
+        band = ((j <= i) & (j > i - window)).astype(scores.dtype)
+        scores = scores * band + (1 - band) * jnp.asarray(-1e9, scores.dtype)
+        return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, axis=-1), v)
+
+    def blocked(q, k, v):
+        def with_previous(a):
+            a = a.reshape(batch, blocks, window, heads, width)
+            return jnp.concatenate([jnp.concatenate([jnp.zeros_like(a[:, :1]), a[:, :-1]], axis=1), a], axis=2)
+
+        scores = jnp.einsum("bnqhd,bnkhd->bnhqk", q.reshape(batch, blocks, window, heads, width),
+                            with_previous(k)) * scale
+        i, j = jnp.arange(window)[:, None] + window, jnp.arange(2 * window)[None, :]
+        scores = jnp.where((j <= i) & (j > i - window), scores, jnp.asarray(-1e9, scores.dtype))
+        out = jnp.einsum("bnhqk,bnkhd->bnqhd", jax.nn.softmax(scores, axis=-1), with_previous(v))
+        return out.reshape(batch, tokens, heads, width)
+
+    def make_step(attention):
+        def loss(params, x, y):
+            h = x
+            for w in params:
+                q, k, v = jnp.split((h @ w).reshape(batch, tokens, 3 * heads, width), 3, axis=2)
+                h = h + attention(q, k, v).reshape(batch, tokens, model)
+            return jnp.mean((h.astype("float32") - y) ** 2)
+
+        return sgd(loss)
+
+    state = {"params": params}
+    return Workload(_training(state, make_step(dense), x, y),
+                    ablations={"blocked": _training(state, make_step(blocked), x, y)})
+
+
+def sinkhorn_transport_plan(big: bool) -> Workload:
+    """Entropic optimal transport between two point clouds (4096 and 4096 points of 64 features, f32): the cost
+    matrix by the norm expansion, then 50 Sinkhorn iterations in log space (``logsumexp`` over the 4096 x 4096
+    matrix) in one jitted ``fori_loop`` per call, points resident. Ablation: the same iterations on a bf16 cost
+    matrix."""
+    import jax
+    import jax.numpy as jnp
+
+    n, m, features, iterations = (4096, 4096, 64, 50) if big else (256, 256, 16, 50)
+    keys = jax.random.split(jax.random.key(1050), 2)
+    a = jax.random.normal(keys[0], (n, features))
+    b = jax.random.normal(keys[1], (m, features)) + 0.5
+
+    def make_plan(dtype):
+        @jax.jit
+        def plan(a, b):
+            cost = ((a * a).sum(-1)[:, None] + (b * b).sum(-1)[None, :] - 2 * a @ b.T).astype(dtype) / features
+
+            def body(_, potentials):
+                f, g = potentials
+                f = -jax.nn.logsumexp((g[None, :] - cost).astype("float32"), axis=1)
+                g = -jax.nn.logsumexp((f[:, None] - cost).astype("float32"), axis=0)
+                return f, g
+
+            return jax.lax.fori_loop(0, iterations, body, (jnp.zeros(n), jnp.zeros(m)))
+
+        def iteration(i: int, clock: Clock) -> None:
+            jax.block_until_ready(plan(a, b))
+
+        return iteration
+
+    return Workload(make_plan("float32"), ablations={"bf16_cost": make_plan("bfloat16")})
+
+
+def distances_by_norm_expansion(big: bool) -> Workload:
+    """A contrastive loss on squared distances between two batches of embeddings (8192 x 8192 pairs of 512 features,
+    bf16 on the chip), computed the efficient way: ``|a|^2 + |b|^2 - 2 a @ b.T``, trained, data resident. Ablation:
+    the same loss on a quarter of the pairs (the matmul's share)."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, features = (8192, 512) if big else (1024, 64)
+    keys = jax.random.split(jax.random.key(1060), 3)
+    params = [_normal(keys[0], (features, features), "bfloat16")]
+    x = jax.random.normal(keys[1], (batch, features)).astype("bfloat16")
+    z = jax.random.normal(keys[2], (batch, features)).astype("bfloat16")
+
+    def make_step(rows):
+        def loss(params, x, z):
+            a, b = x[:rows] @ params[0], z[:rows]
+            distances = ((a * a).sum(-1)[:, None] + (b * b).sum(-1)[None, :] - 2 * a @ b.T).astype("float32")
+            positives = jnp.diagonal(distances)
+            return jnp.mean(positives) + jnp.mean(jax.nn.relu(1.0 - distances))
+
+        return sgd(loss)
+
+    state = {"params": params}
+    return Workload(_training(state, make_step(batch), x, z),
+                    ablations={"quarter_of_the_pairs": _training(state, make_step(batch // 2), x, z)})
+
 SHAPES: dict[str, Shape] = {
     "lm_train_bf16": Shape(lm_train_bf16, 10, "decoder-only transformer LM train step in bf16 (d 1024, 4 layers, "
                            "seq 512, batch 8, vocab 16384 on the chip), tokens resident, nothing else in the loop",
@@ -7737,6 +7848,23 @@ SHAPES: dict[str, Shape] = {
                                            "elementwise work, and Horner's rule saves 0.10 (the launch gap takes 0.24 "
                                            "of the loop); on a CPU, where the powers' multiplies are the cost, Horner "
                                            "saves 0.45"),
+    "sliding_window_by_multiplied_mask": Shape(sliding_window_by_multiplied_mask, 10, "sliding-window attention as "
+                                               "full attention whose band is applied by multiplying a float mask, "
+                                               "trained",
+                                               cause="the full 4096-square scores, softmax and gradients computed and "
+                                               "all but a 256-key band multiplied by zero (a float band made from "
+                                               "positions); blocks of queries against two blocks of keys save 0.72 "
+                                               "(on a CPU 0.75)"),
+    "sinkhorn_transport_plan": Shape(sinkhorn_transport_plan, 10, "50 Sinkhorn iterations in log space over a "
+                                     "4096-square cost matrix in one jitted fori_loop",
+                                     cause="none: 50 log-space iterations over the cost matrix, the algorithm's own "
+                                     "work; a bf16 cost matrix saves nothing on the chip (0.16 on a CPU, not "
+                                     "kept)"),
+    "distances_by_norm_expansion": Shape(distances_by_norm_expansion, 10, "a contrastive loss on squared distances "
+                                         "by the norm expansion, trained",
+                                         cause="none: the pairs' matmul and elementwise work is the loss's own (a "
+                                         "quarter of the pairs takes 0.30 of the time); no pairwise differences by "
+                                         "broadcasting"),
 }
 
 

@@ -868,8 +868,8 @@ _MASK_COMPARE = {"EQ": operator.eq, "NE": operator.ne, "LT": operator.lt, "LE": 
                  "GE": operator.ge}
 
 
-_POSITION_OPS = frozenset({"iota", "constant", "broadcast", "convert", "copy", "copy-done", "parameter", "fusion",
-                           "bitcast", "reshape", "compare", "select", *_POSITION_ELEMENTWISE})
+_POSITION_OPS = frozenset({"iota", "constant", "broadcast", "convert", "copy", "copy-done", "get-tuple-element",
+                           "parameter", "fusion", "bitcast", "reshape", "compare", "select", *_POSITION_ELEMENTWISE})
 MAX_MASK_OPS = 128  # a mask of positions is a handful of ops; a longer computation (a random hash) is not one
 
 
@@ -903,6 +903,12 @@ def _position_values(module: HloModule, instruction: Instruction | None, at: lis
         return _position_values(module, operand, at, budget)
     if opcode == "copy-done":  # an asynchronous copy (to another memory space): the copy-start's operand's values
         return _position_values(module, module.operand(operand) if operand is not None else None, at, budget)
+    if opcode == "get-tuple-element":  # one result of a fusion that makes several (a mask and its complement)
+        root = (module.instructions.get(module.roots.get(operand.calls, ""))
+                if operand is not None and operand.opcode == "fusion" else None)
+        if root is None or root.opcode != "tuple":
+            return None
+        return _position_values(module, module.operand(root, instruction.tuple_index), at, budget)
     if opcode == "fusion" and instruction.calls in module.roots:
         return _position_values(module, module.instructions.get(module.roots[instruction.calls]), at, budget)
     if opcode in ("bitcast", "reshape") and operand is not None and operand.shape and instruction.shape:
@@ -952,26 +958,44 @@ def _mask_kept_share(module: HloModule, predicate: Instruction | None) -> float 
     return float(np.mean(np.broadcast_to(np.asarray(values, dtype=bool), tuple(len(a) for a in axes))))
 
 
+def _masked_by_positions(module: HloModule, masking: Instruction) -> tuple[Instruction, Instruction] | None:
+    """A matmul's result and the mask ``masking`` applies to it: a select between the result and a constant on a
+    predicate, or a product of the result and a float mask (``scores * band``); None for any other instruction."""
+    if masking.shape is None:
+        return None
+    if masking.opcode == "select":
+        result, mask = module.operand(masking, 1), module.operand(masking)
+        return (result, mask) if result is not None and mask is not None and _made_by_matmul(module, result) else None
+    if masking.opcode == "multiply":
+        sides = [module.operand(masking, index) for index in (0, 1)]
+        for result, mask in (sides, sides[::-1]):
+            if result is not None and mask is not None and _made_by_matmul(module, result) \
+                    and not _made_by_matmul(module, mask):
+                return result, mask
+    return None
+
+
 def _masked_results(module: HloModule) -> dict[str, int]:
-    """The kernels of matmuls whose result a mask of positions mostly discards (a select keeping at most
-    ``MAX_MASKED_KEPT`` of it, as a sliding window's band keeps w of n keys), and those joined to them by arrays of
-    the result's size (the softmax, the gradient's): kernel -> N, one element kept in N."""
+    """The kernels of matmuls whose result a mask of positions mostly discards (a select, or a product with a float
+    mask, keeping at most ``MAX_MASKED_KEPT`` of it, as a sliding window's band keeps w of n keys), and those joined
+    to them by arrays of the result's size (the softmax, the gradient's): kernel -> N, one element kept in N."""
     found: dict[str, int] = {}
     sizes: dict[int, int] = {}
-    for select in module.instructions.values():
-        if select.opcode != "select" or select.shape is None or not _made_by_matmul(module, module.operand(select, 1)):
+    for masking in module.instructions.values():
+        if (masked := _masked_by_positions(module, masking)) is None:
             continue
-        kept = _mask_kept_share(module, module.operand(select))
+        result, mask = masked
+        kept = _mask_kept_share(module, mask)
         # A diagonal (one element a row: a grouped convolution's weights picked from a dense product) is a layout of
         # the work, not a band of it.
-        if kept is None or not 0 < kept <= MAX_MASKED_KEPT or kept * select.shape.dims[-1] < 2:
+        if kept is None or not 0 < kept <= MAX_MASKED_KEPT or kept * masking.shape.dims[-1] < 2:
             continue
         per_kept = int(1 / kept)
-        source = _origin(module, module.operand(select, 1))
+        source = _origin(module, result)
         runner = _entry_level(module, source) if source is not None else None
-        for kernel in filter(None, (runner, _entry_level(module, select))):
+        for kernel in filter(None, (runner, _entry_level(module, masking))):
             found[kernel.name] = max(found.get(kernel.name, 0), per_kept)
-        sizes[math.prod(select.shape.dims)] = max(sizes.get(math.prod(select.shape.dims), 0), per_kept)
+        sizes[math.prod(masking.shape.dims)] = max(sizes.get(math.prod(masking.shape.dims), 0), per_kept)
     for elements, per_kept in sizes.items():
         for kernel in _reached(_joined_by_arrays(module, elements), set(found)):
             found.setdefault(kernel, per_kept)

@@ -1637,6 +1637,32 @@ ENTRY %main""").replace("  %masked = f32[256,256]{1,0} fusion(%scores, %data)", 
     assert works["scores"] == works["masked"] == 16
 
 
+def test_a_band_applied_by_multiplying_a_float_mask_made_in_another_kernel_is_measured_too():
+    # scores * band + (1 - band) * -1e9: the band and its complement made by one kernel, the first multiplied in.
+    module = _banded_scores(FROM_DATA).replace("ENTRY %main", """%fused_band (unused.b: f32[]) -> (f32[256,256], f32[256,256]) {
+  %rows.b = s32[256,256]{1,0} iota(), iota_dimension=0
+  %columns.b = s32[256,256]{1,0} iota(), iota_dimension=1
+""" + BAND.replace(".m", ".b") + """
+  %ones.b = f32[256,256]{1,0} convert(%keep.b)
+  %drop.b = pred[256,256]{1,0} not(%keep.b)
+  %zeros.b = f32[256,256]{1,0} convert(%drop.b)
+  ROOT %both.b = (f32[256,256]{1,0}, f32[256,256]{1,0}) tuple(%ones.b, %zeros.b)
+}
+
+%fused_multiplied (param_0.p: f32[256,256], param_1.p: f32[256,256]) -> f32[256,256] {
+  %param_0.p = f32[256,256]{1,0} parameter(0)
+  %param_1.p = f32[256,256]{1,0} parameter(1)
+  ROOT %kept.p = f32[256,256]{1,0} multiply(%param_0.p, %param_1.p)
+}
+
+ENTRY %main""").replace("  %masked = f32[256,256]{1,0} fusion(%scores, %data), kind=kLoop, calls=%fused_mask", """  %nothing = f32[] constant(0)
+  %bands = (f32[256,256]{1,0}, f32[256,256]{1,0}) fusion(%nothing), kind=kLoop, calls=%fused_band
+  %band = f32[256,256]{1,0} get-tuple-element(%bands), index=0
+  %masked = f32[256,256]{1,0} fusion(%scores, %band), kind=kLoop, calls=%fused_multiplied""")
+    works = {w.instruction: w.masked_per_kept for w in hlo.kernel_work([hlo.parse_module("jit_step(3)", module)])}
+    assert works["scores"] == works["masked"] == 16
+
+
 @pytest.mark.parametrize(("mask", "per_kept"), [(BAND, 16), (CAUSAL, 0), (FROM_DATA, 0), (DIAGONAL, 0),
                                                 (BLOCKS, 8), (BLOCKS_BY_SHIFTS, 8)],
                          ids=["a_band_of_16", "causal", "a_mask_from_data", "a_diagonal", "diagonal_blocks",
