@@ -6594,16 +6594,17 @@ def heads_in_a_python_loop(big: bool) -> Workload:
                     ablations={"batched_heads": _training(state, make_step(batched), x, y)})
 
 
-def sliding_window_attention_dense(big: bool) -> Workload:
-    """Sliding-window attention (a 512-token window over 8192 tokens, 8 heads of 128, bf16 on the chip) computed as
-    full attention with a band mask (``jnp.where(band, scores, -1e9)``), two layers, trained, data resident.
-    Ablation: the same windows by blocks of 512 queries against their block's and the previous block's keys."""
+def _local_attention(big: bool, sizes: tuple[int, int, int, int, int], seed: int, apply_band) -> Workload:
+    """Two trained layers of local attention (each query sees the ``window`` tokens up to it; ``sizes`` are batch,
+    tokens, heads, width and window) computed as full attention, the band applied to the scores by
+    ``apply_band(scores, band)``, data resident. Ablation: blocks of ``window`` queries against their block's and the
+    previous block's keys."""
     import jax
     import jax.numpy as jnp
 
-    batch, tokens, heads, width, window = (1, 8192, 8, 128, 512) if big else (1, 1024, 2, 32, 64)
+    batch, tokens, heads, width, window = sizes
     model, blocks = heads * width, tokens // window
-    keys = jax.random.split(jax.random.key(900), 4)
+    keys = jax.random.split(jax.random.key(seed), 4)
     params = [_normal(k, (model, 3 * model), "bfloat16") for k in keys[:2]]
     x = jax.random.normal(keys[2], (batch, tokens, model)).astype("bfloat16")
     y = jax.random.normal(keys[3], (batch, tokens, model))
@@ -6612,7 +6613,7 @@ def sliding_window_attention_dense(big: bool) -> Workload:
     def dense(q, k, v):
         scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) * scale
         i, j = jnp.arange(tokens)[:, None], jnp.arange(tokens)[None, :]
-        scores = jnp.where((j <= i) & (j > i - window), scores, jnp.asarray(-1e9, scores.dtype))
+        scores = apply_band(scores, (j <= i) & (j > i - window))
         return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, axis=-1), v)
 
     def blocked(q, k, v):
@@ -6640,6 +6641,16 @@ def sliding_window_attention_dense(big: bool) -> Workload:
     state = {"params": params}
     return Workload(_training(state, make_step(dense), x, y),
                     ablations={"blocked": _training(state, make_step(blocked), x, y)})
+
+
+def sliding_window_attention_dense(big: bool) -> Workload:
+    """Sliding-window attention (a 512-token window over 8192 tokens, 8 heads of 128, bf16 on the chip) computed as
+    full attention with a band mask (``jnp.where(band, scores, -1e9)``), two layers, trained, data resident.
+    Ablation: the same windows by blocks of 512 queries against their block's and the previous block's keys."""
+    import jax.numpy as jnp
+
+    return _local_attention(big, (1, 8192, 8, 128, 512) if big else (1, 1024, 2, 32, 64), 900,
+                            lambda scores, band: jnp.where(band, scores, jnp.asarray(-1e9, scores.dtype)))
 
 
 def jacobian_then_product(big: bool) -> Workload:
@@ -7033,49 +7044,13 @@ def sliding_window_by_multiplied_mask(big: bool) -> Workload:
     attention whose band is applied by multiplying: ``scores * band + (1 - band) * -1e9`` with a float band made from
     positions, two layers, trained, data resident. Ablation: blocks of 256 queries against their block's and the
     previous block's keys."""
-    import jax
     import jax.numpy as jnp
 
-    batch, tokens, heads, width, window = (1, 4096, 8, 128, 256) if big else (1, 512, 2, 32, 32)
-    model, blocks = heads * width, tokens // window
-    keys = jax.random.split(jax.random.key(1040), 4)
-    params = [_normal(k, (model, 3 * model), "bfloat16") for k in keys[:2]]
-    x = jax.random.normal(keys[2], (batch, tokens, model)).astype("bfloat16")
-    y = jax.random.normal(keys[3], (batch, tokens, model))
-    scale = 1.0 / float(width) ** 0.5
+    def multiplied(scores, band):
+        band = band.astype(scores.dtype)
+        return scores * band + (1 - band) * jnp.asarray(-1e9, scores.dtype)
 
-    def dense(q, k, v):
-        scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) * scale
-        i, j = jnp.arange(tokens)[:, None], jnp.arange(tokens)[None, :]
-        band = ((j <= i) & (j > i - window)).astype(scores.dtype)
-        scores = scores * band + (1 - band) * jnp.asarray(-1e9, scores.dtype)
-        return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, axis=-1), v)
-
-    def blocked(q, k, v):
-        def with_previous(a):
-            a = a.reshape(batch, blocks, window, heads, width)
-            return jnp.concatenate([jnp.concatenate([jnp.zeros_like(a[:, :1]), a[:, :-1]], axis=1), a], axis=2)
-
-        scores = jnp.einsum("bnqhd,bnkhd->bnhqk", q.reshape(batch, blocks, window, heads, width),
-                            with_previous(k)) * scale
-        i, j = jnp.arange(window)[:, None] + window, jnp.arange(2 * window)[None, :]
-        scores = jnp.where((j <= i) & (j > i - window), scores, jnp.asarray(-1e9, scores.dtype))
-        out = jnp.einsum("bnhqk,bnkhd->bnqhd", jax.nn.softmax(scores, axis=-1), with_previous(v))
-        return out.reshape(batch, tokens, heads, width)
-
-    def make_step(attention):
-        def loss(params, x, y):
-            h = x
-            for w in params:
-                q, k, v = jnp.split((h @ w).reshape(batch, tokens, 3 * heads, width), 3, axis=2)
-                h = h + attention(q, k, v).reshape(batch, tokens, model)
-            return jnp.mean((h.astype("float32") - y) ** 2)
-
-        return sgd(loss)
-
-    state = {"params": params}
-    return Workload(_training(state, make_step(dense), x, y),
-                    ablations={"blocked": _training(state, make_step(blocked), x, y)})
+    return _local_attention(big, (1, 4096, 8, 128, 256) if big else (1, 512, 2, 32, 32), 1040, multiplied)
 
 
 def sinkhorn_transport_plan(big: bool) -> Workload:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from mldiag.analysis.evidence import UncachedDecoding
 from mldiag.analysis.host_evidence import HostEvidence, OpTime
 from mldiag.analysis.rules.kernel_groups import costliest
-from mldiag.analysis.rules.roofline import timed_kernels
+from mldiag.analysis.rules.roofline import matched_kernels
 from mldiag.analysis.rules.wording import quoted
 from mldiag.analysis.xprof.hlo import KernelWork, describe
 from mldiag.domain.resources import Finding, FindingCategory, Priority
@@ -37,7 +37,7 @@ def decoding_without_a_cache(hosts: list[HostEvidence],
     """The kernels of a decoding program that recompute every position at each call, on the host where that
     recomputation takes the largest share of the loop: that work and its finding."""
     def find(host: HostEvidence) -> tuple[list[tuple[OpTime, KernelWork]], float, int]:
-        kernels = [(op, ran[0]) for op, ran in timed_kernels(host, works) if ran and ran[0].recomputed_positions]
+        kernels = matched_kernels(host, works, lambda work: work.recomputed_positions)
         recomputed = sum(op.share_of_busy * (1 - 1 / work.recomputed_positions) for op, work in kernels)
         return kernels, recomputed * host.loop_busy(), max((w.recomputed_positions for _, w in kernels), default=0)
 

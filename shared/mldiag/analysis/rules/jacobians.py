@@ -20,7 +20,7 @@ from __future__ import annotations
 from mldiag.analysis.evidence import FullJacobians
 from mldiag.analysis.host_evidence import HostEvidence, OpTime
 from mldiag.analysis.rules.kernel_groups import costliest
-from mldiag.analysis.rules.roofline import timed_kernels
+from mldiag.analysis.rules.roofline import matched_kernels
 from mldiag.analysis.rules.wording import quoted
 from mldiag.analysis.xprof.hlo import KernelWork, describe
 from mldiag.domain.resources import Finding, FindingCategory, Priority
@@ -34,7 +34,7 @@ def jacobians_built_in_full(hosts: list[HostEvidence],
     """Jacobians built in full, on the host where computing products with vectors instead would save the largest
     share of the loop: their kernels and the finding."""
     def find(host: HostEvidence) -> tuple[list[tuple[OpTime, KernelWork]], float, int] | None:
-        kernels = [(op, ran[0]) for op, ran in timed_kernels(host, works) if ran and ran[0].jacobian_basis]
+        kernels = matched_kernels(host, works, lambda work: work.jacobian_basis)
         if not kernels:
             return None
         basis = max(work.jacobian_basis for _, work in kernels)

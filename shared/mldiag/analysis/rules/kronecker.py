@@ -23,7 +23,7 @@ from mldiag.analysis.evidence import KroneckerProducts
 from mldiag.analysis.host_evidence import HostEvidence, OpTime
 from mldiag.analysis.rules.hardware import Chip
 from mldiag.analysis.rules.kernel_groups import costliest
-from mldiag.analysis.rules.roofline import achieved_rates, peak_rates, timed_kernels
+from mldiag.analysis.rules.roofline import achieved_rates, matched_kernels, peak_rates
 from mldiag.analysis.rules.wording import quoted
 from mldiag.analysis.xprof.hlo import KernelWork, describe
 from mldiag.domain.resources import Finding, FindingCategory, Priority
@@ -53,7 +53,7 @@ def kronecker_products_made_in_full(hosts: list[HostEvidence], works: list[Kerne
     """Matmuls by a Kronecker product made in full, on the host where applying its factors in turn would save the
     largest share of the loop: their kernels and the finding."""
     def find(host: HostEvidence) -> tuple[list[tuple[OpTime, KernelWork]], float, tuple[tuple[int, ...], float]] | None:
-        kernels = [(op, ran[0]) for op, ran in timed_kernels(host, works) if ran and ran[0].kronecker_factors]
+        kernels = matched_kernels(host, works, lambda work: work.kronecker_factors)
         if not kernels:
             return None
         current = sum(op.self_ms_per_step for op, _ in kernels)

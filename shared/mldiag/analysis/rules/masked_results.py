@@ -25,7 +25,7 @@ from __future__ import annotations
 from mldiag.analysis.evidence import MaskedResults
 from mldiag.analysis.host_evidence import HostEvidence, OpTime
 from mldiag.analysis.rules.kernel_groups import costliest
-from mldiag.analysis.rules.roofline import timed_kernels
+from mldiag.analysis.rules.roofline import matched_kernels
 from mldiag.analysis.rules.wording import quoted
 from mldiag.analysis.xprof.hlo import KernelWork, describe
 from mldiag.domain.resources import Finding, FindingCategory, Priority
@@ -39,7 +39,7 @@ def mostly_masked_results(hosts: list[HostEvidence], works: list[KernelWork]) ->
     """Matmul results a mask of positions mostly discards, on the host where computing only the kept blocks would
     save the largest share of the loop: their kernels and the finding."""
     def find(host: HostEvidence) -> tuple[list[tuple[OpTime, KernelWork]], float, int] | None:
-        kernels = [(op, ran[0]) for op, ran in timed_kernels(host, works) if ran and ran[0].masked_per_kept]
+        kernels = matched_kernels(host, works, lambda work: work.masked_per_kept)
         if not kernels:
             return None
         saved = sum(op.share_of_busy * max(0.0, 1 - BLOCKS_KEPT / work.masked_per_kept) for op, work in kernels)

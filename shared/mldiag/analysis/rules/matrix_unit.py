@@ -23,7 +23,7 @@ from mldiag.analysis.evidence import NarrowMatmuls
 from mldiag.analysis.host_evidence import HostEvidence, OpTime
 from mldiag.analysis.rules.hardware import Chip
 from mldiag.analysis.rules.kernel_groups import costliest
-from mldiag.analysis.rules.roofline import timed_kernels
+from mldiag.analysis.rules.roofline import matched_kernels
 from mldiag.analysis.rules.wording import quoted
 from mldiag.analysis.xprof.hlo import KernelWork, describe
 from mldiag.domain.resources import Finding, FindingCategory, Priority
@@ -39,7 +39,7 @@ MAX_KERNELS_QUOTED = 3
 def _narrow(host: HostEvidence, works: list[KernelWork], unit: int) -> tuple[int, list[tuple[OpTime, KernelWork]]]:
     """The narrowest batched-matmul width under ``unit`` on the host, and its timed kernels that run such matmuls
     or read or write their score matrices; (0, []) where none is narrower."""
-    timed = [(op, ran[0]) for op, ran in timed_kernels(host, works) if ran]
+    timed = matched_kernels(host, works)
     narrow = [(op, work) for op, work in timed if NARROWEST <= work.matmul_width < unit]
     if not narrow:
         return 0, []

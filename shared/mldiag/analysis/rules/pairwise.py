@@ -22,7 +22,7 @@ from mldiag.analysis.evidence import PairwiseByBroadcast
 from mldiag.analysis.host_evidence import HostEvidence, OpTime
 from mldiag.analysis.rules.hardware import Chip
 from mldiag.analysis.rules.kernel_groups import costliest
-from mldiag.analysis.rules.roofline import Rates, achieved_rates, peak_rates, timed_kernels
+from mldiag.analysis.rules.roofline import Rates, achieved_rates, matched_kernels, peak_rates
 from mldiag.analysis.rules.wording import quoted
 from mldiag.analysis.xprof.hlo import KernelWork, describe
 from mldiag.domain.resources import Finding, FindingCategory, Priority
@@ -52,7 +52,7 @@ def pairwise_by_broadcast(hosts: list[HostEvidence], works: list[KernelWork],
     """Every pair of two matrices' rows combined feature by feature, on the host where the matmul form would save
     the largest share of the loop: the kernels and the finding."""
     def find(host: HostEvidence) -> tuple[list[tuple[OpTime, KernelWork]], float, tuple[tuple[int, ...], float]] | None:
-        timed = [(op, ran[0]) for op, ran in timed_kernels(host, works) if ran]
+        timed = matched_kernels(host, works)
         kernels = [(op, work) for op, work in timed if work.pairs_combined]
         if not kernels:
             return None

@@ -26,7 +26,7 @@ import math
 from mldiag.analysis.evidence import PerExampleWeights
 from mldiag.analysis.host_evidence import HostEvidence, OpTime
 from mldiag.analysis.rules.kernel_groups import costliest
-from mldiag.analysis.rules.roofline import timed_kernels
+from mldiag.analysis.rules.roofline import matched_kernels
 from mldiag.analysis.rules.wording import quoted
 from mldiag.analysis.xprof.hlo import KernelWork, SharedMatrixCopies, describe
 from mldiag.domain.resources import Finding, FindingCategory, Priority
@@ -45,7 +45,7 @@ def weights_copied_per_example(hosts: list[HostEvidence],
     """Batched matmuls against per-example copies of one matrix, on the host where one product over the batch
     would save the largest share of the loop: their kernels and the finding."""
     def find(host: HostEvidence) -> tuple[list[tuple[OpTime, KernelWork]], float, SharedMatrixCopies | None]:
-        kernels = [(op, ran[0]) for op, ran in timed_kernels(host, works) if ran and ran[0].shared_matrix_copies]
+        kernels = matched_kernels(host, works, lambda work: work.shared_matrix_copies)
         saved = sum(op.share_of_busy * (1 - 1 / _copies(work).batch) for op, work in kernels)
         largest = max((_copies(work) for _, work in kernels), key=lambda c: c.batch * math.prod(c.matrix),
                       default=None)

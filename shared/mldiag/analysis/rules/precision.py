@@ -39,7 +39,7 @@ from mldiag.analysis.host_evidence import DeviceKind, HostEvidence, OpTime, Prog
 from mldiag.analysis.rules import frameworks, linear_algebra
 from mldiag.analysis.rules.frameworks import Framework
 from mldiag.analysis.rules.hardware import Chip
-from mldiag.analysis.rules.roofline import timed_kernels
+from mldiag.analysis.rules.roofline import matched_kernels
 from mldiag.analysis.rules.wording import quoted
 from mldiag.analysis.xprof.hlo import KernelWork, describe
 from mldiag.domain.resources import Finding, FindingCategory, Priority
@@ -48,11 +48,6 @@ from mldiag.domain.resources import Finding, FindingCategory, Priority
 # problem: on an accelerator nearly all of the time in a mode several times slower, on a CPU half of float64's.
 PRIORITIES = ((0.5, Priority.P0), (0.25, Priority.P1), (0.05, Priority.P2))
 MAX_KERNELS_QUOTED = 3
-
-
-def _timed_work(host: HostEvidence, works: list[KernelWork]) -> list[tuple[OpTime, KernelWork]]:
-    """Each timed op of the host with what its instruction computes, where the HLO tells."""
-    return [(op, ran[0]) for op, ran in timed_kernels(host, works) if ran]
 
 
 def _is_float64(work: KernelWork) -> bool:
@@ -212,7 +207,7 @@ def findings(hosts: list[HostEvidence], works: list[KernelWork], chip_of: Callab
     solvers = linear_algebra.solver_programs(works)
     worst: dict[str, tuple[SlowPrecision, Finding]] = {}
     for host in hosts:
-        timed = _timed_work(host, works)
+        timed = matched_kernels(host, works)
         for found in (_float64(host, timed, framework, emulating), _highest(host, timed, chip_of(host), solvers),
                       _wide_integers(host, timed)):
             if found is not None and (found[0].kind not in worst

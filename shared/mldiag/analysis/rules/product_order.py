@@ -33,7 +33,7 @@ from mldiag.analysis.evidence import CostlyProductOrders
 from mldiag.analysis.host_evidence import HostEvidence, OpTime
 from mldiag.analysis.rules.hardware import Chip
 from mldiag.analysis.rules.kernel_groups import costliest
-from mldiag.analysis.rules.roofline import Rates, achieved_rates, peak_rates, timed_kernels
+from mldiag.analysis.rules.roofline import Rates, achieved_rates, matched_kernels, peak_rates
 from mldiag.analysis.rules.wording import quoted
 from mldiag.analysis.xprof.hlo import MIN_REASSOCIATED_GAIN, KernelWork, MatmulChain, describe, element_bytes
 from mldiag.domain.resources import Finding, FindingCategory, Priority
@@ -85,8 +85,8 @@ def chains_in_the_costly_order(hosts: list[HostEvidence], works: list[KernelWork
     unit = chip.matrix_unit if chip is not None else 0
 
     def find(host: HostEvidence) -> tuple[list[tuple[OpTime, KernelWork]], float, tuple[MatmulChain, float]] | None:
-        kernels = [(op, ran[0]) for op, ran in timed_kernels(host, works) if ran and ran[0].costly_chain is not None
-                   and ran[0].costly_chain.fewer_on(unit) >= MIN_REASSOCIATED_GAIN]
+        kernels = matched_kernels(host, works, lambda work: work.costly_chain is not None
+                                  and work.costly_chain.fewer_on(unit) >= MIN_REASSOCIATED_GAIN)
         if not kernels:
             return None
         chain = max((_chain(work) for _, work in kernels), key=lambda c: c.flops)

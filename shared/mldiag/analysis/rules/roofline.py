@@ -30,7 +30,7 @@ the step time, as a share of the peak at the dtype of the programs' matmuls.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -181,6 +181,13 @@ def timed_kernels(host: HostEvidence, works: list[KernelWork]) -> list[tuple[OpT
         holding = by_instruction.get(hlo_instruction(op), [])
         found.append((op, [w for w in holding if program_base(w.module) in launched] or holding))
     return found
+
+
+def matched_kernels(host: HostEvidence, works: list[KernelWork],
+                    mark: Callable[[KernelWork], object] = lambda work: True) -> list[tuple[OpTime, KernelWork]]:
+    """The ops the trace timed on the host whose HLO instruction is known (:func:`timed_kernels`), each with what it
+    computes, where ``mark`` holds for that."""
+    return [(op, ran[0]) for op, ran in timed_kernels(host, works) if ran and mark(ran[0])]
 
 
 @dataclass(frozen=True)

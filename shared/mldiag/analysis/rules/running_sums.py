@@ -25,7 +25,7 @@ from mldiag.analysis.evidence import TriangularRunningSums
 from mldiag.analysis.host_evidence import HostEvidence, OpTime
 from mldiag.analysis.rules.hardware import Chip
 from mldiag.analysis.rules.kernel_groups import costliest
-from mldiag.analysis.rules.roofline import achieved_rates, peak_rates, timed_kernels
+from mldiag.analysis.rules.roofline import achieved_rates, matched_kernels, peak_rates
 from mldiag.analysis.rules.wording import quoted
 from mldiag.analysis.xprof.hlo import KernelWork, describe
 from mldiag.domain.resources import Finding, FindingCategory, Priority
@@ -55,7 +55,7 @@ def triangular_running_sums(hosts: list[HostEvidence], works: list[KernelWork],
     chunk = max(chip.matrix_unit if chip is not None else 0, MIN_CHUNK)
 
     def find(host: HostEvidence) -> tuple[list[tuple[OpTime, KernelWork]], float, tuple[int, float]] | None:
-        kernels = [(op, ran[0]) for op, ran in timed_kernels(host, works) if ran and ran[0].running_sum_positions]
+        kernels = matched_kernels(host, works, lambda work: work.running_sum_positions)
         positions = max((work.running_sum_positions for _, work in kernels), default=0)
         if positions <= chunk:
             return None

@@ -22,7 +22,7 @@ import math
 from mldiag.analysis.evidence import DenseTableUpdates
 from mldiag.analysis.host_evidence import HostEvidence, OpTime
 from mldiag.analysis.rules.kernel_groups import costliest
-from mldiag.analysis.rules.roofline import timed_kernels
+from mldiag.analysis.rules.roofline import matched_kernels
 from mldiag.analysis.rules.wording import quoted
 from mldiag.analysis.xprof.hlo import KernelWork, describe
 from mldiag.domain.resources import Finding, FindingCategory, Priority
@@ -38,7 +38,7 @@ def _table_sized(host: HostEvidence,
     """The shape of the largest table whose lookup's gradient the host's programs scatter into zeros, the
     scatters' updates per element, and the timed kernels that scatter into, read or write arrays of that size;
     ((), 0, []) where none does."""
-    timed = [(op, ran[0]) for op, ran in timed_kernels(host, works) if ran]
+    timed = matched_kernels(host, works)
     launched = {work.module for _, work in timed}
     scatters = [work for work in works if work.module in launched and work.scatters_into_constant
                 and 0 < work.updates_per_element < SPARSE]

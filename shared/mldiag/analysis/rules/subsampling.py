@@ -31,7 +31,7 @@ from mldiag.analysis.evidence import SubsampledResults
 from mldiag.analysis.host_evidence import HostEvidence, OpTime
 from mldiag.analysis.rules.hardware import Chip
 from mldiag.analysis.rules.kernel_groups import costliest
-from mldiag.analysis.rules.roofline import peak_rates, timed_kernels
+from mldiag.analysis.rules.roofline import matched_kernels, peak_rates
 from mldiag.analysis.rules.wording import quoted
 from mldiag.analysis.xprof.hlo import KernelWork, describe
 from mldiag.domain.resources import Finding, FindingCategory, Priority
@@ -61,7 +61,7 @@ def computed_then_subsampled(hosts: list[HostEvidence], works: list[KernelWork],
     """Matmul and convolution results computed in full and read one element in N, on the host where the work on
     the discarded elements takes the largest share of the loop: that work and its finding."""
     def find(host: HostEvidence) -> tuple[list[tuple[OpTime, KernelWork]], float, int]:
-        kernels = [(op, ran[0]) for op, ran in timed_kernels(host, works) if ran and ran[0].computed_per_kept > 1]
+        kernels = matched_kernels(host, works, lambda work: work.computed_per_kept > 1)
         return kernels, _thrown_away(kernels, chip) * host.loop_busy(), max((w.computed_per_kept for _, w in kernels),
                                                                       default=1)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from mldiag.analysis.evidence import UnfoldedInputs
 from mldiag.analysis.host_evidence import HostEvidence, OpTime
 from mldiag.analysis.rules.kernel_groups import costliest
-from mldiag.analysis.rules.roofline import timed_kernels
+from mldiag.analysis.rules.roofline import matched_kernels
 from mldiag.analysis.rules.wording import quoted
 from mldiag.analysis.xprof.hlo import KernelWork, describe
 from mldiag.domain.resources import Finding, FindingCategory, Priority
@@ -36,7 +36,7 @@ MAX_KERNELS_QUOTED = 3
 def _copied_windows(host: HostEvidence, works: list[KernelWork]) -> tuple[int, list[tuple[OpTime, KernelWork]]]:
     """The windows side by side of the largest buffer of copied windows the host's programs build, and the timed
     kernels that write or read arrays of that buffer's size; (0, []) where none is built."""
-    timed = [(op, ran[0]) for op, ran in timed_kernels(host, works) if ran]
+    timed = matched_kernels(host, works)
     launched = {work.module for _, work in timed}
     builders = [work for work in works if work.module in launched and work.windows_side_by_side >= MIN_WINDOWS]
     if not builders:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from mldiag.analysis.evidence import ZeroedWork
 from mldiag.analysis.host_evidence import HostEvidence, OpTime
 from mldiag.analysis.rules.kernel_groups import costliest
-from mldiag.analysis.rules.roofline import timed_kernels
+from mldiag.analysis.rules.roofline import matched_kernels
 from mldiag.analysis.rules.wording import quoted
 from mldiag.analysis.xprof.hlo import KernelWork, describe
 from mldiag.domain.resources import Finding, FindingCategory, Priority
@@ -31,7 +31,7 @@ def work_multiplied_by_zero(hosts: list[HostEvidence], works: list[KernelWork]) 
     """The work a constant zero throws away, on the host where it takes the largest share of the loop: its kernels
     and the finding."""
     def find(host: HostEvidence) -> tuple[list[tuple[OpTime, KernelWork]], float, None] | None:
-        kernels = [(op, ran[0]) for op, ran in timed_kernels(host, works) if ran and ran[0].zeroed_share]
+        kernels = matched_kernels(host, works, lambda work: work.zeroed_share)
         if not kernels:
             return None
         return kernels, sum(op.share_of_busy * work.zeroed_share for op, work in kernels) * host.loop_busy(), None
